@@ -1,0 +1,369 @@
+"""TA001 capture-memcpy-growth: host memcpy calls per aclgraph capture grow capture after capture."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import polars as pl
+
+from traceanalyzer.engine import AnyOf, Evidence, Finding, Param, Requirement, RuleContext, rule
+from traceanalyzer.engine import text as fmt
+from traceanalyzer.engine.primitives import (
+    count_in_windows,
+    outermost,
+    pair_windows,
+    spearman,
+    trend,
+)
+
+CAPTURE_BEGIN, CAPTURE_END = "aclmdlRICaptureBegin", "aclmdlRICaptureEnd"
+HOST_PROCESSES_EXCLUDED = ("CANN", "Ascend Hardware", "HCCL", "Communication", "Overlap Analysis")
+EVIDENCE_EDGE = 5  # capture windows shown at each end of the series
+
+FIX = (
+    "Work around it with `export HCCL_OP_EXPANSION_MODE=AIV` (communication ops expand on the AI "
+    "Vector cores, so capture skips the AICPU resource refresh and its H2D memcpy), or fix it by "
+    "upgrading to CANN >= 9.1.0, which releases the resources of earlier captures. Caveat: AIV "
+    "expansion has known issues with graph task groups (vllm-ascend #13688); re-check graph "
+    "capture with task groups after switching."
+)
+
+
+@rule(
+    id="TA001",
+    name="capture-memcpy-growth",
+    severity="warning",
+    summary="Host memcpy calls per aclgraph capture grow with every capture, so capture slows down.",
+    fix=FIX,
+    params={
+        "memcpy_pattern": Param(
+            r"^(aclrtMemcpy|aclrtMemcpy2d|MemCopySync|rtMemcpy)$",
+            "Regex on the CANN api_name of *synchronous* host memcpy calls. aclrtMemcpyAsync and "
+            "MemcpyAsync are not counted: they do not block the capturing host thread.",
+        ),
+        "layer": Param(
+            "auto",
+            "Which CANN layer to count: `auto` = runtime when present (Level2), else AscendCL; "
+            "never both, since each aclrtMemcpy also appears as a runtime MemCopySync.",
+            choices=("auto", "acl", "runtime", "all"),
+        ),
+        "window_marker": Param(
+            "",
+            "Regex on host-side span names (Python/mstx ranges) that also mark capture windows, "
+            "for captures made outside aclmdlRICaptureBegin/End. Empty = none.",
+        ),
+        "across_sessions": Param(
+            True,
+            "Treat all sessions of a rank as one series ordered by time (rounds 1, 45, 100 "
+            "profiled into separate directories). False = one series per session.",
+        ),
+        "min_captures": Param(5, "Fewer captures than this is too little to call a trend."),
+        "min_slope": Param(0.05, "Theil-Sen slope (calls per capture) must exceed this."),
+        "alpha": Param(0.01, "Mann-Kendall one-sided p-value (upward trend) must be below this."),
+        "min_ratio": Param(1.5, "Last/first count ratio (edge means) must exceed this."),
+        "edge": Param(3, "Captures averaged at each end for the first/last counts and ratios."),
+    },
+    requires=[
+        AnyOf(
+            Requirement(
+                "slices",
+                ("api_name",),
+                what="CANN API events (process `CANN` in trace_view.json)",
+                collect_with="profiler_level=Level1 or Level2",
+                where=pl.col("process") == "CANN",
+            ),
+            Requirement(
+                "api_stats",
+                ("api_name", "count"),
+                what="CANN API statistics (api_statistic.csv)",
+                collect_with="profiler_level=Level1 or Level2",
+            ),
+        )
+    ],
+)
+def capture_memcpy_growth(ctx: RuleContext) -> Iterator[Finding]:
+    """
+    ## What it detects
+    aclgraph (NPUGraph) captures that issue more and more synchronous host memcpy calls
+    (`aclrtMemcpy`, runtime `MemCopySync`/`rtMemcpy`) as captures repeat, so that every capture
+    takes longer than the one before. Capture windows are `AscendCL@aclmdlRICaptureBegin` ...
+    `AscendCL@aclmdlRICaptureEnd` pairs on one host thread (plus optional user marker ranges);
+    the memcpy calls starting inside each window are counted, and the series, ordered by time
+    across all sessions of a rank, must show a robust positive Theil-Sen slope, a significant
+    Mann-Kendall upward trend and a last/first ratio above a threshold. Without per-event CANN
+    data it falls back to `api_statistic.csv`: memcpy calls per capture per session.
+
+    ## Why it matters
+    In vLLM FULL-graph mode every capture size is captured at start-up, and some flows re-capture
+    repeatedly. With aclgraph each communication op has its own tag; capture triggers an AICPU
+    resource refresh that does one host-to-device memcpy per resource on a list, and HCCL cannot
+    tell when an earlier captured graph's resources may be freed. The list only grows, so capture
+    N copies N times as much: model loading slows down linearly (seed 000: capture time grew
+    steadily from round 1 to round 100).
+
+    ## How to fix
+    - Workaround: `export HCCL_OP_EXPANSION_MODE=AIV`. Communication ops expand on the AI Vector
+      cores, which skips the AICPU resource refresh and its memcpy.
+    - Fix: upgrade to CANN >= 9.1.0 (released 26Q2), which releases the resources.
+    - Caveat: AIV expansion mode has known issues with graph task groups (vllm-ascend #13688);
+      verify your graph mode after switching.
+
+    ## Example
+    ```
+    TA001 capture-memcpy-growth [warning] rank 0
+    aclgraph capture slows down: host memcpy calls per capture grow from 12 to 96 over 33
+    captures (+2.5/capture, Mann-Kendall p=1e-9); capture time grows 3.1x
+    ```
+    Silent when counts are flat with noise, or when there are fewer than `min_captures`
+    captures (the rule then leaves a note with the count).
+
+    ## References
+    - Seed 000: MT FSDP aclgraph capture degradation (rtMemcpy count grows per capture).
+    - `HCCL_OP_EXPANSION_MODE` in the CANN environment variable reference.
+    - vllm-ascend issue #13688 (AIV mode and graph task groups).
+    - Mann-Kendall test: Kendall, *Rank Correlation Methods* (1975); Theil-Sen: Sen (1968).
+    """
+    p = ctx.params
+    sessions = ctx.sessions()
+    cann = ctx.table("slices").filter(pl.col("process") == "CANN")
+    cann_ranks = set(cann.select(pl.col("rank").unique()).collect()["rank"].to_list())
+    memcpy = _memcpy_calls(cann, p.memcpy_pattern, p.layer)
+    counted = memcpy.group_by("rank").agg(pl.col("api_name").unique().sort())
+    counted_names = dict(zip(counted["rank"].to_list(), counted["api_name"].to_list(), strict=True))
+    windows = _capture_windows(ctx, cann, p.window_marker)
+    series = count_in_windows(windows, memcpy, window_id="window_id", name="memcpy_calls")
+
+    stats_ranks = sorted(
+        set(ctx.table("api_stats").select(pl.col("rank").unique()).collect()["rank"].to_list())
+        - cann_ranks
+    )
+    for rank in sorted(cann_ranks):
+        rows = series.filter(pl.col("rank") == rank).sort("start_ns")
+        groups = (
+            [rows]
+            if p.across_sessions
+            else [g for _, g in rows.group_by("session", maintain_order=True)]
+        )
+        for group in groups:
+            yield from _judge(ctx, rank, group, counted_names.get(rank, []), source="events")
+    for rank in stats_ranks:
+        points, names = _api_stats_series(ctx, rank, sessions)
+        yield from _judge(ctx, rank, points, names, source="api_stats")
+
+
+def _memcpy_calls(cann: pl.LazyFrame, pattern: str, layer: str) -> pl.DataFrame:
+    calls = (
+        cann.filter(pl.col("api_name").str.contains(pattern))
+        .select("rank", "session", "api_layer", "api_name", "start_ns", "end_ns")
+        .collect()
+    )
+    if layer == "all" or calls.is_empty():
+        return calls
+    if layer == "auto":  # per rank: runtime sees every memcpy (also HCCL's direct rtMemcpy)
+        has_runtime = calls.group_by("rank").agg(
+            (pl.col("api_layer") == "Runtime").any().alias("rt")
+        )
+        return (
+            calls.join(has_runtime, on="rank")
+            .filter(
+                pl.when(pl.col("rt"))
+                .then(pl.col("api_layer") == "Runtime")
+                .otherwise(pl.col("api_layer") != "Runtime")
+            )
+            .drop("rt")
+        )
+    wanted = pl.col("api_layer") == "Runtime"
+    return calls.filter(wanted if layer == "runtime" else ~wanted)
+
+
+def _capture_windows(ctx: RuleContext, cann: pl.LazyFrame, marker: str) -> pl.DataFrame:
+    """Outermost capture windows per rank+session (CANN Begin/End pairs, plus marker ranges)."""
+    api = pl.col("api_name")
+    paired = pair_windows(
+        cann.filter(api.is_in([CAPTURE_BEGIN, CAPTURE_END])),
+        is_begin=api == CAPTURE_BEGIN,
+        is_end=api == CAPTURE_END,
+    ).select("rank", "session", "thread", "start_ns", "end_ns")
+    frames = [paired.with_columns(pl.lit("CANN").alias("process"))]
+    if marker:
+        marked = (
+            ctx.table("slices")
+            .filter(
+                ~pl.col("process").is_in(HOST_PROCESSES_EXCLUDED)
+                & pl.col("name").str.contains(marker)
+            )
+            .select("rank", "session", "thread", "start_ns", "end_ns", "process")
+            .collect()
+        )
+        frames.append(marked.select(frames[0].columns))
+    windows = pl.concat(frames, how="vertical_relaxed")
+    return (
+        outermost(windows)
+        .sort("rank", "start_ns")
+        .with_row_index("window_id")
+        .with_columns((pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns"))
+    )
+
+
+def _api_stats_series(
+    ctx: RuleContext, rank: int, sessions: pl.DataFrame
+) -> tuple[pl.DataFrame, list[str]]:
+    """One point per session: memcpy calls / captures, from api_statistic.csv."""
+    p = ctx.params
+    stats = ctx.table("api_stats").filter(pl.col("rank") == rank).collect()
+    memcpy = stats.filter(pl.col("api_name").str.contains(p.memcpy_pattern))
+    if p.layer in ("auto", "runtime") and (memcpy["level"] == "runtime").any():
+        memcpy = memcpy.filter(pl.col("level") == "runtime")
+    elif p.layer != "all":
+        memcpy = memcpy.filter(pl.col("level") != "runtime")
+    calls = memcpy.group_by("session").agg(pl.col("count").sum().alias("calls"))
+    captures = (
+        stats.filter(pl.col("api_name") == CAPTURE_BEGIN)
+        .group_by("session")
+        .agg(pl.col("count").sum().alias("captures"))
+    )
+    starts = sessions.filter(pl.col("rank") == rank).select("session", "start_ns", "end_ns")
+    series = (
+        calls.join(captures, on="session")
+        .filter(pl.col("captures") > 0)
+        .join(starts, on="session", how="left")
+        .sort("start_ns", nulls_last=True)
+        .with_columns(
+            (pl.col("calls") / pl.col("captures")).alias("memcpy_calls"),
+            pl.lit(rank).alias("rank"),
+            pl.lit(None, dtype=pl.String).alias("thread"),
+            pl.lit(None, dtype=pl.Int64).alias("dur_ns"),
+        )
+    )
+    return series, sorted(memcpy["api_name"].unique().to_list())
+
+
+def _judge(
+    ctx: RuleContext, rank: int, series: pl.DataFrame, api_names: list[str], *, source: str
+) -> Iterator[Finding]:
+    p = ctx.params
+    point = "capture" if source == "events" else "session"
+    unit = "captures" if source == "events" else "sessions (api_statistic.csv, one point each)"
+    n = series.height
+    if n == 0:
+        ctx.note(f"rank {rank}: no aclgraph capture windows", rank=rank, captures=0)
+        return
+    if n < p.min_captures:
+        ctx.note(
+            f"rank {rank}: only {n} {unit}; a trend needs at least {p.min_captures} (min_captures)",
+            rank=rank,
+            captures=n,
+            min_captures=p.min_captures,
+        )
+        return
+    counts = series["memcpy_calls"].cast(pl.Float64).to_numpy()
+    t = trend(counts, edge=p.edge)
+    k = max(1, min(p.edge, n // 2))
+    first, last = float(counts[:k].mean()), float(counts[-k:].mean())
+    verdict = (
+        f"slope {t.slope:+.3g}/{point}, Mann-Kendall {fmt.p_value(t.mk.p_increasing)}, "
+        f"last/first {fmt.ratio(t.ratio)}"
+    )
+    if not t.grows(min_slope=p.min_slope, alpha=p.alpha, min_ratio=p.min_ratio):
+        ctx.note(
+            f"rank {rank}: memcpy calls per capture do not grow over {n} {unit} ({verdict})",
+            rank=rank,
+            captures=n,
+            slope=t.slope,
+            mann_kendall_p=t.mk.p_increasing,
+            growth_ratio=t.ratio,
+        )
+        return
+
+    durations = series["dur_ns"].cast(pl.Float64).to_numpy()
+    has_dur = source == "events" and np.isfinite(durations).all() and n > 1
+    dur_first = float(durations[:k].mean()) if has_dur else None
+    dur_last = float(durations[-k:].mean()) if has_dur else None
+    dur_ratio = dur_last / dur_first if has_dur and dur_first else float("nan")
+    rho, rho_p = spearman(counts, durations) if has_dur else (float("nan"), 1.0)
+    session_names = series["session"].unique(maintain_order=True).to_list()
+
+    apis = ", ".join(f"`{name}`" for name in api_names) or "host memcpy"
+    title = (
+        f"aclgraph capture slows down: host memcpy calls per capture grow from "
+        f"{fmt.number(t.first)} to {fmt.number(t.last)} over {n} {unit.split(' ')[0]} "
+        f"({t.slope:+.2g}/{point}, Mann-Kendall {fmt.p_value(t.mk.p_increasing)})"
+    )
+    if has_dur:
+        title += f"; capture time grows {fmt.ratio(dur_ratio)}"
+    lines = [
+        f"Rank {rank}, {len(session_names)} session(s): {apis} calls inside each aclgraph capture "
+        f"window go from {fmt.number(t.first)} (first capture) to {fmt.number(t.last)} (last) "
+        f"over {n} {unit}, in time order.",
+        f"Trend: Theil-Sen slope {t.slope:+.3g} calls/{point}; Mann-Kendall tau {t.mk.tau:.2f}, "
+        f"one-sided {fmt.p_value(t.mk.p_increasing)}; mean of the last {k} / first {k}: "
+        f"{fmt.ratio(t.ratio)}.",
+    ]
+    if has_dur:
+        lines.append(
+            f"Capture time grows {fmt.ratio(dur_ratio)} ({fmt.duration(dur_first)} -> "
+            f"{fmt.duration(dur_last)}, means of {k}); Spearman rho(memcpy calls, capture time) "
+            f"= {rho:.2f} ({fmt.p_value(rho_p)})."
+        )
+    lines.append(
+        "Each capture re-copies the resources of all earlier captures: the HCCL/AICPU resource "
+        "list is never released, so the copies per capture keep growing."
+    )
+    numbered = series.with_row_index("capture")
+    shown = (
+        numbered
+        if n <= 2 * EVIDENCE_EDGE
+        else pl.concat([numbered.head(EVIDENCE_EDGE), numbered.tail(EVIDENCE_EDGE)])
+    )
+    evidence = [
+        Evidence(
+            rank=rank,
+            session=row["session"],
+            name=f"capture #{row['capture']}"
+            if source == "events"
+            else "session (api_statistic.csv)",
+            process=row.get("process") or ("CANN" if source == "events" else None),
+            thread=row.get("thread"),
+            start_ns=row.get("start_ns"),
+            dur_ns=row.get("dur_ns") if source == "events" else _session_len(row),
+            detail=f"{fmt.number(round(row['memcpy_calls'], 1))} host memcpy calls",
+        )
+        for row in shown.iter_rows(named=True)
+    ]
+    yield ctx.finding(
+        rank=rank,
+        sessions=session_names,
+        title=title,
+        message="\n".join(lines),
+        location={"series": "host memcpy calls per aclgraph capture", "source": source},
+        metrics={
+            "captures": n,
+            "first_count": t.first,
+            "last_count": t.last,
+            "first_mean": first,
+            "last_mean": last,
+            "slope_per_capture": t.slope,
+            "mann_kendall_tau": t.mk.tau,
+            "mann_kendall_p": t.mk.p_increasing,
+            "growth_ratio": t.ratio,
+            "capture_time_first_ns": dur_first,
+            "capture_time_last_ns": dur_last,
+            "capture_time_ratio": dur_ratio,
+            "spearman_count_vs_time": rho,
+        },
+        evidence=evidence,
+        series={
+            "capture_index": list(range(n)),
+            "session": series["session"].to_list(),
+            "start_ns": series["start_ns"].to_list(),
+            "memcpy_calls": counts.tolist(),
+            "capture_ns": series["dur_ns"].to_list(),
+        },
+        score=t.slope * n,
+    )
+
+
+def _session_len(row: dict) -> int | None:
+    start, end = row.get("start_ns"), row.get("end_ns")
+    return end - start if start is not None and end is not None else None

@@ -1,0 +1,470 @@
+"""TA002 store-transfer-stall: other streams sit in cross-stream waits during a KV store transfer."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import polars as pl
+
+from traceanalyzer.engine import (
+    Evidence,
+    Finding,
+    NotEvaluated,
+    Param,
+    Requirement,
+    RuleContext,
+    rule,
+)
+from traceanalyzer.engine import text as fmt
+from traceanalyzer.engine.primitives import outermost, overlap_join, total_length
+
+# Sessions whose whole profiling window is one transfer say so in profiler_metadata.json, via
+# `prof.add_metadata(WINDOW_KEY, WINDOW_VALUE)` (our recipes do); TRANSFER_KEY names the call.
+WINDOW_KEY, WINDOW_VALUE, TRANSFER_KEY = (
+    "traceanalyzer.window",
+    "store_transfer",
+    "traceanalyzer.transfer",
+)
+DEVICE_PROCESSES = ("Ascend Hardware", "HCCL", "Communication")
+NOT_HOST_SPANS = ("CANN", *DEVICE_PROCESSES, "Overlap Analysis")
+UNNAMED = "profiled session"  # a session-window transfer whose metadata does not name the call
+NO_SPANS = "no transfer spans found (set span_source=session if the profile wraps the transfer)"
+STREAMS_SHOWN, WAITS_PER_STREAM, SPANS_SHOWN = 8, 3, 5
+SPAN_SCHEMA = {
+    "rank": pl.Int32,
+    "session": pl.String,
+    "transfer": pl.String,
+    "process": pl.String,
+    "thread": pl.String,
+    "source": pl.String,
+    "start_ns": pl.Int64,
+    "end_ns": pl.Int64,
+}
+
+FIX = (
+    "Drain the compute streams before the transfer: call `torch.npu.synchronize()` right before "
+    "the store call (when profiling, put it outside the profiled region). Then find which "
+    "framework stream issues the waits (the stalling streams listed) and fix the ordering there; "
+    "in seed 002 vllm-ascend 0.18 queued cross-stream waits that 0.21 no longer does."
+)
+
+
+@rule(
+    id="TA002",
+    name="store-transfer-stall",
+    severity="warning",
+    summary="Other NPU streams sit in NOTIFY_WAIT/EVENT_WAIT during a KV store transfer, stalling it.",
+    fix=FIX,
+    params={
+        "span_pattern": Param(
+            r"batch_get_into_multi_buffers|batch_put_from_multi_buffers"
+            r"|MooncakeBackend\.(?:get|put)|kv_store_\w+",
+            "Regex (search) on host span names (cpu_op, python_function, mstx range) of transfers.",
+        ),
+        "span_source": Param(
+            "auto",
+            "`events`: spans from host events; `session`: each session's whole window is a "
+            "transfer; `auto`: events where a session has them, else the session window when its "
+            f"metadata has `{WINDOW_KEY}: {WINDOW_VALUE}`.",
+            choices=("auto", "events", "session"),
+        ),
+        "wait_task_types": Param(
+            ("EVENT_WAIT_SQE", "NOTIFY_WAIT_SQE"), "Device task types that are cross-stream waits."
+        ),
+        "wait_names": Param(
+            ("EVENT_WAIT", "NOTIFY_WAIT", "Notify Wait", "Notify_Wait"),
+            "Device task names that are cross-stream waits.",
+        ),
+        "own_flow_cats": Param(
+            ("HostToDevice", "async_npu"),
+            "Flow categories that link the span's host calls to the transfer's own streams.",
+        ),
+        "own_task_names": Param(("MEMCPY_ASYNC",), "Task names marking the transfer's copies."),
+        "own_task_types": Param(
+            ("PCIE_DMA_SQE", "SDMA_SQE"), "Task types marking the transfer's copies."
+        ),
+        "min_fraction": Param(0.3, "Fire when waits cover at least this fraction of a span."),
+        "min_span_ms": Param(10.0, "Ignore spans shorter than this (ms)."),
+        "error_share": Param(
+            0.8, "Report as error when this share of all transfer time is lost to waits."
+        ),
+    },
+    requires=[
+        Requirement(
+            "slices",
+            ("stream_id",),
+            what="device tasks (process `Ascend Hardware`)",
+            collect_with="ProfilerActivity.NPU",
+            where=pl.col("process") == "Ascend Hardware",
+        )
+    ],
+)
+def store_transfer_stall(ctx: RuleContext) -> Iterator[Finding]:
+    """
+    ## What it detects
+    KV-cache store transfers (Mooncake `batch_get_into_multi_buffers` /
+    `batch_put_from_multi_buffers`, `MooncakeBackend.get/put`, `kv_store_*`) during which
+    *other* NPU streams sit in cross-stream waits (`EVENT_WAIT_SQE`/`NOTIFY_WAIT_SQE` tasks,
+    `EVENT_WAIT`, `Notify Wait`, `Notify_Wait`). Transfer spans are host spans whose name
+    matches `span_pattern`, or, when the profile wraps exactly one transfer call (seed 002),
+    the session window. The transfer's own streams (linked by HostToDevice/async_npu flows to
+    host calls on the span's thread, or carrying its MEMCPY_ASYNC/SDMA copies) are excluded.
+    It fires when the union of those waits covers at least `min_fraction` of a span that lasts
+    at least `min_span_ms`.
+
+    ## Why it matters
+    A transfer that should take milliseconds takes seconds: the device is busy waiting for
+    work queued by the framework on other streams, and TTFT grows with it. In seed 002,
+    vLLM 0.18 + Mooncake pooling raised TTFT from 38.5 s to 60.9 s; each
+    `batch_get_into_multi_buffers` took seconds while streams 39, 40, 43 and 46 sat in
+    Notify Wait / EVENT_WAIT_SQE. The transfer engine itself was fine.
+
+    ## How to fix
+    - Call `torch.npu.synchronize()` right before the store transfer so the compute streams
+      drain first (when profiling, put the synchronize outside the profiled region).
+    - Then find which framework stream issues the waits (the stalling streams in the finding)
+      and fix the ordering in the framework; seed 002 was fixed by the framework version.
+
+    ## Example
+    ```
+    TA002 store-transfer-stall [error] rank 0
+    Mooncake transfer `batch_get_into_multi_buffers` stalls: streams 39, 40, 43, 46 sit in
+    NOTIFY_WAIT/EVENT_WAIT for 92% of the 2.4 s span
+    ```
+    Silent on waits outside transfer spans and on waits only on the transfer's own stream.
+    Severity is `error` when the share of all transfer time lost reaches `error_share`.
+    Without any span (and no session marked as a transfer) the rule reports "not evaluated:
+    no transfer spans found" instead of guessing.
+
+    ## References
+    - Seed 002: vllm 0.18 + Mooncake pooling TTFT regression (cross-stream waits on streams
+      39/40/43/46 during `batch_get_into_multi_buffers`).
+    - torch_npu export format: Ascend Hardware task types (`EVENT_WAIT_SQE`, `NOTIFY_WAIT_SQE`),
+      HCCL plane tasks (`Notify_Wait`), HostToDevice flows.
+    """
+    p = ctx.params
+    spans = _transfer_spans(ctx)
+    if spans.is_empty():
+        raise NotEvaluated(NO_SPANS)
+    tasks = ctx.table("slices").filter(
+        pl.col("process").is_in(DEVICE_PROCESSES) & pl.col("stream_id").is_not_null()
+    )
+    waits = (
+        tasks.filter(
+            pl.col("task_type").is_in(p.wait_task_types) | pl.col("name").is_in(p.wait_names)
+        )
+        .select(
+            "rank",
+            "session",
+            "process",
+            "thread",
+            "stream_id",
+            "name",
+            "task_type",
+            "start_ns",
+            "end_ns",
+        )
+        .collect()
+    )
+    own = _own_streams(ctx, spans, tasks)
+    stalls = (
+        overlap_join(spans, waits, on=("rank", "session"))
+        .join(own, on=["span_id", "stream_id"], how="anti")
+        .filter(pl.col("overlap_ns") > 0)
+    )
+    clipped = stalls.select(
+        "span_id",
+        "stream_id",
+        pl.col("overlap_start_ns").alias("start_ns"),
+        pl.col("overlap_end_ns").alias("end_ns"),
+    )
+    per_stream = total_length(clipped, by=["span_id", "stream_id"]).rename(
+        {"covered_ns": "wait_ns"}
+    )
+    per_span = spans.join(
+        total_length(clipped, by=["span_id"]), on="span_id", how="left"
+    ).with_columns(
+        pl.col("covered_ns").fill_null(0),
+    )
+    per_span = per_span.with_columns(
+        (pl.col("covered_ns") / pl.col("dur_ns").clip(lower_bound=1)).alias("fraction"),
+        (
+            (pl.col("dur_ns") >= p.min_span_ms * 1e6)
+            & (pl.col("covered_ns") >= p.min_fraction * pl.col("dur_ns"))
+        ).alias("stalled"),
+    )
+    for (rank, transfer), group in per_span.group_by("rank", "transfer", maintain_order=True):
+        stalled = group.filter(pl.col("stalled"))
+        if stalled.is_empty():
+            worst = group.sort("fraction", descending=True).row(0, named=True)
+            ctx.note(
+                f"rank {rank}: {group.height} `{transfer}` span(s), waits on other streams cover at "
+                f"most {worst['fraction']:.0%} (threshold {p.min_fraction:.0%}, min {p.min_span_ms:g} ms)",
+                rank=rank,
+                spans=group.height,
+                max_fraction=worst["fraction"],
+            )
+            continue
+        yield _finding(ctx, int(rank), str(transfer), group, stalled, per_stream, stalls, own)
+
+
+def _transfer_spans(ctx: RuleContext) -> pl.DataFrame:
+    """Spans: rank, session, span_id, transfer, thread, source, start_ns, end_ns, dur_ns."""
+    p = ctx.params
+    sessions = ctx.sessions()
+    events = pl.DataFrame(schema=SPAN_SCHEMA)
+    if p.span_source in ("auto", "events"):
+        host = ctx.table("slices").filter(
+            ~pl.col("process").is_in(NOT_HOST_SPANS) & pl.col("name").str.contains(p.span_pattern)
+        )
+        events = outermost(
+            host.select(
+                "rank",
+                "session",
+                pl.col("name").str.extract(f"({p.span_pattern})", 1).alias("transfer"),
+                "process",
+                "thread",
+                pl.lit("events").alias("source"),
+                "start_ns",
+                "end_ns",
+            )
+            .collect()
+            .cast(SPAN_SCHEMA)
+        )
+    frames = [events]
+    if p.span_source in ("auto", "session"):
+        with_events = set(events.select("rank", "session").iter_rows())
+        rows = []
+        for row in sessions.iter_rows(named=True):
+            meta = _metadata(row.get("metadata"))
+            marked = meta.get(WINDOW_KEY) == WINDOW_VALUE
+            if (
+                (row["rank"], row["session"]) in with_events
+                or row["start_ns"] is None
+                or row["end_ns"] is None
+            ):
+                continue
+            if p.span_source == "session" or marked:
+                rows.append(
+                    {
+                        "rank": row["rank"],
+                        "session": row["session"],
+                        "transfer": str(meta.get(TRANSFER_KEY) or UNNAMED),
+                        "process": None,
+                        "thread": None,
+                        "source": "session",
+                        "start_ns": row["start_ns"],
+                        "end_ns": row["end_ns"],
+                    }
+                )
+        frames.append(pl.DataFrame(rows, schema=SPAN_SCHEMA))
+    spans = pl.concat(frames).sort("rank", "start_ns")
+    return spans.with_row_index("span_id").with_columns(
+        (pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns")
+    )
+
+
+def _metadata(raw: str | None) -> dict:
+    try:
+        value = json.loads(raw) if raw else {}
+    except json.JSONDecodeError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _own_streams(ctx: RuleContext, spans: pl.DataFrame, tasks: pl.LazyFrame) -> pl.DataFrame:
+    """(span_id, stream_id) of the transfer's own streams.
+
+    Flow-linked: a flow of `own_flow_cats` leaves a host call inside the span on the span's
+    thread (thread names are `Thread <tid>` in both Python and CANN) and lands on a stream.
+    Copy-carrying: the stream runs a MEMCPY_ASYNC/SDMA copy task overlapping the span.
+    """
+    p = ctx.params
+    flows = (
+        ctx.table("flows")
+        .filter(pl.col("cat").is_in(p.own_flow_cats) & pl.col("start_ns").is_not_null())
+        .select(
+            "rank",
+            "session",
+            pl.col("src_thread").alias("flow_thread"),
+            pl.coalesce(
+                pl.when(pl.col("dst_process") == "Ascend Hardware").then(pl.col("dst_tid")),
+                pl.col("dst_thread").str.extract(r"^Stream (\d+)$", 1).cast(pl.Int64),
+            ).alias("stream_id"),
+            "start_ns",
+            pl.col("start_ns").alias("end_ns"),
+        )
+        .filter(pl.col("stream_id").is_not_null())
+        .collect()
+    )
+    linked = overlap_join(spans, flows, on=("rank", "session"), mode="start_within").filter(
+        pl.col("thread").is_null() | (pl.col("thread") == pl.col("flow_thread"))
+    )
+    copies = (
+        tasks.filter(
+            pl.col("name").is_in(p.own_task_names) | pl.col("task_type").is_in(p.own_task_types)
+        )
+        .select("rank", "session", "stream_id", "start_ns", "end_ns")
+        .collect()
+    )
+    carrying = overlap_join(spans, copies, on=("rank", "session"))
+    return pl.concat(
+        [linked.select("span_id", "stream_id"), carrying.select("span_id", "stream_id")]
+    ).unique()
+
+
+def _wait_kind(name: str | None, task_type: str | None) -> str:
+    text = f"{name or ''} {task_type or ''}".lower()
+    return (
+        "NOTIFY_WAIT"
+        if "notify" in text
+        else "EVENT_WAIT"
+        if "event" in text
+        else (task_type or name or "?")
+    )
+
+
+def _finding(
+    ctx: RuleContext,
+    rank: int,
+    transfer: str,
+    spans: pl.DataFrame,
+    stalled: pl.DataFrame,
+    per_stream: pl.DataFrame,
+    stalls: pl.DataFrame,
+    own: pl.DataFrame,
+) -> Finding:
+    p = ctx.params
+    stalled_ids = stalled["span_id"].to_list()
+    worst = stalled.sort("covered_ns", descending=True).row(0, named=True)
+    streams = (
+        per_stream.filter(pl.col("span_id").is_in(stalled_ids))
+        .group_by("stream_id")
+        .agg(pl.col("wait_ns").sum())
+        .sort(["wait_ns", "stream_id"], descending=[True, False])
+    )
+    waits = stalls.filter(pl.col("span_id").is_in(stalled_ids))
+    kinds = sorted(
+        {_wait_kind(n, t) for n, t in waits.select("name", "task_type").iter_rows()}, reverse=True
+    )
+    stream_kinds = {
+        s: "/".join(
+            sorted(
+                {_wait_kind(n, t) for n, t in g.select("name", "task_type").iter_rows()},
+                reverse=True,
+            )
+        )
+        for (s,), g in waits.group_by("stream_id")
+    }
+    total_ns = int(spans["dur_ns"].sum())
+    lost_ns = int(stalled["covered_ns"].sum())
+    share = lost_ns / total_ns if total_ns else 0.0
+    stream_ids = sorted(streams["stream_id"].to_list())
+    own_ids = sorted(set(own.filter(pl.col("span_id").is_in(stalled_ids))["stream_id"].to_list()))
+    if transfer == UNNAMED:
+        subject = "The profiled transfer"
+    elif "multi_buffers" in transfer or "Mooncake" in transfer:
+        subject = f"Mooncake transfer `{transfer}`"
+    else:
+        subject = f"KV store transfer `{transfer}`"
+    if len(stream_ids) > STREAMS_SHOWN:
+        where = f"{len(stream_ids)} streams sit"
+    elif len(stream_ids) == 1:
+        where = f"stream {stream_ids[0]} sits"
+    else:
+        where = f"streams {fmt.join(stream_ids)} sit"
+    title = f"{subject} stalls: {where} in {'/'.join(kinds)} for {worst['fraction']:.0%} of the "
+    if spans.height == 1:
+        title += f"{fmt.duration(worst['dur_ns'])} span"
+    else:
+        title += (
+            f"worst {fmt.duration(worst['dur_ns'])} span; {share:.0%} of {spans.height} spans' "
+            "time is lost"
+        )
+    source = "the profiled session window" if worst["source"] == "session" else "host span events"
+    lines = [
+        f"Rank {rank}: {spans.height} `{transfer}` span(s) from {source}, "
+        f"{stalled.height} stalled (waits on other streams cover >= {p.min_fraction:.0%}).",
+        f"Worst span: {fmt.duration(worst['dur_ns'])}, {worst['fraction']:.0%} covered by waits "
+        f"({fmt.duration(worst['covered_ns'])}).",
+        "Stalling streams (wait time inside stalled spans): "
+        + fmt.join(
+            (
+                f"{s} {fmt.duration(w)} {stream_kinds.get(s, '')}".rstrip()
+                for s, w in streams.iter_rows()
+            ),
+            STREAMS_SHOWN,
+        )
+        + ".",
+        f"Transfer time lost to waits: {fmt.duration(lost_ns)} of {fmt.duration(total_ns)} ({share:.0%}).",
+        (
+            f"The transfer's own stream(s) {fmt.join(own_ids)} are excluded."
+            if own_ids
+            else "No own stream was identified (no flow-linked or copy task inside the span)."
+        ),
+        "Work queued by the framework on other streams waits on events/notifies while the "
+        "transfer runs, and the transfer waits behind it.",
+    ]
+    evidence = [
+        Evidence(
+            rank=rank,
+            session=row["session"],
+            name=row["transfer"],
+            process=row["process"],
+            thread=row["thread"],
+            start_ns=row["start_ns"],
+            dur_ns=row["dur_ns"],
+            detail=f"transfer span, {row['fraction']:.0%} covered by waits",
+        )
+        for row in stalled.sort("covered_ns", descending=True)
+        .head(SPANS_SHOWN)
+        .iter_rows(named=True)
+    ]
+    longest = (
+        waits.sort("overlap_ns", descending=True)
+        .group_by("stream_id", maintain_order=True)
+        .head(WAITS_PER_STREAM)
+        .filter(pl.col("stream_id").is_in(streams["stream_id"].head(STREAMS_SHOWN).to_list()))
+        .sort("stream_id", "start_ns_task")
+    )
+    evidence += [
+        Evidence(
+            rank=rank,
+            session=row["session"],
+            name=row["name"],
+            process=row["process"],
+            thread=row["thread"],
+            stream=row["stream_id"],
+            start_ns=row["start_ns_task"],
+            dur_ns=row["end_ns_task"] - row["start_ns_task"],
+            detail=f"{fmt.duration(row['overlap_ns'])} inside the transfer span",
+        )
+        for row in longest.iter_rows(named=True)
+    ]
+    worst_streams = per_stream.filter(pl.col("span_id") == worst["span_id"]).sort("stream_id")
+    return ctx.finding(
+        rank=rank,
+        sessions=sorted(set(stalled["session"].to_list())),
+        title=title,
+        message="\n".join(lines),
+        location={"transfer": transfer, "span_source": worst["source"]},
+        severity="error" if share >= p.error_share else None,
+        metrics={
+            "spans": spans.height,
+            "stalled_spans": stalled.height,
+            "transfer_ns": total_ns,
+            "lost_ns": lost_ns,
+            "share_lost": share,
+            "worst_span_ns": worst["dur_ns"],
+            "worst_span_fraction": worst["fraction"],
+            "worst_span_start_ns": worst["start_ns"],
+            "stalling_streams": len(stream_ids),
+        },
+        evidence=evidence,
+        series={
+            "stream": worst_streams["stream_id"].to_list(),
+            "wait_ns_in_worst_span": worst_streams["wait_ns"].to_list(),
+        },
+        score=float(lost_ns),
+    )

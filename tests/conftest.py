@@ -1,0 +1,28 @@
+"""Shared test fixtures: the real G2 export (read-only) and a session-wide store of it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+REAL_G2 = SHARED / "real_traces" / "g2_level1"
+
+
+@pytest.fixture(scope="session")
+def real_g2() -> Path:
+    if not REAL_G2.is_dir():
+        pytest.skip(f"real export not available at {REAL_G2}")
+    return REAL_G2
+
+
+@pytest.fixture(scope="session")
+def real_g2_store(real_g2: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from traceanalyzer.ingest import ingest
+
+    out = tmp_path_factory.mktemp("real_g2_out")
+    result = ingest(real_g2, out, jobs=1)
+    assert not result.partial, result.to_dict()
+    return out

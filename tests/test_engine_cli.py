@@ -1,0 +1,90 @@
+"""`traceanalyzer rules ...`: list, explain, new -> test round trip, docs/rules.md freshness."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from traceanalyzer.engine.cli import rules_group
+from traceanalyzer.engine.docs import render_markdown
+from traceanalyzer.engine.loader import builtin_rules_dir, load_rules
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def invoke(*args):
+    return CliRunner().invoke(rules_group, list(args), catch_exceptions=False)
+
+
+def test_list_shows_builtin_rules():
+    result = invoke("list")
+    assert result.exit_code == 0
+    assert "TA001  capture-memcpy-growth" in result.output
+    assert "TA002  store-transfer-stall" in result.output
+
+
+def test_explain_by_name_and_id():
+    by_name = invoke("explain", "store-transfer-stall")
+    assert by_name.exit_code == 0
+    for text in ("What it detects", "How to fix", "span_source = 'auto'", "collect with"):
+        assert text in by_name.output
+    assert invoke("explain", "TA002").output == by_name.output
+    missing = CliRunner().invoke(rules_group, ["explain", "nope"])
+    assert missing.exit_code != 0 and "unknown rule 'nope'" in missing.output
+
+
+def test_new_scaffold_passes_its_own_tests(tmp_path):
+    folder = tmp_path / "myrules"
+    created = invoke("new", "slow-sync", "--dir", str(folder))
+    assert created.exit_code == 0, created.output
+    assert (folder / "slow_sync.py").is_file() and (folder / "fixtures" / "slow_sync.py").is_file()
+    tested = invoke("test", "slow-sync", "--rules", str(folder), "-v")
+    assert tested.exit_code == 0, tested.output
+    assert "PASS slow-sync::fire_one_slow_call" in tested.output
+    assert (folder / "fixtures" / "snapshots" / "slow-sync" / "fire_one_slow_call.txt").is_file()
+    again = CliRunner().invoke(rules_group, ["new", "slow-sync", "--dir", str(folder)])
+    assert again.exit_code != 0 and "already exists" in again.output
+    listed = invoke("list", "--rules", str(folder))
+    assert "TA100  slow-sync" in listed.output
+
+
+def test_rules_test_fails_on_broken_fixture_and_snapshot_drift(tmp_path):
+    folder = tmp_path / "r"
+    invoke("new", "slow-sync", "--dir", str(folder))
+    invoke("test", "slow-sync", "--rules", str(folder))  # writes snapshots
+    snap = folder / "fixtures" / "snapshots" / "slow-sync" / "fire_one_slow_call.txt"
+    snap.write_text("something else\n")
+    drift = CliRunner().invoke(rules_group, ["test", "slow-sync", "--rules", str(folder)])
+    assert drift.exit_code == 1 and "finding text differs" in drift.output
+    accepted = invoke("test", "slow-sync", "--rules", str(folder), "--update-snapshots")
+    assert accepted.exit_code == 0
+    fixtures = folder / "fixtures" / "slow_sync.py"
+    fixtures.write_text(fixtures.read_text().replace("[50, 60, 70]", "[50, 60_000, 70]"))
+    silent_broken = CliRunner().invoke(rules_group, ["test", "slow-sync", "--rules", str(folder)])
+    assert silent_broken.exit_code == 1
+    assert "FAIL slow-sync::silent_all_fast" in silent_broken.output
+
+
+def test_rules_test_requires_two_fire_and_two_silent(tmp_path):
+    folder = tmp_path / "r"
+    invoke("new", "thin-rule", "--dir", str(folder))
+    fixtures = folder / "fixtures" / "thin_rule.py"
+    fixtures.write_text(
+        fixtures.read_text().replace(
+            '@fixture(expect="silent")\ndef silent_all_fast', "def silent_all_fast"
+        )
+    )
+    result = CliRunner().invoke(rules_group, ["test", "thin-rule", "--rules", str(folder)])
+    assert result.exit_code == 1
+    assert "thin-rule: 1 silent fixture(s), need at least 2" in result.output
+
+
+def test_builtin_rules_are_found_in_the_checkout():
+    assert builtin_rules_dir() == ROOT / "rules"
+
+
+def test_docs_rules_md_is_current():
+    expected = render_markdown(load_rules(entry_points=False).rules)
+    current = (ROOT / "docs" / "rules.md").read_text("utf-8")
+    assert current == expected, "regenerate: python -m traceanalyzer.engine.docs > docs/rules.md"

@@ -1,0 +1,221 @@
+"""Primitives on hand-made frames, including the edge cases rules trip over."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import polars as pl
+import pytest
+
+from traceanalyzer.engine.primitives import (
+    count_in_windows,
+    covered_fraction,
+    growth_ratio,
+    mann_kendall,
+    outermost,
+    overlap_join,
+    pair_windows,
+    spearman,
+    theil_sen_slope,
+    total_length,
+    trend,
+    union_intervals,
+)
+
+
+def frame(intervals, **extra):
+    n = len(intervals)
+    return pl.DataFrame(
+        {
+            "rank": extra.pop("rank", [0] * n),
+            "session": extra.pop("session", ["s"] * n),
+            "start_ns": [s for s, _ in intervals],
+            "end_ns": [e for _, e in intervals],
+            **extra,
+        }
+    )
+
+
+# --- overlap_join ------------------------------------------------------------------------------
+
+
+def test_overlap_join_clips_and_respects_keys():
+    spans = frame([(10, 20)], sid=[1])
+    tasks = frame([(0, 12), (15, 30), (25, 40), (12, 14)], rank=[0, 0, 0, 1], tid=[1, 2, 3, 4])
+    out = overlap_join(spans, tasks).sort("tid")
+    assert out["tid"].to_list() == [1, 2]  # tid 3 is after the span, tid 4 is another rank
+    assert out["overlap_ns"].to_list() == [2, 5]
+    assert out["overlap_start_ns"].to_list() == [10, 15]
+
+
+def test_overlap_join_zero_length_task_is_a_point():
+    spans = frame([(10, 20)], sid=[1])
+    tasks = frame([(10, 10), (20, 20), (15, 15)], tid=[1, 2, 3])
+    out = overlap_join(spans, tasks)
+    assert sorted(out["tid"].to_list()) == [1, 3]  # half-open: a point at the end is outside
+    assert out["overlap_ns"].to_list() == [0, 0]
+
+
+def test_overlap_join_modes():
+    spans = frame([(10, 20)], sid=[1])
+    tasks = frame([(5, 12), (12, 18), (18, 25)], tid=[1, 2, 3])
+    assert overlap_join(spans, tasks, mode="contain")["tid"].to_list() == [2]
+    assert overlap_join(spans, tasks, mode="start_within")["tid"].to_list() == [2, 3]
+
+
+def test_overlap_join_lazy_in_lazy_out():
+    out = overlap_join(frame([(0, 10)], sid=[1]).lazy(), frame([(5, 6)]).lazy())
+    assert isinstance(out, pl.LazyFrame)
+    assert out.collect().height == 1
+
+
+# --- unions and coverage -----------------------------------------------------------------------
+
+
+def test_union_merges_overlapping_and_touching_drops_empty():
+    merged = union_intervals(frame([(0, 5), (5, 9), (3, 4), (20, 30), (25, 26), (40, 40)]))
+    assert merged.select("start_ns", "end_ns").rows() == [(0, 9), (20, 30)]
+
+
+def test_union_is_per_group():
+    f = frame([(0, 10), (5, 15)], rank=[0, 1])
+    assert union_intervals(f).height == 2
+    assert union_intervals(f, by=()).rows() == [(0, 15)]
+
+
+def test_total_length_counts_overlap_once():
+    f = frame([(0, 10), (5, 15), (20, 25)])
+    assert total_length(f)["covered_ns"].to_list() == [20]
+
+
+def test_covered_fraction_unions_overlapping_waits():
+    spans = frame([(0, 100), (200, 300), (400, 400)], sid=[1, 2, 3])
+    waits = frame([(10, 60), (40, 90), (150, 250), (500, 600)])
+    out = covered_fraction(spans, waits, span_id="sid").sort("sid")
+    assert out["covered_ns"].to_list() == [80, 50, 0]
+    assert out["covered_fraction"].to_list() == [0.8, 0.5, 0.0]  # zero-length span: 0, not NaN
+
+
+def test_outermost_drops_contained_keeps_partial_overlaps():
+    f = frame([(0, 100), (10, 20), (90, 150), (0, 100)], tag=["a", "b", "c", "d"])
+    assert outermost(f)["tag"].to_list() == ["a", "c"]
+
+
+# --- windows -----------------------------------------------------------------------------------
+
+
+def events(rows):
+    return pl.DataFrame(
+        rows, schema=["rank", "session", "thread", "name", "start_ns", "end_ns"], orient="row"
+    )
+
+
+def test_pair_windows_nested_and_per_thread():
+    ev = events(
+        [
+            (0, "s", "t1", "B", 0, 1),
+            (0, "s", "t2", "B", 1, 2),  # another thread: its own stack
+            (0, "s", "t1", "B", 2, 3),
+            (0, "s", "t1", "E", 5, 6),
+            (0, "s", "t1", "E", 9, 10),
+            (0, "s", "t2", "E", 7, 8),
+        ]
+    )
+    w = pair_windows(ev, is_begin=pl.col("name") == "B", is_end=pl.col("name") == "E")
+    t1 = w.filter(pl.col("thread") == "t1")
+    assert t1.select("start_ns", "end_ns", "depth").rows() == [(0, 10, 0), (2, 6, 1)]
+    assert w.filter(pl.col("thread") == "t2").select("start_ns", "end_ns").rows() == [(1, 8)]
+
+
+def test_pair_windows_unpaired_begin_and_end():
+    ev = events(
+        [
+            (0, "s", "t", "E", 0, 1),  # profiling started mid-capture
+            (0, "s", "t", "B", 2, 3),
+            (0, "s", "t", "E", 4, 5),
+            (0, "s", "t", "B", 8, 9),  # profiling stopped mid-capture
+        ]
+    )
+    kw = {"is_begin": pl.col("name") == "B", "is_end": pl.col("name") == "E"}
+    assert pair_windows(ev, **kw).select("start_ns", "end_ns").rows() == [(2, 5)]
+    kept = pair_windows(ev, keep_unpaired=True, **kw)
+    assert kept.select("start_ns", "end_ns", "paired").rows() == [(2, 5, True), (8, None, False)]
+
+
+def test_pair_windows_same_timestamp_uses_file_order():
+    ev = events([(0, "s", "t", "B", 5, 5), (0, "s", "t", "E", 5, 6)]).with_columns(
+        pl.Series("seq", [0, 1])
+    )
+    w = pair_windows(ev, is_begin=pl.col("name") == "B", is_end=pl.col("name") == "E")
+    assert w.select("start_ns", "end_ns").rows() == [(5, 6)]
+
+
+def test_pair_windows_empty_input_has_schema():
+    w = pair_windows(events([]), is_begin=pl.col("name") == "B", is_end=pl.col("name") == "E")
+    assert w.is_empty()
+    assert "window" in w.columns and w.schema["start_ns"] == pl.Int64
+
+
+def test_count_in_windows_zero_rows_and_start_rule():
+    windows = frame([(0, 10), (20, 30), (40, 50)]).with_row_index("wid")
+    calls = frame([(1, 2), (9, 15), (10, 11), (25, 26)])  # (10, 11) starts at the end: outside
+    out = count_in_windows(windows, calls, window_id="wid").sort("wid")
+    assert out["count"].to_list() == [2, 1, 0]
+
+
+# --- trends ------------------------------------------------------------------------------------
+
+
+def test_theil_sen_ignores_outliers():
+    y = [float(i) for i in range(20)]
+    y[5] = 500.0
+    assert theil_sen_slope(y) == pytest.approx(1.0)
+    assert theil_sen_slope([3, 3]) == 0.0
+    assert theil_sen_slope([1, 2], x=[4, 4]) == 0.0
+
+
+def test_mann_kendall_known_values():
+    mk = mann_kendall(list(range(10)))
+    assert mk.s == 45 and mk.tau == 1.0
+    # var = 10*9*25/18 = 125; z = 44/sqrt(125)
+    assert mk.z == pytest.approx(44 / math.sqrt(125))
+    assert mk.p_increasing == pytest.approx(0.5 * math.erfc(mk.z / math.sqrt(2)))
+    assert mk.p_increasing < 1e-4
+    down = mann_kendall(list(range(10, 0, -1)))
+    assert down.p_increasing > 0.99 and down.p_two_sided < 1e-3
+
+
+def test_mann_kendall_ties_and_tiny_inputs():
+    assert mann_kendall([5, 5, 5, 5]).p_two_sided == 1.0
+    assert mann_kendall([1, 2]).p_increasing == 1.0
+    tied = mann_kendall([1, 1, 2, 2, 3, 3])
+    assert 0 < tied.p_increasing < 0.05
+
+
+def test_mann_kendall_noise_is_not_significant():
+    rng = np.random.default_rng(0)
+    assert mann_kendall(rng.normal(20, 3, 40)).p_two_sided > 0.05
+
+
+def test_spearman():
+    rho, p = spearman([1, 2, 3, 4, 5, 6], [2, 1, 4, 3, 6, 5])
+    assert rho == pytest.approx(0.8286, abs=1e-3)
+    assert 0 < p < 0.1
+    assert math.isnan(spearman([1, 1, 1, 1], [1, 2, 3, 4])[0])
+    assert spearman([1, 2, 3], [1, 2, 3])[1] == 1.0
+
+
+def test_growth_ratio_edges():
+    assert growth_ratio([10, 20, 40]) == 4.0
+    assert growth_ratio([10, 12, 38, 42], edge=2) == 40 / 11
+    assert growth_ratio([0, 5]) == math.inf
+    assert growth_ratio([0, 0]) == 1.0
+    assert math.isnan(growth_ratio([]))
+
+
+def test_trend_verdict():
+    t = trend([12 + 2.5 * i for i in range(33)])
+    assert t.grows(min_slope=0.05, alpha=0.01, min_ratio=1.5)
+    flat = trend([20, 22, 19, 21, 20, 18, 22, 20, 21, 19])
+    assert not flat.grows(min_slope=0.05, alpha=0.01, min_ratio=1.5)

@@ -1,0 +1,48 @@
+"""``traceanalyzer synth``: arguments reach generate(); mistakes are usage errors, not tracebacks."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from traceanalyzer.synth.cli import synth_command
+
+
+def test_writes_rank_dirs(tmp_path: Path) -> None:
+    res = CliRunner().invoke(
+        synth_command,
+        [
+            "store-stall",
+            "--out",
+            str(tmp_path),
+            "--ranks",
+            "2",
+            "--set",
+            "sick=1",
+            "--profile-style",
+            "session",
+            "--set",
+            "mark_transfer=1",
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    dirs = [Path(line) for line in res.output.split()]
+    assert len(dirs) == 2 and all(d.name.endswith("_ascend_pt") for d in dirs)
+    meta = json.loads((dirs[1] / "profiler_metadata.json").read_text())
+    assert meta["traceanalyzer.window"] == "store_transfer"
+
+
+def test_unknown_scenario_and_knob_are_usage_errors(tmp_path: Path) -> None:
+    runner = CliRunner()
+    for args in (
+        ["nope"],
+        ["store-stall", "--set", "bogus=1"],
+        ["store-stall", "--set", "spans=x"],
+        ["store-stall", "--set", "novalue"],
+        ["capture-growth", "--profile-style", "session"],
+    ):
+        res = runner.invoke(synth_command, [*args, "--out", str(tmp_path)])
+        assert res.exit_code == 2, (args, res.output)
+        assert "Error:" in res.output and "Traceback" not in res.output

@@ -1,0 +1,92 @@
+"""Acceptance: the official msprof-analyze takes our exports as it takes the real one.
+
+``cluster -m all`` writes into its input and ``advisor`` drops files into its
+working directory, so both run on copies inside a temp dir, with the temp dir as
+cwd. Skipped when msprof-analyze is not installed (``pip install msprof-analyze``).
+"""
+
+from __future__ import annotations
+
+import csv
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from synth_support import real_g2_level1
+
+from traceanalyzer.synth import generate
+
+EXE = shutil.which("msprof-analyze") or (
+    str(Path(__import__("sys").executable).with_name("msprof-analyze"))
+    if Path(__import__("sys").executable).with_name("msprof-analyze").exists()
+    else None
+)
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(EXE is None, reason="msprof-analyze not installed"),
+]
+
+CASES = {
+    "capture-growth-g2-l1": dict(scenario="capture-growth", ranks=2, rounds=1, layers=1),
+    "capture-healthy-g2-l2": dict(scenario="capture-healthy", ranks=2, level=2, rounds=1, layers=1),
+    "store-stall-g2-l1": dict(scenario="store-stall", ranks=2, sick="1", layers=1),
+    "store-stall-session": dict(scenario="store-stall", ranks=2, profile_style="session"),
+    "store-healthy-g3-l1": dict(scenario="store-healthy", ranks=2, generation="g3", layers=1),
+    "baseline-current-l2": dict(
+        scenario="inference-baseline", ranks=2, generation="current", level=2, tp_comm=1, steps=3
+    ),
+    "baseline-g2-l0": dict(scenario="inference-baseline", ranks=2, level=0, steps=3),
+    "baseline-g1-l1": dict(
+        scenario="inference-baseline", ranks=2, generation="g1", tp_comm=1, steps=3
+    ),
+}
+
+
+def _run(args: list[str], cwd: Path) -> str:
+    res = subprocess.run([EXE, *args], cwd=cwd, capture_output=True, text=True, timeout=600)
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out[-3000:]
+    assert "Traceback" not in out, out[-3000:]
+    assert "[ERROR]" not in out, [line for line in out.splitlines() if "[ERROR]" in line][:5]
+    return out
+
+
+def _check_cluster(root: Path, ranks: int, cwd: Path) -> None:
+    _run(["cluster", "-m", "all", "-d", str(root)], cwd)
+    steps = root / "cluster_analysis_output" / "cluster_step_trace_time.csv"
+    assert steps.is_file()
+    with open(steps, newline="", encoding="utf-8") as fh:
+        rows = [r for r in csv.DictReader(fh) if r["Type"] == "rank"]
+    assert {int(r["Index"]) for r in rows} == set(range(ranks))
+
+
+def _check_advisor(rank_dir: Path, out: Path, cwd: Path) -> None:
+    _run(["advisor", "all", "-d", str(rank_dir), "-o", str(out)], cwd)
+    assert list(out.glob("mstt_advisor_*.html"))
+
+
+def test_real_export_is_accepted(tmp_path: Path) -> None:
+    real = real_g2_level1()
+    if real is None:
+        pytest.skip("shared/real_traces/g2_level1 not present")
+    root = tmp_path / "real"
+    shutil.copytree(real, root)
+    for p in root.rglob("*"):
+        p.chmod(0o755 if p.is_dir() else 0o644)
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    _check_cluster(root, 2, cwd)
+    _check_advisor(root / "rank0_ascend_pt", tmp_path / "adv", cwd)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_generated_export_is_accepted(tmp_path: Path, case: str) -> None:
+    spec = dict(CASES[case])
+    scenario = spec.pop("scenario")
+    root = tmp_path / "data"
+    dirs = generate(scenario, root, **spec)
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    _check_cluster(root, len(dirs), cwd)
+    _check_advisor(dirs[-1], tmp_path / "adv", cwd)

@@ -1,0 +1,225 @@
+"""The `traceanalyzer` command: a thin shell over the Python API.
+
+Exit codes: 0 success; 1 a finding at or above ``--fail-on``; 2 usage or input error;
+3 partial run (some rank or file could not be analysed; the rest was).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from traceanalyzer import __version__
+from traceanalyzer.ingest import IngestResult, InputError, SessionOutcome, default_out_dir, ingest
+from traceanalyzer.store import write_atomic_text
+
+EXIT_FINDINGS, EXIT_USAGE, EXIT_PARTIAL = 1, 2, 3
+
+
+class _Progress:
+    """Live progress on stderr: a redrawn line on a TTY, plain lines otherwise (CI logs)."""
+
+    def __init__(self, quiet: bool):
+        self.quiet = quiet
+        self.tty = sys.stderr.isatty()
+
+    def __call__(self, event: str, done: int, total: int, outcome: SessionOutcome | None) -> None:
+        if self.quiet:
+            return
+        if event == "start":
+            click.echo(f"ingesting {total} rank session(s) ({done} cached)", err=True)
+        elif event == "session" and outcome is not None:
+            what = outcome.status if outcome.status != "failed" else f"FAILED: {outcome.error}"
+            line = f"[{done}/{total}] rank {outcome.rank} {outcome.session}: {what} ({outcome.seconds:.1f} s)"
+            if self.tty:
+                click.echo("\r\033[K" + line, err=True, nl=outcome.status == "failed")
+            else:
+                click.echo(line, err=True)
+        elif event == "done" and self.tty:
+            click.echo("", err=True)
+
+
+def _summary(result: IngestResult) -> str:
+    lines = [f"store: {result.out}"]
+    for o in result.outcomes:
+        level = o.profiler_level or "?"
+        rows = ", ".join(f"{t}={n}" for t, n in o.rows.items() if n) or "no rows"
+        lines.append(
+            f"  rank {o.rank:>3}  {o.session}  [{o.status}; {o.generation or '?'}; {level}]  {rows}"
+        )
+        if o.missing_files:
+            lines.append(f"           missing (tables empty): {', '.join(o.missing_files)}")
+        for warning in o.warnings:
+            lines.append(
+                f"           warning: {warning.strip().splitlines()[-1] if o.status == 'failed' else warning}"
+            )
+        if o.error:
+            lines.append(f"           error: {o.error}")
+    for p in result.discovery.problems:
+        where = f" {p.path}:" if p.path else ""
+        lines.append(f"  {p.severity}:{where} {p.message}")
+    ranks = sorted({o.rank for o in result.outcomes})
+    lines.append(
+        f"{len(ranks)} rank(s), {len(result.outcomes)} session(s), "
+        f"{sum(o.status == 'cached' for o in result.outcomes)} cached, {len(result.failed)} failed"
+    )
+    return "\n".join(lines)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="traceanalyzer")
+def main() -> None:
+    """Analyse Ascend NPU (torch_npu) profiler exports: findings with evidence and fixes."""
+
+
+_SEVERITY_STYLE = {"error": "red", "warning": "yellow", "info": "cyan"}
+
+
+def _findings_table(result, out: Path) -> str:  # noqa: ANN001 - engine RunResult
+    """The compact closing table: severity, rule, ranks, one-line message."""
+    color = sys.stdout.isatty()
+    lines = []
+    for f in result.findings:
+        severity = f"{f.severity:<7}"
+        if color:
+            severity = click.style(severity, fg=_SEVERITY_STYLE.get(f.severity), bold=True)
+        lines.append(f"{severity}  {f.name:<24} {f.ranks_label:<16} {f.title}")
+    if not result.findings:
+        lines.append("no findings")
+    for status in result.not_evaluated:
+        lines.append(f"{'skipped':<7}  {status.name:<24} not evaluated: {status.reason}")
+    for error in result.errors:
+        lines.append(
+            f"{'ERROR':<7}  {error['name'] or error['rule']:<24} rule failed: {error['error']}"
+        )
+    lines.append(f"findings: {out / 'findings.json'}")
+    return "\n".join(lines)
+
+
+@main.command()
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    help="Output directory (default: ./traceanalyzer-out/<name>, never inside PATH).",
+)
+@click.option(
+    "--jobs",
+    "-j",
+    type=click.IntRange(min=1),
+    default=min(4, os.cpu_count() or 1),
+    show_default=True,
+    help="Rank sessions parsed in parallel.",
+)
+@click.option(
+    "--rules",
+    "rule_dirs",
+    multiple=True,
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="Extra rule folder (repeatable).",
+)
+@click.option(
+    "--set",
+    "overrides",
+    multiple=True,
+    metavar="RULE.PARAM=VALUE",
+    help="Override a rule parameter (repeatable).",
+)
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="traceanalyzer.toml or pyproject.toml with rule settings.",
+)
+@click.option(
+    "--fail-on",
+    type=click.Choice(["info", "warning", "error"]),
+    help="Exit 1 when a finding at or above this severity exists.",
+)
+@click.option("--force", is_flag=True, help="Re-ingest every session even if the store is current.")
+@click.option("--quiet", "-q", is_flag=True, help="Only print the final summary.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="`json` prints findings.json on stdout.",
+)
+def run(
+    path: Path,
+    out: Path | None,
+    jobs: int,
+    rule_dirs: tuple[Path, ...],
+    overrides: tuple[str, ...],
+    config_path: Path | None,
+    fail_on: str | None,
+    force: bool,
+    quiet: bool,
+    fmt: str,
+) -> None:
+    """Ingest PATH (a profiling_data folder or one *_ascend_pt dir), run the rules, report."""
+    from traceanalyzer.engine import evaluate, write_findings_json
+    from traceanalyzer.engine.config import ConfigError
+    from traceanalyzer.store import Store
+
+    out = out or default_out_dir(path)
+    try:
+        result = ingest(
+            path, out, jobs=jobs, progress=_Progress(quiet or fmt == "json"), force=force
+        )
+    except InputError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_USAGE)
+    if not result.outcomes:
+        for p in result.discovery.problems:
+            click.echo(f"error: {p.path}: {p.message}", err=True)
+        click.echo(f"error: {path}: no analysable rank session found", err=True)
+        sys.exit(EXIT_USAGE)
+    write_atomic_text(out / "ingest.json", json.dumps(result.to_dict(), indent=1))
+    try:
+        findings = evaluate(
+            Store.open(out),
+            rule_dirs=rule_dirs,
+            overrides=overrides,
+            config_path=config_path,
+            fail_on=fail_on,
+        )
+    except ConfigError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_USAGE)
+    write_findings_json(findings, out)
+    if fmt == "json":
+        click.echo(json.dumps(findings.to_dict(), indent=1, default=str))
+    else:
+        if not quiet:
+            click.echo(_summary(result))
+        click.echo(_findings_table(findings, out))
+    if findings.exit_code:
+        sys.exit(EXIT_FINDINGS)
+    if result.partial:
+        sys.exit(EXIT_PARTIAL)
+
+
+def _register_optional_commands() -> None:
+    """Subsystems own their commands; a missing optional subsystem never breaks `run`."""
+    for module, attr in (
+        ("traceanalyzer.synth.cli", "synth_command"),
+        ("traceanalyzer.engine.cli", "rules_group"),
+        ("traceanalyzer.recipes.cli", "recipe_group"),
+    ):
+        try:
+            command = getattr(__import__(module, fromlist=[attr]), attr)
+        except (ImportError, AttributeError):
+            continue
+        main.add_command(command)
+
+
+_register_optional_commands()
+
+if __name__ == "__main__":
+    main()

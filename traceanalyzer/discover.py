@@ -1,0 +1,335 @@
+"""Discovery: find every rank session under a root and say what cannot be analysed, and why.
+
+A *rank session* is one profiler start/stop of one process: a ``*_ascend_pt`` directory, or any
+directory holding ``ASCEND_PROFILER_OUTPUT/``. Nothing is skipped silently: raw-only, Db-only,
+unreadable and duplicate directories become :class:`Problem` records with the fix.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+OUTPUT_DIR = "ASCEND_PROFILER_OUTPUT"
+_RANK_DIR_SUFFIX = "_ascend_pt"
+_DIR_NAME = re.compile(r"^(?P<host>.+)_(?P<pid>\d+)_(?P<ts>\d{14,17})_ascend_pt$")
+_INFO_NAME = re.compile(r"^profiler_info(?:_(?P<rank>\d+))?\.json$")
+_RAW_MARKERS = ("FRAMEWORK",)
+_NO_DESCEND = {"FRAMEWORK", "logs", OUTPUT_DIR}
+ANALYSE_HINT = (
+    'parse it on a CANN host with: python -c "from torch_npu.profiler.profiler import analyse; '
+    "analyse('{path}', export_type='text')\""
+)
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Something in the input that limits the analysis. Shown in the summary; never dropped."""
+
+    severity: str  # "error" | "warning" | "info"
+    path: str
+    message: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"severity": self.severity, "path": self.path, "message": self.message}
+
+
+@dataclass
+class RankSession:
+    """One rank's profiler session on disk, with what its info files say about it."""
+
+    path: Path
+    rank: int
+    rank_source: str  # profiler_info | file_name | device_id | dir_name | unknown
+    session: str = ""
+    info_file: Path | None = None
+    profiler_level: str | None = None
+    export_type: list[str] = field(default_factory=list)
+    torch_npu_version: str | None = None
+    cann_version: str | None = None
+    device_id: int | None = None
+    hostname: str | None = None
+    os_pid: int | None = None
+    order_ns: int | None = None  # for ordering sessions of a rank before parsing
+    end_ns: int | None = None
+    config: dict[str, Any] = field(default_factory=dict)
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def output_dir(self) -> Path:
+        return self.path / OUTPUT_DIR
+
+    @property
+    def key(self) -> str:
+        return f"{self.rank}/{self.session}"
+
+
+@dataclass
+class Discovery:
+    sessions: list[RankSession]
+    problems: list[Problem]
+
+
+def _read_json(path: Path) -> Any:
+    with open(path, "rb") as fh:
+        return json.loads(fh.read().decode("utf-8", errors="replace"))
+
+
+def _is_candidate(path: Path, names: list[str]) -> bool:
+    return path.name.endswith(_RANK_DIR_SUFFIX) or OUTPUT_DIR in names
+
+
+def _walk(root: Path) -> list[Path]:
+    found: list[Path] = []
+    for dirpath, dirnames, _files in os.walk(root, followlinks=True):
+        here = Path(dirpath)
+        if _is_candidate(here, dirnames):
+            found.append(here)
+            dirnames[:] = []  # a rank dir never contains another rank dir
+            continue
+        dirnames[:] = sorted(
+            d for d in dirnames if d not in _NO_DESCEND and not d.startswith(("PROF_", "."))
+        )
+    return found
+
+
+def _device_id_from_outputs(out_dir: Path) -> int | None:
+    """Device id from the first data row of a CSV that carries it (G3+ files, memory files)."""
+    probes = (
+        ("kernel_details.csv", "Device_id"),
+        ("step_trace_time.csv", "Device_id"),
+        ("npu_module_mem.csv", "Device"),
+        ("memory_record.csv", "Device Type"),
+    )
+    for name, column in probes:
+        path = out_dir / name
+        if not path.is_file():
+            continue
+        try:
+            with open(path, encoding="utf-8", errors="replace", newline="") as fh:
+                header = fh.readline().strip().split(",")
+                row = fh.readline().strip().split(",")
+        except OSError:
+            continue
+        if column in header and len(row) > header.index(column):
+            digits = re.search(r"(\d+)", row[header.index(column)])
+            if digits and int(digits.group(1)) >= 0:
+                return int(digits.group(1))
+    return None
+
+
+def _pick_info_file(path: Path) -> Path | None:
+    infos = sorted(p for p in path.iterdir() if _INFO_NAME.match(p.name))
+    return infos[0] if infos else None
+
+
+def _dir_ts_ns(name: str) -> int | None:
+    match = _DIR_NAME.match(name)
+    if not match:
+        return None
+    ts = match.group("ts").ljust(17, "0")
+    try:
+        when = datetime.strptime(ts[:14], "%Y%m%d%H%M%S")
+    except ValueError:
+        return None
+    return int(when.timestamp()) * 1_000_000_000 + int(ts[14:17]) * 1_000_000
+
+
+def _load_session(path: Path, problems: list[Problem]) -> RankSession:
+    info_file = _pick_info_file(path)
+    info: dict[str, Any] = {}
+    if info_file is not None:
+        try:
+            info = _read_json(info_file)
+            if not isinstance(info, dict):
+                raise ValueError("top level is not an object")
+        except (OSError, ValueError) as exc:
+            problems.append(
+                Problem(
+                    "warning",
+                    str(info_file),
+                    f"unreadable profiler_info ({exc}); rank taken from other sources",
+                )
+            )
+            info = {}
+    else:
+        problems.append(
+            Problem("warning", str(path), "no profiler_info*.json; rank taken from other sources")
+        )
+
+    rank, source = None, "unknown"
+    if str(info.get("rank_id", "")).strip().lstrip("-").isdigit():
+        rank, source = int(str(info["rank_id"]).strip()), "profiler_info"
+    elif info_file is not None and (m := _INFO_NAME.match(info_file.name)) and m.group("rank"):
+        rank, source = int(m.group("rank")), "file_name"
+    device_id = _device_id_from_outputs(path / OUTPUT_DIR)
+    if rank is None and device_id is not None:
+        rank, source = device_id, "device_id"
+    if rank is None and (m := re.search(r"rank[_-]?(\d+)", path.name)):
+        rank, source = int(m.group(1)), "dir_name"
+    if rank is None:
+        rank = -1
+        problems.append(
+            Problem(
+                "warning",
+                str(path),
+                "rank unknown (no rank_id, info file suffix or device id); stored as rank -1",
+            )
+        )
+
+    config = info.get("config") if isinstance(info.get("config"), dict) else {}
+    experimental = config.get("experimental_config", {}) if isinstance(config, dict) else {}
+    export = experimental.get("_export_type", [])
+    export_types = [export] if isinstance(export, str) else [str(e) for e in export or []]
+
+    metadata: dict[str, Any] = {}
+    meta_file = path / "profiler_metadata.json"
+    if meta_file.is_file():
+        try:
+            loaded = _read_json(meta_file)
+            metadata = loaded if isinstance(loaded, dict) else {}
+        except (OSError, ValueError) as exc:
+            problems.append(
+                Problem("warning", str(meta_file), f"unreadable profiler_metadata.json ({exc})")
+            )
+
+    name_match = _DIR_NAME.match(path.name)
+    end_info = info.get("end_info") if isinstance(info.get("end_info"), dict) else {}
+    end_ns = end_info.get("collectionTimeEnd")
+    end_ns = int(end_ns) if isinstance(end_ns, (int, str)) and str(end_ns).isdigit() else None
+    return RankSession(
+        path=path,
+        rank=rank,
+        rank_source=source,
+        info_file=info_file,
+        profiler_level=experimental.get("_profiler_level"),
+        export_type=[e.lower() for e in export_types],
+        torch_npu_version=info.get("torch_npu_version"),
+        cann_version=info.get("cann_version"),
+        device_id=device_id,
+        hostname=name_match.group("host") if name_match else None,
+        os_pid=int(name_match.group("pid")) if name_match else None,
+        order_ns=end_ns or _dir_ts_ns(path.name),
+        end_ns=end_ns,
+        config=config,
+        metadata=metadata,
+    )
+
+
+def _session_ids(sessions: list[RankSession], root: Path) -> None:
+    """Session id = directory name, made unique (and Hive-path safe) when names repeat."""
+    counts: dict[str, int] = defaultdict(int)
+    for s in sessions:
+        counts[s.path.name] += 1
+    for s in sessions:
+        base = re.sub(r"[^A-Za-z0-9_.-]", "_", s.path.name)
+        if counts[s.path.name] > 1:
+            rel = os.path.relpath(s.path, root)
+            base = f"{base}-{hashlib.blake2b(rel.encode(), digest_size=4).hexdigest()}"
+        s.session = base
+
+
+def _classify_unusable(path: Path) -> Problem | None:
+    out = path / OUTPUT_DIR
+    if out.is_dir():
+        names = {p.name for p in out.iterdir()}
+        if any(n.endswith((".csv", ".json")) for n in names):
+            return None
+        if any(n.endswith(".db") for n in names):
+            return Problem(
+                "error",
+                str(path),
+                "only a Db export (*.db) is present; re-export as text: "
+                "_ExperimentalConfig(export_type=[ExportType.Text]) or "
+                + ANALYSE_HINT.format(path=path),
+            )
+        return Problem("error", str(path), f"{OUTPUT_DIR}/ holds no trace_view.json or CSV files")
+    has_raw = any(p.name.startswith("PROF_") or p.name in _RAW_MARKERS for p in path.iterdir())
+    if has_raw:
+        return Problem(
+            "error",
+            str(path),
+            "raw data only (PROF_*/FRAMEWORK, never parsed); " + ANALYSE_HINT.format(path=path),
+        )
+    return Problem(
+        "error", str(path), f"no {OUTPUT_DIR}/ and no raw PROF_* data: not a profiler output"
+    )
+
+
+def _rank_problems(sessions: list[RankSession], problems: list[Problem]) -> None:
+    by_rank: dict[int, list[RankSession]] = defaultdict(list)
+    for s in sessions:
+        by_rank[s.rank].append(s)
+    for rank, group in sorted(by_rank.items()):
+        stamps = [s.order_ns for s in group if s.order_ns is not None]
+        if len(stamps) != len(set(stamps)):
+            paths = ", ".join(str(s.path) for s in group)
+            problems.append(
+                Problem(
+                    "warning",
+                    paths,
+                    f"rank {rank}: duplicate sessions with the same timestamp (two jobs mixed in one folder?)",
+                )
+            )
+        elif len(group) > 1:
+            problems.append(
+                Problem(
+                    "info",
+                    str(group[0].path.parent),
+                    f"rank {rank}: {len(group)} sessions, analysed in time order",
+                )
+            )
+    known = sorted(r for r in by_rank if r >= 0)
+    expected: set[int] = set(range(known[-1] + 1)) if known else set()
+    for s in sessions:
+        for group in (s.metadata.get("parallel_group_info") or {}).values():
+            if isinstance(group, dict):
+                expected.update(int(r) for r in group.get("global_ranks", []) if str(r).isdigit())
+    missing = sorted(expected - set(known))
+    if missing:
+        shown = ", ".join(map(str, missing[:20])) + (" ..." if len(missing) > 20 else "")
+        problems.append(
+            Problem(
+                "warning",
+                "",
+                f"missing ranks: {shown} ({len(missing)} of {len(expected)} expected)",
+            )
+        )
+
+
+def discover(root: str | os.PathLike[str]) -> Discovery:
+    """Find every rank session under ``root`` (which may itself be a rank directory)."""
+    root_path = Path(root).resolve()
+    if not root_path.exists():
+        raise FileNotFoundError(f"{root}: no such file or directory")
+    if not root_path.is_dir():
+        raise NotADirectoryError(
+            f"{root}: not a directory (expected a profiling_data folder or a *_ascend_pt dir)"
+        )
+    problems: list[Problem] = []
+    sessions: list[RankSession] = []
+    for path in _walk(root_path):
+        try:
+            unusable = _classify_unusable(path)
+        except OSError as exc:
+            problems.append(Problem("error", str(path), f"unreadable directory ({exc})"))
+            continue
+        if unusable is not None:
+            problems.append(unusable)
+            continue
+        sessions.append(_load_session(path, problems))
+    if not sessions and not problems:
+        problems.append(
+            Problem("error", str(root_path), f"no *_ascend_pt or {OUTPUT_DIR}/ directory found")
+        )
+    _session_ids(sessions, root_path)
+    sessions.sort(key=lambda s: (s.rank, s.order_ns or 0, s.session))
+    _rank_problems(sessions, problems)
+    return Discovery(sessions=sessions, problems=problems)

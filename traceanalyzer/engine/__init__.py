@@ -1,0 +1,50 @@
+"""The rule engine: rule API, shared primitives, runner and findings.
+
+Rule authors import from here::
+
+    from traceanalyzer.engine import Param, Requirement, RuleContext, rule
+"""
+
+from __future__ import annotations
+
+from traceanalyzer.engine.findings import Evidence, Finding, Note, fingerprint, group_findings
+from traceanalyzer.engine.rule import (
+    AnyOf,
+    NotEvaluated,
+    Param,
+    Requirement,
+    Rule,
+    RuleContext,
+    rule,
+    sql_rule,
+)
+from traceanalyzer.engine.runner import (
+    RuleStatus,
+    RunResult,
+    evaluate,
+    evaluate_rule,
+    reduce_outcomes,
+    write_findings_json,
+)
+
+__all__ = [
+    "AnyOf",
+    "Evidence",
+    "Finding",
+    "Note",
+    "NotEvaluated",
+    "Param",
+    "Requirement",
+    "Rule",
+    "RuleContext",
+    "RuleStatus",
+    "RunResult",
+    "evaluate",
+    "evaluate_rule",
+    "fingerprint",
+    "group_findings",
+    "reduce_outcomes",
+    "rule",
+    "sql_rule",
+    "write_findings_json",
+]

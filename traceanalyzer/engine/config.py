@@ -1,0 +1,153 @@
+"""Per-run rule settings: ``--set RULE.PARAM=VALUE`` and the config file.
+
+Config file, searched in the working directory when not given (first match wins):
+
+- ``traceanalyzer.toml``::
+
+      [rules.capture-memcpy-growth]
+      min_ratio = 2.0
+
+      [rules.store-transfer-stall]
+      enabled = false          # skip this rule
+
+- ``pyproject.toml`` with the same tables under ``[tool.traceanalyzer.rules.<rule>]``.
+
+``<rule>`` is a rule id or name. Precedence: parameter defaults < config file < ``--set``.
+Unknown rules and parameters are errors (a typo must not silently run with the default).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+from traceanalyzer.engine.registry import RuleSet, UnknownRuleError
+from traceanalyzer.engine.rule import Param, ParamError, Rule
+
+CONFIG_FILE = "traceanalyzer.toml"
+ENABLED_KEY = "enabled"
+
+
+class ConfigError(ValueError):
+    """A setting names an unknown rule or parameter, or has a bad value; says which and where."""
+
+
+@dataclass
+class RuleSettings:
+    """Raw settings per rule key (id or name) as read; resolved against rules by :func:`resolve`."""
+
+    values: dict[str, dict[str, Any]] = field(default_factory=dict)
+    origin: dict[str, str] = field(default_factory=dict)  # rule key -> where it came from
+
+    def merge(self, other: RuleSettings) -> RuleSettings:
+        merged = {k: dict(v) for k, v in self.values.items()}
+        for key, params in other.values.items():
+            merged.setdefault(key, {}).update(params)
+        return RuleSettings(merged, {**self.origin, **other.origin})
+
+
+def parse_set_options(options: Iterable[str]) -> RuleSettings:
+    """``["TA001.min_ratio=2", "store-transfer-stall.span_source=session"]`` -> settings."""
+    settings = RuleSettings()
+    for option in options:
+        target, sep, value = option.partition("=")
+        rule_key, dot, param = target.strip().rpartition(".")
+        if not sep or not dot or not rule_key or not param:
+            raise ConfigError(f"--set {option!r}: expected RULE.PARAM=VALUE")
+        settings.values.setdefault(rule_key, {})[param] = value.strip()
+        settings.origin[rule_key] = "--set"
+    return settings
+
+
+def find_config(start: Path | None = None) -> Path | None:
+    """``traceanalyzer.toml``, else a ``pyproject.toml`` with ``[tool.traceanalyzer]``, in ``start``."""
+    folder = start or Path.cwd()
+    candidate = folder / CONFIG_FILE
+    if candidate.is_file():
+        return candidate
+    pyproject = folder / "pyproject.toml"
+    if pyproject.is_file():
+        try:
+            doc = tomllib.loads(pyproject.read_text("utf-8"))
+        except (OSError, tomllib.TOMLDecodeError):
+            return None
+        if "traceanalyzer" in doc.get("tool", {}):
+            return pyproject
+    return None
+
+
+def load_config(path: Path) -> RuleSettings:
+    """Read rule settings from ``traceanalyzer.toml`` or ``pyproject.toml``."""
+    try:
+        doc = tomllib.loads(Path(path).read_text("utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read config ({exc})") from exc
+    if Path(path).name == "pyproject.toml":
+        doc = doc.get("tool", {}).get("traceanalyzer", {})
+    tables = doc.get("rules", {})
+    if not isinstance(tables, Mapping):
+        raise ConfigError(f"{path}: [rules] must be a table of per-rule tables")
+    settings = RuleSettings()
+    for rule_key, params in tables.items():
+        if not isinstance(params, Mapping):
+            raise ConfigError(f"{path}: [rules.{rule_key}] must be a table")
+        settings.values[rule_key] = dict(params)
+        settings.origin[rule_key] = str(path)
+    return settings
+
+
+@dataclass
+class ResolvedSettings:
+    params: dict[str, dict[str, Any]]  # rule id -> full parameter values
+    disabled: set[str]  # rule ids switched off with enabled = false
+
+
+def resolve(rules: RuleSet, settings: RuleSettings) -> ResolvedSettings:
+    """Typed parameter values for every rule: defaults overlaid with ``settings``."""
+    params = {r.id: {name: p.default for name, p in r.params.items()} for r in rules}
+    disabled: set[str] = set()
+    for rule_key, values in settings.values.items():
+        where = settings.origin.get(rule_key, "settings")
+        try:
+            rule = rules.get(rule_key)
+        except UnknownRuleError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+        for name, raw in values.items():
+            if name == ENABLED_KEY:
+                try:
+                    enabled = _coerce_enabled(raw)
+                except ParamError as exc:
+                    raise ConfigError(f"{where}: {rule.name}.enabled: {exc}") from None
+                if not enabled:
+                    disabled.add(rule.id)
+                continue
+            params[rule.id][name] = coerce_param(rule, name, raw, where)
+    return ResolvedSettings(params, disabled)
+
+
+def coerce_param(rule: Rule, name: str, raw: Any, where: str = "settings") -> Any:
+    spec = rule.params.get(name)
+    if spec is None:
+        known = ", ".join(rule.params) or "(none)"
+        raise ConfigError(
+            f"{where}: rule {rule.id} {rule.name} has no parameter {name!r}; known: {known}"
+        )
+    try:
+        return spec.coerce(raw)
+    except ParamError as exc:
+        raise ConfigError(f"{where}: {rule.name}.{name}: {exc}") from None
+
+
+_ENABLED = Param(True, "Evaluate this rule.")
+
+
+def _coerce_enabled(raw: Any) -> bool:
+    return _ENABLED.coerce(raw)

@@ -1,0 +1,211 @@
+"""Finding records, grouping across ranks, and the findings.json document.
+
+A :class:`Finding` says what is wrong (title, message), where (ranks, sessions, evidence rows
+that point into the timeline), how bad (severity, metrics) and what to do (fix). Its
+``fingerprint`` is a hash of the rule id and the finding's *location* (e.g. the transfer span's
+name) and never of timestamps, session directory names or numbers that change between runs, so
+the same problem in the same place keeps its id from run to run and can be diffed and triaged.
+
+Rules emit one finding per rank; :func:`group_findings` folds the findings with the same
+fingerprint into one ("store-transfer-stall on ranks 2, 5, 9 (3/64)") that keeps every rank's
+own figures under ``occurrences``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+SCHEMA_VERSION = 1
+SEVERITY_RANK = {"info": 0, "warning": 1, "error": 2}
+MAX_EVIDENCE_PER_FINDING = 200
+
+
+def fingerprint(rule_id: str, location: Mapping[str, Any]) -> str:
+    """Stable 16-hex id of a problem: the rule and where it is (sorted, JSON-encoded)."""
+    key = json.dumps({"rule": rule_id, "location": location}, sort_keys=True, default=str)
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """One row that backs a finding, pointing at a place in the timeline."""
+
+    rank: int
+    session: str
+    name: str
+    process: str | None = None
+    thread: str | None = None
+    stream: int | None = None
+    start_ns: int | None = None
+    dur_ns: int | None = None
+    detail: str | None = None  # e.g. "23 host memcpy calls" for a capture window
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Note:
+    """Why a rule stayed silent, or what it could not look at, with the numbers behind it."""
+
+    rule: str
+    text: str
+    rank: int | None = None
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rule": self.rule,
+            "rank": self.rank,
+            "text": self.text,
+            "metrics": _clean(self.metrics),
+        }
+
+
+@dataclass
+class Finding:
+    """A problem found by a rule. ``ranks`` holds more than one rank after grouping."""
+
+    rule: str
+    name: str
+    severity: str
+    ranks: list[int]
+    sessions: list[str]
+    title: str
+    message: str
+    fix: str
+    metrics: dict[str, Any] = field(default_factory=dict)
+    evidence: list[Evidence] = field(default_factory=list)
+    location: dict[str, Any] = field(default_factory=dict)
+    series: dict[str, list[Any]] = field(default_factory=dict)  # per-point data for plots
+    score: float = 0.0  # impact used to pick the representative rank and to sort
+    occurrences: list[dict[str, Any]] = field(default_factory=list)
+    total_ranks: int | None = None
+
+    @property
+    def fingerprint(self) -> str:
+        return fingerprint(self.rule, self.location)
+
+    @property
+    def ranks_label(self) -> str:
+        """``rank 3``, ``ranks 0-3, 9 (5/64)``: which ranks, compressed, out of how many."""
+        label = ("rank " if len(self.ranks) == 1 else "ranks ") + compress_ranks(self.ranks)
+        if self.total_ranks and self.total_ranks > 1:
+            label += f" ({len(self.ranks)}/{self.total_ranks})"
+        return label
+
+    @property
+    def headline(self) -> str:
+        """One line for tables: ``store-transfer-stall on ranks 2, 5, 9 (3/64): <title>``."""
+        return f"{self.name} on {self.ranks_label}: {self.title}"
+
+    def text(self) -> str:
+        """The human rendering: headline, message, fix. Used for snapshots and the terminal."""
+        parts = [f"{self.rule} {self.name} [{self.severity}] {self.ranks_label}", self.title, ""]
+        parts += [self.message, "", f"Fix: {self.fix}"]
+        return "\n".join(parts).rstrip() + "\n"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rule": self.rule,
+            "name": self.name,
+            "severity": self.severity,
+            "fingerprint": self.fingerprint,
+            "ranks": self.ranks,
+            "ranks_label": self.ranks_label,
+            "total_ranks": self.total_ranks,
+            "sessions": self.sessions,
+            "title": self.title,
+            "message": self.message,
+            "fix": self.fix,
+            "metrics": _clean(self.metrics),
+            "location": self.location,
+            "evidence": [e.to_dict() for e in self.evidence],
+            "series": {k: [_clean_value(v) for v in vs] for k, vs in self.series.items()},
+            "occurrences": [_clean(o) for o in self.occurrences],
+        }
+
+
+def compress_ranks(ranks: Sequence[int]) -> str:
+    """``[0, 1, 2, 3, 9]`` -> ``0-3, 9``; runs of three or more become ranges."""
+    ordered = sorted(set(ranks))
+    parts: list[str] = []
+    i = 0
+    while i < len(ordered):
+        j = i
+        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
+            j += 1
+        if j - i >= 2:
+            parts.append(f"{ordered[i]}-{ordered[j]}")
+        else:
+            parts.extend(str(r) for r in ordered[i : j + 1])
+        i = j + 1
+    return ", ".join(parts)
+
+
+def group_findings(findings: Iterable[Finding], total_ranks: int | None = None) -> list[Finding]:
+    """Fold findings with the same fingerprint into one, listing every rank.
+
+    The representative (highest severity, then highest ``score``, then lowest rank) supplies
+    title, message, metrics and series; every rank keeps its title, sessions and metrics in
+    ``occurrences``. Evidence is the representative's first, then the others', capped at
+    :data:`MAX_EVIDENCE_PER_FINDING`. The result is sorted by severity, rule id, then score.
+    """
+    groups: dict[str, list[Finding]] = {}
+    for finding in findings:
+        groups.setdefault(finding.fingerprint, []).append(finding)
+    grouped = []
+    for members in groups.values():
+        members.sort(key=lambda f: (-SEVERITY_RANK[f.severity], -f.score, min(f.ranks, default=0)))
+        head = members[0]
+        evidence = [e for m in members for e in m.evidence][:MAX_EVIDENCE_PER_FINDING]
+        grouped.append(
+            replace(
+                head,
+                ranks=sorted({r for m in members for r in m.ranks}),
+                sessions=sorted({s for m in members for s in m.sessions}),
+                evidence=evidence,
+                occurrences=sorted(
+                    (
+                        {
+                            "ranks": m.ranks,
+                            "sessions": m.sessions,
+                            "severity": m.severity,
+                            "title": m.title,
+                            "metrics": m.metrics,
+                        }
+                        for m in members
+                    ),
+                    key=lambda o: o["ranks"],
+                ),
+                total_ranks=total_ranks,
+            )
+        )
+    grouped.sort(key=lambda f: (-SEVERITY_RANK[f.severity], f.rule, -f.score, f.ranks))
+    return grouped
+
+
+def _clean_value(value: Any) -> Any:
+    """JSON has no NaN/inf: write them as null (finite numbers unchanged)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):  # numpy scalars
+        return _clean_value(value.item())
+    return value
+
+
+def _clean(mapping: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in mapping.items():
+        if isinstance(value, Mapping):
+            out[key] = _clean(value)
+        elif isinstance(value, (list, tuple)):
+            out[key] = [_clean(v) if isinstance(v, Mapping) else _clean_value(v) for v in value]
+        else:
+            out[key] = _clean_value(value)
+    return out

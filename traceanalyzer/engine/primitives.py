@@ -1,0 +1,419 @@
+"""Shared building blocks for rules: interval joins, windows, unions, coverage and trend tests.
+
+Every rule that asks "which tasks overlap this span", "how many calls fall in each capture" or
+"does this series grow" uses these instead of re-coding them. They work on polars frames with
+the canonical column names (``start_ns``/``end_ns`` int64 ns, ``rank``/``session`` keys), and the
+interval functions accept eager or lazy frames and return the same kind.
+
+Interval convention: an interval is half-open ``[start_ns, end_ns)``. A zero-length interval is a
+point: it *overlaps* a span when it lies inside ``[start, end)``, but it covers no time, so it never
+contributes to a union or a covered fraction.
+
+Trend tests use numpy only (no scipy at runtime); p-values come from the normal approximations
+that the hydrology/climate literature uses for Mann-Kendall, and Fisher's z for Spearman.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal, TypeVar
+
+import numpy as np
+import polars as pl
+
+Frame = TypeVar("Frame", pl.DataFrame, pl.LazyFrame)
+OverlapMode = Literal["overlap", "contain", "start_within"]
+
+DEFAULT_KEYS: tuple[str, ...] = ("rank", "session")
+
+
+# --------------------------------------------------------------------------------------------
+# Interval joins
+# --------------------------------------------------------------------------------------------
+
+
+def overlap_join(
+    spans: Frame,
+    tasks: Frame,
+    *,
+    on: Sequence[str] = DEFAULT_KEYS,
+    mode: OverlapMode = "overlap",
+    suffix: str = "_task",
+) -> Frame:
+    """Pair every span with the tasks that overlap it (or lie inside it), per ``on`` keys.
+
+    Both frames need ``start_ns`` and ``end_ns``. Task columns that clash with span columns get
+    ``suffix`` (so the task bounds become ``start_ns_task``/``end_ns_task``). Added columns:
+    ``overlap_start_ns``, ``overlap_end_ns`` and ``overlap_ns`` (the clipped intersection).
+
+    Modes:
+      - ``overlap``: the task shares time with the span (``t.start < s.end and t.end > s.start``);
+        a zero-length task counts when ``s.start <= t.start < s.end``.
+      - ``contain``: the task lies entirely inside the span.
+      - ``start_within``: the task starts inside ``[s.start, s.end)`` (for counting calls per
+        window regardless of how long they run).
+
+    The join is an equi-join on ``on`` followed by a filter, which is right when one side per key
+    is small (transfer spans, capture windows); do not use it for task x task joins.
+    """
+    keys = list(on)
+    s_start, s_end = pl.col("start_ns"), pl.col("end_ns")
+    t_start, t_end = pl.col(f"start_ns{suffix}"), pl.col(f"end_ns{suffix}")
+    joined = (
+        spans.join(tasks, on=keys, how="inner", suffix=suffix)
+        if keys
+        else spans.join(tasks, how="cross", suffix=suffix)
+    )
+    if mode == "overlap":
+        point = t_start == t_end
+        hit = (
+            pl.when(point)
+            .then((t_start >= s_start) & (t_start < s_end))
+            .otherwise((t_start < s_end) & (t_end > s_start))
+        )
+    elif mode == "contain":
+        hit = (t_start >= s_start) & (t_end <= s_end)
+    elif mode == "start_within":
+        hit = (t_start >= s_start) & (t_start < s_end)
+    else:  # pragma: no cover - guarded by the Literal type
+        raise ValueError(f"unknown overlap mode {mode!r}")
+    ov_start = pl.max_horizontal(s_start, t_start)
+    ov_end = pl.min_horizontal(s_end, t_end)
+    return joined.filter(hit).with_columns(
+        ov_start.alias("overlap_start_ns"),
+        ov_end.alias("overlap_end_ns"),
+        (ov_end - ov_start).clip(lower_bound=0).alias("overlap_ns"),
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Unions and coverage
+# --------------------------------------------------------------------------------------------
+
+
+def union_intervals(
+    intervals: Frame,
+    *,
+    by: Sequence[str] = DEFAULT_KEYS,
+    start: str = "start_ns",
+    end: str = "end_ns",
+) -> Frame:
+    """Merge overlapping or touching intervals within each ``by`` group.
+
+    Returns one row per merged interval: the ``by`` columns plus ``start``/``end``. Zero-length
+    and inverted intervals are dropped (they cover no time). ``[0,5)`` and ``[5,9)`` merge.
+    """
+    keys = list(by)
+    ordered = intervals.select([*keys, start, end]).filter(pl.col(end) > pl.col(start))
+    ordered = ordered.sort([*keys, start, end])
+    prev_end = pl.col(end).cum_max().shift(1)
+    if keys:
+        prev_end = prev_end.over(keys)
+    starts_new_run = prev_end.is_null() | (pl.col(start) > prev_end)
+    run_id = starts_new_run.cast(pl.Int64).cum_sum()
+    if keys:
+        run_id = run_id.over(keys)
+    return (
+        ordered.with_columns(run_id.alias("_run"))
+        .group_by([*keys, "_run"], maintain_order=True)
+        .agg(pl.col(start).min(), pl.col(end).max())
+        .drop("_run")
+    )
+
+
+def total_length(intervals: Frame, *, by: Sequence[str] = DEFAULT_KEYS) -> Frame:
+    """Length of the union of intervals per ``by`` group, as ``covered_ns``."""
+    merged = union_intervals(intervals, by=by)
+    length = (pl.col("end_ns") - pl.col("start_ns")).sum().alias("covered_ns")
+    if not by:
+        return merged.select(length)
+    return merged.group_by(list(by), maintain_order=True).agg(length)
+
+
+def covered_fraction(
+    spans: Frame,
+    intervals: Frame,
+    *,
+    span_id: str,
+    on: Sequence[str] = DEFAULT_KEYS,
+) -> Frame:
+    """For each span, how much of it the union of ``intervals`` covers.
+
+    ``spans`` needs ``span_id``, ``start_ns``, ``end_ns`` (plus the ``on`` keys); ``intervals`` needs
+    ``start_ns``/``end_ns`` (plus ``on``). Overlapping intervals are unioned first, so two waits
+    over the same time count once. Returns the spans with ``covered_ns`` and ``covered_fraction``
+    (``covered_ns / span length``; 0.0 for a zero-length span).
+    """
+    pairs = overlap_join(spans, intervals.select([*on, "start_ns", "end_ns"]), on=on)
+    clipped = pairs.select(
+        pl.col(span_id),
+        pl.col("overlap_start_ns").alias("start_ns"),
+        pl.col("overlap_end_ns").alias("end_ns"),
+    )
+    covered = total_length(clipped, by=[span_id])
+    span_len = pl.col("end_ns") - pl.col("start_ns")
+    return (
+        spans.join(covered, on=span_id, how="left")
+        .with_columns(pl.col("covered_ns").fill_null(0))
+        .with_columns(
+            pl.when(span_len > 0)
+            .then(pl.col("covered_ns") / span_len)
+            .otherwise(0.0)
+            .alias("covered_fraction")
+        )
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Windows
+# --------------------------------------------------------------------------------------------
+
+WINDOW_COLUMNS = ("window", "start_ns", "end_ns", "dur_ns", "depth", "paired")
+
+
+def pair_windows(
+    events: pl.DataFrame | pl.LazyFrame,
+    *,
+    is_begin: pl.Expr,
+    is_end: pl.Expr,
+    by: Sequence[str] = ("rank", "session", "thread"),
+    keep_unpaired: bool = False,
+) -> pl.DataFrame:
+    """Pair begin/end events into windows, per ``by`` group (normally per thread), like brackets.
+
+    A window runs from its begin event's ``start_ns`` to its end event's ``end_ns`` (the end API
+    call finishes the window). Pairing is last-in-first-out, so nested windows pair correctly and
+    carry ``depth`` (0 = outermost). Events are ordered by ``start_ns`` then ``seq`` (file order)
+    when the frame has it, so a begin and an end at the same timestamp pair in file order.
+
+    Unpaired events never raise: an end with no open begin is ignored; a begin still open at the
+    end of its group is dropped, or kept with ``end_ns``/``dur_ns`` null and ``paired=False`` when
+    ``keep_unpaired``. Returns the ``by`` columns plus ``window`` (0-based index within the group,
+    in begin order), ``start_ns``, ``end_ns``, ``dur_ns``, ``depth`` and ``paired``.
+    """
+    keys = list(by)
+    frame = events.lazy() if isinstance(events, pl.DataFrame) else events
+    order = ["start_ns", "seq"] if "seq" in frame.collect_schema().names() else ["start_ns"]
+    marked = (
+        frame.with_columns(
+            pl.when(is_begin).then(pl.lit("B")).when(is_end).then(pl.lit("E")).alias("_kind")
+        )
+        .filter(pl.col("_kind").is_not_null())
+        .select([*keys, "_kind", "start_ns", "end_ns", *order[1:]])
+        .sort([*keys, *order])
+        .collect()
+    )
+    rows: list[dict] = []
+    for group_key, group in marked.group_by(keys, maintain_order=True) if keys else [((), marked)]:
+        key_values = dict(zip(keys, group_key, strict=True))
+        open_begins: list[int] = []  # start_ns of begins not yet closed (a stack)
+        windows: list[dict] = []
+        for kind, start_ns, end_ns in group.select("_kind", "start_ns", "end_ns").iter_rows():
+            if kind == "B":
+                open_begins.append(start_ns)
+                continue
+            if not open_begins:
+                continue  # an end with no begin: profiling started mid-window
+            begin_ns = open_begins.pop()
+            windows.append(
+                {"start_ns": begin_ns, "end_ns": end_ns, "depth": len(open_begins), "paired": True}
+            )
+        if keep_unpaired:
+            windows += [
+                {"start_ns": s, "end_ns": None, "depth": d, "paired": False}
+                for d, s in enumerate(open_begins)
+            ]
+        windows.sort(key=lambda w: w["start_ns"])
+        for index, window in enumerate(windows):
+            end_ns = window["end_ns"]
+            dur_ns = None if end_ns is None else end_ns - window["start_ns"]
+            rows.append({**key_values, "window": index, **window, "dur_ns": dur_ns})
+    schema = {**{k: marked.schema[k] for k in keys}, "window": pl.Int64, "start_ns": pl.Int64,
+              "end_ns": pl.Int64, "dur_ns": pl.Int64, "depth": pl.Int64, "paired": pl.Boolean}  # fmt: skip
+    return pl.DataFrame(rows, schema=schema).select([*keys, *WINDOW_COLUMNS])
+
+
+def count_in_windows(
+    windows: pl.DataFrame,
+    events: pl.DataFrame | pl.LazyFrame,
+    *,
+    window_id: str,
+    on: Sequence[str] = DEFAULT_KEYS,
+    name: str = "count",
+) -> pl.DataFrame:
+    """Count the events that *start* inside each window (``[start_ns, end_ns)``), per ``on`` keys.
+
+    Every window gets a row, with 0 when nothing falls in it. An event inside nested windows
+    counts for each of them. ``window_id`` must identify a window uniquely.
+    """
+    lazy_events = events.lazy() if isinstance(events, pl.DataFrame) else events
+    hits = (
+        overlap_join(
+            windows.lazy().select([*on, window_id, "start_ns", "end_ns"]),
+            lazy_events.select([*on, "start_ns", "end_ns"]),
+            on=on,
+            mode="start_within",
+        )
+        .group_by(window_id)
+        .agg(pl.len().cast(pl.Int64).alias(name))
+        .collect()
+    )
+    return windows.join(hits, on=window_id, how="left").with_columns(pl.col(name).fill_null(0))
+
+
+# --------------------------------------------------------------------------------------------
+# Trend tests
+# --------------------------------------------------------------------------------------------
+
+
+def _as_array(values: Sequence[float] | np.ndarray) -> np.ndarray:
+    return np.asarray(values, dtype=float)
+
+
+def theil_sen_slope(y: Sequence[float], x: Sequence[float] | None = None) -> float:
+    """Median of the pairwise slopes: a trend estimate that a few outliers cannot move.
+
+    ``x`` defaults to 0..n-1 (e.g. capture index). Returns 0.0 for fewer than two distinct x.
+    """
+    ys = _as_array(y)
+    xs = np.arange(len(ys), dtype=float) if x is None else _as_array(x)
+    i, j = np.triu_indices(len(ys), k=1)
+    dx = xs[j] - xs[i]
+    keep = dx != 0
+    if not keep.any():
+        return 0.0
+    return float(np.median((ys[j] - ys[i])[keep] / dx[keep]))
+
+
+@dataclass(frozen=True)
+class MannKendall:
+    """Mann-Kendall monotonic trend test. ``p_increasing`` is the one-sided p for an upward trend."""
+
+    s: int
+    z: float
+    tau: float
+    p_two_sided: float
+    p_increasing: float
+
+
+def mann_kendall(y: Sequence[float]) -> MannKendall:
+    """Mann-Kendall test with the tie-corrected variance and a continuity correction.
+
+    Distribution-free: it only asks whether later values tend to be larger than earlier ones, so
+    it is not fooled by a single spike. With n < 3 there is no evidence: p = 1.
+    """
+    ys = _as_array(y)
+    n = len(ys)
+    if n < 3:
+        return MannKendall(0, 0.0, 0.0, 1.0, 1.0)
+    i, j = np.triu_indices(n, k=1)
+    s = int(np.sign(ys[j] - ys[i]).sum())
+    _, tie_counts = np.unique(ys, return_counts=True)
+    ties = sum(t * (t - 1) * (2 * t + 5) for t in tie_counts if t > 1)
+    var_s = (n * (n - 1) * (2 * n + 5) - ties) / 18.0
+    if var_s <= 0:  # every value equal
+        return MannKendall(s, 0.0, 0.0, 1.0, 1.0)
+    z = (s - math.copysign(1, s)) / math.sqrt(var_s) if s != 0 else 0.0
+    tau = s / (n * (n - 1) / 2)
+    return MannKendall(
+        s=s,
+        z=z,
+        tau=tau,
+        p_two_sided=math.erfc(abs(z) / math.sqrt(2)),
+        p_increasing=0.5 * math.erfc(z / math.sqrt(2)),
+    )
+
+
+def _ranks(values: np.ndarray) -> np.ndarray:
+    """Average ranks (ties share the mean rank), 1-based."""
+    order = np.argsort(values, kind="mergesort")
+    ranks = np.empty(len(values), dtype=float)
+    ranks[order] = np.arange(1, len(values) + 1)
+    _, inverse, counts = np.unique(values, return_inverse=True, return_counts=True)
+    sums = np.bincount(inverse, weights=ranks)
+    return (sums / counts)[inverse]
+
+
+def spearman(x: Sequence[float], y: Sequence[float]) -> tuple[float, float]:
+    """Spearman rank correlation and its two-sided p-value (Fisher z approximation).
+
+    Returns ``(nan, 1.0)`` when either side is constant or n < 3, and p = 1.0 for n = 3.
+    """
+    xs, ys = _as_array(x), _as_array(y)
+    n = len(xs)
+    if n < 3 or np.ptp(xs) == 0 or np.ptp(ys) == 0:
+        return float("nan"), 1.0
+    rho = float(np.corrcoef(_ranks(xs), _ranks(ys))[0, 1])
+    if n <= 3:  # Fisher's z needs n > 3
+        return rho, 1.0
+    if abs(rho) >= 1.0:
+        return rho, 0.0
+    z = math.atanh(rho) * math.sqrt((n - 3) / 1.06)
+    return rho, math.erfc(abs(z) / math.sqrt(2))
+
+
+def growth_ratio(y: Sequence[float], edge: int = 1) -> float:
+    """Mean of the last ``edge`` values over the mean of the first ``edge`` values.
+
+    ``edge`` > 1 smooths noise at both ends. A zero start gives ``inf`` when the end is positive
+    (growth from nothing), 1.0 when both are zero.
+    """
+    ys = _as_array(y)
+    if len(ys) == 0:
+        return float("nan")
+    k = max(1, min(edge, len(ys) // 2 or 1))
+    first, last = float(ys[:k].mean()), float(ys[-k:].mean())
+    if first == 0:
+        return 1.0 if last == 0 else float("inf")
+    return last / first
+
+
+@dataclass(frozen=True)
+class Trend:
+    """Everything a growth rule reports about one series (ordered by x)."""
+
+    n: int
+    slope: float  # Theil-Sen slope per unit of x
+    mk: MannKendall
+    ratio: float  # growth_ratio
+    first: float
+    last: float
+
+    def grows(self, *, min_slope: float, alpha: float, min_ratio: float) -> bool:
+        """The three-part verdict: robust slope, significant test, and a material growth."""
+        return self.slope > min_slope and self.mk.p_increasing < alpha and self.ratio > min_ratio
+
+
+def trend(y: Sequence[float], x: Sequence[float] | None = None, *, edge: int = 1) -> Trend:
+    """Theil-Sen slope, Mann-Kendall test and growth ratio of one series in one call."""
+    ys = _as_array(y)
+    return Trend(
+        n=len(ys),
+        slope=theil_sen_slope(ys, x),
+        mk=mann_kendall(ys),
+        ratio=growth_ratio(ys, edge),
+        first=float(ys[0]) if len(ys) else float("nan"),
+        last=float(ys[-1]) if len(ys) else float("nan"),
+    )
+
+
+def outermost(intervals: Frame, *, by: Sequence[str] = DEFAULT_KEYS) -> Frame:
+    """Drop intervals that lie inside another interval of the same ``by`` group.
+
+    Used to de-duplicate windows from two sources (a user marker that wraps each capture) and
+    spans that match twice (a ``python_function`` inside a ``cpu_op`` of the same name). Partial
+    overlaps are kept; of two identical intervals the first (in frame order) is kept.
+    """
+    keys = list(by)
+    ordered = intervals.with_row_index("_order").sort(
+        [*keys, "start_ns", "end_ns", "_order"],
+        descending=[False] * len(keys) + [False, True, False],
+    )
+    reach = pl.col("end_ns").cum_max().shift(1)
+    if keys:
+        reach = reach.over(keys)
+    return (
+        ordered.filter(reach.is_null() | (pl.col("end_ns") > reach)).sort("_order").drop("_order")
+    )

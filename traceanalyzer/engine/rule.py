@@ -1,0 +1,439 @@
+"""The rule API: what a rule file declares and what its body receives.
+
+A rule file defines one rule with the :func:`rule` decorator::
+
+    @rule(
+        id="TA900",
+        name="slow-thing",
+        severity="warning",
+        summary="Thing takes too long.",
+        params={"min_ms": Param(5.0, "Report things longer than this (ms).")},
+        requires=[Requirement("slices", ("name",), what="trace events", collect_with="any level")],
+    )
+    def slow_thing(ctx: RuleContext) -> Iterator[Finding]:
+        '''## What it detects ... ## Why it matters ... ## How to fix ... ## Example ... ## References ...'''
+        slow = ctx.table("slices").filter(pl.col("dur_ns") > ctx.params.min_ms * 1e6).collect()
+        for row in slow.iter_rows(named=True):
+            yield ctx.finding(rank=row["rank"], title=..., message=..., location={"name": row["name"]})
+
+The docstring *is* the published documentation (``rules explain``, ``docs/rules.md``); it must
+have the five headings in :data:`DOC_HEADINGS`. Preconditions are data (:class:`Requirement`):
+the runner checks them before the body runs and reports "not evaluated: missing X (collect with
+Y)" instead of running a rule on data that cannot answer it. A body that finds out late that it
+cannot answer raises :class:`NotEvaluated` with the reason.
+
+For simple rules there is a declarative form, :func:`sql_rule`: a polars-SQL query whose rows
+become findings, plus the same metadata.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import polars as pl
+
+from traceanalyzer.engine.findings import Evidence, Finding, Note
+from traceanalyzer.schema import TABLES
+
+if TYPE_CHECKING:
+    from traceanalyzer.store import Store
+
+Severity = Literal["info", "warning", "error"]
+SEVERITIES: tuple[Severity, ...] = ("info", "warning", "error")
+Scope = Literal["rank", "global"]
+
+DOC_HEADINGS = ("What it detects", "Why it matters", "How to fix", "Example", "References")
+_ID_RE = re.compile(r"^[A-Z]{2,4}\d{3,4}$")
+_NAME_RE = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
+
+
+class RuleDefinitionError(Exception):
+    """A rule declares itself incorrectly (bad id, missing doc heading, unknown table...)."""
+
+
+class NotEvaluated(Exception):  # noqa: N818 - it is a result, not an error
+    """Raised by a rule body that cannot answer on this data; the message is the reason shown."""
+
+
+class ParamError(ValueError):
+    """A parameter override names an unknown parameter or has a value of the wrong type."""
+
+
+# --------------------------------------------------------------------------------------------
+# Parameters
+# --------------------------------------------------------------------------------------------
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+@dataclass(frozen=True)
+class Param:
+    """A tunable value of a rule: its default, what it means, and (optionally) allowed choices.
+
+    The type is the default's type unless given. Overrides from the command line arrive as
+    strings and are parsed to that type; overrides from TOML arrive typed and are checked.
+    Tuple parameters accept a comma-separated string.
+    """
+
+    default: Any
+    help: str
+    type: type | None = None
+    choices: tuple[Any, ...] | None = None
+
+    @property
+    def kind(self) -> type:
+        return self.type or type(self.default)
+
+    def coerce(self, value: Any) -> Any:
+        """Convert ``value`` (a CLI string or a TOML value) to this parameter's type."""
+        kind = self.kind
+        try:
+            if kind is bool:
+                parsed = _parse_bool(value)
+            elif kind is tuple or kind is list:
+                items = value.split(",") if isinstance(value, str) else list(value)
+                parsed = tuple(str(item).strip() for item in items if str(item).strip())
+            elif kind is float:
+                if isinstance(value, bool):
+                    raise ValueError("a boolean is not a number")
+                parsed = float(value)
+            elif kind is int:
+                if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+                    raise ValueError("not an integer")
+                parsed = int(value)
+            else:
+                parsed = kind(value)
+        except (TypeError, ValueError) as exc:
+            raise ParamError(f"expected {kind.__name__}, got {value!r} ({exc})") from exc
+        if self.choices is not None and parsed not in self.choices:
+            raise ParamError(f"{parsed!r} is not one of {', '.join(map(str, self.choices))}")
+        return parsed
+
+
+def _parse_bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise ValueError("expected true/false")
+
+
+class Params(Mapping[str, Any]):
+    """Resolved parameter values; read as ``ctx.params.min_ratio`` or ``ctx.params["min_ratio"]``."""
+
+    def __init__(self, values: Mapping[str, Any]):
+        self._values = dict(values)
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self._values[name]
+        except KeyError:
+            raise AttributeError(f"no parameter {name!r}") from None
+
+    def __getitem__(self, key: str) -> Any:
+        return self._values[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __repr__(self) -> str:
+        return f"Params({self._values!r})"
+
+
+# --------------------------------------------------------------------------------------------
+# Preconditions
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """Data a rule needs: rows of ``table`` (matching ``where``) with non-null ``columns``.
+
+    ``what`` names the data for people ("CANN API events"); ``collect_with`` says how to get it
+    ("profiler_level=Level1"). Together they make the "not evaluated" message.
+    """
+
+    table: str
+    columns: tuple[str, ...] = ()
+    what: str = ""
+    collect_with: str = ""
+    where: pl.Expr | None = None
+
+    def describe(self) -> str:
+        if self.what:
+            return self.what
+        cols = f" ({', '.join(self.columns)})" if self.columns else ""
+        return f"table `{self.table}`{cols}"
+
+    def missing_message(self, missing_columns: Sequence[str] = ()) -> str:
+        what = self.describe()
+        if missing_columns:
+            what += f" [no values in column(s) {', '.join(missing_columns)}]"
+        hint = f" (collect with {self.collect_with})" if self.collect_with else ""
+        return f"missing {what}{hint}"
+
+
+@dataclass(frozen=True)
+class AnyOf:
+    """Satisfied when at least one alternative is (e.g. per-event CANN data, or api_stats)."""
+
+    alternatives: tuple[Requirement, ...]
+
+    def __init__(self, *alternatives: Requirement):
+        object.__setattr__(self, "alternatives", tuple(alternatives))
+
+
+Precondition = Requirement | AnyOf
+
+
+# --------------------------------------------------------------------------------------------
+# Context handed to a rule body
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class RuleContext:
+    """What a rule body sees: the store (optionally restricted to some ranks) and its parameters.
+
+    Use :meth:`table` rather than ``store.table`` so the runner can shard evaluation by rank.
+    """
+
+    rule: Rule
+    store: Store
+    params: Params
+    ranks: frozenset[int] | None = None
+    notes: list[Note] = field(default_factory=list)
+
+    def table(self, name: str) -> pl.LazyFrame:
+        frame = self.store.table(name)
+        if self.ranks is not None:
+            frame = frame.filter(pl.col("rank").is_in(sorted(self.ranks)))
+        return frame
+
+    def sessions(self) -> pl.DataFrame:
+        """Sessions in scope, ordered by rank then start time."""
+        return self.table("sessions").collect().sort(["rank", "start_ns"], nulls_last=True)
+
+    def finding(
+        self,
+        *,
+        rank: int | Sequence[int],
+        title: str,
+        message: str,
+        location: Mapping[str, Any],
+        sessions: Sequence[str] = (),
+        metrics: Mapping[str, float | int | None] | None = None,
+        evidence: Iterable[Evidence] = (),
+        fix: str | None = None,
+        severity: Severity | None = None,
+        series: Mapping[str, Sequence[Any]] | None = None,
+        score: float = 0.0,
+    ) -> Finding:
+        """A finding of this rule. ``location`` is where the problem is, independent of rank and
+        of timestamps (e.g. ``{"span": "batch_get_into_multi_buffers"}``); it makes the fingerprint,
+        so the same problem gets the same id on every run and groups across ranks."""
+        ranks = [rank] if isinstance(rank, int) else list(rank)
+        return Finding(
+            rule=self.rule.id,
+            name=self.rule.name,
+            severity=severity or self.rule.severity,
+            ranks=sorted(int(r) for r in ranks),
+            sessions=list(sessions),
+            title=title,
+            message=message,
+            fix=fix if fix is not None else self.rule.fix,
+            metrics=dict(metrics or {}),
+            evidence=list(evidence),
+            location=dict(location),
+            series={k: list(v) for k, v in (series or {}).items()},
+            score=score,
+        )
+
+    def note(self, text: str, *, rank: int | None = None, **metrics: float | int | None) -> None:
+        """Record why the rule stayed silent somewhere (e.g. "only 2 captures"), with numbers."""
+        self.notes.append(Note(rule=self.rule.id, rank=rank, text=text, metrics=dict(metrics)))
+
+
+# --------------------------------------------------------------------------------------------
+# The rule itself
+# --------------------------------------------------------------------------------------------
+
+RuleBody = Callable[[RuleContext], Iterable[Finding] | None]
+
+
+@dataclass
+class Rule:
+    """A loaded rule: metadata, parameters, preconditions, documentation and its body."""
+
+    id: str
+    name: str
+    severity: Severity
+    summary: str
+    body: RuleBody
+    doc: str
+    params: dict[str, Param] = field(default_factory=dict)
+    requires: tuple[Precondition, ...] = ()
+    fix: str = ""
+    scope: Scope = "rank"
+    source: Path | None = None
+
+    def __post_init__(self) -> None:
+        problems = []
+        if not _ID_RE.match(self.id):
+            problems.append(f"id {self.id!r} must look like TA001 (2-4 capitals, 3-4 digits)")
+        if not _NAME_RE.match(self.name):
+            problems.append(f"name {self.name!r} must be kebab-case")
+        if self.severity not in SEVERITIES:
+            problems.append(f"severity {self.severity!r} must be one of {', '.join(SEVERITIES)}")
+        if not self.summary or "\n" in self.summary:
+            problems.append("summary must be one non-empty line")
+        missing = [h for h in DOC_HEADINGS if h not in self.sections]
+        if missing:
+            problems.append(f"docstring lacks heading(s): {', '.join('## ' + h for h in missing)}")
+        for pre in self.requires:
+            for req in pre.alternatives if isinstance(pre, AnyOf) else (pre,):
+                if req.table not in TABLES:
+                    problems.append(f"requires unknown table {req.table!r}")
+                    continue
+                unknown = set(req.columns) - set(TABLES[req.table].column_names)
+                if unknown:
+                    problems.append(f"requires unknown column(s) {sorted(unknown)} of {req.table}")
+        if problems:
+            raise RuleDefinitionError(f"rule {self.id} {self.name}: " + "; ".join(problems))
+
+    @property
+    def sections(self) -> dict[str, str]:
+        """The docstring split at its ``## Heading`` lines."""
+        return split_sections(self.doc)
+
+    def run(self, ctx: RuleContext) -> list[Finding]:
+        return list(self.body(ctx) or ())
+
+    def __call__(self, ctx: RuleContext) -> list[Finding]:
+        return self.run(ctx)
+
+
+def split_sections(doc: str) -> dict[str, str]:
+    sections: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in doc.splitlines():
+        heading = re.match(r"^\s*##\s+(.+?)\s*$", line)
+        if heading:
+            current = sections.setdefault(heading.group(1), [])
+        elif current is not None:
+            current.append(line)
+    return {k: "\n".join(v).strip() for k, v in sections.items()}
+
+
+def _dedent_doc(doc: str | None) -> str:
+    import inspect
+
+    return inspect.cleandoc(doc or "")
+
+
+def rule(
+    *,
+    id: str,  # noqa: A002 - the natural name for a rule id
+    name: str,
+    severity: Severity,
+    summary: str,
+    params: Mapping[str, Param] | None = None,
+    requires: Sequence[Precondition] = (),
+    fix: str = "",
+    scope: Scope = "rank",
+) -> Callable[[RuleBody], Rule]:
+    """Declare a rule. The decorated function's docstring is the rule's documentation.
+
+    ``scope="rank"`` (default) promises that the body only relates data within a rank, so the
+    runner may evaluate it per rank shard and group the findings afterwards; ``"global"`` rules
+    (cross-rank comparisons) always see every rank at once.
+    """
+
+    def decorate(body: RuleBody) -> Rule:
+        return Rule(
+            id=id,
+            name=name,
+            severity=severity,
+            summary=summary,
+            body=body,
+            doc=_dedent_doc(body.__doc__),
+            params=dict(params or {}),
+            requires=tuple(requires),
+            fix=fix,
+            scope=scope,
+            source=_source_of(body),
+        )
+
+    return decorate
+
+
+def _source_of(obj: Any) -> Path | None:
+    code = getattr(obj, "__code__", None)
+    return Path(code.co_filename) if code else None
+
+
+def sql_rule(
+    *,
+    id: str,  # noqa: A002
+    name: str,
+    severity: Severity,
+    summary: str,
+    doc: str,
+    query: str,
+    title: str,
+    message: str,
+    location: Sequence[str],
+    fix: str = "",
+    params: Mapping[str, Param] | None = None,
+    requires: Sequence[Precondition] = (),
+    metrics: Sequence[str] = (),
+) -> Rule:
+    """A declarative rule: every row of a polars-SQL ``query`` becomes one finding.
+
+    Tables of the store are available under their names (already restricted to the ranks being
+    evaluated). ``{param}`` placeholders in ``query`` are replaced by parameter values (quote
+    strings yourself: ``'{pattern}'``). ``title``/``message`` are ``str.format`` templates over the
+    row's columns and the parameters. The query must return a ``rank`` column (and may return
+    ``session``); ``location`` names the columns that say where the problem is, and ``metrics``
+    the numeric columns to report.
+    """
+
+    def body(ctx: RuleContext) -> Iterator[Finding]:
+        sql = query.format(**ctx.params)
+        tables = {t: ctx.table(t) for t in TABLES if re.search(rf"\b{t}\b", sql)}
+        result = pl.SQLContext(tables, eager=True).execute(sql)
+        for row in result.iter_rows(named=True):
+            values = {**ctx.params, **row}
+            yield ctx.finding(
+                rank=int(row["rank"]),
+                sessions=[row["session"]] if row.get("session") else [],
+                title=title.format(**values),
+                message=message.format(**values),
+                location={col: row[col] for col in location},
+                metrics={m: row[m] for m in metrics},
+            )
+
+    body.__doc__ = doc
+    return Rule(
+        id=id,
+        name=name,
+        severity=severity,
+        summary=summary,
+        body=body,
+        doc=_dedent_doc(doc),
+        params=dict(params or {}),
+        requires=tuple(requires),
+        fix=fix,
+        source=None,
+    )

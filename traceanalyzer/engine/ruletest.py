@@ -1,0 +1,208 @@
+"""Rule fixtures: small stores on which a rule must fire, stay silent, or decline to evaluate.
+
+Fixtures live beside the rule, in ``fixtures/<rule file name>.py`` (or in the rule file itself)::
+
+    @fixture(expect="fire", ranks=[0], contains="grow from")
+    def fire_linear_growth() -> Store: ...
+
+    @fixture(expect="silent", params={"min_ratio": 5.0})   # per-fixture parameter overrides
+    def silent_when_threshold_is_high() -> Store: ...
+
+    @fixture(expect="not_evaluated", reason="no transfer spans")
+    def not_evaluated_without_spans() -> Store: ...
+
+A "silent" fixture passes only if the rule *ran* and found nothing: a rule that was not
+evaluated proves nothing about silence. The text of the findings of every "fire" fixture is
+pinned in ``fixtures/snapshots/<rule name>/<fixture>.txt`` (a missing snapshot is written and
+reported as new; ``--update-snapshots`` rewrites changed ones), so a change in wording or numbers
+shows up in review, the way ruff's snapshot tests do.
+"""
+
+from __future__ import annotations
+
+import difflib
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from traceanalyzer.engine.loader import FIXTURES_DIR, import_file
+from traceanalyzer.engine.registry import RuleSet
+from traceanalyzer.engine.rule import Rule
+from traceanalyzer.engine.runner import RunResult, evaluate
+from traceanalyzer.store import Store
+
+Expectation = Literal["fire", "silent", "not_evaluated"]
+SNAPSHOTS_DIR = "snapshots"
+
+
+@dataclass(frozen=True)
+class Fixture:
+    """One case: how to build the store, what the rule must do on it, with which parameters."""
+
+    name: str
+    build: Callable[[], Store]
+    expect: Expectation
+    params: Mapping[str, Any] = field(default_factory=dict)
+    ranks: tuple[int, ...] | None = None  # the ranks the grouped finding must name
+    contains: tuple[str, ...] = ()  # substrings the finding text (or reason) must contain
+    snapshot: bool = True
+    doc: str = ""
+
+
+def fixture(
+    *,
+    expect: Expectation,
+    params: Mapping[str, Any] | None = None,
+    ranks: Sequence[int] | None = None,
+    contains: str | Sequence[str] = (),
+    reason: str | None = None,
+    snapshot: bool = True,
+) -> Callable[[Callable[[], Store]], Fixture]:
+    """Declare a fixture function (it returns a :class:`Store`)."""
+    if expect not in ("fire", "silent", "not_evaluated"):
+        raise ValueError(f"expect must be fire, silent or not_evaluated, not {expect!r}")
+    needles = (contains,) if isinstance(contains, str) else tuple(contains)
+    if reason:
+        needles += (reason,)
+
+    def decorate(build: Callable[[], Store]) -> Fixture:
+        return Fixture(
+            name=build.__name__,
+            build=build,
+            expect=expect,
+            params=dict(params or {}),
+            ranks=tuple(ranks) if ranks is not None else None,
+            contains=needles,
+            snapshot=snapshot and expect == "fire",
+            doc=(build.__doc__ or "").strip().splitlines()[0] if build.__doc__ else "",
+        )
+
+    return decorate
+
+
+def fixture_file(rule: Rule) -> Path | None:
+    if rule.source is None:
+        return None
+    return rule.source.parent / FIXTURES_DIR / rule.source.name
+
+
+def fixtures_for(rule: Rule) -> list[Fixture]:
+    """Fixtures defined in the rule's own module, then in ``fixtures/<rule file>``."""
+    found: list[Fixture] = []
+    module = sys.modules.get(getattr(rule.body, "__module__", ""), None)
+    if module is not None and getattr(module, "__file__", None) == str(rule.source):
+        found += [v for v in vars(module).values() if isinstance(v, Fixture)]
+    path = fixture_file(rule)
+    if path is not None and path.is_file():
+        found += [
+            v
+            for v in vars(import_file(path, "traceanalyzer_fixtures")).values()
+            if isinstance(v, Fixture)
+        ]
+    return found
+
+
+def snapshot_path(rule: Rule, fix: Fixture) -> Path | None:
+    if rule.source is None:
+        return None
+    return rule.source.parent / FIXTURES_DIR / SNAPSHOTS_DIR / rule.name / f"{fix.name}.txt"
+
+
+def findings_text(result: RunResult) -> str:
+    return "\n---\n".join(f.text() for f in result.findings)
+
+
+@dataclass
+class FixtureResult:
+    rule: Rule
+    fixture: Fixture
+    passed: bool
+    problems: list[str] = field(default_factory=list)
+    snapshot: Literal["none", "match", "new", "updated"] = "none"
+
+    @property
+    def label(self) -> str:
+        return f"{self.rule.name}::{self.fixture.name}"
+
+
+def run_fixture(rule: Rule, fix: Fixture, *, update_snapshots: bool = False) -> FixtureResult:
+    """Evaluate ``rule`` alone on the fixture's store and check the expectation."""
+    outcome = FixtureResult(rule, fix, passed=True)
+    problems = outcome.problems
+    try:
+        store = fix.build()
+        result = evaluate(
+            store, rules=RuleSet([rule]), overrides={rule.id: dict(fix.params)}, config_path=False
+        )
+    except Exception as exc:  # a broken fixture or a bad parameter override
+        outcome.passed = False
+        problems.append(f"fixture raised {type(exc).__name__}: {exc}")
+        return outcome
+    status = result.rules[0]
+    text = findings_text(result)
+    if status.status == "error":
+        problems.append(f"rule raised {status.error}\n{status.traceback or ''}")
+    elif fix.expect == "fire":
+        if not result.findings:
+            why = f": {status.reason}" if status.reason else ""
+            problems.append(f"expected a finding, rule was {status.status}{why}")
+        elif fix.ranks is not None and result.findings[0].ranks != list(fix.ranks):
+            problems.append(f"expected ranks {list(fix.ranks)}, got {result.findings[0].ranks}")
+    elif fix.expect == "silent":
+        if status.status != "clean":
+            detail = f"{len(result.findings)} finding(s)" if result.findings else status.reason
+            problems.append(f"expected silence, rule was {status.status} ({detail})")
+            if text:
+                problems.append(text)
+    elif status.status != "not_evaluated":
+        problems.append(f"expected not_evaluated, rule was {status.status}")
+    haystack = text if fix.expect == "fire" else (status.reason or "")
+    problems += [f"text lacks {needle!r}" for needle in fix.contains if needle not in haystack]
+    if not problems and fix.snapshot:
+        _check_snapshot(outcome, text, update_snapshots)
+    outcome.passed = not problems
+    return outcome
+
+
+def _check_snapshot(outcome: FixtureResult, text: str, update: bool) -> None:
+    path = snapshot_path(outcome.rule, outcome.fixture)
+    if path is None:
+        return
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, "utf-8")
+        outcome.snapshot = "new"
+        return
+    old = path.read_text("utf-8")
+    if old == text:
+        outcome.snapshot = "match"
+    elif update:
+        path.write_text(text, "utf-8")
+        outcome.snapshot = "updated"
+    else:
+        diff = difflib.unified_diff(
+            old.splitlines(), text.splitlines(), "snapshot", "now", lineterm=""
+        )
+        outcome.problems.append(
+            f"finding text differs from {path} (accept with --update-snapshots):\n"
+            + "\n".join(diff)
+        )
+
+
+def run_rule_fixtures(
+    rules: RuleSet, *, update_snapshots: bool = False
+) -> tuple[list[FixtureResult], list[str]]:
+    """Run every fixture of every rule. Also returns coverage problems (fewer than two fire or
+    two silent fixtures), which fail ``rules test`` like a failing fixture does."""
+    results: list[FixtureResult] = []
+    coverage: list[str] = []
+    for rule in rules:
+        fixtures = fixtures_for(rule)
+        for kind in ("fire", "silent"):
+            count = sum(f.expect == kind for f in fixtures)
+            if count < 2:
+                coverage.append(f"{rule.name}: {count} {kind} fixture(s), need at least 2")
+        results += [run_fixture(rule, f, update_snapshots=update_snapshots) for f in fixtures]
+    return results, coverage

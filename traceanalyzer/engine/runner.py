@@ -1,0 +1,394 @@
+"""Evaluate rules against a store: preconditions, isolation, parameters, map then reduce.
+
+The work is split so a later executor (process pool, Ray) can distribute it:
+
+- **map** — :func:`evaluate_rule` runs one rule on one shard (all ranks, or a set of ranks for
+  ``scope="rank"`` rules) and returns a :class:`RuleOutcome`: findings per rank, notes, or why it
+  was not evaluated, or the error. It never raises for a rule's own failure.
+- **reduce** — :func:`reduce_outcomes` merges the outcomes of every shard: it groups the same
+  finding across ranks, and turns per-shard statuses into one status per rule.
+
+:func:`evaluate` does both in-process and is what ``traceanalyzer run`` calls after ingest.
+"""
+
+from __future__ import annotations
+
+import json
+import traceback
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import polars as pl
+
+from traceanalyzer.engine.config import (
+    RuleSettings,
+    find_config,
+    load_config,
+    parse_set_options,
+    resolve,
+)
+from traceanalyzer.engine.findings import (
+    SCHEMA_VERSION,
+    SEVERITY_RANK,
+    Finding,
+    Note,
+    compress_ranks,
+    group_findings,
+)
+from traceanalyzer.engine.loader import LoadError, load_rules
+from traceanalyzer.engine.registry import RuleSet
+from traceanalyzer.engine.rule import (
+    AnyOf,
+    NotEvaluated,
+    Params,
+    Requirement,
+    Rule,
+    RuleContext,
+)
+from traceanalyzer.store import Store, write_atomic_text
+
+FINDINGS_FILE = "findings.json"
+ShardStatus = Literal["evaluated", "not_evaluated", "error"]
+RuleStatusName = Literal["fired", "clean", "not_evaluated", "error", "disabled"]
+
+
+# --------------------------------------------------------------------------------------------
+# Map: one rule on one shard
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class RuleOutcome:
+    """The result of one rule on one shard (``ranks`` None = every rank)."""
+
+    rule: str
+    ranks: frozenset[int] | None
+    status: ShardStatus
+    findings: list[Finding] = field(default_factory=list)
+    notes: list[Note] = field(default_factory=list)
+    reason: str | None = None
+    error: str | None = None
+    traceback: str | None = None
+
+
+def _requirement_gap(store: Store, req: Requirement, ranks: frozenset[int] | None) -> str | None:
+    """Why ``req`` is not met on this shard, or None when it is."""
+    frame = store.table(req.table)
+    if ranks is not None:
+        frame = frame.filter(pl.col("rank").is_in(sorted(ranks)))
+    if req.where is not None:
+        frame = frame.filter(req.where)
+    probe = frame.select(
+        pl.len().alias("_rows"), *[pl.col(c).is_not_null().any().alias(c) for c in req.columns]
+    ).collect()
+    if probe["_rows"][0] == 0:
+        return req.missing_message()
+    empty = [c for c in req.columns if not probe[c][0]]
+    return req.missing_message(empty) if empty else None
+
+
+def precondition_gaps(rule: Rule, store: Store, ranks: frozenset[int] | None = None) -> list[str]:
+    """The "missing X (collect with Y)" reasons of every unmet precondition."""
+    gaps = []
+    for pre in rule.requires:
+        alternatives: Sequence[Requirement] = pre.alternatives if isinstance(pre, AnyOf) else (pre,)
+        reasons = [_requirement_gap(store, req, ranks) for req in alternatives]
+        if all(reasons):
+            gaps.append(" or ".join(r for r in reasons if r))
+    return gaps
+
+
+def evaluate_rule(
+    rule: Rule,
+    store: Store,
+    params: Mapping[str, Any] | None = None,
+    ranks: frozenset[int] | None = None,
+) -> RuleOutcome:
+    """Run one rule on one shard. Precondition gaps and exceptions become outcomes, not raises."""
+    values = {name: p.default for name, p in rule.params.items()} | dict(params or {})
+    try:
+        gaps = precondition_gaps(rule, store, ranks)
+        if gaps:
+            return RuleOutcome(rule.id, ranks, "not_evaluated", reason="; ".join(gaps))
+        ctx = RuleContext(rule=rule, store=store, params=Params(values), ranks=ranks)
+        findings = rule.run(ctx)
+    except NotEvaluated as exc:
+        return RuleOutcome(rule.id, ranks, "not_evaluated", reason=str(exc))
+    except Exception as exc:
+        return RuleOutcome(
+            rule.id,
+            ranks,
+            "error",
+            error=f"{type(exc).__name__}: {exc}",
+            traceback=traceback.format_exc(),
+        )
+    return RuleOutcome(rule.id, ranks, "evaluated", findings=findings, notes=ctx.notes)
+
+
+# --------------------------------------------------------------------------------------------
+# Reduce: every shard of every rule -> one RunResult
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class RuleStatus:
+    """What happened to one rule in a run."""
+
+    id: str
+    name: str
+    severity: str
+    status: RuleStatusName
+    findings: int = 0
+    reason: str | None = None  # why not evaluated (or on which ranks it was not)
+    error: str | None = None
+    traceback: str | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+    notes: list[Note] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rule": self.id,
+            "name": self.name,
+            "severity": self.severity,
+            "status": self.status,
+            "findings": self.findings,
+            "reason": self.reason,
+            "params": {k: list(v) if isinstance(v, tuple) else v for k, v in self.params.items()},
+            "notes": [n.to_dict() for n in self.notes],
+        }
+
+
+@dataclass
+class RunResult:
+    """Everything reports need: grouped findings, per-rule status, and the exit verdict."""
+
+    findings: list[Finding]
+    rules: list[RuleStatus]
+    ranks: list[int]
+    fail_on: str | None = None
+    load_errors: list[LoadError] = field(default_factory=list)
+
+    @property
+    def not_evaluated(self) -> list[RuleStatus]:
+        return [r for r in self.rules if r.status == "not_evaluated"]
+
+    @property
+    def errors(self) -> list[dict[str, Any]]:
+        rule_errors = [
+            {"rule": r.id, "name": r.name, "error": r.error, "traceback": r.traceback}
+            for r in self.rules
+            if r.status == "error"
+        ]
+        load_errors = [
+            {"rule": e.source, "name": None, "error": e.error, "traceback": e.traceback}
+            for e in self.load_errors
+        ]
+        return rule_errors + load_errors
+
+    @property
+    def max_severity(self) -> str | None:
+        return max((f.severity for f in self.findings), key=SEVERITY_RANK.get, default=None)
+
+    @property
+    def failed(self) -> bool:
+        """True when ``fail_on`` is set and a finding is at or above it."""
+        if self.fail_on is None:
+            return False
+        return any(SEVERITY_RANK[f.severity] >= SEVERITY_RANK[self.fail_on] for f in self.findings)
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.failed else 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """The findings.json document."""
+        by_severity = {s: 0 for s in SEVERITY_RANK}
+        for finding in self.findings:
+            by_severity[finding.severity] += 1
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "summary": {
+                "ranks": self.ranks,
+                "findings": len(self.findings),
+                "by_severity": by_severity,
+                "max_severity": self.max_severity,
+                "rules": len(self.rules),
+                "not_evaluated": len(self.not_evaluated),
+                "errors": len(self.errors),
+                "fail_on": self.fail_on,
+                "failed": self.failed,
+            },
+            "findings": [f.to_dict() for f in self.findings],
+            "not_evaluated": [
+                {"rule": r.id, "name": r.name, "reason": r.reason} for r in self.not_evaluated
+            ],
+            "errors": self.errors,
+            "rules": [r.to_dict() for r in self.rules],
+        }
+
+
+def _reduce_rule(
+    rule: Rule, outcomes: Sequence[RuleOutcome], params: Mapping[str, Any]
+) -> tuple[RuleStatus, list[Finding]]:
+    findings = [f for o in outcomes for f in o.findings]
+    notes = [n for o in outcomes for n in o.notes]
+    status = RuleStatus(
+        rule.id, rule.name, rule.severity, "clean", params=dict(params), notes=notes
+    )
+    errored = [o for o in outcomes if o.status == "error"]
+    skipped = [o for o in outcomes if o.status == "not_evaluated"]
+    if errored:
+        status.status = "error"
+        status.error = errored[0].error + _on_ranks(errored, len(outcomes))
+        status.traceback = errored[0].traceback
+    elif skipped and len(skipped) == len(outcomes):
+        status.status = "not_evaluated"
+        status.reason = "; ".join(dict.fromkeys(o.reason or "" for o in skipped))
+    else:
+        status.status = "fired" if findings else "clean"
+        if skipped:  # some ranks lacked the data: say so rather than imply they are healthy
+            status.reason = (
+                "not evaluated"
+                + _on_ranks(skipped, len(outcomes))
+                + ": "
+                + "; ".join(dict.fromkeys(o.reason or "" for o in skipped))
+            )
+    status.findings = len(findings)
+    return status, findings
+
+
+def _on_ranks(outcomes: Sequence[RuleOutcome], shards: int) -> str:
+    ranks = sorted(r for o in outcomes if o.ranks is not None for r in o.ranks)
+    if shards <= 1 or not ranks:
+        return ""
+    return f" (on ranks {compress_ranks(ranks)})"
+
+
+def reduce_outcomes(
+    rules: RuleSet,
+    outcomes: Iterable[RuleOutcome],
+    *,
+    params: Mapping[str, Mapping[str, Any]],
+    ranks: Sequence[int],
+    fail_on: str | None = None,
+    disabled: Iterable[str] = (),
+    load_errors: Sequence[LoadError] = (),
+) -> RunResult:
+    by_rule: dict[str, list[RuleOutcome]] = {}
+    for outcome in outcomes:
+        by_rule.setdefault(outcome.rule, []).append(outcome)
+    statuses, findings = [], []
+    off = set(disabled)
+    for rule in rules:
+        if rule.id in off:
+            statuses.append(RuleStatus(rule.id, rule.name, rule.severity, "disabled"))
+            continue
+        status, rule_findings = _reduce_rule(rule, by_rule.get(rule.id, []), params[rule.id])
+        statuses.append(status)
+        findings += rule_findings
+    return RunResult(
+        findings=group_findings(findings, total_ranks=len(ranks) or None),
+        rules=statuses,
+        ranks=list(ranks),
+        fail_on=fail_on,
+        load_errors=list(load_errors),
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# The whole run
+# --------------------------------------------------------------------------------------------
+
+
+def store_ranks(store: Store) -> list[int]:
+    """Ranks present in the store (from ``sessions``, else from the event tables)."""
+    for table in ("sessions", "slices", "api_stats"):
+        ranks = store.table(table).select(pl.col("rank").unique()).collect()["rank"].to_list()
+        if ranks:
+            return sorted(int(r) for r in ranks if r is not None)
+    return []
+
+
+def _settings(
+    overrides: Mapping[str, Mapping[str, Any]] | Iterable[str],
+    config_path: str | Path | None | Literal[False],
+) -> RuleSettings:
+    from_file = RuleSettings()
+    path = find_config() if config_path is None else (config_path or None)
+    if path:
+        from_file = load_config(Path(path))
+    if isinstance(overrides, Mapping):
+        cli = RuleSettings(
+            {k: dict(v) for k, v in overrides.items()}, dict.fromkeys(overrides, "--set")
+        )
+    else:
+        cli = parse_set_options(overrides)
+    return from_file.merge(cli)
+
+
+def evaluate(
+    store: Store,
+    rule_dirs: Iterable[str | Path] = (),
+    overrides: Mapping[str, Mapping[str, Any]] | Iterable[str] = (),
+    config_path: str | Path | None | Literal[False] = None,
+    fail_on: str | None = None,
+    *,
+    select: Iterable[str] | None = None,
+    rules: RuleSet | None = None,
+    shard_by_rank: bool = False,
+    builtin: bool = True,
+) -> RunResult:
+    """Evaluate rules on ``store`` and return the grouped result.
+
+    - ``rule_dirs``: extra rule folders (``--rules DIR``), after the built-in ones.
+    - ``overrides``: ``{"TA001": {"min_ratio": 2}}`` or ``--set`` strings ``["TA001.min_ratio=2"]``.
+    - ``config_path``: a ``traceanalyzer.toml``/``pyproject.toml``; None searches the working
+      directory; False ignores config files.
+    - ``fail_on``: ``info|warning|error``; sets ``RunResult.failed``/``exit_code``.
+    - ``select``: only these rules (ids or names). ``rules``: use this RuleSet instead of loading.
+    - ``shard_by_rank``: evaluate ``scope="rank"`` rules once per rank (what a distributed
+      executor does); the grouped result is the same as evaluating all ranks at once.
+
+    Raises :class:`~traceanalyzer.engine.config.ConfigError` for unknown rules/parameters and bad
+    values, before any rule runs.
+    """
+    if fail_on is not None and fail_on not in SEVERITY_RANK:
+        raise ValueError(f"fail_on must be one of {', '.join(SEVERITY_RANK)}, got {fail_on!r}")
+    load_errors: list[LoadError] = []
+    if rules is None:
+        loaded = load_rules(rule_dirs, builtin=builtin)
+        rules, load_errors = loaded.rules, loaded.errors
+    resolved = resolve(rules, _settings(overrides, config_path))
+    chosen = rules.select(select)
+    ranks = store_ranks(store)
+    outcomes = []
+    for rule in chosen:
+        if rule.id in resolved.disabled:
+            continue
+        params = resolved.params[rule.id]
+        if shard_by_rank and rule.scope == "rank" and ranks:
+            outcomes += [evaluate_rule(rule, store, params, frozenset({r})) for r in ranks]
+        else:
+            outcomes.append(evaluate_rule(rule, store, params))
+    return reduce_outcomes(
+        chosen,
+        outcomes,
+        params=resolved.params,
+        ranks=ranks,
+        fail_on=fail_on,
+        disabled=resolved.disabled,
+        load_errors=load_errors,
+    )
+
+
+def findings_document(result: RunResult) -> str:
+    return json.dumps(result.to_dict(), indent=2, sort_keys=False, default=str) + "\n"
+
+
+def write_findings_json(result: RunResult, out_dir: str | Path) -> Path:
+    """Write ``OUT/findings.json`` atomically (temporary file, then rename)."""
+    path = Path(out_dir) / FINDINGS_FILE
+    write_atomic_text(path, findings_document(result))
+    return path

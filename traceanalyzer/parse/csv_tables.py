@@ -1,0 +1,252 @@
+"""The CSV summaries (kernel_details, api_statistic, op_statistic, step_trace_time, operator_details,
+task_time) → canonical tables.
+
+All generations are accepted: with or without ``Device_id``, ``Block Dim`` or ``Block Num``,
+CRLF or LF, trailing TABs after absolute times, quoted times (G1), triple-quoted shapes,
+multi-line call stacks, ``N/A`` and the 4294967295 / 18446744073709551615 sentinels.
+A malformed row is skipped and its line number reported; unknown columns go to ``extra``.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import polars as pl
+
+from traceanalyzer.parse.sink import TableSink
+from traceanalyzer.timeutil import us_expr_to_ns
+
+_NULLS = ["", "N/A", "NA", "n/a", "null", "None", "-", "4294967295", "18446744073709551615"]
+csv.field_size_limit(1 << 30)  # call stacks can be long
+
+
+@dataclass(frozen=True)
+class Col:
+    """How one canonical column is read: source header names (first present wins) and a kind."""
+
+    name: str
+    sources: tuple[str, ...]
+    kind: str = "str"  # str | int | float | us (absolute or duration µs -> ns) | shape | stack
+
+
+@dataclass(frozen=True)
+class CsvSpec:
+    file: str
+    table: str
+    columns: tuple[Col, ...]
+    extra: bool = False  # keep unknown columns as a JSON object in `extra`
+
+
+def _c(name: str, *sources: str, kind: str = "str") -> Col:
+    return Col(name, sources, kind)
+
+
+SPECS: tuple[CsvSpec, ...] = (
+    CsvSpec(
+        "kernel_details.csv",
+        "kernels",
+        (
+            _c("step", "Step Id", kind="int"),
+            _c("device_id", "Device_id", kind="int"),
+            _c("model_id", "Model ID", kind="int"),
+            _c("task_id", "Task ID", kind="int"),
+            _c("stream_id", "Stream ID", "Physic Stream Id", "Stream Id", kind="int"),
+            _c("name", "Name", "Op Name"),
+            _c("type", "Type", "OP Type"),
+            _c("op_state", "OP State"),
+            _c("accelerator_core", "Accelerator Core", "Task Type"),
+            _c("start_ns", "Start Time(us)", "Task Start Time(us)", kind="us"),
+            _c("dur_ns", "Duration(us)", "Task Duration(us)", kind="us"),
+            _c("wait_ns", "Wait Time(us)", "Task Wait Time(us)", kind="us"),
+            _c("block_num", "Block Num", "Block Dim", kind="int"),
+            _c("mix_block_num", "Mix Block Num", "Mix Block Dim", kind="int"),
+            _c("hf32_eligible", "HF32 Eligible"),
+            _c("input_shapes", "Input Shapes", kind="shape"),
+            _c("input_data_types", "Input Data Types"),
+            _c("input_formats", "Input Formats"),
+            _c("output_shapes", "Output Shapes", kind="shape"),
+            _c("output_data_types", "Output Data Types"),
+            _c("output_formats", "Output Formats"),
+            _c("context_id", "Context ID", kind="int"),
+        ),
+        extra=True,
+    ),
+    CsvSpec(
+        "api_statistic.csv",
+        "api_stats",
+        (
+            _c("device_id", "Device_id"),
+            _c("level", "Level"),
+            _c("api_name", "API Name"),
+            _c("count", "Count", kind="int"),
+            _c("total_us", "Time(us)", kind="float"),
+            _c("avg_us", "Avg(us)", kind="float"),
+            _c("min_us", "Min(us)", kind="float"),
+            _c("max_us", "Max(us)", kind="float"),
+            _c("variance", "Variance", kind="float"),
+        ),
+    ),
+    CsvSpec(
+        "op_statistic.csv",
+        "op_stats",
+        (
+            _c("device_id", "Device_id"),
+            _c("op_type", "OP Type"),
+            _c("core_type", "Core Type"),
+            _c("count", "Count", kind="int"),
+            _c("total_us", "Total Time(us)", kind="float"),
+            _c("min_us", "Min Time(us)", kind="float"),
+            _c("avg_us", "Avg Time(us)", kind="float"),
+            _c("max_us", "Max Time(us)", kind="float"),
+            _c("ratio_pct", "Ratio(%)", kind="float"),
+        ),
+        extra=True,
+    ),
+    CsvSpec(
+        "step_trace_time.csv",
+        "step_times",
+        (
+            _c("device_id", "Device_id", kind="int"),
+            _c("step", "Step", kind="int"),
+            _c("computing_ns", "Computing", kind="us"),
+            _c("communication_not_overlapped_ns", "Communication(Not Overlapped)", kind="us"),
+            _c("overlapped_ns", "Overlapped", kind="us"),
+            _c("communication_ns", "Communication", kind="us"),
+            _c("free_ns", "Free", kind="us"),
+            _c("stage_ns", "Stage", kind="us"),
+            _c("bubble_ns", "Bubble", kind="us"),
+            _c(
+                "communication_not_overlapped_exclude_receive_ns",
+                "Communication(Not Overlapped and Exclude Receive)",
+                kind="us",
+            ),
+            _c("preparing_ns", "Preparing", kind="us"),
+        ),
+    ),
+    CsvSpec(
+        "operator_details.csv",
+        "operators",
+        (
+            _c("name", "Name"),
+            _c("input_shapes", "Input Shapes"),
+            _c("call_stack", "Call Stack", kind="stack"),
+            _c("host_self_ns", "Host Self Duration(us)", kind="us"),
+            _c("host_total_ns", "Host Total Duration(us)", kind="us"),
+            _c("device_self_ns", "Device Self Duration(us)", kind="us"),
+            _c("device_total_ns", "Device Total Duration(us)", kind="us"),
+            _c("device_self_aicore_ns", "Device Self Duration With AICore(us)", kind="us"),
+            _c("device_total_aicore_ns", "Device Total Duration With AICore(us)", kind="us"),
+        ),
+    ),
+    CsvSpec(
+        "task_time.csv",
+        "task_times",
+        (
+            _c("device_id", "Device_id", kind="int"),
+            _c("kernel_name", "kernel_name"),
+            _c("kernel_type", "kernel_type"),
+            _c("stream_id", "stream_id", kind="int"),
+            _c("task_id", "task_id", kind="int"),
+            _c("dur_ns", "task_time(us)", kind="us"),
+            _c("start_ns", "task_start(us)", kind="us"),
+            _c("end_ns", "task_stop(us)", kind="us"),
+        ),
+    ),
+)
+
+
+@dataclass
+class CsvResult:
+    rows: int = 0
+    header: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+def read_rows(path: Path) -> tuple[list[str], list[list[str]], list[str]]:
+    """Read a CSV, returning (header, rows, warnings). Rows with the wrong field count are skipped."""
+    warnings: list[str] = []
+    rows: list[list[str]] = []
+    with open(path, encoding="utf-8-sig", errors="replace", newline="") as fh:
+        reader = csv.reader(fh)
+        header: list[str] = []
+        for raw in reader:
+            if not raw or all(not v.strip() for v in raw):
+                continue
+            if not header:
+                header = [h.strip() for h in raw]
+                while header and not header[-1]:
+                    header.pop()  # a trailing comma on the header line
+                continue
+            if len(raw) > len(header) and not any(v.strip() for v in raw[len(header) :]):
+                raw = raw[: len(header)]
+            if len(raw) != len(header):
+                warnings.append(
+                    f"{path}: line {reader.line_num}: malformed row skipped "
+                    f"({len(raw)} fields, header has {len(header)})"
+                )
+                continue
+            rows.append(raw)
+    return header, rows, warnings
+
+
+def _convert(values: pl.Expr, kind: str) -> pl.Expr:
+    text = values.str.strip_chars("\t \r\n")
+    text = pl.when(text.is_in(_NULLS)).then(None).otherwise(text)
+    if kind == "int":
+        return (
+            text.str.strip_chars('"')
+            .cast(pl.Float64, strict=False)
+            .round(0)
+            .cast(pl.Int64, strict=False)
+        )
+    if kind == "float":
+        return text.cast(pl.Float64, strict=False)
+    if kind == "us":
+        return us_expr_to_ns(text)
+    if kind == "shape":
+        return text.str.strip_chars('"')
+    if kind == "stack":
+        return text.str.replace_all(r";?\r?\n", "\n")
+    return text
+
+
+def parse_csv(path: Path, spec: CsvSpec, sink: TableSink) -> CsvResult:
+    """Parse one CSV summary file into ``spec.table``."""
+    header, rows, warnings = read_rows(path)
+    result = CsvResult(header=header, warnings=warnings)
+    raw = pl.DataFrame(
+        {f"c{i}": [r[i] for r in rows] for i in range(len(header))},
+        schema={f"c{i}": pl.String for i in range(len(header))},
+    )
+    position = {name: i for i, name in reversed(list(enumerate(header)))}
+    used: set[int] = set()
+    exprs = []
+    for col in spec.columns:
+        source = next((s for s in col.sources if s in position), None)
+        if source is None:
+            continue
+        used.add(position[source])
+        exprs.append(_convert(pl.col(f"c{position[source]}"), col.kind).alias(col.name))
+    if spec.extra:
+        unknown = [i for i in range(len(header)) if i not in used and header[i]]
+        if unknown and rows:
+            names = {f"c{i}": header[i] for i in unknown}
+            extra = [
+                json.dumps(
+                    {names[k]: v.strip("\t ") for k, v in zip(names, vals, strict=True)},
+                    ensure_ascii=False,
+                )
+                for vals in zip(*(raw.get_column(k).to_list() for k in names), strict=True)
+            ]
+            raw = raw.with_columns(pl.Series("extra", extra, dtype=pl.String))
+            exprs.append(pl.col("extra"))
+    if not exprs:
+        result.warnings.append(
+            f"{path}: none of the expected columns found (header: {', '.join(header)[:200]})"
+        )
+        return result
+    result.rows = sink.arrow(spec.table, raw.select(exprs).to_arrow())
+    return result

@@ -1,0 +1,100 @@
+"""Find and summarise ``vllm bench serve`` result JSON next to profiling data.
+
+``traceanalyzer run`` can call :func:`find_bench_results` on its input root and show
+:func:`format_bench_table` beside the findings (TTFT/TPOT per arm). Pure stdlib; reads only
+the keys it knows and ignores the rest (the result schema grows between vLLM versions).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["BenchResult", "load_bench_result", "find_bench_results", "format_bench_table"]
+
+_METRIC = re.compile(r"^(mean|median|std|p\d+(?:\.\d+)?)_(ttft|tpot|itl|e2el)_ms$")
+
+
+@dataclass(frozen=True)
+class BenchResult:
+    """One saved result. ``metrics[(stat, metric)]`` in ms, e.g. ``("p99", "ttft")``."""
+
+    path: Path
+    arm: str
+    completed: int | None
+    num_prompts: int | None
+    request_throughput: float | None
+    metrics: dict[tuple[str, str], float] = field(default_factory=dict)
+
+    def get(self, metric: str, stat: str = "mean") -> float | None:
+        return self.metrics.get((stat, metric))
+
+
+def load_bench_result(path: str | Path, arm: str | None = None) -> BenchResult | None:
+    """Parse one result file; ``None`` if it is not a ``vllm bench serve`` result."""
+    path = Path(path)
+    try:
+        data: Any = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    metrics = {}
+    for key, value in data.items():
+        m = _METRIC.match(key)
+        if m and isinstance(value, (int, float)):
+            metrics[(m.group(1), m.group(2))] = float(value)
+    if not metrics:
+        return None
+
+    def num(key: str) -> Any:
+        v = data.get(key)
+        return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+    return BenchResult(
+        path=path,
+        arm=arm or path.parent.name,
+        completed=num("completed"),
+        num_prompts=num("num_prompts"),
+        request_throughput=num("request_throughput"),
+        metrics=metrics,
+    )
+
+
+def find_bench_results(root: str | Path) -> list[BenchResult]:
+    """Every ``bench*.json`` below ``root`` that is a bench result, sorted by path."""
+    out = []
+    for path in sorted(Path(root).rglob("bench*.json")):
+        result = load_bench_result(path)
+        if result is not None:
+            out.append(result)
+    return out
+
+
+def format_bench_table(results: list[BenchResult]) -> str:
+    """A small fixed-width table: arm, completed, mean/p99 TTFT, mean/p99 TPOT (ms)."""
+    if not results:
+        return ""
+
+    def cell(v: float | None) -> str:
+        return "-" if v is None else f"{v:.1f}"
+
+    rows = [("arm", "completed", "mean TTFT", "p99 TTFT", "mean TPOT", "p99 TPOT")]
+    for r in results:
+        rows.append(
+            (
+                r.arm,
+                "-" if r.completed is None else str(r.completed),
+                cell(r.get("ttft")),
+                cell(r.get("ttft", "p99")),
+                cell(r.get("tpot")),
+                cell(r.get("tpot", "p99")),
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in rows
+    )

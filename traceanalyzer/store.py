@@ -1,0 +1,206 @@
+"""The columnar store: Hive-partitioned Parquet tables plus a manifest, read as polars LazyFrames.
+
+Layout of an output directory ``OUT``::
+
+    OUT/manifest.json                                  # per-session input fingerprints and row counts
+    OUT/tables/<table>/rank=<r>/session=<s>/part-0.parquet
+
+Every partition is written to a temporary name and renamed into place, so a killed writer never
+leaves a half-written partition behind; the manifest entry of a session is only updated after all
+its partitions are in place, which is what makes re-runs resumable.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from traceanalyzer.schema import TABLES
+
+MANIFEST = "manifest.json"
+TABLES_DIR = "tables"
+MANIFEST_VERSION = 1
+
+
+class StoreError(Exception):
+    """The output directory is not a traceanalyzer store, or is unreadable."""
+
+
+def partition_dir(root: Path, table: str, rank: int, session: str) -> Path:
+    return root / TABLES_DIR / table / f"rank={rank}" / f"session={session}"
+
+
+def write_atomic_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file in the same directory, then rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_atomic_text(path: Path, text: str) -> None:
+    write_atomic_bytes(path, text.encode("utf-8"))
+
+
+def commit_partition(
+    root: Path, table: str, rank: int, session: str, write: Callable[[Path], None]
+) -> None:
+    """Replace one (table, rank, session) partition atomically.
+
+    ``write(path)`` writes ``part-0.parquet`` at ``path`` inside a hidden staging directory; the
+    staging directory is then renamed into place, so readers never see a half-written partition.
+    Partition columns are not in the file (Hive style); they come back from the path.
+    """
+    target = partition_dir(root, table, rank, session)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(
+        tempfile.mkdtemp(dir=target.parent, prefix=f".session={session}.", suffix=".tmp")
+    )
+    try:
+        write(staging / "part-0.parquet")
+        if target.exists():
+            trash = Path(tempfile.mkdtemp(dir=target.parent, prefix=".trash."))
+            os.replace(target, trash / "old")
+            os.replace(staging, target)
+            shutil.rmtree(trash, ignore_errors=True)
+        else:
+            os.replace(staging, target)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+def write_partition(root: Path, table: str, rank: int, session: str, data: pa.Table) -> None:
+    """Write an Arrow table as one partition (see :func:`commit_partition`)."""
+    body = data.drop_columns([c for c in ("rank", "session") if c in data.column_names])
+    commit_partition(
+        root, table, rank, session, lambda path: pq.write_table(body, path, compression="zstd")
+    )
+
+
+def partition_exists(root: Path, table: str, rank: int, session: str) -> bool:
+    return (partition_dir(root, table, rank, session) / "part-0.parquet").is_file()
+
+
+def remove_session(root: Path, rank: int, session: str) -> None:
+    for table in TABLES:
+        shutil.rmtree(partition_dir(root, table, rank, session), ignore_errors=True)
+
+
+@dataclass
+class Manifest:
+    """Which sessions are in the store, from which inputs, with what row counts."""
+
+    sessions: dict[str, dict[str, Any]] = field(default_factory=dict)  # key: "<rank>/<session>"
+
+    @classmethod
+    def load(cls, root: Path) -> Manifest:
+        path = root / MANIFEST
+        if not path.exists():
+            return cls()
+        try:
+            raw = json.loads(path.read_text("utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise StoreError(f"{path}: unreadable manifest ({exc})") from exc
+        if raw.get("version") != MANIFEST_VERSION:
+            return cls()  # older layout: everything is re-ingested
+        return cls(sessions=raw.get("sessions", {}))
+
+    def save(self, root: Path) -> None:
+        doc = {"version": MANIFEST_VERSION, "sessions": self.sessions}
+        write_atomic_text(root / MANIFEST, json.dumps(doc, indent=1, sort_keys=True))
+
+
+def _empty_frame(table: str) -> pl.DataFrame:
+    return pl.from_arrow(TABLES[table].arrow_schema.empty_table())  # type: ignore[return-value]
+
+
+class Store:
+    """Read access to a store. ``table(name)`` returns a lazy, canonical-schema frame.
+
+    A table that no session produced is an empty frame with the canonical columns, so rules can
+    run their queries unconditionally; use :meth:`rows` / :meth:`has_rows` to check presence.
+    """
+
+    def __init__(self, root: Path | None, frames: Mapping[str, pl.DataFrame] | None = None):
+        self.root = root
+        self._frames = dict(frames or {})
+
+    @classmethod
+    def open(cls, root: str | os.PathLike[str]) -> Store:
+        path = Path(root)
+        if not (path / TABLES_DIR).is_dir() and not (path / MANIFEST).exists():
+            raise StoreError(f"{path}: not a traceanalyzer output directory (no {TABLES_DIR}/)")
+        return cls(path)
+
+    @classmethod
+    def from_frames(cls, frames: Mapping[str, pl.DataFrame | Iterable[dict]]) -> Store:
+        """An in-memory store, for tests and notebooks. Missing columns become nulls."""
+        conformed = {}
+        for name, frame in frames.items():
+            df = frame if isinstance(frame, pl.DataFrame) else pl.DataFrame(list(frame))
+            schema = pl.from_arrow(TABLES[name].arrow_schema.empty_table()).schema
+            df = df.with_columns(
+                [
+                    pl.lit(None, dtype=dtype).alias(col)
+                    for col, dtype in schema.items()
+                    if col not in df.columns
+                ]
+            ).select([pl.col(col).cast(dtype) for col, dtype in schema.items()])
+            conformed[name] = df
+        return cls(None, conformed)
+
+    @property
+    def table_names(self) -> list[str]:
+        return list(TABLES)
+
+    def table(self, name: str) -> pl.LazyFrame:
+        if name not in TABLES:
+            raise KeyError(f"unknown table {name!r}; known: {', '.join(TABLES)}")
+        if name in self._frames:
+            return self._frames[name].lazy()
+        files = self._files(name)
+        if not files:
+            return _empty_frame(name).lazy()
+        schema = _empty_frame(name).schema
+        lf = pl.scan_parquet(
+            files,
+            hive_partitioning=True,
+            hive_schema={"rank": pl.Int32, "session": pl.String},
+            missing_columns="insert",
+            extra_columns="ignore",
+        )
+        return lf.select([pl.col(c).cast(t) for c, t in schema.items()])
+
+    def _files(self, name: str) -> list[Path]:
+        if self.root is None:
+            return []
+        return sorted((self.root / TABLES_DIR / name).glob("rank=*/session=*/part-0.parquet"))
+
+    def rows(self, name: str) -> int:
+        return int(self.table(name).select(pl.len()).collect().item())
+
+    def has_rows(self, name: str) -> bool:
+        return self.rows(name) > 0
+
+    def sessions(self) -> pl.DataFrame:
+        """One row per rank session, ordered by rank then start time."""
+        return self.table("sessions").collect().sort(["rank", "start_ns"], nulls_last=True)
+
+    def manifest(self) -> Manifest:
+        return Manifest.load(self.root) if self.root else Manifest()

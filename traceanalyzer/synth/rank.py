@@ -1,0 +1,704 @@
+"""One rank's export: the single place that keeps all output files consistent.
+
+Scenarios and fixture builders describe *what happened* (a torch op, a CANN API
+call, a device task, a kernel, a collective); :class:`RankWriter` turns each
+fact into every record torch_npu would have written for it: trace_view events
+and flows, kernel_details rows, api/op statistics, Overlap Analysis slices,
+step_trace_time rows and communication summaries. Times are integer ns.
+
+Events are buffered per *chunk* (a step or a capture) and flushed in time order,
+so memory stays bounded by the largest chunk, not by the run.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import shutil
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from traceanalyzer.synth.comm import CollectiveRecord, write_communication
+from traceanalyzer.synth.fmt import csv_ts, js
+from traceanalyzer.synth.profiles import Generation
+from traceanalyzer.synth.tables import (
+    OPERATOR_DETAILS_HEADER,
+    ApiStatistic,
+    CsvFile,
+    OpStatistic,
+    StepTotals,
+    kernel_details_header,
+    kernel_row_tail,
+    write_step_trace,
+)
+from traceanalyzer.synth.trace_view import TraceView
+
+INVALID_MODEL = 4294967295
+_LAYER_LEVEL = {"AscendCL@": "acl", "Runtime@": "runtime", "Node@": "node", "Model@": "model"}
+KERNEL_CORES = ("AI_CORE", "AI_VECTOR_CORE", "AI_CPU", "MIX_AIC", "MIX_AIV", "DSA_SQE")
+
+
+@dataclass
+class RankConfig:
+    """Identity and profiler settings of one rank directory."""
+
+    rank: int
+    generation: Generation
+    level: int = 1
+    device: int | None = None  # defaults to the rank
+    ospid: int = 3096504
+    host: str = "localhost"
+    start_ns: int = 1_736_408_883_000_000_000
+    group: list[int] = field(default_factory=lambda: [0, 1])
+    group_hash: str = "17522688603477080586"
+    schedule: bool = True  # steps exist (ProfilerStep#N, Step Id column)
+    metadata: dict = field(default_factory=dict)  # extra prof.add_metadata keys
+    env: dict = field(default_factory=dict)  # ENV_VARIABLES overrides
+
+    @property
+    def dev(self) -> int:
+        return self.rank if self.device is None else self.device
+
+
+def rank_dir_name(host: str, ospid: int, start_ns: int) -> str:
+    """``{host}_{pid}_{YYYYMMDDhhmmssSSS}_ascend_pt`` (UTC, so names do not depend on the machine)."""
+    stamp = datetime.fromtimestamp(start_ns // 1_000_000_000, tz=timezone.utc).strftime(
+        "%Y%m%d%H%M%S"
+    )
+    return f"{host}_{ospid}_{stamp}{(start_ns // 1_000_000) % 1000:03d}_ascend_pt"
+
+
+class RankWriter:
+    """Writes one ``*_ascend_pt`` directory; see the module docstring."""
+
+    def __init__(self, root: Path, cfg: RankConfig) -> None:
+        self.cfg = cfg
+        self.gen = cfg.generation
+        self.level = cfg.level
+        self.dir = Path(root) / rank_dir_name(cfg.host, cfg.ospid, cfg.start_ns)
+        if self.dir.exists():
+            shutil.rmtree(self.dir)
+        self.out = self.dir / "ASCEND_PROFILER_OUTPUT"
+        self.out.mkdir(parents=True)
+        self.tv = TraceView(self.gen, cfg.ospid, cfg.dev)
+        self.main_tid = cfg.ospid
+        self.dequeue_tid = cfg.ospid + 3198
+        self.hw_pid = self.tv.pid("Ascend Hardware")
+        self.comm_pid = self.tv.pid(self.gen.comm_process)
+        self._kernels = CsvFile(
+            self.out / "kernel_details.csv",
+            kernel_details_header(self.gen, self.level, cfg.schedule),
+            crlf=True,
+        )
+        self._operators = CsvFile(
+            self.out / "operator_details.csv", OPERATOR_DETAILS_HEADER, crlf=False
+        )
+        self.api_stat = ApiStatistic()
+        self.op_stat = OpStatistic()
+        self._conn = 900
+        self._corr = 8200
+        self._task_ids: dict[int, int] = {}
+        self._stream_end: dict[int, int] = {}  # for kernel_details Wait Time
+        self._chunk_kernels: list[
+            tuple[int, int, list[object]]
+        ] = []  # (start, stream, row-without-wait)
+        self._compute: list[tuple[int, int]] = []
+        self._comm: list[tuple[int, int]] = []
+        self._last_device_end: int | None = None
+        # Without a schedule there is one unnamed step covering the whole window.
+        self.steps: list[StepTotals] = (
+            [] if cfg.schedule else [StepTotals("", cfg.start_ns, cfg.start_ns)]
+        )
+        self._step_starts: list[int] = [] if cfg.schedule else [0]
+        self._open_step: tuple[int, int] | None = None
+        self._collectives: dict[str, list[CollectiveRecord]] = {}
+        self._hccl_index = 0
+        self.last_ts = cfg.start_ns
+        self.counts: dict[str, int] = {}  # what was generated, for round-trip checks
+
+    # ---- ids ------------------------------------------------------------------
+    def next_conn(self) -> int:
+        self._conn += 1
+        return self._conn
+
+    def next_task_id(self, stream: int) -> int:
+        tid = self._task_ids.get(stream, 10 + stream * 7)
+        self._task_ids[stream] = tid + 1
+        return tid
+
+    def flow_id(self, conn: int, context: bool) -> str:
+        """HostToDevice id: plain for memcpy/event APIs, ``(conn<<32)+ctx`` for launches (G1/G2)."""
+        if not context:
+            return str(conn)
+        if self.gen.flow_id_with_context:
+            return str((conn << 32) + 4294967295)
+        return str(conn << 32)
+
+    def _count(self, key: str, n: int = 1) -> None:
+        self.counts[key] = self.counts.get(key, 0) + n
+
+    def _touch(self, start: int, end: int) -> None:
+        if end > self.last_ts:
+            self.last_ts = end
+
+    # ---- steps ----------------------------------------------------------------
+    def begin_step(self, number: int, start: int) -> None:
+        if not self.cfg.schedule:
+            raise ValueError("steps need a profiler schedule (RankConfig.schedule=True)")
+        self._open_step = (number, start)
+        self.steps.append(StepTotals(str(number), start, start))
+        self._step_starts.append(start)
+
+    def end_step(self, end: int) -> None:
+        assert self._open_step is not None, "end_step without begin_step"
+        number, start = self._open_step
+        self.flush()
+        self.steps[-1].end = end
+        self.tv.cpu_op(self.main_tid, f"ProfilerStep#{number}", start, end - start)
+        self._count("profiler_steps")
+        self._open_step = None
+        self._touch(start, end)
+
+    def step_window(self, number: int, start: int, end: int) -> None:
+        """Register a whole step at once (fixtures); windows must be added in time order."""
+        self.begin_step(number, start)
+        self.steps[-1].end = end
+        self.tv.cpu_op(self.main_tid, f"ProfilerStep#{number}", start, end - start)
+        self._count("profiler_steps")
+        self._open_step = None
+        self._touch(start, end)
+
+    def _step_of(self, ts: int) -> StepTotals | None:
+        if not self.steps:
+            return None
+        i = bisect.bisect_right(self._step_starts, ts) - 1
+        return self.steps[i] if i >= 0 else None
+
+    # ---- framework ------------------------------------------------------------
+    def cpu_op(
+        self,
+        name: str,
+        start: int,
+        dur: int,
+        *,
+        tid: int | None = None,
+        device_ns: int = 0,
+        aicore_ns: int = 0,
+        self_ns: int | None = None,
+        shapes: str = "",
+    ) -> None:
+        """A torch op (``cpu_op``) plus its operator_details row."""
+        tid = self.main_tid if tid is None else tid
+        self.tv.cpu_op(tid, name, start, dur)
+        host_self = dur if self_ns is None else self_ns
+        own_dev = device_ns if self_ns is None else 0
+        own_ai = aicore_ns if self_ns is None else 0
+        self._operators.row(
+            [
+                name,
+                shapes,
+                "",
+                host_self / 1000,
+                dur / 1000,
+                own_dev / 1000,
+                device_ns / 1000,
+                own_ai / 1000,
+                aicore_ns / 1000,
+            ]
+        )
+        self._count("cpu_op")
+        self._touch(start, start + dur)
+
+    def enqueue(self, op: str, start: int, dur: int, deq_start: int, deq_dur: int) -> None:
+        """torch_npu task-queue hand-over: Enqueue on the caller, Dequeue@op on the consumer thread."""
+        self._corr += 1
+        self.tv.enqueue(self.main_tid, self._corr, start, dur)
+        self.tv.dequeue(self.dequeue_tid, self._corr, op, deq_start, deq_dur)
+
+    def torch_to_npu(
+        self,
+        op_start: int,
+        stream: int,
+        task_start: int,
+        *,
+        tid: int | None = None,
+        collective: bool = False,
+    ) -> None:
+        """async_npu flow from a torch op to its kernel (or, ``collective``, to the HCCL group op on tid 0)."""
+        dst_pid, dst_tid = (self.comm_pid, 0) if collective else (self.hw_pid, stream)
+        self.tv.torch_to_npu(
+            self.main_tid if tid is None else tid, op_start, dst_pid, dst_tid, task_start
+        )
+        self._count("flow:torch_to_npu")
+
+    # ---- CANN -------------------------------------------------------------------
+    def api(
+        self,
+        layer: str,
+        api: str,
+        start: int,
+        dur: int,
+        *,
+        tid: int | None = None,
+        mode: str = "ACL_RTS",
+        item_id: str = "0",
+        api_id: str | None = None,
+        level: str | None = None,
+    ) -> int:
+        """A CANN host API event (``AscendCL@…``, ``Runtime@…``, ``Node@…``, HCCL layer); returns its connection id.
+
+        Not recorded at Level0 (torch_npu prunes the CANN layer) and Runtime is Level2-only.
+        """
+        conn = self.next_conn()
+        if self.level == 0 or (layer == "Runtime@" and self.level < 2):
+            return conn
+        tid = self.main_tid if tid is None else tid
+        lvl = level or _LAYER_LEVEL.get(layer, self.gen.comm_level)
+        if api_id is None:
+            api_id = api if layer == "AscendCL@" else "0"
+        self.tv.cann_api(tid, layer, api, start, dur, mode, lvl, api_id, item_id, conn)
+        self.api_stat.add(lvl, api, dur)
+        self._count(f"cann:{layer}{api}")
+        self._touch(start, start + dur)
+        return conn
+
+    def h2d(
+        self,
+        conn: int,
+        context: bool,
+        cann_tid: int,
+        cann_ts: int,
+        dst_pid: int,
+        dst_tid: int,
+        dst_ts: int,
+    ) -> None:
+        if self.level == 0:
+            return
+        self.tv.h2d_flow(self.flow_id(conn, context), cann_tid, cann_ts, dst_pid, dst_tid, dst_ts)
+        self._count("flow:HostToDevice")
+
+    # ---- device ---------------------------------------------------------------
+    def task(
+        self,
+        stream: int,
+        name: str,
+        task_type: str,
+        start: int,
+        dur: int,
+        *,
+        conn: int | None = None,
+        extra: dict | None = None,
+        model_id: int = INVALID_MODEL,
+        subtask: int = 4294967295,
+    ) -> int:
+        """A device task without op info (memcpy, waits, records): trace only, no kernel_details row."""
+        conn = self.next_conn() if conn is None else conn
+        extra_s = "".join(
+            f", {js(k)}: {json.dumps(v, ensure_ascii=False)}" for k, v in (extra or {}).items()
+        )
+        self.tv.hw_task(
+            stream,
+            name,
+            task_type,
+            start,
+            dur,
+            self.next_task_id(stream),
+            conn,
+            model_id,
+            subtask,
+            extra_s,
+        )
+        self._count(f"task:{task_type}")
+        self._device_seen(start, start + dur)
+        return conn
+
+    def _device_seen(self, start: int, end: int) -> None:
+        step = self._step_of(start)
+        if step is not None and (step.first_device is None or start < step.first_device):
+            step.first_device = start
+        self._touch(start, end)
+
+    def kernel(
+        self,
+        stream: int,
+        name: str,
+        op_type: str,
+        core: str,
+        start: int,
+        dur: int,
+        *,
+        conn: int | None = None,
+        block_dim: int = 24,
+        model_id: int = INVALID_MODEL,
+        in_shapes: str = "1,4096",
+        in_types: str = "DT_BF16",
+        out_shapes: str = "1,4096",
+        out_types: str = "DT_BF16",
+        formats: str = "ND",
+    ) -> int:
+        """A kernel: HW slice with op info, kernel_details row, op_statistic entry, Computing slice."""
+        conn = self.next_conn() if conn is None else conn
+        task_id = self.next_task_id(stream)
+        subtask = 0 if core.startswith("MIX") else 4294967295
+        self.tv.hw_task(stream, name, core, start, dur, task_id, conn, model_id, subtask)
+        self._device_seen(start, start + dur)
+        self.op_stat.add(op_type, core, dur)
+        self._compute.append((start, start + dur))
+        if self.level == 0:
+            row: list[object] = [name, "N/A", "N/A", csv_ts(start), dur / 1000, None, 0]
+        else:
+            row = [model_id, task_id, stream, name, op_type]
+            if self.gen.has_op_state:
+                row.append("dynamic")
+            row += [core, csv_ts(start), dur / 1000, None, block_dim, 0]
+            if self.gen.has_op_state:
+                row.append("NO")
+            n_in = in_shapes.count(";") + 1
+            row += [
+                f'"{in_shapes}"',
+                in_types,
+                ";".join([formats] * n_in),
+                f'"{out_shapes}"',
+                out_types,
+                formats,
+                "N/A",
+            ]
+            row += kernel_row_tail(self.gen, core, dur)
+        self._chunk_kernels.append((start, stream, row))
+        self._count("kernel")
+        return conn
+
+    def collective(
+        self,
+        op: str,
+        start: int,
+        dur: int,
+        *,
+        host_tid: int | None = None,
+        host_start: int | None = None,
+        stream: int = 4,
+        count: int = 4_097_000,
+        wait_ns: int = 0,
+        size: int = 2_064_384,
+        host_dur: int = 90_000,
+    ) -> str:
+        """An HCCL collective launched from the host and executed on ``stream``.
+
+        Emits the HCCL-layer launch (``Hccl@Launch_Ffts``/``Communication@…``) with its HostToDevice flow, the
+        big op on the communication process, its plane tasks and HW tasks (Level1+), a kernel_details row with
+        the collective Accelerator Core, a Communication Overlap slice and a communication.json record.
+        """
+        self._hccl_index += 1
+        name = f"hcom_{op}__{586 + self.cfg.rank}_{self._hccl_index}_1"
+        host_tid = self.dequeue_tid if host_tid is None else host_tid
+        host_start = start - 40_000 if host_start is None else host_start
+        prefix = self.gen.comm_prefix
+        conn = self.api(
+            prefix,
+            "Launch_Ffts",
+            host_start,
+            host_dur,
+            tid=host_tid,
+            mode="master",
+            item_id="Launch_Ffts",
+            level=self.gen.comm_level,
+        )
+        self.h2d(conn, True, host_tid, host_start, self.comm_pid, 0, start)
+        self.tv.comm_op(0, name, start, dur, conn, "FP16", "MESH-RING", count)
+        self._count("collective")
+        self._comm.append((start, start + dur))
+        self._device_seen(start, start + dur)
+        transit = max(dur - wait_ns, 1000) // 2
+        if self.level > 0:
+            peers = [p for p in self.cfg.group if p != self.cfg.rank] or [1]
+            t = start
+            task_id = self.next_task_id(stream)
+            for ctx, peer in enumerate(peers):
+                plane = ctx % 8
+                self.tv.comm_task(
+                    plane,
+                    "Memcpy",
+                    t,
+                    transit // len(peers),
+                    stream,
+                    task_id,
+                    ctx * 2,
+                    self.cfg.rank,
+                    peer,
+                    size,
+                    "SDMA",
+                    "HCCS",
+                    "18446744073709551615",
+                    108.46,
+                    18.9,
+                    "INVALID_TYPE",
+                )
+                self.tv.hw_task(
+                    stream,
+                    "SDMA",
+                    "SDMA",
+                    t,
+                    transit // len(peers),
+                    task_id,
+                    conn,
+                    INVALID_MODEL,
+                    ctx * 2,
+                )
+                t += transit // len(peers)
+                wait = wait_ns if ctx == 0 else 20
+                self.tv.comm_task(
+                    plane,
+                    "Notify_Wait",
+                    t,
+                    wait,
+                    stream,
+                    task_id,
+                    ctx * 2 + 1,
+                    self.cfg.rank,
+                    peer,
+                    0,
+                    "LOCAL",
+                    "INVALID_TYPE",
+                    str(60 + ctx * 8),
+                    0.02,
+                    0.0,
+                    "INVALID_TYPE",
+                )
+                self.tv.hw_task(
+                    stream,
+                    "Notify Wait",
+                    "Notify Wait",
+                    t,
+                    wait,
+                    task_id,
+                    conn,
+                    INVALID_MODEL,
+                    ctx * 2 + 1,
+                )
+                t += wait
+        if self.level == 0:
+            row: list[object] = [
+                name,
+                "N/A",
+                self.gen.comm_core,
+                csv_ts(start),
+                dur / 1000,
+                None,
+                0,
+            ]
+        else:
+            row = [INVALID_MODEL, "N/A", "N/A", name, f"hcom_{op}_"]
+            if self.gen.has_op_state:
+                row.append("N/A")
+            row += [self.gen.comm_core, csv_ts(start), dur / 1000, None, 0, "N/A"]
+            if self.gen.has_op_state:
+                row.append("N/A")
+            row += ["N/A"] * 7 + ["N/A"] * len(kernel_row_tail(self.gen, "HCCL", dur))
+        self._chunk_kernels.append((start, -1, row))
+        step = self._step_of(start)
+        key = f"step{step.step}" if step is not None else "step"
+        self._collectives.setdefault(key, []).append(
+            CollectiveRecord(name, start, dur, transit, wait_ns, wait_ns // 2, size)
+        )
+        return name
+
+    # ---- chunk flush ------------------------------------------------------------
+    def flush(self) -> None:
+        """Close the current chunk: overlap slices, kernel_details rows, time-sorted msprof events."""
+        self._flush_overlap()
+        self._chunk_kernels.sort(key=lambda r: r[0])
+        with_step = self.cfg.schedule
+        dur_i = 4 if self.level == 0 else (8 if self.gen.has_op_state else 7)
+        for start, stream, row in self._chunk_kernels:
+            end = start + round(row[dur_i] * 1000)
+            prev = self._stream_end.get(stream)
+            row[dur_i + 1] = max(start - prev, 0) / 1000 if prev is not None else 0
+            self._stream_end[stream] = end if prev is None else max(end, prev)
+            lead: list[object] = []
+            if with_step:
+                step = self._step_of(start)
+                lead.append(step.step if step is not None else "")
+            if self.gen.device_id_column:
+                lead.append(self.cfg.dev)
+            self._kernels.row(lead + row)
+        self._chunk_kernels.clear()
+        self.tv.flush_chunk()
+
+    def _flush_overlap(self) -> None:
+        if not self._compute and not self._comm:
+            return
+        compute = _merge(self._compute)
+        comm = _merge(self._comm)
+        busy = _merge(self._compute + self._comm)
+        for s, e in compute:
+            self.tv.overlap(0, s, e - s)
+            self._acc(s, "computing", e - s)
+        for s, e in comm:
+            self.tv.overlap(1, s, e - s)
+            self._acc(s, "communication", e - s)
+        for s, e in _subtract(comm, compute):
+            self.tv.overlap(2, s, e - s)
+            self._acc(s, "not_overlapped", e - s)
+        prev = self._last_device_end
+        for s, e in busy:
+            if prev is not None and s > prev and self._step_of(prev) is self._step_of(s):
+                self.tv.overlap(3, prev, s - prev)
+                self._acc(prev, "free", s - prev)
+            prev = e if prev is None else max(prev, e)
+        self._last_device_end = prev
+        self._compute.clear()
+        self._comm.clear()
+
+    def _acc(self, ts: int, attr: str, ns: int) -> None:
+        step = self._step_of(ts)
+        if step is None:
+            return
+        setattr(step, attr, getattr(step, attr) + ns)
+
+    # ---- close ------------------------------------------------------------------
+    def close(self) -> Path:
+        """Write the remaining files and return the rank directory."""
+        self.flush()
+        cfg = self.cfg
+        end = self.last_ts
+        self.tv.counter("AI Core Freq", "AI Core Freq", cfg.start_ns, '"MHz": 1800')
+        self.tv.counter("AI Core Freq", "AI Core Freq", end, '"MHz": 1800')
+        self.tv.flush_chunk()
+        self.tv.write(self.out / "trace_view.json")
+        self.tv.close()
+        self._kernels.close()
+        self._operators.close()
+        if not cfg.schedule:
+            self.steps[0].end = end
+        write_step_trace(self.out / "step_trace_time.csv", self.gen, cfg.dev, self.steps)
+        if self.level > 0:
+            self.api_stat.write(self.out / "api_statistic.csv", self.gen)
+            self.op_stat.write(self.out / "op_statistic.csv", self.gen, cfg.dev)
+            if self._collectives:
+                write_communication(
+                    self.out, self._collectives, cfg.rank, cfg.group, cfg.group_hash
+                )
+        self._write_info(end)
+        return self.dir
+
+    def _write_info(self, end: int) -> None:
+        cfg, gen = self.cfg, self.gen
+        level_name = f"Level{cfg.level}"
+        experimental: dict = {
+            "_profiler_level": level_name,
+            "_aic_metrics": "ACL_AICORE_PIPE_UTILIZATION",
+            "_l2_cache": False,
+            "_msprof_tx": False,
+            "_data_simplification": True,
+            "record_op_args": False,
+            "_export_type": ["text"] if gen.export_type_list else "text",
+            "_op_attr": False,
+            "_gc_detect_threshold": None,
+        }
+        if gen.export_type_list:
+            experimental.update(
+                {
+                    "_host_sys": [],
+                    "_mstx": False,
+                    "_mstx_domain_include": [],
+                    "_mstx_domain_exclude": [],
+                    "_sys_io": False,
+                    "_sys_interconnection": False,
+                }
+            )
+        common = {
+            "activities": ["ProfilerActivity.CPU", "ProfilerActivity.NPU"],
+            "schedule": {
+                "wait": 0,
+                "active": max(len(self.steps), 1),
+                "warmup": 1,
+                "repeat": 1,
+                "skip_first": 0,
+            },
+            "record_shapes": False,
+            "profile_memory": False,
+            "with_stack": False,
+            "with_flops": False,
+            "with_modules": False,
+        }
+        if not cfg.schedule:
+            common.pop("schedule")
+        info: dict = {
+            "config": {"common_config": common, "experimental_config": experimental},
+            "start_info": {
+                "syscnt_enable": True,
+                "freq": 100,
+                "start_cnt": 17238197612056 + cfg.rank,
+                "start_monotonic": 172163581670080 + cfg.rank,
+            },
+            "end_info": {
+                "collectionTimeEnd": end + 1_000_000,
+                "MonotonicTimeEnd": 172163581670080 + (end - cfg.start_ns),
+            },
+        }
+        info.update(gen.versions)
+        info["rank_id"] = str(cfg.rank) if gen.rank_id_str else cfg.rank
+        (self.dir / f"profiler_info_{cfg.rank}.json").write_text(
+            json.dumps(info, indent=4), encoding="utf-8"
+        )
+        env = {
+            k: ""
+            for k in (
+                "ASCEND_GLOBAL_LOG_LEVEL",
+                "HCCL_RDMA_TC",
+                "HCCL_RDMA_SL",
+                "ACLNN_CACHE_LIMIT",
+                "HOST_CACHE_CAPACITY",
+                "ASCEND_ENHANCE_ENABLE",
+                "PYTORCH_NPU_ALLOC_CONF",
+                "ASCEND_LAUNCH_BLOCKING",
+            )
+        }
+        env.update(cfg.env)
+        meta: dict = {"ENV_VARIABLES": env}
+        if len(cfg.group) > 1:
+            meta["parallel_group_info"] = {
+                cfg.group_hash: {
+                    "group_name": "default_group",
+                    "group_rank": cfg.group.index(cfg.rank) if cfg.rank in cfg.group else 0,
+                    "global_ranks": list(cfg.group),
+                }
+            }
+        meta.update(cfg.metadata)
+        (self.dir / "profiler_metadata.json").write_text(
+            json.dumps(meta, indent=4), encoding="utf-8"
+        )
+
+
+def _merge(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for s, e in sorted(intervals):
+        if out and s <= out[-1][1]:
+            if e > out[-1][1]:
+                out[-1] = (out[-1][0], e)
+        else:
+            out.append((s, e))
+    return out
+
+
+def _subtract(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Parts of merged intervals ``a`` not covered by merged intervals ``b``."""
+    out: list[tuple[int, int]] = []
+    j = 0
+    for s, e in a:
+        cur = s
+        while j < len(b) and b[j][1] <= cur:
+            j += 1
+        k = j
+        while k < len(b) and b[k][0] < e:
+            if b[k][0] > cur:
+                out.append((cur, b[k][0]))
+            cur = max(cur, b[k][1])
+            k += 1
+        if cur < e:
+            out.append((cur, e))
+    return out
+
+
+__all__ = ["RankConfig", "RankWriter", "rank_dir_name"]

@@ -1,0 +1,80 @@
+"""Scenario registry: name -> (run function, knobs with defaults, help).
+
+A knob's type is the type of its default; values from the CLI (``--set k=v``)
+are converted to it, and unknown names are rejected with the list of valid ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from traceanalyzer.synth.scenarios import baseline, capture, store
+from traceanalyzer.synth.scenarios.timeline import Timeline
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    run: Callable[[Timeline, dict], None]
+    knobs: dict[str, Any]
+    help: str
+    metadata: Callable[[dict], dict] = field(default=lambda knobs: {})
+    env: dict[str, str] = field(default_factory=dict)
+
+    def schedule(self, knobs: dict) -> bool:
+        """Session-style profiling (one ``with profile()`` around one call) has no schedule/steps."""
+        return knobs.get("profile_style", "events") != "session"
+
+    def resolve(self, given: dict[str, Any]) -> dict[str, Any]:
+        """Defaults overlaid with ``given``, converted to each default's type."""
+        unknown = sorted(set(given) - set(self.knobs))
+        if unknown:
+            raise KeyError(
+                f"unknown knob(s) {unknown} for scenario {self.name!r}; valid: {sorted(self.knobs)}"
+            )
+        out = dict(self.knobs)
+        for key, value in given.items():
+            out[key] = convert(value, self.knobs[key], key)
+        if "profile_style" in out and out["profile_style"] not in ("events", "session"):
+            raise ValueError(
+                f"profile_style must be 'events' or 'session', not {out['profile_style']!r}"
+            )
+        return out
+
+
+def convert(value: Any, default: Any, key: str) -> Any:
+    """Convert a knob value (often a CLI string) to the type of its default."""
+    if isinstance(value, str) and not isinstance(default, str):
+        try:
+            if isinstance(default, bool):
+                return value.lower() in ("1", "true", "yes", "on")
+            return type(default)(value)
+        except ValueError:
+            raise ValueError(f"knob {key}={value!r}: expected {type(default).__name__}") from None
+    if isinstance(default, float) and isinstance(value, int):
+        return float(value)
+    return value
+
+
+SCENARIOS: dict[str, Scenario] = {
+    "capture-growth": Scenario("capture-growth", capture.run, capture.KNOBS, capture.HELP),
+    "capture-healthy": Scenario(
+        "capture-healthy", capture.run, capture.HEALTHY_KNOBS, capture.HEALTHY_HELP
+    ),
+    "store-stall": Scenario("store-stall", store.run, store.KNOBS, store.HELP, store.metadata),
+    "store-healthy": Scenario(
+        "store-healthy", store.run, store.HEALTHY_KNOBS, store.HEALTHY_HELP, store.metadata
+    ),
+    "inference-baseline": Scenario(
+        "inference-baseline", baseline.run, baseline.KNOBS, baseline.HELP
+    ),
+}
+
+
+def get_scenario(name: str) -> Scenario:
+    try:
+        return SCENARIOS[name]
+    except KeyError:
+        raise KeyError(f"unknown scenario {name!r}; choose from {sorted(SCENARIOS)}") from None

@@ -1,0 +1,110 @@
+"""``capture-growth`` / ``capture-healthy``: vLLM capturing FULL aclgraphs repeatedly (seed 000).
+
+Each round (one ProfilerStep, like the seed's outer ``for i in range(100)`` loop
+with ``prof.step()``) captures every size: an eager warm-up forward, then an
+``AscendCL@aclmdlRICaptureBegin`` … ``AscendCL@aclmdlRICaptureEnd`` window on the
+Python main thread holding the captured launches (host only: captured tasks are
+not executed) and the HCCL ops (``AscendCL@hcom_allReduce_``, Mode HOST_HCCL).
+Inside each HCCL op the AICPU resource refresh issues blocking H2D copies
+(``AscendCL@aclrtMemcpy``, ``Runtime@MemCopySync`` at Level2). With the leaking
+resource list their number grows linearly with the number of earlier captures,
+and the capture time with it; with ``HCCL_OP_EXPANSION_MODE=AIV`` it stays flat.
+"""
+
+from __future__ import annotations
+
+from traceanalyzer.synth import ops
+from traceanalyzer.synth.ops import US
+from traceanalyzer.synth.scenarios.timeline import Timeline
+
+SIZES = [1, 2, 4, 8, 12, 16, 24, 32, 40, 48, 96]
+KNOBS = {
+    "captures": 11,
+    "rounds": 3,
+    "growth": 2.0,
+    "base_memcpy": 6,
+    "noise": 0.1,
+    "layers": 2,
+    "steps": 0,
+}
+HEALTHY_KNOBS = {**KNOBS, "growth": 0.0}
+HELP = (
+    "aclgraph capture windows whose aclrtMemcpy count grows with earlier captures "
+    "(knobs: captures, rounds, growth, base_memcpy, noise, layers, steps)"
+)
+HEALTHY_HELP = (
+    "the same captures with HCCL_OP_EXPANSION_MODE=AIV: memcpy count flat (same knobs, growth=0)"
+)
+
+
+def memcpy_count(tl: Timeline, earlier: int, knobs: dict) -> int:
+    """Host memcpys in one capture: ``base + growth * earlier`` with multiplicative noise."""
+    mean = knobs["base_memcpy"] + knobs["growth"] * earlier
+    noise = knobs["noise"]
+    return max(int(round(mean * (1 + tl.rng.uniform(-noise, noise)))), 1)
+
+
+def capture(tl: Timeline, memcpys: int, layers: int) -> None:
+    """One capture window with ``layers`` layers of captured launches and one HCCL op per layer."""
+    rw, rng = tl.rw, tl.rng
+    t = tl.t
+    rw.api("AscendCL@", "aclmdlRICaptureBegin", t, ops.jitter(rng, 15))
+    t += ops.jitter(rng, 25)
+    per_op = [memcpys // layers + (1 if i < memcpys % layers else 0) for i in range(layers)]
+    for layer in range(layers):
+        for spec in ops.DECODE_LAYER:
+            dur = ops.jitter(rng, 20)
+            rw.api("AscendCL@", spec.api, t + 3 * US, dur - 6 * US, mode="ACL_NN")
+            rw.api(
+                "Node@", "launch", t + 8 * US, ops.jitter(rng, 4), mode="launch", item_id=spec.name
+            )
+            rw.cpu_op(spec.api, t, dur)
+            t += dur + ops.jitter(rng, 3)
+        start = t
+        c = t + ops.jitter(rng, 20)
+        for _ in range(per_op[layer]):
+            c = ops.memcpy_sync(rw, rng, c) + ops.jitter(rng, 3)
+        end = c + ops.jitter(rng, 15)
+        rw.api(
+            "AscendCL@", "hcom_allReduce_", start + 2 * US, end - start - 4 * US, mode="HOST_HCCL"
+        )
+        rw.cpu_op("HcclAllreduce", start, end - start)
+        t = end + ops.jitter(rng, 3)
+    rw.api("AscendCL@", "aclmdlRICaptureEnd", t, ops.jitter(rng, 30))
+    tl.t = t + ops.jitter(rng, 40)
+    rw._count("capture")
+    rw._count("capture_memcpy", memcpys)
+
+
+def warmup(tl: Timeline, layers: int) -> None:
+    """The eager dummy run vLLM does before each capture (kernels and the TP all-reduce really execute)."""
+    t = tl.t
+    for _ in range(layers):
+        for spec in ops.DECODE_LAYER:
+            t = ops.launch_kernel(tl.rw, tl.rng, tl.dev, t, spec)
+        t = ops.allreduce_eager(tl.rw, tl.rng, tl.dev, t, 2, 4)
+    tl.t = ops.synchronize(tl.rw, t, tl.dev.idle_at()) + ops.jitter(tl.rng, 30)
+
+
+def run(tl: Timeline, knobs: dict) -> None:
+    sizes = (
+        SIZES[: knobs["captures"]]
+        if knobs["captures"] <= len(SIZES)
+        else SIZES * (knobs["captures"] // len(SIZES) + 1)
+    )
+    sizes = sizes[: knobs["captures"]]
+    layers = knobs["layers"]
+    tl.layers = layers
+    earlier = 0
+    for _ in range(knobs["rounds"]):
+        tl.rw.begin_step(tl.step, tl.t)
+        for _size in sizes:
+            warmup(tl, layers)
+            capture(tl, memcpy_count(tl, earlier, knobs), layers)
+            tl.rw.flush()
+            earlier += 1
+        tl.rw.end_step(tl.t)
+        tl.t += ops.jitter(tl.rng, 50)
+        tl.step += 1
+    for _ in range(knobs["steps"]):
+        tl.decode()

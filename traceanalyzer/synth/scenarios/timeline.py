@@ -1,0 +1,50 @@
+"""The running state a scenario advances: host clock, device streams, step counter."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from random import Random
+
+from traceanalyzer.synth import ops
+from traceanalyzer.synth.rank import RankWriter
+
+
+@dataclass
+class Timeline:
+    """Host time ``t`` (ns), the device model and the next ProfilerStep number of one rank."""
+
+    rw: RankWriter
+    rng: Random
+    t: int
+    step: int = 1
+    dev: ops.Device = field(default_factory=ops.Device)
+    layers: int = 4
+    allreduce: bool = False
+
+    def decode(self) -> None:
+        """One decode step; without a profiler schedule the same work runs without ProfilerStep."""
+        if self.rw.cfg.schedule:
+            self.t = ops.decode_step(
+                self.rw,
+                self.rng,
+                self.dev,
+                self.step,
+                self.t,
+                layers=self.layers,
+                allreduce=self.allreduce,
+            )
+            self.step += 1
+            return
+        t = self.t
+        for _ in range(self.layers):
+            for spec in ops.DECODE_LAYER:
+                t = ops.launch_kernel(self.rw, self.rng, self.dev, t, spec)
+        self.t = ops.synchronize(self.rw, t, self.dev.idle_at()) + ops.jitter(self.rng, 60)
+        self.rw.flush()
+
+    def pad_to(self, target_bytes: int | None) -> None:
+        """Add decode steps until trace_view.json reaches about ``target_bytes`` (``--target-mb``)."""
+        if target_bytes is None:
+            return
+        while self.rw.tv.size < target_bytes:
+            self.decode()

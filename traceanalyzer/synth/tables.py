@@ -1,0 +1,316 @@
+"""The CSV summary files, written row by row or aggregated in constant memory.
+
+Each writer mirrors one producer: ``kernel_details.csv``, ``operator_details.csv``
+and ``step_trace_time.csv`` come from torch_npu's Python ``csv.writer`` (CRLF
+rows, except operator_details which the real export has with LF);
+``api_statistic.csv`` and ``op_statistic.csv`` are msprof summaries copied
+verbatim (LF). Headers per generation and level follow the format reference §2.
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+from traceanalyzer.synth.fmt import csv_ts, r3
+from traceanalyzer.synth.profiles import (
+    G1_METRIC_COLUMNS,
+    PIPE_UTILIZATION_COLUMNS,
+    SHAPE_COLUMNS,
+    Generation,
+)
+
+OPERATOR_DETAILS_HEADER = [
+    "Name",
+    "Input Shapes",
+    "Call Stack",
+    "Host Self Duration(us)",
+    "Host Total Duration(us)",
+    "Device Self Duration(us)",
+    "Device Total Duration(us)",
+    "Device Self Duration With AICore(us)",
+    "Device Total Duration With AICore(us)",
+]
+
+
+def kernel_details_header(gen: Generation, level: int, with_step: bool) -> list[str]:
+    head = ["Step Id"] if with_step else []
+    if gen.device_id_column:
+        head.append("Device_id")
+    if level == 0:
+        return head + [
+            "Name",
+            "Type",
+            "Accelerator Core",
+            "Start Time(us)",
+            "Duration(us)",
+            "Wait Time(us)",
+            gen.block_dim,
+        ]
+    head += ["Model ID", "Task ID", "Stream ID", "Name", "Type"]
+    if gen.has_op_state:
+        head.append("OP State")
+    head += [
+        "Accelerator Core",
+        "Start Time(us)",
+        "Duration(us)",
+        "Wait Time(us)",
+        gen.block_dim,
+        gen.mix_block_dim,
+    ]
+    if gen.has_op_state:
+        head.append("HF32 Eligible")
+    head += [*SHAPE_COLUMNS, "Context ID"]
+    head += list(PIPE_UTILIZATION_COLUMNS if gen.has_op_state else G1_METRIC_COLUMNS)
+    return head
+
+
+def api_statistic_header(gen: Generation) -> list[str]:
+    head = ["Level", "API Name", "Time(us)", "Count", "Avg(us)", "Min(us)", "Max(us)", "Variance"]
+    return (["Device_id"] if gen.device_id_column else []) + head
+
+
+def op_statistic_header(gen: Generation) -> list[str]:
+    head = [
+        "OP Type",
+        "Core Type",
+        "Count",
+        "Total Time(us)",
+        "Min Time(us)",
+        "Avg Time(us)",
+        "Max Time(us)",
+        "Ratio(%)",
+    ]
+    return (["Device_id"] if gen.device_id_column else []) + head
+
+
+def step_trace_header(gen: Generation) -> list[str]:
+    head = [
+        "Step",
+        "Computing",
+        "Communication(Not Overlapped)",
+        "Overlapped",
+        "Communication",
+        "Free",
+        "Stage",
+        "Bubble",
+        "Communication(Not Overlapped and Exclude Receive)",
+    ]
+    if gen.step_preparing_column:
+        head.append("Preparing")
+    return (["Device_id"] if gen.device_id_column else []) + head
+
+
+class CsvFile:
+    """A streamed CSV file with a fixed line terminator (``\\r\\n`` or ``\\n``)."""
+
+    def __init__(self, path: Path, header: list[str], crlf: bool) -> None:
+        self._fh: IO[str] = open(path, "w", encoding="utf-8", newline="")  # noqa: SIM115 - streamed, closed in close()
+        self._writer = csv.writer(self._fh, lineterminator="\r\n" if crlf else "\n")
+        self._writer.writerow(header)
+        self.rows = 0
+
+    def row(self, values: list[object]) -> None:
+        self._writer.writerow(values)
+        self.rows += 1
+
+    def close(self) -> None:
+        self._fh.close()
+
+
+@dataclass
+class Agg:
+    """Running count/sum/sum-of-squares/min/max of durations in ns (exact ints)."""
+
+    count: int = 0
+    total: int = 0
+    sq: int = 0
+    lo: int = 0
+    hi: int = 0
+
+    def add(self, ns: int) -> None:
+        if self.count == 0 or ns < self.lo:
+            self.lo = ns
+        if self.count == 0 or ns > self.hi:
+            self.hi = ns
+        self.count += 1
+        self.total += ns
+        self.sq += ns * ns
+
+    @property
+    def variance_us2(self) -> float:
+        """Population variance in µs² (msprof api_statistic ``Variance``)."""
+        mean = self.total / self.count
+        return (self.sq / self.count - mean * mean) / 1e6
+
+
+class ApiStatistic:
+    """api_statistic.csv: CANN events aggregated per (level, API name), sorted by API name."""
+
+    def __init__(self) -> None:
+        self.aggs: dict[tuple[str, str], Agg] = {}
+
+    def add(self, level: str, api: str, dur: int) -> None:
+        key = (level, api)
+        agg = self.aggs.get(key)
+        if agg is None:
+            agg = self.aggs[key] = Agg()
+        agg.add(dur)
+
+    def write(self, path: Path, gen: Generation) -> None:
+        f = CsvFile(path, api_statistic_header(gen), crlf=False)
+        for (level, api), a in sorted(self.aggs.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+            row: list[object] = ["host"] if gen.device_id_column else []
+            row += [
+                level,
+                api,
+                r3(a.total / 1000),
+                a.count,
+                r3(a.total / a.count / 1000),
+                r3(a.lo / 1000),
+                r3(a.hi / 1000),
+                r3(max(a.variance_us2, 0.0)),
+            ]
+            f.row(row)
+        f.close()
+
+
+class OpStatistic:
+    """op_statistic.csv: kernels aggregated per (OP Type, Core Type), sorted by total time desc."""
+
+    def __init__(self) -> None:
+        self.aggs: dict[tuple[str, str], Agg] = {}
+
+    def add(self, op_type: str, core: str, dur: int) -> None:
+        key = (op_type, core)
+        agg = self.aggs.get(key)
+        if agg is None:
+            agg = self.aggs[key] = Agg()
+        agg.add(dur)
+
+    def write(self, path: Path, gen: Generation, device: int) -> None:
+        f = CsvFile(path, op_statistic_header(gen), crlf=False)
+        grand = sum(a.total for a in self.aggs.values()) or 1
+        for (op_type, core), a in sorted(self.aggs.items(), key=lambda kv: (-kv[1].total, kv[0])):
+            row: list[object] = [device] if gen.device_id_column else []
+            row += [
+                op_type,
+                core,
+                a.count,
+                r3(a.total / 1000),
+                r3(a.lo / 1000),
+                r3(a.total / a.count / 1000),
+                r3(a.hi / 1000),
+                r3(a.total * 100 / grand),
+            ]
+            f.row(row)
+        f.close()
+
+
+@dataclass
+class StepTotals:
+    """Overlap Analysis sums of one step, in ns."""
+
+    step: str
+    start: int
+    end: int
+    computing: int = 0
+    communication: int = 0
+    not_overlapped: int = 0
+    free: int = 0
+    first_device: int | None = None
+
+
+def write_step_trace(path: Path, gen: Generation, device: int, steps: list[StepTotals]) -> None:
+    """step_trace_time.csv as torch_npu's TraceStepTimeParser computes it (unrounded floats)."""
+    f = CsvFile(path, step_trace_header(gen), crlf=True)
+    dev_col = device if gen.npu_label_with_device else -1
+    for s in steps:
+        comm = s.communication / 1000
+        not_ov = s.not_overlapped / 1000
+        row: list[object] = [dev_col] if gen.device_id_column else []
+        row += [
+            s.step,
+            s.computing / 1000,
+            not_ov,
+            comm - not_ov,
+            comm,
+            s.free / 1000,
+            (s.end - s.start) / 1000,
+            0,
+            not_ov,
+        ]
+        if gen.step_preparing_column:
+            first = s.first_device if s.first_device is not None else s.start
+            row.append(max(first - s.start, 0) / 1000)
+        f.row(row)
+    f.close()
+
+
+def kernel_row_tail(gen: Generation, core: str, dur_ns: int) -> list[object]:
+    """Plausible PipeUtilization counters for a kernel (N/A for non-AI tasks, as msprof prints)."""
+    n = len(PIPE_UTILIZATION_COLUMNS if gen.has_op_state else G1_METRIC_COLUMNS)
+    if core not in ("AI_CORE", "AI_VECTOR_CORE", "MIX_AIC", "MIX_AIV"):
+        return ["N/A"] * n
+    if not gen.has_op_state:
+        return [r3(dur_ns / 1000 * 0.95), dur_ns * 18 // 10] + [0.0] * (n - 2)
+    busy = r3(dur_ns / 1000 * 0.95)
+    cycles = dur_ns * 18 // 10
+    if core in ("AI_CORE", "MIX_AIC"):
+        aic = [
+            busy,
+            cycles,
+            r3(busy * 0.5),
+            0.52,
+            r3(busy * 0.7),
+            0.73,
+            r3(busy * 0.8),
+            0.85,
+            r3(busy * 0.9),
+            0.91,
+            r3(busy * 0.1),
+            0.08,
+            0.001,
+        ]
+        aiv = [0.0, 0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.023]
+        return aic + aiv + [66.3]
+    aic = [0.0, 0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]
+    aiv = [
+        busy,
+        cycles,
+        r3(busy * 0.2),
+        0.186,
+        r3(busy * 0.1),
+        0.087,
+        r3(busy * 0.55),
+        0.552,
+        r3(busy * 0.65),
+        0.667,
+        0.023,
+    ]
+    return aic + aiv + [0]
+
+
+def shape_cell(shape: str) -> str:
+    """Shapes are printed inside literal double quotes (CSV-escaped to ``\"\"\"a,b\"\"\"``)."""
+    return f'"{shape}"'
+
+
+__all__ = [
+    "OPERATOR_DETAILS_HEADER",
+    "Agg",
+    "ApiStatistic",
+    "CsvFile",
+    "OpStatistic",
+    "StepTotals",
+    "api_statistic_header",
+    "csv_ts",
+    "kernel_details_header",
+    "kernel_row_tail",
+    "op_statistic_header",
+    "shape_cell",
+    "step_trace_header",
+    "write_step_trace",
+]

@@ -1,0 +1,74 @@
+"""Exact conversion of torch_npu microsecond strings to int64 nanoseconds.
+
+torch_npu writes epoch timestamps as ``"1736408883704643.212"`` (µs, 3 decimals = ns precision).
+An epoch in ns (~1.7e18) needs 61 bits; float64 keeps 53, so a float round trip moves
+timestamps by up to ~256 ns. Everything here works on the decimal digits instead.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+# Characters torch_npu/msprof leave around numbers in CSVs: trailing TAB, literal quotes, spaces.
+_JUNK = "\t \"'\r\n"
+
+
+def us_to_ns(text: str | int | float | None) -> int | None:
+    """Convert one µs value to ns exactly. Digits past the ns are rounded half up.
+
+    >>> us_to_ns("1736408883704643.212\\t")
+    1736408883704643212
+    >>> us_to_ns("55.1610625")
+    55161
+    """
+    if text is None:
+        return None
+    if isinstance(text, int):
+        return text * 1000
+    if isinstance(text, float):
+        return round(text * 1000)
+    s = text.strip(_JUNK)
+    if not s or s.upper() in ("N/A", "NA", "NAN", "NONE", "NULL", "-"):
+        return None
+    if "e" in s or "E" in s:
+        return round(float(s) * 1000)
+    negative = s.startswith("-")
+    if negative or s.startswith("+"):
+        s = s[1:]
+    whole, _, frac = s.partition(".")
+    if not (whole or frac) or not (whole or "0").isdigit() or (frac and not frac.isdigit()):
+        raise ValueError(f"not a number: {text!r}")
+    frac4 = (frac + "0000")[:4]
+    ns = int(whole or "0") * 1000 + (int(frac4) + 5) // 10
+    return -ns if negative else ns
+
+
+def us_expr_to_ns(expr: pl.Expr) -> pl.Expr:
+    """Vectorised :func:`us_to_ns` for a string column (nulls and `N/A` become null)."""
+    s = expr.cast(pl.String).str.strip_chars(_JUNK)
+    s = (
+        pl.when(s.str.to_uppercase().is_in(["", "N/A", "NA", "NAN", "NONE", "NULL", "-"]))
+        .then(None)
+        .otherwise(s)
+    )
+    parts = s.str.extract_groups(r"^([+-]?)(\d*)(?:\.(\d*))?$")
+    sign = pl.when(parts.struct.field("1") == "-").then(-1).otherwise(1)
+    whole = parts.struct.field("2").replace("", "0").cast(pl.Int64, strict=False)
+    frac4 = (
+        (parts.struct.field("3").fill_null("") + "0000")
+        .str.slice(0, 4)
+        .cast(pl.Int64, strict=False)
+    )
+    exact = sign * (whole * 1000 + (frac4 + 5) // 10)
+    # Scientific notation never appears in torch_npu timestamps; keep it usable for durations.
+    scientific = (s.cast(pl.Float64, strict=False) * 1000).round(0).cast(pl.Int64, strict=False)
+    return pl.when(parts.struct.field("2").is_not_null()).then(exact).otherwise(scientific)
+
+
+def duckdb_us_to_ns(col: str) -> str:
+    """SQL expression converting a VARCHAR µs column to exact BIGINT ns in DuckDB."""
+    c = f"trim({col}, '\t \"')"
+    sign = f"(CASE WHEN starts_with({c}, '-') THEN -1 ELSE 1 END)"
+    whole = f"abs(TRY_CAST(split_part({c}, '.', 1) AS HUGEINT))"
+    frac4 = f"TRY_CAST(rpad(left(split_part({c}, '.', 2), 4), 4, '0') AS HUGEINT)"
+    return f"CAST({sign} * ({whole} * 1000 + ({frac4} + 5) // 10) AS BIGINT)"
