@@ -252,8 +252,8 @@ def _name_maps(con: duckdb.DuckDBPyConnection) -> tuple[str, str]:
 
     def literal(pairs: list[tuple[str, str]]) -> str:
         if not pairs:
-            return "MAP {}::MAP(VARCHAR, VARCHAR)"
-        return "MAP {" + ", ".join(f"{_sql_str(k)}: {_sql_str(v)}" for k, v in pairs) + "}"
+            return "(MAP {}::MAP(VARCHAR, VARCHAR))"
+        return "(MAP {" + ", ".join(f"{_sql_str(k)}: {_sql_str(v)}" for k, v in pairs) + "})"
 
     return literal(procs), literal(threads)
 
