@@ -11,6 +11,7 @@ any duration below ~100 days.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,12 +49,24 @@ class TraceResult:
     warnings: list[str] = field(default_factory=list)
 
 
-_PATHS = "[" + ", ".join(f"'$.\"{k}\"'" for k in _FLATTENED_KEYS) + "]"
+# One parse of `args` into a struct of the well-known keys (cheaper than one path per key).
+# DuckDB struct fields are case-insensitive, so keys differing only in case ("Task Type" on
+# hardware tasks, "task type" on HCCL plane tasks) go to a second struct, parsed only when needed.
+_PRIMARY = tuple(
+    k
+    for i, k in enumerate(_FLATTENED_KEYS)
+    if k.lower() not in {x.lower() for x in _FLATTENED_KEYS[:i]}
+)
+_SECONDARY = tuple(k for k in _FLATTENED_KEYS if k not in _PRIMARY)
+
+
+def _struct(keys: tuple[str, ...]) -> str:
+    return json.dumps({k: "VARCHAR" for k in keys}).replace("'", "''")
 
 
 def _flat(key: str) -> str:
-    """Element of the once-per-row extracted list of flattened args (DuckDB lists are 1-based)."""
-    return f"flat[{_FLATTENED_KEYS.index(key) + 1}]"
+    """Field of the once-per-row parsed struct of well-known args."""
+    return f'flat."{key}"' if key in _PRIMARY else f'flat2."{key}"'
 
 
 def _flat_int(*keys: str) -> str:
@@ -69,7 +82,11 @@ def _no_sentinel(expr: str) -> str:
     return f"(CASE WHEN {expr} IN {SENTINELS} THEN NULL ELSE {expr} END)"
 
 
-_REMOVE_FLATTENED = "{" + ", ".join(f'"{k}": null' for k in _FLATTENED_KEYS) + "}"
+# The stream keys stay in `args`: which one was written ("Stream Id" in G1) tells the generation.
+_KEPT_IN_ARGS = ("Physic Stream Id", "Stream Id")
+_REMOVE_FLATTENED = (
+    "{" + ", ".join(f'"{k}": null' for k in _FLATTENED_KEYS if k not in _KEPT_IN_ARGS) + "}"
+)
 
 
 def _slice_columns(process: str, thread: str) -> dict[str, str]:
@@ -109,8 +126,9 @@ def _slice_columns(process: str, thread: str) -> dict[str, str]:
 
 def _scan(path: Path, where: str, select: str = "*") -> str:
     return (
-        f"SELECT {select} FROM read_json('{_sql_path(path)}', format = 'array', columns = {_COLUMNS}, "
-        f"maximum_object_size = 268435456) WHERE {where}"
+        # The default maximum_object_size (16 MB per event) also bounds the reader's buffers;
+        # raising it multiplies peak memory.
+        f"SELECT {select} FROM read_json('{_sql_path(path)}', format = 'array', columns = {_COLUMNS}) WHERE {where}"
     )
 
 
@@ -162,6 +180,16 @@ def _recover_truncated(
     return repaired, 0
 
 
+def duckdb_memory_limit_mb(path: Path) -> int:
+    """DuckDB's buffer budget for one trace: 3/4 of the file size, at least 256 MB.
+
+    Without a limit DuckDB keeps up to 80% of RAM in buffers per worker, so peak memory would
+    grow with the machine instead of with the rank. With it, peak RSS stays near 1.5x the file.
+    """
+    size_mb = path.stat().st_size >> 20
+    return max(256, size_mb * 3 // 4)
+
+
 def parse_trace_view(path: Path, sink: TableSink, scratch: Path, threads: int = 1) -> TraceResult:
     """Parse one trace_view.json into the slices, counters, flows and threads tables.
 
@@ -175,6 +203,7 @@ def parse_trace_view(path: Path, sink: TableSink, scratch: Path, threads: int = 
             "threads": threads,
             "preserve_insertion_order": True,
             "temp_directory": str(scratch / "duckdb"),
+            "memory_limit": f"{duckdb_memory_limit_mb(path)}MB",
         }
     )
     source = path
@@ -275,8 +304,10 @@ def _emit(
     )
     # Framework (Python) events carry none of the flattened keys, and most of the args bytes.
     named = (
-        f"SELECT *, CASE WHEN process <> 'Python' THEN json_extract_string(args, {_PATHS}) END AS flat "
-        f"FROM (SELECT *, {process} AS process, {thread} AS thread FROM ({inner}))"
+        f"SELECT *, CASE WHEN flat.\"Task Type\" IS NULL AND process <> 'Python' "
+        f"THEN json_transform(args, '{_struct(_SECONDARY)}') END AS flat2 FROM ("
+        f"SELECT *, CASE WHEN process <> 'Python' THEN json_transform(args, '{_struct(_PRIMARY)}') END AS flat "
+        f"FROM (SELECT *, {process} AS process, {thread} AS thread FROM ({inner})))"
     )
     result.rows["slices"] = sink.duckdb(
         "slices", con, f"SELECT {duckdb_select_list('slices', cols)} FROM ({named})"
@@ -286,8 +317,11 @@ def _emit(
         result.start_ns, result.end_ns = con.execute(
             f"SELECT min(start_ns), max(end_ns) FROM read_parquet('{_sql_path(written)}')"
         ).fetchone()
-    g1_rows = con.execute("SELECT count(*) FROM small WHERE ph = 'X'").fetchone()[0]
-    result.hw_stream_arg = "Stream Id" if g1_rows else "Physic Stream Id"
+        g1_rows = con.execute(
+            f"SELECT count(*) FROM read_parquet('{_sql_path(written)}') "
+            "WHERE process = 'Ascend Hardware' AND contains(args, '\"Stream Id\"')"
+        ).fetchone()[0]
+        result.hw_stream_arg = "Stream Id" if g1_rows else "Physic Stream Id"
 
     ev = "(SELECT s.*, t.process, t.thread FROM small s LEFT JOIN thr t USING (pid, tid))"
     counter_cols = {

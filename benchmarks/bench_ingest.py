@@ -1,0 +1,181 @@
+"""Ingest speed and memory for one large rank, as ratios to decode floors measured in the same run.
+
+    python benchmarks/bench_ingest.py [--mb 200] [--out docs/benchmarks/ingest.md]
+
+The input is the real G2 Level1 rank-0 export with its trace_view.json tiled to ``--mb`` MB
+(events repeated, as the issue prescribes). Each case runs in a fresh child process so its peak
+RSS is its own. Floors: reading the bytes, DuckDB's native JSON reader (counting, and
+materialising every column), msgspec and orjson decodes when installed. The figure that matters
+is `ingest / fastest full decode`: the price of everything the ingest does beyond decoding
+(exact ns timestamps, name resolution, arg flattening, flow pairing, CSVs, Parquet writes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+REAL_RANK = REPO.parent / "shared" / "real_traces" / "g2_level1" / "rank0_ascend_pt"
+CACHE = Path(os.environ.get("TRACEANALYZER_BENCH_CACHE", "/tmp/traceanalyzer-bench"))
+COLUMNS = (
+    "{ph: 'VARCHAR', name: 'VARCHAR', pid: 'VARCHAR', tid: 'VARCHAR', ts: 'JSON', dur: 'DOUBLE', "
+    "cat: 'VARCHAR', id: 'VARCHAR', args: 'JSON'}"
+)
+
+CASES: dict[str, str] = {
+    "read bytes": "data = open(TRACE, 'rb').read()",
+    "duckdb count (lazy decode)": """
+        import duckdb
+        duckdb.connect().execute("SELECT count(*) FROM read_json('" + TRACE + "', format='array', columns=" + COLUMNS + ")").fetchall()
+    """,
+    "duckdb materialise all columns": """
+        import duckdb
+        duckdb.connect().execute("CREATE TABLE t AS SELECT * FROM read_json('" + TRACE + "', format='array', columns=" + COLUMNS + ")")
+    """,
+    "msgspec typed decode": """
+        import msgspec
+        class Event(msgspec.Struct, omit_defaults=True):
+            ph: str; name: str = ''; pid: int | str = 0; tid: int | str = 0; ts: str | int | float | None = None
+            dur: float | None = None; cat: str | None = None; id: int | str | None = None; args: msgspec.Raw = msgspec.Raw(b'null')
+        msgspec.json.decode(open(TRACE, 'rb').read(), type=list[Event])
+    """,
+    "orjson.loads": "import orjson; orjson.loads(open(TRACE, 'rb').read())",
+    "traceanalyzer ingest (full rank)": """
+        import tempfile
+        from traceanalyzer.discover import discover
+        from traceanalyzer.ingest import ingest_session
+        session = discover(RANK).sessions[0]
+        out = tempfile.mkdtemp(prefix='bench-out-')
+        outcome = ingest_session(session, __import__('pathlib').Path(out), threads=os.cpu_count())
+        assert outcome.status == 'ingested', outcome
+        print('ROWS', json.dumps(outcome.rows))
+    """,
+}
+
+
+def build_input(mb: int) -> Path:
+    """A rank dir whose trace_view.json is the real rank-0 trace tiled to ``mb`` MB (cached)."""
+    rank = CACHE / f"tiled_{mb}mb" / "bench_ascend_pt"
+    trace = rank / "ASCEND_PROFILER_OUTPUT" / "trace_view.json"
+    if trace.is_file():
+        return rank
+    shutil.copytree(REAL_RANK, rank, dirs_exist_ok=True)
+    trace.chmod(0o644)
+    body = (REAL_RANK / "ASCEND_PROFILER_OUTPUT" / "trace_view.json").read_bytes().strip()[1:-1]
+    copies = max(1, (mb << 20) // len(body))
+    with open(trace, "wb") as fh:
+        fh.write(b"[")
+        for i in range(copies):
+            fh.write(b", " if i else b"")
+            fh.write(body)
+        fh.write(b"]")
+    return rank
+
+
+def run_case(name: str, code: str, rank: Path) -> dict:
+    trace = rank / "ASCEND_PROFILER_OUTPUT" / "trace_view.json"
+    program = (
+        "import json, os, resource, sys, time\n"
+        f"RANK = {str(rank)!r}; TRACE = {str(trace)!r}; COLUMNS = {COLUMNS!r}\n"
+        "t0 = time.perf_counter()\n"
+        + textwrap.dedent(code).strip()
+        + "\nprint('RESULT', json.dumps({'seconds': time.perf_counter() - t0, "
+        "'peak_rss_mb': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, cwd=REPO)
+    if proc.returncode != 0:
+        reason = (proc.stderr.strip().splitlines() or ["failed"])[-1]
+        return {"case": name, "skipped": reason[:120]}
+    result = {"case": name}
+    for line in proc.stdout.splitlines():
+        if line.startswith("RESULT "):
+            result.update(json.loads(line[7:]))
+        elif line.startswith("ROWS "):
+            result["rows"] = json.loads(line[5:])
+    return result
+
+
+def render(results: list[dict], file_mb: float, command: str) -> str:
+    decodes = [
+        r
+        for r in results
+        if "seconds" in r and r["case"] not in ("read bytes", "traceanalyzer ingest (full rank)")
+    ]
+    full_decodes = [r for r in decodes if "lazy" not in r["case"]]
+    fastest_full = min(full_decodes, key=lambda r: r["seconds"]) if full_decodes else None
+    fastest_any = min(decodes, key=lambda r: r["seconds"]) if decodes else None
+    lines = [
+        "# Ingest benchmark: one large rank",
+        "",
+        f"Command: `{command}`",
+        "",
+        f"Machine: {os.cpu_count()} cores, Python {platform.python_version()}, {platform.machine()}. "
+        f"Input: real G2 Level1 rank-0 trace tiled to {file_mb:.0f} MB, plus its real CSV/JSON files.",
+        "",
+        "| case | seconds | MB/s | peak RSS (MB) | RSS / file size | time / fastest full decode | time / fastest decode (any) |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in results:
+        if "skipped" in r:
+            lines.append(f"| {r['case']} | skipped: {r['skipped']} | | | | | |")
+            continue
+        ratio_full = r["seconds"] / fastest_full["seconds"] if fastest_full else float("nan")
+        ratio_any = r["seconds"] / fastest_any["seconds"] if fastest_any else float("nan")
+        lines.append(
+            f"| {r['case']} | {r['seconds']:.2f} | {file_mb / r['seconds']:.0f} | {r['peak_rss_mb']:.0f} | "
+            f"{r['peak_rss_mb'] / file_mb:.2f} | {ratio_full:.2f} | {ratio_any:.2f} |"
+        )
+    ingest = next(
+        (r for r in results if r["case"].startswith("traceanalyzer") and "seconds" in r), None
+    )
+    if ingest and "rows" in ingest:
+        lines += [
+            "",
+            "Rows written: " + ", ".join(f"{k}={v:,}" for k, v in ingest["rows"].items() if v),
+            "",
+        ]
+    lines += [
+        "Targets (issue 2): ingest within 2x of the fastest decode of the same file; peak RSS <= 1.5x the",
+        "file size; peak memory flat in the number of ranks (see docs/scale.md for the multi-rank runs).",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--mb", type=int, default=200)
+    parser.add_argument("--out", type=Path, default=REPO / "docs" / "benchmarks" / "ingest.md")
+    parser.add_argument("--cases", nargs="*", default=list(CASES))
+    args = parser.parse_args()
+    if not REAL_RANK.is_dir():
+        sys.exit(f"real export not found at {REAL_RANK}")
+    rank = build_input(args.mb)
+    file_mb = (rank / "ASCEND_PROFILER_OUTPUT" / "trace_view.json").stat().st_size / (1 << 20)
+    results = []
+    for name in args.cases:
+        started = time.perf_counter()
+        result = run_case(name, CASES[name], rank)
+        print(
+            f"{name:<36} {json.dumps(result)} ({time.perf_counter() - started:.1f} s wall)",
+            flush=True,
+        )
+        results.append(result)
+    command = "python benchmarks/bench_ingest.py --mb " + str(args.mb)
+    text = render(results, file_mb, command)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
