@@ -256,6 +256,7 @@ TABLES: dict[str, Table] = {
             Column("min_us", F64, "`Min(us)`."),
             Column("max_us", F64, "`Max(us)`."),
             Column("variance", F64, "`Variance` (population variance of the durations)."),
+            Column("extra", STR, "Columns not listed here, as a JSON object string."),
         ),
         _table(
             "op_stats",
@@ -291,6 +292,7 @@ TABLES: dict[str, Table] = {
                 "`Communication(Not Overlapped and Exclude Receive)`.",
             ),
             Column("preparing_ns", I64, "`Preparing` (absent in old exports: null)."),
+            Column("extra", STR, "Columns not listed here, as a JSON object string."),
         ),
         _table(
             "operators",
@@ -305,6 +307,7 @@ TABLES: dict[str, Table] = {
             Column("device_total_ns", I64, "`Device Total Duration(us)`."),
             Column("device_self_aicore_ns", I64, "`Device Self Duration With AICore(us)`."),
             Column("device_total_aicore_ns", I64, "`Device Total Duration With AICore(us)`."),
+            Column("extra", STR, "Columns not listed here, as a JSON object string."),
         ),
         _table(
             "task_times",
@@ -318,6 +321,7 @@ TABLES: dict[str, Table] = {
             Column("dur_ns", I64, "`task_time(us)`."),
             Column("start_ns", I64, "`task_start(us)`, exact ns."),
             Column("end_ns", I64, "`task_stop(us)`, exact ns."),
+            Column("extra", STR, "Columns not listed here, as a JSON object string."),
         ),
         _table(
             "comm_ops",

@@ -10,7 +10,6 @@ A malformed row is skipped and its line number reported; unknown columns go to `
 from __future__ import annotations
 
 import csv
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,7 +36,6 @@ class CsvSpec:
     file: str
     table: str
     columns: tuple[Col, ...]
-    extra: bool = False  # keep unknown columns as a JSON object in `extra`
 
 
 def _c(name: str, *sources: str, kind: str = "str") -> Col:
@@ -72,7 +70,6 @@ SPECS: tuple[CsvSpec, ...] = (
             _c("output_formats", "Output Formats"),
             _c("context_id", "Context ID", kind="int"),
         ),
-        extra=True,
     ),
     CsvSpec(
         "api_statistic.csv",
@@ -103,7 +100,6 @@ SPECS: tuple[CsvSpec, ...] = (
             _c("max_us", "Max Time(us)", kind="float"),
             _c("ratio_pct", "Ratio(%)", kind="float"),
         ),
-        extra=True,
     ),
     CsvSpec(
         "step_trace_time.csv",
@@ -230,19 +226,11 @@ def parse_csv(path: Path, spec: CsvSpec, sink: TableSink) -> CsvResult:
             continue
         used.add(position[source])
         exprs.append(_convert(pl.col(f"c{position[source]}"), col.kind).alias(col.name))
-    if spec.extra:
-        unknown = [i for i in range(len(header)) if i not in used and header[i]]
-        if unknown and rows:
-            names = {f"c{i}": header[i] for i in unknown}
-            extra = [
-                json.dumps(
-                    {names[k]: v.strip("\t ") for k, v in zip(names, vals, strict=True)},
-                    ensure_ascii=False,
-                )
-                for vals in zip(*(raw.get_column(k).to_list() for k in names), strict=True)
-            ]
-            raw = raw.with_columns(pl.Series("extra", extra, dtype=pl.String))
-            exprs.append(pl.col("extra"))
+    # Unknown columns (PMU metrics, newer fields) are kept, as a JSON object in `extra`.
+    unknown = [i for i in range(len(header)) if i not in used and header[i]]
+    if unknown:
+        fields = [pl.col(f"c{i}").str.strip_chars("\t ").alias(header[i]) for i in unknown]
+        exprs.append(pl.struct(fields).struct.json_encode().alias("extra"))
     if not exprs:
         result.warnings.append(
             f"{path}: none of the expected columns found (header: {', '.join(header)[:200]})"
