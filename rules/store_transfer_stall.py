@@ -157,8 +157,9 @@ def store_transfer_stall(ctx: RuleContext) -> Iterator[Finding]:
         .select(
             "rank",
             "session",
-            "process",
-            "thread",
+            # Renamed so the span's own process/thread (same names) cannot shadow them in the join.
+            pl.col("process").alias("wait_process"),
+            pl.col("thread").alias("wait_thread"),
             "stream_id",
             "name",
             "task_type",
@@ -433,8 +434,8 @@ def _finding(
             rank=rank,
             session=row["session"],
             name=row["name"],
-            process=row["process"],
-            thread=row["thread"],
+            process=row["wait_process"],
+            thread=row["wait_thread"],
             stream=row["stream_id"],
             start_ns=row["start_ns_task"],
             dur_ns=row["end_ns_task"] - row["start_ns_task"],

@@ -116,6 +116,19 @@ def _findings_table(result, out: Path) -> str:  # noqa: ANN001 - engine RunResul
     help="Rank sessions parsed in parallel.",
 )
 @click.option(
+    "--executor",
+    "executor_name",
+    type=click.Choice(["local", "processes", "ray"]),
+    default="processes",
+    show_default=True,
+    help="Where per-rank work runs: this process, a process pool, or Ray (traceanalyzer[ray]).",
+)
+@click.option(
+    "--ray-address",
+    metavar="auto|HOST:PORT",
+    help="Join this Ray cluster (with --executor ray); default: start Ray locally with --jobs CPUs.",
+)
+@click.option(
     "--rules",
     "rule_dirs",
     multiple=True,
@@ -154,6 +167,8 @@ def run(
     path: Path,
     out: Path | None,
     jobs: int,
+    executor_name: str,
+    ray_address: str | None,
     rule_dirs: tuple[Path, ...],
     overrides: tuple[str, ...],
     config_path: Path | None,
@@ -163,16 +178,23 @@ def run(
     fmt: str,
 ) -> None:
     """Ingest PATH (a profiling_data folder or one *_ascend_pt dir), run the rules, report."""
-    from traceanalyzer.engine import evaluate, write_findings_json
+    from traceanalyzer.engine import write_findings_json
     from traceanalyzer.engine.config import ConfigError
-    from traceanalyzer.store import Store
+    from traceanalyzer.executor import ExecutorError, evaluate_store, make_executor
 
     out = out or default_out_dir(path)
     try:
+        # one executor for both maps (ingest, then rank rules): workers are started once
+        executor = make_executor(executor_name, jobs=jobs, ray_address=ray_address)
         result = ingest(
-            path, out, jobs=jobs, progress=_Progress(quiet or fmt == "json"), force=force
+            path,
+            out,
+            jobs=jobs,
+            progress=_Progress(quiet or fmt == "json"),
+            force=force,
+            executor=executor,
         )
-    except InputError as exc:
+    except (InputError, ExecutorError) as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_USAGE)
     if not result.outcomes:
@@ -182,23 +204,30 @@ def run(
         sys.exit(EXIT_USAGE)
     write_atomic_text(out / "ingest.json", json.dumps(result.to_dict(), indent=1))
     try:
-        findings = evaluate(
-            Store.open(out),
+        findings = evaluate_store(
+            out,
+            executor,
             rule_dirs=rule_dirs,
             overrides=overrides,
             config_path=config_path,
             fail_on=fail_on,
         )
-    except ConfigError as exc:
+    except (ConfigError, ExecutorError) as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_USAGE)
+    finally:
+        executor.close()
     write_findings_json(findings, out)
+    from traceanalyzer.report.terminal import run_reports
+
+    reports = run_reports(out, findings, input_root=path, rule_dirs=rule_dirs)
     if fmt == "json":
         click.echo(json.dumps(findings.to_dict(), indent=1, default=str))
     else:
         if not quiet:
             click.echo(_summary(result))
         click.echo(_findings_table(findings, out))
+        click.echo(reports.closing_text(color=sys.stdout.isatty()))
     if findings.exit_code:
         sys.exit(EXIT_FINDINGS)
     if result.partial:
@@ -211,6 +240,7 @@ def _register_optional_commands() -> None:
         ("traceanalyzer.synth.cli", "synth_command"),
         ("traceanalyzer.engine.cli", "rules_group"),
         ("traceanalyzer.recipes.cli", "recipe_group"),
+        ("traceanalyzer.report.cli", "diff_command"),
     ):
         try:
             command = getattr(__import__(module, fromlist=[attr]), attr)

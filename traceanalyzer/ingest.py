@@ -1,25 +1,33 @@
 """Ingest: discover → parse → store, one rank session per task, cached and resumable.
 
 The driver never holds table data: each worker parses one session and writes its partitions
-itself (atomically); the driver only records outcomes in the manifest, after each session, so an
-interrupted run resumes with the sessions that are missing or stale.
+itself (atomically); the driver only records outcomes, appending one line per finished session
+to ``OUT/manifest.journal`` (folded into ``manifest.json`` at the end of the run), so an
+interrupted run -- Ctrl-C, a killed driver or worker, a lost Ray node -- resumes with the sessions
+that are missing or stale. Where the sessions run is the executor's business
+(:mod:`traceanalyzer.executor`: in-process, a spawn process pool, or Ray).
+
+What "corrupt" means: a ``trace_view.json`` that is not a JSON array at all (binary garbage, an
+HTML error page) or that the parser cannot read for any other reason (including running out of
+memory) fails the rank: it is reported with its error and left out of the analysis. A truncated
+array is recovered (the complete events are kept) with a warning, and an unreadable secondary
+file (a CSV, ``communication.json``) only empties its table, with a warning.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import multiprocessing
 import os
 import shutil
+import signal
 import tempfile
 import time
 import traceback
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 import pyarrow as pa
@@ -33,14 +41,27 @@ from traceanalyzer.parse.trace_view import parse_trace_view
 from traceanalyzer.schema import TABLES
 from traceanalyzer.store import Manifest, commit_partition, partition_exists, remove_session
 
+if TYPE_CHECKING:
+    from traceanalyzer.executor import Executor
+
 # Bump when parsers change what they write: stored sessions are then re-ingested.
-PARSER_VERSION = 1
+PARSER_VERSION = 2
 TRACE_FILE = "trace_view.json"
+JOURNAL = "manifest.journal"
 _SAMPLE = 1 << 16
+# Fault injection for tests of crash recovery (never set in normal use): the worker ingesting
+# this rank kills itself with SIGKILL, like the kernel's OOM killer would. With
+# TRACEANALYZER_FAULT_ONCE=<path> it only does so while <path> does not exist (and creates it).
+FAULT_KILL_RANK = "TRACEANALYZER_FAULT_KILL_RANK"
+FAULT_ONCE = "TRACEANALYZER_FAULT_ONCE"
 
 
 class InputError(Exception):
     """The input cannot be analysed at all (bad path, output inside the input, ...)."""
+
+
+class RankFailed(Exception):
+    """One rank session cannot be analysed (its trace_view.json is unreadable)."""
 
 
 @dataclass
@@ -56,6 +77,9 @@ class SessionOutcome:
     seconds: float = 0.0
     generation: str | None = None
     profiler_level: str | None = None
+    # Peak RSS of the process that ingested the session (the worker; the driver for `local`),
+    # as the kernel reports it: the evidence that memory is bounded by one rank's working set.
+    peak_rss_mb: float | None = None
 
     @property
     def key(self) -> str:
@@ -204,11 +228,14 @@ def ingest_session(session: RankSession, out: Path, threads: int = 1) -> Session
     try:
         trace_path = session.output_dir / TRACE_FILE
         if trace_path.is_file():
+            _fault_hook(session)
             try:
                 trace = parse_trace_view(trace_path, sink, scratch, threads=threads)
                 outcome.warnings += trace.warnings
-            except Exception as exc:  # the rest of the session is still useful
-                outcome.warnings.append(f"{trace_path}: could not be parsed ({exc})")
+            except Exception as exc:
+                # The rank's main input is unreadable (garbage bytes, out of memory...): fail the
+                # rank rather than analyse it blind. (Truncation is recovered inside the parser.)
+                raise RankFailed(f"{trace_path}: unreadable ({type(exc).__name__}: {exc})") from exc
         else:
             outcome.missing_files.append(TRACE_FILE)
         for spec in SPECS:
@@ -245,6 +272,10 @@ def ingest_session(session: RankSession, out: Path, threads: int = 1) -> Session
         )
         sink.arrow("sessions", _session_row(session, trace, outcome))
         outcome.rows = dict(sink.rows)
+    except RankFailed as exc:
+        outcome.status = "failed"
+        outcome.error = str(exc)
+        outcome.warnings.append(traceback.format_exc(limit=5))
     except Exception as exc:
         outcome.status = "failed"
         outcome.error = f"{type(exc).__name__}: {exc}"
@@ -252,7 +283,33 @@ def ingest_session(session: RankSession, out: Path, threads: int = 1) -> Session
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     outcome.seconds = round(time.perf_counter() - started, 3)
+    outcome.peak_rss_mb = peak_rss_mb()
     return outcome
+
+
+def peak_rss_mb() -> float | None:
+    """Peak resident set size of this process so far, in MB (None where unsupported)."""
+    try:
+        import resource
+    except ImportError:  # Windows
+        return None
+    # ru_maxrss is in KiB on Linux (bytes on macOS, where this overstates by 1024x; fine for a hint)
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+
+
+def _fault_hook(session: RankSession) -> None:
+    """Test-only crash injection (see :data:`FAULT_KILL_RANK`)."""
+    rank = os.environ.get(FAULT_KILL_RANK)
+    if rank is None or int(rank) != session.rank:
+        return
+    once = os.environ.get(FAULT_ONCE)
+    if once:
+        try:
+            fd = os.open(once, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            return
+        os.close(fd)
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _session_row(session: RankSession, trace: Any, outcome: SessionOutcome) -> pa.Table:
@@ -303,14 +360,60 @@ def _check_out(root: Path, out: Path) -> None:
 ProgressFn = Callable[[str, int, int, SessionOutcome | None], None]
 
 
+def load_manifest(out: Path) -> Manifest:
+    """The manifest plus the journal of sessions finished since it was last written.
+
+    A run appends one JSON line per finished session to ``manifest.journal`` (cheap: rewriting a
+    1,024-session manifest after every session would write gigabytes); a run that was killed
+    leaves its journal behind, and this folds it in. A torn last line (killed mid-write) is
+    ignored: that session is simply ingested again.
+    """
+    manifest = Manifest.load(out)
+    journal = out / JOURNAL
+    if journal.is_file():
+        for line in journal.read_text("utf-8", errors="replace").splitlines():
+            try:
+                entry = json.loads(line)
+                manifest.sessions[entry["key"]] = entry["value"]
+            except (json.JSONDecodeError, KeyError, TypeError):
+                continue
+    return manifest
+
+
+def _fold_journal(out: Path, manifest: Manifest) -> None:
+    manifest.save(out)
+    (out / JOURNAL).unlink(missing_ok=True)
+
+
+def _journal_append(out: Path, key: str, value: dict[str, Any]) -> None:
+    line = json.dumps({"key": key, "value": value}, sort_keys=True) + "\n"
+    # one write() of one line on an O_APPEND fd: a kill leaves at most a torn last line
+    fd = os.open(out / JOURNAL, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line.encode("utf-8"))
+    finally:
+        os.close(fd)
+
+
+def _crashed(session: RankSession, error: str) -> SessionOutcome:
+    return SessionOutcome(session.rank, session.session, str(session.path), "failed", error=error)
+
+
 def ingest(
     root: str | os.PathLike[str],
     out: str | os.PathLike[str],
     jobs: int = 1,
     progress: ProgressFn | None = None,
     force: bool = False,
+    executor: Executor | None = None,
 ) -> IngestResult:
-    """Discover every rank session under ``root`` and bring the store at ``out`` up to date."""
+    """Discover every rank session under ``root`` and bring the store at ``out`` up to date.
+
+    ``executor`` runs the per-session work (:func:`traceanalyzer.executor.make_executor`); by
+    default sessions run in this process when ``jobs`` is 1, else in a spawn process pool.
+    """
+    from traceanalyzer.executor import TaskCrashed, make_executor
+
     root_path, out_path = Path(root), Path(out)
     if not root_path.exists():
         raise InputError(f"{root}: no such file or directory")
@@ -320,7 +423,7 @@ def ingest(
     except (FileNotFoundError, NotADirectoryError) as exc:
         raise InputError(str(exc)) from exc
     out_path.mkdir(parents=True, exist_ok=True)
-    manifest = Manifest.load(out_path)
+    manifest = load_manifest(out_path)
 
     # Sessions no longer in the input leave the store, so it always mirrors the input.
     current = {s.key for s in found.sessions}
@@ -328,7 +431,7 @@ def ingest(
         rank, _, session = key.partition("/")
         remove_session(out_path, int(rank), session)
         del manifest.sessions[key]
-    manifest.save(out_path)
+    _fold_journal(out_path, manifest)
 
     outcomes: list[SessionOutcome] = []
     todo: list[tuple[RankSession, dict[str, Any]]] = []
@@ -350,39 +453,39 @@ def ingest(
         nonlocal done
         done += 1
         outcomes.append(outcome)
-        if outcome.status != "failed":
-            manifest.sessions[outcome.key] = {
-                "fingerprint": fingerprint,
-                "outcome": asdict(outcome),
-            }
-            manifest.save(out_path)
+        if outcome.status == "failed":
+            # a failed (or killed) session may have left some partitions: drop them all, so the
+            # rules never analyse half a rank, and the next run ingests it again
+            remove_session(out_path, outcome.rank, outcome.session)
+            manifest.sessions.pop(outcome.key, None)
+        else:
+            value = {"fingerprint": fingerprint, "outcome": asdict(outcome)}
+            manifest.sessions[outcome.key] = value
+            _journal_append(out_path, outcome.key, value)
         if progress:
             progress("session", done, total, outcome)
 
-    workers = max(1, min(jobs, len(todo)))
-    if workers <= 1:
-        for session, fingerprint in todo:
-            record(ingest_session(session, out_path, threads=os.cpu_count() or 1), fingerprint)
-    else:
-        # spawn, not fork: the parent may already run DuckDB/polars thread pools, and a forked
-        # child inherits their locks in whatever state they were in (a deadlock, seen in tests).
-        with ProcessPoolExecutor(
-            max_workers=workers, mp_context=multiprocessing.get_context("spawn")
-        ) as pool:
-            futures = {pool.submit(ingest_session, s, out_path, 1): (s, fp) for s, fp in todo}
-            for future in as_completed(futures):
-                session, fingerprint = futures[future]
-                try:
-                    outcome = future.result()
-                except Exception as exc:  # a worker died (OOM kill, crash)
-                    outcome = SessionOutcome(
-                        session.rank,
-                        session.session,
-                        str(session.path),
-                        "failed",
-                        error=f"worker died: {exc}",
-                    )
-                record(outcome, fingerprint)
+    owned = executor is None
+    if executor is None:
+        executor = make_executor("processes" if jobs > 1 else "local", jobs=jobs)
+    # One thread per worker when several run side by side; all cores when one runs alone.
+    threads = 1 if executor.parallel else (os.cpu_count() or 1)
+    try:
+        results = executor.map(
+            ingest_session,
+            [(session, out_path, threads) for session, _ in todo],
+            labels=[f"rank {s.rank} {s.session}" for s, _ in todo],
+        )
+        for index, result in results:
+            session, fingerprint = todo[index]
+            if isinstance(result, TaskCrashed):
+                result = _crashed(session, f"worker died: {result}")
+            record(result, fingerprint)
+    finally:
+        # also on Ctrl-C: everything finished so far is in the manifest for the next run
+        _fold_journal(out_path, manifest)
+        if owned:
+            executor.close()
     outcomes.sort(key=lambda o: (o.rank, o.session))
     if progress:
         progress("done", done, total, None)

@@ -152,7 +152,7 @@ def group_findings(findings: Iterable[Finding], total_ranks: int | None = None) 
     """Fold findings with the same fingerprint into one, listing every rank.
 
     The representative (highest severity, then highest ``score``, then lowest rank) supplies
-    title, message, metrics and series; every rank keeps its title, sessions and metrics in
+    title, message, metrics and series; every rank keeps its title, sessions, metrics and series in
     ``occurrences``. Evidence is the representative's first, then the others', capped at
     :data:`MAX_EVIDENCE_PER_FINDING`. The result is sorted by severity, rule id, then score.
     """
@@ -178,6 +178,8 @@ def group_findings(findings: Iterable[Finding], total_ranks: int | None = None) 
                             "severity": m.severity,
                             "title": m.title,
                             "metrics": m.metrics,
+                            # every rank's own per-point data, so reports can plot all ranks
+                            "series": m.series,
                         }
                         for m in members
                     ),

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import traceback
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -50,6 +50,9 @@ from traceanalyzer.engine.rule import (
 from traceanalyzer.store import Store, write_atomic_text
 
 FINDINGS_FILE = "findings.json"
+# Evaluates rank-scoped rules on every rank shard somewhere else (a process pool, Ray) and
+# returns their outcomes: (rules, resolved params by rule id, ranks) -> outcomes.
+RankMap = Callable[[Sequence[Rule], Mapping[str, Mapping[str, Any]], Sequence[int]], Iterable[Any]]
 ShardStatus = Literal["evaluated", "not_evaluated", "error"]
 RuleStatusName = Literal["fired", "clean", "not_evaluated", "error", "disabled"]
 
@@ -339,6 +342,7 @@ def evaluate(
     rules: RuleSet | None = None,
     shard_by_rank: bool = False,
     builtin: bool = True,
+    rank_map: RankMap | None = None,
 ) -> RunResult:
     """Evaluate rules on ``store`` and return the grouped result.
 
@@ -350,6 +354,9 @@ def evaluate(
     - ``select``: only these rules (ids or names). ``rules``: use this RuleSet instead of loading.
     - ``shard_by_rank``: evaluate ``scope="rank"`` rules once per rank (what a distributed
       executor does); the grouped result is the same as evaluating all ranks at once.
+    - ``rank_map``: hand the ``scope="rank"`` rules to this function, which evaluates them on
+      every rank shard (e.g. in worker processes, see :mod:`traceanalyzer.executor`) and returns
+      the :class:`RuleOutcome` objects; global rules still run here, in the driver.
 
     Raises :class:`~traceanalyzer.engine.config.ConfigError` for unknown rules/parameters and bad
     values, before any rule runs.
@@ -364,8 +371,14 @@ def evaluate(
     chosen = rules.select(select)
     ranks = store_ranks(store)
     outcomes = []
+    mapped = [r for r in chosen if r.id not in resolved.disabled and r.scope == "rank"]
+    if rank_map is not None and mapped and ranks:
+        outcomes += list(rank_map(mapped, resolved.params, ranks))
+    else:
+        mapped = []
+    mapped_ids = {r.id for r in mapped}
     for rule in chosen:
-        if rule.id in resolved.disabled:
+        if rule.id in resolved.disabled or rule.id in mapped_ids:
             continue
         params = resolved.params[rule.id]
         if shard_by_rank and rule.scope == "rank" and ranks:

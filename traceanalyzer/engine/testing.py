@@ -214,6 +214,50 @@ class StoreBuilder:
         )
         return self
 
+    def step_time(
+        self,
+        rank: int,
+        session: str,
+        step: int,
+        *,
+        computing_us: float,
+        free_us: float,
+        communication_us: float = 0.0,
+    ) -> StoreBuilder:
+        """One step_trace_time.csv row: the step's compute, free (idle) and exposed comm time."""
+        self.rows["step_times"].append(
+            {
+                "rank": rank,
+                "session": session,
+                "step": step,
+                "computing_ns": us(computing_us),
+                "communication_not_overlapped_ns": us(communication_us),
+                "communication_ns": us(communication_us),
+                "overlapped_ns": 0,
+                "free_ns": us(free_us),
+                "stage_ns": us(computing_us + free_us + communication_us),
+            }
+        )
+        return self
+
+    def comm_op(
+        self, rank: int, session: str, step: str, op_name: str, *, transit_us: float, wait_us: float
+    ) -> StoreBuilder:
+        """One communication.json op with its transit and wait time."""
+        self.rows["comm_ops"].append(
+            {
+                "rank": rank,
+                "session": session,
+                "step": step,
+                "kind": "collective",
+                "op_name": op_name,
+                "transit_ns": us(transit_us),
+                "wait_ns": us(wait_us),
+                "elapse_ns": us(transit_us + wait_us),
+            }
+        )
+        return self
+
     def store(self) -> Store:
         return Store.from_frames({table: rows for table, rows in self.rows.items() if rows})
 

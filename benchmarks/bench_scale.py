@@ -1,0 +1,293 @@
+"""Scale benchmark: wall time and peak RSS of `traceanalyzer run` against ranks x MB per rank.
+
+Not a test. Generates synthetic collections once into a cache (``--cache``), then runs the CLI
+as a subprocess per case and executor, polling the RSS of the driver and of every worker process
+(psutil, every 50 ms), and reads each worker's own peak RSS from ``ingest.json``. Figures are
+also given as ratios against floors measured in the same run:
+
+- *read floor*: reading every input byte once (``read()`` in 8 MB chunks, page cache warm, as
+  the inputs were just generated or read);
+- *single-rank floor*: ``run`` of one 50 MB rank with the local executor (the serial cost of a
+  rank, used for the parallel efficiency: N x T1 / (jobs x T)).
+
+Usage (the figures in docs/scale.md)::
+
+    python benchmarks/bench_scale.py --cache /tmp/ta-bench/cache --work /tmp/ta-bench/work \\
+        --cases 8x50,32x50,64x50,1x200 --executors processes,ray --jobs 2 \\
+        --json docs/scale-bench.json
+
+Needs psutil (installed with ``traceanalyzer[ray]``; else ``pip install psutil``). The 64x50
+case writes ~3.6 GB of input and ~1 GB of store: check ``df -h`` first; ``--clean`` removes the
+stores afterwards (the input cache is kept for re-runs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+SCENARIO = "inference-baseline"
+KNOBS = {"tp_comm": 1}  # an all-reduce per layer: communication tables are not empty
+
+
+@dataclass
+class Sample:
+    wall_s: float
+    driver_rss_mb: float
+    worker_rss_mb: float  # max over worker processes (pool workers, Ray workers)
+    infra_rss_mb: float  # Ray's own daemons (raylet, GCS, ...), summed at their peak
+    worker_self_peak_mb: float | None  # max peak_rss_mb the ingest workers report
+    exit_code: int
+    workers_seen: int = 0
+
+
+@dataclass
+class Case:
+    ranks: int
+    mb: int
+    executor: str
+    input_mb: float
+    cold: Sample
+    warm: Sample
+    derived: dict[str, float] = field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+def ensure_inputs(cache: Path, cases: list[tuple[int, int]]) -> dict[tuple[int, int], Path]:
+    """Generate the largest collection per size once; smaller rank counts are hard-linked subsets."""
+    from traceanalyzer.synth import generate
+
+    roots: dict[tuple[int, int], Path] = {}
+    for mb in sorted({mb for _, mb in cases}):
+        most = max(r for r, m in cases if m == mb)
+        base = cache / f"r{most}x{mb}"
+        if not base.is_dir():
+            print(f"generating {most} ranks x {mb} MB into {base} ...", file=sys.stderr)
+            tmp = base.with_suffix(".tmp")
+            shutil.rmtree(tmp, ignore_errors=True)
+            generate(SCENARIO, tmp, ranks=most, target_mb=mb, **KNOBS)
+            tmp.rename(base)
+        dirs = sorted(base.iterdir())
+        for ranks, m in cases:
+            if m != mb:
+                continue
+            if ranks == most:
+                roots[(ranks, mb)] = base
+                continue
+            sub = cache / f"r{ranks}x{mb}"
+            if not sub.is_dir():
+                sub.mkdir()
+                for d in dirs[:ranks]:
+                    shutil.copytree(d, sub / d.name, copy_function=os.link)  # no extra bytes
+            roots[(ranks, mb)] = sub
+    return roots
+
+
+def input_mb(root: Path) -> float:
+    return sum(p.stat().st_size for p in root.rglob("*") if p.is_file()) / 1e6
+
+
+def read_floor(root: Path) -> float:
+    """Seconds to read every byte under ``root`` once."""
+    started = time.perf_counter()
+    for path in root.rglob("*"):
+        if path.is_file():
+            with open(path, "rb") as fh:
+                while fh.read(8 << 20):
+                    pass
+    return time.perf_counter() - started
+
+
+# --------------------------------------------------------------------------- measuring
+
+
+class RssPoller(threading.Thread):
+    """Peak RSS of the driver, of each worker process and of Ray's daemons, every 50 ms."""
+
+    def __init__(self, pid: int):
+        super().__init__(daemon=True)
+        self.root = psutil.Process(pid)
+        self.driver = 0
+        self.workers: dict[int, int] = {}
+        self.infra: dict[int, int] = {}
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                self.driver = max(self.driver, self.root.memory_info().rss)
+                children = self.root.children(recursive=True)
+            except psutil.Error:
+                break
+            for child in children:
+                try:
+                    rss = child.memory_info().rss
+                    cmd = " ".join(child.cmdline())
+                except psutil.Error:
+                    continue
+                # pool workers run multiprocessing.spawn; Ray workers are titled "ray::<task>"
+                is_worker = "multiprocessing" in cmd or cmd.startswith("ray::")
+                into = self.workers if is_worker else self.infra
+                into[child.pid] = max(into.get(child.pid, 0), rss)
+            self.stop.wait(0.05)
+
+
+def run_cli(root: Path, out: Path, executor: str, jobs: int) -> Sample:
+    cmd = [sys.executable, "-m", "traceanalyzer.cli", "run", str(root), "--out", str(out)]
+    cmd += ["--executor", executor, "-j", str(jobs), "-q", "--format", "json"]
+    started = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    poller = RssPoller(proc.pid)
+    poller.start()
+    _, err = proc.communicate()
+    wall = time.perf_counter() - started
+    poller.stop.set()
+    poller.join()
+    if proc.returncode not in (0, 1):
+        print(err.decode()[-3000:], file=sys.stderr)
+    reported = []
+    ingest_doc = out / "ingest.json"
+    if ingest_doc.is_file():
+        for s in json.loads(ingest_doc.read_text())["sessions"]:
+            if s.get("status") == "ingested" and s.get("peak_rss_mb"):
+                reported.append(s["peak_rss_mb"])
+    mb = 1 / 2**20
+    return Sample(
+        wall_s=round(wall, 2),
+        driver_rss_mb=round(poller.driver * mb, 1),
+        worker_rss_mb=round(max(poller.workers.values(), default=0) * mb, 1),
+        infra_rss_mb=round(sum(poller.infra.values()) * mb, 1),
+        worker_self_peak_mb=max(reported) if reported else None,
+        exit_code=proc.returncode,
+        workers_seen=len(poller.workers),
+    )
+
+
+# --------------------------------------------------------------------------- report
+
+
+def table(cases: list[Case], floors: dict[str, Any]) -> str:
+    lines = [
+        "| ranks x MB | input MB | executor | cold s | MB/s | x read floor | parallel eff. "
+        "| driver RSS MB | max worker RSS MB | warm s | warm/cold |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for c in cases:
+        d = c.derived
+        worker = c.cold.worker_rss_mb or c.cold.driver_rss_mb
+        lines.append(
+            f"| {c.ranks} x {c.mb} | {c.input_mb:.0f} | {c.executor} | {c.cold.wall_s:.1f} "
+            f"| {d['mb_per_s']:.1f} | {d['x_read_floor']:.0f} | {d['parallel_efficiency']:.0%} "
+            f"| {c.cold.driver_rss_mb:.0f} | {worker:.0f} | {c.warm.wall_s:.2f} "
+            f"| {d['warm_fraction']:.1%} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--cache", type=Path, default=Path("/tmp/ta-bench/cache"))
+    ap.add_argument("--work", type=Path, default=Path("/tmp/ta-bench/work"))
+    ap.add_argument("--cases", default="8x50,32x50,64x50,1x200")
+    ap.add_argument("--executors", default="processes,ray")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--json", type=Path, help="Write all figures here.")
+    ap.add_argument("--clean", action="store_true", help="Remove the stores afterwards.")
+    args = ap.parse_args()
+
+    cases = [tuple(int(x) for x in c.split("x")) for c in args.cases.split(",")]
+    args.cache.mkdir(parents=True, exist_ok=True)
+    roots = ensure_inputs(args.cache, cases + [(1, 50)])
+    args.work.mkdir(parents=True, exist_ok=True)
+
+    # floors, measured now on this machine
+    single = roots[(1, 50)]
+    read_floor(single)  # warm the page cache like the cases below
+    single_read = read_floor(single)
+    one = run_cli(single, args.work / "floor-1x50", "local", 1)
+    floors = {
+        "single_rank_mb": round(input_mb(single), 1),
+        "single_rank_read_s": round(single_read, 3),
+        "single_rank_local_run_s": one.wall_s,
+        "single_rank_local_rss_mb": one.driver_rss_mb,
+        "cpus": os.cpu_count(),
+        "jobs": args.jobs,
+    }
+    print(json.dumps(floors), file=sys.stderr)
+
+    results: list[Case] = []
+    for ranks, mb in cases:
+        root = roots[(ranks, mb)]
+        size = input_mb(root)
+        read_s = read_floor(root)
+        for executor in args.executors.split(","):
+            out = args.work / f"out-{ranks}x{mb}-{executor}"
+            shutil.rmtree(out, ignore_errors=True)
+            cold = run_cli(root, out, executor, args.jobs)
+            warm = run_cli(root, out, executor, args.jobs)
+            serial = ranks * one.wall_s * (mb / 50)  # N x the measured cost of one rank
+            case = Case(ranks, mb, executor, round(size, 1), cold, warm)
+            case.derived = {
+                "read_s": round(read_s, 2),
+                "mb_per_s": size / cold.wall_s,
+                "s_per_rank": cold.wall_s / ranks,
+                "x_read_floor": cold.wall_s / read_s,
+                "x_single_rank": cold.wall_s / serial,
+                "parallel_efficiency": serial / (args.jobs * cold.wall_s),
+                "warm_fraction": warm.wall_s / cold.wall_s,
+            }
+            results.append(case)
+            print(json.dumps(asdict(case)), file=sys.stderr)
+            if args.clean:
+                shutil.rmtree(out, ignore_errors=True)
+
+    by = {(c.ranks, c.mb, c.executor): c for c in results}
+    comparisons: dict[str, Any] = {}
+    for executor in args.executors.split(","):
+        a, b = by.get((64, 50, executor)), by.get((8, 50, executor))
+        if a and b and b.cold.worker_rss_mb:
+            comparisons[f"{executor}: worker RSS 64 / 8 ranks"] = round(
+                a.cold.worker_rss_mb / b.cold.worker_rss_mb, 3
+            )
+            comparisons[f"{executor}: driver RSS 64 / 8 ranks"] = round(
+                a.cold.driver_rss_mb / b.cold.driver_rss_mb, 3
+            )
+    for ranks, mb in cases:
+        p, r = by.get((ranks, mb, "processes")), by.get((ranks, mb, "ray"))
+        if p and r:
+            comparisons[f"ray overhead per rank, {ranks}x{mb} (s)"] = round(
+                (r.cold.wall_s - p.cold.wall_s) / ranks, 3
+            )
+    print(table(results, floors))
+    print()
+    for key, value in comparisons.items():
+        print(f"- {key}: {value}")
+    if args.json:
+        args.json.write_text(
+            json.dumps(
+                {
+                    "floors": floors,
+                    "cases": [asdict(c) for c in results],
+                    "comparisons": comparisons,
+                },
+                indent=1,
+            )
+            + "\n"
+        )
+
+
+if __name__ == "__main__":
+    main()

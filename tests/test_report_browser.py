@@ -1,0 +1,70 @@
+"""report.html in a real headless browser: finding sections present and every plot decoded.
+
+The report's inline script sets ``<body data-images-loaded="N">`` once all N images have
+``naturalWidth > 0`` (``"error"`` otherwise); ``--dump-dom`` serialises the DOM after scripts ran.
+Skipped where chromium is absent (``.ci/run`` installs it: ``apt-get install -y chromium``).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from report_support import SICK, findings, run_sample
+
+CHROMIUM = next(
+    (p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None
+)
+pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed")
+
+
+def browse(html: Path, tmp_path: Path, *extra: str) -> str:
+    args = [
+        CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run",
+        f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=5000", *extra,
+        html.resolve().as_uri(),
+    ]  # fmt: skip
+    done = subprocess.run(args, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
+@pytest.mark.parametrize("sample", sorted(SICK))
+def test_sections_and_images_render(sample: str, tmp_path: Path) -> None:
+    out = run_sample(sample)
+    dom = browse(out / "report.html", tmp_path, "--dump-dom")
+    fired = findings(out)
+    body = re.search(r"<body[^>]*>", dom).group(0)
+    assert f'data-images-loaded="{len(fired)}"' in body, body
+    for f in fired:
+        assert f'id="f-{f["fingerprint"]}"' in dom
+    assert dom.count('<section class="finding') == len(fired)
+
+
+def test_screenshot(tmp_path: Path) -> None:
+    out = run_sample("store_stall_2rank_rank1_sick")
+    shot = tmp_path / "report.png"
+    browse(out / "report.html", tmp_path, f"--screenshot={shot}", "--window-size=1280,1800")
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
+
+
+def test_script_in_trace_name_stays_text(tmp_path: Path) -> None:
+    """A `<script>` in trace data reaches the browser as text: no element, no execution."""
+    from traceanalyzer.report import ReportInputs
+    from traceanalyzer.report.html_report import render_html
+
+    out = run_sample("store_stall_2rank_rank1_sick")
+    inputs = ReportInputs.load(out)
+    payload = "<script>document.body.setAttribute('data-pwned','1')</script>"
+    inputs.findings["findings"][0]["evidence"][0]["name"] = payload
+    inputs.findings["findings"][0]["title"] = f"stall in {payload}"
+    page = tmp_path / "report.html"
+    page.write_text(render_html(inputs))
+    dom = browse(page, tmp_path, "--dump-dom")
+    assert "data-pwned" not in re.search(r"<body[^>]*>", dom).group(0)
+    assert dom.count("<script>") == 1  # the report's own image check only
+    assert "&lt;script&gt;document.body" in dom

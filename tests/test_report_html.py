@@ -1,0 +1,188 @@
+"""report.html / report.md: one section and the right plot per finding, run summary, escaping."""
+
+from __future__ import annotations
+
+import base64
+import re
+import time
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+from report_support import SICK, findings, run_sample
+
+from traceanalyzer.report import ReportInputs, write_reports
+from traceanalyzer.report.plots import PLOTTERS
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+class _Tags(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[tuple[str, dict]] = []
+        self.text: list[str] = []
+
+    def handle_starttag(self, tag, attrs):  # noqa: ANN001
+        self.tags.append((tag, dict(attrs)))
+
+    def handle_data(self, data):  # noqa: ANN001
+        self.text.append(data)
+
+
+def parse(html: str) -> _Tags:
+    p = _Tags()
+    p.feed(html)
+    return p
+
+
+@pytest.mark.parametrize("sample", sorted(SICK))
+def test_sick_sample_has_section_and_plot(sample: str) -> None:
+    out = run_sample(sample)
+    html = (out / "report.html").read_text("utf-8")
+    doc = parse(html)
+    fired = findings(out)
+    assert [f["name"] for f in fired] == [SICK[sample]]
+    for f in fired:
+        section = [
+            a for t, a in doc.tags if t == "section" and a.get("id") == f"f-{f['fingerprint']}"
+        ]
+        assert section, f"no section for {f['name']}"
+    images = [a for t, a in doc.tags if t == "img"]
+    assert len(images) == len(fired)
+    for img in images:
+        assert img["src"].startswith("data:image/png;base64,")
+        assert base64.b64decode(img["src"].split(",", 1)[1]).startswith(PNG_MAGIC)
+    # self-contained: nothing is fetched from anywhere
+    for tag, attrs in doc.tags:
+        for key in ("src", "href"):
+            value = attrs.get(key) or ""
+            assert not re.match(r"^(https?:)?//", value), (tag, value)
+    assert "<link" not in html
+    # the markdown report and its plot files
+    md = (out / "report.md").read_text("utf-8")
+    assert SICK[sample] in md
+    for f in fired:
+        plot = out / "plots" / f"{f['name']}-{f['fingerprint']}.png"
+        assert plot.read_bytes().startswith(PNG_MAGIC)
+        assert f"plots/{plot.name}" in md
+
+
+def test_plot_matches_rule() -> None:
+    assert {"capture-memcpy-growth", "store-transfer-stall"} <= set(PLOTTERS)
+    out = run_sample("capture_growth_2rank")
+    (f,) = findings(out)
+    # one line per rank, drawn from every rank's own series (kept in occurrences)
+    assert sorted(o["ranks"][0] for o in f["occurrences"] if o.get("series")) == [0, 1]
+    from traceanalyzer.report.plots import figure_for
+
+    fig = figure_for(f, ReportInputs.load(out))
+    left, right = fig.axes
+    assert len(left.lines) == 2 and len(right.lines) == 2
+    assert list(left.lines[0].get_ydata()) == f["occurrences"][0]["series"]["memcpy_calls"]
+
+
+def test_stall_gantt_highlights_waits_per_stream() -> None:
+    out = run_sample("store_stall_2rank_rank1_sick")
+    (f,) = findings(out)
+    from traceanalyzer.report.plots import figure_for
+
+    fig = figure_for(f, ReportInputs.load(out))
+    (ax, *_) = fig.axes
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    assert labels[0].startswith("host: batch_get_into_multi_buffers")
+    for stream in (39, 40, 43, 46):
+        assert f"stream {stream}  ◀ stalls" in labels
+    colors = {tuple(round(c, 3) for c in coll.get_facecolor()[0]) for coll in ax.collections}
+    assert len(colors) >= 3  # span, NOTIFY_WAIT, EVENT_WAIT (and other tasks)
+
+
+def test_run_summary_and_not_evaluated_rules() -> None:
+    out = run_sample("inference_baseline_g3_level0")
+    html = (out / "report.html").read_text("utf-8")
+    assert "No findings" in html
+    assert "Not evaluated" in html and "collect with profiler_level=Level1 or Level2" in html
+    assert "missing ranks: 1" in html  # discovery problem: what was skipped and why
+    assert "Level0" in html and "g3" in html
+    assert "api_statistic.csv" in html  # missing files listed
+
+
+def test_reports_are_fast() -> None:
+    out = run_sample("store_stall_2rank_rank1_sick")
+    write_reports(out)  # warm: fonts and imports
+    started = time.perf_counter()
+    files = write_reports(out)
+    assert not files.errors
+    assert time.perf_counter() - started < 1.0
+
+
+SCRIPT = '<script>alert("pwned")</script>'
+
+
+def test_trace_strings_are_escaped(tmp_path: Path) -> None:
+    """An op name from user code containing <script> is shown as text everywhere."""
+    from traceanalyzer.engine import Evidence, RuleContext, evaluate, rule
+    from traceanalyzer.engine.registry import RuleSet
+    from traceanalyzer.store import Store
+    from traceanalyzer.synth.fixtures import RankBuilder, build_store
+
+    b = RankBuilder(rank=0)
+    b.cpu_op(f"my_op{SCRIPT}", start_us=100, dur_us=50)
+    out = build_store(tmp_path, b)
+
+    @rule(
+        id="TX901",
+        name="echo-op",
+        severity="warning",
+        summary="Echoes user op names.",
+        fix="Rename `op` & retry.",
+    )
+    def echo(ctx: RuleContext):  # noqa: ANN202
+        """
+        ## What it detects
+        x
+        ## Why it matters
+        x
+        ## How to fix
+        x
+        ## Example
+        x
+        ## References
+        x
+        """
+        import polars as pl
+
+        rows = ctx.table("slices").filter(pl.col("name").str.contains("<script>")).collect()
+        for row in rows.iter_rows(named=True):
+            yield ctx.finding(
+                rank=row["rank"],
+                title=f"op `{row['name']}` is odd",
+                message=f"Op {row['name']} on {row['thread']}",
+                location={"name": row["name"]},
+                evidence=[
+                    Evidence(
+                        rank=row["rank"],
+                        session=row["session"],
+                        name=row["name"],
+                        start_ns=row["start_ns"],
+                        dur_ns=row["dur_ns"],
+                    )
+                ],  # fmt: skip
+                metrics={"name_metric": row["name"]},
+            )
+
+    result = evaluate(Store.open(out), rules=RuleSet([echo]), config_path=False)
+    assert len(result.findings) == 1
+    from traceanalyzer.engine import write_findings_json
+
+    write_findings_json(result, out)
+    files = write_reports(out, result=result, rules=[echo])
+    assert not files.errors
+    html = (out / "report.html").read_text("utf-8")
+    assert SCRIPT not in html
+    assert "&lt;script&gt;alert(&quot;pwned&quot;)&lt;/script&gt;" in html
+    doc = parse(html)
+    assert sum(t == "script" for t, _ in doc.tags) == 1  # only the report's own image check
+    assert any(SCRIPT in text for text in doc.text)  # ...and the name reads as text
+    md = (out / "report.md").read_text("utf-8")
+    assert "<script>" not in md and "&lt;script&gt;" in md

@@ -1,0 +1,187 @@
+"""Executors: the same findings on every backend; killed workers, killed drivers, corrupt ranks."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from traceanalyzer.cli import EXIT_PARTIAL, main
+from traceanalyzer.executor import (
+    ExecutorError,
+    LocalExecutor,
+    ProcessExecutor,
+    TaskCrashed,
+    make_executor,
+)
+from traceanalyzer.ingest import FAULT_KILL_RANK, FAULT_ONCE, ingest
+from traceanalyzer.store import Store
+from traceanalyzer.synth import generate
+
+RANKS = 8
+SICK = "2,5"
+
+
+@pytest.fixture(scope="module")
+def collection(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Eight small store-stall ranks; ranks 2 and 5 stall."""
+    root = tmp_path_factory.mktemp("collection") / "in"
+    generate("store-stall", root, ranks=RANKS, sick=SICK, steps_before=1, steps_after=1)
+    return root
+
+
+@pytest.fixture(scope="module")
+def reference(collection: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """findings.json of an uninterrupted run with the processes backend."""
+    out = tmp_path_factory.mktemp("reference") / "out"
+    code, doc = _run(collection, out, "--executor", "processes", "-j", "2")
+    assert code == 0
+    return doc
+
+
+def _run(root: Path, out: Path, *args: str) -> tuple[int, dict]:
+    result = CliRunner().invoke(main, ["run", str(root), "--out", str(out), "-q", *args])
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.output
+    return result.exit_code, json.loads((out / "findings.json").read_text())
+
+
+def _statuses(out: Path) -> dict[int, str]:
+    doc = json.loads((out / "ingest.json").read_text())
+    return {s["rank"]: s["status"] for s in doc["sessions"]}
+
+
+def test_reference_groups_the_stalled_ranks(reference: dict) -> None:
+    stalls = [f for f in reference["findings"] if f["name"] == "store-transfer-stall"]
+    assert len(stalls) == 1
+    assert stalls[0]["ranks"] == [2, 5]
+    assert stalls[0]["ranks_label"] == "ranks 2, 5 (2/8)"
+
+
+def test_local_backend_equals_processes(collection: Path, reference: dict, tmp_path: Path) -> None:
+    code, doc = _run(collection, tmp_path / "out", "--executor", "local")
+    assert code == 0
+    assert doc == reference
+
+
+def test_killed_worker_fails_only_its_rank_then_resumes(
+    collection: Path, reference: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rank 3's worker is SIGKILLed on every attempt (an OOM kill): the pool breaks, the other
+    ranks finish, rank 3 is reported failed with the signal, and the exit code says partial.
+    The next run re-ingests rank 3 only and equals an uninterrupted run."""
+    out = tmp_path / "out"
+    monkeypatch.setenv(FAULT_KILL_RANK, "3")
+    code, doc = _run(collection, out, "--executor", "processes", "-j", "2")
+    assert code == EXIT_PARTIAL
+    ingest_doc = json.loads((out / "ingest.json").read_text())
+    failed = [s for s in ingest_doc["sessions"] if s["status"] == "failed"]
+    assert [s["rank"] for s in failed] == [3]
+    assert "SIGKILL" in failed[0]["error"]
+    assert doc["summary"]["ranks"] == [0, 1, 2, 4, 5, 6, 7]  # rank 3 is not analysed half-written
+    assert not list((out / "tables" / "slices").glob("rank=3"))
+
+    monkeypatch.delenv(FAULT_KILL_RANK)
+    code, doc = _run(collection, out, "--executor", "processes", "-j", "2")
+    assert code == 0
+    statuses = _statuses(out)
+    assert statuses.pop(3) == "ingested"
+    assert set(statuses.values()) == {"cached"}
+    assert doc == reference
+
+
+def test_worker_killed_once_is_retried_in_the_same_run(
+    collection: Path, reference: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker that dies once (a transient OOM kill) costs a retry, not the rank."""
+    monkeypatch.setenv(FAULT_KILL_RANK, "6")
+    monkeypatch.setenv(FAULT_ONCE, str(tmp_path / "killed-once"))
+    out = tmp_path / "out"
+    with ProcessExecutor(jobs=2) as executor:
+        result = ingest(collection, out, executor=executor)
+        assert executor.restarts == 1
+    assert (tmp_path / "killed-once").exists()
+    assert not result.failed
+    assert {o.status for o in result.outcomes} == {"ingested"}
+    code, doc = _run(collection, out, "--executor", "processes", "-j", "2")
+    assert code == 0
+    assert set(_statuses(out).values()) == {"cached"}
+    assert doc == reference
+
+
+def test_killed_driver_resumes_with_the_missing_ranks(
+    collection: Path, reference: dict, tmp_path: Path
+) -> None:
+    """The whole run dies at rank 3 (local backend: the rank runs in the driver, like Ctrl-C or
+    a lost machine). Ranks 0-2 stay in the store; the next run ingests only 3-7."""
+    out = tmp_path / "out"
+    env = {**os.environ, FAULT_KILL_RANK: "3"}
+    cmd = [sys.executable, "-m", "traceanalyzer.cli", "run", str(collection), "--out", str(out)]
+    proc = subprocess.run([*cmd, "--executor", "local", "-q"], env=env, capture_output=True)
+    assert proc.returncode == -9, proc.stderr[-2000:]
+    assert not (out / "findings.json").exists()
+
+    code, doc = _run(collection, out, "--executor", "processes", "-j", "2")
+    assert code == 0
+    statuses = _statuses(out)
+    assert {r: statuses[r] for r in (0, 1, 2)} == dict.fromkeys((0, 1, 2), "cached")
+    assert {statuses[r] for r in range(3, RANKS)} == {"ingested"}
+    assert doc == reference
+
+
+def test_corrupt_trace_among_eight_good_ranks(collection: Path, tmp_path: Path) -> None:
+    """A ninth rank whose trace_view.json is binary garbage: 8 ranks analysed, 1 failed, exit 3.
+    A truncated trace, by contrast, is recovered with a warning (tests/test_ingest_variants)."""
+    root = tmp_path / "in"
+    shutil.copytree(collection, root)
+    good = sorted(root.glob("*_ascend_pt"))[0]
+    bad = root / good.name.replace("_ascend_pt", "9_ascend_pt")
+    shutil.copytree(good, bad)
+    for info in bad.glob("profiler_info_*.json"):
+        doc = json.loads(info.read_text())
+        _set_rank(doc, 8)
+        info.unlink()
+        (bad / "profiler_info_8.json").write_text(json.dumps(doc))
+    (bad / "ASCEND_PROFILER_OUTPUT" / "trace_view.json").write_bytes(os.urandom(4096))
+
+    out = tmp_path / "out"
+    code, doc = _run(root, out, "--executor", "processes", "-j", "2")
+    assert code == EXIT_PARTIAL
+    ingest_doc = json.loads((out / "ingest.json").read_text())
+    failed = [s for s in ingest_doc["sessions"] if s["status"] == "failed"]
+    assert [s["rank"] for s in failed] == [8]
+    assert "trace_view.json: unreadable" in failed[0]["error"]
+    assert doc["summary"]["ranks"] == list(range(RANKS))
+    assert Store.open(out).sessions().height == RANKS
+
+
+def _set_rank(doc: dict, rank: int) -> None:
+    """profiler_info keeps the rank in config.common_config / rank_id, depending on version."""
+    for key, value in doc.items():
+        if key in ("rank_id", "rank") and isinstance(value, int):
+            doc[key] = rank
+        elif isinstance(value, dict):
+            _set_rank(value, rank)
+
+
+def test_executor_map_reports_exceptions_without_stopping() -> None:
+    results = dict(LocalExecutor().map(_maybe_fail, [(1,), (0,), (2,)]))
+    assert results[0] == 1.0 and results[2] == 0.5
+    assert isinstance(results[1], TaskCrashed) and "ZeroDivisionError" in str(results[1])
+
+
+def _maybe_fail(x: int) -> float:
+    return 1 / x
+
+
+def test_unknown_executor_and_missing_ray_are_clear(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ExecutorError, match="unknown executor"):
+        make_executor("dask")
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError
+    with pytest.raises(ExecutorError, match=r"pip install 'traceanalyzer\[ray\]'"):
+        make_executor("ray")

@@ -1,0 +1,101 @@
+"""``traceanalyzer diff BASE TARGET``: compare two runs (output dirs, or input dirs to analyse)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from traceanalyzer.store import write_atomic_text
+
+EXIT_NEW, EXIT_USAGE = 1, 2
+
+
+def is_output_dir(path: Path) -> bool:
+    return (path / "findings.json").is_file()
+
+
+def analyse(path: Path, jobs: int, quiet: bool) -> Path:
+    """Ingest and evaluate an input dir into its default output dir (cached across diffs)."""
+    from traceanalyzer.engine import evaluate, write_findings_json
+    from traceanalyzer.ingest import default_out_dir, ingest
+    from traceanalyzer.report.terminal import run_reports
+    from traceanalyzer.store import Store
+
+    out = default_out_dir(path)
+    if not quiet:
+        click.echo(f"analysing {path} -> {out}", err=True)
+    result = ingest(path, out, jobs=jobs)
+    if not result.outcomes:
+        raise click.UsageError(f"{path}: neither a run output (findings.json) nor a trace folder")
+    write_atomic_text(out / "ingest.json", json.dumps(result.to_dict(), indent=1))
+    findings = evaluate(Store.open(out), config_path=False)
+    write_findings_json(findings, out)
+    run_reports(out, findings, input_root=path)
+    return out
+
+
+@click.command("diff")
+@click.argument("base", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("target", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    help="Where to write diff.html and diff.json (default: a sibling of TARGET's output, `diff-<base>-vs-<target>`).",
+)
+@click.option(
+    "--fail-on-new",
+    is_flag=True,
+    help="Exit 1 when TARGET has findings BASE does not (CI regression gate).",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="`json` prints diff.json on stdout.",
+)
+@click.option(
+    "--jobs",
+    "-j",
+    type=click.IntRange(min=1),
+    default=2,
+    show_default=True,
+    help="Parallel parsing when an input dir must be analysed first.",
+)
+@click.option("--quiet", "-q", is_flag=True, help="Only the summary.")
+def diff_command(
+    base: Path, target: Path, out: Path | None, fail_on_new: bool, fmt: str, jobs: int, quiet: bool
+) -> None:
+    """Compare two runs: findings new / resolved / changed, and key figures per rank.
+
+    BASE and TARGET are output dirs of `traceanalyzer run`, or trace folders, which are then
+    analysed first into their default output dirs.
+    """
+    from traceanalyzer.ingest import InputError
+    from traceanalyzer.report.diff import diff_outputs
+    from traceanalyzer.report.diff_render import render_diff_html, render_diff_text
+
+    try:
+        base_out = base if is_output_dir(base) else analyse(base, jobs, quiet or fmt == "json")
+        target_out = (
+            target if is_output_dir(target) else analyse(target, jobs, quiet or fmt == "json")
+        )
+    except InputError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_USAGE)
+    result = diff_outputs(base_out, target_out)
+    out = out or target_out.parent / f"diff-{base_out.name}-vs-{target_out.name}"
+    doc = json.dumps(result.to_dict(), indent=1) + "\n"
+    write_atomic_text(out / "diff.json", doc)
+    write_atomic_text(out / "diff.html", render_diff_html(result, out))
+    if fmt == "json":
+        click.echo(doc, nl=False)
+    else:
+        click.echo(render_diff_text(result))
+        click.echo(f"diff report: {out / 'diff.html'}")
+    if fail_on_new and result.has_new:
+        sys.exit(EXIT_NEW)

@@ -1,0 +1,172 @@
+"""Render a :class:`~traceanalyzer.report.diff.DiffResult` for the terminal and as diff.html."""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime, timezone
+from pathlib import Path
+
+from traceanalyzer.report import fmt
+from traceanalyzer.report.diff import Delta, DiffResult, FindingChange
+from traceanalyzer.report.figures import FIGURES
+from traceanalyzer.report.htmlkit import chip, esc, inline, page, table
+
+STATUS_KIND = {"new": "error", "resolved": "clean", "changed": "warning", "unchanged": "plain"}
+
+
+def _value(key: str, value: float | None) -> str:
+    if value is None:
+        return "n/a"
+    return fmt.duration(value) if key.endswith("_ns") or "_ns_" in key else fmt.number(value)
+
+
+def delta_text(d: Delta) -> str:
+    text = f"{_value(d.key, d.base)} -> {_value(d.key, d.target)}"
+    if d.rel is not None:
+        text += f" ({d.rel * 100:+.1f}%)"
+    return text
+
+
+def _metric_text(d: Delta) -> str:
+    text = f"{fmt.metric(d.key, d.base)} -> {fmt.metric(d.key, d.target)}"
+    if d.rel is not None:
+        text += f" ({d.rel * 100:+.1f}%)"
+    return text
+
+
+def render_diff_text(diff: DiffResult) -> str:
+    lines = [f"base:   {diff.base}", f"target: {diff.target}"]
+    summary = ", ".join(
+        f"{len(diff.by_status(s))} {s}" for s in ("new", "resolved", "changed", "unchanged")
+    )
+    lines.append(f"findings: {summary}")
+    for c in diff.changes:
+        side = c.current
+        ranks = ", ".join(map(str, side.get("ranks") or []))
+        lines.append(f"  {c.status:<9} {c.name:<24} rank {ranks:<8} {side.get('title', '')}")
+        for d in c.metrics:
+            lines.append(f"            {fmt.label(d.key)}: {_metric_text(d)}")
+        for d in c.figures:
+            if d.base is not None or d.target is not None:
+                lines.append(
+                    f"            {FIGURES.get(d.key, d.key)}: {delta_text(d)}  [{d.scope}]"
+                )
+    moved = [d for d in diff.figures if d.change]
+    if moved:
+        lines.append("key figures that moved (per rank):")
+        for d in moved:
+            lines.append(f"  rank {d.ranks[0]:<4} {FIGURES.get(d.key, d.key):<32} {delta_text(d)}")
+    return "\n".join(lines)
+
+
+def _delta_cell(d: Delta) -> str:
+    cls = {True: "delta-good", False: "delta-bad"}.get(d.better, "")  # type: ignore[arg-type]
+    rel = "" if d.rel is None else f"{d.rel * 100:+.1f}%"
+    return f'<span class="{cls}">{esc(rel)}</span>' if rel else ""
+
+
+def _change_section(c: FindingChange) -> str:
+    side = c.current
+    sev = side.get("severity", "info")
+    parts = [
+        f'<section class="finding {esc(sev)}">',
+        f"<h3>{inline(side.get('title'))}</h3>",
+        '<div class="meta">',
+        chip(c.status, STATUS_KIND[c.status]),
+        chip(sev, sev),
+        chip(f"{c.rule} {c.name}"),
+        f"<span>{esc(side.get('ranks_label'))}</span>",
+        f'<span class="mono small">fingerprint {esc(c.fingerprint)}</span>',
+        "</div>",
+    ]
+    if (
+        c.status == "changed"
+        and c.base
+        and c.target
+        and c.base.get("title") != c.target.get("title")
+    ):
+        parts.append(f'<p class="small muted">before: {inline(c.base.get("title"))}</p>')
+    rows = [
+        (
+            fmt.label(d.key),
+            fmt.metric(d.key, d.base),
+            fmt.metric(d.key, d.target),
+            _delta_cell(d),
+            "finding metric",
+        )
+        for d in c.metrics
+    ]
+    rows += [
+        (
+            FIGURES.get(d.key, d.key),
+            _value(d.key, d.base),
+            _value(d.key, d.target),
+            _delta_cell(d),
+            d.scope,
+        )
+        for d in c.figures
+        if d.base is not None or d.target is not None
+    ]
+    if rows:
+        parts.append(
+            table(
+                ("figure", "base", "target", "change", "scope"), rows, numeric=(1, 2, 3), raw=(3,)
+            )
+        )
+    parts.append("</section>")
+    return "".join(parts)
+
+
+def _link(from_dir: Path, to: Path) -> str:
+    try:
+        return Path(os.path.relpath(to, from_dir)).as_posix()
+    except ValueError:
+        return to.resolve().as_uri()
+
+
+def render_diff_html(diff: DiffResult, out_dir: Path, *, now: datetime | None = None) -> str:
+    generated = (now or datetime.now(timezone.utc)).strftime("%Y-%m-%d %H:%M UTC")
+    counts = " ".join(
+        chip(f"{len(diff.by_status(s))} {s}", STATUS_KIND[s])
+        for s in ("new", "resolved", "changed", "unchanged")
+    )
+    links = []
+    for label, side in (("base", diff.base), ("target", diff.target)):
+        report = side / "report.html"
+        target = f'<a href="{esc(_link(out_dir, report))}">report</a>' if report.is_file() else ""
+        links.append(f'<tr><th>{label}</th><td class="mono">{esc(side)}</td><td>{target}</td></tr>')
+    parts = [
+        "<header><h1>traceanalyzer diff</h1>",
+        f'<div class="sub">generated {esc(generated)}</div></header>',
+        f'<div class="tablewrap"><table>{"".join(links)}</table></div>',
+        f"<p>{counts}</p>",
+        "<h2>Findings</h2>",
+    ]
+    if not diff.changes:
+        parts.append("<p>No findings in either run.</p>")
+    parts += [_change_section(c) for c in diff.changes]
+    parts.append("<h2>Key figures per rank</h2>")
+    rows = [
+        (
+            d.ranks[0],
+            FIGURES.get(d.key, d.key),
+            _value(d.key, d.base),
+            _value(d.key, d.target),
+            _delta_cell(d),
+        )
+        for d in diff.figures
+    ]
+    if rows:
+        parts.append(
+            table(
+                ("rank", "figure", "base", "target", "change"), rows, numeric=(0, 2, 3, 4), raw=(4,)
+            )
+        )
+        parts.append(
+            '<p class="small muted">Definitions: capture time and memcpy per capture from aclgraph '
+            "capture windows; transfer span time from KV-store transfer spans; step time from "
+            "ProfilerStep spans (see <code>traceanalyzer.report.figures</code>).</p>"
+        )
+    else:
+        parts.append("<p>No key figure could be computed on either side.</p>")
+    return page("traceanalyzer diff", "".join(parts))

@@ -1,0 +1,335 @@
+"""``OUT/report.html``: the run summary, one section per finding with its plot, rule status."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime, timezone
+from typing import Any
+
+from traceanalyzer.report import fmt
+from traceanalyzer.report.htmlkit import (
+    chip,
+    details,
+    esc,
+    img_png,
+    inline,
+    page,
+    paragraphs,
+    table,
+)
+from traceanalyzer.report.inputs import ReportInputs
+from traceanalyzer.report.summary import RunSummary, run_summary
+
+EVIDENCE_SHOWN = 50  # rows in the collapsible table; findings.json keeps them all
+
+
+def finding_anchor(finding: Mapping[str, Any]) -> str:
+    return f"f-{finding.get('fingerprint', '')}"
+
+
+def render_html(
+    inputs: ReportInputs, plots: Mapping[str, bytes] | None = None, *, now: datetime | None = None
+) -> str:
+    """The whole page. ``plots`` maps a finding fingerprint to its PNG."""
+    plots = plots or {}
+    doc = inputs.findings
+    summary = run_summary(inputs)
+    findings = doc.get("findings", [])
+    generated = (now or datetime.now(timezone.utc)).strftime("%Y-%m-%d %H:%M UTC")
+    parts = [
+        "<header>",
+        f"<h1>traceanalyzer report: {esc(inputs.title)}</h1>",
+        f'<div class="sub">generated {esc(generated)} by traceanalyzer {esc(inputs.version)} '
+        f'&middot; output <span class="mono">{esc(inputs.out)}</span></div>',
+        "</header>",
+        _cards(doc, summary),
+        _bench(inputs),
+        _overview(findings),
+    ]
+    parts += [_finding_section(f, plots.get(f.get("fingerprint", ""))) for f in findings]
+    parts += [_rules_section(doc), _errors_section(doc), _run_section(summary), _footer(inputs)]
+    return page(f"traceanalyzer: {inputs.title}", "".join(parts))
+
+
+def _cards(doc: Mapping[str, Any], summary: RunSummary) -> str:
+    counts = doc.get("summary", {}).get("by_severity", {})
+    sev = " ".join(chip(f"{counts[s]} {s}", s) for s in fmt.SEVERITY_ORDER if counts.get(s))
+    rules = doc.get("rules", [])
+    evaluated = sum(r.get("status") in ("fired", "clean") for r in rules)
+    cards = [
+        ("findings", str(len(doc.get("findings", []))), sev or chip("none", "clean")),
+        ("ranks", str(len(summary.ranks)), esc(_ranks_text(summary.ranks))),
+        ("sessions", str(len(summary.sessions)), ""),
+        ("rules evaluated", f"{evaluated}/{len(rules)}", ""),
+        (
+            "formats",
+            esc(", ".join(summary.versions.get("generation", [])) or "?"),
+            esc(", ".join(summary.versions.get("profiler_level", []))),
+        ),
+    ]
+    html_cards = "".join(
+        f'<div class="card"><div class="k">{esc(k)}</div><div class="v">{v}</div>'
+        f'<div class="small muted">{extra}</div></div>'
+        for k, v, extra in cards
+    )
+    return f'<section class="cards">{html_cards}</section>'
+
+
+def _ranks_text(ranks: list[int]) -> str:
+    from traceanalyzer.engine.findings import compress_ranks
+
+    return compress_ranks(ranks)
+
+
+def _bench(inputs: ReportInputs) -> str:
+    if not inputs.bench:
+        return ""
+
+    def cell(v: float | None) -> str:
+        return "-" if v is None else f"{v:,.1f} ms"
+
+    rows = [
+        (
+            r.arm,
+            "-" if r.completed is None else r.completed,
+            cell(r.get("ttft")),
+            cell(r.get("ttft", "p99")),
+            cell(r.get("tpot")),
+            cell(r.get("tpot", "p99")),
+        )
+        for r in inputs.bench
+    ]
+    headers = ("arm", "completed", "mean TTFT", "p99 TTFT", "mean TPOT", "p99 TPOT")
+    return (
+        "<h2>Serving benchmark (vllm bench)</h2>"
+        + table(headers, rows, numeric=(1, 2, 3, 4, 5))
+        + '<p class="small muted">From <code>bench*.json</code> found next to the traces.</p>'
+    )
+
+
+def _overview(findings: list[Mapping[str, Any]]) -> str:
+    if not findings:
+        return "<h2>Findings</h2><p>No findings: every evaluated rule is silent.</p>"
+    rows = [
+        (
+            chip(f["severity"], f["severity"]),
+            f'<a href="#{esc(finding_anchor(f))}">{esc(f["name"])}</a>',
+            esc(f.get("ranks_label")),
+            inline(f.get("title")),
+        )
+        for f in findings
+    ]
+    return "<h2>Findings</h2>" + table(
+        ("severity", "rule", "ranks", "what"), rows, raw=(0, 1, 2, 3)
+    )
+
+
+def _metrics(metrics: Mapping[str, Any]) -> str:
+    items = "".join(
+        f'<div class="metric"><div class="k">{esc(fmt.label(k))}</div>'
+        f'<div class="v">{esc(fmt.metric(k, v))}</div></div>'
+        for k, v in metrics.items()
+    )
+    return f'<div class="metrics">{items}</div>' if items else ""
+
+
+def evidence_rows(finding: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+    rows = []
+    for e in (finding.get("evidence") or [])[:EVIDENCE_SHOWN]:
+        start = e.get("start_ns")
+        rows.append(
+            (
+                e.get("rank"),
+                e.get("name"),
+                "" if e.get("stream") is None else e["stream"],
+                "" if start is None else fmt.trace_us(start),
+                fmt.duration(e.get("dur_ns")) if e.get("dur_ns") is not None else "",
+                e.get("detail") or "",
+                e.get("session"),
+            )
+        )
+    return rows
+
+
+def _finding_section(f: Mapping[str, Any], png: bytes | None) -> str:
+    sev = f.get("severity", "info")
+    parts = [
+        f'<section class="finding {esc(sev)}" id="{esc(finding_anchor(f))}">',
+        f"<h3>{inline(f.get('title'))}</h3>",
+        '<div class="meta">',
+        chip(sev, sev),
+        chip(f"{f.get('rule')} {f.get('name')}"),
+        f"<span>{esc(f.get('ranks_label'))}</span>",
+        f'<span class="mono small">fingerprint {esc(f.get("fingerprint"))}</span>',
+        "</div>",
+        f'<div class="message">{paragraphs(f.get("message"))}</div>',
+        _metrics(f.get("metrics") or {}),
+    ]
+    if png:
+        alt = f"plot for {f.get('name')}"
+        parts.append(
+            f"<figure>{img_png(png, alt)}<figcaption>{esc(_caption(f))}</figcaption></figure>"
+        )
+    parts.append(f'<div class="fix"><b>Fix.</b> {inline(f.get("fix"))}</div>')
+    evidence = f.get("evidence") or []
+    if evidence:
+        more = len(evidence) - EVIDENCE_SHOWN
+        body = table(
+            ("rank", "name", "stream", "start (µs, trace clock)", "duration", "detail", "session"),
+            evidence_rows(f),
+            numeric=(0, 2, 3, 4),
+        )
+        if more > 0:
+            body += f'<p class="small muted">{more} more rows in findings.json.</p>'
+        body += (
+            '<p class="small muted">Start times are the trace\'s own clock: search them in '
+            "Perfetto, or load <code>annotations.json</code> next to trace_view.json.</p>"
+        )
+        parts.append(details(f"Evidence ({len(evidence)} rows)", body))
+    occurrences = f.get("occurrences") or []
+    if len(occurrences) > 1:
+        rows = [
+            (
+                ", ".join(map(str, o.get("ranks", []))),
+                chip(o.get("severity"), o.get("severity", "plain")),
+                inline(o.get("title")),
+            )
+            for o in occurrences
+        ]
+        parts.append(
+            details(
+                f"Per rank ({len(occurrences)})",
+                table(("ranks", "severity", "title"), rows, raw=(1, 2)),
+            )
+        )
+    parts.append("</section>")
+    return "".join(parts)
+
+
+def _caption(f: Mapping[str, Any]) -> str:
+    if f.get("name") == "capture-memcpy-growth":
+        return (
+            "Host memcpy calls and capture duration per aclgraph capture, in time order, per rank."
+        )
+    if f.get("name") == "store-transfer-stall":
+        return (
+            "Device streams during the worst transfer span (shaded). Red: NOTIFY_WAIT, "
+            "orange: EVENT_WAIT; ◀ marks the streams that stall the transfer."
+        )
+    return ""
+
+
+def _rules_section(doc: Mapping[str, Any]) -> str:
+    rules = doc.get("rules", [])
+    if not rules:
+        return ""
+    rows = []
+    for r in rules:
+        status = r.get("status", "")
+        why = r.get("reason") or ""
+        notes = r.get("notes") or []
+        note_html = ""
+        if notes:
+            note_html = details(
+                f"{len(notes)} note(s)",
+                '<ul class="plain">'
+                + "".join(f"<li>{inline(n.get('text'))}</li>" for n in notes)
+                + "</ul>",
+            )
+        rows.append(
+            (
+                esc(r.get("rule")),
+                esc(r.get("name")),
+                chip(status.replace("_", " "), status),
+                str(r.get("findings", 0)),
+                inline(why) + note_html,
+            )
+        )
+    skipped = [r for r in rules if r.get("status") == "not_evaluated"]
+    lead = ""
+    if skipped:
+        lead = (
+            '<p><b>Not evaluated:</b></p><ul class="plain">'
+            + "".join(
+                f"<li><b>{esc(r.get('name'))}</b>: {inline(r.get('reason'))}</li>" for r in skipped
+            )
+            + "</ul>"
+        )
+    return (
+        "<h2>Rules</h2>"
+        + lead
+        + table(
+            ("id", "rule", "status", "findings", "why / notes"),
+            rows,
+            numeric=(3,),
+            raw=(0, 1, 2, 3, 4),
+        )
+    )
+
+
+def _errors_section(doc: Mapping[str, Any]) -> str:
+    errors = doc.get("errors") or []
+    if not errors:
+        return ""
+    items = "".join(
+        details(
+            f"{e.get('name') or e.get('rule')}: {e.get('error')}",
+            f"<pre>{esc(e.get('traceback'))}</pre>",
+        )
+        for e in errors
+    )
+    return f"<h2>Rule errors</h2><p>These rules failed; the others ran.</p>{items}"
+
+
+def _run_section(summary: RunSummary) -> str:
+    rows = []
+    for s in summary.sessions:
+        versions = ", ".join(
+            f"{k} {s[c]}"
+            for k, c in (("torch_npu", "torch_npu_version"), ("CANN", "cann_version"))
+            if s.get(c)
+        )
+        rows.append(
+            (
+                s.get("rank"),
+                s.get("session"),
+                s.get("status", ""),
+                s.get("generation") or "?",
+                s.get("profiler_level") or "?",
+                versions or "not recorded",
+                fmt.duration(s["end_ns"] - s["start_ns"])
+                if s.get("start_ns") and s.get("end_ns")
+                else "",
+                ", ".join(s.get("missing_files") or []),
+            )
+        )
+    body = "<h2>Run</h2>" + table(
+        ("rank", "session", "ingest", "format", "level", "versions", "span", "missing files"),
+        rows,
+        numeric=(0, 6),
+    )
+    versions = "; ".join(
+        f"{k.replace('_', ' ')}: {', '.join(v)}" for k, v in summary.versions.items()
+    )
+    if versions:
+        body += f'<p class="small muted">{esc(versions)}</p>'
+    skipped = summary.skipped
+    if skipped:
+        body += (
+            '<p><b>Skipped or incomplete:</b></p><ul class="plain">'
+            + "".join(f"<li>{esc(line)}</li>" for line in skipped)
+            + "</ul>"
+        )
+    else:
+        body += '<p class="small muted">Nothing was skipped: every session and file was read.</p>'
+    return body
+
+
+def _footer(inputs: ReportInputs) -> str:
+    files = ("findings.json", "findings.sarif", "annotations.json", "report.md", "ingest.json")
+    links = " &middot; ".join(f'<a href="{esc(name)}">{esc(name)}</a>' for name in files)
+    return (
+        f"<footer>Files in this output: {links}.<br>"
+        "Open <code>annotations.json</code> in Perfetto or chrome://tracing together with a rank's "
+        "<code>trace_view.json</code> (same clock) to see the findings on the timeline.</footer>"
+    )

@@ -1,0 +1,77 @@
+"""The run summary every report shows: ranks, sessions, versions, levels, and what was skipped.
+
+Built from the store's ``sessions`` table (versions, generation, level, path) joined with
+``OUT/ingest.json`` (status, missing files, warnings, discovery problems), as plain dicts so the
+HTML, Markdown and diff writers share it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from traceanalyzer.report.inputs import ReportInputs
+
+
+@dataclass
+class RunSummary:
+    ranks: list[int]
+    sessions: list[dict[str, Any]]
+    problems: list[dict[str, Any]] = field(default_factory=list)
+    versions: dict[str, list[str]] = field(default_factory=dict)
+
+    @property
+    def skipped(self) -> list[str]:
+        """One line per thing that could not be used, with why."""
+        lines = []
+        for s in self.sessions:
+            if s.get("status") == "failed":
+                lines.append(f"rank {s['rank']} {s['session']}: failed: {s.get('error')}")
+            if s.get("missing_files"):
+                lines.append(
+                    f"rank {s['rank']} {s['session']}: missing {', '.join(s['missing_files'])} "
+                    "(tables from them are empty)"
+                )
+            for w in s.get("warnings") or []:
+                lines.append(f"rank {s['rank']} {s['session']}: {w}")
+        for p in self.problems:
+            where = f"{p.get('path')}: " if p.get("path") else ""
+            lines.append(f"{p.get('severity', 'warning')}: {where}{p.get('message')}")
+        return lines
+
+
+def run_summary(inputs: ReportInputs) -> RunSummary:
+    ingest = {(s["rank"], s["session"]): s for s in (inputs.ingest or {}).get("sessions", [])}
+    rows: list[dict[str, Any]] = []
+    seen = set()
+    for row in inputs.sessions().iter_rows(named=True):
+        key = (row["rank"], row["session"])
+        seen.add(key)
+        rows.append({**row, **_ingest_fields(ingest.get(key))})
+    for key, extra in ingest.items():  # failed sessions have no sessions-table row
+        if key not in seen:
+            rows.append({"rank": key[0], "session": key[1], **_ingest_fields(extra)})
+    rows.sort(key=lambda r: (r["rank"], r.get("start_ns") or 0))
+    versions: dict[str, list[str]] = {}
+    for col in ("generation", "profiler_level", "torch_npu_version", "cann_version"):
+        values = sorted({str(r[col]) for r in rows if r.get(col)})
+        if values:
+            versions[col] = values
+    ranks = inputs.findings.get("summary", {}).get("ranks") or sorted({r["rank"] for r in rows})
+    return RunSummary(
+        ranks=list(ranks),
+        sessions=rows,
+        problems=list((inputs.ingest or {}).get("problems", [])),
+        versions=versions,
+    )
+
+
+def _ingest_fields(entry: dict[str, Any] | None) -> dict[str, Any]:
+    if not entry:
+        return {}
+    keep = ("status", "missing_files", "warnings", "error", "seconds", "path")
+    out = {k: entry.get(k) for k in keep if entry.get(k) is not None}
+    for k in ("generation", "profiler_level"):
+        if entry.get(k):
+            out.setdefault(k, entry[k])
+    return out

@@ -1,0 +1,61 @@
+"""What ``run`` adds to the terminal after the findings table, and the reports it writes.
+
+Kept here so ``cli.py`` stays a thin shell: one call writes every report, one call renders the
+closing lines (vllm bench TTFT/TPOT when the input has them, then where the report is).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from traceanalyzer.report.inputs import ReportInputs
+from traceanalyzer.report.writer import HTML, ReportFiles, write_reports
+
+if TYPE_CHECKING:
+    from traceanalyzer.engine import RunResult
+
+
+@dataclass
+class RunReports:
+    files: ReportFiles
+    inputs: ReportInputs | None
+
+    def closing_text(self, color: bool = False) -> str:
+        """Bench table (if any), report failures, and the line saying where report.html is."""
+        lines = []
+        if self.inputs is not None and self.inputs.bench:
+            from traceanalyzer.recipes.bench import format_bench_table
+
+            lines += ["vllm bench (ms):", format_bench_table(self.inputs.bench)]
+        for name, error in self.files.errors.items():
+            lines.append(f"report {name} failed: {error}")
+        html = self.files.html
+        if html is not None:
+            where = f"report: {html}"
+            lines.append(click.style(where, bold=True) if color else where)
+        return "\n".join(lines)
+
+
+def run_reports(
+    out: str | os.PathLike[str],
+    result: RunResult,
+    *,
+    input_root: str | os.PathLike[str] | None = None,
+    rule_dirs: Iterable[str | os.PathLike[str]] = (),
+) -> RunReports:
+    """Write every report for a finished run; never raises (reports must not fail a run)."""
+    try:
+        from traceanalyzer.engine.loader import load_rules
+
+        rules = load_rules([Path(d) for d in rule_dirs]).rules
+        inputs = ReportInputs.load(out, result=result, rules=rules, input_root=input_root)
+        return RunReports(write_reports(out, inputs=inputs), inputs)
+    except Exception as exc:
+        files = ReportFiles(errors={HTML: f"{type(exc).__name__}: {exc}"})
+        return RunReports(files, None)

@@ -1,0 +1,99 @@
+"""Write every report of a run into OUT, each atomically (temporary file, then rename).
+
+A report that fails to render must not cost the others or the findings: each writer is
+isolated, and failures come back as ``errors`` for ``run`` to print.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import traceback
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from traceanalyzer.report.annotations import build_annotations
+from traceanalyzer.report.html_report import render_html
+from traceanalyzer.report.inputs import ReportInputs
+from traceanalyzer.report.markdown import render_markdown
+from traceanalyzer.report.plots import figure_for, render_png
+from traceanalyzer.report.sarif import build_sarif
+from traceanalyzer.store import write_atomic_bytes, write_atomic_text
+
+if TYPE_CHECKING:
+    from traceanalyzer.engine import Rule, RunResult
+
+HTML, MARKDOWN, SARIF, ANNOTATIONS, PLOTS_DIR = (
+    "report.html",
+    "report.md",
+    "findings.sarif",
+    "annotations.json",
+    "plots",
+)
+
+
+@dataclass
+class ReportFiles:
+    """What :func:`write_reports` wrote, and what failed (name -> error text)."""
+
+    written: dict[str, Path] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    @property
+    def html(self) -> Path | None:
+        return self.written.get(HTML)
+
+
+def make_plots(inputs: ReportInputs) -> tuple[dict[str, bytes], dict[str, str]]:
+    """PNG per finding fingerprint; a failing plot is reported and the finding shown without it."""
+    pngs: dict[str, bytes] = {}
+    errors: dict[str, str] = {}
+    for f in inputs.findings.get("findings", []):
+        try:
+            fig = figure_for(f, inputs)
+            if fig is not None:
+                pngs[f["fingerprint"]] = render_png(fig)
+        except Exception as exc:  # a plot is a nicety; the finding text stands without it
+            errors[f"plot {f.get('name')}"] = f"{type(exc).__name__}: {exc}"
+    return pngs, errors
+
+
+def write_reports(
+    out: str | os.PathLike[str],
+    *,
+    result: RunResult | None = None,
+    rules: Iterable[Rule] | None = None,
+    input_root: str | os.PathLike[str] | None = None,
+    inputs: ReportInputs | None = None,
+) -> ReportFiles:
+    """Write report.html, report.md (+ plots/), findings.sarif and annotations.json into ``out``."""
+    started = time.perf_counter()
+    out = Path(out)
+    files = ReportFiles()
+    if inputs is None:
+        inputs = ReportInputs.load(out, result=result, rules=rules, input_root=input_root)
+    pngs, files.errors = make_plots(inputs)
+    plot_files: dict[str, str] = {}
+    by_fp = {f["fingerprint"]: f for f in inputs.findings.get("findings", [])}
+    for fp, png in pngs.items():
+        rel = f"{PLOTS_DIR}/{by_fp[fp]['name']}-{fp}.png"
+        write_atomic_bytes(out / rel, png)
+        plot_files[fp] = rel
+
+    def attempt(name: str, render) -> None:  # noqa: ANN001 - a zero-argument renderer
+        try:
+            write_atomic_text(out / name, render())
+            files.written[name] = out / name
+        except Exception:
+            files.errors[name] = traceback.format_exc(limit=3).strip().splitlines()[-1]
+
+    attempt(HTML, lambda: render_html(inputs, pngs))
+    attempt(MARKDOWN, lambda: render_markdown(inputs, plot_files))
+    attempt(SARIF, lambda: json.dumps(build_sarif(inputs), indent=1) + "\n")
+    attempt(ANNOTATIONS, lambda: json.dumps(build_annotations(inputs), indent=None) + "\n")
+    files.seconds = time.perf_counter() - started
+    return files
