@@ -185,3 +185,29 @@ def test_unknown_executor_and_missing_ray_are_clear(monkeypatch: pytest.MonkeyPa
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError
     with pytest.raises(ExecutorError, match=r"pip install 'traceanalyzer\[ray\]'"):
         make_executor("ray")
+
+
+def test_warm_rerun_reuses_rank_outcomes_and_starts_no_workers(
+    collection: Path, reference: dict, tmp_path: Path
+) -> None:
+    """Everything cached: no rank is ingested or evaluated again, so no worker starts; a changed
+    parameter re-evaluates (the cache key holds inputs, rule code and parameters)."""
+    from traceanalyzer.engine.runner import findings_document
+    from traceanalyzer.executor import evaluate_store
+
+    out = tmp_path / "out"
+    code, _ = _run(collection, out, "--executor", "processes", "-j", "2")
+    assert code == 0
+    with ProcessExecutor(jobs=2) as executor:
+        again = ingest(collection, out, executor=executor)
+        result = evaluate_store(out, executor, config_path=False)
+        assert executor._pool is None  # nothing to map: no process was spawned
+    assert {o.status for o in again.outcomes} == {"cached"}
+    assert json.loads(findings_document(result))["findings"] == reference["findings"]
+
+    with ProcessExecutor(jobs=2) as executor:
+        changed = evaluate_store(
+            out, executor, config_path=False, overrides=["store-transfer-stall.min_fraction=0.999"]
+        )
+        assert executor._pool is not None
+    assert not any(f.name == "store-transfer-stall" for f in changed.findings)

@@ -153,7 +153,11 @@ def _findings_table(result, out: Path) -> str:  # noqa: ANN001 - engine RunResul
     type=click.Choice(["info", "warning", "error"]),
     help="Exit 1 when a finding at or above this severity exists.",
 )
-@click.option("--force", is_flag=True, help="Re-ingest every session even if the store is current.")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Re-ingest and re-evaluate every session even if the store is current.",
+)
 @click.option("--quiet", "-q", is_flag=True, help="Only print the final summary.")
 @click.option(
     "--format",
@@ -208,6 +212,7 @@ def run(
             out,
             executor,
             rule_dirs=rule_dirs,
+            cache=not force,  # --force also re-evaluates every rank's rules
             overrides=overrides,
             config_path=config_path,
             fail_on=fail_on,

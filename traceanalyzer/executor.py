@@ -33,9 +33,12 @@ Backends (``--executor``):
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import multiprocessing
 import os
+import pickle
 import shutil
 import signal
 import tempfile
@@ -47,7 +50,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from traceanalyzer.store import TABLES_DIR, Store
+from traceanalyzer.store import TABLES_DIR, Store, write_atomic_bytes
 
 ExecutorName = Literal["local", "processes", "ray"]
 EXECUTORS: tuple[str, ...] = ("local", "processes", "ray")
@@ -443,11 +446,45 @@ def evaluate_rank(
     return [evaluate_rule(rules.get(rid), store, params[rid], shard) for rid in rule_ids]
 
 
+RULE_CACHE_DIR = Path(".cache") / "rules"
+
+
+def _rule_code_digest(rules: Sequence[Any]) -> str:
+    """Hash of the rules' code: every .py file in their folders (helpers too), and our version."""
+    from traceanalyzer import __version__
+
+    digest = hashlib.sha256(__version__.encode())
+    folders = sorted({str(Path(r.source).parent) for r in rules if r.source is not None})
+    for folder in folders:
+        for path in sorted(Path(folder).glob("*.py")):
+            digest.update(path.name.encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def _shard_key(
+    code: str, rank_entries: Any, rule_ids: Sequence[str], params: Mapping[str, Any]
+) -> str:
+    doc = {"code": code, "inputs": rank_entries, "rules": list(rule_ids), "params": params}
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
+
+
 def rank_map_for(
-    executor: Executor, store_root: Path, rule_dirs: Sequence[str | Path], builtin: bool = True
+    executor: Executor,
+    store_root: Path,
+    rule_dirs: Sequence[str | Path],
+    builtin: bool = True,
+    cache: bool = True,
 ) -> Callable[..., Iterator[Any]]:
-    """A ``rank_map`` for :func:`traceanalyzer.engine.runner.evaluate` that runs on ``executor``."""
+    """A ``rank_map`` for :func:`traceanalyzer.engine.runner.evaluate` that runs on ``executor``.
+
+    With ``cache``, each rank's outcomes are kept in ``OUT/.cache/rules/rank=R.pkl`` under a key
+    made of the rank's input fingerprints (from the manifest), the rules' code and parameters:
+    a warm re-run evaluates only ranks whose inputs, rules or parameters changed, and starts no
+    workers when none did.
+    """
     from traceanalyzer.engine.runner import RuleOutcome
+    from traceanalyzer.ingest import load_manifest
 
     dirs = tuple(str(Path(d).resolve()) for d in rule_dirs)
 
@@ -456,15 +493,33 @@ def rank_map_for(
     ) -> Iterator[Any]:
         ids = tuple(r.id for r in rules)
         shipped = {rid: dict(params[rid]) for rid in ids}
-        tasks = [(str(store_root), dirs, builtin, ids, shipped, rank) for rank in ranks]
         by_index: dict[int, list[Any]] = {}
-        for index, result in executor.map(evaluate_rank, tasks):
+        keys: dict[int, str] = {}
+        if cache:
+            code = _rule_code_digest(rules)
+            sessions = load_manifest(store_root).sessions
+            for index, rank in enumerate(ranks):
+                entries = {
+                    k: v.get("fingerprint") for k, v in sessions.items() if k.startswith(f"{rank}/")
+                }
+                if not entries:
+                    continue  # not ingested through the manifest: nothing to key on
+                keys[index] = _shard_key(code, entries, ids, shipped)
+                hit = _cache_read(store_root, rank, keys[index])
+                if hit is not None:
+                    by_index[index] = hit
+        todo = [i for i in range(len(ranks)) if i not in by_index]
+        tasks = [(str(store_root), dirs, builtin, ids, shipped, ranks[i]) for i in todo]
+        for position, result in executor.map(evaluate_rank, tasks):
+            index = todo[position]
+            rank = ranks[index]
             if isinstance(result, TaskCrashed):
-                rank = ranks[index]
                 result = [
                     RuleOutcome(rid, frozenset({rank}), "error", error=f"rank {rank}: {result}")
                     for rid in ids
                 ]
+            elif index in keys:
+                _cache_write(store_root, rank, keys[index], result)
             by_index[index] = result
         # rank order, not completion order: notes and statuses read the same on every backend
         for index in sorted(by_index):
@@ -473,10 +528,30 @@ def rank_map_for(
     return rank_map
 
 
+def _cache_path(root: Path, rank: int) -> Path:
+    return root / RULE_CACHE_DIR / f"rank={rank}.pkl"
+
+
+def _cache_read(root: Path, rank: int, key: str) -> list[Any] | None:
+    try:
+        with open(_cache_path(root, rank), "rb") as fh:
+            stored_key, outcomes = pickle.load(fh)
+    except (OSError, pickle.UnpicklingError, EOFError, ValueError, AttributeError, ImportError):
+        return None  # absent, torn or from another version: evaluate again
+    return outcomes if stored_key == key else None
+
+
+def _cache_write(root: Path, rank: int, key: str, outcomes: list[Any]) -> None:
+    if any(o.status == "error" for o in outcomes):
+        return  # a rule that crashed may pass next time: do not remember the failure
+    write_atomic_bytes(_cache_path(root, rank), pickle.dumps((key, outcomes)))
+
+
 def evaluate_store(
     out: str | os.PathLike[str],
     executor: Executor,
     rule_dirs: Sequence[str | Path] = (),
+    cache: bool = True,
     **kwargs: Any,
 ) -> Any:
     """``evaluate`` on the store at ``out``: rank rules on ``executor``, the reduce here."""
@@ -487,6 +562,6 @@ def evaluate_store(
     return evaluate(
         Store.open(root),
         rule_dirs=rule_dirs,
-        rank_map=rank_map_for(executor, root, rule_dirs, builtin),
+        rank_map=rank_map_for(executor, root, rule_dirs, builtin, cache=cache),
         **kwargs,
     )

@@ -468,8 +468,11 @@ def ingest(
     owned = executor is None
     if executor is None:
         executor = make_executor("processes" if jobs > 1 else "local", jobs=jobs)
-    # One thread per worker when several run side by side; all cores when one runs alone.
-    threads = 1 if executor.parallel else (os.cpu_count() or 1)
+    # Split this machine's cores between the workers that run side by side (all of them when
+    # one runs alone, e.g. a single 2 GB rank). A Ray task is given one CPU: one thread.
+    cpus = os.cpu_count() or 1
+    side_by_side = min(executor.jobs, len(todo)) if executor.parallel else 1
+    threads = 1 if executor.name == "ray" else max(1, cpus // max(1, side_by_side))
     try:
         results = executor.map(
             ingest_session,
