@@ -469,10 +469,10 @@ def _complete_events_before(data: bytes, cut: int) -> list[dict]:
     return out
 
 
-@pytest.mark.parametrize("cut_fraction", [0.02, 0.15, 0.5, 0.77, 0.93, 0.999])
+@pytest.mark.parametrize("cut_fraction", [0.02, 0.15, 0.5, 0.77, 0.93, 0.999, 1.0])
 def test_truncated_trace_keeps_complete_events(tmp_path: Path, cut_fraction: float) -> None:
     full = _g2_trace()
-    cut = int(len(full) * cut_fraction)
+    cut = int(len(full) * cut_fraction) if cut_fraction < 1 else len(full) - 1  # 1.0: only `]` lost
     root = tmp_path / "in"
     _write_rank(root, "r_ascend_pt", _info(0), {"trace_view.json": full[:cut]})
     outcome = ingest(root, tmp_path / "out").outcomes[0]

@@ -1,7 +1,7 @@
 """The `traceanalyzer` command: a thin shell over the Python API.
 
 Exit codes: 0 success; 1 a finding at or above ``--fail-on``; 2 usage or input error;
-3 partial run (some rank or file could not be analysed; the rest was).
+3 partial run (some rank or file could not be analysed; the rest was); 130 interrupted.
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 import click
@@ -17,7 +18,7 @@ from traceanalyzer import __version__
 from traceanalyzer.ingest import IngestResult, InputError, SessionOutcome, default_out_dir, ingest
 from traceanalyzer.store import write_atomic_text
 
-EXIT_FINDINGS, EXIT_USAGE, EXIT_PARTIAL = 1, 2, 3
+EXIT_FINDINGS, EXIT_USAGE, EXIT_PARTIAL, EXIT_INTERRUPTED = 1, 2, 3, 130
 
 
 class _Progress:
@@ -182,6 +183,44 @@ def run(
     fmt: str,
 ) -> None:
     """Ingest PATH (a profiling_data folder or one *_ascend_pt dir), run the rules, report."""
+    try:
+        _run(
+            path,
+            out,
+            jobs,
+            executor_name,
+            ray_address,
+            rule_dirs,
+            overrides,
+            config_path,
+            fail_on,
+            force,
+            quiet,
+            fmt,
+        )
+    except KeyboardInterrupt:
+        # Finished sessions are already in the store: the same command picks up where this stopped.
+        click.echo(
+            "\ninterrupted: finished rank sessions are kept; re-run the same command to resume",
+            err=True,
+        )
+        sys.exit(EXIT_INTERRUPTED)
+
+
+def _run(
+    path: Path,
+    out: Path | None,
+    jobs: int,
+    executor_name: str,
+    ray_address: str | None,
+    rule_dirs: tuple[Path, ...],
+    overrides: tuple[str, ...],
+    config_path: Path | None,
+    fail_on: str | None,
+    force: bool,
+    quiet: bool,
+    fmt: str,
+) -> None:
     from traceanalyzer.engine import write_findings_json
     from traceanalyzer.engine.config import ConfigError
     from traceanalyzer.executor import ExecutorError, evaluate_store, make_executor
@@ -207,6 +246,12 @@ def run(
         click.echo(f"error: {path}: no analysable rank session found", err=True)
         sys.exit(EXIT_USAGE)
     write_atomic_text(out / "ingest.json", json.dumps(result.to_dict(), indent=1))
+    show_progress = not (quiet or fmt == "json")
+    if show_progress:
+        click.echo(
+            f"evaluating rules on {len({o.rank for o in result.outcomes})} rank(s) ...", err=True
+        )
+    started = time.perf_counter()
     try:
         findings = evaluate_store(
             out,
@@ -222,6 +267,11 @@ def run(
         sys.exit(EXIT_USAGE)
     finally:
         executor.close()
+    if show_progress:
+        click.echo(
+            f"evaluated {len(findings.rules)} rule(s) in {time.perf_counter() - started:.1f} s",
+            err=True,
+        )
     write_findings_json(findings, out)
     from traceanalyzer.report.terminal import run_reports
 

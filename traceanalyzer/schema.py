@@ -361,24 +361,6 @@ TABLES: dict[str, Table] = {
 }
 
 
-def empty_table(name: str) -> pa.Table:
-    """A zero-row table with the canonical schema of ``name``."""
-    return TABLES[name].arrow_schema.empty_table()
-
-
-def conform(name: str, table: pa.Table) -> pa.Table:
-    """Reorder/cast ``table`` to the canonical schema, adding missing columns as nulls."""
-    spec = TABLES[name]
-    arrays = []
-    for col in spec.columns:
-        if col.name in table.column_names:
-            arr = table.column(col.name)
-            arrays.append(arr if arr.type == col.type else arr.cast(col.type))
-        else:
-            arrays.append(pa.nulls(table.num_rows, col.type))
-    return pa.Table.from_arrays(arrays, schema=spec.arrow_schema)
-
-
 def render_markdown() -> str:
     """Render the schema documentation page (docs/schema.md)."""
     out = [

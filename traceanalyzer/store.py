@@ -22,8 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 from traceanalyzer.schema import TABLES
 
@@ -83,14 +81,6 @@ def commit_partition(
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-
-
-def write_partition(root: Path, table: str, rank: int, session: str, data: pa.Table) -> None:
-    """Write an Arrow table as one partition (see :func:`commit_partition`)."""
-    body = data.drop_columns([c for c in ("rank", "session") if c in data.column_names])
-    commit_partition(
-        root, table, rank, session, lambda path: pq.write_table(body, path, compression="zstd")
-    )
 
 
 def partition_exists(root: Path, table: str, rank: int, session: str) -> bool:

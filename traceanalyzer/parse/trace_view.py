@@ -150,31 +150,53 @@ def _load(con: duckdb.DuckDBPyConnection, path: Path) -> None:
     )
 
 
+_TAIL_BYTES = 64 << 20  # where the cut is searched: a torn event is far smaller than this
+
+
+def _copy_prefix(path: Path, cut: int, target: Path) -> None:
+    """Write bytes [0, cut) of ``path`` plus a closing bracket, streaming (no whole-file read)."""
+    with open(path, "rb") as src, open(target, "wb") as dst:
+        remaining = cut
+        while remaining > 0:
+            chunk = src.read(min(remaining, 8 << 20))
+            if not chunk:
+                break
+            dst.write(chunk)
+            remaining -= len(chunk)
+        dst.write(b"]")
+
+
 def _recover_truncated(
     path: Path, scratch: Path, con: duckdb.DuckDBPyConnection
 ) -> tuple[Path, int]:
     """Cut a truncated array after its last complete event, into a copy under ``scratch``.
 
-    Returns (repaired copy, byte offset where the kept data ends). The input is never modified.
+    Returns (repaired copy, byte offset where the kept data ends). The input is never modified,
+    and memory stays bounded: only the tail is searched for event boundaries.
     """
-    data = path.read_bytes()
-    stripped = data.rstrip()
-    if not stripped.startswith(b"["):
+    size = path.stat().st_size
+    with open(path, "rb") as fh:
+        head = fh.read(4096).lstrip()
+        tail_start = max(0, size - _TAIL_BYTES)
+        fh.seek(tail_start)
+        tail = fh.read()
+    if not head.startswith(b"["):
         raise TraceParseError(
-            f"{path}: not a JSON array of trace events (first byte {stripped[:1]!r})"
+            f"{path}: not a JSON array of trace events (starts with {head[:16]!r})"
         )
-    candidates = [
-        m.start() + 1 for m in _EVENT_BOUNDARY.finditer(data, max(0, len(data) - (64 << 20)))
-    ]
+    candidates = [tail_start + m.start() + 1 for m in _EVENT_BOUNDARY.finditer(tail)]
+    if tail.rstrip().endswith(b"}"):  # killed right before the closing bracket: keep the last event
+        candidates.append(tail_start + len(tail.rstrip()))
     scratch.mkdir(parents=True, exist_ok=True)
     repaired = scratch / "trace_view.repaired.json"
     for cut in reversed(candidates[-8:]):
-        repaired.write_bytes(data[:cut] + b"]")
+        _copy_prefix(path, cut, repaired)
         try:
             _load(con, repaired)
             return repaired, cut
         except duckdb.Error:
             continue
+    # No complete event survives (or the cut is before the first one): an empty trace.
     repaired.write_bytes(b"[]")
     _load(con, repaired)
     return repaired, 0
@@ -337,7 +359,7 @@ def _emit(
         "counters",
         con,
         f"SELECT {duckdb_select_list('counters', counter_cols)} FROM "
-        f"(SELECT *, unnest(json_keys(args)) AS series FROM {ev} WHERE ph = 'C') ORDER BY process, name, series, ts_ns",
+        f"(SELECT *, unnest(json_keys(args)) AS series FROM {ev} WHERE ph = 'C')",
     )
 
     ts_ns = duckdb_us_to_ns("ts_text")
