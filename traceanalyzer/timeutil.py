@@ -66,9 +66,15 @@ def us_expr_to_ns(expr: pl.Expr) -> pl.Expr:
 
 
 def duckdb_us_to_ns(col: str) -> str:
-    """SQL expression converting a VARCHAR µs column to exact BIGINT ns in DuckDB."""
+    """SQL expression converting a VARCHAR µs column to exact BIGINT ns in DuckDB.
+
+    Fast path for torch_npu's own shape (exactly 3 decimals): drop the dot and cast. Anything
+    else (no decimals, more digits, quotes, tabs) takes the general digit arithmetic.
+    """
     c = f"trim({col}, '\t \"')"
     sign = f"(CASE WHEN starts_with({c}, '-') THEN -1 ELSE 1 END)"
-    whole = f"abs(TRY_CAST(split_part({c}, '.', 1) AS HUGEINT))"
+    whole = f"abs(TRY_CAST(coalesce(nullif(split_part({c}, '.', 1), ''), '0') AS HUGEINT))"
     frac4 = f"TRY_CAST(rpad(left(split_part({c}, '.', 2), 4), 4, '0') AS HUGEINT)"
-    return f"CAST({sign} * ({whole} * 1000 + ({frac4} + 5) // 10) AS BIGINT)"
+    general = f"CAST({sign} * ({whole} * 1000 + ({frac4} + 5) // 10) AS BIGINT)"
+    fast = f"(CASE WHEN {col} LIKE '%_.___' THEN TRY_CAST(replace({col}, '.', '') AS BIGINT) END)"
+    return f"coalesce({fast}, {general})"

@@ -91,8 +91,7 @@ _REMOVE_FLATTENED = (
 
 def _slice_columns(process: str, thread: str) -> dict[str, str]:
     """SQL for each slices column over the raw scan; names are resolved by map lookups."""
-    ns = duckdb_us_to_ns("ts_text")
-    dur = "CAST(round(coalesce(dur, 0) * 1000) AS BIGINT)"
+    ns, dur = "ts_ns", "dur_ns"  # computed once per row by the inner query
     is_cann = f"({process} = 'CANN' AND regexp_matches(name, '^[A-Za-z]+@'))"
     has_flat = f"coalesce({', '.join(_flat(k) for k in _FLATTENED_KEYS)}) IS NOT NULL"
     return {
@@ -137,16 +136,23 @@ def _sql_path(path: Path) -> str:
 
 
 def _load(con: duckdb.DuckDBPyConnection, path: Path) -> None:
-    """First scan: keep only the small event kinds (metadata, counters, flows) in memory."""
+    """The one JSON scan: every event into a temporary table that DuckDB may spill to disk.
+
+    Everything after reads this table, so the JSON text is parsed once. ``ts`` keeps its JSON
+    text (strings with their quotes), ``args`` its JSON object text.
+    """
     con.execute(
-        "CREATE OR REPLACE TEMP TABLE small AS "
-        # G1 wrote the HW stream as "Stream Id"; keeping those X rows (few) tells the generation.
+        "CREATE OR REPLACE TEMP TABLE raw AS "
         + _scan(
             path,
-            "ph IN ('M', 'C', 's', 'f', 't') OR (ph = 'X' AND contains(CAST(args AS VARCHAR), '\"Stream Id\"'))",
-            "ph, name, pid, tid, trim(CAST(ts AS VARCHAR), '\"') AS ts_text, cat, id, "
-            "CASE WHEN ph IN ('M', 'C') THEN args END AS args",
+            "true",
+            "ph, name, pid, tid, CAST(ts AS VARCHAR) AS ts_raw, dur, cat, id, CAST(args AS VARCHAR) AS args",
         )
+    )
+    con.execute(
+        """CREATE OR REPLACE TEMP TABLE small AS
+        SELECT ph, name, pid, tid, trim(ts_raw, '"') AS ts_text, cat, id, args
+        FROM raw WHERE ph IN ('M', 'C', 's', 'f', 't')"""
     )
 
 
@@ -215,8 +221,8 @@ def duckdb_memory_limit_mb(path: Path) -> int:
 def parse_trace_view(path: Path, sink: TableSink, scratch: Path, threads: int = 1) -> TraceResult:
     """Parse one trace_view.json into the slices, counters, flows and threads tables.
 
-    Two streaming scans keep memory flat: the first keeps only the small event kinds (M, C, s/f);
-    the second streams the complete events straight into Parquet, resolving names by lookup.
+    One JSON scan fills a spillable DuckDB table (buffers capped, so memory follows the file,
+    not the machine); every table is then written from it, names resolved by lookup.
     """
     result = TraceResult()
     scratch.mkdir(parents=True, exist_ok=True)
@@ -319,10 +325,10 @@ def _emit(
         "THEN 'Stream ' || tid ELSE 'Thread ' || tid END)"
     )
     cols = _slice_columns("process", "thread")
-    inner = _scan(
-        source,
-        "ph IN ('X', 'i', 'I')",
-        "*, trim(CAST(ts AS VARCHAR), '\"') AS ts_text",
+    ts_ns = duckdb_us_to_ns("trim(ts_raw, '\"')")
+    inner = (
+        f"SELECT *, {ts_ns} AS ts_ns, CAST(round(coalesce(dur, 0) * 1000) AS BIGINT) AS dur_ns "
+        "FROM raw WHERE ph IN ('X', 'i', 'I')"
     )
     # Framework (Python) events carry none of the flattened keys, and most of the args bytes.
     named = (

@@ -7,7 +7,22 @@ the store, rule docs), so reports can be regenerated from an output directory al
 
 from __future__ import annotations
 
-from traceanalyzer.report.inputs import ReportInputs, RuleDoc
-from traceanalyzer.report.writer import ReportFiles, write_reports
+from typing import Any
 
 __all__ = ["ReportFiles", "ReportInputs", "RuleDoc", "write_reports"]
+
+_HOMES = {
+    "ReportFiles": "writer",
+    "write_reports": "writer",
+    "ReportInputs": "inputs",
+    "RuleDoc": "inputs",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Lazy exports: `traceanalyzer --help` and `diff` must not pay for matplotlib up front."""
+    if name in _HOMES:
+        import importlib
+
+        return getattr(importlib.import_module(f"traceanalyzer.report.{_HOMES[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
