@@ -11,6 +11,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -168,36 +169,10 @@ def _findings_table(result, out: Path) -> str:  # noqa: ANN001 - engine RunResul
     show_default=True,
     help="`json` prints findings.json on stdout.",
 )
-def run(
-    path: Path,
-    out: Path | None,
-    jobs: int,
-    executor_name: str,
-    ray_address: str | None,
-    rule_dirs: tuple[Path, ...],
-    overrides: tuple[str, ...],
-    config_path: Path | None,
-    fail_on: str | None,
-    force: bool,
-    quiet: bool,
-    fmt: str,
-) -> None:
+def run(**options: Any) -> None:
     """Ingest PATH (a profiling_data folder or one *_ascend_pt dir), run the rules, report."""
     try:
-        _run(
-            path,
-            out,
-            jobs,
-            executor_name,
-            ray_address,
-            rule_dirs,
-            overrides,
-            config_path,
-            fail_on,
-            force,
-            quiet,
-            fmt,
-        )
+        _run(**options)
     except KeyboardInterrupt:
         # Finished sessions are already in the store: the same command picks up where this stopped.
         click.echo(

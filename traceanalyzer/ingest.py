@@ -198,7 +198,7 @@ def _generation(
 ) -> str:
     """Name the export generation from the evidence the format doc lists for each."""
     kernel = headers.get("kernel_details.csv", [])
-    if "Block Num" in kernel or "Communication" in trace_processes:
+    if "Block Num" in kernel:  # renamed from Block Dim after G3
         return "current"
     if (
         any("Device_id" in h for h in headers.values())
@@ -206,6 +206,8 @@ def _generation(
         or session.torch_npu_version
     ):
         return "g3"
+    if "Communication" in trace_processes:  # a trace without CSV evidence, from current msprof
+        return "current"
     if hw_stream_arg == "Stream Id":
         return "g1"
     return "g2"
