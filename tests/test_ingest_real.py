@@ -129,3 +129,20 @@ def test_duckdb_and_polars_glob_queries(real_g2_store: Path) -> None:
     query = f"SELECT count(*) FROM read_parquet('{glob}', hive_partitioning = true)"
     n_duck = duckdb.connect().execute(query).fetchall()[0][0]
     assert n_polars == n_duck == 382
+
+
+def test_cli_run_on_the_real_healthy_export_is_clean(real_g2: Path, tmp_path: Path) -> None:
+    """A healthy training run: no rule fires, nothing errors, and the reasons are stated."""
+    from click.testing import CliRunner
+
+    from traceanalyzer.cli import main
+
+    out = tmp_path / "out"
+    result = CliRunner().invoke(main, ["run", str(real_g2), "--out", str(out), "--executor", "local", "--fail-on", "info"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads((out / "findings.json").read_text())
+    assert doc["findings"] == [] and doc["errors"] == []
+    reasons = {r["name"]: r["reason"] for r in doc["not_evaluated"]}
+    assert "no transfer spans found" in reasons["store-transfer-stall"]
+    for name in ("report.html", "report.md", "findings.sarif", "annotations.json"):
+        assert (out / name).is_file()
