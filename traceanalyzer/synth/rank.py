@@ -563,7 +563,7 @@ class RankWriter:
         cfg = self.cfg
         end = self.last_ts
         self.tv.counter("AI Core Freq", "AI Core Freq", cfg.start_ns, '"MHz": 1800')
-        self.tv.counter("AI Core Freq", "AI Core Freq", end, '"MHz": 1800')
+        self.tv.counter("AI Core Freq", "AI Core Freq", end, '"MHz": 1800', whole_us=True)
         self.tv.flush_chunk()
         self.tv.write(self.out / "trace_view.json")
         self.tv.close()

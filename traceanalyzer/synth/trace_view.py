@@ -279,12 +279,14 @@ class TraceView:
             ),
         )
 
-    def counter(self, process: str, name: str, ts: int, args: str) -> None:
+    def counter(self, process: str, name: str, ts: int, args: str, whole_us: bool = False) -> None:
+        """A C event. ``whole_us`` writes ts as whole µs without decimals, as msprof does for
+        the closing `AI Core Freq` sample in real exports."""
         self.used.add(process)
         self._push(
             ts,
             '{"name": %s, "ts": "%s", "pid": %d, "tid": 0, "args": {%s}, "ph": "C"}'
-            % (js(name), ts_us(ts), self.pid(process), args),
+            % (js(name), str(ts // 1000) if whole_us else ts_us(ts), self.pid(process), args),
         )
 
     def flush_chunk(self) -> None:
