@@ -29,7 +29,10 @@ WINDOW_KEY, WINDOW_VALUE, TRANSFER_KEY = (
 DEVICE_PROCESSES = ("Ascend Hardware", "HCCL", "Communication")
 NOT_HOST_SPANS = ("CANN", *DEVICE_PROCESSES, "Overlap Analysis")
 UNNAMED = "profiled session"  # a session-window transfer whose metadata does not name the call
-NO_SPANS = "no transfer spans found (set span_source=session if the profile wraps the transfer)"
+NO_SPANS = (
+    "no transfer spans found (set span_source=session if the profile wraps the transfer: "
+    "--set store-transfer-stall.span_source=session)"
+)
 STREAMS_SHOWN, WAITS_PER_STREAM, SPANS_SHOWN = 8, 3, 5
 SPAN_SCHEMA = {
     "rank": pl.Int32,
