@@ -184,6 +184,7 @@ def main() -> None:
     parser.add_argument("--mb", type=int, default=200)
     parser.add_argument("--out", type=Path, default=REPO / "docs" / "benchmarks" / "ingest.md")
     parser.add_argument("--cases", nargs="*", default=list(CASES))
+    parser.add_argument("--repeat", type=int, default=3, help="runs per case: best time, worst RSS")
     args = parser.parse_args()
     if not REAL_RANK.is_dir():
         sys.exit(f"real export not found at {REAL_RANK}")
@@ -192,13 +193,17 @@ def main() -> None:
     results = []
     for name in args.cases:
         started = time.perf_counter()
-        result = run_case(name, CASES[name], rank)
+        # Best of N for time (this machine is shared: noise only ever adds), worst for memory.
+        runs = [run_case(name, CASES[name], rank) for _ in range(args.repeat)]
+        result = min(runs, key=lambda r: r.get("seconds", float("inf")))
+        if all("peak_rss_mb" in r for r in runs):
+            result["peak_rss_mb"] = max(r["peak_rss_mb"] for r in runs)
         print(
             f"{name:<36} {json.dumps(result)} ({time.perf_counter() - started:.1f} s wall)",
             flush=True,
         )
         results.append(result)
-    command = "python benchmarks/bench_ingest.py --mb " + str(args.mb)
+    command = f"python benchmarks/bench_ingest.py --mb {args.mb} --repeat {args.repeat}"
     text = render(results, file_mb, command)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text)

@@ -229,7 +229,9 @@ def parse_trace_view(path: Path, sink: TableSink, scratch: Path, threads: int = 
     con = duckdb.connect(
         config={
             "threads": threads,
-            "preserve_insertion_order": True,
+            # Every output has an explicit ORDER BY (slices: by time, parents before children),
+            # so DuckDB may parallelise freely and the files are still deterministic.
+            "preserve_insertion_order": False,
             "temp_directory": str(scratch / "duckdb"),
             "memory_limit": f"{duckdb_memory_limit_mb(path)}MB",
         }
@@ -338,7 +340,9 @@ def _emit(
         f"FROM (SELECT *, {process} AS process, {thread} AS thread FROM ({inner})))"
     )
     result.rows["slices"] = sink.duckdb(
-        "slices", con, f"SELECT {duckdb_select_list('slices', cols)} FROM ({named})"
+        "slices",
+        con,
+        f"SELECT {duckdb_select_list('slices', cols)} FROM ({named}) ORDER BY start_ns, dur_ns DESC, pid, tid, name",
     )
     written = sink.written("slices")
     if result.rows["slices"] and written is not None:
@@ -365,7 +369,7 @@ def _emit(
         "counters",
         con,
         f"SELECT {duckdb_select_list('counters', counter_cols)} FROM "
-        f"(SELECT *, unnest(json_keys(args)) AS series FROM {ev} WHERE ph = 'C')",
+        f"(SELECT *, unnest(json_keys(args)) AS series FROM {ev} WHERE ph = 'C') ORDER BY ts_ns, name, series",
     )
 
     ts_ns = duckdb_us_to_ns("ts_text")
