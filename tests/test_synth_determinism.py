@@ -19,9 +19,14 @@ def _files(root: Path) -> dict[str, bytes]:
 
 
 def test_same_seed_same_bytes(tmp_path: Path) -> None:
-    for scenario, knobs in (("capture-growth", {"rounds": 1}), ("store-stall", {})):
-        a = tmp_path / "a" / scenario
-        b = tmp_path / "b" / scenario
+    cases = (
+        ("capture-growth", {"rounds": 1}),
+        ("capture-growth", {"profiled_rounds": "1,3", "captures": 2, "layers": 1}),
+        ("store-stall", {}),
+    )
+    for i, (scenario, knobs) in enumerate(cases):
+        a = tmp_path / "a" / f"{scenario}{i}"
+        b = tmp_path / "b" / f"{scenario}{i}"
         generate(scenario, a, ranks=2, seed=7, level=2, **knobs)
         generate(scenario, b, ranks=2, seed=7, level=2, **knobs)
         fa, fb = _files(a), _files(b)

@@ -73,6 +73,45 @@ def test_capture_growth_memcpys_grow_and_healthy_stay_flat(tmp_path: Path) -> No
             assert abs(_slope(memcpys)) < 0.2
 
 
+def test_profiled_rounds_are_sessions_that_remember_unprofiled_rounds(tmp_path: Path) -> None:
+    """Seed 000 profiled rounds 1, 45 and 100 only: each is a session of the same rank/process,
+    and round r's captures count every capture of rounds 1..r-1 (profiled or not)."""
+    rounds, captures = [1, 45, 100], 3
+    knobs = {"captures": captures, "layers": 1, "growth": 1.0, "noise": 0.0, "base_memcpy": 6}
+    dirs = generate(
+        "capture-growth", tmp_path, level=2, profiled_rounds="1,45,100", steps=1, **knobs
+    )
+    assert len(dirs) == 3
+    stamps = [d.name.rsplit("_", 3)[-3] for d in dirs]
+    assert all(len(s) == 17 for s in stamps) and stamps == sorted(set(stamps))
+    assert len({d.name.rsplit("_", 3)[0] for d in dirs}) == 1  # same host and pid
+    infos = [json.loads((d / "profiler_info_0.json").read_text()) for d in dirs]
+    assert [i["rank_id"] for i in infos] == [0, 0, 0]
+    for key in ("start_cnt", "start_monotonic"):
+        values = [i["start_info"][key] for i in infos]
+        assert values == sorted(set(values))
+    prev_end = 0
+    for r, d, info in zip(rounds, dirs, infos, strict=True):
+        events = load_trace(d)
+        xs = [e for e in events if e["ph"] == "X"]
+        first, last = min(_ns(e["ts"]) for e in xs), max(_ns(e["ts"]) for e in xs)
+        assert prev_end < first and last < info["end_info"]["collectionTimeEnd"]
+        prev_end = info["end_info"]["collectionTimeEnd"]
+        steps = sorted(e["name"] for e in xs if e["name"].startswith("ProfilerStep#"))
+        assert steps[0] == f"ProfilerStep#{r}"
+        assert len(steps) == (2 if r == rounds[-1] else 1)  # decode steps follow the last round
+        memcpys = [_inside(events, "AscendCL@aclrtMemcpy", w) for w in _windows(events)]
+        assert memcpys == [6 + (r - 1) * captures + i for i in range(captures)]
+        stats = {
+            row["API Name"]: int(row["Count"])
+            for row in csv.DictReader(
+                (d / OUT / "api_statistic.csv").read_text(encoding="utf-8").splitlines()
+            )
+            if row["Level"] == "runtime"
+        }
+        assert stats["MemCopySync"] == sum(memcpys)
+
+
 def test_capture_on_main_thread_and_no_runtime_at_level1(tmp_path: Path) -> None:
     d = generate("capture-growth", tmp_path, rounds=1, captures=3, layers=1)[0]
     events = load_trace(d)

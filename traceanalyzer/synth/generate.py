@@ -1,4 +1,9 @@
-"""``generate()``: scenario name + knobs -> complete ``*_ascend_pt`` rank directories."""
+"""``generate()``: scenario name + knobs -> complete ``*_ascend_pt`` rank directories.
+
+A rank usually has one profiler session; scenarios that profile several parts of
+one run (``capture-growth --set profiled_rounds=1,45,100``) get one directory per
+session, all of the same rank and process, later sessions later in time.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +19,8 @@ from traceanalyzer.synth.scenarios.timeline import Timeline
 
 HOST = "npu-node0"
 BASE_OSPID = 3096504
+PROFILER_TURNAROUND_NS = 2_000_000_000
+"""Between two sessions of one process: stop, parse and restart the profiler (about 2 s)."""
 
 
 def generate(
@@ -27,7 +34,10 @@ def generate(
     target_mb: float | None = None,
     **knobs: Any,
 ) -> list[Path]:
-    """Write ``ranks`` rank directories of ``scenario`` under ``out`` and return them.
+    """Write the rank directories of ``scenario`` under ``out`` and return them.
+
+    One directory per rank, or per rank and session when the scenario splits the run
+    into several profiler sessions; returned rank by rank, each rank's in time order.
 
     The same arguments always give the same bytes: all randomness comes from
     ``random.Random`` seeded per rank, and no clock, uuid or hash order is used.
@@ -40,6 +50,7 @@ def generate(
         raise ValueError("ranks must be >= 1")
     sc = get_scenario(scenario)
     params = sc.resolve(knobs)
+    plans = sc.sessions(params)  # also validates session knobs, before anything is written
     gen = get_generation(generation)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -48,22 +59,29 @@ def generate(
     dirs = []
     for rank in range(ranks):
         rng = Random(seed * 100_003 + rank)
-        start = EPOCH_NS + 1_000_000 * rank  # ranks start a millisecond apart
-        cfg = RankConfig(
-            rank=rank,
-            generation=gen,
-            level=level,
-            ospid=BASE_OSPID + 7919 * rank,
-            host=HOST,
-            start_ns=start,
-            group=group,
-            schedule=sc.schedule(params),
-            metadata=sc.metadata(params),
-            env=sc.env,
-        )
-        rw = RankWriter(out, cfg)
-        tl = Timeline(rw, rng, start + 50_000)
-        sc.run(tl, params)
-        tl.pad_to(target)
-        dirs.append(rw.close())
+        first = EPOCH_NS + 1_000_000 * rank  # ranks start a millisecond apart
+        start, prev_len = first, 0
+        for i, plan in enumerate(plans):
+            if i:  # after the previous session, its turnaround and the unprofiled work
+                start += prev_len + PROFILER_TURNAROUND_NS + int(plan.idle_before * prev_len)
+                start += rng.randrange(1_000_000)
+            cfg = RankConfig(
+                rank=rank,
+                generation=gen,
+                level=level,
+                ospid=BASE_OSPID + 7919 * rank,
+                host=HOST,
+                start_ns=start,
+                group=group,
+                schedule=sc.schedule(plan.knobs),
+                metadata=sc.metadata(plan.knobs),
+                env=sc.env,
+                clock_offset_ns=start - first,
+            )
+            rw = RankWriter(out, cfg)
+            tl = Timeline(rw, rng, start + 50_000)
+            sc.run(tl, plan.knobs)
+            tl.pad_to(target)
+            dirs.append(rw.close())
+            prev_len = rw.session_end - start
     return dirs

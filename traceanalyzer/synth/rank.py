@@ -55,6 +55,7 @@ class RankConfig:
     schedule: bool = True  # steps exist (ProfilerStep#N, Step Id column)
     metadata: dict = field(default_factory=dict)  # extra prof.add_metadata keys
     env: dict = field(default_factory=dict)  # ENV_VARIABLES overrides
+    clock_offset_ns: int = 0  # time since the rank's first session (later sessions of a process)
 
     @property
     def dev(self) -> int:
@@ -582,6 +583,11 @@ class RankWriter:
         self._write_info(end)
         return self.dir
 
+    @property
+    def session_end(self) -> int:
+        """When the profiler stopped (``end_info.collectionTimeEnd``): 1 ms after the last event."""
+        return self.last_ts + 1_000_000
+
     def _write_info(self, end: int) -> None:
         cfg, gen = self.cfg, self.gen
         level_name = f"Level{cfg.level}"
@@ -629,12 +635,13 @@ class RankWriter:
             "start_info": {
                 "syscnt_enable": True,
                 "freq": 100,
-                "start_cnt": 17238197612056 + cfg.rank,
-                "start_monotonic": 172163581670080 + cfg.rank,
+                # syscnt at 100 MHz ticks every 10 ns; both clocks run on between sessions
+                "start_cnt": 17238197612056 + cfg.rank + cfg.clock_offset_ns // 10,
+                "start_monotonic": 172163581670080 + cfg.rank + cfg.clock_offset_ns,
             },
             "end_info": {
-                "collectionTimeEnd": end + 1_000_000,
-                "MonotonicTimeEnd": 172163581670080 + (end - cfg.start_ns),
+                "collectionTimeEnd": self.session_end,
+                "MonotonicTimeEnd": 172163581670080 + cfg.clock_offset_ns + (end - cfg.start_ns),
             },
         }
         info.update(gen.versions)

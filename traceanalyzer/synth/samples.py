@@ -29,6 +29,11 @@ class Sample:
 SAMPLES: tuple[Sample, ...] = (
     Sample("capture_growth_2rank", "capture-growth", ranks=2, knobs={"rounds": 2, "layers": 1}),
     Sample("capture_growth_level2", "capture-growth", level=2, knobs={"rounds": 1, "layers": 1}),
+    Sample(
+        "capture_growth_rounds",
+        "capture-growth",
+        knobs={"profiled_rounds": "1,45,100", "captures": 4, "layers": 1, "growth": 0.25},
+    ),
     Sample("capture_healthy", "capture-healthy", knobs={"rounds": 2, "layers": 1}),
     Sample(
         "store_stall_2rank_rank1_sick", "store-stall", ranks=2, knobs={"sick": "1", "layers": 1}

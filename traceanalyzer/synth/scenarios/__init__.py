@@ -2,6 +2,8 @@
 
 A knob's type is the type of its default; values from the CLI (``--set k=v``)
 are converted to it, and unknown names are rejected with the list of valid ones.
+A scenario may split a rank into several profiler sessions (``sessions``), e.g.
+``capture-growth`` with ``profiled_rounds``: one ``*_ascend_pt`` directory each.
 """
 
 from __future__ import annotations
@@ -11,7 +13,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from traceanalyzer.synth.scenarios import baseline, capture, store
-from traceanalyzer.synth.scenarios.timeline import Timeline
+from traceanalyzer.synth.scenarios.timeline import SessionPlan, Timeline
+
+
+def one_session(knobs: dict) -> list[SessionPlan]:
+    """The default: the whole run is one profiler session per rank."""
+    return [SessionPlan(knobs)]
 
 
 @dataclass(frozen=True)
@@ -22,6 +29,7 @@ class Scenario:
     help: str
     metadata: Callable[[dict], dict] = field(default=lambda knobs: {})
     env: dict[str, str] = field(default_factory=dict)
+    sessions: Callable[[dict], list[SessionPlan]] = one_session
 
     def schedule(self, knobs: dict) -> bool:
         """Session-style profiling (one ``with profile()`` around one call) has no schedule/steps."""
@@ -59,9 +67,15 @@ def convert(value: Any, default: Any, key: str) -> Any:
 
 
 SCENARIOS: dict[str, Scenario] = {
-    "capture-growth": Scenario("capture-growth", capture.run, capture.KNOBS, capture.HELP),
+    "capture-growth": Scenario(
+        "capture-growth", capture.run, capture.KNOBS, capture.HELP, sessions=capture.sessions
+    ),
     "capture-healthy": Scenario(
-        "capture-healthy", capture.run, capture.HEALTHY_KNOBS, capture.HEALTHY_HELP
+        "capture-healthy",
+        capture.run,
+        capture.HEALTHY_KNOBS,
+        capture.HEALTHY_HELP,
+        sessions=capture.sessions,
     ),
     "store-stall": Scenario("store-stall", store.run, store.KNOBS, store.HELP, store.metadata),
     "store-healthy": Scenario(

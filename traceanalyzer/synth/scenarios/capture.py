@@ -9,13 +9,19 @@ Inside each HCCL op the AICPU resource refresh issues blocking H2D copies
 (``AscendCL@aclrtMemcpy``, ``Runtime@MemCopySync`` at Level2). With the leaking
 resource list their number grows linearly with the number of earlier captures,
 and the capture time with it; with ``HCCL_OP_EXPANSION_MODE=AIV`` it stays flat.
+
+``profiled_rounds=1,45,100`` profiles only those rounds, as users of seed 000 did:
+each is its own profiler session (its own ``*_ascend_pt`` directory of the same
+rank and process, later rounds later in time), and the memcpy count of round
+``r`` still counts every capture of the unprofiled rounds ``1..r-1``. ``rounds``
+is not used then; the decode ``steps`` follow the last profiled round.
 """
 
 from __future__ import annotations
 
 from traceanalyzer.synth import ops
 from traceanalyzer.synth.ops import US
-from traceanalyzer.synth.scenarios.timeline import Timeline
+from traceanalyzer.synth.scenarios.timeline import SessionPlan, Timeline
 
 SIZES = [1, 2, 4, 8, 12, 16, 24, 32, 40, 48, 96]
 KNOBS = {
@@ -26,15 +32,68 @@ KNOBS = {
     "noise": 0.1,
     "layers": 2,
     "steps": 0,
+    "profiled_rounds": "",
 }
 HEALTHY_KNOBS = {**KNOBS, "growth": 0.0}
 HELP = (
     "aclgraph capture windows whose aclrtMemcpy count grows with earlier captures "
-    "(knobs: captures, rounds, growth, base_memcpy, noise, layers, steps)"
+    "(knobs: captures, rounds, growth, base_memcpy, noise, layers, steps, profiled_rounds; "
+    "profiled_rounds=1,45,100 writes one *_ascend_pt session per listed round, the counts "
+    "still growing with the unprofiled rounds in between)"
 )
 HEALTHY_HELP = (
-    "the same captures with HCCL_OP_EXPANSION_MODE=AIV: memcpy count flat (same knobs, growth=0)"
+    "the same captures with HCCL_OP_EXPANSION_MODE=AIV: memcpy count flat "
+    "(same knobs incl. profiled_rounds, growth=0)"
 )
+
+
+def parse_rounds(value: object) -> list[int]:
+    """``profiled_rounds`` (``"1,45,100"`` or a sequence of ints) -> round numbers; ``""`` = none.
+
+    Raises ValueError (a usage error on the CLI) unless the rounds are integers >= 1 in strictly
+    increasing order.
+    """
+    if isinstance(value, str):
+        items = [v.strip() for v in value.split(",")] if value.strip() else []
+    elif isinstance(value, (list, tuple)):
+        items = list(value)
+    else:
+        items = [value]
+    rounds = []
+    for item in items:
+        try:
+            if isinstance(item, (bool, float)):
+                raise TypeError
+            r = int(item)
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"knob profiled_rounds={value!r}: expected comma-separated round numbers "
+                "such as 1,45,100"
+            ) from None
+        if r < 1:
+            raise ValueError(f"knob profiled_rounds={value!r}: rounds are numbered from 1, got {r}")
+        if rounds and r <= rounds[-1]:
+            raise ValueError(
+                f"knob profiled_rounds={value!r}: rounds must be strictly increasing "
+                f"({r} after {rounds[-1]})"
+            )
+        rounds.append(r)
+    return rounds
+
+
+def sessions(knobs: dict) -> list[SessionPlan]:
+    """One session for the whole run, or one per ``profiled_rounds`` entry."""
+    rounds = parse_rounds(knobs["profiled_rounds"])
+    if not rounds:
+        return [SessionPlan(knobs)]
+    plans = []
+    previous = 0
+    for i, r in enumerate(rounds):
+        last = i == len(rounds) - 1
+        part = {**knobs, "rounds": 1, "first_round": r, "steps": knobs["steps"] if last else 0}
+        plans.append(SessionPlan(part, idle_before=float(r - previous - 1)))
+        previous = r
+    return plans
 
 
 def memcpy_count(tl: Timeline, earlier: int, knobs: dict) -> int:
@@ -95,7 +154,9 @@ def run(tl: Timeline, knobs: dict) -> None:
     sizes = sizes[: knobs["captures"]]
     layers = knobs["layers"]
     tl.layers = layers
-    earlier = 0
+    first_round = knobs.get("first_round", 1)  # > 1 when earlier rounds were not profiled
+    earlier = (first_round - 1) * len(sizes)
+    tl.step = first_round
     for _ in range(knobs["rounds"]):
         tl.rw.begin_step(tl.step, tl.t)
         for _size in sizes:

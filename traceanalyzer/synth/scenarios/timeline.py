@@ -4,9 +4,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from random import Random
+from typing import Any
 
 from traceanalyzer.synth import ops
 from traceanalyzer.synth.rank import RankWriter
+
+
+@dataclass(frozen=True)
+class SessionPlan:
+    """One profiler session (one ``*_ascend_pt`` directory) of a rank.
+
+    ``knobs`` are what the scenario's run function sees for this session.
+    ``idle_before`` is the unprofiled work between the previous session and this
+    one, in units of the previous session's length (e.g. rounds nobody profiled).
+    """
+
+    knobs: dict[str, Any]
+    idle_before: float = 0.0
 
 
 @dataclass
