@@ -138,7 +138,9 @@ def test_cli_run_on_the_real_healthy_export_is_clean(real_g2: Path, tmp_path: Pa
     from traceanalyzer.cli import main
 
     out = tmp_path / "out"
-    result = CliRunner().invoke(main, ["run", str(real_g2), "--out", str(out), "--executor", "local", "--fail-on", "info"])
+    result = CliRunner().invoke(
+        main, ["run", str(real_g2), "--out", str(out), "--executor", "local", "--fail-on", "info"]
+    )
     assert result.exit_code == 0, result.output
     doc = json.loads((out / "findings.json").read_text())
     assert doc["findings"] == [] and doc["errors"] == []
