@@ -72,6 +72,16 @@ def _summary(result: IngestResult) -> str:
     return "\n".join(lines)
 
 
+def _partial_lines(result: IngestResult) -> list[str]:
+    lines = [f"FAILED   rank {o.rank} {o.session}: {o.error}" for o in result.failed]
+    lines += [
+        f"skipped  {p.path}: {p.message}"
+        for p in result.discovery.problems
+        if p.severity == "error"
+    ]
+    return lines
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="traceanalyzer")
 def main() -> None:
@@ -256,6 +266,9 @@ def _run(
     else:
         if not quiet:
             click.echo(_summary(result))
+        else:  # even quiet, a partial run says what was left out
+            for line in _partial_lines(result):
+                click.echo(line)
         click.echo(_findings_table(findings, out))
         click.echo(reports.closing_text(color=sys.stdout.isatty()))
     if findings.exit_code:
