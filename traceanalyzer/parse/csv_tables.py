@@ -10,9 +10,11 @@ A malformed row is skipped and its line number reported; unknown columns go to `
 from __future__ import annotations
 
 import csv
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import duckdb
 import polars as pl
 
 from traceanalyzer.parse.sink import TableSink
@@ -209,14 +211,60 @@ def _convert(values: pl.Expr, kind: str) -> pl.Expr:
     return text
 
 
+def read_native(path: Path) -> tuple[list[str], pl.DataFrame, list[str]]:
+    """Read a CSV with DuckDB's streaming reader into string columns ``c0..cN``.
+
+    Native and columnar, so a kernel_details.csv of hundreds of MB costs its Arrow size, not a
+    Python string per cell. Rows with the wrong field count are rejected and reported by line.
+    """
+    con = duckdb.connect(config={"threads": 1})
+    try:
+        frame = con.sql(
+            "SELECT * FROM read_csv($path, header = true, all_varchar = true, delim = ',', "
+            "quote = '\"', escape = '\"', store_rejects = true, max_line_size = 268435456)",
+            params={"path": str(path)},
+        ).pl()
+        rejected = [
+            r[0]
+            for r in con.execute("SELECT DISTINCT line FROM reject_errors ORDER BY line").fetchall()
+        ]
+    finally:
+        con.close()
+    header = [h.strip() for h in frame.columns]
+    # A trailing comma on the header line gives an unnamed, empty last column: not data.
+    while (
+        len(header) > 1
+        and re.fullmatch(r"column\d+", header[-1])
+        and frame[frame.columns[-1]].null_count() == frame.height
+    ):
+        header.pop()
+        frame = frame.drop(frame.columns[-1])
+    frame = frame.rename({old: f"c{i}" for i, old in enumerate(frame.columns)})
+    warnings = [
+        f"{path}: line {line}: malformed row skipped (wrong number of fields)" for line in rejected
+    ]
+    return header, frame, warnings
+
+
+def read_table(path: Path) -> tuple[list[str], pl.DataFrame, list[str]]:
+    """The native reader, or the stdlib one when DuckDB cannot make sense of the file at all."""
+    if path.stat().st_size == 0:
+        return [], pl.DataFrame(), [f"{path}: empty file"]
+    try:
+        return read_native(path)
+    except duckdb.Error:
+        header, rows, warnings = read_rows(path)
+        frame = pl.DataFrame(
+            {f"c{i}": [r[i] for r in rows] for i in range(len(header))},
+            schema={f"c{i}": pl.String for i in range(len(header))},
+        )
+        return header, frame, warnings
+
+
 def parse_csv(path: Path, spec: CsvSpec, sink: TableSink) -> CsvResult:
     """Parse one CSV summary file into ``spec.table``."""
-    header, rows, warnings = read_rows(path)
+    header, raw, warnings = read_table(path)
     result = CsvResult(header=header, warnings=warnings)
-    raw = pl.DataFrame(
-        {f"c{i}": [r[i] for r in rows] for i in range(len(header))},
-        schema={f"c{i}": pl.String for i in range(len(header))},
-    )
     position = {name: i for i, name in reversed(list(enumerate(header)))}
     used: set[int] = set()
     exprs = []
