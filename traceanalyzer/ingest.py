@@ -24,7 +24,7 @@ import signal
 import tempfile
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -157,6 +157,22 @@ class _PartitionSink:
         )
         self.rows[table] = body.num_rows
         return body.num_rows
+
+    def batches(self, table: str, tables: Iterable[pa.Table]) -> int:
+        count = 0
+
+        def write(path: Path) -> None:
+            nonlocal count
+            schema = pa.schema([pa.field(name, typ) for name, typ in body_columns(table)])
+            with pq.ParquetWriter(path, schema, compression="zstd") as writer:
+                for part in tables:
+                    body = conform_body(table, part)
+                    writer.write_table(body)
+                    count += body.num_rows
+
+        commit_partition(self.out, table, self.rank, self.session, write)
+        self.rows[table] = count
+        return count
 
     def duckdb(self, table: str, con: duckdb.DuckDBPyConnection, query: str) -> int:
         count = 0

@@ -9,19 +9,18 @@ A malformed row is skipped and its line number reported; unknown columns go to `
 
 from __future__ import annotations
 
-import csv
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import duckdb
 import polars as pl
+import pyarrow as pa
 
 from traceanalyzer.parse.sink import TableSink
 from traceanalyzer.timeutil import us_expr_to_ns
 
 _NULLS = ["", "N/A", "NA", "n/a", "null", "None", "-", "4294967295", "18446744073709551615"]
-csv.field_size_limit(1 << 30)  # call stacks can be long
 
 
 @dataclass(frozen=True)
@@ -163,43 +162,20 @@ class CsvResult:
     warnings: list[str] = field(default_factory=list)
 
 
-def read_rows(path: Path) -> tuple[list[str], list[list[str]], list[str]]:
-    """Read a CSV, returning (header, rows, warnings). Rows with the wrong field count are skipped."""
-    warnings: list[str] = []
-    rows: list[list[str]] = []
-    with open(path, encoding="utf-8-sig", errors="replace", newline="") as fh:
-        reader = csv.reader(fh)
-        header: list[str] = []
-        for raw in reader:
-            if not raw or all(not v.strip() for v in raw):
-                continue
-            if not header:
-                header = [h.strip() for h in raw]
-                while header and not header[-1]:
-                    header.pop()  # a trailing comma on the header line
-                continue
-            if len(raw) > len(header) and not any(v.strip() for v in raw[len(header) :]):
-                raw = raw[: len(header)]
-            if len(raw) != len(header):
-                warnings.append(
-                    f"{path}: line {reader.line_num}: malformed row skipped "
-                    f"({len(raw)} fields, header has {len(header)})"
-                )
-                continue
-            rows.append(raw)
-    return header, rows, warnings
+_BATCH_ROWS = 1 << 14
+_READ_CSV = (
+    "SELECT * FROM read_csv($path, header = true, all_varchar = true, delim = ',', quote = '\"', "
+    "escape = '\"', store_rejects = true, max_line_size = 16777216)"
+)
 
 
 def _convert(values: pl.Expr, kind: str) -> pl.Expr:
+    """One raw CSV column (strings) to its canonical value."""
     text = values.str.strip_chars("\t \r\n")
     text = pl.when(text.is_in(_NULLS)).then(None).otherwise(text)
     if kind == "int":
-        return (
-            text.str.strip_chars('"')
-            .cast(pl.Float64, strict=False)
-            .round(0)
-            .cast(pl.Int64, strict=False)
-        )
+        number = text.str.strip_chars('"').cast(pl.Float64, strict=False)
+        return number.round(0).cast(pl.Int64, strict=False)
     if kind == "float":
         return text.cast(pl.Float64, strict=False)
     if kind == "us":
@@ -211,78 +187,65 @@ def _convert(values: pl.Expr, kind: str) -> pl.Expr:
     return text
 
 
-def read_native(path: Path) -> tuple[list[str], pl.DataFrame, list[str]]:
-    """Read a CSV with DuckDB's streaming reader into string columns ``c0..cN``.
-
-    Native and columnar, so a kernel_details.csv of hundreds of MB costs its Arrow size, not a
-    Python string per cell. Rows with the wrong field count are rejected and reported by line.
-    """
-    con = duckdb.connect(config={"threads": 1})
-    try:
-        frame = con.sql(
-            "SELECT * FROM read_csv($path, header = true, all_varchar = true, delim = ',', "
-            "quote = '\"', escape = '\"', store_rejects = true, max_line_size = 268435456)",
-            params={"path": str(path)},
-        ).pl()
-        rejected = [
-            r[0]
-            for r in con.execute("SELECT DISTINCT line FROM reject_errors ORDER BY line").fetchall()
-        ]
-    finally:
-        con.close()
-    header = [h.strip() for h in frame.columns]
-    # A trailing comma on the header line gives an unnamed, empty last column: not data.
-    while (
-        len(header) > 1
-        and re.fullmatch(r"column\d+", header[-1])
-        and frame[frame.columns[-1]].null_count() == frame.height
-    ):
-        header.pop()
-        frame = frame.drop(frame.columns[-1])
-    frame = frame.rename({old: f"c{i}" for i, old in enumerate(frame.columns)})
-    warnings = [
-        f"{path}: line {line}: malformed row skipped (wrong number of fields)" for line in rejected
-    ]
-    return header, frame, warnings
-
-
-def read_table(path: Path) -> tuple[list[str], pl.DataFrame, list[str]]:
-    """The native reader, or the stdlib one when DuckDB cannot make sense of the file at all."""
-    if path.stat().st_size == 0:
-        return [], pl.DataFrame(), [f"{path}: empty file"]
-    try:
-        return read_native(path)
-    except duckdb.Error:
-        header, rows, warnings = read_rows(path)
-        frame = pl.DataFrame(
-            {f"c{i}": [r[i] for r in rows] for i in range(len(header))},
-            schema={f"c{i}": pl.String for i in range(len(header))},
-        )
-        return header, frame, warnings
+def _batches(relation: duckdb.DuckDBPyRelation) -> pa.RecordBatchReader:
+    reader = (
+        getattr(relation, "to_arrow_reader", None) or relation.fetch_arrow_reader
+    )  # duckdb 2 / 1
+    return reader(_BATCH_ROWS)
 
 
 def parse_csv(path: Path, spec: CsvSpec, sink: TableSink) -> CsvResult:
-    """Parse one CSV summary file into ``spec.table``."""
-    header, raw, warnings = read_table(path)
-    result = CsvResult(header=header, warnings=warnings)
-    position = {name: i for i, name in reversed(list(enumerate(header)))}
-    used: set[int] = set()
-    exprs = []
-    for col in spec.columns:
-        source = next((s for s in col.sources if s in position), None)
-        if source is None:
-            continue
-        used.add(position[source])
-        exprs.append(_convert(pl.col(f"c{position[source]}"), col.kind).alias(col.name))
-    # Unknown columns (PMU metrics, newer fields) are kept, as a JSON object in `extra`.
-    unknown = [i for i in range(len(header)) if i not in used and header[i]]
-    if unknown:
-        fields = [pl.col(f"c{i}").str.strip_chars("\t ").alias(header[i]) for i in unknown]
-        exprs.append(pl.struct(fields).struct.json_encode().alias("extra"))
-    if not exprs:
-        result.warnings.append(
-            f"{path}: none of the expected columns found (header: {', '.join(header)[:200]})"
-        )
+    """Parse one CSV summary file into ``spec.table``.
+
+    DuckDB's native reader streams the file in Arrow batches, polars converts each batch and the
+    sink appends it to the Parquet partition: a kernel_details.csv of hundreds of MB costs one
+    batch of memory, never a Python object per cell. Rows with the wrong number of fields are
+    rejected and reported by line.
+    """
+    result = CsvResult()
+    if path.stat().st_size == 0:
+        result.warnings.append(f"{path}: empty file")
         return result
-    result.rows = sink.arrow(spec.table, raw.select(exprs).to_arrow())
+    con = duckdb.connect(config={"threads": 1, "memory_limit": "256MB"})
+    try:
+        relation = con.sql(_READ_CSV, params={"path": str(path)})
+        columns = list(relation.columns)
+        # A trailing comma on the header line names an empty last column `columnN`: not data.
+        while len(columns) > 1 and re.fullmatch(r"column\d+", columns[-1]):
+            columns.pop()
+        result.header = [c.strip() for c in columns]
+        position = {name: i for i, name in reversed(list(enumerate(result.header)))}
+        used: set[int] = set()
+        exprs: list[pl.Expr] = []
+        for col in spec.columns:
+            source = next((s for s in col.sources if s in position), None)
+            if source is not None:
+                used.add(position[source])
+                exprs.append(_convert(pl.col(columns[position[source]]), col.kind).alias(col.name))
+        # Unknown columns (PMU metrics, newer fields) are kept, as a JSON object in `extra`.
+        unknown = [i for i in range(len(columns)) if i not in used and result.header[i]]
+        if unknown:
+            fields = [
+                pl.col(columns[i]).str.strip_chars("\t ").alias(result.header[i]) for i in unknown
+            ]
+            exprs.append(pl.struct(fields).struct.json_encode().alias("extra"))
+        if not exprs:
+            result.warnings.append(
+                f"{path}: none of the expected columns found (header: {', '.join(result.header)[:200]})"
+            )
+            return result
+        converted = (pl.from_arrow(batch).select(exprs).to_arrow() for batch in _batches(relation))
+        result.rows = sink.batches(spec.table, converted)
+        try:
+            rejected = con.execute(
+                "SELECT DISTINCT line FROM reject_errors ORDER BY line"
+            ).fetchall()
+        except duckdb.CatalogException:  # the reader never ran
+            rejected = []
+        result.warnings += [
+            f"{path}: line {line}: malformed row skipped (wrong number of fields)"
+            for (line,) in rejected
+        ]
+    finally:
+        con.close()
     return result

@@ -7,6 +7,7 @@ what parsers produce: they are the partition keys, added by the store.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Protocol
 
@@ -32,6 +33,9 @@ class TableSink(Protocol):
 
     def duckdb(self, table: str, con: duckdb.DuckDBPyConnection, query: str) -> int:
         """Store the result of ``query`` (selecting canonical columns) as ``table``; return its row count."""
+
+    def batches(self, table: str, tables: Iterable[pa.Table]) -> int:
+        """Store ``table`` from a stream of Arrow tables (constant memory); return its row count."""
 
     def written(self, table: str) -> Path | None:
         """The Parquet file holding ``table`` once stored (for cheap follow-up aggregates)."""
