@@ -7,7 +7,7 @@ import shlex
 from typing import Any
 
 from traceanalyzer.recipes.model import Recipe, RenderedFile, fill, sh_env, template_text
-from traceanalyzer.recipes.params import Param, ParamError, check_no_shell
+from traceanalyzer.recipes.params import ANALYSE_PARAM, Param, ParamError, check_no_shell
 from traceanalyzer.recipes.seams import HookVariant, Seam
 
 NAME = "graph-capture-repeat"
@@ -163,13 +163,7 @@ PARAMS = (
         "Level2 records Runtime APIs (rtMemcpy) besides aclmdlRICapture*; Level1 only AscendCL",
         choices=("Level1", "Level2"),
     ),
-    Param(
-        "analyse",
-        "choice",
-        "offline",
-        "offline: analyse_flag=False in the workers, parse after the run; inline: parse at profiler stop",
-        choices=("offline", "inline"),
-    ),
+    ANALYSE_PARAM,
     Param(
         "arms",
         "str_list",

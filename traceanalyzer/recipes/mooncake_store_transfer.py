@@ -15,6 +15,7 @@ from traceanalyzer.recipes.model import (
     template_text,
 )
 from traceanalyzer.recipes.params import (
+    ANALYSE_PARAM,
     Param,
     ParamError,
     check_no_shell,
@@ -226,13 +227,7 @@ PARAMS = (
         "torch_npu profiler level of the transfer windows",
         choices=("Level0", "Level1", "Level2"),
     ),
-    Param(
-        "analyse",
-        "choice",
-        "offline",
-        "offline: analyse_flag=False in the workers, parse after the run; inline: parse at profiler stop",
-        choices=("offline", "inline"),
-    ),
+    ANALYSE_PARAM,
     Param(
         "arms",
         "str_list",

@@ -242,3 +242,13 @@ def resolve_params(params: Sequence[Param], overrides: Mapping[str, Any]) -> dic
         raw = overrides.get(p.name, p.default)
         resolved[p.name] = p.parse(raw)
     return resolved
+
+
+# Shared by every recipe that profiles: where torch_npu's parse of the raw data runs.
+ANALYSE_PARAM = Param(
+    "analyse",
+    "choice",
+    "offline",
+    "offline: analyse_flag=False in the workers, parse after the run; inline: parse at profiler stop",
+    choices=("offline", "inline"),
+)
