@@ -555,3 +555,14 @@ def test_removed_session_leaves_the_store(generations: Path, tmp_path: Path) -> 
     second = ingest(generations, out)
     assert {o.status for o in second.outcomes} == {"cached"}
     assert sorted(Store.open(out).sessions()["rank"].to_list()) == [0, 1, 2]
+
+
+@pytest.mark.parametrize(
+    "inner", ["ASCEND_PROFILER_OUTPUT", "ASCEND_PROFILER_OUTPUT/trace_view.json"]
+)
+def test_pointing_inside_a_rank_dir_means_the_rank(
+    generations: Path, tmp_path: Path, inner: str
+) -> None:
+    rank_dir = generations / "host_1_20250109160000123_ascend_pt"
+    result = ingest(rank_dir / inner, tmp_path / "out")
+    assert [(o.rank, o.status) for o in result.outcomes] == [(0, "ingested")]

@@ -304,9 +304,24 @@ def _rank_problems(sessions: list[RankSession], problems: list[Problem]) -> None
         )
 
 
+def input_root(path: str | os.PathLike[str]) -> Path:
+    """What the user pointed at, widened to the rank directory when they named a file inside it.
+
+    `run .../ASCEND_PROFILER_OUTPUT` or `run .../ASCEND_PROFILER_OUTPUT/trace_view.json` mean the
+    rank session that holds them: its profiler_info and sibling files belong to the analysis.
+    """
+    resolved = Path(path).resolve()
+    if resolved.is_file() and resolved.parent.name == OUTPUT_DIR:
+        return resolved.parent.parent
+    if resolved.name == OUTPUT_DIR and resolved.is_dir():
+        return resolved.parent
+    return resolved
+
+
 def discover(root: str | os.PathLike[str]) -> Discovery:
-    """Find every rank session under ``root`` (which may itself be a rank directory)."""
-    root_path = Path(root).resolve()
+    """Find every rank session under ``root`` (which may itself be a rank directory, or a file
+    or ``ASCEND_PROFILER_OUTPUT/`` inside one)."""
+    root_path = input_root(root)
     if not root_path.exists():
         raise FileNotFoundError(f"{root}: no such file or directory")
     if not root_path.is_dir():

@@ -33,7 +33,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from traceanalyzer.discover import Discovery, RankSession, discover
+from traceanalyzer.discover import Discovery, RankSession, discover, input_root
 from traceanalyzer.parse.comm import parse_communication, parse_communication_matrix
 from traceanalyzer.parse.csv_tables import SPECS, parse_csv
 from traceanalyzer.parse.sink import body_columns, conform_body
@@ -358,7 +358,7 @@ def _session_row(session: RankSession, trace: Any, outcome: SessionOutcome) -> p
 
 def default_out_dir(root: Path) -> Path:
     """Outside the input tree: ./traceanalyzer-out/<name>, or a sibling when cwd is inside root."""
-    root = root.resolve()
+    root = input_root(root)
     cwd = Path.cwd().resolve()
     if cwd == root or root in cwd.parents:
         return root.parent / f"{root.name}-traceanalyzer"
@@ -432,9 +432,9 @@ def ingest(
     """
     from traceanalyzer.executor import TaskCrashed, make_executor
 
-    root_path, out_path = Path(root), Path(out)
-    if not root_path.exists():
+    if not Path(root).exists():
         raise InputError(f"{root}: no such file or directory")
+    root_path, out_path = input_root(root), Path(out)
     _check_out(root_path, out_path)
     try:
         found = discover(root_path)
