@@ -45,7 +45,7 @@ class Table:
         return [c.name for c in self.columns]
 
 
-I32, I64, F64, STR, BOOL = pa.int32(), pa.int64(), pa.float64(), pa.string(), pa.bool_()
+I32, I64, F64, STR = pa.int32(), pa.int64(), pa.float64(), pa.string()
 
 _KEY = (
     Column("rank", I32, "Global rank of the profiled process (from profiler_info; -1 if unknown)."),

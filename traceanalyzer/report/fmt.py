@@ -76,11 +76,3 @@ def label(key: str) -> str:
     """``worst_span_ns`` -> ``worst span``: metric keys read as words (units come from the value)."""
     words = key.removesuffix("_ns").replace("_", " ")
     return words
-
-
-def delta(key: str, base: Any, target: Any) -> str:
-    """``2.52 s -> 26.1 ms (-99.0%)``: a metric change with its relative size."""
-    text = f"{metric(key, base)} -> {metric(key, target)}"
-    if isinstance(base, (int, float)) and isinstance(target, (int, float)) and base:
-        text += f" ({(target - base) / abs(base) * 100:+.1f}%)"
-    return text
