@@ -9,15 +9,13 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import click
 
 from traceanalyzer import __version__
-from traceanalyzer.ingest import IngestResult, InputError, SessionOutcome, default_out_dir, ingest
-from traceanalyzer.store import write_atomic_text
+from traceanalyzer.ingest import IngestResult, InputError, SessionOutcome, default_out_dir
 
 EXIT_FINDINGS, EXIT_USAGE, EXIT_PARTIAL, EXIT_INTERRUPTED = 1, 2, 3, 130
 
@@ -206,61 +204,40 @@ def _run(
     quiet: bool,
     fmt: str,
 ) -> None:
-    from traceanalyzer.engine import write_findings_json
     from traceanalyzer.engine.config import ConfigError
-    from traceanalyzer.executor import ExecutorError, evaluate_store, make_executor
+    from traceanalyzer.executor import ExecutorError, make_executor
+    from traceanalyzer.pipeline import analyse
 
     out = out or default_out_dir(path)
+    show_progress = not (quiet or fmt == "json")
     try:
         # one executor for both maps (ingest, then rank rules): workers are started once
         executor = make_executor(executor_name, jobs=jobs, ray_address=ray_address)
-        result = ingest(
-            path,
-            out,
-            jobs=jobs,
-            progress=_Progress(quiet or fmt == "json"),
-            force=force,
-            executor=executor,
-        )
-    except (InputError, ExecutorError) as exc:
+        try:
+            analysis = analyse(
+                path,
+                out,
+                executor=executor,
+                jobs=jobs,
+                progress=_Progress(not show_progress),
+                log=(lambda line: click.echo(line, err=True)) if show_progress else None,
+                force=force,
+                rule_dirs=rule_dirs,
+                overrides=overrides,
+                config_path=config_path,
+                fail_on=fail_on,
+            )
+        finally:
+            executor.close()
+    except (InputError, ExecutorError, ConfigError) as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_USAGE)
-    if not result.outcomes:
+    result, findings, reports = analysis.ingest, analysis.findings, analysis.reports
+    if findings is None or reports is None:
         for p in result.discovery.problems:
             click.echo(f"error: {p.path}: {p.message}", err=True)
         click.echo(f"error: {path}: no analysable rank session found", err=True)
         sys.exit(EXIT_USAGE)
-    write_atomic_text(out / "ingest.json", json.dumps(result.to_dict(), indent=1))
-    show_progress = not (quiet or fmt == "json")
-    if show_progress:
-        click.echo(
-            f"evaluating rules on {len({o.rank for o in result.outcomes})} rank(s) ...", err=True
-        )
-    started = time.perf_counter()
-    try:
-        findings = evaluate_store(
-            out,
-            executor,
-            rule_dirs=rule_dirs,
-            cache=not force,  # --force also re-evaluates every rank's rules
-            overrides=overrides,
-            config_path=config_path,
-            fail_on=fail_on,
-        )
-    except (ConfigError, ExecutorError) as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(EXIT_USAGE)
-    finally:
-        executor.close()
-    if show_progress:
-        click.echo(
-            f"evaluated {len(findings.rules)} rule(s) in {time.perf_counter() - started:.1f} s",
-            err=True,
-        )
-    write_findings_json(findings, out)
-    from traceanalyzer.report.terminal import run_reports
-
-    reports = run_reports(out, findings, input_root=path, rule_dirs=rule_dirs)
     if fmt == "json":
         click.echo(json.dumps(findings.to_dict(), indent=1, default=str))
     else:

@@ -18,22 +18,21 @@ def is_output_dir(path: Path) -> bool:
 
 
 def analyse(path: Path, jobs: int, quiet: bool) -> Path:
-    """Ingest and evaluate an input dir into its default output dir (cached across diffs)."""
-    from traceanalyzer.engine import evaluate, write_findings_json
-    from traceanalyzer.ingest import default_out_dir, ingest
-    from traceanalyzer.report.terminal import run_reports
-    from traceanalyzer.store import Store
+    """Analyse a trace folder exactly as `run` does, into its default output dir (cached)."""
+    from traceanalyzer.executor import make_executor
+    from traceanalyzer.ingest import default_out_dir
+    from traceanalyzer.pipeline import analyse as analyse_input
 
     out = default_out_dir(path)
     if not quiet:
         click.echo(f"analysing {path} -> {out}", err=True)
-    result = ingest(path, out, jobs=jobs)
-    if not result.outcomes:
+    executor = make_executor("processes", jobs=jobs)
+    try:
+        analysis = analyse_input(path, out, executor=executor, jobs=jobs)
+    finally:
+        executor.close()
+    if analysis.findings is None:
         raise click.UsageError(f"{path}: neither a run output (findings.json) nor a trace folder")
-    write_atomic_text(out / "ingest.json", json.dumps(result.to_dict(), indent=1))
-    findings = evaluate(Store.open(out), config_path=False)
-    write_findings_json(findings, out)
-    run_reports(out, findings, input_root=path)
     return out
 
 
@@ -75,6 +74,8 @@ def diff_command(
     BASE and TARGET are output dirs of `traceanalyzer run`, or trace folders, which are then
     analysed first into their default output dirs.
     """
+    from traceanalyzer.engine.config import ConfigError
+    from traceanalyzer.executor import ExecutorError
     from traceanalyzer.ingest import InputError
     from traceanalyzer.report.diff import diff_outputs
     from traceanalyzer.report.diff_render import render_diff_html, render_diff_text
@@ -84,7 +85,7 @@ def diff_command(
         target_out = (
             target if is_output_dir(target) else analyse(target, jobs, quiet or fmt == "json")
         )
-    except InputError as exc:
+    except (InputError, ExecutorError, ConfigError) as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_USAGE)
     result = diff_outputs(base_out, target_out)

@@ -1,0 +1,78 @@
+"""The one way through: ingest a trace folder, evaluate the rules, write every report.
+
+`traceanalyzer run` and `traceanalyzer diff` (when given trace folders) both call
+:func:`analyse`, so an output directory means the same thing whichever command wrote it.
+Errors that make the input unusable (:class:`~traceanalyzer.ingest.InputError`, a bad rule
+setting, a missing executor backend) propagate to the caller, which decides how to report them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from traceanalyzer.ingest import IngestResult, ProgressFn, ingest
+from traceanalyzer.store import write_atomic_text
+
+if TYPE_CHECKING:
+    from traceanalyzer.engine import RunResult
+    from traceanalyzer.executor import Executor
+    from traceanalyzer.report.terminal import RunReports
+
+
+@dataclass
+class Analysis:
+    ingest: IngestResult
+    findings: RunResult | None = None  # None when no rank session could be ingested
+    reports: RunReports | None = None
+
+
+def analyse(
+    path: str | os.PathLike[str],
+    out: Path,
+    *,
+    executor: Executor,
+    jobs: int = 1,
+    progress: ProgressFn | None = None,
+    log: Callable[[str], None] | None = None,
+    force: bool = False,
+    rule_dirs: Sequence[str | os.PathLike[str]] = (),
+    overrides: Iterable[str] = (),
+    config_path: str | os.PathLike[str] | None = None,
+    fail_on: str | None = None,
+) -> Analysis:
+    """Bring the store at ``out`` up to date with ``path``, run the rules, write the reports.
+
+    ``progress`` follows the ingest session by session; ``log`` gets one human line before and
+    after rule evaluation. ``force`` re-ingests every session and re-evaluates every rank.
+    """
+    from traceanalyzer.engine import write_findings_json
+    from traceanalyzer.executor import evaluate_store
+    from traceanalyzer.report.terminal import run_reports
+
+    result = ingest(path, out, jobs=jobs, progress=progress, force=force, executor=executor)
+    if not result.outcomes:
+        return Analysis(result)
+    write_atomic_text(out / "ingest.json", json.dumps(result.to_dict(), indent=1))
+    if log:
+        log(f"evaluating rules on {len({o.rank for o in result.outcomes})} rank(s) ...")
+    started = time.perf_counter()
+    findings = evaluate_store(
+        out,
+        executor,
+        rule_dirs=rule_dirs,
+        cache=not force,
+        overrides=overrides,
+        config_path=config_path,
+        fail_on=fail_on,
+    )
+    if log:
+        log(f"evaluated {len(findings.rules)} rule(s) in {time.perf_counter() - started:.1f} s")
+    write_findings_json(findings, out)
+    reports = run_reports(out, findings, input_root=path, rule_dirs=rule_dirs)
+    return Analysis(result, findings, reports)
