@@ -16,9 +16,10 @@ from traceanalyzer.engine.primitives import (
     spearman,
     trend,
 )
+from traceanalyzer.schema import NOT_HOST_PROCESSES
 
 CAPTURE_BEGIN, CAPTURE_END = "aclmdlRICaptureBegin", "aclmdlRICaptureEnd"
-HOST_PROCESSES_EXCLUDED = ("CANN", "Ascend Hardware", "HCCL", "Communication", "Overlap Analysis")
+HOST_PROCESSES_EXCLUDED = NOT_HOST_PROCESSES
 EVIDENCE_EDGE = 5  # capture windows shown at each end of the series
 
 FIX = (

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 
 import polars as pl
@@ -18,16 +17,13 @@ from traceanalyzer.engine import (
 )
 from traceanalyzer.engine import text as fmt
 from traceanalyzer.engine.primitives import outermost, overlap_join, total_length
+from traceanalyzer.schema import DEVICE_PROCESSES, NOT_HOST_PROCESSES
+from traceanalyzer.store import STORE_TRANSFER_WINDOW, TRANSFER_KEY, WINDOW_KEY, session_metadata
 
 # Sessions whose whole profiling window is one transfer say so in profiler_metadata.json, via
-# `prof.add_metadata(WINDOW_KEY, WINDOW_VALUE)` (our recipes do); TRANSFER_KEY names the call.
-WINDOW_KEY, WINDOW_VALUE, TRANSFER_KEY = (
-    "traceanalyzer.window",
-    "store_transfer",
-    "traceanalyzer.transfer",
-)
-DEVICE_PROCESSES = ("Ascend Hardware", "HCCL", "Communication")
-NOT_HOST_SPANS = ("CANN", *DEVICE_PROCESSES, "Overlap Analysis")
+# `prof.addsession_metadata(WINDOW_KEY, WINDOW_VALUE)` (our recipes do); TRANSFER_KEY names the call.
+WINDOW_VALUE = STORE_TRANSFER_WINDOW
+NOT_HOST_SPANS = NOT_HOST_PROCESSES
 UNNAMED = "profiled session"  # a session-window transfer whose metadata does not name the call
 NO_SPANS = (
     "no transfer spans found (set span_source=session if the profile wraps the transfer: "
@@ -241,7 +237,7 @@ def _transfer_spans(ctx: RuleContext) -> pl.DataFrame:
         with_events = set(events.select("rank", "session").iter_rows())
         rows = []
         for row in sessions.iter_rows(named=True):
-            meta = _metadata(row.get("metadata"))
+            meta = session_metadata(row.get("metadata"))
             marked = meta.get(WINDOW_KEY) == WINDOW_VALUE
             if (
                 (row["rank"], row["session"]) in with_events
@@ -267,14 +263,6 @@ def _transfer_spans(ctx: RuleContext) -> pl.DataFrame:
     return spans.with_row_index("span_id").with_columns(
         (pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns")
     )
-
-
-def _metadata(raw: str | None) -> dict:
-    try:
-        value = json.loads(raw) if raw else {}
-    except json.JSONDecodeError:
-        return {}
-    return value if isinstance(value, dict) else {}
 
 
 def _own_streams(ctx: RuleContext, spans: pl.DataFrame, tasks: pl.LazyFrame) -> pl.DataFrame:

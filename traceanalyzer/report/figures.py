@@ -1,8 +1,8 @@
 """Key figures per rank, for before/after comparisons (``traceanalyzer diff``).
 
 Each figure is one small query on the store, independent of whether a rule fired, so a diff can
-say "capture time 2.5 ms -> 0.6 ms" even when the target run is clean. The definitions follow
-the built-in rules' defaults (kept in sync by ``tests/test_report_diff.py``):
+say "capture time 2.5 ms -> 0.6 ms" even when the target run is clean. Name patterns are the
+built-in rules' own default parameters (``rule_default``), so figures count what rules count:
 
 - **capture time** (``capture_ns_mean``, ``captures``): aclgraph capture windows, i.e.
   ``aclmdlRICaptureBegin`` ... ``aclmdlRICaptureEnd`` CANN calls paired per host thread
@@ -23,21 +23,26 @@ Missing data gives null, never zero: "no captures" is not "captures took 0 ms".
 
 from __future__ import annotations
 
-import json
+import functools
+from typing import Any
 
 import polars as pl
 
 from traceanalyzer.engine.primitives import count_in_windows, outermost, pair_windows
-from traceanalyzer.store import Store
+from traceanalyzer.schema import NOT_HOST_PROCESSES
+from traceanalyzer.store import STORE_TRANSFER_WINDOW, WINDOW_KEY, Store, session_metadata
 
 CAPTURE_BEGIN, CAPTURE_END = "aclmdlRICaptureBegin", "aclmdlRICaptureEnd"
-MEMCPY_PATTERN = r"^(aclrtMemcpy|aclrtMemcpy2d|MemCopySync|rtMemcpy)$"
-TRANSFER_PATTERN = (
-    r"batch_get_into_multi_buffers|batch_put_from_multi_buffers"
-    r"|MooncakeBackend\.(?:get|put)|kv_store_\w+"
-)
-NOT_HOST = ("CANN", "Ascend Hardware", "HCCL", "Communication", "Overlap Analysis")
-WINDOW_KEY, WINDOW_VALUE = "traceanalyzer.window", "store_transfer"
+NOT_HOST = NOT_HOST_PROCESSES
+
+
+@functools.cache  # loading the rule files once per process is enough
+def rule_default(rule: str, param: str) -> Any:
+    """A built-in rule's default parameter, so the figures count exactly what the rule counts."""
+    from traceanalyzer.engine.loader import load_rules
+
+    return load_rules(entry_points=False).rules.get(rule).params[param].default
+
 
 FIGURES: dict[str, str] = {
     "captures": "aclgraph captures",
@@ -81,7 +86,7 @@ def capture_figures(store: Store) -> pl.DataFrame:
         return pl.DataFrame(schema=schema)
     windows = outermost(windows).with_row_index("window_id")
     memcpy = (
-        cann.filter(api.str.contains(MEMCPY_PATTERN))
+        cann.filter(api.str.contains(rule_default("capture-memcpy-growth", "memcpy_pattern")))
         .select("rank", "session", "api_layer", "start_ns", "end_ns")
         .collect()
     )
@@ -105,9 +110,10 @@ def capture_figures(store: Store) -> pl.DataFrame:
 
 def transfer_figures(store: Store) -> pl.DataFrame:
     """rank, transfer_spans, transfer_ns_mean, transfer_ns_total."""
+    transfer_pattern = rule_default("store-transfer-stall", "span_pattern")
     spans = (
         store.table("slices")
-        .filter(~pl.col("process").is_in(NOT_HOST) & pl.col("name").str.contains(TRANSFER_PATTERN))
+        .filter(~pl.col("process").is_in(NOT_HOST) & pl.col("name").str.contains(transfer_pattern))
         .select("rank", "session", "start_ns", "end_ns")
         .collect()
     )
@@ -124,7 +130,7 @@ def transfer_figures(store: Store) -> pl.DataFrame:
         if (r["rank"], r["session"]) not in with_spans
         and r["start_ns"] is not None
         and r["end_ns"] is not None
-        and _metadata(r.get("metadata")).get(WINDOW_KEY) == WINDOW_VALUE
+        and session_metadata(r.get("metadata")).get(WINDOW_KEY) == STORE_TRANSFER_WINDOW
     ]
     if marked:
         spans = pl.concat([spans, pl.DataFrame(marked, schema=spans.schema)])
@@ -176,11 +182,3 @@ def key_figures(store: Store) -> pl.DataFrame:
     for part in (capture_figures(store), transfer_figures(store), step_figures(store)):
         out = out.join(part, on="rank", how="left")
     return out.select("rank", *FIGURES).sort("rank")
-
-
-def _metadata(raw: str | None) -> dict:
-    try:
-        value = json.loads(raw) if raw else {}
-    except json.JSONDecodeError:
-        return {}
-    return value if isinstance(value, dict) else {}

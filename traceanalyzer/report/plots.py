@@ -19,6 +19,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from traceanalyzer.report.inputs import ReportInputs
+from traceanalyzer.schema import DEVICE_PROCESSES
 
 DPI = 110
 MAX_RANK_LINES = 12  # more lines than this is unreadable; the rest are drawn thin and grey
@@ -28,7 +29,6 @@ WAIT_COLORS = {"NOTIFY_WAIT": "#dc2626", "EVENT_WAIT": "#f97316"}
 # TA002's defaults; the parameters the rule actually ran with (findings.json) take precedence.
 DEFAULT_WAIT_TYPES = ("EVENT_WAIT_SQE", "NOTIFY_WAIT_SQE")
 DEFAULT_WAIT_NAMES = ("EVENT_WAIT", "NOTIFY_WAIT", "Notify Wait", "Notify_Wait")
-DEVICE_PROCESSES = ("Ascend Hardware", "HCCL", "Communication")
 COPY_NAMES, COPY_TYPES = ("MEMCPY_ASYNC",), ("PCIE_DMA_SQE", "SDMA_SQE")  # the transfer's own work
 PAD = 0.06  # share of the span shown before and after it
 
