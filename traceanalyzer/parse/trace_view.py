@@ -123,16 +123,8 @@ def _slice_columns(process: str, thread: str) -> dict[str, str]:
     }
 
 
-def _scan(path: Path, where: str, select: str = "*") -> str:
-    return (
-        # The default maximum_object_size (16 MB per event) also bounds the reader's buffers;
-        # raising it multiplies peak memory.
-        f"SELECT {select} FROM read_json('{_sql_path(path)}', format = 'array', columns = {_COLUMNS}) WHERE {where}"
-    )
-
-
-def _sql_path(path: Path) -> str:
-    return str(path).replace("'", "''")
+def _sql_str(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
 
 
 def _load(con: duckdb.DuckDBPyConnection, path: Path) -> None:
@@ -143,11 +135,11 @@ def _load(con: duckdb.DuckDBPyConnection, path: Path) -> None:
     """
     con.execute(
         "CREATE OR REPLACE TEMP TABLE raw AS "
-        + _scan(
-            path,
-            "true",
-            "ph, name, pid, tid, CAST(ts AS VARCHAR) AS ts_raw, dur, cat, id, CAST(args AS VARCHAR) AS args",
-        )
+        + "SELECT ph, name, pid, tid, CAST(ts AS VARCHAR) AS ts_raw, dur, cat, id, "
+        + "CAST(args AS VARCHAR) AS args "
+        # The default maximum_object_size (16 MB per event) also bounds the reader's buffers;
+        # raising it multiplies peak memory.
+        + f"FROM read_json({_sql_str(str(path))}, format = 'array', columns = {_COLUMNS})"
     )
     con.execute(
         """CREATE OR REPLACE TEMP TABLE small AS
@@ -296,10 +288,6 @@ def _derive(con: duckdb.DuckDBPyConnection, result: TraceResult) -> None:
     ]
 
 
-def _sql_str(value: str) -> str:
-    return "'" + value.replace("'", "''") + "'"
-
-
 def _name_maps(con: duckdb.DuckDBPyConnection) -> tuple[str, str]:
     """MAP literals pid -> process and 'pid:tid' -> thread, for order-preserving streaming lookups."""
     procs = con.execute(
@@ -347,10 +335,10 @@ def _emit(
     written = sink.written("slices")
     if result.rows["slices"] and written is not None:
         result.start_ns, result.end_ns = con.execute(
-            f"SELECT min(start_ns), max(end_ns) FROM read_parquet('{_sql_path(written)}')"
+            f"SELECT min(start_ns), max(end_ns) FROM read_parquet({_sql_str(str(written))})"
         ).fetchone()
         g1_rows = con.execute(
-            f"SELECT count(*) FROM read_parquet('{_sql_path(written)}') "
+            f"SELECT count(*) FROM read_parquet({_sql_str(str(written))}) "
             "WHERE process = 'Ascend Hardware' AND contains(args, '\"Stream Id\"')"
         ).fetchone()[0]
         result.hw_stream_arg = "Stream Id" if g1_rows else "Physic Stream Id"
