@@ -48,11 +48,10 @@ from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from traceanalyzer.store import TABLES_DIR, Store, write_atomic_bytes
 
-ExecutorName = Literal["local", "processes", "ray"]
 EXECUTORS: tuple[str, ...] = ("local", "processes", "ray")
 RAY_INSTALL_HINT = "pip install 'traceanalyzer[ray]'"
 _INFLIGHT_PREFIX = "task-"
