@@ -176,7 +176,12 @@ TABLES: dict[str, Table] = {
                 "`memcpy direction`/`operation` arg of memcpy tasks (`host to device`, ...).",
             ),
             Column("memcpy_size", I64, "`data size(Byte)`/`size(B)`/`size(Byte)` arg in bytes."),
-            Column("args", STR, "All other args, as a JSON object string (null when none)."),
+            Column(
+                "args",
+                STR,
+                "The event's args object verbatim, as a JSON string (null when none); the well-known "
+                "keys are also in their own columns.",
+            ),
         ),
         _table(
             "counters",

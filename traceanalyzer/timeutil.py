@@ -76,5 +76,9 @@ def duckdb_us_to_ns(col: str) -> str:
     whole = f"abs(TRY_CAST(coalesce(nullif(split_part({c}, '.', 1), ''), '0') AS HUGEINT))"
     frac4 = f"TRY_CAST(rpad(left(split_part({c}, '.', 2), 4), 4, '0') AS HUGEINT)"
     general = f"CAST({sign} * ({whole} * 1000 + ({frac4} + 5) // 10) AS BIGINT)"
-    fast = f"(CASE WHEN {col} LIKE '%_.___' THEN TRY_CAST(replace({col}, '.', '') AS BIGINT) END)"
-    return f"coalesce({fast}, {general})"
+    # A CASE, not coalesce(fast, general): DuckDB evaluates a CASE branch only for the rows that
+    # take it, and every coalesce argument for all rows (3x slower on a 200 MB trace).
+    return (
+        f"(CASE WHEN {col} LIKE '%_.___' THEN TRY_CAST(replace({col}, '.', '') AS BIGINT) "
+        f"ELSE {general} END)"
+    )
