@@ -12,12 +12,12 @@ any duration below ~100 days.
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import duckdb
 
+from traceanalyzer.parse.json_array import EVENT_BOUNDARY, copy_prefix, split
 from traceanalyzer.parse.sink import TableSink, duckdb_select_list
 from traceanalyzer.timeutil import duckdb_us_to_ns
 
@@ -34,7 +34,6 @@ _FLATTENED_KEYS = (
     "Physic Stream Id", "Stream Id", "stream id", "level", "Mode", "id",
     "memcpy direction", "operation", "data size(Byte)", "size(B)",
 )  # fmt: skip
-_EVENT_BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 
 
 class TraceParseError(Exception):
@@ -120,23 +119,27 @@ def _sql_str(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
-def _load(con: duckdb.DuckDBPyConnection, path: Path) -> None:
+def _load(con: duckdb.DuckDBPyConnection, paths: list[Path]) -> None:
     """The one JSON scan: every event into a temporary table that DuckDB may spill to disk.
 
     Everything after reads this table, so the JSON text is parsed once. ``ts`` keeps its JSON
-    text (strings with their quotes), ``args`` its JSON object text.
+    text (strings with their quotes), ``args`` its JSON object text. Several paths (chunks of one
+    array) are read in parallel.
     """
+    files = "[" + ", ".join(_sql_str(str(p)) for p in paths) + "]"
+    ts_text = "trim(CAST(ts AS VARCHAR), '\"')"  # a JSON string keeps its quotes
     con.execute(
         "CREATE OR REPLACE TEMP TABLE raw AS "
-        + "SELECT ph, name, pid, tid, CAST(ts AS VARCHAR) AS ts_raw, dur, cat, id, "
+        + f"SELECT ph, name, pid, tid, {duckdb_us_to_ns(ts_text)} AS ts_ns, dur, cat, id, "
         + "CAST(args AS VARCHAR) AS args "
         # The default maximum_object_size (16 MB per event) also bounds the reader's buffers;
         # raising it multiplies peak memory.
-        + f"FROM read_json({_sql_str(str(path))}, format = 'array', columns = {_COLUMNS})"
+        + f"FROM read_json({files}, format = 'array', columns = {_COLUMNS})"
     )
+    # A view, not a copy: scanning `ph` to find these rows is cheaper than holding them twice.
     con.execute(
-        """CREATE OR REPLACE TEMP TABLE small AS
-        SELECT ph, name, pid, tid, trim(ts_raw, '"') AS ts_text, cat, id, args
+        """CREATE OR REPLACE TEMP VIEW small AS
+        SELECT ph, name, pid, tid, ts_ns, cat, id, args
         FROM raw WHERE ph IN ('M', 'C', 's', 'f', 't')"""
     )
 
@@ -144,26 +147,11 @@ def _load(con: duckdb.DuckDBPyConnection, path: Path) -> None:
 _TAIL_BYTES = 64 << 20  # where the cut is searched: a torn event is far smaller than this
 
 
-def _copy_prefix(path: Path, cut: int, target: Path) -> None:
-    """Write bytes [0, cut) of ``path`` plus a closing bracket, streaming (no whole-file read)."""
-    with open(path, "rb") as src, open(target, "wb") as dst:
-        remaining = cut
-        while remaining > 0:
-            chunk = src.read(min(remaining, 8 << 20))
-            if not chunk:
-                break
-            dst.write(chunk)
-            remaining -= len(chunk)
-        dst.write(b"]")
+def _recover_truncated(path: Path, scratch: Path, con: duckdb.DuckDBPyConnection) -> int:
+    """Load a truncated array up to its last complete event, from a copy under ``scratch``.
 
-
-def _recover_truncated(
-    path: Path, scratch: Path, con: duckdb.DuckDBPyConnection
-) -> tuple[Path, int]:
-    """Cut a truncated array after its last complete event, into a copy under ``scratch``.
-
-    Returns (repaired copy, byte offset where the kept data ends). The input is never modified,
-    and memory stays bounded: only the tail is searched for event boundaries.
+    Returns the byte offset where the kept data ends. The input is never modified, and memory
+    stays bounded: only the tail is searched for event boundaries.
     """
     size = path.stat().st_size
     with open(path, "rb") as fh:
@@ -175,29 +163,33 @@ def _recover_truncated(
         raise TraceParseError(
             f"{path}: not a JSON array of trace events (starts with {head[:16]!r})"
         )
-    candidates = [tail_start + m.start() + 1 for m in _EVENT_BOUNDARY.finditer(tail)]
+    candidates = [tail_start + m.start() + 1 for m in EVENT_BOUNDARY.finditer(tail)]
     if tail.rstrip().endswith(b"}"):  # killed right before the closing bracket: keep the last event
         candidates.append(tail_start + len(tail.rstrip()))
     scratch.mkdir(parents=True, exist_ok=True)
     repaired = scratch / "trace_view.repaired.json"
-    for cut in reversed(candidates[-8:]):
-        _copy_prefix(path, cut, repaired)
-        try:
-            _load(con, repaired)
-            return repaired, cut
-        except duckdb.Error:
-            continue
-    # No complete event survives (or the cut is before the first one): an empty trace.
-    repaired.write_bytes(b"[]")
-    _load(con, repaired)
-    return repaired, 0
+    try:
+        for cut in reversed(candidates[-8:]):
+            copy_prefix(path, cut, repaired)
+            try:
+                _load(con, [repaired])
+                return cut
+            except duckdb.Error:
+                continue
+        # No complete event survives (or the cut is before the first one): an empty trace.
+        repaired.write_bytes(b"[]")
+        _load(con, [repaired])
+        return 0
+    finally:
+        repaired.unlink(missing_ok=True)
 
 
 def duckdb_memory_limit_mb(path: Path) -> int:
     """DuckDB's buffer budget for one trace: 3/4 of the file size, at least 256 MB.
 
     Without a limit DuckDB keeps up to 80% of RAM in buffers per worker, so peak memory would
-    grow with the machine instead of with the rank. With it, peak RSS stays near 1.5x the file.
+    grow with the machine instead of with the rank. With it, the temporary table spills and peak
+    RSS follows the file (docs/benchmarks/ingest.md has the figures and the trade-off).
     """
     size_mb = path.stat().st_size >> 20
     return max(256, size_mb * 3 // 4)
@@ -221,24 +213,44 @@ def parse_trace_view(path: Path, sink: TableSink, scratch: Path, threads: int = 
             "memory_limit": f"{duckdb_memory_limit_mb(path)}MB",
         }
     )
-    source = path
     try:
-        try:
-            _load(con, source)
-        except duckdb.Error as exc:
-            source, cut = _recover_truncated(path, scratch, con)
-            size = path.stat().st_size
-            result.warnings.append(
-                f"{path}: truncated or malformed JSON ({str(exc).splitlines()[0][:160]}); kept the "
-                f"complete events in bytes 0..{cut} of {size} and dropped the rest"
-            )
+        _load_trace(con, path, scratch, threads, result)
         _derive(con, result)
-        _emit(con, source, sink, result)
+        _emit(con, sink, result)
     finally:
         con.close()
-        if source != path:
-            source.unlink(missing_ok=True)
     return result
+
+
+# Below this size one file reads fast enough that copying it into chunks does not pay.
+_CHUNKED_MIN_BYTES = 64 << 20
+_CHUNKS_PER_THREAD = 4  # uneven chunks (the trace mixes event kinds) still keep every thread busy
+
+
+def _load_trace(
+    con: duckdb.DuckDBPyConnection, path: Path, scratch: Path, threads: int, result: TraceResult
+) -> None:
+    """Fill ``raw``: from chunk copies read in parallel when that pays, else from the file itself,
+    and from the complete events of a truncated file as a last resort (with a warning)."""
+    if threads > 1 and path.stat().st_size >= _CHUNKED_MIN_BYTES:
+        chunks = split(path, scratch, threads * _CHUNKS_PER_THREAD)
+        try:
+            if chunks:
+                _load(con, chunks)
+                return
+        except duckdb.Error:
+            pass  # a false boundary or a torn tail: the whole file decides below
+        finally:
+            for chunk in chunks or ():
+                chunk.unlink(missing_ok=True)
+    try:
+        _load(con, [path])
+    except duckdb.Error as exc:
+        cut = _recover_truncated(path, scratch, con)
+        result.warnings.append(
+            f"{path}: truncated or malformed JSON ({str(exc).splitlines()[0][:160]}); kept the "
+            f"complete events in bytes 0..{cut} of {path.stat().st_size} and dropped the rest"
+        )
 
 
 def _derive(con: duckdb.DuckDBPyConnection, result: TraceResult) -> None:
@@ -298,9 +310,7 @@ def _name_maps(con: duckdb.DuckDBPyConnection) -> tuple[str, str]:
     return literal(procs), literal(threads)
 
 
-def _emit(
-    con: duckdb.DuckDBPyConnection, source: Path, sink: TableSink, result: TraceResult
-) -> None:
+def _emit(con: duckdb.DuckDBPyConnection, sink: TableSink, result: TraceResult) -> None:
     proc_map, thread_map = _name_maps(con)
     process = f"coalesce({proc_map}[pid], 'pid ' || pid)"
     thread = (
@@ -308,9 +318,8 @@ def _emit(
         "THEN 'Stream ' || tid ELSE 'Thread ' || tid END)"
     )
     cols = _slice_columns("process", "thread")
-    ts_ns = duckdb_us_to_ns("trim(ts_raw, '\"')")
     inner = (
-        f"SELECT *, {ts_ns} AS ts_ns, CAST(round(coalesce(dur, 0) * 1000) AS BIGINT) AS dur_ns "
+        "SELECT *, CAST(round(coalesce(dur, 0) * 1000) AS BIGINT) AS dur_ns "
         "FROM raw WHERE ph IN ('X', 'i', 'I')"
     )
     # Framework (Python) events carry none of the flattened keys, and most of the args bytes.
@@ -343,7 +352,7 @@ def _emit(
         "tid": "TRY_CAST(tid AS BIGINT)",
         "name": "name",
         "series": "series",
-        "ts_ns": duckdb_us_to_ns("ts_text"),
+        "ts_ns": "ts_ns",
         "value": "TRY_CAST(json_extract_string(args, '$.\"' || series || '\"') AS DOUBLE)",
     }
     result.rows["counters"] = sink.duckdb(
@@ -353,7 +362,6 @@ def _emit(
         f"(SELECT *, unnest(json_keys(args)) AS series FROM {ev} WHERE ph = 'C') ORDER BY ts_ns, name, series",
     )
 
-    ts_ns = duckdb_us_to_ns("ts_text")
     flow_cols = {
         "cat": "coalesce(s.cat, f.cat)",
         "name": "coalesce(s.name, f.name)",
@@ -375,10 +383,10 @@ def _emit(
         con,
         f"""WITH s AS (
                 SELECT * EXCLUDE (rn) FROM (
-                    SELECT cat, name, id, pid, tid, process, thread, {ts_ns} AS ts_ns,
-                           row_number() OVER (PARTITION BY cat, id ORDER BY {ts_ns}) AS rn
+                    SELECT cat, name, id, pid, tid, process, thread, ts_ns,
+                           row_number() OVER (PARTITION BY cat, id ORDER BY ts_ns) AS rn
                     FROM {ev} WHERE ph = 's') WHERE rn = 1),
-            f AS (SELECT cat, name, id, pid, tid, process, thread, {ts_ns} AS ts_ns FROM {ev} WHERE ph IN ('f', 't'))
+            f AS (SELECT cat, name, id, pid, tid, process, thread, ts_ns FROM {ev} WHERE ph IN ('f', 't'))
             SELECT {duckdb_select_list("flows", flow_cols)}
             FROM s FULL OUTER JOIN f ON s.cat IS NOT DISTINCT FROM f.cat AND s.id = f.id
             ORDER BY coalesce(s.ts_ns, f.ts_ns), f.ts_ns, cat, flow_id""",

@@ -1,0 +1,119 @@
+"""A large trace is read as chunk copies in parallel; the tables must not depend on it.
+
+Chunking normally starts at 64 MB; these tests lower the threshold so small files take the
+chunked path, and compare with the whole-file path.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from traceanalyzer.discover import discover
+from traceanalyzer.ingest import ingest_session
+from traceanalyzer.parse import json_array, trace_view
+from traceanalyzer.store import Store
+
+TRACE_TABLES = ("slices", "counters", "flows", "threads")
+
+
+def _tables(rank_dir: Path, out: Path) -> dict[str, pl.DataFrame]:
+    session = discover(rank_dir).sessions[0]
+    out.mkdir(parents=True)
+    outcome = ingest_session(session, out, threads=2)
+    assert outcome.status == "ingested", outcome
+    store = Store.open(out)
+    # Rows equal in every sort key may come in either order; compare as sets of rows.
+    return {t: store.table(t).collect().sort(pl.all(), nulls_last=True) for t in TRACE_TABLES}
+
+
+def _events(path: Path) -> list[dict]:
+    return json.loads(path.read_bytes())
+
+
+@pytest.fixture
+def chunked(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(trace_view, "_CHUNKED_MIN_BYTES", 0)
+
+
+def test_chunks_hold_every_event_once(real_g2: Path, tmp_path: Path) -> None:
+    trace = real_g2 / "rank0_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "trace_view.json"
+    chunks = json_array.split(trace, tmp_path, parts=5)
+    assert chunks is not None and len(chunks) == 5
+    assert [e for c in chunks for e in _events(c)] == _events(trace)
+
+
+def test_chunked_and_whole_file_give_the_same_tables(
+    real_g2: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rank = real_g2 / "rank0_ascend_pt"
+    monkeypatch.setattr(trace_view, "_CHUNKED_MIN_BYTES", 1 << 62)
+    whole = _tables(rank, tmp_path / "whole")
+    monkeypatch.setattr(trace_view, "_CHUNKED_MIN_BYTES", 0)
+    chunked = _tables(rank, tmp_path / "chunked")
+    for table in TRACE_TABLES:
+        assert chunked[table].equals(whole[table]), table
+
+
+def _rank_with_trace(root: Path, real_g2: Path, trace: bytes) -> Path:
+    rank = root / "r_ascend_pt"
+    shutil.copytree(real_g2 / "rank0_ascend_pt", rank)
+    target = rank / "ASCEND_PROFILER_OUTPUT" / "trace_view.json"
+    target.chmod(0o644)
+    target.write_bytes(trace)
+    return rank
+
+
+def test_false_boundary_inside_a_string_falls_back_to_the_whole_file(
+    chunked: None, real_g2: Path, tmp_path: Path
+) -> None:
+    # A call stack full of "}, {" around the middle of the file, where the cut is searched.
+    tricky = {
+        "ph": "X",
+        "name": "aten::copy_",
+        "pid": 1,
+        "tid": 1,
+        "ts": "1736408883704643.212",
+        "dur": 1.5,
+        "args": {"Call stack": "f(){}, {g}; " * 20000},
+    }
+    head = {**tricky, "args": {}, "name": "first"}
+    tail = {**tricky, "args": {}, "name": "last"}
+    trace = json.dumps([head, tricky, tail]).encode()
+    path = tmp_path / "trace.json"
+    path.write_bytes(trace)
+    chunks = json_array.split(path, tmp_path / "chunks", parts=2)
+    assert chunks is not None  # the byte pattern was found, inside the string
+    with pytest.raises(json.JSONDecodeError):
+        _events(chunks[0])
+
+    rank = _rank_with_trace(tmp_path / "in", real_g2, trace)
+    slices = _tables(rank, tmp_path / "out")["slices"]
+    assert sorted(slices["name"]) == ["aten::copy_", "first", "last"]
+    assert slices.filter(pl.col("name") == "aten::copy_")["args"].str.len_bytes()[0] > 200_000
+
+
+def test_truncated_file_is_recovered_when_chunked(
+    real_g2: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    full = (real_g2 / "rank0_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "trace_view.json").read_bytes()
+    rank = _rank_with_trace(tmp_path / "in", real_g2, full[: int(len(full) * 0.9)])
+    monkeypatch.setattr(trace_view, "_CHUNKED_MIN_BYTES", 1 << 62)
+    whole = _tables(rank, tmp_path / "whole")
+    monkeypatch.setattr(trace_view, "_CHUNKED_MIN_BYTES", 0)
+    session = discover(rank).sessions[0]
+    (tmp_path / "out").mkdir()
+    outcome = ingest_session(session, tmp_path / "out", threads=2)
+    assert any("truncated" in w for w in outcome.warnings), outcome.warnings
+    assert outcome.rows["slices"] == whole["slices"].height > 0
+    assert not list((tmp_path / "out").glob(".scratch.*")), "chunk copies must be removed"
+
+
+def test_not_an_array_is_not_split(tmp_path: Path) -> None:
+    path = tmp_path / "trace.json"
+    path.write_bytes(b'{"traceEvents": [{"ph": "X"}, {"ph": "X"}]}')
+    assert json_array.split(path, tmp_path / "chunks", parts=2) is None
