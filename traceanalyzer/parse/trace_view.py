@@ -85,7 +85,7 @@ def _no_sentinel(expr: str) -> str:
 
 def _slice_columns(process: str, thread: str) -> dict[str, str]:
     """SQL for each slices column over the raw scan; names are resolved by map lookups."""
-    ns, dur = "ts_ns", "dur_ns"  # computed once per row by the inner query
+    ns, dur = "ts_ns", "dur_ns"  # computed once per row, at load and by the inner query
     is_cann = f"({process} = 'CANN' AND regexp_matches(name, '^[A-Za-z]+@'))"
     return {
         "ph": "ph",
@@ -122,9 +122,9 @@ def _sql_str(value: str) -> str:
 def _load(con: duckdb.DuckDBPyConnection, paths: list[Path]) -> None:
     """The one JSON scan: every event into a temporary table that DuckDB may spill to disk.
 
-    Everything after reads this table, so the JSON text is parsed once. ``ts`` keeps its JSON
-    text (strings with their quotes), ``args`` its JSON object text. Several paths (chunks of one
-    array) are read in parallel.
+    Everything after reads this table, so the JSON text is parsed once. ``ts`` becomes exact ns
+    from its JSON text; ``args`` keeps its JSON object text. Several paths (chunks of one array)
+    are read in parallel.
     """
     files = "[" + ", ".join(_sql_str(str(p)) for p in paths) + "]"
     ts_text = "trim(CAST(ts AS VARCHAR), '\"')"  # a JSON string keeps its quotes
