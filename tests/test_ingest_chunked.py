@@ -117,3 +117,18 @@ def test_not_an_array_is_not_split(tmp_path: Path) -> None:
     path = tmp_path / "trace.json"
     path.write_bytes(b'{"traceEvents": [{"ph": "X"}, {"ph": "X"}]}')
     assert json_array.split(path, tmp_path / "chunks", parts=2) is None
+
+
+def test_chunks_without_kernel_copy(
+    real_g2: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where copy_file_range is missing or refuses (not Linux, across file systems)."""
+
+    def refuse(*args: object) -> int:
+        raise OSError("EXDEV")
+
+    monkeypatch.setattr(json_array.os, "copy_file_range", refuse, raising=False)
+    trace = real_g2 / "rank0_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "trace_view.json"
+    chunks = json_array.split(trace, tmp_path, parts=3)
+    assert chunks is not None
+    assert [e for c in chunks for e in _events(c)] == _events(trace)

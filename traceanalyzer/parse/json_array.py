@@ -15,20 +15,28 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from typing import BinaryIO
 
 EVENT_BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 _WINDOW = 1 << 20  # bytes searched for a boundary after each cut point
 _COPY_BLOCK = 8 << 20
 
 
-def _copy_range(src: int, dst: int, offset: int, length: int) -> None:
-    """Copy ``length`` bytes of ``src`` from ``offset`` to the end of ``dst`` (in the kernel when possible)."""
+def _read_at(src: BinaryIO, offset: int, size: int) -> bytes:
+    src.seek(offset)
+    return src.read(size)
+
+
+def _copy_range(src: BinaryIO, dst: BinaryIO, offset: int, length: int) -> None:
+    """Append ``length`` bytes of ``src`` from ``offset`` to ``dst`` (in the kernel on Linux)."""
+    dst.flush()
     end = offset + length
     while offset < end:
         try:
-            copied = os.copy_file_range(src, dst, end - offset, offset)
+            copied = os.copy_file_range(src.fileno(), dst.fileno(), end - offset, offset)
         except (AttributeError, OSError):  # not Linux, or across file systems on older kernels
-            copied = os.write(dst, os.pread(src, min(end - offset, _COPY_BLOCK), offset))
+            copied = dst.write(_read_at(src, offset, min(end - offset, _COPY_BLOCK)))
+            dst.flush()
         if copied <= 0:
             raise OSError(f"short copy at byte {offset}")
         offset += copied
@@ -41,33 +49,29 @@ def copy_prefix(path: Path, cut: int, target: Path) -> None:
 
 def _write_array(path: Path, target: Path, begin: int, end: int, opening: bool = True) -> None:
     """Write bytes [begin, end) of ``path`` to ``target`` as a JSON array (brackets added)."""
-    src = os.open(path, os.O_RDONLY)
-    out = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
+    # Unbuffered, so the kernel copy and our own writes land in order.
+    with open(path, "rb") as src, open(target, "wb", buffering=0) as out:
         if opening:
-            os.write(out, b"[")
+            out.write(b"[")
         _copy_range(src, out, begin, max(0, end - begin))
-        os.write(out, b"]")
-    finally:
-        os.close(out)
-        os.close(src)
+        out.write(b"]")
 
 
-def _boundaries(src: int, size: int, parts: int) -> list[int] | None:
+def _boundaries(src: BinaryIO, size: int, parts: int) -> list[int] | None:
     """Byte offsets where each chunk's events start, plus the end of the last event.
 
     None when the file does not look like an array (or has no boundary near a cut point).
     """
-    head = os.pread(src, 4096, 0)
+    head = _read_at(src, 0, 4096)
     tail_start = max(0, size - 4096)
-    tail = os.pread(src, 4096, tail_start)
+    tail = _read_at(src, tail_start, 4096)
     first, last = head.find(b"["), tail.rfind(b"]")
     if first < 0 or last < 0 or head[:first].strip():
         return None
     starts = [first + 1]
     for i in range(1, parts):
         window_start = size * i // parts
-        match = EVENT_BOUNDARY.search(os.pread(src, _WINDOW, window_start))
+        match = EVENT_BOUNDARY.search(_read_at(src, window_start, _WINDOW))
         if match is None:
             return None
         boundary = window_start + match.start() + 1  # just after the closing brace
@@ -84,25 +88,22 @@ def split(path: Path, scratch: Path, parts: int) -> list[Path] | None:
     Returns the chunk paths, or None when the file cannot be cut (then read it whole). The
     chunks together hold every event once; the caller deletes them.
     """
-    size = path.stat().st_size
-    src = os.open(path, os.O_RDONLY)
     chunks: list[Path] = []
     try:
-        starts = _boundaries(src, size, parts)
-        if starts is None:
-            return None
-        scratch.mkdir(parents=True, exist_ok=True)
-        for i, (begin, end) in enumerate(zip(starts, starts[1:], strict=False)):
-            # Drop the separator that leads every chunk but the first.
-            lead = os.pread(src, 64, begin)
-            begin += len(lead) - len(lead.lstrip(b", \t\r\n"))
-            chunk = scratch / f"trace_view.part{i}.json"
-            chunks.append(chunk)
-            _write_array(path, chunk, begin, end)
+        with open(path, "rb") as src:
+            starts = _boundaries(src, path.stat().st_size, parts)
+            if starts is None:
+                return None
+            scratch.mkdir(parents=True, exist_ok=True)
+            for i, (begin, end) in enumerate(zip(starts, starts[1:], strict=False)):
+                # Drop the separator that leads every chunk but the first.
+                lead = _read_at(src, begin, 64)
+                begin += len(lead) - len(lead.lstrip(b", \t\r\n"))
+                chunk = scratch / f"trace_view.part{i}.json"
+                chunks.append(chunk)
+                _write_array(path, chunk, begin, end)
         return chunks
-    except OSError:
+    except OSError:  # a full disk, say: read the file whole instead
         for chunk in chunks:
             chunk.unlink(missing_ok=True)
         return None
-    finally:
-        os.close(src)
