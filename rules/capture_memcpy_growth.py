@@ -18,7 +18,6 @@ from traceanalyzer.engine.primitives import (
 )
 from traceanalyzer.schema import NOT_HOST_PROCESSES
 
-CAPTURE_BEGIN, CAPTURE_END = "aclmdlRICaptureBegin", "aclmdlRICaptureEnd"
 HOST_PROCESSES_EXCLUDED = NOT_HOST_PROCESSES
 EVIDENCE_EDGE = 5  # capture windows shown at each end of the series
 
@@ -48,6 +47,15 @@ FIX = (
             "Which CANN layer to count: `auto` = runtime when present (Level2), else AscendCL; "
             "never both, since each aclrtMemcpy also appears as a runtime MemCopySync.",
             choices=("auto", "acl", "runtime", "all"),
+        ),
+        "capture_begin": Param(
+            r"^aclmdl(RI)?CaptureBegin$",
+            "Regex on the CANN api_name that opens a capture window: aclmdlRICaptureBegin, or "
+            "aclmdlCaptureBegin in early torch_npu NPUGraph builds.",
+        ),
+        "capture_end": Param(
+            r"^aclmdl(RI)?CaptureEnd$",
+            "Regex on the CANN api_name that closes a capture window (see capture_begin).",
         ),
         "window_marker": Param(
             "",
@@ -89,7 +97,8 @@ def capture_memcpy_growth(ctx: RuleContext) -> Iterator[Finding]:
     aclgraph (NPUGraph) captures that issue more and more synchronous host memcpy calls
     (`aclrtMemcpy`, runtime `MemCopySync`/`rtMemcpy`) as captures repeat, so that every capture
     takes longer than the one before. Capture windows are `AscendCL@aclmdlRICaptureBegin` ...
-    `AscendCL@aclmdlRICaptureEnd` pairs on one host thread (plus optional user marker ranges);
+    `AscendCL@aclmdlRICaptureEnd` pairs on one host thread (`aclmdlCaptureBegin/End` in early
+    torch_npu builds; plus optional user marker ranges);
     the memcpy calls starting inside each window are counted, and the series, ordered by time
     across all sessions of a rank, must show a robust positive Theil-Sen slope, a significant
     Mann-Kendall upward trend and a last/first ratio above a threshold. Without per-event CANN
@@ -132,7 +141,7 @@ def capture_memcpy_growth(ctx: RuleContext) -> Iterator[Finding]:
     memcpy = _memcpy_calls(cann, p.memcpy_pattern, p.layer)
     counted = memcpy.group_by("rank").agg(pl.col("api_name").unique().sort())
     counted_names = dict(zip(counted["rank"].to_list(), counted["api_name"].to_list(), strict=True))
-    windows = _capture_windows(ctx, cann, p.window_marker)
+    windows = _capture_windows(ctx, cann)
     series = count_in_windows(windows, memcpy, window_id="window_id", name="memcpy_calls")
 
     stats_ranks = sorted(
@@ -178,14 +187,15 @@ def _memcpy_calls(cann: pl.LazyFrame, pattern: str, layer: str) -> pl.DataFrame:
     return calls.filter(wanted if layer == "runtime" else ~wanted)
 
 
-def _capture_windows(ctx: RuleContext, cann: pl.LazyFrame, marker: str) -> pl.DataFrame:
+def _capture_windows(ctx: RuleContext, cann: pl.LazyFrame) -> pl.DataFrame:
     """Outermost capture windows per rank+session (CANN Begin/End pairs, plus marker ranges)."""
+    p = ctx.params
     api = pl.col("api_name")
-    paired = pair_windows(
-        cann.filter(api.is_in([CAPTURE_BEGIN, CAPTURE_END])),
-        is_begin=api == CAPTURE_BEGIN,
-        is_end=api == CAPTURE_END,
-    ).select("rank", "session", "thread", "start_ns", "end_ns")
+    is_begin, is_end = api.str.contains(p.capture_begin), api.str.contains(p.capture_end)
+    paired = pair_windows(cann.filter(is_begin | is_end), is_begin=is_begin, is_end=is_end).select(
+        "rank", "session", "thread", "start_ns", "end_ns"
+    )
+    marker = p.window_marker
     frames = [paired.with_columns(pl.lit("CANN").alias("process"))]
     if marker:
         marked = (
@@ -220,7 +230,7 @@ def _api_stats_series(
         memcpy = memcpy.filter(pl.col("level") != "runtime")
     calls = memcpy.group_by("session").agg(pl.col("count").sum().alias("calls"))
     captures = (
-        stats.filter(pl.col("api_name") == CAPTURE_BEGIN)
+        stats.filter(pl.col("api_name").str.contains(p.capture_begin))
         .group_by("session")
         .agg(pl.col("count").sum().alias("captures"))
     )

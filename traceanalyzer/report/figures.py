@@ -32,7 +32,6 @@ from traceanalyzer.engine.primitives import count_in_windows, outermost, pair_wi
 from traceanalyzer.schema import NOT_HOST_PROCESSES
 from traceanalyzer.store import STORE_TRANSFER_WINDOW, WINDOW_KEY, Store, session_metadata
 
-CAPTURE_BEGIN, CAPTURE_END = "aclmdlRICaptureBegin", "aclmdlRICaptureEnd"
 NOT_HOST = NOT_HOST_PROCESSES
 
 
@@ -75,11 +74,11 @@ def capture_figures(store: Store) -> pl.DataFrame:
     """rank, captures, capture_ns_mean, memcpy_per_capture."""
     cann = store.table("slices").filter(pl.col("process") == "CANN")
     api = pl.col("api_name")
-    windows = pair_windows(
-        cann.filter(api.is_in([CAPTURE_BEGIN, CAPTURE_END])),
-        is_begin=api == CAPTURE_BEGIN,
-        is_end=api == CAPTURE_END,
-    ).select("rank", "session", "start_ns", "end_ns", "dur_ns")
+    is_begin = api.str.contains(rule_default("capture-memcpy-growth", "capture_begin"))
+    is_end = api.str.contains(rule_default("capture-memcpy-growth", "capture_end"))
+    windows = pair_windows(cann.filter(is_begin | is_end), is_begin=is_begin, is_end=is_end).select(
+        "rank", "session", "start_ns", "end_ns", "dur_ns"
+    )
     schema = {"rank": pl.Int32, "captures": pl.UInt32, "capture_ns_mean": pl.Float64,
               "memcpy_per_capture": pl.Float64}  # fmt: skip
     if windows.is_empty():
