@@ -42,8 +42,15 @@ def test_row_counts_match_independent_count(real_g2: Path, real_g2_store: Path) 
         assert rows["counters"] == counter_rows
         with open(rank_dir / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv", newline="") as fh:
             assert rows["kernels"] == sum(1 for _ in csv.reader(fh)) - 1
-        with open(rank_dir / "ASCEND_PROFILER_OUTPUT" / "api_statistic.csv", newline="") as fh:
-            assert rows["api_stats"] == sum(1 for _ in csv.reader(fh)) - 1
+        for table, name in (
+            ("api_stats", "api_statistic.csv"),
+            ("memory_records", "memory_record.csv"),
+            ("op_memory", "operator_memory.csv"),
+            ("module_memory", "npu_module_mem.csv"),
+            ("l2_cache", "l2_cache.csv"),
+        ):
+            with open(rank_dir / "ASCEND_PROFILER_OUTPUT" / name, newline="") as fh:
+                assert rows[table] == sum(1 for _ in csv.reader(fh)) - 1, table
         assert rows["sessions"] == 1
 
 
@@ -62,6 +69,21 @@ def test_every_timestamp_exact_to_the_ns(real_g2: Path, real_g2_store: Path) -> 
         assert got == expected
         # A float64 round trip would not survive this check: epoch ns need 61 bits.
         assert any((v % 1000) not in (0,) for v in got)
+
+
+def test_memory_tables_exact_and_typed(real_g2: Path, real_g2_store: Path) -> None:
+    store = Store.open(real_g2_store)
+    for rank, rank_dir in _rank_dirs(real_g2).items():
+        with open(rank_dir / "ASCEND_PROFILER_OUTPUT" / "memory_record.csv", newline="") as fh:
+            records = list(csv.DictReader(fh))
+        got = store.table("memory_records").filter(pl.col("rank") == rank).collect()
+        assert sorted(got["ts_ns"]) == sorted(_ns(r["Timestamp(us)"].strip()) for r in records)
+        reserved = sorted(float(r["Total Reserved(MB)"]) for r in records)
+        assert sorted(got["total_reserved_mb"]) == reserved
+        ops = store.table("op_memory").filter(pl.col("rank") == rank).collect()
+        assert ops["size_kb"].null_count() == 0 and ops["alloc_ns"].null_count() == 0
+        l2 = store.table("l2_cache").filter(pl.col("rank") == rank).collect()
+        assert l2["hit_rate"].null_count() > 0  # `N/A` became null
 
 
 def test_processes_and_threads_are_named(real_g2_store: Path) -> None:

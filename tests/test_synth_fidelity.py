@@ -50,6 +50,7 @@ def test_same_files_and_csv_headers(generated: list[Path]) -> None:
             "op_statistic.csv",
             "step_trace_time.csv",
             "operator_details.csv",
+            "npu_module_mem.csv",
         ):
             ours, real = _lines(out / name)[0], _lines(real_out / name)[0]
             assert ours == real, f"{name} header differs in {rank_dir.name}"
@@ -68,6 +69,7 @@ def _rank_of(rank_dir: Path) -> int:
         "op_statistic.csv",
         "step_trace_time.csv",
         "operator_details.csv",
+        "npu_module_mem.csv",
     ],
 )
 def test_line_endings_match_real(generated: list[Path], name: str) -> None:

@@ -53,6 +53,8 @@ def _summary(result: IngestResult) -> str:
         )
         if o.missing_files:
             lines.append(f"           missing (tables empty): {', '.join(o.missing_files)}")
+        if o.not_collected:
+            lines.append(f"           not collected (tables empty): {', '.join(o.not_collected)}")
         for warning in o.warnings:
             lines.append(
                 f"           warning: {warning.strip().splitlines()[-1] if o.status == 'failed' else warning}"

@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from traceanalyzer.executor import Executor
 
 # Bump when parsers change what they write: stored sessions are then re-ingested.
-PARSER_VERSION = 3
+PARSER_VERSION = 4
 TRACE_FILE = "trace_view.json"
 JOURNAL = "manifest.journal"
 _SAMPLE = 1 << 16
@@ -72,6 +72,8 @@ class SessionOutcome:
     status: str  # ingested | cached | failed
     rows: dict[str, int] = field(default_factory=dict)
     missing_files: list[str] = field(default_factory=list)
+    # Optional files the profile was not asked for, as "file (option that writes it)".
+    not_collected: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     error: str | None = None
     seconds: float = 0.0
@@ -259,7 +261,10 @@ def ingest_session(session: RankSession, out: Path, threads: int = 1) -> Session
         for spec in SPECS:
             path = session.output_dir / spec.file
             if not path.is_file():
-                outcome.missing_files.append(spec.file)
+                if spec.collected_with:
+                    outcome.not_collected.append(f"{spec.file} ({spec.collected_with})")
+                else:
+                    outcome.missing_files.append(spec.file)
                 continue
             try:
                 parsed = parse_csv(path, spec, sink)

@@ -1,5 +1,5 @@
 """The CSV summaries (kernel_details, api_statistic, op_statistic, step_trace_time, operator_details,
-task_time) → canonical tables.
+task_time, memory_record, operator_memory, npu_module_mem, l2_cache) → canonical tables.
 
 All generations are accepted: with or without ``Device_id``, ``Block Dim`` or ``Block Num``,
 CRLF or LF, trailing TABs after absolute times, quoted times (G1), triple-quoted shapes,
@@ -37,6 +37,9 @@ class CsvSpec:
     file: str
     table: str
     columns: tuple[Col, ...]
+    # The profiler option that writes the file, when it is not written by default: its absence
+    # then means "not collected", not "missing".
+    collected_with: str = ""
 
 
 def _c(name: str, *sources: str, kind: str = "str") -> Col:
@@ -151,6 +154,66 @@ SPECS: tuple[CsvSpec, ...] = (
             _c("start_ns", "task_start(us)", kind="us"),
             _c("end_ns", "task_stop(us)", kind="us"),
         ),
+    ),
+    CsvSpec(
+        "memory_record.csv",
+        "memory_records",
+        (
+            _c("component", "Component"),
+            _c("ts_ns", "Timestamp(us)", kind="us"),
+            _c("total_allocated_mb", "Total Allocated(MB)", kind="float"),
+            _c("total_reserved_mb", "Total Reserved(MB)", kind="float"),
+            _c("total_active_mb", "Total Active(MB)", kind="float"),
+            _c("stream_ptr", "Stream Ptr", kind="int"),
+            _c("device_type", "Device Type"),
+        ),
+        collected_with="profile_memory=True",
+    ),
+    CsvSpec(
+        "operator_memory.csv",
+        "op_memory",
+        (
+            _c("name", "Name"),
+            _c("size_kb", "Size(KB)", kind="float"),
+            _c("alloc_ns", "Allocation Time(us)", kind="us"),
+            _c("release_ns", "Release Time(us)", kind="us"),
+            _c("active_release_ns", "Active Release Time(us)", kind="us"),
+            _c("dur_ns", "Duration(us)", kind="us"),
+            _c("active_dur_ns", "Active Duration(us)", kind="us"),
+            _c("alloc_total_allocated_mb", "Allocation Total Allocated(MB)", kind="float"),
+            _c("alloc_total_reserved_mb", "Allocation Total Reserved(MB)", kind="float"),
+            _c("alloc_total_active_mb", "Allocation Total Active(MB)", kind="float"),
+            _c("release_total_allocated_mb", "Release Total Allocated(MB)", kind="float"),
+            _c("release_total_reserved_mb", "Release Total Reserved(MB)", kind="float"),
+            _c("release_total_active_mb", "Release Total Active(MB)", kind="float"),
+            _c("stream_ptr", "Stream Ptr", kind="int"),
+            _c("device_type", "Device Type"),
+        ),
+        collected_with="profile_memory=True",
+    ),
+    CsvSpec(
+        "npu_module_mem.csv",
+        "module_memory",
+        (
+            _c("device_id", "Device_id", kind="int"),
+            _c("component", "Component"),
+            _c("ts_ns", "Timestamp(us)", kind="us"),
+            _c("total_reserved_mb", "Total Reserved(MB)", kind="float"),
+            _c("device", "Device"),
+        ),
+    ),
+    CsvSpec(
+        "l2_cache.csv",
+        "l2_cache",
+        (
+            _c("device_id", "Device_id", kind="int"),
+            _c("stream_id", "Stream Id", kind="int"),
+            _c("task_id", "Task Id", kind="int"),
+            _c("hit_rate", "Hit Rate", kind="float"),
+            _c("victim_rate", "Victim Rate", kind="float"),
+            _c("op_name", "Op Name"),
+        ),
+        collected_with="l2_cache=True",
     ),
 )
 

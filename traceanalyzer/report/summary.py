@@ -32,6 +32,11 @@ class RunSummary:
                     f"rank {s['rank']} {s['session']}: missing {', '.join(s['missing_files'])} "
                     "(tables from them are empty)"
                 )
+            if s.get("not_collected"):
+                lines.append(
+                    f"rank {s['rank']} {s['session']}: not collected "
+                    f"{', '.join(s['not_collected'])} (tables from them are empty)"
+                )
             for w in s.get("warnings") or []:
                 lines.append(f"rank {s['rank']} {s['session']}: {w}")
         for p in self.problems:
@@ -69,7 +74,7 @@ def run_summary(inputs: ReportInputs) -> RunSummary:
 def _ingest_fields(entry: dict[str, Any] | None) -> dict[str, Any]:
     if not entry:
         return {}
-    keep = ("status", "missing_files", "warnings", "error", "seconds", "path")
+    keep = ("status", "missing_files", "not_collected", "warnings", "error", "seconds", "path")
     out = {k: entry.get(k) for k in keep if entry.get(k) is not None}
     for k in ("generation", "profiler_level"):
         if entry.get(k):

@@ -30,6 +30,7 @@ from traceanalyzer.synth.tables import (
     StepTotals,
     kernel_details_header,
     kernel_row_tail,
+    write_module_mem,
     write_step_trace,
 )
 from traceanalyzer.synth.trace_view import TraceView
@@ -573,6 +574,7 @@ class RankWriter:
         if not cfg.schedule:
             self.steps[0].end = end
         write_step_trace(self.out / "step_trace_time.csv", self.gen, cfg.dev, self.steps)
+        write_module_mem(self.out / "npu_module_mem.csv", self.gen, cfg.dev, cfg.start_ns, end)
         if self.level > 0:
             self.api_stat.write(self.out / "api_statistic.csv", self.gen)
             self.op_stat.write(self.out / "op_statistic.csv", self.gen, cfg.dev)

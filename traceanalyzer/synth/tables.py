@@ -314,3 +314,29 @@ __all__ = [
     "step_trace_header",
     "write_step_trace",
 ]
+
+
+# npu_module_mem.csv: reserved MB per CANN component, as in the real G2 export (the other
+# components it lists stay at 0.0; a few stand in for them).
+MODULE_RESERVED_MB = {
+    "SLOG": 0.0,
+    "APP": 1452.0,
+    "GE": 76.0,
+    "HCCL": 404.0625,
+    "RUNTIME": 92.1875,
+    "AICPU": 0.0,
+    "DRV": 0.0,
+    "TS": 0.0,
+}
+MODULE_MEM_PERIOD_NS = 20_000_000  # msprof samples it about every 20 ms
+
+
+def write_module_mem(path: Path, gen: Generation, device: int, start_ns: int, end_ns: int) -> None:
+    """npu_module_mem.csv: an msprof summary copied verbatim (LF), component by component."""
+    lead = ["Device_id"] if gen.device_id_column else []
+    f = CsvFile(path, [*lead, "Component", "Timestamp(us)", "Total Reserved(MB)", "Device"], False)
+    samples = [*range(start_ns, end_ns, MODULE_MEM_PERIOD_NS), end_ns]
+    for component, reserved in MODULE_RESERVED_MB.items():
+        for ts in samples:
+            f.row([*([device] if lead else []), component, csv_ts(ts), reserved, f"NPU:{device}"])
+    f.close()
