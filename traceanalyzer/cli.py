@@ -6,16 +6,19 @@ Exit codes: 0 success; 1 a finding at or above ``--fail-on``; 2 usage or input e
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from traceanalyzer import __version__
-from traceanalyzer.ingest import IngestResult, InputError, SessionOutcome, default_out_dir
+
+if TYPE_CHECKING:
+    from traceanalyzer.ingest import IngestResult, SessionOutcome
 
 EXIT_FINDINGS, EXIT_USAGE, EXIT_PARTIAL, EXIT_INTERRUPTED = 1, 2, 3, 130
 
@@ -82,7 +85,55 @@ def _partial_lines(result: IngestResult) -> list[str]:
     return lines
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+# Subcommands live in their subsystems and load on first use, so `--help` and `run` do not pay
+# for polars, duckdb or matplotlib they never touch. The one-line help is repeated here so that
+# listing the commands imports nothing (tests/test_cli_startup.py keeps it equal to the real one).
+LAZY_COMMANDS: dict[str, tuple[str, str, str]] = {
+    "diff": (
+        "traceanalyzer.report.cli",
+        "diff_command",
+        "Compare two runs: findings new / resolved / changed, and key figures per rank.",
+    ),
+    "recipe": (
+        "traceanalyzer.recipes.cli",
+        "recipe_group",
+        "Bundled vLLM launch recipes that reproduce known Ascend problems and profile them.",
+    ),
+    "rules": ("traceanalyzer.engine.cli", "rules_group", "List, explain, scaffold and test rules."),
+    "synth": (
+        "traceanalyzer.synth.cli",
+        "synth_command",
+        "Write SCENARIO as complete *_ascend_pt rank directories under --out.",
+    ),
+}
+
+
+class _LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *LAZY_COMMANDS})
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name in LAZY_COMMANDS and name not in self.commands:
+            module, attr, _ = LAZY_COMMANDS[name]
+            try:
+                self.add_command(getattr(importlib.import_module(module), attr), name)
+            except (ImportError, AttributeError):  # an optional subsystem never breaks `run`
+                return None
+        return super().get_command(ctx, name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = []
+        for name in self.list_commands(ctx):
+            if name in LAZY_COMMANDS and name not in self.commands:
+                rows.append((name, LAZY_COMMANDS[name][2]))
+            elif (command := self.get_command(ctx, name)) is not None and not command.hidden:
+                rows.append((name, command.get_short_help_str(limit=120)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+@click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="traceanalyzer")
 def main() -> None:
     """Analyse Ascend NPU (torch_npu) profiler exports: findings with evidence and fixes."""
@@ -208,6 +259,7 @@ def _run(
 ) -> None:
     from traceanalyzer.engine.config import ConfigError
     from traceanalyzer.executor import ExecutorError, make_executor
+    from traceanalyzer.ingest import InputError, default_out_dir
     from traceanalyzer.pipeline import analyse
 
     out = out or default_out_dir(path)
@@ -255,23 +307,6 @@ def _run(
     if result.partial:
         sys.exit(EXIT_PARTIAL)
 
-
-def _register_optional_commands() -> None:
-    """Subsystems own their commands; a missing optional subsystem never breaks `run`."""
-    for module, attr in (
-        ("traceanalyzer.synth.cli", "synth_command"),
-        ("traceanalyzer.engine.cli", "rules_group"),
-        ("traceanalyzer.recipes.cli", "recipe_group"),
-        ("traceanalyzer.report.cli", "diff_command"),
-    ):
-        try:
-            command = getattr(__import__(module, fromlist=[attr]), attr)
-        except (ImportError, AttributeError):
-            continue
-        main.add_command(command)
-
-
-_register_optional_commands()
 
 if __name__ == "__main__":
     main()

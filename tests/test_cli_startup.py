@@ -1,0 +1,36 @@
+"""`traceanalyzer --help` stays quick: subcommands load on first use, and their listed help is true."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import click
+from click.testing import CliRunner
+
+from traceanalyzer.cli import LAZY_COMMANDS, main
+
+
+def test_help_imports_no_heavy_library() -> None:
+    probe = (
+        "import sys; from click.testing import CliRunner; from traceanalyzer.cli import main; "
+        "r = CliRunner().invoke(main, ['--help']); assert r.exit_code == 0, r.output; "
+        "print(sorted(m for m in ('polars', 'duckdb', 'pyarrow', 'matplotlib', 'pandas') "
+        "if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_listed_help_is_each_command_own_help() -> None:
+    ctx = click.Context(main)
+    for name, (_, _, listed) in LAZY_COMMANDS.items():
+        command = main.get_command(ctx, name)
+        assert command is not None, name
+        assert command.get_short_help_str(limit=120) == listed, name
+
+
+def test_every_subcommand_still_runs() -> None:
+    for name in [*LAZY_COMMANDS, "run"]:
+        result = CliRunner().invoke(main, [name, "--help"])
+        assert result.exit_code == 0, (name, result.output)
