@@ -126,8 +126,8 @@ ANALYSIS = """## Reading the figures
 
 - **Memory.** Every case imports duckdb, polars, pyarrow and traceanalyzer before the clock
   starts, so each peak includes the `imports only` baseline (about 100 MB); the `RSS above
-  imports` column is the memory the work itself takes. DuckDB's buffers are capped per trace (`parse/trace_view.duckdb_memory_limit_mb`: 3/4 of
-  the file, at least 256 MB) and its table spills beyond that. The `buffer cap 2x file` row is
+  imports` column is the memory the work itself takes. DuckDB's buffers are capped per trace (`parse/trace_view.duckdb_memory_limit_mb`: the
+  file's size, at least 128 MB) and its table spills beyond that. The `buffer cap 2x file` row is
   the same ingest with a larger cap: time and memory trade against each other. Memory is flat in
   the number of ranks (docs/scale.md).
 - **Time.** The trace is copied into chunks at event boundaries (`parse/json_array.py`) and

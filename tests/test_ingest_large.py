@@ -1,4 +1,5 @@
-"""A large trace is read as chunk copies in parallel; the tables must not depend on it.
+"""Large traces: read as chunk copies in parallel (the tables must not depend on it), and parsed
+again with a larger budget when DuckDB runs out of memory.
 
 Chunking normally starts at 64 MB; these tests lower the threshold so small files take the
 chunked path, and compare with the whole-file path.
@@ -10,6 +11,7 @@ import json
 import shutil
 from pathlib import Path
 
+import duckdb
 import polars as pl
 import pytest
 
@@ -132,3 +134,25 @@ def test_chunks_without_kernel_copy(
     chunks = json_array.split(trace, tmp_path, parts=3)
     assert chunks is not None
     assert [e for c in chunks for e in _events(c)] == _events(trace)
+
+
+def test_out_of_budget_parses_again_with_twice_the_budget(
+    real_g2: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    budgets: list[int] = []
+    parse = trace_view._parse
+
+    def tight_first(path, sink, scratch, threads, budget_mb):  # noqa: ANN001, ANN202
+        budgets.append(budget_mb)
+        if len(budgets) == 1:
+            raise duckdb.OutOfMemoryException("Out of Memory Error: could not allocate block")
+        return parse(path, sink, scratch, threads, budget_mb)
+
+    monkeypatch.setattr(trace_view, "_parse", tight_first)
+    session = discover(real_g2 / "rank0_ascend_pt").sessions[0]
+    (tmp_path / "out").mkdir()
+    outcome = ingest_session(session, tmp_path / "out", threads=2)
+    assert outcome.status == "ingested"
+    assert budgets == [128, 256]
+    assert any("parsed again with 256 MB" in w for w in outcome.warnings), outcome.warnings
+    assert outcome.rows["slices"] > 0
