@@ -447,6 +447,9 @@ def test_missing_files_are_empty_tables_and_reported(generations: Path, tmp_path
     result = ingest(generations, tmp_path / "out")
     g3 = next(o for o in result.outcomes if o.rank == 2)
     assert "trace_view.json" in g3.missing_files
+    # Files only some exports have are "not collected", with what writes them.
+    assert "memory_record.csv (profile_memory=True)" in g3.not_collected
+    assert "memory_record.csv" not in g3.missing_files
     assert (
         Store.open(tmp_path / "out").table("slices").filter(pl.col("rank") == 2).collect().height
         == 0

@@ -37,8 +37,8 @@ class CsvSpec:
     file: str
     table: str
     columns: tuple[Col, ...]
-    # The profiler option that writes the file, when it is not written by default: its absence
-    # then means "not collected", not "missing".
+    # What writes the file when not every export has it (a profiler option, a release): its
+    # absence then means "not collected", not "missing".
     collected_with: str = ""
 
 
@@ -154,6 +154,7 @@ SPECS: tuple[CsvSpec, ...] = (
             _c("start_ns", "task_start(us)", kind="us"),
             _c("end_ns", "task_stop(us)", kind="us"),
         ),
+        collected_with="torch_npu after G3; G1-G3 never write it",
     ),
     CsvSpec(
         "memory_record.csv",
