@@ -187,15 +187,16 @@ def _recover_truncated(path: Path, scratch: Path, con: duckdb.DuckDBPyConnection
 
 
 def duckdb_memory_limit_mb(path: Path) -> int:
-    """DuckDB's buffer budget for one trace: the file's size, at least 128 MB.
+    """DuckDB's buffer budget for one trace: 1.2x the file's size, at least 128 MB.
 
     Without a limit DuckDB keeps up to 80% of RAM in buffers per worker, so peak memory would
     grow with the machine instead of with the rank. With it, the table spills and peak RSS
-    follows the file: about 1.25x the file above the imported libraries on a 200 MB trace, for
-    about 6% more time than a budget of 1.3x the file (docs/benchmarks/ingest.md).
+    follows the file: about 1.45x the file above the imported libraries on a 200 MB trace, at the
+    speed of a larger budget; at 1.0x the file the spilling costs about 10% more time
+    (docs/benchmarks/ingest.md).
     """
     size_mb = path.stat().st_size >> 20
-    return max(128, size_mb)
+    return max(128, size_mb * 6 // 5)
 
 
 def parse_trace_view(path: Path, sink: TableSink, scratch: Path, threads: int = 1) -> TraceResult:
