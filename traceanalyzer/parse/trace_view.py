@@ -374,15 +374,17 @@ def _emit(con: duckdb.DuckDBPyConnection, sink: TableSink, result: TraceResult) 
         "pid": "TRY_CAST(pid AS BIGINT)",
         "tid": "TRY_CAST(tid AS BIGINT)",
         "name": "name",
-        "series": "series",
+        "series": "series.key",
         "ts_ns": "ts_ns",
-        "value": "TRY_CAST(json_extract_string(args, '$.\"' || series || '\"') AS DOUBLE)",
+        # One row per key of the args object: the key is the series, its value the sample.
+        "value": "TRY_CAST(json_extract_string(series.value, '$') AS DOUBLE)",
     }
     result.rows["counters"] = sink.duckdb(
         "counters",
         con,
-        f"SELECT {duckdb_select_list('counters', counter_cols)} FROM "
-        f"(SELECT *, unnest(json_keys(args)) AS series FROM {ev} WHERE ph = 'C') ORDER BY ts_ns, name, series",
+        f"SELECT {duckdb_select_list('counters', counter_cols)} "
+        f"FROM (SELECT * FROM {ev} WHERE ph = 'C') c, json_each(c.args) AS series "
+        "ORDER BY ts_ns, name, series.key",
     )
 
     flow_cols = {
