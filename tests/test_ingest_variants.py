@@ -7,6 +7,8 @@ against the documented shapes independently of our own writer.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import polars as pl
@@ -491,12 +493,17 @@ def test_truncated_trace_keeps_complete_events(tmp_path: Path, cut_fraction: flo
 
 def test_malformed_csv_row_skipped_with_line_number(tmp_path: Path) -> None:
     bad = G2_API + "acl,aclrtFree,1.0\nacl,aclrtMalloc,2.0,1,2.0,2.0,2.0,0\n"
+    # A second bad file in the same session: each file's rejected lines are its own.
+    bad_kernels = G2_KERNEL + "only,three,fields\r\n"  # this file has CRLF line ends
     root = tmp_path / "in"
-    _write_rank(root, "r_ascend_pt", _info(0), {"api_statistic.csv": bad})
+    files = {"api_statistic.csv": bad, "kernel_details.csv": bad_kernels}
+    _write_rank(root, "r_ascend_pt", _info(0), files)
     result = ingest(root, tmp_path / "out")
-    assert any(
-        "api_statistic.csv: line 4: malformed row skipped" in w for w in result.outcomes[0].warnings
-    )
+    malformed = [w for w in result.outcomes[0].warnings if "malformed row skipped" in w]
+    kernel_bad_line = bad_kernels.count("\n")
+    assert len(malformed) == 2, malformed
+    assert any("api_statistic.csv: line 4: malformed row skipped" in w for w in malformed)
+    assert any(f"kernel_details.csv: line {kernel_bad_line}: malformed" in w for w in malformed)
     api = Store.open(tmp_path / "out").table("api_stats").collect()
     assert api["api_name"].to_list() == ["aclrtMemcpy", "Launch_Ffts", "aclrtMalloc"]
 
@@ -569,3 +576,15 @@ def test_pointing_inside_a_rank_dir_means_the_rank(
     rank_dir = generations / "host_1_20250109160000123_ascend_pt"
     result = ingest(rank_dir / inner, tmp_path / "out")
     assert [(o.rank, o.status) for o in result.outcomes] == [(0, "ingested")]
+
+
+def test_ingest_does_not_import_pandas(tmp_path: Path) -> None:
+    """pyarrow imports pandas on first use of its Python constructors: ~0.3 s of every worker."""
+    sample = Path(__file__).resolve().parents[1] / "sample_traces" / "inference_baseline"
+    probe = (
+        "import sys; from pathlib import Path; from traceanalyzer.ingest import ingest; "
+        f"r = ingest(Path({str(sample)!r}), Path({str(tmp_path / 'out')!r})); "
+        "assert not r.failed, r.failed; print('pandas' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "False"

@@ -35,8 +35,8 @@ import pyarrow.parquet as pq
 
 from traceanalyzer.discover import Discovery, RankSession, discover, input_root
 from traceanalyzer.parse.comm import parse_communication, parse_communication_matrix
-from traceanalyzer.parse.csv_tables import SPECS, parse_csv
-from traceanalyzer.parse.sink import body_columns, conform_body
+from traceanalyzer.parse.csv_tables import SPECS, csv_database, parse_csv
+from traceanalyzer.parse.sink import body_columns, conform_body, table_from_rows
 from traceanalyzer.parse.trace_view import parse_trace_view
 from traceanalyzer.schema import TABLES
 from traceanalyzer.store import Manifest, commit_partition, partition_exists, remove_session
@@ -203,9 +203,7 @@ class _PartitionSink:
         )
 
     def empty(self, table: str) -> None:
-        self.arrow(
-            table, pa.table({name: pa.array([], type=typ) for name, typ in body_columns(table)})
-        )
+        self.arrow(table, pa.table({name: pa.nulls(0, typ) for name, typ in body_columns(table)}))
 
 
 def _generation(
@@ -258,20 +256,24 @@ def ingest_session(session: RankSession, out: Path, threads: int = 1) -> Session
                 raise RankFailed(f"{trace_path}: unreadable ({type(exc).__name__}: {exc})") from exc
         else:
             outcome.missing_files.append(TRACE_FILE)
-        for spec in SPECS:
-            path = session.output_dir / spec.file
-            if not path.is_file():
-                if spec.collected_with:
-                    outcome.not_collected.append(f"{spec.file} ({spec.collected_with})")
-                else:
-                    outcome.missing_files.append(spec.file)
-                continue
-            try:
-                parsed = parse_csv(path, spec, sink)
-                headers[spec.file] = parsed.header
-                outcome.warnings += parsed.warnings
-            except Exception as exc:
-                outcome.warnings.append(f"{path}: could not be parsed ({exc})")
+        csv_db = csv_database()
+        try:
+            for spec in SPECS:
+                path = session.output_dir / spec.file
+                if not path.is_file():
+                    if spec.collected_with:
+                        outcome.not_collected.append(f"{spec.file} ({spec.collected_with})")
+                    else:
+                        outcome.missing_files.append(spec.file)
+                    continue
+                try:
+                    parsed = parse_csv(path, spec, sink, csv_db)
+                    headers[spec.file] = parsed.header
+                    outcome.warnings += parsed.warnings
+                except Exception as exc:
+                    outcome.warnings.append(f"{path}: could not be parsed ({exc})")
+        finally:
+            csv_db.close()
         for name, parser in (
             ("communication.json", parse_communication),
             ("communication_matrix.json", parse_communication_matrix),
@@ -355,7 +357,7 @@ def _session_row(session: RankSession, trace: Any, outcome: SessionOutcome) -> p
         "config": json.dumps(session.config, ensure_ascii=False, sort_keys=True),
         "files": json.dumps(files),
     }
-    return pa.Table.from_pylist([row])
+    return table_from_rows([row])
 
 
 # --------------------------------------------------------------------------- driver

@@ -11,9 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-
-from traceanalyzer.parse.sink import TableSink
+from traceanalyzer.parse.sink import TableSink, table_from_rows
 from traceanalyzer.timeutil import us_to_ns
 
 _TOTAL = "Total Op Info"
@@ -71,7 +69,7 @@ def parse_communication(path: Path, sink: TableSink) -> int:
                 else None,
             }
         )
-    return sink.arrow("comm_ops", pa.Table.from_pylist(rows) if rows else pa.table({}))
+    return sink.arrow("comm_ops", table_from_rows(rows))
 
 
 def parse_communication_matrix(path: Path, sink: TableSink) -> int:
@@ -97,4 +95,4 @@ def parse_communication_matrix(path: Path, sink: TableSink) -> int:
                     "op_name": body.get("Op Name"),
                 }
             )
-    return sink.arrow("comm_links", pa.Table.from_pylist(rows) if rows else pa.table({}))
+    return sink.arrow("comm_links", table_from_rows(rows))

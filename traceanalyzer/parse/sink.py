@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Protocol
 
 import duckdb
+import polars as pl
 import pyarrow as pa
 
 from traceanalyzer.schema import TABLES
@@ -71,3 +72,12 @@ def conform_body(table: str, data: pa.Table) -> pa.Table:
             arrays.append(pa.nulls(data.num_rows, typ))
         fields.append(pa.field(name, typ))
     return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+
+
+def table_from_rows(rows: list[dict[str, object]]) -> pa.Table:
+    """An Arrow table from a few Python rows (the small JSON-derived tables).
+
+    Built through polars because pyarrow's own constructors import pandas on first use, which
+    costs a worker about 0.3 s per process for tables of a few rows.
+    """
+    return pl.DataFrame(rows, infer_schema_length=None).to_arrow()
