@@ -34,3 +34,13 @@ def test_every_subcommand_still_runs() -> None:
     for name in [*LAZY_COMMANDS, "run"]:
         result = CliRunner().invoke(main, [name, "--help"])
         assert result.exit_code == 0, (name, result.output)
+
+
+def test_a_subcommand_that_cannot_load_says_why(monkeypatch) -> None:  # noqa: ANN001
+    listed = LAZY_COMMANDS["diff"]
+    monkeypatch.setitem(LAZY_COMMANDS, "diff", ("traceanalyzer.no_such_module", "x", listed[2]))
+    monkeypatch.delitem(main.commands, "diff", raising=False)
+    result = CliRunner().invoke(main, ["diff", "run-a", "run-b", "--format", "md"])
+    assert result.exit_code == 1
+    assert "'diff' is unavailable" in result.output
+    assert "No module named 'traceanalyzer.no_such_module'" in result.output

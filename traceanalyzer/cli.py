@@ -108,6 +108,24 @@ LAZY_COMMANDS: dict[str, tuple[str, str, str]] = {
 }
 
 
+def _unavailable(name: str, exc: Exception) -> click.Command:
+    """Stands in for a subcommand whose module cannot be imported: says why instead of
+    click's "no such command"."""
+
+    def fail(**_: object) -> None:
+        raise click.ClickException(
+            f"'{name}' is unavailable in this installation ({type(exc).__name__}: {exc}); "
+            "reinstall traceanalyzer with its dependencies (pip install traceanalyzer)"
+        )
+
+    return click.Command(
+        name,
+        callback=fail,
+        help=LAZY_COMMANDS[name][2],
+        context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+    )
+
+
 class _LazyGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*super().list_commands(ctx), *LAZY_COMMANDS})
@@ -117,8 +135,8 @@ class _LazyGroup(click.Group):
             module, attr, _ = LAZY_COMMANDS[name]
             try:
                 self.add_command(getattr(importlib.import_module(module), attr), name)
-            except (ImportError, AttributeError):  # an optional subsystem never breaks `run`
-                return None
+            except (ImportError, AttributeError) as exc:  # a broken subsystem never breaks `run`
+                return _unavailable(name, exc)
         return super().get_command(ctx, name)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
