@@ -10,7 +10,9 @@ import polars as pl
 from traceanalyzer.engine import AnyOf, Evidence, Finding, Param, Requirement, RuleContext, rule
 from traceanalyzer.engine import text as fmt
 from traceanalyzer.engine.primitives import (
+    ApiLayer,
     count_in_windows,
+    one_api_layer,
     outermost,
     pair_windows,
     spearman,
@@ -162,29 +164,11 @@ def capture_memcpy_growth(ctx: RuleContext) -> Iterator[Finding]:
         yield from _judge(ctx, rank, points, names, source="api_stats")
 
 
-def _memcpy_calls(cann: pl.LazyFrame, pattern: str, layer: str) -> pl.DataFrame:
-    calls = (
-        cann.filter(pl.col("api_name").str.contains(pattern))
-        .select("rank", "session", "api_layer", "api_name", "start_ns", "end_ns")
-        .collect()
+def _memcpy_calls(cann: pl.LazyFrame, pattern: str, layer: ApiLayer) -> pl.DataFrame:
+    calls = cann.filter(pl.col("api_name").str.contains(pattern)).select(
+        "rank", "session", "api_layer", "api_name", "start_ns", "end_ns"
     )
-    if layer == "all" or calls.is_empty():
-        return calls
-    if layer == "auto":  # per rank: runtime sees every memcpy (also HCCL's direct rtMemcpy)
-        has_runtime = calls.group_by("rank").agg(
-            (pl.col("api_layer") == "Runtime").any().alias("rt")
-        )
-        return (
-            calls.join(has_runtime, on="rank")
-            .filter(
-                pl.when(pl.col("rt"))
-                .then(pl.col("api_layer") == "Runtime")
-                .otherwise(pl.col("api_layer") != "Runtime")
-            )
-            .drop("rt")
-        )
-    wanted = pl.col("api_layer") == "Runtime"
-    return calls.filter(wanted if layer == "runtime" else ~wanted)
+    return one_api_layer(calls, layer).collect()
 
 
 def _capture_windows(ctx: RuleContext, cann: pl.LazyFrame) -> pl.DataFrame:

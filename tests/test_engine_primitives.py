@@ -13,6 +13,7 @@ from traceanalyzer.engine.primitives import (
     covered_fraction,
     growth_ratio,
     mann_kendall,
+    one_api_layer,
     outermost,
     overlap_join,
     pair_windows,
@@ -219,3 +220,23 @@ def test_trend_verdict():
     assert t.grows(min_slope=0.05, alpha=0.01, min_ratio=1.5)
     flat = trend([20, 22, 19, 21, 20, 18, 22, 20, 21, 19])
     assert not flat.grows(min_slope=0.05, alpha=0.01, min_ratio=1.5)
+
+
+def test_one_api_layer_never_counts_a_call_twice():
+    # rank 0 has the runtime layer (Level2): each AscendCL call also shows as its runtime call;
+    # rank 1 is Level1 (AscendCL only).
+    calls = pl.DataFrame(
+        {
+            "rank": [0, 0, 0, 1],
+            "api_layer": ["AscendCL", "Runtime", "Runtime", "AscendCL"],
+            "api_name": ["aclrtMemcpy", "MemCopySync", "rtMemcpy", "aclrtMemcpy"],
+        }
+    )
+    auto = one_api_layer(calls, "auto")
+    assert auto.sort("rank", "api_name")["api_name"].to_list() == [
+        "MemCopySync", "rtMemcpy", "aclrtMemcpy",
+    ]  # fmt: skip
+    assert one_api_layer(calls.lazy(), "auto").collect().equals(auto)
+    assert one_api_layer(calls, "acl")["rank"].to_list() == [0, 1]
+    assert one_api_layer(calls, "runtime")["api_name"].to_list() == ["MemCopySync", "rtMemcpy"]
+    assert one_api_layer(calls, "all").height == 4

@@ -9,8 +9,8 @@ built-in rules' own default parameters (``rule_default``), so figures count what
   (outermost only), mean duration per window.
 - **memcpy per capture** (``memcpy_per_capture``): synchronous host memcpy calls
   (``aclrtMemcpy``/``aclrtMemcpy2d``, runtime ``MemCopySync``/``rtMemcpy``) starting inside a
-  capture window, averaged over windows. Per rank, runtime-layer calls are counted when present
-  (Level2), else AscendCL calls, never both (each aclrtMemcpy also shows as a MemCopySync).
+  capture window, averaged over windows, on the rule's CANN layer (``one_api_layer``: per rank,
+  runtime calls when present (Level2), else AscendCL calls, never both).
 - **transfer span time** (``transfer_ns_mean``, ``transfer_ns_total``, ``transfer_spans``): host
   spans named like a KV-store transfer (Mooncake ``batch_get_into_multi_buffers``...), outermost
   per rank session; for sessions without such a span whose ``profiler_metadata.json`` marks the
@@ -28,7 +28,12 @@ from typing import Any
 
 import polars as pl
 
-from traceanalyzer.engine.primitives import count_in_windows, outermost, pair_windows
+from traceanalyzer.engine.primitives import (
+    count_in_windows,
+    one_api_layer,
+    outermost,
+    pair_windows,
+)
 from traceanalyzer.schema import NOT_HOST_PROCESSES
 from traceanalyzer.store import STORE_TRANSFER_WINDOW, WINDOW_KEY, Store, session_metadata
 
@@ -84,17 +89,10 @@ def capture_figures(store: Store) -> pl.DataFrame:
     if windows.is_empty():
         return pl.DataFrame(schema=schema)
     windows = outermost(windows).with_row_index("window_id")
-    memcpy = (
-        cann.filter(api.str.contains(rule_default("capture-memcpy-growth", "memcpy_pattern")))
-        .select("rank", "session", "api_layer", "start_ns", "end_ns")
-        .collect()
-    )
-    runtime_ranks = memcpy.filter(pl.col("api_layer") == "Runtime")["rank"].unique().to_list()
-    memcpy = memcpy.filter(
-        pl.when(pl.col("rank").is_in(runtime_ranks))
-        .then(pl.col("api_layer") == "Runtime")
-        .otherwise(pl.col("api_layer") != "Runtime")
-    )
+    memcpy = one_api_layer(
+        cann.filter(api.str.contains(rule_default("capture-memcpy-growth", "memcpy_pattern"))),
+        rule_default("capture-memcpy-growth", "layer"),
+    ).select("rank", "session", "start_ns", "end_ns")
     counted = count_in_windows(windows, memcpy, window_id="window_id", name="memcpy")
     return (
         counted.group_by("rank")
