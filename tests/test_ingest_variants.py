@@ -588,3 +588,22 @@ def test_ingest_does_not_import_pandas(tmp_path: Path) -> None:
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert out.stdout.strip().splitlines()[-1] == "False"
+
+
+@pytest.mark.parametrize(
+    ("ts", "expected_ns"),
+    [
+        ("1736408883700000.930", 1736408883700000930),  # torch_npu's own shape
+        (1736408883700000, 1736408883700000000),  # integer, as on an AI Core Freq counter
+        ("1736408883700000.930\t", 1736408883700000930),  # a CSV habit, escaped in JSON
+        (" 1736408883700000.5", 1736408883700000500),  # padding, fewer decimals
+        ("1736408883700000.9304", 1736408883700000930),  # more decimals: rounded to the ns
+    ],
+)
+def test_trace_ts_text_shapes_are_exact(tmp_path: Path, ts: object, expected_ns: int) -> None:
+    events = [*_m(PY_PID, "Python", {1: "python thread"}), _x("step", PY_PID, 1, ts, 1.0)]
+    root = tmp_path / "in"
+    _write_rank(root, "r_ascend_pt", _info(0), {"trace_view.json": json.dumps(events)})
+    ingest(root, tmp_path / "out")
+    slices = Store.open(tmp_path / "out").table("slices").collect()
+    assert slices["start_ns"].to_list() == [expected_ns]

@@ -5,8 +5,8 @@ every core (chunks, ``json_array.py``), at a fraction of the memory of Python de
 (benchmarks/bench_ingest.py), and it writes Parquet straight from its own columns, so no Python
 object per event is ever built.
 
-Exactness: ``ts`` is read as raw JSON and converted from its decimal digits (never through
-float64). ``dur`` is a float µs in every generation; ``round(dur * 1000)`` is exact to the ns for
+Exactness: ``ts`` is read as text (a JSON string as is, an integer's exact digits) and converted
+from its decimal digits, never through float64. ``dur`` is a float µs in every generation; ``round(dur * 1000)`` is exact to the ns for
 any duration below ~100 days.
 """
 
@@ -24,7 +24,7 @@ from traceanalyzer.timeutil import duckdb_us_to_ns
 
 SENTINELS = "(4294967295, 18446744073709551615)"
 _COLUMNS = (
-    "{ph: 'VARCHAR', name: 'VARCHAR', pid: 'VARCHAR', tid: 'VARCHAR', ts: 'JSON', dur: 'DOUBLE', "
+    "{ph: 'VARCHAR', name: 'VARCHAR', pid: 'VARCHAR', tid: 'VARCHAR', ts: 'VARCHAR', dur: 'DOUBLE', "
     "cat: 'VARCHAR', id: 'VARCHAR', args: 'JSON'}"
 )
 # Args flattened into columns. `args` keeps the event's whole object verbatim: removing these keys
@@ -124,14 +124,13 @@ def _load(con: duckdb.DuckDBPyConnection, paths: list[Path]) -> None:
     """The one JSON scan: every event into a temporary table that DuckDB may spill to disk.
 
     Everything after reads this table, so the JSON text is parsed once. ``ts`` becomes exact ns
-    from its JSON text; ``args`` keeps its JSON object text. Several paths (chunks of one array)
+    from its text; ``args`` keeps its JSON object text. Several paths (chunks of one array)
     are read in parallel.
     """
     files = "[" + ", ".join(_sql_str(str(p)) for p in paths) + "]"
-    ts_text = "trim(CAST(ts AS VARCHAR), '\"')"  # a JSON string keeps its quotes
     con.execute(
         "CREATE OR REPLACE TEMP TABLE raw AS "
-        + f"SELECT ph, name, pid, tid, {duckdb_us_to_ns(ts_text)} AS ts_ns, dur, cat, id, "
+        + f"SELECT ph, name, pid, tid, {duckdb_us_to_ns('ts')} AS ts_ns, dur, cat, id, "
         + "CAST(args AS VARCHAR) AS args "
         # The default maximum_object_size (16 MB per event) also bounds the reader's buffers;
         # raising it multiplies peak memory.
