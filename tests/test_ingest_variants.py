@@ -607,3 +607,16 @@ def test_trace_ts_text_shapes_are_exact(tmp_path: Path, ts: object, expected_ns:
     ingest(root, tmp_path / "out")
     slices = Store.open(tmp_path / "out").table("slices").collect()
     assert slices["start_ns"].to_list() == [expected_ns]
+
+
+def test_discovery_follows_links_once_and_never_loops(tmp_path: Path) -> None:
+    root = tmp_path / "in"
+    _write_rank(root, "r0_ascend_pt", _info(0), {"trace_view.json": json.dumps([])})
+    elsewhere = tmp_path / "shared_storage"
+    _write_rank(elsewhere, "r1_ascend_pt", _info(1), {"trace_view.json": json.dumps([])})
+    (root / "collected").mkdir()
+    (root / "collected" / "r1").symlink_to(elsewhere / "r1_ascend_pt")  # a link into storage
+    (root / "collected" / "again").symlink_to(elsewhere)  # the same rank dir, reached twice
+    (root / "collected" / "loop").symlink_to(root)  # a link back to an ancestor
+    found = discover(root)
+    assert sorted(s.rank for s in found.sessions) == [0, 1]

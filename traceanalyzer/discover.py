@@ -88,8 +88,20 @@ def _is_candidate(path: Path, names: list[str]) -> bool:
 
 def _walk(root: Path) -> list[Path]:
     found: list[Path] = []
+    # Symlinks are followed (collected rank dirs are often links into shared storage), but each
+    # directory is entered once, so a link back to an ancestor cannot loop.
+    seen: set[tuple[int, int]] = set()
     for dirpath, dirnames, _files in os.walk(root, followlinks=True):
         here = Path(dirpath)
+        try:
+            stat = here.stat()
+        except OSError:
+            dirnames[:] = []
+            continue
+        if (stat.st_dev, stat.st_ino) in seen:
+            dirnames[:] = []
+            continue
+        seen.add((stat.st_dev, stat.st_ino))
         if _is_candidate(here, dirnames):
             found.append(here)
             dirnames[:] = []  # a rank dir never contains another rank dir
