@@ -44,3 +44,21 @@ def test_a_subcommand_that_cannot_load_says_why(monkeypatch) -> None:  # noqa: A
     assert result.exit_code == 1
     assert "'diff' is unavailable" in result.output
     assert "No module named 'traceanalyzer.no_such_module'" in result.output
+
+
+def test_progress_ticks_on_a_tty_while_a_rank_parses_and_stops_after(capsys) -> None:  # noqa: ANN001
+    import time
+
+    from traceanalyzer.cli import _Progress
+    from traceanalyzer.ingest import SessionOutcome
+
+    progress = _Progress(quiet=False)
+    progress.tty, progress.TICK_SECONDS = True, 0.01
+    progress("start", 0, 2, None)
+    time.sleep(0.1)
+    assert "[0/2] parsing … 0 s" in capsys.readouterr().err
+    progress("session", 1, 2, SessionOutcome(0, "s", "p", "ingested", seconds=1.5))
+    progress("done", 2, 2, None)
+    assert "[1/2] rank 0 s: ingested (1.5 s)" in capsys.readouterr().err
+    time.sleep(0.05)
+    assert capsys.readouterr().err == ""  # the ticker stopped

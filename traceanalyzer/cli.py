@@ -10,6 +10,8 @@ import importlib
 import json
 import os
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,26 +26,56 @@ EXIT_FINDINGS, EXIT_USAGE, EXIT_PARTIAL, EXIT_INTERRUPTED = 1, 2, 3, 130
 
 
 class _Progress:
-    """Live progress on stderr: a redrawn line on a TTY, plain lines otherwise (CI logs)."""
+    """Live progress on stderr: a redrawn line on a TTY, plain lines otherwise (CI logs).
+
+    On a TTY the line also counts the seconds since the last finished session, so a single large
+    rank (a 2 GB trace parses for half a minute) never looks hung.
+    """
+
+    TICK_SECONDS = 1.0
 
     def __init__(self, quiet: bool):
         self.quiet = quiet
         self.tty = sys.stderr.isatty()
+        self._line = ""
+        self._since = time.monotonic()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
 
     def __call__(self, event: str, done: int, total: int, outcome: SessionOutcome | None) -> None:
         if self.quiet:
             return
         if event == "start":
             click.echo(f"ingesting {total} rank session(s) ({done} cached)", err=True)
+            if self.tty and done < total:
+                self._line = f"[{done}/{total}] parsing"
+                self._since = time.monotonic()
+                threading.Thread(target=self._tick, daemon=True).start()
         elif event == "session" and outcome is not None:
             what = outcome.status if outcome.status != "failed" else f"FAILED: {outcome.error}"
             line = f"[{done}/{total}] rank {outcome.rank} {outcome.session}: {what} ({outcome.seconds:.1f} s)"
+            with self._lock:
+                self._line, self._since = line, time.monotonic()
+                if self.tty:
+                    click.echo("\r\033[K" + line, err=True, nl=outcome.status == "failed")
+                else:
+                    click.echo(line, err=True)
+        elif event == "done":
+            self.close()
             if self.tty:
-                click.echo("\r\033[K" + line, err=True, nl=outcome.status == "failed")
-            else:
-                click.echo(line, err=True)
-        elif event == "done" and self.tty:
-            click.echo("", err=True)
+                with self._lock:
+                    click.echo("\r\033[K" + self._line, err=True)
+
+    def close(self) -> None:
+        """Stop the ticker (also when the ingest ends with an error or Ctrl-C)."""
+        self._stop.set()
+
+    def _tick(self) -> None:
+        while not self._stop.wait(self.TICK_SECONDS):
+            with self._lock:
+                waited = time.monotonic() - self._since
+                more = "" if self._line.endswith("parsing") else " · parsing on"
+                click.echo(f"\r\033[K{self._line}{more} … {waited:.0f} s", err=True, nl=False)
 
 
 def _summary(result: IngestResult) -> str:
@@ -285,13 +317,14 @@ def _run(
     try:
         # one executor for both maps (ingest, then rank rules): workers are started once
         executor = make_executor(executor_name, jobs=jobs, ray_address=ray_address)
+        progress = _Progress(not show_progress)
         try:
             analysis = analyse(
                 path,
                 out,
                 executor=executor,
                 jobs=jobs,
-                progress=_Progress(not show_progress),
+                progress=progress,
                 log=(lambda line: click.echo(line, err=True)) if show_progress else None,
                 force=force,
                 rule_dirs=rule_dirs,
@@ -300,6 +333,7 @@ def _run(
                 fail_on=fail_on,
             )
         finally:
+            progress.close()
             executor.close()
     except (InputError, ExecutorError, ConfigError) as exc:
         click.echo(f"error: {exc}", err=True)
