@@ -13,7 +13,9 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from click.testing import CliRunner
 
+from traceanalyzer.cli import EXIT_PARTIAL, main
 from traceanalyzer.discover import discover
 from traceanalyzer.ingest import ingest
 from traceanalyzer.store import Store
@@ -480,10 +482,13 @@ def test_truncated_trace_keeps_complete_events(tmp_path: Path, cut_fraction: flo
     cut = int(len(full) * cut_fraction) if cut_fraction < 1 else len(full) - 1  # 1.0: only `]` lost
     root = tmp_path / "in"
     _write_rank(root, "r_ascend_pt", _info(0), {"trace_view.json": full[:cut]})
-    outcome = ingest(root, tmp_path / "out").outcomes[0]
+    result = ingest(root, tmp_path / "out")
+    outcome = result.outcomes[0]
     assert any(
         "truncated" in w and "trace_view.json" in w and "bytes 0.." in w for w in outcome.warnings
     ), outcome.warnings
+    assert outcome.status == "ingested" and result.partial  # analysed, but events were lost
+    assert outcome.incomplete_files[0].startswith("trace_view.json (truncated: events after byte")
     expected = sorted(
         e["name"] for e in _complete_events_before(full, cut) if e["ph"] in ("X", "i")
     )
@@ -620,3 +625,32 @@ def test_discovery_follows_links_once_and_never_loops(tmp_path: Path) -> None:
     (root / "collected" / "loop").symlink_to(root)  # a link back to an ancestor
     found = discover(root)
     assert sorted(s.rank for s in found.sessions) == [0, 1]
+
+
+@pytest.mark.parametrize("content", [b"", b"  \n"])
+def test_empty_trace_is_reported_and_makes_the_run_partial(tmp_path: Path, content: bytes) -> None:
+    """A profiler killed before it wrote the trace leaves an empty file: say so, never a silent
+    "no device tasks"."""
+    root = tmp_path / "in"
+    _write_rank(
+        root, "r_ascend_pt", _info(0), {"trace_view.json": content, "kernel_details.csv": G2_KERNEL}
+    )
+    result = CliRunner().invoke(main, ["run", str(root), "--out", str(tmp_path / "out")])
+    assert result.exit_code == EXIT_PARTIAL, result.output
+    assert f"incomplete (data lost): trace_view.json (empty: {len(content)} bytes, no events)" in (
+        result.output
+    )
+    assert "export was probably interrupted" in result.output
+
+
+def test_unparseable_csv_is_an_incomplete_file(tmp_path: Path) -> None:
+    root = tmp_path / "in"
+    files = {
+        "trace_view.json": _g2_trace(),
+        "op_statistic.csv": b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR",
+    }
+    _write_rank(root, "r_ascend_pt", _info(0), files)
+    result = ingest(root, tmp_path / "out")
+    outcome = result.outcomes[0]
+    assert outcome.status == "ingested" and result.partial
+    assert outcome.incomplete_files == ["op_statistic.csv (could not be parsed)"], outcome.warnings

@@ -1,7 +1,7 @@
 """The `traceanalyzer` command: a thin shell over the Python API.
 
 Exit codes: 0 success; 1 a finding at or above ``--fail-on``; 2 usage or input error;
-3 partial run (some rank or file could not be analysed; the rest was); 130 interrupted.
+3 partial run (a rank or file could not be analysed, or lost data; the rest was); 130 interrupted.
 """
 
 from __future__ import annotations
@@ -55,24 +55,32 @@ class _Progress:
             what = outcome.status if outcome.status != "failed" else f"FAILED: {outcome.error}"
             line = f"[{done}/{total}] rank {outcome.rank} {outcome.session}: {what} ({outcome.seconds:.1f} s)"
             with self._lock:
-                self._line, self._since = line, time.monotonic()
-                if self.tty:
-                    click.echo("\r\033[K" + line, err=True, nl=outcome.status == "failed")
-                else:
+                self._since = time.monotonic()
+                if not self.tty:
                     click.echo(line, err=True)
+                elif outcome.status == "failed":  # keep failures on screen
+                    click.echo("\r\033[K" + line, err=True)
+                    self._line = f"[{done}/{total}] parsing"
+                else:
+                    click.echo("\r\033[K" + line, err=True, nl=False)
+                    self._line = line
         elif event == "done":
             self.close()
-            if self.tty:
-                with self._lock:
-                    click.echo("\r\033[K" + self._line, err=True)
 
     def close(self) -> None:
-        """Stop the ticker (also when the ingest ends with an error or Ctrl-C)."""
+        """Stop the ticker and end its line (also when the ingest ends with an error or Ctrl-C)."""
+        if self._stop.is_set():
+            return
         self._stop.set()
+        if self.tty and self._line:
+            with self._lock:
+                click.echo("\r\033[K" + self._line, err=True)
 
     def _tick(self) -> None:
         while not self._stop.wait(self.TICK_SECONDS):
             with self._lock:
+                if self._stop.is_set():  # stopped while this tick waited for the lock
+                    return
                 waited = time.monotonic() - self._since
                 more = "" if self._line.endswith("parsing") else " · parsing on"
                 click.echo(f"\r\033[K{self._line}{more} … {waited:.0f} s", err=True, nl=False)
@@ -90,6 +98,8 @@ def _summary(result: IngestResult) -> str:
             lines.append(f"           missing (tables empty): {', '.join(o.missing_files)}")
         if o.not_collected:
             lines.append(f"           not collected (tables empty): {', '.join(o.not_collected)}")
+        if o.incomplete_files:
+            lines.append(f"           incomplete (data lost): {', '.join(o.incomplete_files)}")
         for warning in o.warnings:
             lines.append(
                 f"           warning: {warning.strip().splitlines()[-1] if o.status == 'failed' else warning}"
@@ -109,6 +119,11 @@ def _summary(result: IngestResult) -> str:
 
 def _partial_lines(result: IngestResult) -> list[str]:
     lines = [f"FAILED   rank {o.rank} {o.session}: {o.error}" for o in result.failed]
+    lines += [
+        f"INCOMPLETE rank {o.rank} {o.session}: {', '.join(o.incomplete_files)}"
+        for o in result.outcomes
+        if o.incomplete_files
+    ]
     lines += [
         f"skipped  {p.path}: {p.message}"
         for p in result.discovery.problems

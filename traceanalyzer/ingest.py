@@ -74,6 +74,9 @@ class SessionOutcome:
     missing_files: list[str] = field(default_factory=list)
     # Optional files the profile was not asked for, as "file (option that writes it)".
     not_collected: list[str] = field(default_factory=list)
+    # Files read only in part or not at all (truncated trace, unparseable CSV), as "file (why)":
+    # the rank is analysed, but without their lost data, so the run counts as partial.
+    incomplete_files: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     error: str | None = None
     seconds: float = 0.0
@@ -100,8 +103,13 @@ class IngestResult:
 
     @property
     def partial(self) -> bool:
-        """Some input could not be analysed: a failed session or an unusable directory."""
-        return bool(self.failed) or any(p.severity == "error" for p in self.discovery.problems)
+        """Some input could not be analysed: a failed session, a file read only in part or not
+        at all, or an unusable directory."""
+        return (
+            bool(self.failed)
+            or any(o.incomplete_files for o in self.outcomes)
+            or any(p.severity == "error" for p in self.discovery.problems)
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -250,6 +258,8 @@ def ingest_session(session: RankSession, out: Path, threads: int = 1) -> Session
             try:
                 trace = parse_trace_view(trace_path, sink, scratch, threads=threads)
                 outcome.warnings += trace.warnings
+                if trace.incomplete:
+                    outcome.incomplete_files.append(f"{TRACE_FILE} ({trace.incomplete})")
             except Exception as exc:
                 # The rank's main input is unreadable (garbage bytes, out of memory...): fail the
                 # rank rather than analyse it blind. (Truncation is recovered inside the parser.)
@@ -272,6 +282,7 @@ def ingest_session(session: RankSession, out: Path, threads: int = 1) -> Session
                     outcome.warnings += parsed.warnings
                 except Exception as exc:
                     outcome.warnings.append(f"{path}: could not be parsed ({exc})")
+                    outcome.incomplete_files.append(f"{spec.file} (could not be parsed)")
         finally:
             csv_db.close()
         for name, parser in (
@@ -286,6 +297,7 @@ def ingest_session(session: RankSession, out: Path, threads: int = 1) -> Session
                 parser(path, sink)
             except Exception as exc:
                 outcome.warnings.append(f"{path}: could not be parsed ({exc})")
+                outcome.incomplete_files.append(f"{name} (could not be parsed)")
         for table in TABLES:
             if table not in sink.rows and table != "sessions":
                 sink.empty(table)

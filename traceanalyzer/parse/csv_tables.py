@@ -227,6 +227,15 @@ class CsvResult:
 
 
 _BATCH_ROWS = 1 << 14
+# DuckDB's reject error types, in words.
+_REJECT_REASONS = {
+    "missing columns": "wrong number of fields: too few",
+    "too many columns": "wrong number of fields: too many",
+    "invalid encoding": "not UTF-8 text",
+    "invalid unicode": "not UTF-8 text",
+    "unquoted value": "a quote inside an unquoted field",
+    "line size over maximum": "line longer than 16 MB",
+}
 _READ_CSV = (
     "SELECT * FROM read_csv($path, header = true, all_varchar = true, delim = ',', quote = '\"', "
     "escape = '\"', store_rejects = true, max_line_size = 16777216)"
@@ -314,13 +323,14 @@ def parse_csv(
         result.rows = sink.batches(spec.table, converted)
         try:
             rejected = con.execute(
-                "SELECT DISTINCT line FROM reject_errors ORDER BY line"
+                "SELECT line, min(lower(CAST(error_type AS VARCHAR))) FROM reject_errors "
+                "GROUP BY line ORDER BY line"
             ).fetchall()
         except duckdb.CatalogException:  # the reader never ran
             rejected = []
         result.warnings += [
-            f"{path}: line {line}: malformed row skipped (wrong number of fields)"
-            for (line,) in rejected
+            f"{path}: line {line}: malformed row skipped ({_REJECT_REASONS.get(kind, kind)})"
+            for line, kind in rejected
         ]
     finally:
         con.close()

@@ -49,6 +49,8 @@ class TraceResult:
     processes: list[str] = field(default_factory=list)
     hw_stream_arg: str | None = None  # "Physic Stream Id" (G2+) or "Stream Id" (G1)
     warnings: list[str] = field(default_factory=list)
+    # Why events were lost (a truncated or empty file), or None when every event was read.
+    incomplete: str | None = None
 
 
 # One parse of `args` into a struct of the well-known keys (cheaper than one path per key).
@@ -270,10 +272,26 @@ def _load_trace(
         raise
     except duckdb.Error as exc:
         cut = _recover_truncated(path, scratch, con)
+        size = path.stat().st_size
+        result.incomplete = f"truncated: events after byte {cut} of {size} dropped"
         result.warnings.append(
             f"{path}: truncated or malformed JSON ({str(exc).splitlines()[0][:160]}); kept the "
-            f"complete events in bytes 0..{cut} of {path.stat().st_size} and dropped the rest"
+            f"complete events in bytes 0..{cut} of {size} and dropped the rest"
         )
+        return
+    if _blank(path):  # DuckDB reads an empty file as an empty array, without a word
+        result.incomplete = f"empty: {path.stat().st_size} bytes, no events"
+        result.warnings.append(
+            f"{path}: empty file ({path.stat().st_size} bytes): no events; the export was "
+            "probably interrupted before it wrote the trace"
+        )
+
+
+def _blank(path: Path) -> bool:
+    """True for a file of nothing but whitespace (checked only when it is small)."""
+    if path.stat().st_size > 4096:
+        return False
+    return not path.read_bytes().strip()
 
 
 def _derive(con: duckdb.DuckDBPyConnection, result: TraceResult) -> None:

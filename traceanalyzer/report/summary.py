@@ -32,6 +32,11 @@ class RunSummary:
                     f"rank {s['rank']} {s['session']}: missing {', '.join(s['missing_files'])} "
                     "(tables from them are empty)"
                 )
+            if s.get("incomplete_files"):
+                lines.append(
+                    f"rank {s['rank']} {s['session']}: incomplete {', '.join(s['incomplete_files'])} "
+                    "(analysed without the lost data)"
+                )
             if s.get("not_collected"):
                 lines.append(
                     f"rank {s['rank']} {s['session']}: not collected "
@@ -74,7 +79,16 @@ def run_summary(inputs: ReportInputs) -> RunSummary:
 def _ingest_fields(entry: dict[str, Any] | None) -> dict[str, Any]:
     if not entry:
         return {}
-    keep = ("status", "missing_files", "not_collected", "warnings", "error", "seconds", "path")
+    keep = (
+        "status",
+        "missing_files",
+        "not_collected",
+        "incomplete_files",
+        "warnings",
+        "error",
+        "seconds",
+        "path",
+    )
     out = {k: entry.get(k) for k in keep if entry.get(k) is not None}
     for k in ("generation", "profiler_level"):
         if entry.get(k):
