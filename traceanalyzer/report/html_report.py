@@ -301,10 +301,21 @@ def _run_section(summary: RunSummary) -> str:
                 if s.get("start_ns") and s.get("end_ns")
                 else "",
                 ", ".join(s.get("missing_files") or []),
+                ", ".join(s.get("incomplete_files") or []),
             )
         )
     body = "<h2>Run</h2>" + table(
-        ("rank", "session", "ingest", "format", "level", "versions", "span", "missing files"),
+        (
+            "rank",
+            "session",
+            "ingest",
+            "format",
+            "level",
+            "versions",
+            "span",
+            "missing files",
+            "incomplete files (data lost)",
+        ),
         rows,
         numeric=(0, 6),
     )
