@@ -156,3 +156,16 @@ def test_out_of_budget_parses_again_with_twice_the_budget(
     assert budgets == [128, 256]
     assert any("parsed again with 256 MB" in w for w in outcome.warnings), outcome.warnings
     assert outcome.rows["slices"] > 0
+
+
+def test_boundary_near_finds_a_boundary_that_straddles_the_middle(tmp_path: Path) -> None:
+    path = tmp_path / "t.json"
+    path.write_bytes(b'[{"a":1}, {"b":2}]')
+    # The middle of (1, 17) is byte 9, inside the separator "}, {" (bytes 7..10).
+    assert json_array.boundary_near(path, 1, 17) == 8
+    assert json_array.boundary_near(path, 8, 17) is None  # one event: nothing strictly inside
+    assert json_array.array_body(path) == (1, 17, True)
+    path.write_bytes(b'[{"a":1}, {"b":2}]' + b"\x00" * 70_000)  # NUL padding from a crash
+    assert json_array.array_body(path) == (1, 17, True)
+    path.write_bytes(b'[{"a":1}, {"b"')  # truncated
+    assert json_array.array_body(path) == (1, path.stat().st_size, False)

@@ -7,6 +7,7 @@ against the documented shapes independently of our own writer.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -654,3 +655,57 @@ def test_unparseable_csv_is_an_incomplete_file(tmp_path: Path) -> None:
     outcome = result.outcomes[0]
     assert outcome.status == "ingested" and result.partial
     assert outcome.incomplete_files == ["op_statistic.csv (could not be parsed)"], outcome.warnings
+
+
+def _salvaged(tmp_path: Path, trace: bytes) -> tuple[pl.DataFrame, object]:
+    root = tmp_path / "in"
+    _write_rank(root, "r_ascend_pt", _info(0), {"trace_view.json": trace})
+    result = ingest(root, tmp_path / "out")
+    return Store.open(tmp_path / "out").table("slices").collect(), result
+
+
+def test_invalid_utf8_is_replaced_and_every_event_kept(tmp_path: Path) -> None:
+    full = _g2_trace()
+    expected = sorted(e["name"] for e in json.loads(full) if e["ph"] in ("X", "i"))
+    at = full.index(b"aclrtMemcpy")
+    damaged = full[:at] + b"acl\xff\xferMemcpy" + full[at + len(b"aclrtMemcpy") :]
+    slices, result = _salvaged(tmp_path, damaged)
+    assert len(slices) == len(expected)
+    assert "AscendCL@acl\ufffd\ufffdrMemcpy" in set(slices["name"])
+    assert not result.partial  # nothing lost, two characters replaced
+    assert any("2 invalid UTF-8 sequence(s) replaced" in w for w in result.outcomes[0].warnings)
+
+
+def test_a_malformed_event_mid_file_costs_only_that_event(tmp_path: Path) -> None:
+    full = _g2_trace()
+    events = json.loads(full)
+    victim = next(e for e in events if e["ph"] == "X" and e["name"] == "aten::add")
+    text = json.dumps(victim, ensure_ascii=False).encode()
+    assert full.count(text) == 1
+    damaged = full.replace(text, text.replace(b'"name": "aten::add"', b'"name": aten::add'))
+    slices, result = _salvaged(tmp_path, damaged)
+    expected = sorted(e["name"] for e in events if e["ph"] in ("X", "i") and e is not victim)
+    assert sorted(slices["name"].to_list()) == expected
+    outcome = result.outcomes[0]
+    assert result.partial and outcome.incomplete_files[0].startswith(
+        "trace_view.json (malformed: 1 byte range(s)"
+    )
+    start = damaged.index(b'"name": aten::add')
+    (warning,) = [w for w in outcome.warnings if "kept every well-formed event" in w]
+    begin, end = map(int, re.search(r"dropped bytes (\d+)\.\.(\d+) of", warning).groups())
+    assert begin < start < end and end - begin < 2 * len(text)  # that event, nothing more
+
+
+def test_nul_padding_after_the_array_is_ignored_with_a_warning(tmp_path: Path) -> None:
+    full = _g2_trace()
+    slices, result = _salvaged(tmp_path, full + b"\x00" * 4096)
+    assert len(slices) == sum(e["ph"] in ("X", "i") for e in json.loads(full))
+    assert not result.partial
+    assert any(
+        "4096 byte(s) after the closing bracket ignored" in w for w in result.outcomes[0].warnings
+    )
+
+
+def test_garbage_after_the_bracket_is_bounded_work(tmp_path: Path) -> None:
+    slices, result = _salvaged(tmp_path, b"[" + bytes(range(256)) * 2000 + b"}, {" * 3000)
+    assert slices.is_empty() and result.partial and not result.failed

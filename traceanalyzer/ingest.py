@@ -9,9 +9,10 @@ that are missing or stale. Where the sessions run is the executor's business
 
 What "corrupt" means: a ``trace_view.json`` that is not a JSON array at all (binary garbage, an
 HTML error page) or that the parser cannot read for any other reason (including running out of
-memory) fails the rank: it is reported with its error and left out of the analysis. A truncated
-array is recovered (the complete events are kept) with a warning, and an unreadable secondary
-file (a CSV, ``communication.json``) only empties its table, with a warning.
+memory) fails the rank: it is reported with its error and left out of the analysis. A damaged
+array (truncated, empty, a malformed event, invalid UTF-8) keeps every well-formed event, and an
+unreadable secondary file (a CSV, ``communication.json``) only empties its table; both come with
+a warning, and a file that lost data is listed in ``incomplete_files`` (the run is partial).
 """
 
 from __future__ import annotations
@@ -262,7 +263,7 @@ def ingest_session(session: RankSession, out: Path, threads: int = 1) -> Session
                     outcome.incomplete_files.append(f"{TRACE_FILE} ({trace.incomplete})")
             except Exception as exc:
                 # The rank's main input is unreadable (garbage bytes, out of memory...): fail the
-                # rank rather than analyse it blind. (Truncation is recovered inside the parser.)
+                # rank rather than analyse it blind. (Damage inside the array is salvaged by the parser.)
                 raise RankFailed(f"{trace_path}: unreadable ({type(exc).__name__}: {exc})") from exc
         else:
             outcome.missing_files.append(TRACE_FILE)

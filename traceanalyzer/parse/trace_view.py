@@ -18,7 +18,15 @@ from pathlib import Path
 
 import duckdb
 
-from traceanalyzer.parse.json_array import EVENT_BOUNDARY, copy_prefix, split
+from traceanalyzer.parse.json_array import (
+    EVENT_BOUNDARY,
+    array_body,
+    boundary_near,
+    copy_as_utf8,
+    copy_events,
+    copy_prefix,
+    split,
+)
 from traceanalyzer.parse.sink import TableSink, duckdb_select_list
 from traceanalyzer.timeutil import duckdb_us_to_ns
 
@@ -49,7 +57,7 @@ class TraceResult:
     processes: list[str] = field(default_factory=list)
     hw_stream_arg: str | None = None  # "Physic Stream Id" (G2+) or "Stream Id" (G1)
     warnings: list[str] = field(default_factory=list)
-    # Why events were lost (a truncated or empty file), or None when every event was read.
+    # Why events were lost (truncated, empty, malformed), or None when every event was read.
     incomplete: str | None = None
 
 
@@ -122,22 +130,24 @@ def _sql_str(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
-def _load(con: duckdb.DuckDBPyConnection, paths: list[Path]) -> None:
+def _load(con: duckdb.DuckDBPyConnection, paths: list[Path], append: bool = False) -> None:
     """The one JSON scan: every event into a temporary table that DuckDB may spill to disk.
 
     Everything after reads this table, so the JSON text is parsed once. ``ts`` becomes exact ns
     from its text; ``args`` keeps its JSON object text. Several paths (chunks of one array)
-    are read in parallel.
+    are read in parallel. ``append`` adds to the table instead of replacing it.
     """
     files = "[" + ", ".join(_sql_str(str(p)) for p in paths) + "]"
     con.execute(
-        "CREATE OR REPLACE TEMP TABLE raw AS "
+        ("INSERT INTO raw " if append else "CREATE OR REPLACE TEMP TABLE raw AS ")
         + f"SELECT ph, name, pid, tid, {duckdb_us_to_ns('ts')} AS ts_ns, dur, cat, id, "
         + "CAST(args AS VARCHAR) AS args "
         # The default maximum_object_size (16 MB per event) also bounds the reader's buffers;
         # raising it multiplies peak memory.
         + f"FROM read_json({files}, format = 'array', columns = {_COLUMNS})"
     )
+    if append:
+        return
     # A view, not a copy: scanning `ph` to find these rows is cheaper than holding them twice.
     con.execute(
         """CREATE OR REPLACE TEMP VIEW small AS
@@ -147,31 +157,109 @@ def _load(con: duckdb.DuckDBPyConnection, paths: list[Path]) -> None:
 
 
 _TAIL_BYTES = 64 << 20  # where the cut is searched: a torn event is far smaller than this
+# Loads tried while isolating malformed events (each halves a failing range); past this, what
+# still fails is dropped whole, so a file of garbage cannot take hours.
+_MAX_SALVAGE_LOADS = 200
 
 
-def _recover_truncated(path: Path, scratch: Path, con: duckdb.DuckDBPyConnection) -> int:
-    """Load a truncated array up to its last complete event, from a copy under ``scratch``.
+@dataclass
+class _Salvage:
+    """What a damaged trace lost: the reason for the outcome, and warnings with the details."""
 
-    Returns the byte offset where the kept data ends. The input is never modified, and memory
-    stays bounded: only the tail is searched for event boundaries.
+    incomplete: str | None = None
+    warnings: list[str] = field(default_factory=list)
+
+
+def _salvage(path: Path, scratch: Path, con: duckdb.DuckDBPyConnection, error: str) -> _Salvage:
+    """Load every well-formed event of a trace DuckDB rejected whole, from copies in ``scratch``.
+
+    In order of cost: invalid UTF-8 is replaced (U+FFFD) and the copy read whole; a truncated
+    file (a profiler killed mid-write) is read up to its last complete event; anything else is
+    cut at event boundaries and halved until each malformed stretch is isolated and dropped.
+    The input is never modified.
     """
+    if array_body(path) is None:
+        with open(path, "rb") as fh:
+            head = fh.read(16)
+        raise TraceParseError(f"{path}: not a JSON array of trace events (starts with {head!r})")
+    scratch.mkdir(parents=True, exist_ok=True)
+    utf8 = scratch / "trace_view.utf8.json"
+    try:
+        return _salvage_from(path, utf8, scratch, con, error)
+    finally:
+        utf8.unlink(missing_ok=True)
+
+
+def _salvage_from(
+    path: Path, utf8: Path, scratch: Path, con: duckdb.DuckDBPyConnection, error: str
+) -> _Salvage:
+    out = _Salvage()
+    source = path
+    if "utf-8" in error.lower():
+        source = utf8
+        replaced = (
+            f"{path}: {copy_as_utf8(path, source)} invalid UTF-8 sequence(s) replaced with U+FFFD"
+        )
+        try:
+            _load(con, [source])
+            out.warnings.append(replaced)
+            return out
+        except duckdb.OutOfMemoryException:
+            raise
+        except duckdb.Error as exc:
+            out.warnings.append(f"{replaced} (byte offsets below are in the replaced copy)")
+            error = str(exc)
+    reason = str(error).splitlines()[0][:160]
+    size = source.stat().st_size
+    body = array_body(source)
+    closed = body is not None and body[2]
+    cut = None if closed else _complete_prefix(source, scratch, con)
+    if cut is None:
+        dropped = _isolate_malformed(source, scratch, con)
+        if len(dropped) == 1 and dropped[0][1] == size:  # only a torn tail: a truncated file
+            cut, dropped = dropped[0][0], []
+    else:
+        dropped = []
+    if cut is not None:
+        out.incomplete = f"truncated: events after byte {cut} of {size} dropped"
+        out.warnings.append(
+            f"{path}: truncated or malformed JSON ({reason}); kept the complete events in bytes "
+            f"0..{cut} of {size} and dropped the rest"
+        )
+    if closed and body[1] + 1 < size:
+        out.warnings.append(
+            f"{path}: {size - body[1] - 1} byte(s) after the closing bracket ignored (NUL padding "
+            "or whitespace, as a crash can leave)"
+        )
+    if dropped:
+        lost = sum(end - begin for begin, end in dropped)
+        ranges = ", ".join(f"{begin}..{end}" for begin, end in dropped[:5])
+        more = f" and {len(dropped) - 5} more" if len(dropped) > 5 else ""
+        out.incomplete = f"malformed: {len(dropped)} byte range(s), {lost} bytes, dropped"
+        out.warnings.append(
+            f"{path}: malformed JSON ({reason}); kept every well-formed event and dropped bytes "
+            f"{ranges}{more} of {size}"
+        )
+    return out
+
+
+def _complete_prefix(path: Path, scratch: Path, con: duckdb.DuckDBPyConnection) -> int | None:
+    """Load ``path`` up to one of its last event boundaries, if that reads: the usual damage is a
+    file cut mid-write, and this costs one read of the file. Returns where the kept bytes end,
+    or None."""
     size = path.stat().st_size
     with open(path, "rb") as fh:
-        head = fh.read(4096).lstrip()
         tail_start = max(0, size - _TAIL_BYTES)
         fh.seek(tail_start)
         tail = fh.read()
-    if not head.startswith(b"["):
-        raise TraceParseError(
-            f"{path}: not a JSON array of trace events (starts with {head[:16]!r})"
-        )
     candidates = [tail_start + m.start() + 1 for m in EVENT_BOUNDARY.finditer(tail)]
     if tail.rstrip().endswith(b"}"):  # killed right before the closing bracket: keep the last event
         candidates.append(tail_start + len(tail.rstrip()))
-    scratch.mkdir(parents=True, exist_ok=True)
     repaired = scratch / "trace_view.repaired.json"
     try:
-        for cut in reversed(candidates[-8:]):
+        # A torn event can hold a false boundary (inside a string), so a few are tried; damage
+        # elsewhere fails them all, and each try reads the whole prefix.
+        for cut in reversed(candidates[-3:]):
             copy_prefix(path, cut, repaired)
             try:
                 _load(con, [repaired])
@@ -180,12 +268,45 @@ def _recover_truncated(path: Path, scratch: Path, con: duckdb.DuckDBPyConnection
                 raise
             except duckdb.Error:
                 continue
-        # No complete event survives (or the cut is before the first one): an empty trace.
-        repaired.write_bytes(b"[]")
-        _load(con, [repaired])
-        return 0
+        return None
     finally:
         repaired.unlink(missing_ok=True)
+
+
+def _isolate_malformed(
+    path: Path, scratch: Path, con: duckdb.DuckDBPyConnection
+) -> list[tuple[int, int]]:
+    """Append every range of events that reads to ``raw``; halve those that do not, at event
+    boundaries, down to single events. Returns the dropped byte ranges, in file order."""
+    body = array_body(path)
+    assert body is not None  # checked by the caller
+    begin, end, _closed = body
+    piece = scratch / "trace_view.piece.json"
+    piece.write_bytes(b"[]")
+    _load(con, [piece])  # an empty `raw`, with its columns
+    dropped: list[tuple[int, int]] = []
+    pending, loads = [(begin, end)], 0
+    try:
+        while pending:
+            begin, end = pending.pop()
+            if loads < _MAX_SALVAGE_LOADS:
+                loads += 1
+                copy_events(path, begin, end, piece)
+                try:
+                    _load(con, [piece], append=True)
+                    continue
+                except duckdb.OutOfMemoryException:
+                    raise
+                except duckdb.Error:
+                    pass
+            middle = boundary_near(path, begin, end) if loads < _MAX_SALVAGE_LOADS else None
+            if middle is None:
+                dropped.append((begin, end))
+            else:
+                pending += [(middle, end), (begin, middle)]  # the first half is tried first
+    finally:
+        piece.unlink(missing_ok=True)
+    return sorted(dropped)
 
 
 def duckdb_memory_limit_mb(path: Path) -> int:
@@ -252,7 +373,7 @@ def _load_trace(
     con: duckdb.DuckDBPyConnection, path: Path, scratch: Path, threads: int, result: TraceResult
 ) -> None:
     """Fill ``raw``: from chunk copies read in parallel when that pays, else from the file itself,
-    and from the complete events of a truncated file as a last resort (with a warning)."""
+    and from the well-formed events of a damaged file as a last resort (with a warning)."""
     if threads > 1 and path.stat().st_size >= _CHUNKED_MIN_BYTES:
         chunks = split(path, scratch, threads * _CHUNKS_PER_THREAD)
         try:
@@ -271,13 +392,9 @@ def _load_trace(
     except duckdb.OutOfMemoryException:
         raise
     except duckdb.Error as exc:
-        cut = _recover_truncated(path, scratch, con)
-        size = path.stat().st_size
-        result.incomplete = f"truncated: events after byte {cut} of {size} dropped"
-        result.warnings.append(
-            f"{path}: truncated or malformed JSON ({str(exc).splitlines()[0][:160]}); kept the "
-            f"complete events in bytes 0..{cut} of {size} and dropped the rest"
-        )
+        salvage = _salvage(path, scratch, con, str(exc))
+        result.incomplete = salvage.incomplete
+        result.warnings += salvage.warnings
         return
     if _blank(path):  # DuckDB reads an empty file as an empty array, without a word
         result.incomplete = f"empty: {path.stat().st_size} bytes, no events"
