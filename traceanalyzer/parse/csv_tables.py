@@ -314,10 +314,11 @@ def parse_csv(
                 pl.col(columns[i]).str.strip_chars("\t ").alias(result.header[i]) for i in unknown
             ]
             exprs.append(pl.struct(fields).struct.json_encode().alias("extra"))
-        if not exprs:
+        if not used:  # not the file we expect (another tool's CSV, a wrong name): say so
             result.warnings.append(
                 f"{path}: none of the expected columns found (header: {', '.join(result.header)[:200]})"
             )
+        if not exprs:
             return result
         converted = (pl.from_arrow(batch).select(exprs).to_arrow() for batch in _batches(relation))
         result.rows = sink.batches(spec.table, converted)
