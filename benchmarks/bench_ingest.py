@@ -27,8 +27,8 @@ REPO = Path(__file__).resolve().parents[1]
 REAL_RANK = REPO.parent / "shared" / "real_traces" / "g2_level1" / "rank0_ascend_pt"
 CACHE = Path(os.environ.get("TRACEANALYZER_BENCH_CACHE", "/tmp/traceanalyzer-bench"))
 COLUMNS = (
-    "{ph: 'VARCHAR', name: 'VARCHAR', pid: 'VARCHAR', tid: 'VARCHAR', ts: 'VARCHAR', dur: 'DOUBLE', "
-    "cat: 'VARCHAR', id: 'VARCHAR', args: 'JSON'}"
+    "{ph: 'VARCHAR', name: 'VARCHAR', pid: 'VARCHAR', tid: 'VARCHAR', ts: 'VARCHAR', "
+    "dur: 'DOUBLE', cat: 'VARCHAR', id: 'VARCHAR', args: 'JSON'}"
 )
 
 BASELINE = "imports only"

@@ -46,7 +46,7 @@ def test_a_subcommand_that_cannot_load_says_why(monkeypatch) -> None:  # noqa: A
     assert "No module named 'traceanalyzer.no_such_module'" in result.output
 
 
-def test_progress_ticks_on_a_tty_while_a_rank_parses_and_stops_after(capsys) -> None:  # noqa: ANN001
+def test_progress_ticks_on_a_tty_while_a_rank_parses(capsys) -> None:  # noqa: ANN001
     import time
 
     from traceanalyzer.cli import _Progress

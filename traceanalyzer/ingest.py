@@ -263,7 +263,7 @@ def ingest_session(session: RankSession, out: Path, threads: int = 1) -> Session
                     outcome.incomplete_files.append(f"{TRACE_FILE} ({trace.incomplete})")
             except Exception as exc:
                 # The rank's main input is unreadable (garbage bytes, out of memory...): fail the
-                # rank rather than analyse it blind. (Damage inside the array is salvaged by the parser.)
+                # rank rather than analyse it blind. (The parser salvages damage inside the array.)
                 raise RankFailed(f"{trace_path}: unreadable ({type(exc).__name__}: {exc})") from exc
         else:
             outcome.missing_files.append(TRACE_FILE)

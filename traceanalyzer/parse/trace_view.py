@@ -6,8 +6,8 @@ every core (chunks, ``json_array.py``), at a fraction of the memory of Python de
 object per event is ever built.
 
 Exactness: ``ts`` is read as text (a JSON string as is, an integer's exact digits) and converted
-from its decimal digits, never through float64. ``dur`` is a float µs in every generation; ``round(dur * 1000)`` is exact to the ns for
-any duration below ~100 days.
+from its decimal digits, never through float64. ``dur`` is a float µs in every generation;
+``round(dur * 1000)`` is exact to the ns for any duration below ~100 days.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ from traceanalyzer.timeutil import duckdb_us_to_ns
 
 SENTINELS = "(4294967295, 18446744073709551615)"
 _COLUMNS = (
-    "{ph: 'VARCHAR', name: 'VARCHAR', pid: 'VARCHAR', tid: 'VARCHAR', ts: 'VARCHAR', dur: 'DOUBLE', "
-    "cat: 'VARCHAR', id: 'VARCHAR', args: 'JSON'}"
+    "{ph: 'VARCHAR', name: 'VARCHAR', pid: 'VARCHAR', tid: 'VARCHAR', ts: 'VARCHAR', "
+    "dur: 'DOUBLE', cat: 'VARCHAR', id: 'VARCHAR', args: 'JSON'}"
 )
 # Args flattened into columns. `args` keeps the event's whole object verbatim: removing these keys
 # (json_merge_patch) cost a fifth of the slices time, and the stream key that was written
