@@ -54,6 +54,14 @@ def test_row_counts_match_independent_count(real_g2: Path, real_g2_store: Path) 
         assert rows["sessions"] == 1
 
 
+def test_slices_are_stored_in_time_order_parents_first(real_g2_store: Path) -> None:
+    """In file order (what a reader sees without sorting): by start, then the longer first."""
+    for part in sorted((real_g2_store / "tables" / "slices").glob("**/*.parquet")):
+        got = pl.read_parquet(part, columns=["start_ns", "dur_ns"])
+        expected = got.sort(["start_ns", "dur_ns"], descending=[False, True], maintain_order=True)
+        assert got.equals(expected), part
+
+
 def test_every_timestamp_exact_to_the_ns(real_g2: Path, real_g2_store: Path) -> None:
     store = Store.open(real_g2_store)
     for rank, rank_dir in _rank_dirs(real_g2).items():
