@@ -174,11 +174,16 @@ ANALYSIS = """## Reading the figures
   on-disk DuckDB table; streaming to Arrow and sorting in pyarrow; sorting the raw columns
   before the projection (within noise); sort keys without the name (the sort is bound by its
   payload, not its keys); counters through a MAP instead of `json_each` (35% slower); polars'
-  NDJSON reader (rewriting the array to lines takes 1.1 s, reading 1.2 s). Already done: one
-  JSON scan, exact ns as a CASE (3x cheaper than a coalesce), `args` kept verbatim, metadata
-  rows read through a view, chunked parallel reading. What is left changes the contract or the
-  memory target: slices in file order (saves the sort, about 0.5 s), a larger buffer cap (the
-  2x row), or a native reader that emits typed columns with `args` as text.
+  NDJSON reader (rewriting the array to lines takes 1.1 s, reading 1.2 s); slices and counters
+  in file order (`preserve_insertion_order`: an order-preserving write costs what the sort
+  does); writing unsorted, dropping the table, then sorting the Parquet (the sort alone then
+  costs 0.8 s). Already done: one JSON scan, exact ns as a CASE (3x cheaper than a coalesce),
+  `args` kept verbatim, metadata rows read through a view, chunked parallel reading.
+- **What would reach the target: memory.** DuckDB's sort of the 412k slices rows needs about
+  400 MB to run without spilling. Stage by stage with a 1 GB budget instead of 240 MB: slices
+  0.6 s instead of 1.1 s, counters 0.3 s instead of 0.45 s, and the whole ingest 2.2 s (about
+  2.2x). That trades away the memory target: peak RSS 3.6x the file (3.1x above the imports). The
+  other way is a native reader that emits typed columns with `args` as text.
 - **Noise.** This machine is shared: the same build has measured from 3.3 s to 4.8 s within an
   hour. Time is the best of `--repeat` runs and the floors are measured in the same run, so
   compare the ratio columns, not the seconds, across runs.
