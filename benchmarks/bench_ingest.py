@@ -182,8 +182,8 @@ ANALYSIS = """## Reading the figures
 - **What would reach the target: memory.** DuckDB's sort of the 412k slices rows needs about
   400 MB to run without spilling. Stage by stage with a 1 GB budget instead of 240 MB: slices
   0.6 s instead of 1.1 s, counters 0.3 s instead of 0.45 s, and the whole ingest 2.2 s (about
-  2.2x). That trades away the memory target: peak RSS 3.6x the file (3.1x above the imports). The
-  other way is a native reader that emits typed columns with `args` as text.
+  2.2x). That trades away the memory target: peak RSS 3.6x the file (3.1x above the imports).
+  The other way is a native reader that emits typed columns with `args` as text.
 - **Noise.** This machine is shared: the same build has measured from 3.3 s to 4.8 s within an
   hour. Time is the best of `--repeat` runs and the floors are measured in the same run, so
   compare the ratio columns, not the seconds, across runs.
