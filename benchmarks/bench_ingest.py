@@ -76,9 +76,9 @@ CASES: dict[str, str] = {
     """,
     # The same ingest with DuckDB's buffer cap raised to twice the file: the time/memory trade.
     "traceanalyzer ingest, buffer cap 2x file": """
-        import traceanalyzer.parse.trace_view as tv
-        tv.duckdb_memory_limit_mb = lambda path: 2 * (path.stat().st_size >> 20)
-        outcome = ingest_session(session, Path(tempfile.mkdtemp(prefix='bench-out-')), threads=os.cpu_count())
+        from traceanalyzer.parse.trace_view import ParseMemory
+        outcome = ingest_session(session, Path(tempfile.mkdtemp(prefix='bench-out-')), threads=os.cpu_count(),
+                                 memory=ParseMemory(times_file=2))
         assert outcome.status == 'ingested', outcome
     """,
 }
@@ -147,8 +147,8 @@ ANALYSIS = """## Reading the figures
 - **Memory.** Every case imports duckdb, polars, pyarrow and traceanalyzer before the clock
   starts, so each peak includes the `imports only` baseline (about 100 MB: duckdb 27, pyarrow
   36, polars 24); the `RSS above imports` column is the memory the work itself takes. DuckDB's
-  buffers are capped per trace (`parse/trace_view.duckdb_memory_limit_mb`: 1.2x the file, at
-  least 128 MB) and its table spills beyond that, so the ingest stays within 1.5x the file
+  buffers are capped per trace (`run --parse-memory`, default 1.2x the file, at least 128 MB)
+  and its table spills beyond that, so the ingest stays within 1.5x the file
   above the imports (with the libraries counted, even `read bytes` is 1.5x). The `buffer cap 2x
   file` row is the same ingest with a larger cap: time and memory trade against each other (a
   cap of 1.0x the file costs about 10% more time). Memory is flat in the number of ranks

@@ -169,3 +169,32 @@ def test_boundary_near_finds_a_boundary_that_straddles_the_middle(tmp_path: Path
     assert json_array.array_body(path) == (1, 17, True)
     path.write_bytes(b'[{"a":1}, {"b"')  # truncated
     assert json_array.array_body(path) == (1, path.stat().st_size, False)
+
+
+def test_parse_memory_settings(tmp_path: Path) -> None:
+    trace = tmp_path / "t.json"
+    trace.write_bytes(b"[]")
+    assert trace_view.ParseMemory.parse("1.2x").limit_mb(trace) == 128  # the floor
+    assert trace_view.ParseMemory.parse("2GB").limit_mb(trace) == 2048
+    assert trace_view.ParseMemory.parse(" 800mb ").limit_mb(trace) == 800
+    with open(trace, "wb") as fh:  # a sparse 1000 MB file
+        fh.truncate(1000 << 20)
+    assert trace_view.ParseMemory.parse("1.5x").limit_mb(trace) == 1500
+    assert str(trace_view.ParseMemory.parse("3x")) == "3x"
+    for bad in ("", "1.2", "-1x", "0x", "lots"):
+        with pytest.raises(ValueError, match="expected a multiple of the trace size"):
+            trace_view.ParseMemory.parse(bad)
+
+
+def test_run_takes_a_parse_memory_and_rejects_a_bad_one(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from traceanalyzer.cli import main
+
+    sample = Path(__file__).resolve().parents[1] / "sample_traces" / "inference_baseline"
+    ok = CliRunner().invoke(
+        main, ["run", str(sample), "--out", str(tmp_path / "o"), "-q", "--parse-memory", "256MB"]
+    )
+    assert ok.exit_code == 0, ok.output
+    bad = CliRunner().invoke(main, ["run", str(sample), "--parse-memory", "lots"])
+    assert bad.exit_code == 2 and "--parse-memory" in bad.output and "'lots'" in bad.output

@@ -286,6 +286,14 @@ def _findings_table(result, out: Path) -> str:  # noqa: ANN001 - engine RunResul
     is_flag=True,
     help="Re-ingest and re-evaluate every session even if the store is current.",
 )
+@click.option(
+    "--parse-memory",
+    metavar="1.2x|SIZE",
+    default="1.2x",
+    show_default=True,
+    help="DuckDB's buffers per trace being parsed: a multiple of its size, or 800MB, 2GB. More "
+    "is faster (less spilling to disk); peak memory per worker follows it.",
+)
 @click.option("--quiet", "-q", is_flag=True, help="Only print the final summary.")
 @click.option(
     "--format",
@@ -319,13 +327,20 @@ def _run(
     config_path: Path | None,
     fail_on: str | None,
     force: bool,
+    parse_memory: str,
     quiet: bool,
     fmt: str,
 ) -> None:
     from traceanalyzer.engine.config import ConfigError
     from traceanalyzer.executor import ExecutorError, make_executor
     from traceanalyzer.ingest import InputError, default_out_dir
+    from traceanalyzer.parse.trace_view import ParseMemory
     from traceanalyzer.pipeline import analyse
+
+    try:
+        memory = ParseMemory.parse(parse_memory)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--parse-memory") from exc
 
     out = out or default_out_dir(path)
     show_progress = not (quiet or fmt == "json")
@@ -346,6 +361,7 @@ def _run(
                 overrides=overrides,
                 config_path=config_path,
                 fail_on=fail_on,
+                memory=memory,
             )
         finally:
             progress.close()

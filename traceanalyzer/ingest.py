@@ -38,7 +38,7 @@ from traceanalyzer.discover import Discovery, RankSession, discover, input_root
 from traceanalyzer.parse.comm import parse_communication, parse_communication_matrix
 from traceanalyzer.parse.csv_tables import SPECS, csv_database, parse_csv
 from traceanalyzer.parse.sink import body_columns, conform_body, table_from_rows
-from traceanalyzer.parse.trace_view import parse_trace_view
+from traceanalyzer.parse.trace_view import DEFAULT_PARSE_MEMORY, ParseMemory, parse_trace_view
 from traceanalyzer.schema import TABLES
 from traceanalyzer.store import Manifest, commit_partition, partition_exists, remove_session
 
@@ -238,7 +238,9 @@ def _generation(
     return "g2"
 
 
-def ingest_session(session: RankSession, out: Path, threads: int = 1) -> SessionOutcome:
+def ingest_session(
+    session: RankSession, out: Path, threads: int = 1, memory: ParseMemory = DEFAULT_PARSE_MEMORY
+) -> SessionOutcome:
     """Parse every file of one rank session into its store partitions. Never raises."""
     started = time.perf_counter()
     outcome = SessionOutcome(
@@ -257,7 +259,7 @@ def ingest_session(session: RankSession, out: Path, threads: int = 1) -> Session
         if trace_path.is_file():
             _fault_hook(session)
             try:
-                trace = parse_trace_view(trace_path, sink, scratch, threads=threads)
+                trace = parse_trace_view(trace_path, sink, scratch, threads, memory)
                 outcome.warnings += trace.warnings
                 if trace.incomplete:
                     outcome.incomplete_files.append(f"{TRACE_FILE} ({trace.incomplete})")
@@ -444,11 +446,13 @@ def ingest(
     progress: ProgressFn | None = None,
     force: bool = False,
     executor: Executor | None = None,
+    memory: ParseMemory = DEFAULT_PARSE_MEMORY,
 ) -> IngestResult:
     """Discover every rank session under ``root`` and bring the store at ``out`` up to date.
 
     ``executor`` runs the per-session work (:func:`traceanalyzer.executor.make_executor`); by
     default sessions run in this process when ``jobs`` is 1, else in a spawn process pool.
+    ``memory`` is each trace's parse budget (DuckDB's buffers, per worker).
     """
     from traceanalyzer.executor import TaskCrashed, make_executor
 
@@ -514,7 +518,7 @@ def ingest(
     try:
         results = executor.map(
             ingest_session,
-            [(session, out_path, threads) for session, _ in todo],
+            [(session, out_path, threads, memory) for session, _ in todo],
             labels=[f"rank {s.rank} {s.session}" for s, _ in todo],
         )
         for index, result in results:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from traceanalyzer.ingest import IngestResult, ProgressFn, ingest
+from traceanalyzer.parse.trace_view import DEFAULT_PARSE_MEMORY, ParseMemory
 from traceanalyzer.store import write_atomic_text
 
 if TYPE_CHECKING:
@@ -45,6 +46,7 @@ def analyse(
     overrides: Iterable[str] = (),
     config_path: str | os.PathLike[str] | None = None,
     fail_on: str | None = None,
+    memory: ParseMemory = DEFAULT_PARSE_MEMORY,
 ) -> Analysis:
     """Bring the store at ``out`` up to date with ``path``, run the rules, write the reports.
 
@@ -55,7 +57,9 @@ def analyse(
     from traceanalyzer.executor import evaluate_store
     from traceanalyzer.report.terminal import run_reports
 
-    result = ingest(path, out, jobs=jobs, progress=progress, force=force, executor=executor)
+    result = ingest(
+        path, out, jobs=jobs, progress=progress, force=force, executor=executor, memory=memory
+    )
     if not result.outcomes:
         return Analysis(result)
     write_atomic_text(out / "ingest.json", json.dumps(result.to_dict(), indent=1))

@@ -13,6 +13,7 @@ from its decimal digits, never through float64. ``dur`` is a float µs in every 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -309,28 +310,63 @@ def _isolate_malformed(
     return sorted(dropped)
 
 
-def duckdb_memory_limit_mb(path: Path) -> int:
-    """DuckDB's buffer budget for one trace: 1.2x the file's size, at least 128 MB.
+@dataclass(frozen=True)
+class ParseMemory:
+    """DuckDB's buffer budget for parsing one trace: a multiple of its size, or a fixed size.
 
-    Without a limit DuckDB keeps up to 80% of RAM in buffers per worker, so peak memory would
-    grow with the machine instead of with the rank. With it, the table spills and peak RSS
-    follows the file: about 1.45x the file above the imported libraries on a 200 MB trace, at the
-    speed of a larger budget; at 1.0x the file the spilling costs about 10% more time
-    (docs/benchmarks/ingest.md).
+    The default, 1.2x the file (at least 128 MB), keeps a worker's peak RSS within about 1.45x
+    the file above the imported libraries; without a limit DuckDB keeps up to 80% of RAM per
+    worker, so memory would grow with the machine instead of with the rank. More memory spills
+    less and is faster: the ingest of a 200 MB trace takes about a quarter less time with 1 GB
+    (docs/scale.md).
     """
-    size_mb = path.stat().st_size >> 20
-    return max(128, size_mb * 6 // 5)
+
+    times_file: float | None = 1.2
+    fixed_mb: int | None = None
+
+    MIN_MB = 128
+
+    @classmethod
+    def parse(cls, text: str) -> ParseMemory:
+        """``1.2x`` (times the trace's size), ``800MB`` or ``2GB``."""
+        match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(x|mb|gb)\s*", text.lower())
+        if match is None or float(match[1]) <= 0:
+            raise ValueError(
+                f"{text!r}: expected a multiple of the trace size (1.2x) or a size (800MB, 2GB)"
+            )
+        value, unit = float(match[1]), match[2]
+        if unit == "x":
+            return cls(times_file=value)
+        return cls(times_file=None, fixed_mb=round(value * (1024 if unit == "gb" else 1)))
+
+    def limit_mb(self, path: Path) -> int:
+        if self.fixed_mb is not None:
+            return max(self.MIN_MB, self.fixed_mb)
+        size_mb = path.stat().st_size / (1 << 20)
+        return max(self.MIN_MB, round(size_mb * (self.times_file or 1.2)))
+
+    def __str__(self) -> str:
+        return f"{self.fixed_mb}MB" if self.fixed_mb is not None else f"{self.times_file:g}x"
 
 
-def parse_trace_view(path: Path, sink: TableSink, scratch: Path, threads: int = 1) -> TraceResult:
+DEFAULT_PARSE_MEMORY = ParseMemory()
+
+
+def parse_trace_view(
+    path: Path,
+    sink: TableSink,
+    scratch: Path,
+    threads: int = 1,
+    memory: ParseMemory | None = None,
+) -> TraceResult:
     """Parse one trace_view.json into the slices, counters, flows and threads tables.
 
-    One JSON scan fills a spillable DuckDB table (buffers capped, so memory follows the file,
-    not the machine); every table is then written from it, names resolved by lookup. A trace
-    that does not fit the budget (events far larger than usual, say) is parsed again with twice
-    the budget, with a warning, rather than failing the rank.
+    One JSON scan fills a spillable DuckDB table (buffers capped by ``memory``, so memory follows
+    the file, not the machine); every table is then written from it, names resolved by lookup.
+    A trace that does not fit the budget (events far larger than usual, say) is parsed again
+    with twice the budget, with a warning, rather than failing the rank.
     """
-    budget = duckdb_memory_limit_mb(path)
+    budget = (memory or DEFAULT_PARSE_MEMORY).limit_mb(path)
     try:
         return _parse(path, sink, scratch, threads, budget)
     except duckdb.OutOfMemoryException as exc:
