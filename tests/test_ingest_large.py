@@ -198,3 +198,13 @@ def test_run_takes_a_parse_memory_and_rejects_a_bad_one(tmp_path: Path) -> None:
     assert ok.exit_code == 0, ok.output
     bad = CliRunner().invoke(main, ["run", str(sample), "--parse-memory", "lots"])
     assert bad.exit_code == 2 and "--parse-memory" in bad.output and "'lots'" in bad.output
+
+
+def test_parsing_connections_draw_no_progress_bar() -> None:
+    """DuckDB draws one on stdout for queries over 2 s, even without a terminal: on a large trace
+    it would corrupt `run --format json`."""
+    from traceanalyzer.parse import csv_tables
+    from traceanalyzer.parse.sink import connect_duckdb, quiet
+
+    for con in (connect_duckdb({"threads": 1}), quiet(csv_tables.csv_database().cursor())):
+        assert con.execute("SELECT current_setting('enable_progress_bar')").fetchone()[0] is False

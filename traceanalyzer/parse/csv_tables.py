@@ -17,7 +17,7 @@ import duckdb
 import polars as pl
 import pyarrow as pa
 
-from traceanalyzer.parse.sink import TableSink
+from traceanalyzer.parse.sink import TableSink, connect_duckdb, quiet
 from traceanalyzer.timeutil import us_expr_to_ns
 
 _NULLS = ["", "N/A", "NA", "n/a", "null", "None", "-", "4294967295", "18446744073709551615"]
@@ -273,7 +273,7 @@ def csv_database() -> duckdb.DuckDBPyConnection:
     Opening a database costs about 30 ms and a cursor on it almost nothing; a session has up to
     ten CSV files.
     """
-    return duckdb.connect(config={"threads": 1, "memory_limit": "256MB"})
+    return connect_duckdb({"threads": 1, "memory_limit": "256MB"})
 
 
 def parse_csv(
@@ -291,7 +291,7 @@ def parse_csv(
     if path.stat().st_size == 0:
         result.warnings.append(f"{path}: empty file")
         return result
-    con = db.cursor() if db is not None else csv_database()
+    con = quiet(db.cursor()) if db is not None else csv_database()
     try:
         relation = con.sql(_READ_CSV, params={"path": str(path)})
         columns = list(relation.columns)

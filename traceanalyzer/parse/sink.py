@@ -28,6 +28,21 @@ _DUCKDB_TYPES = {
 }
 
 
+def connect_duckdb(config: dict[str, object]) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection for parsing, with ``config`` and without a progress bar."""
+    return quiet(duckdb.connect(config=config))
+
+
+def quiet(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
+    """Turn off the progress bar of ``con`` (a setting of each connection and cursor).
+
+    DuckDB draws one on stdout for any query over two seconds, even without a terminal, which
+    would corrupt `run --format json` and the progress lines on a large trace.
+    """
+    con.execute("SET enable_progress_bar = false")
+    return con
+
+
 class TableSink(Protocol):
     def arrow(self, table: str, data: pa.Table) -> int:
         """Store ``data`` (any subset of the canonical columns) as ``table``; return its row count."""

@@ -28,7 +28,7 @@ from traceanalyzer.parse.json_array import (
     copy_prefix,
     split,
 )
-from traceanalyzer.parse.sink import TableSink, duckdb_select_list
+from traceanalyzer.parse.sink import TableSink, connect_duckdb, duckdb_select_list
 from traceanalyzer.timeutil import duckdb_us_to_ns
 
 SENTINELS = "(4294967295, 18446744073709551615)"
@@ -381,8 +381,8 @@ def parse_trace_view(
 def _parse(path: Path, sink: TableSink, scratch: Path, threads: int, budget_mb: int) -> TraceResult:
     result = TraceResult()
     scratch.mkdir(parents=True, exist_ok=True)
-    con = duckdb.connect(
-        config={
+    con = connect_duckdb(
+        {
             "threads": threads,
             # Every output has an explicit ORDER BY (slices: by time, parents before children),
             # so DuckDB may parallelise freely and the files are still deterministic.
