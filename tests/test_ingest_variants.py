@@ -709,3 +709,18 @@ def test_nul_padding_after_the_array_is_ignored_with_a_warning(tmp_path: Path) -
 def test_garbage_after_the_bracket_is_bounded_work(tmp_path: Path) -> None:
     slices, result = _salvaged(tmp_path, b"[" + bytes(range(256)) * 2000 + b"}, {" * 3000)
     assert slices.is_empty() and result.partial and not result.failed
+
+
+def test_many_malformed_rows_make_one_warning_per_reason(tmp_path: Path) -> None:
+    rows = "".join(f"acl,aclrtMemcpy,{i}.0,1,1,1,1,0\n" for i in range(50))
+    bad = "".join("acl,short\n" for _ in range(500))
+    root = tmp_path / "in"
+    _write_rank(root, "r_ascend_pt", _info(0), {"api_statistic.csv": G2_API + rows + bad})
+    outcome = ingest(root, tmp_path / "out").outcomes[0]
+    (warning,) = [w for w in outcome.warnings if "malformed" in w]
+    first = G2_API.count("\n") + 50 + 1
+    listed = ", ".join(str(first + i) for i in range(10))
+    assert (
+        f"lines {listed} and 490 more: malformed rows skipped (wrong number of fields: too few)"
+        in warning
+    )

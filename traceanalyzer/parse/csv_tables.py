@@ -269,6 +269,25 @@ def _batches(relation: duckdb.DuckDBPyRelation) -> pa.RecordBatchReader:
     return reader(_BATCH_ROWS)
 
 
+_LINES_LISTED = 10  # per reason: a broken file must not flood the summary
+
+
+def _rejected_rows(path: Path, rejected: list[tuple[int, str]]) -> list[str]:
+    """One warning per reason, naming the first lines and counting the rest."""
+    by_reason: dict[str, list[int]] = {}
+    for line, kind in rejected:
+        by_reason.setdefault(_REJECT_REASONS.get(kind, kind), []).append(line)
+    warnings = []
+    for reason, lines in by_reason.items():
+        listed = ", ".join(str(n) for n in lines[:_LINES_LISTED])
+        more = f" and {len(lines) - _LINES_LISTED:,} more" if len(lines) > _LINES_LISTED else ""
+        plural = "s" if len(lines) > 1 else ""
+        warnings.append(
+            f"{path}: line{plural} {listed}{more}: malformed row{plural} skipped ({reason})"
+        )
+    return warnings
+
+
 def csv_database() -> duckdb.DuckDBPyConnection:
     """A DuckDB database for the CSV files of one session, to pass to :func:`parse_csv`.
 
@@ -331,10 +350,7 @@ def parse_csv(
             ).fetchall()
         except duckdb.CatalogException:  # the reader never ran
             rejected = []
-        result.warnings += [
-            f"{path}: line {line}: malformed row skipped ({_REJECT_REASONS.get(kind, kind)})"
-            for line, kind in rejected
-        ]
+        result.warnings += _rejected_rows(path, rejected)
     finally:
         con.close()
     return result
