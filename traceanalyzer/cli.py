@@ -12,6 +12,7 @@ import os
 import sys
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -86,26 +87,52 @@ class _Progress:
                 click.echo(f"\r\033[K{self._line}{more} … {waited:.0f} s", err=True, nl=False)
 
 
+_SUMMARY_TABLES = ("slices", "counters", "flows", "kernels")  # the rest is summed as "other"
+
+
 def _summary(result: IngestResult) -> str:
-    lines = [f"store: {result.out}"]
+    """A table of the sessions, then their notes (identical notes of several ranks grouped)."""
+    from traceanalyzer.engine.findings import compress_ranks
+
+    header = ("rank", "session", "status", "format", "level", *_SUMMARY_TABLES, "other rows")
+    rows = [header]
+    notes: dict[str, list[tuple[int, str]]] = {}
     for o in result.outcomes:
-        level = o.profiler_level or "?"
-        rows = ", ".join(f"{t}={n}" for t, n in o.rows.items() if n) or "no rows"
-        lines.append(
-            f"  rank {o.rank:>3}  {o.session}  [{o.status}; {o.generation or '?'}; {level}]  {rows}"
-        )
-        if o.missing_files:
-            lines.append(f"           missing (tables empty): {', '.join(o.missing_files)}")
-        if o.not_collected:
-            lines.append(f"           not collected (tables empty): {', '.join(o.not_collected)}")
-        if o.incomplete_files:
-            lines.append(f"           incomplete (data lost): {', '.join(o.incomplete_files)}")
-        for warning in o.warnings:
-            lines.append(
-                f"           warning: {warning.strip().splitlines()[-1] if o.status == 'failed' else warning}"
-            )
-        if o.error:
-            lines.append(f"           error: {o.error}")
+        other = sum(n for t, n in o.rows.items() if t not in _SUMMARY_TABLES)
+        counts = [f"{o.rows.get(t, 0):,}" for t in _SUMMARY_TABLES]
+        rows.append(
+            (str(o.rank), o.session, o.status, o.generation or "?", o.profiler_level or "?",
+             *counts, f"{other:,}")
+        )  # fmt: skip
+        session_notes = [
+            *(f"missing (tables empty): {f}" for f in o.missing_files),
+            *(f"not collected (tables empty): {f}" for f in o.not_collected),
+            *(f"incomplete (data lost): {f}" for f in o.incomplete_files),
+            *(
+                f"warning: {w.strip().splitlines()[-1] if o.status == 'failed' else w}"
+                for w in o.warnings
+            ),
+            *([f"error: {o.error}"] if o.error else []),
+        ]
+        for note in session_notes:
+            notes.setdefault(note, []).append((o.rank, o.session))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    numeric = range(5, len(header))
+    lines = [f"store: {result.out}"]
+    for r in rows:
+        cells = [
+            c.rjust(w) if i in numeric or i == 0 else c.ljust(w)
+            for i, (c, w) in enumerate(zip(r, widths, strict=True))
+        ]
+        lines.append("  " + "  ".join(cells).rstrip())
+    sessions_of_rank = Counter(o.rank for o in result.outcomes)
+    for note, where in notes.items():
+        ranks = [rank for rank, _ in where]
+        if any(sessions_of_rank[rank] > 1 for rank in ranks):  # name the session too
+            label = "; ".join(f"rank {rank} {session}" for rank, session in where)
+        else:
+            label = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {compress_ranks(ranks)}"
+        lines.append(f"  {label}: {note}")
     for p in result.discovery.problems:
         where = f" {p.path}:" if p.path else ""
         lines.append(f"  {p.severity}:{where} {p.message}")
@@ -113,6 +140,7 @@ def _summary(result: IngestResult) -> str:
     lines.append(
         f"{len(ranks)} rank(s), {len(result.outcomes)} session(s), "
         f"{sum(o.status == 'cached' for o in result.outcomes)} cached, {len(result.failed)} failed"
+        f" (rows of every table: {result.out / 'ingest.json'})"
     )
     return "\n".join(lines)
 

@@ -39,7 +39,12 @@ def quiet(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
     DuckDB draws one on stdout for any query over two seconds, even without a terminal, which
     would corrupt `run --format json` and the progress lines on a large trace.
     """
-    con.execute("SET enable_progress_bar = false")
+    try:
+        con.execute("SET enable_progress_bar = false")
+    except duckdb.Error:
+        # In a Jupyter kernel without ipywidgets DuckDB refuses to touch the setting (its bar
+        # would be a widget there, not text on stdout): nothing to turn off.
+        pass
     return con
 
 
