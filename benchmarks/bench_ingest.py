@@ -177,7 +177,8 @@ ANALYSIS = """## Reading the figures
   NDJSON reader (rewriting the array to lines takes 1.1 s, reading 1.2 s); slices and counters
   in file order (`preserve_insertion_order`: an order-preserving write costs what the sort
   does); writing unsorted, dropping the table, then sorting the Parquet (the sort alone then
-  costs 0.8 s). Already done: one JSON scan, exact ns as a CASE (3x cheaper than a coalesce),
+  costs 0.8 s); sorting in time buckets, or from a copy of the X rows only (the table itself is
+  what the budget spills). Already done: one JSON scan, exact ns as a CASE (3x cheaper than a coalesce),
   `args` kept verbatim, metadata rows read through a view, chunked parallel reading.
 - **What would reach the target: memory.** DuckDB's sort of the 412k slices rows needs about
   400 MB to run without spilling. Stage by stage with a 1 GB budget instead of 240 MB: slices
