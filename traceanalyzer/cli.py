@@ -104,10 +104,13 @@ def _summary(result: IngestResult) -> str:
             (str(o.rank), o.session, o.status, o.generation or "?", o.profiler_level or "?",
              *counts, f"{other:,}")
         )  # fmt: skip
+        listed = (
+            ("missing (tables empty)", o.missing_files),
+            ("not collected (tables empty)", o.not_collected),
+            ("incomplete (data lost)", o.incomplete_files),
+        )
         session_notes = [
-            *(f"missing (tables empty): {f}" for f in o.missing_files),
-            *(f"not collected (tables empty): {f}" for f in o.not_collected),
-            *(f"incomplete (data lost): {f}" for f in o.incomplete_files),
+            *(f"{what}: {', '.join(files)}" for what, files in listed if files),
             *(
                 f"warning: {w.strip().splitlines()[-1] if o.status == 'failed' else w}"
                 for w in o.warnings

@@ -7,6 +7,7 @@ what parsers produce: they are the partition keys, added by the store.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Protocol
@@ -39,12 +40,10 @@ def quiet(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
     DuckDB draws one on stdout for any query over two seconds, even without a terminal, which
     would corrupt `run --format json` and the progress lines on a large trace.
     """
-    try:
+    # In a Jupyter kernel without ipywidgets DuckDB refuses to touch the setting (its bar would
+    # be a widget there, not text on stdout): nothing to turn off.
+    with contextlib.suppress(duckdb.Error):
         con.execute("SET enable_progress_bar = false")
-    except duckdb.Error:
-        # In a Jupyter kernel without ipywidgets DuckDB refuses to touch the setting (its bar
-        # would be a widget there, not text on stdout): nothing to turn off.
-        pass
     return con
 
 
