@@ -724,3 +724,17 @@ def test_many_malformed_rows_make_one_warning_per_reason(tmp_path: Path) -> None
         f"lines {listed} and 490 more: malformed rows skipped (wrong number of fields: too few)"
         in warning
     )
+
+
+def test_run_summary_is_a_table_with_notes_grouped_across_ranks(tmp_path: Path) -> None:
+    sample = Path(__file__).resolve().parents[1] / "sample_traces" / "capture_growth_2rank"
+    result = CliRunner().invoke(main, ["run", str(sample), "--out", str(tmp_path / "o"), "-j", "1"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    header = next(
+        i for i, line in enumerate(lines) if line.split()[:3] == ["rank", "session", "status"]
+    )
+    assert [line.split()[0] for line in lines[header + 1 : header + 3]] == ["0", "1"]
+    assert lines[header + 1].split()[2:5] == ["ingested", "g2", "Level1"]
+    grouped = [line for line in lines if line.strip().startswith("ranks 0, 1: not collected")]
+    assert len(grouped) == 1 and "task_time.csv" in grouped[0] and "l2_cache.csv" in grouped[0]
