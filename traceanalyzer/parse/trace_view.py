@@ -196,19 +196,23 @@ def _salvage_from(
 ) -> _Salvage:
     out = _Salvage()
     source = path
-    if "utf-8" in error.lower():
+    # The wording varies by DuckDB release; a copy with nothing replaced is not used.
+    replaced = (
+        copy_as_utf8(path, utf8)
+        if re.search(r"utf-?8|unicode|encoding", error, re.IGNORECASE)
+        else 0
+    )
+    if replaced:
         source = utf8
-        replaced = (
-            f"{path}: {copy_as_utf8(path, source)} invalid UTF-8 sequence(s) replaced with U+FFFD"
-        )
+        note = f"{path}: {replaced} invalid UTF-8 sequence(s) replaced with U+FFFD"
         try:
             _load(con, [source])
-            out.warnings.append(replaced)
+            out.warnings.append(note)
             return out
         except duckdb.OutOfMemoryException:
             raise
         except duckdb.Error as exc:
-            out.warnings.append(f"{replaced} (byte offsets below are in the replaced copy)")
+            out.warnings.append(f"{note} (byte offsets below are in the replaced copy)")
             error = str(exc)
     reason = str(error).splitlines()[0][:160]
     size = source.stat().st_size
