@@ -211,3 +211,36 @@ def test_warm_rerun_reuses_rank_outcomes_and_starts_no_workers(
         )
         assert executor._pool is not None
     assert not any(f.name == "store-transfer-stall" for f in changed.findings)
+
+
+def test_sessions_that_fit_in_memory() -> None:
+    from traceanalyzer.ingest import sessions_that_fit
+
+    assert sessions_that_fit([3000, 3000, 3000, 3000], 4, 10_000) == 2  # 80% of 10 GB: two
+    assert sessions_that_fit([3000] * 4, 4, None) == 4  # unknown memory: as asked
+    assert sessions_that_fit([50_000], 4, 1000) == 1  # never fewer than one
+    assert sessions_that_fit([100] * 8, 4, 10_000) == 4  # never more than asked
+
+
+def test_workers_are_fewer_when_memory_is_short(
+    collection: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A laptop with 64 large ranks: fewer workers at a time, said once, and the same findings."""
+    import traceanalyzer.ingest as ingest_module
+
+    lines: list[str] = []
+    monkeypatch.setattr(ingest_module, "available_memory_mb", lambda: 400)  # one worker fits
+    executor = make_executor("processes", jobs=2)
+    try:
+        result = ingest(
+            collection,
+            tmp_path / "out",
+            executor=executor,
+            progress=lambda event, *_: lines.append(event),
+        )
+        assert executor._pool_size == 1  # the ingest ran one worker at a time
+    finally:
+        executor.close()
+    assert not result.failed
+    (note,) = [line for line in lines if line.startswith("memory:")]
+    assert note.startswith("memory: 1 rank session(s) at a time, not 2: the largest need about")

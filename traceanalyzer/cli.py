@@ -67,6 +67,9 @@ class _Progress:
                     self._line = line
         elif event == "done":
             self.close()
+        elif event not in ("start", "session"):  # a note from the ingest
+            with self._lock:
+                click.echo(("\r\033[K" if self.tty else "") + event, err=True)
 
     def close(self) -> None:
         """Stop the ticker and end its line (also when the ingest ends with an error or Ctrl-C)."""

@@ -93,7 +93,10 @@ class Executor(ABC):
         fn: Callable[..., Any],
         args: Sequence[tuple[Any, ...]],
         labels: Sequence[str] | None = None,
-    ) -> MapResult: ...
+        width: int | None = None,
+    ) -> MapResult:
+        """``width``: at most this many tasks at once, below ``jobs`` (the local pool honours it;
+        Ray schedules by its own resources)."""
 
     def close(self) -> None:  # noqa: B027 - optional hook; local has nothing to release
         """Release workers. Idempotent."""
@@ -123,6 +126,7 @@ class LocalExecutor(Executor):
         fn: Callable[..., Any],
         args: Sequence[tuple[Any, ...]],
         labels: Sequence[str] | None = None,
+        width: int | None = None,
     ) -> MapResult:
         for index, task_args in enumerate(args):
             try:
@@ -190,10 +194,11 @@ class ProcessExecutor(Executor):
         self.max_tasks_per_child = max_tasks_per_child
         self.restarts = 0  # pools replaced after a worker died (for tests and logs)
 
-    def _get_pool(self, size: int) -> ProcessPoolExecutor:
+    def _get_pool(self, size: int, at_most: bool = False) -> ProcessPoolExecutor:
         # Reuse one pool across maps (ingest, then rules): spawning a worker costs an interpreter
         # start plus the polars/DuckDB imports, about a second each on this class of machine.
-        if self._pool is None or self._pool_size < size:
+        # A map limited in width (``at_most``) never runs on a wider pool.
+        if self._pool is None or self._pool_size < size or (at_most and self._pool_size > size):
             self._shutdown(wait=True)
             kwargs: dict[str, Any] = {"max_workers": size, "mp_context": self._context}
             if self.max_tasks_per_child:
@@ -221,13 +226,15 @@ class ProcessExecutor(Executor):
         fn: Callable[..., Any],
         args: Sequence[tuple[Any, ...]],
         labels: Sequence[str] | None = None,
+        width: int | None = None,
     ) -> MapResult:
         pending = set(range(len(args)))
         while pending:
             inflight = tempfile.mkdtemp(prefix="traceanalyzer-inflight-")
             broken = False
             try:
-                pool = self._get_pool(min(self.jobs, len(pending)))
+                size = min(self.jobs, width or self.jobs, len(pending))
+                pool = self._get_pool(size, at_most=bool(width and width < self.jobs))
                 futures: dict[Future[Any], int] = {
                     pool.submit(_tracked, inflight, i, fn, args[i]): i for i in sorted(pending)
                 }
@@ -340,6 +347,7 @@ class RayExecutor(Executor):
         fn: Callable[..., Any],
         args: Sequence[tuple[Any, ...]],
         labels: Sequence[str] | None = None,
+        width: int | None = None,
     ) -> MapResult:
         if not args:
             return

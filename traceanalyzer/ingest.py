@@ -327,6 +327,73 @@ def ingest_session(
     return outcome
 
 
+# What a worker holds besides the trace parse: the interpreter and libraries (about 100 MB),
+# Arrow and Python objects (about a quarter of the trace, measured on the 200 MB benchmark).
+_WORKER_BASE_MB = 150
+_WORKER_PER_TRACE_MB = 0.3
+
+
+def session_memory_mb(session: RankSession, memory: ParseMemory = DEFAULT_PARSE_MEMORY) -> int:
+    """Peak RSS to expect from the worker that ingests ``session``, in MB."""
+    trace = session.output_dir / TRACE_FILE
+    if not trace.is_file():
+        return 2 * _WORKER_BASE_MB
+    size_mb = trace.stat().st_size / (1 << 20)
+    return round(_WORKER_BASE_MB + memory.limit_mb(trace) + _WORKER_PER_TRACE_MB * size_mb)
+
+
+def sessions_that_fit(needs_mb: list[int], jobs: int, available_mb: int | None) -> int:
+    """How many sessions may run side by side (at most ``jobs``, at least one) so that the
+    largest of them fit in 80% of ``available_mb`` together. ``needs_mb``: largest first."""
+    if available_mb is None:
+        return jobs
+    budget, width = 0.8 * available_mb, 0
+    for need in needs_mb[:jobs]:
+        budget -= need
+        if budget < 0:
+            break
+        width += 1
+    return max(1, width)
+
+
+def _fit_in_memory(
+    sessions: list[RankSession], width: int, memory: ParseMemory
+) -> tuple[int, str | None]:
+    """How many of ``sessions`` to ingest side by side on this machine (at most ``width``), and
+    a note when that is fewer. Fewer at a time is slower; the OOM killer is worse (a killed
+    worker's session is retried alone, but its time is lost)."""
+    available = available_memory_mb()
+    needs = sorted((session_memory_mb(s, memory) for s in sessions), reverse=True)
+    fitting = sessions_that_fit(needs, width, available)
+    if fitting >= width or available is None:
+        return width, None
+    return fitting, (
+        f"memory: {fitting} rank session(s) at a time, not {width}: the largest need about "
+        f"{needs[0] / 1024:.1f} GB each (--parse-memory {memory}), {available / 1024:.1f} GB "
+        "is available"
+    )
+
+
+def available_memory_mb() -> int | None:
+    """Memory this process may still use, in MB: the smaller of the machine's ``MemAvailable``
+    and what its cgroup (a container's limit) leaves. None where neither can be read."""
+    found: list[float] = []
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                found.append(int(line.split()[1]) / 1024)
+    except (OSError, ValueError):
+        pass
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        if limit != "max":
+            used = int(Path("/sys/fs/cgroup/memory.current").read_text().strip())
+            found.append((int(limit) - used) / (1 << 20))
+    except (OSError, ValueError):
+        pass
+    return round(min(found)) if found else None
+
+
 def peak_rss_mb() -> float | None:
     """Peak resident set size of this process so far, in MB (None where unsupported)."""
     try:
@@ -397,6 +464,8 @@ def _check_out(root: Path, out: Path) -> None:
         raise InputError(f"--out {out} exists and is not a directory")
 
 
+# (event, sessions done, sessions in all, the finished session). Events: "start", "session",
+# "done", and any other string is a note to show as is (e.g. fewer workers for memory).
 ProgressFn = Callable[[str, int, int, SessionOutcome | None], None]
 
 
@@ -510,16 +579,21 @@ def ingest(
     owned = executor is None
     if executor is None:
         executor = make_executor("processes" if jobs > 1 else "local", jobs=jobs)
+    side_by_side = min(executor.jobs, len(todo)) if executor.parallel else 1
+    if executor.name == "processes" and side_by_side > 1:
+        side_by_side, note = _fit_in_memory([s for s, _ in todo], side_by_side, memory)
+        if note and progress:
+            progress(note, done, total, None)
     # Split this machine's cores between the workers that run side by side (all of them when
     # one runs alone, e.g. a single 2 GB rank). A Ray task is given one CPU: one thread.
     cpus = os.cpu_count() or 1
-    side_by_side = min(executor.jobs, len(todo)) if executor.parallel else 1
     threads = 1 if executor.name == "ray" else max(1, cpus // max(1, side_by_side))
     try:
         results = executor.map(
             ingest_session,
             [(session, out_path, threads, memory) for session, _ in todo],
             labels=[f"rank {s.rank} {s.session}" for s, _ in todo],
+            width=side_by_side,
         )
         for index, result in results:
             session, fingerprint = todo[index]
