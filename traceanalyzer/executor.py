@@ -95,8 +95,8 @@ class Executor(ABC):
         labels: Sequence[str] | None = None,
         width: int | None = None,
     ) -> MapResult:
-        """``width``: at most this many tasks at once, below ``jobs`` (the local pool honours it;
-        Ray schedules by its own resources)."""
+        """``width``: at most this many tasks at once, below ``jobs`` (the process pool honours
+        it; ``local`` runs one at a time anyway; Ray schedules by its own resources)."""
 
     def close(self) -> None:  # noqa: B027 - optional hook; local has nothing to release
         """Release workers. Idempotent."""
