@@ -36,7 +36,7 @@ import pyarrow.parquet as pq
 
 from traceanalyzer.discover import Discovery, RankSession, discover, input_root
 from traceanalyzer.parse.comm import parse_communication, parse_communication_matrix
-from traceanalyzer.parse.csv_tables import SPECS, csv_database, parse_csv
+from traceanalyzer.parse.csv_tables import CSV_MEMORY_MB, SPECS, csv_database, parse_csv
 from traceanalyzer.parse.sink import body_columns, conform_body, table_from_rows
 from traceanalyzer.parse.trace_view import DEFAULT_PARSE_MEMORY, ParseMemory, parse_trace_view
 from traceanalyzer.schema import TABLES
@@ -334,12 +334,15 @@ _WORKER_PER_TRACE_MB = 0.3
 
 
 def session_memory_mb(session: RankSession, memory: ParseMemory = DEFAULT_PARSE_MEMORY) -> int:
-    """Peak RSS to expect from the worker that ingests ``session``, in MB."""
+    """Peak RSS to expect from the worker that ingests ``session``, in MB: the larger of the
+    trace parse and the CSV parse (which streams in a fixed budget)."""
+    csv_peak = _WORKER_BASE_MB + CSV_MEMORY_MB
     trace = session.output_dir / TRACE_FILE
     if not trace.is_file():
-        return 2 * _WORKER_BASE_MB
+        return csv_peak
     size_mb = trace.stat().st_size / (1 << 20)
-    return round(_WORKER_BASE_MB + memory.limit_mb(trace) + _WORKER_PER_TRACE_MB * size_mb)
+    trace_peak = _WORKER_BASE_MB + memory.limit_mb(trace) + _WORKER_PER_TRACE_MB * size_mb
+    return round(max(trace_peak, csv_peak))
 
 
 def sessions_that_fit(needs_mb: list[int], jobs: int, available_mb: int | None) -> int:

@@ -288,13 +288,16 @@ def _rejected_rows(path: Path, rejected: list[tuple[int, str]]) -> list[str]:
     return warnings
 
 
+CSV_MEMORY_MB = 256  # DuckDB's budget for the CSV files: they stream, whatever their size
+
+
 def csv_database() -> duckdb.DuckDBPyConnection:
     """A DuckDB database for the CSV files of one session, to pass to :func:`parse_csv`.
 
     Opening a database costs about 30 ms and a cursor on it almost nothing; a session has up to
     ten CSV files.
     """
-    return connect_duckdb({"threads": 1, "memory_limit": "256MB"})
+    return connect_duckdb({"threads": 1, "memory_limit": f"{CSV_MEMORY_MB}MB"})
 
 
 def parse_csv(
