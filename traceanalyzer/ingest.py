@@ -387,10 +387,15 @@ def available_memory_mb() -> int | None:
                 found.append(int(line.split()[1]) / 1024)
     except (OSError, ValueError):
         pass
+    cgroup = Path("/sys/fs/cgroup")
     try:
-        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        limit = (cgroup / "memory.max").read_text().strip()
         if limit != "max":
-            used = int(Path("/sys/fs/cgroup/memory.current").read_text().strip())
+            used = int((cgroup / "memory.current").read_text().strip())
+            # The page cache (the traces just read, say) counts as used but is reclaimable.
+            for line in (cgroup / "memory.stat").read_text().splitlines():
+                if line.startswith("inactive_file "):
+                    used -= int(line.split()[1])
             found.append((int(limit) - used) / (1 << 20))
     except (OSError, ValueError):
         pass
