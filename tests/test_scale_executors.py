@@ -244,3 +244,20 @@ def test_workers_are_fewer_when_memory_is_short(
     assert not result.failed
     (note,) = [line for line in lines if line.startswith("memory:")]
     assert note.startswith("memory: 1 rank session(s) at a time, not 2: the largest need about")
+
+
+def test_available_memory_reads_meminfo_and_a_container_limit(tmp_path: Path) -> None:
+    from traceanalyzer.ingest import available_memory_mb
+
+    proc, cgroup = tmp_path / "proc", tmp_path / "cgroup"
+    proc.mkdir()
+    cgroup.mkdir()
+    (proc / "meminfo").write_text("MemTotal: 33554432 kB\nMemAvailable: 16777216 kB\n")
+    assert available_memory_mb(proc, cgroup) == 16384  # no cgroup files: the machine's figure
+    (cgroup / "memory.max").write_text("max\n")
+    assert available_memory_mb(proc, cgroup) == 16384  # no container limit
+    (cgroup / "memory.max").write_text(f"{4 << 30}\n")
+    (cgroup / "memory.current").write_text(f"{3 << 30}\n")
+    (cgroup / "memory.stat").write_text(f"anon 1\ninactive_file {1 << 30}\n")
+    assert available_memory_mb(proc, cgroup) == 2048  # 4 GB limit, 3 GB used of which 1 GB cache
+    assert available_memory_mb(tmp_path / "none", tmp_path / "none") is None

@@ -377,17 +377,18 @@ def _fit_in_memory(
     )
 
 
-def available_memory_mb() -> int | None:
+def available_memory_mb(
+    proc: Path = Path("/proc"), cgroup: Path = Path("/sys/fs/cgroup")
+) -> int | None:
     """Memory this process may still use, in MB: the smaller of the machine's ``MemAvailable``
     and what its cgroup (a container's limit) leaves. None where neither can be read."""
     found: list[float] = []
     try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
+        for line in (proc / "meminfo").read_text().splitlines():
             if line.startswith("MemAvailable:"):
                 found.append(int(line.split()[1]) / 1024)
     except (OSError, ValueError):
         pass
-    cgroup = Path("/sys/fs/cgroup")
     try:
         limit = (cgroup / "memory.max").read_text().strip()
         if limit != "max":
