@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from traceanalyzer.executor import Executor
 
 # Bump when parsers change what they write: stored sessions are then re-ingested.
-PARSER_VERSION = 4
+PARSER_VERSION = 5
 TRACE_FILE = "trace_view.json"
 JOURNAL = "manifest.journal"
 _SAMPLE = 1 << 16

@@ -217,10 +217,11 @@ def _salvage_from(
     reason = str(error).splitlines()[0][:160]
     size = source.stat().st_size
     body = array_body(source)
-    closed = body is not None and body[2]
+    assert body is not None  # the input starts with `[`, and so does its UTF-8 copy
+    closed = body[2]
     cut = None if closed else _complete_prefix(source, scratch, con)
     if cut is None:
-        dropped = _isolate_malformed(source, scratch, con)
+        dropped = _isolate_malformed(source, body[0], body[1], scratch, con)
         if len(dropped) == 1 and dropped[0][1] == size:  # only a torn tail: a truncated file
             cut, dropped = dropped[0][0], []
     else:
@@ -279,13 +280,11 @@ def _complete_prefix(path: Path, scratch: Path, con: duckdb.DuckDBPyConnection) 
 
 
 def _isolate_malformed(
-    path: Path, scratch: Path, con: duckdb.DuckDBPyConnection
+    path: Path, begin: int, end: int, scratch: Path, con: duckdb.DuckDBPyConnection
 ) -> list[tuple[int, int]]:
-    """Append every range of events that reads to ``raw``; halve those that do not, at event
-    boundaries, down to single events. Returns the dropped byte ranges, in file order."""
-    body = array_body(path)
-    assert body is not None  # checked by the caller
-    begin, end, _closed = body
+    """Append every range of the events in bytes [begin, end) that reads to ``raw``; halve those
+    that do not, at event boundaries, down to single events. Returns the dropped byte ranges,
+    in file order."""
     piece = scratch / "trace_view.piece.json"
     piece.write_bytes(b"[]")
     _load(con, [piece])  # an empty `raw`, with its columns
@@ -325,8 +324,8 @@ class ParseMemory:
     (docs/scale.md).
     """
 
-    times_file: float | None = 1.2
-    fixed_mb: int | None = None
+    times_file: float = 1.2
+    fixed_mb: int | None = None  # when set, the budget whatever the trace's size
 
     MIN_MB = 128
 
@@ -341,13 +340,13 @@ class ParseMemory:
         value, unit = float(match[1]), match[2]
         if unit == "x":
             return cls(times_file=value)
-        return cls(times_file=None, fixed_mb=round(value * (1024 if unit == "gb" else 1)))
+        return cls(fixed_mb=round(value * (1024 if unit == "gb" else 1)))
 
     def limit_mb(self, path: Path) -> int:
         if self.fixed_mb is not None:
             return max(self.MIN_MB, self.fixed_mb)
         size_mb = path.stat().st_size / (1 << 20)
-        return max(self.MIN_MB, round(size_mb * (self.times_file or 1.2)))
+        return max(self.MIN_MB, round(size_mb * self.times_file))
 
     def __str__(self) -> str:
         return f"{self.fixed_mb}MB" if self.fixed_mb is not None else f"{self.times_file:g}x"
