@@ -1,28 +1,39 @@
-/* One pass over a trace_view.json array: every event into Arrow-layout column buffers.
+/* One pass over a trace_view.json array: its events into Arrow-layout columns, by table.
  *
- * Why native: DuckDB decodes the file fast, but every table is then a query over a materialised
- * copy of all events, sorted under a memory cap that makes it spill (docs/benchmarks/ingest.md).
- * This scanner reads the bytes once, keeps only what the tables need, and hands Python
- * ready-made Arrow buffers; polars does the rest (trace_native.py).
+ * Why native: the tables need a sort, name lookups and a few args per event, and DuckDB does
+ * these over a materialised copy of every event, under a memory cap that makes it spill
+ * (docs/benchmarks/ingest.md). This scanner reads the bytes once and builds the columns the
+ * tables need, already typed: text as Arrow string views (which polars adopts without a copy),
+ * ids and times as int64. polars does the rest (trace_native.py).
  *
  * Scope: a well-formed JSON array of objects, fed in blocks. Anything else (truncation, a
- * malformed event, invalid UTF-8) raises ValueError with the byte offset, and the caller falls
- * back to the DuckDB reader, which owns the salvage of damaged files. The parse loop touches no
- * Python object, so it runs without the GIL and several scanners can share the cores.
+ * malformed event, invalid UTF-8, a pid that is not an integer) raises ValueError with the byte
+ * offset, and the caller falls back to the DuckDB reader, which owns the salvage of damaged
+ * files. The parse loop touches no Python object, so it runs without the GIL and several
+ * scanners share the cores.
  *
- * Per event: `ph`, `name`, `pid`, `tid`, `cat`, `id` as text (strings unescaped, numbers as
- * written), `ts` as exact int64 ns from its decimal digits (never through a double), `dur` as a
- * double, `args` as minified JSON text, and the members of `args` whose keys the caller names,
- * as text. For events whose `ph` is "C", one counter row per member of `args` (event row, key,
- * value as a double or null).
+ * Three tables come out:
+ * - slices: the X/i/I events: ph, name, pid, tid, cat, ts (exact ns from the decimal digits,
+ *   never through a double), dur_ns, args (minified JSON), and one column per group of args keys
+ *   the caller names (the first key of a group present wins; int groups are null when the value
+ *   is not an integer, or is a "none" sentinel when asked);
+ * - others: every other event: ph, name, pid, tid, cat, id, ts, and args for metadata (M) only;
+ * - samples: one row per member of a counter (C) event's args: its row in others, the member's
+ *   key, and its value as a double (null when not a number).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef __linux__
+#include <sys/mman.h>
+#endif
 
 #define MAX_KEYS 64
+#define MAX_GROUPS 16
+#define MAX_COLUMNS 32
 
 /* ------------------------------------------------------------------ growable buffers */
 
@@ -31,11 +42,34 @@ typedef struct {
     Py_ssize_t len, cap;
 } Buf;
 
+/* Column memory comes straight from the kernel on Linux: growing by mremap never copies, pages
+ * never written are never resident, and freeing returns them (malloc keeps large freed blocks in
+ * per-thread arenas and copies on growth, which doubled the scan's peak RSS). */
+static char *mem_resize(char *p, Py_ssize_t old_cap, Py_ssize_t cap) {
+#ifdef __linux__
+    void *q = p ? mremap(p, (size_t)old_cap, (size_t)cap, MREMAP_MAYMOVE)
+                : mmap(NULL, (size_t)cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return q == MAP_FAILED ? NULL : q;
+#else
+    (void)old_cap;
+    return realloc(p, (size_t)cap);
+#endif
+}
+
+static void mem_free(char *p, Py_ssize_t cap) {
+#ifdef __linux__
+    if (p) munmap(p, (size_t)cap);
+#else
+    (void)cap;
+    free(p);
+#endif
+}
+
 static int buf_grow(Buf *b, Py_ssize_t extra) {
     if (b->len + extra <= b->cap) return 0;
-    Py_ssize_t cap = b->cap ? b->cap : 1024;
+    Py_ssize_t cap = b->cap ? b->cap : 1 << 16;
     while (cap < b->len + extra) cap *= 2;
-    char *p = realloc(b->p, (size_t)cap);
+    char *p = mem_resize(b->p, b->cap, cap);
     if (!p) return -1;
     b->p = p;
     b->cap = cap;
@@ -50,14 +84,22 @@ static int buf_put(Buf *b, const void *src, Py_ssize_t n) {
 }
 
 static void buf_free(Buf *b) {
-    free(b->p);
+    mem_free(b->p, b->cap);
     b->p = NULL;
     b->len = b->cap = 0;
 }
 
-/* Arrow layouts: a validity bitmap, then int32 offsets + bytes, or fixed-width values. */
+
+/* ------------------------------------------------------------------ columns */
+
+enum { TEXT, INT64, FLOAT64 };
+
+/* An Arrow column being built: validity bitmap, then 16-byte views + one data buffer (text),
+ * or fixed-width values. */
 typedef struct {
-    Buf valid, offsets, data;
+    const char *name;
+    int type;
+    Buf valid, values, data;
     Py_ssize_t nulls;
 } Column;
 
@@ -73,20 +115,21 @@ static int valid_push(Column *c, Py_ssize_t row, int ok) {
     return 0;
 }
 
-static int offset_push(Column *c) {
-    if (c->data.len > INT32_MAX) return -1; /* the caller's blocks keep a batch far below */
-    int32_t off = (int32_t)c->data.len;
-    return buf_put(&c->offsets, &off, sizeof off);
+static int int_push(Column *c, Py_ssize_t row, int ok, int64_t value) {
+    if (valid_push(c, row, ok) < 0) return -1;
+    if (!ok) value = 0;
+    return buf_put(&c->values, &value, sizeof value);
 }
 
-static void column_reset(Column *c) {
-    c->valid.len = c->offsets.len = c->data.len = 0;
-    c->nulls = 0;
+static int float_push(Column *c, Py_ssize_t row, int ok, double value) {
+    if (valid_push(c, row, ok) < 0) return -1;
+    if (!ok) value = 0;
+    return buf_put(&c->values, &value, sizeof value);
 }
 
 static void column_free(Column *c) {
     buf_free(&c->valid);
-    buf_free(&c->offsets);
+    buf_free(&c->values);
     buf_free(&c->data);
 }
 
@@ -317,18 +360,37 @@ static int put_minified(Buf *b, const char *s, Py_ssize_t n) {
     return 0;
 }
 
-/* A value as text: strings decoded, anything else as written (compound values minified). */
+/* Set when a text column's data outgrows the 2 GiB a view can address (the caller then falls
+ * back to the DuckDB reader). */
+#define TOO_LARGE -2
+
+/* A value as text: strings decoded, anything else as written (compound values minified). The
+ * bytes go to the data buffer; a view of 12 bytes or less holds them inline instead. */
 static int text_push(Column *c, Py_ssize_t row, const Span *v) {
-    if (c->offsets.len == 0 && offset_push(c) < 0) return -1; /* a batch's first offset: 0 */
     int ok = v->kind != ABSENT && v->kind != JNULL;
-    if (valid_push(c, row, ok) < 0) return -1;
-    if (ok) {
-        int rc = v->kind == STRING && v->escaped ? put_unescaped(&c->data, v->s, v->n)
-                 : v->kind == COMPOUND           ? put_minified(&c->data, v->s, v->n)
-                                                 : buf_put(&c->data, v->s, v->n);
-        if (rc < 0) return -1;
+    if (valid_push(c, row, ok) < 0 || buf_grow(&c->values, 16) < 0) return -1;
+    char *view = c->values.p + c->values.len;
+    memset(view, 0, 16);
+    c->values.len += 16;
+    if (!ok) return 0;
+    Py_ssize_t start = c->data.len;
+    int rc = v->kind == STRING && v->escaped ? put_unescaped(&c->data, v->s, v->n)
+             : v->kind == COMPOUND           ? put_minified(&c->data, v->s, v->n)
+                                             : buf_put(&c->data, v->s, v->n);
+    if (rc < 0) return -1;
+    Py_ssize_t len = c->data.len - start;
+    if (c->data.len > INT32_MAX) return TOO_LARGE;
+    int32_t len32 = (int32_t)len, zero = 0, offset = (int32_t)start;
+    memcpy(view, &len32, 4);
+    if (len <= 12) {
+        memcpy(view + 4, c->data.p + start, (size_t)len);
+        c->data.len = start;
+    } else {
+        memcpy(view + 4, c->data.p + start, 4);
+        memcpy(view + 8, &zero, 4);
+        memcpy(view + 12, &offset, 4);
     }
-    return offset_push(c);
+    return 0;
 }
 
 /* ------------------------------------------------------------------ numbers */
@@ -392,29 +454,28 @@ static int to_double(const char *s, Py_ssize_t n, double *out) {
     return stop == tmp + n;
 }
 
+
 /* An integer's text (or a string of one) as int64: 1 when it is one, 0 when absent or null,
- * -1 when it is something else. */
+ * -1 when it is something else (or does not fit). */
 static int to_int(const Span *v, int64_t *out) {
     if (v->kind == ABSENT || v->kind == JNULL) return 0;
-    if ((v->kind != NUMBER && v->kind != STRING) || v->escaped || v->n == 0 || v->n > 19)
+    if ((v->kind != NUMBER && v->kind != STRING) || v->escaped || v->n == 0 || v->n > 20)
         return -1;
     const char *p = v->s, *end = v->s + v->n;
     int negative = *p == '-';
     if (negative && ++p == end) return -1;
-    int64_t value = 0;
+    uint64_t value = 0;
     for (; p < end; p++) {
-        if (*p < '0' || *p > '9') return -1;
-        value = value * 10 + (*p - '0');
+        if (*p < '0' || *p > '9' || value > (UINT64_MAX - 9) / 10) return -1;
+        value = value * 10 + (uint64_t)(*p - '0');
     }
-    *out = negative ? -value : value;
+    if (value > (uint64_t)INT64_MAX) return -1;
+    *out = negative ? -(int64_t)value : (int64_t)value;
     return 1;
 }
 
-static int double_push(Column *c, Py_ssize_t row, const Span *v) {
-    double d = 0;
-    int ok = (v->kind == NUMBER || (v->kind == STRING && !v->escaped)) && to_double(v->s, v->n, &d);
-    if (valid_push(c, row, ok) < 0) return -1;
-    return buf_put(&c->data, &d, sizeof d);
+static int to_float(const Span *v, double *out) {
+    return (v->kind == NUMBER || (v->kind == STRING && !v->escaped)) && to_double(v->s, v->n, out);
 }
 
 /* ------------------------------------------------------------------ UTF-8 */
@@ -457,33 +518,55 @@ static Py_ssize_t utf8_invalid_at(const unsigned char *s, Py_ssize_t n) {
 
 /* ------------------------------------------------------------------ the scanner */
 
-enum { FIELD_PH, FIELD_NAME, FIELD_PID, FIELD_TID, FIELD_CAT, FIELD_ID, FIELD_TS, FIELD_DUR,
-       FIELD_ARGS, N_FIELDS };
+enum { F_PH, F_NAME, F_PID, F_TID, F_CAT, F_ID, F_TS, F_DUR, F_ARGS, N_FIELDS };
 static const char *FIELD_NAMES[N_FIELDS] = {"ph", "name", "pid", "tid", "cat",
                                              "id", "ts", "dur", "args"};
+static Py_ssize_t FIELD_LENS[N_FIELDS];
+
+/* The columns of each table; slices then has one column per args group. */
+enum { S_PH, S_NAME, S_PID, S_TID, S_CAT, S_TS, S_DUR, S_ARGS, S_GROUPS };
+enum { O_PH, O_NAME, O_PID, O_TID, O_CAT, O_ID, O_TS, O_ARGS, O_COLUMNS };
+enum { C_EVENT, C_SERIES, C_VALUE, C_COLUMNS };
+enum { GROUP_TEXT, GROUP_INT, GROUP_ID }; /* an id: an int whose "none" sentinel becomes null */
+
+typedef struct {
+    Py_ssize_t rows;
+    int n_columns;
+    Column columns[MAX_COLUMNS];
+} Table;
+
+static void table_add(Table *t, const char *name, int type) {
+    Column *c = &t->columns[t->n_columns++];
+    memset(c, 0, sizeof *c);
+    c->name = name;
+    c->type = type;
+}
 
 enum { BEFORE_ARRAY, IN_ARRAY, AFTER_EVENT, AFTER_ARRAY };
 
 typedef struct {
     PyObject_HEAD
     int state;
-    Py_ssize_t rows;          /* events in the current batch */
-    Py_ssize_t total_rows;    /* events before the current batch */
-    Column fields[N_FIELDS];  /* ts: int64, dur: double, the rest text */
+    Table slices, others, samples;
+    Py_ssize_t others_before; /* others rows handed over by earlier takes */
+    int n_groups;
+    char *group_names[MAX_GROUPS];
+    int group_kinds[MAX_GROUPS];
     int n_keys;
     char *keys[MAX_KEYS];
     Py_ssize_t key_lens[MAX_KEYS];
+    int key_group[MAX_KEYS], key_rank[MAX_KEYS]; /* its group, and its place in it */
     uint64_t key_len_mask; /* bit n set: some key is n bytes long (a cheap first filter) */
-    /* args members with those keys, one row each: (event row, key index, value text) */
-    Py_ssize_t keyed_rows;
-    Column keyed_event, keyed_key, keyed_value;
-    Py_ssize_t counter_rows;
-    Column counter_event, counter_series, counter_value;
-    /* members of the current event's args: key and value spans, for counter rows */
-    Span *members;
+    Span *members;         /* key and value spans of the current event's args */
     Py_ssize_t n_members, cap_members;
     char error[200];
 } Scanner;
+
+typedef struct {
+    Span fields[N_FIELDS];
+    Span groups[MAX_GROUPS];
+    int ranks[MAX_GROUPS];
+} Event;
 
 static int member_push(Scanner *sc, Span key, Span value) {
     if (sc->n_members + 2 > sc->cap_members) {
@@ -498,9 +581,17 @@ static int member_push(Scanner *sc, Span key, Span value) {
     return 0;
 }
 
-/* Parse the args object at p: its text and the members the caller asked for. */
-static const char *scan_args(Scanner *sc, const char *p, const char *end, Span *args,
-                             Span *keyed) {
+static void reset_args(Scanner *sc, Event *ev) {
+    sc->n_members = 0;
+    for (int g = 0; g < sc->n_groups; g++) {
+        ev->groups[g].kind = ABSENT;
+        ev->ranks[g] = MAX_KEYS;
+    }
+}
+
+/* Parse the args object at p: its text, its members, and the best key of each group. */
+static const char *scan_args(Scanner *sc, const char *p, const char *end, Event *ev) {
+    reset_args(sc, ev); /* a repeated args key: the last one counts */
     const char *q = skip_ws(p + 1, end);
     if (q >= end) return NULL;
     if (*q == '}') goto close;
@@ -518,7 +609,11 @@ static const char *scan_args(Scanner *sc, const char *p, const char *end, Span *
         if (!key.escaped && key.n < 64 && (sc->key_len_mask >> key.n) & 1) {
             for (int k = 0; k < sc->n_keys; k++) {
                 if (sc->key_lens[k] == key.n && memcmp(sc->keys[k], key.s, (size_t)key.n) == 0) {
-                    keyed[k] = value;
+                    int g = sc->key_group[k];
+                    if (sc->key_rank[k] < ev->ranks[g] && value.kind != JNULL) {
+                        ev->groups[g] = value;
+                        ev->ranks[g] = sc->key_rank[k];
+                    }
                     break;
                 }
             }
@@ -535,14 +630,12 @@ static const char *scan_args(Scanner *sc, const char *p, const char *end, Span *
         return BAD;
     }
 close:
-    args->s = p;
-    args->n = q + 1 - p;
-    args->kind = COMPOUND;
-    args->escaped = 0;
+    ev->fields[F_ARGS].s = p;
+    ev->fields[F_ARGS].n = q + 1 - p;
+    ev->fields[F_ARGS].kind = COMPOUND;
+    ev->fields[F_ARGS].escaped = 0;
     return q + 1;
 }
-
-static Py_ssize_t FIELD_LENS[N_FIELDS];
 
 static int field_of(const Span *key) {
     if (key->escaped || key->n > 4) return -1;
@@ -553,65 +646,109 @@ static int field_of(const Span *key) {
     return -1;
 }
 
-/* Append one parsed event to the columns. */
-static int commit_event(Scanner *sc, Span *fields, Span *keyed) {
-    Py_ssize_t row = sc->rows;
-    for (int f = 0; f < N_FIELDS; f++) {
-        Column *c = &sc->fields[f];
-        const Span *v = &fields[f];
-        if (f == FIELD_TS) {
-            int64_t ns = 0;
-            int ok = (v->kind == STRING || v->kind == NUMBER) && !v->escaped &&
-                     us_to_ns(v->s, v->n, &ns);
-            if (valid_push(c, row, ok) < 0 || buf_put(&c->data, &ns, sizeof ns) < 0) return -1;
-        } else if (f == FIELD_DUR) {
-            if (double_push(c, row, v) < 0) return -1;
-        } else if (f == FIELD_PID || f == FIELD_TID) {
-            int64_t id = 0;
-            int ok = to_int(v, &id);
-            if (ok < 0) {
-                snprintf(sc->error, sizeof sc->error, "a %s that is not an integer",
-                         FIELD_NAMES[f]);
-                return -2;
-            }
-            if (valid_push(c, row, ok) < 0 || buf_put(&c->data, &id, sizeof id) < 0) return -1;
-        } else if (text_push(c, row, v) < 0) {
-            return -1;
+/* Errors of commit_event besides out of memory: the message is in sc->error. */
+#define REFUSED -3
+
+static int pid_tid(Scanner *sc, const Event *ev, int64_t *ids, int *ok) {
+    for (int i = 0; i < 2; i++) {
+        ok[i] = to_int(&ev->fields[F_PID + i], &ids[i]);
+        if (ok[i] < 0) {
+            snprintf(sc->error, sizeof sc->error, "a %s that is not an integer",
+                     FIELD_NAMES[F_PID + i]);
+            return REFUSED;
         }
     }
-    int64_t event = sc->total_rows + row;
-    for (int32_t k = 0; k < sc->n_keys; k++) {
-        if (keyed[k].kind == ABSENT || keyed[k].kind == JNULL) continue;
-        Py_ssize_t krow = sc->keyed_rows++;
-        if (valid_push(&sc->keyed_event, krow, 1) < 0 ||
-            buf_put(&sc->keyed_event.data, &event, sizeof event) < 0 ||
-            valid_push(&sc->keyed_key, krow, 1) < 0 ||
-            buf_put(&sc->keyed_key.data, &k, sizeof k) < 0 ||
-            text_push(&sc->keyed_value, krow, &keyed[k]) < 0)
-            return -1;
-    }
-    const Span *ph = &fields[FIELD_PH];
-    if (ph->kind == STRING && ph->n == 1 && ph->s[0] == 'C') {
-        for (Py_ssize_t m = 0; m + 1 < sc->n_members; m += 2) {
-            Py_ssize_t crow = sc->counter_rows++;
-            if (valid_push(&sc->counter_event, crow, 1) < 0 ||
-                buf_put(&sc->counter_event.data, &event, sizeof event) < 0 ||
-                text_push(&sc->counter_series, crow, &sc->members[m]) < 0 ||
-                double_push(&sc->counter_value, crow, &sc->members[m + 1]) < 0)
-                return -1;
-        }
-    }
-    sc->rows++;
     return 0;
+}
+
+#define TRY(expr)                     \
+    do {                              \
+        int rc_ = (expr);             \
+        if (rc_ < 0) return rc_;      \
+    } while (0)
+
+static int commit_slice(Scanner *sc, const Event *ev, const int64_t *ids, const int *ok,
+                        int ts_ok, int64_t ts) {
+    Table *t = &sc->slices;
+    Column *c = t->columns;
+    Py_ssize_t row = t->rows;
+    double dur = 0;
+    int64_t dur_ns = 0;
+    if (to_float(&ev->fields[F_DUR], &dur) && fabs(dur) < 9e15) dur_ns = llround(dur * 1000);
+    TRY(text_push(&c[S_PH], row, &ev->fields[F_PH]));
+    TRY(text_push(&c[S_NAME], row, &ev->fields[F_NAME]));
+    TRY(int_push(&c[S_PID], row, ok[0], ids[0]));
+    TRY(int_push(&c[S_TID], row, ok[1], ids[1]));
+    TRY(text_push(&c[S_CAT], row, &ev->fields[F_CAT]));
+    TRY(int_push(&c[S_TS], row, ts_ok, ts));
+    TRY(int_push(&c[S_DUR], row, 1, dur_ns)); /* no duration: 0, as the DuckDB path */
+    TRY(text_push(&c[S_ARGS], row, &ev->fields[F_ARGS]));
+    for (int g = 0; g < sc->n_groups; g++) {
+        Column *gc = &c[S_GROUPS + g];
+        if (sc->group_kinds[g] == GROUP_TEXT) {
+            TRY(text_push(gc, row, &ev->groups[g]));
+            continue;
+        }
+        int64_t value = 0;
+        int is_int = to_int(&ev->groups[g], &value) == 1;
+        if (sc->group_kinds[g] == GROUP_ID && value == 4294967295LL) is_int = 0;
+        TRY(int_push(gc, row, is_int, value));
+    }
+    t->rows++;
+    return 0;
+}
+
+static int commit_other(Scanner *sc, const Event *ev, const int64_t *ids, const int *ok,
+                        int ts_ok, int64_t ts) {
+    Table *t = &sc->others;
+    Column *c = t->columns;
+    Py_ssize_t row = t->rows;
+    const Span *ph = &ev->fields[F_PH];
+    int one = ph->kind == STRING && ph->n == 1;
+    Span none = {0};
+    TRY(text_push(&c[O_PH], row, ph));
+    TRY(text_push(&c[O_NAME], row, &ev->fields[F_NAME]));
+    TRY(int_push(&c[O_PID], row, ok[0], ids[0]));
+    TRY(int_push(&c[O_TID], row, ok[1], ids[1]));
+    TRY(text_push(&c[O_CAT], row, &ev->fields[F_CAT]));
+    TRY(text_push(&c[O_ID], row, &ev->fields[F_ID]));
+    TRY(int_push(&c[O_TS], row, ts_ok, ts));
+    /* Only metadata args are read (names); counters' args become samples. */
+    TRY(text_push(&c[O_ARGS], row, one && ph->s[0] == 'M' ? &ev->fields[F_ARGS] : &none));
+    if (one && ph->s[0] == 'C') {
+        Table *st = &sc->samples;
+        Column *sc_ = st->columns;
+        int64_t event = sc->others_before + row;
+        for (Py_ssize_t m = 0; m + 1 < sc->n_members; m += 2) {
+            double value = 0;
+            int is_number = to_float(&sc->members[m + 1], &value);
+            TRY(int_push(&sc_[C_EVENT], st->rows, 1, event));
+            TRY(text_push(&sc_[C_SERIES], st->rows, &sc->members[m]));
+            TRY(float_push(&sc_[C_VALUE], st->rows, is_number, value));
+            st->rows++;
+        }
+    }
+    t->rows++;
+    return 0;
+}
+
+static int commit_event(Scanner *sc, const Event *ev) {
+    int64_t ids[2] = {0, 0}, ts = 0;
+    int ok[2];
+    TRY(pid_tid(sc, ev, ids, ok));
+    const Span *t = &ev->fields[F_TS];
+    int ts_ok = (t->kind == STRING || t->kind == NUMBER) && !t->escaped && us_to_ns(t->s, t->n, &ts);
+    const Span *ph = &ev->fields[F_PH];
+    int slice = ph->kind == STRING && ph->n == 1 &&
+                (ph->s[0] == 'X' || ph->s[0] == 'i' || ph->s[0] == 'I');
+    return slice ? commit_slice(sc, ev, ids, ok, ts_ok, ts) : commit_other(sc, ev, ids, ok, ts_ok, ts);
 }
 
 /* One event object at p. */
 static const char *scan_event(Scanner *sc, const char *p, const char *end) {
-    Span fields[N_FIELDS];
-    Span keyed[MAX_KEYS];
-    memset(fields, 0, sizeof fields);
-    memset(keyed, 0, sizeof(Span) * (size_t)sc->n_keys);
-    sc->n_members = 0;
+    Event ev;
+    memset(ev.fields, 0, sizeof ev.fields);
+    reset_args(sc, &ev);
     if (*p != '{') return BAD;
     const char *q = skip_ws(p + 1, end);
     if (q >= end) return NULL;
@@ -627,12 +764,11 @@ static const char *scan_event(Scanner *sc, const char *p, const char *end) {
             q = skip_ws(q + 1, end);
             if (q >= end) return NULL;
             int f = field_of(&key);
-            if (f == FIELD_ARGS && *q == '{') {
-                sc->n_members = 0; /* a repeated key: the last one counts */
-                memset(keyed, 0, sizeof(Span) * (size_t)sc->n_keys);
-                q = scan_args(sc, q, end, &fields[f], keyed);
+            if (f == F_ARGS && *q == '{') {
+                q = scan_args(sc, q, end, &ev);
             } else {
-                q = scan_value(q, end, f >= 0 ? &fields[f] : NULL);
+                if (f == F_ARGS) reset_args(sc, &ev);
+                q = scan_value(q, end, f >= 0 ? &ev.fields[f] : NULL);
             }
             if (q == NULL || q == BAD) return q;
             q = skip_ws(q, end);
@@ -646,9 +782,11 @@ static const char *scan_event(Scanner *sc, const char *p, const char *end) {
             return BAD;
         }
     }
-    int rc = commit_event(sc, fields, keyed);
+    int rc = commit_event(sc, &ev);
     if (rc < 0) {
         if (rc == -1) snprintf(sc->error, sizeof sc->error, "out of memory");
+        if (rc == TOO_LARGE)
+            snprintf(sc->error, sizeof sc->error, "more than 2 GiB of text in one column");
         return BAD;
     }
     return q + 1;
@@ -664,8 +802,7 @@ static Py_ssize_t scan_block(Scanner *sc, const char *data, Py_ssize_t n, Py_ssi
         *where = q - data;
         switch (sc->state) {
             case BEFORE_ARRAY:
-                if (sc->total_rows == 0 && sc->rows == 0 && end - q >= 3 &&
-                    memcmp(q, "\xEF\xBB\xBF", 3) == 0) {
+                if (end - q >= 3 && memcmp(q, "\xEF\xBB\xBF", 3) == 0) {
                     p = q + 3; /* a byte order mark */
                     continue;
                 }
@@ -713,55 +850,109 @@ static Py_ssize_t scan_block(Scanner *sc, const char *data, Py_ssize_t n, Py_ssi
 
 /* ------------------------------------------------------------------ Python API */
 
+static void table_free(Table *t) {
+    for (int i = 0; i < t->n_columns; i++) column_free(&t->columns[i]);
+}
+
 static void scanner_dealloc(Scanner *sc) {
-    for (int f = 0; f < N_FIELDS; f++) column_free(&sc->fields[f]);
+    table_free(&sc->slices);
+    table_free(&sc->others);
+    table_free(&sc->samples);
     for (int k = 0; k < sc->n_keys; k++) free(sc->keys[k]);
-    column_free(&sc->keyed_event);
-    column_free(&sc->keyed_key);
-    column_free(&sc->keyed_value);
-    column_free(&sc->counter_event);
-    column_free(&sc->counter_series);
-    column_free(&sc->counter_value);
+    for (int g = 0; g < sc->n_groups; g++) free(sc->group_names[g]);
     free(sc->members);
     Py_TYPE(sc)->tp_free((PyObject *)sc);
 }
 
-static int scanner_init(Scanner *sc, PyObject *args, PyObject *kwds) {
-    static char *kwlist[] = {"arg_keys", NULL};
-    PyObject *keys;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O", kwlist, &keys)) return -1;
-    PyObject *seq = PySequence_Fast(keys, "arg_keys must be a sequence of str");
+static char *copy_str(PyObject *obj, Py_ssize_t *len) {
+    const char *s = PyUnicode_AsUTF8AndSize(obj, len);
+    if (!s) return NULL;
+    char *out = malloc((size_t)*len + 1);
+    if (!out) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    memcpy(out, s, (size_t)*len + 1);
+    return out;
+}
+
+/* groups: a sequence of (column name, "text" | "int" | "id", keys in order of preference). */
+static int add_groups(Scanner *sc, PyObject *groups) {
+    PyObject *seq = PySequence_Fast(groups, "groups must be a sequence");
     if (!seq) return -1;
+    int rc = -1;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-    if (n > MAX_KEYS) {
-        Py_DECREF(seq);
-        PyErr_Format(PyExc_ValueError, "at most %d arg_keys", MAX_KEYS);
+    if (n > MAX_GROUPS || S_GROUPS + n > MAX_COLUMNS) {
+        PyErr_Format(PyExc_ValueError, "at most %d groups", MAX_GROUPS);
+        goto done;
+    }
+    for (Py_ssize_t g = 0; g < n; g++) {
+        PyObject *name, *kind, *keys;
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, g), "UUO", &name, &kind, &keys))
+            goto done;
+        Py_ssize_t len;
+        const char *k = PyUnicode_AsUTF8(kind);
+        if (!k) goto done;
+        int type = strcmp(k, "text") == 0 ? GROUP_TEXT
+                   : strcmp(k, "int") == 0 ? GROUP_INT
+                   : strcmp(k, "id") == 0  ? GROUP_ID
+                                           : -1;
+        if (type < 0) {
+            PyErr_Format(PyExc_ValueError, "group kind %R: expected text, int or id", kind);
+            goto done;
+        }
+        if (!(sc->group_names[g] = copy_str(name, &len))) goto done;
+        sc->group_kinds[g] = type;
+        sc->n_groups = (int)g + 1;
+        PyObject *kseq = PySequence_Fast(keys, "group keys must be a sequence of str");
+        if (!kseq) goto done;
+        for (Py_ssize_t r = 0; r < PySequence_Fast_GET_SIZE(kseq); r++) {
+            if (sc->n_keys >= MAX_KEYS) {
+                PyErr_Format(PyExc_ValueError, "at most %d keys", MAX_KEYS);
+                Py_DECREF(kseq);
+                goto done;
+            }
+            char *key = copy_str(PySequence_Fast_GET_ITEM(kseq, r), &len);
+            if (!key || len >= 64) {
+                if (key) PyErr_Format(PyExc_ValueError, "key %s is longer than 63 bytes", key);
+                free(key);
+                Py_DECREF(kseq);
+                goto done;
+            }
+            sc->keys[sc->n_keys] = key;
+            sc->key_lens[sc->n_keys] = len;
+            sc->key_group[sc->n_keys] = (int)g;
+            sc->key_rank[sc->n_keys++] = (int)r;
+            sc->key_len_mask |= (uint64_t)1 << len;
+        }
+        Py_DECREF(kseq);
+    }
+    rc = 0;
+done:
+    Py_DECREF(seq);
+    return rc;
+}
+
+static int scanner_init(Scanner *sc, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"groups", NULL};
+    PyObject *groups;
+    if (sc->n_keys || sc->n_groups || sc->slices.n_columns) {
+        PyErr_SetString(PyExc_RuntimeError, "a Scanner is initialised once");
         return -1;
     }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        Py_ssize_t len;
-        const char *s = PyUnicode_AsUTF8AndSize(PySequence_Fast_GET_ITEM(seq, i), &len);
-        if (!s) {
-            Py_DECREF(seq);
-            return -1;
-        }
-        sc->keys[sc->n_keys] = malloc((size_t)len + 1);
-        if (!sc->keys[sc->n_keys]) {
-            Py_DECREF(seq);
-            PyErr_NoMemory();
-            return -1;
-        }
-        memcpy(sc->keys[sc->n_keys], s, (size_t)len + 1);
-        if (len >= 64) {
-            PyErr_Format(PyExc_ValueError, "arg key %R is longer than 63 bytes",
-                         PySequence_Fast_GET_ITEM(seq, i));
-            Py_DECREF(seq);
-            return -1;
-        }
-        sc->key_len_mask |= (uint64_t)1 << len;
-        sc->key_lens[sc->n_keys++] = len;
-    }
-    Py_DECREF(seq);
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O", kwlist, &groups)) return -1;
+    if (add_groups(sc, groups) < 0) return -1;
+    const char *slice_names[] = {"ph", "name", "pid", "tid", "cat", "ts", "dur_ns", "args"};
+    const int slice_types[] = {TEXT, TEXT, INT64, INT64, TEXT, INT64, INT64, TEXT};
+    for (int i = 0; i < S_GROUPS; i++) table_add(&sc->slices, slice_names[i], slice_types[i]);
+    for (int g = 0; g < sc->n_groups; g++)
+        table_add(&sc->slices, sc->group_names[g], sc->group_kinds[g] == GROUP_TEXT ? TEXT : INT64);
+    const char *other_names[] = {"ph", "name", "pid", "tid", "cat", "id", "ts", "args"};
+    const int other_types[] = {TEXT, TEXT, INT64, INT64, TEXT, TEXT, INT64, TEXT};
+    for (int i = 0; i < O_COLUMNS; i++) table_add(&sc->others, other_names[i], other_types[i]);
+    table_add(&sc->samples, "event", INT64);
+    table_add(&sc->samples, "series", TEXT);
+    table_add(&sc->samples, "value", FLOAT64);
     return 0;
 }
 
@@ -802,17 +993,16 @@ static PyObject *scanner_feed(Scanner *sc, PyObject *args) {
  * and frees it with the last array that uses it. */
 typedef struct {
     PyObject_HEAD
-    char *p;
-    Py_ssize_t len;
+    Buf buf;
 } Owned;
 
 static void owned_dealloc(Owned *o) {
-    free(o->p);
+    buf_free(&o->buf);
     Py_TYPE(o)->tp_free((PyObject *)o);
 }
 
 static int owned_getbuffer(Owned *o, Py_buffer *view, int flags) {
-    return PyBuffer_FillInfo(view, (PyObject *)o, o->p, o->len, 1, flags);
+    return PyBuffer_FillInfo(view, (PyObject *)o, o->buf.p ? o->buf.p : "", o->buf.len, 1, flags);
 }
 
 static PyBufferProcs owned_as_buffer = {.bf_getbuffer = (getbufferproc)owned_getbuffer};
@@ -830,55 +1020,42 @@ static PyTypeObject OwnedType = {
 static PyObject *hand_over(Buf *b) {
     Owned *o = PyObject_New(Owned, &OwnedType);
     if (!o) return NULL;
-    o->p = realloc(b->p, (size_t)(b->len ? b->len : 1)); /* give back the growth slack */
-    if (!o->p) o->p = b->p;
-    o->len = b->len;
+    o->buf = *b;
     b->p = NULL;
     b->len = b->cap = 0;
     return (PyObject *)o;
 }
 
-/* (rows, nulls, validity, offsets or None, data) for pyarrow.Array.from_buffers. */
-static PyObject *column_take(Column *c, Py_ssize_t rows, int text) {
-    PyObject *out = Py_BuildValue("(nnNNN)", rows, c->nulls, hand_over(&c->valid),
-                                  text ? hand_over(&c->offsets) : Py_NewRef(Py_None),
-                                  hand_over(&c->data));
-    column_reset(c);
+static const char *TYPE_NAMES[] = {"text", "int64", "float64"};
+
+/* {column: (type, rows, nulls, validity, values or views, data or None)}; the table starts
+ * over empty. */
+static PyObject *table_take(Table *t) {
+    PyObject *out = PyDict_New();
+    if (!out) return NULL;
+    for (int i = 0; i < t->n_columns; i++) {
+        Column *c = &t->columns[i];
+        PyObject *col = Py_BuildValue(
+            "(snnNNN)", TYPE_NAMES[c->type], t->rows, c->nulls, hand_over(&c->valid),
+            hand_over(&c->values), c->type == TEXT ? hand_over(&c->data) : Py_NewRef(Py_None));
+        if (!col || PyDict_SetItemString(out, c->name, col) < 0) {
+            Py_XDECREF(col);
+            Py_DECREF(out);
+            return NULL;
+        }
+        Py_DECREF(col);
+        c->nulls = 0;
+    }
+    t->rows = 0;
     return out;
 }
 
-static int take_into(PyObject *dict, const char *name, Column *c, Py_ssize_t rows, int text) {
-    if (text && c->offsets.len == 0 && offset_push(c) < 0) return -1; /* no rows: one offset */
-    PyObject *col = column_take(c, rows, text);
-    if (!col) return -1;
-    int rc = PyDict_SetItemString(dict, name, col);
-    Py_DECREF(col);
-    return rc;
-}
-
 static PyObject *scanner_take(Scanner *sc, PyObject *Py_UNUSED(ignored)) {
-    PyObject *events = PyDict_New(), *counters = PyDict_New(), *keyed = PyDict_New();
-    if (!events || !counters || !keyed) goto fail;
-    for (int f = 0; f < N_FIELDS; f++)
-        if (take_into(events, FIELD_NAMES[f], &sc->fields[f], sc->rows,
-                      f != FIELD_TS && f != FIELD_DUR && f != FIELD_PID && f != FIELD_TID) < 0)
-            goto fail;
-    if (take_into(keyed, "event", &sc->keyed_event, sc->keyed_rows, 0) < 0 ||
-        take_into(keyed, "key", &sc->keyed_key, sc->keyed_rows, 0) < 0 ||
-        take_into(keyed, "value", &sc->keyed_value, sc->keyed_rows, 1) < 0)
-        goto fail;
-    if (take_into(counters, "event", &sc->counter_event, sc->counter_rows, 0) < 0 ||
-        take_into(counters, "series", &sc->counter_series, sc->counter_rows, 1) < 0 ||
-        take_into(counters, "value", &sc->counter_value, sc->counter_rows, 0) < 0)
-        goto fail;
-    sc->total_rows += sc->rows;
-    sc->rows = sc->counter_rows = sc->keyed_rows = 0;
-    return Py_BuildValue("(NNN)", events, keyed, counters);
-fail:
-    Py_XDECREF(events);
-    Py_XDECREF(keyed);
-    Py_XDECREF(counters);
-    return PyErr_Occurred() ? NULL : PyErr_NoMemory();
+    Py_ssize_t others = sc->others.rows;
+    PyObject *result = Py_BuildValue("(NNN)", table_take(&sc->slices), table_take(&sc->others),
+                                     table_take(&sc->samples));
+    if (result) sc->others_before += others;
+    return result;
 }
 
 static PyMethodDef scanner_methods[] = {
@@ -887,8 +1064,8 @@ static PyMethodDef scanner_methods[] = {
      "Bytes not consumed (an event cut by the block's end) must lead the next block. Raises\n"
      "ValueError, with the offset in the block, on input this scanner does not read."},
     {"take", (PyCFunction)scanner_take, METH_NOARGS,
-     "take() -> (events, keyed args, counters): the rows parsed since the last take, as\n"
-     "Arrow buffers (rows, nulls, validity, offsets or None, data) per column."},
+     "take() -> (slices, others, samples): the rows parsed since the last take, each table a\n"
+     "dict {column: (type, rows, nulls, validity, values or views, data or None)}."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -896,7 +1073,7 @@ static PyTypeObject ScannerType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "traceanalyzer.parse._trace_scan.Scanner",
     .tp_basicsize = sizeof(Scanner),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Scanner(arg_keys): parse trace_view.json blocks into Arrow column buffers.",
+    .tp_doc = "Scanner(groups): parse trace_view.json blocks into Arrow columns.",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)scanner_init,
     .tp_dealloc = (destructor)scanner_dealloc,

@@ -11,14 +11,24 @@ from dataclasses import dataclass, field
 # Values msprof writes for "none" in id fields (uint32 and uint64 all-ones); they become null.
 SENTINELS = (4294967295, 18446744073709551615)
 
-# Args flattened into columns. `args` keeps the event's whole object: removing these keys cost
-# a fifth of the slices time, and the stream key that was written ("Stream Id" in G1,
-# "Physic Stream Id" after) tells the generation.
-FLATTENED_KEYS = (
-    "Task Type", "task type", "Task Id", "task id", "Model Id", "model id", "connection_id",
-    "Physic Stream Id", "Stream Id", "stream id", "level", "Mode", "id",
-    "memcpy direction", "operation", "data size(Byte)", "size(B)",
-)  # fmt: skip
+# Args flattened into slices columns: (column, kind, keys in order of preference). A kind "id"
+# is an integer whose "none" sentinel becomes null; "int" an integer; "text" the value as text.
+# `args` keeps the event's whole object: removing these keys cost a fifth of the slices time,
+# and the stream key that was written ("Stream Id" in G1, "Physic Stream Id" after) tells the
+# generation.
+ARG_COLUMNS = (
+    ("stream_id", "id", ("Physic Stream Id", "Stream Id", "stream id")),
+    ("task_type", "text", ("Task Type", "task type")),
+    ("task_id", "id", ("Task Id", "task id")),
+    ("model_id", "id", ("Model Id", "model id")),
+    ("connection_id", "id", ("connection_id",)),
+    ("api_level", "text", ("level",)),
+    ("api_mode", "text", ("Mode",)),
+    ("api_id", "text", ("id",)),
+    ("memcpy_direction", "text", ("memcpy direction", "operation")),
+    ("memcpy_size", "int", ("data size(Byte)", "size(B)")),
+)
+FLATTENED_KEYS = tuple(key for _, _, keys in ARG_COLUMNS for key in keys)
 
 
 @dataclass

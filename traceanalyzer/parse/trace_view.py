@@ -30,7 +30,7 @@ from traceanalyzer.parse.json_array import (
 )
 from traceanalyzer.parse import trace_native
 from traceanalyzer.parse.sink import TableSink, connect_duckdb, duckdb_select_list
-from traceanalyzer.parse.trace_shared import FLATTENED_KEYS, SENTINELS, TraceResult
+from traceanalyzer.parse.trace_shared import ARG_COLUMNS, FLATTENED_KEYS, SENTINELS, TraceResult
 from traceanalyzer.timeutil import duckdb_us_to_ns
 
 _SQL_SENTINELS = "(" + ", ".join(str(v) for v in SENTINELS) + ")"
@@ -81,6 +81,14 @@ def _slice_columns(process: str, thread: str) -> dict[str, str]:
     """SQL for each slices column over the raw scan; names are resolved by map lookups."""
     ns, dur = "ts_ns", "dur_ns"  # computed once per row, at load and by the inner query
     is_cann = f"({process} = 'CANN' AND regexp_matches(name, '^[A-Za-z]+@'))"
+    flattened = {
+        column: _flat_str(*keys)
+        if kind == "text"
+        else _no_sentinel(_flat_int(*keys))
+        if kind == "id"
+        else _flat_int(*keys)
+        for column, kind, keys in ARG_COLUMNS
+    }
     return {
         "ph": "ph",
         "process": process,
@@ -92,19 +100,11 @@ def _slice_columns(process: str, thread: str) -> dict[str, str]:
         "start_ns": ns,
         "dur_ns": dur,
         "end_ns": f"{ns} + {dur}",
-        "stream_id": f"coalesce({_no_sentinel(_flat_int('Physic Stream Id', 'Stream Id', 'stream id'))},"
+        **flattened,
+        "stream_id": f"coalesce({flattened['stream_id']},"
         f" CASE WHEN {process} = 'Ascend Hardware' THEN TRY_CAST(tid AS BIGINT) END)",
-        "task_type": _flat_str("Task Type", "task type"),
-        "task_id": _no_sentinel(_flat_int("Task Id", "task id")),
-        "model_id": _no_sentinel(_flat_int("Model Id", "model id")),
-        "connection_id": _no_sentinel(_flat_int("connection_id")),
         "api_layer": f"CASE WHEN {is_cann} THEN split_part(name, '@', 1) END",
         "api_name": f"CASE WHEN {is_cann} THEN substr(name, strpos(name, '@') + 1) END",
-        "api_level": _flat("level"),
-        "api_mode": _flat("Mode"),
-        "api_id": _flat("id"),
-        "memcpy_direction": _flat_str("memcpy direction", "operation"),
-        "memcpy_size": _flat_int("data size(Byte)", "size(B)"),
         "args": "nullif(args, '{}')",
     }
 
