@@ -12,14 +12,17 @@
  * files. The parse loop touches no Python object, so it runs without the GIL and several
  * scanners share the cores.
  *
- * Three tables come out:
+ * Five tables come out, each row a few fixed-width values (text as 16-byte views):
  * - slices: the X/i/I events: ph, name, pid, tid, cat, ts (exact ns from the decimal digits,
- *   never through a double), dur_ns, args (minified JSON), and one column per group of args keys
- *   the caller names (the first key of a group present wins; int groups are null when the value
- *   is not an integer, or is a "none" sentinel when asked);
- * - others: every other event: ph, name, pid, tid, cat, id, ts, and args for metadata (M) only;
- * - samples: one row per member of a counter (C) event's args: its row in others, the member's
- *   key, and its value as a double (null when not a number).
+ *   never through a double), dur_ns, args (minified JSON);
+ * - flat: for the slices with any of the args keys the caller names: the slice's row and one
+ *   column per group of keys (the first key of a group present wins; "int" and "id" groups are
+ *   null when the value is not an integer, "id" ones also on the uint32 "none" sentinel). Few
+ *   slices have any, so this costs little where dense columns would cost 16 bytes a row each;
+ * - counters: the C events: pid, tid, name, ts;
+ * - samples: one row per member of a counter's args: its counter's row, the member's key, and
+ *   its value as a double (null when not a number);
+ * - others: every other event: ph, name, pid, tid, cat, id, ts, and args for metadata (M) only.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -524,13 +527,18 @@ static const char *FIELD_NAMES[N_FIELDS] = {"ph", "name", "pid", "tid", "cat",
 static Py_ssize_t FIELD_LENS[N_FIELDS];
 
 /* The columns of each table; slices then has one column per args group. */
-enum { S_PH, S_NAME, S_PID, S_TID, S_CAT, S_TS, S_DUR, S_ARGS, S_GROUPS };
-enum { O_PH, O_NAME, O_PID, O_TID, O_CAT, O_ID, O_TS, O_ARGS, O_COLUMNS };
+enum { T_SLICES, T_FLAT, T_COUNTERS, T_SAMPLES, T_OTHERS, N_TABLES };
+static const char *TABLE_NAMES[N_TABLES] = {"slices", "flat", "counters", "samples", "others"};
+enum { S_PH, S_NAME, S_PID, S_TID, S_CAT, S_TS, S_DUR, S_ARGS, S_COLUMNS };
+enum { FLAT_ROW, FLAT_GROUPS };
+enum { K_PID, K_TID, K_NAME, K_TS, K_COLUMNS };
 enum { C_EVENT, C_SERIES, C_VALUE, C_COLUMNS };
+enum { O_PH, O_NAME, O_PID, O_TID, O_CAT, O_ID, O_TS, O_ARGS, O_COLUMNS };
 enum { GROUP_TEXT, GROUP_INT, GROUP_ID }; /* an id: an int whose "none" sentinel becomes null */
 
 typedef struct {
-    Py_ssize_t rows;
+    Py_ssize_t rows;   /* in the current batch */
+    Py_ssize_t before; /* handed over by earlier takes: a row's number is before + row */
     int n_columns;
     Column columns[MAX_COLUMNS];
 } Table;
@@ -547,8 +555,7 @@ enum { BEFORE_ARRAY, IN_ARRAY, AFTER_EVENT, AFTER_ARRAY };
 typedef struct {
     PyObject_HEAD
     int state;
-    Table slices, others, samples;
-    Py_ssize_t others_before; /* others rows handed over by earlier takes */
+    Table tables[N_TABLES];
     int n_groups;
     char *group_names[MAX_GROUPS];
     int group_kinds[MAX_GROUPS];
@@ -667,24 +674,17 @@ static int pid_tid(Scanner *sc, const Event *ev, int64_t *ids, int *ok) {
         if (rc_ < 0) return rc_;      \
     } while (0)
 
-static int commit_slice(Scanner *sc, const Event *ev, const int64_t *ids, const int *ok,
-                        int ts_ok, int64_t ts) {
-    Table *t = &sc->slices;
+/* The members of the groups, when the event has any: one sparse row keyed by the slice's row. */
+static int commit_flat(Scanner *sc, const Event *ev, int64_t slice_row) {
+    int any = 0;
+    for (int g = 0; g < sc->n_groups; g++) any |= ev->groups[g].kind != ABSENT;
+    if (!any) return 0;
+    Table *t = &sc->tables[T_FLAT];
     Column *c = t->columns;
     Py_ssize_t row = t->rows;
-    double dur = 0;
-    int64_t dur_ns = 0;
-    if (to_float(&ev->fields[F_DUR], &dur) && fabs(dur) < 9e15) dur_ns = llround(dur * 1000);
-    TRY(text_push(&c[S_PH], row, &ev->fields[F_PH]));
-    TRY(text_push(&c[S_NAME], row, &ev->fields[F_NAME]));
-    TRY(int_push(&c[S_PID], row, ok[0], ids[0]));
-    TRY(int_push(&c[S_TID], row, ok[1], ids[1]));
-    TRY(text_push(&c[S_CAT], row, &ev->fields[F_CAT]));
-    TRY(int_push(&c[S_TS], row, ts_ok, ts));
-    TRY(int_push(&c[S_DUR], row, 1, dur_ns)); /* no duration: 0, as the DuckDB path */
-    TRY(text_push(&c[S_ARGS], row, &ev->fields[F_ARGS]));
+    TRY(int_push(&c[FLAT_ROW], row, 1, slice_row));
     for (int g = 0; g < sc->n_groups; g++) {
-        Column *gc = &c[S_GROUPS + g];
+        Column *gc = &c[FLAT_GROUPS + g];
         if (sc->group_kinds[g] == GROUP_TEXT) {
             TRY(text_push(gc, row, &ev->groups[g]));
             continue;
@@ -698,13 +698,56 @@ static int commit_slice(Scanner *sc, const Event *ev, const int64_t *ids, const 
     return 0;
 }
 
+static int commit_slice(Scanner *sc, const Event *ev, const int64_t *ids, const int *ok,
+                        int ts_ok, int64_t ts) {
+    Table *t = &sc->tables[T_SLICES];
+    Column *c = t->columns;
+    Py_ssize_t row = t->rows;
+    double dur = 0;
+    int64_t dur_ns = 0;
+    if (to_float(&ev->fields[F_DUR], &dur) && fabs(dur) < 9e15) dur_ns = llround(dur * 1000);
+    TRY(text_push(&c[S_PH], row, &ev->fields[F_PH]));
+    TRY(text_push(&c[S_NAME], row, &ev->fields[F_NAME]));
+    TRY(int_push(&c[S_PID], row, ok[0], ids[0]));
+    TRY(int_push(&c[S_TID], row, ok[1], ids[1]));
+    TRY(text_push(&c[S_CAT], row, &ev->fields[F_CAT]));
+    TRY(int_push(&c[S_TS], row, ts_ok, ts));
+    TRY(int_push(&c[S_DUR], row, 1, dur_ns)); /* no duration: 0, as the DuckDB path */
+    TRY(text_push(&c[S_ARGS], row, &ev->fields[F_ARGS]));
+    TRY(commit_flat(sc, ev, t->before + row));
+    t->rows++;
+    return 0;
+}
+
+/* A counter event: its identity, and one sample per member of its args. */
+static int commit_counter(Scanner *sc, const Event *ev, const int64_t *ids, const int *ok,
+                          int ts_ok, int64_t ts) {
+    Table *t = &sc->tables[T_COUNTERS], *st = &sc->tables[T_SAMPLES];
+    Column *c = t->columns, *sc_ = st->columns;
+    Py_ssize_t row = t->rows;
+    TRY(int_push(&c[K_PID], row, ok[0], ids[0]));
+    TRY(int_push(&c[K_TID], row, ok[1], ids[1]));
+    TRY(text_push(&c[K_NAME], row, &ev->fields[F_NAME]));
+    TRY(int_push(&c[K_TS], row, ts_ok, ts));
+    int64_t event = t->before + row;
+    for (Py_ssize_t m = 0; m + 1 < sc->n_members; m += 2) {
+        double value = 0;
+        int is_number = to_float(&sc->members[m + 1], &value);
+        TRY(int_push(&sc_[C_EVENT], st->rows, 1, event));
+        TRY(text_push(&sc_[C_SERIES], st->rows, &sc->members[m]));
+        TRY(float_push(&sc_[C_VALUE], st->rows, is_number, value));
+        st->rows++;
+    }
+    t->rows++;
+    return 0;
+}
+
 static int commit_other(Scanner *sc, const Event *ev, const int64_t *ids, const int *ok,
                         int ts_ok, int64_t ts) {
-    Table *t = &sc->others;
+    Table *t = &sc->tables[T_OTHERS];
     Column *c = t->columns;
     Py_ssize_t row = t->rows;
     const Span *ph = &ev->fields[F_PH];
-    int one = ph->kind == STRING && ph->n == 1;
     Span none = {0};
     TRY(text_push(&c[O_PH], row, ph));
     TRY(text_push(&c[O_NAME], row, &ev->fields[F_NAME]));
@@ -713,21 +756,9 @@ static int commit_other(Scanner *sc, const Event *ev, const int64_t *ids, const 
     TRY(text_push(&c[O_CAT], row, &ev->fields[F_CAT]));
     TRY(text_push(&c[O_ID], row, &ev->fields[F_ID]));
     TRY(int_push(&c[O_TS], row, ts_ok, ts));
-    /* Only metadata args are read (names); counters' args become samples. */
-    TRY(text_push(&c[O_ARGS], row, one && ph->s[0] == 'M' ? &ev->fields[F_ARGS] : &none));
-    if (one && ph->s[0] == 'C') {
-        Table *st = &sc->samples;
-        Column *sc_ = st->columns;
-        int64_t event = sc->others_before + row;
-        for (Py_ssize_t m = 0; m + 1 < sc->n_members; m += 2) {
-            double value = 0;
-            int is_number = to_float(&sc->members[m + 1], &value);
-            TRY(int_push(&sc_[C_EVENT], st->rows, 1, event));
-            TRY(text_push(&sc_[C_SERIES], st->rows, &sc->members[m]));
-            TRY(float_push(&sc_[C_VALUE], st->rows, is_number, value));
-            st->rows++;
-        }
-    }
+    /* Only metadata args are read (for the names). */
+    int meta = ph->kind == STRING && ph->n == 1 && ph->s[0] == 'M';
+    TRY(text_push(&c[O_ARGS], row, meta ? &ev->fields[F_ARGS] : &none));
     t->rows++;
     return 0;
 }
@@ -739,9 +770,10 @@ static int commit_event(Scanner *sc, const Event *ev) {
     const Span *t = &ev->fields[F_TS];
     int ts_ok = (t->kind == STRING || t->kind == NUMBER) && !t->escaped && us_to_ns(t->s, t->n, &ts);
     const Span *ph = &ev->fields[F_PH];
-    int slice = ph->kind == STRING && ph->n == 1 &&
-                (ph->s[0] == 'X' || ph->s[0] == 'i' || ph->s[0] == 'I');
-    return slice ? commit_slice(sc, ev, ids, ok, ts_ok, ts) : commit_other(sc, ev, ids, ok, ts_ok, ts);
+    char kind = ph->kind == STRING && ph->n == 1 ? ph->s[0] : 0;
+    if (kind == 'X' || kind == 'i' || kind == 'I') return commit_slice(sc, ev, ids, ok, ts_ok, ts);
+    if (kind == 'C') return commit_counter(sc, ev, ids, ok, ts_ok, ts);
+    return commit_other(sc, ev, ids, ok, ts_ok, ts);
 }
 
 /* One event object at p. */
@@ -855,9 +887,7 @@ static void table_free(Table *t) {
 }
 
 static void scanner_dealloc(Scanner *sc) {
-    table_free(&sc->slices);
-    table_free(&sc->others);
-    table_free(&sc->samples);
+    for (int i = 0; i < N_TABLES; i++) table_free(&sc->tables[i]);
     for (int k = 0; k < sc->n_keys; k++) free(sc->keys[k]);
     for (int g = 0; g < sc->n_groups; g++) free(sc->group_names[g]);
     free(sc->members);
@@ -882,7 +912,7 @@ static int add_groups(Scanner *sc, PyObject *groups) {
     if (!seq) return -1;
     int rc = -1;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-    if (n > MAX_GROUPS || S_GROUPS + n > MAX_COLUMNS) {
+    if (n > MAX_GROUPS || FLAT_GROUPS + n > MAX_COLUMNS) {
         PyErr_Format(PyExc_ValueError, "at most %d groups", MAX_GROUPS);
         goto done;
     }
@@ -936,23 +966,29 @@ done:
 static int scanner_init(Scanner *sc, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"groups", NULL};
     PyObject *groups;
-    if (sc->n_keys || sc->n_groups || sc->slices.n_columns) {
+    if (sc->n_keys || sc->n_groups || sc->tables[T_SLICES].n_columns) {
         PyErr_SetString(PyExc_RuntimeError, "a Scanner is initialised once");
         return -1;
     }
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "O", kwlist, &groups)) return -1;
     if (add_groups(sc, groups) < 0) return -1;
+    Table *t = sc->tables;
     const char *slice_names[] = {"ph", "name", "pid", "tid", "cat", "ts", "dur_ns", "args"};
     const int slice_types[] = {TEXT, TEXT, INT64, INT64, TEXT, INT64, INT64, TEXT};
-    for (int i = 0; i < S_GROUPS; i++) table_add(&sc->slices, slice_names[i], slice_types[i]);
+    for (int i = 0; i < S_COLUMNS; i++) table_add(&t[T_SLICES], slice_names[i], slice_types[i]);
+    table_add(&t[T_FLAT], "row", INT64);
     for (int g = 0; g < sc->n_groups; g++)
-        table_add(&sc->slices, sc->group_names[g], sc->group_kinds[g] == GROUP_TEXT ? TEXT : INT64);
+        table_add(&t[T_FLAT], sc->group_names[g], sc->group_kinds[g] == GROUP_TEXT ? TEXT : INT64);
+    const char *counter_names[] = {"pid", "tid", "name", "ts"};
+    const int counter_types[] = {INT64, INT64, TEXT, INT64};
+    for (int i = 0; i < K_COLUMNS; i++)
+        table_add(&t[T_COUNTERS], counter_names[i], counter_types[i]);
+    table_add(&t[T_SAMPLES], "event", INT64);
+    table_add(&t[T_SAMPLES], "series", TEXT);
+    table_add(&t[T_SAMPLES], "value", FLOAT64);
     const char *other_names[] = {"ph", "name", "pid", "tid", "cat", "id", "ts", "args"};
     const int other_types[] = {TEXT, TEXT, INT64, INT64, TEXT, TEXT, INT64, TEXT};
-    for (int i = 0; i < O_COLUMNS; i++) table_add(&sc->others, other_names[i], other_types[i]);
-    table_add(&sc->samples, "event", INT64);
-    table_add(&sc->samples, "series", TEXT);
-    table_add(&sc->samples, "value", FLOAT64);
+    for (int i = 0; i < O_COLUMNS; i++) table_add(&t[T_OTHERS], other_names[i], other_types[i]);
     return 0;
 }
 
@@ -1051,11 +1087,20 @@ static PyObject *table_take(Table *t) {
 }
 
 static PyObject *scanner_take(Scanner *sc, PyObject *Py_UNUSED(ignored)) {
-    Py_ssize_t others = sc->others.rows;
-    PyObject *result = Py_BuildValue("(NNN)", table_take(&sc->slices), table_take(&sc->others),
-                                     table_take(&sc->samples));
-    if (result) sc->others_before += others;
-    return result;
+    PyObject *out = PyDict_New();
+    if (!out) return NULL;
+    for (int i = 0; i < N_TABLES; i++) {
+        Py_ssize_t rows = sc->tables[i].rows;
+        PyObject *table = table_take(&sc->tables[i]);
+        if (!table || PyDict_SetItemString(out, TABLE_NAMES[i], table) < 0) {
+            Py_XDECREF(table);
+            Py_DECREF(out);
+            return NULL;
+        }
+        Py_DECREF(table);
+        sc->tables[i].before += rows;
+    }
+    return out;
 }
 
 static PyMethodDef scanner_methods[] = {
@@ -1064,8 +1109,8 @@ static PyMethodDef scanner_methods[] = {
      "Bytes not consumed (an event cut by the block's end) must lead the next block. Raises\n"
      "ValueError, with the offset in the block, on input this scanner does not read."},
     {"take", (PyCFunction)scanner_take, METH_NOARGS,
-     "take() -> (slices, others, samples): the rows parsed since the last take, each table a\n"
-     "dict {column: (type, rows, nulls, validity, values or views, data or None)}."},
+     "take() -> {table: {column: (type, rows, nulls, validity, values or views, data or None)}}:\n"
+     "the rows parsed since the last take, as Arrow buffers."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -35,7 +35,7 @@ except ImportError:  # built without a C compiler: the DuckDB path does everythi
     Scanner = None
 
 _BLOCK_BYTES = 8 << 20  # read per step: the memory a scan holds besides its columns
-_ROW_GROUP = 64 << 10  # rows per Parquet row group, gathered from the sorted order
+_ROW_GROUP = 32 << 10  # rows per Parquet row group, gathered from the sorted order
 _PARALLEL_MIN_BYTES = 32 << 20  # below this one scanner is as fast as several
 
 
@@ -53,11 +53,13 @@ def available() -> bool:
 
 @dataclass
 class Scan:
-    """What the scanner read, in file order."""
+    """What the scanner read, in file order (the tables of _trace_scan.c)."""
 
-    slices: pl.DataFrame  # X/i/I events: ph, name, pid, tid, cat, ts, dur_ns, args, ARG_COLUMNS
+    slices: pl.DataFrame  # X/i/I events: ph, name, pid, tid, cat, ts, dur_ns, args
+    flat: pl.DataFrame  # row (in slices), then ARG_COLUMNS, for the slices that have any
+    counters: pl.DataFrame  # C events: pid, tid, name, ts
+    samples: pl.DataFrame  # per member of a counter's args: event (row in counters), series, value
     others: pl.DataFrame  # the rest: ph, name, pid, tid, cat, id, ts, args (metadata events only)
-    samples: pl.DataFrame  # per counter args member: event (row in others), series, value
 
 
 _ARROW_TYPES = {"int64": pa.int64(), "float64": pa.float64(), "text": pa.string_view()}
@@ -87,8 +89,8 @@ def _blocks(path: Path, begin: int, end: int, wrap: bool) -> Iterator[bytes]:
         yield b"]"
 
 
-def _scan(path: Path, begin: int, end: int, wrap: bool) -> list[pl.DataFrame]:
-    """The [slices, others, samples] of a byte range. The scanner runs without the GIL, so
+def _scan(path: Path, begin: int, end: int, wrap: bool) -> dict[str, pl.DataFrame]:
+    """The tables of a byte range. The scanner runs without the GIL, so
     ranges scan side by side; its columns grow in place and are handed over once."""
     scanner = Scanner(ARG_COLUMNS)
     pending = b""
@@ -99,7 +101,7 @@ def _scan(path: Path, begin: int, end: int, wrap: bool) -> list[pl.DataFrame]:
         except ValueError as exc:
             raise NativeUnreadable(f"{path}: {exc} (of the range from byte {begin})") from exc
         pending = data[consumed:]
-    return [_frame(table) for table in scanner.take()]
+    return {name: _frame(table) for name, table in scanner.take().items()}
 
 
 def _ranges(path: Path, parts: int) -> list[tuple[int, int, bool]]:
@@ -139,15 +141,14 @@ def scan_trace(path: Path, threads: int) -> Scan:
         if len(ranges) == 1:
             raise
         parts = [_scan(path, 0, path.stat().st_size, False)]
-    shift, samples = 0, []
-    for _, others, counters in parts:  # samples point at their event's row in all of others
-        samples.append(counters.with_columns(pl.col("event") + shift))
-        shift += others.height
-    return Scan(
-        pl.concat([p[0] for p in parts], rechunk=False),
-        pl.concat([p[1] for p in parts], rechunk=False),
-        pl.concat(samples, rechunk=False),
-    )
+    # Row numbers in flat and samples point into their range's slices and counters.
+    slices_before = counters_before = 0
+    for part in parts:
+        part["flat"] = part["flat"].with_columns(pl.col("row") + slices_before)
+        part["samples"] = part["samples"].with_columns(pl.col("event") + counters_before)
+        slices_before += part["slices"].height
+        counters_before += part["counters"].height
+    return Scan(**{name: pl.concat([p[name] for p in parts], rechunk=False) for name in parts[0]})
 
 
 # --------------------------------------------------------------------------- tables
@@ -188,8 +189,8 @@ class _Names:
             )
         )
 
-    def attach(self, frame: pl.DataFrame) -> pl.DataFrame:
-        """``frame`` (with ``pid`` and ``tid``) plus its ``process`` and ``thread`` names.
+    def attach(self, frame: pl.DataFrame, thread_names: bool = True) -> pl.DataFrame:
+        """``frame`` (with ``pid`` and ``tid``) plus its ``process`` (and ``thread``) names.
 
         Lookups, not joins: a join would copy every column of ``frame``.
         """
@@ -207,6 +208,8 @@ class _Names:
         named = frame.with_columns(
             pl.coalesce(process, pl.lit("pid ") + pl.col("pid").cast(pl.String)).alias("process")
         )
+        if not thread_names:
+            return named
         return named.with_columns(pl.coalesce(thread, _default_thread()).alias("thread"))
 
 
@@ -238,63 +241,103 @@ def _finish_slices(part: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _in_row_groups(
-    frame: pl.DataFrame,
-    order: pl.Series | None = None,
-    finish: Callable[[pl.DataFrame], pl.DataFrame] | None = None,
-) -> Iterator[pa.Table]:
-    """``frame`` a row group at a time: in the order of ``order`` (row numbers) if given."""
-    for start in range(0, max(frame.height, 1), _ROW_GROUP):
-        if order is None:
-            part = frame.slice(start, _ROW_GROUP)
-        else:
-            part = frame[order[start : start + _ROW_GROUP]]
-        yield (finish(part) if finish else part).to_arrow()
+@dataclass
+class _Span:
+    """What the slices tell the session: their time span, and the stream key's generation."""
+
+    start_ns: int | None = None
+    end_ns: int | None = None
+    g1: bool = False
+
+    def add(self, part: pl.DataFrame) -> None:
+        low, high = part["start_ns"].min(), part["end_ns"].max()
+        if low is not None:
+            self.start_ns = low if self.start_ns is None else min(self.start_ns, low)
+        if high is not None:
+            self.end_ns = high if self.end_ns is None else max(self.end_ns, high)
+        hardware = part.filter(pl.col("process") == "Ascend Hardware")["args"]
+        self.g1 = self.g1 or bool(hardware.str.contains('"Stream Id"', literal=True).any())
+
+
+def _order(frame: pl.DataFrame, by: list[str], descending: list[bool]) -> pl.Series:
+    """Row numbers of ``frame`` in the order of ``by`` (nulls last, ties in frame order).
+
+    One stable sort per key, the last key first: sorting on all keys at once builds a row
+    encoding of every key (70 MB for 412k slices, a string among them).
+    """
+    order = pl.Series("row", range(frame.height), dtype=pl.Int64)
+    for key, desc in reversed(list(zip(by, descending, strict=True))):
+        keys = frame.select(pl.col(key).gather(order))
+        step = keys.select(
+            pl.arg_sort_by(key, descending=desc, nulls_last=True, maintain_order=True)
+        ).to_series()
+        order = order.gather(step)
+    return order
+
+
+def _sorted_groups(
+    frame: pl.DataFrame, by: list[str], descending: list[bool]
+) -> Iterator[tuple[pl.Series, pl.DataFrame]]:
+    """``frame`` in the order of ``by`` a row group at a time, with each group's row numbers:
+    only the order is held besides ``frame``."""
+    order = _order(frame, by, descending)
+    for start in range(0, max(len(order), 1), _ROW_GROUP):
+        rows = order.slice(start, _ROW_GROUP)
+        yield rows, frame[rows]
+
+
+def _slice_groups(scan: Scan, names: _Names, span: _Span) -> Iterator[pa.Table]:
+    """The slices table a row group at a time, in time order (parents before children); each
+    group gets its names and flattened args after the gather."""
+    by = ["ts", "dur_ns", "pid", "tid", "name"]
+    for rows, part in _sorted_groups(scan.slices, by, [False, True, False, False, False]):
+        part = names.attach(part.with_columns(rows))
+        part = part.join(scan.flat, on="row", how="left", maintain_order="left")
+        part = _finish_slices(part)
+        if part.height:
+            span.add(part)
+        yield part.to_arrow()
+
+
+def _counter_groups(scan: Scan, names: _Names) -> Iterator[pa.Table]:
+    """The counters table a row group at a time: one row per sample, in time order."""
+    samples = scan.samples.with_columns(
+        scan.counters.select("pid", "tid", "name", pl.col("ts").alias("ts_ns"))[
+            scan.samples["event"]
+        ]
+    )
+    for _, part in _sorted_groups(samples, ["ts_ns", "name", "series", "pid"], [False] * 4):
+        yield names.attach(part, thread_names=False).to_arrow()
 
 
 def parse_native(path: Path, sink: TableSink, threads: int) -> TraceResult:
     """Parse one trace_view.json into the slices, counters, flows and threads tables."""
     scan = scan_trace(path, threads)
-    result = TraceResult()
+    result, span = TraceResult(), _Span()
     names = _Names(scan.others)
+    result.rows["slices"] = sink.batches("slices", _slice_groups(scan, names, span))
+    if result.rows["slices"]:
+        result.start_ns, result.end_ns = span.start_ns, span.end_ns
+        result.hw_stream_arg = "Stream Id" if span.g1 else "Physic Stream Id"
+    scan.slices = scan.flat = pl.DataFrame()  # the largest part: gone before the counters
 
-    slices = names.attach(scan.slices)
-    order = (
-        slices.select(
-            pl.arg_sort_by(
-                ["ts", "dur_ns", "pid", "tid", "name"],
-                descending=[False, True, False, False, False],
-                nulls_last=True,
-                maintain_order=True,
-            )
-        )
-        .to_series()
-    )
-    result.rows["slices"] = sink.batches("slices", _in_row_groups(slices, order, _finish_slices))
-    if slices.height:
-        result.start_ns = slices["ts"].min()
-        result.end_ns = slices.select((pl.col("ts") + pl.col("dur_ns")).max()).item()
-        g1 = slices.filter(
-            (pl.col("process") == "Ascend Hardware")
-            & pl.col("args").str.contains('"Stream Id"', literal=True)
-        )
-        result.hw_stream_arg = "Stream Id" if g1.height else "Physic Stream Id"
-    del slices, order
+    result.rows["counters"] = sink.batches("counters", _counter_groups(scan, names))
+    used_by_counters = scan.counters.select("pid", "tid").unique()
+    scan.counters = scan.samples = pl.DataFrame()
 
     others = names.attach(scan.others)
-    counters = (
-        others.select("process", "pid", "tid", "name", pl.col("ts").alias("ts_ns"))[
-            scan.samples["event"]
+    result.rows["flows"] = sink.arrow("flows", _flows(others).to_arrow())
+    used = pl.concat(
+        [
+            others.filter(
+                pl.col("ph").is_in(["s", "f", "t"])
+                | ((pl.col("ph") == "M") & pl.col("name").str.starts_with("thread"))
+            ).select("pid", "tid"),
+            used_by_counters,
+            names.thread_meta.select("pid", "tid"),
         ]
-        .with_columns(scan.samples["series"], scan.samples["value"])
-        .sort(["ts_ns", "name", "series", "pid"], nulls_last=True, maintain_order=True)
-    )
-    result.rows["counters"] = sink.batches("counters", _in_row_groups(counters))
-    del counters
-
-    small = others.filter(pl.col("ph").is_in(["M", "C", "s", "f", "t"]))
-    result.rows["flows"] = sink.arrow("flows", _flows(small).to_arrow())
-    result.rows["threads"] = sink.arrow("threads", _threads(small, names).to_arrow())
+    ).unique()
+    result.rows["threads"] = sink.arrow("threads", _threads(used, names).to_arrow())
     unnamed = names.procs.filter(pl.col("process_name").is_null()).height
     if unnamed:
         result.warnings.append(f"{unnamed} pids have no process_name metadata; named 'pid <n>'")
@@ -302,16 +345,16 @@ def parse_native(path: Path, sink: TableSink, threads: int) -> TraceResult:
     return result
 
 
-def _flows(small: pl.DataFrame) -> pl.DataFrame:
+def _flows(others: pl.DataFrame) -> pl.DataFrame:
     """One start per (cat, id), the earliest; every finish pairs with it."""
     columns = ["cat", "name", "id", "pid", "tid", "process", "thread", "ts"]
     starts = (
-        small.filter(pl.col("ph") == "s")
+        others.filter(pl.col("ph") == "s")
         .sort("ts", nulls_last=True, maintain_order=True)
         .unique(["cat", "id"], keep="first", maintain_order=True)
         .select(columns)
     )
-    finishes = small.filter(pl.col("ph").is_in(["f", "t"])).select(columns)
+    finishes = others.filter(pl.col("ph").is_in(["f", "t"])).select(columns)
     joined = starts.join(
         finishes, on=["cat", "id"], how="full", nulls_equal=True, suffix="_f", coalesce=False
     )
@@ -333,15 +376,8 @@ def _flows(small: pl.DataFrame) -> pl.DataFrame:
     ).sort(["_order", "end_ns", "cat", "flow_id"], nulls_last=True).drop("_order")
 
 
-def _threads(small: pl.DataFrame, names: _Names) -> pl.DataFrame:
-    """Every (pid, tid) the non-X events or thread metadata name, with its names."""
-    used = pl.concat(
-        [
-            small.filter((pl.col("ph") != "M") | pl.col("name").str.starts_with("thread"))
-            .select("pid", "tid"),
-            names.thread_meta.select("pid", "tid"),
-        ]
-    ).unique()
+def _threads(used: pl.DataFrame, names: _Names) -> pl.DataFrame:
+    """Every (pid, tid) in ``used`` with its names."""
     joined = used.join(names.procs, on="pid", how="left").join(
         names.thread_meta, on=["pid", "tid"], how="left"
     )
