@@ -95,15 +95,27 @@ static void buf_free(Buf *b) {
 
 /* ------------------------------------------------------------------ columns */
 
-enum { TEXT, INT64, FLOAT64 };
+enum { TEXT, INT64, FLOAT64, DICT };
+
+/* The distinct strings of an interned (DICT) column, and the hash table that finds them. */
+typedef struct {
+    Buf views, data;   /* the strings, as a text column's buffers */
+    Py_ssize_t n;      /* how many */
+    uint32_t *slots;   /* open addressing: code + 1, or 0 when empty */
+    Py_ssize_t n_slots;
+    uint64_t *hashes;  /* per code */
+    Buf scratch;       /* the decoded value being looked up */
+} Dict;
 
 /* An Arrow column being built: validity bitmap, then 16-byte views + one data buffer (text),
- * or fixed-width values. */
+ * fixed-width values, or int32 codes into a Dict (names, categories: few distinct values,
+ * 4 bytes a row instead of 16 and their bytes once). */
 typedef struct {
     const char *name;
     int type;
     Buf valid, values, data;
     Py_ssize_t nulls;
+    Dict *dict;
 } Column;
 
 static int valid_push(Column *c, Py_ssize_t row, int ok) {
@@ -130,10 +142,22 @@ static int float_push(Column *c, Py_ssize_t row, int ok, double value) {
     return buf_put(&c->values, &value, sizeof value);
 }
 
+static void dict_clear(Dict *d) {
+    buf_free(&d->views);
+    buf_free(&d->data);
+    buf_free(&d->scratch);
+    free(d->slots);
+    free(d->hashes);
+    memset(d, 0, sizeof *d);
+}
+
 static void column_free(Column *c) {
     buf_free(&c->valid);
     buf_free(&c->values);
     buf_free(&c->data);
+    if (c->dict) dict_clear(c->dict);
+    free(c->dict);
+    c->dict = NULL;
 }
 
 /* ------------------------------------------------------------------ JSON values */
@@ -367,33 +391,130 @@ static int put_minified(Buf *b, const char *s, Py_ssize_t n) {
  * back to the DuckDB reader). */
 #define TOO_LARGE -2
 
-/* A value as text: strings decoded, anything else as written (compound values minified). The
- * bytes go to the data buffer; a view of 12 bytes or less holds them inline instead. */
-static int text_push(Column *c, Py_ssize_t row, const Span *v) {
-    int ok = v->kind != ABSENT && v->kind != JNULL;
-    if (valid_push(c, row, ok) < 0 || buf_grow(&c->values, 16) < 0) return -1;
-    char *view = c->values.p + c->values.len;
+/* A value as text: strings decoded, anything else as written (compound values minified). */
+static int put_text(Buf *b, const Span *v) {
+    return v->kind == STRING && v->escaped ? put_unescaped(b, v->s, v->n)
+           : v->kind == COMPOUND           ? put_minified(b, v->s, v->n)
+                                           : buf_put(b, v->s, v->n);
+}
+
+/* The view of the bytes data[start:], appended to views; 12 bytes or less go inline (and
+ * leave data). */
+static int view_push(Buf *views, Buf *data, Py_ssize_t start) {
+    if (buf_grow(views, 16) < 0) return -1;
+    char *view = views->p + views->len;
     memset(view, 0, 16);
-    c->values.len += 16;
-    if (!ok) return 0;
-    Py_ssize_t start = c->data.len;
-    int rc = v->kind == STRING && v->escaped ? put_unescaped(&c->data, v->s, v->n)
-             : v->kind == COMPOUND           ? put_minified(&c->data, v->s, v->n)
-                                             : buf_put(&c->data, v->s, v->n);
-    if (rc < 0) return -1;
-    Py_ssize_t len = c->data.len - start;
-    if (c->data.len > INT32_MAX) return TOO_LARGE;
+    views->len += 16;
+    Py_ssize_t len = data->len - start;
+    if (data->len > INT32_MAX) return TOO_LARGE;
     int32_t len32 = (int32_t)len, zero = 0, offset = (int32_t)start;
     memcpy(view, &len32, 4);
     if (len <= 12) {
-        memcpy(view + 4, c->data.p + start, (size_t)len);
-        c->data.len = start;
+        memcpy(view + 4, data->p + start, (size_t)len);
+        data->len = start;
     } else {
-        memcpy(view + 4, c->data.p + start, 4);
+        memcpy(view + 4, data->p + start, 4);
         memcpy(view + 8, &zero, 4);
         memcpy(view + 12, &offset, 4);
     }
     return 0;
+}
+
+static int dict_push(Column *c, Py_ssize_t row, const Span *v);
+
+/* A value into a text column (or its code into an interned one). */
+static int text_push(Column *c, Py_ssize_t row, const Span *v) {
+    if (c->type == DICT) return dict_push(c, row, v);
+    int ok = v->kind != ABSENT && v->kind != JNULL;
+    if (valid_push(c, row, ok) < 0) return -1;
+    if (!ok) {
+        if (buf_grow(&c->values, 16) < 0) return -1;
+        memset(c->values.p + c->values.len, 0, 16);
+        c->values.len += 16;
+        return 0;
+    }
+    Py_ssize_t start = c->data.len;
+    if (put_text(&c->data, v) < 0) return -1;
+    return view_push(&c->values, &c->data, start);
+}
+
+static uint64_t hash_bytes(const char *s, Py_ssize_t n) { /* FNV-1a */
+    uint64_t h = 1469598103934665603ULL;
+    for (Py_ssize_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 1099511628211ULL;
+    return h;
+}
+
+static const char *dict_bytes(const Dict *d, Py_ssize_t code, Py_ssize_t *len) {
+    const char *view = d->views.p + code * 16;
+    int32_t len32, offset;
+    memcpy(&len32, view, 4);
+    *len = len32;
+    if (len32 <= 12) return view + 4;
+    memcpy(&offset, view + 12, 4);
+    return d->data.p + offset;
+}
+
+static int dict_rehash(Dict *d) {
+    Py_ssize_t n_slots = d->n_slots ? d->n_slots * 2 : 1024;
+    uint32_t *slots = calloc((size_t)n_slots, sizeof *slots);
+    uint64_t *hashes = realloc(d->hashes, sizeof *hashes * (size_t)(n_slots / 2));
+    if (!slots || !hashes) {
+        free(slots);
+        if (hashes) d->hashes = hashes;
+        return -1;
+    }
+    d->hashes = hashes;
+    for (Py_ssize_t code = 0; code < d->n; code++) {
+        Py_ssize_t i = (Py_ssize_t)(hashes[code] & (uint64_t)(n_slots - 1));
+        while (slots[i]) i = (i + 1) & (n_slots - 1);
+        slots[i] = (uint32_t)code + 1;
+    }
+    free(d->slots);
+    d->slots = slots;
+    d->n_slots = n_slots;
+    return 0;
+}
+
+/* The code of a value in an interned column, adding it when new. */
+static int dict_push(Column *c, Py_ssize_t row, const Span *v) {
+    int ok = v->kind != ABSENT && v->kind != JNULL;
+    int32_t code = 0;
+    if (valid_push(c, row, ok) < 0) return -1;
+    if (ok) {
+        Dict *d = c->dict;
+        const char *text = v->s; /* the value's bytes as they are, unless they need decoding */
+        Py_ssize_t n = v->n;
+        if ((v->kind == STRING && v->escaped) || v->kind == COMPOUND) {
+            d->scratch.len = 0;
+            if (put_text(&d->scratch, v) < 0) return -1;
+            text = d->scratch.p;
+            n = d->scratch.len;
+        }
+        if ((d->n + 1) * 2 > d->n_slots && dict_rehash(d) < 0) return -1;
+        uint64_t h = hash_bytes(text, n);
+        Py_ssize_t i = (Py_ssize_t)(h & (uint64_t)(d->n_slots - 1));
+        for (;; i = (i + 1) & (d->n_slots - 1)) {
+            if (!d->slots[i]) { /* new: add it */
+                if (d->n >= INT32_MAX) return TOO_LARGE;
+                Py_ssize_t start = d->data.len;
+                if (buf_put(&d->data, text, n) < 0) return -1;
+                int rc = view_push(&d->views, &d->data, start);
+                if (rc < 0) return rc;
+                d->hashes[d->n] = h;
+                d->slots[i] = (uint32_t)d->n + 1;
+                code = (int32_t)d->n++;
+                break;
+            }
+            Py_ssize_t candidate = d->slots[i] - 1, len;
+            if (d->hashes[candidate] != h) continue;
+            const char *bytes = dict_bytes(d, candidate, &len);
+            if (len == n && memcmp(bytes, text, (size_t)len) == 0) {
+                code = (int32_t)candidate;
+                break;
+            }
+        }
+    }
+    return buf_put(&c->values, &code, sizeof code);
 }
 
 /* ------------------------------------------------------------------ numbers */
@@ -543,11 +664,16 @@ typedef struct {
     Column columns[MAX_COLUMNS];
 } Table;
 
-static void table_add(Table *t, const char *name, int type) {
+static int table_add(Table *t, const char *name, int type) {
     Column *c = &t->columns[t->n_columns++];
     memset(c, 0, sizeof *c);
     c->name = name;
     c->type = type;
+    if (type == DICT && !(c->dict = calloc(1, sizeof(Dict)))) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    return 0;
 }
 
 enum { BEFORE_ARRAY, IN_ARRAY, AFTER_EVENT, AFTER_ARRAY };
@@ -972,23 +1098,28 @@ static int scanner_init(Scanner *sc, PyObject *args, PyObject *kwds) {
     }
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "O", kwlist, &groups)) return -1;
     if (add_groups(sc, groups) < 0) return -1;
+    /* Names, categories, phases and series repeat: interned. Args and ids do not. */
     Table *t = sc->tables;
     const char *slice_names[] = {"ph", "name", "pid", "tid", "cat", "ts", "dur_ns", "args"};
-    const int slice_types[] = {TEXT, TEXT, INT64, INT64, TEXT, INT64, INT64, TEXT};
-    for (int i = 0; i < S_COLUMNS; i++) table_add(&t[T_SLICES], slice_names[i], slice_types[i]);
-    table_add(&t[T_FLAT], "row", INT64);
+    const int slice_types[] = {DICT, DICT, INT64, INT64, DICT, INT64, INT64, TEXT};
+    int rc = 0;
+    for (int i = 0; i < S_COLUMNS; i++) rc |= table_add(&t[T_SLICES], slice_names[i], slice_types[i]);
+    rc |= table_add(&t[T_FLAT], "row", INT64);
     for (int g = 0; g < sc->n_groups; g++)
-        table_add(&t[T_FLAT], sc->group_names[g], sc->group_kinds[g] == GROUP_TEXT ? TEXT : INT64);
+        rc |= table_add(&t[T_FLAT], sc->group_names[g],
+                        sc->group_kinds[g] == GROUP_TEXT ? TEXT : INT64);
     const char *counter_names[] = {"pid", "tid", "name", "ts"};
-    const int counter_types[] = {INT64, INT64, TEXT, INT64};
+    const int counter_types[] = {INT64, INT64, DICT, INT64};
     for (int i = 0; i < K_COLUMNS; i++)
-        table_add(&t[T_COUNTERS], counter_names[i], counter_types[i]);
-    table_add(&t[T_SAMPLES], "event", INT64);
-    table_add(&t[T_SAMPLES], "series", TEXT);
-    table_add(&t[T_SAMPLES], "value", FLOAT64);
+        rc |= table_add(&t[T_COUNTERS], counter_names[i], counter_types[i]);
+    rc |= table_add(&t[T_SAMPLES], "event", INT64);
+    rc |= table_add(&t[T_SAMPLES], "series", DICT);
+    rc |= table_add(&t[T_SAMPLES], "value", FLOAT64);
     const char *other_names[] = {"ph", "name", "pid", "tid", "cat", "id", "ts", "args"};
     const int other_types[] = {TEXT, TEXT, INT64, INT64, TEXT, TEXT, INT64, TEXT};
-    for (int i = 0; i < O_COLUMNS; i++) table_add(&t[T_OTHERS], other_names[i], other_types[i]);
+    for (int i = 0; i < O_COLUMNS; i++)
+        rc |= table_add(&t[T_OTHERS], other_names[i], other_types[i]);
+    if (rc) return -1;
     return 0;
 }
 
@@ -1062,7 +1193,17 @@ static PyObject *hand_over(Buf *b) {
     return (PyObject *)o;
 }
 
-static const char *TYPE_NAMES[] = {"text", "int64", "float64"};
+static const char *TYPE_NAMES[] = {"text", "int64", "float64", "dict"};
+
+/* An interned column's strings (n, views, data); the column starts a new dictionary. */
+static PyObject *dict_take(Dict *d) {
+    PyObject *out = Py_BuildValue("(nNN)", d->n, hand_over(&d->views), hand_over(&d->data));
+    free(d->slots);
+    free(d->hashes);
+    buf_free(&d->scratch);
+    memset(d, 0, sizeof *d);
+    return out;
+}
 
 /* {column: (type, rows, nulls, validity, values or views, data or None)}; the table starts
  * over empty. */
@@ -1071,9 +1212,11 @@ static PyObject *table_take(Table *t) {
     if (!out) return NULL;
     for (int i = 0; i < t->n_columns; i++) {
         Column *c = &t->columns[i];
-        PyObject *col = Py_BuildValue(
-            "(snnNNN)", TYPE_NAMES[c->type], t->rows, c->nulls, hand_over(&c->valid),
-            hand_over(&c->values), c->type == TEXT ? hand_over(&c->data) : Py_NewRef(Py_None));
+        PyObject *extra = c->type == TEXT   ? hand_over(&c->data)
+                          : c->type == DICT ? dict_take(c->dict)
+                                            : Py_NewRef(Py_None);
+        PyObject *col = Py_BuildValue("(snnNNN)", TYPE_NAMES[c->type], t->rows, c->nulls,
+                                      hand_over(&c->valid), hand_over(&c->values), extra);
         if (!col || PyDict_SetItemString(out, c->name, col) < 0) {
             Py_XDECREF(col);
             Py_DECREF(out);
@@ -1109,8 +1252,10 @@ static PyMethodDef scanner_methods[] = {
      "Bytes not consumed (an event cut by the block's end) must lead the next block. Raises\n"
      "ValueError, with the offset in the block, on input this scanner does not read."},
     {"take", (PyCFunction)scanner_take, METH_NOARGS,
-     "take() -> {table: {column: (type, rows, nulls, validity, values or views, data or None)}}:\n"
-     "the rows parsed since the last take, as Arrow buffers."},
+     "take() -> {table: {column: (type, rows, nulls, validity, values, extra)}}: the rows\n"
+     "parsed since the last take, as Arrow buffers. values are 16-byte views (text), int32\n"
+     "codes (dict) or fixed-width values; extra is the text's data, a dict's (n, views, data)\n"
+     "or None."},
     {NULL, NULL, 0, NULL},
 };
 

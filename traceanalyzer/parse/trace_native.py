@@ -60,19 +60,41 @@ class Scan:
     counters: pl.DataFrame  # C events: pid, tid, name, ts
     samples: pl.DataFrame  # per member of a counter's args: event (row in counters), series, value
     others: pl.DataFrame  # the rest: ph, name, pid, tid, cat, id, ts, args (metadata events only)
+    # The interned columns (slices ph, name, cat; counters name; samples series) hold int32 codes
+    # into these strings, keyed by (table, column).
+    words: dict[tuple[str, str], pl.Series]
+
+    def decode(self, table: str, frame: pl.DataFrame) -> pl.DataFrame:
+        """``frame`` (rows of ``table``) with its interned columns as text."""
+        return frame.with_columns(
+            words.gather(frame[column]).alias(column)
+            for (name, column), words in self.words.items()
+            if name == table and column in frame.columns
+        )
+
+    def rank(self, table: str, column: str) -> pl.Expr:
+        """The interned ``column`` as its text's rank: sorts as the text does, as integers."""
+        ranks = self.words[table, column].rank("dense").cast(pl.Int64)
+        return pl.col(column).map_batches(lambda codes: ranks.gather(codes), pl.Int64)
 
 
-_ARROW_TYPES = {"int64": pa.int64(), "float64": pa.float64(), "text": pa.string_view()}
+_ARROW_TYPES = {"int64": pa.int64(), "float64": pa.float64(), "text": pa.string_view(),
+                "dict": pa.int32()}  # fmt: skip
 
 
-def _frame(columns: dict[str, tuple]) -> pl.DataFrame:
-    arrays = {}
-    for name, (kind, rows, nulls, valid, values, data) in columns.items():
+def _frame(columns: dict[str, tuple]) -> tuple[pl.DataFrame, dict[str, pl.Series]]:
+    """A scanner table as a frame, and the strings of its interned columns."""
+    arrays, words = {}, {}
+    for name, (kind, rows, nulls, valid, values, extra) in columns.items():
         buffers = [pa.py_buffer(valid) if nulls else None, pa.py_buffer(values)]
-        if data is not None:
-            buffers.append(pa.py_buffer(data))
+        if kind == "text":
+            buffers.append(pa.py_buffer(extra))
+        elif kind == "dict":
+            count, views, data = extra
+            strings = [None, pa.py_buffer(views), pa.py_buffer(data)]
+            words[name] = pl.Series(name, pa.Array.from_buffers(pa.string_view(), count, strings))
         arrays[name] = pa.Array.from_buffers(_ARROW_TYPES[kind], rows, buffers, nulls)
-    return pl.from_arrow(pa.RecordBatch.from_pydict(arrays))
+    return pl.from_arrow(pa.RecordBatch.from_pydict(arrays)), words
 
 
 def _blocks(path: Path, begin: int, end: int, wrap: bool) -> Iterator[bytes]:
@@ -89,7 +111,9 @@ def _blocks(path: Path, begin: int, end: int, wrap: bool) -> Iterator[bytes]:
         yield b"]"
 
 
-def _scan(path: Path, begin: int, end: int, wrap: bool) -> dict[str, pl.DataFrame]:
+def _scan(
+    path: Path, begin: int, end: int, wrap: bool
+) -> dict[str, tuple[pl.DataFrame, dict[str, pl.Series]]]:
     """The tables of a byte range. The scanner runs without the GIL, so
     ranges scan side by side; its columns grow in place and are handed over once."""
     scanner = Scanner(ARG_COLUMNS)
@@ -141,14 +165,27 @@ def scan_trace(path: Path, threads: int) -> Scan:
         if len(ranges) == 1:
             raise
         parts = [_scan(path, 0, path.stat().st_size, False)]
-    # Row numbers in flat and samples point into their range's slices and counters.
-    slices_before = counters_before = 0
+    # Row numbers (flat, samples) and codes point into their own range's rows and strings.
+    rows_before = {table: 0 for table in parts[0]}
+    words_before: dict[tuple[str, str], int] = {}
+    tables: dict[str, list[pl.DataFrame]] = {table: [] for table in parts[0]}
+    words: dict[tuple[str, str], list[pl.Series]] = {}
     for part in parts:
-        part["flat"] = part["flat"].with_columns(pl.col("row") + slices_before)
-        part["samples"] = part["samples"].with_columns(pl.col("event") + counters_before)
-        slices_before += part["slices"].height
-        counters_before += part["counters"].height
-    return Scan(**{name: pl.concat([p[name] for p in parts], rechunk=False) for name in parts[0]})
+        for table, (frame, table_words) in part.items():
+            shift = [pl.col(column) + words_before.get((table, column), 0) for column in table_words]
+            if table in ("flat", "samples"):
+                points_at = "slices" if table == "flat" else "counters"
+                shift.append(pl.col(frame.columns[0]) + rows_before[points_at])
+            tables[table].append(frame.with_columns(shift))
+            for column, strings in table_words.items():
+                words.setdefault((table, column), []).append(strings)
+                words_before[table, column] = words_before.get((table, column), 0) + len(strings)
+        for table, (frame, _) in part.items():
+            rows_before[table] += frame.height
+    return Scan(
+        **{table: pl.concat(frames, rechunk=False) for table, frames in tables.items()},
+        words={key: pl.concat(strings) for key, strings in words.items()},
+    )
 
 
 # --------------------------------------------------------------------------- tables
@@ -189,33 +226,23 @@ class _Names:
             )
         )
 
+    def lookup(self, ids: pl.DataFrame) -> None:
+        """Name every (pid, tid) of ``ids`` once, for :meth:`attach`."""
+        ids = ids.unique().join(
+            self.procs.select("pid", "process_name"), on="pid", how="left"
+        ).join(self.thread_meta.select("pid", "tid", "thread_name"), on=["pid", "tid"], how="left")
+        process = pl.coalesce("process_name", pl.lit("pid ") + pl.col("pid").cast(pl.String))
+        self._lookup = (
+            ids.with_columns(process.alias("process"))
+            .with_columns(pl.coalesce("thread_name", _default_thread()).alias("thread"))
+            .select("pid", "tid", "process", "thread")
+        )
+
     def attach(self, frame: pl.DataFrame, thread_names: bool = True) -> pl.DataFrame:
-        """``frame`` (with ``pid`` and ``tid``) plus its ``process`` (and ``thread``) names.
-
-        Lookups, not joins: a join would copy every column of ``frame``.
-        """
-        procs = self.procs.filter(pl.col("process_name").is_not_null())
-        threads = self.thread_meta.filter(pl.col("thread_name").is_not_null())
-        process = pl.col("pid").replace_strict(
-            procs["pid"], procs["process_name"], default=None, return_dtype=pl.String
-        )
-        thread = _thread_key(pl.col("pid"), pl.col("tid")).replace_strict(
-            threads.select(_thread_key(pl.col("pid"), pl.col("tid"))).to_series(),
-            threads["thread_name"],
-            default=None,
-            return_dtype=pl.String,
-        )
-        named = frame.with_columns(
-            pl.coalesce(process, pl.lit("pid ") + pl.col("pid").cast(pl.String)).alias("process")
-        )
-        if not thread_names:
-            return named
-        return named.with_columns(pl.coalesce(thread, _default_thread()).alias("thread"))
-
-
-def _thread_key(pid: pl.Expr, tid: pl.Expr) -> pl.Expr:
-    """One integer per (pid, tid): pids and tids are below 2**31 on Linux."""
-    return pid * (1 << 32) + tid
+        """``frame`` (with ``pid`` and ``tid`` seen by :meth:`lookup`) plus its ``process``
+        (and ``thread``) names."""
+        lookup = self._lookup if thread_names else self._lookup.drop("thread")
+        return frame.join(lookup, on=["pid", "tid"], how="left", maintain_order="left")
 
 
 def _default_thread() -> pl.Expr:
@@ -259,7 +286,7 @@ class _Span:
         self.g1 = self.g1 or bool(hardware.str.contains('"Stream Id"', literal=True).any())
 
 
-def _order(frame: pl.DataFrame, by: list[str], descending: list[bool]) -> pl.Series:
+def _order(frame: pl.DataFrame, by: list[pl.Expr], descending: list[bool]) -> pl.Series:
     """Row numbers of ``frame`` in the order of ``by`` (nulls last, ties in frame order).
 
     One stable sort per key, the last key first: sorting on all keys at once builds a row
@@ -267,16 +294,16 @@ def _order(frame: pl.DataFrame, by: list[str], descending: list[bool]) -> pl.Ser
     """
     order = pl.Series("row", range(frame.height), dtype=pl.Int64)
     for key, desc in reversed(list(zip(by, descending, strict=True))):
-        keys = frame.select(pl.col(key).gather(order))
-        step = keys.select(
-            pl.arg_sort_by(key, descending=desc, nulls_last=True, maintain_order=True)
-        ).to_series()
-        order = order.gather(step)
+        keys = frame.select(key.alias("key")).to_series().gather(order)
+        step = keys.to_frame().select(
+            pl.arg_sort_by("key", descending=desc, nulls_last=True, maintain_order=True)
+        )
+        order = order.gather(step.to_series())
     return order
 
 
 def _sorted_groups(
-    frame: pl.DataFrame, by: list[str], descending: list[bool]
+    frame: pl.DataFrame, by: list[pl.Expr], descending: list[bool]
 ) -> Iterator[tuple[pl.Series, pl.DataFrame]]:
     """``frame`` in the order of ``by`` a row group at a time, with each group's row numbers:
     only the order is held besides ``frame``."""
@@ -288,10 +315,10 @@ def _sorted_groups(
 
 def _slice_groups(scan: Scan, names: _Names, span: _Span) -> Iterator[pa.Table]:
     """The slices table a row group at a time, in time order (parents before children); each
-    group gets its names and flattened args after the gather."""
-    by = ["ts", "dur_ns", "pid", "tid", "name"]
+    group gets its text, names and flattened args after the gather."""
+    by = [pl.col("ts"), pl.col("dur_ns"), pl.col("pid"), pl.col("tid"), scan.rank("slices", "name")]
     for rows, part in _sorted_groups(scan.slices, by, [False, True, False, False, False]):
-        part = names.attach(part.with_columns(rows))
+        part = names.attach(scan.decode("slices", part).with_columns(rows))
         part = part.join(scan.flat, on="row", how="left", maintain_order="left")
         part = _finish_slices(part)
         if part.height:
@@ -306,7 +333,10 @@ def _counter_groups(scan: Scan, names: _Names) -> Iterator[pa.Table]:
             scan.samples["event"]
         ]
     )
-    for _, part in _sorted_groups(samples, ["ts_ns", "name", "series", "pid"], [False] * 4):
+    by = [pl.col("ts_ns"), scan.rank("counters", "name"), scan.rank("samples", "series"),
+          pl.col("pid")]  # fmt: skip
+    for _, part in _sorted_groups(samples, by, [False] * 4):
+        part = scan.decode("samples", scan.decode("counters", part))
         yield names.attach(part, thread_names=False).to_arrow()
 
 
@@ -315,6 +345,7 @@ def parse_native(path: Path, sink: TableSink, threads: int) -> TraceResult:
     scan = scan_trace(path, threads)
     result, span = TraceResult(), _Span()
     names = _Names(scan.others)
+    names.lookup(pl.concat([t.select("pid", "tid") for t in (scan.slices, scan.counters, scan.others)]))
     result.rows["slices"] = sink.batches("slices", _slice_groups(scan, names, span))
     if result.rows["slices"]:
         result.start_ns, result.end_ns = span.start_ns, span.end_ns
