@@ -73,19 +73,21 @@ CASES: dict[str, str] = {
         outcome = ingest_session(session, Path(tempfile.mkdtemp(prefix='bench-out-')), threads=os.cpu_count())
         assert outcome.status == 'ingested', outcome
         print('ROWS', json.dumps(outcome.rows))
+        print('READER', outcome.trace_reader)
     """,
-    # The same ingest with a larger parse budget (`run --parse-memory`): the time/memory trade.
-    "traceanalyzer ingest, --parse-memory 2x": """
-        from traceanalyzer.parse.trace_view import ParseMemory
-        outcome = ingest_session(session, Path(tempfile.mkdtemp(prefix='bench-out-')), threads=os.cpu_count(),
-                                 memory=ParseMemory.parse('2x'))
-        assert outcome.status == 'ingested', outcome
+    # The reader used without a C compiler (or for a damaged file), at its default budget and
+    # with a larger one (`run --parse-memory`): DuckDB trades time for memory.
+    "traceanalyzer ingest, DuckDB reader": """
+        os.environ['TRACEANALYZER_NATIVE'] = '0'
+        outcome = ingest_session(session, Path(tempfile.mkdtemp(prefix='bench-out-')), threads=os.cpu_count())
+        assert outcome.status == 'ingested' and outcome.trace_reader == 'duckdb', outcome
     """,
-    "traceanalyzer ingest, --parse-memory 1GB": """
+    "traceanalyzer ingest, DuckDB reader, --parse-memory 1GB": """
         from traceanalyzer.parse.trace_view import ParseMemory
+        os.environ['TRACEANALYZER_NATIVE'] = '0'
         outcome = ingest_session(session, Path(tempfile.mkdtemp(prefix='bench-out-')), threads=os.cpu_count(),
                                  memory=ParseMemory.parse('1GB'))
-        assert outcome.status == 'ingested', outcome
+        assert outcome.status == 'ingested' and outcome.trace_reader == 'duckdb', outcome
     """,
 }
 
@@ -115,6 +117,8 @@ def build_input(mb: int) -> Path:
 # Imported before the clock starts in every case: the timings compare work, not interpreter
 # start-up (traceanalyzer's imports, polars and pyarrow, take longer than duckdb's alone).
 SETUP = """
+from traceanalyzer import allocator
+allocator.configure()  # as the CLI does, before polars is imported
 import tempfile
 from pathlib import Path
 import duckdb, polars, pyarrow
@@ -145,6 +149,8 @@ def run_case(name: str, code: str, rank: Path) -> dict:
             result.update(json.loads(line[7:]))
         elif line.startswith("ROWS "):
             result["rows"] = json.loads(line[5:])
+        elif line.startswith("READER "):
+            result["reader"] = line[7:]
     return result
 
 
@@ -241,6 +247,8 @@ def render(results: list[dict], file_mb: float, command: str) -> str:
         lines += [
             "",
             "Rows written: " + ", ".join(f"{k}={v:,}" for k, v in ingest["rows"].items() if v),
+            "",
+            f"trace_view.json reader of `{ingest['case']}`: {ingest.get('reader', '?')}.",
             "",
         ]
     lines += [

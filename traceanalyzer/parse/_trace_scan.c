@@ -95,7 +95,7 @@ static void buf_free(Buf *b) {
 
 /* ------------------------------------------------------------------ columns */
 
-enum { TEXT, INT64, FLOAT64, DICT };
+enum { TEXT, INT64, FLOAT64, DICT, INT32 };
 
 /* The distinct strings of an interned (DICT) column, and the hash table that finds them. */
 typedef struct {
@@ -133,6 +133,10 @@ static int valid_push(Column *c, Py_ssize_t row, int ok) {
 static int int_push(Column *c, Py_ssize_t row, int ok, int64_t value) {
     if (valid_push(c, row, ok) < 0) return -1;
     if (!ok) value = 0;
+    if (c->type == INT32) { /* the caller checked the range */
+        int32_t narrow = (int32_t)value;
+        return buf_put(&c->values, &narrow, sizeof narrow);
+    }
     return buf_put(&c->values, &value, sizeof value);
 }
 
@@ -808,6 +812,7 @@ static int commit_flat(Scanner *sc, const Event *ev, int64_t slice_row) {
     Table *t = &sc->tables[T_FLAT];
     Column *c = t->columns;
     Py_ssize_t row = t->rows;
+    if (slice_row > INT32_MAX) return TOO_LARGE;
     TRY(int_push(&c[FLAT_ROW], row, 1, slice_row));
     for (int g = 0; g < sc->n_groups; g++) {
         Column *gc = &c[FLAT_GROUPS + g];
@@ -856,6 +861,7 @@ static int commit_counter(Scanner *sc, const Event *ev, const int64_t *ids, cons
     TRY(text_push(&c[K_NAME], row, &ev->fields[F_NAME]));
     TRY(int_push(&c[K_TS], row, ts_ok, ts));
     int64_t event = t->before + row;
+    if (event > INT32_MAX) return TOO_LARGE;
     for (Py_ssize_t m = 0; m + 1 < sc->n_members; m += 2) {
         double value = 0;
         int is_number = to_float(&sc->members[m + 1], &value);
@@ -944,7 +950,8 @@ static const char *scan_event(Scanner *sc, const char *p, const char *end) {
     if (rc < 0) {
         if (rc == -1) snprintf(sc->error, sizeof sc->error, "out of memory");
         if (rc == TOO_LARGE)
-            snprintf(sc->error, sizeof sc->error, "more than 2 GiB of text in one column");
+            snprintf(sc->error, sizeof sc->error,
+                     "more than 2 GiB of text in one column, or 2**31 rows in one table");
         return BAD;
     }
     return q + 1;
@@ -1104,7 +1111,7 @@ static int scanner_init(Scanner *sc, PyObject *args, PyObject *kwds) {
     const int slice_types[] = {DICT, DICT, INT64, INT64, DICT, INT64, INT64, TEXT};
     int rc = 0;
     for (int i = 0; i < S_COLUMNS; i++) rc |= table_add(&t[T_SLICES], slice_names[i], slice_types[i]);
-    rc |= table_add(&t[T_FLAT], "row", INT64);
+    rc |= table_add(&t[T_FLAT], "row", INT32);
     for (int g = 0; g < sc->n_groups; g++)
         rc |= table_add(&t[T_FLAT], sc->group_names[g],
                         sc->group_kinds[g] == GROUP_TEXT ? TEXT : INT64);
@@ -1112,7 +1119,7 @@ static int scanner_init(Scanner *sc, PyObject *args, PyObject *kwds) {
     const int counter_types[] = {INT64, INT64, DICT, INT64};
     for (int i = 0; i < K_COLUMNS; i++)
         rc |= table_add(&t[T_COUNTERS], counter_names[i], counter_types[i]);
-    rc |= table_add(&t[T_SAMPLES], "event", INT64);
+    rc |= table_add(&t[T_SAMPLES], "event", INT32);
     rc |= table_add(&t[T_SAMPLES], "series", DICT);
     rc |= table_add(&t[T_SAMPLES], "value", FLOAT64);
     const char *other_names[] = {"ph", "name", "pid", "tid", "cat", "id", "ts", "args"};
@@ -1193,7 +1200,7 @@ static PyObject *hand_over(Buf *b) {
     return (PyObject *)o;
 }
 
-static const char *TYPE_NAMES[] = {"text", "int64", "float64", "dict"};
+static const char *TYPE_NAMES[] = {"text", "int64", "float64", "dict", "int32"};
 
 /* An interned column's strings (n, views, data); the column starts a new dictionary. */
 static PyObject *dict_take(Dict *d) {

@@ -41,3 +41,4 @@ class TraceResult:
     warnings: list[str] = field(default_factory=list)
     # Why events were lost (truncated, empty, malformed), or None when every event was read.
     incomplete: str | None = None
+    reader: str = "duckdb"  # or "native" (trace_native.py): which reader parsed the file
