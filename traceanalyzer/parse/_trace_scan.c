@@ -694,6 +694,7 @@ typedef struct {
     Py_ssize_t key_lens[MAX_KEYS];
     int key_group[MAX_KEYS], key_rank[MAX_KEYS]; /* its group, and its place in it */
     uint64_t key_len_mask; /* bit n set: some key is n bytes long (a cheap first filter) */
+    Buf scratch;           /* an escaped ts, decoded */
     Span *members;         /* key and value spans of the current event's args */
     Py_ssize_t n_members, cap_members;
     char error[200];
@@ -899,8 +900,17 @@ static int commit_event(Scanner *sc, const Event *ev) {
     int64_t ids[2] = {0, 0}, ts = 0;
     int ok[2];
     TRY(pid_tid(sc, ev, ids, ok));
-    const Span *t = &ev->fields[F_TS];
-    int ts_ok = (t->kind == STRING || t->kind == NUMBER) && !t->escaped && us_to_ns(t->s, t->n, &ts);
+    Span t = ev->fields[F_TS];
+    if (t.kind == STRING && t.escaped) { /* a tab written as an escape, say: decoded first */
+        sc->scratch.len = 0;
+        if (put_unescaped(&sc->scratch, t.s, t.n) < 0) {
+            snprintf(sc->error, sizeof sc->error, "a bad escape in a ts");
+            return REFUSED;
+        }
+        t.s = sc->scratch.p;
+        t.n = sc->scratch.len;
+    }
+    int ts_ok = (t.kind == STRING || t.kind == NUMBER) && us_to_ns(t.s, t.n, &ts);
     const Span *ph = &ev->fields[F_PH];
     char kind = ph->kind == STRING && ph->n == 1 ? ph->s[0] : 0;
     if (kind == 'X' || kind == 'i' || kind == 'I') return commit_slice(sc, ev, ids, ok, ts_ok, ts);
@@ -1024,6 +1034,7 @@ static void scanner_dealloc(Scanner *sc) {
     for (int k = 0; k < sc->n_keys; k++) free(sc->keys[k]);
     for (int g = 0; g < sc->n_groups; g++) free(sc->group_names[g]);
     free(sc->members);
+    buf_free(&sc->scratch);
     Py_TYPE(sc)->tp_free((PyObject *)sc);
 }
 

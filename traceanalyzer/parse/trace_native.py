@@ -17,7 +17,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +39,7 @@ _BLOCK_BYTES = 8 << 20  # read per step: the memory a scan holds besides its col
 # the scanned columns (16k rows peaked 30 MB lower than 32k, at the same speed).
 _ROW_GROUP = 16 << 10
 _PARALLEL_MIN_BYTES = 32 << 20  # below this one scanner is as fast as several
+_NEAR = 1 << 20  # how far from an equal share a range may be cut
 
 
 class NativeUnreadable(Exception):
@@ -139,7 +140,7 @@ def _ranges(path: Path, parts: int) -> list[tuple[int, int, bool]]:
     cuts = [body[0]]
     for i in range(1, parts):
         middle = size * i // parts
-        cut = boundary_near(path, middle - (1 << 20), middle + (1 << 20))
+        cut = boundary_near(path, max(cuts[-1], middle - _NEAR), min(body[1], middle + _NEAR))
         if cut is None or cut <= cuts[-1]:
             return [(0, size, False)]
         cuts.append(cut)
@@ -174,7 +175,9 @@ def scan_trace(path: Path, threads: int) -> Scan:
     words: dict[tuple[str, str], list[pl.Series]] = {}
     for part in parts:
         for table, (frame, table_words) in part.items():
-            shift = [pl.col(column) + words_before.get((table, column), 0) for column in table_words]
+            shift = [
+                pl.col(column) + words_before.get((table, column), 0) for column in table_words
+            ]
             if table in ("flat", "samples"):
                 points_at = "slices" if table == "flat" else "counters"
                 shift.append(pl.col(frame.columns[0]) + rows_before[points_at])
@@ -417,22 +420,26 @@ def _flows(others: pl.DataFrame) -> pl.DataFrame:
     joined = starts.join(
         finishes, on=["cat", "id"], how="full", nulls_equal=True, suffix="_f", coalesce=False
     )
-    return joined.select(
-        pl.coalesce("cat", "cat_f").alias("cat"),
-        pl.coalesce("name", "name_f").alias("name"),
-        pl.coalesce("id", "id_f").alias("flow_id"),
-        pl.col("ts").alias("start_ns"),
-        pl.col("ts_f").alias("end_ns"),
-        pl.col("process").alias("src_process"),
-        pl.col("thread").alias("src_thread"),
-        pl.col("pid").alias("src_pid"),
-        pl.col("tid").alias("src_tid"),
-        pl.col("process_f").alias("dst_process"),
-        pl.col("thread_f").alias("dst_thread"),
-        pl.col("pid_f").alias("dst_pid"),
-        pl.col("tid_f").alias("dst_tid"),
-        pl.coalesce("ts", "ts_f").alias("_order"),
-    ).sort(["_order", "end_ns", "cat", "flow_id"], nulls_last=True).drop("_order")
+    return (
+        joined.select(
+            pl.coalesce("cat", "cat_f").alias("cat"),
+            pl.coalesce("name", "name_f").alias("name"),
+            pl.coalesce("id", "id_f").alias("flow_id"),
+            pl.col("ts").alias("start_ns"),
+            pl.col("ts_f").alias("end_ns"),
+            pl.col("process").alias("src_process"),
+            pl.col("thread").alias("src_thread"),
+            pl.col("pid").alias("src_pid"),
+            pl.col("tid").alias("src_tid"),
+            pl.col("process_f").alias("dst_process"),
+            pl.col("thread_f").alias("dst_thread"),
+            pl.col("pid_f").alias("dst_pid"),
+            pl.col("tid_f").alias("dst_tid"),
+            pl.coalesce("ts", "ts_f").alias("_order"),
+        )
+        .sort(["_order", "end_ns", "cat", "flow_id"], nulls_last=True)
+        .drop("_order")
+    )
 
 
 def _threads(used: pl.DataFrame, names: _Names) -> pl.DataFrame:

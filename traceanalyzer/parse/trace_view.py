@@ -19,6 +19,7 @@ from pathlib import Path
 
 import duckdb
 
+from traceanalyzer.parse import trace_native
 from traceanalyzer.parse.json_array import (
     EVENT_BOUNDARY,
     array_body,
@@ -28,7 +29,6 @@ from traceanalyzer.parse.json_array import (
     copy_prefix,
     split,
 )
-from traceanalyzer.parse import trace_native
 from traceanalyzer.parse.sink import TableSink, connect_duckdb, duckdb_select_list
 from traceanalyzer.parse.trace_shared import ARG_COLUMNS, FLATTENED_KEYS, SENTINELS, TraceResult
 from traceanalyzer.timeutil import duckdb_us_to_ns
