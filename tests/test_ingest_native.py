@@ -7,6 +7,7 @@ else must reach the DuckDB reader (which salvages damage), never crash the proce
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -38,7 +39,9 @@ def test_the_built_scanner_is_not_older_than_its_source() -> None:
     # An editable install compiles in place; a scanner left from an older source would be tested
     # instead of the current one.
     source = REPO / "traceanalyzer" / "parse" / "_trace_scan.c"
-    built = list(source.parent.glob("_trace_scan.*.so")) + list(source.parent.glob("_trace_scan.*.pyd"))
+    built = list(source.parent.glob("_trace_scan.*.so")) + list(
+        source.parent.glob("_trace_scan.*.pyd")
+    )
     for module in built:
         assert module.stat().st_mtime >= source.stat().st_mtime, (
             f"{module.name} is older than _trace_scan.c: reinstall (pip install -e .)"
@@ -89,7 +92,9 @@ def test_same_tables_on_every_sample(
 def test_same_tables_on_the_real_export(
     real_g2: Path, rank: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _same_tables(real_g2 / rank / "ASCEND_PROFILER_OUTPUT" / "trace_view.json", tmp_path, monkeypatch)
+    _same_tables(
+        real_g2 / rank / "ASCEND_PROFILER_OUTPUT" / "trace_view.json", tmp_path, monkeypatch
+    )
 
 
 @pytest.mark.parametrize(
@@ -169,11 +174,24 @@ def test_flattened_args_and_names(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert result.reader == "native"
     slices = {r["name"]: r for r in tables["slices"].iter_rows(named=True)}
     kernel = slices["kernel"]
-    assert (kernel["process"], kernel["thread"], kernel["stream_id"]) == ("Ascend Hardware", "Stream 7", 7)
+    assert (kernel["process"], kernel["thread"], kernel["stream_id"]) == (
+        "Ascend Hardware",
+        "Stream 7",
+        7,
+    )
     assert (kernel["task_type"], kernel["task_id"], kernel["model_id"]) == ("AI_CORE", None, None)
-    assert (kernel["memcpy_size"], kernel["memcpy_direction"], kernel["connection_id"]) == (4096, "h2d", 12)
+    assert (kernel["memcpy_size"], kernel["memcpy_direction"], kernel["connection_id"]) == (
+        4096,
+        "h2d",
+        12,
+    )
     hccl = slices["hccl task"]
-    assert (hccl["task_type"], hccl["task_id"], hccl["stream_id"], hccl["model_id"]) == ("Notify Wait", 5, 9, 3)
+    assert (hccl["task_type"], hccl["task_id"], hccl["stream_id"], hccl["model_id"]) == (
+        "Notify Wait",
+        5,
+        9,
+        3,
+    )
     api = slices["AscendCL@aclrtMemcpy"]
     assert (api["api_layer"], api["api_name"], api["api_level"], api["api_mode"], api["api_id"]) == (
         "AscendCL", "aclrtMemcpy", "acl", "sync", "17",
@@ -182,7 +200,9 @@ def test_flattened_args_and_names(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert slices['aten::"quoted"\\name \U0001f600']["thread"] == 'thread "main" \u00e9'
     assert slices["unnamed pid"]["process"] == "pid 42"
     assert slices["empty args"]["args"] is None and slices["no args"]["args"] is None
-    assert json.loads(slices['aten::"quoted"\\name \U0001f600']["args"]) == {"a\nb": [1, {"x": None}]}
+    assert json.loads(slices['aten::"quoted"\\name \U0001f600']["args"]) == {
+        "a\nb": [1, {"x": None}]
+    }
     assert slices["int ts"]["start_ns"] == int(T0) * 1000
     assert slices["tab ts"]["start_ns"] == int(T0) * 1000 + 103
     hbm = tables["counters"].filter(pl.col("name") == "HBM").sort("series")
@@ -225,10 +245,8 @@ def test_damaged_bytes_never_crash_the_scanner() -> None:
     cases += [b"", b"[", b"]", b"[]", b"{}", b"[1]", b'["x"]', b"[{}]  x", b"\xef\xbb\xbf[]"]
     for case in cases:
         for block in (5, 1 << 20):
-            try:
+            with contextlib.suppress(ValueError):
                 _scan_bytes(case, block)
-            except ValueError:
-                pass
 
 
 @pytest.mark.parametrize(
