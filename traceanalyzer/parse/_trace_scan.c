@@ -651,7 +651,7 @@ static const char *FIELD_NAMES[N_FIELDS] = {"ph", "name", "pid", "tid", "cat",
                                              "id", "ts", "dur", "args"};
 static Py_ssize_t FIELD_LENS[N_FIELDS];
 
-/* The columns of each table; slices then has one column per args group. */
+/* The columns of each table; flat then has one column per group of args keys. */
 enum { T_SLICES, T_FLAT, T_COUNTERS, T_SAMPLES, T_OTHERS, N_TABLES };
 static const char *TABLE_NAMES[N_TABLES] = {"slices", "flat", "counters", "samples", "others"};
 enum { S_PH, S_NAME, S_PID, S_TID, S_CAT, S_TS, S_DUR, S_ARGS, S_COLUMNS };

@@ -36,8 +36,10 @@ except ImportError:  # built without a C compiler: the DuckDB path does everythi
 
 _BLOCK_BYTES = 8 << 20  # read per step: the memory a scan holds besides its columns
 # Rows per Parquet row group, gathered from the sorted order: what is held at a time besides
-# the scanned columns (16k rows peaked 30 MB lower than 32k, at the same speed).
-_ROW_GROUP = 16 << 10
+# the scanned columns. Slices carry their args (16k rows peaked 30 MB lower than 32k, at the
+# same speed); counter rows are narrow, and fewer groups cost less per-call overhead.
+_SLICE_GROUP = 16 << 10
+_COUNTER_GROUP = 64 << 10
 _PARALLEL_MIN_BYTES = 32 << 20  # below this one scanner is as fast as several
 _NEAR = 1 << 20  # how far from an equal share a range may be cut
 
@@ -75,8 +77,9 @@ class Scan:
             if name == table and column in frame.columns
         )
 
-    def rank(self, table: str, column: str) -> pl.Expr:
-        """The interned ``column`` as its text's rank: sorts as the text does, as integers."""
+    def by_text(self, table: str, column: str) -> pl.Expr:
+        """The interned ``column`` as a sort key: its text's rank among the column's strings
+        (sorts as the text does, as integers)."""
         ranks = self.words[table, column].rank("dense").cast(pl.Int64)
         return pl.col(column).map_batches(lambda codes: ranks.gather(codes), pl.Int64)
 
@@ -235,20 +238,28 @@ class _Names:
 
     def attach(self, frame: pl.DataFrame, thread_names: bool = True) -> pl.DataFrame:
         """``frame`` (a row group, with ``pid`` and ``tid``) plus its ``process`` (and
-        ``thread``) names."""
-        process = pl.coalesce("process_name", pl.lit("pid ") + pl.col("pid").cast(pl.String))
-        named = (
-            frame.join(self._processes, on="pid", how="left", maintain_order="left")
-            .with_columns(process.alias("process"))
-            .drop("process_name")
+        ``thread``) names: named once per distinct (pid, tid) of the group, then joined."""
+        ids = frame.select("pid", "tid").unique()
+        named = ids.join(self._processes, on="pid", how="left").with_columns(_process())
+        columns = ["pid", "tid", "process"]
+        if thread_names:
+            named = named.join(self._threads, on=["pid", "tid"], how="left").with_columns(
+                pl.coalesce("thread_name", _default_thread()).alias("thread")
+            )
+            columns.append("thread")
+        return frame.join(
+            named.select(columns),
+            on=["pid", "tid"],
+            how="left",
+            maintain_order="left",
+            nulls_equal=True,
         )
-        if not thread_names:
-            return named
-        return (
-            named.join(self._threads, on=["pid", "tid"], how="left", maintain_order="left")
-            .with_columns(pl.coalesce("thread_name", _default_thread()).alias("thread"))
-            .drop("thread_name")
-        )
+
+
+def _process() -> pl.Expr:
+    """``process``: the pid's process_name, else "pid <pid>" (as the DuckDB path names it)."""
+    named = pl.coalesce("process_name", pl.lit("pid ") + pl.col("pid").cast(pl.String))
+    return named.alias("process")
 
 
 def _default_thread() -> pl.Expr:
@@ -298,10 +309,10 @@ def _order(frame: pl.DataFrame, by: list[pl.Expr], descending: list[bool]) -> pl
     One stable sort per key, the last key first: sorting on all keys at once builds a row
     encoding of every key (70 MB for 412k slices, a string among them).
     """
-    order = pl.Series("row", range(frame.height), dtype=pl.Int64)
+    order = pl.int_range(frame.height, eager=True, dtype=pl.Int64).alias("row")
     for key, desc in reversed(list(zip(by, descending, strict=True))):
-        keys = frame.select(key.alias("key")).to_series().gather(order)
-        step = keys.to_frame().select(
+        keys = frame.select(key.alias("key")).to_series().gather(order).to_frame()
+        step = keys.select(
             pl.arg_sort_by("key", descending=desc, nulls_last=True, maintain_order=True)
         )
         order = order.gather(step.to_series())
@@ -309,13 +320,13 @@ def _order(frame: pl.DataFrame, by: list[pl.Expr], descending: list[bool]) -> pl
 
 
 def _sorted_groups(
-    frame: pl.DataFrame, by: list[pl.Expr], descending: list[bool]
+    frame: pl.DataFrame, by: list[pl.Expr], descending: list[bool], group: int
 ) -> Iterator[tuple[pl.Series, pl.DataFrame]]:
-    """``frame`` in the order of ``by`` a row group at a time, with each group's row numbers:
-    only the order is held besides ``frame``."""
+    """``frame`` in the order of ``by``, ``group`` rows at a time, with each group's row
+    numbers: only the order is held besides ``frame``."""
     order = _order(frame, by, descending)
-    for start in range(0, max(len(order), 1), _ROW_GROUP):
-        rows = order.slice(start, _ROW_GROUP)
+    for start in range(0, max(len(order), 1), group):
+        rows = order.slice(start, group)
         yield rows, frame[rows]
 
 
@@ -338,8 +349,15 @@ def _with_flat(part: pl.DataFrame, flat: pl.DataFrame) -> pl.DataFrame:
 def _slice_groups(scan: Scan, names: _Names, span: _Span) -> Iterator[pa.Table]:
     """The slices table a row group at a time, in time order (parents before children); each
     group gets its text, names and flattened args after the gather."""
-    by = [pl.col("ts"), pl.col("dur_ns"), pl.col("pid"), pl.col("tid"), scan.rank("slices", "name")]
-    for rows, part in _sorted_groups(scan.slices, by, [False, True, False, False, False]):
+    by = [
+        pl.col("ts"),
+        pl.col("dur_ns"),
+        pl.col("pid"),
+        pl.col("tid"),
+        scan.by_text("slices", "name"),
+    ]
+    descending = [False, True, False, False, False]  # parents before their children
+    for rows, part in _sorted_groups(scan.slices, by, descending, _SLICE_GROUP):
         part = names.attach(scan.decode("slices", part).with_columns(rows))
         part = _with_flat(part, scan.flat)
         part = _finish_slices(part)
@@ -355,9 +373,9 @@ def _counter_groups(scan: Scan, names: _Names) -> Iterator[pa.Table]:
             scan.samples["event"]
         ]
     )
-    by = [pl.col("ts_ns"), scan.rank("counters", "name"), scan.rank("samples", "series"),
+    by = [pl.col("ts_ns"), scan.by_text("counters", "name"), scan.by_text("samples", "series"),
           pl.col("pid")]  # fmt: skip
-    for _, part in _sorted_groups(samples, by, [False] * 4):
+    for _, part in _sorted_groups(samples, by, [False] * 4, _COUNTER_GROUP):
         part = scan.decode("samples", scan.decode("counters", part))
         yield names.attach(part, thread_names=False).to_arrow()
 
@@ -447,9 +465,8 @@ def _threads(used: pl.DataFrame, names: _Names) -> pl.DataFrame:
     joined = used.join(names.procs, on="pid", how="left").join(
         names.thread_meta, on=["pid", "tid"], how="left"
     )
-    process = pl.coalesce("process_name", pl.lit("pid ") + pl.col("pid").cast(pl.String))
     return (
-        joined.with_columns(process.alias("process"))
+        joined.with_columns(_process())
         .select(
             "process",
             "process_label",
