@@ -73,19 +73,21 @@ CASES: dict[str, str] = {
         outcome = ingest_session(session, Path(tempfile.mkdtemp(prefix='bench-out-')), threads=os.cpu_count())
         assert outcome.status == 'ingested', outcome
         print('ROWS', json.dumps(outcome.rows))
+        print('READER', outcome.trace_reader)
     """,
-    # The same ingest with a larger parse budget (`run --parse-memory`): the time/memory trade.
-    "traceanalyzer ingest, --parse-memory 2x": """
-        from traceanalyzer.parse.trace_view import ParseMemory
-        outcome = ingest_session(session, Path(tempfile.mkdtemp(prefix='bench-out-')), threads=os.cpu_count(),
-                                 memory=ParseMemory.parse('2x'))
-        assert outcome.status == 'ingested', outcome
+    # The reader used without a C compiler (or for a damaged file), at its default budget and
+    # with a larger one (`run --parse-memory`): DuckDB trades time for memory.
+    "traceanalyzer ingest, DuckDB reader": """
+        os.environ['TRACEANALYZER_NATIVE'] = '0'
+        outcome = ingest_session(session, Path(tempfile.mkdtemp(prefix='bench-out-')), threads=os.cpu_count())
+        assert outcome.status == 'ingested' and outcome.trace_reader == 'duckdb', outcome
     """,
-    "traceanalyzer ingest, --parse-memory 1GB": """
+    "traceanalyzer ingest, DuckDB reader, --parse-memory 1GB": """
         from traceanalyzer.parse.trace_view import ParseMemory
+        os.environ['TRACEANALYZER_NATIVE'] = '0'
         outcome = ingest_session(session, Path(tempfile.mkdtemp(prefix='bench-out-')), threads=os.cpu_count(),
                                  memory=ParseMemory.parse('1GB'))
-        assert outcome.status == 'ingested', outcome
+        assert outcome.status == 'ingested' and outcome.trace_reader == 'duckdb', outcome
     """,
 }
 
@@ -115,6 +117,8 @@ def build_input(mb: int) -> Path:
 # Imported before the clock starts in every case: the timings compare work, not interpreter
 # start-up (traceanalyzer's imports, polars and pyarrow, take longer than duckdb's alone).
 SETUP = """
+from traceanalyzer import allocator
+allocator.configure()  # as the CLI does, before polars is imported
 import tempfile
 from pathlib import Path
 import duckdb, polars, pyarrow
@@ -145,6 +149,8 @@ def run_case(name: str, code: str, rank: Path) -> dict:
             result.update(json.loads(line[7:]))
         elif line.startswith("ROWS "):
             result["rows"] = json.loads(line[5:])
+        elif line.startswith("READER "):
+            result["reader"] = line[7:]
     return result
 
 
@@ -152,44 +158,40 @@ ANALYSIS = """## Reading the figures
 
 - **Memory.** Every case imports duckdb, polars, pyarrow and traceanalyzer before the clock
   starts, so each peak includes the `imports only` baseline (about 100 MB: duckdb 27, pyarrow
-  36, polars 24); the `RSS above imports` column is the memory the work itself takes. DuckDB's
-  buffers are capped per trace (`run --parse-memory`, default 1.2x the file, at least 128 MB)
-  and its table spills beyond that, so the ingest stays within 1.5x the file above the imports
-  (with the libraries counted, even `read bytes` is 1.5x). The `--parse-memory` rows are the
-  same ingest with a larger cap: time and memory trade against each other (a cap of 1.0x the
-  file costs about 10% more time). Memory is flat in the number of ranks (docs/scale.md).
+  36, polars 24); the `RSS above imports` column is the memory the work itself takes (with the
+  libraries counted, even `read bytes` is 1.5x the file). Every case runs with the allocator
+  settings the CLI sets (`traceanalyzer/allocator.py`: one jemalloc arena for polars, freed
+  memory purged after 100 ms; with jemalloc's defaults the native ingest peaked at 1.7x).
+  Memory is flat in the number of ranks (docs/scale.md).
 - **Floors.** The issue's floors are all here, measured in the same run: reading the bytes,
   DuckDB's reader (lazy and materialised), msgspec (bare, and into an Arrow table of the X
   events, as the issue measures it), orjson, and polars `read_json` (which cannot keep `args`
   as text from a JSON array, so it drops them and is not a full decode). The ratio column uses
-  the fastest full decode, bare msgspec into Python objects: the strictest of them.
-- **Time.** The trace is copied into chunks at event boundaries (`parse/json_array.py`, about
-  0.1 s of kernel copies) and parsed once, on every core, into a spillable table: about 0.9 s on
-  a quiet machine, at the one-file `materialise` floor. The rest, measured stage by stage:
-  `slices` about 1.1 s (DuckDB's profile: the time sort 45%, the name lookups and the well-known
-  args parsed out of each device/CANN event 30%, the scan and the zstd Parquet write the rest);
-  `counters` about 0.45 s (one row per series: 675k rows from 417k events, sorted); `flows`
-  0.15 s; the CSVs and communication JSON about 0.3 s (one DuckDB database per session, a cursor
-  per file: opening a database costs 30 ms; the small tables are built through polars because
-  pyarrow's constructors import pandas, 0.3 s, on first use).
-- **Not at the time target** (2x the fastest full decode). The ingest uses about 6.5
-  CPU-seconds on 2 cores, a fifth of it in the kernel (spilling under the cap, page faults); the
-  gap is work, not idle cores. Measured and rejected: the side files or small tables on a
-  second thread (no gain, more memory); two JSON scans instead of one table; a compressed or
-  on-disk DuckDB table; streaming to Arrow and sorting in pyarrow; sorting the raw columns
-  before the projection (within noise); sort keys without the name (the sort is bound by its
-  payload, not its keys); counters through a MAP instead of `json_each` (35% slower); polars'
-  NDJSON reader (rewriting the array to lines takes 1.1 s, reading 1.2 s); slices and counters
-  in file order (`preserve_insertion_order`: an order-preserving write costs what the sort
-  does); writing unsorted, dropping the table, then sorting the Parquet (the sort alone then
-  costs 0.8 s); sorting in time buckets, or from a copy of the X rows only (the table itself is
-  what the budget spills). Already done: one JSON scan, exact ns as a CASE (3x cheaper than a
-  coalesce), `args` kept verbatim, metadata rows read through a view, chunked parallel reading.
-- **What would reach the target: memory.** DuckDB's sort of the 412k slices rows needs about
-  400 MB to run without spilling. Stage by stage with a 1 GB budget instead of 240 MB: slices
-  0.6 s instead of 1.1 s, counters 0.3 s instead of 0.45 s (the `--parse-memory 1GB` row). That
-  trades away the memory target, so it is the user's choice, not the default. The other way is
-  a native reader that emits typed columns with `args` as text.
+  the fastest full decode: the strictest of them.
+- **The native reader** (`parse/_trace_scan.c`, `parse/trace_native.py`; the full-rank row).
+  The scan reads the file in 8 MB blocks, one byte range per core, without the GIL: about
+  0.6 s for 199 MB on 2 cores. It builds only what the tables need, typed:
+  `ts` as exact ns from its digits, durations in ns, names, categories and counter series
+  interned (4 bytes a row), the dozen well-known args as a sparse table (few events have any),
+  `args` as minified text, pids as int64, all in Arrow layout that polars adopts without a copy
+  (text as string views). The columns take about 0.9x the file. polars then sorts (one stable
+  sort per key: a sort on all keys at once built a 70 MB row encoding), and each table is
+  gathered, named and written a row group at a time from the sorted order, the next group made
+  while the Parquet encoder writes the last (both release the GIL). The tables equal the
+  DuckDB reader's, row for row (tests/test_ingest_native.py).
+- **The DuckDB reader** rows are the same ingest with the scanner off: what a machine without
+  a C compiler gets, and what reads a damaged file (which it salvages). Its time goes to a sort
+  of the 412k slices rows that needs about 400 MB to run without spilling: under the default
+  budget (1.2x the file, `run --parse-memory`) it spills. With a 1 GB budget it is faster, at
+  2.5x the memory; the native reader is faster than both, at the memory of the default.
+- **Measured and rejected on the way** (DuckDB reader): the side files or small tables on a
+  second thread; two JSON scans instead of one table; a compressed or on-disk table; streaming
+  to Arrow and sorting in pyarrow; hash sort keys; counters through a MAP (35% slower than
+  `json_each`); polars' NDJSON reader; file-order output (an order-preserving write costs what
+  the sort does); sorting the Parquet afterwards; time buckets. (Native reader) dense columns
+  for the flattened args (16 bytes a row each, mostly null); one join per table for the names
+  (copies every column); pids as int32 (msprof's pids are `pid << 10 | ...`); one scanner
+  batch per block (a take on many chunks concatenates them); 32k-row groups (30 MB more).
 - **Noise.** This machine is shared: the same build has measured from 3.3 s to 4.8 s within an
   hour. Time is the best of `--repeat` runs and the floors are measured in the same run, so
   compare the ratio columns, not the seconds, across runs.
@@ -241,6 +243,8 @@ def render(results: list[dict], file_mb: float, command: str) -> str:
         lines += [
             "",
             "Rows written: " + ", ".join(f"{k}={v:,}" for k, v in ingest["rows"].items() if v),
+            "",
+            f"trace_view.json reader of `{ingest['case']}`: {ingest.get('reader', '?')}.",
             "",
         ]
     lines += [

@@ -1,8 +1,9 @@
-"""Large traces: read as chunk copies in parallel (the tables must not depend on it), and parsed
-again with a larger budget when DuckDB runs out of memory.
+"""Large traces through the DuckDB reader: read as chunk copies in parallel (the tables must not
+depend on it), and parsed again with a larger budget when DuckDB runs out of memory.
 
 Chunking normally starts at 64 MB; these tests lower the threshold so small files take the
-chunked path, and compare with the whole-file path.
+chunked path, and compare with the whole-file path. The native reader is turned off here
+(tests/test_ingest_native.py covers its own ranges).
 """
 
 from __future__ import annotations
@@ -35,6 +36,11 @@ def _tables(rank_dir: Path, out: Path) -> dict[str, pl.DataFrame]:
 
 def _events(path: Path) -> list[dict]:
     return json.loads(path.read_bytes())
+
+
+@pytest.fixture(autouse=True)
+def duckdb_reader(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRACEANALYZER_NATIVE", "0")
 
 
 @pytest.fixture

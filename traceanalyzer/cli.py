@@ -18,10 +18,13 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from traceanalyzer import __version__
+from traceanalyzer import __version__, allocator
 
 if TYPE_CHECKING:
     from traceanalyzer.ingest import IngestResult, SessionOutcome
+
+# Before anything imports polars (every command imports it lazily, below).
+allocator.configure()
 
 EXIT_FINDINGS, EXIT_USAGE, EXIT_PARTIAL, EXIT_INTERRUPTED = 1, 2, 3, 130
 

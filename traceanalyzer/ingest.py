@@ -83,6 +83,9 @@ class SessionOutcome:
     seconds: float = 0.0
     generation: str | None = None
     profiler_level: str | None = None
+    # Which reader parsed trace_view.json: "native" (the C scanner) or "duckdb" (built without
+    # a compiler, or a file the scanner does not read, such as a damaged one).
+    trace_reader: str | None = None
     # Peak RSS of the process that ingested the session (the worker; the driver for `local`),
     # as the kernel reports it: the evidence that memory is bounded by one rank's working set.
     peak_rss_mb: float | None = None
@@ -261,6 +264,7 @@ def ingest_session(
             try:
                 trace = parse_trace_view(trace_path, sink, scratch, threads, memory)
                 outcome.warnings += trace.warnings
+                outcome.trace_reader = trace.reader
                 if trace.incomplete:
                     outcome.incomplete_files.append(f"{TRACE_FILE} ({trace.incomplete})")
             except Exception as exc:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import duckdb
 
+from traceanalyzer.parse import trace_native
 from traceanalyzer.parse.json_array import (
     EVENT_BOUNDARY,
     array_body,
@@ -29,37 +30,18 @@ from traceanalyzer.parse.json_array import (
     split,
 )
 from traceanalyzer.parse.sink import TableSink, connect_duckdb, duckdb_select_list
+from traceanalyzer.parse.trace_shared import ARG_COLUMNS, FLATTENED_KEYS, SENTINELS, TraceResult
 from traceanalyzer.timeutil import duckdb_us_to_ns
 
-SENTINELS = "(4294967295, 18446744073709551615)"
+_SQL_SENTINELS = "(" + ", ".join(str(v) for v in SENTINELS) + ")"
 _COLUMNS = (
     "{ph: 'VARCHAR', name: 'VARCHAR', pid: 'VARCHAR', tid: 'VARCHAR', ts: 'VARCHAR', "
     "dur: 'DOUBLE', cat: 'VARCHAR', id: 'VARCHAR', args: 'JSON'}"
 )
-# Args flattened into columns. `args` keeps the event's whole object verbatim: removing these keys
-# (json_merge_patch) cost a fifth of the slices time, and the stream key that was written
-# ("Stream Id" in G1, "Physic Stream Id" after) tells the generation.
-_FLATTENED_KEYS = (
-    "Task Type", "task type", "Task Id", "task id", "Model Id", "model id", "connection_id",
-    "Physic Stream Id", "Stream Id", "stream id", "level", "Mode", "id",
-    "memcpy direction", "operation", "data size(Byte)", "size(B)",
-)  # fmt: skip
 
 
 class TraceParseError(Exception):
     """trace_view.json could not be read at all."""
-
-
-@dataclass
-class TraceResult:
-    rows: dict[str, int] = field(default_factory=dict)
-    start_ns: int | None = None
-    end_ns: int | None = None
-    processes: list[str] = field(default_factory=list)
-    hw_stream_arg: str | None = None  # "Physic Stream Id" (G2+) or "Stream Id" (G1)
-    warnings: list[str] = field(default_factory=list)
-    # Why events were lost (truncated, empty, malformed), or None when every event was read.
-    incomplete: str | None = None
 
 
 # One parse of `args` into a struct of the well-known keys (cheaper than one path per key).
@@ -67,10 +49,10 @@ class TraceResult:
 # hardware tasks, "task type" on HCCL plane tasks) go to a second struct, parsed only when needed.
 _PRIMARY = tuple(
     k
-    for i, k in enumerate(_FLATTENED_KEYS)
-    if k.lower() not in {x.lower() for x in _FLATTENED_KEYS[:i]}
+    for i, k in enumerate(FLATTENED_KEYS)
+    if k.lower() not in {x.lower() for x in FLATTENED_KEYS[:i]}
 )
-_SECONDARY = tuple(k for k in _FLATTENED_KEYS if k not in _PRIMARY)
+_SECONDARY = tuple(k for k in FLATTENED_KEYS if k not in _PRIMARY)
 
 
 def _struct(keys: tuple[str, ...]) -> str:
@@ -92,13 +74,21 @@ def _flat_str(*keys: str) -> str:
 
 
 def _no_sentinel(expr: str) -> str:
-    return f"(CASE WHEN {expr} IN {SENTINELS} THEN NULL ELSE {expr} END)"
+    return f"(CASE WHEN {expr} IN {_SQL_SENTINELS} THEN NULL ELSE {expr} END)"
 
 
 def _slice_columns(process: str, thread: str) -> dict[str, str]:
     """SQL for each slices column over the raw scan; names are resolved by map lookups."""
     ns, dur = "ts_ns", "dur_ns"  # computed once per row, at load and by the inner query
     is_cann = f"({process} = 'CANN' AND regexp_matches(name, '^[A-Za-z]+@'))"
+    flattened = {
+        column: _flat_str(*keys)
+        if kind == "text"
+        else _no_sentinel(_flat_int(*keys))
+        if kind == "id"
+        else _flat_int(*keys)
+        for column, kind, keys in ARG_COLUMNS
+    }
     return {
         "ph": "ph",
         "process": process,
@@ -110,19 +100,11 @@ def _slice_columns(process: str, thread: str) -> dict[str, str]:
         "start_ns": ns,
         "dur_ns": dur,
         "end_ns": f"{ns} + {dur}",
-        "stream_id": f"coalesce({_no_sentinel(_flat_int('Physic Stream Id', 'Stream Id', 'stream id'))},"
+        **flattened,
+        "stream_id": f"coalesce({flattened['stream_id']},"
         f" CASE WHEN {process} = 'Ascend Hardware' THEN TRY_CAST(tid AS BIGINT) END)",
-        "task_type": _flat_str("Task Type", "task type"),
-        "task_id": _no_sentinel(_flat_int("Task Id", "task id")),
-        "model_id": _no_sentinel(_flat_int("Model Id", "model id")),
-        "connection_id": _no_sentinel(_flat_int("connection_id")),
         "api_layer": f"CASE WHEN {is_cann} THEN split_part(name, '@', 1) END",
         "api_name": f"CASE WHEN {is_cann} THEN substr(name, strpos(name, '@') + 1) END",
-        "api_level": _flat("level"),
-        "api_mode": _flat("Mode"),
-        "api_id": _flat("id"),
-        "memcpy_direction": _flat_str("memcpy direction", "operation"),
-        "memcpy_size": _flat_int("data size(Byte)", "size(B)"),
         "args": "nullif(args, '{}')",
     }
 
@@ -364,11 +346,17 @@ def parse_trace_view(
 ) -> TraceResult:
     """Parse one trace_view.json into the slices, counters, flows and threads tables.
 
-    One JSON scan fills a spillable DuckDB table (buffers capped by ``memory``, so memory follows
-    the file, not the machine); every table is then written from it, names resolved by lookup.
-    A trace that does not fit the budget (events far larger than usual, say) is parsed again
-    with twice the budget, with a warning, rather than failing the rank.
+    The native scanner (trace_native.py) reads a well-formed file when it is built. Otherwise,
+    and for any file it does not read (a damaged one), one DuckDB JSON scan fills a spillable
+    table (buffers capped by ``memory``, so memory follows the file, not the machine); every
+    table is then written from it. A trace that does not fit the budget (events far larger than
+    usual, say) is parsed again with twice the budget, with a warning, rather than failing.
     """
+    if trace_native.available():
+        try:
+            return trace_native.parse_native(path, sink, threads)
+        except trace_native.NativeUnreadable:
+            pass  # damaged or unusual: the DuckDB reader salvages it, with its own warnings
     budget = (memory or DEFAULT_PARSE_MEMORY).limit_mb(path)
     try:
         return _parse(path, sink, scratch, threads, budget)
@@ -558,7 +546,7 @@ def _emit(con: duckdb.DuckDBPyConnection, sink: TableSink, result: TraceResult) 
         con,
         f"SELECT {duckdb_select_list('counters', counter_cols)} "
         f"FROM (SELECT * FROM {ev} WHERE ph = 'C') c, json_each(c.args) AS series "
-        "ORDER BY ts_ns, name, series.key",
+        "ORDER BY ts_ns, name, series.key, TRY_CAST(pid AS BIGINT)",
     )
 
     flow_cols = {

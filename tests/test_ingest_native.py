@@ -1,0 +1,304 @@
+"""The native trace reader (parse/_trace_scan.c, parse/trace_native.py) against the DuckDB one.
+
+Both write the slices, counters, flows and threads tables; on every trace either reads, the
+tables must be equal row for row. The native reader takes a well-formed file only: anything
+else must reach the DuckDB reader (which salvages damage), never crash the process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+from pathlib import Path
+
+import polars as pl
+import pytest
+from test_ingest_variants import CANN_PID, HW_PID, PY_PID, T0, _g2_trace, _m, _x
+
+from traceanalyzer.ingest import _PartitionSink
+from traceanalyzer.parse import trace_native, trace_view
+from traceanalyzer.parse.trace_shared import ARG_COLUMNS, TraceResult
+
+REPO = Path(__file__).resolve().parents[1]
+TRACE_TABLES = ("slices", "counters", "flows", "threads")
+
+pytestmark = pytest.mark.skipif(
+    not trace_native.available() and os.environ.get("TRACEANALYZER_REQUIRE_NATIVE") != "1",
+    reason="native scanner not built (no C compiler at install)",
+)
+
+
+def test_native_scanner_is_built_when_required() -> None:
+    # CI sets TRACEANALYZER_REQUIRE_NATIVE=1, so a build that silently lost the scanner fails.
+    assert trace_native.available()
+
+
+def test_the_built_scanner_is_not_older_than_its_source() -> None:
+    # An editable install compiles in place; a scanner left from an older source would be tested
+    # instead of the current one.
+    source = REPO / "traceanalyzer" / "parse" / "_trace_scan.c"
+    built = list(source.parent.glob("_trace_scan.*.so")) + list(
+        source.parent.glob("_trace_scan.*.pyd")
+    )
+    for module in built:
+        assert module.stat().st_mtime >= source.stat().st_mtime, (
+            f"{module.name} is older than _trace_scan.c: reinstall (pip install -e .)"
+        )
+
+
+def _parse(
+    trace: Path, tmp: Path, native: bool, monkeypatch: pytest.MonkeyPatch, threads: int = 2
+) -> tuple[dict[str, pl.DataFrame], TraceResult]:
+    monkeypatch.setenv("TRACEANALYZER_NATIVE", "1" if native else "0")
+    out = tmp / ("native" if native else "duckdb")
+    sink = _PartitionSink(out, 0, "s")
+    result = trace_view.parse_trace_view(trace, sink, tmp / "scratch", threads=threads)
+    tables = {
+        t: pl.read_parquet(out / "tables" / t / "rank=0" / "session=s" / "part-0.parquet")
+        for t in TRACE_TABLES
+    }
+    return tables, result
+
+
+def _same_tables(trace: Path, tmp: Path, monkeypatch: pytest.MonkeyPatch, **kw: object) -> None:
+    """Both readers give the same rows (order among rows equal in every sort key aside)."""
+    native, native_result = _parse(trace, tmp, True, monkeypatch, **kw)
+    duck, duck_result = _parse(trace, tmp, False, monkeypatch, **kw)
+    assert native_result.reader == "native" and duck_result.reader == "duckdb"
+    for table in TRACE_TABLES:
+        a, b = native[table], duck[table]
+        assert a.schema == b.schema, table
+        key = pl.all()
+        assert a.sort(key, nulls_last=True).equals(b.sort(key, nulls_last=True)), table
+    for field in ("rows", "start_ns", "end_ns", "processes", "hw_stream_arg", "incomplete"):
+        assert getattr(native_result, field) == getattr(duck_result, field), field
+    assert sorted(native_result.warnings) == sorted(duck_result.warnings)
+
+
+def _sample_traces() -> list[Path]:
+    return sorted((REPO / "sample_traces").glob("*/*/ASCEND_PROFILER_OUTPUT/trace_view.json"))
+
+
+@pytest.mark.parametrize("trace", _sample_traces(), ids=lambda p: p.parts[-4])
+def test_same_tables_on_every_sample(
+    trace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _same_tables(trace, tmp_path, monkeypatch)
+
+
+@pytest.mark.parametrize("rank", ["rank0_ascend_pt", "rank1_ascend_pt"])
+def test_same_tables_on_the_real_export(
+    real_g2: Path, rank: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _same_tables(
+        real_g2 / rank / "ASCEND_PROFILER_OUTPUT" / "trace_view.json", tmp_path, monkeypatch
+    )
+
+
+@pytest.mark.parametrize(
+    "variant",
+    [
+        {},
+        {"stream_key": "Stream Id"},  # G1
+        {"comm_process": "Communication", "prefix": "Communication@"},  # current
+    ],
+)
+@pytest.mark.parametrize("join", [", ", ","])  # `},{` joins seen in real files
+def test_same_tables_on_each_generation(
+    variant: dict, join: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    trace = tmp_path / "trace_view.json"
+    trace.write_bytes(_g2_trace(**variant).replace(b"}, {", ("}" + join + "{").encode()))
+    _same_tables(trace, tmp_path, monkeypatch)
+
+
+def _quirks() -> list[dict]:
+    """JSON the scanner must read as DuckDB does: escapes, odd values and key orders."""
+    return [
+        *_m(PY_PID, "Python", {PY_PID: 'thread "main" \u00e9'}),
+        *_m(HW_PID, "Ascend Hardware", {7: "Stream 7"}, label="NPU"),
+        *_m(CANN_PID, "CANN", {11: "Thread 11"}),
+        _x('aten::"quoted"\\name \U0001f600', PY_PID, PY_PID, f"{T0}.100", 2.5, {"a\nb": [1, {"x": None}]}),
+        _x("no args", PY_PID, PY_PID, f"{T0}.101", 0.0),
+        _x("empty args", PY_PID, PY_PID, f"{T0}.102", 1.0, {}),
+        _x("int ts", PY_PID, PY_PID, int(T0), 1.0),  # type: ignore[arg-type]
+        _x("tab ts", PY_PID, PY_PID, f"{T0}.103\t", 1.0),
+        {"ph": "X", "name": "string dur", "pid": PY_PID, "tid": PY_PID, "ts": f"{T0}.104", "dur": "2.5"},
+        {"ph": "X", "name": "null dur", "pid": PY_PID, "tid": PY_PID, "ts": f"{T0}.105", "dur": None},
+        {"ph": "X", "name": "no ts", "pid": PY_PID, "tid": PY_PID, "dur": 1.0},
+        {"ph": "X", "name": "args null", "pid": PY_PID, "tid": PY_PID, "ts": f"{T0}.106", "dur": 1.0, "args": None},
+        {"ph": "X", "name": "args array", "pid": PY_PID, "tid": PY_PID, "ts": f"{T0}.107", "dur": 1.0, "args": [1, 2]},
+        {"name": "kernel", "pid": HW_PID, "tid": 7, "ts": f"{T0}.110", "dur": 3.25,
+         "args": {"Task Type": "AI_CORE", "Task Id": 4294967295, "Physic Stream Id": "7", "Model Id": 18446744073709551615,
+                  "connection_id": 12, "data size(Byte)": 4096, "memcpy direction": "h2d"}, "ph": "X"},
+        {"name": "hccl task", "pid": HW_PID, "tid": 7, "ts": f"{T0}.111", "dur": 1.0,
+         "args": {"task type": "Notify Wait", "task id": 5, "stream id": 9, "Model Id": 3}, "ph": "X"},
+        {"name": "AscendCL@aclrtMemcpy", "pid": CANN_PID, "tid": 11, "ts": f"{T0}.112", "dur": 1.0,
+         "args": {"level": "acl", "Mode": "sync", "id": 17, "size(B)": "64", "operation": "d2h"}, "ph": "X"},
+        {"name": "AscendCL@dup", "pid": CANN_PID, "tid": 11, "ts": f"{T0}.113", "dur": 1.0,
+         "args": {"level": "acl", "level": "node"}, "ph": "X"},  # noqa: F601 - a repeated key
+        {"ph": "i", "name": "instant", "pid": PY_PID, "tid": PY_PID, "ts": f"{T0}.114", "s": "t"},
+        {"ph": "C", "name": "HBM", "pid": HW_PID, "tid": 0, "ts": f"{T0}.120",
+         "args": {"Read(MB/s)": 1.5, "Write(MB/s)": "2.25", "bad": "x", "nested": {"a": 1}, "flag": True}},
+        {"ph": "C", "name": "AI Core Freq", "pid": HW_PID, "tid": 0, "ts": int(T0), "args": {"MHz": 1800}},
+        {"ph": "s", "name": "torch_to_npu", "id": 99, "pid": PY_PID, "tid": PY_PID, "ts": f"{T0}.100", "cat": "async_npu"},
+        {"ph": "f", "name": "torch_to_npu", "id": 99, "pid": HW_PID, "tid": 7, "ts": f"{T0}.110", "cat": "async_npu", "bp": "e"},
+        {"ph": "s", "name": "HostToDevice", "id": "4294967296", "pid": CANN_PID, "tid": 11, "ts": f"{T0}.112", "cat": "HostToDevice"},
+        {"ph": "f", "name": "lonely", "id": "7", "pid": HW_PID, "tid": 7, "ts": f"{T0}.113"},
+        {"ph": "b", "name": "async begin", "pid": PY_PID, "tid": PY_PID, "ts": f"{T0}.115", "id": 1},
+        {"ph": "X", "name": "unnamed pid", "pid": 42, "tid": 43, "ts": f"{T0}.116", "dur": 1.0},
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("style", ["compact", "spaced", "pretty"])
+def test_same_tables_on_quirky_json(
+    style: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    events = _quirks()
+    text = {
+        "compact": lambda: json.dumps(events, separators=(",", ":")),
+        "spaced": lambda: json.dumps(events),
+        "pretty": lambda: "\ufeff" + json.dumps(events, indent=2, ensure_ascii=False),
+    }[style]()
+    trace = tmp_path / "trace_view.json"
+    trace.write_text(text, encoding="utf-8")
+    _same_tables(trace, tmp_path, monkeypatch)
+
+
+def test_flattened_args_and_names(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    trace = tmp_path / "trace_view.json"
+    trace.write_text(json.dumps(_quirks()))
+    tables, result = _parse(trace, tmp_path, True, monkeypatch)
+    assert result.reader == "native"
+    slices = {r["name"]: r for r in tables["slices"].iter_rows(named=True)}
+    kernel = slices["kernel"]
+    assert (kernel["process"], kernel["thread"], kernel["stream_id"]) == (
+        "Ascend Hardware",
+        "Stream 7",
+        7,
+    )
+    assert (kernel["task_type"], kernel["task_id"], kernel["model_id"]) == ("AI_CORE", None, None)
+    assert (kernel["memcpy_size"], kernel["memcpy_direction"], kernel["connection_id"]) == (
+        4096,
+        "h2d",
+        12,
+    )
+    hccl = slices["hccl task"]
+    assert (hccl["task_type"], hccl["task_id"], hccl["stream_id"], hccl["model_id"]) == (
+        "Notify Wait",
+        5,
+        9,
+        3,
+    )
+    api = slices["AscendCL@aclrtMemcpy"]
+    assert (api["api_layer"], api["api_name"], api["api_level"], api["api_mode"], api["api_id"]) == (
+        "AscendCL", "aclrtMemcpy", "acl", "sync", "17",
+    )  # fmt: skip
+    assert (api["memcpy_size"], api["memcpy_direction"]) == (64, "d2h")
+    assert slices['aten::"quoted"\\name \U0001f600']["thread"] == 'thread "main" \u00e9'
+    assert slices["unnamed pid"]["process"] == "pid 42"
+    assert slices["empty args"]["args"] is None and slices["no args"]["args"] is None
+    assert json.loads(slices['aten::"quoted"\\name \U0001f600']["args"]) == {
+        "a\nb": [1, {"x": None}]
+    }
+    assert slices["int ts"]["start_ns"] == int(T0) * 1000
+    assert slices["tab ts"]["start_ns"] == int(T0) * 1000 + 103
+    hbm = tables["counters"].filter(pl.col("name") == "HBM").sort("series")
+    assert hbm["series"].to_list() == ["Read(MB/s)", "Write(MB/s)", "bad", "flag", "nested"]
+    assert hbm["value"].to_list() == [1.5, 2.25, None, None, None]
+    assert {c for c, _, _ in ARG_COLUMNS} <= set(tables["slices"].columns)
+
+
+def _scan_bytes(data: bytes, block: int) -> None:
+    """Feed ``data`` to a scanner in blocks of ``block`` bytes, as trace_native does."""
+    scanner = trace_native.Scanner(ARG_COLUMNS)
+    pending = b""
+    for start in range(0, len(data) + 1, block):
+        chunk = data[start : start + block]
+        data_now = pending + chunk
+        consumed = scanner.feed(data_now, not chunk)
+        pending = data_now[consumed:]
+        if not chunk:
+            break
+    scanner.take()
+
+
+@pytest.mark.parametrize("block", [1, 7, 64, 1 << 20])
+def test_any_block_size_reads_the_same(block: int) -> None:
+    data = json.dumps(_quirks(), ensure_ascii=False).encode()
+    _scan_bytes(data, block)  # a character or token cut by a block's end is completed after
+
+
+def test_damaged_bytes_never_crash_the_scanner() -> None:
+    """Cut or corrupted input raises ValueError (and the DuckDB reader takes over) or reads:
+    the process never dies, whatever the bytes."""
+    data = json.dumps(_quirks(), ensure_ascii=False).encode()
+    rng = random.Random(7)
+    cases = [data[:cut] for cut in range(0, len(data), 13)]
+    for _ in range(400):
+        mutated = bytearray(data)
+        for _ in range(rng.randint(1, 4)):
+            mutated[rng.randrange(len(mutated))] = rng.choice(b'{}[]",:\\ \x00\xff\xc3tfn0-.eE')
+        cases.append(bytes(mutated))
+    cases += [b"", b"[", b"]", b"[]", b"{}", b"[1]", b'["x"]', b"[{}]  x", b"\xef\xbb\xbf[]"]
+    for case in cases:
+        for block in (5, 1 << 20):
+            with contextlib.suppress(ValueError):
+                _scan_bytes(case, block)
+
+
+@pytest.mark.parametrize(
+    ("damage", "incomplete"),
+    [
+        (lambda b: b[: len(b) // 2], "truncated"),
+        (lambda b: b.replace(b'"name": "no args"', b'"name": "bad \xff byte"'), None),
+        (lambda b: b + b"\x00" * 64, None),
+        (lambda b: b.replace(b'"tid": 43', b'"tid": "t43"'), None),  # not an integer id
+        (lambda b: b.replace(b'{"ph": "i"', b'{"ph": "i" "oops": 1, "x"', 1), "malformed"),
+    ],
+    ids=["truncated", "invalid utf-8", "nul padding", "text tid", "malformed event"],
+)
+def test_what_the_scanner_does_not_read_goes_to_duckdb(
+    damage: object, incomplete: str | None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    trace = tmp_path / "trace_view.json"
+    trace.write_bytes(damage(json.dumps(_quirks()).encode()))  # type: ignore[operator]
+    with pytest.raises(trace_native.NativeUnreadable, match=str(trace)):
+        trace_native.scan_trace(trace, 1)
+    tables, result = _parse(trace, tmp_path, True, monkeypatch)
+    assert result.reader == "duckdb"
+    if incomplete:
+        assert (result.incomplete or "").startswith(incomplete), result.incomplete
+    else:
+        assert result.incomplete is None, result.incomplete
+    assert tables["slices"].height > 0
+
+
+def test_ranges_scanned_side_by_side_give_the_same_tables(
+    real_g2: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Three ranges of a small file: row numbers and interned codes are shifted across them.
+    monkeypatch.setattr(trace_native, "_PARALLEL_MIN_BYTES", 0)
+    trace = real_g2 / "rank0_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "trace_view.json"
+    assert len(trace_native._ranges(trace, 3)) == 3
+    _same_tables(trace, tmp_path, monkeypatch, threads=3)
+
+
+def test_a_cut_inside_a_string_falls_back_to_one_range(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The boundary pattern inside a string is where the cut lands: that range fails to parse,
+    # and the file is scanned whole.
+    monkeypatch.setattr(trace_native, "_PARALLEL_MIN_BYTES", 0)
+    filler = [_x(f"op{i}", PY_PID, PY_PID, f"{T0}.{i:03d}", 1.0) for i in range(300)]
+    trap = _x("trap", PY_PID, PY_PID, f"{T0}.999", 1.0, {"text": "}, {" * 2000})
+    events = [*_m(PY_PID, "Python", {PY_PID: "main"}), *filler[:150], trap, *filler[150:]]
+    trace = tmp_path / "trace_view.json"
+    trace.write_text(json.dumps(events))
+    ranges = trace_native._ranges(trace, 2)
+    assert len(ranges) == 2
+    scan = trace_native.scan_trace(trace, 2)
+    assert scan.slices.height == 301
+    _same_tables(trace, tmp_path, monkeypatch)

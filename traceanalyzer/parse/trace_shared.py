@@ -1,0 +1,44 @@
+"""What both trace_view.json readers share: their result, the flattened args and the sentinels.
+
+The DuckDB reader (trace_view.py) and the native one (trace_native.py) write the same tables;
+the names here keep them reading the same keys.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# Values msprof writes for "none" in id fields (uint32 and uint64 all-ones); they become null.
+SENTINELS = (4294967295, 18446744073709551615)
+
+# Args flattened into slices columns: (column, kind, keys in order of preference). A kind "id"
+# is an integer whose "none" sentinel becomes null; "int" an integer; "text" the value as text.
+# `args` keeps the event's whole object: removing these keys cost a fifth of the slices time,
+# and the stream key that was written ("Stream Id" in G1, "Physic Stream Id" after) tells the
+# generation.
+ARG_COLUMNS = (
+    ("stream_id", "id", ("Physic Stream Id", "Stream Id", "stream id")),
+    ("task_type", "text", ("Task Type", "task type")),
+    ("task_id", "id", ("Task Id", "task id")),
+    ("model_id", "id", ("Model Id", "model id")),
+    ("connection_id", "id", ("connection_id",)),
+    ("api_level", "text", ("level",)),
+    ("api_mode", "text", ("Mode",)),
+    ("api_id", "text", ("id",)),
+    ("memcpy_direction", "text", ("memcpy direction", "operation")),
+    ("memcpy_size", "int", ("data size(Byte)", "size(B)")),
+)
+FLATTENED_KEYS = tuple(key for _, _, keys in ARG_COLUMNS for key in keys)
+
+
+@dataclass
+class TraceResult:
+    rows: dict[str, int] = field(default_factory=dict)
+    start_ns: int | None = None
+    end_ns: int | None = None
+    processes: list[str] = field(default_factory=list)
+    hw_stream_arg: str | None = None  # "Physic Stream Id" (G2+) or "Stream Id" (G1)
+    warnings: list[str] = field(default_factory=list)
+    # Why events were lost (truncated, empty, malformed), or None when every event was read.
+    incomplete: str | None = None
+    reader: str = "duckdb"  # or "native" (trace_native.py): which reader parsed the file
