@@ -47,3 +47,13 @@ def test_wheel_ships_recipe_templates_and_entry_point(wheel: zipfile.ZipFile) ->
     assert any(n.startswith("traceanalyzer/recipes/templates/") for n in names)
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     assert "traceanalyzer = traceanalyzer.cli:main" in wheel.read(entry_points).decode()
+
+
+def test_wheel_ships_the_native_scanner(wheel: zipfile.ZipFile) -> None:
+    from traceanalyzer.parse import trace_native
+
+    if not trace_native.available():
+        pytest.skip("native scanner not built here (no C compiler)")
+    names = wheel.namelist()
+    assert any(n.startswith("traceanalyzer/parse/_trace_scan.") for n in names), names
+    assert "traceanalyzer/parse/_trace_scan.c" in names  # an sdist-like rebuild stays possible

@@ -26,6 +26,7 @@ import tempfile
 import time
 import traceback
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -241,6 +242,69 @@ def _generation(
     return "g2"
 
 
+_SIDE_FILES_ALONGSIDE_BYTES = 32 << 20
+_COMM_FILES = (
+    ("communication.json", parse_communication),
+    ("communication_matrix.json", parse_communication_matrix),
+)
+
+
+class _SideFiles:
+    """The CSV and communication JSON files of a session: parsed into ``sink``, with what went
+    wrong kept for the outcome (merged after the trace's, so the order never depends on which
+    finished first)."""
+
+    def __init__(self, session: RankSession, sink: _PartitionSink):
+        self.session, self.sink = session, sink
+        self.missing: list[str] = []
+        self.not_collected: list[str] = []
+        self.warnings: list[str] = []
+        self.incomplete: list[str] = []
+        names = [spec.file for spec in SPECS] + [name for name, _ in _COMM_FILES]
+        paths = [session.output_dir / name for name in names]
+        self.size = sum(p.stat().st_size for p in paths if p.is_file())
+
+    def parse(self) -> dict[str, list[str]]:
+        """Parse every side file; returns the CSV headers (they tell the generation)."""
+        headers: dict[str, list[str]] = {}
+        csv_db = csv_database()
+        try:
+            for spec in SPECS:
+                path = self.session.output_dir / spec.file
+                if not path.is_file():
+                    if spec.collected_with:
+                        self.not_collected.append(f"{spec.file} ({spec.collected_with})")
+                    else:
+                        self.missing.append(spec.file)
+                    continue
+                try:
+                    parsed = parse_csv(path, spec, self.sink, csv_db)
+                    headers[spec.file] = parsed.header
+                    self.warnings += parsed.warnings
+                except Exception as exc:
+                    self.warnings.append(f"{path}: could not be parsed ({exc})")
+                    self.incomplete.append(f"{spec.file} (could not be parsed)")
+        finally:
+            csv_db.close()
+        for name, parser in _COMM_FILES:
+            path = self.session.output_dir / name
+            if not path.is_file():
+                self.missing.append(name)
+                continue
+            try:
+                parser(path, self.sink)
+            except Exception as exc:
+                self.warnings.append(f"{path}: could not be parsed ({exc})")
+                self.incomplete.append(f"{name} (could not be parsed)")
+        return headers
+
+    def report(self, outcome: SessionOutcome) -> None:
+        outcome.missing_files += self.missing
+        outcome.not_collected += self.not_collected
+        outcome.warnings += self.warnings
+        outcome.incomplete_files += self.incomplete
+
+
 def ingest_session(
     session: RankSession, out: Path, threads: int = 1, memory: ParseMemory = DEFAULT_PARSE_MEMORY
 ) -> SessionOutcome:
@@ -254,10 +318,16 @@ def ingest_session(
         profiler_level=session.profiler_level,
     )
     sink = _PartitionSink(out, session.rank, session.session)
-    headers: dict[str, list[str]] = {}
-    trace = None
+    trace = pool = None
     scratch = Path(tempfile.mkdtemp(dir=out, prefix=".scratch."))
     try:
+        # Small side files parse on a thread while the trace does (DuckDB and the trace readers
+        # release the GIL); large ones (a Level2 kernel_details.csv) after it, so the two
+        # parses' memory never adds up.
+        side_files = _SideFiles(session, sink)
+        if side_files.size <= _SIDE_FILES_ALONGSIDE_BYTES:
+            pool = ThreadPoolExecutor(1)
+        side = pool.submit(side_files.parse) if pool else None
         trace_path = session.output_dir / TRACE_FILE
         if trace_path.is_file():
             _fault_hook(session)
@@ -273,38 +343,8 @@ def ingest_session(
                 raise RankFailed(f"{trace_path}: unreadable ({type(exc).__name__}: {exc})") from exc
         else:
             outcome.missing_files.append(TRACE_FILE)
-        csv_db = csv_database()
-        try:
-            for spec in SPECS:
-                path = session.output_dir / spec.file
-                if not path.is_file():
-                    if spec.collected_with:
-                        outcome.not_collected.append(f"{spec.file} ({spec.collected_with})")
-                    else:
-                        outcome.missing_files.append(spec.file)
-                    continue
-                try:
-                    parsed = parse_csv(path, spec, sink, csv_db)
-                    headers[spec.file] = parsed.header
-                    outcome.warnings += parsed.warnings
-                except Exception as exc:
-                    outcome.warnings.append(f"{path}: could not be parsed ({exc})")
-                    outcome.incomplete_files.append(f"{spec.file} (could not be parsed)")
-        finally:
-            csv_db.close()
-        for name, parser in (
-            ("communication.json", parse_communication),
-            ("communication_matrix.json", parse_communication_matrix),
-        ):
-            path = session.output_dir / name
-            if not path.is_file():
-                outcome.missing_files.append(name)
-                continue
-            try:
-                parser(path, sink)
-            except Exception as exc:
-                outcome.warnings.append(f"{path}: could not be parsed ({exc})")
-                outcome.incomplete_files.append(f"{name} (could not be parsed)")
+        headers = side.result() if side else side_files.parse()
+        side_files.report(outcome)
         for table in TABLES:
             if table not in sink.rows and table != "sessions":
                 sink.empty(table)
@@ -325,6 +365,8 @@ def ingest_session(
         outcome.error = f"{type(exc).__name__}: {exc}"
         outcome.warnings.append(traceback.format_exc(limit=5))
     finally:
+        if pool:
+            pool.shutdown(wait=True)  # a failed trace still waits for the side files' writes
         shutil.rmtree(scratch, ignore_errors=True)
     outcome.seconds = round(time.perf_counter() - started, 3)
     outcome.peak_rss_mb = peak_rss_mb()

@@ -1,7 +1,11 @@
-"""trace_view.json → slices, counters, flows and threads, using DuckDB's native JSON reader.
+"""trace_view.json → slices, counters, flows and threads.
 
-Why DuckDB: on a 200 MB trace it decodes every event into typed columns in about a second, on
-every core (chunks, ``json_array.py``), at a fraction of the memory of Python decoders
+:func:`parse_trace_view` gives a trace to the native scanner (``trace_native.py``) when it is
+built; this module is the other reader, for installs without a C compiler and for every file
+the scanner refuses (a damaged one, which this reader salvages). Both write the same tables.
+
+Why DuckDB here: on a 200 MB trace it decodes every event into typed columns in about a second,
+on every core (chunks, ``json_array.py``), at a fraction of the memory of Python decoders
 (benchmarks/bench_ingest.py), and it writes Parquet straight from its own columns, so no Python
 object per event is ever built.
 
@@ -73,6 +77,13 @@ def _flat_str(*keys: str) -> str:
     return f"coalesce({', '.join(_flat(k) for k in keys)})" if len(keys) > 1 else _flat(keys[0])
 
 
+def _flat_sql(kind: str, keys: tuple[str, ...]) -> str:
+    """A flattened args column (trace_shared.ARG_COLUMNS): the first of ``keys`` present."""
+    if kind == "text":
+        return _flat_str(*keys)
+    return _no_sentinel(_flat_int(*keys)) if kind == "id" else _flat_int(*keys)
+
+
 def _no_sentinel(expr: str) -> str:
     return f"(CASE WHEN {expr} IN {_SQL_SENTINELS} THEN NULL ELSE {expr} END)"
 
@@ -81,14 +92,7 @@ def _slice_columns(process: str, thread: str) -> dict[str, str]:
     """SQL for each slices column over the raw scan; names are resolved by map lookups."""
     ns, dur = "ts_ns", "dur_ns"  # computed once per row, at load and by the inner query
     is_cann = f"({process} = 'CANN' AND regexp_matches(name, '^[A-Za-z]+@'))"
-    flattened = {
-        column: _flat_str(*keys)
-        if kind == "text"
-        else _no_sentinel(_flat_int(*keys))
-        if kind == "id"
-        else _flat_int(*keys)
-        for column, kind, keys in ARG_COLUMNS
-    }
+    flattened = {column: _flat_sql(kind, keys) for column, kind, keys in ARG_COLUMNS}
     return {
         "ph": "ph",
         "process": process,
