@@ -26,7 +26,7 @@ import tempfile
 import time
 import traceback
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -321,18 +321,24 @@ def ingest_session(
     trace = pool = None
     scratch = Path(tempfile.mkdtemp(dir=out, prefix=".scratch."))
     try:
-        # Small side files parse on a thread while the trace does (DuckDB and the trace readers
-        # release the GIL); large ones (a Level2 kernel_details.csv) after it, so the two
-        # parses' memory never adds up.
+        # Small side files parse on a thread once the trace parse's memory peak is behind it,
+        # while its last tables are written (parse_trace_view's on_read); large ones (a Level2
+        # kernel_details.csv), or with the DuckDB reader, after the trace: the two parses'
+        # memory never adds up.
         side_files = _SideFiles(session, sink)
+        side: list[Future[dict[str, list[str]]]] = []
         if side_files.size <= _SIDE_FILES_ALONGSIDE_BYTES:
             pool = ThreadPoolExecutor(1)
-        side = pool.submit(side_files.parse) if pool else None
+
+        def trace_read() -> None:
+            if pool and not side:
+                side.append(pool.submit(side_files.parse))
+
         trace_path = session.output_dir / TRACE_FILE
         if trace_path.is_file():
             _fault_hook(session)
             try:
-                trace = parse_trace_view(trace_path, sink, scratch, threads, memory)
+                trace = parse_trace_view(trace_path, sink, scratch, threads, memory, trace_read)
                 outcome.warnings += trace.warnings
                 outcome.trace_reader = trace.reader
                 if trace.incomplete:
@@ -343,7 +349,7 @@ def ingest_session(
                 raise RankFailed(f"{trace_path}: unreadable ({type(exc).__name__}: {exc})") from exc
         else:
             outcome.missing_files.append(TRACE_FILE)
-        headers = side.result() if side else side_files.parse()
+        headers = side[0].result() if side else side_files.parse()
         side_files.report(outcome)
         for table in TABLES:
             if table not in sink.rows and table != "sessions":

@@ -17,7 +17,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -390,8 +390,11 @@ def _ahead(groups: Iterator[pa.Table]) -> Iterator[pa.Table]:
             yield group
 
 
-def parse_native(path: Path, sink: TableSink, threads: int) -> TraceResult:
-    """Parse one trace_view.json into the slices, counters, flows and threads tables."""
+def parse_native(
+    path: Path, sink: TableSink, threads: int, on_read: Callable[[], None] | None = None
+) -> TraceResult:
+    """Parse one trace_view.json into the slices, counters, flows and threads tables;
+    ``on_read`` is called once the slices, the bulk of the memory, are written and freed."""
     scan = scan_trace(path, threads)
     result, span = TraceResult(reader="native"), _Span()
     names = _Names(scan.others)
@@ -400,6 +403,8 @@ def parse_native(path: Path, sink: TableSink, threads: int) -> TraceResult:
         result.start_ns, result.end_ns = span.start_ns, span.end_ns
         result.hw_stream_arg = "Stream Id" if span.g1 else "Physic Stream Id"
     scan.slices = scan.flat = pl.DataFrame()  # the largest part: gone before the counters
+    if on_read:
+        on_read()
 
     result.rows["counters"] = sink.batches("counters", _ahead(_counter_groups(scan, names)))
     used_by_counters = scan.counters.select("pid", "tid").unique()

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -347,8 +348,13 @@ def parse_trace_view(
     scratch: Path,
     threads: int = 1,
     memory: ParseMemory | None = None,
+    on_read: Callable[[], None] | None = None,
 ) -> TraceResult:
     """Parse one trace_view.json into the slices, counters, flows and threads tables.
+
+    ``on_read`` is called when the parse's memory peak is behind it and the cores are no longer
+    all busy (the native reader, once its slices are written): the caller may start other work
+    then. The DuckDB reader holds its budget to the end and never calls it.
 
     The native scanner (trace_native.py) reads a well-formed file when it is built. Otherwise,
     and for any file it does not read (a damaged one), one DuckDB JSON scan fills a spillable
@@ -358,7 +364,7 @@ def parse_trace_view(
     """
     if trace_native.available():
         try:
-            return trace_native.parse_native(path, sink, threads)
+            return trace_native.parse_native(path, sink, threads, on_read)
         except trace_native.NativeUnreadable:
             pass  # damaged or unusual: the DuckDB reader salvages it, with its own warnings
     budget = (memory or DEFAULT_PARSE_MEMORY).limit_mb(path)
