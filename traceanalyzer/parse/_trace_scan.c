@@ -727,14 +727,19 @@ static void reset_args(Scanner *sc, Event *ev) {
     }
 }
 
-/* Parse the args object at p: its text, its members, and the best key of each group. */
-static const char *scan_args(Scanner *sc, const char *p, const char *end, Event *ev) {
-    reset_args(sc, ev); /* a repeated args key: the last one counts */
+/* The members of the object at p ('{'): for each, ``member`` parses the value at its first
+ * byte and returns the byte past it (NULL when the block ends first, BAD when malformed).
+ * Returns the byte past the closing brace, NULL or BAD. */
+typedef const char *(*Member)(Scanner *sc, void *ctx, const Span *key, const char *value,
+                              const char *end);
+
+static const char *scan_object(Scanner *sc, const char *p, const char *end, Member member,
+                               void *ctx) {
     const char *q = skip_ws(p + 1, end);
     if (q >= end) return NULL;
-    if (*q == '}') goto close;
+    if (*q == '}') return q + 1;
     for (;;) {
-        Span key, value;
+        Span key;
         if (*q != '"') return BAD;
         q = scan_string(q, end, &key);
         if (q == NULL || q == BAD) return q;
@@ -742,37 +747,55 @@ static const char *scan_args(Scanner *sc, const char *p, const char *end, Event 
         if (q >= end) return NULL;
         if (*q != ':') return BAD;
         q = skip_ws(q + 1, end);
-        q = scan_value(q, end, &value);
+        if (q >= end) return NULL;
+        q = member(sc, ctx, &key, q, end);
         if (q == NULL || q == BAD) return q;
-        if (!key.escaped && key.n < 64 && (sc->key_len_mask >> key.n) & 1) {
-            for (int k = 0; k < sc->n_keys; k++) {
-                if (sc->key_lens[k] == key.n && memcmp(sc->keys[k], key.s, (size_t)key.n) == 0) {
-                    int g = sc->key_group[k];
-                    if (sc->key_rank[k] < ev->ranks[g] && value.kind != JNULL) {
-                        ev->groups[g] = value;
-                        ev->ranks[g] = sc->key_rank[k];
-                    }
-                    break;
-                }
-            }
-        }
-        if (member_push(sc, key, value) < 0) return BAD;
         q = skip_ws(q, end);
         if (q >= end) return NULL;
-        if (*q == ',') {
-            q = skip_ws(q + 1, end);
-            if (q >= end) return NULL;
-            continue;
+        if (*q == '}') return q + 1;
+        if (*q != ',') return BAD;
+        q = skip_ws(q + 1, end);
+        if (q >= end) return NULL;
+    }
+}
+
+/* A member of args: kept for counter samples, and as its group's value when its key is the
+ * group's best so far. */
+static const char *args_member(Scanner *sc, void *ctx, const Span *key, const char *p,
+                               const char *end) {
+    Event *ev = ctx;
+    Span value;
+    const char *q = scan_value(p, end, &value);
+    if (q == NULL || q == BAD) return q;
+    if (!key->escaped && key->n < 64 && (sc->key_len_mask >> key->n) & 1) {
+        for (int k = 0; k < sc->n_keys; k++) {
+            if (sc->key_lens[k] == key->n && memcmp(sc->keys[k], key->s, (size_t)key->n) == 0) {
+                int g = sc->key_group[k];
+                if (sc->key_rank[k] < ev->ranks[g] && value.kind != JNULL) {
+                    ev->groups[g] = value;
+                    ev->ranks[g] = sc->key_rank[k];
+                }
+                break;
+            }
         }
-        if (*q == '}') break;
+    }
+    if (member_push(sc, *key, value) < 0) {
+        snprintf(sc->error, sizeof sc->error, "out of memory");
         return BAD;
     }
-close:
+    return q;
+}
+
+/* Parse the args object at p: its text, its members, and the best key of each group. */
+static const char *scan_args(Scanner *sc, const char *p, const char *end, Event *ev) {
+    reset_args(sc, ev); /* a repeated args key: the last one counts */
+    const char *q = scan_object(sc, p, end, args_member, ev);
+    if (q == NULL || q == BAD) return q;
     ev->fields[F_ARGS].s = p;
-    ev->fields[F_ARGS].n = q + 1 - p;
+    ev->fields[F_ARGS].n = q - p;
     ev->fields[F_ARGS].kind = COMPOUND;
     ev->fields[F_ARGS].escaped = 0;
-    return q + 1;
+    return q;
 }
 
 static int field_of(const Span *key) {
@@ -918,44 +941,24 @@ static int commit_event(Scanner *sc, const Event *ev) {
     return commit_other(sc, ev, ids, ok, ts_ok, ts);
 }
 
+/* A member of an event: the fields the tables read, args walked member by member. */
+static const char *event_member(Scanner *sc, void *ctx, const Span *key, const char *p,
+                                const char *end) {
+    Event *ev = ctx;
+    int f = field_of(key);
+    if (f == F_ARGS && *p == '{') return scan_args(sc, p, end, ev);
+    if (f == F_ARGS) reset_args(sc, ev); /* args that are not an object: no members */
+    return scan_value(p, end, f >= 0 ? &ev->fields[f] : NULL);
+}
+
 /* One event object at p. */
 static const char *scan_event(Scanner *sc, const char *p, const char *end) {
     Event ev;
     memset(ev.fields, 0, sizeof ev.fields);
     reset_args(sc, &ev);
     if (*p != '{') return BAD;
-    const char *q = skip_ws(p + 1, end);
-    if (q >= end) return NULL;
-    if (*q != '}') {
-        for (;;) {
-            Span key;
-            if (*q != '"') return BAD;
-            q = scan_string(q, end, &key);
-            if (q == NULL || q == BAD) return q;
-            q = skip_ws(q, end);
-            if (q >= end) return NULL;
-            if (*q != ':') return BAD;
-            q = skip_ws(q + 1, end);
-            if (q >= end) return NULL;
-            int f = field_of(&key);
-            if (f == F_ARGS && *q == '{') {
-                q = scan_args(sc, q, end, &ev);
-            } else {
-                if (f == F_ARGS) reset_args(sc, &ev);
-                q = scan_value(q, end, f >= 0 ? &ev.fields[f] : NULL);
-            }
-            if (q == NULL || q == BAD) return q;
-            q = skip_ws(q, end);
-            if (q >= end) return NULL;
-            if (*q == ',') {
-                q = skip_ws(q + 1, end);
-                if (q >= end) return NULL;
-                continue;
-            }
-            if (*q == '}') break;
-            return BAD;
-        }
-    }
+    const char *q = scan_object(sc, p, end, event_member, &ev);
+    if (q == NULL || q == BAD) return q;
     int rc = commit_event(sc, &ev);
     if (rc < 0) {
         if (rc == -1) snprintf(sc->error, sizeof sc->error, "out of memory");
@@ -964,7 +967,7 @@ static const char *scan_event(Scanner *sc, const char *p, const char *end) {
                      "more than 2 GiB of text in one column, or 2**31 rows in one table");
         return BAD;
     }
-    return q + 1;
+    return q;
 }
 
 /* Events from data[0:n] until the block ends inside one. Returns the bytes consumed, or -1
