@@ -328,8 +328,9 @@ def _findings_table(result, out: Path) -> str:  # noqa: ANN001 - engine RunResul
     metavar="1.2x|SIZE",
     default="1.2x",
     show_default=True,
-    help="DuckDB's buffers per trace being parsed: a multiple of its size, or 800MB, 2GB. More "
-    "is faster (less spilling to disk); peak memory per worker follows it.",
+    help="For traces the DuckDB reader parses (no C compiler at install, or a damaged file): "
+    "its buffers per trace, a multiple of its size, or 800MB, 2GB. More is faster (less "
+    "spilling to disk); peak memory per worker follows it.",
 )
 @click.option("--quiet", "-q", is_flag=True, help="Only print the final summary.")
 @click.option(
