@@ -302,3 +302,24 @@ def test_a_cut_inside_a_string_falls_back_to_one_range(
     scan = trace_native.scan_trace(trace, 2)
     assert scan.slices.height == 301
     _same_tables(trace, tmp_path, monkeypatch)
+
+
+def test_a_refusal_without_damage_is_explained(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The DuckDB reader finds nothing wrong with a text tid, so the slower path needs a word.
+    trace = tmp_path / "trace_view.json"
+    trace.write_bytes(json.dumps(_quirks()).encode().replace(b'"tid": 43', b'"tid": "t43"'))
+    _, result = _parse(trace, tmp_path, True, monkeypatch)
+    assert result.reader == "duckdb"
+    assert any("native scanner refused" in w and "not an integer" in w for w in result.warnings)
+
+
+def test_an_install_without_the_scanner_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(trace_native, "Scanner", None)
+    assert "not built" in (trace_native.unavailable_note() or "")
+    monkeypatch.undo()
+    monkeypatch.setenv("TRACEANALYZER_NATIVE", "0")
+    assert "turned off" in (trace_native.unavailable_note() or "")
+    monkeypatch.setenv("TRACEANALYZER_NATIVE", "1")
+    assert trace_native.unavailable_note() is None

@@ -36,6 +36,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from traceanalyzer.discover import Discovery, RankSession, discover, input_root
+from traceanalyzer.parse import trace_native
 from traceanalyzer.parse.comm import parse_communication, parse_communication_matrix
 from traceanalyzer.parse.csv_tables import CSV_MEMORY_MB, SPECS, csv_database, parse_csv
 from traceanalyzer.parse.sink import body_columns, conform_body, table_from_rows
@@ -637,6 +638,8 @@ def ingest(
         if progress:
             progress("session", done, total, outcome)
 
+    if todo and progress and (note := trace_native.unavailable_note()):
+        progress(note, done, total, None)
     owned = executor is None
     if executor is None:
         executor = make_executor("processes" if jobs > 1 else "local", jobs=jobs)

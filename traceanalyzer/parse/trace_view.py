@@ -363,21 +363,27 @@ def parse_trace_view(
     table is then written from it. A trace that does not fit the budget (events far larger than
     usual, say) is parsed again with twice the budget, with a warning, rather than failing.
     """
+    refused = None
     if trace_native.available():
         try:
             return trace_native.parse_native(path, sink, threads, on_read)
-        except trace_native.NativeUnreadable:
-            pass  # damaged or unusual: the DuckDB reader salvages it, with its own warnings
+        except trace_native.NativeUnreadable as exc:
+            refused = str(exc)  # damaged or unusual: the DuckDB reader salvages it
     budget = (memory or DEFAULT_PARSE_MEMORY).limit_mb(path)
     try:
-        return _parse(path, sink, scratch, threads, budget)
+        result = _parse(path, sink, scratch, threads, budget)
     except duckdb.OutOfMemoryException as exc:
         result = _parse(path, sink, scratch, threads, budget * 2)
         result.warnings.append(
             f"{path}: out of its {budget} MB parse budget ({str(exc).splitlines()[0][:120]}); "
             f"parsed again with {budget * 2} MB"
         )
-        return result
+    if refused and not result.incomplete and not result.warnings:
+        # Not damaged, yet not the shape the scanner reads: say why this rank was slower.
+        result.warnings.append(
+            f"read by the slower DuckDB reader: the native scanner refused {refused}"
+        )
+    return result
 
 
 def _parse(path: Path, sink: TableSink, scratch: Path, threads: int, budget_mb: int) -> TraceResult:
