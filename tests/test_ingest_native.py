@@ -233,7 +233,12 @@ def test_any_block_size_reads_the_same(block: int) -> None:
 
 def test_damaged_bytes_never_crash_the_scanner() -> None:
     """Cut or corrupted input raises ValueError (and the DuckDB reader takes over) or reads:
-    the process never dies, whatever the bytes."""
+    the process never dies, whatever the bytes.
+
+    After changing the scanner, run this under AddressSanitizer too: build the module with
+    ``-fsanitize=address,undefined`` and run pytest with ``LD_PRELOAD`` set to gcc's libasan and
+    libubsan and ``ASAN_OPTIONS=detect_leaks=0`` (clean on the commit that added it).
+    """
     data = json.dumps(_quirks(), ensure_ascii=False).encode()
     rng = random.Random(7)
     cases = [data[:cut] for cut in range(0, len(data), 13)]
