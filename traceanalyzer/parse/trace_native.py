@@ -479,17 +479,18 @@ def _flows(others: pl.DataFrame) -> pl.DataFrame:
 
 
 def _threads(used: pl.DataFrame, names: _Names) -> pl.DataFrame:
-    """Every (pid, tid) in ``used`` with its names."""
-    joined = used.join(names.procs, on="pid", how="left").join(
-        names.thread_meta, on=["pid", "tid"], how="left"
-    )
+    """Every (pid, tid) in ``used`` with its names, labels and sort indexes."""
+    labels = names.procs.select("pid", "process_label", "process_sort_index")
+    sort_indexes = names.thread_meta.select("pid", "tid", "thread_sort_index")
     return (
-        joined.with_columns(_process())
+        names.attach(used)
+        .join(labels, on="pid", how="left")
+        .join(sort_indexes, on=["pid", "tid"], how="left")
         .select(
             "process",
             "process_label",
             "process_sort_index",
-            pl.coalesce("thread_name", _default_thread()).alias("thread"),
+            "thread",
             "thread_sort_index",
             "pid",
             "tid",
