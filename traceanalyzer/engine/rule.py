@@ -295,6 +295,7 @@ class Rule:
     scope: Scope = "rank"
     source: Path | None = None
     presentation: Presentation = field(default_factory=Presentation)
+    digest: str = ""  # code digest, set by the loader (see engine.loader.rule_digest)
 
     def __post_init__(self) -> None:
         problems = []
