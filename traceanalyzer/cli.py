@@ -19,14 +19,19 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from traceanalyzer import __version__, allocator
+from traceanalyzer.exitcodes import (
+    EXIT_FINDINGS,
+    EXIT_INTERRUPTED,
+    EXIT_PARTIAL,
+    EXIT_USAGE,
+    UsageFailure,
+)
 
 if TYPE_CHECKING:
     from traceanalyzer.ingest import IngestResult, SessionOutcome
 
 # Before anything imports polars (every command imports it lazily, below).
 allocator.configure()
-
-EXIT_FINDINGS, EXIT_USAGE, EXIT_PARTIAL, EXIT_INTERRUPTED = 1, 2, 3, 130
 
 
 class _Progress:
@@ -197,7 +202,7 @@ def _unavailable(name: str, exc: Exception) -> click.Command:
     click's "no such command"."""
 
     def fail(**_: object) -> None:
-        raise click.ClickException(
+        raise UsageFailure(
             f"'{name}' is unavailable in this installation ({type(exc).__name__}: {exc}); "
             "reinstall traceanalyzer with its dependencies (pip install traceanalyzer)"
         )
@@ -379,6 +384,8 @@ def _run(
         memory = ParseMemory.parse(parse_memory)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--parse-memory") from exc
+    if ray_address and executor_name != "ray":
+        raise click.UsageError("--ray-address is only used with --executor ray")
 
     out = out or default_out_dir(path)
     show_progress = not (quiet or fmt == "json")

@@ -1,0 +1,48 @@
+"""Exit codes mean the same for every command: 1 is only ever "a finding" (or a failed fixture),
+mistakes in the invocation and refusals are 2 (README "Exit codes")."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from traceanalyzer.cli import main
+from traceanalyzer.exitcodes import EXIT_USAGE
+
+
+def test_unknown_rule_is_a_usage_error() -> None:
+    for args in (["rules", "explain", "nope"], ["rules", "test", "nope"]):
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == EXIT_USAGE, (args, result.output)
+        assert "unknown rule 'nope'" in result.output
+
+
+def test_recipe_render_into_a_non_empty_folder_is_a_usage_error(tmp_path: Path) -> None:
+    (tmp_path / "keep.txt").write_text("mine")
+    result = CliRunner().invoke(
+        main, ["recipe", "render", "graph-capture-repeat", "--out", str(tmp_path)]
+    )
+    assert result.exit_code == EXIT_USAGE, result.output
+    assert "not empty" in result.output
+    assert (tmp_path / "keep.txt").read_text() == "mine"
+
+
+def test_outputs_follow_the_umask(tmp_path: Path) -> None:
+    from traceanalyzer.store import write_atomic_text
+
+    target = tmp_path / "report.md"
+    write_atomic_text(target, "x")
+    mask = os.umask(0o022)
+    os.umask(mask)
+    assert stat.S_IMODE(target.stat().st_mode) == 0o666 & ~mask
+
+
+def test_ray_address_without_the_ray_executor_is_refused(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        main, ["run", str(tmp_path), "--ray-address", "auto", "--out", str(tmp_path / "o")]
+    )
+    assert result.exit_code == EXIT_USAGE
+    assert "--ray-address is only used with --executor ray" in result.output
