@@ -46,3 +46,27 @@ def test_ray_address_without_the_ray_executor_is_refused(tmp_path: Path) -> None
     )
     assert result.exit_code == EXIT_USAGE
     assert "--ray-address is only used with --executor ray" in result.output
+
+
+def test_a_failed_gate_names_the_findings_and_the_exit_code(tmp_path: Path) -> None:
+    sample = Path(__file__).resolve().parents[1] / "sample_traces" / "capture_growth_2rank"
+    result = CliRunner().invoke(
+        main, ["run", str(sample), "--out", str(tmp_path / "o"), "--fail-on", "warning", "-q"]
+    )
+    assert result.exit_code == 1, result.output
+    last = result.output.strip().splitlines()[-1]
+    assert last.startswith("failed: 1 finding(s) at or above --fail-on warning"), last
+    assert "capture-memcpy-growth on ranks 0, 1" in last and last.endswith("exit 1")
+
+
+def test_quiet_still_says_what_lost_data(tmp_path: Path) -> None:
+    import shutil
+
+    sample = Path(__file__).resolve().parents[1] / "sample_traces" / "capture_growth_2rank"
+    # the second session of the sample is rank 1 (its profiler_info_1.json)
+    rank1 = next(p for p in sample.iterdir() if (p / "profiler_info_1.json").exists())
+    shutil.copytree(rank1, tmp_path / "in" / rank1.name)
+    result = CliRunner().invoke(
+        main, ["run", str(tmp_path / "in"), "--out", str(tmp_path / "o"), "-q"]
+    )
+    assert "missing ranks: 0" in result.output, result.output

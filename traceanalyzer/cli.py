@@ -28,6 +28,7 @@ from traceanalyzer.exitcodes import (
 )
 
 if TYPE_CHECKING:
+    from traceanalyzer.engine.runner import RunResult
     from traceanalyzer.ingest import IngestResult, SessionOutcome
 
 # Before anything imports polars (every command imports it lazily, below).
@@ -166,10 +167,11 @@ def _partial_lines(result: IngestResult) -> list[str]:
         for o in result.outcomes
         if o.incomplete_files
     ]
+    # warnings too: duplicate sessions and missing ranks lose data even when every file parsed
     lines += [
-        f"skipped  {p.path}: {p.message}"
+        f"{'skipped' if p.severity == 'error' else 'warning'}  {p.path or '-'}: {p.message}"
         for p in result.discovery.problems
-        if p.severity == "error"
+        if p.severity in ("error", "warning")
     ]
     return lines
 
@@ -431,9 +433,24 @@ def _run(
         click.echo(_findings_table(findings, out))
         click.echo(reports.closing_text(color=sys.stdout.isatty()))
     if findings.exit_code:
+        # the last line says why a CI gate failed (stderr under --format json: stdout is JSON)
+        click.echo(_gate_line(findings), err=fmt == "json")
         sys.exit(EXIT_FINDINGS)
     if result.partial:
         sys.exit(EXIT_PARTIAL)
+
+
+def _gate_line(findings: RunResult) -> str:
+    from traceanalyzer.engine.findings import SEVERITY_RANK
+
+    threshold = SEVERITY_RANK[findings.fail_on or "info"]
+    gating = [f for f in findings.findings if SEVERITY_RANK[f.severity] >= threshold]
+    shown = "; ".join(f"{f.severity} {f.name} on {f.ranks_label}" for f in gating[:5])
+    more = f"; and {len(gating) - 5} more" if len(gating) > 5 else ""
+    return (
+        f"failed: {len(gating)} finding(s) at or above --fail-on {findings.fail_on} "
+        f"({shown}{more}): exit {EXIT_FINDINGS}"
+    )
 
 
 if __name__ == "__main__":
