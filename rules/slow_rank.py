@@ -167,7 +167,7 @@ def slow_rank(ctx: RuleContext) -> Iterator[Finding]:
     ranks = sorted(int(r) for r in sessions["rank"].unique().to_list())
     if len(ranks) <= 1:
         # one rank has no peers: there is no question to answer, rather than missing data
-        ctx.note(f"{len(ranks)} rank: nothing to compare against", ranks=len(ranks))
+        ctx.inconclusive(f"{len(ranks)} rank: nothing to compare against", ranks=len(ranks))
         return
     if len(ranks) < p.min_ranks:
         raise NotEvaluated(
@@ -366,7 +366,7 @@ def robust_z(values: np.ndarray) -> np.ndarray:
 def _judge(ctx: RuleContext, metric: str, times: list[RankTimes]) -> Iterator[Finding]:
     p = ctx.params
     if len(times) < p.min_ranks:
-        ctx.note(
+        ctx.inconclusive(
             f"{metric}: only {len(times)} ranks have {metric} times (min_ranks {p.min_ranks})",
             ranks=len(times),
         )

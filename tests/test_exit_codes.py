@@ -70,3 +70,24 @@ def test_quiet_still_says_what_lost_data(tmp_path: Path) -> None:
         main, ["run", str(tmp_path / "in"), "--out", str(tmp_path / "o"), "-q"]
     )
     assert "missing ranks: 0" in result.output, result.output
+
+
+def test_could_not_judge_is_its_own_status_everywhere(tmp_path: Path) -> None:
+    """A rule that ran but could not decide is "inconclusive" in findings.json, the terminal,
+    report.md and report.html; never "clean" (slow-rank on one rank has no peers)."""
+    import json
+
+    sample = Path(__file__).resolve().parents[1] / "sample_traces" / "capture_healthy"
+    out = tmp_path / "o"
+    result = CliRunner().invoke(
+        main, ["run", str(sample), "--out", str(out), "--set", "slow-rank.min_ranks=1"]
+    )
+    assert result.exit_code == 0, result.output
+    doc = json.loads((out / "findings.json").read_text())
+    [slow] = [r for r in doc["rules"] if r["name"] == "slow-rank"]
+    assert slow["status"] == "inconclusive", slow
+    assert "could not judge" in slow["reason"]
+    assert doc["summary"]["inconclusive"] >= 1
+    assert "undecided  slow-rank" in result.output
+    assert "## Could not judge" in (out / "report.md").read_text()
+    assert "Could not judge" in (out / "report.html").read_text()

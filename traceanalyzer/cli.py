@@ -262,6 +262,8 @@ def _findings_table(result, out: Path) -> str:  # noqa: ANN001 - engine RunResul
         lines.append(f"{severity}  {f.name:<24} {f.ranks_label:<16} {f.title}")
     if not result.findings:
         lines.append("no findings")
+    for status in result.inconclusive:
+        lines.append(f"{'undecided':<7}  {status.name:<24} {status.reason}")
     for status in result.not_evaluated:
         lines.append(f"{'skipped':<7}  {status.name:<24} not evaluated: {status.reason}")
     for error in result.errors:
