@@ -255,8 +255,8 @@ def render(results: dict[str, dict], meta: dict) -> str:
     lines += [
         f"Command: `{meta['command']}`",
         "",
-        f"Input: the real G2 Level1 rank-0 export with its trace_view.json tiled to {trace_mb:.0f} MB "
-        f"({rank_mb:.0f} MB with its CSV/JSON side files), built and cached by "
+        f"Input: the real G2 Level1 rank-0 export with its trace_view.json tiled to {trace_mb:.1f} MB "
+        f"({rank_mb:.1f} MB with its CSV/JSON side files), built and cached by "
         "`benchmarks/bench_ingest.py`.",
         "",
         "| case | seconds | peak RSS (MB) | RSS / trace size | anchor / our run | goal | what it does in that time |",
