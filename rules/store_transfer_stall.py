@@ -121,8 +121,8 @@ def store_transfer_stall(ctx: RuleContext) -> Iterator[Finding]:
     *other* NPU streams sit in cross-stream waits (`EVENT_WAIT_SQE`/`NOTIFY_WAIT_SQE` tasks,
     `EVENT_WAIT`, `Notify Wait`, `Notify_Wait`). Transfer spans are host spans whose name
     matches `span_pattern`, or, when the profile wraps exactly one transfer call (seed 002),
-    the session window, measured from the first host call of the thread that issues the
-    transfer's copies. The transfer's own streams are excluded: the streams carrying its
+    the session window, from the first launch of the thread that issues the transfer's copies
+    onto their stream. The transfer's own streams are excluded: the streams carrying its
     MEMCPY_ASYNC/SDMA/PCIE_DMA copies, and the streams that HostToDevice/async_npu flows from
     the transfer's thread land on (the span's thread, or the `aclrtMemcpyAsync` caller). A
     stream is never its own because another thread's flow lands there: in seed 002 the waits
@@ -191,7 +191,7 @@ def store_transfer_stall(ctx: RuleContext) -> Iterator[Finding]:
     if spans.is_empty():
         raise NotEvaluated(_no_spans_reason(ctx, copies, waits))
     threads = _transfer_threads(spans, copies)
-    spans = _from_first_call(ctx, spans, threads, launches)
+    spans = _from_first_launch(spans, threads, copies, launches)
     own = _own_streams(spans, threads, copies, launches)
     stalls = (
         overlap_join(spans, waits, on=("rank", "session"))
@@ -390,33 +390,26 @@ def _transfer_threads(spans: pl.DataFrame, copies: pl.DataFrame) -> pl.DataFrame
     ).unique(maintain_order=True)
 
 
-def _from_first_call(
-    ctx: RuleContext, spans: pl.DataFrame, threads: pl.DataFrame, launches: pl.DataFrame
+def _from_first_launch(
+    spans: pl.DataFrame, threads: pl.DataFrame, copies: pl.DataFrame, launches: pl.DataFrame
 ) -> pl.DataFrame:
-    """Session-window spans start at the first host call or launch of the transfer's thread in the
-    window: the call starts there, so waits that end before it cannot have stalled it."""
-    session_spans = (
+    """Session-window spans start at the first launch of the transfer's thread onto a stream that
+    carries its copies: device work queued before it, and waits that end before it, cannot have
+    stalled the transfer. They end with the window, as the wrapped call does."""
+    windows = (
         spans.filter(pl.col("source") == "session")
         .select("span_id", "rank", "session", "start_ns", "end_ns")
         .join(threads, on="span_id")
     )
-    if session_spans.is_empty():
-        return spans
-    names = session_spans["thread"].unique().to_list()
-    calls = (
-        ctx.table("slices")
-        .filter(~pl.col("process").is_in(DEVICE_PROCESSES) & pl.col("thread").is_in(names))
-        .select("rank", "session", "thread", "start_ns", "end_ns")
-        .collect()
-    )
-    activity = pl.concat(
-        [
-            calls,
-            launches.select("rank", "session", "thread", "start_ns", "end_ns"),
-        ]
+    keys = ("rank", "session", "thread")
+    copy_streams = (
+        overlap_join(windows, copies.rename({"issuer": "thread"}), on=keys)
+        .select("span_id", "stream_id")
+        .unique()
     )
     first = (
-        overlap_join(session_spans, activity, on=("rank", "session", "thread"), mode="start_within")
+        overlap_join(windows, launches, on=keys, mode="start_within")
+        .join(copy_streams, on=["span_id", "stream_id"])
         .group_by("span_id")
         .agg(pl.col("start_ns_task").min().alias("first_ns"))
     )
@@ -558,8 +551,8 @@ def _worst_span_line(worst: dict[str, Any], issuers: list[str]) -> str:
         return f"Worst span's host event: `{worst['name']}` on {worst['thread']}."
     if issuers:
         return (
-            f"The window is measured from the first host call of {fmt.join(issuers)}, which issues "
-            "the transfer's copies."
+            f"The span starts at the first launch of {fmt.join(issuers)} onto the copy stream "
+            "(that thread issues the transfer's copies) and ends with the window."
         )
     return "The whole window is the span (no copy inside it is linked to a host thread)."
 
