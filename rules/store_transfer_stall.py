@@ -532,16 +532,16 @@ def _looks_like_one_transfer(
         pl.max_horizontal("start_ns", start).alias("start_ns"),
         pl.min_horizontal("end_ns", end).alias("end_ns"),
     )
-    covered = total_length(long_waits.select("start_ns", "end_ns"), by=[])["covered_ns"].fill_null(
-        0
-    )
-    if long_waits.is_empty() or covered[0] < p.min_fraction * window:
+    if long_waits.is_empty():
+        return None
+    covered = total_length(long_waits.select("start_ns", "end_ns"), by=[]).item()
+    if covered < p.min_fraction * window:
         return None
     streams = fmt.join(sorted(long_waits["stream_id"].unique().to_list()), STREAMS_SHOWN)
     return (
         f"rank {session['rank']} session `{session['session']}` has no ProfilerStep or step rows, "
         f"its copies on stream {stream} run in the last {p.hint_copy_tail:.0%} of the window, and "
-        f"waits on streams {streams} cover {covered[0] / window:.0%} of it"
+        f"waits on streams {streams} cover {covered / window:.0%} of it"
     )
 
 
