@@ -256,19 +256,19 @@ def _findings_table(result, out: Path) -> str:  # noqa: ANN001 - engine RunResul
     color = sys.stdout.isatty()
     lines = []
     for f in result.findings:
-        severity = f"{f.severity:<7}"
+        severity = f"{f.severity:<9}"
         if color:
             severity = click.style(severity, fg=_SEVERITY_STYLE.get(f.severity), bold=True)
         lines.append(f"{severity}  {f.name:<24} {f.ranks_label:<16} {f.title}")
     if not result.findings:
         lines.append("no findings")
     for status in result.inconclusive:
-        lines.append(f"{'undecided':<7}  {status.name:<24} {status.reason}")
+        lines.append(f"{'undecided':<9}  {status.name:<24} {status.reason}")
     for status in result.not_evaluated:
-        lines.append(f"{'skipped':<7}  {status.name:<24} not evaluated: {status.reason}")
+        lines.append(f"{'skipped':<9}  {status.name:<24} not evaluated: {status.reason}")
     for error in result.errors:
         lines.append(
-            f"{'ERROR':<7}  {error['name'] or error['rule']:<24} rule failed: {error['error']}"
+            f"{'ERROR':<9}  {error['name'] or error['rule']:<24} rule failed: {error['error']}"
         )
     lines.append(f"findings: {out / 'findings.json'}")
     return "\n".join(lines)
