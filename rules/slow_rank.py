@@ -165,14 +165,13 @@ def slow_rank(ctx: RuleContext) -> Iterator[Finding]:
     p = ctx.params
     sessions = ctx.sessions()
     ranks = sorted(int(r) for r in sessions["rank"].unique().to_list())
-    if len(ranks) <= 1:
-        # one rank has no peers: there is no question to answer, rather than missing data
-        ctx.inconclusive(f"{len(ranks)} rank: nothing to compare against", ranks=len(ranks))
-        return
-    if len(ranks) < p.min_ranks:
-        raise NotEvaluated(
-            f"needs at least {p.min_ranks} ranks to compare (found {len(ranks)}; min_ranks)"
+    if len(ranks) < max(2, p.min_ranks):  # one rank has no peers, whatever min_ranks says
+        # the data is there, there is not enough of it: "could not judge", never "clean"
+        ctx.inconclusive(
+            f"needs at least {p.min_ranks} ranks to compare (found {len(ranks)}; min_ranks)",
+            ranks=len(ranks),
         )
+        return
     names = {
         int(r): s for r, s in sessions.group_by("rank").agg(pl.col("session").sort()).iter_rows()
     }
