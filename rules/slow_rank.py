@@ -165,10 +165,11 @@ def slow_rank(ctx: RuleContext) -> Iterator[Finding]:
     p = ctx.params
     sessions = ctx.sessions()
     ranks = sorted(int(r) for r in sessions["rank"].unique().to_list())
-    if len(ranks) < max(2, p.min_ranks):  # one rank has no peers, whatever min_ranks says
+    needed = max(2, p.min_ranks)  # one rank has no peers, whatever min_ranks says
+    if len(ranks) < needed:
         # the data is there, there is not enough of it: "could not judge", never "clean"
         ctx.inconclusive(
-            f"needs at least {p.min_ranks} ranks to compare (found {len(ranks)}; min_ranks)",
+            f"needs at least {needed} ranks to compare (found {len(ranks)}; min_ranks)",
             ranks=len(ranks),
         )
         return
