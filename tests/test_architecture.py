@@ -20,7 +20,7 @@ SAMPLES = PACKAGE.parent / "sample_traces"
 # Lower layers first. A module may import its own layer and the layers before it, never one
 # after it. `traceanalyzer` itself (the package facade: __version__, open_store) is the base.
 LAYERS: list[tuple[str, ...]] = [
-    ("traceanalyzer", "vocabulary", "timeutil", "allocator", "executor", "schema"),
+    ("traceanalyzer", "vocabulary", "timeutil", "allocator", "executor", "schema", "exitcodes"),
     ("discover",),
     ("parse",),
     ("store", "ingest"),
