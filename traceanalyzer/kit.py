@@ -64,6 +64,7 @@ from traceanalyzer.store import Store
 from traceanalyzer.vocabulary import (
     AI_CORE_FREQ_PROCESS,
     CANN_PROCESS,
+    CAPTURE_WINDOW,
     COMMUNICATION_PROCESSES,
     COPY_TASK_NAMES,
     COPY_TASK_TYPES,
@@ -114,6 +115,7 @@ __all__ = [
     # vocabulary
     "AI_CORE_FREQ_PROCESS",
     "CANN_PROCESS",
+    "CAPTURE_WINDOW",
     "COMMUNICATION_PROCESSES",
     "COPY_TASK_NAMES",
     "COPY_TASK_TYPES",
