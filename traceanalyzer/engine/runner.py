@@ -53,6 +53,7 @@ from traceanalyzer.engine.rule import (
 from traceanalyzer.store import Store, write_atomic_text
 
 FINDINGS_FILE = "findings.json"
+KEY_FIGURES_FAILED = "key figures failed"  # the note that says so (rules test fails on it)
 # Evaluates rank-scoped rules on every rank shard somewhere else (a process pool, Ray) and
 # returns their outcomes: (rules, resolved params by rule id, ranks) -> outcomes.
 RankMap = Callable[[Sequence[Rule], Mapping[str, Mapping[str, Any]], Sequence[int]], Iterable[Any]]
@@ -125,7 +126,7 @@ def evaluate_rule(
         try:
             outcome.key_figures = rule.presentation.key_figure_frame(ctx).to_dicts()
         except Exception as exc:  # a figure is a nicety: the findings stand without it
-            text = f"key figures failed: {type(exc).__name__}: {exc}"
+            text = f"{KEY_FIGURES_FAILED}: {type(exc).__name__}: {exc}"
             outcome.notes.append(Note(rule=rule.id, text=text))
     return outcome
 
