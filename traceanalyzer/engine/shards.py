@@ -75,7 +75,9 @@ def _rules_for(source: RuleSource, digests: Digests) -> RuleSet:
     if (source, digests) not in _RULE_SETS:
         loaded = source.load()
         if _digests(loaded) != digests:
-            raise RuntimeError("rule files changed during the run; run again")
+            raise RuntimeError(
+                "the rules' code (rule files or traceanalyzer) changed during the run; run again"
+            )
         _remember(source, digests, loaded.rules)
     return _RULE_SETS[source, digests]
 
