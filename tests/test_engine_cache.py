@@ -120,3 +120,22 @@ def test_an_edited_rule_is_never_answered_from_the_cache(tmp_path: Path) -> None
     assert titles() == {"edited code"}
     fresh = run(out, "--rules", str(rules))
     assert {f["title"] for f in fresh["findings"] if f["name"] == "code-version"} == {"edited code"}
+
+
+def test_rules_built_in_memory_have_a_digest_of_their_code() -> None:
+    """A rule defined in a notebook cell or with sql_rule: another query, another digest."""
+    from traceanalyzer.engine.loader import rule_digest
+    from traceanalyzer.kit import sql_rule
+
+    doc = "## What it detects\nx\n## Why it matters\nx\n## How to fix\nx\n## Example\nx\n## References\nx"
+
+    def make(query: str):  # noqa: ANN202
+        return sql_rule(id="TA191", name="sql-thing", severity="info", summary="s", doc=doc,
+                        query=query, title="t", message="m", location=[])  # fmt: skip
+
+    first, same, other = (
+        make("SELECT rank FROM slices"),
+        make("SELECT rank FROM slices"),
+        make("SELECT rank FROM sessions"),
+    )
+    assert rule_digest(first) == rule_digest(same) != rule_digest(other)
