@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from traceanalyzer.engine.cache import OutcomeCache, outcome_key
+from traceanalyzer.engine.cache import OutcomeCache, RankEntries, outcome_key
 from traceanalyzer.engine.loader import LoadedRules, RuleSource, load_rules
 from traceanalyzer.engine.registry import RuleSet
 from traceanalyzer.engine.rule import Rule
@@ -130,12 +130,14 @@ def rank_map_for(
         done: dict[tuple[int, str], RuleOutcome] = {}
         notes: dict[tuple[int, str], list[Any]] = {}
         keys: dict[tuple[int, str], str] = {}
+        cached: dict[int, RankEntries] = {}
         for rank in ranks:
             if not inputs.get(rank):
                 continue  # not ingested through the manifest: nothing to key on
+            cached[rank] = store.load(rank)
             for r in rules:
                 keys[rank, r.id] = outcome_key(by_id[r.id], shipped[r.id], inputs[rank])
-                hit = store.read(rank, r.id, keys[rank, r.id])
+                hit = store.lookup(cached[rank], r.id, keys[rank, r.id])
                 if isinstance(hit, RuleOutcome):
                     done[rank, r.id] = hit
                 elif hit is not None:
@@ -158,8 +160,8 @@ def rank_map_for(
                 ]
             for outcome in result:
                 done[rank, outcome.rule] = outcome
-                if (rank, outcome.rule) in keys:
-                    store.write(rank, keys[rank, outcome.rule], outcome)
+            if rank in cached:
+                store.save(cached[rank], {o.rule: (keys[rank, o.rule], o) for o in result})
         # rank order, not completion order: notes and statuses read the same on every backend
         for rank in ranks:
             for r in rules:
