@@ -10,7 +10,7 @@ external rule is presented exactly like a built-in one.
 - **key figures**: ``fn(RuleContext) -> polars.DataFrame`` with one row per rank (column
   ``rank`` plus one column per declared :class:`KeyFigure`, null where the data is absent),
   computed with the run's effective parameters on every rank shard, whether or not the rule
-  fired; ``diff`` compares them between runs.
+  fired (not where it is not evaluated); ``diff`` compares them between runs.
 - **marks**: ``fn(finding) -> Iterable[Mark]``, slices for the Perfetto overlay; without it,
   every evidence row with a start time is one mark (:func:`evidence_marks`).
 """

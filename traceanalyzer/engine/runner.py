@@ -117,11 +117,12 @@ def evaluate_rule(
 ) -> RuleOutcome:
     """Run one rule on one shard. Precondition gaps and exceptions become outcomes, not raises.
 
-    The rule's key figures are computed too, with the same parameters, whether or not it fired.
+    The rule's key figures are computed too, with the same parameters, whether or not it fired
+    (not where its data is missing: they would all be null).
     """
     values = {name: p.default for name, p in rule.params.items()} | dict(params or {})
     outcome = _detect(rule, store, values, ranks)
-    if rule.presentation.key_figures:
+    if rule.presentation.key_figures and outcome.status != "not_evaluated":
         ctx = RuleContext(rule=rule, store=store, params=Params(values), ranks=ranks)
         try:
             outcome.key_figures = rule.presentation.key_figure_frame(ctx).to_dicts()
