@@ -181,6 +181,8 @@ class Presentation:
         values = frame.with_columns(missing).select(
             [pl.col(k).cast(t, strict=False) for k, t in schema.items()]
         )
+        if ctx.ranks is not None:  # a shard's figures are its ranks' only
+            values = values.filter(pl.col("rank").is_in(sorted(ctx.ranks)))
         # every rank in scope has a row: null, not absent, where the rank lacks the data
         ranks = ctx.sessions().select(pl.col("rank").cast(pl.Int32)).unique()
         return ranks.join(values, on="rank", how="full", coalesce=True).sort("rank")
