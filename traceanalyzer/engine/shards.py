@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from traceanalyzer.engine.cache import OutcomeCache, RankEntries, outcome_key
+from traceanalyzer.engine.findings import Note
 from traceanalyzer.engine.loader import LoadedRules, RuleSource, load_rules
 from traceanalyzer.engine.registry import RuleSet
 from traceanalyzer.engine.rule import Rule
@@ -120,7 +121,7 @@ def rank_map_for(
     source, digests = loaded.source, _digests(loaded)
     _remember(source, digests, loaded.rules)  # an in-process worker uses these very rules
     by_id = dict(digests)
-    store = OutcomeCache(store_root)
+    outcome_cache = OutcomeCache(store_root)
 
     def rank_map(
         rules: Sequence[Rule], params: Mapping[str, Mapping[str, Any]], ranks: Sequence[int]
@@ -128,16 +129,16 @@ def rank_map_for(
         shipped = {r.id: dict(params[r.id]) for r in rules}
         inputs = _rank_inputs(store_root) if cache else {}
         done: dict[tuple[int, str], RuleOutcome] = {}
-        notes: dict[tuple[int, str], list[Any]] = {}
+        notes: dict[tuple[int, str], list[Note]] = {}
         keys: dict[tuple[int, str], str] = {}
         cached: dict[int, RankEntries] = {}
         for rank in ranks:
             if not inputs.get(rank):
                 continue  # not ingested through the manifest: nothing to key on
-            cached[rank] = store.load(rank)
+            cached[rank] = outcome_cache.load(rank)
             for r in rules:
                 keys[rank, r.id] = outcome_key(by_id[r.id], shipped[r.id], inputs[rank])
-                hit = store.lookup(cached[rank], r.id, keys[rank, r.id])
+                hit = outcome_cache.lookup(cached[rank], r.id, keys[rank, r.id])
                 if isinstance(hit, RuleOutcome):
                     done[rank, r.id] = hit
                 elif hit is not None:
@@ -161,7 +162,7 @@ def rank_map_for(
             for outcome in result:
                 done[rank, outcome.rule] = outcome
             if rank in cached:
-                store.save(cached[rank], {o.rule: (keys[rank, o.rule], o) for o in result})
+                outcome_cache.save(cached[rank], {o.rule: (keys[rank, o.rule], o) for o in result})
         # rank order, not completion order: notes and statuses read the same on every backend
         for rank in ranks:
             for r in rules:
