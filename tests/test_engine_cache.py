@@ -155,3 +155,16 @@ def test_rules_built_in_memory_have_a_digest_of_their_code() -> None:
         make("SELECT rank FROM sessions"),
     )
     assert rule_digest(first) == rule_digest(same) != rule_digest(other)
+
+
+def test_a_run_loads_its_rules_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One load per run: evaluation, the in-process workers and the reports share the rules."""
+    import traceanalyzer.engine.loader as loader
+
+    loads: list[Path] = []
+    real = loader.load_folder
+    monkeypatch.setattr(
+        loader, "load_folder", lambda folder, loaded: (loads.append(folder), real(folder, loaded))
+    )
+    run(tmp_path / "out", "--force")
+    assert loads == [loader.builtin_rules_dir()]
