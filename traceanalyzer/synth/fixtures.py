@@ -178,6 +178,12 @@ class RankBuilder:
         self._actions.append(lambda rw: rw.collective(op, s, d, stream=stream))
         return self
 
+    def ai_core_freq(self, *, at_us: float, mhz: int) -> RankBuilder:
+        """The AI Core Freq counter changes to ``mhz`` at ``at_us`` (held until the next change)."""
+        ts = ns(at_us)
+        self._actions.append(lambda rw: rw.ai_core_freq(ts, mhz))
+        return self
+
     # ---- output -------------------------------------------------------------------
     def write(self, root: Path) -> Path:
         """Render the rank directory under ``root`` and return it."""
