@@ -9,31 +9,25 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from traceanalyzer.engine import (
+from traceanalyzer.engine.cost import analysed_window_ns, share
+from traceanalyzer.kit import (
+    AI_CORE_FREQ_PROCESS,
+    AI_CORE_TASK_TYPES,
+    HARDWARE_PROCESS,
     Evidence,
+    FigureContext,
     Finding,
+    KeyFigure,
     NotEvaluated,
     Param,
     Requirement,
     RuleContext,
+    overlap_join,
     rule,
+    union_intervals,
 )
-from traceanalyzer.engine import text as fmt
-from traceanalyzer.engine.cost import analysed_window_ns, share
-from traceanalyzer.engine.primitives import overlap_join, union_intervals
+from traceanalyzer.kit import text as fmt
 
-AI_CORE_TASK_TYPES = (
-    "AI_CORE",
-    "AI_VECTOR_CORE",
-    "MIX_AIC",
-    "MIX_AIV",
-    "AIV_SQE",
-    "FFTS_PLUS",
-    "KERNEL_AICORE",
-    "KERNEL_AIVEC",
-    "KERNEL_MIX_AIC",
-    "KERNEL_MIX_AIV",
-)
 NO_FREQ = (
     "missing the AI Core Freq counter (collect with ProfilerActivity.NPU on Atlas A2/A3; msprof "
     "writes it to trace_view.json as process `AI Core Freq`)"
@@ -77,7 +71,9 @@ class Segment:
             0.05, "Fire when the busy-time-weighted frequency is this far below nominal (0.05)."
         ),
         "min_lost_us": Param(200.0, "... and the estimated time lost is at least this (µs)."),
-        "counter_names": Param(("AI Core Freq",), "Counter (process or name) of the frequency."),
+        "counter_names": Param(
+            (AI_CORE_FREQ_PROCESS,), "Counter (process or name) of the frequency."
+        ),
         "kernel_task_types": Param(
             AI_CORE_TASK_TYPES, "Device task types that run on the AI Core (busy time)."
         ),
@@ -88,7 +84,7 @@ class Segment:
             ("task_type",),
             what="device kernels (trace_view.json Ascend Hardware)",
             collect_with="ProfilerActivity.NPU",
-            where=pl.col("process") == "Ascend Hardware",
+            where=pl.col("process") == HARDWARE_PROCESS,
         ),
     ],
 )
@@ -155,7 +151,7 @@ def _kernels(ctx: RuleContext) -> pl.DataFrame:
     return (
         ctx.table("slices")
         .filter(
-            (pl.col("process") == "Ascend Hardware")
+            (pl.col("process") == HARDWARE_PROCESS)
             & pl.col("task_type").is_in(ctx.params.kernel_task_types)
             & (pl.col("end_ns") > pl.col("start_ns"))
         )
@@ -327,7 +323,7 @@ def _evidence(rank: int, worst: list[Segment], kernels: pl.DataFrame) -> list[Ev
             rank=rank,
             session=s.session,
             name=f"AI Core Freq {s.mhz:.0f} MHz",
-            process="AI Core Freq",
+            process=AI_CORE_FREQ_PROCESS,
             start_ns=s.start_ns,
             dur_ns=s.end_ns - s.start_ns,
             detail=f"kernels busy {fmt.duration(s.busy_ns)}: " + ", ".join(names.get(i, [])),
@@ -359,10 +355,13 @@ def _series(segments: list[Segment], kernels: pl.DataFrame) -> dict[str, list[An
 
 
 # --------------------------------------------------------------------------- presentation
-# Registered with `@aicore_freq_throttle.figure` / `.key_figures` once the rule-unit API is merged.
 
 
-def figure(fig: Any) -> Any:
+@aicore_freq_throttle.figure(
+    caption="AI Core frequency over time (held between samples; dotted: nominal) above the "
+    "share of time kernels run (green)."
+)
+def _figure(fig: FigureContext) -> Any:
     """AI Core frequency over time (held steps) above the kernels' busy fraction."""
     series = fig.finding.get("series") or {}
     if not series.get("freq_ts_ns"):
@@ -381,7 +380,12 @@ def figure(fig: Any) -> Any:
     return figure_
 
 
-def key_figures(ctx: RuleContext) -> pl.DataFrame:
+@aicore_freq_throttle.key_figures(
+    KeyFigure("busy_weighted_mhz", "AI Core MHz (busy-weighted)", better="higher", unit="MHz"),
+    KeyFigure("lowest_busy_mhz", "lowest AI Core MHz while busy", better="higher", unit="MHz"),
+    KeyFigure("freq_lost_ns", "time lost to low AI Core frequency", better="lower", unit="ns"),
+)
+def _key_figures(ctx: RuleContext) -> pl.DataFrame:
     """Per rank: busy-time-weighted MHz, lowest busy MHz and estimated time lost."""
     p = ctx.params
     samples = _samples(ctx)

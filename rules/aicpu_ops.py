@@ -7,10 +7,22 @@ from typing import Any
 
 import polars as pl
 
-from traceanalyzer.engine import AnyOf, Evidence, Finding, Param, Requirement, RuleContext, rule
-from traceanalyzer.engine import text as fmt
 from traceanalyzer.engine.cost import analysed_window_ns, share
-from traceanalyzer.schema import COMPUTE_TASK_TYPES
+from traceanalyzer.kit import (
+    AI_CPU_TASK_TYPES,
+    COMPUTE_TASK_TYPES,
+    HARDWARE_PROCESS,
+    AnyOf,
+    Evidence,
+    FigureContext,
+    Finding,
+    KeyFigure,
+    Param,
+    Requirement,
+    RuleContext,
+    rule,
+)
+from traceanalyzer.kit import text as fmt
 
 # Fixes by op type (lower case, as kernel_details `Type`); the dtype fixes below apply to any op.
 OP_FIXES = {
@@ -72,7 +84,7 @@ COMM_CORES = ("HCCL", "COMMUNICATION")
         ),
         "min_total_us": Param(100.0, "... and at least this much AI CPU time in total (µs)."),
         "aicpu_cores": Param(
-            ("AI_CPU", "AICPU", "KERNEL_AICPU", "AICPU_H", "AICPU_D"),
+            AI_CPU_TASK_TYPES,
             "`Accelerator Core` (kernel_details) or `Task Type` (trace) values of AI CPU tasks.",
         ),
         "comm_cores": Param(
@@ -93,7 +105,7 @@ COMM_CORES = ("HCCL", "COMMUNICATION")
                 ("task_type",),
                 what="device tasks with a task type (trace_view.json Ascend Hardware)",
                 collect_with="ProfilerActivity.NPU",
-                where=pl.col("process") == "Ascend Hardware",
+                where=pl.col("process") == HARDWARE_PROCESS,
             ),
         )
     ],
@@ -185,7 +197,7 @@ def _device_tasks(ctx: RuleContext) -> pl.DataFrame:
     trace = (
         ctx.table("slices")
         .filter(
-            (pl.col("process") == "Ascend Hardware")
+            (pl.col("process") == HARDWARE_PROCESS)
             & pl.col("task_type").is_in([*COMPUTE_TASK_TYPES, *p.aicpu_cores])
             & ~pl.col("session").is_in(sorted(have))
         )
@@ -342,7 +354,7 @@ def _evidence(rank: int, aicpu: pl.DataFrame, shown: pl.DataFrame) -> list[Evide
             rank=rank,
             session=row["session"],
             name=row["name"],
-            process="Ascend Hardware",
+            process=HARDWARE_PROCESS,
             thread=f"Stream {row['stream_id']}" if row["stream_id"] is not None else None,
             stream=row["stream_id"],
             start_ns=row["start_ns"],
@@ -362,10 +374,10 @@ def _evidence(rank: int, aicpu: pl.DataFrame, shown: pl.DataFrame) -> list[Evide
 
 
 # --------------------------------------------------------------------------- presentation
-# Registered with `@aicpu_ops.figure` / `.key_figures` once the rule-unit API is merged.
 
 
-def figure(fig: Any) -> Any:
+@aicpu_ops.figure(caption="Share of device compute time of each AI CPU op type.")
+def _figure(fig: FigureContext) -> Any:
     """Time share of each AI CPU op type (horizontal bars)."""
     series: Mapping[str, Any] = fig.finding.get("series") or {}
     names, shares = series.get("op_type") or [], series.get("op_share") or []
@@ -377,7 +389,11 @@ def figure(fig: Any) -> Any:
     return figure_
 
 
-def key_figures(ctx: RuleContext) -> pl.DataFrame:
+@aicpu_ops.key_figures(
+    KeyFigure("aicpu_ns", "AI CPU op time", better="lower", unit="ns"),
+    KeyFigure("aicpu_share", "AI CPU share of device compute", better="lower", unit="ratio"),
+)
+def _key_figures(ctx: RuleContext) -> pl.DataFrame:
     """Per rank: AI CPU time and its share of device compute time (null without compute tasks)."""
     p = ctx.params
     tasks = _device_tasks(ctx)

@@ -8,21 +8,23 @@ from typing import Any
 
 import polars as pl
 
-from traceanalyzer.engine import (
+from traceanalyzer.engine.cost import analysed_window_ns, analysed_windows, share
+from traceanalyzer.kit import (
+    COMPUTE_TASK_TYPES,
+    HARDWARE_PROCESS,
     Evidence,
     Finding,
     NotEvaluated,
     Param,
+    Params,
     Requirement,
     RuleContext,
+    overlap_join,
     rule,
+    session_metadata,
+    total_length,
 )
-from traceanalyzer.engine import text as fmt
-from traceanalyzer.engine.cost import analysed_window_ns, analysed_windows, share
-from traceanalyzer.engine.primitives import overlap_join, total_length
-from traceanalyzer.engine.rule import Params
-from traceanalyzer.schema import COMPUTE_TASK_TYPES
-from traceanalyzer.store import session_metadata
+from traceanalyzer.kit import text as fmt
 
 ENV_KEY = "ENV_VARIABLES"
 NO_ENV = (
@@ -274,7 +276,7 @@ def _device_idle_ns(ctx: RuleContext, rank: int) -> int | None:
         ctx.table("slices")
         .filter(
             (pl.col("rank") == rank)
-            & (pl.col("process") == "Ascend Hardware")
+            & (pl.col("process") == HARDWARE_PROCESS)
             & pl.col("task_type").is_in(COMPUTE_TASK_TYPES)
         )
         .select("rank", "session", "start_ns", "end_ns")

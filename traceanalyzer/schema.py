@@ -47,29 +47,6 @@ class Table:
 
 I32, I64, F64, STR = pa.int32(), pa.int64(), pa.float64(), pa.string()
 
-# Values of the `process` column (process_name metadata) that rules and reports reason about:
-# the device side, and every process that is not the framework's host threads.
-DEVICE_PROCESSES = ("Ascend Hardware", "HCCL", "Communication")
-NOT_HOST_PROCESSES = ("CANN", *DEVICE_PROCESSES, "Overlap Analysis")
-# `task_type` values of device tasks that are kernels (compute on AI Core, AI Vector or AI CPU),
-# as GE names them in trace_view.json and as the runtime names them (task_time.csv, newer chips).
-COMPUTE_TASK_TYPES = (
-    "AI_CORE",
-    "AI_VECTOR_CORE",
-    "AI_CPU",
-    "MIX_AIC",
-    "MIX_AIV",
-    "AIV_SQE",
-    "FFTS_PLUS",
-    "KERNEL_AICORE",
-    "KERNEL_AIVEC",
-    "KERNEL_AICPU",
-    "KERNEL_MIX_AIC",
-    "KERNEL_MIX_AIV",
-    "AICPU_H",
-    "AICPU_D",
-)
-
 _KEY = (
     Column("rank", I32, "Global rank of the profiled process (from profiler_info; -1 if unknown)."),
     Column("session", STR, "Session id: one profiler start/stop of one rank (the rank dir name)."),
