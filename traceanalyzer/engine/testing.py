@@ -174,6 +174,30 @@ class StoreBuilder:
         )
         return self
 
+    def hccl_op(
+        self,
+        rank: int,
+        session: str,
+        name: str,
+        start_us: float,
+        dur_us: float,
+        *,
+        connection_id: int | None = None,
+        thread: str = "Group 0 Communication",
+    ) -> StoreBuilder:
+        """A collective as the HCCL process shows it (``hcom_allReduce__...`` on its group row)."""
+        self._slice(
+            rank,
+            session,
+            start_us=start_us,
+            dur_us=dur_us,
+            process="HCCL",
+            thread=thread,
+            name=name,
+            connection_id=connection_id,
+        )
+        return self
+
     def flow(
         self,
         rank: int,

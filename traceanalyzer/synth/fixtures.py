@@ -174,11 +174,18 @@ class RankBuilder:
         return self
 
     def collective(
-        self, *, start_us: float, dur_us: float, op: str = "allReduce", stream: int = 4
+        self,
+        *,
+        start_us: float,
+        dur_us: float,
+        op: str = "allReduce",
+        stream: int = 4,
+        wait_us: float = 0,
     ) -> RankBuilder:
-        """An HCCL collective executed on ``stream`` (communication.json entry at Level1+)."""
-        s, d = ns(start_us), round(float(dur_us) * 1000)
-        self._actions.append(lambda rw: rw.collective(op, s, d, stream=stream))
+        """An HCCL collective executed on ``stream`` (communication.json entry at Level1+);
+        ``wait_us``: how long this rank waits inside it for its peers (its first Notify Wait)."""
+        s, d, w = ns(start_us), round(float(dur_us) * 1000), round(float(wait_us) * 1000)
+        self._actions.append(lambda rw: rw.collective(op, s, d, stream=stream, wait_ns=w))
         return self
 
     def ai_core_freq(self, *, at_us: float, mhz: int) -> RankBuilder:
