@@ -71,8 +71,8 @@ CAUSES = {
             "them) longer than the rank that waits least ...",
         ),
         "min_excess_share": Param(
-            0.2,
-            "... and that excess is at least this share of their time in the op (0.2): smaller "
+            0.1,
+            "... and that excess is at least this share of their time in the op (0.1): smaller "
             "differences are the protocol's own jitter.",
         ),
         "min_instances": Param(2, "The late rank must be late in at least this many instances."),
@@ -80,7 +80,7 @@ CAUSES = {
             0.75, "... and in at least this share of the group's instances that count."
         ),
         "min_share": Param(
-            0.03, "The others must lose at least this share of their analysed window (0.03)."
+            0.02, "The others must lose at least this share of their analysed window (0.02)."
         ),
         "wait_source": Param(
             "auto",
@@ -379,7 +379,8 @@ class Straggler:
     rows: pl.DataFrame  # every rank's op in the group's comparable instances
     counted: int  # the group's instances that count (min_excess_us)
     instances: int  # all comparable instances of the group
-    lost_ns: float  # mean over the others of their excess wait, summed over `late`
+    lost_ns: float  # mean over the others of their excess wait, summed over every instance
+    # the rank is last at (those that count and the smaller ones)
     window_ns: float  # the others' median analysed window
 
     @property
@@ -457,7 +458,8 @@ def stragglers(ops: pl.DataFrame, p: Any, window: dict[int, int], source: str) -
                 rows=per_rank.filter(pl.col("group") == group),
                 counted=counted.height,
                 instances=g.height,
-                lost_ns=float(late["lost_ns"].sum()),
+                # every instance it is last at costs the others, small ones too
+                lost_ns=float(g.filter(pl.col("late_rank") == late_rank)["lost_ns"].sum()),
                 window_ns=float(np.median(windows)) if windows else 0.0,
             )
             share = s.lost_ns / s.window_ns if s.window_ns else 0.0
