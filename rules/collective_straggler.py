@@ -34,7 +34,10 @@ NOTIFY_WAITS = ("Notify Wait", "Notify_Wait", "NOTIFY_WAIT", "NOTIFY_WAIT_SQE")
 OP_TYPE = r"^hcom_([A-Za-z]+)"  # hcom_allReduce__586_0_1 -> allReduce
 INSTANCE_KEY = ("group", "step", "seq")
 EVIDENCE_INSTANCES, PEERS_SHOWN, SERIES_POINTS = 4, 3, 400
-NOT_ENOUGH = "needs collectives on at least 2 ranks of a group (communication.json or HCCL ops)"
+NOT_ENOUGH = (
+    "missing the waits inside collectives on at least 2 ranks of a group (collect with "
+    "profiler_level=Level1 in a multi-rank job: communication.json, or Notify Wait tasks)"
+)
 CAUSES = {
     "compute": (
         "longer device compute",
@@ -308,6 +311,8 @@ def _from_tasks(ctx: RuleContext) -> pl.DataFrame:
         pl.col("end_ns").alias("op_end"),
     )
     assigned = _assign_waits(windows, linked, waits)
+    if assigned.is_empty():  # ops without any wait task: the export does not show the waits
+        return pl.DataFrame(schema={c: pl.String for c in OP_COLUMNS})
     wait = (
         union_intervals(assigned, by=["op_id"])
         .group_by("op_id")

@@ -53,8 +53,6 @@ def test_rank_1_late_at_every_all_reduce_is_named(real_g2_store: Path) -> None:
         pl.when(rank0).then(pl.col(c) + delay).otherwise(pl.col(c)).alias(c)
         for c in ("wait_ns", "elapse_ns")
     )
-    result = evaluate(
-        Store.from_frames(frames), select=["collective-straggler"], config_path=False
-    )
+    result = evaluate(Store.from_frames(frames), select=["collective-straggler"], config_path=False)
     assert [f.ranks for f in result.findings] == [[1]]
     assert "rank 1 arrives late" in result.findings[0].title
