@@ -115,7 +115,7 @@ def aicore_freq_throttle(ctx: RuleContext) -> Iterator[Finding]:
     ## Example
     ```
     TA009 aicore-freq-throttle [warning] rank 3 (1/8)
-    AI Core runs at 1.3e+03 MHz busy-time-weighted (nominal 1800, lowest 1100 MHz) while kernels
+    AI Core runs at 1300 MHz busy-time-weighted (nominal 1800, lowest 1100 MHz) while kernels
     run: ~4.1 ms lost (11% of the analysed window)
     ```
     Silent when the frequency is low only while the device is idle (power saving between

@@ -124,8 +124,10 @@ def collective_straggler(ctx: RuleContext) -> Iterator[Finding]:
     of its `Notify Wait` tasks in the op, or communication.json `Wait Time`) minus the smallest
     wait of the instance is the time that rank lost waiting for the others. The rank whose wait
     is the smallest is the late arriver. It fires when one rank is the late one in at least
-    `min_instances` instances and `min_consistency` of the instances where the others wait at
-    least `min_excess_us`, and the others lose at least `min_share` of their analysed window.
+    `min_instances` instances and `min_consistency` of the instances that count (the others
+    wait at least `min_excess_us` and `min_excess_share` of their time in the op longer: less
+    is the protocol's own jitter), and the others lose at least `min_share` of their analysed
+    window.
     The finding names the late rank, the ops, the time the others lose per step, and what
     precedes the collective on the late rank compared with its peers (longer compute, device
     idle while the host lags, or neither).
@@ -148,9 +150,9 @@ def collective_straggler(ctx: RuleContext) -> Iterator[Finding]:
     ## Example
     ```
     TA010 collective-straggler [warning] rank 3 (1/8)
-    rank 3 arrives late at 46 of 48 allReduce collectives (group tp): the other 7 ranks wait
-    1.9 ms per step for it (12% of their window); before each collective rank 3 computes longer
-    (+1.8 ms vs its peers; FusedMoeGroupedMatmul +1.7 ms)
+    rank 3 arrives late at 46 of 48 allReduce collectives in `tp`: the other 7 ranks wait
+    1.9 ms per step for it (12% of their window); before each it computes 41 µs longer
+    (aclnnGroupedMatmul_GroupedMatmul_GroupedMatmul +38 µs)
     ```
     Silent on balanced waits (all ranks wait alike, e.g. a slow link for everybody), on waits
     that change rank from instance to instance (jitter), and when step times are equal but no
