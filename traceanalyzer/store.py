@@ -3,6 +3,7 @@
 Layout of an output directory ``OUT``::
 
     OUT/manifest.json                                  # per-session input fingerprints and row counts
+    OUT/manifest.journal                               # sessions finished since (one JSON line each)
     OUT/tables/<table>/rank=<r>/session=<s>/part-0.parquet
 
 Every partition is written to a temporary name and renamed into place, so a killed writer never
@@ -12,6 +13,7 @@ its partitions are in place, which is what makes re-runs resumable.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -28,6 +30,7 @@ from traceanalyzer.schema import TABLES
 MANIFEST = "manifest.json"
 TABLES_DIR = "tables"
 MANIFEST_VERSION = 1
+JOURNAL = "manifest.journal"
 
 
 class StoreError(Exception):
@@ -38,11 +41,26 @@ def partition_dir(root: Path, table: str, rank: int, session: str) -> Path:
     return root / TABLES_DIR / table / f"rank={rank}" / f"session={session}"
 
 
+@functools.cache
+def _umask() -> int:
+    # os.umask can only be read by setting it; do it once, before any worker thread writes.
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def shareable(path: Path, *, directory: bool = False) -> None:
+    """Give a file or directory made by ``tempfile`` (always 0600/0700) the modes the user's umask
+    gives any other file, so outputs can be shared like the rest of the user's files."""
+    os.chmod(path, (0o777 if directory else 0o666) & ~_umask())
+
+
 def write_atomic_bytes(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` through a temporary file in the same directory, then rename."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        shareable(Path(tmp))
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
         os.replace(tmp, path)
@@ -70,6 +88,7 @@ def commit_partition(
         tempfile.mkdtemp(dir=target.parent, prefix=f".session={session}.", suffix=".tmp")
     )
     try:
+        shareable(staging, directory=True)
         write(staging / "part-0.parquet")
         if target.exists():
             trash = Path(tempfile.mkdtemp(dir=target.parent, prefix=".trash."))
@@ -114,6 +133,43 @@ class Manifest:
     def save(self, root: Path) -> None:
         doc = {"version": MANIFEST_VERSION, "sessions": self.sessions}
         write_atomic_text(root / MANIFEST, json.dumps(doc, indent=1, sort_keys=True))
+
+
+def load_manifest(out: Path) -> Manifest:
+    """The manifest plus the journal of sessions finished since it was last written.
+
+    A run appends one JSON line per finished session to ``manifest.journal`` (cheap: rewriting a
+    1,024-session manifest after every session would write gigabytes); a run that was killed
+    leaves its journal behind, and this folds it in. A torn last line (killed mid-write) is
+    ignored: that session is simply ingested again.
+    """
+    manifest = Manifest.load(out)
+    journal = out / JOURNAL
+    if journal.is_file():
+        for line in journal.read_text("utf-8", errors="replace").splitlines():
+            try:
+                entry = json.loads(line)
+                manifest.sessions[entry["key"]] = entry["value"]
+            except (json.JSONDecodeError, KeyError, TypeError):
+                continue
+    return manifest
+
+
+def fold_journal(out: Path, manifest: Manifest) -> None:
+    """Write the manifest with every journal line in it, then drop the journal."""
+    manifest.save(out)
+    (out / JOURNAL).unlink(missing_ok=True)
+
+
+def journal_append(out: Path, key: str, value: dict[str, Any]) -> None:
+    """Record one finished session (a run that is killed keeps it for the next run)."""
+    line = json.dumps({"key": key, "value": value}, sort_keys=True) + "\n"
+    # one write() of one line on an O_APPEND fd: a kill leaves at most a torn last line
+    fd = os.open(out / JOURNAL, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line.encode("utf-8"))
+    finally:
+        os.close(fd)
 
 
 def _empty_frame(table: str) -> pl.DataFrame:
