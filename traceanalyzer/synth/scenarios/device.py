@@ -75,6 +75,7 @@ def run_aicpu(tl: Timeline, knobs: dict) -> None:
 
 def run_throttle(tl: Timeline, knobs: dict) -> None:
     rw = tl.rw
+    tl.layers = knobs["layers"]
     for i in range(knobs["steps"]):
         throttled = knobs["throttle_mhz"] > 0 and i + 1 >= knobs["throttle_from"]
         if knobs["idle_mhz"] or throttled:
