@@ -32,7 +32,8 @@ from traceanalyzer.kit import text as fmt
 
 NOTIFY_WAITS = ("Notify Wait", "Notify_Wait", "NOTIFY_WAIT", "NOTIFY_WAIT_SQE")
 OP_TYPE = r"^hcom_([A-Za-z]+)"  # hcom_allReduce__586_0_1 -> allReduce
-INSTANCE_KEY = ("group", "step", "seq")
+INSTANCE_KEY = ("group", "step", "match")
+NAMES_AGREE = 0.8  # share of a group's ops named alike on every rank to match them by name
 EVIDENCE_INSTANCES, PEERS_SHOWN, SERIES_POINTS = 4, 3, 400
 NOT_ENOUGH = (
     "missing the waits inside collectives on at least 2 ranks of a group (collect with "
@@ -208,6 +209,7 @@ OP_COLUMNS = (
     "group",
     "step",
     "seq",
+    "match",
     "name",
     "op_type",
     "start_ns",
@@ -223,8 +225,39 @@ def _numbered(ops: pl.LazyFrame | pl.DataFrame) -> pl.DataFrame:
         frame.with_columns(pl.col("name").str.extract(OP_TYPE, 1).alias("op_type"))
         .sort("rank", "group", "step", "start_ns", "name")
         .with_columns(pl.int_range(pl.len()).over("rank", "group", "step").alias("seq"))
+        .pipe(_matched)
         .select(OP_COLUMNS)
         .collect()
+    )
+
+
+def _matched(ops: pl.LazyFrame) -> pl.LazyFrame:
+    """The instance each op belongs to (`match`): its name where the ranks of its group name
+    their collectives alike (real exports: `hcom_allReduce__586_3_1` on every rank), which
+    survives a rank whose profile holds one op more; else its sequence number in the step."""
+    ranks = ops.group_by("group").agg(pl.col("rank").n_unique().alias("ranks"))
+    named = (
+        ops.group_by("group", "step", "name")
+        .agg(pl.col("rank").n_unique().alias("on"), pl.len().alias("copies"))
+        .join(ranks, on="group")
+        .group_by("group")
+        .agg(
+            ((pl.col("on") == pl.col("ranks")) & (pl.col("copies") == pl.col("on")))
+            .mean()
+            .alias("agree")
+        )
+        .filter(pl.col("agree") >= NAMES_AGREE)
+        .select("group", pl.lit(True).alias("by_name"))
+    )
+    return (
+        ops.join(named, on="group", how="left")
+        .with_columns(
+            pl.when(pl.col("by_name"))
+            .then(pl.col("name"))
+            .otherwise(pl.col("seq").cast(pl.String))
+            .alias("match")
+        )
+        .drop("by_name")
     )
 
 
@@ -439,6 +472,7 @@ def stragglers(ops: pl.DataFrame, p: Any, window: dict[int, int], source: str) -
         peers.group_by(INSTANCE_KEY)
         .agg(
             pl.col("late_rank").first(),
+            pl.col("seq").min(),
             pl.col("excess_ns").median().alias("median_excess_ns"),
             pl.col("excess_ns").mean().alias("lost_ns"),
             pl.col("wait_ns").median().alias("peer_wait_ns"),
@@ -812,6 +846,7 @@ def _series(s: Straggler) -> dict[str, list[Any]]:
     per = (
         s.rows.group_by(INSTANCE_KEY)
         .agg(
+            pl.col("seq").min(),
             pl.col("wait_ns").filter(pl.col("rank") == s.rank).first().alias("rank_wait_ns"),
             pl.col("wait_ns").filter(pl.col("rank") != s.rank).median().alias("peer_wait_ns"),
             pl.col("wait_ns").filter(pl.col("rank") != s.rank).max().alias("peer_max_wait_ns"),
