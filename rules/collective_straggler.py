@@ -193,7 +193,8 @@ def collective_straggler(ctx: RuleContext) -> Iterator[Finding]:
         )
         return
     labels = _group_labels(ctx)
-    kernels = _kernels(ctx)
+    involved = {r for found in best.values() for s in found for r in (s.rank, *s.peers)}
+    kernels = _kernels(ctx, sorted(involved))
     for rank in sorted(best):
         for s in best[rank]:
             yield _finding(ctx, s, labels.get(s.group, s.group), kernels)
@@ -318,16 +319,14 @@ def _from_tasks(ctx: RuleContext) -> pl.DataFrame:
         & pl.col("stream_id").is_not_null()
     )
     linked = (
-        device.filter(pl.col("connection_id").is_not_null())
-        .select("rank", "session", "connection_id", "stream_id")
-        .unique()
-        .collect()
-        .join(
-            ops.select("op_id", "rank", "session", "connection_id"),
+        device.select("rank", "session", "connection_id", "stream_id")
+        .join(  # in the scan: only the tasks of collectives are kept
+            ops.lazy().select("op_id", "rank", "session", "connection_id"),
             on=["rank", "session", "connection_id"],
         )
         .select("op_id", "stream_id")
         .unique()
+        .collect()
     )
     waits = (
         device.filter(
@@ -516,12 +515,13 @@ def stragglers(ops: pl.DataFrame, p: Any, window: dict[int, int], source: str) -
 # --------------------------------------------------------------------------- what precedes
 
 
-def _kernels(ctx: RuleContext) -> pl.DataFrame:
-    """Compute kernels of every rank (what a rank does on its device before a collective)."""
+def _kernels(ctx: RuleContext, ranks: list[int]) -> pl.DataFrame:
+    """Compute kernels of ``ranks`` (what a rank does on its device before a collective)."""
     return (
         ctx.table("slices")
         .filter(
-            (pl.col("process") == HARDWARE_PROCESS)
+            pl.col("rank").is_in(ranks)
+            & (pl.col("process") == HARDWARE_PROCESS)
             & pl.col("task_type").is_in(COMPUTE_TASK_TYPES)
             & (pl.col("end_ns") > pl.col("start_ns"))
         )
