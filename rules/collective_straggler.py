@@ -166,17 +166,19 @@ def collective_straggler(ctx: RuleContext) -> Iterator[Finding]:
       `communication_bottleneck` recipe; NCCL "straggler" analyses (Nsight Systems).
     """
     p = ctx.params
-    sources = []
-    if p.wait_source in ("auto", "communication"):
-        sources.append(("communication.json", _from_communication(ctx)))
+    sources = []  # the trace's own tasks first: on a tie their events are the evidence
     if p.wait_source in ("auto", "tasks"):
         sources.append(("Notify Wait tasks", _from_tasks(ctx)))
+    if p.wait_source in ("auto", "communication"):
+        sources.append(("communication.json", _from_communication(ctx)))
+    if len(sources) == 2:  # name the trace's groups (`Group 0 Communication`) by their hash
+        sources[0] = (sources[0][0], _same_groups(sources[0][1], sources[1][1]))
     usable = [(name, ops) for name, ops in sources if _comparable(ops)]
     if not usable:
         raise NotEvaluated(NOT_ENOUGH)
     window = analysed_window_ns(ctx)
     # Both sources see the same collectives (under different group names): per late rank, the
-    # source that finds it losing the most time speaks.
+    # source that finds the others losing the most time speaks.
     best: dict[int, list[Straggler]] = {}
     for name, ops in usable:
         by_rank: dict[int, list[Straggler]] = {}
@@ -213,6 +215,8 @@ OP_COLUMNS = (
     "match",
     "name",
     "op_type",
+    "process",
+    "thread",
     "start_ns",
     "end_ns",
     "wait_ns",
@@ -276,6 +280,8 @@ def _from_communication(ctx: RuleContext) -> pl.DataFrame:
             pl.col("group").fill_null(""),
             pl.col("step").fill_null(""),
             pl.col("op_name").alias("name"),
+            pl.lit(None, pl.String).alias("process"),
+            pl.lit(None, pl.String).alias("thread"),
             "start_ns",
             (pl.col("start_ns") + pl.col("elapse_ns").fill_null(0)).alias("end_ns"),
             "wait_ns",
@@ -305,6 +311,8 @@ def _from_tasks(ctx: RuleContext) -> pl.DataFrame:
             pl.col("thread").fill_null("").alias("group"),
             pl.lit("").alias("step"),
             "name",
+            "process",
+            "thread",
             "start_ns",
             "end_ns",
             "connection_id",
@@ -394,6 +402,27 @@ def _assign_waits(windows: pl.DataFrame, linked: pl.DataFrame, waits: pl.DataFra
     return matched.select(
         "op_id", "start_ns", pl.min_horizontal("end_ns", "op_end").alias("end_ns")
     )
+
+
+def _same_groups(tasks: pl.DataFrame, comm: pl.DataFrame) -> pl.DataFrame:
+    """``tasks`` with each group renamed to the communication.json group whose ops it shares
+    most (both name an op `hcom_allReduce__586_0_1`); unmatched groups keep their name."""
+    if tasks.is_empty() or comm.is_empty():
+        return tasks
+    pairs = (
+        tasks.select("rank", "session", "name", "group")
+        .join(
+            comm.select("rank", "session", "name", pl.col("group").alias("hash")),
+            on=["rank", "session", "name"],
+        )
+        .group_by("group", "hash")
+        .agg(pl.len().alias("shared"))
+        .sort(["shared", "hash"], descending=[True, False])
+        .group_by("group", maintain_order=True)
+        .first()
+    )
+    alias = dict(zip(pairs["group"].to_list(), pairs["hash"].to_list(), strict=True))
+    return tasks.with_columns(pl.col("group").replace(alias))
 
 
 def _comparable(ops: pl.DataFrame) -> bool:
@@ -798,6 +827,8 @@ def _evidence(s: Straggler, before: Before | None) -> list[Evidence]:
                 rank=s.rank,
                 session=mine["session"],
                 name=mine["name"],
+                process=mine["process"],
+                thread=mine["thread"],
                 start_ns=mine["start_ns"],
                 dur_ns=mine["end_ns"] - mine["start_ns"],
                 detail=f"late arriver: waits {fmt.duration(mine['wait_ns'])} in the op",
@@ -815,6 +846,7 @@ def _evidence(s: Straggler, before: Before | None) -> list[Evidence]:
                         rank=s.rank,
                         session=row["session"],
                         name=f"before {mine['name']}",
+                        process=HARDWARE_PROCESS,
                         start_ns=row["prev_end_ns"],
                         dur_ns=row["op_start"] - row["prev_end_ns"],
                         detail=f"device computes {fmt.duration(row['compute_ns'])}, idles "
@@ -832,6 +864,8 @@ def _evidence(s: Straggler, before: Before | None) -> list[Evidence]:
                     rank=peer["rank"],
                     session=peer["session"],
                     name=peer["name"],
+                    process=peer["process"],
+                    thread=peer["thread"],
                     start_ns=peer["start_ns"],
                     dur_ns=peer["end_ns"] - peer["start_ns"],
                     detail=f"waits {fmt.duration(peer['wait_ns'])} in the op "
