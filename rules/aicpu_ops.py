@@ -156,7 +156,8 @@ def aicpu_ops(ctx: RuleContext) -> Iterator[Finding]:
 
 
 def _device_tasks(ctx: RuleContext) -> pl.DataFrame:
-    """Compute tasks with op info: kernel_details where it names the core, else the trace."""
+    """Compute tasks: kernel_details rows that name their core (with op info), and the trace's
+    kernels that kernel_details lacks (Level0, or a task only the trace has)."""
     p = ctx.params
     cols = (
         "rank",
@@ -193,13 +194,11 @@ def _device_tasks(ctx: RuleContext) -> pl.DataFrame:
         )
         .collect()
     )
-    have = set(kernels["session"].unique().to_list())
     trace = (
         ctx.table("slices")
         .filter(
             (pl.col("process") == HARDWARE_PROCESS)
             & pl.col("task_type").is_in([*COMPUTE_TASK_TYPES, *p.aicpu_cores])
-            & ~pl.col("session").is_in(sorted(have))
         )
         .select(
             "rank",
@@ -215,6 +214,9 @@ def _device_tasks(ctx: RuleContext) -> pl.DataFrame:
             pl.lit("trace").alias("source"),
         )
         .collect()
+        # the same task in both files starts at the same ns on the same stream: count it once,
+        # with kernel_details' op info
+        .join(kernels, on=["rank", "session", "stream_id", "start_ns"], how="anti")
     )
     return pl.concat([kernels.select(cols), trace.select(cols)]).sort("rank", "start_ns")
 
