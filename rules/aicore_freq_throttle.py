@@ -71,6 +71,11 @@ class Segment:
             0.05, "Fire when the busy-time-weighted frequency is this far below nominal (0.05)."
         ),
         "min_lost_us": Param(200.0, "... and the estimated time lost is at least this (µs)."),
+        "min_segment_busy_us": Param(
+            50.0,
+            "A held value with less kernel time under it than this (µs) is not reported as the "
+            "lowest (a counter change that lands just after a burst starts).",
+        ),
         "counter_names": Param(
             (AI_CORE_FREQ_PROCESS,), "Counter (process or name) of the frequency."
         ),
@@ -215,11 +220,12 @@ def verdict(segments: list[Segment], p: Mapping[str, Any]) -> Verdict:
     weighted = sum(s.busy_ns * s.mhz for s in busy) / busy_ns if busy_ns else None
     lost = sum(s.busy_ns * (1 - s.mhz / nominal) for s in busy if s.mhz < nominal)
     low = [s for s in busy if s.mhz < nominal * (1 - p["min_drop"])]
+    held = [s.mhz for s in busy if s.busy_ns >= p["min_segment_busy_us"] * 1e3]
     return Verdict(
         nominal,
         busy_ns,
         weighted,
-        min((s.mhz for s in busy), default=None),
+        min(held or [s.mhz for s in busy], default=None),
         lost,
         sum(s.busy_ns for s in low),
     )
