@@ -26,6 +26,7 @@ import polars as pl
 from traceanalyzer.engine.config import (
     RuleSettings,
     config_path_for,
+    configured_rule_dirs,
     load_config,
     parse_set_options,
     resolve,
@@ -413,7 +414,8 @@ def evaluate(
 ) -> RunResult:
     """Evaluate rules on ``store`` and return the grouped result.
 
-    - ``rule_dirs``: extra rule folders (``--rules DIR``), after the built-in ones.
+    - ``rule_dirs``: extra rule folders (``--rules DIR``), after the built-in ones (and before
+      the config file's ``rule_dirs``).
     - ``overrides``: ``{"TA001": {"min_ratio": 2}}`` or ``--set`` strings ``["TA001.min_ratio=2"]``.
     - ``config_path``: a ``traceanalyzer.toml``/``pyproject.toml``; None searches the working
       directory; False ignores config files.
@@ -434,7 +436,7 @@ def evaluate(
         raise ValueError(f"fail_on must be one of {', '.join(SEVERITY_RANK)}, got {fail_on!r}")
     load_errors: list[LoadError] = []
     if rules is None:
-        rules = load_rules(rule_dirs, builtin=builtin)
+        rules = load_rules([*rule_dirs, *configured_rule_dirs(config_path)], builtin=builtin)
     if isinstance(rules, LoadedRules):
         rules, load_errors = rules.rules, rules.errors
     resolved = resolve(rules, _settings(overrides, config_path))

@@ -23,6 +23,7 @@ from __future__ import annotations
 from traceanalyzer.synth import ops
 from traceanalyzer.synth.ops import MS, US
 from traceanalyzer.synth.scenarios.timeline import Timeline
+from traceanalyzer.vocabulary import STORE_TRANSFER_WINDOW, WINDOW_KEY
 
 SPAN = "batch_get_into_multi_buffers"
 KNOBS = {
@@ -54,7 +55,7 @@ HEALTHY_HELP = (
 
 
 def metadata(knobs: dict) -> dict:
-    return {"traceanalyzer.window": "store_transfer"} if knobs["mark_transfer"] else {}
+    return {WINDOW_KEY: STORE_TRANSFER_WINDOW} if knobs["mark_transfer"] else {}
 
 
 def is_sick(knobs: dict, rank: int) -> bool:
