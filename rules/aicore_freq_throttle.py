@@ -241,7 +241,9 @@ def _judge(
     p = ctx.params
     v = verdict(segments, p)
     if v.weighted_mhz is None:
-        ctx.note(f"rank {rank}: no kernel ran while the AI Core Freq counter was known", rank=rank)
+        ctx.inconclusive(
+            f"rank {rank}: no kernel ran while the AI Core Freq counter was known", rank=rank
+        )
         return
     drop = 1 - v.weighted_mhz / v.nominal
     if drop < p.min_drop or v.lost_ns < p.min_lost_us * 1e3:

@@ -84,7 +84,7 @@ CAUSES = {
             0.75, "... and in at least this share of the group's instances that count."
         ),
         "min_share": Param(
-            0.02, "The others must lose at least this share of their analysed window (0.02)."
+            0.01, "The others must lose at least this share of their analysed window (0.01)."
         ),
         "wait_source": Param(
             "auto",
