@@ -14,6 +14,7 @@ from traceanalyzer.kit import (
     HARDWARE_PROCESS,
     Evidence,
     Finding,
+    KeyFigure,
     NotEvaluated,
     Param,
     Params,
@@ -176,6 +177,24 @@ def risky_settings(ctx: RuleContext) -> Iterator[Finding]:
     - msprof-analyze advisor `EnvironmentVariableChecker`
       (`advisor/rules/en/environment_variable_info.yaml`).
     """
+    found = risky_found(ctx)
+    if found is None:
+        raise NotEvaluated(NO_ENV)
+    if not found:
+        ctx.note("no risky setting recorded")
+        return
+    by_name = {s.name: s for s in SETTINGS}
+    window = analysed_window_ns(ctx)
+    for (name, value), where in found.items():
+        setting = by_name[name]
+        for rank in sorted({r for r, _ in where}):
+            sessions = sorted(s for r, s in where if r == rank)
+            yield _finding(ctx, setting, value, rank, sessions, window.get(rank))
+
+
+def risky_found(ctx: RuleContext) -> dict[tuple[str, str], list[tuple[int, str]]] | None:
+    """(setting, value) -> the (rank, session)s that recorded it; None when no session
+    recorded its environment at all."""
     p = ctx.params
     recorded = False
     found: dict[tuple[str, str], list[tuple[int, str]]] = {}
@@ -192,18 +211,7 @@ def risky_settings(ctx: RuleContext) -> Iterator[Finding]:
                 found.setdefault((setting.name, value.strip()), []).append(
                     (int(row["rank"]), row["session"])
                 )
-    if not recorded:
-        raise NotEvaluated(NO_ENV)
-    if not found:
-        ctx.note("no risky setting recorded")
-        return
-    by_name = {s.name: s for s in SETTINGS}
-    window = analysed_window_ns(ctx)
-    for (name, value), where in found.items():
-        setting = by_name[name]
-        for rank in sorted({r for r, _ in where}):
-            sessions = sorted(s for r, s in where if r == rank)
-            yield _finding(ctx, setting, value, rank, sessions, window.get(rank))
+    return found if recorded else None
 
 
 def recorded_settings(metadata: Mapping[str, Any]) -> dict[str, str] | None:
@@ -292,3 +300,26 @@ def _device_idle_ns(ctx: RuleContext, rank: int) -> int | None:
     busy = int(total_length(inside, by=["rank"])["covered_ns"].sum()) if inside.height else 0
     window = int((windows["end_ns"] - windows["start_ns"]).sum())
     return max(window - busy, 0)
+
+
+@risky_settings.key_figures(
+    KeyFigure("risky_settings", "risky settings recorded", better="lower", unit="count"),
+)
+def _key_figures(ctx: RuleContext) -> pl.DataFrame:
+    """Per rank: how many distinct risky settings its sessions recorded (null: none recorded)."""
+    found = risky_found(ctx) or {}
+    counts: dict[int, int] = {}
+    for where in found.values():
+        for rank in {r for r, _ in where}:
+            counts[rank] = counts.get(rank, 0) + 1
+    recorded = sorted(
+        {
+            int(row["rank"])
+            for row in ctx.sessions().iter_rows(named=True)
+            if recorded_settings(session_metadata(row.get("metadata"))) is not None
+        }
+    )
+    return pl.DataFrame(
+        {"rank": recorded, "risky_settings": [counts.get(r, 0) for r in recorded]},
+        schema={"rank": pl.Int32, "risky_settings": pl.Int64},
+    )

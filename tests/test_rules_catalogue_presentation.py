@@ -13,7 +13,7 @@ from traceanalyzer.kit import FigureContext
 
 RULES = {r.name: r for r in load_rules(entry_points=False).rules}
 WITH_FIGURE = ("aicpu-ops", "aicore-freq-throttle", "collective-straggler")
-WITH_KEY_FIGURES = WITH_FIGURE
+WITH_KEY_FIGURES = (*WITH_FIGURE, "risky-settings")
 
 
 def _fired(name: str):  # noqa: ANN202 - (rule, store, grouped findings)
