@@ -13,7 +13,11 @@ from traceanalyzer.engine.cost import analysed_window_ns, share
 from traceanalyzer.kit import (
     AI_CORE_FREQ_PROCESS,
     AI_CORE_TASK_TYPES,
+    COPY_TASK_NAMES,
+    COPY_TASK_TYPES,
     HARDWARE_PROCESS,
+    WAIT_TASK_NAMES,
+    WAIT_TASK_TYPES,
     Evidence,
     FigureContext,
     Finding,
@@ -81,6 +85,11 @@ class Segment:
         ),
         "kernel_task_types": Param(
             AI_CORE_TASK_TYPES, "Device task types that run on the AI Core (busy time)."
+        ),
+        "not_kernel_pattern": Param(
+            r"RECORD|NOTIFY|Notify|SDMA|DMA|PROFILING|PLACE_HOLDER|Write Value|WAIT",
+            "In a session without kernel task types: regex on task name/type of tasks that are "
+            "no kernel (records, notifies, DMA, profiler markers); the other tasks are busy time.",
         ),
     },
     requires=[
@@ -153,16 +162,22 @@ def _samples(ctx: RuleContext) -> pl.DataFrame:
 
 
 def _kernels(ctx: RuleContext) -> pl.DataFrame:
-    return (
+    """AI Core kernels by task type; in a session whose tasks carry none of those types (an
+    export without op info), every task that is not a wait, a copy or a marker."""
+    tasks = (
         ctx.table("slices")
-        .filter(
-            (pl.col("process") == HARDWARE_PROCESS)
-            & pl.col("task_type").is_in(ctx.params.kernel_task_types)
-            & (pl.col("end_ns") > pl.col("start_ns"))
-        )
-        .select("rank", "session", "name", "stream_id", "start_ns", "end_ns")
+        .filter((pl.col("process") == HARDWARE_PROCESS) & (pl.col("end_ns") > pl.col("start_ns")))
+        .select("rank", "session", "name", "task_type", "stream_id", "start_ns", "end_ns")
         .collect()
     )
+    typed = pl.col("task_type").is_in(ctx.params.kernel_task_types)
+    not_kernel = pl.any_horizontal(
+        pl.col(c).is_in([*WAIT_TASK_TYPES, *WAIT_TASK_NAMES, *COPY_TASK_NAMES, *COPY_TASK_TYPES])
+        | pl.col(c).str.contains(ctx.params.not_kernel_pattern)
+        for c in ("name", "task_type")
+    ).fill_null(False)
+    untyped = ~typed.any().over("rank", "session")
+    return tasks.filter(typed | (untyped & ~not_kernel)).drop("task_type")
 
 
 def held_segments(samples: pl.DataFrame, kernels: pl.DataFrame) -> list[Segment]:
