@@ -10,14 +10,11 @@ import numpy as np
 import polars as pl
 
 from traceanalyzer.engine.cost import analysed_window_ns, share
+from traceanalyzer.engine.kernels import NOT_KERNEL_PATTERN, kernel_tasks
 from traceanalyzer.kit import (
     AI_CORE_FREQ_PROCESS,
     AI_CORE_TASK_TYPES,
-    COPY_TASK_NAMES,
-    COPY_TASK_TYPES,
     HARDWARE_PROCESS,
-    WAIT_TASK_NAMES,
-    WAIT_TASK_TYPES,
     Evidence,
     FigureContext,
     Finding,
@@ -87,7 +84,7 @@ class Segment:
             AI_CORE_TASK_TYPES, "Device task types that run on the AI Core (busy time)."
         ),
         "not_kernel_pattern": Param(
-            r"RECORD|NOTIFY|Notify|SDMA|DMA|PROFILING|PLACE_HOLDER|Write Value|WAIT",
+            NOT_KERNEL_PATTERN,
             "In a session without kernel task types: regex on task name/type of tasks that are "
             "no kernel (records, notifies, DMA, profiler markers); the other tasks are busy time.",
         ),
@@ -108,7 +105,8 @@ def aicore_freq_throttle(ctx: RuleContext) -> Iterator[Finding]:
     The `AI Core Freq` counter (MHz) below its nominal value (`nominal_mhz`, 1800 on Atlas
     A2/A3) **while kernels run**. The counter is sampled only when it changes, so each sample's
     value holds until the next one. Busy time is the union of AI Core kernels
-    (`kernel_task_types`) on all streams; the rule weights the frequency by it and reports the
+    (`kernel_task_types`; in an export whose tasks carry no such type, every task that is no
+    wait, copy or marker) on all streams; the rule weights the frequency by it and reports the
     busy-time-weighted frequency, the lowest value kernels ran at, and the time lost: each busy
     nanosecond at f MHz would have taken f/nominal of it at nominal, so
     lost = sum(busy x (1 - f/nominal)) (an upper bound: memory-bound kernels slow less). It fires
@@ -162,22 +160,10 @@ def _samples(ctx: RuleContext) -> pl.DataFrame:
 
 
 def _kernels(ctx: RuleContext) -> pl.DataFrame:
-    """AI Core kernels by task type; in a session whose tasks carry none of those types (an
-    export without op info), every task that is not a wait, a copy or a marker."""
-    tasks = (
-        ctx.table("slices")
-        .filter((pl.col("process") == HARDWARE_PROCESS) & (pl.col("end_ns") > pl.col("start_ns")))
-        .select("rank", "session", "name", "task_type", "stream_id", "start_ns", "end_ns")
-        .collect()
+    p = ctx.params
+    return kernel_tasks(
+        ctx.table("slices"), p.kernel_task_types, not_kernel_pattern=p.not_kernel_pattern
     )
-    typed = pl.col("task_type").is_in(ctx.params.kernel_task_types)
-    not_kernel = pl.any_horizontal(
-        pl.col(c).is_in([*WAIT_TASK_TYPES, *WAIT_TASK_NAMES, *COPY_TASK_NAMES, *COPY_TASK_TYPES])
-        | pl.col(c).str.contains(ctx.params.not_kernel_pattern)
-        for c in ("name", "task_type")
-    ).fill_null(False)
-    untyped = ~typed.any().over("rank", "session")
-    return tasks.filter(typed | (untyped & ~not_kernel)).drop("task_type")
 
 
 def held_segments(samples: pl.DataFrame, kernels: pl.DataFrame) -> list[Segment]:

@@ -10,6 +10,7 @@ import numpy as np
 import polars as pl
 
 from traceanalyzer.engine.cost import analysed_window_ns
+from traceanalyzer.engine.kernels import kernel_tasks
 from traceanalyzer.kit import (
     COMMUNICATION_PROCESSES,
     COMPUTE_TASK_TYPES,
@@ -546,18 +547,7 @@ def stragglers(ops: pl.DataFrame, p: Any, window: dict[int, int], source: str) -
 
 def _kernels(ctx: RuleContext, ranks: list[int]) -> pl.DataFrame:
     """Compute kernels of ``ranks`` (what a rank does on its device before a collective)."""
-    return (
-        ctx.table("slices")
-        .filter(
-            pl.col("rank").is_in(ranks)
-            & (pl.col("process") == HARDWARE_PROCESS)
-            & pl.col("task_type").is_in(COMPUTE_TASK_TYPES)
-            & (pl.col("end_ns") > pl.col("start_ns"))
-        )
-        .select("rank", "session", "name", "start_ns", "end_ns")
-        .collect()
-        .sort("start_ns")
-    )
+    return kernel_tasks(ctx.table("slices"), COMPUTE_TASK_TYPES, ranks=ranks)
 
 
 @dataclass

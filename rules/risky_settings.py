@@ -9,9 +9,9 @@ from typing import Any
 import polars as pl
 
 from traceanalyzer.engine.cost import analysed_window_ns, analysed_windows, share
+from traceanalyzer.engine.kernels import kernel_tasks
 from traceanalyzer.kit import (
     COMPUTE_TASK_TYPES,
-    HARDWARE_PROCESS,
     Evidence,
     Finding,
     KeyFigure,
@@ -280,16 +280,7 @@ def _finding(
 def _device_idle_ns(ctx: RuleContext, rank: int) -> int | None:
     """Time of the rank's analysed window in which no kernel runs (None without kernels)."""
     windows = analysed_windows(ctx).filter(pl.col("rank") == rank)
-    kernels = (
-        ctx.table("slices")
-        .filter(
-            (pl.col("rank") == rank)
-            & (pl.col("process") == HARDWARE_PROCESS)
-            & pl.col("task_type").is_in(COMPUTE_TASK_TYPES)
-        )
-        .select("rank", "session", "start_ns", "end_ns")
-        .collect()
-    )
+    kernels = kernel_tasks(ctx.table("slices"), COMPUTE_TASK_TYPES, ranks=[rank])
     if kernels.is_empty() or windows.is_empty():
         return None
     inside = overlap_join(windows, kernels).select(
