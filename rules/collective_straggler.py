@@ -371,29 +371,19 @@ def _from_tasks(ctx: RuleContext) -> pl.DataFrame:
 def _assign_waits(windows: pl.DataFrame, linked: pl.DataFrame, waits: pl.DataFrame) -> pl.DataFrame:
     """Each wait to the latest op that started at or before it on its stream (or, for ops
     without linked streams, on its rank), kept when it starts inside that op; clipped to it."""
-    op_streams = windows.join(linked, on="op_id")
-    unlinked = windows.join(linked, on="op_id", how="anti")
-    parts = []
-    if op_streams.height:
-        parts.append(
-            waits.join_asof(
-                op_streams.sort("op_start"),
-                left_on="start_ns",
-                right_on="op_start",
-                by=["rank", "session", "stream_id"],
-                check_sortedness=False,  # sorted by time overall, hence within each stream
-            )
+    by_stream = (windows.join(linked, on="op_id"), ["rank", "session", "stream_id"])
+    by_rank = (windows.join(linked, on="op_id", how="anti"), ["rank", "session"])
+    parts = [
+        waits.join_asof(
+            ops.sort("op_start"),
+            left_on="start_ns",
+            right_on="op_start",
+            by=by,
+            check_sortedness=False,  # sorted by time overall, hence within each group
         )
-    if unlinked.height:
-        parts.append(
-            waits.join_asof(
-                unlinked.sort("op_start"),
-                left_on="start_ns",
-                right_on="op_start",
-                by=["rank", "session"],
-                check_sortedness=False,
-            )
-        )
+        for ops, by in (by_stream, by_rank)
+        if ops.height
+    ]
     if not parts:
         return pl.DataFrame(schema={"op_id": pl.UInt32, "start_ns": pl.Int64, "end_ns": pl.Int64})
     cols = ["op_id", "start_ns", "end_ns", "op_start", "op_end"]
