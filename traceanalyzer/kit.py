@@ -63,9 +63,12 @@ from traceanalyzer.engine.testing import StoreBuilder, us
 from traceanalyzer.store import Store
 from traceanalyzer.vocabulary import (
     AI_CORE_FREQ_PROCESS,
+    AI_CORE_TASK_TYPES,
+    AI_CPU_TASK_TYPES,
     CANN_PROCESS,
     CAPTURE_WINDOW,
     COMMUNICATION_PROCESSES,
+    COMPUTE_TASK_TYPES,
     COPY_TASK_NAMES,
     COPY_TASK_TYPES,
     DEVICE_PROCESSES,
@@ -114,9 +117,12 @@ __all__ = [
     "series_by_rank",
     # vocabulary
     "AI_CORE_FREQ_PROCESS",
+    "AI_CORE_TASK_TYPES",
+    "AI_CPU_TASK_TYPES",
     "CANN_PROCESS",
     "CAPTURE_WINDOW",
     "COMMUNICATION_PROCESSES",
+    "COMPUTE_TASK_TYPES",
     "COPY_TASK_NAMES",
     "COPY_TASK_TYPES",
     "DEVICE_PROCESSES",

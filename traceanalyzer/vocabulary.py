@@ -41,6 +41,24 @@ WAIT_TASK_NAMES = ("EVENT_WAIT", "NOTIFY_WAIT", "Notify Wait", "Notify_Wait")
 # Copies: host<->device memcpy tasks and the DMA engines that carry them.
 COPY_TASK_NAMES = ("MEMCPY_ASYNC",)
 COPY_TASK_TYPES = ("PCIE_DMA_SQE", "SDMA_SQE")
+# Kernels: compute on the AI Core / AI Vector / AI CPU, as GE names them in trace_view.json
+# `Task Type` (G1 exports label AI Core kernels `Other`), and as the runtime names them
+# (task_time.csv, newer chips).
+AI_CORE_TASK_TYPES = (
+    "AI_CORE",
+    "Other",
+    "AI_VECTOR_CORE",
+    "MIX_AIC",
+    "MIX_AIV",
+    "AIV_SQE",
+    "FFTS_PLUS",
+    "KERNEL_AICORE",
+    "KERNEL_AIVEC",
+    "KERNEL_MIX_AIC",
+    "KERNEL_MIX_AIV",
+)
+AI_CPU_TASK_TYPES = ("AI_CPU", "KERNEL_AICPU", "AICPU_H", "AICPU_D")
+COMPUTE_TASK_TYPES = (*AI_CORE_TASK_TYPES, *AI_CPU_TASK_TYPES)
 
 # --------------------------------------------------------------------------------------------
 # Host side

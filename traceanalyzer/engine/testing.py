@@ -174,6 +174,30 @@ class StoreBuilder:
         )
         return self
 
+    def hccl_op(
+        self,
+        rank: int,
+        session: str,
+        name: str,
+        start_us: float,
+        dur_us: float,
+        *,
+        connection_id: int | None = None,
+        thread: str = "Group 0 Communication",
+    ) -> StoreBuilder:
+        """A collective as the HCCL process shows it (``hcom_allReduce__...`` on its group row)."""
+        self._slice(
+            rank,
+            session,
+            start_us=start_us,
+            dur_us=dur_us,
+            process="HCCL",
+            thread=thread,
+            name=name,
+            connection_id=connection_id,
+        )
+        return self
+
     def flow(
         self,
         rank: int,
@@ -240,9 +264,19 @@ class StoreBuilder:
         return self
 
     def comm_op(
-        self, rank: int, session: str, step: str, op_name: str, *, transit_us: float, wait_us: float
+        self,
+        rank: int,
+        session: str,
+        step: str,
+        op_name: str,
+        *,
+        transit_us: float,
+        wait_us: float,
+        start_us: float | None = None,
+        synchronization_us: float | None = None,
+        group: str | None = None,
     ) -> StoreBuilder:
-        """One communication.json op with its transit and wait time."""
+        """One communication.json op with its transit and wait time (and start, sync, group)."""
         self.rows["comm_ops"].append(
             {
                 "rank": rank,
@@ -250,9 +284,71 @@ class StoreBuilder:
                 "step": step,
                 "kind": "collective",
                 "op_name": op_name,
+                "group": group,
+                "start_ns": None if start_us is None else us(start_us),
                 "transit_ns": us(transit_us),
                 "wait_ns": us(wait_us),
+                "synchronization_ns": None
+                if synchronization_us is None
+                else us(synchronization_us),
                 "elapse_ns": us(transit_us + wait_us),
+            }
+        )
+        return self
+
+    def kernel(
+        self,
+        rank: int,
+        session: str,
+        stream: int,
+        name: str,
+        start_us: float,
+        dur_us: float,
+        *,
+        op_type: str,
+        core: str = "AI_CORE",
+        input_data_types: str | None = None,
+        input_shapes: str | None = None,
+    ) -> StoreBuilder:
+        """A kernel_details.csv row, and its device task on ``Ascend Hardware`` stream ``stream``."""
+        self.task(rank, session, stream, name, start_us, dur_us, task_type=core)
+        self.rows["kernels"].append(
+            {
+                "rank": rank,
+                "session": session,
+                "stream_id": stream,
+                "name": name,
+                "type": op_type,
+                "accelerator_core": core,
+                "start_ns": us(start_us),
+                "dur_ns": us(dur_us),
+                "input_data_types": input_data_types,
+                "input_shapes": input_shapes,
+            }
+        )
+        return self
+
+    def counter(
+        self,
+        rank: int,
+        session: str,
+        name: str,
+        ts_us: float,
+        value: float,
+        *,
+        process: str | None = None,
+        series: str = "MHz",
+    ) -> StoreBuilder:
+        """One counter sample (``AI Core Freq`` in MHz by default)."""
+        self.rows["counters"].append(
+            {
+                "rank": rank,
+                "session": session,
+                "process": process or name,
+                "name": name,
+                "series": series,
+                "ts_ns": us(ts_us),
+                "value": float(value),
             }
         )
         return self

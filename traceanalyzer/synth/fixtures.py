@@ -48,6 +48,7 @@ class RankBuilder:
         self._actions: list[Action] = []
         self._steps: list[tuple[int, int, int]] = []
         self._metadata: dict[str, Any] = {}
+        self._env: dict[str, str] = {}
 
     # ---- framework --------------------------------------------------------------
     @contextmanager
@@ -73,6 +74,11 @@ class RankBuilder:
     def metadata(self, **keys: Any) -> RankBuilder:
         """Extra profiler_metadata.json keys (what ``prof.add_metadata`` writes)."""
         self._metadata.update(keys)
+        return self
+
+    def env(self, **variables: str) -> RankBuilder:
+        """Environment variables recorded in profiler_metadata.json ``ENV_VARIABLES``."""
+        self._env.update(variables)
         return self
 
     # ---- CANN ---------------------------------------------------------------------
@@ -126,10 +132,16 @@ class RankBuilder:
         core: str = "AI_CORE",
         start_us: float,
         dur_us: float,
+        in_shapes: str = "1,4096",
+        in_types: str = "DT_BF16",
     ) -> RankBuilder:
         """A kernel (HW slice with op info): also a kernel_details row and an op_statistic entry."""
         s, d = ns(start_us), round(float(dur_us) * 1000)
-        self._actions.append(lambda rw: rw.kernel(stream, name, op_type, core, s, d))
+        self._actions.append(
+            lambda rw: rw.kernel(
+                stream, name, op_type, core, s, d, in_shapes=in_shapes, in_types=in_types
+            )
+        )
         return self
 
     def memcpy_async(
@@ -162,11 +174,24 @@ class RankBuilder:
         return self
 
     def collective(
-        self, *, start_us: float, dur_us: float, op: str = "allReduce", stream: int = 4
+        self,
+        *,
+        start_us: float,
+        dur_us: float,
+        op: str = "allReduce",
+        stream: int = 4,
+        wait_us: float = 0,
     ) -> RankBuilder:
-        """An HCCL collective executed on ``stream`` (communication.json entry at Level1+)."""
-        s, d = ns(start_us), round(float(dur_us) * 1000)
-        self._actions.append(lambda rw: rw.collective(op, s, d, stream=stream))
+        """An HCCL collective executed on ``stream`` (communication.json entry at Level1+);
+        ``wait_us``: how long this rank waits inside it for its peers (its first Notify Wait)."""
+        s, d, w = ns(start_us), round(float(dur_us) * 1000), round(float(wait_us) * 1000)
+        self._actions.append(lambda rw: rw.collective(op, s, d, stream=stream, wait_ns=w))
+        return self
+
+    def ai_core_freq(self, *, at_us: float, mhz: int) -> RankBuilder:
+        """The AI Core Freq counter changes to ``mhz`` at ``at_us`` (held until the next change)."""
+        ts = ns(at_us)
+        self._actions.append(lambda rw: rw.ai_core_freq(ts, mhz))
         return self
 
     # ---- output -------------------------------------------------------------------
@@ -182,6 +207,7 @@ class RankBuilder:
             group=list(range(world)),
             schedule=bool(self._steps),
             metadata=dict(self._metadata),
+            env=dict(self._env),
         )
         rw = RankWriter(Path(root), cfg)
         for number, start, end in sorted(self._steps, key=lambda s: s[1]):

@@ -27,6 +27,7 @@ class KernelSpec:
     core: str
     dur_us: float  # typical device duration
     shapes: str = "8,4096"
+    dtypes: str = "DT_BF16"  # kernel_details Input Data Types
 
 
 DECODE_LAYER: tuple[KernelSpec, ...] = (
@@ -123,7 +124,15 @@ def launch_kernel(
     kdur = jitter(rng, spec.dur_us, 0.1) + rng.randrange(0, 1000)
     kstart = dev.place(stream, node + node_dur + 8 * US, kdur)
     rw.kernel(
-        stream, spec.name, spec.op_type, spec.core, kstart, kdur, conn=conn, in_shapes=spec.shapes
+        stream,
+        spec.name,
+        spec.op_type,
+        spec.core,
+        kstart,
+        kdur,
+        conn=conn,
+        in_shapes=spec.shapes,
+        in_types=spec.dtypes,
     )
     rw.h2d(conn, True, rw.dequeue_tid, node, rw.hw_pid, stream, kstart)
     rw.cpu_op(spec.api, t, op_dur, device_ns=kdur, aicore_ns=kdur)
@@ -197,12 +206,14 @@ def decode_step(
     allreduce: bool,
     comm_stream: int = 4,
     stream: int = 2,
+    extra: tuple[KernelSpec, ...] = (),
 ) -> int:
-    """One ProfilerStep of eager decoding: layers of kernels (+ an all-reduce per layer with TP), then a sync."""
+    """One ProfilerStep of eager decoding: layers of kernels (+ ``extra`` kernels, + an all-reduce
+    per layer with TP), then a sync."""
     rw.begin_step(number, t)
     t += jitter(rng, 30)
     for _ in range(layers):
-        for spec in DECODE_LAYER:
+        for spec in (*DECODE_LAYER, *extra):
             t = launch_kernel(rw, rng, dev, t, spec, stream)
         if allreduce:
             t = allreduce_eager(rw, rng, dev, t, stream, comm_stream)
@@ -212,9 +223,18 @@ def decode_step(
 
 
 def allreduce_eager(
-    rw: RankWriter, rng: Random, dev: Device, t: int, stream: int, comm_stream: int
+    rw: RankWriter,
+    rng: Random,
+    dev: Device,
+    t: int,
+    stream: int,
+    comm_stream: int,
+    wait_for_peers_ns: int = 0,
 ) -> int:
-    """``hcom_allReduce_`` from torch.distributed: host API (HOST_HCCL) and the collective on its stream."""
+    """``hcom_allReduce_`` from torch.distributed: host API (HOST_HCCL) and the collective on its stream.
+
+    ``wait_for_peers_ns``: how much longer this rank waits inside the collective for a peer that
+    arrives late (its first Notify Wait and the op grow by it)."""
     op_dur = jitter(rng, 60)
     rw.api(
         "AscendCL@",
@@ -224,7 +244,8 @@ def allreduce_eager(
         tid=rw.main_tid,
         mode="HOST_HCCL",
     )
-    dur = jitter(rng, 90, 0.3)
+    dur = jitter(rng, 90, 0.3) + wait_for_peers_ns
+    wait = jitter(rng, 8) + wait_for_peers_ns  # drawn after dur: seeded outputs stay the same
     start = dev.place(comm_stream, max(t + op_dur, dev.free.get(stream, 0)), dur)
     rw.collective(
         "allReduce",
@@ -233,7 +254,7 @@ def allreduce_eager(
         host_tid=rw.main_tid,
         host_start=t + 10 * US,
         stream=comm_stream,
-        wait_ns=jitter(rng, 8),
+        wait_ns=wait,
         count=8 * 4096,
         host_dur=op_dur - 25 * US,
     )

@@ -36,6 +36,7 @@ from traceanalyzer.synth.tables import (
 from traceanalyzer.synth.trace_view import TraceView
 
 INVALID_MODEL = 4294967295
+NOMINAL_MHZ = 1800  # AI Core frequency of Atlas A2/A3 at full speed
 _LAYER_LEVEL = {"AscendCL@": "acl", "Runtime@": "runtime", "Node@": "node", "Model@": "model"}
 KERNEL_CORES = ("AI_CORE", "AI_VECTOR_CORE", "AI_CPU", "MIX_AIC", "MIX_AIV", "DSA_SQE")
 
@@ -118,6 +119,7 @@ class RankWriter:
         self._hccl_index = 0
         self.last_ts = cfg.start_ns
         self.counts: dict[str, int] = {}  # what was generated, for round-trip checks
+        self._freq: list[tuple[int, int]] = []  # AI Core Freq changes (ts, MHz)
 
     # ---- ids ------------------------------------------------------------------
     def next_conn(self) -> int:
@@ -505,6 +507,11 @@ class RankWriter:
         )
         return name
 
+    def ai_core_freq(self, ts: int, mhz: int) -> None:
+        """The AI Core frequency changes to ``mhz`` at ``ts`` (a sample of the counter)."""
+        self._freq.append((ts, mhz))
+        self._touch(ts, ts)
+
     # ---- chunk flush ------------------------------------------------------------
     def flush(self) -> None:
         """Close the current chunk: overlap slices, kernel_details rows, time-sorted msprof events."""
@@ -564,8 +571,12 @@ class RankWriter:
         self.flush()
         cfg = self.cfg
         end = self.last_ts
-        self.tv.counter("AI Core Freq", "AI Core Freq", cfg.start_ns, '"MHz": 1800')
-        self.tv.counter("AI Core Freq", "AI Core Freq", end, '"MHz": 1800', whole_us=True)
+        # msprof samples the frequency when it changes: nominal at the start, each change, and
+        # the value that holds at the end.
+        for ts, mhz in [(cfg.start_ns, NOMINAL_MHZ), *sorted(self._freq)]:
+            self.tv.counter("AI Core Freq", "AI Core Freq", ts, f'"MHz": {mhz}')
+        last = sorted(self._freq)[-1][1] if self._freq else NOMINAL_MHZ
+        self.tv.counter("AI Core Freq", "AI Core Freq", end, f'"MHz": {last}', whole_us=True)
         self.tv.flush_chunk()
         self.tv.write(self.out / "trace_view.json")
         self.tv.close()

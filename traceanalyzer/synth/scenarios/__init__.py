@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from traceanalyzer.synth.scenarios import baseline, capture, store
+from traceanalyzer.synth.scenarios import baseline, capture, device, store
 from traceanalyzer.synth.scenarios.timeline import SessionPlan, Timeline
 
 
@@ -83,6 +83,16 @@ SCENARIOS: dict[str, Scenario] = {
     ),
     "inference-baseline": Scenario(
         "inference-baseline", baseline.run, baseline.KNOBS, baseline.HELP
+    ),
+    "aicpu-ops": Scenario("aicpu-ops", device.run_aicpu, device.AICPU_KNOBS, device.AICPU_HELP),
+    "aicore-throttle": Scenario(
+        "aicore-throttle", device.run_throttle, device.THROTTLE_KNOBS, device.THROTTLE_HELP
+    ),
+    "collective-straggler": Scenario(
+        "collective-straggler", device.run_straggler, device.STRAGGLER_KNOBS, device.STRAGGLER_HELP
+    ),
+    "risky-settings": Scenario(
+        "risky-settings", device.run_risky, device.RISKY_KNOBS, device.RISKY_HELP
     ),
 }
 

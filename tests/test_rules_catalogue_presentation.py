@@ -1,0 +1,46 @@
+"""The device catalogue rules' figures and key figures, on their own fire fixtures."""
+
+from __future__ import annotations
+
+import pytest
+
+from traceanalyzer.engine.loader import load_rules
+from traceanalyzer.engine.registry import RuleSet
+from traceanalyzer.engine.rule import Params, RuleContext
+from traceanalyzer.engine.ruletest import fixtures_for
+from traceanalyzer.engine.runner import evaluate
+from traceanalyzer.kit import FigureContext
+
+RULES = {r.name: r for r in load_rules(entry_points=False).rules}
+WITH_FIGURE = ("aicpu-ops", "aicore-freq-throttle", "collective-straggler")
+WITH_KEY_FIGURES = (*WITH_FIGURE, "risky-settings")
+
+
+def _fired(name: str):  # noqa: ANN202 - (rule, store, grouped findings)
+    rule = RULES[name]
+    fix = next(f for f in fixtures_for(rule) if f.expect == "fire" and not f.params)
+    store = fix.build()
+    result = evaluate(store, rules=RuleSet([rule]), config_path=False)
+    assert result.findings, name
+    return rule, store, result.findings
+
+
+@pytest.mark.parametrize("name", WITH_FIGURE)
+def test_figure_draws_the_finding(name: str) -> None:
+    rule, store, findings = _fired(name)
+    params = Params({k: p.default for k, p in rule.params.items()})
+    figure = rule.presentation.figure(FigureContext(findings[0].to_dict(), params, store))
+    assert figure is not None and figure.axes
+
+
+@pytest.mark.parametrize("name", WITH_KEY_FIGURES)
+def test_key_figures_per_rank(name: str) -> None:
+    rule, store, findings = _fired(name)
+    params = Params({k: p.default for k, p in rule.params.items()})
+    frame = rule.presentation.key_figure_frame(RuleContext(rule=rule, store=store, params=params))
+    declared = [k.name for k in rule.presentation.key_figures]
+    assert frame.columns == ["rank", *declared]
+    fired = set(findings[0].ranks)
+    rows = frame.filter(frame["rank"].is_in(sorted(fired)))
+    assert rows.height == len(fired)
+    assert rows.select(declared).null_count().sum_horizontal().item() == 0
