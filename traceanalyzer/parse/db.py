@@ -23,7 +23,6 @@ become nulls, unknown extra columns are ignored; a file that is not SQLite, or w
 from __future__ import annotations
 
 import json
-import re
 import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -35,8 +34,6 @@ import polars as pl
 from traceanalyzer.parse.sink import TableSink, body_columns
 from traceanalyzer.parse.trace_shared import SENTINELS
 
-DB_NAME = re.compile(r"^ascend_pytorch_profiler(?:_(?P<rank>\d+))?\.db$")
-ANALYSIS_DB = "analysis.db"
 # META_DATA SCHEMA_VERSION majors this reader knows (1.x: torch_npu 2.1 .. 2.8).
 KNOWN_SCHEMA_MAJORS = (1,)
 # Without these the file is not a torch_npu profiler database, whatever its name.
@@ -122,20 +119,14 @@ class DbResult:
     generation: str = "g2"
     device_id: int | None = None
     rank: int | None = None
+    hostname: str | None = None
+    os_pid: int | None = None
+    # META_DATA (ENV_VARIABLES decoded), SESSION_TIME_INFO and NPU_INFO, for the sessions row.
+    metadata: dict[str, Any] = field(default_factory=dict)
     # Db tables whose canonical table stays empty because the profile did not collect them.
     not_collected: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     reader: str = "db"
-
-
-def db_files(output_dir: Path) -> tuple[Path | None, Path | None]:
-    """The profiler database and analysis.db of an ``ASCEND_PROFILER_OUTPUT`` (None when absent)."""
-    profiler = None
-    if output_dir.is_dir():
-        found = sorted(p for p in output_dir.iterdir() if DB_NAME.match(p.name) and p.is_file())
-        profiler = found[0] if found else None
-    analysis = output_dir / ANALYSIS_DB
-    return profiler, analysis if analysis.is_file() else None
 
 
 def connect_readonly(path: Path) -> sqlite3.Connection:
@@ -331,9 +322,8 @@ def parse_db(profiler_db: Path | None, analysis_db: Path | None, sink: TableSink
             _check_schema(db, result.schema_version)
             result.generation = _generation(db)
             layout = _layout(db, result.generation)
-            result.device_id = layout.device
-            if db.has("RANK_DEVICE_MAP"):
-                result.rank = db.value("SELECT rankId FROM RANK_DEVICE_MAP LIMIT 1")
+            result.device_id, result.os_pid = layout.device, layout.os_pid or None
+            _session_facts(db, result)
             _profiler_tables(db, layout, sink, result)
         finally:
             db.close()
@@ -350,6 +340,36 @@ def parse_db(profiler_db: Path | None, analysis_db: Path | None, sink: TableSink
             finally:
                 adb.close()
     return result
+
+
+def _session_facts(db: _Db, result: DbResult) -> None:
+    """Rank, host and the session's own records (META_DATA, SESSION_TIME_INFO, NPU_INFO)."""
+    if db.has("RANK_DEVICE_MAP"):
+        result.rank = db.value("SELECT rankId FROM RANK_DEVICE_MAP LIMIT 1")
+    if db.has("HOST_INFO"):
+        result.hostname = db.value(
+            f"SELECT {db.col('HOST_INFO', 'hostName')} FROM HOST_INFO LIMIT 1"
+        )
+    if db.has("META_DATA"):
+        for name, value in db.con.execute("SELECT name, value FROM META_DATA").fetchall():
+            if str(name).startswith("SCHEMA_VERSION"):
+                continue
+            try:
+                result.metadata[name] = json.loads(value) if name == "ENV_VARIABLES" else value
+            except ValueError:
+                result.metadata[name] = value
+    if db.has("SESSION_TIME_INFO"):
+        row = db.con.execute("SELECT * FROM SESSION_TIME_INFO LIMIT 1").fetchone()
+        names = [
+            d[0] for d in db.con.execute("SELECT * FROM SESSION_TIME_INFO LIMIT 0").description
+        ]
+        result.metadata.update(
+            {f"SESSION_TIME_INFO.{n}": v for n, v in zip(names, row or (), strict=False)}
+        )
+    if db.has("NPU_INFO"):
+        result.metadata["NPU_INFO"] = db.value(
+            f"SELECT {db.col('NPU_INFO', 'name')} FROM NPU_INFO LIMIT 1"
+        )
 
 
 def _profiler_tables(db: _Db, layout: _Layout, sink: TableSink, result: DbResult) -> None:
@@ -1378,41 +1398,3 @@ def _comm_links(db: _Db) -> pl.DataFrame:
             "op_name": STR,
         },
     )
-
-
-def session_facts(profiler_db: Path) -> dict[str, Any]:
-    """What discovery needs before parsing: rank, device, session times, host, env (META_DATA).
-
-    Raises DbUnreadable with the reason when the file cannot be read.
-    """
-    db = _Db(profiler_db)
-    try:
-        version = _schema_version(db)
-        _check_schema(db, version)
-        facts: dict[str, Any] = {"schema_version": version}
-        if db.has("RANK_DEVICE_MAP"):
-            row = db.con.execute("SELECT rankId, deviceId FROM RANK_DEVICE_MAP LIMIT 1").fetchone()
-            if row:
-                facts["rank"], facts["device_id"] = row
-        if db.has("SESSION_TIME_INFO"):
-            row = db.con.execute(
-                "SELECT startTimeNs, endTimeNs FROM SESSION_TIME_INFO LIMIT 1"
-            ).fetchone()
-            if row:
-                facts["start_ns"], facts["end_ns"] = row
-        if db.has("HOST_INFO"):
-            facts["hostname"] = db.value("SELECT hostName FROM HOST_INFO LIMIT 1")
-        if db.has("META_DATA"):
-            meta = dict(db.con.execute("SELECT name, value FROM META_DATA").fetchall())
-            env = meta.pop("ENV_VARIABLES", None)
-            facts["metadata"] = {
-                k: v for k, v in meta.items() if not k.startswith("SCHEMA_VERSION")
-            }
-            if env:
-                try:
-                    facts["metadata"]["ENV_VARIABLES"] = json.loads(env)
-                except ValueError:
-                    facts["metadata"]["ENV_VARIABLES"] = env
-        return facts
-    finally:
-        db.close()
