@@ -189,7 +189,14 @@ def _load_session(path: Path, problems: list[Problem]) -> RankSession:
     rank, source = None, "unknown"
     if str(info.get("rank_id", "")).strip().lstrip("-").isdigit():
         rank, source = int(str(info["rank_id"]).strip()), "profiler_info"
-    elif info_file is not None and (m := _INFO_NAME.match(info_file.name)) and m.group("rank") or db_file is not None and (m := DB_NAME.match(db_file.name)) and m.group("rank"):
+    elif (
+        info_file is not None
+        and (m := _INFO_NAME.match(info_file.name))
+        and m.group("rank")
+        or db_file is not None
+        and (m := DB_NAME.match(db_file.name))
+        and m.group("rank")
+    ):
         rank, source = int(m.group("rank")), "file_name"
     device_id = _device_id_from_outputs(path / OUTPUT_DIR)
     if rank is None and device_id is not None:
