@@ -144,7 +144,10 @@ def connect_readonly(path: Path) -> sqlite3.Connection:
         con.execute("PRAGMA query_only = 1")
         con.execute("SELECT count(*) FROM sqlite_master").fetchone()
     except sqlite3.Error as exc:
-        raise DbUnreadable(f"{path}: not a readable SQLite database ({exc})") from exc
+        # "malformed": SQLite's own pages are damaged (a truncated or torn copy); anything else
+        # ("file is not a database") is not SQLite at all.
+        what = "damaged database" if "malformed" in str(exc) else "not a readable SQLite database"
+        raise DbUnreadable(f"{path}: {what} ({exc})") from exc
     return con
 
 
