@@ -325,6 +325,14 @@ class _SideFiles:
         outcome.incomplete_files += self.incomplete
 
 
+# Canonical tables a Db export has no table for, and the Text file that fills them.
+_TEXT_ONLY_TABLES = {
+    "operators": "operator_details.csv",
+    "task_times": "task_time.csv",
+    "l2_cache": "l2_cache.csv (l2_cache=True)",
+}
+
+
 def _source(session: RankSession) -> str:
     """The format to read a session from: its only one, or for a [Text, Db] export the Db.
 
@@ -414,6 +422,12 @@ def ingest_session(
             outcome.missing_files.append(TRACE_FILE)
         headers = side[0].result() if side else side_files.parse()
         side_files.report(outcome)
+        if db:
+            outcome.not_collected += [
+                f"{table} (no Db table holds it; export_type=[Text, Db] writes {source})"
+                for table, source in _TEXT_ONLY_TABLES.items()
+                if table not in sink.rows
+            ]
         for table in TABLES:
             if table not in sink.rows and table != "sessions":
                 sink.empty(table)

@@ -805,7 +805,8 @@ def _counters(db: _Db, layout: _Layout, result: DbResult) -> pl.DataFrame:
             "LLC",
             [
                 f"SELECT timestampNs AS ts_ns, 'LLC ' || llcId || ' ' || {_cap(_s('mode'))} || '/Throughput' AS name, "
-                f"'Throughput(MB/s)' AS series, throughput / {_MB}.0 AS value FROM LLC",
+                # msprof stored the trace's 3-decimal MB/s times 2^20: rounding gives it back
+                f"'Throughput(MB/s)' AS series, round(throughput / {_MB}.0, 3) AS value FROM LLC",
                 f"SELECT timestampNs AS ts_ns, 'LLC ' || llcId || ' ' || {_cap(_s('mode'))} || '/Hit Rate' AS name, "
                 "'Hit Rate(%)' AS series, hitRate / 100.0 AS value FROM LLC",
             ],
