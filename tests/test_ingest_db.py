@@ -364,3 +364,22 @@ def test_db_ingest_is_at_least_as_fast_as_its_text_twin(
     # The Text twin holds more events (QoS counters) but the same workload; 1.5x is margin
     # for a loaded CI machine, not an allowance.
     assert seconds["db"] <= 1.5 * seconds["text"], seconds
+
+
+def test_flows_without_connection_cats_are_the_same_flows(
+    real_g2_db: Path, real_g2_db_store: Path, tmp_path: Path
+) -> None:
+    """rank 1 of the real export has no connectionCats (torch_npu's connection step did not
+    run): the categories are inferred; on rank 0, which has it, the inference is exact."""
+    rank = tmp_path / "in" / "rank0_ascend_pt"
+    shutil.copytree(real_g2_db / "rank0_ascend_pt", rank)
+    con = sqlite3.connect(next((rank / OUT).glob("*_0.db")))
+    con.execute("DROP TABLE connectionCats")
+    con.commit()
+    con.close()
+    ingest(rank, tmp_path / "out")
+    inferred = Store.open(tmp_path / "out").table("flows").collect().drop("session")
+    stored = Store.open(real_g2_db_store).table("flows").filter(pl.col("rank") == 0)
+    assert inferred.equals(stored.collect().drop("session"))
+    rank1 = Store.open(real_g2_db_store).table("flows").filter(pl.col("rank") == 1).collect()
+    assert set(rank1["cat"]) == {"HostToDevice", "async_npu", "async_task_queue", "fwdbwd"}

@@ -349,12 +349,12 @@ def _source(session: RankSession) -> str:
 
 
 def _read_db(
-    session: RankSession, sink: _PartitionSink, outcome: SessionOutcome
+    session: RankSession, sink: _PartitionSink, outcome: SessionOutcome, threads: int
 ) -> DbResult | None:
     """Fill the session's tables from its Db; None (and nothing stored) when it is unreadable
     but a Text export is there to read instead. Raises RankFailed when it is all there is."""
     try:
-        result = parse_db(session.db_file, session.analysis_db, sink)
+        result = parse_db(session.db_file, session.analysis_db, sink, threads)
     except DbUnreadable as exc:
         sink.rows.clear()  # tables stored before the damage are rewritten from the Text files
         if "text" not in session.formats:
@@ -388,7 +388,7 @@ def ingest_session(
         db = None
         if _source(session) == "db":
             _fault_hook(session)
-            db = _read_db(session, sink, outcome)
+            db = _read_db(session, sink, outcome, threads)
         outcome.source_format = "db" if db else "text"
         # Small side files parse on a thread once the trace parse's memory peak is behind it,
         # while its last tables are written (parse_trace_view's on_read); large ones (a Level2
