@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import shutil
 import sqlite3
+import time
 from pathlib import Path
 
 import polars as pl
@@ -354,16 +355,16 @@ def test_absent_tables_are_not_collected_and_extra_columns_ignored(
 def test_db_ingest_is_at_least_as_fast_as_its_text_twin(
     real_g2: Path, real_g2_db: Path, tmp_path: Path
 ) -> None:
+    """The CPU time of the two ingests (wall time on a shared machine measures its load)."""
     seconds = {}
     for name, root in (("db", real_g2_db), ("text", real_g2)):
-        best = min(
-            sum(o.seconds for o in ingest(root, tmp_path / f"{name}{i}", force=True).outcomes)
-            for i in range(3)
-        )
-        seconds[name] = best
-    # The Text twin holds more events (QoS counters) but the same workload; 1.5x is margin
-    # for a loaded CI machine, not an allowance.
-    assert seconds["db"] <= 1.5 * seconds["text"], seconds
+        runs = []
+        for i in range(3):
+            started = time.process_time()
+            ingest(root, tmp_path / f"{name}{i}")
+            runs.append(time.process_time() - started)
+        seconds[name] = min(runs)
+    assert seconds["db"] <= seconds["text"], seconds
 
 
 def test_flows_without_connection_cats_are_the_same_flows(

@@ -267,12 +267,19 @@ class _Db:
 
     @cached_property
     def _strings(self) -> pl.DataFrame:
-        return self.scan("STRING_IDS", id=("id", I64), value=("value", STR))
+        strings = self.scan("STRING_IDS", id=("id", I64), value=("value", STR))
+        return strings.with_columns(_json_text(pl.col("value")).alias("json"))
 
     def text(self, ids: pl.Expr) -> pl.Expr:
         """The STRING_IDS text of an id column."""
         return ids.replace_strict(
             self._strings["id"], self._strings["value"], default=None, return_dtype=STR
+        )
+
+    def quoted(self, ids: pl.Expr) -> pl.Expr:
+        """The STRING_IDS text of an id column as a JSON string literal."""
+        return ids.replace_strict(
+            self._strings["id"], self._strings["json"], default=None, return_dtype=STR
         )
 
     def enum(self, table: str, codes: pl.Expr) -> pl.Expr:
@@ -497,31 +504,32 @@ def _profiler_tables(
                     "module_memory": _module_memory(db, result),
                 },
                 _connection_cats_table(db),
-                _python_links(db),
+                _connection_ids(db),
             ),
         ),
     )
     device_slices, kernels = device
-    counters, memory, cats, links = rest
+    counters, memory, cats, connection_ids = rest
     slices = _slices([*python, *device_slices])
-    result.rows["slices"] = sink.arrow("slices", slices.to_arrow())
+    links = _python_links(slices, connection_ids)
     if slices.height:
         result.start_ns = slices["start_ns"].min()
         result.end_ns = slices["end_ns"].max()
-    result.rows["counters"] = sink.arrow("counters", counters.to_arrow())
     processes = pl.concat([slices["process"], counters["process"]]).unique()
     result.processes = sorted(processes.to_list())
-    flows = _flows(layout, slices, links, cats)
-    result.rows["flows"] = sink.arrow("flows", flows.to_arrow())
-    result.rows["threads"] = sink.arrow("threads", _threads(layout, slices, counters).to_arrow())
+    tables: dict[str, pl.DataFrame | None] = {"slices": slices, "counters": counters}
+    tables["flows"] = _flows(layout, slices, links, cats)
+    tables["threads"] = _threads(layout, slices, counters)
     if (slices["process"] == "CANN").any():
-        result.rows["api_stats"] = sink.arrow("api_stats", _api_stats(slices).to_arrow())
+        tables["api_stats"] = _api_stats(slices)
     if kernels is not None:
-        result.rows["kernels"] = sink.arrow("kernels", kernels.to_arrow())
-        result.rows["op_stats"] = sink.arrow("op_stats", _op_stats(kernels).to_arrow())
-    for table, frame in memory.items():
-        if frame is not None:
-            result.rows[table] = sink.arrow(table, frame.to_arrow())
+        tables["kernels"], tables["op_stats"] = kernels, _op_stats(kernels)
+    tables |= memory
+    # Parquet encoding releases the GIL: the tables are written side by side.
+    written = {name: frame for name, frame in tables.items() if frame is not None}
+    with ThreadPoolExecutor(max(1, threads)) as pool:
+        counts = pool.map(lambda item: sink.arrow(item[0], item[1].to_arrow()), written.items())
+        result.rows |= dict(zip(written, counts, strict=True))
 
 
 def _in_parallel(path: Path, threads: int, jobs: tuple[Callable[[_Db], Any], ...]) -> list[Any]:
@@ -557,8 +565,9 @@ def _no_sentinel(value: pl.Expr) -> pl.Expr:
 
 # --------------------------------------------------------------------------- slices
 
-# Slices keep the PYTORCH_API rowid of their row (flows attach by it); the sink drops it.
-_SLICES = _schema("slices", api_row=I64)
+# Slices keep the PYTORCH_API rowid and connectionId of their row (flows attach by them); the
+# sink drops them.
+_SLICES = _schema("slices", api_row=I64, link_id=I64)
 
 
 def _slices(parts: list[pl.DataFrame | None]) -> pl.DataFrame:
@@ -599,11 +608,15 @@ def _json_text(value: pl.Expr) -> pl.Expr:
 
 def _json_args(*pairs: tuple[str, pl.Expr, bool]) -> pl.Expr:
     """The args object of each row, as trace_view.json spells it: (key, value, is_text) in the
-    Text export's key order, null values left out, null when none is left."""
+    Text export's key order, null values left out, null when none is left. ``is_text`` None:
+    the value is JSON already (STRING_IDS texts are escaped once, :meth:`_Db.quoted`)."""
     parts = []
     for key, value, is_text in pairs:
-        encoded = _json_text(value) if is_text else value.cast(STR)
-        parts.append(pl.when(value.is_not_null()).then(pl.lit(f'"{key}": ') + encoded))
+        if is_text:
+            value = pl.when(value.is_not_null()).then(_json_text(value))
+        elif is_text is not None:
+            value = value.cast(STR)
+        parts.append(pl.lit(f'"{key}": ') + value)  # a null value leaves its pair out
     body = pl.concat_str(parts, separator=", ", ignore_nulls=True)
     return pl.when(body != "").then(pl.lit("{") + body + pl.lit("}"))
 
@@ -639,9 +652,9 @@ def _python_slices(db: _Db, layout: _Layout, result: DbResult) -> pl.DataFrame |
     op_args = _json_args(
         ("Sequence number", pl.col("seq").fill_null(-1), False),
         ("Fwd thread id", pl.col("fwd").fill_null(0), False),
-        ("Input Dims", db.text(pl.col("dims_id")), True),
-        ("Input type", db.text(pl.col("types_id")), True),
-        ("Call stack", pl.col("stack"), True),
+        ("Input Dims", db.quoted(pl.col("dims_id")), None),
+        ("Input type", db.quoted(pl.col("types_id")), None),
+        ("Call stack", pl.col("stack"), None),
     )
     queue_args = _json_args(("correlation_id", pl.col("correlation"), False))
     is_op, is_queue = pl.col("kind") == "op", pl.col("kind") == "queue"
@@ -653,15 +666,21 @@ def _python_slices(db: _Db, layout: _Layout, result: DbResult) -> pl.DataFrame |
         .then(enqueue)
         .otherwise(pl.col("kind").replace_strict(_PYTORCH_CAT, default=pl.col("kind")))
     )
-    frame = frame.with_columns(
-        cat.alias("cat"),
-        pl.when(is_op).then(op_args).when(is_queue).then(queue_args).alias("args"),
-    )
+    frame = frame.with_columns(cat.alias("cat"))
+    # The args of each kind built on its rows only (python_function events have none).
+    frame = pl.concat(
+        [
+            frame.filter(is_op).with_columns(op_args.alias("args")),
+            frame.filter(is_queue).with_columns(queue_args.alias("args")),
+            frame.filter(~is_op & ~is_queue).with_columns(pl.lit(None, dtype=STR).alias("args")),
+        ]
+    ).sort("api_row")
     return _with_names(frame, layout, "Python", pl.format("Thread {}", pl.col("tid")))
 
 
 def _call_stacks(db: _Db) -> pl.DataFrame:
-    """callchain id → its frames, joined as trace_view.json's `Call stack` joins them."""
+    """callchain id → its frames, joined as trace_view.json's `Call stack` joins them, as a
+    JSON string literal (each frame's text is escaped once, in STRING_IDS)."""
     if not db.has("PYTORCH_CALLCHAINS"):
         return pl.DataFrame(schema={"callchain": I64, "stack": STR})
     frames = db.scan(
@@ -673,7 +692,8 @@ def _call_stacks(db: _Db) -> pl.DataFrame:
     return (
         frames.sort("callchain", "depth", maintain_order=True)
         .group_by("callchain", maintain_order=True)
-        .agg(db.text(pl.col("frame_id")).str.join(";\r\n").alias("stack"))
+        .agg(db.quoted(pl.col("frame_id")).str.slice(1).str.head(-1).str.join(r";\r\n"))
+        .select("callchain", (pl.lit('"') + pl.col("frame_id") + pl.lit('"')).alias("stack"))
     )
 
 
@@ -1078,15 +1098,17 @@ def _flows(
     return flows.sort(order, "end_ns", "cat", "flow_id", nulls_last=True, maintain_order=True)
 
 
-def _python_links(db: _Db) -> pl.DataFrame:
+def _connection_ids(db: _Db) -> pl.DataFrame:
+    """CONNECTION_IDS: the connection ids a PYTORCH_API row's connectionId stands for."""
+    if not db.has("CONNECTION_IDS"):
+        return pl.DataFrame(schema={"link_id": I64, "link": I64})
+    return db.scan("CONNECTION_IDS", link_id=("id", I64), link=("connectionId", I64))
+
+
+def _python_links(slices: pl.DataFrame, connection_ids: pl.DataFrame) -> pl.DataFrame:
     """(PYTORCH_API rowid, each connection id CONNECTION_IDS lists for its connectionId)."""
-    schema = {"api_row": I64, "link": I64}
-    if not (db.has("PYTORCH_API") and db.has("CONNECTION_IDS")):
-        return pl.DataFrame(schema=schema)
-    apis = db.scan("PYTORCH_API", api_row=("rowid", I64), link_id=("connectionId", I64))
-    ids = db.scan("CONNECTION_IDS", link_id=("id", I64), link=("connectionId", I64))
-    linked = apis.drop_nulls("link_id").join(ids, on="link_id", maintain_order="left")
-    return linked.select(*schema)
+    apis = slices.filter(pl.col("link_id").is_not_null()).select("api_row", "link_id")
+    return apis.join(connection_ids, on="link_id", maintain_order="left").select("api_row", "link")
 
 
 def _connection_cats_table(db: _Db) -> pl.DataFrame | None:
@@ -1130,11 +1152,10 @@ def _threads(layout: _Layout, slices: pl.DataFrame, counters: pl.DataFrame) -> p
         [
             slices.select(
                 "process", "pid", "tid", "thread", (pl.col("cat") == "dequeue").alias("dequeue")
-            ),
-            counters.select(
-                "process",
-                "pid",
-                "tid",
+            ).unique(),
+            counters.select("process", "pid", "tid")
+            .unique()
+            .with_columns(
                 pl.format("Thread {}", pl.col("tid")).alias("thread"),
                 pl.lit(False).alias("dequeue"),
             ),
