@@ -384,3 +384,19 @@ def test_flows_without_connection_cats_are_the_same_flows(
     assert inferred.equals(stored.collect().drop("session"))
     rank1 = Store.open(real_g2_db_store).table("flows").filter(pl.col("rank") == 1).collect()
     assert set(rank1["cat"]) == {"HostToDevice", "async_npu", "async_task_queue", "fwdbwd"}
+
+
+def test_rank_and_device_from_the_database_without_profiler_info(
+    real_g2_db: Path, tmp_path: Path
+) -> None:
+    """A single-rank Db export without its info file or a rank in its name: RANK_DEVICE_MAP."""
+    out = tmp_path / "in" / "job_ascend_pt" / OUT
+    out.mkdir(parents=True)
+    source = real_g2_db / "rank1_ascend_pt" / OUT
+    shutil.copy2(source / "ascend_pytorch_profiler_1.db", out / "ascend_pytorch_profiler.db")
+    from traceanalyzer.discover import discover
+
+    (session,) = discover(tmp_path / "in").sessions
+    assert (session.rank, session.rank_source, session.device_id) == (1, "rank_device_map", 1)
+    result = ingest(tmp_path / "in", tmp_path / "out")
+    assert [o.status for o in result.outcomes] == ["ingested"]

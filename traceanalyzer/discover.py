@@ -9,10 +9,12 @@ duplicate directories become :class:`Problem` records with the fix.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import re
+import sqlite3
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -51,7 +53,7 @@ class RankSession:
 
     path: Path
     rank: int
-    rank_source: str  # profiler_info | file_name | device_id | dir_name | unknown
+    rank_source: str  # profiler_info | file_name | rank_device_map | device_id | dir_name | unknown
     session: str = ""
     info_file: Path | None = None
     profiler_level: str | None = None
@@ -199,6 +201,11 @@ def _load_session(path: Path, problems: list[Problem]) -> RankSession:
     ):
         rank, source = int(m.group("rank")), "file_name"
     device_id = _device_id_from_outputs(path / OUTPUT_DIR)
+    if db_file is not None and (rank is None or device_id is None):
+        db_rank, db_device = _rank_device_map(db_file)
+        if rank is None and db_rank is not None:
+            rank, source = db_rank, "rank_device_map"
+        device_id = device_id if device_id is not None else db_device
     if rank is None and device_id is not None:
         rank, source = device_id, "device_id"
     if rank is None and (m := re.search(r"rank[_-]?(\d+)", path.name)):
@@ -253,6 +260,26 @@ def _load_session(path: Path, problems: list[Problem]) -> RankSession:
         db_file=db_file,
         analysis_db=analysis_db,
     )
+
+
+def _rank_device_map(db_file: Path) -> tuple[int | None, int | None]:
+    """(rank, device) from the database's RANK_DEVICE_MAP; (None, None) when it cannot tell.
+
+    Opened as the reader opens it (read-only, immutable: no lock, nothing written beside it);
+    an unreadable file is the reader's to report.
+    """
+    try:
+        uri = f"{db_file.resolve().as_uri()}?mode=ro&immutable=1"
+        with contextlib.closing(sqlite3.connect(uri, uri=True)) as con:
+            row = con.execute("SELECT rankId, deviceId FROM RANK_DEVICE_MAP LIMIT 1").fetchone()
+    except sqlite3.Error:
+        return None, None
+    rank, device = row or (None, None)
+    return _id_or_none(rank), _id_or_none(device)
+
+
+def _id_or_none(value: object) -> int | None:
+    return value if isinstance(value, int) and value >= 0 else None
 
 
 def _formats(out: Path) -> tuple[list[str], Path | None, Path | None]:
