@@ -39,7 +39,7 @@ from typing import Any
 import polars as pl
 
 from traceanalyzer.parse.sink import TableSink, body_columns
-from traceanalyzer.parse.trace_shared import SENTINELS
+from traceanalyzer.parse.trace_shared import CURRENT_SORT_INDEX, G2_SORT_INDEX, SENTINELS
 
 # META_DATA SCHEMA_VERSION majors this reader knows (1.x: torch_npu 2.1 .. 2.8).
 KNOWN_SCHEMA_MAJORS = (1,)
@@ -47,30 +47,6 @@ KNOWN_SCHEMA_MAJORS = (1,)
 _REQUIRED_TABLES = ("STRING_IDS",)
 _EVENT_TABLES = ("PYTORCH_API", "CANN_API", "TASK")
 
-# msprof's process_sort_index per process, per generation (pid = (os_pid<<10)|(sort<<5)|dev).
-_G2_SORT = {
-    "CANN": 7,
-    "Ascend Hardware": 13,
-    "AI Core Freq": 14,
-    "HCCL": 15,
-    "Communication": 15,
-    "HBM": 17,
-    "LLC": 18,
-    "NPU MEM": 19,
-    "Stars Soc Info": 20,
-    "Acc PMU": 21,
-    "QoS": 22,
-    "Overlap Analysis": 23,
-}
-_CURRENT_SORT = {
-    **_G2_SORT,
-    "Ascend Hardware": 14,
-    "AI Core Freq": 15,
-    "HCCL": 16,
-    "Communication": 16,
-    "NPU MEM": 17,
-    "Overlap Analysis": 31,
-}
 _CURRENT_HOST_DEVICE = 31  # current msprof writes the host layers' pids with device bits 31
 
 # CANN_API levels (ENUM_API_TYPE names) → the name prefix of the Text export's CANN events.
@@ -349,7 +325,7 @@ class _Layout:
     comm_process: str
 
     def sort_index(self, process: str) -> int:
-        table = _CURRENT_SORT if self.generation == "current" else _G2_SORT
+        table = CURRENT_SORT_INDEX if self.generation == "current" else G2_SORT_INDEX
         return table[process]
 
     def pid(self, process: str) -> int:
