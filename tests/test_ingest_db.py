@@ -400,3 +400,52 @@ def test_rank_and_device_from_the_database_without_profiler_info(
     assert (session.rank, session.rank_source, session.device_id) == (1, "rank_device_map", 1)
     result = ingest(tmp_path / "in", tmp_path / "out")
     assert [o.status for o in result.outcomes] == ["ingested"]
+
+
+@pytest.mark.parametrize(
+    "level",
+    [
+        # Level0: no CANN layer, no communication detail; Level_none-like: tables present, empty
+        ("CANN_API", "COMMUNICATION_TASK_INFO", "CommAnalyzer"),
+        "empty",
+    ],
+)
+def test_other_levels_tables_absent_or_empty(real_g2_db: Path, tmp_path: Path, level) -> None:
+    rank = tmp_path / "in" / "rank0_ascend_pt"
+    shutil.copytree(real_g2_db / "rank0_ascend_pt", rank)
+    con = sqlite3.connect(next((rank / OUT).glob("*_0.db")))
+    tables = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+    for table in tables:
+        if level == "empty" and table not in ("STRING_IDS", "sqlite_sequence"):
+            con.execute(f'DELETE FROM "{table}"')
+        elif level != "empty" and table in level[:2]:
+            con.execute(f'DROP TABLE "{table}"')
+    con.commit()
+    con.close()
+    if level != "empty":
+        analysis = sqlite3.connect(rank / OUT / "analysis.db")
+        for table in ("CommAnalyzerTime", "CommAnalyzerBandwidth", "CommAnalyzerMatrix"):
+            analysis.execute(f"DROP TABLE {table}")
+        analysis.commit()
+        analysis.close()
+    with make_executor("local") as executor:
+        run = analyse(rank, tmp_path / "out", executor=executor)
+    (outcome,) = run.ingest.outcomes
+    assert outcome.status == "ingested", outcome.error
+    assert run.findings is not None and not run.findings.errors
+    if level == "empty":
+        assert outcome.rows["slices"] == 0
+    else:
+        assert any(n.startswith("CANN_API") for n in outcome.not_collected)
+        assert outcome.rows["comm_ops"] == 0 and outcome.rows["slices"] > 0
+
+
+def test_a_damaged_analysis_db_only_empties_its_tables(real_g2_db: Path, tmp_path: Path) -> None:
+    rank = tmp_path / "in" / "rank0_ascend_pt"
+    shutil.copytree(real_g2_db / "rank0_ascend_pt", rank)
+    (rank / OUT / "analysis.db").chmod(0o644)
+    (rank / OUT / "analysis.db").write_bytes(b"garbage" * 100)
+    (outcome,) = ingest(rank, tmp_path / "out").outcomes
+    assert outcome.status == "ingested" and outcome.rows["step_times"] == 0
+    assert any("analysis.db" in w for w in outcome.warnings)
+    assert outcome.rows["slices"] > 0

@@ -725,7 +725,8 @@ def ingest(
         if progress:
             progress("session", done, total, outcome)
 
-    if todo and progress and (note := trace_native.unavailable_note()):
+    reads_traces = any(_source(session) == "text" for session, _ in todo)
+    if reads_traces and progress and (note := trace_native.unavailable_note()):
         progress(note, done, total, None)
     owned = executor is None
     if executor is None:

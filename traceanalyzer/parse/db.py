@@ -1210,8 +1210,9 @@ def _with_step(db: _Db, tasks: pl.DataFrame) -> pl.DataFrame:
 
 def _pmu_extra(db: _Db) -> pl.DataFrame:
     """TASK_PMU_INFO metrics of each task as a JSON object, keyed as kernel_details.csv is."""
+    empty = pl.DataFrame(schema={"global_task_id": I64, "extra": STR})
     if not db.has("TASK_PMU_INFO"):
-        return pl.DataFrame(schema={"global_task_id": I64, "extra": STR})
+        return empty
     pmu = db.scan(
         "TASK_PMU_INFO",
         global_task_id=("globalTaskId", I64),
@@ -1226,6 +1227,8 @@ def _pmu_extra(db: _Db) -> pl.DataFrame:
         .then(metric + "(us)")
         .otherwise(metric)
     )
+    if pmu.is_empty():
+        return empty
     wide = pmu.with_columns(metric.alias("metric")).pivot(
         on="metric", index="global_task_id", values="value", aggregate_function="first"
     )
