@@ -448,4 +448,5 @@ def test_a_damaged_analysis_db_only_empties_its_tables(real_g2_db: Path, tmp_pat
     (outcome,) = ingest(rank, tmp_path / "out").outcomes
     assert outcome.status == "ingested" and outcome.rows["step_times"] == 0
     assert any("analysis.db" in w for w in outcome.warnings)
+    assert outcome.incomplete_files == ["analysis.db (unreadable)"]
     assert outcome.rows["slices"] > 0

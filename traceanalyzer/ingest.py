@@ -365,6 +365,7 @@ def _read_db(
     outcome.db_schema_version = result.schema_version
     outcome.not_collected += result.not_collected
     outcome.warnings += result.warnings
+    outcome.incomplete_files += result.incomplete
     return result
 
 

@@ -118,6 +118,8 @@ class DbResult:
     # Db tables absent from the file: what they would fill was not collected.
     not_collected: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    # Files read in part or not at all, as "file (why)": analysis.db when it is unreadable.
+    incomplete: list[str] = field(default_factory=list)
     reader: str = "db"
 
 
@@ -418,15 +420,13 @@ def parse_db(
     if analysis_db is not None:
         try:
             adb = _Db(analysis_db)
-        except DbUnreadable as exc:
-            result.warnings.append(str(exc))
-        else:
             try:
                 _analysis_tables(adb, sink, result)
-            except DbUnreadable as exc:
-                result.warnings.append(str(exc))
             finally:
                 adb.close()
+        except DbUnreadable as exc:
+            result.warnings.append(f"{exc}; its step and communication tables are empty")
+            result.incomplete.append(f"{analysis_db.name} (unreadable)")
     return result
 
 
