@@ -339,7 +339,15 @@ def test_absent_tables_are_not_collected_and_extra_columns_ignored(
     ):
         con.execute(f"DROP TABLE {table}")
     con.execute("ALTER TABLE TASK ADD COLUMN someFutureField INTEGER")
-    con.execute("ALTER TABLE CANN_API DROP COLUMN depth")
+    for table, column in (
+        ("CANN_API", "depth"),
+        ("COMMUNICATION_OP", "groupName"),
+        ("TASK", "modelId"),
+        ("PYTORCH_API", "callchainId"),
+        ("COMMUNICATION_TASK_INFO", "linkType"),
+        ("HOST_INFO", "hostName"),
+    ):
+        con.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
     con.execute("DELETE FROM META_DATA")
     con.commit()
     con.close()

@@ -110,7 +110,6 @@ class DbResult:
     schema_version: str | None = None
     generation: str = "g2"
     device_id: int | None = None
-    rank: int | None = None
     hostname: str | None = None
     os_pid: int | None = None
     # META_DATA (ENV_VARIABLES decoded), SESSION_TIME_INFO and NPU_INFO, for the sessions row.
@@ -345,7 +344,7 @@ class _Layout:
 
 
 def _schema_version(db: _Db) -> str | None:
-    if not db.has("META_DATA"):
+    if not (db.has_column("META_DATA", "name") and db.has_column("META_DATA", "value")):
         return None
     return db.value("SELECT value FROM META_DATA WHERE name = 'SCHEMA_VERSION'")
 
@@ -371,20 +370,20 @@ def _generation(db: _Db) -> str:
     if db.has_column("COMPUTE_TASK_INFO", "blockNum"):
         return "current"
     levels = set()
-    if db.has("ENUM_API_TYPE"):
+    if db.has_column("ENUM_API_TYPE", "name"):
         levels = {r[0] for r in db.con.execute("SELECT name FROM ENUM_API_TYPE")}
     return "g3" if "communication" in levels else "g2"
 
 
 def _layout(db: _Db, generation: str) -> _Layout:
     os_pid = None
-    for table, expr in (
-        ("PYTORCH_API", "globalTid >> 32"),
-        ("CANN_API", "globalTid >> 32"),
-        ("TASK", "globalPid"),
+    for table, column, shift in (
+        ("PYTORCH_API", "globalTid", 32),
+        ("CANN_API", "globalTid", 32),
+        ("TASK", "globalPid", 0),
     ):
-        if db.has(table) and os_pid is None:
-            os_pid = db.value(f"SELECT {expr} FROM {table} LIMIT 1")
+        if os_pid is None and db.has_column(table, column):
+            os_pid = db.value(f"SELECT {column} >> {shift} FROM {table} LIMIT 1")
     device = None
     if db.has_column("TASK", "deviceId"):
         device = db.value("SELECT deviceId FROM TASK LIMIT 1")
@@ -431,9 +430,8 @@ def parse_db(
 
 
 def _session_facts(db: _Db, result: DbResult) -> None:
-    """Rank, host and the session's own records (META_DATA, SESSION_TIME_INFO, NPU_INFO)."""
-    if db.has_column("RANK_DEVICE_MAP", "rankId"):
-        result.rank = db.value("SELECT rankId FROM RANK_DEVICE_MAP LIMIT 1")
+    """The host and the session's own records (META_DATA, SESSION_TIME_INFO, NPU_INFO); the
+    rank is discovery's (RANK_DEVICE_MAP when nothing else tells it)."""
     if db.has_column("HOST_INFO", "hostName"):
         result.hostname = db.value("SELECT hostName FROM HOST_INFO LIMIT 1")
     if db.has_column("META_DATA", "name") and db.has_column("META_DATA", "value"):
@@ -582,7 +580,7 @@ def _json_text(value: pl.Expr) -> pl.Expr:
     return pl.struct(value.alias("v")).struct.json_encode().str.slice(5).str.head(-1)
 
 
-def _json_args(*pairs: tuple[str, pl.Expr, bool]) -> pl.Expr:
+def _json_args(*pairs: tuple[str, pl.Expr, bool | None]) -> pl.Expr:
     """The args object of each row, as trace_view.json spells it: (key, value, is_text) in the
     Text export's key order, null values left out, null when none is left. ``is_text`` None:
     the value is JSON already (STRING_IDS texts are escaped once, :meth:`_Db.quoted`)."""
@@ -767,18 +765,21 @@ def _comm_groups(db: _Db) -> pl.DataFrame:
     schema = {"group_id": I64, "group_index": I64, "group_tid": I64}
     if not db.has("COMMUNICATION_OP"):
         return pl.DataFrame(schema=schema)
-    groups = db.con.execute(
-        "SELECT groupName, min(startNs) FROM COMMUNICATION_OP GROUP BY groupName ORDER BY 2"
-    ).fetchall()
-    planes = {}
-    if db.has_column("COMMUNICATION_TASK_INFO", "planeId"):
-        query = "SELECT groupName, max(planeId) FROM COMMUNICATION_TASK_INFO GROUP BY 1"
-        planes = dict(db.con.execute(query).fetchall())
-    rows, tid = [], 0
-    for index, (group, _) in enumerate(groups):
-        rows.append((group, index, tid))
-        tid += 2 + int(planes.get(group) or 0)
-    return pl.DataFrame(rows, schema=schema, orient="row")
+    ops = db.scan("COMMUNICATION_OP", group_id=("groupName", I64), start_ns=("startNs", I64))
+    groups = ops.group_by("group_id").agg(pl.col("start_ns").min()).sort("start_ns", "group_id")
+    planes = pl.DataFrame(schema={"group_id": I64, "planes": I64})
+    if db.has("COMMUNICATION_TASK_INFO"):
+        info = db.scan(
+            "COMMUNICATION_TASK_INFO", group_id=("groupName", I64), plane=("planeId", I64)
+        )
+        planes = info.group_by("group_id").agg((pl.col("plane").max() + 1).alias("planes"))
+    groups = groups.join(planes, on="group_id", how="left", maintain_order="left")
+    width = 1 + groups["planes"].fill_null(0)  # the op thread and its planes
+    return groups.select(
+        "group_id",
+        pl.int_range(pl.len(), dtype=I64).alias("group_index"),
+        (width.cum_sum() - width).alias("group_tid"),
+    )
 
 
 def _comm_op_slices(db: _Db, layout: _Layout) -> pl.DataFrame | None:
@@ -872,8 +873,6 @@ def _overlap_slices(db: _Db, layout: _Layout) -> pl.DataFrame | None:
 
 
 # --------------------------------------------------------------------------- counters
-
-_COUNTER = {"ts_ns": I64, "name": STR, "series": STR, "value": F64}
 
 
 def _sample(name: pl.Expr, series: pl.Expr, value: pl.Expr) -> list[pl.Expr]:
