@@ -464,12 +464,18 @@ def ingest_session(
 # Arrow and Python objects (about a quarter of the trace, measured on the 200 MB benchmark).
 _WORKER_BASE_MB = 150
 _WORKER_PER_TRACE_MB = 0.3
+# A Db holds its events as ids, about 4x denser than the trace's JSON, and every table is held
+# in memory until written: 15x the database at the peak (the 200 MB benchmark's Db twin).
+_WORKER_PER_DB_MB = 15
 
 
 def session_memory_mb(session: RankSession, memory: ParseMemory = DEFAULT_PARSE_MEMORY) -> int:
     """Peak RSS to expect from the worker that ingests ``session``, in MB: the larger of the
-    trace parse and the CSV parse (which streams in a fixed budget)."""
+    trace parse (or the Db read) and the CSV parse (which streams in a fixed budget)."""
     csv_peak = _WORKER_BASE_MB + CSV_MEMORY_MB
+    if _source(session) == "db" and session.db_file is not None:
+        size_mb = session.db_file.stat().st_size / (1 << 20)
+        return round(max(_WORKER_BASE_MB + _WORKER_PER_DB_MB * size_mb, csv_peak))
     trace = session.output_dir / TRACE_FILE
     if not trace.is_file():
         return csv_peak

@@ -485,6 +485,7 @@ def _profiler_tables(
     device_slices, kernels = device
     counters, memory, cats, connection_ids = rest
     slices = _slices([*python, *device_slices])
+    del python, device, device_slices  # the parts, now copied into the sorted slices
     links = _python_links(slices, connection_ids)
     if slices.height:
         result.start_ns = slices["start_ns"].min()
@@ -501,9 +502,27 @@ def _profiler_tables(
     tables |= memory
     # Parquet encoding releases the GIL: the tables are written side by side.
     written = {name: frame for name, frame in tables.items() if frame is not None}
+    orders = {"slices": _slice_order(slices)}
     with ThreadPoolExecutor(max(1, threads)) as pool:
-        counts = pool.map(lambda item: sink.arrow(item[0], item[1].to_arrow()), written.items())
+        counts = pool.map(lambda item: _write(sink, *item, orders.get(item[0])), written.items())
         result.rows |= dict(zip(written, counts, strict=True))
+
+
+_WRITE_ROWS = 1 << 17
+
+
+def _write(sink: TableSink, table: str, frame: pl.DataFrame, order: pl.Series | None) -> int:
+    """Store ``frame`` (in ``order``, a permutation of its rows, when given), gathered and
+    converted to Arrow a row group at a time: a sorted copy of a large table, or its Arrow
+    copy (text columns are converted), would double its memory."""
+    if order is None and frame.height <= _WRITE_ROWS:
+        return sink.arrow(table, frame.to_arrow())
+    starts = range(0, frame.height, _WRITE_ROWS)
+    if order is None:
+        parts = (frame.slice(start, _WRITE_ROWS).to_arrow() for start in starts)
+    else:
+        parts = (frame[order.slice(start, _WRITE_ROWS)].to_arrow() for start in starts)
+    return sink.batches(table, parts)
 
 
 def _in_parallel(path: Path, threads: int, jobs: tuple[Callable[[_Db], Any], ...]) -> list[Any]:
@@ -545,15 +564,20 @@ _SLICES = _schema("slices", api_row=I64, link_id=I64)
 
 
 def _slices(parts: list[pl.DataFrame | None]) -> pl.DataFrame:
-    frames = [_conform(p, _SLICES) for p in parts if p is not None]
-    slices = pl.concat([pl.DataFrame(schema=_SLICES), *frames])
-    # trace_view.json's order: by time, parents (longer) before children.
-    return slices.sort(
+    """Every slice, in reading order: the parts' chunks, not copied (sorted as they are written)."""
+    frames = [pl.DataFrame(schema=_SLICES), *(p for p in parts if p is not None)]
+    return pl.concat(frames, rechunk=False)
+
+
+def _slice_order(slices: pl.DataFrame) -> pl.Series:
+    """trace_view.json's order: by time, parents (longer) before children."""
+    order = pl.arg_sort_by(
         ["start_ns", "dur_ns", "pid", "tid", "name"],
         descending=[False, True, False, False, False],
         nulls_last=True,
         maintain_order=True,
     )
+    return slices.select(order).to_series()
 
 
 def _conform(frame: pl.DataFrame, schema: dict[str, pl.DataType]) -> pl.DataFrame:
@@ -566,13 +590,15 @@ def _conform(frame: pl.DataFrame, schema: dict[str, pl.DataType]) -> pl.DataFram
 def _with_names(
     frame: pl.DataFrame, layout: _Layout, process: str, thread: pl.Expr
 ) -> pl.DataFrame:
-    return frame.with_columns(
+    """The slices of one process, named, without the reader's working columns."""
+    named = frame.with_columns(
         pl.lit("X").alias("ph"),
         pl.lit(process).alias("process"),
         pl.lit(layout.pid(process), dtype=I64).alias("pid"),
         thread.alias("thread"),
         (pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns"),
     )
+    return _conform(named, _SLICES)
 
 
 def _json_text(value: pl.Expr) -> pl.Expr:
@@ -641,15 +667,18 @@ def _python_slices(db: _Db, layout: _Layout, result: DbResult) -> pl.DataFrame |
         .otherwise(pl.col("kind").replace_strict(_PYTORCH_CAT, default=pl.col("kind")))
     )
     frame = frame.with_columns(cat.alias("cat"))
-    # The args of each kind built on its rows only (python_function events have none).
-    frame = pl.concat(
-        [
-            frame.filter(is_op).with_columns(op_args.alias("args")),
-            frame.filter(is_queue).with_columns(queue_args.alias("args")),
-            frame.filter(~is_op & ~is_queue).with_columns(pl.lit(None, dtype=STR).alias("args")),
-        ]
-    ).sort("api_row")
-    return _with_names(frame, layout, "Python", pl.format("Thread {}", pl.col("tid")))
+    # The args of each kind built on its rows only (python_function events have none), a
+    # block of rows at a time: the JSON fragments of all rows at once (call stacks are long)
+    # would take twice the memory of the result.
+    thread = pl.format("Thread {}", pl.col("tid"))
+    blocks = []
+    for block in frame.iter_slices(_WRITE_ROWS):
+        ops = block.filter(is_op).with_columns(op_args.alias("args"))
+        queues = block.filter(is_queue).with_columns(queue_args.alias("args"))
+        rest = block.filter(~is_op & ~is_queue).with_columns(pl.lit(None, dtype=STR).alias("args"))
+        named = [_with_names(part, layout, "Python", thread) for part in (ops, queues, rest)]
+        blocks.append(pl.concat(named).sort("api_row"))
+    return pl.concat([pl.DataFrame(schema=_SLICES), *blocks], rechunk=False)
 
 
 def _call_stacks(db: _Db) -> pl.DataFrame:
@@ -1082,7 +1111,7 @@ def _connection_ids(db: _Db) -> pl.DataFrame:
 
 def _python_links(slices: pl.DataFrame, connection_ids: pl.DataFrame) -> pl.DataFrame:
     """(PYTORCH_API rowid, each connection id CONNECTION_IDS lists for its connectionId)."""
-    apis = slices.filter(pl.col("link_id").is_not_null()).select("api_row", "link_id")
+    apis = slices.select("api_row", "link_id").filter(pl.col("link_id").is_not_null())
     return apis.join(connection_ids, on="link_id", maintain_order="left").select("api_row", "link")
 
 
@@ -1237,7 +1266,10 @@ def _pmu_extra(db: _Db) -> pl.DataFrame:
 
 def _api_stats(slices: pl.DataFrame) -> pl.DataFrame:
     """api_statistic.csv's figures, from the CANN API events (µs, population variance)."""
-    cann = slices.filter(pl.col("process") == "CANN").with_columns(us=pl.col("dur_ns") / 1000)
+    cann = slices.select("process", "api_level", "api_name", "dur_ns").filter(
+        pl.col("process") == "CANN"
+    )
+    cann = cann.with_columns(us=pl.col("dur_ns") / 1000)
     stats = cann.group_by(pl.col("api_level").alias("level"), "api_name").agg(
         pl.len().cast(I64).alias("count"),
         pl.col("us").sum().alias("total_us"),
