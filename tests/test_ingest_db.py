@@ -458,3 +458,22 @@ def test_a_damaged_analysis_db_only_empties_its_tables(real_g2_db: Path, tmp_pat
     assert any("analysis.db" in w for w in outcome.warnings)
     assert outcome.incomplete_files == ["analysis.db (unreadable)"]
     assert outcome.rows["slices"] > 0
+
+
+def test_every_compute_task_info_row_is_a_kernel(real_g2_db: Path, tmp_path: Path) -> None:
+    rank = tmp_path / "in" / "rank0_ascend_pt"
+    shutil.copytree(real_g2_db / "rank0_ascend_pt", rank)
+    con = sqlite3.connect(next((rank / OUT).glob("*_0.db")))
+    (compute,) = con.execute("SELECT count(*) FROM COMPUTE_TASK_INFO").fetchone()
+    con.execute(
+        "DELETE FROM TASK WHERE globalTaskId IN (SELECT globalTaskId FROM COMPUTE_TASK_INFO LIMIT 3)"
+    )
+    (tasks,) = con.execute("SELECT count(*) FROM TASK").fetchone()
+    con.commit()
+    con.close()
+    (outcome,) = ingest(rank, tmp_path / "out").outcomes
+    assert outcome.rows["kernels"] == compute
+    hardware = (
+        Store.open(tmp_path / "out").table("slices").filter(pl.col("process") == "Ascend Hardware")
+    )
+    assert hardware.select(pl.len()).collect().item() == tasks

@@ -328,8 +328,7 @@ class _SideFiles:
 # Canonical tables a Db export has no table for, and the Text file that fills them.
 _TEXT_ONLY_TABLES = {
     "operators": "operator_details.csv",
-    "task_times": "task_time.csv",
-    "l2_cache": "l2_cache.csv (l2_cache=True)",
+    "l2_cache": "l2_cache.csv, with l2_cache=True",
 }
 
 
@@ -425,7 +424,7 @@ def ingest_session(
         side_files.report(outcome)
         if db:
             outcome.not_collected += [
-                f"{table} (no Db table holds it; export_type=[Text, Db] writes {source})"
+                f"{table} (no Db table holds it; a Text export writes {source})"
                 for table, source in _TEXT_ONLY_TABLES.items()
                 if table not in sink.rows
             ]

@@ -267,28 +267,39 @@ class _Db:
         return codes.replace_strict(names["id"], names["name"], default=None, return_dtype=STR)
 
     @cached_property
-    def tasks(self) -> pl.DataFrame:
-        """TASK with its COMPUTE_TASK_INFO (null for tasks without), read once for the device
-        slices, the communication planes and the kernels."""
-        tasks = self.scan(
-            "TASK",
-            global_task_id=("globalTaskId", I64),
-            start_ns=("startNs", I64),
-            end_ns=("endNs", I64),
-            device_id=("deviceId", I64),
-            raw_connection_id=("connectionId", I64),
-            stream_id=("streamId", I64),
-            task_id=("taskId", I64),
-            raw_model_id=("modelId", I64),
-            context_id=("contextId", I64),
-            runtime_type_id=("taskType", I64),
-        )
+    def task_rows(self) -> pl.DataFrame:
+        """TASK, read once for the device slices, the communication planes and the kernels."""
+        columns = {
+            "global_task_id": ("globalTaskId", I64),
+            "start_ns": ("startNs", I64),
+            "end_ns": ("endNs", I64),
+            "device_id": ("deviceId", I64),
+            "raw_connection_id": ("connectionId", I64),
+            "stream_id": ("streamId", I64),
+            "task_id": ("taskId", I64),
+            "raw_model_id": ("modelId", I64),
+            "context_id": ("contextId", I64),
+            "runtime_type_id": ("taskType", I64),
+        }
+        if not self.has("TASK"):
+            return pl.DataFrame(schema={alias: dtype for alias, (_, dtype) in columns.items()})
+        return self.scan("TASK", **columns)
+
+    @cached_property
+    def compute(self) -> pl.DataFrame | None:
+        """COMPUTE_TASK_INFO (None when the table is absent)."""
         if not self.has("COMPUTE_TASK_INFO"):
-            return tasks.with_columns(is_compute=pl.lit(False))
-        compute = self.scan("COMPUTE_TASK_INFO", **_COMPUTE_COLUMNS)
-        compute = compute.with_columns(is_compute=pl.lit(True))
-        joined = tasks.join(compute, on="global_task_id", how="left", maintain_order="left")
-        return joined.with_columns(pl.col("is_compute").fill_null(False))
+            return None
+        return self.scan("COMPUTE_TASK_INFO", **_COMPUTE_COLUMNS)
+
+    @cached_property
+    def tasks(self) -> pl.DataFrame:
+        """TASK with its COMPUTE_TASK_INFO (null for the tasks without)."""
+        if self.compute is None:
+            return self.task_rows
+        return self.task_rows.join(
+            self.compute, on="global_task_id", how="left", maintain_order="left"
+        )
 
     def close(self) -> None:
         self.con.close()
@@ -466,7 +477,7 @@ def _profiler_tables(
                     _task_slices(db, layout, result),
                     _comm_op_slices(db, layout),
                     _plane_slices(db, layout),
-                    _overlap_slices(db, layout),
+                    _overlap_slices(db, layout, result),
                 ],
                 _kernels(db, result),
             ),
@@ -888,8 +899,8 @@ def _plane_slices(db: _Db, layout: _Layout) -> pl.DataFrame | None:
     return _with_names(frame, layout, layout.comm_process, pl.format("Plane {}", pl.col("plane")))
 
 
-def _overlap_slices(db: _Db, layout: _Layout) -> pl.DataFrame | None:
-    if not db.has("OVERLAP_ANALYSIS"):
+def _overlap_slices(db: _Db, layout: _Layout, result: DbResult) -> pl.DataFrame | None:
+    if not _collected(db, result, "OVERLAP_ANALYSIS"):
         return None
     frame = db.scan(
         "OVERLAP_ANALYSIS", start_ns=("startNs", I64), end_ns=("endNs", I64), tid=("type", I64)
@@ -1194,9 +1205,10 @@ def _threads(layout: _Layout, slices: pl.DataFrame, counters: pl.DataFrame) -> p
 
 def _kernels(db: _Db, result: DbResult) -> pl.DataFrame | None:
     """kernel_details.csv's rows: one per compute task (TASK + COMPUTE_TASK_INFO)."""
-    if not (_collected(db, result, "COMPUTE_TASK_INFO") and db.has("TASK")):
+    if not _collected(db, result, "COMPUTE_TASK_INFO") or db.compute is None:
         return None
-    tasks = db.tasks.filter(pl.col("is_compute"))
+    # One row per COMPUTE_TASK_INFO row, timed by its TASK (a row without one keeps nulls).
+    tasks = db.compute.join(db.task_rows, on="global_task_id", how="left", maintain_order="left")
     texts = {
         "name": "name_id",
         "type": "type_id",
@@ -1218,7 +1230,8 @@ def _kernels(db: _Db, result: DbResult) -> pl.DataFrame | None:
         pl.coalesce("block_num", "block_dim").alias("block_num"),
         pl.coalesce("mix_block_num", "mix_block_dim").alias("mix_block_num"),
     ).with_columns(pl.col("input_shapes", "output_shapes").str.strip_chars('"'))
-    kernels = _with_step(db, kernels.sort("start_ns", "stream_id", "task_id", maintain_order=True))
+    order = ("start_ns", "stream_id", "task_id")
+    kernels = _with_step(db, kernels.sort(*order, nulls_last=True, maintain_order=True))
     kernels = kernels.join(_pmu_extra(db), on="global_task_id", how="left", maintain_order="left")
     return _conform(kernels, _schema("kernels"))
 
@@ -1231,9 +1244,14 @@ def _with_step(db: _Db, tasks: pl.DataFrame) -> pl.DataFrame:
         "STEP_TIME", step=("id", I64), step_start=("startNs", I64), step_end=("endNs", I64)
     )
     steps = steps.drop_nulls("step_start").sort("step_start")
-    joined = tasks.join_asof(steps, left_on="start_ns", right_on="step_start", strategy="backward")
+    timed = tasks.filter(pl.col("start_ns").is_not_null())
+    joined = timed.join_asof(steps, left_on="start_ns", right_on="step_start", strategy="backward")
     inside = pl.col("start_ns") <= pl.col("step_end")
-    return joined.with_columns(pl.when(inside).then(pl.col("step")).alias("step"))
+    untimed = tasks.filter(pl.col("start_ns").is_null())  # no TASK row: no step either
+    return pl.concat(
+        [joined.with_columns(pl.when(inside).then(pl.col("step")).alias("step")), untimed],
+        how="diagonal_relaxed",
+    )
 
 
 def _pmu_extra(db: _Db) -> pl.DataFrame:
