@@ -506,7 +506,7 @@ DB_SOURCES: dict[str, dict[str, str]] = {
     },
     "flows": {
         "": "connectionCats (the categories), CONNECTION_IDS (PYTORCH_API → connection ids) and the connection ids of CANN_API, TASK and COMMUNICATION_OP",
-        "cat": "connectionCats.cat.",
+        "cat": "connectionCats.cat; without that table (torch_npu's connection step did not run), what it would hold: an op's connection to a device task is HostToDevice and async_npu, its other connections fwdbwd, a queue event's async_task_queue.",
         "name": "`HostToDevice<id>`, `torch_to_npu`, `enqueue_to_dequeue`, `fwdbwd`.",
         "flow_id": "The connection id (HostToDevice, async_task_queue, fwdbwd; a communication op's carries the context, `(id << 32) - 1` before the current generation); the task's start ns (torch_to_npu).",
         "start_ns": "Start of the source slice.",
