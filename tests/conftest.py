@@ -10,7 +10,7 @@ from synth_support import real_traces_dir, skip_reason
 REPO = Path(__file__).resolve().parents[1]
 REAL_TRACES = real_traces_dir()
 REAL_G2 = REAL_TRACES / "g2_level1"
-REAL_G2_DB = REAL_TRACES / "g2_db_level1"
+REAL_G2_DB = REAL_TRACES / "g2_db_level1"  # a Db export (another session, same job)
 
 
 @pytest.fixture(scope="session")
@@ -26,5 +26,22 @@ def real_g2_store(real_g2: Path, tmp_path_factory: pytest.TempPathFactory) -> Pa
 
     out = tmp_path_factory.mktemp("real_g2_out")
     result = ingest(real_g2, out, jobs=1)
+    assert not result.partial, result.to_dict()
+    return out
+
+
+@pytest.fixture(scope="session")
+def real_g2_db() -> Path:
+    if not REAL_G2_DB.is_dir():
+        pytest.skip(f"real Db export not available at {REAL_G2_DB}")
+    return REAL_G2_DB
+
+
+@pytest.fixture(scope="session")
+def real_g2_db_store(real_g2_db: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from traceanalyzer.ingest import ingest
+
+    out = tmp_path_factory.mktemp("real_g2_db_out")
+    result = ingest(real_g2_db, out, jobs=1)
     assert not result.partial, result.to_dict()
     return out

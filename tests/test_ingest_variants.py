@@ -516,7 +516,7 @@ def test_malformed_csv_row_skipped_with_line_number(tmp_path: Path) -> None:
     assert api["api_name"].to_list() == ["aclrtMemcpy", "Launch_Ffts", "aclrtMalloc"]
 
 
-def test_discovery_reports_raw_only_db_only_and_rank_fallbacks(tmp_path: Path) -> None:
+def test_discovery_reports_raw_only_takes_db_only_and_rank_fallbacks(tmp_path: Path) -> None:
     root = tmp_path / "in"
     raw = root / "raw_ascend_pt"
     (raw / "PROF_000001_20250109160000123_ABCDEFGHIJKLMNOP").mkdir(parents=True)
@@ -541,10 +541,14 @@ def test_discovery_reports_raw_only_db_only_and_rank_fallbacks(tmp_path: Path) -
     found = discover(root)
     messages = " | ".join(p.message for p in found.problems)
     assert "raw data only" in messages and "analyse(" in messages
-    assert "only a Db export" in messages
-    ranks = {s.path.name: (s.rank, s.rank_source) for s in found.sessions}
-    assert ranks == {"a_ascend_pt": (5, "file_name"), "b_ascend_pt": (7, "device_id")}
-    assert "missing ranks: 0, 1, 2, 3, 4, 6" in messages
+    # A Db-only rank is a session (read from its database), its rank from the file name.
+    ranks = {s.path.name: (s.rank, s.rank_source, s.formats) for s in found.sessions}
+    assert ranks == {
+        "a_ascend_pt": (5, "file_name", ["text"]),
+        "b_ascend_pt": (7, "device_id", ["text"]),
+        "db_ascend_pt": (0, "file_name", ["db"]),
+    }
+    assert "missing ranks: 1, 2, 3, 4, 6" in messages
 
 
 def test_sessions_of_one_rank_are_kept_apart_in_time_order(tmp_path: Path) -> None:

@@ -25,3 +25,13 @@ def test_schema_names_are_snake_case_and_times_are_int64_ns() -> None:
             assert re.fullmatch(r"[a-z][a-z0-9_]*", column.name), column.name
             if column.name.endswith("_ns"):
                 assert column.type == pa.int64(), f"{table.name}.{column.name}"
+
+
+def test_every_column_says_where_it_comes_from_in_a_db_export() -> None:
+    from traceanalyzer.schema import DB_SOURCES
+
+    assert set(DB_SOURCES) <= set(TABLES)
+    for name, sources in DB_SOURCES.items():
+        columns = {c.name for c in TABLES[name].columns} - {"rank", "session"}
+        assert set(sources) - {""} == columns, name
+        assert sources.get(""), f"{name}: no table-level Db source"

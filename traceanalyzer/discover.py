@@ -1,16 +1,20 @@
 """Discovery: find every rank session under a root and say what cannot be analysed, and why.
 
 A *rank session* is one profiler start/stop of one process: a ``*_ascend_pt`` directory, or any
-directory holding ``ASCEND_PROFILER_OUTPUT/``. Nothing is skipped silently: raw-only, Db-only,
-unreadable and duplicate directories become :class:`Problem` records with the fix.
+directory holding ``ASCEND_PROFILER_OUTPUT/``, exported as Text (trace_view.json and CSVs), as Db
+(``ascend_pytorch_profiler_{rank}.db`` + ``analysis.db``) or both: one session whatever its
+formats (:attr:`RankSession.formats`). Nothing is skipped silently: raw-only, unreadable and
+duplicate directories become :class:`Problem` records with the fix.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import re
+import sqlite3
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -21,6 +25,8 @@ OUTPUT_DIR = "ASCEND_PROFILER_OUTPUT"
 _RANK_DIR_SUFFIX = "_ascend_pt"
 _DIR_NAME = re.compile(r"^(?P<host>.+)_(?P<pid>\d+)_(?P<ts>\d{14,17})_ascend_pt$")
 _INFO_NAME = re.compile(r"^profiler_info(?:_(?P<rank>\d+))?\.json$")
+DB_NAME = re.compile(r"^ascend_pytorch_profiler(?:_(?P<rank>\d+))?\.db$")
+ANALYSIS_DB = "analysis.db"
 _RAW_MARKERS = ("FRAMEWORK",)
 _NO_DESCEND = {"FRAMEWORK", "logs", OUTPUT_DIR}
 ANALYSE_HINT = (
@@ -47,7 +53,7 @@ class RankSession:
 
     path: Path
     rank: int
-    rank_source: str  # profiler_info | file_name | device_id | dir_name | unknown
+    rank_source: str  # profiler_info | file_name | rank_device_map | device_id | dir_name | unknown
     session: str = ""
     info_file: Path | None = None
     profiler_level: str | None = None
@@ -61,6 +67,11 @@ class RankSession:
     end_ns: int | None = None
     config: dict[str, Any] = field(default_factory=dict)
     metadata: dict[str, Any] = field(default_factory=dict)
+    # Export formats present in ASCEND_PROFILER_OUTPUT/: "text" (trace_view.json or CSVs) and/or
+    # "db" (ascend_pytorch_profiler*.db); ingest picks the source (ingest.json `source_format`).
+    formats: list[str] = field(default_factory=list)
+    db_file: Path | None = None  # ascend_pytorch_profiler_{rank}.db
+    analysis_db: Path | None = None  # analysis.db (communication and step summaries)
 
     @property
     def output_dir(self) -> Path:
@@ -176,12 +187,25 @@ def _load_session(path: Path, problems: list[Problem]) -> RankSession:
             Problem("warning", str(path), "no profiler_info*.json; rank taken from other sources")
         )
 
+    formats, db_file, analysis_db = _formats(path / OUTPUT_DIR)
     rank, source = None, "unknown"
     if str(info.get("rank_id", "")).strip().lstrip("-").isdigit():
         rank, source = int(str(info["rank_id"]).strip()), "profiler_info"
-    elif info_file is not None and (m := _INFO_NAME.match(info_file.name)) and m.group("rank"):
+    elif (
+        info_file is not None
+        and (m := _INFO_NAME.match(info_file.name))
+        and m.group("rank")
+        or db_file is not None
+        and (m := DB_NAME.match(db_file.name))
+        and m.group("rank")
+    ):
         rank, source = int(m.group("rank")), "file_name"
     device_id = _device_id_from_outputs(path / OUTPUT_DIR)
+    if db_file is not None and (rank is None or device_id is None):
+        db_rank, db_device = _rank_device_map(db_file)
+        if rank is None and db_rank is not None:
+            rank, source = db_rank, "rank_device_map"
+        device_id = device_id if device_id is not None else db_device
     if rank is None and device_id is not None:
         rank, source = device_id, "device_id"
     if rank is None and (m := re.search(r"rank[_-]?(\d+)", path.name)):
@@ -232,7 +256,41 @@ def _load_session(path: Path, problems: list[Problem]) -> RankSession:
         end_ns=end_ns,
         config=config,
         metadata=metadata,
+        formats=formats,
+        db_file=db_file,
+        analysis_db=analysis_db,
     )
+
+
+def _rank_device_map(db_file: Path) -> tuple[int | None, int | None]:
+    """(rank, device) from the database's RANK_DEVICE_MAP; (None, None) when it cannot tell.
+
+    Opened as the reader opens it (read-only, immutable: no lock, nothing written beside it);
+    an unreadable file is the reader's to report.
+    """
+    try:
+        uri = f"{db_file.resolve().as_uri()}?mode=ro&immutable=1"
+        with contextlib.closing(sqlite3.connect(uri, uri=True)) as con:
+            row = con.execute("SELECT rankId, deviceId FROM RANK_DEVICE_MAP LIMIT 1").fetchone()
+    except sqlite3.Error:
+        return None, None
+    rank, device = row or (None, None)
+    return _id_or_none(rank), _id_or_none(device)
+
+
+def _id_or_none(value: object) -> int | None:
+    return value if isinstance(value, int) and value >= 0 else None
+
+
+def _formats(out: Path) -> tuple[list[str], Path | None, Path | None]:
+    """The export formats in ``out`` (text, db), its profiler database and its analysis.db."""
+    names = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
+    formats = ["text"] if any(n.endswith((".csv", ".json")) for n in names) else []
+    dbs = [n for n in names if DB_NAME.match(n)]
+    if dbs:
+        formats.append("db")
+    analysis = out / ANALYSIS_DB if ANALYSIS_DB in names else None
+    return formats, out / dbs[0] if dbs else None, analysis
 
 
 def _session_ids(sessions: list[RankSession], root: Path) -> None:
@@ -252,17 +310,21 @@ def _classify_unusable(path: Path) -> Problem | None:
     out = path / OUTPUT_DIR
     if out.is_dir():
         names = {p.name for p in out.iterdir()}
-        if any(n.endswith((".csv", ".json")) for n in names):
+        if any(n.endswith((".csv", ".json")) or DB_NAME.match(n) for n in names):
             return None
-        if any(n.endswith(".db") for n in names):
+        if ANALYSIS_DB in names:
             return Problem(
                 "error",
                 str(path),
-                "only a Db export (*.db) is present; re-export as text: "
-                "_ExperimentalConfig(export_type=[ExportType.Text]) or "
+                f"only {ANALYSIS_DB} is present (communication and step summaries), no "
+                "ascend_pytorch_profiler_{rank}.db: copy the whole ASCEND_PROFILER_OUTPUT/, or "
                 + ANALYSE_HINT.format(path=path),
             )
-        return Problem("error", str(path), f"{OUTPUT_DIR}/ holds no trace_view.json or CSV files")
+        return Problem(
+            "error",
+            str(path),
+            f"{OUTPUT_DIR}/ holds no trace_view.json, CSV files or ascend_pytorch_profiler_*.db",
+        )
     has_raw = any(p.name.startswith("PROF_") or p.name in _RAW_MARKERS for p in path.iterdir())
     if has_raw:
         return Problem(

@@ -39,6 +39,7 @@ from traceanalyzer.discover import Discovery, RankSession, discover, input_root
 from traceanalyzer.parse import trace_native
 from traceanalyzer.parse.comm import parse_communication, parse_communication_matrix
 from traceanalyzer.parse.csv_tables import CSV_MEMORY_MB, SPECS, csv_database, parse_csv
+from traceanalyzer.parse.db import DbResult, DbUnreadable, parse_db
 from traceanalyzer.parse.sink import body_columns, conform_body, table_from_rows
 from traceanalyzer.parse.trace_view import DEFAULT_PARSE_MEMORY, ParseMemory, parse_trace_view
 from traceanalyzer.schema import TABLES
@@ -55,7 +56,7 @@ if TYPE_CHECKING:
     from traceanalyzer.executor import Executor
 
 # Bump when parsers change what they write: stored sessions are then re-ingested.
-PARSER_VERSION = 5
+PARSER_VERSION = 6
 TRACE_FILE = "trace_view.json"
 _SAMPLE = 1 << 16
 # Fault injection for tests of crash recovery (never set in normal use): the worker ingesting
@@ -63,6 +64,8 @@ _SAMPLE = 1 << 16
 # TRACEANALYZER_FAULT_ONCE=<path> it only does so while <path> does not exist (and creates it).
 FAULT_KILL_RANK = "TRACEANALYZER_FAULT_KILL_RANK"
 FAULT_ONCE = "TRACEANALYZER_FAULT_ONCE"
+# `text` or `db`: the source to read when a rank has both formats (default: db, see _source).
+PREFER_FORMAT = "TRACEANALYZER_PREFER_FORMAT"
 
 
 class InputError(Exception):
@@ -91,9 +94,16 @@ class SessionOutcome:
     seconds: float = 0.0
     generation: str | None = None
     profiler_level: str | None = None
-    # Which reader parsed trace_view.json: "native" (the C scanner) or "duckdb" (built without
-    # a compiler, or a file the scanner does not read, such as a damaged one).
+    # Which reader parsed the events: "native" (the C scanner) or "duckdb" (built without a
+    # compiler, or a file the scanner does not read, such as a damaged one) for trace_view.json;
+    # "db" for ascend_pytorch_profiler_{rank}.db.
     trace_reader: str | None = None
+    # The export format the tables were read from ("text" or "db"), and every format present:
+    # a [Text, Db] export is one session, read from one source (the Db, unless it is unreadable
+    # or TRACEANALYZER_PREFER_FORMAT=text), with the Text files the Db has no table for.
+    source_format: str | None = None
+    formats_present: list[str] = field(default_factory=list)
+    db_schema_version: str | None = None  # META_DATA SCHEMA_VERSION of the Db, when it has one
     # Peak RSS of the process that ingested the session (the worker; the driver for `local`),
     # as the kernel reports it: the evidence that memory is bounded by one rank's working set.
     peak_rss_mb: float | None = None
@@ -251,8 +261,8 @@ def _generation(
 
 _SIDE_FILES_ALONGSIDE_BYTES = 32 << 20
 _COMM_FILES = (
-    ("communication.json", parse_communication),
-    ("communication_matrix.json", parse_communication_matrix),
+    ("communication.json", "comm_ops", parse_communication),
+    ("communication_matrix.json", "comm_links", parse_communication_matrix),
 )
 
 
@@ -261,13 +271,19 @@ class _SideFiles:
     wrong kept for the outcome (merged after the trace's, so the order never depends on which
     finished first)."""
 
-    def __init__(self, session: RankSession, sink: _PartitionSink):
-        self.session, self.sink = session, sink
+    def __init__(
+        self, session: RankSession, sink: _PartitionSink, filled: frozenset[str] = frozenset()
+    ):
+        """``filled``: tables already read from the Db; their files are not read, and the
+        files of the other tables are optional (the Db was the session's source)."""
+        self.session, self.sink, self.filled = session, sink, filled
         self.missing: list[str] = []
         self.not_collected: list[str] = []
         self.warnings: list[str] = []
         self.incomplete: list[str] = []
-        names = [spec.file for spec in SPECS] + [name for name, _ in _COMM_FILES]
+        self.specs = [spec for spec in SPECS if spec.table not in filled]
+        self.comm = [entry for entry in _COMM_FILES if entry[1] not in filled]
+        names = [spec.file for spec in self.specs] + [name for name, _, _ in self.comm]
         paths = [session.output_dir / name for name in names]
         self.size = sum(p.stat().st_size for p in paths if p.is_file())
 
@@ -276,9 +292,11 @@ class _SideFiles:
         headers: dict[str, list[str]] = {}
         csv_db = csv_database()
         try:
-            for spec in SPECS:
+            for spec in self.specs:
                 path = self.session.output_dir / spec.file
                 if not path.is_file():
+                    if self.filled:
+                        continue
                     if spec.collected_with:
                         self.not_collected.append(f"{spec.file} ({spec.collected_with})")
                     else:
@@ -293,10 +311,11 @@ class _SideFiles:
                     self.incomplete.append(f"{spec.file} (could not be parsed)")
         finally:
             csv_db.close()
-        for name, parser in _COMM_FILES:
+        for name, _table, parser in self.comm:
             path = self.session.output_dir / name
             if not path.is_file():
-                self.missing.append(name)
+                if not self.filled:
+                    self.missing.append(name)
                 continue
             try:
                 parser(path, self.sink)
@@ -312,6 +331,49 @@ class _SideFiles:
         outcome.incomplete_files += self.incomplete
 
 
+# Canonical tables a Db export has no table for, and the Text file that fills them.
+_TEXT_ONLY_TABLES = {
+    "operators": "operator_details.csv",
+    "l2_cache": "l2_cache.csv, with l2_cache=True",
+}
+
+
+def _source(session: RankSession) -> str:
+    """The format to read a session from: its only one, or for a [Text, Db] export the Db.
+
+    The Db is preferred: its events are typed rows (no JSON to decode, so it reads at least as
+    fast as the trace) and it holds what trace_view.json and the CSVs hold; the Text files it
+    has no table for (l2_cache.csv, operator_details.csv, task_time.csv) are read as well.
+    ``TRACEANALYZER_PREFER_FORMAT=text`` reads the Text export instead.
+    """
+    if "db" not in session.formats:
+        return "text"
+    if "text" in session.formats and os.environ.get(PREFER_FORMAT, "").lower() == "text":
+        return "text"
+    return "db"
+
+
+def _read_db(
+    session: RankSession, sink: _PartitionSink, outcome: SessionOutcome, threads: int
+) -> DbResult | None:
+    """Fill the session's tables from its Db; None (and nothing stored) when it is unreadable
+    but a Text export is there to read instead. Raises RankFailed when it is all there is."""
+    try:
+        result = parse_db(session.db_file, session.analysis_db, sink, threads)
+    except DbUnreadable as exc:
+        sink.rows.clear()  # tables stored before the damage are rewritten from the Text files
+        if "text" not in session.formats:
+            raise RankFailed(str(exc)) from exc
+        outcome.warnings.append(f"{exc}; read the Text export instead")
+        return None
+    outcome.trace_reader = result.reader
+    outcome.db_schema_version = result.schema_version
+    outcome.not_collected += result.not_collected
+    outcome.warnings += result.warnings
+    outcome.incomplete_files += result.incomplete
+    return result
+
+
 def ingest_session(
     session: RankSession, out: Path, threads: int = 1, memory: ParseMemory = DEFAULT_PARSE_MEMORY
 ) -> SessionOutcome:
@@ -323,18 +385,24 @@ def ingest_session(
         str(session.path),
         "ingested",
         profiler_level=session.profiler_level,
+        formats_present=list(session.formats),
     )
     sink = _PartitionSink(out, session.rank, session.session)
     trace = pool = None
     scratch = Path(tempfile.mkdtemp(dir=out, prefix=".scratch."))
     try:
+        db = None
+        if _source(session) == "db":
+            _fault_hook(session)
+            db = _read_db(session, sink, outcome, threads)
+        outcome.source_format = "db" if db else "text"
         # Small side files parse on a thread once the trace parse's memory peak is behind it,
         # while its last tables are written (parse_trace_view's on_read); large ones (a Level2
         # kernel_details.csv), or with the DuckDB reader, after the trace: the two parses'
         # memory never adds up.
-        side_files = _SideFiles(session, sink)
+        side_files = _SideFiles(session, sink, frozenset(sink.rows) if db else frozenset())
         side: list[Future[dict[str, list[str]]]] = []
-        if side_files.size <= _SIDE_FILES_ALONGSIDE_BYTES:
+        if side_files.size <= _SIDE_FILES_ALONGSIDE_BYTES and not db:
             pool = ThreadPoolExecutor(1)
 
         def trace_read() -> None:
@@ -342,7 +410,9 @@ def ingest_session(
                 side.append(pool.submit(side_files.parse))
 
         trace_path = session.output_dir / TRACE_FILE
-        if trace_path.is_file():
+        if db:
+            pass  # the Db holds the trace's events
+        elif trace_path.is_file():
             _fault_hook(session)
             try:
                 trace = parse_trace_view(trace_path, sink, scratch, threads, memory, trace_read)
@@ -358,16 +428,25 @@ def ingest_session(
             outcome.missing_files.append(TRACE_FILE)
         headers = side[0].result() if side else side_files.parse()
         side_files.report(outcome)
+        if db:
+            outcome.not_collected += [
+                f"{table} (no Db table holds it; a Text export writes {source})"
+                for table, source in _TEXT_ONLY_TABLES.items()
+                if table not in sink.rows
+            ]
         for table in TABLES:
             if table not in sink.rows and table != "sessions":
                 sink.empty(table)
-        outcome.generation = _generation(
-            session,
-            headers,
-            trace.processes if trace else [],
-            trace.hw_stream_arg if trace else None,
-        )
-        sink.arrow("sessions", _session_row(session, trace, outcome))
+        if db:
+            outcome.generation = db.generation
+        else:
+            outcome.generation = _generation(
+                session,
+                headers,
+                trace.processes if trace else [],
+                trace.hw_stream_arg if trace else None,
+            )
+        sink.arrow("sessions", _session_row(session, db or trace, outcome))
         outcome.rows = dict(sink.rows)
     except RankFailed as exc:
         outcome.status = "failed"
@@ -390,12 +469,18 @@ def ingest_session(
 # Arrow and Python objects (about a quarter of the trace, measured on the 200 MB benchmark).
 _WORKER_BASE_MB = 150
 _WORKER_PER_TRACE_MB = 0.3
+# A Db holds its events as ids, about 4x denser than the trace's JSON, and every table is held
+# in memory until written: 15x the database at the peak (the 200 MB benchmark's Db twin).
+_WORKER_PER_DB_MB = 15
 
 
 def session_memory_mb(session: RankSession, memory: ParseMemory = DEFAULT_PARSE_MEMORY) -> int:
     """Peak RSS to expect from the worker that ingests ``session``, in MB: the larger of the
-    trace parse and the CSV parse (which streams in a fixed budget)."""
+    trace parse (or the Db read) and the CSV parse (which streams in a fixed budget)."""
     csv_peak = _WORKER_BASE_MB + CSV_MEMORY_MB
+    if _source(session) == "db" and session.db_file is not None:
+        size_mb = session.db_file.stat().st_size / (1 << 20)
+        return round(max(_WORKER_BASE_MB + _WORKER_PER_DB_MB * size_mb, csv_peak))
     trace = session.output_dir / TRACE_FILE
     if not trace.is_file():
         return csv_peak
@@ -491,19 +576,27 @@ def _session_row(session: RankSession, trace: Any, outcome: SessionOutcome) -> p
     files = (
         sorted(p.name for p in session.output_dir.iterdir()) if session.output_dir.is_dir() else []
     )
+    metadata = dict(session.metadata)
+    if isinstance(trace, DbResult):
+        device_id = session.device_id if session.device_id is not None else trace.device_id
+        metadata.update({f"db.{k}": v for k, v in trace.metadata.items()})
+        if trace.schema_version:
+            metadata["db.SCHEMA_VERSION"] = trace.schema_version
+    else:
+        device_id = session.device_id
     row = {
         "path": str(session.path),
         "start_ns": trace.start_ns if trace and trace.start_ns is not None else session.order_ns,
         "end_ns": trace.end_ns if trace and trace.end_ns is not None else session.end_ns,
         "profiler_level": session.profiler_level,
-        "export_type": ",".join(session.export_type) or None,
+        "export_type": ",".join(session.export_type or session.formats) or None,
         "torch_npu_version": session.torch_npu_version,
         "cann_version": session.cann_version,
         "generation": outcome.generation,
-        "device_id": session.device_id,
-        "hostname": session.hostname,
-        "os_pid": session.os_pid,
-        "metadata": json.dumps(session.metadata, ensure_ascii=False, sort_keys=True),
+        "device_id": device_id,
+        "hostname": session.hostname or getattr(trace, "hostname", None),
+        "os_pid": session.os_pid or getattr(trace, "os_pid", None),
+        "metadata": json.dumps(metadata, ensure_ascii=False, sort_keys=True),
         "config": json.dumps(session.config, ensure_ascii=False, sort_keys=True),
         "files": json.dumps(files),
     }
@@ -609,7 +702,8 @@ def ingest(
         if progress:
             progress("session", done, total, outcome)
 
-    if todo and progress and (note := trace_native.unavailable_note()):
+    reads_traces = any(_source(session) == "text" for session, _ in todo)
+    if reads_traces and progress and (note := trace_native.unavailable_note()):
         progress(note, done, total, None)
     owned = executor is None
     if executor is None:

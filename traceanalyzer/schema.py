@@ -12,6 +12,8 @@ Conventions:
   microsecond float values (``*_us``): they are sums/averages, not points on the clock.
 - ``rank`` and ``session`` are on every table; they are also the Hive partition keys.
 - Unknown or rarely used source fields are kept, as a JSON object string (``args``/``extra``).
+- A Db export (``ascend_pytorch_profiler_{rank}.db``, ``analysis.db``) fills the same tables with
+  the same names; each table says where its columns come from in both formats.
 """
 
 from __future__ import annotations
@@ -427,6 +429,231 @@ TABLES: dict[str, Table] = {
 }
 
 
+# Where each column comes from in a Db export (parse/db.py). The Text source is each column's
+# own doc; this says the same for ascend_pytorch_profiler_{rank}.db ("profiler db") and
+# analysis.db. `STRING_IDS` and `ENUM_*` tables turn the ids the Db stores into the text the
+# Text export writes. "" under a table is the table's source; a table absent here has no Db
+# table (it is filled from the Text file when one is beside the Db).
+_SLICE_TABLES = "PYTORCH_API (Python), CANN_API (CANN), TASK (Ascend Hardware), COMMUNICATION_OP and COMMUNICATION_TASK_INFO + TASK (HCCL/Communication), OVERLAP_ANALYSIS"
+DB_SOURCES: dict[str, dict[str, str]] = {
+    "sessions": {
+        "": "profiler_info*.json, the directory, and the profiler db's META_DATA, HOST_INFO, SESSION_TIME_INFO, NPU_INFO",
+        "path": "The rank directory.",
+        "start_ns": "First slice start (min startNs of the event tables).",
+        "end_ns": "Last slice end (max endNs).",
+        "profiler_level": "profiler_info.json.",
+        "export_type": "profiler_info.json `_export_type`; else the formats present (`text`, `db`).",
+        "torch_npu_version": "profiler_info.json.",
+        "cann_version": "profiler_info.json.",
+        "generation": "From the schema: `communication` in ENUM_API_TYPE (G3+), COMPUTE_TASK_INFO.blockNum (current).",
+        "device_id": "TASK.deviceId, else RANK_DEVICE_MAP.deviceId.",
+        "hostname": "The directory name, else HOST_INFO.hostName.",
+        "os_pid": "The directory name, else PYTORCH_API.globalTid >> 32.",
+        "metadata": "profiler_metadata.json, plus `db.`-prefixed META_DATA (ENV_VARIABLES decoded, SCHEMA_VERSION), SESSION_TIME_INFO and NPU_INFO.",
+        "config": "profiler_info.json `config`.",
+        "files": "The ASCEND_PROFILER_OUTPUT listing.",
+    },
+    "threads": {
+        "": "Every (pid, tid) of the slices and counters, named as msprof names them in trace_view.json",
+        "pid": "The Python process: PYTORCH_API.globalTid >> 32 (the OS pid); others msprof's `(os_pid << 10) | (sort_index << 5) | device`.",
+        "tid": "globalTid & 0xffffffff (Python, CANN); TASK.streamId (Ascend Hardware); the group's op thread, then 1 + COMMUNICATION_TASK_INFO.planeId (HCCL); OVERLAP_ANALYSIS.type; 0 (counters).",
+        "process": "By source table: `Python`, `CANN`, `Ascend Hardware`, `HCCL` (G2) / `Communication` (G3+), `Overlap Analysis`, and the counter processes.",
+        "process_label": "`CPU` for Python and CANN, else `NPU` (`NPU <device>` from G3).",
+        "process_sort_index": "msprof's sort index of the process in the session's generation.",
+        "thread": "`Thread <tid>`, `Stream <streamId>`, `Group <n> Communication`, `Plane <planeId>`, the Overlap Analysis type names.",
+        "thread_sort_index": "The tid (the dequeue thread: after the other Python threads); null for counter and Overlap Analysis threads.",
+    },
+    "slices": {
+        "": _SLICE_TABLES,
+        "ph": "`X`.",
+        "process": "By source table (see threads).",
+        "thread": "See threads.",
+        "pid": "See threads.",
+        "tid": "See threads.",
+        "name": "STRING_IDS of PYTORCH_API.name; `<layer>@` + CANN_API.name; COMPUTE_TASK_INFO.name, else TASK.taskType; COMMUNICATION_OP.opName; COMMUNICATION_TASK_INFO.taskType; the OVERLAP_ANALYSIS.type name.",
+        "cat": "ENUM_API_TYPE of PYTORCH_API.type: `op` → `cpu_op`, `queue` → `enqueue`/`dequeue`, `trace` → `python_function`; null elsewhere.",
+        "start_ns": "startNs (int64 ns as stored; PYTORCH_API's text digits cast exactly).",
+        "dur_ns": "endNs - startNs.",
+        "end_ns": "endNs.",
+        "stream_id": "TASK.streamId.",
+        "task_type": "COMPUTE_TASK_INFO.taskType or TASK.taskType, as the hardware queue type the trace writes (`KERNEL_AIVEC` → `AI_CORE`, `EVENT_WAIT` → `EVENT_WAIT_SQE`, ...); COMMUNICATION_TASK_INFO.taskType on planes.",
+        "task_id": "TASK.taskId.",
+        "model_id": "TASK.modelId (null for 4294967295).",
+        "connection_id": "CANN_API.connectionId, TASK.connectionId, COMMUNICATION_OP.connectionId.",
+        "api_layer": "The trace's prefix of the ENUM_API_TYPE level of CANN_API.type (`acl` → `AscendCL`, `node` → `Node`, `hccl` → `Hccl`, ...).",
+        "api_name": "STRING_IDS of CANN_API.name.",
+        "api_level": "ENUM_API_TYPE of CANN_API.type.",
+        "api_mode": "Not in a Db export (null).",
+        "api_id": "STRING_IDS of CANN_API.name.",
+        "memcpy_direction": "Not in a Db export (null).",
+        "memcpy_size": "Not in a Db export (null).",
+        "args": "The trace's args keys that the row's columns hold (`Sequence number`, `Input Dims`, `Call stack` from PYTORCH_CALLCHAINS, `correlation_id` from CONNECTION_IDS, `Task Type`, `Physic Stream Id`, `src rank`, `transport type`, ...).",
+    },
+    "counters": {
+        "": "AICORE_FREQ, HBM, LLC, NPU_MEM, SOC_BANDWIDTH_LEVEL (Stars Soc Info), ACC_PMU (Acc PMU)",
+        "process": "By source table.",
+        "pid": "See threads.",
+        "tid": "0.",
+        "name": "As the trace names the C events: `AI Core Freq`, `HBM <hbmId>/Read`, `LLC <llcId> Read/Hit Rate`, `APP/HBM`, `Mata Bw Level`, `read_bandwidth`, ...",
+        "series": "The trace's arg key: `MHz`, `Read(MB/s)`, `Hit Rate(%)`, `KB`, `value` and `acc_id`, ...",
+        "ts_ns": "timestampNs.",
+        "value": "In the trace's units: bandwidth and throughput B/s / 2^20, memory bytes / 1024, hit rate % / 100.",
+    },
+    "flows": {
+        "": "connectionCats (the categories), CONNECTION_IDS (PYTORCH_API → connection ids) and the connection ids of CANN_API, TASK and COMMUNICATION_OP",
+        "cat": "connectionCats.cat; without that table (torch_npu's connection step did not run), what it would hold: an op's connection to a device task is HostToDevice and async_npu, its other connections fwdbwd, a queue event's async_task_queue.",
+        "name": "`HostToDevice<id>`, `torch_to_npu`, `enqueue_to_dequeue`, `fwdbwd`.",
+        "flow_id": "The connection id (HostToDevice, async_task_queue, fwdbwd; a communication op's carries the context, `(id << 32) - 1` before the current generation); the task's start ns (torch_to_npu).",
+        "start_ns": "Start of the source slice.",
+        "end_ns": "Start of the destination slice.",
+        "src_process": "See threads.",
+        "src_thread": "See threads.",
+        "src_pid": "See threads.",
+        "src_tid": "See threads.",
+        "dst_process": "See threads.",
+        "dst_thread": "See threads.",
+        "dst_pid": "See threads.",
+        "dst_tid": "See threads.",
+    },
+    "kernels": {
+        "": "COMPUTE_TASK_INFO joined to TASK on globalTaskId, TASK_PMU_INFO, STEP_TIME",
+        "step": "The STEP_TIME id whose [startNs, endNs] holds the task start.",
+        "device_id": "TASK.deviceId.",
+        "model_id": "TASK.modelId (null for 4294967295).",
+        "task_id": "TASK.taskId.",
+        "stream_id": "TASK.streamId.",
+        "name": "COMPUTE_TASK_INFO.name.",
+        "type": "COMPUTE_TASK_INFO.opType.",
+        "op_state": "COMPUTE_TASK_INFO.opState when the release writes it.",
+        "accelerator_core": "COMPUTE_TASK_INFO.taskType.",
+        "start_ns": "TASK.startNs.",
+        "dur_ns": "TASK.endNs - TASK.startNs.",
+        "wait_ns": "COMPUTE_TASK_INFO.waitNs.",
+        "block_num": "COMPUTE_TASK_INFO.blockNum, else blockDim.",
+        "mix_block_num": "COMPUTE_TASK_INFO.mixBlockNum, else mixBlockDim.",
+        "hf32_eligible": "COMPUTE_TASK_INFO.hf32Eligible when the release writes it.",
+        "input_shapes": "COMPUTE_TASK_INFO.inputShapes without the literal quotes.",
+        "input_data_types": "COMPUTE_TASK_INFO.inputDataTypes.",
+        "input_formats": "COMPUTE_TASK_INFO.inputFormats.",
+        "output_shapes": "COMPUTE_TASK_INFO.outputShapes without the literal quotes.",
+        "output_data_types": "COMPUTE_TASK_INFO.outputDataTypes.",
+        "output_formats": "COMPUTE_TASK_INFO.outputFormats.",
+        "context_id": "TASK.contextId (null for 4294967295).",
+        "extra": "TASK_PMU_INFO metrics of the task, keyed as kernel_details.csv names them (`aiv_vec_time(us)`, ...).",
+    },
+    "api_stats": {
+        "": "Computed from CANN_API, as msprof computes api_statistic.csv",
+        "device_id": "Null.",
+        "level": "ENUM_API_TYPE of CANN_API.type.",
+        "api_name": "STRING_IDS of CANN_API.name.",
+        "count": "Calls.",
+        "total_us": "Sum of endNs - startNs, in µs.",
+        "avg_us": "Mean duration.",
+        "min_us": "Shortest call.",
+        "max_us": "Longest call.",
+        "variance": "Population variance of the durations (µs²).",
+        "extra": "Null.",
+    },
+    "op_stats": {
+        "": "Computed from COMPUTE_TASK_INFO + TASK, as msprof computes op_statistic.csv",
+        "device_id": "Null.",
+        "op_type": "COMPUTE_TASK_INFO.opType.",
+        "core_type": "COMPUTE_TASK_INFO.taskType.",
+        "count": "Tasks.",
+        "total_us": "Sum of the task durations, in µs.",
+        "min_us": "Shortest task.",
+        "avg_us": "Mean task.",
+        "max_us": "Longest task.",
+        "ratio_pct": "Share of the compute tasks' total time.",
+        "extra": "Null.",
+    },
+    "step_times": {
+        "": "analysis.db StepTraceTime",
+        "device_id": "StepTraceTime.deviceId when the release writes it.",
+        "step": "step.",
+        "computing_ns": "computing (µs → ns).",
+        "communication_not_overlapped_ns": "communication_not_overlapped.",
+        "overlapped_ns": "overlapped.",
+        "communication_ns": "communication.",
+        "free_ns": "free.",
+        "stage_ns": "stage.",
+        "bubble_ns": "bubble.",
+        "communication_not_overlapped_exclude_receive_ns": "communication_not_overlapped_and_exclude_receive.",
+        "preparing_ns": "preparing.",
+        "extra": "Null.",
+    },
+    "memory_records": {
+        "": "MEMORY_RECORD (PTA, GE), NPU_MEM rows of type `app` (APP)",
+        "component": "STRING_IDS of MEMORY_RECORD.component; `APP` for NPU_MEM.",
+        "ts_ns": "MEMORY_RECORD.timestamp, NPU_MEM.timestampNs.",
+        "total_allocated_mb": "totalAllocated bytes / 2^20.",
+        "total_reserved_mb": "totalReserved / 2^20; NPU_MEM ddr + hbm for APP.",
+        "total_active_mb": "totalActive / 2^20.",
+        "stream_ptr": "streamPtr.",
+        "device_type": "`NPU:<deviceId>`.",
+        "extra": "Null.",
+    },
+    "op_memory": {
+        "": "OP_MEMORY",
+        "name": "STRING_IDS of name.",
+        "size_kb": "size bytes / 1024.",
+        "alloc_ns": "allocationTime.",
+        "release_ns": "releaseTime.",
+        "active_release_ns": "activeReleaseTime.",
+        "dur_ns": "duration.",
+        "active_dur_ns": "activeDuration.",
+        "alloc_total_allocated_mb": "allocationTotalAllocated / 2^20.",
+        "alloc_total_reserved_mb": "allocationTotalReserved / 2^20.",
+        "alloc_total_active_mb": "allocationTotalActive / 2^20.",
+        "release_total_allocated_mb": "releaseTotalAllocated / 2^20.",
+        "release_total_reserved_mb": "releaseTotalReserved / 2^20.",
+        "release_total_active_mb": "releaseTotalActive / 2^20.",
+        "stream_ptr": "streamPtr.",
+        "device_type": "`NPU:<deviceId>`.",
+        "extra": "Null.",
+    },
+    "module_memory": {
+        "": "NPU_MODULE_MEM",
+        "device_id": "deviceId.",
+        "component": "ENUM_MODULE of moduleId.",
+        "ts_ns": "timestampNs.",
+        "total_reserved_mb": "totalReserved bytes / 2^20.",
+        "device": "`NPU:<deviceId>`.",
+        "extra": "Null.",
+    },
+    "comm_ops": {
+        "": "analysis.db CommAnalyzerTime, CommAnalyzerBandwidth",
+        "step": "step.",
+        "kind": "type.",
+        "op_name": "hccl_op_name.",
+        "group": "group_name.",
+        "start_ns": "start_timestamp (µs → ns).",
+        "elapse_ns": "elapse_time (ms → ns).",
+        "transit_ns": "transit_time.",
+        "wait_ns": "wait_time.",
+        "synchronization_ns": "synchronization_time.",
+        "idle_ns": "idle_time.",
+        "wait_ratio": "wait / (wait + transit), rounded to 4 places as msprof does.",
+        "synchronization_ratio": "synchronization / (synchronization + transit).",
+        "bandwidth": "CommAnalyzerBandwidth rows of the op, keyed by transport type as communication.json keys them.",
+    },
+    "comm_links": {
+        "": "analysis.db CommAnalyzerMatrix",
+        "step": "step.",
+        "kind": "type.",
+        "op_key": "hccl_op_name (`allreduce-top1`, ...).",
+        "group": "group_name.",
+        "src_rank": "src_rank.",
+        "dst_rank": "dst_rank.",
+        "transport_type": "transport_type.",
+        "transit_size_mb": "transit_size.",
+        "transit_ns": "transit_time (ms → ns).",
+        "bandwidth_gbps": "bandwidth.",
+        "op_name": "op_name.",
+    },
+}
+
+
 def render_markdown() -> str:
     """Render the schema documentation page (docs/schema.md)."""
     out = [
@@ -443,9 +670,15 @@ def render_markdown() -> str:
         "",
     ]
     for table in TABLES.values():
-        out += [f"## `{table.name}`", "", table.doc, "", f"Source: {table.source}", ""]
-        out += ["| column | type | meaning |", "|---|---|---|"]
-        out += [f"| `{c.name}` | {c.type} | {c.doc.replace('|', '/')} |" for c in table.columns]
+        db = DB_SOURCES.get(table.name, {})
+        db_source = db.get("") or "none (filled from the Text file when one is beside the Db)"
+        out += [f"## `{table.name}`", "", table.doc, "", f"Source (Text export): {table.source}"]
+        out += ["", f"Source (Db export): {db_source}", ""]
+        out += ["| column | type | meaning (Text export) | Db export |", "|---|---|---|---|"]
+        for c in table.columns:
+            where = db.get(c.name, "Partition key." if c.name in ("rank", "session") else "—")
+            cells = [f"`{c.name}`", str(c.type), c.doc, where]
+            out.append("| " + " | ".join(cell.replace("|", "/") for cell in cells) + " |")
         out.append("")
     return "\n".join(out)
 

@@ -30,6 +30,39 @@ ARG_COLUMNS = (
 )
 FLATTENED_KEYS = tuple(key for _, _, keys in ARG_COLUMNS for key in keys)
 
+# msprof's process_sort_index per process name: G1-G3, and current msprof (which renumbered
+# them). A device process's pid is ``(os_pid << 10) | (sort_index << 5) | device``; the Db
+# reader numbers its processes so, and the synthetic exports write them so.
+G2_SORT_INDEX = {
+    "CANN": 7,
+    "Ascend Hardware": 13,
+    "AI Core Freq": 14,
+    "HCCL": 15,
+    "Communication": 15,
+    "HBM": 17,
+    "LLC": 18,
+    "NPU MEM": 19,
+    "Stars Soc Info": 20,
+    "Acc PMU": 21,
+    "QoS": 22,
+    "Overlap Analysis": 23,
+}
+CURRENT_SORT_INDEX = {
+    "CANN": 7,
+    "Ascend Hardware": 14,
+    "AI Core Freq": 15,
+    "HCCL": 16,
+    "Communication": 16,
+    "NPU MEM": 17,
+    # not seen in a current export yet: after NPU MEM, in the G2 order
+    "HBM": 18,
+    "LLC": 19,
+    "Stars Soc Info": 20,
+    "Acc PMU": 21,
+    "QoS": 22,
+    "Overlap Analysis": 31,
+}
+
 
 @dataclass
 class TraceResult:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from traceanalyzer.parse.trace_shared import CURRENT_SORT_INDEX, G2_SORT_INDEX
+
 # Columns of kernel_details.csv after the fixed leading block, at Level1/2
 # (aic_metrics = PipeUtilization, as in the real G2/G3 exports).
 PIPE_UTILIZATION_COLUMNS: tuple[str, ...] = (
@@ -107,25 +109,6 @@ class Generation:
         return f"NPU {device}" if self.npu_label_with_device else "NPU"
 
 
-_G2_SORT = {
-    "CANN": 7,
-    "Ascend Hardware": 13,
-    "AI Core Freq": 14,
-    "HCCL": 15,
-    "Communication": 15,
-    "NPU MEM": 19,
-    "Overlap Analysis": 23,
-}
-_CURRENT_SORT = {
-    "CANN": 7,
-    "Ascend Hardware": 14,
-    "AI Core Freq": 15,
-    "HCCL": 16,
-    "Communication": 16,
-    "NPU MEM": 17,
-    "Overlap Analysis": 31,
-}
-
 GENERATIONS: dict[str, Generation] = {
     "g1": Generation(
         name="g1",
@@ -140,7 +123,7 @@ GENERATIONS: dict[str, Generation] = {
         rank_id_str=False,
         has_op_state=False,
         step_preparing_column=False,
-        sort_index=_G2_SORT,
+        sort_index=G2_SORT_INDEX,
     ),
     "g2": Generation(
         name="g2",
@@ -153,7 +136,7 @@ GENERATIONS: dict[str, Generation] = {
         comm_core="HCCL",
         export_type_list=False,
         rank_id_str=False,
-        sort_index=_G2_SORT,
+        sort_index=G2_SORT_INDEX,
     ),
     "g3": Generation(
         name="g3",
@@ -168,7 +151,7 @@ GENERATIONS: dict[str, Generation] = {
         rank_id_str=True,
         versions={"torch_npu_version": "2.7.1", "cann_version": "8.3.RC1"},
         npu_label_with_device=True,
-        sort_index=_G2_SORT,
+        sort_index=G2_SORT_INDEX,
     ),
     "current": Generation(
         name="current",
@@ -184,7 +167,7 @@ GENERATIONS: dict[str, Generation] = {
         versions={"torch_npu_version": "2.8.0", "cann_version": "9.0.0"},
         npu_label_with_device=True,
         flow_id_with_context=False,
-        sort_index=_CURRENT_SORT,
+        sort_index=CURRENT_SORT_INDEX,
         host_device_id=31,
     ),
 }

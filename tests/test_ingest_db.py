@@ -1,0 +1,479 @@
+"""Db exports (ascend_pytorch_profiler_{rank}.db + analysis.db) ingested into the same store.
+
+Checked against the real G2 Level1 Db export, row for row with independent SQL on the file, and
+against the Text export of the same workload (another session of it: the same names and
+verdicts, not the same numbers).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+import time
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from traceanalyzer.executor import make_executor
+from traceanalyzer.ingest import PREFER_FORMAT, ingest
+from traceanalyzer.pipeline import analyse
+from traceanalyzer.store import Store
+
+OUT = "ASCEND_PROFILER_OUTPUT"
+
+
+def _db(rank_dir: Path) -> sqlite3.Connection:
+    path = next((rank_dir / OUT).glob("ascend_pytorch_profiler_*.db"))
+    return sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro&immutable=1", uri=True)
+
+
+def _rank_dirs(root: Path) -> dict[int, Path]:
+    return {int(p.name[4]): p for p in sorted(root.glob("rank*_ascend_pt"))}
+
+
+def _slices(store: Path, rank: int, process: str) -> pl.DataFrame:
+    table = Store.open(store).table("slices")
+    return table.filter((pl.col("rank") == rank) & (pl.col("process") == process)).collect()
+
+
+def _pairs(rows: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    return sorted((int(a), int(b)) for a, b in rows)
+
+
+def test_python_and_cann_slices_are_the_api_rows_at_exact_ns(
+    real_g2_db: Path, real_g2_db_store: Path
+) -> None:
+    for rank, rank_dir in _rank_dirs(real_g2_db).items():
+        con = _db(rank_dir)
+        for process, table in (("Python", "PYTORCH_API"), ("CANN", "CANN_API")):
+            expected = _pairs(con.execute(f"SELECT startNs, endNs FROM {table}").fetchall())
+            got = _slices(real_g2_db_store, rank, process)
+            assert _pairs(got.select("start_ns", "end_ns").rows()) == expected, (rank, process)
+        names = {
+            r[0]
+            for r in con.execute(
+                "SELECT s.value FROM CANN_API c JOIN STRING_IDS s ON s.id = c.name"
+            )
+        }
+        cann = _slices(real_g2_db_store, rank, "CANN")
+        assert set(cann["api_name"].unique()) == names
+        assert set(cann["api_layer"].unique()) == {"AscendCL", "Node", "Hccl"}
+
+
+def test_every_task_row_is_a_device_slice(real_g2_db: Path, real_g2_db_store: Path) -> None:
+    for rank, rank_dir in _rank_dirs(real_g2_db).items():
+        rows = _db(rank_dir).execute("SELECT startNs, endNs, streamId, taskId FROM TASK").fetchall()
+        hw = _slices(real_g2_db_store, rank, "Ascend Hardware")
+        got = sorted(hw.select("start_ns", "end_ns", "stream_id", "task_id").rows())
+        assert got == sorted(rows)
+        assert (hw["thread"] == "Stream " + hw["tid"].cast(pl.String)).all()
+
+
+def test_kernels_are_the_compute_task_rows(real_g2_db: Path, real_g2_db_store: Path) -> None:
+    kernels = Store.open(real_g2_db_store).table("kernels").collect()
+    for rank, rank_dir in _rank_dirs(real_g2_db).items():
+        rows = (
+            _db(rank_dir)
+            .execute(
+                "SELECT t.startNs, t.endNs - t.startNs, t.streamId, t.taskId, s.value, ci.blockDim "
+                "FROM COMPUTE_TASK_INFO ci JOIN TASK t USING (globalTaskId) "
+                "JOIN STRING_IDS s ON s.id = ci.name"
+            )
+            .fetchall()
+        )
+        mine = kernels.filter(pl.col("rank") == rank)
+        got = mine.select("start_ns", "dur_ns", "stream_id", "task_id", "name", "block_num").rows()
+        assert sorted(got) == sorted(rows)
+        assert mine["step"].unique().to_list() == [50]
+        assert (
+            mine["accelerator_core"]
+            .is_in(["AI_CORE", "AI_VECTOR_CORE", "MIX_AIV", "DSA_SQE"])
+            .all()
+        )
+        assert "aiv_vec_time(us)" in json.loads(mine["extra"][0])
+
+
+def _naming(store: Path) -> dict[str, object]:
+    threads = Store.open(store).table("threads").collect()
+    by_process = {
+        p: g for p, g in ((k[0], v) for k, v in threads.group_by("process", maintain_order=True))
+    }
+    return {
+        "processes": sorted(by_process),
+        "sort": sorted(
+            set(threads.select("process", "process_label", "process_sort_index").rows())
+        ),
+        "hw_streams": sorted(set(by_process["Ascend Hardware"]["thread"])),
+        "hccl": sorted(set(by_process["HCCL"].select("tid", "thread").rows())),
+        "overlap": sorted(set(by_process["Overlap Analysis"].select("tid", "thread").rows())),
+        # host threads: `Thread <tid>`, sorted by tid except the dequeue thread, which comes last
+        "python_sort": sorted(
+            (r[1] - r[0]) for r in by_process["Python"].select("tid", "thread_sort_index").rows()
+        )[:2],
+    }
+
+
+def test_processes_threads_and_streams_named_as_the_text_export(
+    real_g2_db_store: Path, real_g2_store: Path
+) -> None:
+    db, text = _naming(real_g2_db_store), _naming(real_g2_store)
+    text["processes"] = [p for p in text["processes"] if p != "QoS"]  # no QoS table in this Db
+    text["sort"] = [s for s in text["sort"] if s[0] != "QoS"]
+    assert db == text
+    threads = Store.open(real_g2_db_store).table("threads").collect()
+    for row in threads.filter(pl.col("process").is_in(["Python", "CANN"])).iter_rows(named=True):
+        assert row["thread"] == f"Thread {row['tid']}"
+    # msprof's pids: (os pid << 10) | (sort index << 5) | device
+    for row in threads.filter(pl.col("process") != "Python").iter_rows(named=True):
+        assert (row["pid"] >> 5) & 31 == row["process_sort_index"], row
+
+
+def test_flows_link_host_to_device_as_the_text_export(
+    real_g2_db_store: Path, real_g2_store: Path
+) -> None:
+    def kinds(store: Path) -> set[tuple[str, str, str]]:
+        flows = Store.open(store).table("flows").collect()
+        assert flows["src_process"].null_count() == 0 and flows["dst_process"].null_count() == 0
+        return set(flows.select("cat", "src_process", "dst_process").unique().rows())
+
+    assert kinds(real_g2_db_store) == kinds(real_g2_store)
+
+
+def test_counters_and_side_tables_named_as_the_text_export(
+    real_g2_db_store: Path, real_g2_store: Path
+) -> None:
+    def names(store: Path) -> dict[str, set]:
+        s = Store.open(store)
+        return {
+            "counters": set(
+                s.table("counters").select("process", "name", "series").unique().collect().rows()
+            ),
+            "module_memory": set(
+                s.table("module_memory").select("component").collect()["component"]
+            ),
+            "memory_records": set(
+                s.table("memory_records").select("component").collect()["component"]
+            ),
+            "comm_ops": set(s.table("comm_ops").select("step", "kind").unique().collect().rows()),
+            "comm_links": set(
+                s.table("comm_links").select("op_key", "transport_type").unique().collect().rows()
+            ),
+            "step_times": set(s.table("step_times").select("step").collect()["step"]),
+        }
+
+    db, text = names(real_g2_db_store), names(real_g2_store)
+    text["counters"] = {c for c in text["counters"] if c[0] != "QoS"}
+    # The Db's own ENUM_MODULE names module 74 `AMP` where this msprof's CSV says `AML`.
+    text["module_memory"] = {"AMP" if c == "AML" else c for c in text["module_memory"]}
+    assert db == text
+
+
+def test_timestamps_stay_exact_int64(real_g2_db: Path, real_g2_db_store: Path) -> None:
+    con = _db(_rank_dirs(real_g2_db)[0])
+    (latest,) = con.execute("SELECT max(CAST(endNs AS INTEGER)) FROM PYTORCH_API").fetchone()
+    python = _slices(real_g2_db_store, 0, "Python")
+    assert python["end_ns"].max() == latest  # ns digits a float64 round trip would lose
+    comm = Store.open(real_g2_db_store).table("comm_ops").filter(pl.col("rank") == 0).collect()
+    assert comm["start_ns"].dtype == pl.Int64 and comm["elapse_ns"].min() > 0
+
+
+def test_sessions_record_the_db_and_its_schema_version(real_g2_db: Path, tmp_path: Path) -> None:
+    result = ingest(real_g2_db, tmp_path / "out")
+    assert [(o.source_format, o.trace_reader, o.db_schema_version) for o in result.outcomes] == [
+        ("db", "db", "1.0.0")
+    ] * 2
+    sessions = Store.open(tmp_path / "out").table("sessions").collect()
+    assert sessions["device_id"].to_list() == [0, 1]
+    assert all(json.loads(m)["db.SCHEMA_VERSION"] == "1.0.0" for m in sessions["metadata"])
+    assert sessions["generation"].to_list() == ["g2", "g2"]
+
+
+def _listing(root: Path) -> list[tuple[str, int, int]]:
+    return sorted(
+        (str(p.relative_to(root)), p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*")
+    )
+
+
+def test_the_database_is_opened_read_only(real_g2_db: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "in"
+    shutil.copytree(real_g2_db, copy)
+    before = _listing(copy)
+    for path in copy.rglob("*.db"):  # even a read-only file is read, without a journal
+        path.chmod(0o444)
+    ingest(copy, tmp_path / "out")
+    for path in copy.rglob("*.db"):
+        path.chmod(0o644)
+    assert _listing(copy) == before
+
+
+def _field_verdicts(out: Path) -> dict[str, object]:
+    doc = json.loads((out / "findings.json").read_text("utf-8"))
+    return {
+        "rules": sorted((r["name"], r["status"]) for r in doc["rules"]),
+        "findings": sorted((f["rule"], tuple(f.get("ranks") or ())) for f in doc["findings"]),
+    }
+
+
+def test_field_rules_give_the_same_verdicts_on_db_and_text(
+    real_g2_db: Path, real_g2: Path, tmp_path: Path
+) -> None:
+    verdicts = []
+    for name, root in (("db", real_g2_db), ("text", real_g2)):
+        with make_executor("local") as executor:
+            analyse(root, tmp_path / name, executor=executor)
+        verdicts.append(_field_verdicts(tmp_path / name))
+    assert verdicts[0] == verdicts[1]
+
+
+def _mixed(real_g2: Path, real_g2_db: Path, root: Path) -> None:
+    """rank 0 as Text and (another session) as Db; rank 1 exported as both."""
+    shutil.copytree(real_g2 / "rank0_ascend_pt", root / "text_rank0_ascend_pt")
+    shutil.copytree(real_g2_db / "rank0_ascend_pt", root / "db_rank0_ascend_pt")
+    both = root / "both_rank1_ascend_pt"
+    shutil.copytree(real_g2 / "rank1_ascend_pt", both)
+    for db in (real_g2_db / "rank1_ascend_pt" / OUT).iterdir():
+        shutil.copy2(db, both / OUT / db.name)
+
+
+def test_a_mixed_collection_analyses_in_one_run(
+    real_g2: Path, real_g2_db: Path, tmp_path: Path
+) -> None:
+    _mixed(real_g2, real_g2_db, tmp_path / "in")
+    with make_executor("local") as executor:
+        run = analyse(tmp_path / "in", tmp_path / "out", executor=executor)
+    got = {
+        Path(o.path).name: (o.status, o.source_format, o.formats_present)
+        for o in run.ingest.outcomes
+    }
+    assert got == {
+        "text_rank0_ascend_pt": ("ingested", "text", ["text"]),
+        "db_rank0_ascend_pt": ("ingested", "db", ["db"]),
+        "both_rank1_ascend_pt": ("ingested", "db", ["text", "db"]),
+    }
+    assert not run.ingest.partial and run.findings is not None
+    report = json.loads((tmp_path / "out" / "ingest.json").read_text("utf-8"))
+    assert {s["source_format"] for s in report["sessions"]} == {"text", "db"}
+    # a [Text, Db] rank is one session: the Db's tables, plus the Text files the Db has no table for
+    store = Store.open(tmp_path / "out")
+    l2 = store.table("l2_cache").filter(pl.col("session") == "both_rank1_ascend_pt").collect()
+    assert l2.height > 0
+
+
+def test_both_formats_read_from_text_on_request(
+    real_g2: Path, real_g2_db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _mixed(real_g2, real_g2_db, tmp_path / "in")
+    monkeypatch.setenv(PREFER_FORMAT, "text")
+    result = ingest(tmp_path / "in" / "both_rank1_ascend_pt", tmp_path / "out")
+    (outcome,) = result.outcomes
+    assert outcome.source_format == "text" and outcome.trace_reader in ("native", "duckdb")
+    assert outcome.formats_present == ["text", "db"]
+
+
+def _damage(root: Path, how: str) -> Path:
+    db = next((root / OUT).glob("ascend_pytorch_profiler_*.db"))
+    if how == "truncated":
+        data = db.read_bytes()
+        db.write_bytes(data[: len(data) // 3])
+    elif how == "garbage":
+        db.write_bytes(b"<html>not a database</html>" * 100)
+    elif how == "locked":
+        (db.parent / (db.name + "-wal")).write_bytes(b"\0" * 32)
+    elif how == "unknown schema":
+        con = sqlite3.connect(db)
+        con.execute("UPDATE META_DATA SET value = '9.0.0' WHERE name = 'SCHEMA_VERSION'")
+        con.commit()
+        con.close()
+    return db
+
+
+@pytest.mark.parametrize(
+    ("how", "reason"),
+    [
+        ("truncated", "damaged"),
+        ("garbage", "not a readable SQLite database"),
+        ("locked", "locked"),
+        ("unknown schema", "unknown schema version 9.0.0"),
+    ],
+)
+def test_an_unreadable_db_fails_its_rank_and_the_batch_goes_on(
+    real_g2_db: Path, tmp_path: Path, how: str, reason: str
+) -> None:
+    root = tmp_path / "in"
+    shutil.copytree(real_g2_db, root)
+    db = _damage(root / "rank1_ascend_pt", how)
+    result = ingest(root, tmp_path / "out")
+    outcomes = {o.rank: o for o in result.outcomes}
+    assert outcomes[0].status == "ingested"
+    assert outcomes[1].status == "failed" and result.partial
+    assert reason in outcomes[1].error and db.name in outcomes[1].error, outcomes[1].error
+
+
+def test_an_unreadable_db_beside_a_text_export_falls_back_to_it(
+    real_g2: Path, real_g2_db: Path, tmp_path: Path
+) -> None:
+    _mixed(real_g2, real_g2_db, tmp_path / "in")
+    rank = tmp_path / "in" / "both_rank1_ascend_pt"
+    _damage(rank, "garbage")
+    result = ingest(rank, tmp_path / "out")
+    (outcome,) = result.outcomes
+    assert (outcome.status, outcome.source_format) == ("ingested", "text")
+    assert any("read the Text export instead" in w for w in outcome.warnings)
+
+
+def test_absent_tables_are_not_collected_and_extra_columns_ignored(
+    real_g2_db: Path, tmp_path: Path
+) -> None:
+    rank = tmp_path / "in" / "rank0_ascend_pt"
+    shutil.copytree(real_g2_db / "rank0_ascend_pt", rank)
+    db = next((rank / OUT).glob("*_0.db"))
+    con = sqlite3.connect(db)
+    for table in (
+        "COMPUTE_TASK_INFO",
+        "HBM",
+        "connectionCats",
+        "PYTORCH_CALLCHAINS",
+        "ENUM_API_TYPE",
+    ):
+        con.execute(f"DROP TABLE {table}")
+    con.execute("ALTER TABLE TASK ADD COLUMN someFutureField INTEGER")
+    for table, column in (
+        ("CANN_API", "depth"),
+        ("COMMUNICATION_OP", "groupName"),
+        ("TASK", "modelId"),
+        ("PYTORCH_API", "callchainId"),
+        ("COMMUNICATION_TASK_INFO", "linkType"),
+        ("HOST_INFO", "hostName"),
+    ):
+        con.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
+    con.execute("DELETE FROM META_DATA")
+    con.commit()
+    con.close()
+    (rank / OUT / "analysis.db").unlink()
+    result = ingest(rank, tmp_path / "out")
+    (outcome,) = result.outcomes
+    assert outcome.status == "ingested", outcome.error
+    assert any("COMPUTE_TASK_INFO" in n for n in outcome.not_collected)
+    assert outcome.rows["kernels"] == 0 and outcome.rows["slices"] > 0
+    assert outcome.db_schema_version is None
+
+
+def test_db_ingest_is_at_least_as_fast_as_its_text_twin(
+    real_g2: Path, real_g2_db: Path, tmp_path: Path
+) -> None:
+    """The CPU time of the two ingests (wall time on a shared machine measures its load)."""
+    seconds = {}
+    for name, root in (("db", real_g2_db), ("text", real_g2)):
+        runs = []
+        for i in range(3):
+            started = time.process_time()
+            ingest(root, tmp_path / f"{name}{i}")
+            runs.append(time.process_time() - started)
+        seconds[name] = min(runs)
+    assert seconds["db"] <= seconds["text"], seconds
+
+
+def test_flows_without_connection_cats_are_the_same_flows(
+    real_g2_db: Path, real_g2_db_store: Path, tmp_path: Path
+) -> None:
+    """rank 1 of the real export has no connectionCats (torch_npu's connection step did not
+    run): the categories are inferred; on rank 0, which has it, the inference is exact."""
+    rank = tmp_path / "in" / "rank0_ascend_pt"
+    shutil.copytree(real_g2_db / "rank0_ascend_pt", rank)
+    con = sqlite3.connect(next((rank / OUT).glob("*_0.db")))
+    con.execute("DROP TABLE connectionCats")
+    con.commit()
+    con.close()
+    ingest(rank, tmp_path / "out")
+    inferred = Store.open(tmp_path / "out").table("flows").collect().drop("session")
+    stored = Store.open(real_g2_db_store).table("flows").filter(pl.col("rank") == 0)
+    assert inferred.equals(stored.collect().drop("session"))
+    rank1 = Store.open(real_g2_db_store).table("flows").filter(pl.col("rank") == 1).collect()
+    assert set(rank1["cat"]) == {"HostToDevice", "async_npu", "async_task_queue", "fwdbwd"}
+
+
+def test_rank_and_device_from_the_database_without_profiler_info(
+    real_g2_db: Path, tmp_path: Path
+) -> None:
+    """A single-rank Db export without its info file or a rank in its name: RANK_DEVICE_MAP."""
+    out = tmp_path / "in" / "job_ascend_pt" / OUT
+    out.mkdir(parents=True)
+    source = real_g2_db / "rank1_ascend_pt" / OUT
+    shutil.copy2(source / "ascend_pytorch_profiler_1.db", out / "ascend_pytorch_profiler.db")
+    from traceanalyzer.discover import discover
+
+    (session,) = discover(tmp_path / "in").sessions
+    assert (session.rank, session.rank_source, session.device_id) == (1, "rank_device_map", 1)
+    result = ingest(tmp_path / "in", tmp_path / "out")
+    assert [o.status for o in result.outcomes] == ["ingested"]
+
+
+@pytest.mark.parametrize(
+    "level",
+    [
+        # Level0: no CANN layer, no communication detail; Level_none-like: tables present, empty
+        ("CANN_API", "COMMUNICATION_TASK_INFO", "CommAnalyzer"),
+        "empty",
+    ],
+)
+def test_other_levels_tables_absent_or_empty(real_g2_db: Path, tmp_path: Path, level) -> None:
+    rank = tmp_path / "in" / "rank0_ascend_pt"
+    shutil.copytree(real_g2_db / "rank0_ascend_pt", rank)
+    con = sqlite3.connect(next((rank / OUT).glob("*_0.db")))
+    tables = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+    for table in tables:
+        if level == "empty" and table not in ("STRING_IDS", "sqlite_sequence"):
+            con.execute(f'DELETE FROM "{table}"')
+        elif level != "empty" and table in level[:2]:
+            con.execute(f'DROP TABLE "{table}"')
+    con.commit()
+    con.close()
+    if level != "empty":
+        analysis = sqlite3.connect(rank / OUT / "analysis.db")
+        for table in ("CommAnalyzerTime", "CommAnalyzerBandwidth", "CommAnalyzerMatrix"):
+            analysis.execute(f"DROP TABLE {table}")
+        analysis.commit()
+        analysis.close()
+    with make_executor("local") as executor:
+        run = analyse(rank, tmp_path / "out", executor=executor)
+    (outcome,) = run.ingest.outcomes
+    assert outcome.status == "ingested", outcome.error
+    assert run.findings is not None and not run.findings.errors
+    if level == "empty":
+        assert outcome.rows["slices"] == 0
+    else:
+        assert any(n.startswith("CANN_API") for n in outcome.not_collected)
+        assert outcome.rows["comm_ops"] == 0 and outcome.rows["slices"] > 0
+
+
+def test_a_damaged_analysis_db_only_empties_its_tables(real_g2_db: Path, tmp_path: Path) -> None:
+    rank = tmp_path / "in" / "rank0_ascend_pt"
+    shutil.copytree(real_g2_db / "rank0_ascend_pt", rank)
+    (rank / OUT / "analysis.db").chmod(0o644)
+    (rank / OUT / "analysis.db").write_bytes(b"garbage" * 100)
+    (outcome,) = ingest(rank, tmp_path / "out").outcomes
+    assert outcome.status == "ingested" and outcome.rows["step_times"] == 0
+    assert any("analysis.db" in w for w in outcome.warnings)
+    assert outcome.incomplete_files == ["analysis.db (unreadable)"]
+    assert outcome.rows["slices"] > 0
+
+
+def test_every_compute_task_info_row_is_a_kernel(real_g2_db: Path, tmp_path: Path) -> None:
+    rank = tmp_path / "in" / "rank0_ascend_pt"
+    shutil.copytree(real_g2_db / "rank0_ascend_pt", rank)
+    con = sqlite3.connect(next((rank / OUT).glob("*_0.db")))
+    (compute,) = con.execute("SELECT count(*) FROM COMPUTE_TASK_INFO").fetchone()
+    con.execute(
+        "DELETE FROM TASK WHERE globalTaskId IN (SELECT globalTaskId FROM COMPUTE_TASK_INFO LIMIT 3)"
+    )
+    (tasks,) = con.execute("SELECT count(*) FROM TASK").fetchone()
+    con.commit()
+    con.close()
+    (outcome,) = ingest(rank, tmp_path / "out").outcomes
+    assert outcome.rows["kernels"] == compute
+    hardware = (
+        Store.open(tmp_path / "out").table("slices").filter(pl.col("process") == "Ascend Hardware")
+    )
+    assert hardware.select(pl.len()).collect().item() == tasks
