@@ -56,7 +56,7 @@ if TYPE_CHECKING:
     from traceanalyzer.executor import Executor
 
 # Bump when parsers change what they write: stored sessions are then re-ingested.
-PARSER_VERSION = 6
+PARSER_VERSION = 7
 TRACE_FILE = "trace_view.json"
 _SAMPLE = 1 << 16
 # Fault injection for tests of crash recovery (never set in normal use): the worker ingesting
@@ -580,6 +580,10 @@ def _session_row(session: RankSession, trace: Any, outcome: SessionOutcome) -> p
     if isinstance(trace, DbResult):
         device_id = session.device_id if session.device_id is not None else trace.device_id
         metadata.update({f"db.{k}": v for k, v in trace.metadata.items()})
+        # A Db export writes no profiler_metadata.json: its META_DATA records the same
+        # ENV_VARIABLES, under the key the Text export uses, so rules cannot tell the formats apart.
+        if "ENV_VARIABLES" in trace.metadata:
+            metadata.setdefault("ENV_VARIABLES", trace.metadata["ENV_VARIABLES"])
         if trace.schema_version:
             metadata["db.SCHEMA_VERSION"] = trace.schema_version
     else:
