@@ -23,6 +23,8 @@ from typing import Literal, TypeVar
 import numpy as np
 import polars as pl
 
+from traceanalyzer.vocabulary import CANN_PROCESS, GRAPH_REPLAY_APIS, HARDWARE_PROCESS
+
 Frame = TypeVar("Frame", pl.DataFrame, pl.LazyFrame)
 OverlapMode = Literal["overlap", "contain", "start_within"]
 
@@ -497,9 +499,9 @@ def host_launches(
     slices: pl.DataFrame | pl.LazyFrame,
     flows: pl.DataFrame | pl.LazyFrame | None = None,
     *,
-    device_process: str = "Ascend Hardware",
-    host_process: str = "CANN",
-    replay_apis: Sequence[str] = ("aclmdlRIExecuteAsync",),
+    device_process: str = HARDWARE_PROCESS,
+    host_process: str = CANN_PROCESS,
+    replay_apis: Sequence[str] = GRAPH_REPLAY_APIS,
 ) -> pl.DataFrame:
     """Each device task joined to the host call that launched it (launch columns null when unknown).
 
@@ -588,7 +590,9 @@ def _link(found: pl.DataFrame, link: str) -> pl.DataFrame:
     return found.select("_task", *LAUNCH_COLUMNS, link=pl.lit(link))
 
 
-def containing_call(points: Frame, calls: Frame, *, at: str = "ts_ns") -> pl.DataFrame:
+def containing_call(
+    points: Frame, calls: Frame, *, at: str = "ts_ns", outer: bool = False
+) -> pl.DataFrame:
     """For each point (timestamp column ``at`` on a host thread), the innermost call around it.
 
     Both frames carry ``rank``, ``session``, ``process`` and ``thread``; ``calls`` has
@@ -596,13 +600,15 @@ def containing_call(points: Frame, calls: Frame, *, at: str = "ts_ns") -> pl.Dat
     which must not clash with the points' columns. A point inside no call keeps nulls; points
     come back in their order. Calls of one thread nest (an AscendCL op around its
     ``Node@launch``): the latest call that started at or before the point holds it, unless it
-    ended first, and then the outermost call around the point does.
+    ended first, and then the outermost call around the point does. ``outer`` asks for the
+    outermost call around the point instead (``aten::item`` rather than the
+    ``aten::_local_scalar_dense`` inside it).
     """
     thread = list(_THREAD)
     ordered = points.lazy().with_row_index("_point").sort(at).collect()
     bounds = calls.lazy().rename({"start_ns": "call_start_ns", "end_ns": "call_end_ns"})
     inner = bounds.sort("call_start_ns").collect()
-    outer = (
+    outer_calls = (
         outermost(calls.lazy(), by=thread)
         .rename({"start_ns": "call_start_ns", "end_ns": "call_end_ns"})
         .sort("call_start_ns")
@@ -617,7 +623,7 @@ def containing_call(points: Frame, calls: Frame, *, at: str = "ts_ns") -> pl.Dat
             strategy="backward",
             check_sortedness=False,
         ).filter(pl.col("call_end_ns") >= pl.col(at))
-        for candidates in (inner, outer)
+        for candidates in ((outer_calls,) if outer else (inner, outer_calls))
     ]
     best = pl.concat(found, how="vertical_relaxed").unique("_point", keep="first")
     extra = [c for c in best.columns if c not in ordered.columns]

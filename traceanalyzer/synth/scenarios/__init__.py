@@ -84,6 +84,15 @@ SCENARIOS: dict[str, Scenario] = {
     "inference-baseline": Scenario(
         "inference-baseline", baseline.run, baseline.KNOBS, baseline.HELP
     ),
+    **{
+        name: Scenario(
+            name,
+            baseline.run,
+            {**baseline.KNOBS, **sick},
+            f"{help_} (inference-baseline knobs; the baseline is the healthy twin)",
+        )
+        for name, (sick, help_) in baseline.SICK_KNOBS.items()
+    },
 }
 
 

@@ -1,0 +1,448 @@
+"""TA004 host-launch-bound: a compute stream idles because the host had not yet launched its next task."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+import polars as pl
+
+from traceanalyzer.kit import (
+    CANN_PROCESS,
+    COMPUTE_TASK_TYPES,
+    GRAPH_REPLAY_APIS,
+    HARDWARE_PROCESS,
+    PROFILER_MARKER_TASKS,
+    SYNC_APIS,
+    Evidence,
+    FigureContext,
+    Finding,
+    KeyFigure,
+    Mark,
+    NotEvaluated,
+    Param,
+    Requirement,
+    RuleContext,
+    host_launches,
+    rule,
+    stream_gaps,
+    text,
+    union_intervals,
+)
+
+WORST_SHOWN = 5  # evidence: the longest host-bound gaps of a stream
+SERIES_POINTS = 4000  # figure: at most this many gaps per stream (the longest are kept)
+NO_LINKS = (
+    "no device task on a compute stream is linked to its host launch (no connection_id, "
+    "HostToDevice flow or graph replay; collect with profiler_level=Level1)"
+)
+
+
+@rule(
+    id="TA004",
+    name="host-launch-bound",
+    severity="warning",
+    summary="A compute stream sits idle between tasks because the host had not launched the next one yet.",
+    params={
+        "min_share": Param(
+            0.3,
+            "Fire when host-bound idle covers at least this share of the analysed window "
+            "(vllm-ascend #11967: the healthy rank idled 19%, the host-bound one 57%).",
+        ),
+        "error_share": Param(0.6, "Report as error from this share on."),
+        "min_gap_us": Param(
+            5.0, "Ignore shorter gaps: the device's own dispatch latency between queued tasks (µs)."
+        ),
+        "min_linked": Param(
+            0.5,
+            "Judge a stream only when at least this fraction of its tasks is linked to a launch.",
+        ),
+        "compute_task_types": Param(
+            COMPUTE_TASK_TYPES, "Task types of kernels: a stream with any is a compute stream."
+        ),
+        "marker_tasks": Param(
+            PROFILER_MARKER_TASKS, "Task names the profiler adds (not part of the workload)."
+        ),
+        "sync_apis": Param(
+            SYNC_APIS,
+            "Host calls that wait for the device: a gap that opens while the host waits in one "
+            "is the synchronisation's cost (sync-in-step), not a slow launch.",
+        ),
+        "replay_apis": Param(
+            GRAPH_REPLAY_APIS, "Host calls that replay a captured graph (one launch per graph)."
+        ),
+    },
+    requires=[
+        Requirement(
+            "slices",
+            ("stream_id",),
+            what="device tasks (process `Ascend Hardware`)",
+            collect_with="ProfilerActivity.NPU",
+            where=pl.col("process") == HARDWARE_PROCESS,
+        ),
+        Requirement(
+            "slices",
+            ("api_name",),
+            what="CANN launch calls (`Node@launch`, `aclnn*`, `aclmdlRIExecuteAsync`)",
+            collect_with="profiler_level=Level1",
+            where=pl.col("process") == CANN_PROCESS,
+        ),
+    ],
+)
+def host_launch_bound(ctx: RuleContext) -> Iterator[Finding]:
+    """
+    ## What it detects
+    Idle gaps on a compute stream (a stream that runs kernels) where the device had nothing
+    queued: the next task's host launch (`Node@launch` under an `aclnn*` call,
+    `aclmdlRIExecuteAsync` for a graph replay, any call linked by `connection_id` or a
+    HostToDevice flow) ended only *after* the previous task had finished. Every such gap is
+    host-bound idle time. It fires per rank and stream when that time reaches `min_share` of the
+    analysed window (first to last workload task of the session), and reports the worst gaps
+    with the host calls that launched late, and whether the steps ran as graph replays.
+
+    Gaps are not host-bound when the launch was already done when the stream went idle (the
+    device waited for something else), and the time a stream spends in `EVENT_WAIT` /
+    `Notify Wait` tasks is a device-side dependency, never a gap. A gap that opens while the
+    host waits in a synchronisation (`aclrtSynchronizeStream`, a blocking `aclrtMemcpy`, ...)
+    is that synchronisation's cost; `sync-in-step` reports it.
+
+    ## Why it matters
+    The NPU runs only what the host has queued. When the host takes longer to dispatch an op
+    than the device takes to run it (small decode batches, Python per op, a slow or busy CPU),
+    the device waits between kernels and throughput follows the host, not the NPU: in
+    vllm-ascend #9404 decode without graphs left the device idle 591 µs of every 832 µs layer.
+
+    ## How to fix
+    - Decode without graph replays: run it as aclgraph (vLLM
+      `--compilation-config '{"cudagraph_mode": "FULL_DECODE_ONLY"}'`, or `PIECEWISE`): one
+      `aclmdlRIExecuteAsync` queues the whole step.
+    - With graph replays already: the idle falls between replays, in per-step host work;
+      cut it (async scheduling, less Python per step).
+    - `TASK_QUEUE_ENABLE=1` (or `2`; not `2` together with graph mode in inference) so a
+      second thread launches while Python runs on.
+    - Bind the host threads to cores (`CPU_AFFINITY_CONF=1` or `2`, IRQ binding) and keep other
+      load off those cores.
+    The finding's fix says which of these the trace calls for.
+
+    ## Example
+    ```
+    TA004 host-launch-bound [error] rank 0
+    Stream 2 starves for host launches: 82% of the 5.4 ms window idle with nothing queued
+    (107 gaps; eager decode, no graph replays)
+    ```
+    Silent when launches run ahead of the device (gaps exist but the next task was queued),
+    when the gaps are filled by `EVENT_WAIT`/`Notify Wait` tasks, and below `min_share`.
+
+    ## References
+    - vllm-ascend #9404 (decode without graphs: 591 µs free of 832 µs per layer), #11967
+      (host-bound ranks: free 57% vs 19%); verl PR #6562 (`TASK_QUEUE_ENABLE=2` with graph mode).
+    - Kunpeng / Atlas 800I tuning guide: `CPU_AFFINITY_CONF`.
+    - torch_npu export format: HostToDevice flows and `connection_id` link `Node@launch` to the
+      task it launched; captured-graph tasks carry a model id.
+    """
+    p = ctx.params
+    judged = _judged_streams(ctx)
+    per_stream = judged.per_stream
+    if per_stream.is_empty():
+        raise NotEvaluated(NO_LINKS)
+    fix = _fix_text(judged.replays, judged.task_queue)
+    for row in per_stream.iter_rows(named=True):
+        rank, stream = int(row["rank"]), int(row["stream"])
+        where = f"rank {rank} stream {stream}"
+        if row["linked_fraction"] < p.min_linked:
+            ctx.note(
+                f"{where}: only {row['linked_fraction']:.0%} of its tasks are linked to a host "
+                f"launch (min_linked {p.min_linked:.0%}); not judged",
+                rank=rank,
+                linked_fraction=row["linked_fraction"],
+            )
+            continue
+        share = row["cost_share"]
+        if share < p.min_share:
+            ctx.note(
+                f"{where}: host-bound idle {text.duration(row['cost_ns'])} is {share:.0%} of the "
+                f"{text.duration(row['window_ns'])} window (threshold {p.min_share:.0%})",
+                rank=rank,
+                cost_share=share,
+            )
+            continue
+        yield _finding(ctx, row, judged, fix)
+
+
+class _Judged:
+    """Every gap of every judged compute stream, classified, and the per-stream totals."""
+
+    def __init__(self, gaps: pl.DataFrame, per_stream: pl.DataFrame, replays: int, queue: bool):
+        self.gaps = gaps
+        self.per_stream = per_stream
+        self.replays = replays
+        self.task_queue = queue
+
+
+def _judged_streams(ctx: RuleContext) -> _Judged:
+    p = ctx.params
+    slices = ctx.table("slices")
+    launches = host_launches(slices, ctx.table("flows"), replay_apis=p.replay_apis).filter(
+        ~pl.col("name").is_in(p.marker_tasks)
+    )
+    keys = ["rank", "session"]
+    compute = (
+        launches.filter(pl.col("task_type").is_in(p.compute_task_types))
+        .select(*keys, "stream")
+        .unique()
+    )
+    tasks = launches.join(compute, on=[*keys, "stream"])
+    window = launches.group_by(keys).agg(
+        (pl.col("end_ns").max() - pl.col("start_ns").min()).alias("window_ns")
+    )
+    syncs = union_intervals(
+        slices.filter(
+            (pl.col("process") == CANN_PROCESS) & pl.col("api_name").is_in(p.sync_apis)
+        ).select(*keys, "start_ns", "end_ns"),
+    ).collect()
+    gaps = _classify(stream_gaps(tasks, stream="stream"), syncs, p.min_gap_us * 1000)
+    linked = tasks.group_by(*keys, "stream").agg(
+        pl.col("link").is_not_null().mean().alias("linked_fraction"), pl.len().alias("tasks")
+    )
+    per_session = linked.join(
+        gaps.group_by(*keys, "stream").agg(
+            pl.col("gap_ns").filter(pl.col("host_bound")).sum().alias("cost_ns"),
+            pl.col("host_bound").sum().alias("host_bound_gaps"),
+            pl.col("gap_ns").filter(pl.col("after_sync")).sum().alias("after_sync_ns"),
+            pl.col("gap_ns").sum().alias("idle_ns"),
+        ),
+        on=[*keys, "stream"],
+        how="left",
+    ).join(window, on=keys)
+    per_stream = (
+        per_session.group_by("rank", "stream")
+        .agg(
+            pl.col("session").unique().sort(),
+            (pl.col("linked_fraction") * pl.col("tasks")).sum() / pl.col("tasks").sum(),
+            pl.col("tasks").sum(),
+            *(
+                pl.col(c).fill_null(0).sum()
+                for c in ("cost_ns", "host_bound_gaps", "after_sync_ns", "idle_ns", "window_ns")
+            ),
+        )
+        .with_columns(
+            (pl.col("cost_ns") / pl.col("window_ns").clip(lower_bound=1)).alias("cost_share")
+        )
+        .sort("rank", "stream")
+    )
+    replays = slices.filter(pl.col("api_name").is_in(p.replay_apis)).select(pl.len()).collect()
+    queue = slices.filter(pl.col("name").str.starts_with("Dequeue@")).select(pl.len()).collect()
+    return _Judged(gaps, per_stream, int(replays.item()), bool(queue.item()))
+
+
+def _classify(gaps: pl.DataFrame, syncs: pl.DataFrame, min_gap_ns: float) -> pl.DataFrame:
+    """Flag each gap ``host_bound`` (launched after the stream went idle) or ``after_sync``."""
+    keys = ["rank", "session"]
+    waiting = (
+        gaps.sort("prev_end_ns")
+        .join_asof(
+            syncs.rename({"start_ns": "sync_start_ns", "end_ns": "sync_end_ns"}).sort(
+                "sync_start_ns"
+            ),
+            left_on="prev_end_ns",
+            right_on="sync_start_ns",
+            by=keys,
+            strategy="backward",
+            check_sortedness=False,
+        )
+        .with_columns(
+            (pl.col("sync_end_ns").fill_null(-1) >= pl.col("prev_end_ns")).alias("in_sync")
+        )
+    )
+    late = (pl.col("launch_end_ns") > pl.col("prev_end_ns")).fill_null(False)
+    counted = late & (pl.col("gap_ns") >= min_gap_ns)
+    return waiting.with_columns(
+        (counted & ~pl.col("in_sync")).alias("host_bound"),
+        (counted & pl.col("in_sync")).alias("after_sync"),
+        (pl.col("launch_end_ns") - pl.col("prev_end_ns")).alias("late_ns"),
+    ).sort(*keys, "stream", "start_ns")
+
+
+def _fix_text(replays: int, task_queue: bool) -> str:
+    """The fix that fits the trace: graph replays or not, task queue or not."""
+    if replays:
+        first = (
+            f"The steps already run as graph replays ({replays} `aclmdlRIExecuteAsync`): the idle "
+            "falls between replays, in host work per step. Cut it (vLLM async scheduling, less "
+            "Python per step)."
+        )
+    else:
+        first = (
+            "Decode runs eagerly (no `aclmdlRIExecuteAsync` graph replay in the trace): enable "
+            'aclgraph, e.g. vLLM `--compilation-config \'{"cudagraph_mode": '
+            '"FULL_DECODE_ONLY"}\'` (or `PIECEWISE`), so one call queues the whole step.'
+        )
+    queue = (
+        " Launches run on a task-queue thread already (`Dequeue@` events)"
+        + (
+            "; keep `TASK_QUEUE_ENABLE` at 1 with graph mode (2 conflicts with it)."
+            if replays
+            else "."
+        )
+        if task_queue
+        else " Launches run on the Python thread (no `Dequeue@` events): set `TASK_QUEUE_ENABLE=1`."
+    )
+    return (
+        first
+        + queue
+        + " Bind the host threads to cores (`CPU_AFFINITY_CONF=1` or `2`) and keep other load off them."
+    )
+
+
+def _finding(ctx: RuleContext, row: dict[str, Any], judged: _Judged, fix: str) -> Finding:
+    p = ctx.params
+    rank, stream = int(row["rank"]), int(row["stream"])
+    gaps = judged.gaps.filter((pl.col("rank") == rank) & (pl.col("stream") == stream))
+    bound = gaps.filter(pl.col("host_bound"))
+    worst = bound.sort("gap_ns", descending=True).head(WORST_SHOWN)
+    mode = f"{judged.replays} graph replays" if judged.replays else "eager decode, no graph replays"
+    share = row["cost_share"]
+    title = (
+        f"Stream {stream} starves for host launches: {share:.0%} of the "
+        f"{text.duration(row['window_ns'])} window idle with nothing queued "
+        f"({row['host_bound_gaps']} gaps; {mode})"
+    )
+    top = worst.row(0, named=True) if worst.height else None
+    message = (
+        f"On rank {rank}, stream {stream} ran {row['tasks']} tasks; "
+        f"{row['host_bound_gaps']} idle gaps ({text.duration(row['cost_ns'])}) opened before a task "
+        "whose host launch ended only after the previous task had finished, so nothing was queued."
+        + (
+            f" The longest: {text.duration(top['gap_ns'])} before `{top['name']}`, launched by "
+            f"`{top['launch_op']}` {text.duration(top['late_ns'])} after the stream went idle."
+            if top
+            else ""
+        )
+        + (
+            f" Another {text.duration(row['after_sync_ns'])} of idle followed host "
+            "synchronisations (see sync-in-step)."
+            if row["after_sync_ns"]
+            else ""
+        )
+    )
+    evidence = []
+    for g in worst.iter_rows(named=True):
+        evidence.append(
+            Evidence(
+                rank,
+                g["session"],
+                f"idle before {g['name']}",
+                HARDWARE_PROCESS,
+                f"Stream {stream}",
+                stream,
+                g["prev_end_ns"],
+                g["gap_ns"],
+                f"after {g['prev_name']}; launch {g['launch_op']} ended "
+                f"{text.duration(g['late_ns'])} after the stream went idle",
+            )  # fmt: skip
+        )
+        evidence.append(
+            Evidence(
+                rank,
+                g["session"],
+                g["launch_op"],
+                CANN_PROCESS,
+                g["launch_thread"],
+                None,
+                g["launch_start_ns"],
+                g["launch_end_ns"] - g["launch_start_ns"],
+                f"late launch of {g['name']} ({g['launch_name']})",
+            )  # fmt: skip
+        )
+    shown = gaps.sort("gap_ns", descending=True).head(SERIES_POINTS).sort("start_ns")
+    origin = int(gaps["prev_end_ns"].min()) if gaps.height else 0
+    return ctx.finding(
+        rank=rank,
+        sessions=row["session"],
+        title=title,
+        message=message,
+        location={"stream": stream},
+        metrics={
+            "cost_ns": int(row["cost_ns"]),
+            "cost_share": round(share, 4),
+            "host_bound_gaps": int(row["host_bound_gaps"]),
+            "idle_ns": int(row["idle_ns"]),
+            "after_sync_ns": int(row["after_sync_ns"]),
+            "window_ns": int(row["window_ns"]),
+            "linked_fraction": round(row["linked_fraction"], 4),
+            "graph_replays": judged.replays,
+        },
+        evidence=evidence,
+        fix=fix,
+        severity="error" if share >= p.error_share else None,
+        series={
+            "gap_start_ms": [(v - origin) / 1e6 for v in shown["prev_end_ns"]],
+            "gap_us": [v / 1e3 for v in shown["gap_ns"]],
+            "host_bound": [int(v) for v in shown["host_bound"]],
+        },
+        score=float(row["cost_ns"]),
+    )
+
+
+@host_launch_bound.figure(
+    caption="Idle gaps on the compute stream over time; host-bound ones (nothing queued) in red."
+)
+def _figure(fig: FigureContext) -> Any:
+    figure, (ax,) = fig.new(7.5, 2.6)
+    drawn = False
+    for ranks, series in fig.series_by_rank()[:1]:
+        starts, gaps, bound = (
+            series.get(k) or [] for k in ("gap_start_ms", "gap_us", "host_bound")
+        )
+        for flag, colour, label in ((0, "#9ca3af", "queued / other"), (1, "#dc2626", "host-bound")):
+            xs = [x for x, b in zip(starts, bound, strict=True) if b == flag]
+            ys = [y for y, b in zip(gaps, bound, strict=True) if b == flag]
+            if xs:
+                ax.vlines(xs, 0, ys, colors=colour, linewidth=1.0, label=label)
+                drawn = True
+        ax.set_title(f"rank {', '.join(map(str, ranks))}: idle gaps on the stream", fontsize=9)
+    if not drawn:
+        return None
+    ax.set_xlabel("time since first gap (ms)", fontsize=8)
+    ax.set_ylabel("gap (µs)", fontsize=8)
+    ax.legend(fontsize=7, frameon=False)
+    return figure
+
+
+@host_launch_bound.key_figures(
+    KeyFigure("host_bound_idle_ns", "host-bound idle (worst compute stream)", "lower", "ns"),
+    KeyFigure("host_bound_share", "host-bound share of window (worst stream)", "lower", "ratio"),
+)
+def _key_figures(ctx: RuleContext) -> pl.DataFrame:
+    per_stream = _judged_streams(ctx).per_stream
+    return (
+        per_stream.sort("cost_ns", descending=True)
+        .group_by("rank", maintain_order=True)
+        .first()
+        .select(
+            "rank",
+            pl.col("cost_ns").alias("host_bound_idle_ns"),
+            pl.col("cost_share").alias("host_bound_share"),
+        )
+    )
+
+
+@host_launch_bound.marks
+def _marks(finding: Mapping[str, Any]) -> Iterable[Mark]:
+    for e in finding.get("evidence") or []:
+        if e.get("start_ns") is None:
+            continue
+        gap = e.get("process") == HARDWARE_PROCESS
+        yield Mark(
+            rank=int(e["rank"]),
+            session=str(e.get("session") or ""),
+            name=(
+                f"host-bound gap {text.duration(e['dur_ns'])}"
+                if gap
+                else f"late launch {e['name']}"
+            ),
+            start_ns=int(e["start_ns"]),
+            dur_ns=e.get("dur_ns"),
+            track=None if gap else "late host launches",
+            args={"stream": e.get("stream"), "detail": e.get("detail")},
+        )
