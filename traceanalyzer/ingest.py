@@ -42,7 +42,14 @@ from traceanalyzer.parse.csv_tables import CSV_MEMORY_MB, SPECS, csv_database, p
 from traceanalyzer.parse.sink import body_columns, conform_body, table_from_rows
 from traceanalyzer.parse.trace_view import DEFAULT_PARSE_MEMORY, ParseMemory, parse_trace_view
 from traceanalyzer.schema import TABLES
-from traceanalyzer.store import Manifest, commit_partition, partition_exists, remove_session
+from traceanalyzer.store import (
+    commit_partition,
+    fold_journal,
+    journal_append,
+    load_manifest,
+    partition_exists,
+    remove_session,
+)
 
 if TYPE_CHECKING:
     from traceanalyzer.executor import Executor
@@ -50,7 +57,6 @@ if TYPE_CHECKING:
 # Bump when parsers change what they write: stored sessions are then re-ingested.
 PARSER_VERSION = 5
 TRACE_FILE = "trace_view.json"
-JOURNAL = "manifest.journal"
 _SAMPLE = 1 << 16
 # Fault injection for tests of crash recovery (never set in normal use): the worker ingesting
 # this rank kills itself with SIGKILL, like the kernel's OOM killer would. With
@@ -531,41 +537,6 @@ def _check_out(root: Path, out: Path) -> None:
 ProgressFn = Callable[[str, int, int, SessionOutcome | None], None]
 
 
-def load_manifest(out: Path) -> Manifest:
-    """The manifest plus the journal of sessions finished since it was last written.
-
-    A run appends one JSON line per finished session to ``manifest.journal`` (cheap: rewriting a
-    1,024-session manifest after every session would write gigabytes); a run that was killed
-    leaves its journal behind, and this folds it in. A torn last line (killed mid-write) is
-    ignored: that session is simply ingested again.
-    """
-    manifest = Manifest.load(out)
-    journal = out / JOURNAL
-    if journal.is_file():
-        for line in journal.read_text("utf-8", errors="replace").splitlines():
-            try:
-                entry = json.loads(line)
-                manifest.sessions[entry["key"]] = entry["value"]
-            except (json.JSONDecodeError, KeyError, TypeError):
-                continue
-    return manifest
-
-
-def _fold_journal(out: Path, manifest: Manifest) -> None:
-    manifest.save(out)
-    (out / JOURNAL).unlink(missing_ok=True)
-
-
-def _journal_append(out: Path, key: str, value: dict[str, Any]) -> None:
-    line = json.dumps({"key": key, "value": value}, sort_keys=True) + "\n"
-    # one write() of one line on an O_APPEND fd: a kill leaves at most a torn last line
-    fd = os.open(out / JOURNAL, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, line.encode("utf-8"))
-    finally:
-        os.close(fd)
-
-
 def _crashed(session: RankSession, error: str) -> SessionOutcome:
     return SessionOutcome(session.rank, session.session, str(session.path), "failed", error=error)
 
@@ -604,7 +575,7 @@ def ingest(
         rank, _, session = key.partition("/")
         remove_session(out_path, int(rank), session)
         del manifest.sessions[key]
-    _fold_journal(out_path, manifest)
+    fold_journal(out_path, manifest)
 
     outcomes: list[SessionOutcome] = []
     todo: list[tuple[RankSession, dict[str, Any]]] = []
@@ -634,7 +605,7 @@ def ingest(
         else:
             value = {"fingerprint": fingerprint, "outcome": asdict(outcome)}
             manifest.sessions[outcome.key] = value
-            _journal_append(out_path, outcome.key, value)
+            journal_append(out_path, outcome.key, value)
         if progress:
             progress("session", done, total, outcome)
 
@@ -644,14 +615,14 @@ def ingest(
     if executor is None:
         executor = make_executor("processes" if jobs > 1 else "local", jobs=jobs)
     side_by_side = min(executor.jobs, len(todo)) if executor.parallel else 1
-    if executor.name == "processes" and side_by_side > 1:
+    if executor.shares_memory and side_by_side > 1:
         side_by_side, note = _fit_in_memory([s for s, _ in todo], side_by_side, memory)
         if note and progress:
             progress(note, done, total, None)
     # Split this machine's cores between the workers that run side by side (all of them when
-    # one runs alone, e.g. a single 2 GB rank). A Ray task is given one CPU: one thread.
+    # one runs alone, e.g. a single 2 GB rank), unless the backend gives each task its CPUs.
     cpus = os.cpu_count() or 1
-    threads = 1 if executor.name == "ray" else max(1, cpus // max(1, side_by_side))
+    threads = executor.cpus_per_task or max(1, cpus // max(1, side_by_side))
     try:
         results = executor.map(
             ingest_session,
@@ -666,7 +637,7 @@ def ingest(
             record(result, fingerprint)
     finally:
         # also on Ctrl-C: everything finished so far is in the manifest for the next run
-        _fold_journal(out_path, manifest)
+        fold_journal(out_path, manifest)
         if owned:
             executor.close()
     outcomes.sort(key=lambda o: (o.rank, o.session))

@@ -22,6 +22,7 @@ from traceanalyzer.store import write_atomic_text
 
 if TYPE_CHECKING:
     from traceanalyzer.engine import RunResult
+    from traceanalyzer.engine.loader import LoadedRules
     from traceanalyzer.executor import Executor
     from traceanalyzer.report.terminal import RunReports
 
@@ -47,16 +48,22 @@ def analyse(
     config_path: str | os.PathLike[str] | None = None,
     fail_on: str | None = None,
     memory: ParseMemory = DEFAULT_PARSE_MEMORY,
+    rules: LoadedRules | None = None,
 ) -> Analysis:
     """Bring the store at ``out`` up to date with ``path``, run the rules, write the reports.
 
     ``progress`` follows the ingest session by session; ``log`` gets one human line before and
     after rule evaluation. ``force`` re-ingests every session and re-evaluates every rank.
+    ``rules``: the rules to run, already loaded (default: load them here from ``rule_dirs`` and
+    the config file); they are loaded once and go to evaluation, workers and reports.
     """
     from traceanalyzer.engine import write_findings_json
-    from traceanalyzer.executor import evaluate_store
+    from traceanalyzer.engine.config import load_run_rules
+    from traceanalyzer.engine.shards import evaluate_store
     from traceanalyzer.report.terminal import run_reports
 
+    if rules is None:
+        rules = load_run_rules(rule_dirs, config_path)
     result = ingest(
         path, out, jobs=jobs, progress=progress, force=force, executor=executor, memory=memory
     )
@@ -69,7 +76,7 @@ def analyse(
     findings = evaluate_store(
         out,
         executor,
-        rule_dirs=rule_dirs,
+        rules,
         cache=not force,
         overrides=overrides,
         config_path=config_path,
@@ -78,5 +85,5 @@ def analyse(
     if log:
         log(f"evaluated {len(findings.rules)} rule(s) in {time.perf_counter() - started:.1f} s")
     write_findings_json(findings, out)
-    reports = run_reports(out, findings, input_root=path, rule_dirs=rule_dirs)
+    reports = run_reports(out, findings, rules.rules, input_root=path)
     return Analysis(result, findings, reports)

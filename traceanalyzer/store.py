@@ -3,6 +3,7 @@
 Layout of an output directory ``OUT``::
 
     OUT/manifest.json                                  # per-session input fingerprints and row counts
+    OUT/manifest.journal                               # sessions finished since (one JSON line each)
     OUT/tables/<table>/rank=<r>/session=<s>/part-0.parquet
 
 Every partition is written to a temporary name and renamed into place, so a killed writer never
@@ -28,6 +29,7 @@ from traceanalyzer.schema import TABLES
 MANIFEST = "manifest.json"
 TABLES_DIR = "tables"
 MANIFEST_VERSION = 1
+JOURNAL = "manifest.journal"
 
 
 class StoreError(Exception):
@@ -114,6 +116,43 @@ class Manifest:
     def save(self, root: Path) -> None:
         doc = {"version": MANIFEST_VERSION, "sessions": self.sessions}
         write_atomic_text(root / MANIFEST, json.dumps(doc, indent=1, sort_keys=True))
+
+
+def load_manifest(out: Path) -> Manifest:
+    """The manifest plus the journal of sessions finished since it was last written.
+
+    A run appends one JSON line per finished session to ``manifest.journal`` (cheap: rewriting a
+    1,024-session manifest after every session would write gigabytes); a run that was killed
+    leaves its journal behind, and this folds it in. A torn last line (killed mid-write) is
+    ignored: that session is simply ingested again.
+    """
+    manifest = Manifest.load(out)
+    journal = out / JOURNAL
+    if journal.is_file():
+        for line in journal.read_text("utf-8", errors="replace").splitlines():
+            try:
+                entry = json.loads(line)
+                manifest.sessions[entry["key"]] = entry["value"]
+            except (json.JSONDecodeError, KeyError, TypeError):
+                continue
+    return manifest
+
+
+def fold_journal(out: Path, manifest: Manifest) -> None:
+    """Write the manifest with every journal line in it, then drop the journal."""
+    manifest.save(out)
+    (out / JOURNAL).unlink(missing_ok=True)
+
+
+def journal_append(out: Path, key: str, value: dict[str, Any]) -> None:
+    """Record one finished session (a run that is killed keeps it for the next run)."""
+    line = json.dumps({"key": key, "value": value}, sort_keys=True) + "\n"
+    # one write() of one line on an O_APPEND fd: a kill leaves at most a torn last line
+    fd = os.open(out / JOURNAL, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line.encode("utf-8"))
+    finally:
+        os.close(fd)
 
 
 def _empty_frame(table: str) -> pl.DataFrame:

@@ -17,6 +17,7 @@ external rule is presented exactly like a built-in one.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -167,8 +168,8 @@ class Presentation:
     def key_figure_frame(self, ctx: RuleContext) -> pl.DataFrame:
         """The rule's key figures on ``ctx``'s ranks: ``rank`` + one Float64 column each.
 
-        Declared figures the function did not return are null; anything else it returned is
-        dropped. An empty frame when the rule declares no key figures.
+        One row per rank in scope; declared figures the function did not return are null, and
+        anything else it returned is dropped. An empty frame when the rule declares none.
         """
         schema = {"rank": pl.Int32, **{k.name: pl.Float64 for k in self.key_figures}}
         if self.compute_key_figures is None or not self.key_figures:
@@ -177,9 +178,36 @@ class Presentation:
         if not isinstance(frame, pl.DataFrame) or "rank" not in frame.columns:
             raise TypeError("a key-figures function must return a polars DataFrame with `rank`")
         missing = [pl.lit(None).alias(k) for k in schema if k not in frame.columns]
-        return frame.with_columns(missing).select(
+        values = frame.with_columns(missing).select(
             [pl.col(k).cast(t, strict=False) for k, t in schema.items()]
         )
+        # every rank in scope has a row: null, not absent, where the rank lacks the data
+        ranks = ctx.sessions().select(pl.col("rank").cast(pl.Int32)).unique()
+        return ranks.join(values, on="rank", how="full", coalesce=True).sort("rank")
 
     def marks_for(self, finding: Mapping[str, Any]) -> list[Mark]:
         return list((self.marks or evidence_marks)(finding))
+
+
+def key_figure_document(
+    rule_id: str, rule_name: str, figures: Iterable[KeyFigure], rows: Iterable[Mapping[str, Any]]
+) -> list[dict[str, Any]]:
+    """The ``key_figures`` entries of findings.json for one rule: one per declared figure, with
+    its value on every rank (null where the data is absent)."""
+    rows = list(rows)
+    return [
+        {
+            "rule": rule_id,
+            "name": rule_name,
+            "figure": k.name,
+            "label": k.label,
+            "better": k.better,
+            "unit": k.unit,
+            "values": [{"rank": int(r["rank"]), "value": _finite(r.get(k.name))} for r in rows],
+        }
+        for k in figures
+    ]
+
+
+def _finite(value: Any) -> float | None:
+    return float(value) if value is not None and math.isfinite(value) else None

@@ -295,11 +295,12 @@ class Rule:
     scope: Scope = "rank"
     source: Path | None = None
     presentation: Presentation = field(default_factory=Presentation)
+    digest: str = ""  # code digest, set by the loader (see engine.loader.rule_digest)
 
     def __post_init__(self) -> None:
         problems = []
         if not _ID_RE.match(self.id):
-            problems.append(f"id {self.id!r} must look like TA001 (2-4 capitals, 3-4 digits)")
+            problems.append(f"id {self.id!r} must look like TA123 (2-4 capitals, 3-4 digits)")
         if not _NAME_RE.match(self.name):
             problems.append(f"name {self.name!r} must be kebab-case")
         if self.severity not in SEVERITIES:

@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from traceanalyzer.report.inputs import TRACE_FILE, ReportInputs, RuleDoc
+from traceanalyzer.report.inputs import TRACE_FILE, ReportInputs
+
+if TYPE_CHECKING:
+    from traceanalyzer.engine import Rule
 
 SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 LEVELS = {"error": "error", "warning": "warning", "info": "note"}
@@ -37,7 +40,7 @@ def _first_section(doc: str) -> str:
     return " ".join(x.strip() for x in body if x.strip())
 
 
-def _descriptor(rule_id: str, status: dict[str, Any], doc: RuleDoc | None) -> dict[str, Any]:
+def _descriptor(rule_id: str, status: dict[str, Any], doc: Rule | None) -> dict[str, Any]:
     severity = (doc.severity if doc else None) or status.get("severity") or "warning"
     name = (doc.name if doc else None) or status.get("name") or rule_id
     out: dict[str, Any] = {
