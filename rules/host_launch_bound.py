@@ -7,6 +7,7 @@ from typing import Any
 
 import polars as pl
 
+from traceanalyzer.engine.cost import analysed_window_ns, analysed_windows
 from traceanalyzer.kit import (
     CANN_PROCESS,
     COMPUTE_TASK_TYPES,
@@ -192,15 +193,31 @@ def _judged_streams(ctx: RuleContext) -> _Judged:
         .unique()
     )
     tasks = launches.join(compute, on=[*keys, "stream"])
-    window = launches.group_by(keys).agg(
-        (pl.col("end_ns").max() - pl.col("start_ns").min()).alias("window_ns")
-    )
     syncs = union_intervals(
         slices.filter(
             (pl.col("process") == CANN_PROCESS) & pl.col("api_name").is_in(p.sync_apis)
         ).select(*keys, "start_ns", "end_ns"),
     ).collect()
-    gaps = _classify(stream_gaps(tasks, stream="stream"), syncs, p.min_gap_us * 1000)
+    # Only gaps that open inside the analysed window (the steps, else the sessions) count.
+    windows = analysed_windows(ctx).rename(
+        {"start_ns": "window_start_ns", "end_ns": "window_end_ns"}
+    )
+    opened = (
+        stream_gaps(tasks, stream="stream")
+        .sort("prev_end_ns")
+        .join_asof(
+            windows.sort("window_start_ns"),
+            left_on="prev_end_ns",
+            right_on="window_start_ns",
+            by=keys,
+            strategy="backward",
+            check_sortedness=False,
+        )
+        .filter(pl.col("prev_end_ns") < pl.col("window_end_ns"))
+        .drop("window_start_ns", "window_end_ns")
+    )
+    gaps = _classify(opened, syncs, p.min_gap_us * 1000)
+    window_ns = analysed_window_ns(ctx)
     linked = tasks.group_by(*keys, "stream").agg(
         pl.col("link").is_not_null().mean().alias("linked_fraction"), pl.len().alias("tasks")
     )
@@ -213,7 +230,7 @@ def _judged_streams(ctx: RuleContext) -> _Judged:
         ),
         on=[*keys, "stream"],
         how="left",
-    ).join(window, on=keys)
+    )
     per_stream = (
         per_session.group_by("rank", "stream")
         .agg(
@@ -222,9 +239,15 @@ def _judged_streams(ctx: RuleContext) -> _Judged:
             pl.col("tasks").sum(),
             *(
                 pl.col(c).fill_null(0).sum()
-                for c in ("cost_ns", "host_bound_gaps", "after_sync_ns", "idle_ns", "window_ns")
+                for c in ("cost_ns", "host_bound_gaps", "after_sync_ns", "idle_ns")
             ),
         )
+        .with_columns(
+            pl.col("rank")
+            .replace_strict(window_ns, default=None, return_dtype=pl.Int64)
+            .alias("window_ns")
+        )
+        .filter(pl.col("window_ns").is_not_null())
         .with_columns(
             (pl.col("cost_ns") / pl.col("window_ns").clip(lower_bound=1)).alias("cost_share")
         )

@@ -7,6 +7,16 @@ from typing import Any
 
 import polars as pl
 
+from traceanalyzer.engine.cost import analysed_window_ns
+from traceanalyzer.engine.cost import share as cost_share
+from traceanalyzer.engine.steps import (
+    NO_STEPS,
+    STEP_PARAMS,
+    call_sites,
+    host_calls,
+    in_steps,
+    step_windows,
+)
 from traceanalyzer.kit import (
     CANN_PROCESS,
     HARDWARE_PROCESS,
@@ -24,14 +34,6 @@ from traceanalyzer.kit import (
     text,
     union_intervals,
 )
-from traceanalyzer.builtin_rules._steps import (
-    NO_STEPS,
-    STEP_PARAMS,
-    call_sites,
-    host_calls,
-    in_steps,
-    step_windows,
-)
 
 WORST_SHOWN = 5
 NO_SITE = "no torch op"  # a sync outside any torch op: an explicit synchronize() call
@@ -44,7 +46,9 @@ NO_SITE = "no torch op"  # a sync outside any torch op: an explicit synchronize(
     summary="Host-device synchronisations inside steps, beyond the per-step token fetch, leave the device idle.",
     params={
         **STEP_PARAMS,
-        "sync_apis": Param(SYNC_APIS, "AscendCL calls that block the host until the device is done."),
+        "sync_apis": Param(
+            SYNC_APIS, "AscendCL calls that block the host until the device is done."
+        ),
         "allowed_per_step": Param(
             1, "Stalls per step that are normal: the last one(s), fetching the step's result."
         ),
@@ -52,7 +56,9 @@ NO_SITE = "no torch op"  # a sync outside any torch op: an explicit synchronize(
             20.0, "A sync costing less than this (µs) is not a stall (the device was busy anyway)."
         ),
         "min_extra_per_step": Param(1.0, "Fire from this many extra stalls per steady step on."),
-        "min_share": Param(0.02, "...and when they cost at least this share of the steady step time."),
+        "min_share": Param(
+            0.02, "...and when they cost at least this share of the steady step time."
+        ),
         "marker_tasks": Param(PROFILER_MARKER_TASKS, "Profiler marker tasks (not device work)."),
     },
     requires=[
@@ -120,7 +126,9 @@ def sync_in_step(ctx: RuleContext) -> Iterator[Finding]:
         raise NotEvaluated(NO_STEPS)
     steady = steps.filter(pl.col("steady"))
     if steady.is_empty():
-        raise NotEvaluated(f"only warm-up steps profiled (steps numbered <= warmup_steps={p.warmup_steps})")
+        raise NotEvaluated(
+            f"only warm-up steps profiled (steps numbered <= warmup_steps={p.warmup_steps})"
+        )
     stalls = _stalls(ctx, steps)
     for rank, rank_steps in steady.group_by("rank", maintain_order=True):
         rank = int(rank[0])
@@ -165,7 +173,11 @@ def _stalls(ctx: RuleContext, steps: pl.DataFrame) -> pl.DataFrame:
     placed = (
         syncs.sort("end_ns")
         .join_asof(
-            busy, left_on="end_ns", right_on="busy_start_ns", by=keys, strategy="backward",
+            busy,
+            left_on="end_ns",
+            right_on="busy_start_ns",
+            by=keys,
+            strategy="backward",
             check_sortedness=False,
         )  # fmt: skip
         # The sync returned while the device still had work: it drained nothing.
@@ -188,10 +200,13 @@ def _stalls(ctx: RuleContext, steps: pl.DataFrame) -> pl.DataFrame:
         )
         .with_columns(
             pl.max_horizontal("drain_ns", "sync_start_ns").alias("idle_start_ns"),
-            pl.min_horizontal(pl.col("next_start_ns").fill_null(pl.col("step_end_ns")), "step_end_ns")
-            .alias("idle_end_ns"),
+            pl.min_horizontal(
+                pl.col("next_start_ns").fill_null(pl.col("step_end_ns")), "step_end_ns"
+            ).alias("idle_end_ns"),
         )
-        .with_columns((pl.col("idle_end_ns") - pl.col("idle_start_ns")).clip(lower_bound=0).alias("idle_ns"))
+        .with_columns(
+            (pl.col("idle_end_ns") - pl.col("idle_start_ns")).clip(lower_bound=0).alias("idle_ns")
+        )
         .with_columns(pl.min_horizontal("idle_ns", "blocked_ns").alias("cost_ns"))
         .filter(pl.col("cost_ns") >= p.min_stall_us * 1000)
         .sort(*keys, "sync_start_ns")
@@ -265,23 +280,40 @@ def _finding(
         site = s["site"] if s["site_op"] in (None, s["site"]) else f"{s['site']} ({s['site_op']})"
         evidence.append(
             Evidence(
-                rank, s["session"], " + ".join(s["apis"]), CANN_PROCESS, s["thread"], None,
-                s["sync_start_ns"], s["sync_end_ns"] - s["sync_start_ns"],
+                rank,
+                s["session"],
+                " + ".join(s["apis"]),
+                CANN_PROCESS,
+                s["thread"],
+                None,
+                s["sync_start_ns"],
+                s["sync_end_ns"] - s["sync_start_ns"],
                 f"step {s['step']}, call site {site}; host blocked {text.duration(s['blocked_ns'])}",
             )  # fmt: skip
         )
         evidence.append(
             Evidence(
-                rank, s["session"], "device idle after sync", HARDWARE_PROCESS, None, None,
-                s["idle_start_ns"], s["idle_ns"],
+                rank,
+                s["session"],
+                "device idle after sync",
+                HARDWARE_PROCESS,
+                None,
+                None,
+                s["idle_start_ns"],
+                s["idle_ns"],
                 f"costs {text.duration(s['cost_ns'])} (idle capped by the time the host was blocked)",
             )  # fmt: skip
         )
-    per_step = steps.select("step").join(
-        extra.group_by("step").agg(pl.len().alias("stalls"), pl.col("cost_ns").sum()),
-        on="step",
-        how="left",
-    ).fill_null(0).sort("step")
+    per_step = (
+        steps.select("step")
+        .join(
+            extra.group_by("step").agg(pl.len().alias("stalls"), pl.col("cost_ns").sum()),
+            on="step",
+            how="left",
+        )
+        .fill_null(0)
+        .sort("step")
+    )
     return ctx.finding(
         rank=rank,
         sessions=sorted(set(steps["session"])),
@@ -290,7 +322,8 @@ def _finding(
         location={"site": sites[0]},
         metrics={
             "cost_ns": cost,
-            "cost_share": round(share, 4),
+            "cost_share": cost_share(cost, analysed_window_ns(ctx).get(rank)),
+            "steady_share": round(share, 4),
             "extra_stalls": extra.height,
             "extra_per_step": round(extra.height / n, 3),
             "steady_steps": n,
@@ -332,7 +365,9 @@ def _key_figures(ctx: RuleContext) -> pl.DataFrame:
     extra = _stalls(ctx, steps).filter(pl.col("steady") & pl.col("extra"))
     counts = steady.group_by("rank").agg(pl.len().alias("steps"))
     return counts.join(
-        extra.group_by("rank").agg(pl.len().alias("n"), pl.col("cost_ns").sum()), on="rank", how="left"
+        extra.group_by("rank").agg(pl.len().alias("n"), pl.col("cost_ns").sum()),
+        on="rank",
+        how="left",
     ).select(
         "rank",
         (pl.col("n").fill_null(0) / pl.col("steps")).alias("extra_syncs_per_step"),

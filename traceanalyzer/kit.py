@@ -66,6 +66,8 @@ from traceanalyzer.engine.testing import StoreBuilder, us
 from traceanalyzer.store import Store
 from traceanalyzer.vocabulary import (
     AI_CORE_FREQ_PROCESS,
+    AI_CORE_TASK_TYPES,
+    AI_CPU_TASK_TYPES,
     CANN_PROCESS,
     COMMUNICATION_PROCESSES,
     COMPUTE_TASK_TYPES,
@@ -120,6 +122,8 @@ __all__ = [
     "series_by_rank",
     # vocabulary
     "AI_CORE_FREQ_PROCESS",
+    "AI_CORE_TASK_TYPES",
+    "AI_CPU_TASK_TYPES",
     "CANN_PROCESS",
     "COMMUNICATION_PROCESSES",
     "COMPUTE_TASK_TYPES",

@@ -41,6 +41,22 @@ WAIT_TASK_NAMES = ("EVENT_WAIT", "NOTIFY_WAIT", "Notify Wait", "Notify_Wait")
 # Copies: host<->device memcpy tasks and the DMA engines that carry them.
 COPY_TASK_NAMES = ("MEMCPY_ASYNC",)
 COPY_TASK_TYPES = ("PCIE_DMA_SQE", "SDMA_SQE")
+# Kernels: compute on the AI Core / AI Vector / AI CPU, as GE names them in trace_view.json
+# `Task Type`, and as the runtime names them (task_time.csv, newer chips).
+AI_CORE_TASK_TYPES = (
+    "AI_CORE",
+    "AI_VECTOR_CORE",
+    "MIX_AIC",
+    "MIX_AIV",
+    "AIV_SQE",
+    "FFTS_PLUS",
+    "KERNEL_AICORE",
+    "KERNEL_AIVEC",
+    "KERNEL_MIX_AIC",
+    "KERNEL_MIX_AIV",
+)
+AI_CPU_TASK_TYPES = ("AI_CPU", "KERNEL_AICPU", "AICPU_H", "AICPU_D")
+COMPUTE_TASK_TYPES = (*AI_CORE_TASK_TYPES, *AI_CPU_TASK_TYPES)
 
 # --------------------------------------------------------------------------------------------
 # Host side
@@ -71,7 +87,7 @@ def session_metadata(raw: str | None) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------------------------
-# Host <-> device synchronisation, compute tasks, profiler markers
+# Host <-> device synchronisation, profiler markers, graph replay
 # --------------------------------------------------------------------------------------------
 
 # AscendCL calls that block the host until the device (a stream, an event, the whole device)
@@ -85,8 +101,6 @@ SYNC_APIS = (
     "aclrtSynchronizeEventWithTimeout",
     "aclrtMemcpy",
 )
-# Task types of kernels (Ascend Hardware `Task Type` / kernel_details `Accelerator Core`).
-COMPUTE_TASK_TYPES = ("AI_CORE", "AI_VECTOR_CORE", "MIX_AIC", "MIX_AIV", "AI_CPU")
 # Tasks the profiler itself puts on a stream when it starts and stops: not the workload's.
 PROFILER_MARKER_TASKS = ("PROFILING_ENABLE", "PROFILING_DISABLE")
 # Graph replay: one call queues a whole captured graph (aclgraph / NPUGraph.replay()).

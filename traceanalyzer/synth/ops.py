@@ -100,6 +100,7 @@ def launch_kernel(
     *,
     host_us: float = 22,
     compile_ns: int = 0,
+    kernel_scale: float = 1.0,
 ) -> int:
     """Eager aclnn launch through the torch_npu task queue; returns the host time after the op.
 
@@ -136,7 +137,7 @@ def launch_kernel(
         tid=rw.dequeue_tid,
         mode="KernelLaunch",
     )
-    kdur = jitter(rng, spec.dur_us, 0.1) + rng.randrange(0, 1000)
+    kdur = jitter(rng, spec.dur_us * kernel_scale, 0.1) + rng.randrange(0, 1000)
     kstart = dev.place(stream, node + node_dur + 8 * US, kdur)
     rw.kernel(
         stream, spec.name, spec.op_type, spec.core, kstart, kdur, conn=conn, in_shapes=spec.shapes
@@ -208,6 +209,7 @@ class DecodeKnobs:
     """How decode steps run and the host-side pathologies they carry (defaults: healthy eager).
 
     - ``host_us``: host time per eager op; raise it and the device starves between launches.
+    - ``kernel_scale``: device time per kernel, times the typical decode kernel (a larger batch).
     - ``graph``: each step replays one captured graph (``AscendCL@aclmdlRIExecuteAsync``; the
       kernels carry its model id) instead of launching every op.
     - ``syncs``: extra ``.item()`` calls inside each step (``aclrtSynchronizeStream`` then a
@@ -219,6 +221,7 @@ class DecodeKnobs:
     """
 
     host_us: float = 22.0
+    kernel_scale: float = 1.0
     graph: bool = False
     syncs: int = 0
     sync_gap_us: float = 300.0
@@ -250,7 +253,7 @@ def decode_step(
     t += jitter(rng, 30)
     churn = knobs.warmup_only <= 0 or number <= knobs.warmup_only
     if knobs.graph:
-        t = graph_replay(rw, rng, dev, t, layers, stream)
+        t = graph_replay(rw, rng, dev, t, layers, stream, knobs.kernel_scale)
     for layer in range(0 if knobs.graph else layers):
         if churn and layer < knobs.allocs:
             t = alloc_free(rw, rng, t, knobs.alloc_us)
@@ -259,8 +262,9 @@ def decode_step(
                 int(knobs.compile_us * US) if churn and i == 0 and layer < knobs.compiles else 0
             )
             t = launch_kernel(
-                rw, rng, dev, t, spec, stream, host_us=knobs.host_us, compile_ns=compile_ns
-            )
+                rw, rng, dev, t, spec, stream, host_us=knobs.host_us, compile_ns=compile_ns,
+                kernel_scale=knobs.kernel_scale,
+            )  # fmt: skip
         if allreduce:
             t = allreduce_eager(rw, rng, dev, t, stream, comm_stream)
         if layer < knobs.syncs:
@@ -274,7 +278,13 @@ GRAPH_MODEL_ID = 7
 
 
 def graph_replay(
-    rw: RankWriter, rng: Random, dev: Device, t: int, layers: int, stream: int = 2
+    rw: RankWriter,
+    rng: Random,
+    dev: Device,
+    t: int,
+    layers: int,
+    stream: int = 2,
+    kernel_scale: float = 1.0,
 ) -> int:
     """One ``NPUGraph.replay()``: a single ``aclmdlRIExecuteAsync`` queues the whole captured step.
 
@@ -286,7 +296,7 @@ def graph_replay(
     ready = t + dur + 10 * US
     for _ in range(layers):
         for spec in DECODE_LAYER:
-            kdur = jitter(rng, spec.dur_us, 0.1)
+            kdur = jitter(rng, spec.dur_us * kernel_scale, 0.1)
             kstart = dev.place(stream, ready, kdur + 1 * US)
             rw.kernel(
                 stream, spec.name, spec.op_type, spec.core, kstart, kdur,

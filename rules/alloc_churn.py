@@ -1,0 +1,246 @@
+"""TA006 alloc-churn: device memory is allocated and freed through CANN in steady-state steps."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import polars as pl
+
+from traceanalyzer.engine.cost import analysed_window_ns, share
+from traceanalyzer.engine.steps import (
+    NO_STEPS,
+    STEP_PARAMS,
+    call_sites,
+    host_calls,
+    in_steps,
+    per_step_figure,
+    steady_state_usage,
+    step_windows,
+)
+from traceanalyzer.kit import (
+    CANN_PROCESS,
+    Evidence,
+    FigureContext,
+    Finding,
+    KeyFigure,
+    NotEvaluated,
+    Param,
+    Requirement,
+    RuleContext,
+    rule,
+    session_metadata,
+    text,
+)
+
+WORST_SHOWN = 5
+FREE_APIS = ("aclrtFree", "aclrtFreePhysical")
+
+
+@rule(
+    id="TA006",
+    name="alloc-churn",
+    severity="warning",
+    summary="Device memory is allocated and freed (aclrtMalloc/aclrtFree) in steady-state steps.",
+    params={
+        **STEP_PARAMS,
+        "alloc_apis": Param(
+            (
+                "aclrtMalloc",
+                "aclrtMallocAlign32",
+                "aclrtMallocCached",
+                "aclrtMallocPhysical",
+                "aclrtFree",
+                "aclrtFreePhysical",
+            ),
+            "AscendCL calls that allocate or free device memory.",
+        ),  # fmt: skip
+        "min_step_share": Param(
+            0.5, "Fire when at least this fraction of the steady steps allocates (not warm-up)."
+        ),
+        "min_share": Param(
+            0.01, "...and the calls take at least this share of the steady step time."
+        ),
+    },
+    requires=[
+        Requirement(
+            "slices",
+            ("api_name",),
+            what="CANN API events (`aclrtMalloc`, `aclrtFree`)",
+            collect_with="profiler_level=Level1",
+            where=pl.col("process") == CANN_PROCESS,
+        ),
+    ],
+)
+def alloc_churn(ctx: RuleContext) -> Iterator[Finding]:
+    """
+    ## What it detects
+    `aclrtMalloc` / `aclrtFree` / `aclrtMallocPhysical` calls (CANN, Level1+) inside
+    steady-state steps: steps numbered above `warmup_steps`, where a caching allocator should
+    serve every tensor from memory it already holds. It fires when at least `min_step_share` of
+    the steady steps allocate and the calls take at least `min_share` of their time, and names
+    the torch ops that triggered them.
+
+    ## Why it matters
+    Each `aclrtMalloc`/`aclrtFree` is a driver call of tens to hundreds of µs on the host, and
+    the device waits while the host is stuck in it. In steady state it means the caching
+    allocator keeps missing (fragmentation, a changing shape) or its blocks are handed back
+    every step (`torch.npu.empty_cache()` in the loop).
+
+    ## How to fix
+    - `PYTORCH_NPU_ALLOC_CONF=expandable_segments:True`, so segments grow instead of new
+      blocks being allocated for shapes that do not fit.
+    - Remove `torch.npu.empty_cache()` (and `gc.collect()` + `empty_cache` pairs) from the loop.
+    - Keep shapes stable across steps (padding, bucketing) so cached blocks are reused.
+    The finding says whether `expandable_segments` was set and whether blocks are freed every step.
+
+    ## Example
+    ```
+    TA006 alloc-churn [warning] rank 0
+    aclrtMalloc/aclrtFree in 5 of 5 steady steps: 4 calls per step, 0.64 ms per step (9% of the
+    steady step time), at aten::empty_strided, empty_cache
+    ```
+    Silent when only warm-up steps allocate (the allocator filling its cache), on a few stray
+    steps, and below `min_share`. Without steps: not evaluated.
+
+    ## References
+    - msprof-analyze advisor memory checker (`aclMallocMemInner`/`aclrtFree` over 10 ms).
+    - torch_npu `PYTORCH_NPU_ALLOC_CONF` (`expandable_segments`), `torch.npu.empty_cache`.
+    """
+    p = ctx.params
+    steps = step_windows(ctx)
+    if steps.is_empty():
+        raise NotEvaluated(NO_STEPS)
+    calls = in_steps(host_calls(ctx, p.alloc_apis), steps)
+    per_step, per_rank = steady_state_usage(steps, calls)
+    windows = analysed_window_ns(ctx)
+    for row in per_rank.iter_rows(named=True):
+        rank = int(row["rank"])
+        if not row["steady_steps"]:
+            ctx.note(f"rank {rank}: only warm-up steps profiled", rank=rank)
+            continue
+        if row["step_share"] < p.min_step_share or row["cost_share"] < p.min_share:
+            ctx.note(
+                f"rank {rank}: {row['calls']} alloc/free calls in {row['steps_with']} of "
+                f"{row['steady_steps']} steady steps, {row['cost_share']:.1%} of their time "
+                f"(thresholds {p.min_step_share:.0%} of steps, {p.min_share:.0%}); "
+                f"{row['warmup_calls']} in warm-up steps",
+                rank=rank,
+                cost_share=row["cost_share"],
+            )
+            continue
+        mine = calls.filter((pl.col("rank") == rank) & pl.col("steady"))
+        yield _finding(ctx, row, call_sites(ctx, mine), per_step, windows.get(rank))
+
+
+def _fix(ctx: RuleContext, rank: int, frees: int, steps: int) -> str:
+    """The fix that fits: expandable segments set or not, blocks freed every step or not."""
+    sessions = ctx.sessions().filter(pl.col("rank") == rank)
+    conf = {
+        str(session_metadata(m).get("ENV_VARIABLES", {}).get("PYTORCH_NPU_ALLOC_CONF") or "")
+        for m in sessions["metadata"]
+    }
+    parts = []
+    if not any("expandable_segments:True" in c for c in conf):
+        shown = ", ".join(sorted(c for c in conf if c)) or "unset"
+        parts.append(
+            f"Set `PYTORCH_NPU_ALLOC_CONF=expandable_segments:True` (it was {shown}) so the "
+            "allocator grows segments instead of allocating new blocks."
+        )
+    if frees >= steps:
+        parts.append(
+            "Blocks are freed back to the driver every step: remove `torch.npu.empty_cache()` "
+            "(and forced `gc.collect()`) from the loop."
+        )
+    parts.append("Keep shapes stable across steps (pad or bucket) so cached blocks are reused.")
+    return " ".join(parts)
+
+
+def _finding(
+    ctx: RuleContext,
+    row: dict[str, Any],
+    calls: pl.DataFrame,
+    per_step: pl.DataFrame,
+    window_ns: int | None,
+) -> Finding:
+    rank, n = int(row["rank"]), int(row["steady_steps"])
+    sites = (
+        calls.group_by(pl.col("site").fill_null(pl.col("name")))
+        .agg(pl.col("dur_ns").sum())
+        .sort("dur_ns", "site", descending=[True, False])["site"]
+        .to_list()
+    )
+    apis = sorted(set(calls["api_name"]))
+    frees = calls.filter(pl.col("api_name").is_in(FREE_APIS)).height
+    title = (
+        f"{'/'.join(apis)} in {row['steps_with']} of {n} steady steps: "
+        f"{text.number(round(row['calls'] / n, 2))} calls per step, "
+        f"{text.duration(row['cost_ns'] / n)} per step ({row['cost_share']:.0%} of the steady "
+        f"step time), at {text.join(sites, 3)}"
+    )
+    message = (
+        f"On rank {rank}, the host called {text.join(apis)} {row['calls']} times in {n} steady "
+        f"step(s) (after warm-up step(s) <= {ctx.params.warmup_steps}, which made "
+        f"{row['warmup_calls']} more), for {text.duration(row['cost_ns'])}: the caching "
+        "allocator went to the driver instead of reusing its blocks, and the device waited."
+    )
+    evidence = [
+        Evidence(
+            rank,
+            c["session"],
+            c["name"],
+            CANN_PROCESS,
+            c["thread"],
+            None,
+            c["start_ns"],
+            c["dur_ns"],
+            f"step {c['step']}, call site {c['site'] or 'no torch op'}",
+        )  # fmt: skip
+        for c in calls.sort("dur_ns", descending=True).head(WORST_SHOWN).iter_rows(named=True)
+    ]
+    mine = per_step.filter(pl.col("rank") == rank)
+    return ctx.finding(
+        rank=rank,
+        sessions=sorted(set(mine["session"])),
+        title=title,
+        message=message,
+        location={"apis": "/".join(apis)},
+        metrics={
+            "cost_ns": int(row["cost_ns"]),
+            "cost_share": share(row["cost_ns"], window_ns),
+            "steady_share": round(row["cost_share"], 4),
+            "calls": int(row["calls"]),
+            "calls_per_step": round(row["calls"] / n, 3),
+            "steady_steps": n,
+            "steps_with": int(row["steps_with"]),
+            "warmup_calls": int(row["warmup_calls"]),
+        },
+        evidence=evidence,
+        fix=_fix(ctx, rank, frees, n),
+        series={
+            "step": mine["step"].to_list(),
+            "value": [v / 1e3 for v in mine["call_ns"]],
+            "steady": mine["steady"].to_list(),
+        },
+        score=float(row["cost_ns"]),
+    )
+
+
+@alloc_churn.figure(caption="Time in aclrtMalloc/aclrtFree per step; warm-up steps in grey.")
+def _figure(fig: FigureContext) -> Any:
+    return per_step_figure(fig, "alloc/free time (µs)")
+
+
+@alloc_churn.key_figures(
+    KeyFigure("alloc_ns_per_step", "alloc/free time per steady step", "lower", "ns"),
+    KeyFigure("alloc_calls_per_step", "alloc/free calls per steady step", "lower", "count"),
+)
+def _key_figures(ctx: RuleContext) -> pl.DataFrame:
+    steps = step_windows(ctx)
+    _, per_rank = steady_state_usage(steps, in_steps(host_calls(ctx, ctx.params.alloc_apis), steps))
+    n = pl.col("steady_steps")
+    return per_rank.filter(n > 0).select(
+        "rank",
+        (pl.col("cost_ns") / n).alias("alloc_ns_per_step"),
+        (pl.col("calls") / n).alias("alloc_calls_per_step"),
+    )

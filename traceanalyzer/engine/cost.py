@@ -1,0 +1,49 @@
+"""The analysed window of each rank: the time a finding's cost is a share of (``cost_share``).
+
+It is the profiled steps (``ProfilerStep#N`` spans, which do not nest) where the rank has them,
+else its sessions from first to last event. One definition, so every rule's ``cost_share`` places
+in the same step breakdown.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from traceanalyzer.engine.rule import RuleContext
+
+STEP_PREFIX = "ProfilerStep#"
+WINDOW_SCHEMA = {"rank": pl.Int32, "session": pl.String, "start_ns": pl.Int64, "end_ns": pl.Int64}
+
+
+def analysed_windows(ctx: RuleContext) -> pl.DataFrame:
+    """The windows of every rank in scope: its steps, else its sessions (rank, session, bounds)."""
+    steps = (
+        ctx.table("slices")
+        .filter(pl.col("name").str.starts_with(STEP_PREFIX) & (pl.col("dur_ns") > 0))
+        .select("rank", "session", "start_ns", "end_ns")
+        .collect()
+        .cast(WINDOW_SCHEMA)  # type: ignore[arg-type]
+    )
+    with_steps = steps["rank"].unique().to_list()
+    sessions = (
+        ctx.sessions()
+        .filter((pl.col("end_ns") > pl.col("start_ns")) & ~pl.col("rank").is_in(with_steps))
+        .select("rank", "session", "start_ns", "end_ns")
+        .cast(WINDOW_SCHEMA)  # type: ignore[arg-type]
+    )
+    return pl.concat([steps, sessions]).sort("rank", "start_ns")
+
+
+def analysed_window_ns(ctx: RuleContext) -> dict[int, int]:
+    """Per rank: total step time, else total session time (ns); ranks without either are absent."""
+    totals = (
+        analysed_windows(ctx)
+        .group_by("rank")
+        .agg((pl.col("end_ns") - pl.col("start_ns")).sum().alias("window_ns"))
+    )
+    return {int(r): int(w) for r, w in totals.iter_rows()}
+
+
+def share(cost_ns: float | None, window_ns: int | None) -> float | None:
+    """``cost_ns`` as a share of the window, or None when either is unknown."""
+    return cost_ns / window_ns if cost_ns is not None and window_ns else None

@@ -1,0 +1,203 @@
+"""Steps, steady state and host call sites: shared by the rules that judge host calls per step.
+
+A step is a host span matching ``step_pattern`` (``ProfilerStep#N``, one per ``prof.step()``).
+Steps numbered up to ``warmup_steps`` are warm-up (the first iterations allocate, compile and
+cache); the others are the steady state. A call belongs to the step it starts in. Its call
+site is the torch op around it on the same OS thread: the outermost one under the step (what
+the model code called, e.g. ``aten::item``) and the innermost (``aten::_local_scalar_dense``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import polars as pl
+
+from traceanalyzer.engine.presentation import FigureContext
+from traceanalyzer.engine.primitives import containing_call, outermost, overlap_join
+from traceanalyzer.engine.rule import Param, RuleContext
+from traceanalyzer.vocabulary import CANN_PROCESS, NOT_HOST_PROCESSES, PYTHON_PROCESS
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+STEP_PARAMS = {
+    "step_pattern": Param(
+        r"^ProfilerStep#(\d+)$",
+        "Regex on host span names that mark steps; group 1, when present, is the step number.",
+    ),
+    "warmup_steps": Param(
+        1, "Steps numbered up to this are warm-up, not steady state (ProfilerStep#1 ...)."
+    ),
+}
+NO_STEPS = (
+    "no step windows (`ProfilerStep#N` spans; profile with a schedule and call prof.step() "
+    "every iteration, or set step_pattern)"
+)
+SITE_CATEGORIES = ("cpu_op", "dequeue")  # torch ops, and the task queue running them
+DEQUEUE_PREFIX = "Dequeue@"
+STEP_SCHEMA = {
+    "rank": pl.Int32,
+    "session": pl.String,
+    "step": pl.Int64,
+    "start_ns": pl.Int64,
+    "end_ns": pl.Int64,
+}
+
+
+def step_windows(ctx: RuleContext) -> pl.DataFrame:
+    """Steps per rank and session: ``step``, ``start_ns``, ``end_ns``, ``dur_ns``, ``steady``."""
+    p = ctx.params
+    spans = (
+        ctx.table("slices")
+        .filter(
+            ~pl.col("process").is_in(NOT_HOST_PROCESSES)
+            & pl.col("name").str.contains(p.step_pattern)
+        )
+        .select(
+            "rank",
+            "session",
+            pl.col("name")
+            .str.extract(p.step_pattern, 1)
+            .cast(pl.Int64, strict=False)
+            .alias("step"),
+            "start_ns",
+            "end_ns",
+        )
+        .collect()
+        .cast(STEP_SCHEMA)
+    )
+    steps = outermost(spans).sort("rank", "session", "start_ns")
+    # A pattern without a number (an `execute_model` span): number the steps from 1 per session.
+    ordinal = pl.int_range(1, pl.len() + 1).over("rank", "session")
+    return steps.with_columns(
+        pl.col("step").fill_null(ordinal),
+        (pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns"),
+    ).with_columns((pl.col("step") > p.warmup_steps).alias("steady"))
+
+
+def host_calls(
+    ctx: RuleContext, names: Sequence[str] = (), pattern: str | None = None
+) -> pl.DataFrame:
+    """CANN calls named in ``names`` or matching ``pattern`` (on ``api_name``)."""
+    match = pl.col("api_name").is_in(list(names))
+    if pattern:
+        match = match | pl.col("api_name").str.contains(pattern)
+    return (
+        ctx.table("slices")
+        .filter((pl.col("process") == CANN_PROCESS) & match)
+        .select(
+            "rank",
+            "session",
+            "process",
+            "thread",
+            "name",
+            "api_name",
+            "start_ns",
+            "end_ns",
+            "dur_ns",
+        )
+        .collect()
+    )
+
+
+def in_steps(calls: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
+    """The calls that start inside a step, with its ``step`` number, ``steady`` flag and bounds."""
+    windows = steps.select(
+        "rank", "session", "step", "steady", "start_ns", "end_ns",
+        pl.col("start_ns").alias("step_start_ns"), pl.col("end_ns").alias("step_end_ns"),
+    )  # fmt: skip
+    joined = overlap_join(windows, calls, mode="start_within", suffix="_call")
+    return joined.select(
+        *calls.columns[:2],
+        "step", "steady", "step_start_ns", "step_end_ns",
+        *(pl.col(f"{c}_call").alias(c) if f"{c}_call" in joined.columns else pl.col(c)
+          for c in calls.columns[2:]),
+    )  # fmt: skip
+
+
+def call_sites(ctx: RuleContext, calls: pl.DataFrame) -> pl.DataFrame:
+    """Add ``site`` (outermost torch op around each call, under the step) and ``site_op``
+    (the innermost one); null when the call runs outside any torch op.
+
+    A call on the task-queue thread sits in the ``Dequeue@op`` of the op it runs for.
+    """
+    ops = (
+        ctx.table("slices")
+        .filter(
+            (pl.col("process") == PYTHON_PROCESS)
+            & pl.col("cat").is_in(SITE_CATEGORIES)
+            & ~pl.col("name").str.contains(ctx.params.step_pattern)
+        )
+        .select(
+            "rank",
+            "session",
+            "thread",
+            pl.col("name").str.strip_prefix(DEQUEUE_PREFIX).alias("_op"),
+            "start_ns",
+            "end_ns",
+        )
+        .with_columns(pl.lit(CANN_PROCESS).alias("process"))  # CANN threads are the OS threads
+        .collect()
+    )
+    points = calls.with_columns(pl.col("start_ns").alias("_at"))
+    inner = containing_call(points, ops, at="_at")["_op"]
+    outer = containing_call(points, ops, at="_at", outer=True)["_op"]
+    return calls.with_columns(site=outer, site_op=inner)
+
+
+def steady_state_usage(
+    steps: pl.DataFrame, calls: pl.DataFrame
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """How much of each step the ``calls`` (from :func:`in_steps`) take, and its steady-state sum.
+
+    Returns ``(per_step, per_rank)``. ``per_step``: every step with ``calls`` and ``call_ns``
+    (0 when none). ``per_rank``: ``steady_steps``, ``steps_with`` (steady steps with a call),
+    ``step_share`` (their fraction), ``calls``, ``cost_ns`` and ``step_ns`` (steady steps only),
+    ``cost_share`` (``cost_ns / step_ns``) and ``warmup_calls`` (calls in warm-up steps).
+    """
+    keys = ["rank", "session", "step"]
+    per_step = (
+        steps.join(
+            calls.group_by(keys).agg(
+                pl.len().alias("calls"), pl.col("dur_ns").sum().alias("call_ns")
+            ),
+            on=keys,
+            how="left",
+        )
+        .with_columns(pl.col("calls").fill_null(0), pl.col("call_ns").fill_null(0))
+        .sort("rank", "start_ns")
+    )
+    steady = pl.col("steady")
+    per_rank = (
+        per_step.group_by("rank")
+        .agg(
+            steady.sum().alias("steady_steps"),
+            (steady & (pl.col("calls") > 0)).sum().alias("steps_with"),
+            pl.col("calls").filter(steady).sum().alias("calls"),
+            pl.col("call_ns").filter(steady).sum().alias("cost_ns"),
+            pl.col("dur_ns").filter(steady).sum().alias("step_ns"),
+            pl.col("calls").filter(~steady).sum().alias("warmup_calls"),
+        )
+        .with_columns(
+            (pl.col("steps_with") / pl.col("steady_steps").clip(lower_bound=1)).alias("step_share"),
+            (pl.col("cost_ns") / pl.col("step_ns").clip(lower_bound=1)).alias("cost_share"),
+        )
+        .sort("rank")
+    )
+    return per_step, per_rank
+
+
+def per_step_figure(fig: FigureContext, ylabel: str) -> Figure | None:
+    """Bars of a finding's per-step series (``step``, ``value``, ``steady``); warm-up in grey."""
+    figure, (ax,) = fig.new(6.0, 2.4)
+    (ranks, series), *_ = fig.series_by_rank()
+    if not series.get("step"):
+        return None
+    colours = ["#dc2626" if s else "#9ca3af" for s in series["steady"]]
+    ax.bar([str(s) for s in series["step"]], series["value"], color=colours, width=0.7)
+    ax.set_xlabel("step (grey: warm-up)", fontsize=8)
+    ax.set_ylabel(ylabel, fontsize=8)
+    ax.set_title(f"rank {', '.join(map(str, ranks))}", fontsize=9)
+    return figure
