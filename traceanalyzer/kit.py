@@ -98,6 +98,7 @@ from traceanalyzer.vocabulary import (
 _THROUGH_FILES = {
     "RankBuilder": "traceanalyzer.synth.fixtures",
     "ingested": "traceanalyzer.synth.fixtures",
+    "scenario_store": "traceanalyzer.synth.fixtures",
 }
 
 __all__ = [
@@ -170,6 +171,7 @@ __all__ = [
     "StoreBuilder",
     "fixture",
     "ingested",  # noqa: F822 - resolved lazily by __getattr__
+    "scenario_store",  # noqa: F822 - resolved lazily by __getattr__
     "us",
 ]
 
