@@ -260,8 +260,10 @@ def _finding(
     sites = by_site["site"].to_list()
     apis = {a for row in extra["apis"] for a in row}
     share = cost / max(step_ns, 1)
+    per_step_count = round(extra.height / n, 2)
     title = (
-        f"{text.number(round(extra.height / n, 2))} extra host-device syncs per step at "
+        f"{text.number(per_step_count)} extra host-device sync{'' if per_step_count == 1 else 's'} "
+        "per step at "
         f"{text.join(sites, 3)}: the device idles {text.duration(cost / n)} per step "
         f"({share:.0%} of the steady step time) after them"
     )
