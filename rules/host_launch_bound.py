@@ -69,6 +69,20 @@ NO_LINKS = (
             "Host calls that wait for the device: a gap that opens while the host waits in one "
             "is the synchronisation's cost (sync-in-step), not a slow launch.",
         ),
+        "other_cause_apis": Param(
+            (
+                "opCompile",
+                "aclopCompile",
+                "aclrtMalloc",
+                "aclrtMallocAlign32",
+                "aclrtMallocCached",
+                "aclrtMallocPhysical",
+                "aclrtFree",
+                "aclrtFreePhysical",
+            ),
+            "Host calls whose time inside a gap is another rule's cost (online-compile, "
+            "alloc-churn), not slow dispatch.",
+        ),  # fmt: skip
         "replay_apis": Param(
             GRAPH_REPLAY_APIS, "Host calls that replay a captured graph (one launch per graph)."
         ),
@@ -216,14 +230,20 @@ def _judged_streams(ctx: RuleContext) -> _Judged:
         .filter(pl.col("prev_end_ns") < pl.col("window_end_ns"))
         .drop("window_start_ns", "window_end_ns")
     )
-    gaps = _classify(opened, syncs, p.min_gap_us * 1000)
+    other = union_intervals(
+        slices.filter(
+            (pl.col("process") == CANN_PROCESS) & pl.col("api_name").is_in(p.other_cause_apis)
+        ).select(*keys, "start_ns", "end_ns"),
+    ).collect()
+    gaps = _classify(opened, syncs, other, p.min_gap_us * 1000)
     window_ns = analysed_window_ns(ctx)
     linked = tasks.group_by(*keys, "stream").agg(
         pl.col("link").is_not_null().mean().alias("linked_fraction"), pl.len().alias("tasks")
     )
     per_session = linked.join(
         gaps.group_by(*keys, "stream").agg(
-            pl.col("gap_ns").filter(pl.col("host_bound")).sum().alias("cost_ns"),
+            pl.col("cost_ns").filter(pl.col("host_bound")).sum().alias("cost_ns"),
+            pl.col("other_ns").filter(pl.col("host_bound")).sum().alias("other_ns"),
             pl.col("host_bound").sum().alias("host_bound_gaps"),
             pl.col("gap_ns").filter(pl.col("after_sync")).sum().alias("after_sync_ns"),
             pl.col("gap_ns").sum().alias("idle_ns"),
@@ -239,7 +259,7 @@ def _judged_streams(ctx: RuleContext) -> _Judged:
             pl.col("tasks").sum(),
             *(
                 pl.col(c).fill_null(0).sum()
-                for c in ("cost_ns", "host_bound_gaps", "after_sync_ns", "idle_ns")
+                for c in ("cost_ns", "other_ns", "host_bound_gaps", "after_sync_ns", "idle_ns")
             ),
         )
         .with_columns(
@@ -258,8 +278,14 @@ def _judged_streams(ctx: RuleContext) -> _Judged:
     return _Judged(gaps, per_stream, int(replays.item()), bool(queue.item()))
 
 
-def _classify(gaps: pl.DataFrame, syncs: pl.DataFrame, min_gap_ns: float) -> pl.DataFrame:
-    """Flag each gap ``host_bound`` (launched after the stream went idle) or ``after_sync``."""
+def _classify(
+    gaps: pl.DataFrame, syncs: pl.DataFrame, other: pl.DataFrame, min_gap_ns: float
+) -> pl.DataFrame:
+    """Flag each gap ``host_bound`` (launched after the stream went idle) or ``after_sync``.
+
+    A host-bound gap costs its length less the host time spent in ``other`` calls inside it
+    (``other_ns``: compiling, allocating; their own rules report that time).
+    """
     keys = ["rank", "session"]
     waiting = (
         gaps.sort("prev_end_ns")
@@ -277,13 +303,48 @@ def _classify(gaps: pl.DataFrame, syncs: pl.DataFrame, min_gap_ns: float) -> pl.
             (pl.col("sync_end_ns").fill_null(-1) >= pl.col("prev_end_ns")).alias("in_sync")
         )
     )
+    other_ns = _covered_at(waiting, other, "start_ns") - _covered_at(waiting, other, "prev_end_ns")
     late = (pl.col("launch_end_ns") > pl.col("prev_end_ns")).fill_null(False)
     counted = late & (pl.col("gap_ns") >= min_gap_ns)
-    return waiting.with_columns(
-        (counted & ~pl.col("in_sync")).alias("host_bound"),
-        (counted & pl.col("in_sync")).alias("after_sync"),
-        (pl.col("launch_end_ns") - pl.col("prev_end_ns")).alias("late_ns"),
-    ).sort(*keys, "stream", "start_ns")
+    return (
+        waiting.with_columns(other_ns.alias("other_ns"))
+        .with_columns(
+            (counted & ~pl.col("in_sync")).alias("host_bound"),
+            (counted & pl.col("in_sync")).alias("after_sync"),
+            (pl.col("launch_end_ns") - pl.col("prev_end_ns")).alias("late_ns"),
+            (pl.col("gap_ns") - pl.col("other_ns")).alias("cost_ns"),
+        )
+        .sort(*keys, "stream", "start_ns")
+    )
+
+
+def _covered_at(points: pl.DataFrame, merged: pl.DataFrame, at: str) -> pl.Series:
+    """Per row of ``points``: how much of the disjoint ``merged`` intervals lies before ``at``."""
+    keys = ["rank", "session"]
+    before = merged.sort("start_ns").with_columns(
+        (
+            (pl.col("end_ns") - pl.col("start_ns")).cum_sum()
+            - (pl.col("end_ns") - pl.col("start_ns"))
+        )
+        .over(keys)
+        .alias("_before")
+    )
+    hit = (
+        points.select(*keys, at)
+        .with_row_index("_row")
+        .sort(at)
+        .join_asof(
+            before.rename({"start_ns": "_s", "end_ns": "_e"}),
+            left_on=at,
+            right_on="_s",
+            by=keys,
+            strategy="backward",
+            check_sortedness=False,
+        )
+        .sort("_row")
+    )
+    inside = pl.min_horizontal(pl.col(at), pl.col("_e")) - pl.col("_s")
+    return hit.select((pl.col("_before") + inside).fill_null(0))["_before"]
 
 
 def _fix_text(replays: int, task_queue: bool) -> str:
@@ -347,6 +408,12 @@ def _finding(ctx: RuleContext, row: dict[str, Any], judged: _Judged, fix: str) -
             if row["after_sync_ns"]
             else ""
         )
+        + (
+            f" {text.duration(row['other_ns'])} more, spent compiling or allocating inside "
+            "these gaps, is left to online-compile and alloc-churn."
+            if row["other_ns"]
+            else ""
+        )
     )
     evidence = []
     for g in worst.iter_rows(named=True):
@@ -391,6 +458,7 @@ def _finding(ctx: RuleContext, row: dict[str, Any], judged: _Judged, fix: str) -
             "host_bound_gaps": int(row["host_bound_gaps"]),
             "idle_ns": int(row["idle_ns"]),
             "after_sync_ns": int(row["after_sync_ns"]),
+            "other_cause_ns": int(row["other_ns"]),
             "window_ns": int(row["window_ns"]),
             "linked_fraction": round(row["linked_fraction"], 4),
             "graph_replays": judged.replays,

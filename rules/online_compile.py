@@ -47,6 +47,11 @@ WORST_SHOWN = 5
             "Regex on CANN api_name of compile calls (an `aclopCompileAndExecute` with an "
             "`opCompile` inside counts only the inner compile).",
         ),
+        "min_compile_us": Param(
+            100.0,
+            "Shorter compile calls are compile-cache hits, not compilation (µs); building an "
+            "operator takes milliseconds or more.",
+        ),
         "min_step_share": Param(
             0.5, "Fire when at least this fraction of the steady steps compiles (not warm-up)."
         ),
@@ -68,7 +73,8 @@ def online_compile(ctx: RuleContext) -> Iterator[Finding]:
     Operator compilation on the host (`aclopCompile*`, `AscendCL@aclopCompileAndExecute*` with
     its `opCompile`) inside steady-state steps: steps numbered above `warmup_steps`. Only the
     compile itself is timed: an `aclopCompileAndExecute` that shows an `opCompile` inside
-    counts that inner call, not the execute around it. It fires when at least `min_step_share`
+    counts that inner call, not the execute around it, and a compile call shorter than
+    `min_compile_us` is a compile-cache hit, not a compilation. It fires when at least `min_step_share`
     of the steady steps compile and the compiles take at least `min_share` of their time, and
     names the torch ops that compiled.
 
@@ -101,7 +107,11 @@ def online_compile(ctx: RuleContext) -> Iterator[Finding]:
     steps = step_windows(ctx)
     if steps.is_empty():
         raise NotEvaluated(NO_STEPS)
-    calls = in_steps(_compiles(ctx), steps)
+    every = in_steps(_compiles(ctx), steps)
+    long_enough = pl.col("dur_ns") >= p.min_compile_us * 1000
+    calls = every.filter(long_enough)
+    hits = every.filter(~long_enough & pl.col("steady")).group_by("rank").len()
+    hits_of = dict(hits.iter_rows())
     per_step, per_rank = steady_state_usage(steps, calls)
     windows = analysed_window_ns(ctx)
     for row in per_rank.iter_rows(named=True):
@@ -114,7 +124,8 @@ def online_compile(ctx: RuleContext) -> Iterator[Finding]:
                 f"rank {rank}: {row['calls']} compile calls in {row['steps_with']} of "
                 f"{row['steady_steps']} steady steps, {text.duration(row['cost_ns'])} "
                 f"({row['cost_share']:.1%} of their time; thresholds {p.min_step_share:.0%} of "
-                f"steps, {p.min_share:.0%}); {row['warmup_calls']} in warm-up steps",
+                f"steps, {p.min_share:.0%}); {row['warmup_calls']} in warm-up steps; "
+                f"{hits_of.get(rank, 0)} compile-cache hits under {p.min_compile_us:g} µs",
                 rank=rank,
                 cost_share=row["cost_share"],
             )
@@ -231,7 +242,10 @@ def _figure(fig: FigureContext) -> Any:
 )
 def _key_figures(ctx: RuleContext) -> pl.DataFrame:
     steps = step_windows(ctx)
-    _, per_rank = steady_state_usage(steps, in_steps(_compiles(ctx), steps))
+    calls = in_steps(_compiles(ctx), steps).filter(
+        pl.col("dur_ns") >= ctx.params.min_compile_us * 1000
+    )
+    _, per_rank = steady_state_usage(steps, calls)
     n = pl.col("steady_steps")
     return per_rank.filter(n > 0).select(
         "rank",
