@@ -8,6 +8,7 @@ from typing import Any
 import polars as pl
 
 from traceanalyzer.engine.cost import analysed_window_ns, analysed_windows
+from traceanalyzer.engine.steps import CAPTURE_PARAMS, capture_windows
 from traceanalyzer.kit import (
     CANN_PROCESS,
     COMPUTE_TASK_TYPES,
@@ -83,6 +84,7 @@ NO_LINKS = (
             "Host calls whose time inside a gap is another rule's cost (online-compile, "
             "alloc-churn), not slow dispatch.",
         ),  # fmt: skip
+        **CAPTURE_PARAMS,
         "replay_apis": Param(
             GRAPH_REPLAY_APIS, "Host calls that replay a captured graph (one launch per graph)."
         ),
@@ -117,9 +119,11 @@ def host_launch_bound(ctx: RuleContext) -> Iterator[Finding]:
 
     Gaps are not host-bound when the launch was already done when the stream went idle (the
     device waited for something else), and the time a stream spends in `EVENT_WAIT` /
-    `Notify Wait` tasks is a device-side dependency, never a gap. A gap that opens while the
-    host waits in a synchronisation (`aclrtSynchronizeStream`, a blocking `aclrtMemcpy`, ...)
-    is that synchronisation's cost; `sync-in-step` reports it.
+    `Notify Wait` tasks is a device-side dependency, never a gap. A gap during which the host
+    waits in a synchronisation (`aclrtSynchronizeStream`, a blocking `aclrtMemcpy`, ...) is
+    that synchronisation's cost (`sync-in-step` reports it), a gap that overlaps a graph capture
+    (`aclmdlRICaptureBegin` ... `End`) is start-up, and host time spent compiling or
+    allocating inside a gap is left to `online-compile` and `alloc-churn`.
 
     ## Why it matters
     The NPU runs only what the host has queued. When the host takes longer to dispatch an op
@@ -207,11 +211,11 @@ def _judged_streams(ctx: RuleContext) -> _Judged:
         .unique()
     )
     tasks = launches.join(compute, on=[*keys, "stream"])
-    syncs = union_intervals(
-        slices.filter(
-            (pl.col("process") == CANN_PROCESS) & pl.col("api_name").is_in(p.sync_apis)
-        ).select(*keys, "start_ns", "end_ns"),
-    ).collect()
+    syncs = (
+        slices.filter((pl.col("process") == CANN_PROCESS) & pl.col("api_name").is_in(p.sync_apis))
+        .select(*keys, "start_ns", "end_ns")
+        .collect()
+    )
     # Only gaps that open inside the analysed window (the steps, else the sessions) count.
     windows = analysed_windows(ctx).rename(
         {"start_ns": "window_start_ns", "end_ns": "window_end_ns"}
@@ -235,7 +239,7 @@ def _judged_streams(ctx: RuleContext) -> _Judged:
             (pl.col("process") == CANN_PROCESS) & pl.col("api_name").is_in(p.other_cause_apis)
         ).select(*keys, "start_ns", "end_ns"),
     ).collect()
-    gaps = _classify(opened, syncs, other, p.min_gap_us * 1000)
+    gaps = _classify(opened, syncs, capture_windows(ctx), other, p.min_gap_us * 1000)
     window_ns = analysed_window_ns(ctx)
     linked = tasks.group_by(*keys, "stream").agg(
         pl.col("link").is_not_null().mean().alias("linked_fraction"), pl.len().alias("tasks")
@@ -279,42 +283,52 @@ def _judged_streams(ctx: RuleContext) -> _Judged:
 
 
 def _classify(
-    gaps: pl.DataFrame, syncs: pl.DataFrame, other: pl.DataFrame, min_gap_ns: float
+    gaps: pl.DataFrame,
+    syncs: pl.DataFrame,
+    captures: pl.DataFrame,
+    other: pl.DataFrame,
+    min_gap_ns: float,
 ) -> pl.DataFrame:
     """Flag each gap ``host_bound`` (launched after the stream went idle) or ``after_sync``.
 
-    A host-bound gap costs its length less the host time spent in ``other`` calls inside it
-    (``other_ns``: compiling, allocating; their own rules report that time).
+    A gap during which the host waited in a sync is the sync's (``after_sync``); one that
+    overlaps a graph capture is start-up, not dispatch. A host-bound gap costs its length less
+    the host time spent in ``other`` calls inside it (``other_ns``: compiling, allocating;
+    their own rules report that time).
     """
-    keys = ["rank", "session"]
-    waiting = (
-        gaps.sort("prev_end_ns")
-        .join_asof(
-            syncs.rename({"start_ns": "sync_start_ns", "end_ns": "sync_end_ns"}).sort(
-                "sync_start_ns"
-            ),
-            left_on="prev_end_ns",
-            right_on="sync_start_ns",
-            by=keys,
-            strategy="backward",
-            check_sortedness=False,
-        )
-        .with_columns(
-            (pl.col("sync_end_ns").fill_null(-1) >= pl.col("prev_end_ns")).alias("in_sync")
-        )
-    )
-    other_ns = _covered_at(waiting, other, "start_ns") - _covered_at(waiting, other, "prev_end_ns")
+    marked = _overlaps(_overlaps(gaps, syncs, "in_sync"), captures, "in_capture")
+    other_ns = _covered_at(marked, other, "start_ns") - _covered_at(marked, other, "prev_end_ns")
     late = (pl.col("launch_end_ns") > pl.col("prev_end_ns")).fill_null(False)
-    counted = late & (pl.col("gap_ns") >= min_gap_ns)
+    counted = late & (pl.col("gap_ns") >= min_gap_ns) & ~pl.col("in_capture")
     return (
-        waiting.with_columns(other_ns.alias("other_ns"))
+        marked.with_columns(other_ns.alias("other_ns"))
         .with_columns(
             (counted & ~pl.col("in_sync")).alias("host_bound"),
             (counted & pl.col("in_sync")).alias("after_sync"),
             (pl.col("launch_end_ns") - pl.col("prev_end_ns")).alias("late_ns"),
             (pl.col("gap_ns") - pl.col("other_ns")).alias("cost_ns"),
         )
-        .sort(*keys, "stream", "start_ns")
+        .sort("rank", "session", "stream", "start_ns")
+    )
+
+
+def _overlaps(gaps: pl.DataFrame, intervals: pl.DataFrame, flag: str) -> pl.DataFrame:
+    """Add ``flag``: the gap ``[prev_end_ns, start_ns)`` overlaps one of the merged ``intervals``."""
+    keys = ["rank", "session"]
+    merged = union_intervals(intervals).rename({"start_ns": "_s", "end_ns": "_e"}).sort("_s")
+    return (
+        gaps.sort("start_ns")
+        .join_asof(
+            merged,
+            left_on="start_ns",
+            right_on="_s",
+            by=keys,
+            strategy="backward",
+            allow_exact_matches=False,
+            check_sortedness=False,
+        )  # fmt: skip
+        .with_columns((pl.col("_e").fill_null(-1) > pl.col("prev_end_ns")).alias(flag))
+        .drop("_s", "_e")
     )
 
 
@@ -491,7 +505,8 @@ def _figure(fig: FigureContext) -> Any:
             if xs:
                 ax.vlines(xs, 0, ys, colors=colour, linewidth=1.0, label=label)
                 drawn = True
-        ax.set_title(f"rank {', '.join(map(str, ranks))}: idle gaps on the stream", fontsize=9)
+        stream = (fig.finding.get("location") or {}).get("stream")
+        ax.set_title(f"rank {', '.join(map(str, ranks))}, stream {stream}: idle gaps", fontsize=9)
     if not drawn:
         return None
     ax.set_xlabel("time since first gap (ms)", fontsize=8)

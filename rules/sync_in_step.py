@@ -127,7 +127,7 @@ def sync_in_step(ctx: RuleContext) -> Iterator[Finding]:
     steady = steps.filter(pl.col("steady"))
     if steady.is_empty():
         raise NotEvaluated(
-            f"only warm-up steps profiled (steps numbered <= warmup_steps={p.warmup_steps})"
+            f"only warm-up steps profiled (numbered <= warmup_steps={p.warmup_steps}, or capturing)"
         )
     stalls = _stalls(ctx, steps)
     for rank, rank_steps in steady.group_by("rank", maintain_order=True):

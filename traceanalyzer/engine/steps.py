@@ -2,7 +2,8 @@
 
 A step is a host span matching ``step_pattern`` (``ProfilerStep#N``, one per ``prof.step()``).
 Steps numbered up to ``warmup_steps`` are warm-up (the first iterations allocate, compile and
-cache); the others are the steady state. A call belongs to the step it starts in. Its call
+cache), and so is a step that captures a graph (``aclmdlRICaptureBegin`` ... ``End``: vLLM's
+start-up, where the device idles while the host records); the others are the steady state. A call belongs to the step it starts in. Its call
 site is the torch op around it on the same OS thread: the outermost one under the step (what
 the model code called, e.g. ``aten::item``) and the innermost (``aten::_local_scalar_dense``).
 """
@@ -15,7 +16,12 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from traceanalyzer.engine.presentation import FigureContext
-from traceanalyzer.engine.primitives import containing_call, outermost, overlap_join
+from traceanalyzer.engine.primitives import (
+    containing_call,
+    outermost,
+    overlap_join,
+    pair_windows,
+)
 from traceanalyzer.engine.rule import Param, RuleContext
 from traceanalyzer.vocabulary import CANN_PROCESS, NOT_HOST_PROCESSES, PYTHON_PROCESS
 
@@ -31,6 +37,15 @@ STEP_PARAMS = {
         1, "Steps numbered up to this are warm-up, not steady state (ProfilerStep#1 ...)."
     ),
 }
+CAPTURE_PARAMS = {
+    "capture_begin": Param(
+        r"^aclmdl(RI)?CaptureBegin$", "Regex on the CANN api_name that opens a graph capture."
+    ),
+    "capture_end": Param(
+        r"^aclmdl(RI)?CaptureEnd$", "Regex on the CANN api_name that closes a graph capture."
+    ),
+}
+STEP_PARAMS = {**STEP_PARAMS, **CAPTURE_PARAMS}
 NO_STEPS = (
     "no step windows (`ProfilerStep#N` spans; profile with a schedule and call prof.step() "
     "every iteration, or set step_pattern)"
@@ -71,10 +86,34 @@ def step_windows(ctx: RuleContext) -> pl.DataFrame:
     steps = outermost(spans).sort("rank", "session", "start_ns")
     # A pattern without a number (an `execute_model` span): number the steps from 1 per session.
     ordinal = pl.int_range(1, pl.len() + 1).over("rank", "session")
-    return steps.with_columns(
+    steps = steps.with_columns(
         pl.col("step").fill_null(ordinal),
         (pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns"),
-    ).with_columns((pl.col("step") > p.warmup_steps).alias("steady"))
+    ).with_row_index("_step")
+    captures = capture_windows(ctx)
+    capturing = overlap_join(steps, captures, mode="overlap", suffix="_capture")["_step"]
+    return steps.with_columns(
+        ((pl.col("step") > p.warmup_steps) & ~pl.col("_step").is_in(capturing.implode())).alias(
+            "steady"
+        )
+    ).drop("_step")
+
+
+def capture_windows(ctx: RuleContext) -> pl.DataFrame:
+    """Graph capture windows (``capture_begin`` ... ``capture_end`` per host thread)."""
+    p = ctx.params
+    calls = ctx.table("slices").filter(
+        (pl.col("process") == CANN_PROCESS)
+        & (
+            pl.col("api_name").str.contains(p.capture_begin)
+            | pl.col("api_name").str.contains(p.capture_end)
+        )
+    )
+    return pair_windows(
+        calls,
+        is_begin=pl.col("api_name").str.contains(p.capture_begin),
+        is_end=pl.col("api_name").str.contains(p.capture_end),
+    ).select("rank", "session", "start_ns", "end_ns")
 
 
 def host_calls(
