@@ -61,8 +61,6 @@ SAMPLES: tuple[Sample, ...] = (
         ranks=2,
         knobs={"steps": 2, "layers": 1, "tp_comm": 1},
     ),
-    Sample("host_launch_bound", "host-launch-bound", knobs={"steps": 3, "layers": 1}),
-    Sample("sync_in_step", "sync-in-step", knobs={"steps": 2, "layers": 2, "syncs": 1}),
 )
 
 
