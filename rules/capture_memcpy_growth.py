@@ -261,8 +261,8 @@ def _judge(
         ctx.note(f"rank {rank}: no aclgraph capture windows", rank=rank, captures=0)
         return
     if n < p.min_captures:
-        ctx.note(
-            f"rank {rank}: only {n} {unit}; a trend needs at least {p.min_captures} (min_captures)",
+        ctx.inconclusive(
+            f"only {n} {unit}; a trend needs at least {p.min_captures} (min_captures)",
             rank=rank,
             captures=n,
             min_captures=p.min_captures,

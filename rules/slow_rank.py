@@ -167,14 +167,14 @@ def slow_rank(ctx: RuleContext) -> Iterator[Finding]:
     p = ctx.params
     sessions = ctx.sessions()
     ranks = sorted(int(r) for r in sessions["rank"].unique().to_list())
-    if len(ranks) <= 1:
-        # one rank has no peers: there is no question to answer, rather than missing data
-        ctx.note(f"{len(ranks)} rank: nothing to compare against", ranks=len(ranks))
-        return
-    if len(ranks) < p.min_ranks:
-        raise NotEvaluated(
-            f"needs at least {p.min_ranks} ranks to compare (found {len(ranks)}; min_ranks)"
+    needed = max(2, p.min_ranks)  # one rank has no peers, whatever min_ranks says
+    if len(ranks) < needed:
+        # the data is there, there is not enough of it: "could not judge", never "clean"
+        ctx.inconclusive(
+            f"needs at least {needed} ranks to compare (found {len(ranks)}; min_ranks)",
+            ranks=len(ranks),
         )
+        return
     names = {
         int(r): s for r, s in sessions.group_by("rank").agg(pl.col("session").sort()).iter_rows()
     }
@@ -368,7 +368,7 @@ def robust_z(values: np.ndarray) -> np.ndarray:
 def _judge(ctx: RuleContext, metric: str, times: list[RankTimes]) -> Iterator[Finding]:
     p = ctx.params
     if len(times) < p.min_ranks:
-        ctx.note(
+        ctx.inconclusive(
             f"{metric}: only {len(times)} ranks have {metric} times (min_ranks {p.min_ranks})",
             ranks=len(times),
         )

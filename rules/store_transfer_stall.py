@@ -19,6 +19,7 @@ from traceanalyzer.engine import (
 )
 from traceanalyzer.engine import text as fmt
 from traceanalyzer.engine.primitives import outermost, overlap_join, total_length
+from traceanalyzer.engine.rule import Params
 from traceanalyzer.kit import FigureContext, KeyFigure, Mark, evidence_marks
 from traceanalyzer.vocabulary import (
     DEVICE_PROCESSES,
@@ -38,15 +39,17 @@ if TYPE_CHECKING:
 WINDOW_VALUE = STORE_TRANSFER_WINDOW
 NOT_HOST_SPANS = NOT_HOST_PROCESSES
 UNNAMED = "profiled session"  # a session-window transfer whose metadata does not name the call
+SESSION_SETTING = "--set store-transfer-stall.span_source=session"
 NO_SPANS = (
-    "no transfer spans found (set span_source=session if the profile wraps the transfer: "
-    "--set store-transfer-stall.span_source=session)"
+    "no transfer spans found (no host event matches span_pattern and no session is marked as a "
+    "transfer window)"
 )
-STREAMS_SHOWN, WAITS_PER_STREAM, SPANS_SHOWN = 8, 3, 5
+STREAMS_SHOWN, WAITS_PER_STREAM, SPANS_SHOWN, SESSIONS_SHOWN = 8, 3, 5, 3
 SPAN_SCHEMA = {
     "rank": pl.Int32,
     "session": pl.String,
     "transfer": pl.String,
+    "name": pl.String,
     "process": pl.String,
     "thread": pl.String,
     "source": pl.String,
@@ -101,6 +104,16 @@ FIX = (
         "error_share": Param(
             0.8, "Report as error when this share of all transfer time is lost to waits."
         ),
+        "hint_copy_tail": Param(
+            0.25,
+            "Without spans, a session looks like one wrapped transfer when most copy time of its "
+            "busiest copy stream falls in this last fraction of the window.",
+        ),
+        "hint_min_wait_ms": Param(
+            10.0,
+            "Without spans, only waits on other streams at least this long (ms) count toward "
+            "that look (with min_fraction of the window).",
+        ),
     },
     requires=[
         Requirement(
@@ -120,10 +133,14 @@ def store_transfer_stall(ctx: RuleContext) -> Iterator[Finding]:
     *other* NPU streams sit in cross-stream waits (`EVENT_WAIT_SQE`/`NOTIFY_WAIT_SQE` tasks,
     `EVENT_WAIT`, `Notify Wait`, `Notify_Wait`). Transfer spans are host spans whose name
     matches `span_pattern`, or, when the profile wraps exactly one transfer call (seed 002),
-    the session window. The transfer's own streams (linked by HostToDevice/async_npu flows to
-    host calls on the span's thread, or carrying its MEMCPY_ASYNC/SDMA copies) are excluded.
-    It fires when the union of those waits covers at least `min_fraction` of a span that lasts
-    at least `min_span_ms`.
+    the session window, from the first launch of the thread that issues the transfer's copies
+    onto their stream. The transfer's own streams are excluded: the streams carrying its
+    MEMCPY_ASYNC/SDMA/PCIE_DMA copies, and the streams that HostToDevice/async_npu flows from
+    the transfer's thread land on (the span's thread, or the `aclrtMemcpyAsync` caller). A
+    stream is never its own because another thread's flow lands there: in seed 002 the waits
+    themselves are launched by the model thread (`aclrtStreamWaitEvent`, `hcom_*`). It fires
+    when the union of the other streams' waits covers at least `min_fraction` of a span that
+    lasts at least `min_span_ms`.
 
     ## Why it matters
     A transfer that should take milliseconds takes seconds: the device is busy waiting for
@@ -147,7 +164,10 @@ def store_transfer_stall(ctx: RuleContext) -> Iterator[Finding]:
     Silent on waits outside transfer spans and on waits only on the transfer's own stream.
     Severity is `error` when the share of all transfer time lost reaches `error_share`.
     Without any span (and no session marked as a transfer) the rule reports "not evaluated:
-    no transfer spans found" instead of guessing.
+    no transfer spans found" instead of guessing. When a session looks like a profile wrapped
+    around one transfer call (no ProfilerStep and no step rows, the copies of one stream near
+    the end of the window, long waits on other streams), the reason says so and names the
+    setting to use: `--set store-transfer-stall.span_source=session`.
 
     ## References
     - Seed 002: vllm 0.18 + Mooncake pooling TTFT regression (cross-stream waits on streams
@@ -156,9 +176,6 @@ def store_transfer_stall(ctx: RuleContext) -> Iterator[Finding]:
       HCCL plane tasks (`Notify_Wait`), HostToDevice flows.
     """
     p = ctx.params
-    spans = _transfer_spans(ctx)
-    if spans.is_empty():
-        raise NotEvaluated(NO_SPANS)
     tasks = ctx.table("slices").filter(
         pl.col("process").is_in(DEVICE_PROCESSES) & pl.col("stream_id").is_not_null()
     )
@@ -173,14 +190,21 @@ def store_transfer_stall(ctx: RuleContext) -> Iterator[Finding]:
             pl.col("process").alias("wait_process"),
             pl.col("thread").alias("wait_thread"),
             "stream_id",
-            "name",
+            pl.col("name").alias("wait_name"),
             "task_type",
             "start_ns",
             "end_ns",
         )
         .collect()
     )
-    own = _own_streams(ctx, spans, tasks)
+    launches = _launches(ctx)
+    copies = _copies(ctx, tasks, launches)
+    spans = _transfer_spans(ctx)
+    if spans.is_empty():
+        raise NotEvaluated(_no_spans_reason(ctx, copies, waits))
+    threads = _transfer_threads(spans, copies)
+    spans = _from_first_launch(spans, threads, copies, launches)
+    own = _own_streams(spans, threads, copies, launches)
     stalls = (
         overlap_join(spans, waits, on=("rank", "session"))
         .join(own, on=["span_id", "stream_id"], how="anti")
@@ -219,11 +243,15 @@ def store_transfer_stall(ctx: RuleContext) -> Iterator[Finding]:
                 max_fraction=worst["fraction"],
             )
             continue
-        yield _finding(ctx, int(rank), str(transfer), group, stalled, per_stream, stalls, own)
+        yield _finding(
+            ctx, int(rank), str(transfer), group, stalled, per_stream, stalls, own, threads
+        )
 
 
 def _transfer_spans(ctx: RuleContext) -> pl.DataFrame:
-    """Spans: rank, session, span_id, transfer, thread, source, start_ns, end_ns, dur_ns."""
+    """Spans: span_id, rank, session, transfer, name, process, thread, source, start_ns, end_ns,
+    dur_ns. `transfer` is the matched pattern, `name` the host event's own name (what the user
+    searches the timeline for)."""
     p = ctx.params
     sessions = ctx.sessions()
     events = pl.DataFrame(schema=SPAN_SCHEMA)
@@ -236,6 +264,7 @@ def _transfer_spans(ctx: RuleContext) -> pl.DataFrame:
                 "rank",
                 "session",
                 pl.col("name").str.extract(f"({p.span_pattern})", 1).alias("transfer"),
+                "name",
                 "process",
                 "thread",
                 pl.lit("events").alias("source"),
@@ -259,11 +288,13 @@ def _transfer_spans(ctx: RuleContext) -> pl.DataFrame:
             ):
                 continue
             if p.span_source == "session" or marked:
+                transfer = str(meta.get(TRANSFER_KEY) or UNNAMED)
                 rows.append(
                     {
                         "rank": row["rank"],
                         "session": row["session"],
-                        "transfer": str(meta.get(TRANSFER_KEY) or UNNAMED),
+                        "transfer": transfer,
+                        "name": transfer,
                         "process": None,
                         "thread": None,
                         "source": "session",
@@ -278,45 +309,264 @@ def _transfer_spans(ctx: RuleContext) -> pl.DataFrame:
     )
 
 
-def _own_streams(ctx: RuleContext, spans: pl.DataFrame, tasks: pl.LazyFrame) -> pl.DataFrame:
-    """(span_id, stream_id) of the transfer's own streams.
-
-    Flow-linked: a flow of `own_flow_cats` leaves a host call inside the span on the span's
-    thread (thread names are `Thread <tid>` in both Python and CANN) and lands on a stream.
-    Copy-carrying: the stream runs a MEMCPY_ASYNC/SDMA copy task overlapping the span.
-    """
+def _launches(ctx: RuleContext) -> pl.DataFrame:
+    """Flows of `own_flow_cats` from a host thread onto a device stream: rank, session, thread
+    (the host end; `Thread <tid>` in both Python and CANN), stream_id, start_ns = end_ns (the host
+    call), land_ns (the device task)."""
     p = ctx.params
-    flows = (
+    return (
         ctx.table("flows")
         .filter(pl.col("cat").is_in(p.own_flow_cats) & pl.col("start_ns").is_not_null())
         .select(
             "rank",
             "session",
-            pl.col("src_thread").alias("flow_thread"),
+            pl.col("src_thread").alias("thread"),
             pl.coalesce(
                 pl.when(pl.col("dst_process") == "Ascend Hardware").then(pl.col("dst_tid")),
                 pl.col("dst_thread").str.extract(r"^Stream (\d+)$", 1).cast(pl.Int64),
             ).alias("stream_id"),
             "start_ns",
-            pl.col("start_ns").alias("end_ns"),
+            pl.col("start_ns").alias("end_ns"),  # the launch is a point in host time
+            pl.col("end_ns").alias("land_ns"),
         )
         .filter(pl.col("stream_id").is_not_null())
         .collect()
     )
-    linked = overlap_join(spans, flows, on=("rank", "session"), mode="start_within").filter(
-        pl.col("thread").is_null() | (pl.col("thread") == pl.col("flow_thread"))
-    )
+
+
+def _copies(ctx: RuleContext, tasks: pl.LazyFrame, launches: pl.DataFrame) -> pl.DataFrame:
+    """Copy tasks (`own_task_names`/`own_task_types`): rank, session, stream_id, start_ns, end_ns,
+    issuer. `issuer` is the host thread whose flow lands on the copy (one row per issuing thread),
+    null when no flow does."""
+    p = ctx.params
     copies = (
         tasks.filter(
             pl.col("name").is_in(p.own_task_names) | pl.col("task_type").is_in(p.own_task_types)
         )
         .select("rank", "session", "stream_id", "start_ns", "end_ns")
         .collect()
+        .with_row_index("copy_id")
     )
-    carrying = overlap_join(spans, copies, on=("rank", "session"))
+    keys = ["rank", "session", "stream_id"]
+    # A flow lands on the task of its stream that starts last at or before the landing time.
+    landed = (
+        launches.filter(pl.col("land_ns").is_not_null())
+        .select(*keys, pl.col("thread").alias("issuer"), "land_ns")
+        .cast({"stream_id": pl.Int64})
+        .sort("land_ns")
+        .join_asof(
+            copies.select("copy_id", *keys, pl.col("start_ns").alias("copy_start"), "end_ns")
+            .cast({"stream_id": pl.Int64})
+            .sort("copy_start"),
+            left_on="land_ns",
+            right_on="copy_start",
+            by=keys,
+            strategy="backward",
+            check_sortedness=False,
+        )
+        .filter(pl.col("land_ns") <= pl.col("end_ns"))
+        .select("copy_id", "issuer")
+        .unique()
+    )
+    return copies.join(landed, on="copy_id", how="left").drop("copy_id")
+
+
+def _transfer_threads(spans: pl.DataFrame, copies: pl.DataFrame) -> pl.DataFrame:
+    """span_id, thread: the host threads that issue each span's transfer.
+
+    An event span's own thread; when that thread issues none of the copies inside the span (the
+    store library copies from a worker thread), also the thread whose copies inside the span take
+    the most device time. A session window has no thread of its own: the latter only.
+    """
+    linked = overlap_join(
+        spans.select("span_id", "rank", "session", "start_ns", "end_ns", "thread"),
+        copies.filter(pl.col("issuer").is_not_null()),
+        on=("rank", "session"),
+    )
+    ranked = (
+        linked.group_by("span_id", "thread", "issuer")
+        .agg(pl.col("overlap_ns").sum())
+        .sort(["span_id", "overlap_ns", "issuer"], descending=[False, True, False])
+    )
+    busiest = ranked.group_by("span_id", maintain_order=True).agg(
+        pl.col("issuer").first().alias("busiest"),
+        (pl.col("issuer") == pl.col("thread")).any().alias("span_thread_copies"),
+    )
     return pl.concat(
-        [linked.select("span_id", "stream_id"), carrying.select("span_id", "stream_id")]
+        [
+            spans.filter(pl.col("thread").is_not_null()).select("span_id", "thread"),
+            busiest.filter(~pl.col("span_thread_copies")).select(
+                "span_id", pl.col("busiest").alias("thread")
+            ),
+        ]
+    ).unique(maintain_order=True)
+
+
+def _from_first_launch(
+    spans: pl.DataFrame, threads: pl.DataFrame, copies: pl.DataFrame, launches: pl.DataFrame
+) -> pl.DataFrame:
+    """Session-window spans start at the first launch of the transfer's thread onto a stream that
+    carries its copies: device work queued before it, and waits that end before it, cannot have
+    stalled the transfer. They end with the window, as the wrapped call does."""
+    windows = (
+        spans.filter(pl.col("source") == "session")
+        .select("span_id", "rank", "session", "start_ns", "end_ns")
+        .join(threads, on="span_id")
+    )
+    keys = ("rank", "session", "thread")
+    copy_streams = (
+        overlap_join(windows, copies.rename({"issuer": "thread"}), on=keys)
+        .select("span_id", "stream_id")
+        .unique()
+    )
+    first = (
+        overlap_join(windows, launches, on=keys, mode="start_within")
+        .join(copy_streams, on=["span_id", "stream_id"])
+        .group_by("span_id")
+        .agg(pl.col("start_ns_task").min().alias("first_ns"))
+    )
+    return (
+        spans.join(first, on="span_id", how="left")
+        .with_columns(
+            pl.max_horizontal("start_ns", pl.col("first_ns").fill_null(0)).alias("start_ns")
+        )
+        .drop("first_ns")
+        .with_columns((pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns"))
+    )
+
+
+def _own_streams(
+    spans: pl.DataFrame, threads: pl.DataFrame, copies: pl.DataFrame, launches: pl.DataFrame
+) -> pl.DataFrame:
+    """(span_id, stream_id) of the transfer's own streams.
+
+    Copy-carrying: the stream runs one of the transfer's copies inside the span, i.e. a copy issued
+    by the transfer's thread, or any copy when no copy inside the span is linked to a host thread
+    (no flows, e.g. Level0). Flow-linked: a flow from the transfer's thread, leaving inside the
+    span, lands on the stream. Another thread's flow never makes a stream own.
+    """
+    bounds = spans.select("span_id", "rank", "session", "start_ns", "end_ns")
+    inside = overlap_join(bounds, copies, on=("rank", "session"))
+    linked_spans = inside.filter(pl.col("issuer").is_not_null()).select("span_id").unique()
+    carrying = pl.concat(
+        [
+            inside.join(threads, left_on=["span_id", "issuer"], right_on=["span_id", "thread"]),
+            inside.join(linked_spans, on="span_id", how="anti"),
+        ],
+        how="diagonal_relaxed",
+    )
+    launched = overlap_join(bounds, launches, on=("rank", "session"), mode="start_within").join(
+        threads, on=["span_id", "thread"]
+    )
+    return pl.concat(
+        [
+            carrying.select("span_id", pl.col("stream_id").cast(pl.Int64)),
+            launched.select("span_id", pl.col("stream_id").cast(pl.Int64)),
+        ]
     ).unique()
+
+
+def _no_spans_reason(ctx: RuleContext, copies: pl.DataFrame, waits: pl.DataFrame) -> str:
+    """NO_SPANS; under `auto`, plus the sessions that look like a profile wrapped around one
+    transfer call, with the setting that evaluates them. Never a finding: only the user knows."""
+    p = ctx.params
+    if p.span_source != "auto":
+        return NO_SPANS
+    stepped = set(
+        ctx.table("slices")
+        .filter(pl.col("name").str.starts_with("ProfilerStep#"))
+        .select("rank", "session")
+        .unique()
+        .collect()
+        .iter_rows()
+    ) | set(
+        ctx.table("step_times")
+        .filter(pl.col("step").is_not_null())
+        .select("rank", "session")
+        .unique()
+        .collect()
+        .iter_rows()
+    )
+    looks = [
+        look
+        for row in ctx.sessions().iter_rows(named=True)
+        if (row["rank"], row["session"]) not in stepped
+        and row["start_ns"] is not None
+        and row["end_ns"] is not None
+        and (look := _looks_like_one_transfer(p, row, copies, waits))
+    ]
+    if not looks:
+        return NO_SPANS
+    more = (
+        f" (and {len(looks) - SESSIONS_SHOWN} more sessions)" if len(looks) > SESSIONS_SHOWN else ""
+    )
+    return (
+        f"{NO_SPANS}; but {'; '.join(looks[:SESSIONS_SHOWN])}{more}. That is what a profiler wrapped "
+        f"around one transfer call looks like (seed 002): if it is, rerun with {SESSION_SETTING}"
+    )
+
+
+def _looks_like_one_transfer(
+    p: Params, session: dict[str, Any], copies: pl.DataFrame, waits: pl.DataFrame
+) -> str | None:
+    """Why a session without steps looks like one wrapped transfer: the copies of its busiest copy
+    stream run near the end of the window (they waited), while other streams sit in long waits."""
+    start, end = session["start_ns"], session["end_ns"]
+    window = max(end - start, 1)
+    tail = end - int(p.hint_copy_tail * window)
+    mine = pl.col("rank").eq(session["rank"]) & pl.col("session").eq(session["session"])
+
+    def inside(lo: int) -> pl.Expr:
+        """Copy time inside [lo, end)."""
+        clipped = pl.min_horizontal("end_ns", end) - pl.max_horizontal("start_ns", lo)
+        return clipped.clip(lower_bound=0).sum()
+
+    per_stream = (
+        copies.filter(mine)
+        .unique(["stream_id", "start_ns", "end_ns"])
+        .group_by("stream_id")
+        .agg(inside(start).alias("copy_ns"), inside(tail).alias("tail_ns"))
+        .filter(pl.col("copy_ns") > 0)
+        .sort(["copy_ns", "stream_id"], descending=[True, False])
+    )
+    if per_stream.is_empty():
+        return None
+    stream, copy_ns, tail_ns = per_stream.row(0)
+    if tail_ns * 2 < copy_ns:
+        return None
+    long_waits = waits.filter(
+        mine
+        & (pl.col("stream_id") != stream)
+        & ((pl.col("end_ns") - pl.col("start_ns")) >= p.hint_min_wait_ms * 1e6)
+        & (pl.col("start_ns") < end)
+        & (pl.col("end_ns") > start)
+    ).with_columns(
+        pl.max_horizontal("start_ns", start).alias("start_ns"),
+        pl.min_horizontal("end_ns", end).alias("end_ns"),
+    )
+    if long_waits.is_empty():
+        return None
+    covered = total_length(long_waits.select("start_ns", "end_ns"), by=[]).item()
+    if covered < p.min_fraction * window:
+        return None
+    streams = fmt.join(sorted(long_waits["stream_id"].unique().to_list()), STREAMS_SHOWN)
+    return (
+        f"rank {session['rank']} session `{session['session']}` has no ProfilerStep or step rows, "
+        f"its copies on stream {stream} run in the last {p.hint_copy_tail:.0%} of the window, and "
+        f"waits on streams {streams} cover {covered / window:.0%} of it"
+    )
+
+
+def _worst_span_line(worst: dict[str, Any], issuers: list[str]) -> str:
+    """Where to find the worst span on the timeline: its host event, or who issued the transfer."""
+    if worst["source"] == "events":
+        return f"Worst span's host event: `{worst['name']}` on {worst['thread']}."
+    if issuers:
+        return (
+            f"The span starts at the first launch of {fmt.join(issuers)} onto the copy stream "
+            "(that thread issues the transfer's copies) and ends with the window."
+        )
+    return "The whole window is the span (no copy inside it is linked to a host thread)."
 
 
 def _wait_kind(name: str | None, task_type: str | None) -> str:
@@ -339,6 +589,7 @@ def _finding(
     per_stream: pl.DataFrame,
     stalls: pl.DataFrame,
     own: pl.DataFrame,
+    threads: pl.DataFrame,
 ) -> Finding:
     p = ctx.params
     stalled_ids = stalled["span_id"].to_list()
@@ -351,12 +602,13 @@ def _finding(
     )
     waits = stalls.filter(pl.col("span_id").is_in(stalled_ids))
     kinds = sorted(
-        {_wait_kind(n, t) for n, t in waits.select("name", "task_type").iter_rows()}, reverse=True
+        {_wait_kind(n, t) for n, t in waits.select("wait_name", "task_type").iter_rows()},
+        reverse=True,
     )
     stream_kinds = {
         s: "/".join(
             sorted(
-                {_wait_kind(n, t) for n, t in g.select("name", "task_type").iter_rows()},
+                {_wait_kind(n, t) for n, t in g.select("wait_name", "task_type").iter_rows()},
                 reverse=True,
             )
         )
@@ -367,6 +619,12 @@ def _finding(
     share = lost_ns / total_ns if total_ns else 0.0
     stream_ids = sorted(streams["stream_id"].to_list())
     own_ids = sorted(set(own.filter(pl.col("span_id").is_in(stalled_ids))["stream_id"].to_list()))
+    issuers = {
+        span_id: sorted(group["thread"].to_list())
+        for (span_id,), group in threads.filter(pl.col("span_id").is_in(stalled_ids)).group_by(
+            "span_id"
+        )
+    }
     if transfer == UNNAMED:
         subject = "The profiled transfer"
     elif "multi_buffers" in transfer or "Mooncake" in transfer:
@@ -408,6 +666,7 @@ def _finding(
             if own_ids
             else "No own stream was identified (no flow-linked or copy task inside the span)."
         ),
+        _worst_span_line(worst, issuers.get(worst["span_id"], [])),
         "Work queued by the framework on other streams waits on events/notifies while the "
         "transfer runs, and the transfer waits behind it.",
     ]
@@ -415,9 +674,9 @@ def _finding(
         Evidence(
             rank=rank,
             session=row["session"],
-            name=row["transfer"],
+            name=row["name"],
             process=row["process"],
-            thread=row["thread"],
+            thread=row["thread"] or ", ".join(issuers.get(row["span_id"], [])) or None,
             start_ns=row["start_ns"],
             dur_ns=row["dur_ns"],
             detail=f"transfer span, {row['fraction']:.0%} covered by waits",
@@ -437,7 +696,7 @@ def _finding(
         Evidence(
             rank=rank,
             session=row["session"],
-            name=row["name"],
+            name=row["wait_name"],
             process=row["wait_process"],
             thread=row["wait_thread"],
             stream=row["stream_id"],

@@ -5,16 +5,18 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from synth_support import real_traces_dir, skip_reason
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
-REAL_G2 = SHARED / "real_traces" / "g2_level1"
+REAL_TRACES = real_traces_dir()
+REAL_G2 = REAL_TRACES / "g2_level1"
+REAL_G2_DB = REAL_TRACES / "g2_db_level1"
 
 
 @pytest.fixture(scope="session")
 def real_g2() -> Path:
     if not REAL_G2.is_dir():
-        pytest.skip(f"real export not available at {REAL_G2}")
+        pytest.skip(skip_reason("g2_level1"))
     return REAL_G2
 
 

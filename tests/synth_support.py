@@ -3,24 +3,38 @@
 from __future__ import annotations
 
 import json
+import os
 from collections import defaultdict
 from pathlib import Path
 
 _HERE = Path(__file__).resolve()
-# Work tree: /work/main/tests -> /work/shared; CI: a copy of shared/ beside the clone.
-SHARED_CANDIDATES = [_HERE.parents[2] / "shared", _HERE.parents[1].parent / "shared"]
+# The real exports the tests compare against are not in the repo (they are not ours to ship).
+# TRACEANALYZER_REAL_TRACES names their folder; otherwise `shared/real_traces` beside the clone.
+REAL_TRACES_ENV = "TRACEANALYZER_REAL_TRACES"
 
 
-def shared_dir() -> Path | None:
-    for cand in SHARED_CANDIDATES:
-        if (cand / "real_traces" / "g2_level1").is_dir():
-            return cand
-    return None
+def real_traces_dir() -> Path:
+    """Where the real exports are looked for (the folder need not exist)."""
+    if os.environ.get(REAL_TRACES_ENV):
+        return Path(os.environ[REAL_TRACES_ENV]).expanduser()
+    return _HERE.parents[1].parent / "shared" / "real_traces"
+
+
+def real_export(name: str) -> Path | None:
+    """``real_traces/<name>`` (e.g. ``g2_level1``), or None when it is not available."""
+    path = real_traces_dir() / name
+    return path if path.is_dir() else None
+
+
+def skip_reason(name: str) -> str:
+    return (
+        f"real export {name} not found in {real_traces_dir()} "
+        f"(set {REAL_TRACES_ENV} to the folder holding it)"
+    )
 
 
 def real_g2_level1() -> Path | None:
-    shared = shared_dir()
-    return shared / "real_traces" / "g2_level1" if shared else None
+    return real_export("g2_level1")
 
 
 def process_names(events: list[dict]) -> dict[int, str]:

@@ -20,7 +20,7 @@ SAMPLES = PACKAGE.parent / "sample_traces"
 # Lower layers first. A module may import its own layer and the layers before it, never one
 # after it. `traceanalyzer` itself (the package facade: __version__, open_store) is the base.
 LAYERS: list[tuple[str, ...]] = [
-    ("traceanalyzer", "vocabulary", "timeutil", "allocator", "executor", "schema"),
+    ("traceanalyzer", "vocabulary", "timeutil", "allocator", "executor", "schema", "exitcodes"),
     ("discover",),
     ("parse",),
     ("store", "ingest"),
@@ -207,3 +207,18 @@ def test_a_run_without_findings_imports_neither_matplotlib_nor_ray(tmp_path: Pat
     assert "traceanalyzer.report.writer" in modules  # the reports were written
     assert (tmp_path / "out" / "report.html").is_file()
     assert not {m for m in modules if m.split(".")[0] in ("matplotlib", "ray")}
+
+
+def test_the_recipe_hooks_spell_the_window_markers_like_the_vocabulary() -> None:
+    """The hook templates run on profiling hosts without traceanalyzer: they cannot import the
+    markers, so they must write exactly what the rules read."""
+    from traceanalyzer.vocabulary import CAPTURE_WINDOW, STORE_TRANSFER_WINDOW, WINDOW_KEY
+
+    templates = PACKAGE / "recipes" / "templates"
+    store = (
+        templates / "mooncake-store-transfer/ta_store_hooks/ta_store_hooks/__init__.py"
+    ).read_text()
+    assert f'WINDOW_KEY = "{WINDOW_KEY}"' in store
+    assert f'WINDOW_VALUE = "{STORE_TRANSFER_WINDOW}"' in store
+    capture = (templates / "graph-capture-repeat/hooks/ta_capture_hooks.py").read_text()
+    assert f'"{WINDOW_KEY}": "{CAPTURE_WINDOW}"' in capture

@@ -41,7 +41,7 @@ def test_a_subcommand_that_cannot_load_says_why(monkeypatch) -> None:  # noqa: A
     monkeypatch.setitem(LAZY_COMMANDS, "diff", ("traceanalyzer.no_such_module", "x", listed[2]))
     monkeypatch.delitem(main.commands, "diff", raising=False)
     result = CliRunner().invoke(main, ["diff", "run-a", "run-b", "--format", "md"])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "'diff' is unavailable" in result.output
     assert "No module named 'traceanalyzer.no_such_module'" in result.output
 

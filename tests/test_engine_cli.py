@@ -88,3 +88,27 @@ def test_docs_rules_md_is_current():
     expected = render_markdown(load_rules(entry_points=False).rules)
     current = (ROOT / "docs" / "rules.md").read_text("utf-8")
     assert current == expected, "regenerate: python -m traceanalyzer.engine.docs > docs/rules.md"
+
+
+def test_rule_dirs_in_config_and_new_ids_that_collide_with_nothing(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+
+    def created_id(*args):
+        result = invoke("new", *args)
+        assert result.exit_code == 0, result.output
+        (line,) = [
+            x for x in result.output.splitlines() if x.startswith("created") and "fix" not in x
+        ]
+        rule_file = Path(line.split()[1])
+        return rule_file.read_text().split('id="')[1].split('"')[0]
+
+    assert created_id("first-rule", "--dir", "a") == "TA100"
+    (tmp_path / "traceanalyzer.toml").write_text('rule_dirs = ["a"]\n')
+    assert "TA100  first-rule" in invoke("list").output  # loaded from the config's rule_dirs
+    assert created_id("second-rule", "--dir", "b") == "TA101"
+    assert created_id("third-rule", "--dir", "c", "--rules", "b") == "TA102"
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "broken.py").write_text('rule(id="TA103", name=  # does not load\n')
+    assert created_id("fourth-rule", "--dir", "d", "--rules", "b", "--rules", "c") == "TA104"
+    taken = CliRunner().invoke(rules_group, ["new", "fifth-rule", "--dir", "e", "--id", "TA100"])
+    assert taken.exit_code != 0 and "TA100 is already used" in taken.output

@@ -489,7 +489,9 @@ def test_truncated_trace_keeps_complete_events(tmp_path: Path, cut_fraction: flo
         "truncated" in w and "trace_view.json" in w and "bytes 0.." in w for w in outcome.warnings
     ), outcome.warnings
     assert outcome.status == "ingested" and result.partial  # analysed, but events were lost
-    assert outcome.incomplete_files[0].startswith("trace_view.json (truncated: events after byte")
+    assert outcome.incomplete_files[0].startswith("trace_view.json (truncated: kept bytes 0..")
+    [warning] = [w for w in outcome.warnings if "truncated" in w]
+    assert outcome.incomplete_files[0].split("truncated: ")[1].rstrip(")") in warning
     expected = sorted(
         e["name"] for e in _complete_events_before(full, cut) if e["ph"] in ("X", "i")
     )

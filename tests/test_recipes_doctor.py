@@ -193,9 +193,9 @@ def test_cli_doctor_json_and_variant_only() -> None:
         "mooncake-store-transfer",
     }
     if not payload["versions"]["vllm-ascend"]:
-        assert res.exit_code == 1
+        assert res.exit_code == 2  # a refusal is a usage/input error, never "a finding" (1)
         res = runner.invoke(recipe_group, ["doctor", "graph-capture-repeat", "--variant-only"])
-        assert res.exit_code == 1
+        assert res.exit_code == 2
         assert "vllm-ascend is not installed" in res.output
     res = runner.invoke(recipe_group, ["doctor", "--variant-only"])
     assert res.exit_code != 0 and "needs a recipe NAME" in res.output

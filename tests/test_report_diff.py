@@ -113,3 +113,22 @@ def test_key_figures_transfer_and_steps() -> None:
     assert rank1["steps"] == 8 and rank1["captures"] is None  # absent, not zero
     marked = key_figures(run_sample("store_stall_session_marked")).row(0, named=True)
     assert marked["transfer_spans"] == 1  # the session window marked as a store transfer
+
+
+def test_an_output_without_key_figures_gets_them_from_the_rules(tmp_path: Path) -> None:
+    """findings.json written before rules had key figures: the loaded rules compute them from
+    the store, with the parameters that run recorded."""
+    import shutil
+
+    from traceanalyzer.engine.loader import load_rules
+
+    base = tmp_path / "base"
+    shutil.copytree(run_sample("store_stall_2rank_rank1_sick"), base)
+    doc = json.loads((base / "findings.json").read_text())
+    del doc["key_figures"]
+    (base / "findings.json").write_text(json.dumps(doc))
+    target = run_sample("store_healthy")
+    assert not diff_outputs(base, target).changes[0].figures[0].base  # nothing to compare
+    (change,) = diff_outputs(base, target, load_rules().rules).changes
+    delta = {d.key: d for d in change.figures}["transfer_ns_mean"]
+    assert delta.base > 2.5e9 and delta.target < 3e7 and delta.better is True

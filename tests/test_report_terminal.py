@@ -20,7 +20,7 @@ def test_run_ends_with_report_location(tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     lines = res.stdout.strip().splitlines()
     assert lines[-1] == f"report: {out / 'report.html'}"
-    assert any(line.startswith("error    store-transfer-stall") for line in lines)
+    assert any(line.startswith("error      store-transfer-stall") for line in lines)
     assert "\x1b[" not in res.stdout  # no colours when stdout is not a TTY
     for name in ("report.html", "report.md", "findings.sarif", "annotations.json"):
         assert (out / name).is_file()

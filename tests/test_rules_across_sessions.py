@@ -105,7 +105,8 @@ def test_api_stats_fallback_has_one_point_per_session(growth: tuple[Store, list[
     """No per-event CANN slices: only api_statistic.csv (+ sessions for their order) remain.
 
     The rule then has one point per session (memcpy calls / captures). Three sessions are below
-    the default min_captures=5, so it stays silent and says why in a note; with min_captures=3
+    the default min_captures=5, so it cannot judge and says why ("inconclusive", not "clean");
+    with min_captures=3
     and a looser alpha (three points cannot reach p < 0.01) the growth across the sessions fires.
     """
     real, names = growth
@@ -118,12 +119,13 @@ def test_api_stats_fallback_has_one_point_per_session(growth: tuple[Store, list[
     assert not store.has_rows("slices")
 
     result = _ta001(store)
-    assert [s.status for s in result.rules] == ["clean"]
+    assert [s.status for s in result.rules] == ["inconclusive"]
     assert result.findings == []
     assert _notes(result) == [
-        "rank 0: only 3 sessions (api_statistic.csv, one point each); "
+        "only 3 sessions (api_statistic.csv, one point each); "
         "a trend needs at least 5 (min_captures)"
     ]
+    assert result.rules[0].reason.startswith("could not judge rank 0: only 3 sessions")
 
     strict = _ta001(store, min_captures=3)
     assert strict.findings == []

@@ -7,12 +7,12 @@ import re
 from pathlib import Path
 
 import pytest
-from synth_support import key_layouts, load_trace, process_names, real_g2_level1
+from synth_support import key_layouts, load_trace, process_names, real_g2_level1, skip_reason
 
 from traceanalyzer.synth import generate
 
 REAL = real_g2_level1()
-pytestmark = pytest.mark.skipif(REAL is None, reason="shared/real_traces/g2_level1 not present")
+pytestmark = pytest.mark.skipif(REAL is None, reason=skip_reason("g2_level1"))
 
 # Documented additions (format reference §3.4): memcpy tasks carry direction and size.
 MEMCPY_ARGS = ("data size(Byte)", "memcpy direction")

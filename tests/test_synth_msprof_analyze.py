@@ -13,7 +13,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from synth_support import real_g2_level1
+from synth_support import real_g2_level1, skip_reason
 
 from traceanalyzer.synth import generate
 
@@ -69,7 +69,7 @@ def _check_advisor(rank_dir: Path, out: Path, cwd: Path) -> None:
 def test_real_export_is_accepted(tmp_path: Path) -> None:
     real = real_g2_level1()
     if real is None:
-        pytest.skip("shared/real_traces/g2_level1 not present")
+        pytest.skip(skip_reason("g2_level1"))
     root = tmp_path / "real"
     shutil.copytree(real, root)
     for p in root.rglob("*"):

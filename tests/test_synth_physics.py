@@ -190,6 +190,20 @@ def test_store_session_style(tmp_path: Path) -> None:
     )
     header = (plain / OUT / "kernel_details.csv").read_text(encoding="utf-8").split(",", 1)[0]
     assert header != "Step Id"
+    # as in a real export, the waits are launched inside the window by the model thread, each
+    # with a HostToDevice flow onto its task; the copies come from another thread (the store call)
+    flows: dict[str, dict[str, dict]] = {}
+    for e in events:
+        if e.get("cat") == "HostToDevice":
+            flows.setdefault(e["id"], {})[e["ph"]] = e
+    onto = {(f["s"]["tid"], f["f"]["tid"]) for f in flows.values() if {"s", "f"} <= f.keys()}
+    copier = {e["tid"] for e in _cann(events) if e["name"] == "AscendCL@aclrtMemcpyAsync"}
+    launcher = {tid for tid, stream in onto if stream in (39, 40, 43, 46)}
+    assert len(copier) == 1 and len(launcher) == 1 and copier != launcher
+    assert {stream for tid, stream in onto if tid in launcher} == {39, 40, 43, 46}
+    assert {stream for tid, stream in onto if tid in copier} == {9}
+    launches = {e["name"] for e in _cann(events) if e["tid"] in launcher}
+    assert launches == {"AscendCL@aclrtStreamWaitEvent", "AscendCL@hcom_allGather_"}
 
 
 def _csv(path: Path) -> list[dict]:

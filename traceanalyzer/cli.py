@@ -19,14 +19,20 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from traceanalyzer import __version__, allocator
+from traceanalyzer.exitcodes import (
+    EXIT_FINDINGS,
+    EXIT_INTERRUPTED,
+    EXIT_PARTIAL,
+    EXIT_USAGE,
+    UsageFailure,
+)
 
 if TYPE_CHECKING:
+    from traceanalyzer.engine.runner import RunResult
     from traceanalyzer.ingest import IngestResult, SessionOutcome
 
 # Before anything imports polars (every command imports it lazily, below).
 allocator.configure()
-
-EXIT_FINDINGS, EXIT_USAGE, EXIT_PARTIAL, EXIT_INTERRUPTED = 1, 2, 3, 130
 
 
 class _Progress:
@@ -161,10 +167,11 @@ def _partial_lines(result: IngestResult) -> list[str]:
         for o in result.outcomes
         if o.incomplete_files
     ]
+    # warnings too: duplicate sessions and missing ranks lose data even when every file parsed
     lines += [
-        f"skipped  {p.path}: {p.message}"
+        f"{'skipped' if p.severity == 'error' else 'warning'}  {p.path or '-'}: {p.message}"
         for p in result.discovery.problems
-        if p.severity == "error"
+        if p.severity in ("error", "warning")
     ]
     return lines
 
@@ -197,7 +204,7 @@ def _unavailable(name: str, exc: Exception) -> click.Command:
     click's "no such command"."""
 
     def fail(**_: object) -> None:
-        raise click.ClickException(
+        raise UsageFailure(
             f"'{name}' is unavailable in this installation ({type(exc).__name__}: {exc}); "
             "reinstall traceanalyzer with its dependencies (pip install traceanalyzer)"
         )
@@ -249,17 +256,19 @@ def _findings_table(result, out: Path) -> str:  # noqa: ANN001 - engine RunResul
     color = sys.stdout.isatty()
     lines = []
     for f in result.findings:
-        severity = f"{f.severity:<7}"
+        severity = f"{f.severity:<9}"
         if color:
             severity = click.style(severity, fg=_SEVERITY_STYLE.get(f.severity), bold=True)
         lines.append(f"{severity}  {f.name:<24} {f.ranks_label:<16} {f.title}")
     if not result.findings:
         lines.append("no findings")
+    for status in result.inconclusive:
+        lines.append(f"{'undecided':<9}  {status.name:<24} {status.reason}")
     for status in result.not_evaluated:
-        lines.append(f"{'skipped':<7}  {status.name:<24} not evaluated: {status.reason}")
+        lines.append(f"{'skipped':<9}  {status.name:<24} not evaluated: {status.reason}")
     for error in result.errors:
         lines.append(
-            f"{'ERROR':<7}  {error['name'] or error['rule']:<24} rule failed: {error['error']}"
+            f"{'ERROR':<9}  {error['name'] or error['rule']:<24} rule failed: {error['error']}"
         )
     lines.append(f"findings: {out / 'findings.json'}")
     return "\n".join(lines)
@@ -379,6 +388,8 @@ def _run(
         memory = ParseMemory.parse(parse_memory)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--parse-memory") from exc
+    if ray_address and executor_name != "ray":
+        raise click.UsageError("--ray-address is only used with --executor ray")
 
     out = out or default_out_dir(path)
     show_progress = not (quiet or fmt == "json")
@@ -424,9 +435,24 @@ def _run(
         click.echo(_findings_table(findings, out))
         click.echo(reports.closing_text(color=sys.stdout.isatty()))
     if findings.exit_code:
+        # the last line says why a CI gate failed (stderr under --format json: stdout is JSON)
+        click.echo(_gate_line(findings), err=fmt == "json")
         sys.exit(EXIT_FINDINGS)
     if result.partial:
         sys.exit(EXIT_PARTIAL)
+
+
+def _gate_line(findings: RunResult) -> str:
+    from traceanalyzer.engine.findings import SEVERITY_RANK
+
+    threshold = SEVERITY_RANK[findings.fail_on or "info"]
+    gating = [f for f in findings.findings if SEVERITY_RANK[f.severity] >= threshold]
+    shown = "; ".join(f"{f.severity} {f.name} on {f.ranks_label}" for f in gating[:5])
+    more = f"; and {len(gating) - 5} more" if len(gating) > 5 else ""
+    return (
+        f"failed: {len(gating)} finding(s) at or above --fail-on {findings.fail_on} "
+        f"({shown}{more}): exit {EXIT_FINDINGS}"
+    )
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ its partitions are in place, which is what makes re-runs resumable.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -40,11 +41,26 @@ def partition_dir(root: Path, table: str, rank: int, session: str) -> Path:
     return root / TABLES_DIR / table / f"rank={rank}" / f"session={session}"
 
 
+@functools.cache
+def _umask() -> int:
+    # os.umask can only be read by setting it; do it once, before any worker thread writes.
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def shareable(path: Path, *, directory: bool = False) -> None:
+    """Give a file or directory made by ``tempfile`` (always 0600/0700) the modes the user's umask
+    gives any other file, so outputs can be shared like the rest of the user's files."""
+    os.chmod(path, (0o777 if directory else 0o666) & ~_umask())
+
+
 def write_atomic_bytes(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` through a temporary file in the same directory, then rename."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        shareable(Path(tmp))
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
         os.replace(tmp, path)
@@ -72,6 +88,7 @@ def commit_partition(
         tempfile.mkdtemp(dir=target.parent, prefix=f".session={session}.", suffix=".tmp")
     )
     try:
+        shareable(staging, directory=True)
         write(staging / "part-0.parquet")
         if target.exists():
             trash = Path(tempfile.mkdtemp(dir=target.parent, prefix=".trash."))

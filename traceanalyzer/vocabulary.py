@@ -70,10 +70,13 @@ LAUNCH_FLOW_CATEGORIES = ("HostToDevice", "async_npu")
 # Markers our recipes add to profiler_metadata.json (prof.add_metadata)
 # --------------------------------------------------------------------------------------------
 
-# The profiled window wraps one store transfer (WINDOW_KEY: STORE_TRANSFER_WINDOW), and which
-# call it was (TRANSFER_KEY). Read them from `sessions.metadata` with `session_metadata`.
+# What the profiled window wraps (WINDOW_KEY): one store transfer (and which call it was,
+# TRANSFER_KEY), or a graph-capture round. Read them from `sessions.metadata` with
+# `session_metadata`. The recipes' hook templates run on hosts without traceanalyzer and spell
+# these out themselves (tests/test_architecture.py checks they agree).
 WINDOW_KEY = "traceanalyzer.window"
 STORE_TRANSFER_WINDOW = "store_transfer"
+CAPTURE_WINDOW = "graph_capture"
 TRANSFER_KEY = "traceanalyzer.transfer"
 
 

@@ -9,12 +9,11 @@ from typing import TYPE_CHECKING
 
 import click
 
+from traceanalyzer.exitcodes import EXIT_FINDINGS, EXIT_USAGE
 from traceanalyzer.store import write_atomic_text
 
 if TYPE_CHECKING:
     from traceanalyzer.engine.loader import LoadedRules
-
-EXIT_NEW, EXIT_USAGE = 1, 2
 
 
 def is_output_dir(path: Path) -> bool:
@@ -103,4 +102,4 @@ def diff_command(
         click.echo(render_diff_text(result))
         click.echo(f"diff report: {out / 'diff.html'}")
     if fail_on_new and result.has_new:
-        sys.exit(EXIT_NEW)
+        sys.exit(EXIT_FINDINGS)

@@ -20,6 +20,7 @@ from traceanalyzer.engine.registry import UnknownRuleError
 from traceanalyzer.engine.ruletest import run_rule_fixtures
 from traceanalyzer.engine.runner import RunResult, evaluate, write_findings_json
 from traceanalyzer.engine.scaffold import declared_ids, scaffold_rule
+from traceanalyzer.exitcodes import UsageFailure
 
 __all__ = ["RunResult", "evaluate", "rules_group", "write_findings_json"]
 
@@ -67,7 +68,7 @@ def explain(name: str, rule_dirs: tuple[Path, ...]) -> None:
     try:
         rule = loaded.rules.get(name)
     except UnknownRuleError as exc:
-        raise click.ClickException(str(exc)) from None
+        raise UsageFailure(str(exc)) from None
     click.echo(explain_rule(rule))
 
 
@@ -118,7 +119,7 @@ def test(
     try:
         rules = loaded.rules.select([name] if name else None)
     except UnknownRuleError as exc:
-        raise click.ClickException(str(exc)) from None
+        raise UsageFailure(str(exc)) from None
     results, coverage = run_rule_fixtures(rules, update_snapshots=update_snapshots)
     failed = [r for r in results if not r.passed]
     for result in results:

@@ -4,10 +4,10 @@ Config file, searched in the working directory when not given (first match wins)
 
 - ``traceanalyzer.toml``::
 
-      [rules.capture-memcpy-growth]
-      min_ratio = 2.0
+      [rules.slow-sync]
+      min_ms = 5.0
 
-      [rules.store-transfer-stall]
+      [rules.other-rule]
       enabled = false          # skip this rule
 
 - ``pyproject.toml`` with the same tables under ``[tool.traceanalyzer.rules.<rule>]``.
@@ -60,7 +60,7 @@ class RuleSettings:
 
 
 def parse_set_options(options: Iterable[str]) -> RuleSettings:
-    """``["TA001.min_ratio=2", "store-transfer-stall.span_source=session"]`` -> settings."""
+    """``["TA100.min_ms=2", "slow-sync.api_pattern=^aclrtMemcpy"]`` -> settings."""
     settings = RuleSettings()
     for option in options:
         target, sep, value = option.partition("=")

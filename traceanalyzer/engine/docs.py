@@ -31,6 +31,15 @@ def _default(value: object) -> str:
     return repr(value) if isinstance(value, str) else str(value)
 
 
+def _key_figures(rule: Rule) -> list[str]:
+    """One line per key figure: label, column, unit and which direction is better."""
+    lines = []
+    for k in rule.presentation.key_figures:
+        traits = ", ".join(t for t in (k.unit, f"{k.better} is better" if k.better else "") if t)
+        lines.append(f"{k.label} (`{k.name}`{'; ' + traits if traits else ''})")
+    return lines
+
+
 def explain_rule(rule: Rule) -> str:
     """Plain-text documentation for the terminal."""
     out = [f"{rule.id} {rule.name} [{rule.severity}]", rule.summary, ""]
@@ -45,6 +54,9 @@ def explain_rule(rule: Rule) -> str:
         out.append(f"    {param.help}")
     out += ["", "Requires", "--------"]
     out += [f"- {line.replace('**', '')}" for line in _requirements(rule)] or ["(nothing)"]
+    if rule.presentation.key_figures:
+        out += ["", "Key figures (compared by diff)", "------------------------------"]
+        out += [f"- {line.replace('`', '')}" for line in _key_figures(rule)]
     out += [
         "",
         f"Override: --set {rule.name}.PARAM=VALUE  or  [rules.{rule.name}] in traceanalyzer.toml",
@@ -101,6 +113,9 @@ def render_markdown(rules: Iterable[Rule]) -> str:
             out.append("(none)")
         out += ["", "### Requires", ""]
         out += [f"- {line}" for line in _requirements(rule)] or ["(nothing)"]
+        if rule.presentation.key_figures:
+            out += ["", "### Key figures (compared by `diff`)", ""]
+            out += [f"- {line}" for line in _key_figures(rule)]
         out.append("")
     return "\n".join(out).rstrip() + "\n"
 

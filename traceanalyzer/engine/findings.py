@@ -57,6 +57,9 @@ class Note:
     text: str
     rank: int | None = None
     metrics: dict[str, Any] = field(default_factory=dict)
+    # True when the rule ran but could not decide here ("only 22 captures; a trend needs 30"):
+    # such a rank is "inconclusive", never "clean".
+    inconclusive: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -64,6 +67,7 @@ class Note:
             "rank": self.rank,
             "text": self.text,
             "metrics": _clean(self.metrics),
+            "inconclusive": self.inconclusive,
         }
 
 

@@ -268,8 +268,20 @@ class RuleContext:
         )
 
     def note(self, text: str, *, rank: int | None = None, **metrics: float | int | None) -> None:
-        """Record why the rule stayed silent somewhere (e.g. "only 2 captures"), with numbers."""
+        """Record something the user should know about a verdict (what was left out, and why),
+        with numbers. A note does not change the verdict; see :meth:`inconclusive`."""
         self.notes.append(Note(rule=self.rule.id, rank=rank, text=text, metrics=dict(metrics)))
+
+    def inconclusive(
+        self, text: str, *, rank: int | None = None, **metrics: float | int | None
+    ) -> None:
+        """The rule ran but cannot decide on ``rank`` (e.g. "only 22 captures; a trend needs at
+        least 30"). Without a finding, the rule's status is then ``inconclusive``, never
+        ``clean``: "could not judge" is not "healthy". Unlike :class:`NotEvaluated`, the data
+        was there; there was not enough of it."""
+        self.notes.append(
+            Note(rule=self.rule.id, rank=rank, text=text, metrics=dict(metrics), inconclusive=True)
+        )
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""Rule fixtures: small stores on which a rule must fire, stay silent, or decline to evaluate.
+"""Rule fixtures: small stores on which a rule must fire, stay silent, say it cannot decide, or
+decline to evaluate.
 
 Fixtures live beside the rule, in ``fixtures/<rule file name>.py`` (or in the rule file itself)::
 
@@ -10,6 +11,9 @@ Fixtures live beside the rule, in ``fixtures/<rule file name>.py`` (or in the ru
 
     @fixture(expect="not_evaluated", reason="no transfer spans")
     def not_evaluated_without_spans() -> Store: ...
+
+    @fixture(expect="inconclusive", reason="a trend needs at least")   # ran, could not decide
+    def inconclusive_with_few_captures() -> Store: ...
 
 A "silent" fixture passes only if the rule *ran* and found nothing: a rule that was not
 evaluated proves nothing about silence. The text of the findings of every "fire" fixture is
@@ -33,7 +37,7 @@ from traceanalyzer.engine.rule import Rule
 from traceanalyzer.engine.runner import RunResult, evaluate
 from traceanalyzer.store import Store
 
-Expectation = Literal["fire", "silent", "not_evaluated"]
+Expectation = Literal["fire", "silent", "inconclusive", "not_evaluated"]
 SNAPSHOTS_DIR = "snapshots"
 
 
@@ -61,8 +65,10 @@ def fixture(
     snapshot: bool = True,
 ) -> Callable[[Callable[[], Store]], Fixture]:
     """Declare a fixture function (it returns a :class:`Store`)."""
-    if expect not in ("fire", "silent", "not_evaluated"):
-        raise ValueError(f"expect must be fire, silent or not_evaluated, not {expect!r}")
+    if expect not in ("fire", "silent", "inconclusive", "not_evaluated"):
+        raise ValueError(
+            f"expect must be fire, silent, inconclusive or not_evaluated, not {expect!r}"
+        )
     needles = (contains,) if isinstance(contains, str) else tuple(contains)
     if reason:
         needles += (reason,)
@@ -156,8 +162,8 @@ def run_fixture(rule: Rule, fix: Fixture, *, update_snapshots: bool = False) -> 
             problems.append(f"expected silence, rule was {status.status} ({detail})")
             if text:
                 problems.append(text)
-    elif status.status != "not_evaluated":
-        problems.append(f"expected not_evaluated, rule was {status.status}")
+    elif status.status != fix.expect:
+        problems.append(f"expected {fix.expect}, rule was {status.status}")
     haystack = text if fix.expect == "fire" else (status.reason or "")
     problems += [f"text lacks {needle!r}" for needle in fix.contains if needle not in haystack]
     if not problems and fix.snapshot:

@@ -26,6 +26,7 @@ import polars as pl
 from traceanalyzer.engine.config import (
     RuleSettings,
     config_path_for,
+    configured_rule_dirs,
     load_config,
     parse_set_options,
     resolve,
@@ -56,7 +57,7 @@ FINDINGS_FILE = "findings.json"
 # returns their outcomes: (rules, resolved params by rule id, ranks) -> outcomes.
 RankMap = Callable[[Sequence[Rule], Mapping[str, Mapping[str, Any]], Sequence[int]], Iterable[Any]]
 ShardStatus = Literal["evaluated", "not_evaluated", "error"]
-RuleStatusName = Literal["fired", "clean", "not_evaluated", "error", "disabled"]
+RuleStatusName = Literal["fired", "clean", "inconclusive", "not_evaluated", "error", "disabled"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -201,6 +202,11 @@ class RunResult:
         return [r for r in self.rules if r.status == "not_evaluated"]
 
     @property
+    def inconclusive(self) -> list[RuleStatus]:
+        """Rules that ran but could not decide (on every rank they found nothing on)."""
+        return [r for r in self.rules if r.status == "inconclusive"]
+
+    @property
     def errors(self) -> list[dict[str, Any]]:
         rule_errors = [
             {"rule": r.id, "name": r.name, "error": r.error, "traceback": r.traceback}
@@ -242,6 +248,7 @@ class RunResult:
                 "max_severity": self.max_severity,
                 "rules": len(self.rules),
                 "not_evaluated": len(self.not_evaluated),
+                "inconclusive": len(self.inconclusive),
                 "errors": len(self.errors),
                 "fail_on": self.fail_on,
                 "failed": self.failed,
@@ -249,6 +256,9 @@ class RunResult:
             "findings": [f.to_dict() for f in self.findings],
             "not_evaluated": [
                 {"rule": r.id, "name": r.name, "reason": r.reason} for r in self.not_evaluated
+            ],
+            "inconclusive": [
+                {"rule": r.id, "name": r.name, "reason": r.reason} for r in self.inconclusive
             ],
             "errors": self.errors,
             "rules": [r.to_dict() for r in self.rules],
@@ -287,16 +297,37 @@ def _reduce_rule(
         status.status = "not_evaluated"
         status.reason = "; ".join(dict.fromkeys(o.reason or "" for o in skipped))
     else:
-        status.status = "fired" if findings else "clean"
+        undecided = [n for n in notes if n.inconclusive]
+        status.status = "fired" if findings else ("inconclusive" if undecided else "clean")
+        reasons = []
+        if undecided:  # ran, but could not decide: never shown as healthy
+            reasons.append(_undecided_reason(undecided))
         if skipped:  # some ranks lacked the data: say so rather than imply they are healthy
-            status.reason = (
+            reasons.append(
                 "not evaluated"
                 + _on_ranks(skipped, len(outcomes))
                 + ": "
                 + "; ".join(dict.fromkeys(o.reason or "" for o in skipped))
             )
+        status.reason = "; ".join(reasons) or None
     status.findings = len(findings)
     return status, findings
+
+
+def _undecided_reason(notes: Sequence[Note]) -> str:
+    """``could not judge rank 0: only 22 captures ...`` (identical texts grouped over ranks)."""
+    by_text: dict[str, list[int]] = {}
+    for note in notes:
+        by_text.setdefault(note.text, []).extend([] if note.rank is None else [note.rank])
+    parts = []
+    for text, ranks in by_text.items():
+        where = ""
+        if ranks:
+            where = (
+                f" rank {ranks[0]}" if len(set(ranks)) == 1 else f" ranks {compress_ranks(ranks)}"
+            )
+        parts.append(f"could not judge{where}: {text}")
+    return "; ".join(parts)
 
 
 def _on_ranks(outcomes: Sequence[RuleOutcome], shards: int) -> str:
@@ -383,7 +414,8 @@ def evaluate(
 ) -> RunResult:
     """Evaluate rules on ``store`` and return the grouped result.
 
-    - ``rule_dirs``: extra rule folders (``--rules DIR``), after the built-in ones.
+    - ``rule_dirs``: extra rule folders (``--rules DIR``), after the built-in ones (and before
+      the config file's ``rule_dirs``).
     - ``overrides``: ``{"TA001": {"min_ratio": 2}}`` or ``--set`` strings ``["TA001.min_ratio=2"]``.
     - ``config_path``: a ``traceanalyzer.toml``/``pyproject.toml``; None searches the working
       directory; False ignores config files.
@@ -404,7 +436,7 @@ def evaluate(
         raise ValueError(f"fail_on must be one of {', '.join(SEVERITY_RANK)}, got {fail_on!r}")
     load_errors: list[LoadError] = []
     if rules is None:
-        rules = load_rules(rule_dirs, builtin=builtin)
+        rules = load_rules([*rule_dirs, *configured_rule_dirs(config_path)], builtin=builtin)
     if isinstance(rules, LoadedRules):
         rules, load_errors = rules.rules, rules.errors
     resolved = resolve(rules, _settings(overrides, config_path))

@@ -64,14 +64,20 @@ def _digests(loaded: LoadedRules) -> Digests:
     return tuple(sorted(loaded.digests().items()))
 
 
+def _remember(source: RuleSource, digests: Digests, rules: RuleSet) -> None:
+    """Keep only the newest rules of a source (a long-lived process does not pile them up)."""
+    for key in [k for k in _RULE_SETS if k[0] == source]:
+        del _RULE_SETS[key]
+    _RULE_SETS[source, digests] = rules
+
+
 def _rules_for(source: RuleSource, digests: Digests) -> RuleSet:
-    key = (source, digests)
-    if key not in _RULE_SETS:
+    if (source, digests) not in _RULE_SETS:
         loaded = source.load()
         if _digests(loaded) != digests:
             raise RuntimeError("rule files changed during the run; run again")
-        _RULE_SETS[key] = loaded.rules
-    return _RULE_SETS[key]
+        _remember(source, digests, loaded.rules)
+    return _RULE_SETS[source, digests]
 
 
 def evaluate_rank(
@@ -110,7 +116,7 @@ def rank_map_for(
     if loaded.source is None:
         raise ValueError("rules built in memory cannot be loaded by workers; use evaluate()")
     source, digests = loaded.source, _digests(loaded)
-    _RULE_SETS[(source, digests)] = loaded.rules  # an in-process worker uses these very rules
+    _remember(source, digests, loaded.rules)  # an in-process worker uses these very rules
     by_id = dict(digests)
     store = OutcomeCache(store_root)
 

@@ -214,11 +214,10 @@ def _salvage_from(
     else:
         dropped = []
     if cut is not None:
-        out.incomplete = f"truncated: events after byte {cut} of {size} dropped"
-        out.warnings.append(
-            f"{path}: truncated or malformed JSON ({reason}); kept the complete events in bytes "
-            f"0..{cut} of {size} and dropped the rest"
-        )
+        # one wording of the byte range for the summary line and the warning alike
+        kept = f"kept bytes 0..{cut} of {size}, dropped bytes {cut}..{size}"
+        out.incomplete = f"truncated: {kept}"
+        out.warnings.append(f"{path}: truncated or malformed JSON ({reason}); {kept}")
     if closed and body[1] + 1 < size:
         out.warnings.append(
             f"{path}: {size - body[1] - 1} byte(s) after the closing bracket ignored (NUL padding "

@@ -7,6 +7,7 @@ import sys
 
 import click
 
+from traceanalyzer.exitcodes import EXIT_OK, EXIT_USAGE, UsageFailure
 from traceanalyzer.recipes.doctor import diagnose
 from traceanalyzer.recipes.params import ParamError, parse_assignments
 from traceanalyzer.recipes.registry import RECIPES, get_recipe, recipe_names
@@ -79,7 +80,7 @@ def render_cmd(name: str, out: str, assignments: tuple[str, ...], force: bool) -
     except ParamError as exc:
         raise click.BadParameter(str(exc), param_hint="--set") from None
     except RenderError as exc:
-        raise click.ClickException(str(exc)) from None
+        raise UsageFailure(str(exc)) from None
     click.echo(f"rendered {name} into {rendered.out}")
     for rel in rendered.files:
         click.echo(f"  {rel}")
@@ -107,7 +108,7 @@ def doctor_cmd(name: str | None, as_json: bool, variant_only: bool) -> None:
         else:
             for problem in v.problems:
                 click.echo(f"{v.recipe}: {problem}", err=True)
-        sys.exit(1 if failed else 0)
+        sys.exit(EXIT_USAGE if failed else EXIT_OK)
     if as_json:
         payload = {
             "versions": env.versions,
@@ -115,7 +116,7 @@ def doctor_cmd(name: str | None, as_json: bool, variant_only: bool) -> None:
             "recipes": [v.as_dict() for v in verdicts],
         }
         click.echo(json.dumps(payload, indent=2))
-        sys.exit(1 if failed else 0)
+        sys.exit(EXIT_USAGE if failed else EXIT_OK)
     for key, value in env.versions.items():
         extra = f"  ({env.cann_source})" if key == "cann" and env.cann_source else ""
         click.echo(f"{key:12} {value or 'not found'}{extra}")
@@ -127,4 +128,4 @@ def doctor_cmd(name: str | None, as_json: bool, variant_only: bool) -> None:
             click.echo(f"  - {problem}")
         for note in v.notes:
             click.echo(f"  note: {note}")
-    sys.exit(1 if failed else 0)
+    sys.exit(EXIT_USAGE if failed else EXIT_OK)

@@ -58,7 +58,7 @@ def _cards(doc: Mapping[str, Any], summary: RunSummary) -> str:
     counts = doc.get("summary", {}).get("by_severity", {})
     sev = " ".join(chip(f"{counts[s]} {s}", s) for s in fmt.SEVERITY_ORDER if counts.get(s))
     rules = doc.get("rules", [])
-    evaluated = sum(r.get("status") in ("fired", "clean") for r in rules)
+    evaluated = sum(r.get("status") in ("fired", "clean", "inconclusive") for r in rules)
     cards = [
         ("findings", str(len(doc.get("findings", []))), sev or chip("none", "clean")),
         ("ranks", str(len(summary.ranks)), esc(_ranks_text(summary.ranks))),
@@ -238,16 +238,21 @@ def _rules_section(doc: Mapping[str, Any]) -> str:
                 inline(why) + note_html,
             )
         )
-    skipped = [r for r in rules if r.get("status") == "not_evaluated"]
     lead = ""
-    if skipped:
-        lead = (
-            '<p><b>Not evaluated:</b></p><ul class="plain">'
-            + "".join(
-                f"<li><b>{esc(r.get('name'))}</b>: {inline(r.get('reason'))}</li>" for r in skipped
+    for status, heading in (
+        ("inconclusive", "Could not judge"),
+        ("not_evaluated", "Not evaluated"),
+    ):
+        listed = [r for r in rules if r.get("status") == status]
+        if listed:
+            lead += (
+                f'<p><b>{heading}:</b></p><ul class="plain">'
+                + "".join(
+                    f"<li><b>{esc(r.get('name'))}</b>: {inline(r.get('reason'))}</li>"
+                    for r in listed
+                )
+                + "</ul>"
             )
-            + "</ul>"
-        )
     return (
         "<h2>Rules</h2>"
         + lead

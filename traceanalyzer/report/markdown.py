@@ -78,6 +78,11 @@ def render_markdown(inputs: ReportInputs, plot_files: Mapping[str, str] | None =
         lines.append("")
     for f in findings:
         lines += _finding(f, plot_files.get(f.get("fingerprint", "")))
+    undecided = [r for r in doc.get("rules", []) if r.get("status") == "inconclusive"]
+    if undecided:
+        lines += ["## Could not judge", ""]
+        lines += [f"- **{md_text(r['name'])}**: {md_text(r.get('reason'))}" for r in undecided]
+        lines.append("")
     skipped = [r for r in doc.get("rules", []) if r.get("status") == "not_evaluated"]
     if skipped:
         lines += ["## Not evaluated", ""]

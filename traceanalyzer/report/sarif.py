@@ -133,13 +133,12 @@ def build_sarif(inputs: ReportInputs) -> dict[str, Any]:
 
     notifications = []
     for status in doc.get("rules", []):
-        if status.get("status") == "not_evaluated":
+        if status.get("status") in ("not_evaluated", "inconclusive"):
+            verdict = "not evaluated" if status["status"] == "not_evaluated" else "inconclusive"
             notifications.append(
                 {
                     "level": "note",
-                    "message": {
-                        "text": f"{status.get('name')} not evaluated: {status.get('reason')}"
-                    },
+                    "message": {"text": f"{status.get('name')} {verdict}: {status.get('reason')}"},
                     "associatedRule": {"id": status["rule"], "index": index[status["rule"]]},
                 }
             )

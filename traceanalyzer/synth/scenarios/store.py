@@ -10,8 +10,12 @@ waits inside, and an unrelated long wait elsewhere.
 
 ``profile_style=session`` is how seed 002 was profiled: the profiler window
 wraps one call, so there is no span event and no ProfilerStep; the whole window
-is the transfer. ``mark_transfer=1`` adds the ``traceanalyzer.window`` metadata
-key our recipes write.
+is the transfer. The waits are then queued inside the window by the model
+thread (the torch_npu acl thread): ``aclrtStreamWaitEvent`` for EVENT_WAIT and
+``hcom_allGather_`` for Notify Wait, each with a HostToDevice flow onto its wait
+task, and the store call's thread queues its own stream's wait the same way.
+``mark_transfer=1`` adds the ``traceanalyzer.window`` metadata key our recipes
+write.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from __future__ import annotations
 from traceanalyzer.synth import ops
 from traceanalyzer.synth.ops import MS, US
 from traceanalyzer.synth.scenarios.timeline import Timeline
+from traceanalyzer.vocabulary import STORE_TRANSFER_WINDOW, WINDOW_KEY
 
 SPAN = "batch_get_into_multi_buffers"
 KNOBS = {
@@ -36,6 +41,9 @@ KNOBS = {
     "mark_transfer": 0,
     "tp_comm": 1,
 }
+# In a session profile the model thread's wait launches come first, inside the window (and
+# the extra streams' earlier kernels too): the store call starts this long after the window.
+LAUNCH_LEAD = 600 * US
 HEALTHY_KNOBS = {**KNOBS, "stall_s": 0.0}
 HELP = (
     "Mooncake transfer spans stalled by cross-stream waits (knobs: spans, stall_s, memcpys, size_mb, "
@@ -47,7 +55,7 @@ HEALTHY_HELP = (
 
 
 def metadata(knobs: dict) -> dict:
-    return {"traceanalyzer.window": "store_transfer"} if knobs["mark_transfer"] else {}
+    return {WINDOW_KEY: STORE_TRANSFER_WINDOW} if knobs["mark_transfer"] else {}
 
 
 def is_sick(knobs: dict, rank: int) -> bool:
@@ -57,12 +65,46 @@ def is_sick(knobs: dict, rank: int) -> bool:
     return sick == "all" or str(rank) in {s.strip() for s in sick.split(",")}
 
 
-def transfer(tl: Timeline, knobs: dict, stall_ns: int, in_span: bool) -> None:
-    """One ``batch_get_into_multi_buffers`` call starting at ``tl.t``."""
+def queue_waits(tl: Timeline, streams: list[int], stall_ns: int, start: int, launch: bool) -> int:
+    """Long cross-stream waits on ``streams`` covering a call at ``start``; returns when the last ends.
+
+    Without ``launch`` they were queued before the window (no host events). With it, the model
+    thread (the torch_npu acl thread) queues them just before the call, as a real export of seed
+    002 shows: ``aclrtStreamWaitEvent`` for EVENT_WAIT, an ``hcom_allGather_`` for Notify Wait,
+    each with its HostToDevice flow onto the wait task.
+    """
+    rw, rng, dev = tl.rw, tl.rng, tl.dev
+    blocked_until = 0
+    for i, s in enumerate(streams):
+        notify = i % 2 == 0
+        ready = start - ops.jitter(rng, 300) - i * 37 * US
+        call = ready - 30 * US
+        conn = None
+        if launch:
+            api, mode = (
+                ("hcom_allGather_", "HOST_HCCL") if notify else ("aclrtStreamWaitEvent", "ACL_RTS")
+            )
+            conn = rw.api("AscendCL@", api, call, ops.jitter(rng, 8), tid=rw.dequeue_tid, mode=mode)
+        w0 = dev.place(s, ready, 0)
+        wdur = stall_ns - ops.jitter(rng, 400) + i * 11 * US
+        name, kind = (
+            ("Notify Wait", "NOTIFY_WAIT_SQE") if notify else ("EVENT_WAIT", "EVENT_WAIT_SQE")
+        )
+        conn = rw.task(s, name, kind, w0, wdur, conn=conn)
+        if launch:
+            rw.h2d(conn, notify, rw.dequeue_tid, call, rw.hw_pid, s, w0)
+        dev.free[s] = w0 + wdur
+        blocked_until = max(blocked_until, w0 + wdur)
+    return blocked_until
+
+
+def transfer(tl: Timeline, knobs: dict, stall_ns: int, in_span: bool, launch_waits: bool) -> None:
+    """One ``batch_get_into_multi_buffers`` call starting at ``tl.t`` (after the waits it meets,
+    when ``launch_waits`` queues them in the window)."""
     rw, rng, dev = tl.rw, tl.rng, tl.dev
     streams = [int(s) for s in str(knobs["wait_streams"]).split(",") if s.strip()]
     xfer = knobs["transfer_stream"]
-    start = tl.t
+    start = tl.t + (LAUNCH_LEAD if launch_waits else 0)
     t = start + ops.jitter(rng, 40)
     size = int(knobs["size_mb"] * 1_000_000)
     blocked_until = 0
@@ -80,19 +122,18 @@ def transfer(tl: Timeline, knobs: dict, stall_ns: int, in_span: bool) -> None:
                 in_shapes=spec.shapes,
             )
     if stall_ns > 0:
-        # Work queued earlier on the extra streams: long cross-stream waits covering the span.
-        for i, s in enumerate(streams):
-            w0 = dev.place(s, start - ops.jitter(rng, 300) - i * 37 * US, 0)
-            wdur = stall_ns - ops.jitter(rng, 400) + i * 11 * US
-            if i % 2 == 0:
-                rw.task(s, "Notify Wait", "NOTIFY_WAIT_SQE", w0, wdur)
-            else:
-                rw.task(s, "EVENT_WAIT", "EVENT_WAIT_SQE", w0, wdur)
-            dev.free[s] = w0 + wdur
-            blocked_until = max(blocked_until, w0 + wdur)
+        blocked_until = queue_waits(tl, streams, stall_ns, start, launch_waits)
         # The transfer stream waits for an event recorded behind those waits.
         wstart = dev.place(xfer, t, blocked_until - t)
-        rw.task(xfer, "EVENT_WAIT", "EVENT_WAIT_SQE", wstart, blocked_until - wstart)
+        conn = None
+        if launch_waits:  # queued by the store call itself: its thread, its stream
+            conn = rw.api("AscendCL@", "aclrtStreamWaitEvent", t, ops.jitter(rng, 8))
+        conn = rw.task(
+            xfer, "EVENT_WAIT", "EVENT_WAIT_SQE", wstart, blocked_until - wstart, conn=conn
+        )
+        if launch_waits:
+            rw.h2d(conn, False, rw.main_tid, t, rw.hw_pid, xfer, wstart)
+            t += 12 * US
     last_end = t
     dev_total = 0
     for _ in range(knobs["memcpys"]):
@@ -127,7 +168,7 @@ def run(tl: Timeline, knobs: dict) -> None:
     tl.layers = knobs["layers"]
     tl.allreduce = bool(knobs["tp_comm"])
     if knobs["profile_style"] == "session":
-        transfer(tl, knobs, stall_ns, in_span=False)
+        transfer(tl, knobs, stall_ns, in_span=False, launch_waits=True)
         return
     for _ in range(knobs["steps_before"]):
         tl.decode()
@@ -140,7 +181,7 @@ def run(tl: Timeline, knobs: dict) -> None:
         tl.t += ops.jitter(tl.rng, 30)
         if not sick:
             tl.t = ops.synchronize(rw, tl.t, tl.dev.idle_at(), "aclrtSynchronizeDevice")
-        transfer(tl, knobs, stall_ns, in_span=True)
+        transfer(tl, knobs, stall_ns, in_span=True, launch_waits=False)
         t = tl.t
         for spec in ops.DECODE_LAYER:
             t = ops.launch_kernel(rw, tl.rng, tl.dev, t, spec)

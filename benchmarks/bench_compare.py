@@ -1,0 +1,402 @@
+"""Our whole cold `run` against the peers' tools on the same large rank, side by side.
+
+    python benchmarks/bench_compare.py [--mb 200] [--repeat 3] [--out docs/benchmarks/compare.md]
+
+The input is the rank that ``bench_ingest.py`` builds (the real G2 Level1 rank-0 export with its
+trace_view.json tiled to ``--mb`` MB, cached). Every case runs in a fresh child process, timed
+from outside, with that process's own peak RSS (``wait4``: the largest process of the case,
+children included):
+
+- ``traceanalyzer run RANK --out FRESH``: the whole cold run (discovery, ingest into a new
+  Parquet store, every rule, every report), default options, interpreter start-up included;
+- ``msprof-analyze advisor all -d COPY -o TMP``: the Ascend analyzer's every advisor analyzer,
+  on a hard-linked copy of the rank in a temp dir (which is also its cwd), so nothing it writes
+  can land in the input; interpreter start-up included;
+- HTA's ``TraceAnalysis(trace_dir=...)``: its parse of the same trace, timed alone (imports
+  done before the clock starts). HTA reads Kineto JSON only (an object with ``traceEvents``,
+  numeric ``ts``, the rank in ``distributedInfo``), and torch_npu writes a bare array with
+  ``ts`` as text: an HTA-readable copy is written once, outside any timed region, and cached;
+- the decode floor of ``bench_ingest.py`` (its ``duckdb materialise all columns`` case by
+  default, ``--floor`` to pick another), imports done before its clock starts.
+
+Time is the best of ``--repeat`` rounds (noise only ever adds; each round runs every case once,
+so a busy spell hits every case alike), peak RSS the worst. Ratios: anchor time / our run time
+(goals of issue 20: >= 20x msprof-analyze advisor, >= 4x HTA's load) and our run / floor.
+
+The anchors are optional extras of the benchmark, never of the package::
+
+    pip install -e '.[bench]'   # HolisticTraceAnalysis and msprof-analyze (also in the dev extra)
+
+A missing anchor is reported as "not installed".
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+from bench_ingest import CASES, REAL_RANK, build_input, run_case
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+OURS = "traceanalyzer run"
+ADVISOR = "msprof-analyze advisor all"
+HTA = "HTA TraceAnalysis load"
+DEFAULT_FLOOR = "duckdb materialise all columns"
+
+# The goals of issue 20 item 3: anchor time / our run time.
+GOALS = {ADVISOR: 20.0, HTA: 4.0}
+
+HTA_PROGRAM = """
+import json, sys, time
+from hta.trace_analysis import TraceAnalysis
+t0 = time.perf_counter()
+analysis = TraceAnalysis(trace_dir=sys.argv[1])
+seconds = time.perf_counter() - t0
+print('RESULT', json.dumps({'seconds': seconds, 'rows': len(analysis.t.get_trace(0))}))
+"""
+
+
+def version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def run_timed(argv: list[str], cwd: Path, log: Path) -> dict:
+    """Wall time, exit code and peak RSS of one child process (its waited-for children included)."""
+    with open(log, "wb") as fh:
+        started = time.perf_counter()
+        proc = subprocess.Popen(argv, cwd=cwd, stdout=fh, stderr=subprocess.STDOUT)
+        _, status, usage = os.wait4(proc.pid, 0)
+        seconds = time.perf_counter() - started
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return {"seconds": seconds, "peak_rss_mb": usage.ru_maxrss / 1024, "exit_code": proc.returncode}
+
+
+def failure(result: dict, log: Path) -> str:
+    lines = [line for line in log.read_text(errors="replace").splitlines() if line.strip()]
+    return f"exit {result['exit_code']}: {(lines or ['no output'])[-1][:160]}"
+
+
+def link_copy(src: Path, dst: Path) -> None:
+    """A copy of ``src`` whose files are hard links (instant; falls back to copying)."""
+
+    def link(a: str, b: str) -> None:
+        try:
+            os.link(a, b)
+        except OSError:
+            shutil.copy2(a, b)
+
+    shutil.copytree(src, dst, copy_function=link)
+
+
+def hta_input(rank: Path) -> Path:
+    """A folder beside the rank holding an HTA-readable copy of its trace (built once, cached)."""
+    trace = rank / "ASCEND_PROFILER_OUTPUT" / "trace_view.json"
+    folder = rank.parent / "hta"
+    copy = folder / "trace.json"
+    if copy.is_file() and copy.stat().st_mtime >= trace.stat().st_mtime:
+        return folder
+    folder.mkdir(exist_ok=True)
+    events = json.loads(trace.read_bytes())
+    for event in events:
+        if isinstance(event.get("ts"), str):  # torch_npu writes "ts" as text, Kineto as a number
+            event["ts"] = float(event["ts"])
+    partial = folder / "trace.json.part"
+    with open(partial, "w") as fh:
+        # HTA finds the rank with a regex over the file's lines: keep it on the first line.
+        fh.write('{"distributedInfo": {"rank": 0},\n"traceEvents": ')
+        json.dump(events, fh)
+        fh.write("}\n")
+    partial.replace(copy)
+    return folder
+
+
+def case_ours(rank: Path, tmp: Path) -> dict:
+    argv = [str(BIN / "traceanalyzer"), "run", str(rank), "--out", str(tmp / "out")]
+    log = tmp / "log.txt"
+    result = run_timed(argv, tmp, log)
+    if result["exit_code"] not in (0, 1):  # 1: a finding at or above --fail-on
+        return {"failed": failure(result, log)}
+    rules = re.search(r"evaluated (\d+) rule", log.read_text())
+    outputs = sorted(p.name for p in (tmp / "out").iterdir() if p.is_file())
+    result["did"] = (
+        f"ingest into a new Parquet store, {rules.group(1) if rules else '?'} rules evaluated, "
+        f"reports written ({', '.join(outputs)})"
+    )
+    return result
+
+
+def case_advisor(rank: Path, tmp: Path) -> dict:
+    exe = BIN / "msprof-analyze"
+    if not exe.exists():
+        return {"skipped": "not installed"}
+    link_copy(rank, tmp / rank.name)  # outside the clock
+    argv = [str(exe), "advisor", "all", "-d", str(tmp / rank.name), "-o", str(tmp / "advisor")]
+    log = tmp / "log.txt"
+    result = run_timed(argv, tmp, log)
+    text = log.read_text(errors="replace")
+    if result["exit_code"] != 0:
+        return {"failed": failure(result, log)}
+    analyzers = list(dict.fromkeys(re.findall(r"\b([A-Z][A-Za-z]+Analyzer)\b", text)))
+    outputs = sorted({p.suffix[1:] for p in (tmp / "advisor").rglob("*") if p.is_file()})
+    # The advisor logs a failing analyzer and goes on: say so rather than hide it.
+    errors = text.count("[ERROR]")
+    result["did"] = (
+        f"{len(analyzers)} analyzers ({', '.join(analyzers)}); "
+        f"reports written ({', '.join(outputs)})"
+        + (f"; {errors} [ERROR] log lines" if errors else "")
+    )
+    return result
+
+
+def case_hta(hta_dir: Path | None, tmp: Path) -> dict:
+    if hta_dir is None:
+        return {"skipped": "not installed"}
+    log = tmp / "log.txt"
+    proc = run_timed([sys.executable, "-c", HTA_PROGRAM, str(hta_dir)], tmp, log)
+    text = log.read_text(errors="replace")
+    found = re.search(r"^RESULT (.*)$", text, re.MULTILINE)
+    if proc["exit_code"] != 0 or not found:
+        return {"failed": failure(proc, log)}
+    inner = json.loads(found.group(1))
+    backend = re.search(r"backend=ParserBackend\.(\w+)", text)
+    return {
+        "seconds": inner["seconds"],
+        "process_seconds": proc["seconds"],
+        "peak_rss_mb": proc["peak_rss_mb"],
+        "did": (
+            f"parse only ({backend.group(1).lower() if backend else '?'} backend) into one pandas "
+            f"DataFrame of {inner['rows']:,} rows; no analysis"
+        ),
+    }
+
+
+def case_floor(name: str, rank: Path) -> dict:
+    result = run_case(name, CASES[name], rank)
+    result.pop("case")
+    if "seconds" in result:
+        result["did"] = f"bench_ingest.py case `{name}` (imports before the clock)"
+    return result
+
+
+def best(runs: list[dict]) -> dict:
+    """Best time (noise only ever adds), worst peak RSS; the first failure if any run failed."""
+    bad = [r for r in runs if "seconds" not in r]
+    if bad:
+        return bad[0]
+    result = dict(min(runs, key=lambda r: r["seconds"]))
+    result["peak_rss_mb"] = max(r["peak_rss_mb"] for r in runs)
+    return result
+
+
+def machine() -> dict:
+    cpu = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ),
+        platform.processor() or "?",
+    )
+    mem_kb = next(
+        int(line.split()[1])
+        for line in Path("/proc/meminfo").read_text().splitlines()
+        if line.startswith("MemTotal")
+    )
+    return {
+        "cores": os.cpu_count(),
+        "cpu": cpu,
+        "memory_gb": round(mem_kb / (1 << 20), 1),
+        "os": platform.platform(),
+        "python": platform.python_version(),
+        "load_average": os.getloadavg(),
+    }
+
+
+def commit() -> str:
+    git = ["git", "-C", str(REPO)]
+    head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    dirty = subprocess.run([*git, "status", "--porcelain"], capture_output=True, text=True)
+    return head.stdout.strip() + (" (with uncommitted changes)" if dirty.stdout.strip() else "")
+
+
+def fmt_ratio(num: dict, den: dict) -> str:
+    if "seconds" not in num or "seconds" not in den:
+        return ""
+    return f"{num['seconds'] / den['seconds']:.1f}x"
+
+
+def render(results: dict[str, dict], meta: dict) -> str:
+    """The Markdown page: the table, the ratios against their goals, the machine and the commands."""
+    ours, floor = results[OURS], results[meta["floor"]]
+    trace_mb, rank_mb = meta["trace_mb"], meta["rank_mb"]
+    m = meta["machine"]
+    lines = ["# Side by side: our whole run against msprof-analyze advisor and HTA", ""]
+    if meta.get("preliminary"):
+        lines += [
+            f"> **Preliminary**: measured on a busy machine at `--mb {meta['mb']}` (load average "
+            f"{m['load_average'][0]:.1f} at the start, {meta['load_after'][0]:.1f} at the end). "
+            "At this size the run's fixed cost (interpreter start-up, imports, reports) dominates, "
+            "so the ratios do not yet say how the tools compare at 200 MB: those figures will be "
+            "measured on a quiet machine.",
+            "",
+        ]
+    lines += [
+        f"Command: `{meta['command']}`",
+        "",
+        f"Input: the real G2 Level1 rank-0 export with its trace_view.json tiled to {trace_mb:.1f} MB "
+        f"({rank_mb:.1f} MB with its CSV/JSON side files), built and cached by "
+        "`benchmarks/bench_ingest.py`.",
+        "",
+        "| case | seconds | peak RSS (MB) | RSS / trace size | anchor / our run | goal | what it does in that time |",
+        "|---|---:|---:|---:|---:|---:|---|",
+    ]
+    for name, r in results.items():
+        if "seconds" not in r:
+            state = r.get("skipped") or f"failed: {r.get('failed', '?')}"
+            lines.append(f"| {name} | {state} | | | | | |")
+            continue
+        ratio = fmt_ratio(r, ours) if name in GOALS else ""
+        goal = f">= {GOALS[name]:.0f}x" if name in GOALS else ""
+        lines.append(
+            f"| {name} | {r['seconds']:.2f} | {r['peak_rss_mb']:.0f} | "
+            f"{r['peak_rss_mb'] / trace_mb:.2f} | {ratio} | {goal} | {r.get('did', '')} |"
+        )
+    lines += [
+        "",
+        f"Our run / floor: **{fmt_ratio(ours, floor) or 'n/a'}** (issue 20 item 2 asks <= 2.5x of "
+        "the all-files decode floor).",
+        "",
+    ]
+    for name in GOALS:
+        r = results.get(name, {})
+        if "seconds" in r and "seconds" in ours:
+            ratio = r["seconds"] / ours["seconds"]
+            verdict = "met" if ratio >= GOALS[name] else "not met"
+            lines.append(
+                f"- {name} / our run: {ratio:.1f}x (goal >= {GOALS[name]:.0f}x: {verdict})."
+            )
+    hta = results.get(HTA, {})
+    if "process_seconds" in hta:
+        lines.append(
+            f"- HTA's whole process (interpreter, imports, parse) took {hta['process_seconds']:.2f} s; "
+            "the ratio uses its parse alone."
+        )
+    v = meta["versions"]
+    lines += [
+        "",
+        "## Machine and versions",
+        "",
+        f"- {m['cores']} cores ({m['cpu']}), {m['memory_gb']} GB, {m['os']}, Python {m['python']}.",
+        f"- Load average at the start: {', '.join(f'{x:.2f}' for x in m['load_average'])}; "
+        f"at the end: {', '.join(f'{x:.2f}' for x in meta['load_after'])}.",
+        "- "
+        + ", ".join(
+            f"{name} {v.get(name) or 'not installed'}"
+            for name in ("traceanalyzer", "msprof-analyze", "HolisticTraceAnalysis", "duckdb")
+        )
+        + f"; traceanalyzer at commit {meta['commit']}.",
+        "",
+        "## Exact commands (RANK is the input rank, TMP a fresh temp dir per run, also the cwd)",
+        "",
+        f"- {OURS}: `traceanalyzer run RANK --out TMP/out` (default options; a fresh store, "
+        "so nothing is cached).",
+        f"- {ADVISOR}: `msprof-analyze advisor all -d TMP/{meta['rank_name']} -o TMP/advisor`, "
+        "where `TMP/"
+        f"{meta['rank_name']}` is a hard-linked copy of RANK made before the clock starts "
+        "(default options otherwise: `-l cn`, `-pt pytorch`).",
+        f"- {HTA}: `TraceAnalysis(trace_dir=HTA_DIR)`, timed alone after `from hta.trace_analysis "
+        "import TraceAnalysis`. `HTA_DIR` holds a copy of RANK's trace_view.json that HTA can read, "
+        "made once outside any timed region: the same events in Kineto's shape "
+        '(`{"distributedInfo": {"rank": 0}, "traceEvents": [...]}`, `ts` as a number instead of '
+        "text). HTA parses a single rank in a pool of one worker process; its RSS column is the "
+        "larger of the two.",
+        f"- floor: `bench_ingest.py`'s case `{meta['floor']}`, the bare decode the other benchmarks "
+        "use as their floor, imports done before the clock starts. It decodes the trace only: the "
+        f"side files are {meta['rank_mb'] - trace_mb:.1f} MB of this input.",
+        "",
+        "Each case runs in a fresh child process; seconds are the best of the rounds, peak RSS "
+        "the worst (`wait4`: the largest process of the case). Our run and the advisor are timed "
+        "from outside, so their seconds include interpreter start-up and imports; HTA's and the "
+        "floor's do not, which only makes their ratios stricter for us. The page cache is warm "
+        "for every case alike.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--mb", type=int, default=200, help="size of the tiled trace_view.json")
+    parser.add_argument("--repeat", type=int, default=3, help="rounds: best time, worst RSS")
+    parser.add_argument("--out", type=Path, default=REPO / "docs" / "benchmarks" / "compare.md")
+    parser.add_argument(
+        "--floor",
+        default=DEFAULT_FLOOR,
+        choices=sorted(CASES),
+        metavar="CASE",
+        help=f"a case of bench_ingest.py (default: {DEFAULT_FLOOR})",
+    )
+    parser.add_argument(
+        "--preliminary", action="store_true", help="mark the page as measured on a busy machine"
+    )
+    args = parser.parse_args()
+    if not REAL_RANK.is_dir():
+        sys.exit(f"real export not found at {REAL_RANK}")
+    rank = build_input(args.mb)
+    hta_dir = hta_input(rank) if version("HolisticTraceAnalysis") else None
+    meta = {
+        "mb": args.mb,
+        "floor": args.floor,
+        "preliminary": args.preliminary,
+        "machine": machine(),
+        "commit": commit(),
+        "rank_name": rank.name,
+        "trace_mb": (rank / "ASCEND_PROFILER_OUTPUT" / "trace_view.json").stat().st_size
+        / (1 << 20),
+        "rank_mb": sum(p.stat().st_size for p in rank.rglob("*") if p.is_file()) / (1 << 20),
+        "versions": {
+            d: version(d)
+            for d in ("traceanalyzer", "msprof-analyze", "HolisticTraceAnalysis", "duckdb")
+        },
+        "command": f"python benchmarks/bench_compare.py --mb {args.mb} --repeat {args.repeat}"
+        + (f" --floor '{args.floor}'" if args.floor != DEFAULT_FLOOR else "")
+        + (" --preliminary" if args.preliminary else ""),
+    }
+    cases = {
+        OURS: lambda tmp: case_ours(rank, tmp),
+        ADVISOR: lambda tmp: case_advisor(rank, tmp),
+        HTA: lambda tmp: case_hta(hta_dir, tmp),
+        args.floor: lambda tmp: case_floor(args.floor, rank),
+    }
+    runs: dict[str, list[dict]] = {name: [] for name in cases}
+    for round_ in range(args.repeat):
+        for name, case in cases.items():
+            with tempfile.TemporaryDirectory(prefix="bench-compare-") as tmp:
+                result = case(Path(tmp))
+            runs[name].append(result)
+            print(f"round {round_ + 1} {name:<32} {json.dumps(result)}", flush=True)
+    results = {name: best(r) for name, r in runs.items()}
+    meta["load_after"] = os.getloadavg()
+    text = render(results, meta)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(text)
+    print(textwrap.indent(text, "  "))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,93 @@
+"""Exit codes mean the same for every command: 1 is only ever "a finding" (or a failed fixture),
+mistakes in the invocation and refusals are 2 (README "Exit codes")."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from traceanalyzer.cli import main
+from traceanalyzer.exitcodes import EXIT_USAGE
+
+
+def test_unknown_rule_is_a_usage_error() -> None:
+    for args in (["rules", "explain", "nope"], ["rules", "test", "nope"]):
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == EXIT_USAGE, (args, result.output)
+        assert "unknown rule 'nope'" in result.output
+
+
+def test_recipe_render_into_a_non_empty_folder_is_a_usage_error(tmp_path: Path) -> None:
+    (tmp_path / "keep.txt").write_text("mine")
+    result = CliRunner().invoke(
+        main, ["recipe", "render", "graph-capture-repeat", "--out", str(tmp_path)]
+    )
+    assert result.exit_code == EXIT_USAGE, result.output
+    assert "not empty" in result.output
+    assert (tmp_path / "keep.txt").read_text() == "mine"
+
+
+def test_outputs_follow_the_umask(tmp_path: Path) -> None:
+    from traceanalyzer.store import write_atomic_text
+
+    target = tmp_path / "report.md"
+    write_atomic_text(target, "x")
+    mask = os.umask(0o022)
+    os.umask(mask)
+    assert stat.S_IMODE(target.stat().st_mode) == 0o666 & ~mask
+
+
+def test_ray_address_without_the_ray_executor_is_refused(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        main, ["run", str(tmp_path), "--ray-address", "auto", "--out", str(tmp_path / "o")]
+    )
+    assert result.exit_code == EXIT_USAGE
+    assert "--ray-address is only used with --executor ray" in result.output
+
+
+def test_a_failed_gate_names_the_findings_and_the_exit_code(tmp_path: Path) -> None:
+    sample = Path(__file__).resolve().parents[1] / "sample_traces" / "capture_growth_2rank"
+    result = CliRunner().invoke(
+        main, ["run", str(sample), "--out", str(tmp_path / "o"), "--fail-on", "warning", "-q"]
+    )
+    assert result.exit_code == 1, result.output
+    last = result.output.strip().splitlines()[-1]
+    assert last.startswith("failed: 1 finding(s) at or above --fail-on warning"), last
+    assert "capture-memcpy-growth on ranks 0, 1" in last and last.endswith("exit 1")
+
+
+def test_quiet_still_says_what_lost_data(tmp_path: Path) -> None:
+    import shutil
+
+    sample = Path(__file__).resolve().parents[1] / "sample_traces" / "capture_growth_2rank"
+    # the second session of the sample is rank 1 (its profiler_info_1.json)
+    rank1 = next(p for p in sample.iterdir() if (p / "profiler_info_1.json").exists())
+    shutil.copytree(rank1, tmp_path / "in" / rank1.name)
+    result = CliRunner().invoke(
+        main, ["run", str(tmp_path / "in"), "--out", str(tmp_path / "o"), "-q"]
+    )
+    assert "missing ranks: 0" in result.output, result.output
+
+
+def test_could_not_judge_is_its_own_status_everywhere(tmp_path: Path) -> None:
+    """A rule that ran but could not decide is "inconclusive" in findings.json, the terminal,
+    report.md and report.html; never "clean" (slow-rank on one rank has no peers)."""
+    import json
+
+    sample = Path(__file__).resolve().parents[1] / "sample_traces" / "capture_healthy"
+    out = tmp_path / "o"
+    result = CliRunner().invoke(
+        main, ["run", str(sample), "--out", str(out), "--set", "slow-rank.min_ranks=1"]
+    )
+    assert result.exit_code == 0, result.output
+    doc = json.loads((out / "findings.json").read_text())
+    [slow] = [r for r in doc["rules"] if r["name"] == "slow-rank"]
+    assert slow["status"] == "inconclusive", slow
+    assert "could not judge" in slow["reason"]
+    assert doc["summary"]["inconclusive"] >= 1
+    assert "undecided  slow-rank" in result.output
+    assert "## Could not judge" in (out / "report.md").read_text()
+    assert "Could not judge" in (out / "report.html").read_text()
