@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import polars as pl
 
 from traceanalyzer.engine.cost import analysed_window_ns, analysed_windows
-from traceanalyzer.engine.steps import CAPTURE_PARAMS, capture_windows
+from traceanalyzer.engine.steps import CAPTURE_PARAMS, DEQUEUE_PREFIX, capture_windows
 from traceanalyzer.kit import (
     CANN_PROCESS,
     COMPUTE_TASK_TYPES,
@@ -164,7 +165,6 @@ def host_launch_bound(ctx: RuleContext) -> Iterator[Finding]:
     per_stream = judged.per_stream
     if per_stream.is_empty():
         raise NotEvaluated(NO_LINKS)
-    fix = _fix_text(judged.replays, judged.task_queue)
     for row in per_stream.iter_rows(named=True):
         rank, stream = int(row["rank"]), int(row["stream"])
         where = f"rank {rank} stream {stream}"
@@ -185,17 +185,19 @@ def host_launch_bound(ctx: RuleContext) -> Iterator[Finding]:
                 cost_share=share,
             )
             continue
+        fix = _fix_text(judged.replays.get(rank, 0), judged.task_queue.get(rank, False))
         yield _finding(ctx, row, judged, fix)
 
 
+@dataclass(frozen=True)
 class _Judged:
-    """Every gap of every judged compute stream, classified, and the per-stream totals."""
+    """Every gap of every judged compute stream, classified; the per-stream totals; and per
+    rank, how many graph replays its host issued and whether a task-queue thread launched."""
 
-    def __init__(self, gaps: pl.DataFrame, per_stream: pl.DataFrame, replays: int, queue: bool):
-        self.gaps = gaps
-        self.per_stream = per_stream
-        self.replays = replays
-        self.task_queue = queue
+    gaps: pl.DataFrame
+    per_stream: pl.DataFrame
+    replays: dict[int, int]
+    task_queue: dict[int, bool]
 
 
 def _judged_streams(ctx: RuleContext) -> _Judged:
@@ -277,9 +279,14 @@ def _judged_streams(ctx: RuleContext) -> _Judged:
         )
         .sort("rank", "stream")
     )
-    replays = slices.filter(pl.col("api_name").is_in(p.replay_apis)).select(pl.len()).collect()
-    queue = slices.filter(pl.col("name").str.starts_with("Dequeue@")).select(pl.len()).collect()
-    return _Judged(gaps, per_stream, int(replays.item()), bool(queue.item()))
+    replays = slices.filter(pl.col("api_name").is_in(p.replay_apis)).group_by("rank").len()
+    queue = slices.filter(pl.col("name").str.starts_with(DEQUEUE_PREFIX)).group_by("rank").len()
+    return _Judged(
+        gaps,
+        per_stream,
+        dict(replays.collect().iter_rows()),
+        {rank: n > 0 for rank, n in queue.collect().iter_rows()},
+    )
 
 
 def _classify(
@@ -398,7 +405,8 @@ def _finding(ctx: RuleContext, row: dict[str, Any], judged: _Judged, fix: str) -
     gaps = judged.gaps.filter((pl.col("rank") == rank) & (pl.col("stream") == stream))
     bound = gaps.filter(pl.col("host_bound"))
     worst = bound.sort("gap_ns", descending=True).head(WORST_SHOWN)
-    mode = f"{judged.replays} graph replays" if judged.replays else "eager decode, no graph replays"
+    replays = judged.replays.get(rank, 0)
+    mode = f"{replays} graph replays" if replays else "eager decode, no graph replays"
     share = row["cost_share"]
     title = (
         f"Stream {stream} starves for host launches: {share:.0%} of the "
@@ -475,7 +483,7 @@ def _finding(ctx: RuleContext, row: dict[str, Any], judged: _Judged, fix: str) -
             "other_cause_ns": int(row["other_ns"]),
             "window_ns": int(row["window_ns"]),
             "linked_fraction": round(row["linked_fraction"], 4),
-            "graph_replays": judged.replays,
+            "graph_replays": replays,
         },
         evidence=evidence,
         fix=fix,
