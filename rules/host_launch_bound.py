@@ -8,7 +8,7 @@ from typing import Any
 
 import polars as pl
 
-from traceanalyzer.engine.cost import analysed_window_ns, analysed_windows
+from traceanalyzer.engine.cost import analysed_window_ns
 from traceanalyzer.engine.steps import CAPTURE_PARAMS, DEQUEUE_PREFIX, capture_windows
 from traceanalyzer.kit import (
     CANN_PROCESS,
@@ -49,7 +49,7 @@ NO_LINKS = (
     params={
         "min_share": Param(
             0.3,
-            "Fire when host-bound idle covers at least this share of the analysed window "
+            "Fire when host-bound idle covers at least this share of the stream's span "
             "(vllm-ascend #11967: the healthy rank idled 19%, the host-bound one 57%).",
         ),
         "error_share": Param(0.6, "Report as error from this share on."),
@@ -115,7 +115,7 @@ def host_launch_bound(ctx: RuleContext) -> Iterator[Finding]:
     `aclmdlRIExecuteAsync` for a graph replay, any call linked by `connection_id` or a
     HostToDevice flow) ended only *after* the previous task had finished. Every such gap is
     host-bound idle time. It fires per rank and stream when that time reaches `min_share` of the
-    analysed window (first to last workload task of the session), and reports the worst gaps
+    stream's span (its first to last task in each session), and reports the worst gaps
     with the host calls that launched late, and whether the steps ran as graph replays.
 
     Gaps are not host-bound when the launch was already done when the stream went idle (the
@@ -176,13 +176,13 @@ def host_launch_bound(ctx: RuleContext) -> Iterator[Finding]:
                 linked_fraction=row["linked_fraction"],
             )
             continue
-        share = row["cost_share"]
+        share = row["stream_share"]
         if share < p.min_share:
             ctx.note(
-                f"{where}: host-bound idle {text.duration(row['cost_ns'])} is {share:.0%} of the "
-                f"{text.duration(row['window_ns'])} window (threshold {p.min_share:.0%})",
+                f"{where}: host-bound idle {text.duration(row['cost_ns'])} is {share:.0%} of its "
+                f"{text.duration(row['span_ns'])} span (threshold {p.min_share:.0%})",
                 rank=rank,
-                cost_share=share,
+                stream_share=share,
             )
             continue
         fix = _fix_text(judged.replays.get(rank, 0), judged.task_queue.get(rank, False))
@@ -218,33 +218,21 @@ def _judged_streams(ctx: RuleContext) -> _Judged:
         .select(*keys, "start_ns", "end_ns")
         .collect()
     )
-    # Only gaps that open inside the analysed window (the steps, else the sessions) count.
-    windows = analysed_windows(ctx).rename(
-        {"start_ns": "window_start_ns", "end_ns": "window_end_ns"}
-    )
-    opened = (
-        stream_gaps(tasks, stream="stream")
-        .sort("prev_end_ns")
-        .join_asof(
-            windows.sort("window_start_ns"),
-            left_on="prev_end_ns",
-            right_on="window_start_ns",
-            by=keys,
-            strategy="backward",
-            check_sortedness=False,
-        )
-        .filter(pl.col("prev_end_ns") < pl.col("window_end_ns"))
-        .drop("window_start_ns", "window_end_ns")
-    )
     other = union_intervals(
         slices.filter(
             (pl.col("process") == CANN_PROCESS) & pl.col("api_name").is_in(p.other_cause_apis)
         ).select(*keys, "start_ns", "end_ns"),
     ).collect()
-    gaps = _classify(opened, syncs, capture_windows(ctx), other, p.min_gap_us * 1000)
+    gaps = _classify(
+        stream_gaps(tasks, stream="stream"), syncs, capture_windows(ctx), other,
+        p.min_gap_us * 1000,
+    )  # fmt: skip
     window_ns = analysed_window_ns(ctx)
+    # The stream's own span (first task to last) is the time it could have been working.
     linked = tasks.group_by(*keys, "stream").agg(
-        pl.col("link").is_not_null().mean().alias("linked_fraction"), pl.len().alias("tasks")
+        pl.col("link").is_not_null().mean().alias("linked_fraction"),
+        pl.len().alias("tasks"),
+        (pl.col("end_ns").max() - pl.col("start_ns").min()).alias("span_ns"),
     )
     per_session = linked.join(
         gaps.group_by(*keys, "stream").agg(
@@ -265,17 +253,24 @@ def _judged_streams(ctx: RuleContext) -> _Judged:
             pl.col("tasks").sum(),
             *(
                 pl.col(c).fill_null(0).sum()
-                for c in ("cost_ns", "other_ns", "host_bound_gaps", "after_sync_ns", "idle_ns")
+                for c in (
+                    "cost_ns",
+                    "other_ns",
+                    "host_bound_gaps",
+                    "after_sync_ns",
+                    "idle_ns",
+                    "span_ns",
+                )
             ),
         )
         .with_columns(
+            (pl.col("cost_ns") / pl.col("span_ns").clip(lower_bound=1)).alias("stream_share"),
             pl.col("rank")
             .replace_strict(window_ns, default=None, return_dtype=pl.Int64)
-            .alias("window_ns")
+            .alias("window_ns"),
         )
-        .filter(pl.col("window_ns").is_not_null())
         .with_columns(
-            (pl.col("cost_ns") / pl.col("window_ns").clip(lower_bound=1)).alias("cost_share")
+            (pl.col("cost_ns") / pl.col("window_ns")).clip(upper_bound=1.0).alias("cost_share")
         )
         .sort("rank", "stream")
     )
@@ -407,10 +402,10 @@ def _finding(ctx: RuleContext, row: dict[str, Any], judged: _Judged, fix: str) -
     worst = bound.sort("gap_ns", descending=True).head(WORST_SHOWN)
     replays = judged.replays.get(rank, 0)
     mode = f"{replays} graph replays" if replays else "eager decode, no graph replays"
-    share = row["cost_share"]
+    share = row["stream_share"]
     title = (
-        f"Stream {stream} starves for host launches: {share:.0%} of the "
-        f"{text.duration(row['window_ns'])} window idle with nothing queued "
+        f"Stream {stream} starves for host launches: {share:.0%} of its "
+        f"{text.duration(row['span_ns'])} span idle with nothing queued "
         f"({row['host_bound_gaps']} gaps; {mode})"
     )
     top = worst.row(0, named=True) if worst.height else None
@@ -476,12 +471,13 @@ def _finding(ctx: RuleContext, row: dict[str, Any], judged: _Judged, fix: str) -
         location={"stream": stream},
         metrics={
             "cost_ns": int(row["cost_ns"]),
-            "cost_share": round(share, 4),
+            "cost_share": None if row["cost_share"] is None else round(row["cost_share"], 4),
+            "stream_share": round(share, 4),
             "host_bound_gaps": int(row["host_bound_gaps"]),
             "idle_ns": int(row["idle_ns"]),
             "after_sync_ns": int(row["after_sync_ns"]),
             "other_cause_ns": int(row["other_ns"]),
-            "window_ns": int(row["window_ns"]),
+            "span_ns": int(row["span_ns"]),
             "linked_fraction": round(row["linked_fraction"], 4),
             "graph_replays": replays,
         },
@@ -525,7 +521,9 @@ def _figure(fig: FigureContext) -> Any:
 
 @host_launch_bound.key_figures(
     KeyFigure("host_bound_idle_ns", "host-bound idle (worst compute stream)", "lower", "ns"),
-    KeyFigure("host_bound_share", "host-bound share of window (worst stream)", "lower", "ratio"),
+    KeyFigure(
+        "host_bound_share", "host-bound share of the stream's span (worst)", "lower", "ratio"
+    ),
 )
 def _key_figures(ctx: RuleContext) -> pl.DataFrame:
     per_stream = _judged_streams(ctx).per_stream
@@ -536,7 +534,7 @@ def _key_figures(ctx: RuleContext) -> pl.DataFrame:
         .select(
             "rank",
             pl.col("cost_ns").alias("host_bound_idle_ns"),
-            pl.col("cost_share").alias("host_bound_share"),
+            pl.col("stream_share").alias("host_bound_share"),
         )
     )
 

@@ -30,12 +30,12 @@ def test_real_g2_export_is_silent_for_the_right_reasons(real_g2_store: Path) -> 
     for name in HOST_RULES:
         assert status[name].status == "clean", (name, status[name].reason)
     notes = {name: [n.text for n in status[name].notes] for name in HOST_RULES}
-    # ResNet training step 50: the forward leaves stream 2 idle 14% / 16% of the step with the
+    # ResNet training step 50: the forward leaves stream 2 idle 16% / 18% of its span with the
     # next launch not yet done (gaps of ~1 ms before aclnnAddmm, TransData via
     # aclopCompileAndExecute): real host overhead, but below a host-bound rank's share.
     assert notes["host-launch-bound"] == [
-        "rank 0 stream 2: host-bound idle 22.4 ms is 14% of the 156 ms window (threshold 30%)",
-        "rank 1 stream 2: host-bound idle 24.1 ms is 16% of the 154 ms window (threshold 30%)",
+        "rank 0 stream 2: host-bound idle 22.4 ms is 16% of its 141 ms span (threshold 30%)",
+        "rank 1 stream 2: host-bound idle 24.1 ms is 18% of its 137 ms span (threshold 30%)",
     ]
     # Two blocking `aten::to` copies and one `aten::item` before loss.item(): 3 extra stalls,
     # but the device had little queued, so they cost 0.5% of the step.
@@ -72,6 +72,6 @@ def test_scenarios_fire_their_rule_and_twins_stay_silent(
     assert {f.name for f in findings} == fires  # the field rules TA001/TA002 included
     for f in findings:
         assert f.ranks == [0, 1]
-        assert f.metrics["cost_ns"] > 0 and 0 < f.metrics["cost_share"] < 1
+        assert f.metrics["cost_ns"] > 0 and 0 < f.metrics["cost_share"] <= 1
         if f.name == "host-launch-bound":
             assert f.location == {"stream": 2}
