@@ -56,6 +56,11 @@ NO_LINKS = (
         "min_gap_us": Param(
             5.0, "Ignore shorter gaps: the device's own dispatch latency between queued tasks (µs)."
         ),
+        "max_gap_ms": Param(
+            10.0,
+            "Longer gaps are pauses (no work queued: between requests, data loading), not slow "
+            "dispatch; they count neither as host-bound nor in the stream's span (ms).",
+        ),
         "min_linked": Param(
             0.5,
             "Judge a stream only when at least this fraction of its tasks is linked to a launch.",
@@ -225,7 +230,7 @@ def _judged_streams(ctx: RuleContext) -> _Judged:
     ).collect()
     gaps = _classify(
         stream_gaps(tasks, stream="stream"), syncs, capture_windows(ctx), other,
-        p.min_gap_us * 1000,
+        p.min_gap_us * 1000, p.max_gap_ms * 1e6,
     )  # fmt: skip
     window_ns = analysed_window_ns(ctx)
     # The stream's own span (first task to last) is the time it could have been working.
@@ -240,6 +245,7 @@ def _judged_streams(ctx: RuleContext) -> _Judged:
             pl.col("other_ns").filter(pl.col("host_bound")).sum().alias("other_ns"),
             pl.col("host_bound").sum().alias("host_bound_gaps"),
             pl.col("gap_ns").filter(pl.col("after_sync")).sum().alias("after_sync_ns"),
+            pl.col("gap_ns").filter(pl.col("pause")).sum().alias("pause_ns"),
             pl.col("gap_ns").sum().alias("idle_ns"),
         ),
         on=[*keys, "stream"],
@@ -258,11 +264,13 @@ def _judged_streams(ctx: RuleContext) -> _Judged:
                     "other_ns",
                     "host_bound_gaps",
                     "after_sync_ns",
+                    "pause_ns",
                     "idle_ns",
                     "span_ns",
                 )
             ),
         )
+        .with_columns(pl.col("span_ns") - pl.col("pause_ns"))
         .with_columns(
             (pl.col("cost_ns") / pl.col("span_ns").clip(lower_bound=1)).alias("stream_share"),
             pl.col("rank")
@@ -290,6 +298,7 @@ def _classify(
     captures: pl.DataFrame,
     other: pl.DataFrame,
     min_gap_ns: float,
+    max_gap_ns: float,
 ) -> pl.DataFrame:
     """Flag each gap ``host_bound`` (launched after the stream went idle) or ``after_sync``.
 
@@ -301,10 +310,12 @@ def _classify(
     marked = _overlaps(_overlaps(gaps, syncs, "in_sync"), captures, "in_capture")
     other_ns = _covered_at(marked, other, "start_ns") - _covered_at(marked, other, "prev_end_ns")
     late = (pl.col("launch_end_ns") > pl.col("prev_end_ns")).fill_null(False)
-    counted = late & (pl.col("gap_ns") >= min_gap_ns) & ~pl.col("in_capture")
+    pause = pl.col("gap_ns") > max_gap_ns
+    counted = late & (pl.col("gap_ns") >= min_gap_ns) & ~pause & ~pl.col("in_capture")
     return (
         marked.with_columns(other_ns.alias("other_ns"))
         .with_columns(
+            pause.alias("pause"),
             (counted & ~pl.col("in_sync")).alias("host_bound"),
             (counted & pl.col("in_sync")).alias("after_sync"),
             (pl.col("launch_end_ns") - pl.col("prev_end_ns")).alias("late_ns"),
@@ -478,6 +489,7 @@ def _finding(ctx: RuleContext, row: dict[str, Any], judged: _Judged, fix: str) -
             "after_sync_ns": int(row["after_sync_ns"]),
             "other_cause_ns": int(row["other_ns"]),
             "span_ns": int(row["span_ns"]),
+            "pause_ns": int(row["pause_ns"]),
             "linked_fraction": round(row["linked_fraction"], 4),
             "graph_replays": replays,
         },
