@@ -59,7 +59,9 @@ FREE_APIS = ("aclrtFree", "aclrtFreePhysical")
             0.5, "Fire when at least this fraction of the steady steps allocates (not warm-up)."
         ),
         "min_share": Param(
-            0.01, "...and the calls take at least this share of the steady step time."
+            0.002,
+            "...and the calls take at least this share of the steady step time (a steady "
+            "state should make no driver allocation at all).",
         ),
     },
     requires=[

@@ -55,7 +55,7 @@ WORST_SHOWN = 5
         "min_step_share": Param(
             0.5, "Fire when at least this fraction of the steady steps compiles (not warm-up)."
         ),
-        "min_share": Param(0.01, "...and compiling takes at least this share of their time."),
+        "min_share": Param(0.002, "...and compiling takes at least this share of their time."),
     },
     requires=[
         Requirement(

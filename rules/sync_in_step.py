@@ -57,7 +57,7 @@ NO_SITE = "no torch op"  # a sync outside any torch op: an explicit synchronize(
         ),
         "min_extra_per_step": Param(1.0, "Fire from this many extra stalls per steady step on."),
         "min_share": Param(
-            0.02, "...and when they cost at least this share of the steady step time."
+            0.01, "...and when they cost at least this share of the steady step time."
         ),
         "marker_tasks": Param(PROFILER_MARKER_TASKS, "Profiler marker tasks (not device work)."),
     },
