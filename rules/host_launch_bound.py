@@ -309,7 +309,12 @@ def _classify(
     """
     marked = _overlaps(_overlaps(gaps, syncs, "in_sync"), captures, "in_capture")
     other_ns = _covered_at(marked, other, "start_ns") - _covered_at(marked, other, "prev_end_ns")
-    late = (pl.col("launch_end_ns") > pl.col("prev_end_ns")).fill_null(False)
+    late = pl.col("launch_end_ns") > pl.col("prev_end_ns")
+    # Which replay queued a graph task is a guess (the last one before it); when the host runs
+    # ahead that is a later replay than the task's own. Only a replay that began after the
+    # stream ran dry proves nothing was queued.
+    replay = pl.col("link") == "graph_replay"
+    late = (late & (~replay | (pl.col("launch_start_ns") > pl.col("prev_end_ns")))).fill_null(False)
     pause = pl.col("gap_ns") > max_gap_ns
     counted = late & (pl.col("gap_ns") >= min_gap_ns) & ~pause & ~pl.col("in_capture")
     return (
