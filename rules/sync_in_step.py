@@ -344,7 +344,7 @@ def _finding(
 
 @sync_in_step.figure(caption="Device idle after extra synchronisations, per steady step.")
 def _figure(fig: FigureContext) -> Any:
-    figure, (ax,) = fig.new(6.0, 2.4)
+    figure, (ax,) = fig.new(6.0, 2.4, margins={"left": 0.12})
     (ranks, series), *_ = fig.series_by_rank()
     if not series.get("step"):
         return None

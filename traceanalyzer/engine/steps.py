@@ -230,7 +230,7 @@ def steady_state_usage(
 
 def per_step_figure(fig: FigureContext, ylabel: str) -> Figure | None:
     """Bars of a finding's per-step series (``step``, ``value``, ``steady``); warm-up in grey."""
-    figure, (ax,) = fig.new(6.0, 2.4)
+    figure, (ax,) = fig.new(6.0, 2.4, margins={"left": 0.12})
     (ranks, series), *_ = fig.series_by_rank()
     if not series.get("step"):
         return None
