@@ -12,11 +12,14 @@ from traceanalyzer.engine.cost import analysed_window_ns
 from traceanalyzer.engine.steps import CAPTURE_PARAMS, DEQUEUE_PREFIX, capture_windows
 from traceanalyzer.kit import (
     CANN_PROCESS,
+    COMMUNICATION_PROCESSES,
     COMPUTE_TASK_TYPES,
     GRAPH_REPLAY_APIS,
     HARDWARE_PROCESS,
     PROFILER_MARKER_TASKS,
     SYNC_APIS,
+    WAIT_TASK_NAMES,
+    WAIT_TASK_TYPES,
     Evidence,
     FigureContext,
     Finding,
@@ -67,6 +70,11 @@ NO_LINKS = (
         ),
         "compute_task_types": Param(
             COMPUTE_TASK_TYPES, "Task types of kernels: a stream with any is a compute stream."
+        ),
+        "wait_task_types": Param(WAIT_TASK_TYPES, "Task types of cross-stream waits."),
+        "wait_names": Param(
+            WAIT_TASK_NAMES,
+            "Names of wait tasks; on the communication plane they occupy the stream they name.",
         ),
         "marker_tasks": Param(
             PROFILER_MARKER_TASKS, "Task names the profiler adds (not part of the workload)."
@@ -218,6 +226,17 @@ def _judged_streams(ctx: RuleContext) -> _Judged:
         .unique()
     )
     tasks = launches.join(compute, on=[*keys, "stream"])
+    # Waits the communication plane records for a compute stream fill its time too.
+    plane_waits = (
+        slices.filter(
+            pl.col("process").is_in(COMMUNICATION_PROCESSES)
+            & (pl.col("task_type").is_in(p.wait_task_types) | pl.col("name").is_in(p.wait_names))
+        )
+        .select(*keys, pl.col("stream_id").alias("stream"), "start_ns", "end_ns", "name")
+        .collect()
+        .join(compute, on=[*keys, "stream"])
+    )
+    occupied = pl.concat([tasks, plane_waits], how="diagonal_relaxed")
     syncs = (
         slices.filter((pl.col("process") == CANN_PROCESS) & pl.col("api_name").is_in(p.sync_apis))
         .select(*keys, "start_ns", "end_ns")
@@ -229,7 +248,7 @@ def _judged_streams(ctx: RuleContext) -> _Judged:
         ).select(*keys, "start_ns", "end_ns"),
     ).collect()
     gaps = _classify(
-        stream_gaps(tasks, stream="stream"), syncs, capture_windows(ctx), other,
+        stream_gaps(occupied, stream="stream"), syncs, capture_windows(ctx), other,
         p.min_gap_us * 1000, p.max_gap_ms * 1e6,
     )  # fmt: skip
     window_ns = analysed_window_ns(ctx)
