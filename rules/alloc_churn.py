@@ -7,24 +7,19 @@ from typing import Any
 
 import polars as pl
 
-from traceanalyzer.engine.cost import analysed_window_ns, share
 from traceanalyzer.engine.steps import (
-    NO_STEPS,
     STEP_PARAMS,
-    call_sites,
+    SteadyUse,
     host_calls,
-    in_steps,
     per_step_figure,
-    steady_state_usage,
-    step_windows,
+    recurring_calls,
+    steady_key_figures,
 )
 from traceanalyzer.kit import (
     CANN_PROCESS,
-    Evidence,
     FigureContext,
     Finding,
     KeyFigure,
-    NotEvaluated,
     Param,
     Requirement,
     RuleContext,
@@ -109,30 +104,9 @@ def alloc_churn(ctx: RuleContext) -> Iterator[Finding]:
     - msprof-analyze advisor memory checker (`aclMallocMemInner`/`aclrtFree` over 10 ms).
     - torch_npu `PYTORCH_NPU_ALLOC_CONF` (`expandable_segments`), `torch.npu.empty_cache`.
     """
-    p = ctx.params
-    steps = step_windows(ctx)
-    if steps.is_empty():
-        raise NotEvaluated(NO_STEPS)
-    calls = in_steps(host_calls(ctx, p.alloc_apis), steps)
-    per_step, per_rank = steady_state_usage(steps, calls)
-    windows = analysed_window_ns(ctx)
-    for row in per_rank.iter_rows(named=True):
-        rank = int(row["rank"])
-        if not row["steady_steps"]:
-            ctx.note(f"rank {rank}: only warm-up steps profiled", rank=rank)
-            continue
-        if row["step_share"] < p.min_step_share or row["cost_share"] < p.min_share:
-            ctx.note(
-                f"rank {rank}: {row['calls']} alloc/free calls in {row['steps_with']} of "
-                f"{row['steady_steps']} steady steps, {row['cost_share']:.1%} of their time "
-                f"(thresholds {p.min_step_share:.0%} of steps, {p.min_share:.0%}); "
-                f"{row['warmup_calls']} in warm-up steps",
-                rank=rank,
-                cost_share=row["cost_share"],
-            )
-            continue
-        mine = calls.filter((pl.col("rank") == rank) & pl.col("steady"))
-        yield _finding(ctx, row, call_sites(ctx, mine), per_step, windows.get(rank))
+    calls = host_calls(ctx, ctx.params.alloc_apis)
+    for use in recurring_calls(ctx, calls, "alloc/free calls"):
+        yield _finding(ctx, use)
 
 
 def _fix(ctx: RuleContext, rank: int, frees: int, steps: int) -> str:
@@ -158,73 +132,33 @@ def _fix(ctx: RuleContext, rank: int, frees: int, steps: int) -> str:
     return " ".join(parts)
 
 
-def _finding(
-    ctx: RuleContext,
-    row: dict[str, Any],
-    calls: pl.DataFrame,
-    per_step: pl.DataFrame,
-    window_ns: int | None,
-) -> Finding:
-    rank, n = int(row["rank"]), int(row["steady_steps"])
-    sites = (
-        calls.group_by(pl.col("site").fill_null(pl.col("name")))
-        .agg(pl.col("dur_ns").sum())
-        .sort("dur_ns", "site", descending=[True, False])["site"]
-        .to_list()
-    )
-    apis = sorted(set(calls["api_name"]))
-    frees = calls.filter(pl.col("api_name").is_in(FREE_APIS)).height
+def _finding(ctx: RuleContext, use: SteadyUse) -> Finding:
+    t, n, sites = use.totals, use.steps, use.sites
+    apis = sorted(set(use.calls["api_name"]))
+    frees = use.calls.filter(pl.col("api_name").is_in(FREE_APIS)).height
     title = (
-        f"{'/'.join(apis)} in {row['steps_with']} of {n} steady steps: "
-        f"{text.number(round(row['calls'] / n, 2))} calls per step, "
-        f"{text.duration(row['cost_ns'] / n)} per step ({row['cost_share']:.0%} of the steady "
+        f"{'/'.join(apis)} in {t['steps_with']} of {n} steady steps: "
+        f"{text.number(round(t['calls'] / n, 2))} calls per step, "
+        f"{text.duration(t['cost_ns'] / n)} per step ({t['cost_share']:.0%} of the steady "
         f"step time), at {text.join(sites, 3)}"
     )
     message = (
-        f"On rank {rank}, the host called {text.join(apis)} {row['calls']} times in {n} steady "
+        f"On rank {use.rank}, the host called {text.join(apis)} {t['calls']} times in {n} steady "
         f"step(s) (after warm-up step(s) <= {ctx.params.warmup_steps}, which made "
-        f"{row['warmup_calls']} more), for {text.duration(row['cost_ns'])}: the caching "
+        f"{t['warmup_calls']} more), for {text.duration(t['cost_ns'])}: the caching "
         "allocator went to the driver instead of reusing its blocks, and the device waited."
     )
-    evidence = [
-        Evidence(
-            rank,
-            c["session"],
-            c["name"],
-            CANN_PROCESS,
-            c["thread"],
-            None,
-            c["start_ns"],
-            c["dur_ns"],
-            f"step {c['step']}, call site {c['site'] or 'no torch op'}",
-        )  # fmt: skip
-        for c in calls.sort("dur_ns", descending=True).head(WORST_SHOWN).iter_rows(named=True)
-    ]
-    mine = per_step.filter(pl.col("rank") == rank)
     return ctx.finding(
-        rank=rank,
-        sessions=sorted(set(mine["session"])),
+        rank=use.rank,
+        sessions=sorted(set(use.per_step["session"])),
         title=title,
         message=message,
         location={"apis": "/".join(apis)},
-        metrics={
-            "cost_ns": int(row["cost_ns"]),
-            "cost_share": share(row["cost_ns"], window_ns),
-            "steady_share": round(row["cost_share"], 4),
-            "calls": int(row["calls"]),
-            "calls_per_step": round(row["calls"] / n, 3),
-            "steady_steps": n,
-            "steps_with": int(row["steps_with"]),
-            "warmup_calls": int(row["warmup_calls"]),
-        },
-        evidence=evidence,
-        fix=_fix(ctx, rank, frees, n),
-        series={
-            "step": mine["step"].to_list(),
-            "value": [v / 1e3 for v in mine["call_ns"]],
-            "steady": mine["steady"].to_list(),
-        },
-        score=float(row["cost_ns"]),
+        metrics=use.metrics(),
+        evidence=use.evidence(WORST_SHOWN),
+        fix=_fix(ctx, use.rank, frees, n),
+        series=use.series(),
+        score=float(t["cost_ns"]),
     )
 
 
@@ -238,11 +172,5 @@ def _figure(fig: FigureContext) -> Any:
     KeyFigure("alloc_calls_per_step", "alloc/free calls per steady step", "lower", "count"),
 )
 def _key_figures(ctx: RuleContext) -> pl.DataFrame:
-    steps = step_windows(ctx)
-    _, per_rank = steady_state_usage(steps, in_steps(host_calls(ctx, ctx.params.alloc_apis), steps))
-    n = pl.col("steady_steps")
-    return per_rank.filter(n > 0).select(
-        "rank",
-        (pl.col("cost_ns") / n).alias("alloc_ns_per_step"),
-        (pl.col("calls") / n).alias("alloc_calls_per_step"),
-    )
+    calls = host_calls(ctx, ctx.params.alloc_apis)
+    return steady_key_figures(ctx, calls, "alloc_calls_per_step", "alloc_ns_per_step")

@@ -7,24 +7,19 @@ from typing import Any
 
 import polars as pl
 
-from traceanalyzer.engine.cost import analysed_window_ns, share
 from traceanalyzer.engine.steps import (
-    NO_STEPS,
     STEP_PARAMS,
-    call_sites,
+    SteadyUse,
     host_calls,
-    in_steps,
     per_step_figure,
-    steady_state_usage,
-    step_windows,
+    recurring_calls,
+    steady_key_figures,
 )
 from traceanalyzer.kit import (
     CANN_PROCESS,
-    Evidence,
     FigureContext,
     Finding,
     KeyFigure,
-    NotEvaluated,
     Param,
     Requirement,
     RuleContext,
@@ -104,34 +99,15 @@ def online_compile(ctx: RuleContext) -> Iterator[Finding]:
       count; `set_compile_mode(jit_compile=False)`).
     """
     p = ctx.params
-    steps = step_windows(ctx)
-    if steps.is_empty():
-        raise NotEvaluated(NO_STEPS)
-    every = in_steps(_compiles(ctx), steps)
+    every = _compiles(ctx)
     long_enough = pl.col("dur_ns") >= p.min_compile_us * 1000
-    calls = every.filter(long_enough)
-    hits = every.filter(~long_enough & pl.col("steady")).group_by("rank").len()
-    hits_of = dict(hits.iter_rows())
-    per_step, per_rank = steady_state_usage(steps, calls)
-    windows = analysed_window_ns(ctx)
-    for row in per_rank.iter_rows(named=True):
-        rank = int(row["rank"])
-        if not row["steady_steps"]:
-            ctx.note(f"rank {rank}: only warm-up steps profiled", rank=rank)
-            continue
-        if row["step_share"] < p.min_step_share or row["cost_share"] < p.min_share:
-            ctx.note(
-                f"rank {rank}: {row['calls']} compile calls in {row['steps_with']} of "
-                f"{row['steady_steps']} steady steps, {text.duration(row['cost_ns'])} "
-                f"({row['cost_share']:.1%} of their time; thresholds {p.min_step_share:.0%} of "
-                f"steps, {p.min_share:.0%}); {row['warmup_calls']} in warm-up steps; "
-                f"{hits_of.get(rank, 0)} compile-cache hits under {p.min_compile_us:g} µs",
-                rank=rank,
-                cost_share=row["cost_share"],
-            )
-            continue
-        mine = calls.filter((pl.col("rank") == rank) & pl.col("steady"))
-        yield _finding(ctx, row, call_sites(ctx, mine), per_step, windows.get(rank))
+    hits = every.filter(~long_enough).group_by("rank").len()
+    aside = {
+        int(rank): f"{n} compile-cache hits under {p.min_compile_us:g} µs"
+        for rank, n in hits.iter_rows()
+    }
+    for use in recurring_calls(ctx, every.filter(long_enough), "compile calls", aside):
+        yield _finding(ctx, use)
 
 
 def _compiles(ctx: RuleContext) -> pl.DataFrame:
@@ -159,75 +135,36 @@ def _compiles(ctx: RuleContext) -> pl.DataFrame:
     return calls.with_row_index("_i").filter(~pl.col("_i").is_in(parents.implode())).drop("_i")
 
 
-def _finding(
-    ctx: RuleContext,
-    row: dict[str, Any],
-    calls: pl.DataFrame,
-    per_step: pl.DataFrame,
-    window_ns: int | None,
-) -> Finding:
-    rank, n = int(row["rank"]), int(row["steady_steps"])
-    sites = (
-        calls.group_by(pl.col("site").fill_null(pl.col("name")))
-        .agg(pl.col("dur_ns").sum())
-        .sort("dur_ns", "site", descending=[True, False])["site"]
-        .to_list()
-    )
+def _finding(ctx: RuleContext, use: SteadyUse) -> Finding:
+    t, n, sites = use.totals, use.steps, use.sites
     title = (
-        f"Operators compiled online in {row['steps_with']} of {n} steady steps: "
-        f"{text.number(round(row['calls'] / n, 2))} compiles per step, "
-        f"{text.duration(row['cost_ns'] / n)} per step ({row['cost_share']:.0%} of the steady "
+        f"Operators compiled online in {t['steps_with']} of {n} steady steps: "
+        f"{text.number(round(t['calls'] / n, 2))} compiles per step, "
+        f"{text.duration(t['cost_ns'] / n)} per step ({t['cost_share']:.0%} of the steady "
         f"step time), at {text.join(sites, 3)}"
     )
     message = (
-        f"On rank {rank}, the host compiled operators {row['calls']} times in {n} steady step(s) "
-        f"(after warm-up step(s) <= {ctx.params.warmup_steps}, which compiled "
-        f"{row['warmup_calls']} times), for {text.duration(row['cost_ns'])}: shapes that keep "
-        f"changing are compiled again and again. Calls: {text.join(sorted(set(calls['name'])))}."
+        f"On rank {use.rank}, the host compiled operators {t['calls']} times in {n} steady "
+        f"step(s) (after warm-up step(s) <= {ctx.params.warmup_steps}, which compiled "
+        f"{t['warmup_calls']} times), for {text.duration(t['cost_ns'])}: shapes that keep "
+        "changing are compiled again and again. Calls: "
+        f"{text.join(sorted(set(use.calls['name'])))}."
     )
-    evidence = [
-        Evidence(
-            rank,
-            c["session"],
-            c["name"],
-            CANN_PROCESS,
-            c["thread"],
-            None,
-            c["start_ns"],
-            c["dur_ns"],
-            f"step {c['step']}, call site {c['site'] or 'no torch op'}",
-        )  # fmt: skip
-        for c in calls.sort("dur_ns", descending=True).head(WORST_SHOWN).iter_rows(named=True)
-    ]
-    mine = per_step.filter(pl.col("rank") == rank)
     return ctx.finding(
-        rank=rank,
-        sessions=sorted(set(mine["session"])),
+        rank=use.rank,
+        sessions=sorted(set(use.per_step["session"])),
         title=title,
         message=message,
         location={"compile": "online"},
-        metrics={
-            "cost_ns": int(row["cost_ns"]),
-            "cost_share": share(row["cost_ns"], window_ns),
-            "steady_share": round(row["cost_share"], 4),
-            "calls": int(row["calls"]),
-            "calls_per_step": round(row["calls"] / n, 3),
-            "steady_steps": n,
-            "steps_with": int(row["steps_with"]),
-            "warmup_calls": int(row["warmup_calls"]),
-        },
-        evidence=evidence,
+        metrics=use.metrics(),
+        evidence=use.evidence(WORST_SHOWN),
         fix=(
             "Stop compiling in the loop: `torch_npu.npu.set_compile_mode(jit_compile=False)` "
             f"(binary kernels) for {text.join(sites, 3)}; if shapes must vary, bucket or pad them "
             "so a few shapes repeat."
         ),
-        series={
-            "step": mine["step"].to_list(),
-            "value": [v / 1e3 for v in mine["call_ns"]],
-            "steady": mine["steady"].to_list(),
-        },
-        score=float(row["cost_ns"]),
+        series=use.series(),
+        score=float(t["cost_ns"]),
     )
 
 
@@ -241,14 +178,5 @@ def _figure(fig: FigureContext) -> Any:
     KeyFigure("compile_ns_per_step", "compile time per steady step", "lower", "ns"),
 )
 def _key_figures(ctx: RuleContext) -> pl.DataFrame:
-    steps = step_windows(ctx)
-    calls = in_steps(_compiles(ctx), steps).filter(
-        pl.col("dur_ns") >= ctx.params.min_compile_us * 1000
-    )
-    _, per_rank = steady_state_usage(steps, calls)
-    n = pl.col("steady_steps")
-    return per_rank.filter(n > 0).select(
-        "rank",
-        (pl.col("calls") / n).alias("compile_calls_per_step"),
-        (pl.col("cost_ns") / n).alias("compile_ns_per_step"),
-    )
+    calls = _compiles(ctx).filter(pl.col("dur_ns") >= ctx.params.min_compile_us * 1000)
+    return steady_key_figures(ctx, calls, "compile_calls_per_step", "compile_ns_per_step")

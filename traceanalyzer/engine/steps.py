@@ -10,11 +10,14 @@ the model code called, e.g. ``aten::item``) and the innermost (``aten::_local_sc
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from traceanalyzer.engine.cost import analysed_window_ns, share
+from traceanalyzer.engine.findings import Evidence
 from traceanalyzer.engine.presentation import FigureContext
 from traceanalyzer.engine.primitives import (
     containing_call,
@@ -22,7 +25,7 @@ from traceanalyzer.engine.primitives import (
     overlap_join,
     pair_windows,
 )
-from traceanalyzer.engine.rule import Param, RuleContext
+from traceanalyzer.engine.rule import NotEvaluated, Param, RuleContext
 from traceanalyzer.vocabulary import CANN_PROCESS, NOT_HOST_PROCESSES, PYTHON_PROCESS
 
 if TYPE_CHECKING:
@@ -240,3 +243,118 @@ def per_step_figure(fig: FigureContext, ylabel: str) -> Figure | None:
     ax.set_ylabel(ylabel, fontsize=8)
     ax.set_title(f"rank {', '.join(map(str, ranks))}", fontsize=9)
     return figure
+
+
+@dataclass(frozen=True)
+class SteadyUse:
+    """A rank whose steady steps keep making some host call, with what its finding reports."""
+
+    rank: int
+    totals: dict[str, Any]  # its row of steady_state_usage's per_rank
+    calls: pl.DataFrame  # its steady-state calls, with call sites
+    per_step: pl.DataFrame  # its steps (steady and warm-up), for the figure
+    window_ns: int | None  # its analysed window
+
+    @property
+    def steps(self) -> int:
+        return int(self.totals["steady_steps"])
+
+    @property
+    def sites(self) -> list[str]:
+        """Call sites by time spent, the call itself where no torch op is around it."""
+        return (
+            self.calls.group_by(pl.col("site").fill_null(pl.col("name")))
+            .agg(pl.col("dur_ns").sum())
+            .sort("dur_ns", "site", descending=[True, False])["site"]
+            .to_list()
+        )
+
+    def metrics(self) -> dict[str, Any]:
+        t, n = self.totals, self.steps
+        return {
+            "cost_ns": int(t["cost_ns"]),
+            "cost_share": share(t["cost_ns"], self.window_ns),
+            "steady_share": round(t["cost_share"], 4),
+            "calls": int(t["calls"]),
+            "calls_per_step": round(t["calls"] / n, 3),
+            "steady_steps": n,
+            "steps_with": int(t["steps_with"]),
+            "warmup_calls": int(t["warmup_calls"]),
+        }
+
+    def evidence(self, limit: int = 5) -> list[Evidence]:
+        """The longest calls, with their step and call site."""
+        return [
+            Evidence(
+                self.rank,
+                c["session"],
+                c["name"],
+                CANN_PROCESS,
+                c["thread"],
+                None,
+                c["start_ns"],
+                c["dur_ns"],
+                f"step {c['step']}, call site {c['site'] or 'no torch op'}",
+            )  # fmt: skip
+            for c in self.calls.sort("dur_ns", descending=True).head(limit).iter_rows(named=True)
+        ]
+
+    def series(self) -> dict[str, list[Any]]:
+        """Per step: time in the calls (µs) and whether the step is steady (for the figure)."""
+        return {
+            "step": self.per_step["step"].to_list(),
+            "value": [v / 1e3 for v in self.per_step["call_ns"]],
+            "steady": self.per_step["steady"].to_list(),
+        }
+
+
+def recurring_calls(
+    ctx: RuleContext, calls: pl.DataFrame, what: str, aside: Mapping[int, str] | None = None
+) -> Iterator[SteadyUse]:
+    """The ranks whose steady steps keep making ``calls`` (host calls of one kind).
+
+    A rank qualifies when at least ``min_step_share`` of its steady steps have a call and the
+    calls take at least ``min_share`` of their time; every other rank gets a note naming
+    ``what`` was counted (plus ``aside[rank]``, e.g. what was left out). Without steps the
+    rule is not evaluated.
+    """
+    p = ctx.params
+    steps = step_windows(ctx)
+    if steps.is_empty():
+        raise NotEvaluated(NO_STEPS)
+    placed = in_steps(calls, steps)
+    per_step, per_rank = steady_state_usage(steps, placed)
+    windows = analysed_window_ns(ctx)
+    for t in per_rank.iter_rows(named=True):
+        rank = int(t["rank"])
+        extra = f"; {aside[rank]}" if aside and rank in aside else ""
+        if not t["steady_steps"]:
+            ctx.note(f"rank {rank}: only warm-up steps profiled{extra}", rank=rank)
+            continue
+        if t["step_share"] < p.min_step_share or t["cost_share"] < p.min_share:
+            ctx.note(
+                f"rank {rank}: {t['calls']} {what} in {t['steps_with']} of {t['steady_steps']} "
+                f"steady steps, {t['cost_share']:.1%} of their time (thresholds "
+                f"{p.min_step_share:.0%} of steps, {p.min_share:.1%}); {t['warmup_calls']} in "
+                f"warm-up steps{extra}",
+                rank=rank,
+                cost_share=t["cost_share"],
+            )
+            continue
+        mine = placed.filter((pl.col("rank") == rank) & pl.col("steady"))
+        yield SteadyUse(
+            rank, t, call_sites(ctx, mine), per_step.filter(pl.col("rank") == rank),
+            windows.get(rank),
+        )  # fmt: skip
+
+
+def steady_key_figures(
+    ctx: RuleContext, calls: pl.DataFrame, calls_name: str, time_name: str
+) -> pl.DataFrame:
+    """Per rank: ``calls_name`` (calls per steady step) and ``time_name`` (ns per steady step)."""
+    steps = step_windows(ctx)
+    _, per_rank = steady_state_usage(steps, in_steps(calls, steps))
+    n = pl.col("steady_steps")
+    return per_rank.filter(n > 0).select(
+        "rank", (pl.col("calls") / n).alias(calls_name), (pl.col("cost_ns") / n).alias(time_name)
+    )
