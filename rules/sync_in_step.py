@@ -36,7 +36,7 @@ from traceanalyzer.kit import (
 )
 
 WORST_SHOWN = 5
-NO_SITE = "no torch op"  # a sync outside any torch op: an explicit synchronize() call
+NO_SITE = "an explicit synchronize"  # a sync outside any torch op: torch.npu.synchronize()
 
 
 @rule(
