@@ -68,38 +68,54 @@ def test_a_planted_pickle_is_never_loaded(warm: tuple[Path, dict], tmp_path: Pat
     out, first = warm
     marker = tmp_path / "pwned"
     cache = out / ".cache" / "rules"
+    (cache / "rank=1").mkdir()
     for path in (cache / "rank=0.pkl", cache / "rank=1.pkl", cache / "rank=1" / f"{STALL}.pkl"):
         path.write_bytes(pickle.dumps(("key", _Planted(marker))))
     again = run(out)
     assert not marker.exists()
     assert again["findings"] == first["findings"]
-    assert all(p.suffix == ".json" for p in (cache / "rank=1").iterdir() if p.stem != STALL)
 
 
 def test_corrupt_and_foreign_entries_are_ignored_with_a_note(warm: tuple[Path, dict]) -> None:
     out, first = warm
     cache = out / ".cache" / "rules"
-    (cache / "rank=1" / f"{STALL}.json").write_text('{"format": "traceanalyzer.rule-outco')
-    (cache / "rank=0" / f"{STALL}.json").write_text(json.dumps({"format": "other", "key": 1}))
+    (cache / "rank=1.json").write_text('{"format": "traceanalyzer.rule-outco')  # torn
+    doc = json.loads((cache / "rank=0.json").read_text())
+    doc["rules"][STALL]["outcome"] = {"rule": STALL, "status": "evaluated"}  # not ours
+    (cache / "rank=0.json").write_text(json.dumps(doc))
     again = run(out)
     assert again["findings"] == first["findings"]
     (status,) = [r for r in again["rules"] if r["rule"] == STALL]
     notes = " | ".join(n["text"] for n in status["notes"])
-    assert f"rank 1: cached outcome .cache/rules/rank=1/{STALL}.json ignored, corrupt" in notes
-    assert "rank 0: cached outcome" in notes and "ignored, not a traceanalyzer outcome" in notes
+    assert "rank 1: cached outcome in .cache/rules/rank=1.json ignored, corrupt" in notes
+    assert "rank 0: cached outcome in .cache/rules/rank=0.json ignored, corrupt (KeyError" in notes
     # evaluated again, and the entries are sound once more
     assert "ignored" not in json.dumps(run(out)["rules"])
 
 
+class _Recording(LocalExecutor):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tasks: list[tuple] = []
+
+    def map(self, fn, args, labels=None, width=None):  # noqa: ANN001, ANN201
+        self.tasks += args
+        return super().map(fn, args, labels, width)
+
+
 def test_a_changed_parameter_re_evaluates_only_that_rule(warm: tuple[Path, dict]) -> None:
+    from traceanalyzer.engine.loader import load_rules
+    from traceanalyzer.engine.shards import evaluate_store
+
     out, _ = warm
-    cache = out / ".cache" / "rules" / "rank=1"
-    before = {p.name: p.stat().st_mtime_ns for p in cache.iterdir()}
-    changed = run(out, "--set", "store-transfer-stall.min_fraction=0.999")
-    after = {p.name: p.stat().st_mtime_ns for p in cache.iterdir()}
-    assert not [f for f in changed["findings"] if f["rule"] == STALL]
-    assert before[f"{STALL}.json"] != after[f"{STALL}.json"]
-    assert all(before[name] == after[name] for name in before if name != f"{STALL}.json")
+    executor = _Recording()
+    overrides = ["store-transfer-stall.min_fraction=0.999"]
+    changed = evaluate_store(out, executor, load_rules(), overrides=overrides, config_path=False)
+    assert not [f for f in changed.findings if f.rule == STALL]
+    assert sorted((task[-1], task[3]) for task in executor.tasks) == [(0, (STALL,)), (1, (STALL,))]
+    executor.tasks.clear()
+    evaluate_store(out, executor, load_rules(), overrides=overrides, config_path=False)
+    assert executor.tasks == []  # all cached now, the other rules' entries kept
 
 
 def test_an_edited_rule_is_never_answered_from_the_cache(tmp_path: Path) -> None:
@@ -120,3 +136,35 @@ def test_an_edited_rule_is_never_answered_from_the_cache(tmp_path: Path) -> None
     assert titles() == {"edited code"}
     fresh = run(out, "--rules", str(rules))
     assert {f["title"] for f in fresh["findings"] if f["name"] == "code-version"} == {"edited code"}
+
+
+def test_rules_built_in_memory_have_a_digest_of_their_code() -> None:
+    """A rule defined in a notebook cell or with sql_rule: another query, another digest."""
+    from traceanalyzer.engine.loader import rule_digest
+    from traceanalyzer.kit import sql_rule
+
+    doc = "## What it detects\nx\n## Why it matters\nx\n## How to fix\nx\n## Example\nx\n## References\nx"
+
+    def make(query: str):  # noqa: ANN202
+        return sql_rule(id="TA191", name="sql-thing", severity="info", summary="s", doc=doc,
+                        query=query, title="t", message="m", location=[])  # fmt: skip
+
+    first, same, other = (
+        make("SELECT rank FROM slices"),
+        make("SELECT rank FROM slices"),
+        make("SELECT rank FROM sessions"),
+    )
+    assert rule_digest(first) == rule_digest(same) != rule_digest(other)
+
+
+def test_a_run_loads_its_rules_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One load per run: evaluation, the in-process workers and the reports share the rules."""
+    import traceanalyzer.engine.loader as loader
+
+    loads: list[Path] = []
+    real = loader.load_folder
+    monkeypatch.setattr(
+        loader, "load_folder", lambda folder, loaded: (loads.append(folder), real(folder, loaded))
+    )
+    run(tmp_path / "out", "--force")
+    assert loads == [loader.builtin_rules_dir()]

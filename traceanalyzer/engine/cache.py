@@ -1,11 +1,12 @@
-"""The per-rank rule outcome cache: ``OUT/.cache/rules/rank=R/<rule id>.json``.
+"""The per-rank rule outcome cache: ``OUT/.cache/rules/rank=R.json``.
 
-An entry is one rule's outcome on one rank shard, as plain JSON (never pickle: the output
-directory may sit on a shared filesystem, and unpickling a planted file runs its code). Its key
-is a hash of what the outcome depends on -- the rule's code digest, its effective parameters and
-the rank's input fingerprints -- so a warm re-run evaluates only the rules and ranks whose code,
-parameters or inputs changed. An entry that does not parse, is for another key, or is not of
-this format is ignored with a note on the rule, and the rule is evaluated again.
+One file per rank (a shared filesystem prefers few files), holding one entry per rule: the
+rule's outcome on that rank shard, as plain JSON (never pickle: the output directory may sit on
+a shared filesystem, and unpickling a planted file runs its code). An entry's key is a hash of
+what the outcome depends on -- the rule's code digest, its effective parameters and the rank's
+input fingerprints -- so a warm re-run evaluates only the rules and ranks whose code,
+parameters or inputs changed. A file or an entry that does not parse or is not of this format
+is ignored with a note on the rule, and the rule is evaluated again.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ from traceanalyzer.engine.runner import RuleOutcome
 from traceanalyzer.store import write_atomic_text
 
 CACHE_DIR = Path(".cache") / "rules"
-FORMAT = "traceanalyzer.rule-outcome/1"
+FORMAT = "traceanalyzer.rule-outcomes/1"
 
 
 def outcome_key(digest: str, params: Mapping[str, Any], inputs: Mapping[str, Any]) -> str:
@@ -66,45 +67,71 @@ def _plain(value: Any) -> Any:
     return str(value)
 
 
+@dataclass
+class RankEntries:
+    """The cached entries of one rank as read (rule id -> raw entry), and why a file was not."""
+
+    rank: int
+    entries: dict[str, Any] = field(default_factory=dict)
+    problem: str | None = None  # the whole file was ignored: unreadable, corrupt, not ours
+
+
 class OutcomeCache:
     """Read and write cached outcomes under ``root`` (an output directory)."""
 
     def __init__(self, root: Path):
         self.root = Path(root)
 
-    def path(self, rank: int, rule_id: str) -> Path:
-        return self.root / CACHE_DIR / f"rank={rank}" / f"{rule_id}.json"
+    def path(self, rank: int) -> Path:
+        return self.root / CACHE_DIR / f"rank={rank}.json"
 
-    def read(self, rank: int, rule_id: str, key: str) -> RuleOutcome | Note | None:
-        """The cached outcome; None when there is none for this key; a :class:`Note` saying why
-        an entry was ignored when it is unreadable or not ours."""
-        path = self.path(rank, rule_id)
+    def load(self, rank: int) -> RankEntries:
         try:
-            text = path.read_text("utf-8")
+            doc = json.loads(self.path(rank).read_text("utf-8"))
         except FileNotFoundError:
-            return None
+            return RankEntries(rank)
         except OSError as exc:
-            return self._ignored(rank, rule_id, f"unreadable ({exc.strerror or exc})")
+            return RankEntries(rank, problem=f"unreadable ({exc.strerror or exc})")
+        except ValueError as exc:
+            return RankEntries(rank, problem=f"corrupt ({exc})")
+        if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+            return RankEntries(rank, problem="not a traceanalyzer outcome file")
+        entries = doc.get("rules")
+        if not isinstance(entries, dict):
+            return RankEntries(rank, problem="corrupt (no rules)")
+        return RankEntries(rank, entries)
+
+    def lookup(self, cached: RankEntries, rule_id: str, key: str) -> RuleOutcome | Note | None:
+        """The cached outcome of ``rule_id``; None when there is none for ``key``; a :class:`Note`
+        saying why the entry (or the whole file) was ignored."""
+        if cached.problem:
+            return self._ignored(cached.rank, rule_id, cached.problem)
+        entry = cached.entries.get(rule_id)
+        if entry is None:
+            return None
         try:
-            doc = json.loads(text)
-            if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-                return self._ignored(rank, rule_id, "not a traceanalyzer outcome")
-            if doc.get("key") != key:
+            if entry["key"] != key:
                 return None  # code, parameters or inputs changed: evaluate again
-            outcome = outcome_from_json(doc["outcome"])
+            outcome = outcome_from_json(entry["outcome"])
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            return self._ignored(rank, rule_id, f"corrupt ({type(exc).__name__}: {exc})")
-        if outcome.rule != rule_id or outcome.ranks != frozenset({rank}):
-            return self._ignored(rank, rule_id, "written for another rule or rank")
+            return self._ignored(cached.rank, rule_id, f"corrupt ({type(exc).__name__}: {exc})")
+        if outcome.rule != rule_id or outcome.ranks != frozenset({cached.rank}):
+            return self._ignored(cached.rank, rule_id, "written for another rule or rank")
         return outcome
 
-    def write(self, rank: int, key: str, outcome: RuleOutcome) -> None:
-        if outcome.status == "error":
-            return  # a rule that crashed may pass next time: do not remember the failure
-        doc = {"format": FORMAT, "key": key, "outcome": outcome_to_json(outcome)}
-        write_atomic_text(self.path(rank, outcome.rule), json.dumps(doc, default=_plain))
+    def save(self, cached: RankEntries, outcomes: Mapping[str, tuple[str, RuleOutcome]]) -> None:
+        """Write the rank's file: ``outcomes`` (rule id -> (key, outcome)) over the entries read
+        (other rules' entries are kept). Errors are not remembered: next time may pass."""
+        entries = {} if cached.problem else dict(cached.entries)
+        for rule_id, (key, outcome) in outcomes.items():
+            if outcome.status == "error":
+                entries.pop(rule_id, None)
+            else:
+                entries[rule_id] = {"key": key, "outcome": outcome_to_json(outcome)}
+        doc = {"format": FORMAT, "rules": entries}
+        write_atomic_text(self.path(cached.rank), json.dumps(doc, default=_plain))
 
     def _ignored(self, rank: int, rule_id: str, why: str) -> Note:
-        where = self.path(rank, rule_id).relative_to(self.root)
-        text = f"rank {rank}: cached outcome {where} ignored, {why}; evaluated again"
+        where = self.path(rank).relative_to(self.root)
+        text = f"rank {rank}: cached outcome in {where} ignored, {why}; evaluated again"
         return Note(rule=rule_id, rank=rank, text=text)

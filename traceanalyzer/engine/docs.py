@@ -54,8 +54,12 @@ def explain_rule(rule: Rule) -> str:
         out.append(f"    {param.help}")
     out += ["", "Requires", "--------"]
     out += [f"- {line.replace('**', '')}" for line in _requirements(rule)] or ["(nothing)"]
-    if rule.presentation.key_figures:
-        out += ["", "Key figures (compared by diff)", "------------------------------"]
+    shown = rule.presentation
+    out += ["", "Presentation", "------------"]
+    out.append(f"figure: {shown.caption or 'drawn'}" if shown.figure else "figure: none")
+    out.append("timeline marks: " + ("its own" if shown.marks else "its evidence rows"))
+    if shown.key_figures:
+        out += ["key figures (compared by diff):"]
         out += [f"- {line.replace('`', '')}" for line in _key_figures(rule)]
     out += [
         "",

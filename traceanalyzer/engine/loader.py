@@ -155,6 +155,9 @@ def _code_digest(rule: Rule) -> str:
     for fn in (rule.body, shown.figure, shown.compute_key_figures, shown.marks):
         code = getattr(fn, "__code__", None)
         digest.update(marshal.dumps(code) if code is not None else b"-")
+        # a closure's values are code too (sql_rule's query and templates)
+        cells = getattr(fn, "__closure__", None) or ()
+        digest.update(repr([c.cell_contents for c in cells]).encode())
     return digest.hexdigest()
 
 

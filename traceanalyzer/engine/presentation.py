@@ -10,7 +10,7 @@ external rule is presented exactly like a built-in one.
 - **key figures**: ``fn(RuleContext) -> polars.DataFrame`` with one row per rank (column
   ``rank`` plus one column per declared :class:`KeyFigure`, null where the data is absent),
   computed with the run's effective parameters on every rank shard, whether or not the rule
-  fired; ``diff`` compares them between runs.
+  fired (not where it is not evaluated); ``diff`` compares them between runs.
 - **marks**: ``fn(finding) -> Iterable[Mark]``, slices for the Perfetto overlay; without it,
   every evidence row with a start time is one mark (:func:`evidence_marks`).
 """
@@ -181,6 +181,8 @@ class Presentation:
         values = frame.with_columns(missing).select(
             [pl.col(k).cast(t, strict=False) for k, t in schema.items()]
         )
+        if ctx.ranks is not None:  # a shard's figures are its ranks' only
+            values = values.filter(pl.col("rank").is_in(sorted(ctx.ranks)))
         # every rank in scope has a row: null, not absent, where the rank lacks the data
         ranks = ctx.sessions().select(pl.col("rank").cast(pl.Int32)).unique()
         return ranks.join(values, on="rank", how="full", coalesce=True).sort("rank")

@@ -34,7 +34,7 @@ from typing import Any, Literal
 from traceanalyzer.engine.loader import FIXTURES_DIR, import_file
 from traceanalyzer.engine.registry import RuleSet
 from traceanalyzer.engine.rule import Rule
-from traceanalyzer.engine.runner import RunResult, evaluate
+from traceanalyzer.engine.runner import KEY_FIGURES_FAILED, RunResult, evaluate
 from traceanalyzer.store import Store
 
 Expectation = Literal["fire", "silent", "inconclusive", "not_evaluated"]
@@ -164,6 +164,8 @@ def run_fixture(rule: Rule, fix: Fixture, *, update_snapshots: bool = False) -> 
                 problems.append(text)
     elif status.status != fix.expect:
         problems.append(f"expected {fix.expect}, rule was {status.status}")
+    # key figures run on every fixture too: a crash there would only be a note in a real run
+    problems += [n.text for n in status.notes if n.text.startswith(KEY_FIGURES_FAILED)]
     haystack = text if fix.expect == "fire" else (status.reason or "")
     problems += [f"text lacks {needle!r}" for needle in fix.contains if needle not in haystack]
     if not problems and fix.snapshot:

@@ -53,6 +53,7 @@ from traceanalyzer.engine.rule import (
 from traceanalyzer.store import Store, write_atomic_text
 
 FINDINGS_FILE = "findings.json"
+KEY_FIGURES_FAILED = "key figures failed"  # the note that says so (rules test fails on it)
 # Evaluates rank-scoped rules on every rank shard somewhere else (a process pool, Ray) and
 # returns their outcomes: (rules, resolved params by rule id, ranks) -> outcomes.
 RankMap = Callable[[Sequence[Rule], Mapping[str, Mapping[str, Any]], Sequence[int]], Iterable[Any]]
@@ -116,16 +117,17 @@ def evaluate_rule(
 ) -> RuleOutcome:
     """Run one rule on one shard. Precondition gaps and exceptions become outcomes, not raises.
 
-    The rule's key figures are computed too, with the same parameters, whether or not it fired.
+    The rule's key figures are computed too, with the same parameters, whether or not it fired
+    (not where its data is missing: they would all be null).
     """
     values = {name: p.default for name, p in rule.params.items()} | dict(params or {})
     outcome = _detect(rule, store, values, ranks)
-    if rule.presentation.key_figures:
+    if rule.presentation.key_figures and outcome.status != "not_evaluated":
         ctx = RuleContext(rule=rule, store=store, params=Params(values), ranks=ranks)
         try:
             outcome.key_figures = rule.presentation.key_figure_frame(ctx).to_dicts()
         except Exception as exc:  # a figure is a nicety: the findings stand without it
-            text = f"key figures failed: {type(exc).__name__}: {exc}"
+            text = f"{KEY_FIGURES_FAILED}: {type(exc).__name__}: {exc}"
             outcome.notes.append(Note(rule=rule.id, text=text))
     return outcome
 

@@ -21,7 +21,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from traceanalyzer.engine.cache import OutcomeCache, outcome_key
+from traceanalyzer.engine.cache import OutcomeCache, RankEntries, outcome_key
+from traceanalyzer.engine.findings import Note
 from traceanalyzer.engine.loader import LoadedRules, RuleSource, load_rules
 from traceanalyzer.engine.registry import RuleSet
 from traceanalyzer.engine.rule import Rule
@@ -75,7 +76,9 @@ def _rules_for(source: RuleSource, digests: Digests) -> RuleSet:
     if (source, digests) not in _RULE_SETS:
         loaded = source.load()
         if _digests(loaded) != digests:
-            raise RuntimeError("rule files changed during the run; run again")
+            raise RuntimeError(
+                "the rules' code (rule files or traceanalyzer) changed during the run; run again"
+            )
         _remember(source, digests, loaded.rules)
     return _RULE_SETS[source, digests]
 
@@ -118,7 +121,7 @@ def rank_map_for(
     source, digests = loaded.source, _digests(loaded)
     _remember(source, digests, loaded.rules)  # an in-process worker uses these very rules
     by_id = dict(digests)
-    store = OutcomeCache(store_root)
+    outcome_cache = OutcomeCache(store_root)
 
     def rank_map(
         rules: Sequence[Rule], params: Mapping[str, Mapping[str, Any]], ranks: Sequence[int]
@@ -126,14 +129,16 @@ def rank_map_for(
         shipped = {r.id: dict(params[r.id]) for r in rules}
         inputs = _rank_inputs(store_root) if cache else {}
         done: dict[tuple[int, str], RuleOutcome] = {}
-        notes: dict[tuple[int, str], list[Any]] = {}
+        notes: dict[tuple[int, str], list[Note]] = {}
         keys: dict[tuple[int, str], str] = {}
+        cached: dict[int, RankEntries] = {}
         for rank in ranks:
             if not inputs.get(rank):
                 continue  # not ingested through the manifest: nothing to key on
+            cached[rank] = outcome_cache.load(rank)
             for r in rules:
                 keys[rank, r.id] = outcome_key(by_id[r.id], shipped[r.id], inputs[rank])
-                hit = store.read(rank, r.id, keys[rank, r.id])
+                hit = outcome_cache.lookup(cached[rank], r.id, keys[rank, r.id])
                 if isinstance(hit, RuleOutcome):
                     done[rank, r.id] = hit
                 elif hit is not None:
@@ -156,8 +161,8 @@ def rank_map_for(
                 ]
             for outcome in result:
                 done[rank, outcome.rule] = outcome
-                if (rank, outcome.rule) in keys:
-                    store.write(rank, keys[rank, outcome.rule], outcome)
+            if rank in cached:
+                outcome_cache.save(cached[rank], {o.rule: (keys[rank, o.rule], o) for o in result})
         # rank order, not completion order: notes and statuses read the same on every backend
         for rank in ranks:
             for r in rules:

@@ -47,7 +47,7 @@ def render_html(
         _overview(findings),
     ]
     parts += [
-        _finding_section(f, plots.get(f.get("fingerprint", "")), _caption(inputs, f))
+        _finding_section(f, plots.get(f.get("fingerprint", "")), inputs.caption(f))
         for f in findings
     ]
     parts += [_rules_section(doc), _errors_section(doc), _run_section(summary), _footer(inputs)]
@@ -205,11 +205,6 @@ def _finding_section(f: Mapping[str, Any], png: bytes | None, caption: str = "")
         )
     parts.append("</section>")
     return "".join(parts)
-
-
-def _caption(inputs: ReportInputs, f: Mapping[str, Any]) -> str:
-    rule = inputs.rule_for(f)
-    return rule.presentation.caption if rule is not None else ""
 
 
 def _rules_section(doc: Mapping[str, Any]) -> str:

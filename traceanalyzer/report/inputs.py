@@ -138,6 +138,11 @@ class ReportInputs:
         context = FigureContext({**finding, "params": params}, Params(params), self.store)
         return draw(context)
 
+    def caption(self, finding: Mapping[str, Any]) -> str:
+        """What the finding's figure shows, as its rule says ("" without a rule or figure)."""
+        rule = self.rule_for(finding)
+        return rule.presentation.caption if rule is not None else ""
+
     def marks(self, finding: Mapping[str, Any]) -> list[Mark]:
         """The finding's timeline marks: its rule's, or one per evidence row with a start."""
         from traceanalyzer.engine.presentation import Presentation

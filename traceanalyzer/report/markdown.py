@@ -77,7 +77,7 @@ def render_markdown(inputs: ReportInputs, plot_files: Mapping[str, str] | None =
         )
         lines.append("")
     for f in findings:
-        lines += _finding(f, plot_files.get(f.get("fingerprint", "")))
+        lines += _finding(f, plot_files.get(f.get("fingerprint", "")), inputs.caption(f))
     undecided = [r for r in doc.get("rules", []) if r.get("status") == "inconclusive"]
     if undecided:
         lines += ["## Could not judge", ""]
@@ -107,7 +107,7 @@ def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:,.1f}"
 
 
-def _finding(f: Mapping[str, Any], plot: str | None) -> list[str]:
+def _finding(f: Mapping[str, Any], plot: str | None, caption: str = "") -> list[str]:
     lines = [
         f"### [{f['severity']}] {md_text(f['name'])} on {md_text(f.get('ranks_label'))}",
         "",
@@ -122,6 +122,7 @@ def _finding(f: Mapping[str, Any], plot: str | None) -> list[str]:
         lines.append("")
     if plot:
         lines += [f"![{md_text(f['name'])}]({plot})", ""]
+        lines += [f"*{md_text(caption)}*", ""] if caption else []
     lines += ["<details><summary>Details</summary>", ""]
     lines += [md_text(line) + "  " for line in str(f.get("message") or "").splitlines()]
     lines += ["", "</details>", "", f"**Fix:** {md_text(f.get('fix'))}", ""]
