@@ -75,3 +75,27 @@ def test_scenarios_fire_their_rule_and_twins_stay_silent(
         assert f.metrics["cost_ns"] > 0 and 0 < f.metrics["cost_share"] <= 1
         if f.name == "host-launch-bound":
             assert f.location == {"stream": 2}
+
+
+def test_steady_steps_exclude_warmup_and_graph_capture() -> None:
+    from traceanalyzer.engine.loader import load_rules
+    from traceanalyzer.engine.rule import Params, RuleContext
+    from traceanalyzer.engine.steps import STEP_PARAMS, call_sites, host_calls, step_windows
+    from traceanalyzer.kit import StoreBuilder
+
+    b = StoreBuilder()
+    b.session(0, "s", 0, 4_000)
+    for n in (1, 2, 3):
+        b.span(0, "s", f"ProfilerStep#{n}", (n - 1) * 1_000, 990, cat="cpu_op", thread="Thread 1")
+    b.cann(0, "s", "AscendCL@aclmdlRICaptureBegin", 1_100, 5, thread="Thread 1")  # step 2
+    b.cann(0, "s", "AscendCL@aclmdlRICaptureEnd", 1_500, 5, thread="Thread 1")
+    b.span(0, "s", "aten::item", 2_100, 60, cat="cpu_op", thread="Thread 1")
+    b.span(0, "s", "aten::_local_scalar_dense", 2_105, 50, cat="cpu_op", thread="Thread 1")
+    b.cann(0, "s", "AscendCL@aclrtSynchronizeStream", 2_110, 30, thread="Thread 1")
+    rule = load_rules().rules.get("sync-in-step")
+    params = Params({k: p.default for k, p in STEP_PARAMS.items()})
+    ctx = RuleContext(rule=rule, store=b.store(), params=params)
+    steps = step_windows(ctx)
+    assert steps.select("step", "steady").rows() == [(1, False), (2, False), (3, True)]
+    sites = call_sites(ctx, host_calls(ctx, ("aclrtSynchronizeStream",)))
+    assert sites.select("site", "site_op").rows() == [("aten::item", "aten::_local_scalar_dense")]

@@ -42,9 +42,11 @@ WAIT_TASK_NAMES = ("EVENT_WAIT", "NOTIFY_WAIT", "Notify Wait", "Notify_Wait")
 COPY_TASK_NAMES = ("MEMCPY_ASYNC",)
 COPY_TASK_TYPES = ("PCIE_DMA_SQE", "SDMA_SQE")
 # Kernels: compute on the AI Core / AI Vector / AI CPU, as GE names them in trace_view.json
-# `Task Type`, and as the runtime names them (task_time.csv, newer chips).
+# `Task Type` (G1 exports label AI Core kernels `Other`), and as the runtime names them
+# (task_time.csv, newer chips).
 AI_CORE_TASK_TYPES = (
     "AI_CORE",
+    "Other",
     "AI_VECTOR_CORE",
     "MIX_AIC",
     "MIX_AIV",
