@@ -199,7 +199,11 @@ class Store:
         """An in-memory store, for tests and notebooks. Missing columns become nulls."""
         conformed = {}
         for name, frame in frames.items():
-            df = frame if isinstance(frame, pl.DataFrame) else pl.DataFrame(list(frame))
+            df = (
+                frame
+                if isinstance(frame, pl.DataFrame)
+                else pl.DataFrame(list(frame), infer_schema_length=None)
+            )
             schema = pl.from_arrow(TABLES[name].arrow_schema.empty_table()).schema
             df = df.with_columns(
                 [

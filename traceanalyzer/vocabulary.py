@@ -89,3 +89,24 @@ def session_metadata(raw: str | None) -> dict[str, Any]:
     except json.JSONDecodeError:
         return {}
     return value if isinstance(value, dict) else {}
+
+
+# --------------------------------------------------------------------------------------------
+# Host <-> device synchronisation, profiler markers, graph replay
+# --------------------------------------------------------------------------------------------
+
+# AscendCL calls that block the host until the device (a stream, an event, the whole device)
+# has finished, and the synchronous copy (`aclrtMemcpy`: `.item()`, `.tolist()`, `.cpu()`).
+SYNC_APIS = (
+    "aclrtSynchronizeStream",
+    "aclrtSynchronizeStreamWithTimeout",
+    "aclrtSynchronizeDevice",
+    "aclrtSynchronizeDeviceWithTimeout",
+    "aclrtSynchronizeEvent",
+    "aclrtSynchronizeEventWithTimeout",
+    "aclrtMemcpy",
+)
+# Tasks the profiler itself puts on a stream when it starts and stops: not the workload's.
+PROFILER_MARKER_TASKS = ("PROFILING_ENABLE", "PROFILING_DISABLE")
+# Graph replay: one call queues a whole captured graph (aclgraph / NPUGraph.replay()).
+GRAPH_REPLAY_APIS = ("aclmdlRIExecuteAsync",)

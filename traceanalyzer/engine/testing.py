@@ -117,8 +117,9 @@ class StoreBuilder:
         *,
         task_type: str | None = None,
         connection_id: int | None = None,
+        model_id: int | None = None,
     ) -> StoreBuilder:
-        """A device task on ``Ascend Hardware`` stream ``stream``."""
+        """A device task on ``Ascend Hardware`` stream ``stream`` (``model_id``: of a captured graph)."""
         self._slice(
             rank,
             session,
@@ -130,6 +131,7 @@ class StoreBuilder:
             stream_id=stream,
             task_type=task_type or name,
             connection_id=connection_id,
+            model_id=model_id,
         )
         return self
 

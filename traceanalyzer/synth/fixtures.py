@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from traceanalyzer.synth.fmt import EPOCH_NS
 from traceanalyzer.synth.profiles import get_generation
-from traceanalyzer.synth.rank import RankConfig, RankWriter
+from traceanalyzer.synth.rank import INVALID_MODEL, RankConfig, RankWriter
 
 if TYPE_CHECKING:
     from traceanalyzer.store import Store
@@ -134,15 +134,38 @@ class RankBuilder:
         dur_us: float,
         in_shapes: str = "1,4096",
         in_types: str = "DT_BF16",
+        launch_us: float | None = None,
+        launch_dur_us: float = 20,
+        api: str = "aclnnMm",
+        model_id: int | None = None,
     ) -> RankBuilder:
-        """A kernel (HW slice with op info): also a kernel_details row and an op_statistic entry."""
+        """A kernel (HW slice with op info): also a kernel_details row and an op_statistic entry.
+
+        ``launch_us`` adds its host launch, starting then on the main thread: ``AscendCL@<api>``
+        around ``Node@launch``, linked to the kernel by connection id and a HostToDevice flow.
+        ``model_id`` marks a kernel of a captured graph (see :meth:`replay`).
+        """
         s, d = ns(start_us), round(float(dur_us) * 1000)
-        self._actions.append(
-            lambda rw: rw.kernel(
-                stream, name, op_type, core, s, d, in_shapes=in_shapes, in_types=in_types
-            )
-        )
+        model = INVALID_MODEL if model_id is None else model_id
+        op = {"model_id": model, "in_shapes": in_shapes, "in_types": in_types}
+
+        def act(rw: RankWriter) -> None:
+            if launch_us is None:
+                rw.kernel(stream, name, op_type, core, s, d, **op)
+                return
+            ls, ld = ns(launch_us), round(float(launch_dur_us) * 1000)
+            rw.api("AscendCL@", api, ls, ld, mode="ACL_NN")
+            node, node_dur = ls + ld // 4, ld // 2
+            conn = rw.api("Node@", "launch", node, node_dur, mode="launch", item_id=name)
+            rw.kernel(stream, name, op_type, core, s, d, conn=conn, **op)
+            rw.h2d(conn, True, rw.main_tid, node, rw.hw_pid, stream, s)
+
+        self._actions.append(act)
         return self
+
+    def replay(self, *, start_us: float, dur_us: float = 30) -> RankBuilder:
+        """``AscendCL@aclmdlRIExecuteAsync``: one graph replay (its kernels carry a ``model_id``)."""
+        return self.api("aclmdlRIExecuteAsync", start_us=start_us, dur_us=dur_us)
 
     def memcpy_async(
         self,
@@ -238,9 +261,26 @@ def ingested(*builders: RankBuilder) -> Store:
     """
     import tempfile
 
+    with tempfile.TemporaryDirectory(prefix="ta-fixture-") as tmp:
+        return _in_memory(build_store(Path(tmp), *builders))
+
+
+def scenario_store(scenario: str, *, ranks: int = 1, level: int = 1, **knobs: Any) -> Store:
+    """A generated scenario (``traceanalyzer synth SCENARIO``), ingested, as an in-memory store."""
+    import tempfile
+
+    from traceanalyzer.ingest import ingest
+    from traceanalyzer.synth.generate import generate
+
+    with tempfile.TemporaryDirectory(prefix="ta-fixture-") as tmp:
+        generate(scenario, Path(tmp) / "traces", ranks=ranks, level=level, **knobs)
+        ingest(Path(tmp) / "traces", Path(tmp) / "store")
+        return _in_memory(Path(tmp) / "store")
+
+
+def _in_memory(out: Path) -> Store:
     from traceanalyzer.schema import TABLES
     from traceanalyzer.store import Store
 
-    with tempfile.TemporaryDirectory(prefix="ta-fixture-") as tmp:
-        on_disk = Store.open(build_store(Path(tmp), *builders))
-        return Store.from_frames({name: on_disk.table(name).collect() for name in TABLES})
+    on_disk = Store.open(out)
+    return Store.from_frames({name: on_disk.table(name).collect() for name in TABLES})

@@ -92,23 +92,40 @@ def jitter(rng: Random, base_us: float, spread: float = 0.15) -> int:
 
 
 def launch_kernel(
-    rw: RankWriter, rng: Random, dev: Device, t: int, spec: KernelSpec, stream: int = 2
+    rw: RankWriter,
+    rng: Random,
+    dev: Device,
+    t: int,
+    spec: KernelSpec,
+    stream: int = 2,
+    *,
+    host_us: float = 22,
+    compile_ns: int = 0,
+    kernel_scale: float = 1.0,
 ) -> int:
     """Eager aclnn launch through the torch_npu task queue; returns the host time after the op.
 
-    Python main thread: ``cpu_op`` + Enqueue; consumer thread: Dequeue@op with ``AscendCL@aclnn*`` →
-    ``Node@launch`` (→ ``Runtime@KernelLaunch`` at Level2); device: the kernel, linked by HostToDevice
-    and torch_to_npu flows.
+    Python main thread: ``cpu_op`` (about ``host_us``) + Enqueue; consumer thread: Dequeue@op with
+    ``AscendCL@aclnn*`` → ``Node@launch`` (→ ``Runtime@KernelLaunch`` at Level2); device: the
+    kernel, linked by HostToDevice and torch_to_npu flows. ``compile_ns`` > 0 puts the op on the
+    online-compile path (``jit_compile=True`` and a shape not seen before): the consumer runs
+    ``AscendCL@aclopCompileAndExecute`` with ``AscendCL@opCompile`` inside before the launch, and
+    the caller, whose queue is full behind it, resumes when the launch is done.
     """
-    op_dur = jitter(rng, 22)
+    op_dur = jitter(rng, host_us)
     enq = t + op_dur - 6 * US
     deq = enq + jitter(rng, 4)
-    deq_dur = jitter(rng, 24)
+    deq_dur = jitter(rng, 24) + compile_ns
     rw.enqueue(spec.api, enq, 3 * US, deq, deq_dur)
     acl = deq + 2 * US
     acl_dur = deq_dur - 4 * US
-    rw.api("AscendCL@", spec.api, acl, acl_dur, tid=rw.dequeue_tid, mode="ACL_NN")
-    node = acl + 6 * US
+    acl_api, acl_mode = ("aclopCompileAndExecute", "ACL_OP") if compile_ns else (spec.api, "ACL_NN")
+    rw.api("AscendCL@", acl_api, acl, acl_dur, tid=rw.dequeue_tid, mode=acl_mode)
+    if compile_ns:
+        rw.api(
+            "AscendCL@", "opCompile", acl + 3 * US, compile_ns, tid=rw.dequeue_tid, mode="ACL_OP"
+        )
+    node = acl + 6 * US + compile_ns
     node_dur = jitter(rng, 5)
     conn = rw.api(
         "Node@", "launch", node, node_dur, tid=rw.dequeue_tid, mode="launch", item_id=spec.name
@@ -121,7 +138,7 @@ def launch_kernel(
         tid=rw.dequeue_tid,
         mode="KernelLaunch",
     )
-    kdur = jitter(rng, spec.dur_us, 0.1) + rng.randrange(0, 1000)
+    kdur = jitter(rng, spec.dur_us * kernel_scale, 0.1) + rng.randrange(0, 1000)
     kstart = dev.place(stream, node + node_dur + 8 * US, kdur)
     rw.kernel(
         stream,
@@ -137,7 +154,8 @@ def launch_kernel(
     rw.h2d(conn, True, rw.dequeue_tid, node, rw.hw_pid, stream, kstart)
     rw.cpu_op(spec.api, t, op_dur, device_ns=kdur, aicore_ns=kdur)
     rw.torch_to_npu(t, stream, kstart)
-    return t + op_dur + jitter(rng, 4)
+    resume = t + op_dur + jitter(rng, 4)
+    return max(resume, deq + deq_dur) if compile_ns else resume
 
 
 def memcpy_sync(rw: RankWriter, rng: Random, t: int, *, tid: int | None = None) -> int:
@@ -195,6 +213,34 @@ def synchronize(
     return end
 
 
+@dataclass(frozen=True)
+class DecodeKnobs:
+    """How decode steps run and the host-side pathologies they carry (defaults: healthy eager).
+
+    - ``host_us``: host time per eager op; raise it and the device starves between launches.
+    - ``kernel_scale``: device time per kernel, times the typical decode kernel (a larger batch).
+    - ``graph``: each step replays one captured graph (``AscendCL@aclmdlRIExecuteAsync``; the
+      kernels carry its model id) instead of launching every op.
+    - ``syncs``: extra ``.item()`` calls inside each step (``aclrtSynchronizeStream`` then a
+      device-to-host ``aclrtMemcpy``), each followed by ``sync_gap_us`` of host work.
+    - ``allocs``: ``aclrtMalloc``/``aclrtFree`` pairs per step (caching-allocator misses,
+      ``empty_cache()`` in the loop), ``alloc_us`` each call.
+    - ``compiles``: ops per step on the online-compile path, ``compile_us`` each.
+    - ``warmup_only``: > 0 keeps the allocs and compiles to the first that many steps (warm-up).
+    """
+
+    host_us: float = 22.0
+    kernel_scale: float = 1.0
+    graph: bool = False
+    syncs: int = 0
+    sync_gap_us: float = 300.0
+    allocs: int = 0
+    alloc_us: float = 150.0
+    compiles: int = 0
+    compile_us: float = 2000.0
+    warmup_only: int = 0
+
+
 def decode_step(
     rw: RankWriter,
     rng: Random,
@@ -206,20 +252,97 @@ def decode_step(
     allreduce: bool,
     comm_stream: int = 4,
     stream: int = 2,
+    knobs: DecodeKnobs = DecodeKnobs(),
     extra: tuple[KernelSpec, ...] = (),
 ) -> int:
-    """One ProfilerStep of eager decoding: layers of kernels (+ ``extra`` kernels, + an all-reduce
-    per layer with TP), then a sync."""
+    """One ProfilerStep of decoding: layers of kernels (+ ``extra`` kernels per layer, + an
+    all-reduce per layer with TP), then a sync.
+
+    The closing ``aclrtSynchronizeStream`` is the per-step token fetch every decoder has.
+    """
     rw.begin_step(number, t)
     t += jitter(rng, 30)
-    for _ in range(layers):
-        for spec in (*DECODE_LAYER, *extra):
-            t = launch_kernel(rw, rng, dev, t, spec, stream)
+    churn = knobs.warmup_only <= 0 or number <= knobs.warmup_only
+    if knobs.graph:
+        t = graph_replay(rw, rng, dev, t, layers, stream, knobs.kernel_scale)
+    for layer in range(0 if knobs.graph else layers):
+        if churn and layer < knobs.allocs:
+            t = alloc_free(rw, rng, t, knobs.alloc_us)
+        for i, spec in enumerate((*DECODE_LAYER, *extra)):
+            compile_ns = (
+                int(knobs.compile_us * US) if churn and i == 0 and layer < knobs.compiles else 0
+            )
+            t = launch_kernel(
+                rw, rng, dev, t, spec, stream, host_us=knobs.host_us, compile_ns=compile_ns,
+                kernel_scale=knobs.kernel_scale,
+            )  # fmt: skip
         if allreduce:
             t = allreduce_eager(rw, rng, dev, t, stream, comm_stream)
+        if layer < knobs.syncs:
+            t = item_sync(rw, rng, dev, t, knobs.sync_gap_us)
     end = synchronize(rw, t, dev.idle_at())
     rw.end_step(end + jitter(rng, 20))
     return end + jitter(rng, 60)
+
+
+GRAPH_MODEL_ID = 7
+
+
+def graph_replay(
+    rw: RankWriter,
+    rng: Random,
+    dev: Device,
+    t: int,
+    layers: int,
+    stream: int = 2,
+    kernel_scale: float = 1.0,
+) -> int:
+    """One ``NPUGraph.replay()``: a single ``aclmdlRIExecuteAsync`` queues the whole captured step.
+
+    The captured kernels run back to back, carrying the graph's model id; no per-op launch exists.
+    """
+    dur = jitter(rng, 40)
+    rw.api("AscendCL@", "aclmdlRIExecuteAsync", t + 5 * US, dur - 10 * US, mode="ACL_RTS")
+    rw.cpu_op("acl_graph_replay", t, dur)
+    ready = t + dur + 10 * US
+    for _ in range(layers):
+        for spec in DECODE_LAYER:
+            kdur = jitter(rng, spec.dur_us * kernel_scale, 0.1)
+            kstart = dev.place(stream, ready, kdur + 1 * US)
+            rw.kernel(
+                stream, spec.name, spec.op_type, spec.core, kstart, kdur,
+                model_id=GRAPH_MODEL_ID, in_shapes=spec.shapes,
+            )  # fmt: skip
+    return t + dur + jitter(rng, 4)
+
+
+def item_sync(rw: RankWriter, rng: Random, dev: Device, t: int, gap_us: float) -> int:
+    """``tensor.item()`` mid-step: the host waits for the device, copies 4 bytes back, then goes on.
+
+    ``aten::item`` → ``aten::_local_scalar_dense`` → ``AscendCL@aclrtSynchronizeStream`` (returns
+    when the queue is drained) and a device-to-host ``AscendCL@aclrtMemcpy``; the next launch comes
+    only after ``gap_us`` of host work, so the device idles.
+    """
+    sync_end = synchronize(rw, t + 4 * US, dev.idle_at())
+    copy = jitter(rng, 35)
+    rw.api("AscendCL@", "aclrtMemcpy", sync_end + 2 * US, copy)
+    end = sync_end + 2 * US + copy + 2 * US
+    rw.cpu_op("aten::_local_scalar_dense", t + 2 * US, end - t - 2 * US)
+    rw.cpu_op("aten::item", t, end - t + 1 * US)
+    return end + jitter(rng, gap_us)
+
+
+def alloc_free(rw: RankWriter, rng: Random, t: int, alloc_us: float) -> int:
+    """A caching-allocator miss: ``aclrtMalloc`` inside ``aten::empty_strided``, then the block's
+    ``aclrtFree`` (``torch.npu.empty_cache()`` in the loop); returns the host time after both."""
+    malloc = jitter(rng, alloc_us)
+    rw.api("AscendCL@", "aclrtMalloc", t + 3 * US, malloc)
+    rw.cpu_op("aten::empty_strided", t, malloc + 6 * US)
+    t += malloc + 8 * US
+    free = jitter(rng, alloc_us * 0.6)
+    rw.api("AscendCL@", "aclrtFree", t + 3 * US, free)
+    rw.cpu_op("empty_cache", t, free + 6 * US)
+    return t + free + 8 * US
 
 
 def allreduce_eager(

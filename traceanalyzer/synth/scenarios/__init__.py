@@ -94,6 +94,15 @@ SCENARIOS: dict[str, Scenario] = {
     "risky-settings": Scenario(
         "risky-settings", device.run_risky, device.RISKY_KNOBS, device.RISKY_HELP
     ),
+    **{
+        name: Scenario(
+            name,
+            baseline.run,
+            {**baseline.KNOBS, **sick},
+            f"{help_} (inference-baseline knobs; the baseline is the healthy twin)",
+        )
+        for name, (sick, help_) in baseline.SICK_KNOBS.items()
+    },
 }
 
 

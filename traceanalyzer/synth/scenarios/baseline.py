@@ -1,15 +1,49 @@
-"""``inference-baseline``: plain eager decode steps at a chosen size, for benchmarks."""
+"""``inference-baseline`` and its sick variants: eager (or graph) decode steps at a chosen size.
+
+The decode knobs (:class:`~traceanalyzer.synth.ops.DecodeKnobs`) add the host-side pathologies
+one at a time, each with the numbers the field reports, so each has a sick scenario and a
+healthy twin (the baseline itself, or ``graph=1``):
+
+- ``host-launch-bound``: 120 µs of host time per eager op, kernels of 3-55 µs: the compute
+  stream idles between kernels because nothing is queued (vllm-ascend #9404). ``graph=1`` is its
+  healthy twin: one ``aclmdlRIExecuteAsync`` per step queues all kernels.
+- ``sync-in-step``: two ``.item()`` syncs inside every step of a device-bound decode (kernels
+  4x longer, so the host runs ahead), each followed by 300 µs of host work before the next
+  launch (vllm-ascend #4805, PR #4063), besides the per-step token fetch.
+- ``alloc-churn``: ``aclrtMalloc``/``aclrtFree`` pairs of 150 µs in every step;
+  ``warmup_only=N`` keeps them to the first N steps (the decoy).
+- ``online-compile``: ops recompiled in every step (``aclopCompileAndExecute`` +
+  ``opCompile`` of 2 ms); ``warmup_only=N`` keeps them to warm-up.
+"""
 
 from __future__ import annotations
 
+from dataclasses import fields
+
+from traceanalyzer.synth.ops import DecodeKnobs
 from traceanalyzer.synth.scenarios.timeline import Timeline
 
-KNOBS = {"steps": 8, "layers": 4, "tp_comm": 0}
-HELP = "plain decode steps (knobs: steps, layers, tp_comm=1 adds an all-reduce per layer)"
+DECODE_KNOBS = {f.name: f.default for f in fields(DecodeKnobs)}
+KNOBS = {"steps": 8, "layers": 4, "tp_comm": 0, **DECODE_KNOBS}
+HELP = (
+    "plain decode steps (knobs: steps, layers, tp_comm=1 adds an all-reduce per layer; decode "
+    "knobs host_us, kernel_scale, graph, syncs, sync_gap_us, allocs, alloc_us, compiles, compile_us, "
+    "warmup_only add host-side pathologies)"
+)
+SICK_KNOBS = {
+    "host-launch-bound": ({"host_us": 120.0}, "eager decode whose host takes 120 µs per op"),
+    "sync-in-step": (
+        {"syncs": 2, "kernel_scale": 4.0},
+        "two .item() syncs inside every decode step of a device-bound decode",
+    ),
+    "alloc-churn": ({"allocs": 2}, "aclrtMalloc/aclrtFree pairs in every decode step"),
+    "online-compile": ({"compiles": 2}, "ops compiled online in every decode step"),
+}
 
 
 def run(tl: Timeline, knobs: dict) -> None:
     tl.layers = knobs["layers"]
     tl.allreduce = bool(knobs["tp_comm"])
+    tl.knobs = DecodeKnobs(**{k: knobs[k] for k in DECODE_KNOBS})
     for _ in range(knobs["steps"]):
         tl.decode()

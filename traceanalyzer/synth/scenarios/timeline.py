@@ -34,6 +34,7 @@ class Timeline:
     dev: ops.Device = field(default_factory=ops.Device)
     layers: int = 4
     allreduce: bool = False
+    knobs: ops.DecodeKnobs = field(default_factory=ops.DecodeKnobs)
 
     def decode(self) -> None:
         """One decode step; without a profiler schedule the same work runs without ProfilerStep."""
@@ -46,13 +47,16 @@ class Timeline:
                 self.t,
                 layers=self.layers,
                 allreduce=self.allreduce,
+                knobs=self.knobs,
             )
             self.step += 1
             return
         t = self.t
         for _ in range(self.layers):
             for spec in ops.DECODE_LAYER:
-                t = ops.launch_kernel(self.rw, self.rng, self.dev, t, spec)
+                t = ops.launch_kernel(
+                    self.rw, self.rng, self.dev, t, spec, host_us=self.knobs.host_us
+                )
         self.t = ops.synchronize(self.rw, t, self.dev.idle_at()) + ops.jitter(self.rng, 60)
         self.rw.flush()
 
