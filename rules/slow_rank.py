@@ -20,10 +20,8 @@ from traceanalyzer.engine import (
 )
 from traceanalyzer.engine import text as fmt
 from traceanalyzer.engine.primitives import total_length
+from traceanalyzer.engine.stats import robust_z
 
-# Iglewicz & Hoaglin: 0.6745 = Phi^-1(0.75) makes MAD a consistent estimator of sigma; when
-# MAD is 0 (most peers identical), 1.2533 * mean absolute deviation stands in for it.
-MAD_SCALE, MEANAD_SCALE = 0.6745, 1.253314
 STEP_PREFIX = "ProfilerStep#"
 CAUSES = {
     "compute": (
@@ -349,18 +347,6 @@ def _transfer_times(ctx: RuleContext, names: dict[int, list[str]]) -> list[RankT
 
 
 # --------------------------------------------------------------------------- verdict
-
-
-def robust_z(values: np.ndarray) -> np.ndarray:
-    """Modified z-scores: 0.6745 (x - median) / MAD, with the mean-AD fallback when MAD is 0."""
-    median = float(np.median(values))
-    mad = float(np.median(np.abs(values - median)))
-    if mad > 0:
-        return MAD_SCALE * (values - median) / mad
-    mean_ad = float(np.mean(np.abs(values - median)))
-    if mean_ad > 0:
-        return (values - median) / (MEANAD_SCALE * mean_ad)
-    return np.zeros_like(values)
 
 
 def _judge(ctx: RuleContext, metric: str, times: list[RankTimes]) -> Iterator[Finding]:

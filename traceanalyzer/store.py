@@ -23,7 +23,7 @@ from typing import Any
 
 import polars as pl
 
-from traceanalyzer.schema import TABLES
+from traceanalyzer.schema import DERIVED_TABLES, TABLES, Table
 
 MANIFEST = "manifest.json"
 TABLES_DIR = "tables"
@@ -134,8 +134,17 @@ class Manifest:
         write_atomic_text(root / MANIFEST, json.dumps(doc, indent=1, sort_keys=True))
 
 
+def _known(table: str) -> Table:
+    """The schema of an ingested or a derived table."""
+    try:
+        return TABLES.get(table) or DERIVED_TABLES[table]
+    except KeyError:
+        known = ", ".join([*TABLES, *DERIVED_TABLES])
+        raise KeyError(f"unknown table {table!r}; known: {known}") from None
+
+
 def _empty_frame(table: str) -> pl.DataFrame:
-    return pl.from_arrow(TABLES[table].arrow_schema.empty_table())  # type: ignore[return-value]
+    return pl.from_arrow(_known(table).arrow_schema.empty_table())  # type: ignore[return-value]
 
 
 class Store:
@@ -162,7 +171,7 @@ class Store:
         conformed = {}
         for name, frame in frames.items():
             df = frame if isinstance(frame, pl.DataFrame) else pl.DataFrame(list(frame))
-            schema = pl.from_arrow(TABLES[name].arrow_schema.empty_table()).schema
+            schema = _empty_frame(name).schema
             df = df.with_columns(
                 [
                     pl.lit(None, dtype=dtype).alias(col)
@@ -175,11 +184,10 @@ class Store:
 
     @property
     def table_names(self) -> list[str]:
-        return list(TABLES)
+        return [*TABLES, *DERIVED_TABLES]
 
     def table(self, name: str) -> pl.LazyFrame:
-        if name not in TABLES:
-            raise KeyError(f"unknown table {name!r}; known: {', '.join(TABLES)}")
+        _known(name)
         if name in self._frames:
             return self._frames[name].lazy()
         files = self._files(name)

@@ -18,6 +18,8 @@ from traceanalyzer.report.htmlkit import (
     table,
 )
 from traceanalyzer.report.inputs import ReportInputs
+from traceanalyzer.report.overview_html import overview_costs, overview_section
+from traceanalyzer.report.overview_text import cost_text
 from traceanalyzer.report.summary import RunSummary, run_summary
 
 EVIDENCE_SHOWN = 50  # rows in the collapsible table; findings.json keeps them all
@@ -30,11 +32,15 @@ def finding_anchor(finding: Mapping[str, Any]) -> str:
 def render_html(
     inputs: ReportInputs, plots: Mapping[str, bytes] | None = None, *, now: datetime | None = None
 ) -> str:
-    """The whole page. ``plots`` maps a finding fingerprint to its PNG."""
+    """The whole page. ``plots`` maps a finding fingerprint (or an overview figure's file name)
+    to its PNG."""
+    from traceanalyzer.overview.document import by_cost
+
     plots = plots or {}
     doc = inputs.findings
     summary = run_summary(inputs)
-    findings = doc.get("findings", [])
+    costs = overview_costs(doc)
+    findings = by_cost(doc.get("findings", []), costs)
     generated = (now or datetime.now(timezone.utc)).strftime("%Y-%m-%d %H:%M UTC")
     parts = [
         "<header>",
@@ -44,7 +50,8 @@ def render_html(
         "</header>",
         _cards(doc, summary),
         _bench(inputs),
-        _overview(findings),
+        overview_section(doc, plots),
+        _overview(findings, costs),
     ]
     parts += [_finding_section(f, plots.get(f.get("fingerprint", ""))) for f in findings]
     parts += [_rules_section(doc), _errors_section(doc), _run_section(summary), _footer(inputs)]
@@ -107,7 +114,7 @@ def _bench(inputs: ReportInputs) -> str:
     )
 
 
-def _overview(findings: list[Mapping[str, Any]]) -> str:
+def _overview(findings: list[Mapping[str, Any]], costs: Mapping[str, Any]) -> str:
     if not findings:
         return "<h2>Findings</h2><p>No findings: every evaluated rule is silent.</p>"
     rows = [
@@ -115,12 +122,13 @@ def _overview(findings: list[Mapping[str, Any]]) -> str:
             chip(f["severity"], f["severity"]),
             f'<a href="#{esc(finding_anchor(f))}">{esc(f["name"])}</a>',
             esc(f.get("ranks_label")),
+            esc(cost_text(costs, f.get("fingerprint", ""))),
             inline(f.get("title")),
         )
         for f in findings
     ]
     return "<h2>Findings</h2>" + table(
-        ("severity", "rule", "ranks", "what"), rows, raw=(0, 1, 2, 3)
+        ("severity", "rule", "ranks", "cost", "what"), rows, raw=(0, 1, 2, 3, 4)
     )
 
 

@@ -1,0 +1,110 @@
+"""The overview of one rank, from the store: its summary tables, one frame per table.
+
+Runs in a worker on a store restricted to the rank (like the rank-scoped rules), reads only the
+columns it needs, and returns frames keyed by ``session``; :mod:`traceanalyzer.overview.run`
+writes them as the rank's ``summary_*`` partitions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import polars as pl
+
+from traceanalyzer.overview.breakdown import (
+    COMM_PROCESSES,
+    DEVICE_PROCESS,
+    breakdown,
+    check_against_step_trace,
+    classify_tasks,
+    from_step_trace,
+    step_windows,
+)
+from traceanalyzer.overview.tops import top_collectives, top_host_apis, top_kernels
+from traceanalyzer.schema import COMPONENT_NAMES
+from traceanalyzer.store import Store
+
+STEP_COLUMNS = (
+    "session",
+    "step",
+    "start_ns",
+    "end_ns",
+    "step_ns",
+    "device_start_ns",
+    "device_end_ns",
+    *COMPONENT_NAMES,
+    "source",
+    "check_deviation",
+)
+
+
+@dataclass(frozen=True)
+class TopSizes:
+    """How many rows each top-N table keeps (``run --top-kernels/--top-apis/--top-collectives``)."""
+
+    kernels: int = 20
+    host_apis: int = 20
+    collectives: int = 10
+
+
+DEFAULT_TOP = TopSizes()
+
+
+def device_tasks(store: Store, ranks: list[int]) -> pl.DataFrame:
+    """Device and communication tasks with their class; accelerator from kernel_details."""
+    tasks = (
+        store.table("slices")
+        .filter(
+            pl.col("rank").is_in(ranks)
+            & pl.col("process").is_in([DEVICE_PROCESS, *COMM_PROCESSES])
+            & (pl.col("end_ns") > pl.col("start_ns"))
+        )
+        .select(
+            "session", "process", "stream_id", "task_type", "name", "start_ns", "end_ns", "dur_ns"
+        )
+        .collect()
+    )
+    accelerators = (
+        store.table("kernels")
+        .filter(pl.col("rank").is_in(ranks) & pl.col("accelerator_core").is_not_null())
+        .select("session", "name", "start_ns", pl.col("accelerator_core").alias("accelerator"))
+        .unique(["session", "name", "start_ns"], keep="first")
+        .collect()
+    )
+    tasks = tasks.join(accelerators, on=["session", "name", "start_ns"], how="left")
+    return classify_tasks(tasks)
+
+
+def host_bound_gaps(store: Store, tasks: pl.DataFrame) -> pl.DataFrame:
+    """Stream gaps the host caused: session, start_ns, end_ns (none until launches are known)."""
+    del store, tasks
+    return pl.DataFrame(schema={"session": pl.String, "start_ns": pl.Int64, "end_ns": pl.Int64})
+
+
+def summarize_rank(store: Store, rank: int, sizes: TopSizes) -> dict[str, pl.DataFrame]:
+    """Every ``summary_*`` table but ``summary_ranks`` for ``rank``, keyed by session."""
+    ranks = [rank]
+    slices = store.table("slices").filter(pl.col("rank") == rank)
+    sessions = store.table("sessions").filter(pl.col("rank") == rank).collect()
+    windows = step_windows(slices, sessions)
+    tasks = device_tasks(store, ranks)
+    step_times = store.table("step_times").filter(pl.col("rank") == rank).collect()
+    with_tasks = set(tasks["session"].unique().to_list())
+    gaps = host_bound_gaps(store, tasks).with_columns(pl.lit("host_gap").alias("cls"))
+    interval_columns = ["session", "cls", "start_ns", "end_ns"]
+    intervals = pl.concat([tasks.select(interval_columns), gaps.select(interval_columns)])
+    event_windows = windows.filter(pl.col("session").is_in(list(with_tasks)))
+    steps = check_against_step_trace(
+        breakdown(intervals, event_windows).with_columns(pl.lit("events").alias("source")),
+        step_times,
+    )
+    csv_only = step_times.filter(~pl.col("session").is_in(list(with_tasks)))
+    if not csv_only.is_empty():
+        steps = pl.concat([steps, from_step_trace(csv_only, windows)], how="vertical_relaxed")
+    comm_ops = store.table("comm_ops").filter(pl.col("rank") == rank).collect()
+    return {
+        "summary_steps": steps.select(STEP_COLUMNS).sort("session", "start_ns", nulls_last=True),
+        "summary_kernels": top_kernels(tasks, sizes.kernels),
+        "summary_host_apis": top_host_apis(slices, windows, sizes.host_apis),
+        "summary_collectives": top_collectives(comm_ops, tasks, sizes.collectives),
+    }
