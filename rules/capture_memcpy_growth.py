@@ -18,7 +18,7 @@ from traceanalyzer.engine.primitives import (
     spearman,
     trend,
 )
-from traceanalyzer.schema import NOT_HOST_PROCESSES
+from traceanalyzer.vocabulary import NOT_HOST_PROCESSES
 
 HOST_PROCESSES_EXCLUDED = NOT_HOST_PROCESSES
 EVIDENCE_EDGE = 5  # capture windows shown at each end of the series

@@ -17,8 +17,14 @@ from traceanalyzer.engine import (
 )
 from traceanalyzer.engine import text as fmt
 from traceanalyzer.engine.primitives import outermost, overlap_join, total_length
-from traceanalyzer.schema import DEVICE_PROCESSES, NOT_HOST_PROCESSES
-from traceanalyzer.store import STORE_TRANSFER_WINDOW, TRANSFER_KEY, WINDOW_KEY, session_metadata
+from traceanalyzer.vocabulary import (
+    DEVICE_PROCESSES,
+    NOT_HOST_PROCESSES,
+    STORE_TRANSFER_WINDOW,
+    TRANSFER_KEY,
+    WINDOW_KEY,
+    session_metadata,
+)
 
 # Sessions whose whole profiling window is one transfer say so in profiler_metadata.json, via
 # `prof.addsession_metadata(WINDOW_KEY, WINDOW_VALUE)` (our recipes do); TRANSFER_KEY names the call.

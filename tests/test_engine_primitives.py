@@ -9,20 +9,24 @@ import polars as pl
 import pytest
 
 from traceanalyzer.engine.primitives import (
+    containing_call,
     count_in_windows,
     covered_fraction,
     growth_ratio,
+    host_launches,
     mann_kendall,
     one_api_layer,
     outermost,
     overlap_join,
     pair_windows,
     spearman,
+    stream_gaps,
     theil_sen_slope,
     total_length,
     trend,
     union_intervals,
 )
+from traceanalyzer.engine.testing import StoreBuilder
 
 
 def frame(intervals, **extra):
@@ -240,3 +244,142 @@ def test_one_api_layer_never_counts_a_call_twice():
     assert one_api_layer(calls, "acl")["rank"].to_list() == [0, 1]
     assert one_api_layer(calls, "runtime")["api_name"].to_list() == ["MemCopySync", "rtMemcpy"]
     assert one_api_layer(calls, "all").height == 4
+
+
+# --- stream_gaps ------------------------------------------------------------------------------
+
+
+def tasks_frame(rows):
+    """rows: (stream, start, end, name[, rank])"""
+    return pl.DataFrame(
+        {
+            "rank": [r[4] if len(r) > 4 else 0 for r in rows],
+            "session": ["s"] * len(rows),
+            "stream_id": [r[0] for r in rows],
+            "start_ns": [r[1] for r in rows],
+            "end_ns": [r[2] for r in rows],
+            "name": [r[3] for r in rows],
+        }
+    )
+
+
+def test_stream_gaps_per_stream_with_running_end():
+    tasks = tasks_frame(
+        [
+            (2, 0, 100, "long"),
+            (2, 10, 20, "nested"),  # inside `long`: no gap, and it does not end the stream
+            (2, 150, 160, "after"),  # gap 50 after `long`, not after `nested`
+            (2, 160, 170, "touching"),  # back to back: no gap
+            (3, 0, 10, "other stream"),
+            (3, 40, 50, "second"),
+            (2, 500, 510, "other rank", 1),  # first task of its (rank, stream): no gap
+        ]
+    )
+    out = stream_gaps(tasks).sort("stream", "start_ns")
+    assert out.select(
+        "stream", "prev_end_ns", "start_ns", "gap_ns", "prev_name", "name"
+    ).rows() == [
+        (2, 100, 150, 50, "long", "after"),
+        (3, 10, 40, 30, "other stream", "second"),
+    ]
+    assert "end_ns" in out.columns  # the next task's own columns come along
+
+
+def test_stream_gaps_lazy_in_lazy_out_and_empty():
+    lazy = stream_gaps(tasks_frame([(2, 0, 10, "a"), (2, 30, 40, "b")]).lazy())
+    assert isinstance(lazy, pl.LazyFrame)
+    assert lazy.collect()["gap_ns"].to_list() == [20]
+    assert stream_gaps(tasks_frame([])).is_empty()
+
+
+# --- host_launches ----------------------------------------------------------------------------
+
+
+def test_containing_call_prefers_innermost_then_outermost():
+    calls = pl.DataFrame(
+        {
+            "rank": [0, 0, 0],
+            "session": ["s"] * 3,
+            "process": ["CANN"] * 3,
+            "thread": ["T"] * 3,
+            "call": ["outer", "inner", "sibling"],
+            "start_ns": [0, 10, 40],
+            "end_ns": [100, 20, 50],
+        }
+    )
+    points = pl.DataFrame(
+        {
+            "rank": [0] * 4,
+            "session": ["s"] * 4,
+            "process": ["CANN"] * 4,
+            "thread": ["T"] * 4,
+            "ts_ns": [15, 30, 200, 45],
+        }  # fmt: skip
+    )
+    out = containing_call(points, calls)
+    assert out["call"].to_list() == ["inner", "outer", None, "sibling"]
+    assert out["call_start_ns"].to_list() == [10, 0, None, 40]
+
+
+def launch_store() -> StoreBuilder:
+    b = StoreBuilder()
+    b.session(0, "s", 0, 10_000)
+    # aclnnMm -> Node@launch (connection 7) -> kernel on stream 2
+    b.cann(0, "s", "AscendCL@aclnnMm", 100, 50, thread="Thread 9")
+    b.cann(0, "s", "Node@launch", 120, 20, thread="Thread 9", connection_id=7)
+    b.task(0, "s", 2, "MatMulV2", 300, 40, task_type="AI_CORE", connection_id=7)
+    # linked by a HostToDevice flow only: its `s` end lies inside the call
+    b.cann(0, "s", "AscendCL@aclnnAdd", 400, 50, thread="Thread 9")
+    b.cann(0, "s", "Node@launch", 410, 30, thread="Thread 9")
+    b.task(0, "s", 2, "Add", 600, 5, task_type="AI_VECTOR_CORE")
+    b.flow(0, "s", 425, 600, dst_stream=2, src_thread="Thread 9")
+    # a graph replay: captured tasks (model id) run after aclmdlRIExecuteAsync
+    b.cann(0, "s", "AscendCL@aclmdlRIExecuteAsync", 1_000, 30, thread="Thread 1")
+    b.task(0, "s", 2, "graph kernel", 1_100, 10, task_type="AI_CORE", model_id=3, connection_id=99)
+    b.task(0, "s", 2, "graph kernel 2", 1_200, 10, task_type="AI_CORE", model_id=3)
+    # Level0-like: only the torch op's async_npu flow
+    b.span(0, "s", "aten::mul", 2_000, 20, cat="cpu_op", thread="Thread 1")
+    b.task(0, "s", 2, "Mul", 2_100, 5, task_type="AI_VECTOR_CORE")
+    b.flow(0, "s", 2_000, 2_100, dst_stream=2, src_thread="Thread 1", src_process="Python",
+           cat="async_npu")  # fmt: skip
+    b.task(0, "s", 2, "EVENT_WAIT", 3_000, 5)  # nothing launched it that the trace shows
+    return b
+
+
+def test_host_launches_every_link_kind():
+    store = launch_store().store()
+    out = host_launches(store.table("slices"), store.table("flows"))
+    rows = {
+        r["name"]: (
+            r["link"],
+            r["launch_name"],
+            r["launch_op"],
+            r["launch_start_ns"],
+            r["launch_end_ns"],
+        )
+        for r in out.iter_rows(named=True)
+    }
+    assert rows["MatMulV2"] == (
+        "connection_id",
+        "Node@launch",
+        "AscendCL@aclnnMm",
+        120_000,
+        140_000,
+    )
+    assert rows["Add"] == ("HostToDevice", "Node@launch", "AscendCL@aclnnAdd", 410_000, 440_000)
+    replay = ("graph_replay", "AscendCL@aclmdlRIExecuteAsync", "AscendCL@aclmdlRIExecuteAsync")
+    assert rows["graph kernel"][:3] == replay  # beats its (capture-time) connection id
+    assert rows["graph kernel 2"][:3] == replay
+    assert rows["Mul"] == ("async_npu", "aten::mul", "aten::mul", 2_000_000, 2_020_000)
+    assert rows["EVENT_WAIT"] == (None, None, None, None, None)
+    assert out["launch_thread"].to_list()[:2] == ["Thread 9", "Thread 9"]
+    assert out.columns[:5] == ["rank", "session", "stream", "start_ns", "end_ns"]
+
+
+def test_host_launches_without_flows_or_host_calls():
+    b = StoreBuilder()
+    b.session(0, "s", 0, 100)
+    b.task(0, "s", 2, "MatMulV2", 10, 5, connection_id=1)
+    store = b.store()
+    out = host_launches(store.table("slices"))
+    assert out.height == 1 and out["link"].to_list() == [None]

@@ -30,24 +30,6 @@ TABLES_DIR = "tables"
 MANIFEST_VERSION = 1
 
 
-# Keys traceanalyzer's recipes add to profiler_metadata.json (prof.add_metadata): the profiled
-# window wraps one store transfer, and which call it was.
-WINDOW_KEY, STORE_TRANSFER_WINDOW, TRANSFER_KEY = (
-    "traceanalyzer.window",
-    "store_transfer",
-    "traceanalyzer.transfer",
-)
-
-
-def session_metadata(raw: str | None) -> dict[str, Any]:
-    """The `sessions.metadata` JSON string as a dict ({} when absent or not an object)."""
-    try:
-        value = json.loads(raw) if raw else {}
-    except json.JSONDecodeError:
-        return {}
-    return value if isinstance(value, dict) else {}
-
-
 class StoreError(Exception):
     """The output directory is not a traceanalyzer store, or is unreadable."""
 

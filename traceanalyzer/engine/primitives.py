@@ -446,3 +446,250 @@ def one_api_layer(
         return calls.filter(~is_runtime)
     group_has_runtime = is_runtime.any().over(list(by)) if by else is_runtime.any()
     return calls.filter(pl.when(group_has_runtime).then(is_runtime).otherwise(~is_runtime))
+
+
+# --------------------------------------------------------------------------------------------
+# Device streams and their host launches
+# --------------------------------------------------------------------------------------------
+
+STREAM_KEYS: tuple[str, ...] = ("rank", "session", "stream")
+
+
+def stream_gaps(tasks: Frame, *, stream: str = "stream_id") -> Frame:
+    """The idle gap before each device task, per (rank, session, stream).
+
+    ``tasks`` are device tasks (normally the ``Ascend Hardware`` slices) with ``rank``,
+    ``session``, the ``stream`` column (``stream_id`` in the store), ``start_ns``, ``end_ns`` and
+    ``name``. A task that starts after everything earlier on its stream has ended follows a gap:
+    the returned row carries that next task's columns (its ``start_ns``, ``name``, ids, ...), plus
+    ``stream``, ``prev_end_ns`` (when the stream last became free), ``prev_name`` (the task that
+    ended then) and ``gap_ns``. The stream's end is a running maximum, so a task nested in or
+    overlapping a longer one leaves no gap, and the first task of a stream has none.
+    """
+    keys = list(STREAM_KEYS)
+    ordered = tasks.with_columns(pl.col(stream).alias("stream")).sort([*keys, "start_ns", "end_ns"])
+    reach = pl.col("end_ns").cum_max()
+    # The name of the task that set the running maximum, carried forward to the tasks after it.
+    holder = pl.when(pl.col("end_ns") == reach).then(pl.col("name")).forward_fill()
+    return (
+        ordered.with_columns(
+            reach.shift(1).over(keys).alias("prev_end_ns"),
+            holder.over(keys).alias("_holder"),
+        )
+        .with_columns(
+            pl.col("_holder").shift(1).over(keys).alias("prev_name"),
+            (pl.col("start_ns") - pl.col("prev_end_ns")).alias("gap_ns"),
+        )
+        .filter(pl.col("gap_ns") > 0)
+        .drop("_holder")
+    )
+
+
+LAUNCH_COLUMNS = ("launch_name", "launch_op", "launch_start_ns", "launch_end_ns", "launch_thread")
+LAUNCH_LINKS = ("graph_replay", "connection_id", "HostToDevice", "async_npu")
+# When several host calls claim one connection id, the launch layer wins: Node@launch sits inside
+# the AscendCL op and above the runtime call it makes.
+_LAYER_PREFERENCE = {"Node": 0, "Model": 1, "AscendCL": 2, "Hccl": 3, "Communication": 3}
+_THREAD = ("rank", "session", "process", "thread")
+
+
+def host_launches(
+    slices: pl.DataFrame | pl.LazyFrame,
+    flows: pl.DataFrame | pl.LazyFrame | None = None,
+    *,
+    device_process: str = "Ascend Hardware",
+    host_process: str = "CANN",
+    replay_apis: Sequence[str] = ("aclmdlRIExecuteAsync",),
+) -> pl.DataFrame:
+    """Each device task joined to the host call that launched it (launch columns null when unknown).
+
+    ``slices`` is the store's slices table (device tasks and host calls), ``flows`` its flows
+    table. Links, in order of trust (the ``link`` column says which one was used):
+
+    - ``graph_replay``: a task of a captured graph (``model_id`` set) runs when the host replays
+      the graph, so its launch is the last ``replay_apis`` call (``aclmdlRIExecuteAsync``) that
+      started before it, on any thread.
+    - ``connection_id``: the CANN call with the task's ``connection_id`` arg (Text exports put it
+      on both ends; for a kernel it is ``Node@launch``).
+    - ``HostToDevice``: a flow whose ``f`` end is the task start on its stream; its ``s`` end lies
+      inside the launching CANN call, on the same thread.
+    - ``async_npu``: a ``torch_to_npu`` flow from a torch op (Level0 has no CANN layer). With the
+      task queue the op returns before the real launch, so this link is only a lower bound.
+
+    Returns the tasks' ``rank``, ``session``, ``stream``, ``start_ns``, ``end_ns``, ``name``,
+    ``task_type``, ``task_id``, ``model_id``, ``connection_id`` plus ``launch_name`` (the linked
+    call, e.g. ``Node@launch``), ``launch_op`` (the AscendCL op around a ``Node@launch``, e.g.
+    ``AscendCL@aclnnMm``; else the call itself), ``launch_start_ns``, ``launch_end_ns``,
+    ``launch_thread`` and ``link``, ordered by stream and start.
+    """
+    frame = slices.lazy() if isinstance(slices, pl.DataFrame) else slices
+    keys = ["rank", "session"]
+    tasks = (
+        frame.filter((pl.col("process") == device_process) & pl.col("stream_id").is_not_null())
+        .select(
+            *keys,
+            pl.col("stream_id").alias("stream"),
+            "start_ns",
+            "end_ns",
+            "name",
+            "task_type",
+            "task_id",
+            "model_id",
+            "connection_id",
+            pl.col("thread").alias("_stream_thread"),
+        )
+        .with_row_index("_task")
+        .collect()
+    )
+    calls = (
+        frame.filter(pl.col("process") == host_process)
+        .select(*_THREAD, "name", "api_layer", "api_name", "connection_id", "start_ns", "end_ns")
+        .collect()
+    )
+    calls = _with_launch_op(calls)
+    found = [
+        _replay_links(tasks, calls.filter(pl.col("api_name").is_in(list(replay_apis)))),
+        _connection_links(tasks, calls),
+    ]
+    if flows is not None:
+        flow_frame = flows.lazy() if isinstance(flows, pl.DataFrame) else flows
+        found.append(_flow_links(tasks, calls, flow_frame, "HostToDevice"))
+        ops = frame.filter(pl.col("cat") == "cpu_op").select(
+            *_THREAD, "name", pl.col("name").alias("launch_op"), "start_ns", "end_ns"
+        )
+        found.append(_flow_links(tasks, ops.collect(), flow_frame, "async_npu"))
+    order = {name: i for i, name in enumerate(LAUNCH_LINKS)}
+    best = (
+        pl.concat(found, how="vertical_relaxed")
+        .with_columns(pl.col("link").replace_strict(order, return_dtype=pl.Int64).alias("_o"))
+        .sort("_task", "_o")
+        .unique("_task", keep="first")
+        .drop("_o")
+    )
+    return (
+        tasks.join(best, on="_task", how="left")
+        .sort([*keys, "stream", "start_ns", "_task"])
+        .drop("_task", "_stream_thread")
+    )
+
+
+def _as_launch(calls: pl.DataFrame) -> pl.DataFrame:
+    """Host calls renamed to the launch columns (``launch_op`` must already be there)."""
+    return calls.select(
+        pl.col("name").alias("launch_name"),
+        "launch_op",
+        pl.col("start_ns").alias("launch_start_ns"),
+        pl.col("end_ns").alias("launch_end_ns"),
+        pl.col("thread").alias("launch_thread"),
+    )
+
+
+def _link(found: pl.DataFrame, link: str) -> pl.DataFrame:
+    return found.select("_task", *LAUNCH_COLUMNS, link=pl.lit(link))
+
+
+def containing_call(points: Frame, calls: Frame, *, at: str = "ts_ns") -> pl.DataFrame:
+    """For each point (timestamp column ``at`` on a host thread), the innermost call around it.
+
+    Both frames carry ``rank``, ``session``, ``process`` and ``thread``; ``calls`` has
+    ``start_ns``/``end_ns`` (returned as ``call_start_ns``/``call_end_ns``) and any other columns,
+    which must not clash with the points' columns. A point inside no call keeps nulls; points
+    come back in their order. Calls of one thread nest (an AscendCL op around its
+    ``Node@launch``): the latest call that started at or before the point holds it, unless it
+    ended first, and then the outermost call around the point does.
+    """
+    thread = list(_THREAD)
+    ordered = points.lazy().with_row_index("_point").sort(at).collect()
+    bounds = calls.lazy().rename({"start_ns": "call_start_ns", "end_ns": "call_end_ns"})
+    inner = bounds.sort("call_start_ns").collect()
+    outer = (
+        outermost(calls.lazy(), by=thread)
+        .rename({"start_ns": "call_start_ns", "end_ns": "call_end_ns"})
+        .sort("call_start_ns")
+        .collect()
+    )
+    found = [
+        ordered.join_asof(
+            candidates,
+            left_on=at,
+            right_on="call_start_ns",
+            by=thread,
+            strategy="backward",
+            check_sortedness=False,
+        ).filter(pl.col("call_end_ns") >= pl.col(at))
+        for candidates in (inner, outer)
+    ]
+    best = pl.concat(found, how="vertical_relaxed").unique("_point", keep="first")
+    extra = [c for c in best.columns if c not in ordered.columns]
+    return (
+        ordered.join(best.select("_point", *extra), on="_point", how="left")
+        .sort("_point")
+        .drop("_point")
+    )
+
+
+def _with_launch_op(calls: pl.DataFrame) -> pl.DataFrame:
+    """Add ``launch_op``: for a ``Node@launch`` the AscendCL op around it, else the call's name."""
+    ops = calls.filter(pl.col("api_layer") == "AscendCL").select(
+        *_THREAD, pl.col("name").alias("_op"), "start_ns", "end_ns"
+    )
+    around = containing_call(calls.with_columns(pl.col("start_ns").alias("_at")), ops, at="_at")
+    return around.select(
+        *calls.columns,
+        pl.when(pl.col("api_layer") == "Node")
+        .then(pl.col("_op").fill_null(pl.col("name")))
+        .otherwise(pl.col("name"))
+        .alias("launch_op"),
+    )
+
+
+def _replay_links(tasks: pl.DataFrame, replays: pl.DataFrame) -> pl.DataFrame:
+    graph_tasks = tasks.filter(pl.col("model_id").is_not_null()).sort("start_ns")
+    launches = pl.concat([replays.select("rank", "session"), _as_launch(replays)], how="horizontal")
+    hit = graph_tasks.join_asof(
+        launches.sort("launch_start_ns"),
+        left_on="start_ns",
+        right_on="launch_start_ns",
+        by=["rank", "session"],
+        strategy="backward",
+        check_sortedness=False,
+    )
+    return _link(hit.filter(pl.col("launch_name").is_not_null()), "graph_replay")
+
+
+def _connection_links(tasks: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
+    keys = ["rank", "session", "connection_id"]
+    ranked = calls.filter(pl.col("connection_id").is_not_null()).sort(
+        pl.col("api_layer").replace_strict(_LAYER_PREFERENCE, default=9, return_dtype=pl.Int64)
+    )
+    by_conn = pl.concat([ranked.select(keys), _as_launch(ranked)], how="horizontal").unique(
+        keys, keep="first"
+    )
+    return _link(tasks.join(by_conn, on=keys), "connection_id")
+
+
+def _flow_links(
+    tasks: pl.DataFrame, calls: pl.DataFrame, flows: pl.LazyFrame, cat: str
+) -> pl.DataFrame:
+    """Tasks linked by flows of ``cat``: ``f`` at the task start, ``s`` inside the launching call."""
+    ends = (
+        flows.filter((pl.col("cat") == cat) & pl.col("end_ns").is_not_null())
+        .select(
+            "rank",
+            "session",
+            pl.col("src_process").alias("process"),
+            pl.col("src_thread").alias("thread"),
+            pl.col("start_ns").alias("ts_ns"),
+            pl.col("dst_thread").alias("_stream_thread"),
+            pl.col("end_ns").alias("start_ns"),
+        )
+        .collect()
+    )
+    linked = tasks.join(ends, on=["rank", "session", "_stream_thread", "start_ns"])
+    launches = pl.concat([calls.select(*_THREAD), _as_launch(calls)], how="horizontal").rename(
+        {"launch_start_ns": "start_ns", "launch_end_ns": "end_ns"}
+    )
+    hit = containing_call(linked.drop("start_ns", "end_ns"), launches).rename(
+        {"call_start_ns": "launch_start_ns", "call_end_ns": "launch_end_ns"}
+    )
+    return _link(hit.filter(pl.col("launch_name").is_not_null()), cat)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from traceanalyzer.store import Store
@@ -118,8 +117,9 @@ class StoreBuilder:
         *,
         task_type: str | None = None,
         connection_id: int | None = None,
+        model_id: int | None = None,
     ) -> StoreBuilder:
-        """A device task on ``Ascend Hardware`` stream ``stream``."""
+        """A device task on ``Ascend Hardware`` stream ``stream`` (``model_id``: of a captured graph)."""
         self._slice(
             rank,
             session,
@@ -131,6 +131,7 @@ class StoreBuilder:
             stream_id=stream,
             task_type=task_type or name,
             connection_id=connection_id,
+            model_id=model_id,
         )
         return self
 
@@ -260,19 +261,3 @@ class StoreBuilder:
 
     def store(self) -> Store:
         return Store.from_frames({table: rows for table, rows in self.rows.items() if rows})
-
-
-def ingested(*builders: Any) -> Store:
-    """Write synth ``RankBuilder`` rank directories, ingest them, and return the store in memory.
-
-    This takes fixtures through the real files and parsers (slower than :class:`StoreBuilder`,
-    but it proves a rule reads what ingest writes). The temporary files are removed.
-    """
-    import tempfile
-
-    from traceanalyzer.schema import TABLES
-    from traceanalyzer.synth.fixtures import build_store
-
-    with tempfile.TemporaryDirectory(prefix="ta-fixture-") as tmp:
-        on_disk = Store.open(build_store(Path(tmp), *builders))
-        return Store.from_frames({name: on_disk.table(name).collect() for name in TABLES})

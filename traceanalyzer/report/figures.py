@@ -34,8 +34,13 @@ from traceanalyzer.engine.primitives import (
     outermost,
     pair_windows,
 )
-from traceanalyzer.schema import NOT_HOST_PROCESSES
-from traceanalyzer.store import STORE_TRANSFER_WINDOW, WINDOW_KEY, Store, session_metadata
+from traceanalyzer.store import Store
+from traceanalyzer.vocabulary import (
+    NOT_HOST_PROCESSES,
+    STORE_TRANSFER_WINDOW,
+    WINDOW_KEY,
+    session_metadata,
+)
 
 NOT_HOST = NOT_HOST_PROCESSES
 

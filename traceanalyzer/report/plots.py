@@ -19,7 +19,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from traceanalyzer.report.inputs import ReportInputs
-from traceanalyzer.schema import DEVICE_PROCESSES
+from traceanalyzer.vocabulary import DEVICE_PROCESSES
 
 DPI = 110
 MAX_RANK_LINES = 12  # more lines than this is unreadable; the rest are drawn thin and grey
