@@ -39,7 +39,9 @@ def test_sections_and_images_render(sample: str, tmp_path: Path) -> None:
     dom = browse(out / "report.html", tmp_path, "--dump-dom")
     fired = findings(out)
     body = re.search(r"<body[^>]*>", dom).group(0)
-    assert f'data-images-loaded="{len(fired)}"' in body, body
+    images = (out / "report.html").read_text("utf-8").count("<img ")  # findings' and overview's
+    assert images == len(fired) + 2
+    assert f'data-images-loaded="{images}"' in body, body
     for f in fired:
         assert f'id="f-{f["fingerprint"]}"' in dom
     assert dom.count('<section class="finding') == len(fired)

@@ -561,7 +561,17 @@ def render_markdown() -> str:
         "`traceanalyzer.open_store('OUT').table('slices')`.",
         "",
     ]
+    derived_intro = [
+        "## Derived tables",
+        "",
+        "Written after ingest by the overview (`traceanalyzer/overview/`, per rank like the "
+        "rules), never parsed from files; same layout and `Store.table` access. See "
+        "[overview.md](overview.md).",
+        "",
+    ]
     for table in (*TABLES.values(), *DERIVED_TABLES.values()):
+        if table.name == next(iter(DERIVED_TABLES)):
+            out += derived_intro
         out += [f"## `{table.name}`", "", table.doc, "", f"Source: {table.source}", ""]
         out += ["| column | type | meaning |", "|---|---|---|"]
         out += [f"| `{c.name}` | {c.type} | {c.doc.replace('|', '/')} |" for c in table.columns]

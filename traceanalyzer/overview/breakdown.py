@@ -32,10 +32,13 @@ import polars as pl
 
 from traceanalyzer.engine.primitives import outermost
 from traceanalyzer.schema import COMPONENT_NAMES
+from traceanalyzer.vocabulary import (
+    COMMUNICATION_PROCESSES,
+    STEP_SPAN_PREFIX,
+    WAIT_TASK_NAMES,
+    WAIT_TASK_TYPES,
+)
 
-STEP_PREFIX = "ProfilerStep#"
-COMM_PROCESSES = ("HCCL", "Communication")
-DEVICE_PROCESS = "Ascend Hardware"
 # accelerator of a compute task, from kernel_details' Accelerator Core (exact) or else the
 # trace's Task Type (which calls AI Vector kernels AI_CORE in older exports)
 ACCELERATORS: dict[str, str] = {
@@ -46,8 +49,6 @@ ACCELERATORS: dict[str, str] = {
     "AI_CPU": "ai_cpu",
     "AICPU": "ai_cpu",
 }
-# task types that are not kernels: they mark other work, never compute
-WAIT_TASKS = ("EVENT_WAIT_SQE", "NOTIFY_WAIT_SQE", "EVENT_WAIT", "Notify Wait", "Notify_Wait")
 COMPUTE_CLASSES = ("ai_core", "ai_vector", "mix", "ai_cpu", "compute_other")
 # task types that run kernels on an accelerator whose name is not in ACCELERATORS
 OTHER_COMPUTE_TASKS = ("FFTS_PLUS", "KERNEL_AICORE", "KERNEL_AIVEC", "KERNEL_AICPU", "MIX")
@@ -59,12 +60,12 @@ _COUNT = {c: f"n_{c}" for c in CLASSES}
 def step_windows(slices: pl.LazyFrame, sessions: pl.DataFrame) -> pl.DataFrame:
     """One row per step: session, step, start_ns, end_ns (the session window when no steps)."""
     steps = (
-        slices.filter(pl.col("name").str.starts_with(STEP_PREFIX) & (pl.col("dur_ns") > 0))
+        slices.filter(pl.col("name").str.starts_with(STEP_SPAN_PREFIX) & (pl.col("dur_ns") > 0))
         .select("rank", "session", "name", "start_ns", "end_ns")
         .collect()
     )
     steps = outermost(steps).with_columns(
-        pl.col("name").str.strip_prefix(STEP_PREFIX).cast(pl.Int64, strict=False).alias("step")
+        pl.col("name").str.strip_prefix(STEP_SPAN_PREFIX).cast(pl.Int64, strict=False).alias("step")
     )
     have = set(steps["session"].unique().to_list())
     whole = sessions.filter(
@@ -90,10 +91,11 @@ def classify_tasks(tasks: pl.DataFrame) -> pl.DataFrame:
     """
     kind = pl.coalesce(pl.col("accelerator"), pl.col("task_type"))
     accel = kind.replace_strict(ACCELERATORS, default=None)
+    waits = (*WAIT_TASK_TYPES, *WAIT_TASK_NAMES)
     return tasks.with_columns(
-        pl.when(pl.col("process").is_in(COMM_PROCESSES))
+        pl.when(pl.col("process").is_in(COMMUNICATION_PROCESSES))
         .then(pl.lit("comm"))
-        .when(pl.col("task_type").is_in(WAIT_TASKS))
+        .when(pl.col("task_type").is_in(waits) | pl.col("name").is_in(WAIT_TASK_NAMES))
         .then(pl.lit("wait"))
         .when(accel.is_not_null())
         .then(accel)

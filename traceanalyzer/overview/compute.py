@@ -11,9 +11,8 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from traceanalyzer.engine.primitives import host_launches, stream_gaps
 from traceanalyzer.overview.breakdown import (
-    COMM_PROCESSES,
-    DEVICE_PROCESS,
     breakdown,
     check_against_step_trace,
     classify_tasks,
@@ -23,6 +22,7 @@ from traceanalyzer.overview.breakdown import (
 from traceanalyzer.overview.tops import top_collectives, top_host_apis, top_kernels
 from traceanalyzer.schema import COMPONENT_NAMES
 from traceanalyzer.store import Store
+from traceanalyzer.vocabulary import DEVICE_PROCESSES
 
 STEP_COLUMNS = (
     "session",
@@ -56,7 +56,7 @@ def device_tasks(store: Store, ranks: list[int]) -> pl.DataFrame:
         store.table("slices")
         .filter(
             pl.col("rank").is_in(ranks)
-            & pl.col("process").is_in([DEVICE_PROCESS, *COMM_PROCESSES])
+            & pl.col("process").is_in(DEVICE_PROCESSES)
             & (pl.col("end_ns") > pl.col("start_ns"))
         )
         .select(
@@ -75,10 +75,19 @@ def device_tasks(store: Store, ranks: list[int]) -> pl.DataFrame:
     return classify_tasks(tasks)
 
 
-def host_bound_gaps(store: Store, tasks: pl.DataFrame) -> pl.DataFrame:
-    """Stream gaps the host caused: session, start_ns, end_ns (none until launches are known)."""
-    del store, tasks
-    return pl.DataFrame(schema={"session": pl.String, "start_ns": pl.Int64, "end_ns": pl.Int64})
+def host_bound_gaps(store: Store, rank: int) -> pl.DataFrame:
+    """Stream gaps the host caused: session, start_ns, end_ns.
+
+    A gap before a task on its stream is host-bound when the host call that launched the task
+    (``host_launches``) ended after the stream ran dry: the device could not have started it
+    earlier, whatever else it did. Gaps whose next task has no known launch are not counted.
+    """
+    slices = store.table("slices").filter(pl.col("rank") == rank)
+    launches = host_launches(slices, store.table("flows").filter(pl.col("rank") == rank))
+    gaps = stream_gaps(launches, stream="stream")
+    return gaps.filter(pl.col("launch_end_ns") > pl.col("prev_end_ns")).select(
+        "session", pl.col("prev_end_ns").alias("start_ns"), pl.col("start_ns").alias("end_ns")
+    )
 
 
 def summarize_rank(store: Store, rank: int, sizes: TopSizes) -> dict[str, pl.DataFrame]:
@@ -90,7 +99,7 @@ def summarize_rank(store: Store, rank: int, sizes: TopSizes) -> dict[str, pl.Dat
     tasks = device_tasks(store, ranks)
     step_times = store.table("step_times").filter(pl.col("rank") == rank).collect()
     with_tasks = set(tasks["session"].unique().to_list())
-    gaps = host_bound_gaps(store, tasks).with_columns(pl.lit("host_gap").alias("cls"))
+    gaps = host_bound_gaps(store, rank).with_columns(pl.lit("host_gap").alias("cls"))
     interval_columns = ["session", "cls", "start_ns", "end_ns"]
     intervals = pl.concat([tasks.select(interval_columns), gaps.select(interval_columns)])
     event_windows = windows.filter(pl.col("session").is_in(list(with_tasks)))

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import polars as pl
 
-from traceanalyzer.overview.breakdown import COMM_PROCESSES, COMPUTE_CLASSES, STEP_PREFIX
+from traceanalyzer.overview.breakdown import COMPUTE_CLASSES
+from traceanalyzer.vocabulary import CANN_PROCESS, COMMUNICATION_PROCESSES, STEP_SPAN_PREFIX
 
-CANN_PROCESS = "CANN"
 PYTHON_OP_CATEGORY = "cpu_op"  # torch ops (aten::*, npu::*) on the Python side
 # `hcom_allReduce__586_0_1` -> `allReduce`: the collective's kind, without group and op ids
 COLLECTIVE_KIND = r"^(?:hcom_)?([A-Za-z][A-Za-z0-9]*)"
@@ -48,7 +48,7 @@ def top_host_apis(slices: pl.LazyFrame, windows: pl.DataFrame, n: int) -> pl.Dat
             (pl.col("process") == CANN_PROCESS)
             | (
                 (pl.col("cat") == PYTHON_OP_CATEGORY)
-                & ~pl.col("name").str.starts_with(STEP_PREFIX)  # the step itself
+                & ~pl.col("name").str.starts_with(STEP_SPAN_PREFIX)  # the step itself
             )
         )
         .select(
@@ -83,7 +83,7 @@ def top_collectives(comm_ops: pl.DataFrame, tasks: pl.DataFrame, n: int) -> pl.D
     else:
         # the ops themselves (one per collective, on `Group N Communication`), not their tasks
         ops = tasks.filter(
-            pl.col("process").is_in(COMM_PROCESSES) & pl.col("task_type").is_null()
+            pl.col("process").is_in(COMMUNICATION_PROCESSES) & pl.col("task_type").is_null()
         ).with_columns(_kind("name"))
         grouped = ops.group_by("session", "name").agg(
             pl.len().cast(pl.Int64).alias("count"),
