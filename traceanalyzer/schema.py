@@ -487,8 +487,8 @@ DERIVED_TABLES: dict[str, Table] = {
                 "check_deviation",
                 F64,
                 "Largest difference between the events and step_trace_time.csv (Computing, "
-                "Communication(Not Overlapped), Overlapped, Stage) as a share of Stage; null "
-                "when the CSV has no row for the step.",
+                "Communication(Not Overlapped), Overlapped) as a share of Stage; null when the "
+                "CSV has no row for the step.",
             ),
         ),
         _table(

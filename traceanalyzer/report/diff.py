@@ -18,6 +18,7 @@ from typing import Any, Literal
 import polars as pl
 
 from traceanalyzer.report.figures import FIGURES, LOWER_IS_BETTER, RULE_FIGURES, key_figures
+from traceanalyzer.report.overview_diff import ComponentDelta, overview_deltas
 from traceanalyzer.store import Store, StoreError
 
 Status = Literal["new", "resolved", "changed", "unchanged"]
@@ -113,6 +114,7 @@ class DiffResult:
     figures: list[Delta]  # per rank and figure
     base_ranks: list[int] = field(default_factory=list)
     target_ranks: list[int] = field(default_factory=list)
+    overview: list[ComponentDelta] = field(default_factory=list)  # where the time goes
 
     def by_status(self, status: Status) -> list[FindingChange]:
         return [c for c in self.changes if c.status == status]
@@ -132,6 +134,7 @@ class DiffResult:
             "ranks": {"base": self.base_ranks, "target": self.target_ranks},
             "findings": [c.to_dict() for c in self.changes],
             "figures": [d.to_dict() for d in self.figures],
+            "overview": [d.to_dict() for d in self.overview],
         }
 
 
@@ -245,6 +248,7 @@ def diff_outputs(base: str | os.PathLike[str], target: str | os.PathLike[str]) -
         figures=_per_rank(base_fig, target_fig),
         base_ranks=sorted(base_fig["rank"].to_list()),
         target_ranks=sorted(target_fig["rank"].to_list()),
+        overview=overview_deltas(base_doc, target_doc),
     )
 
 

@@ -10,6 +10,7 @@ from traceanalyzer.report import fmt
 from traceanalyzer.report.diff import Delta, DiffResult, FindingChange
 from traceanalyzer.report.figures import FIGURES
 from traceanalyzer.report.htmlkit import chip, esc, inline, page, table
+from traceanalyzer.report.overview_diff import overview_diff_html, overview_diff_text
 
 STATUS_KIND = {"new": "error", "resolved": "clean", "changed": "warning", "unchanged": "plain"}
 
@@ -51,6 +52,7 @@ def render_diff_text(diff: DiffResult) -> str:
                 lines.append(
                     f"            {FIGURES.get(d.key, d.key)}: {delta_text(d)}  [{d.scope}]"
                 )
+    lines += overview_diff_text(diff.overview)
     moved = [d for d in diff.figures if d.change]
     if moved:
         lines.append("key figures that moved (per rank):")
@@ -140,6 +142,7 @@ def render_diff_html(diff: DiffResult, out_dir: Path, *, now: datetime | None = 
         f'<div class="sub">generated {esc(generated)}</div></header>',
         f'<div class="tablewrap"><table>{"".join(links)}</table></div>',
         f"<p>{counts}</p>",
+        overview_diff_html(diff.overview),
         "<h2>Findings</h2>",
     ]
     if not diff.changes:
