@@ -81,7 +81,7 @@ def test_kernel_details_accelerator_wins_over_the_task_type() -> None:
         {
             "rank": 0,
             "session": "s0",
-            "name": "Add",
+            "stream_id": 2,
             "start_ns": 0,
             "accelerator_core": "AI_VECTOR_CORE",
         }

@@ -126,16 +126,11 @@ def breakdown(intervals: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
     bounds = pl.concat(
         [windows.select("session", pl.col(c).alias("ts")) for c in ("start_ns", "end_ns")]
     ).with_columns(pl.lit(0, dtype=pl.Int32).alias(n) for n in _COUNT.values())
+    # after a stable sort by time, the last edge at each instant carries the counts of every
+    # edge up to it, and only that one is followed by a segment of non-zero length
     counts = (
-        pl.concat(
-            [
-                edges.drop("cls", "d").with_columns(pl.col(list(_COUNT.values())).cast(pl.Int32)),
-                bounds,
-            ]
-        )
-        .group_by("session", "ts")
-        .agg(pl.col(list(_COUNT.values())).sum())
-        .sort("session", "ts")
+        pl.concat([edges.drop("cls", "d"), bounds])
+        .sort("session", "ts", maintain_order=True)
         .with_columns(
             pl.col(list(_COUNT.values())).cum_sum().over("session"),
             (pl.col("ts").shift(-1).over("session") - pl.col("ts")).alias("len"),
