@@ -72,9 +72,7 @@ def device_tasks(store: Store, ranks: list[int]) -> pl.DataFrame:
     accelerators = (
         store.table("kernels")
         .filter(pl.col("rank").is_in(ranks) & pl.col("accelerator_core").is_not_null())
-        .select(
-            "session", "stream_id", "start_ns", pl.col("accelerator_core").alias("accelerator")
-        )
+        .select("session", "stream_id", "start_ns", pl.col("accelerator_core").alias("accelerator"))
         .unique(["session", "stream_id", "start_ns"], keep="first")
         .collect()
     )
