@@ -49,7 +49,15 @@ ACCELERATORS: dict[str, str] = {
     "AI_CPU": "ai_cpu",
     "AICPU": "ai_cpu",
 }
-COMPUTE_CLASSES = ("ai_core", "ai_vector", "mix", "ai_cpu", "compute_other")
+# compute classes and the component each one's time goes to
+COMPUTE_COMPONENTS: dict[str, str] = {
+    "ai_core": "compute_ai_core_ns",
+    "ai_vector": "compute_ai_vector_ns",
+    "mix": "compute_mix_ns",
+    "ai_cpu": "compute_ai_cpu_ns",
+    "compute_other": "compute_other_ns",
+}
+COMPUTE_CLASSES = tuple(COMPUTE_COMPONENTS)
 # task types that run kernels on an accelerator whose name is not in ACCELERATORS
 OTHER_COMPUTE_TASKS = ("FFTS_PLUS", "KERNEL_AICORE", "KERNEL_AIVEC", "KERNEL_AICPU", "MIX")
 CLASSES = (*COMPUTE_CLASSES, "comm", "device_other", "wait", "host_gap")
@@ -153,13 +161,11 @@ def breakdown(intervals: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
     only_compute = (computing > 0) & ~comm
     length = pl.col("len")
     rest = (computing == 0) & ~comm
-    parts = {
-        f"compute_{c}_ns" if c != "compute_other" else "compute_other_ns": pl.when(only_compute)
-        .then(length * n[c] / computing)
-        .otherwise(0.0)
-        for c in COMPUTE_CLASSES
+    shares = {
+        component: pl.when(only_compute).then(length * n[c] / computing).otherwise(0.0)
+        for c, component in COMPUTE_COMPONENTS.items()
     }
-    parts |= {
+    whole = {
         "overlapped_ns": pl.when((computing > 0) & comm).then(length).otherwise(0),
         "comm_exposed_ns": pl.when(comm & (computing == 0)).then(length).otherwise(0),
         "device_other_ns": pl.when(rest & (n["device_other"] > 0)).then(length).otherwise(0),
@@ -174,22 +180,21 @@ def breakdown(intervals: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
     }
     busy = (computing > 0) | comm
     per_window = seg.group_by("session", "step", "ws").agg(
-        *(e.sum().alias(k) for k, e in parts.items()),
+        *(e.sum().alias(k) for k, e in (shares | whole).items()),
         pl.col("ts").filter(busy).min().alias("device_start_ns"),
         (pl.col("ts") + length).filter(busy).max().alias("device_end_ns"),
     )
-    out = (
-        windows.join(
-            per_window.rename({"ws": "start_ns"}),
-            on=["session", "step", "start_ns"],
-            how="left",
-            nulls_equal=True,
-        )
-        .with_columns((pl.col("end_ns") - pl.col("start_ns")).alias("step_ns"))
-        .with_columns(pl.col([k for k in parts if k.startswith("compute_")]).fill_null(0.0))
-    )
-    out = _round_compute(out).with_columns(
-        pl.col([k for k in parts if not k.startswith("compute_")]).fill_null(0).cast(pl.Int64)
+    out = windows.join(
+        per_window.rename({"ws": "start_ns"}),
+        on=["session", "step", "start_ns"],
+        how="left",
+        nulls_equal=True,
+    ).with_columns(
+        (pl.col("end_ns") - pl.col("start_ns")).alias("step_ns"),
+        # accelerator shares are fractions of a segment: each is rounded to the ns, and
+        # idle_other (the rest of the step) absorbs the residue
+        pl.col(list(shares)).fill_null(0.0).round(0).cast(pl.Int64),
+        pl.col(list(whole)).fill_null(0).cast(pl.Int64),
     )
     accounted = pl.sum_horizontal(*(pl.col(c) for c in COMPONENT_NAMES if c != "idle_other_ns"))
     out = out.with_columns((pl.col("step_ns") - accounted).alias("idle_other_ns"))
@@ -205,17 +210,9 @@ def breakdown(intervals: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _round_compute(frame: pl.DataFrame) -> pl.DataFrame:
-    """Float accelerator shares to int ns (each rounded; idle_other absorbs the residue)."""
-    cols = [c for c in COMPONENT_NAMES if c.startswith("compute_")]
-    return frame.with_columns(pl.col(cols).round(0).cast(pl.Int64))
-
-
 def computing_ns() -> pl.Expr:
     """step_trace_time.csv's Computing: every compute component plus the overlapped time."""
-    return pl.sum_horizontal(
-        *(pl.col(c) for c in COMPONENT_NAMES if c.startswith("compute_")), pl.col("overlapped_ns")
-    )
+    return pl.sum_horizontal(*map(pl.col, COMPUTE_COMPONENTS.values()), pl.col("overlapped_ns"))
 
 
 def idle_ns() -> pl.Expr:

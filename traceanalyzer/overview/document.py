@@ -34,7 +34,6 @@ COMPONENTS: tuple[tuple[str, str, str], ...] = (
     ("idle_stream_ns", "idle: waiting on another stream", "idle"),
     ("idle_other_ns", "idle: other", "idle"),
 )
-assert tuple(k for k, _, _ in COMPONENTS) == COMPONENT_NAMES
 LABELS = {k: label for k, label, _ in COMPONENTS}
 
 
