@@ -63,6 +63,12 @@ OTHER_COMPUTE_TASKS = ("FFTS_PLUS", "KERNEL_AICORE", "KERNEL_AIVEC", "KERNEL_AIC
 CLASSES = (*COMPUTE_CLASSES, "comm", "device_other", "wait", "host_gap")
 
 _COUNT = {c: f"n_{c}" for c in CLASSES}
+# a row of the breakdown (summary_steps without rank), as computed and as stored
+WINDOW_COLUMNS = (
+    "session", "step", "start_ns", "end_ns", "step_ns", "device_start_ns", "device_end_ns",
+    *COMPONENT_NAMES,
+)  # fmt: skip
+STEP_COLUMNS = (*WINDOW_COLUMNS, "source", "check_deviation")
 
 
 def step_windows(slices: pl.LazyFrame, sessions: pl.DataFrame) -> pl.DataFrame:
@@ -198,16 +204,7 @@ def breakdown(intervals: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
     )
     accounted = pl.sum_horizontal(*(pl.col(c) for c in COMPONENT_NAMES if c != "idle_other_ns"))
     out = out.with_columns((pl.col("step_ns") - accounted).alias("idle_other_ns"))
-    return out.select(
-        "session",
-        "step",
-        "start_ns",
-        "end_ns",
-        "step_ns",
-        "device_start_ns",
-        "device_end_ns",
-        *COMPONENT_NAMES,
-    )
+    return out.select(WINDOW_COLUMNS)
 
 
 def computing_ns() -> pl.Expr:
@@ -295,16 +292,5 @@ def from_step_trace(step_times: pl.DataFrame, windows: pl.DataFrame) -> pl.DataF
             pl.lit("step_trace_time").alias("source"),
             pl.lit(None, dtype=pl.Float64).alias("check_deviation"),
         )
-        .select(
-            "session",
-            "step",
-            "start_ns",
-            "end_ns",
-            "step_ns",
-            "device_start_ns",
-            "device_end_ns",
-            *COMPONENT_NAMES,
-            "source",
-            "check_deviation",
-        )
+        .select(STEP_COLUMNS)
     )

@@ -13,6 +13,7 @@ import polars as pl
 
 from traceanalyzer.engine.primitives import host_launches, stream_gaps
 from traceanalyzer.overview.breakdown import (
+    STEP_COLUMNS,
     breakdown,
     check_against_step_trace,
     classify_tasks,
@@ -20,22 +21,8 @@ from traceanalyzer.overview.breakdown import (
     step_windows,
 )
 from traceanalyzer.overview.tops import top_collectives, top_host_apis, top_kernels
-from traceanalyzer.schema import COMPONENT_NAMES
 from traceanalyzer.store import Store
 from traceanalyzer.vocabulary import DEVICE_PROCESSES, HARDWARE_PROCESS, HOST_PROCESSES
-
-STEP_COLUMNS = (
-    "session",
-    "step",
-    "start_ns",
-    "end_ns",
-    "step_ns",
-    "device_start_ns",
-    "device_end_ns",
-    *COMPONENT_NAMES,
-    "source",
-    "check_deviation",
-)
 
 
 @dataclass(frozen=True)
