@@ -268,6 +268,7 @@ def test_run_writes_the_overview_everywhere(tmp_path: Path) -> None:
     assert overview["source"] == {
         "breakdown": ["events"],
         "checked_steps": 4,
+        "differing_steps": 0,
         "max_deviation": pytest.approx(0, abs=0.01),
         "tolerance": 0.02,
         "agrees": True,

@@ -14,7 +14,12 @@ ALL_SESSIONS = "all"  # the session value of summary_ranks rows: the row covers 
 
 
 def cluster_rows(steps: pl.DataFrame, kernels: pl.DataFrame) -> pl.DataFrame:
-    """``summary_ranks``: per rank the median step and its parts, the top kernel, and step_z."""
+    """``summary_ranks``: per rank the mean step and its parts, the top kernel, and step_z.
+
+    Means, where slow-rank takes medians: a rare long step (a stalled transfer, a recompile)
+    is time the job lost on that rank, and the view should show it; the robust z-score across
+    ranks is slow-rank's.
+    """
     if steps.is_empty():
         return pl.DataFrame(schema={"rank": pl.Int32, "session": pl.String, "steps": pl.Int64})
     per_rank = (
@@ -22,10 +27,10 @@ def cluster_rows(steps: pl.DataFrame, kernels: pl.DataFrame) -> pl.DataFrame:
         .group_by("rank")
         .agg(
             pl.len().cast(pl.Int64).alias("steps"),
-            pl.col("step_ns").median().alias("step_ns"),
-            pl.col("compute").median().alias("compute_ns"),
-            pl.col("comm_exposed_ns").median().alias("comm_wait_ns"),
-            pl.col("idle").median().alias("idle_ns"),
+            pl.col("step_ns").mean(),
+            pl.col("compute").mean().alias("compute_ns"),
+            pl.col("comm_exposed_ns").mean().alias("comm_wait_ns"),
+            pl.col("idle").mean().alias("idle_ns"),
         )
         .sort("rank")
     )

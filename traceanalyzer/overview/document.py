@@ -104,6 +104,7 @@ def overview_document(
         "source": {
             "breakdown": sorted(set(steps["source"].to_list())),
             "checked_steps": checked.height,
+            "differing_steps": checked.filter(pl.col("check_deviation") > CHECK_TOLERANCE).height,
             "max_deviation": worst,
             "tolerance": CHECK_TOLERANCE,
             "agrees": None if worst is None else worst <= CHECK_TOLERANCE,

@@ -86,13 +86,15 @@ def _heatmap(ranks: list[Mapping[str, Any]], components: list[Mapping[str, Any]]
     shares = np.array(
         [[r.get(c["key"], 0.0) / (r.get("step_ns") or 1.0) for c in components] for r in ranks]
     )
-    fig, ax = _figure(9.5, 2.0 + min(len(ranks), 64) * 0.09)
-    fig.subplots_adjust(left=0.08, right=0.92, top=0.72, bottom=0.06)
+    height = 2.6 + min(len(ranks), 64) * 0.09
+    # 1.6 in above the cells for the rotated component labels, whatever the rank count
+    fig, ax = _figure(9.5, height)
+    fig.subplots_adjust(left=0.08, right=0.86, top=1 - 1.6 / height, bottom=0.2 / height)
     image = ax.imshow(
         shares, aspect="auto", cmap="viridis", vmin=0, vmax=1, interpolation="nearest"
     )
     ax.set_xticks(range(len(components)))
-    ax.set_xticklabels([c["label"] for c in components], rotation=35, ha="left", fontsize=7)
+    ax.set_xticklabels([c["label"] for c in components], rotation=30, ha="left", fontsize=7)
     ax.xaxis.tick_top()
     step = max(1, len(ranks) // 32)
     ax.set_yticks(range(0, len(ranks), step))

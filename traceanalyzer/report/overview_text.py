@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from traceanalyzer.engine.findings import compress_ranks
 from traceanalyzer.report import fmt
 
 # the compact columns: component groups of the breakdown (keys summed), in bar order
@@ -44,13 +45,17 @@ def source_line(overview: Mapping[str, Any]) -> str:
     src = overview.get("source") or {}
     used = " + ".join(src.get("breakdown") or []) or "nothing"
     text = f"source: {used}"
-    if src.get("checked_steps"):
-        verdict = "agrees with" if src.get("agrees") else "DIFFERS from"
-        text += (
-            f"; {verdict} step_trace_time.csv on {src['checked_steps']} step(s) (largest "
-            f"difference {fmt.percent(src.get('max_deviation'))} of Stage, tolerance "
-            f"{fmt.percent(src.get('tolerance'))})"
-        )
+    checked = src.get("checked_steps")
+    if checked:
+        tolerance, worst = fmt.percent(src.get("tolerance")), fmt.percent(src.get("max_deviation"))
+        if src.get("agrees"):
+            text += f"; agrees with step_trace_time.csv within {tolerance} on all {checked} step(s)"
+        else:
+            text += (
+                f"; differs from step_trace_time.csv by more than {tolerance} on "
+                f"{src.get('differing_steps')} of {checked} step(s)"
+            )
+        text += f" (largest difference {worst} of Stage)"
     elif "events" in (src.get("breakdown") or []):
         text += "; no step_trace_time.csv to check against"
     return text
@@ -89,7 +94,8 @@ def overview_table(overview: Mapping[str, Any]) -> str:
     lines.append("  " + source_line(overview))
     outliers = [c["rank"] for c in overview.get("cluster") or [] if c.get("outlier")]
     if outliers:
-        lines.append(f"  outlier rank(s) by step time (robust z > 3.5): {outliers}")
+        ranks = compress_ranks(outliers)
+        lines.append(f"  outlier rank(s) by mean step time (robust z > 3.5): {ranks}")
     return "\n".join(lines)
 
 
@@ -174,7 +180,7 @@ TEXT_COLUMNS = ("kernel", "name", "kind", "accelerator", "collective", "source")
 CLUSTER_HEADERS = [
     "rank",
     "steps",
-    "step (median)",
+    "step (mean)",
     "compute",
     "comm wait",
     "idle",
