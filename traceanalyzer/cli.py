@@ -245,14 +245,19 @@ _SEVERITY_STYLE = {"error": "red", "warning": "yellow", "info": "cyan"}
 
 
 def _findings_table(result, out: Path) -> str:  # noqa: ANN001 - engine RunResult
-    """The compact closing table: severity, rule, ranks, one-line message."""
+    """The compact closing table: severity, rule, ranks, one-line message (and its cost)."""
+    from traceanalyzer.report.overview_text import cost_text
+
     color = sys.stdout.isatty()
+    costs = (result.overview or {}).get("costs") or {}
     lines = []
     for f in result.findings:
         severity = f"{f.severity:<7}"
         if color:
             severity = click.style(severity, fg=_SEVERITY_STYLE.get(f.severity), bold=True)
+        cost = cost_text(costs, f.fingerprint)
         lines.append(f"{severity}  {f.name:<24} {f.ranks_label:<16} {f.title}")
+        lines[-1] += f" [{cost}]" if cost else ""
     if not result.findings:
         lines.append("no findings")
     for status in result.not_evaluated:
