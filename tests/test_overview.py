@@ -218,6 +218,19 @@ def test_two_ranks_have_no_outlier_statistics() -> None:
     assert rows["step_z"].is_null().all() and not rows["outlier"].any()
 
 
+def test_headline_names_the_largest_parts() -> None:
+    from traceanalyzer.overview.document import headline
+
+    mean = {"step_ns": 100.0, "comm_exposed_ns": 64.0, "idle_host_ns": 17.0, "compute_mix_ns": 9.0}
+    assert headline(mean) == (
+        "Most of the step is exposed communication (64%), then the device waiting on the host "
+        "(17%)."
+    )
+    assert headline({"step_ns": 10.0, "compute_ai_core_ns": 4.0, "overlapped_ns": 0.2}) == (
+        "The largest part of the step is compute (42%)."
+    )
+
+
 def test_costs_from_metrics_and_derived() -> None:
     overview = {"ranks": [{"rank": 0, "total_ns": 1_000}, {"rank": 1, "total_ns": 1_000}]}
     findings = [

@@ -34,7 +34,32 @@ COMPONENTS: tuple[tuple[str, str, str], ...] = (
     ("idle_stream_ns", "idle: waiting on another stream", "idle"),
     ("idle_other_ns", "idle: other", "idle"),
 )
-LABELS = {k: label for k, label, _ in COMPONENTS}
+# what the headline weighs: the components a performance engineer acts on, grouped
+HEADLINE_PARTS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("compute", tuple(k for k, _, g in COMPONENTS if g == "compute") + ("overlapped_ns",)),
+    ("exposed communication", ("comm_exposed_ns",)),
+    ("memory copies and runtime tasks", ("device_other_ns",)),
+    ("the device waiting on the host", ("idle_host_ns",)),
+    ("streams waiting on other streams", ("idle_stream_ns",)),
+    ("other device idle time", ("idle_other_ns",)),
+)
+
+
+def headline(mean: Mapping[str, float] | None) -> str | None:
+    """ "Most of the step is exposed communication (64%), then ... (17%)": the two largest parts."""
+    if not mean or not mean.get("step_ns"):
+        return None
+    parts = sorted(
+        (
+            (sum(mean.get(k, 0.0) for k in keys) / mean["step_ns"], name)
+            for name, keys in HEADLINE_PARTS
+        ),
+        reverse=True,
+    )
+    (first, first_name), (second, second_name) = parts[0], parts[1]
+    lead = "Most of the step is" if first >= 0.5 else "The largest part of the step is"
+    text = f"{lead} {first_name} ({first:.0%})"
+    return text + (f", then {second_name} ({second:.0%})." if second >= 0.05 else ".")
 
 
 def _mean_components(frame: pl.DataFrame) -> dict[str, float]:
@@ -98,6 +123,7 @@ def overview_document(
         row = pick.row(0, named=True)
         representative = {k: row[k] for k in ("rank", "session", "step", "start_ns", "end_ns")}
     cluster = store.table("summary_ranks").collect().sort("rank")
+    mean = _mean_components(steps) if steps.height else None
     return {
         "schema_version": SCHEMA_VERSION,
         "components": [{"key": k, "label": label, "group": g} for k, label, g in COMPONENTS],
@@ -110,7 +136,8 @@ def overview_document(
             "agrees": None if worst is None else worst <= CHECK_TOLERANCE,
         },
         "steps": steps.height,
-        "mean": _mean_components(steps) if steps.height else None,
+        "mean": mean,
+        "headline": headline(mean),
         "computing_ns": float(steps.select(computing_ns().mean()).item() or 0.0)
         if steps.height
         else None,

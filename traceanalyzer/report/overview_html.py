@@ -64,7 +64,12 @@ def overview_section(doc: Mapping[str, Any], pngs: Mapping[str, bytes]) -> str:
         return head + f"<p>{esc(why or 'No step or window to break down.')}</p>"
     mean = overview.get("mean") or {}
     lead = (
-        f"<p>Mean step <b>{esc(text.fmt.duration(mean.get('step_ns')))}</b> over "
+        (
+            f'<p class="headline"><b>{esc(overview["headline"])}</b></p>'
+            if overview.get("headline")
+            else ""
+        )
+        + f"<p>Mean step <b>{esc(text.fmt.duration(mean.get('step_ns')))}</b> over "
         f"{overview['steps']} step(s) of {len(overview['ranks'])} rank(s). "
         f'<span class="small muted">{esc(text.source_line(overview))}.</span></p>'
     )

@@ -88,6 +88,8 @@ def overview_table(overview: Mapping[str, Any]) -> str:
     rows = compact_rows(overview)
     width = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(headers[:-1])]
     lines = ["where the time goes (mean per step; share of the step):"]
+    if overview.get("headline"):
+        lines.append(f"  {overview['headline']}")
     for row in [headers, *rows]:
         cells = [c.rjust(width[i]) if i else c.ljust(width[i]) for i, c in enumerate(row[:-1])]
         lines.append("  " + "  ".join(cells) + "  " + _clip(row[-1], 40))
@@ -203,6 +205,7 @@ def overview_markdown(
         failed = overview.get("error")
         lines += [f"Overview failed: {failed}" if failed else "No step or window to break down."]
         return [*lines, ""]
+    lines += [f"**{overview['headline']}**", ""] if overview.get("headline") else []  # our words
     lines += [
         f"Mean per step over {overview['steps']} step(s) of {len(overview['ranks'])} rank(s); "
         f"{source_line(overview)}.",
