@@ -255,7 +255,7 @@ def _findings_table(result, out: Path) -> str:  # noqa: ANN001 - engine RunResul
         severity = f"{f.severity:<7}"
         if color:
             severity = click.style(severity, fg=_SEVERITY_STYLE.get(f.severity), bold=True)
-        cost = cost_text(costs, f.fingerprint)
+        cost = cost_text(costs.get(f.fingerprint))
         lines.append(f"{severity}  {f.name:<24} {f.ranks_label:<16} {f.title}")
         lines[-1] += f" [{cost}]" if cost else ""
     if not result.findings:

@@ -53,7 +53,12 @@ def render_html(
         overview_section(doc, plots),
         _overview(findings, costs),
     ]
-    parts += [_finding_section(f, plots.get(f.get("fingerprint", ""))) for f in findings]
+    parts += [
+        _finding_section(
+            f, plots.get(f.get("fingerprint", "")), costs.get(f.get("fingerprint", ""))
+        )
+        for f in findings
+    ]
     parts += [_rules_section(doc), _errors_section(doc), _run_section(summary), _footer(inputs)]
     return page(f"traceanalyzer: {inputs.title}", "".join(parts))
 
@@ -122,7 +127,7 @@ def _overview(findings: list[Mapping[str, Any]], costs: Mapping[str, Any]) -> st
             chip(f["severity"], f["severity"]),
             f'<a href="#{esc(finding_anchor(f))}">{esc(f["name"])}</a>',
             esc(f.get("ranks_label")),
-            esc(cost_text(costs, f.get("fingerprint", ""))),
+            esc(cost_text(costs.get(f.get("fingerprint", "")))),
             inline(f.get("title")),
         )
         for f in findings
@@ -159,7 +164,9 @@ def evidence_rows(finding: Mapping[str, Any]) -> list[tuple[Any, ...]]:
     return rows
 
 
-def _finding_section(f: Mapping[str, Any], png: bytes | None) -> str:
+def _finding_section(
+    f: Mapping[str, Any], png: bytes | None, cost: Mapping[str, Any] | None = None
+) -> str:
     sev = f.get("severity", "info")
     parts = [
         f'<section class="finding {esc(sev)}" id="{esc(finding_anchor(f))}">',
@@ -168,6 +175,7 @@ def _finding_section(f: Mapping[str, Any], png: bytes | None) -> str:
         chip(sev, sev),
         chip(f"{f.get('rule')} {f.get('name')}"),
         f"<span>{esc(f.get('ranks_label'))}</span>",
+        chip(cost_text(cost)) if cost_text(cost) else "",
         f'<span class="mono small">fingerprint {esc(f.get("fingerprint"))}</span>',
         "</div>",
         f'<div class="message">{paragraphs(f.get("message"))}</div>',

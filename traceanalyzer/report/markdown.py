@@ -85,7 +85,7 @@ def render_markdown(inputs: ReportInputs, plot_files: Mapping[str, str] | None =
                     f["severity"],
                     f["name"],
                     f.get("ranks_label"),
-                    cost_text(costs, f.get("fingerprint", "")),
+                    cost_text(costs.get(f.get("fingerprint", ""))),
                     f.get("title"),
                 ]
                 for f in findings
@@ -93,7 +93,7 @@ def render_markdown(inputs: ReportInputs, plot_files: Mapping[str, str] | None =
         )
         lines.append("")
     for f in findings:
-        lines += _finding(f, plot_files.get(f.get("fingerprint", "")))
+        lines += _finding(f, plot_files.get(f.get("fingerprint", "")), costs)
     skipped = [r for r in doc.get("rules", []) if r.get("status") == "not_evaluated"]
     if skipped:
         lines += ["## Not evaluated", ""]
@@ -118,11 +118,12 @@ def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:,.1f}"
 
 
-def _finding(f: Mapping[str, Any], plot: str | None) -> list[str]:
+def _finding(f: Mapping[str, Any], plot: str | None, costs: Mapping[str, Any]) -> list[str]:
+    cost = cost_text(costs.get(f.get("fingerprint", "")))
     lines = [
         f"### [{f['severity']}] {md_text(f['name'])} on {md_text(f.get('ranks_label'))}",
         "",
-        md_text(f.get("title")),
+        md_text(f.get("title")) + (f" — {cost}" if cost else ""),
         "",
     ]
     metrics = list((f.get("metrics") or {}).items())[:KEY_METRICS]

@@ -105,19 +105,14 @@ def _clip(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def cost_text(costs: Mapping[str, Any], fingerprint: str) -> str:
-    """``costs 12.3% of step time (1.2 s)``, or "" when the finding's metrics do not allow it."""
-    cost = costs.get(fingerprint) or {}
-    if cost.get("cost_share") is None and cost.get("cost_ns") is None:
-        return ""
-    parts = []
-    if cost.get("cost_share") is not None:
-        parts.append(f"costs {fmt.percent(cost['cost_share'])} of step time")
-    if cost.get("cost_ns"):
-        parts.append(
-            f"({fmt.duration(cost['cost_ns'])})" if parts else fmt.duration(cost["cost_ns"])
-        )
-    return " ".join(parts)
+def cost_text(cost: Mapping[str, Any] | None) -> str:
+    """``costs 12.3% of step time (1.2 s)`` for one finding's entry of ``summary.overview.costs``,
+    or "" when its metrics did not allow a cost."""
+    cost = cost or {}
+    share, ns = cost.get("cost_share"), cost.get("cost_ns")
+    if share is None:
+        return fmt.duration(ns) if ns else ""
+    return f"costs {fmt.percent(share)} of step time" + (f" ({fmt.duration(ns)})" if ns else "")
 
 
 def component_rows(overview: Mapping[str, Any]) -> list[list[str]]:
