@@ -290,10 +290,11 @@ def test_run_writes_the_overview_everywhere(tmp_path: Path) -> None:
     md = (out / "report.md").read_text()
     assert md.index("## Where the time goes") < md.index("## Findings")
     assert (
-        "plots/overview-breakdown.png" in md and (out / "plots" / "overview-timeline.png").is_file()
+        "plots/overview-timeline.png" in md and (out / "plots" / "overview-timeline.png").is_file()
     )
     html = (out / "report.html").read_text()
     assert html.index('id="overview"') < html.index("<h2>Findings</h2>")
+    assert html.count('class="ov-row"') == 2  # a stacked bar per rank
     # a warm re-run recomputes nothing
     from traceanalyzer.executor import LocalExecutor
     from traceanalyzer.overview import summarize_store
@@ -335,16 +336,19 @@ def test_diff_compares_the_breakdowns(tmp_path: Path) -> None:
     assert "Where the time goes" in (tmp_path / "diff.html").read_text()
 
 
-def test_heat_map_beyond_eight_ranks() -> None:
+def test_heat_map_beyond_eight_ranks_bars_below() -> None:
     from traceanalyzer.overview.document import COMPONENTS
-    from traceanalyzer.report.overview_plots import breakdown_figure
+    from traceanalyzer.report.overview_html import stacked_bars
+    from traceanalyzer.report.overview_plots import heatmap_figure
 
     ranks = [{"rank": r, "step_ns": 10.0, "idle_other_ns": 10.0} for r in range(12)]
     overview = {"ranks": ranks, "components": [{"key": k, "label": k} for k, _, _ in COMPONENTS]}
-    fig = breakdown_figure(overview)
-    assert fig is not None and fig.axes[0].images  # a heat map, not bars
-    few = breakdown_figure({**overview, "ranks": ranks[:3]})
-    assert few is not None and not few.axes[0].images
+    fig = heatmap_figure(overview)
+    assert fig is not None and fig.axes[0].images
+    few = {**overview, "ranks": ranks[:3]}
+    assert heatmap_figure(few) is None
+    bars = stacked_bars(few)
+    assert bars.count('class="ov-row"') == 3 and 'title="idle_other_ns: ' in bars
 
 
 def test_matplotlib_is_imported_only_to_draw() -> None:

@@ -44,14 +44,17 @@ SLICE_COLUMNS = (
 )  # fmt: skip
 
 
-def device_tasks(store: Store, ranks: list[int]) -> pl.DataFrame:
-    """Device and communication tasks with their class; accelerator from kernel_details."""
+def device_tasks(store: Store, ranks: list[int], where: pl.Expr | None = None) -> pl.DataFrame:
+    """Device and communication tasks with their class; accelerator from kernel_details.
+
+    ``where`` narrows the scan (a session's time window, for a figure)."""
     tasks = (
         store.table("slices")
         .filter(
             pl.col("rank").is_in(ranks)
             & pl.col("process").is_in(DEVICE_PROCESSES)
             & (pl.col("end_ns") > pl.col("start_ns"))
+            & (pl.lit(True) if where is None else where)
         )
         .select(SLICE_COLUMNS)
         .collect()

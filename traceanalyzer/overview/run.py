@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from traceanalyzer.overview.cluster import ALL_SESSIONS, cluster_rows
+from traceanalyzer.overview.cluster import cluster_rows
 from traceanalyzer.overview.compute import DEFAULT_TOP, TopSizes, summarize_rank
 from traceanalyzer.schema import DERIVED_TABLES
 from traceanalyzer.store import TABLES_DIR, Store, commit_partition, write_atomic_text
@@ -103,9 +103,11 @@ def summarize_store(
     tasks = [(str(root), rank, asdict(sizes)) for rank in todo]
     for index, result in executor.map(overview_rank, tasks):
         rank = todo[index]
-        if isinstance(result, TaskCrashed):
+        if isinstance(result, TaskCrashed):  # say so, and show nothing stale for the rank
             failed[rank] = str(result)
             (root / CACHE_DIR / f"rank={rank}.key").unlink(missing_ok=True)
+            for table in RANK_TABLES:
+                shutil.rmtree(root / TABLES_DIR / table / f"rank={rank}", ignore_errors=True)
         elif rank in keys:
             write_atomic_text(root / CACHE_DIR / f"rank={rank}.key", keys[rank])
     for table in (*RANK_TABLES, CLUSTER_TABLE):  # ranks no longer in the store
@@ -118,7 +120,5 @@ def summarize_store(
     )
     shutil.rmtree(root / TABLES_DIR / CLUSTER_TABLE, ignore_errors=True)
     for (rank,), part in rows.group_by("rank"):
-        write_table(
-            root, CLUSTER_TABLE, int(rank), part.with_columns(pl.lit(ALL_SESSIONS).alias("session"))
-        )  # type: ignore[arg-type]
+        write_table(root, CLUSTER_TABLE, int(rank), part)  # type: ignore[arg-type]
     return {"failed": failed, "computed": todo}

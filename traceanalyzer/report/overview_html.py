@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from traceanalyzer.report import overview_text as text
 from traceanalyzer.report.htmlkit import details, esc, img_png, table
+from traceanalyzer.report.overview_plots import COLORS
 
 if TYPE_CHECKING:
     from traceanalyzer.report.inputs import ReportInputs
@@ -31,7 +32,7 @@ def overview_costs(doc: Mapping[str, Any]) -> dict[str, Any]:
 
 def overview_images(inputs: ReportInputs) -> tuple[dict[str, bytes], dict[str, str]]:
     """PNG by file name, and what failed to draw (a figure is a nicety; the tables stand)."""
-    from traceanalyzer.report.overview_plots import breakdown_figure, timeline_figure
+    from traceanalyzer.report.overview_plots import heatmap_figure, timeline_figure
     from traceanalyzer.report.plots import render_png
 
     overview = overview_of(inputs.findings)
@@ -41,7 +42,7 @@ def overview_images(inputs: ReportInputs) -> tuple[dict[str, bytes], dict[str, s
     pngs: dict[str, bytes] = {}
     errors: dict[str, str] = {}
     drawers = {
-        BREAKDOWN_PNG: lambda: breakdown_figure(overview),
+        BREAKDOWN_PNG: lambda: heatmap_figure(overview),
         TIMELINE_PNG: lambda: timeline_figure(overview, inputs.store) if inputs.store else None,
     }
     for name, draw in drawers.items():
@@ -74,12 +75,16 @@ def overview_section(doc: Mapping[str, Any], pngs: Mapping[str, bytes]) -> str:
         f'<span class="small muted">{esc(text.source_line(overview))}.</span></p>'
     )
     parts = [head, '<section class="overview">', lead]
-    if BREAKDOWN_PNG in pngs:
+    caption = (
+        "<figcaption>Each rank's mean step split into compute (by accelerator), "
+        "communication, copies and idle time.</figcaption>"
+    )
+    if BREAKDOWN_PNG in pngs:  # the heat map, past 8 ranks
         parts.append(
-            f"<figure>{img_png(pngs[BREAKDOWN_PNG], 'time breakdown per rank')}"
-            "<figcaption>Each rank's mean step split into compute (by accelerator), "
-            "communication, copies and idle time.</figcaption></figure>"
+            f"<figure>{img_png(pngs[BREAKDOWN_PNG], 'time breakdown per rank')}{caption}</figure>"
         )
+    else:
+        parts.append(f'<figure class="ov-bars">{stacked_bars(overview)}{caption}</figure>')
     parts.append(
         table(["component", "per step", "share"], text.component_rows(overview), numeric=(1, 2))
     )
@@ -101,6 +106,37 @@ def overview_section(doc: Mapping[str, Any], pngs: Mapping[str, bytes]) -> str:
             parts.append(details(f"{title} ({len(rows)})", body, open_=index == 0))
     parts.append("</section>")
     return "".join(parts)
+
+
+def stacked_bars(overview: Mapping[str, Any]) -> str:
+    """One bar per rank, as long as its mean step, split into its components (HTML: instant,
+    crisp, and each part says its time on hover), with the legend under it."""
+    ranks = overview.get("ranks") or []
+    components = [
+        c for c in overview.get("components") or [] if any(r.get(c["key"]) for r in ranks)
+    ]
+    longest = max((r.get("step_ns") or 0.0 for r in ranks), default=0.0) or 1.0
+    rows = []
+    for r in ranks:
+        step = r.get("step_ns") or 0.0
+        parts = "".join(
+            f'<span style="width:{100 * r.get(c["key"], 0.0) / step:.3f}%;'
+            f'background:{COLORS[c["key"]]}" title="{esc(c["label"])}: '
+            f'{esc(text.fmt.duration(r.get(c["key"])))} ({esc(text.share(r.get(c["key"], 0.0), step))})">'
+            "</span>"
+            for c in components
+            if step and r.get(c["key"])
+        )
+        rows.append(
+            f'<div class="ov-row"><span class="ov-rank">rank {esc(r["rank"])}</span>'
+            f'<span class="ov-track"><span class="ov-bar" style="width:{100 * step / longest:.3f}%">'
+            f'{parts}</span></span><span class="ov-step">{esc(text.fmt.duration(step))}</span></div>'
+        )
+    legend = "".join(
+        f'<span><i style="background:{COLORS[c["key"]]}"></i>{esc(c["label"])}</span>'
+        for c in components
+    )
+    return "".join(rows) + f'<div class="ov-legend">{legend}</div>'
 
 
 def _cluster(overview: Mapping[str, Any]) -> str:

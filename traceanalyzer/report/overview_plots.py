@@ -1,5 +1,5 @@
-"""The overview's figures: the breakdown per rank (stacked bars, or a heat map past 8 ranks) and
-a timeline strip of one representative step.
+"""The overview's figures: the breakdown per rank as a heat map past 8 ranks (report.html draws
+the stacked bars of fewer ranks in HTML), and a timeline strip of one representative step.
 
 matplotlib is imported inside each function, only when a figure is drawn (the Agg canvas, no
 pyplot: nothing global is switched, so notebooks keep their inline backend).
@@ -54,35 +54,15 @@ def _figure(width: float, height: float) -> tuple[Figure, Any]:
     return fig, fig.add_subplot(1, 1, 1)
 
 
-def breakdown_figure(overview: Mapping[str, Any]) -> Figure | None:
-    """Mean step per rank split into its components: bars up to 8 ranks, a heat map beyond."""
-    ranks = overview.get("ranks") or []
-    components = overview.get("components") or []
-    if not ranks or not components:
-        return None
-    if len(ranks) > HEATMAP_ABOVE:
-        return _heatmap(ranks, components)
-    fig, ax = _figure(9.5, 1.2 + 0.45 * len(ranks))
-    fig.subplots_adjust(left=0.09, right=0.70, top=0.88, bottom=0.22)
-    labels = [f"rank {r['rank']}" for r in ranks]
-    left = [0.0] * len(ranks)
-    for comp in components:
-        widths = [r.get(comp["key"], 0.0) / 1e6 for r in ranks]
-        if not any(widths):
-            continue
-        ax.barh(labels, widths, left=left, color=COLORS.get(comp["key"]), label=comp["label"])
-        left = [a + b for a, b in zip(left, widths, strict=True)]
-    ax.invert_yaxis()
-    ax.set_xlabel("ms per step (mean)")
-    ax.set_title("Where the step time goes", fontsize=10, loc="left")
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7, frameon=False)
-    ax.tick_params(labelsize=8)
-    return fig
-
-
-def _heatmap(ranks: list[Mapping[str, Any]], components: list[Mapping[str, Any]]) -> Figure:
+def heatmap_figure(overview: Mapping[str, Any]) -> Figure | None:
+    """Past 8 ranks (bars would be unreadable): ranks x components, coloured by share of the
+    step. Up to 8, report.html draws the stacked bars itself, in HTML."""
     import numpy as np
 
+    ranks = overview.get("ranks") or []
+    components = overview.get("components") or []
+    if len(ranks) <= HEATMAP_ABOVE or not components:
+        return None
     shares = np.array(
         [[r.get(c["key"], 0.0) / (r.get("step_ns") or 1.0) for c in components] for r in ranks]
     )
@@ -112,11 +92,12 @@ def timeline_figure(overview: Mapping[str, Any], store: Store) -> Figure | None:
     if not rep:
         return None
     start, end = int(rep["start_ns"]), int(rep["end_ns"])
-    tasks = device_tasks(store, [int(rep["rank"])]).filter(
+    window = (
         (pl.col("session") == rep["session"])
         & (pl.col("start_ns") < end)
         & (pl.col("end_ns") > start)
     )
+    tasks = device_tasks(store, [int(rep["rank"])], where=window)
     if tasks.is_empty():
         return None
     tasks = tasks.with_columns(
