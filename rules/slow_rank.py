@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
+from traceanalyzer.engine.stats import robust_z
 from traceanalyzer.kit import (
     NOT_HOST_PROCESSES,
     STEP_SPAN_PREFIX,
@@ -24,9 +25,6 @@ from traceanalyzer.kit import (
 )
 from traceanalyzer.kit import text as fmt
 
-# Iglewicz & Hoaglin: 0.6745 = Phi^-1(0.75) makes MAD a consistent estimator of sigma; when
-# MAD is 0 (most peers identical), 1.2533 * mean absolute deviation stands in for it.
-MAD_SCALE, MEANAD_SCALE = 0.6745, 1.253314
 CAUSES = {
     "compute": (
         "device compute",
@@ -351,18 +349,6 @@ def _transfer_times(ctx: RuleContext, names: dict[int, list[str]]) -> list[RankT
 
 
 # --------------------------------------------------------------------------- verdict
-
-
-def robust_z(values: np.ndarray) -> np.ndarray:
-    """Modified z-scores: 0.6745 (x - median) / MAD, with the mean-AD fallback when MAD is 0."""
-    median = float(np.median(values))
-    mad = float(np.median(np.abs(values - median)))
-    if mad > 0:
-        return MAD_SCALE * (values - median) / mad
-    mean_ad = float(np.mean(np.abs(values - median)))
-    if mean_ad > 0:
-        return (values - median) / (MEANAD_SCALE * mean_ad)
-    return np.zeros_like(values)
 
 
 def _judge(ctx: RuleContext, metric: str, times: list[RankTimes]) -> Iterator[Finding]:

@@ -39,7 +39,9 @@ def test_sections_and_images_render(sample: str, tmp_path: Path) -> None:
     dom = browse(out / "report.html", tmp_path, "--dump-dom")
     fired = findings(out)
     body = re.search(r"<body[^>]*>", dom).group(0)
-    assert f'data-images-loaded="{len(fired)}"' in body, body
+    images = (out / "report.html").read_text("utf-8").count("<img ")  # findings' and overview's
+    assert images == len(fired) + 1
+    assert f'data-images-loaded="{images}"' in body, body
     for f in fired:
         assert f'id="f-{f["fingerprint"]}"' in dom
     assert dom.count('<section class="finding') == len(fired)
@@ -68,3 +70,16 @@ def test_script_in_trace_name_stays_text(tmp_path: Path) -> None:
     assert "data-pwned" not in re.search(r"<body[^>]*>", dom).group(0)
     assert dom.count("<script>") == 1  # the report's own image check only
     assert "&lt;script&gt;document.body" in dom
+
+
+def test_overview_renders_without_findings(tmp_path: Path) -> None:
+    """A healthy run opens on where the time goes: its stacked bar, tables and timeline strip."""
+    out = run_sample("inference_baseline")
+    assert not findings(out)
+    dom = browse(out / "report.html", tmp_path, "--dump-dom")
+    body = re.search(r"<body[^>]*>", dom).group(0)
+    assert 'data-images-loaded="1"' in body, body  # the timeline strip
+    assert dom.index('id="overview"') < dom.index("<h2>Findings</h2>")
+    section = dom.split('<section class="overview">', 1)[1].split("</section>", 1)[0]
+    assert "compute: AI Core" in section and "idle: waiting on the host" in section
+    assert section.count("<img ") == 1 and section.count('class="ov-row"') == 1

@@ -252,14 +252,19 @@ _SEVERITY_STYLE = {"error": "red", "warning": "yellow", "info": "cyan"}
 
 
 def _findings_table(result, out: Path) -> str:  # noqa: ANN001 - engine RunResult
-    """The compact closing table: severity, rule, ranks, one-line message."""
+    """The compact closing table: severity, rule, ranks, one-line message (and its cost)."""
+    from traceanalyzer.report.overview_text import cost_text
+
     color = sys.stdout.isatty()
+    costs = (result.overview or {}).get("costs") or {}
     lines = []
     for f in result.findings:
         severity = f"{f.severity:<9}"
         if color:
             severity = click.style(severity, fg=_SEVERITY_STYLE.get(f.severity), bold=True)
+        cost = cost_text(costs.get(f.fingerprint))
         lines.append(f"{severity}  {f.name:<24} {f.ranks_label:<16} {f.title}")
+        lines[-1] += f" [{cost}]" if cost else ""
     if not result.findings:
         lines.append("no findings")
     for status in result.inconclusive:
@@ -341,6 +346,27 @@ def _findings_table(result, out: Path) -> str:  # noqa: ANN001 - engine RunResul
     "its buffers per trace, a multiple of its size, or 800MB, 2GB. More is faster (less "
     "spilling to disk); peak memory per worker follows it.",
 )
+@click.option(
+    "--top-kernels",
+    type=click.IntRange(min=1),
+    default=20,
+    show_default=True,
+    help="Kernels in the overview's top table (store: summary_kernels).",
+)
+@click.option(
+    "--top-apis",
+    type=click.IntRange(min=1),
+    default=20,
+    show_default=True,
+    help="Host APIs (CANN and Python ops) in the overview's top table (summary_host_apis).",
+)
+@click.option(
+    "--top-collectives",
+    type=click.IntRange(min=1),
+    default=10,
+    show_default=True,
+    help="Collectives in the overview's top table (summary_collectives).",
+)
 @click.option("--quiet", "-q", is_flag=True, help="Only print the final summary.")
 @click.option(
     "--format",
@@ -375,12 +401,16 @@ def _run(
     fail_on: str | None,
     force: bool,
     parse_memory: str,
+    top_kernels: int,
+    top_apis: int,
+    top_collectives: int,
     quiet: bool,
     fmt: str,
 ) -> None:
     from traceanalyzer.engine.config import ConfigError
     from traceanalyzer.executor import ExecutorError, make_executor
     from traceanalyzer.ingest import InputError, default_out_dir
+    from traceanalyzer.overview import TopSizes
     from traceanalyzer.parse.trace_view import ParseMemory
     from traceanalyzer.pipeline import analyse
 
@@ -411,6 +441,7 @@ def _run(
                 config_path=config_path,
                 fail_on=fail_on,
                 memory=memory,
+                top=TopSizes(top_kernels, top_apis, top_collectives),
             )
         finally:
             progress.close()
@@ -433,6 +464,10 @@ def _run(
             for line in _partial_lines(result):
                 click.echo(line)
         click.echo(_findings_table(findings, out))
+        if findings.overview:
+            from traceanalyzer.report.overview_text import overview_table
+
+            click.echo(overview_table(findings.overview))
         click.echo(reports.closing_text(color=sys.stdout.isatty()))
     if findings.exit_code:
         # the last line says why a CI gate failed (stderr under --format json: stdout is JSON)

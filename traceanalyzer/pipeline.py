@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from traceanalyzer.ingest import IngestResult, ProgressFn, ingest
+from traceanalyzer.overview.compute import DEFAULT_TOP, TopSizes
 from traceanalyzer.parse.trace_view import DEFAULT_PARSE_MEMORY, ParseMemory
 from traceanalyzer.store import write_atomic_text
 
@@ -49,6 +50,7 @@ def analyse(
     fail_on: str | None = None,
     memory: ParseMemory = DEFAULT_PARSE_MEMORY,
     rules: LoadedRules | None = None,
+    top: TopSizes = DEFAULT_TOP,
 ) -> Analysis:
     """Bring the store at ``out`` up to date with ``path``, run the rules, write the reports.
 
@@ -56,6 +58,7 @@ def analyse(
     after rule evaluation. ``force`` re-ingests every session and re-evaluates every rank.
     ``rules``: the rules to run, already loaded (default: load them here from ``rule_dirs`` and
     the config file); they are loaded once and go to evaluation, workers and reports.
+    ``top`` sizes the overview's top-N tables.
     """
     from traceanalyzer.engine import write_findings_json
     from traceanalyzer.engine.config import load_run_rules
@@ -84,6 +87,35 @@ def analyse(
     )
     if log:
         log(f"evaluated {len(findings.rules)} rule(s) in {time.perf_counter() - started:.1f} s")
+    findings.overview = _overview(out, executor, findings, top, force, log)
     write_findings_json(findings, out)
     reports = run_reports(out, findings, rules.rules, input_root=path)
     return Analysis(result, findings, reports)
+
+
+def _overview(
+    out: Path,
+    executor: Executor,
+    findings: RunResult,
+    top: TopSizes,
+    force: bool,
+    log: Callable[[str], None] | None,
+) -> dict | None:
+    """Where the time goes (traceanalyzer.overview), with each finding's cost in it."""
+    from traceanalyzer.overview import finding_costs, overview_document, summarize_store
+    from traceanalyzer.store import Store
+
+    started = time.perf_counter()
+    try:
+        done = summarize_store(out, executor, top, cache=not force)
+        document = overview_document(Store.open(out), top, done["failed"])
+        document["costs"] = finding_costs([f.to_dict() for f in findings.findings], document)
+    except Exception as exc:  # the overview is context: its failure must not cost the findings
+        if log:
+            log(f"overview failed: {type(exc).__name__}: {exc}")
+        return {"schema_version": 1, "error": f"{type(exc).__name__}: {exc}"}
+    if log:
+        log(
+            f"overview of {len(document['ranks'])} rank(s) in {time.perf_counter() - started:.1f} s"
+        )
+    return document

@@ -47,7 +47,7 @@ class Table:
         return [c.name for c in self.columns]
 
 
-I32, I64, F64, STR = pa.int32(), pa.int64(), pa.float64(), pa.string()
+I32, I64, F64, STR, BOOL = pa.int32(), pa.int64(), pa.float64(), pa.string(), pa.bool_()
 
 _KEY = (
     Column("rank", I32, "Global rank of the profiled process (from profiler_info; -1 if unknown)."),
@@ -654,6 +654,125 @@ DB_SOURCES: dict[str, dict[str, str]] = {
 }
 
 
+# Tables derived from the ingested ones after ingest (never parsed from files): the overview
+# (`traceanalyzer/overview/`) writes them per rank, like the rules run, and notebooks read them
+# through `Store.table` like any other. Ingest neither writes nor checks them.
+_COMPONENT_COLUMNS = (
+    Column(
+        "compute_ai_core_ns", I64, "Compute on AI Core (cube), not overlapped by communication."
+    ),
+    Column("compute_ai_vector_ns", I64, "Compute on AI Vector cores, not overlapped."),
+    Column("compute_mix_ns", I64, "Compute of MIX kernels (MIX_AIC / MIX_AIV), not overlapped."),
+    Column("compute_ai_cpu_ns", I64, "Compute on AI CPU, not overlapped."),
+    Column("compute_other_ns", I64, "Compute of other or unknown accelerators, not overlapped."),
+    Column("overlapped_ns", I64, "Compute and communication at the same time."),
+    Column("comm_exposed_ns", I64, "Communication with no compute beside it (not overlapped)."),
+    Column(
+        "device_other_ns",
+        I64,
+        "Only memory copies (SDMA, PCIe DMA) and runtime tasks run: no compute, no communication.",
+    ),
+    Column(
+        "idle_host_ns",
+        I64,
+        "Device idle, waiting on the host: the next task was launched after its stream ran dry.",
+    ),
+    Column(
+        "idle_stream_ns",
+        I64,
+        "Device idle in wait tasks (EVENT_WAIT, Notify Wait) on another stream's event.",
+    ),
+    Column("idle_other_ns", I64, "Device idle for any other reason (nothing ran, nothing waited)."),
+)
+COMPONENT_NAMES: tuple[str, ...] = tuple(c.name for c in _COMPONENT_COLUMNS)
+
+DERIVED_TABLES: dict[str, Table] = {
+    t.name: t
+    for t in (
+        _table(
+            "summary_steps",
+            "Where each step's time goes: its wall time split into components that sum to it.",
+            "derived: slices (device tasks, ProfilerStep#N), kernels, flows; step_times to check",
+            Column("step", I64, "Step id from `ProfilerStep#N` (null: the whole session window)."),
+            Column("start_ns", I64, "Window start: the ProfilerStep span, else the session."),
+            Column("end_ns", I64, "Window end."),
+            Column("step_ns", I64, "Wall time of the window; the components below sum to it."),
+            Column(
+                "device_start_ns",
+                I64,
+                "First compute or communication task of the window (null when none).",
+            ),
+            Column("device_end_ns", I64, "Last compute or communication task end in the window."),
+            *_COMPONENT_COLUMNS,
+            Column(
+                "source",
+                STR,
+                "`events` (trace_view.json tasks) or `step_trace_time` (no device tasks: the "
+                "CSV's Computing/Communication/Free, without the accelerator or idle split).",
+            ),
+            Column(
+                "check_deviation",
+                F64,
+                "Largest difference between the events and step_trace_time.csv (Computing, "
+                "Communication(Not Overlapped), Overlapped) as a share of Stage; null when the "
+                "CSV has no row for the step.",
+            ),
+        ),
+        _table(
+            "summary_kernels",
+            "Top device kernels by total device time (N: `run --top-kernels`).",
+            "derived: slices (Ascend Hardware compute tasks), kernels (accelerator)",
+            Column("name", STR, "Kernel name."),
+            Column("accelerator", STR, "`AI_CORE`, `AI_VECTOR_CORE`, `MIX_AIC`, `AI_CPU`, ..."),
+            Column("count", I64, "Launches."),
+            Column("total_ns", I64, "Total device time."),
+            Column("mean_ns", I64, "Mean duration."),
+            Column("p95_ns", I64, "95th percentile duration."),
+            Column("share", F64, "Share of all compute-task time of the session."),
+        ),
+        _table(
+            "summary_host_apis",
+            "Top host APIs by total (inclusive) time: CANN APIs and Python ops (`--top-apis`).",
+            "derived: slices (CANN process; Python `cpu_op` events)",
+            Column("kind", STR, "`CANN` or `Python`."),
+            Column("name", STR, "API or op name (`AscendCL@aclrtMemcpy`, `aten::mm`)."),
+            Column("count", I64, "Calls."),
+            Column("total_ns", I64, "Total time (inclusive of nested calls)."),
+            Column("mean_ns", I64, "Mean duration."),
+            Column("p95_ns", I64, "95th percentile duration."),
+            Column("share", F64, "Share of the session's profiled window."),
+        ),
+        _table(
+            "summary_collectives",
+            "Top collectives by total time, with wait vs transit (`--top-collectives`).",
+            "derived: comm_ops (communication.json), else slices (HCCL / Communication ops)",
+            Column("name", STR, "Collective kind, e.g. `allReduce`, `broadcast`."),
+            Column("count", I64, "Ops."),
+            Column("total_ns", I64, "Total elapsed time."),
+            Column("wait_ns", I64, "Of which waiting for peers (null: only events were there)."),
+            Column("transit_ns", I64, "Of which transferring data (null: events only)."),
+            Column("wait_share", F64, "wait / total (null: events only)."),
+            Column("source", STR, "`communication.json` or `events`."),
+        ),
+        _table(
+            "summary_ranks",
+            "The cluster view: one row per rank (session is `all`), outliers flagged with the "
+            "robust z-score slow-rank uses.",
+            "derived: summary_steps, summary_kernels",
+            Column("steps", I64, "Steps (windows) measured."),
+            Column("step_ns", F64, "Mean step time."),
+            Column("compute_ns", F64, "Mean compute per step (every accelerator, + overlapped)."),
+            Column("comm_wait_ns", F64, "Mean exposed communication per step."),
+            Column("idle_ns", F64, "Mean device idle per step (host, stream waits, other)."),
+            Column("top_kernel", STR, "The kernel with the most device time."),
+            Column("top_kernel_ns", I64, "Its total device time."),
+            Column("step_z", F64, "Robust z-score of step_ns among the ranks (null: < 3 ranks)."),
+            Column("outlier", BOOL, "step_z above the slow-rank threshold (3.5)."),
+        ),
+    )
+}
+
+
 def render_markdown() -> str:
     """Render the schema documentation page (docs/schema.md)."""
     out = [
@@ -679,6 +798,19 @@ def render_markdown() -> str:
             where = db.get(c.name, "Partition key." if c.name in ("rank", "session") else "—")
             cells = [f"`{c.name}`", str(c.type), c.doc, where]
             out.append("| " + " | ".join(cell.replace("|", "/") for cell in cells) + " |")
+        out.append("")
+    out += [
+        "## Derived tables",
+        "",
+        "Written after ingest by the overview (`traceanalyzer/overview/`, per rank like the "
+        "rules), never parsed from files, the same for both formats; same layout and "
+        "`Store.table` access. See [overview.md](overview.md).",
+        "",
+    ]
+    for table in DERIVED_TABLES.values():
+        out += [f"## `{table.name}`", "", table.doc, "", f"Source: {table.source}", ""]
+        out += ["| column | type | meaning |", "|---|---|---|"]
+        out += [f"| `{c.name}` | {c.type} | {c.doc.replace('|', '/')} |" for c in table.columns]
         out.append("")
     return "\n".join(out)
 

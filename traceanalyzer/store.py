@@ -25,7 +25,7 @@ from typing import Any
 
 import polars as pl
 
-from traceanalyzer.schema import TABLES
+from traceanalyzer.schema import DERIVED_TABLES, TABLES, Table
 
 MANIFEST = "manifest.json"
 TABLES_DIR = "tables"
@@ -172,8 +172,17 @@ def journal_append(out: Path, key: str, value: dict[str, Any]) -> None:
         os.close(fd)
 
 
+def _known(table: str) -> Table:
+    """The schema of an ingested or a derived table."""
+    try:
+        return TABLES.get(table) or DERIVED_TABLES[table]
+    except KeyError:
+        known = ", ".join([*TABLES, *DERIVED_TABLES])
+        raise KeyError(f"unknown table {table!r}; known: {known}") from None
+
+
 def _empty_frame(table: str) -> pl.DataFrame:
-    return pl.from_arrow(TABLES[table].arrow_schema.empty_table())  # type: ignore[return-value]
+    return pl.from_arrow(_known(table).arrow_schema.empty_table())  # type: ignore[return-value]
 
 
 class Store:
@@ -204,7 +213,7 @@ class Store:
                 if isinstance(frame, pl.DataFrame)
                 else pl.DataFrame(list(frame), infer_schema_length=None)
             )
-            schema = pl.from_arrow(TABLES[name].arrow_schema.empty_table()).schema
+            schema = _empty_frame(name).schema
             df = df.with_columns(
                 [
                     pl.lit(None, dtype=dtype).alias(col)
@@ -217,11 +226,10 @@ class Store:
 
     @property
     def table_names(self) -> list[str]:
-        return list(TABLES)
+        return [*TABLES, *DERIVED_TABLES]
 
     def table(self, name: str) -> pl.LazyFrame:
-        if name not in TABLES:
-            raise KeyError(f"unknown table {name!r}; known: {', '.join(TABLES)}")
+        _known(name)
         if name in self._frames:
             return self._frames[name].lazy()
         files = self._files(name)

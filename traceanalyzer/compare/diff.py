@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from traceanalyzer.compare.overview_diff import ComponentDelta, overview_deltas
 from traceanalyzer.engine.presentation import key_figure_document
 from traceanalyzer.engine.registry import RuleSet
 from traceanalyzer.engine.rule import Params, RuleContext
@@ -140,6 +141,7 @@ class DiffResult:
     figures: list[Delta]  # per rank and figure
     base_ranks: list[int] = field(default_factory=list)
     target_ranks: list[int] = field(default_factory=list)
+    overview: list[ComponentDelta] = field(default_factory=list)  # where the time goes
 
     def by_status(self, status: Status) -> list[FindingChange]:
         return [c for c in self.changes if c.status == status]
@@ -159,6 +161,7 @@ class DiffResult:
             "ranks": {"base": self.base_ranks, "target": self.target_ranks},
             "findings": [c.to_dict() for c in self.changes],
             "figures": [d.to_dict() for d in self.figures],
+            "overview": [d.to_dict() for d in self.overview],
         }
 
 
@@ -312,6 +315,7 @@ def diff_outputs(
         figures=_per_rank(base_fig, target_fig),
         base_ranks=list(base_doc.get("summary", {}).get("ranks") or []),
         target_ranks=list(target_doc.get("summary", {}).get("ranks") or []),
+        overview=overview_deltas(base_doc, target_doc),
     )
 
 

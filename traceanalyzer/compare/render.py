@@ -7,6 +7,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from traceanalyzer.compare.diff import Delta, DiffResult, FindingChange
+from traceanalyzer.compare.overview_diff import overview_diff_html, overview_diff_text
 from traceanalyzer.engine import text
 from traceanalyzer.report import fmt
 from traceanalyzer.report.htmlkit import chip, esc, inline, page, table
@@ -57,6 +58,7 @@ def render_diff_text(diff: DiffResult) -> str:
         for d in c.figures:
             if d.base is not None or d.target is not None:
                 lines.append(f"            {d.label}: {delta_text(d)}  [{d.scope}]")
+    lines += overview_diff_text(diff.overview)
     moved = [d for d in diff.figures if d.change]
     if moved:
         lines.append("key figures that moved (per rank):")
@@ -146,6 +148,7 @@ def render_diff_html(diff: DiffResult, out_dir: Path, *, now: datetime | None = 
         f'<div class="sub">generated {esc(generated)}</div></header>',
         f'<div class="tablewrap"><table>{"".join(links)}</table></div>',
         f"<p>{counts}</p>",
+        overview_diff_html(diff.overview),
         "<h2>Findings</h2>",
     ]
     if not diff.changes:

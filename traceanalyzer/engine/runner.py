@@ -198,6 +198,9 @@ class RunResult:
     ranks: list[int]
     fail_on: str | None = None
     load_errors: list[LoadError] = field(default_factory=list)
+    # findings.json summary.overview: where the time goes (set by the pipeline; see
+    # traceanalyzer.overview), shown whether or not a rule fired
+    overview: dict[str, Any] | None = None
 
     @property
     def not_evaluated(self) -> list[RuleStatus]:
@@ -254,6 +257,7 @@ class RunResult:
                 "errors": len(self.errors),
                 "fail_on": self.fail_on,
                 "failed": self.failed,
+                **({"overview": self.overview} if self.overview is not None else {}),
             },
             "findings": [f.to_dict() for f in self.findings],
             "not_evaluated": [

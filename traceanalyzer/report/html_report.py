@@ -18,6 +18,8 @@ from traceanalyzer.report.htmlkit import (
     table,
 )
 from traceanalyzer.report.inputs import ReportInputs
+from traceanalyzer.report.overview_html import overview_costs, overview_section
+from traceanalyzer.report.overview_text import cost_text
 from traceanalyzer.report.summary import RunSummary, run_summary
 
 EVIDENCE_SHOWN = 50  # rows in the collapsible table; findings.json keeps them all
@@ -30,11 +32,15 @@ def finding_anchor(finding: Mapping[str, Any]) -> str:
 def render_html(
     inputs: ReportInputs, plots: Mapping[str, bytes] | None = None, *, now: datetime | None = None
 ) -> str:
-    """The whole page. ``plots`` maps a finding fingerprint to its PNG."""
+    """The whole page. ``plots`` maps a finding fingerprint (or an overview figure's file name)
+    to its PNG."""
+    from traceanalyzer.overview.document import by_cost
+
     plots = plots or {}
     doc = inputs.findings
     summary = run_summary(inputs)
-    findings = doc.get("findings", [])
+    costs = overview_costs(doc)
+    findings = by_cost(doc.get("findings", []), costs)
     generated = (now or datetime.now(timezone.utc)).strftime("%Y-%m-%d %H:%M UTC")
     parts = [
         "<header>",
@@ -44,10 +50,16 @@ def render_html(
         "</header>",
         _cards(doc, summary),
         _bench(inputs),
-        _overview(findings),
+        overview_section(doc, plots),
+        _overview(findings, costs),
     ]
     parts += [
-        _finding_section(f, plots.get(f.get("fingerprint", "")), inputs.caption(f))
+        _finding_section(
+            f,
+            plots.get(f.get("fingerprint", "")),
+            costs.get(f.get("fingerprint", "")),
+            inputs.caption(f),
+        )
         for f in findings
     ]
     parts += [_rules_section(doc), _errors_section(doc), _run_section(summary), _footer(inputs)]
@@ -110,7 +122,7 @@ def _bench(inputs: ReportInputs) -> str:
     )
 
 
-def _overview(findings: list[Mapping[str, Any]]) -> str:
+def _overview(findings: list[Mapping[str, Any]], costs: Mapping[str, Any]) -> str:
     if not findings:
         return "<h2>Findings</h2><p>No findings: every evaluated rule is silent.</p>"
     rows = [
@@ -118,12 +130,13 @@ def _overview(findings: list[Mapping[str, Any]]) -> str:
             chip(f["severity"], f["severity"]),
             f'<a href="#{esc(finding_anchor(f))}">{esc(f["name"])}</a>',
             esc(f.get("ranks_label")),
+            esc(cost_text(costs.get(f.get("fingerprint", "")))),
             inline(f.get("title")),
         )
         for f in findings
     ]
     return "<h2>Findings</h2>" + table(
-        ("severity", "rule", "ranks", "what"), rows, raw=(0, 1, 2, 3)
+        ("severity", "rule", "ranks", "cost", "what"), rows, raw=(0, 1, 2, 3, 4)
     )
 
 
@@ -154,7 +167,12 @@ def evidence_rows(finding: Mapping[str, Any]) -> list[tuple[Any, ...]]:
     return rows
 
 
-def _finding_section(f: Mapping[str, Any], png: bytes | None, caption: str = "") -> str:
+def _finding_section(
+    f: Mapping[str, Any],
+    png: bytes | None,
+    cost: Mapping[str, Any] | None = None,
+    caption: str = "",
+) -> str:
     sev = f.get("severity", "info")
     parts = [
         f'<section class="finding {esc(sev)}" id="{esc(finding_anchor(f))}">',
@@ -163,6 +181,7 @@ def _finding_section(f: Mapping[str, Any], png: bytes | None, caption: str = "")
         chip(sev, sev),
         chip(f"{f.get('rule')} {f.get('name')}"),
         f"<span>{esc(f.get('ranks_label'))}</span>",
+        chip(cost_text(cost)) if cost_text(cost) else "",
         f'<span class="mono small">fingerprint {esc(f.get("fingerprint"))}</span>',
         "</div>",
         f'<div class="message">{paragraphs(f.get("message"))}</div>',

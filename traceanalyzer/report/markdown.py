@@ -11,6 +11,8 @@ from typing import Any
 
 from traceanalyzer.report import fmt
 from traceanalyzer.report.inputs import ReportInputs
+from traceanalyzer.report.overview_html import overview_costs, overview_of
+from traceanalyzer.report.overview_text import cost_text, overview_markdown
 from traceanalyzer.report.summary import run_summary
 
 KEY_METRICS = 8  # metrics listed per finding; the HTML and findings.json have all of them
@@ -31,11 +33,15 @@ def md_table(headers: list[str], rows: list[list[Any]]) -> list[str]:
 
 
 def render_markdown(inputs: ReportInputs, plot_files: Mapping[str, str] | None = None) -> str:
-    """``plot_files`` maps a finding fingerprint to its PNG path relative to OUT."""
+    """``plot_files`` maps a finding fingerprint (or an overview figure's name) to its PNG path
+    relative to OUT."""
+    from traceanalyzer.overview.document import by_cost
+
     plot_files = plot_files or {}
     doc = inputs.findings
     summary = run_summary(inputs)
-    findings = doc.get("findings", [])
+    costs = overview_costs(doc)
+    findings = by_cost(doc.get("findings", []), costs)
     lines = [f"# traceanalyzer: {md_text(inputs.title)}", ""]
     versions = "; ".join(
         f"{k.replace('_', ' ')} {', '.join(v)}" for k, v in summary.versions.items()
@@ -67,17 +73,27 @@ def render_markdown(inputs: ReportInputs, plot_files: Mapping[str, str] | None =
             ],
         )
         lines.append("")
+    lines += overview_markdown(overview_of(doc), md_table, plot_files)
     lines += ["## Findings", ""]
     if not findings:
         lines += ["No findings.", ""]
     else:
         lines += md_table(
-            ["severity", "rule", "ranks", "what"],
-            [[f["severity"], f["name"], f.get("ranks_label"), f.get("title")] for f in findings],
+            ["severity", "rule", "ranks", "cost", "what"],
+            [
+                [
+                    f["severity"],
+                    f["name"],
+                    f.get("ranks_label"),
+                    cost_text(costs.get(f.get("fingerprint", ""))),
+                    f.get("title"),
+                ]
+                for f in findings
+            ],
         )
         lines.append("")
     for f in findings:
-        lines += _finding(f, plot_files.get(f.get("fingerprint", "")), inputs.caption(f))
+        lines += _finding(f, plot_files.get(f.get("fingerprint", "")), costs, inputs.caption(f))
     undecided = [r for r in doc.get("rules", []) if r.get("status") == "inconclusive"]
     if undecided:
         lines += ["## Could not judge", ""]
@@ -107,11 +123,14 @@ def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:,.1f}"
 
 
-def _finding(f: Mapping[str, Any], plot: str | None, caption: str = "") -> list[str]:
+def _finding(
+    f: Mapping[str, Any], plot: str | None, costs: Mapping[str, Any], caption: str = ""
+) -> list[str]:
+    cost = cost_text(costs.get(f.get("fingerprint", "")))
     lines = [
         f"### [{f['severity']}] {md_text(f['name'])} on {md_text(f.get('ranks_label'))}",
         "",
-        md_text(f.get("title")),
+        md_text(f.get("title")) + (f" — {cost}" if cost else ""),
         "",
     ]
     metrics = list((f.get("metrics") or {}).items())[:KEY_METRICS]

@@ -1,0 +1,105 @@
+"""``diff`` of two runs' overviews: the mean step and each component, before -> after."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from traceanalyzer.report import fmt
+from traceanalyzer.report.htmlkit import esc, table
+
+STEP = ("step_ns", "step time")
+# time the step loses: less of it is better (compute is neutral: less may mean less work done)
+LOWER_IS_BETTER = ("step_ns", "comm_exposed_ns", "idle_host_ns", "idle_stream_ns", "idle_other_ns")
+
+
+@dataclass(frozen=True)
+class ComponentDelta:
+    """One component of the mean step (ns), in the base and the target run."""
+
+    key: str
+    label: str
+    base: float | None
+    target: float | None
+
+    @property
+    def change(self) -> float | None:
+        return None if self.base is None or self.target is None else self.target - self.base
+
+    @property
+    def rel(self) -> float | None:
+        return self.change / self.base if self.change is not None and self.base else None
+
+    @property
+    def better(self) -> bool | None:
+        if not self.change or self.key not in LOWER_IS_BETTER:
+            return None
+        return self.change < 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "label": self.label,
+            "base": self.base,
+            "target": self.target,
+            "change": self.change,
+            "rel": self.rel,
+        }
+
+    def text(self) -> str:
+        rel = "" if self.rel is None else f" ({self.rel * 100:+.1f}%)"
+        change = "" if self.change is None else f", {'+' if self.change >= 0 else '-'}"
+        change += fmt.duration(abs(self.change)) if self.change is not None else ""
+        return f"{fmt.duration(self.base)} -> {fmt.duration(self.target)}{change}{rel}"
+
+
+def _overview(doc: Mapping[str, Any]) -> Mapping[str, Any]:
+    overview = (doc.get("summary") or {}).get("overview") or {}
+    return overview if overview.get("mean") else {}
+
+
+def overview_deltas(base: Mapping[str, Any], target: Mapping[str, Any]) -> list[ComponentDelta]:
+    """Mean step and every component, from two findings.json documents ([] when neither has an
+    overview; a side without one shows n/a)."""
+    b, t = _overview(base), _overview(target)
+    if not (b or t):
+        return []
+    components = (b or t).get("components") or []
+    keys = [STEP, *((c["key"], c["label"]) for c in components)]
+    bm, tm = b.get("mean") or {}, t.get("mean") or {}
+    return [ComponentDelta(k, label, bm.get(k), tm.get(k)) for k, label in keys]
+
+
+def overview_diff_text(deltas: list[ComponentDelta]) -> list[str]:
+    moved = [d for d in deltas if d.change or d.base is None or d.target is None]
+    if not moved:
+        return ["where the time goes: unchanged"] if deltas else []
+    width = max(len(d.label) for d in moved)
+    return ["where the time goes (mean per step, base -> target):"] + [
+        f"  {d.label:<{width}}  {d.text()}" for d in moved
+    ]
+
+
+def overview_diff_html(deltas: list[ComponentDelta]) -> str:
+    if not deltas:
+        return ""
+
+    def cell(d: ComponentDelta) -> str:
+        cls = {True: "delta-good", False: "delta-bad"}.get(d.better, "")  # type: ignore[arg-type]
+        rel = "" if d.rel is None else f"{d.rel * 100:+.1f}%"
+        return f'<span class="{cls}">{esc(rel)}</span>' if rel else ""
+
+    rows = [
+        (
+            d.label,
+            fmt.duration(d.base),
+            fmt.duration(d.target),
+            "" if d.change is None else fmt.duration(d.change),
+            cell(d),
+        )
+        for d in deltas
+    ]
+    return "<h2>Where the time goes (mean per step)</h2>" + table(
+        ("component", "base", "target", "delta", "change"), rows, numeric=(1, 2, 3, 4), raw=(4,)
+    )

@@ -1,0 +1,296 @@
+"""Where each step's time goes: the step's wall time split into components that sum to it.
+
+One sweep over the device timeline of a rank session. Every task is an interval of one class:
+compute (by accelerator), communication (the HCCL / Communication ops), a wait task (EVENT_WAIT,
+Notify Wait), or another device task (memory copies, runtime tasks); host-bound stream gaps (the
+stream ran dry before the host had launched its next task) are intervals too. The boundaries of
+every interval and every step cut the timeline into elementary segments, and each segment takes
+the first class that is active in it, in this order:
+
+1. compute and communication at once -> ``overlapped``;
+2. compute -> ``compute_<accelerator>``, split between the accelerators active in it by count;
+3. communication -> ``comm_exposed``;
+4. another device task -> ``device_other``;
+5. a wait task -> ``idle_stream`` (waiting on another stream);
+6. a host-bound stream gap -> ``idle_host`` (launch-bound);
+7. nothing -> ``idle_other``.
+
+So the components sum to the step's wall time exactly (integer ns; the accelerator split rounds
+within a segment, at most 1 ns per segment). Computing, Communication(Not Overlapped) and
+Overlapped are defined as in ``step_trace_time.csv`` (the profiler's Overlap Analysis), which is
+what :func:`check_against_step_trace` compares with.
+
+Steps are ``ProfilerStep#N`` spans (the outermost ones); without any, the session's window is one
+step. Step time is the span's wall time: the time before the step's first device task
+(``Preparing`` in step_trace_time.csv) is in the idle components, where a performance engineer
+looks for it.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from traceanalyzer.engine.primitives import outermost
+from traceanalyzer.schema import COMPONENT_NAMES
+from traceanalyzer.vocabulary import (
+    COMMUNICATION_PROCESSES,
+    STEP_SPAN_PREFIX,
+    WAIT_TASK_NAMES,
+    WAIT_TASK_TYPES,
+)
+
+# accelerator of a compute task, from kernel_details' Accelerator Core (exact) or else the
+# trace's Task Type (which calls AI Vector kernels AI_CORE in older exports)
+ACCELERATORS: dict[str, str] = {
+    "AI_CORE": "ai_core",
+    "AI_VECTOR_CORE": "ai_vector",
+    "MIX_AIC": "mix",
+    "MIX_AIV": "mix",
+    "AI_CPU": "ai_cpu",
+    "AICPU": "ai_cpu",
+}
+# compute classes and the component each one's time goes to
+COMPUTE_COMPONENTS: dict[str, str] = {
+    "ai_core": "compute_ai_core_ns",
+    "ai_vector": "compute_ai_vector_ns",
+    "mix": "compute_mix_ns",
+    "ai_cpu": "compute_ai_cpu_ns",
+    "compute_other": "compute_other_ns",
+}
+COMPUTE_CLASSES = tuple(COMPUTE_COMPONENTS)
+# task types that run kernels on an accelerator whose name is not in ACCELERATORS
+OTHER_COMPUTE_TASKS = ("FFTS_PLUS", "KERNEL_AICORE", "KERNEL_AIVEC", "KERNEL_AICPU", "MIX")
+CLASSES = (*COMPUTE_CLASSES, "comm", "device_other", "wait", "host_gap")
+
+_COUNT = {c: f"n_{c}" for c in CLASSES}
+# a row of the breakdown (summary_steps without rank), as computed and as stored
+WINDOW_COLUMNS = (
+    "session", "step", "start_ns", "end_ns", "step_ns", "device_start_ns", "device_end_ns",
+    *COMPONENT_NAMES,
+)  # fmt: skip
+STEP_COLUMNS = (*WINDOW_COLUMNS, "source", "check_deviation")
+
+
+def step_windows(slices: pl.LazyFrame, sessions: pl.DataFrame) -> pl.DataFrame:
+    """One row per step: session, step, start_ns, end_ns (the session window when no steps)."""
+    steps = (
+        slices.filter(pl.col("name").str.starts_with(STEP_SPAN_PREFIX) & (pl.col("dur_ns") > 0))
+        .select("rank", "session", "name", "start_ns", "end_ns")
+        .collect()
+    )
+    steps = outermost(steps).with_columns(
+        pl.col("name").str.strip_prefix(STEP_SPAN_PREFIX).cast(pl.Int64, strict=False).alias("step")
+    )
+    have = set(steps["session"].unique().to_list())
+    whole = sessions.filter(
+        ~pl.col("session").is_in(list(have))
+        & pl.col("start_ns").is_not_null()
+        & (pl.col("end_ns") > pl.col("start_ns"))
+    ).select(
+        "session",
+        pl.lit(None, dtype=pl.Int64).alias("step"),
+        pl.col("start_ns").cast(pl.Int64),
+        pl.col("end_ns").cast(pl.Int64),
+    )
+    return pl.concat(
+        [steps.select("session", "step", "start_ns", "end_ns"), whole], how="vertical_relaxed"
+    ).sort("session", "start_ns")
+
+
+def classify_tasks(tasks: pl.DataFrame) -> pl.DataFrame:
+    """Add ``cls`` (one of :data:`CLASSES` but host_gap) to device tasks.
+
+    ``tasks`` needs process, task_type and accelerator (kernel_details' Accelerator Core, null
+    where unknown).
+    """
+    kind = pl.coalesce(pl.col("accelerator"), pl.col("task_type"))
+    accel = kind.replace_strict(ACCELERATORS, default=None)
+    waits = (*WAIT_TASK_TYPES, *WAIT_TASK_NAMES)
+    return tasks.with_columns(
+        pl.when(pl.col("process").is_in(COMMUNICATION_PROCESSES))
+        .then(pl.lit("comm"))
+        .when(pl.col("task_type").is_in(waits) | pl.col("name").is_in(WAIT_TASK_NAMES))
+        .then(pl.lit("wait"))
+        .when(accel.is_not_null())
+        .then(accel)
+        .when(kind.is_in(OTHER_COMPUTE_TASKS))
+        .then(pl.lit("compute_other"))
+        .otherwise(pl.lit("device_other"))
+        .alias("cls")
+    )
+
+
+def breakdown(intervals: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
+    """Per window: step_ns, device_start_ns/device_end_ns and every component (ns).
+
+    ``intervals``: session, cls, start_ns, end_ns (device tasks classified by
+    :func:`classify_tasks`, plus host-bound gaps as ``host_gap``). ``windows``: session, step,
+    start_ns, end_ns. Windows of one session must not overlap (outermost steps do not).
+    """
+    ivals = intervals.filter(pl.col("end_ns") > pl.col("start_ns"))
+    deltas = [
+        pl.when(pl.col("cls") == c).then(pl.col("d")).otherwise(0).alias(_COUNT[c]) for c in CLASSES
+    ]
+    edges = pl.concat(
+        [
+            ivals.select("session", "cls", pl.col("start_ns").alias("ts"), pl.lit(1).alias("d")),
+            ivals.select("session", "cls", pl.col("end_ns").alias("ts"), pl.lit(-1).alias("d")),
+        ]
+    ).with_columns(deltas)
+    bounds = pl.concat(
+        [windows.select("session", pl.col(c).alias("ts")) for c in ("start_ns", "end_ns")]
+    ).with_columns(pl.lit(0, dtype=pl.Int32).alias(n) for n in _COUNT.values())
+    # after a stable sort by time, the last edge at each instant carries the counts of every
+    # edge up to it, and only that one is followed by a segment of non-zero length
+    counts = (
+        pl.concat([edges.drop("cls", "d"), bounds])
+        .sort("session", "ts", maintain_order=True)
+        .with_columns(
+            pl.col(list(_COUNT.values())).cum_sum().over("session"),
+            (pl.col("ts").shift(-1).over("session") - pl.col("ts")).alias("len"),
+        )
+        .filter(pl.col("len") > 0)
+    )
+    seg = counts.join_asof(
+        windows.select(
+            "session", "step", pl.col("start_ns").alias("ws"), pl.col("end_ns").alias("we")
+        ).sort("session", "ws"),
+        left_on="ts",
+        right_on="ws",
+        by="session",
+        strategy="backward",
+        check_sortedness=False,  # both sides sorted by (session, time) above
+    ).filter(pl.col("ws").is_not_null() & (pl.col("ts") < pl.col("we")))
+    n = {c: pl.col(_COUNT[c]) for c in CLASSES}
+    computing = pl.sum_horizontal(*(n[c] for c in COMPUTE_CLASSES))
+    comm = n["comm"] > 0
+    only_compute = (computing > 0) & ~comm
+    length = pl.col("len")
+    rest = (computing == 0) & ~comm
+    shares = {
+        component: pl.when(only_compute).then(length * n[c] / computing).otherwise(0.0)
+        for c, component in COMPUTE_COMPONENTS.items()
+    }
+    whole = {
+        "overlapped_ns": pl.when((computing > 0) & comm).then(length).otherwise(0),
+        "comm_exposed_ns": pl.when(comm & (computing == 0)).then(length).otherwise(0),
+        "device_other_ns": pl.when(rest & (n["device_other"] > 0)).then(length).otherwise(0),
+        "idle_stream_ns": pl.when(rest & (n["device_other"] == 0) & (n["wait"] > 0))
+        .then(length)
+        .otherwise(0),
+        "idle_host_ns": pl.when(
+            rest & (n["device_other"] == 0) & (n["wait"] == 0) & (n["host_gap"] > 0)
+        )
+        .then(length)
+        .otherwise(0),
+    }
+    busy = (computing > 0) | comm
+    per_window = seg.group_by("session", "step", "ws").agg(
+        *(e.sum().alias(k) for k, e in (shares | whole).items()),
+        pl.col("ts").filter(busy).min().alias("device_start_ns"),
+        (pl.col("ts") + length).filter(busy).max().alias("device_end_ns"),
+    )
+    out = windows.join(
+        per_window.rename({"ws": "start_ns"}),
+        on=["session", "step", "start_ns"],
+        how="left",
+        nulls_equal=True,
+    ).with_columns(
+        (pl.col("end_ns") - pl.col("start_ns")).alias("step_ns"),
+        # accelerator shares are fractions of a segment: each is rounded to the ns, and
+        # idle_other (the rest of the step) absorbs the residue
+        pl.col(list(shares)).fill_null(0.0).round(0).cast(pl.Int64),
+        pl.col(list(whole)).fill_null(0).cast(pl.Int64),
+    )
+    accounted = pl.sum_horizontal(*(pl.col(c) for c in COMPONENT_NAMES if c != "idle_other_ns"))
+    out = out.with_columns((pl.col("step_ns") - accounted).alias("idle_other_ns"))
+    return out.select(WINDOW_COLUMNS)
+
+
+def computing_ns() -> pl.Expr:
+    """step_trace_time.csv's Computing: every compute component plus the overlapped time."""
+    return pl.sum_horizontal(*map(pl.col, COMPUTE_COMPONENTS.values()), pl.col("overlapped_ns"))
+
+
+def idle_ns() -> pl.Expr:
+    return pl.sum_horizontal(
+        pl.col("idle_host_ns"), pl.col("idle_stream_ns"), pl.col("idle_other_ns")
+    )
+
+
+def check_against_step_trace(steps: pl.DataFrame, step_times: pl.DataFrame) -> pl.DataFrame:
+    """Add ``check_deviation``: the worst of |events - CSV| over Computing, Communication(Not
+    Overlapped) and Overlapped, as a share of the CSV's Stage (null: no CSV row for the step).
+
+    Stage itself is not compared: torch_npu measures it from the step's first to its last
+    compute or communication task (``device_end_ns - device_start_ns`` here), but exports that
+    did not come from torch_npu (the synthetic generator) write the ProfilerStep span instead.
+    """
+    csv = step_times.select(
+        "session",
+        "step",
+        pl.col("computing_ns").alias("_c"),
+        pl.col("communication_not_overlapped_ns").alias("_n"),
+        pl.col("overlapped_ns").alias("_o"),
+        pl.col("stage_ns").alias("_s"),
+    ).unique(["session", "step"], keep="first")
+    diffs = [
+        (computing_ns() - pl.col("_c")).abs(),
+        (pl.col("comm_exposed_ns") - pl.col("_n")).abs(),
+        (pl.col("overlapped_ns") - pl.col("_o")).abs(),
+    ]
+    return (
+        steps.join(csv, on=["session", "step"], how="left", nulls_equal=True)
+        .with_columns(
+            pl.when(pl.col("_s") > 0)
+            .then(pl.max_horizontal(*diffs) / pl.col("_s"))
+            .otherwise(None)
+            .alias("check_deviation")
+        )
+        .drop("_c", "_n", "_o", "_s")
+    )
+
+
+def from_step_trace(step_times: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
+    """The breakdown from step_trace_time.csv alone (no device tasks in the trace).
+
+    Computing - Overlapped is compute of unknown accelerator, Free and Preparing are idle of
+    unknown cause; the step's wall time is the ProfilerStep span when there is one, else Stage
+    plus Preparing.
+    """
+    rows = step_times.join(
+        windows.select("session", "step", "start_ns", "end_ns"),
+        on=["session", "step"],
+        how="left",
+        nulls_equal=True,
+    )
+    compute = (pl.col("computing_ns") - pl.col("overlapped_ns")).clip(0)
+    staged = pl.col("stage_ns") + pl.col("preparing_ns").fill_null(0)
+    span = (pl.col("end_ns") - pl.col("start_ns")).fill_null(staged)
+    zero = {
+        c: pl.lit(0, dtype=pl.Int64)
+        for c in COMPONENT_NAMES
+        if c not in ("compute_other_ns", "overlapped_ns", "comm_exposed_ns", "idle_other_ns")
+    }
+    return (
+        rows.with_columns(span.alias("step_ns"))
+        .with_columns(
+            compute.alias("compute_other_ns"),
+            pl.col("overlapped_ns"),
+            pl.col("communication_not_overlapped_ns").alias("comm_exposed_ns"),
+            **zero,
+        )
+        .with_columns(
+            (
+                pl.col("step_ns")
+                - pl.col("compute_other_ns")
+                - pl.col("overlapped_ns")
+                - pl.col("comm_exposed_ns")
+            ).alias("idle_other_ns"),
+            pl.lit(None, dtype=pl.Int64).alias("device_start_ns"),
+            pl.lit(None, dtype=pl.Int64).alias("device_end_ns"),
+            pl.lit("step_trace_time").alias("source"),
+            pl.lit(None, dtype=pl.Float64).alias("check_deviation"),
+        )
+        .select(STEP_COLUMNS)
+    )

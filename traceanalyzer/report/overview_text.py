@@ -1,0 +1,221 @@
+"""The overview as text: the terminal's compact table and the Markdown sections.
+
+Both read findings.json's ``summary.overview`` (see ``docs/overview.md``), as plain dicts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from traceanalyzer.engine.findings import compress_ranks
+from traceanalyzer.report import fmt
+
+# the compact columns: component groups of the breakdown (keys summed), in bar order
+COMPACT: tuple[tuple[str, tuple[str, ...]], ...] = (
+    (
+        "compute",
+        (
+            "compute_ai_core_ns",
+            "compute_ai_vector_ns",
+            "compute_mix_ns",
+            "compute_ai_cpu_ns",
+            "compute_other_ns",
+        ),
+    ),
+    ("overlap", ("overlapped_ns",)),
+    ("comm", ("comm_exposed_ns",)),
+    ("copies", ("device_other_ns",)),
+    ("idle host", ("idle_host_ns",)),
+    ("idle stream", ("idle_stream_ns",)),
+    ("idle other", ("idle_other_ns",)),
+)
+
+
+def usable(overview: Mapping[str, Any] | None) -> bool:
+    return bool(overview) and not overview.get("error") and bool(overview.get("ranks"))  # type: ignore[union-attr]
+
+
+def share(part: float, whole: float) -> str:
+    return fmt.percent(part / whole) if whole else "n/a"
+
+
+def source_line(overview: Mapping[str, Any]) -> str:
+    """Which data the breakdown comes from, and how it compares with step_trace_time.csv."""
+    src = overview.get("source") or {}
+    used = " + ".join(src.get("breakdown") or []) or "nothing"
+    text = f"source: {used}"
+    checked = src.get("checked_steps")
+    if checked:
+        tolerance, worst = fmt.percent(src.get("tolerance")), fmt.percent(src.get("max_deviation"))
+        if src.get("agrees"):
+            text += f"; agrees with step_trace_time.csv within {tolerance} on all {checked} step(s)"
+        else:
+            text += (
+                f"; differs from step_trace_time.csv by more than {tolerance} on "
+                f"{src.get('differing_steps')} of {checked} step(s)"
+            )
+        text += f" (largest difference {worst} of Stage)"
+    elif "events" in (src.get("breakdown") or []):
+        text += "; no step_trace_time.csv to check against"
+    return text
+
+
+def compact_rows(overview: Mapping[str, Any]) -> list[list[str]]:
+    """Per rank: rank, steps, mean step time, then each compact group's share of the step."""
+    top = {c["rank"]: c.get("top_kernel") for c in overview.get("cluster") or []}
+    rows = []
+    for r in overview.get("ranks") or []:
+        step = r.get("step_ns") or 0.0
+        cells = [share(sum(r.get(k, 0.0) for k in keys), step) for _, keys in COMPACT]
+        rows.append(
+            [str(r["rank"]), str(r["steps"]), fmt.duration(step), *cells, top.get(r["rank"]) or ""]
+        )
+    return rows
+
+
+def compact_headers() -> list[str]:
+    return ["rank", "steps", "step", *(name for name, _ in COMPACT), "top kernel"]
+
+
+def overview_table(overview: Mapping[str, Any]) -> str:
+    """The terminal's table under the findings: where each rank's step time goes."""
+    if overview.get("error"):
+        return f"overview failed: {overview['error']}"
+    if not usable(overview):
+        return "overview: no step or window to break down"
+    headers = compact_headers()
+    rows = compact_rows(overview)
+    width = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(headers[:-1])]
+    lines = ["where the time goes (mean per step; share of the step):"]
+    if overview.get("headline"):
+        lines.append(f"  {overview['headline']}")
+    for row in [headers, *rows]:
+        cells = [c.rjust(width[i]) if i else c.ljust(width[i]) for i, c in enumerate(row[:-1])]
+        lines.append("  " + "  ".join(cells) + "  " + _clip(row[-1], 40))
+    lines.append("  " + source_line(overview))
+    outliers = [c["rank"] for c in overview.get("cluster") or [] if c.get("outlier")]
+    if outliers:
+        ranks = compress_ranks(outliers)
+        lines.append(f"  outlier rank(s) by mean step time (robust z > 3.5): {ranks}")
+    return "\n".join(lines)
+
+
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def cost_text(cost: Mapping[str, Any] | None) -> str:
+    """``costs 12.3% of step time (1.2 s)`` for one finding's entry of ``summary.overview.costs``,
+    or "" when its metrics did not allow a cost."""
+    cost = cost or {}
+    share, ns = cost.get("cost_share"), cost.get("cost_ns")
+    if share is None:
+        return fmt.duration(ns) if ns else ""
+    return f"costs {fmt.percent(share)} of step time" + (f" ({fmt.duration(ns)})" if ns else "")
+
+
+def component_rows(overview: Mapping[str, Any]) -> list[list[str]]:
+    """Every component, mean per step over every rank's steps, with its share."""
+    mean = overview.get("mean") or {}
+    step = mean.get("step_ns") or 0.0
+    return [
+        [c["label"], fmt.duration(mean.get(c["key"], 0.0)), share(mean.get(c["key"], 0.0), step)]
+        for c in overview.get("components") or []
+    ]
+
+
+def top_rows(overview: Mapping[str, Any]) -> dict[str, tuple[list[str], list[list[Any]]]]:
+    """The three top tables: title -> (headers, rows), totals over ranks."""
+    d = fmt.duration
+    kernels = [
+        [k["name"], k.get("accelerator") or "", k["count"], d(k["total_ns"]), d(k["mean_ns"]),
+         d(k.get("p95_ns")), fmt.percent(k.get("share"))]
+        for k in overview.get("top_kernels") or []
+    ]  # fmt: skip
+    apis = [
+        [a["kind"], a["name"], a["count"], d(a["total_ns"]), d(a["mean_ns"]), d(a.get("p95_ns"))]
+        for a in overview.get("top_host_apis") or []
+    ]
+    colls = [
+        [c["name"], c["count"], d(c["total_ns"]),
+         d(c["wait_ns"]) if c.get("wait_ns") is not None else "n/a",
+         d(c["transit_ns"]) if c.get("transit_ns") is not None else "n/a", c.get("source") or ""]
+        for c in overview.get("top_collectives") or []
+    ]  # fmt: skip
+    return {
+        "Top kernels (device time)": (
+            ["kernel", "accelerator", "count", "total", "mean", "p95", "share of compute"],
+            kernels,
+        ),
+        "Top host APIs (CANN and Python ops, inclusive time)": (
+            ["kind", "name", "count", "total", "mean", "p95"],
+            apis,
+        ),
+        "Top collectives": (["collective", "count", "total", "wait", "transit", "source"], colls),
+    }
+
+
+def cluster_rows(overview: Mapping[str, Any]) -> list[list[str]]:
+    d = fmt.duration
+    return [
+        [
+            str(c["rank"]) + (" (outlier)" if c.get("outlier") else ""),
+            str(c.get("steps")),
+            d(c.get("step_ns")),
+            d(c.get("compute_ns")),
+            d(c.get("comm_wait_ns")),
+            d(c.get("idle_ns")),
+            c.get("top_kernel") or "",
+            "n/a" if c.get("step_z") is None else f"{c['step_z']:.1f}",
+        ]
+        for c in overview.get("cluster") or []
+    ]
+
+
+TEXT_COLUMNS = ("kernel", "name", "kind", "accelerator", "collective", "source")
+CLUSTER_HEADERS = [
+    "rank",
+    "steps",
+    "step (mean)",
+    "compute",
+    "comm wait",
+    "idle",
+    "top kernel",
+    "robust z",
+]
+
+
+def overview_markdown(
+    overview: Mapping[str, Any] | None,
+    md_table: Callable[[list[str], list[list[Any]]], list[str]],
+    plot_files: Mapping[str, str],
+) -> list[str]:
+    """The "Where the time goes" section of report.md; ``plot_files`` maps the overview's
+    figure names to their paths under OUT."""
+    if not overview:
+        return []
+    lines = ["## Where the time goes", ""]
+    if not usable(overview):
+        failed = overview.get("error")
+        lines += [f"Overview failed: {failed}" if failed else "No step or window to break down."]
+        return [*lines, ""]
+    lines += [f"**{overview['headline']}**", ""] if overview.get("headline") else []  # our words
+    lines += [
+        f"Mean per step over {overview['steps']} step(s) of {len(overview['ranks'])} rank(s); "
+        f"{source_line(overview)}.",
+        "",
+    ]
+    figures = [
+        f"![{name}]({path})" for name, path in plot_files.items() if name.startswith("overview-")
+    ]
+    lines += [*figures, ""] if figures else []
+    lines += md_table(["component", "per step", "share"], component_rows(overview)) + [""]
+    lines += md_table(compact_headers(), compact_rows(overview)) + [""]
+    if len(overview.get("cluster") or []) > 1:
+        lines += ["### Ranks", ""]
+        lines += md_table(CLUSTER_HEADERS, cluster_rows(overview)) + [""]
+    for title, (headers, rows) in top_rows(overview).items():
+        if rows:
+            lines += [f"### {title}", ""] + md_table(headers, rows) + [""]
+    return lines
