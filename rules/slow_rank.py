@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from traceanalyzer.engine.stats import robust_z
+from traceanalyzer.engine.stats import OUTLIER_EXCESS, OUTLIER_Z, robust_z
 from traceanalyzer.kit import (
     NOT_HOST_PROCESSES,
     STEP_SPAN_PREFIX,
@@ -70,10 +70,11 @@ class RankTimes:
     fix=FIX,
     params={
         "z_threshold": Param(
-            3.5, "Robust z-score (median/MAD) a rank must exceed (Iglewicz-Hoaglin: 3.5)."
+            OUTLIER_Z, "Robust z-score (median/MAD) a rank must exceed (Iglewicz-Hoaglin: 3.5)."
         ),
         "min_excess": Param(
-            0.10, "The rank must also be this much slower than the peers' median (0.10 = 10%)."
+            OUTLIER_EXCESS,
+            "The rank must also be this much slower than the peers' median (0.10 = 10%).",
         ),
         "min_ranks": Param(4, "Fewer ranks than this is too few peers to call an outlier."),
         "metric": Param(
@@ -406,6 +407,9 @@ def _judge(ctx: RuleContext, metric: str, times: list[RankTimes]) -> Iterator[Fi
             metrics={
                 "median_ns": t.total,
                 "peers_median_ns": median,
+                # what the rank loses against its peers over its steps (the overview's cost)
+                "cost_ns": max(t.total - median, 0.0) * t.steps,
+                "cost_share": max(t.total - median, 0.0) / t.total if t.total else None,
                 "excess": excess,
                 "robust_z": float(score),
                 "steps": t.steps,

@@ -18,6 +18,8 @@ from traceanalyzer.engine import (
     rule,
 )
 from traceanalyzer.engine import text as fmt
+from traceanalyzer.engine.cost import analysed_window_ns
+from traceanalyzer.engine.cost import share as window_share
 from traceanalyzer.engine.primitives import outermost, overlap_join, total_length
 from traceanalyzer.engine.rule import Params
 from traceanalyzer.kit import FigureContext, KeyFigure, Mark, evidence_marks
@@ -720,6 +722,9 @@ def _finding(
             "transfer_ns": total_ns,
             "lost_ns": lost_ns,
             "share_lost": share,
+            # the stalled span time is lost to the rank's window: the overview places it there
+            "cost_ns": lost_ns,
+            "cost_share": window_share(lost_ns, analysed_window_ns(ctx).get(rank)),
             "worst_span_ns": worst["dur_ns"],
             "worst_span_fraction": worst["fraction"],
             "worst_span_start_ns": worst["start_ns"],

@@ -25,7 +25,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("parse",),
     ("store", "ingest"),
     ("engine",),
-    ("kit", "synth", "recipes"),
+    ("kit", "overview", "synth", "recipes"),
     ("report",),
     ("compare", "pipeline"),
     ("cli",),

@@ -757,7 +757,7 @@ DERIVED_TABLES: dict[str, Table] = {
         _table(
             "summary_ranks",
             "The cluster view: one row per rank (session is `all`), outliers flagged with the "
-            "robust z-score slow-rank uses.",
+            "rules' robust z-score (traceanalyzer.engine.stats).",
             "derived: summary_steps, summary_kernels",
             Column("steps", I64, "Steps (windows) measured."),
             Column("step_ns", F64, "Mean step time."),
@@ -767,7 +767,11 @@ DERIVED_TABLES: dict[str, Table] = {
             Column("top_kernel", STR, "The kernel with the most device time."),
             Column("top_kernel_ns", I64, "Its total device time."),
             Column("step_z", F64, "Robust z-score of step_ns among the ranks (null: < 3 ranks)."),
-            Column("outlier", BOOL, "step_z above the slow-rank threshold (3.5)."),
+            Column(
+                "outlier",
+                BOOL,
+                "step_z above the outlier threshold (3.5) and 10% above the median.",
+            ),
         ),
     )
 }

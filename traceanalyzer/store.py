@@ -262,3 +262,25 @@ class Store:
 
     def manifest(self) -> Manifest:
         return Manifest.load(self.root) if self.root else Manifest()
+
+
+class RankStore(Store):
+    """A store that only sees the partitions of some ranks (a worker's shard).
+
+    Listing and scanning only ``rank=R`` directories keeps the worker's reads (and the Parquet
+    footers it parses) proportional to its shard, not to the collection.
+    """
+
+    def __init__(self, root: Path, ranks: Iterable[int]):
+        super().__init__(root)
+        self.shard = sorted(set(ranks))
+
+    def _files(self, name: str) -> list[Path]:
+        if self.root is None:
+            return []
+        base = self.root / TABLES_DIR / name
+        return sorted(
+            path
+            for rank in self.shard
+            for path in base.glob(f"rank={rank}/session=*/part-0.parquet")
+        )

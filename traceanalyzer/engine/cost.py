@@ -10,8 +10,8 @@ from __future__ import annotations
 import polars as pl
 
 from traceanalyzer.engine.rule import RuleContext
+from traceanalyzer.vocabulary import STEP_SPAN_PREFIX
 
-STEP_PREFIX = "ProfilerStep#"
 WINDOW_SCHEMA = {"rank": pl.Int32, "session": pl.String, "start_ns": pl.Int64, "end_ns": pl.Int64}
 
 
@@ -19,7 +19,7 @@ def analysed_windows(ctx: RuleContext) -> pl.DataFrame:
     """The windows of every rank in scope: its steps, else its sessions (rank, session, bounds)."""
     steps = (
         ctx.table("slices")
-        .filter(pl.col("name").str.starts_with(STEP_PREFIX) & (pl.col("dur_ns") > 0))
+        .filter(pl.col("name").str.starts_with(STEP_SPAN_PREFIX) & (pl.col("dur_ns") > 0))
         .select("rank", "session", "start_ns", "end_ns")
         .collect()
         .cast(WINDOW_SCHEMA)  # type: ignore[arg-type]

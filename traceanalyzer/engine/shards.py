@@ -17,7 +17,7 @@ Each rule's outcome on each rank is cached (:mod:`traceanalyzer.engine.cache`).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,31 +28,9 @@ from traceanalyzer.engine.registry import RuleSet
 from traceanalyzer.engine.rule import Rule
 from traceanalyzer.engine.runner import RuleOutcome, RunResult, evaluate, evaluate_rule
 from traceanalyzer.executor import Executor, TaskCrashed
-from traceanalyzer.store import TABLES_DIR, Store, load_manifest
+from traceanalyzer.store import RankStore, Store, load_manifest
 
 Digests = tuple[tuple[str, str], ...]  # (rule id, code digest), sorted
-
-
-class RankStore(Store):
-    """A store that only sees the partitions of some ranks (a worker's shard).
-
-    Listing and scanning only ``rank=R`` directories keeps the worker's reads (and the Parquet
-    footers it parses) proportional to its shard, not to the collection.
-    """
-
-    def __init__(self, root: Path, ranks: Iterable[int]):
-        super().__init__(root)
-        self.shard = sorted(set(ranks))
-
-    def _files(self, name: str) -> list[Path]:
-        if self.root is None:
-            return []
-        base = self.root / TABLES_DIR / name
-        return sorted(
-            path
-            for rank in self.shard
-            for path in base.glob(f"rank={rank}/session=*/part-0.parquet")
-        )
 
 
 # Rule sets by (source, digests): the driver's own (so an in-process executor reuses its rule

@@ -12,6 +12,9 @@ from collections.abc import Sequence
 import numpy as np
 
 MAD_SCALE, MEANAD_SCALE = 0.6745, 1.253314
+# An outlier: robust z above Iglewicz & Hoaglin's 3.5 cut-off, and this much above the median
+# (a tight cluster makes tiny differences look extreme). Rules take these as their defaults.
+OUTLIER_Z, OUTLIER_EXCESS = 3.5, 0.10
 
 
 def robust_z(values: Sequence[float] | np.ndarray) -> np.ndarray:

@@ -1,22 +1,21 @@
-"""The cluster view: one row per rank, outliers flagged with slow-rank's robust statistics."""
+"""The cluster view: one row per rank, outliers flagged with the rules' robust statistics
+(:mod:`traceanalyzer.engine.stats`), whether or not a rule fired."""
 
 from __future__ import annotations
 
 import polars as pl
 
-from traceanalyzer.engine.stats import robust_z
+from traceanalyzer.engine.stats import OUTLIER_EXCESS, OUTLIER_Z, robust_z
 from traceanalyzer.overview.breakdown import computing_ns, idle_ns
 
-# slow-rank's defaults (z_threshold, min_excess, and too few peers below 3 for any centre):
-# the overview flags the ranks slow-rank would look at, whether or not it fired
-OUTLIER_Z, OUTLIER_EXCESS, MIN_PEERS = 3.5, 0.10, 3
+MIN_PEERS = 3  # below this there is no centre to be an outlier from
 ALL_SESSIONS = "all"  # the session value of summary_ranks rows: the row covers every session
 
 
 def cluster_rows(steps: pl.DataFrame, kernels: pl.DataFrame) -> pl.DataFrame:
     """``summary_ranks``: per rank the mean step and its parts, the top kernel, and step_z.
 
-    Means, where slow-rank takes medians: a rare long step (a stalled transfer, a recompile)
+    Means, where the rank-comparison rule takes medians: a rare long step (a stalled transfer, a recompile)
     is time the job lost on that rank, and the view should show it; the robust z-score across
     ranks is slow-rank's.
     """

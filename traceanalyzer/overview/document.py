@@ -167,24 +167,13 @@ def overview_document(
 # --------------------------------------------------------------------------------------------
 
 
-def _occurrence_cost(
-    name: str, metrics: Mapping[str, Any]
-) -> tuple[float | None, float | None, str]:
-    """(cost_ns over the rank's windows, share of its step time, how) from one rank's metrics."""
+def _occurrence_cost(metrics: Mapping[str, Any]) -> tuple[float | None, float | None, str]:
+    """(cost_ns over the rank's windows, share of its step time, how) from one rank's metrics:
+    a rule states its cost in ``cost_ns`` / ``cost_share`` (docs/writing-rules.md)."""
     if isinstance(metrics.get("cost_ns"), (int, float)) or isinstance(
         metrics.get("cost_share"), (int, float)
     ):
         return metrics.get("cost_ns"), metrics.get("cost_share"), "cost_ns/cost_share"
-    if name == "store-transfer-stall" and isinstance(metrics.get("lost_ns"), (int, float)):
-        return float(metrics["lost_ns"]), None, "time lost in stalled transfer spans (lost_ns)"
-    if name == "slow-rank" and metrics.get("median_ns") and metrics.get("peers_median_ns"):
-        excess = float(metrics["median_ns"]) - float(metrics["peers_median_ns"])
-        steps = float(metrics.get("steps") or 1)
-        return (
-            excess * steps,
-            excess / float(metrics["median_ns"]),
-            "median step time above the peers' median, per step",
-        )
     return None, None, ""
 
 
@@ -204,7 +193,7 @@ def finding_costs(
         ]
         cost, window, shares, basis = 0.0, 0, [], ""
         for occ in occurrences:
-            ns, share, how = _occurrence_cost(finding.get("name", ""), occ.get("metrics") or {})
+            ns, share, how = _occurrence_cost(occ.get("metrics") or {})
             if not how:
                 continue
             basis = how

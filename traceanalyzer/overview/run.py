@@ -1,7 +1,7 @@
 """Compute the overview of a store: one task per rank on the executor, then the cluster rows.
 
 - **map**: :func:`overview_rank` runs in a worker on the rank's shard of the store (the same
-  :class:`~traceanalyzer.executor.RankStore` the rank rules read) and writes the rank's
+  :class:`~traceanalyzer.store.RankStore` the rank rules read) and writes the rank's
   ``summary_steps``/``summary_kernels``/``summary_host_apis``/``summary_collectives``
   partitions; only a row count comes back.
 - **reduce**, in the driver: ``summary_ranks`` (one row per rank, outliers flagged) from the
@@ -26,7 +26,7 @@ import polars as pl
 from traceanalyzer.overview.cluster import cluster_rows
 from traceanalyzer.overview.compute import DEFAULT_TOP, TopSizes, summarize_rank
 from traceanalyzer.schema import DERIVED_TABLES
-from traceanalyzer.store import TABLES_DIR, Store, commit_partition, write_atomic_text
+from traceanalyzer.store import TABLES_DIR, RankStore, Store, commit_partition, write_atomic_text
 
 if TYPE_CHECKING:
     from traceanalyzer.executor import Executor
@@ -48,8 +48,6 @@ def write_table(root: Path, table: str, rank: int, frame: pl.DataFrame) -> None:
 
 def overview_rank(store_root: str, rank: int, sizes: Mapping[str, int]) -> int:
     """The worker task: the rank's summary tables, written into the store; returns their rows."""
-    from traceanalyzer.executor import RankStore
-
     root = Path(store_root)
     frames = summarize_rank(RankStore(root, [rank]), rank, TopSizes(**sizes))
     for table, frame in frames.items():
@@ -67,7 +65,7 @@ def _code_digest() -> str:
 
 
 def _rank_keys(root: Path, ranks: list[int], sizes: TopSizes) -> dict[int, str]:
-    from traceanalyzer.ingest import load_manifest
+    from traceanalyzer.store import load_manifest
 
     code = _code_digest()
     sessions = load_manifest(root).sessions

@@ -152,9 +152,9 @@ def _cluster(overview: Mapping[str, Any]) -> str:
             body = body.replace(cell, f'<tr class="outlier"><td>{esc(row[0])}</td>')
     note = (
         f"{len(outliers)} outlier rank(s): robust z-score of the step time above 3.5 and 10% "
-        "above the median (slow-rank's statistics), shown whether or not slow-rank fired."
+        "above the median (the rules' outlier statistics), shown whether or not a rule fired."
         if outliers
-        else "No outlier rank (robust z-score of the step time, as slow-rank computes it)."
+        else "No outlier rank (robust z-score of the step time, as the rules compute it)."
     )
     return details(
         f"Cluster ({len(rows)} ranks)", body + f'<p class="small muted">{esc(note)}</p>', open_=True
