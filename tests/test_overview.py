@@ -286,7 +286,7 @@ def test_run_writes_the_overview_everywhere(tmp_path: Path) -> None:
     md = (out / "report.md").read_text()
     assert md.index("## Where the time goes") < md.index("## Findings")
     assert (
-        "plots/overview-timeline.png" in md and (out / "plots" / "overview-timeline.png").is_file()
+        "plots/overview-timeline.svg" in md and (out / "plots" / "overview-timeline.svg").is_file()
     )
     html = (out / "report.html").read_text()
     assert html.index('id="overview"') < html.index("<h2>Findings</h2>")

@@ -50,7 +50,8 @@ def test_sick_sample_has_section_and_plot(sample: str) -> None:
         assert section, f"no section for {f['name']}"
     images = [a for t, a in doc.tags if t == "img"]
     assert len([a for a in images if a["alt"].startswith("plot for ")]) == len(fired)
-    assert len(images) == len(fired) + 1  # and the overview's timeline strip
+    assert len(images) == len(fired)
+    assert html.count('<figure class="ov-timeline"><svg ') == 1  # the overview's timeline, inline
     for img in images:
         assert img["src"].startswith("data:image/png;base64,")
         assert base64.b64decode(img["src"].split(",", 1)[1]).startswith(PNG_MAGIC)

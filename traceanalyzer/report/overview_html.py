@@ -1,8 +1,9 @@
 """The overview in report.html: where the time goes, before the findings.
 
-Reads findings.json's ``summary.overview`` (``docs/overview.md``); the figures come from
-:mod:`traceanalyzer.report.overview_plots` and are drawn once by :func:`overview_images` (the
-Markdown report links the same PNGs).
+Reads findings.json's ``summary.overview`` (``docs/overview.md``); the figures (the heat map
+from :mod:`~traceanalyzer.report.overview_plots`, the timeline strip from
+:mod:`~traceanalyzer.report.overview_timeline`) are drawn once by :func:`overview_figures`, and
+the Markdown report links the same files.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from traceanalyzer.report.overview_plots import COLORS
 if TYPE_CHECKING:
     from traceanalyzer.report.inputs import ReportInputs
 
-BREAKDOWN_PNG, TIMELINE_PNG = "overview-breakdown.png", "overview-timeline.png"
+BREAKDOWN_PNG, TIMELINE_SVG = "overview-breakdown.png", "overview-timeline.svg"
 RANKS_SHOWN = 8  # the per-rank table opens folded beyond this (the heat map shows them all)
 
 
@@ -30,32 +31,46 @@ def overview_costs(doc: Mapping[str, Any]) -> dict[str, Any]:
     return (overview_of(doc) or {}).get("costs") or {}
 
 
-def overview_images(inputs: ReportInputs) -> tuple[dict[str, bytes], dict[str, str]]:
-    """PNG by file name, and what failed to draw (a figure is a nicety; the tables stand)."""
-    from traceanalyzer.report.overview_plots import heatmap_figure, timeline_figure
-    from traceanalyzer.report.plots import render_png
-
+def overview_figures(inputs: ReportInputs) -> tuple[dict[str, bytes], dict[str, str]]:
+    """Figure files by name (the heat map's PNG, the timeline's SVG), and what failed to draw
+    (a figure is a nicety; the tables stand)."""
     overview = overview_of(inputs.findings)
     if not text.usable(overview):
         return {}, {}
     assert overview is not None
-    pngs: dict[str, bytes] = {}
-    errors: dict[str, str] = {}
     drawers = {
-        BREAKDOWN_PNG: lambda: heatmap_figure(overview),
-        TIMELINE_PNG: lambda: timeline_figure(overview, inputs.store) if inputs.store else None,
+        BREAKDOWN_PNG: lambda: _heatmap_png(overview),
+        TIMELINE_SVG: lambda: _timeline_svg(overview, inputs),
     }
+    files: dict[str, bytes] = {}
+    errors: dict[str, str] = {}
     for name, draw in drawers.items():
         try:
-            fig = draw()
-            if fig is not None:
-                pngs[name] = render_png(fig)
+            data = draw()
+            if data is not None:
+                files[name] = data
         except Exception as exc:
             errors[f"plot {name}"] = f"{type(exc).__name__}: {exc}"
-    return pngs, errors
+    return files, errors
 
 
-def overview_section(doc: Mapping[str, Any], pngs: Mapping[str, bytes]) -> str:
+def _heatmap_png(overview: Mapping[str, Any]) -> bytes | None:
+    from traceanalyzer.report.overview_plots import heatmap_figure
+    from traceanalyzer.report.plots import render_png
+
+    fig = heatmap_figure(overview)
+    return None if fig is None else render_png(fig)
+
+
+def _timeline_svg(overview: Mapping[str, Any], inputs: ReportInputs) -> bytes | None:
+    from traceanalyzer.report.overview_timeline import timeline_svg
+
+    svg = timeline_svg(overview, inputs.store) if inputs.store else None
+    return None if svg is None else svg.encode("utf-8")
+
+
+def overview_section(doc: Mapping[str, Any], figures: Mapping[str, bytes]) -> str:
+    """``figures``: :func:`overview_figures`' files by name (absent ones are not shown)."""
     overview = overview_of(doc)
     if not overview:
         return ""
@@ -79,19 +94,19 @@ def overview_section(doc: Mapping[str, Any], pngs: Mapping[str, bytes]) -> str:
         "<figcaption>Each rank's mean step split into compute (by accelerator), "
         "communication, copies and idle time.</figcaption>"
     )
-    if BREAKDOWN_PNG in pngs:  # the heat map, past 8 ranks
+    if BREAKDOWN_PNG in figures:  # the heat map, past 8 ranks
         parts.append(
-            f"<figure>{img_png(pngs[BREAKDOWN_PNG], 'time breakdown per rank')}{caption}</figure>"
+            f"<figure>{img_png(figures[BREAKDOWN_PNG], 'time breakdown per rank')}{caption}</figure>"
         )
     else:
         parts.append(f'<figure class="ov-bars">{stacked_bars(overview)}{caption}</figure>')
     parts.append(
         table(["component", "per step", "share"], text.component_rows(overview), numeric=(1, 2))
     )
-    if TIMELINE_PNG in pngs:
+    if TIMELINE_SVG in figures:  # inline: crisp, and each task says what it is on hover
         rep = overview.get("representative") or {}
         parts.append(
-            f"<figure>{img_png(pngs[TIMELINE_PNG], 'timeline of a representative step')}"
+            f'<figure class="ov-timeline">{figures[TIMELINE_SVG].decode("utf-8")}'
             f"<figcaption>Rank {esc(rep.get('rank'))}, the step whose time is the median of "
             "all steps: device streams, tasks coloured as in the breakdown.</figcaption></figure>"
         )

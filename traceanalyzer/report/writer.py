@@ -19,7 +19,7 @@ from traceanalyzer.report.annotations import build_annotations
 from traceanalyzer.report.html_report import render_html
 from traceanalyzer.report.inputs import ReportInputs
 from traceanalyzer.report.markdown import render_markdown
-from traceanalyzer.report.overview_html import overview_images
+from traceanalyzer.report.overview_html import overview_figures
 from traceanalyzer.report.plots import figure_for, render_png
 from traceanalyzer.report.sarif import build_sarif
 from traceanalyzer.store import write_atomic_bytes, write_atomic_text
@@ -84,12 +84,12 @@ def write_reports(
         rel = f"{PLOTS_DIR}/{by_fp[fp]['name']}-{fp}.png"
         write_atomic_bytes(out / rel, png)
         plot_files[fp] = rel
-    overview_pngs, overview_errors = overview_images(inputs)  # keyed by file name
+    overview_files, overview_errors = overview_figures(inputs)  # keyed by file name
     files.errors |= overview_errors
-    for name, png in overview_pngs.items():
-        write_atomic_bytes(out / PLOTS_DIR / name, png)
+    for name, data in overview_files.items():
+        write_atomic_bytes(out / PLOTS_DIR / name, data)
         plot_files[name] = f"{PLOTS_DIR}/{name}"
-    pngs |= overview_pngs
+    pngs |= overview_files
 
     def attempt(name: str, render) -> None:  # noqa: ANN001 - a zero-argument renderer
         try:

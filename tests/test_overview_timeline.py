@@ -1,0 +1,52 @@
+"""The overview's timeline strip: hand-built SVG, well-formed, escaped, and bounded in size."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+
+from traceanalyzer.engine.testing import StoreBuilder
+from traceanalyzer.report.overview_timeline import CLASS_COLORS, MAX_RECTS, timeline_svg
+
+SVG = "{http://www.w3.org/2000/svg}"
+NASTY = "Mat<Mul> & \"quoted\" 'op'\x01"
+STEP = {"rank": 0, "session": "s0", "step": 7, "start_ns": 0, "end_ns": 1_000_000_000}
+
+
+def test_names_are_escaped_and_each_task_says_what_it_is() -> None:
+    b = StoreBuilder().session(0, "s0", start_us=0, end_us=2_000_000)
+    b.span(0, "s0", "ProfilerStep#7", 0, 1_000_000)
+    b.task(0, "s0", 2, NASTY, 100_000, 200_000, task_type="AI_CORE")
+    b.hccl_task(0, "s0", 9, "hcom_allReduce__1_0_1", 250_000, 150_000)
+    svg = timeline_svg({"representative": STEP}, b.store())
+    assert svg is not None
+    root = ET.fromstring(svg)  # well-formed XML, as written to plots/overview-timeline.svg
+    labels = [t.text for t in root.iter(f"{SVG}text")]
+    assert labels[0] == "rank 0, step 7: device streams (colours as in the breakdown)"
+    assert (
+        "communication" in labels and "stream 2" in labels and "ms from the step's start" in labels
+    )
+    tips = {r.get("fill"): r.find(f"{SVG}title").text for r in root.iter(f"{SVG}rect")}
+    assert tips[CLASS_COLORS["ai_core"]] == "Mat<Mul> & \"quoted\" 'op' (ai_core, 200 ms)"
+    assert "hcom_allReduce__1_0_1 (comm" in tips[CLASS_COLORS["comm"]]
+
+
+def test_many_tiny_tasks_merge_into_a_bounded_svg() -> None:
+    """A busy step (here 40,000 one-µs kernels on 2 streams) stays a small file."""
+    b = StoreBuilder().session(0, "s0", start_us=0, end_us=2_000_000)
+    b.span(0, "s0", "ProfilerStep#7", 0, 1_000_000)
+    for i in range(20_000):
+        for stream in (2, 3):
+            b.task(0, "s0", stream, f"op{i}", i * 50 + stream, 1, task_type="AI_CORE")
+    b.task(0, "s0", 4, "Long<&>", 0, 900_000, task_type="AI_VECTOR_CORE")
+    svg = timeline_svg({"representative": STEP}, b.store())
+    assert svg is not None and len(svg) < 1_000_000
+    rects = list(ET.fromstring(svg).iter(f"{SVG}rect"))
+    assert 2 <= len(rects) <= MAX_RECTS
+    tips = [r.find(f"{SVG}title").text for r in rects]
+    assert "Long<&> (ai_vector, 900 ms)" in tips
+    assert any(t.startswith("20000 ai_core tasks") for t in tips)  # one dense run per stream
+
+
+def test_no_representative_step_draws_nothing() -> None:
+    b = StoreBuilder().session(0, "s0", start_us=0, end_us=2_000)
+    assert timeline_svg({"representative": None}, b.store()) is None
