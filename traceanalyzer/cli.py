@@ -180,6 +180,11 @@ def _partial_lines(result: IngestResult) -> list[str]:
 # for polars, duckdb or matplotlib they never touch. The one-line help is repeated here so that
 # listing the commands imports nothing (tests/test_cli_startup.py keeps it equal to the real one).
 LAZY_COMMANDS: dict[str, tuple[str, str, str]] = {
+    "annotate": (
+        "traceanalyzer.report.cli",
+        "annotate_command",
+        "Copy each rank's trace into OUT/annotated/ with the findings' marks on their own tracks.",
+    ),
     "diff": (
         "traceanalyzer.compare.cli",
         "diff_command",
@@ -341,6 +346,11 @@ def _findings_table(result, out: Path) -> str:  # noqa: ANN001 - engine RunResul
     "its buffers per trace, a multiple of its size, or 800MB, 2GB. More is faster (less "
     "spilling to disk); peak memory per worker follows it.",
 )
+@click.option(
+    "--annotate",
+    is_flag=True,
+    help="Also write each rank's trace with the findings' marks merged in (as `annotate OUT`).",
+)
 @click.option("--quiet", "-q", is_flag=True, help="Only print the final summary.")
 @click.option(
     "--format",
@@ -375,6 +385,7 @@ def _run(
     fail_on: str | None,
     force: bool,
     parse_memory: str,
+    annotate: bool,
     quiet: bool,
     fmt: str,
 ) -> None:
@@ -434,6 +445,11 @@ def _run(
                 click.echo(line)
         click.echo(_findings_table(findings, out))
         click.echo(reports.closing_text(color=sys.stdout.isatty()))
+    if annotate and reports.inputs is not None:
+        from traceanalyzer.report.annotated import annotated_text, write_annotated
+
+        # after the JSON document, on stderr: stdout stays parseable
+        click.echo(annotated_text(write_annotated(reports.inputs), out), err=fmt == "json")
     if findings.exit_code:
         # the last line says why a CI gate failed (stderr under --format json: stdout is JSON)
         click.echo(_gate_line(findings), err=fmt == "json")
