@@ -261,3 +261,29 @@ def test_available_memory_reads_meminfo_and_a_container_limit(tmp_path: Path) ->
     (cgroup / "memory.stat").write_text(f"anon 1\ninactive_file {1 << 30}\n")
     assert available_memory_mb(proc, cgroup) == 2048  # 4 GB limit, 3 GB used of which 1 GB cache
     assert available_memory_mb(tmp_path / "none", tmp_path / "none") is None
+
+
+def test_auto_picks_local_for_small_work_and_a_pool_for_large() -> None:
+    small = make_executor("auto", jobs=2)
+    assert "below 256 MB" in small.plan(tasks=8, work_bytes=2 << 20)
+    assert not small.parallel and small.describe() == "auto: local"
+    assert "chosen earlier" in small.plan(tasks=8, work_bytes=1 << 40)  # kept for the run
+    assert make_executor("auto", jobs=2).plan(tasks=1, work_bytes=1 << 40).startswith("local")
+    large = make_executor("auto", jobs=2)
+    try:
+        assert large.plan(tasks=8, work_bytes=1 << 30).startswith("processes (2 jobs)")
+        assert large.parallel and large.shares_memory
+    finally:
+        large.close()
+
+
+def test_run_says_which_executor_it_used_and_why(collection: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    result = CliRunner().invoke(main, ["run", str(collection), "--out", str(out), "-j", "2"])
+    assert result.exit_code == 0, result.output
+    (line,) = [x for x in result.output.splitlines() if x.startswith("executor: ")]
+    assert line.startswith("executor: local (8 task(s), ")
+    assert "a process pool would cost more than it saves" in line
+    assert json.loads((out / "ingest.json").read_text())["executor"] == line.removeprefix(
+        "executor: "
+    )

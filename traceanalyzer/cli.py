@@ -297,10 +297,11 @@ def _findings_table(result, out: Path) -> str:  # noqa: ANN001 - engine RunResul
 @click.option(
     "--executor",
     "executor_name",
-    type=click.Choice(["local", "processes", "ray"]),
-    default="processes",
+    type=click.Choice(["auto", "local", "processes", "ray"]),
+    default="auto",
     show_default=True,
-    help="Where per-rank work runs: this process, a process pool, or Ray (traceanalyzer[ray]).",
+    help="Where per-rank work runs: this process, a process pool, or Ray (traceanalyzer[ray]); "
+    "auto: this process for small work, a pool otherwise (the run says which, and why).",
 )
 @click.option(
     "--ray-address",

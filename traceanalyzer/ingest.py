@@ -108,6 +108,7 @@ class IngestResult:
     out: Path
     discovery: Discovery
     outcomes: list[SessionOutcome]
+    executor: str = ""  # which executor ran the sessions, and why (Executor.plan)
 
     @property
     def failed(self) -> list[SessionOutcome]:
@@ -126,6 +127,7 @@ class IngestResult:
     def to_dict(self) -> dict[str, Any]:
         return {
             "out": str(self.out),
+            "executor": self.executor,
             "sessions": [asdict(o) for o in self.outcomes],
             "problems": [p.to_dict() for p in self.discovery.problems],
         }
@@ -392,6 +394,14 @@ _WORKER_BASE_MB = 150
 _WORKER_PER_TRACE_MB = 0.3
 
 
+def input_bytes(session: RankSession) -> int:
+    """The size of the session's exported files (what parsing and the rules work through)."""
+    try:
+        return sum(p.stat().st_size for p in session.output_dir.iterdir() if p.is_file())
+    except OSError:  # unreadable: its parse reports why; it weighs nothing here
+        return 0
+
+
 def session_memory_mb(session: RankSession, memory: ParseMemory = DEFAULT_PARSE_MEMORY) -> int:
     """Peak RSS to expect from the worker that ingests ``session``, in MB: the larger of the
     trace parse and the CSV parse (which streams in a fixed budget)."""
@@ -553,7 +563,7 @@ def ingest(
     """Discover every rank session under ``root`` and bring the store at ``out`` up to date.
 
     ``executor`` runs the per-session work (:func:`traceanalyzer.executor.make_executor`); by
-    default sessions run in this process when ``jobs`` is 1, else in a spawn process pool.
+    default ``auto``: in this process when the work is small, else in a spawn process pool.
     ``memory`` is each trace's parse budget (DuckDB's buffers, per worker).
     """
     from traceanalyzer.executor import TaskCrashed, make_executor
@@ -613,7 +623,11 @@ def ingest(
         progress(note, done, total, None)
     owned = executor is None
     if executor is None:
-        executor = make_executor("processes" if jobs > 1 else "local", jobs=jobs)
+        executor = make_executor("auto", jobs=jobs)
+    # all sessions, cached ones too: the rules map over every rank with the same executor
+    executor_note = executor.plan(len(found.sessions), sum(map(input_bytes, found.sessions)))
+    if progress:
+        progress(f"executor: {executor_note}", done, total, None)
     side_by_side = min(executor.jobs, len(todo)) if executor.parallel else 1
     if executor.shares_memory and side_by_side > 1:
         side_by_side, note = _fit_in_memory([s for s, _ in todo], side_by_side, memory)
@@ -643,4 +657,4 @@ def ingest(
     outcomes.sort(key=lambda o: (o.rank, o.session))
     if progress:
         progress("done", done, total, None)
-    return IngestResult(out=out_path, discovery=found, outcomes=outcomes)
+    return IngestResult(out_path, found, outcomes, executor=executor_note)
