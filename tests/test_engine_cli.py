@@ -112,3 +112,41 @@ def test_rule_dirs_in_config_and_new_ids_that_collide_with_nothing(tmp_path, mon
     assert created_id("fourth-rule", "--dir", "d", "--rules", "b", "--rules", "c") == "TA104"
     taken = CliRunner().invoke(rules_group, ["new", "fifth-rule", "--dir", "e", "--id", "TA100"])
     assert taken.exit_code != 0 and "TA100 is already used" in taken.output
+
+
+def test_rules_show_severity_escalation() -> None:
+    listed = invoke("list").output
+    (line,) = [x for x in listed.splitlines() if "store-transfer-stall" in x]
+    assert "warning -> error" in line
+    assert "error when at least `error_share`" in listed
+    explained = invoke("explain", "TA002").output
+    assert "Severity: warning -> error (when at least `error_share`" in explained
+    docs = render_markdown(load_rules().rules)
+    assert (
+        "| TA002 | [`store-transfer-stall`](#ta002-store-transfer-stall) | warning -> error |"
+        in docs
+    )
+
+
+def test_a_rule_emitting_an_undeclared_severity_fails() -> None:
+    import pytest
+
+    from traceanalyzer.engine.rule import Params, RuleContext, RuleDefinitionError
+    from traceanalyzer.store import Store
+
+    stall = load_rules().rules.get("store-transfer-stall")
+    ctx = RuleContext(stall, Store.from_frames({}), Params({}))
+    assert ctx.finding(rank=0, title="t", message="m", location={}, severity="error")
+    slow = load_rules().rules.get("slow-rank")
+    ctx = RuleContext(slow, Store.from_frames({}), Params({}))
+    with pytest.raises(RuleDefinitionError, match="declare escalates_to='error'"):
+        ctx.finding(rank=0, title="t", message="m", location={}, severity="error")
+
+
+def test_rules_new_then_rules_test_as_the_readme_says(tmp_path, monkeypatch) -> None:  # noqa: ANN001
+    """From any folder: `rules new` writes ./rules, which the other `rules` commands read."""
+    monkeypatch.chdir(tmp_path)
+    created = invoke("new", "my-rule")
+    assert "rules test my-rule`" in created.output and "--rules rules" in created.output
+    assert "my-rule" in invoke("list").output
+    assert CliRunner().invoke(rules_group, ["test", "my-rule"]).exit_code == 0

@@ -251,6 +251,12 @@ class RuleContext:
         of timestamps (e.g. ``{"span": "batch_get_into_multi_buffers"}``); it makes the fingerprint,
         so the same problem gets the same id on every run and groups across ranks."""
         ranks = [rank] if isinstance(rank, int) else list(rank)
+        highest = self.rule.escalates_to or self.rule.severity
+        if severity is not None and SEVERITIES.index(severity) > SEVERITIES.index(highest):
+            raise RuleDefinitionError(
+                f"rule {self.rule.id} {self.rule.name} emits {severity!r} but declares "
+                f"{self.rule.severities!r}: declare escalates_to={severity!r} and when"
+            )
         return Finding(
             rule=self.rule.id,
             name=self.rule.name,
@@ -305,6 +311,9 @@ class Rule:
     requires: tuple[Precondition, ...] = ()
     fix: str = ""
     scope: Scope = "rank"
+    # A rule whose findings can be more severe than ``severity`` declares how far, and when.
+    escalates_to: Severity | None = None
+    escalation: str = ""  # "when ...", for `rules list`, `rules explain` and docs/rules.md
     source: Path | None = None
     presentation: Presentation = field(default_factory=Presentation)
     digest: str = ""  # code digest, set by the loader (see engine.loader.rule_digest)
@@ -317,6 +326,15 @@ class Rule:
             problems.append(f"name {self.name!r} must be kebab-case")
         if self.severity not in SEVERITIES:
             problems.append(f"severity {self.severity!r} must be one of {', '.join(SEVERITIES)}")
+        if self.escalates_to is not None and (
+            self.escalates_to not in SEVERITIES
+            or SEVERITIES.index(self.escalates_to) <= SEVERITIES.index(self.severity)
+            or not self.escalation
+        ):
+            problems.append(
+                f"escalates_to {self.escalates_to!r} must be more severe than {self.severity!r}, "
+                "with the escalation saying when"
+            )
         if not self.summary or "\n" in self.summary:
             problems.append("summary must be one non-empty line")
         missing = [h for h in DOC_HEADINGS if h not in self.sections]
@@ -332,6 +350,16 @@ class Rule:
                     problems.append(f"requires unknown column(s) {sorted(unknown)} of {req.table}")
         if problems:
             raise RuleDefinitionError(f"rule {self.id} {self.name}: " + "; ".join(problems))
+
+    @property
+    def severities(self) -> str:
+        """``warning`` or ``warning -> error``: the severities its findings can have."""
+        return f"{self.severity} -> {self.escalates_to}" if self.escalates_to else self.severity
+
+    @property
+    def severity_text(self) -> str:
+        """``warning -> error (when ...)``: the severities and when it escalates."""
+        return f"{self.severities} ({self.escalation})" if self.escalates_to else self.severity
 
     @property
     def sections(self) -> dict[str, str]:
@@ -409,12 +437,15 @@ def rule(
     requires: Sequence[Precondition] = (),
     fix: str = "",
     scope: Scope = "rank",
+    escalates_to: Severity | None = None,
+    escalation: str = "",
 ) -> Callable[[RuleBody], Rule]:
     """Declare a rule. The decorated function's docstring is the rule's documentation.
 
     ``scope="rank"`` (default) promises that the body only relates data within a rank, so the
     runner may evaluate it per rank shard and group the findings afterwards; ``"global"`` rules
-    (cross-rank comparisons) always see every rank at once.
+    (cross-rank comparisons) always see every rank at once. A rule whose findings can be more
+    severe than ``severity`` says so: ``escalates_to="error", escalation="when ..."``.
     """
 
     def decorate(body: RuleBody) -> Rule:
@@ -429,6 +460,8 @@ def rule(
             requires=tuple(requires),
             fix=fix,
             scope=scope,
+            escalates_to=escalates_to,
+            escalation=escalation,
             source=_source_of(body),
         )
 
