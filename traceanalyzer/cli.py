@@ -148,6 +148,7 @@ def _summary(result: IngestResult) -> str:
         else:
             label = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {compress_ranks(ranks)}"
         lines.append(f"  {label}: {note}")
+    lines += [f"  {note}" for note in result.generation_notes]
     for p in result.discovery.problems:
         where = f" {p.path}:" if p.path else ""
         lines.append(f"  {p.severity}:{where} {p.message}")

@@ -38,6 +38,7 @@ import os
 import shutil
 import signal
 import tempfile
+import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
@@ -323,16 +324,21 @@ class RayExecutor(Executor):
         ray = self.ray
         if ray.is_initialized():
             return  # the caller (a notebook, a test) owns this Ray instance
+        # Ray's own warnings (a small /dev/shm, deprecations) are not the run's to print: they
+        # would land between the progress lines. Its errors still raise.
+        logging.getLogger("ray").setLevel(logging.ERROR)
         try:
-            if self.address:
-                ray.init(address=self.address, log_to_driver=False, logging_level=logging.WARNING)
-            else:
-                ray.init(
-                    num_cpus=self.jobs,
-                    include_dashboard=False,
-                    log_to_driver=False,
-                    logging_level=logging.WARNING,
-                )
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                if self.address:
+                    ray.init(address=self.address, log_to_driver=False, logging_level=logging.ERROR)
+                else:
+                    ray.init(
+                        num_cpus=self.jobs,
+                        include_dashboard=False,
+                        log_to_driver=False,
+                        logging_level=logging.ERROR,
+                    )
         except Exception as exc:
             where = self.address or "a local instance"
             raise ExecutorError(f"could not start or join Ray ({where}): {exc}") from exc

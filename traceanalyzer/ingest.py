@@ -38,7 +38,7 @@ import pyarrow.parquet as pq
 from traceanalyzer.discover import Discovery, RankSession, discover, input_root
 from traceanalyzer.parse import trace_native
 from traceanalyzer.parse.comm import parse_communication, parse_communication_matrix
-from traceanalyzer.parse.csv_tables import CSV_MEMORY_MB, SPECS, csv_database, parse_csv
+from traceanalyzer.parse.csv_tables import CSV_MEMORY_MB, SPECS, CsvSpec, csv_database, parse_csv
 from traceanalyzer.parse.sink import body_columns, conform_body, table_from_rows
 from traceanalyzer.parse.trace_view import DEFAULT_PARSE_MEMORY, ParseMemory, parse_trace_view
 from traceanalyzer.schema import TABLES
@@ -50,6 +50,7 @@ from traceanalyzer.store import (
     partition_exists,
     remove_session,
 )
+from traceanalyzer.vocabulary import GENERATIONS, generation_label
 
 if TYPE_CHECKING:
     from traceanalyzer.executor import Executor
@@ -83,6 +84,8 @@ class SessionOutcome:
     missing_files: list[str] = field(default_factory=list)
     # Optional files the profile was not asked for, as "file (option that writes it)".
     not_collected: list[str] = field(default_factory=list)
+    # Files this session's generation never writes (an older export): reported once per run.
+    not_in_generation: list[str] = field(default_factory=list)
     # Files read only in part or not at all (truncated trace, unparseable CSV), as "file (why)":
     # the rank is analysed, but without their lost data, so the run counts as partial.
     incomplete_files: list[str] = field(default_factory=list)
@@ -124,10 +127,24 @@ class IngestResult:
             or any(p.severity == "error" for p in self.discovery.problems)
         )
 
+    @property
+    def generation_notes(self) -> list[str]:
+        """What whole generations never write, once per run: ``G2 exports never write
+        task_time.csv (its tables are empty)``."""
+        files: dict[str, dict[str, None]] = {}
+        for o in self.outcomes:
+            for name in o.not_in_generation:
+                files.setdefault(generation_label(o.generation), {})[name] = None
+        return [
+            f"{label} exports never write {', '.join(names)} (tables from them are empty)"
+            for label, names in files.items()
+        ]
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "out": str(self.out),
             "executor": self.executor,
+            "notes": self.generation_notes,
             "sessions": [asdict(o) for o in self.outcomes],
             "problems": [p.to_dict() for p in self.discovery.problems],
         }
@@ -266,7 +283,7 @@ class _SideFiles:
     def __init__(self, session: RankSession, sink: _PartitionSink):
         self.session, self.sink = session, sink
         self.missing: list[str] = []
-        self.not_collected: list[str] = []
+        self.not_collected: list[CsvSpec] = []
         self.warnings: list[str] = []
         self.incomplete: list[str] = []
         names = [spec.file for spec in SPECS] + [name for name, _ in _COMM_FILES]
@@ -282,7 +299,7 @@ class _SideFiles:
                 path = self.session.output_dir / spec.file
                 if not path.is_file():
                     if spec.collected_with:
-                        self.not_collected.append(f"{spec.file} ({spec.collected_with})")
+                        self.not_collected.append(spec)
                     else:
                         self.missing.append(spec.file)
                     continue
@@ -308,8 +325,14 @@ class _SideFiles:
         return headers
 
     def report(self, outcome: SessionOutcome) -> None:
+        """Into ``outcome`` (its generation already named)."""
         outcome.missing_files += self.missing
-        outcome.not_collected += self.not_collected
+        age = GENERATIONS.index(outcome.generation) if outcome.generation in GENERATIONS else -1
+        for spec in self.not_collected:
+            if spec.written_from in GENERATIONS and age < GENERATIONS.index(spec.written_from):
+                outcome.not_in_generation.append(spec.file)
+            else:
+                outcome.not_collected.append(f"{spec.file} ({spec.collected_with})")
         outcome.warnings += self.warnings
         outcome.incomplete_files += self.incomplete
 
@@ -359,7 +382,6 @@ def ingest_session(
         else:
             outcome.missing_files.append(TRACE_FILE)
         headers = side[0].result() if side else side_files.parse()
-        side_files.report(outcome)
         for table in TABLES:
             if table not in sink.rows and table != "sessions":
                 sink.empty(table)
@@ -369,6 +391,7 @@ def ingest_session(
             trace.processes if trace else [],
             trace.hw_stream_arg if trace else None,
         )
+        side_files.report(outcome)
         sink.arrow("sessions", _session_row(session, trace, outcome))
         outcome.rows = dict(sink.rows)
     except RankFailed as exc:
