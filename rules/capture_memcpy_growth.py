@@ -305,7 +305,8 @@ def _judge(
     if has_dur:
         title += f"; capture time grows {fmt.ratio(dur_ratio)}"
     lines = [
-        f"Rank {rank}, {len(session_names)} session(s): {apis} calls inside each aclgraph capture "
+        f"Rank {rank} ({len(session_names)} session{'s' if len(session_names) != 1 else ''}): "
+        f"{apis} calls inside each aclgraph capture "
         f"window go from {fmt.number(t.first)} (first capture) to {fmt.number(t.last)} (last) "
         f"over {n} {unit}, in time order.",
         f"Trend: Theil-Sen slope {t.slope:+.3g} calls/{point}; Mann-Kendall tau {t.mk.tau:.2f}, "

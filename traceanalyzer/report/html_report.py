@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from typing import Any
 
@@ -47,7 +48,12 @@ def render_html(
         _overview(findings),
     ]
     parts += [
-        _finding_section(f, plots.get(f.get("fingerprint", "")), inputs.caption(f))
+        _finding_section(
+            f,
+            plots.get(f.get("fingerprint", "")),
+            inputs.caption(f),
+            functools.partial(inputs.session_start, f),
+        )
         for f in findings
     ]
     parts += [_rules_section(doc), _errors_section(doc), _run_section(summary), _footer(inputs)]
@@ -127,10 +133,20 @@ def _overview(findings: list[Mapping[str, Any]]) -> str:
     )
 
 
-def _metrics(metrics: Mapping[str, Any]) -> str:
+def _metrics(metrics: Mapping[str, Any], origin: Callable[[int], int | None]) -> str:
+    """Metric cards; a point in time reads from its session's start, the trace clock on hover."""
+
+    def value(k: str, v: Any) -> str:
+        start = origin(int(v)) if fmt.is_trace_time(k) and isinstance(v, int) else None
+        if start is None:
+            return f'<div class="v">{esc(fmt.metric(k, v))}</div>'
+        return (
+            f'<div class="v" title="{esc(fmt.metric(k, v))} on the trace clock">'
+            f"{esc(fmt.since(v, start))} <span class='small muted'>from session start</span></div>"
+        )
+
     items = "".join(
-        f'<div class="metric"><div class="k">{esc(fmt.label(k))}</div>'
-        f'<div class="v">{esc(fmt.metric(k, v))}</div></div>'
+        f'<div class="metric"><div class="k">{esc(fmt.label(k))}</div>{value(k, v)}</div>'
         for k, v in metrics.items()
     )
     return f'<div class="metrics">{items}</div>' if items else ""
@@ -154,7 +170,12 @@ def evidence_rows(finding: Mapping[str, Any]) -> list[tuple[Any, ...]]:
     return rows
 
 
-def _finding_section(f: Mapping[str, Any], png: bytes | None, caption: str = "") -> str:
+def _finding_section(
+    f: Mapping[str, Any],
+    png: bytes | None,
+    caption: str = "",
+    origin: Callable[[int], int | None] = lambda _: None,
+) -> str:
     sev = f.get("severity", "info")
     parts = [
         f'<section class="finding {esc(sev)}" id="{esc(finding_anchor(f))}">',
@@ -166,7 +187,7 @@ def _finding_section(f: Mapping[str, Any], png: bytes | None, caption: str = "")
         f'<span class="mono small">fingerprint {esc(f.get("fingerprint"))}</span>',
         "</div>",
         f'<div class="message">{paragraphs(f.get("message"))}</div>',
-        _metrics(f.get("metrics") or {}),
+        _metrics(f.get("metrics") or {}, origin),
     ]
     if png:
         alt = f"plot for {f.get('name')}"
