@@ -128,19 +128,19 @@ def test_rules_show_severity_escalation() -> None:
     )
 
 
-def test_a_rule_emitting_an_undeclared_severity_fails() -> None:
-    import pytest
+def test_rules_test_fails_an_undeclared_escalation() -> None:
+    """`rules test` says when a finding is more severe than the rule declares."""
+    from dataclasses import replace
 
-    from traceanalyzer.engine.rule import Params, RuleContext, RuleDefinitionError
-    from traceanalyzer.store import Store
+    from traceanalyzer.engine.ruletest import fixtures_for, run_fixture
 
     stall = load_rules().rules.get("store-transfer-stall")
-    ctx = RuleContext(stall, Store.from_frames({}), Params({}))
-    assert ctx.finding(rank=0, title="t", message="m", location={}, severity="error")
-    slow = load_rules().rules.get("slow-rank")
-    ctx = RuleContext(slow, Store.from_frames({}), Params({}))
-    with pytest.raises(RuleDefinitionError, match="declare escalates_to='error'"):
-        ctx.finding(rank=0, title="t", message="m", location={}, severity="error")
+    assert stall.undeclared("error") is None and stall.undeclared("warning") is None
+    undeclared = replace(stall, escalates_to=None, escalation="")
+    assert "declare escalates_to='error'" in (undeclared.undeclared("error") or "")
+    fires = [f for f in fixtures_for(stall) if f.expect == "fire"]
+    problems = [p for f in fires for p in run_fixture(undeclared, f).problems]
+    assert any("declare escalates_to='error'" in p for p in problems)
 
 
 def test_rules_new_then_rules_test_as_the_readme_says(tmp_path, monkeypatch) -> None:  # noqa: ANN001

@@ -420,12 +420,14 @@ class AutoExecutor(Executor):
         work = f"{tasks} task(s), {work_bytes / (1 << 20):.1f} MB of input"
         if self.jobs == 1 or tasks <= 1 or work_bytes < self.small_bytes:
             self.chosen = LocalExecutor(self.jobs)
-            if self.jobs > 1 and tasks > 1:
-                return (
-                    f"local ({work}, below {self.small_bytes >> 20} MB: a process pool would "
-                    "cost more than it saves)"
-                )
-            return f"local ({work})"
+            if self.jobs == 1:
+                return f"local ({work}, one job)"
+            if tasks <= 1:
+                return f"local ({work}: nothing to run side by side)"
+            return (
+                f"local ({work}, below {self.small_bytes >> 20} MB: a process pool would "
+                "cost more than it saves)"
+            )
         self.chosen = ProcessExecutor(self.jobs)
         return f"{self.chosen.describe()} ({work}, at least {self.small_bytes >> 20} MB)"
 

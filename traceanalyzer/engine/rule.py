@@ -251,12 +251,6 @@ class RuleContext:
         of timestamps (e.g. ``{"span": "batch_get_into_multi_buffers"}``); it makes the fingerprint,
         so the same problem gets the same id on every run and groups across ranks."""
         ranks = [rank] if isinstance(rank, int) else list(rank)
-        highest = self.rule.escalates_to or self.rule.severity
-        if severity is not None and SEVERITIES.index(severity) > SEVERITIES.index(highest):
-            raise RuleDefinitionError(
-                f"rule {self.rule.id} {self.rule.name} emits {severity!r} but declares "
-                f"{self.rule.severities!r}: declare escalates_to={severity!r} and when"
-            )
         return Finding(
             rule=self.rule.id,
             name=self.rule.name,
@@ -355,6 +349,17 @@ class Rule:
     def severities(self) -> str:
         """``warning`` or ``warning -> error``: the severities its findings can have."""
         return f"{self.severity} -> {self.escalates_to}" if self.escalates_to else self.severity
+
+    def undeclared(self, severity: str) -> str | None:
+        """Why a finding of ``severity`` breaks the declaration (None when it keeps it);
+        ``rules test`` checks every fixture's findings with it."""
+        highest = self.escalates_to or self.severity
+        if severity in SEVERITIES and SEVERITIES.index(severity) <= SEVERITIES.index(highest):
+            return None
+        return (
+            f"a finding is {severity!r} but the rule declares {self.severities!r}: declare "
+            f"escalates_to={severity!r} and escalation='when ...'"
+        )
 
     @property
     def severity_text(self) -> str:
