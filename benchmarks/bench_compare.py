@@ -21,7 +21,7 @@ children included):
 
 Time is the best of ``--repeat`` rounds (noise only ever adds; each round runs every case once,
 so a busy spell hits every case alike), peak RSS the worst. Ratios: anchor time / our run time
-(goals of issue 20: >= 20x msprof-analyze advisor, >= 4x HTA's load) and our run / floor.
+(goals: >= 20x msprof-analyze advisor, >= 4x HTA's load) and our run / floor.
 
 The anchors are optional extras of the benchmark, never of the package::
 
@@ -55,7 +55,7 @@ ADVISOR = "msprof-analyze advisor all"
 HTA = "HTA TraceAnalysis load"
 DEFAULT_FLOOR = "duckdb materialise all columns"
 
-# The goals of issue 20 item 3: anchor time / our run time.
+# The goals: anchor time / our run time.
 GOALS = {ADVISOR: 20.0, HTA: 4.0}
 
 HTA_PROGRAM = """
@@ -278,7 +278,7 @@ def render(results: dict[str, dict], meta: dict) -> str:
         )
     lines += [
         "",
-        f"Our run / floor: **{fmt_ratio(ours, floor) or 'n/a'}** (issue 20 item 2 asks <= 2.5x of "
+        f"Our run / floor: **{fmt_ratio(ours, floor) or 'n/a'}** (the goal: <= 2.5x of "
         "the all-files decode floor).",
         "",
     ]

@@ -368,7 +368,7 @@ def render(results: list[dict], file_mb: float, command: str) -> str:
             "",
         ]
     lines += [
-        "Targets (issue 2): ingest within 2x of the fastest decode of the same file; peak RSS <= 1.5x the",
+        "Targets: ingest within 2x of the fastest decode of the same file; peak RSS <= 1.5x the",
         "file size; peak memory flat in the number of ranks (see docs/scale.md for the multi-rank runs).",
         "",
         ANALYSIS,

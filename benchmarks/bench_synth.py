@@ -77,7 +77,7 @@ def main() -> None:
         f"Command: `python benchmarks/bench_synth.py --mb {args.mb}`",
         "",
         f"Machine: {os.cpu_count()} cores, Python {platform.python_version()}, {platform.machine()}.",
-        "Target (issue 3): `--target-mb 200` for one rank in well under a minute, in little memory.",
+        "Target: `--target-mb 200` for one rank in well under a minute, in little memory.",
         "",
         "| case | seconds | MB written | MB/s | peak RSS (MB) | time / write floor |",
         "|---|---:|---:|---:|---:|---:|",

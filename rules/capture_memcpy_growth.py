@@ -127,8 +127,8 @@ def capture_memcpy_growth(ctx: RuleContext) -> Iterator[Finding]:
     repeatedly. With aclgraph each communication op has its own tag; capture triggers an AICPU
     resource refresh that does one host-to-device memcpy per resource on a list, and HCCL cannot
     tell when an earlier captured graph's resources may be freed. The list only grows, so capture
-    N copies N times as much: model loading slows down linearly (seed 000: capture time grew
-    steadily from round 1 to round 100).
+    N copies N times as much: model loading slows down linearly (in the aclgraph capture slowdown
+    report, capture time grew steadily from round 1 to round 100).
 
     ## How to fix
     - Workaround: `export HCCL_OP_EXPANSION_MODE=AIV`. Communication ops expand on the AI Vector
@@ -147,9 +147,10 @@ def capture_memcpy_growth(ctx: RuleContext) -> Iterator[Finding]:
     captures (the rule then leaves a note with the count).
 
     ## References
-    - Seed 000: MT FSDP aclgraph capture degradation (rtMemcpy count grows per capture).
+    - The aclgraph capture slowdown report: MT FSDP aclgraph capture degradation (rtMemcpy
+      count grows per capture).
     - `HCCL_OP_EXPANSION_MODE` in the CANN environment variable reference.
-    - vllm-ascend issue #13688 (AIV mode and graph task groups).
+    - vllm-ascend#13688 (AIV mode and graph task groups).
     - Mann-Kendall test: Kendall, *Rank Correlation Methods* (1975); Theil-Sen: Sen (1968).
     """
     p = ctx.params
@@ -304,7 +305,8 @@ def _judge(
     if has_dur:
         title += f"; capture time grows {fmt.ratio(dur_ratio)}"
     lines = [
-        f"Rank {rank}, {len(session_names)} session(s): {apis} calls inside each aclgraph capture "
+        f"Rank {rank} ({len(session_names)} session{'s' if len(session_names) != 1 else ''}): "
+        f"{apis} calls inside each aclgraph capture "
         f"window go from {fmt.number(t.first)} (first capture) to {fmt.number(t.last)} (last) "
         f"over {n} {unit}, in time order.",
         f"Trend: Theil-Sen slope {t.slope:+.3g} calls/{point}; Mann-Kendall tau {t.mk.tau:.2f}, "

@@ -48,6 +48,8 @@ NO_LINKS = (
     id="TA004",
     name="host-launch-bound",
     severity="warning",
+    escalates_to="error",
+    escalation="when host-bound idle reaches `error_share` of the stream's span",
     summary="A compute stream sits idle between tasks because the host had not launched the next one yet.",
     params={
         "min_share": Param(

@@ -63,7 +63,8 @@ FIX = (
     "Drain the compute streams before the transfer: call `torch.npu.synchronize()` right before "
     "the store call (when profiling, put it outside the profiled region). Then find which "
     "framework stream issues the waits (the stalling streams listed) and fix the ordering there; "
-    "in seed 002 vllm-ascend 0.18 queued cross-stream waits that 0.21 no longer does."
+    "in the Mooncake KV-pool TTFT report, vllm-ascend 0.18 queued cross-stream waits that 0.21 "
+    "no longer does."
 )
 
 
@@ -71,6 +72,8 @@ FIX = (
     id="TA002",
     name="store-transfer-stall",
     severity="warning",
+    escalates_to="error",
+    escalation="when at least `error_share` of all transfer time is lost to waits",
     summary="Other NPU streams sit in NOTIFY_WAIT/EVENT_WAIT during a KV store transfer, stalling it.",
     fix=FIX,
     params={
@@ -134,20 +137,20 @@ def store_transfer_stall(ctx: RuleContext) -> Iterator[Finding]:
     `batch_put_from_multi_buffers`, `MooncakeBackend.get/put`, `kv_store_*`) during which
     *other* NPU streams sit in cross-stream waits (`EVENT_WAIT_SQE`/`NOTIFY_WAIT_SQE` tasks,
     `EVENT_WAIT`, `Notify Wait`, `Notify_Wait`). Transfer spans are host spans whose name
-    matches `span_pattern`, or, when the profile wraps exactly one transfer call (seed 002),
+    matches `span_pattern`, or, when the profile wraps exactly one transfer call (as in the Mooncake KV-pool report),
     the session window, from the first launch of the thread that issues the transfer's copies
     onto their stream. The transfer's own streams are excluded: the streams carrying its
     MEMCPY_ASYNC/SDMA/PCIE_DMA copies, and the streams that HostToDevice/async_npu flows from
     the transfer's thread land on (the span's thread, or the `aclrtMemcpyAsync` caller). A
-    stream is never its own because another thread's flow lands there: in seed 002 the waits
+    stream is never its own because another thread's flow lands there: in that report the waits
     themselves are launched by the model thread (`aclrtStreamWaitEvent`, `hcom_*`). It fires
     when the union of the other streams' waits covers at least `min_fraction` of a span that
     lasts at least `min_span_ms`.
 
     ## Why it matters
     A transfer that should take milliseconds takes seconds: the device is busy waiting for
-    work queued by the framework on other streams, and TTFT grows with it. In seed 002,
-    vLLM 0.18 + Mooncake pooling raised TTFT from 38.5 s to 60.9 s; each
+    work queued by the framework on other streams, and TTFT grows with it. In the Mooncake
+    KV-pool TTFT report, vLLM 0.18 + Mooncake pooling raised TTFT from 38.5 s to 60.9 s; each
     `batch_get_into_multi_buffers` took seconds while streams 39, 40, 43 and 46 sat in
     Notify Wait / EVENT_WAIT_SQE. The transfer engine itself was fine.
 
@@ -155,7 +158,8 @@ def store_transfer_stall(ctx: RuleContext) -> Iterator[Finding]:
     - Call `torch.npu.synchronize()` right before the store transfer so the compute streams
       drain first (when profiling, put the synchronize outside the profiled region).
     - Then find which framework stream issues the waits (the stalling streams in the finding)
-      and fix the ordering in the framework; seed 002 was fixed by the framework version.
+      and fix the ordering in the framework; the Mooncake KV-pool report was fixed by a newer
+      framework version.
 
     ## Example
     ```
@@ -172,8 +176,8 @@ def store_transfer_stall(ctx: RuleContext) -> Iterator[Finding]:
     setting to use: `--set store-transfer-stall.span_source=session`.
 
     ## References
-    - Seed 002: vllm 0.18 + Mooncake pooling TTFT regression (cross-stream waits on streams
-      39/40/43/46 during `batch_get_into_multi_buffers`).
+    - The Mooncake KV-pool TTFT report: vllm 0.18 + Mooncake pooling TTFT regression
+      (cross-stream waits on streams 39/40/43/46 during `batch_get_into_multi_buffers`).
     - torch_npu export format: Ascend Hardware task types (`EVENT_WAIT_SQE`, `NOTIFY_WAIT_SQE`),
       HCCL plane tasks (`Notify_Wait`), HostToDevice flows.
     """
@@ -504,7 +508,7 @@ def _no_spans_reason(ctx: RuleContext, copies: pl.DataFrame, waits: pl.DataFrame
     )
     return (
         f"{NO_SPANS}; but {'; '.join(looks[:SESSIONS_SHOWN])}{more}. That is what a profiler wrapped "
-        f"around one transfer call looks like (seed 002): if it is, rerun with {SESSION_SETTING}"
+        f"around one transfer call looks like: if it is, rerun with {SESSION_SETTING}"
     )
 
 

@@ -112,3 +112,41 @@ def test_rule_dirs_in_config_and_new_ids_that_collide_with_nothing(tmp_path, mon
     assert created_id("fourth-rule", "--dir", "d", "--rules", "b", "--rules", "c") == "TA104"
     taken = CliRunner().invoke(rules_group, ["new", "fifth-rule", "--dir", "e", "--id", "TA100"])
     assert taken.exit_code != 0 and "TA100 is already used" in taken.output
+
+
+def test_rules_show_severity_escalation() -> None:
+    listed = invoke("list").output
+    (line,) = [x for x in listed.splitlines() if "store-transfer-stall" in x]
+    assert "warning -> error" in line
+    assert "error when at least `error_share`" in listed
+    explained = invoke("explain", "TA002").output
+    assert "Severity: warning -> error (when at least `error_share`" in explained
+    docs = render_markdown(load_rules().rules)
+    assert (
+        "| TA002 | [`store-transfer-stall`](#ta002-store-transfer-stall) | warning -> error |"
+        in docs
+    )
+
+
+def test_rules_test_fails_an_undeclared_escalation() -> None:
+    """`rules test` says when a finding is more severe than the rule declares."""
+    from dataclasses import replace
+
+    from traceanalyzer.engine.ruletest import fixtures_for, run_fixture
+
+    stall = load_rules().rules.get("store-transfer-stall")
+    assert stall.undeclared("error") is None and stall.undeclared("warning") is None
+    undeclared = replace(stall, escalates_to=None, escalation="")
+    assert "declare escalates_to='error'" in (undeclared.undeclared("error") or "")
+    fires = [f for f in fixtures_for(stall) if f.expect == "fire"]
+    problems = [p for f in fires for p in run_fixture(undeclared, f).problems]
+    assert any("declare escalates_to='error'" in p for p in problems)
+
+
+def test_rules_new_then_rules_test_as_the_readme_says(tmp_path, monkeypatch) -> None:  # noqa: ANN001
+    """From any folder: `rules new` writes ./rules, which the other `rules` commands read."""
+    monkeypatch.chdir(tmp_path)
+    created = invoke("new", "my-rule")
+    assert "rules test my-rule`" in created.output and "--rules rules" in created.output
+    assert "my-rule" in invoke("list").output
+    assert CliRunner().invoke(rules_group, ["test", "my-rule"]).exit_code == 0

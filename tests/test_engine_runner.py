@@ -55,6 +55,8 @@ def long_calls_rule(rule_id="TA901", name="long-calls", **kw):
         id=rule_id,
         name=name,
         severity="warning",
+        escalates_to="error",
+        escalation="when there are more than `error_above` long calls",
         summary="Calls are long.",
         params={
             "min_us": Param(100.0, "threshold"),

@@ -28,3 +28,11 @@ def test_quick_start_sample_exists() -> None:
     run_command = _quick_start_commands()[0]
     sample = re.search(r"traceanalyzer run (\S+)", run_command).group(1)
     assert list((REPO / sample).glob("*_ascend_pt")), sample
+
+
+def test_readme_says_what_the_tests_skip_and_how_long_they_take() -> None:
+    from synth_support import REAL_TRACES_ENV
+
+    text = " ".join((REPO / "README.md").read_text("utf-8").split())
+    for said in (REAL_TRACES_ENV, "chromium", "Ray", "msprof-analyze", '-m "not slow"', "minutes"):
+        assert said in text, said

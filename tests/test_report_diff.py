@@ -132,3 +132,21 @@ def test_an_output_without_key_figures_gets_them_from_the_rules(tmp_path: Path) 
     (change,) = diff_outputs(base, target, load_rules().rules).changes
     delta = {d.key: d for d in change.figures}["transfer_ns_mean"]
     assert delta.base > 2.5e9 and delta.target < 3e7 and delta.better is True
+
+
+def test_a_rank_in_one_run_only_is_noted(tmp_path: Path) -> None:
+    from traceanalyzer.compare.diff import DiffResult
+    from traceanalyzer.compare.render import render_diff_html, render_diff_text
+
+    diff = DiffResult(tmp_path / "a", tmp_path / "b", [], [], [0, 1, 2, 3], [0, 1, 4])
+    assert diff.rank_notes == [
+        "ranks 2, 3 only in base (absent from target): its findings there are resolved by "
+        "absence, not by a change",
+        "rank 4 only in target (absent from base): its findings there are new by absence, not "
+        "by a change",
+    ]
+    assert diff.to_dict()["notes"] == diff.rank_notes
+    text = render_diff_text(diff)
+    assert f"note: {diff.rank_notes[0]}" in text and f"note: {diff.rank_notes[1]}" in text
+    assert "ranks 2, 3 only in base" in render_diff_html(diff, tmp_path)
+    assert DiffResult(tmp_path, tmp_path, [], [], [0, 1], [0, 1]).rank_notes == []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 import re
 import time
 from html.parser import HTMLParser
@@ -12,7 +13,7 @@ import pytest
 from report_support import SICK, findings, run_sample
 
 from traceanalyzer.engine.loader import load_rules
-from traceanalyzer.report import ReportInputs, write_reports
+from traceanalyzer.report import ReportInputs, fmt, write_reports
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -188,4 +189,43 @@ def test_trace_strings_are_escaped(tmp_path: Path) -> None:
     assert sum(t == "script" for t, _ in doc.tags) == 1  # only the report's own image check
     assert any(SCRIPT in text for text in doc.text)  # ...and the name reads as text
     md = (out / "report.md").read_text("utf-8")
-    assert "<script>" not in md and "&lt;script&gt;" in md
+    # a backslash escape, no entities: renderers show it as text
+    assert not re.search(r"(?<!\\)<script>", md) and "\\<script>" in md
+
+
+def test_report_md_is_clean_markdown() -> None:
+    """No HTML entities, no "(s)" plurals; numbers read as written."""
+    md = (run_sample("capture_growth_2rank") / "report.md").read_text("utf-8")
+    assert not re.search(r"&(gt|lt|amp|quot);", md)
+    assert "(s)" not in md
+    assert "2 ranks, 2 sessions" in md and "Rank 0 (1 session)" in md
+    assert "CANN >= 9.1.0" in md and "p<1e-16" in md
+
+
+def test_metric_times_read_from_the_session_start() -> None:
+    out = run_sample("store_stall_2rank_rank1_sick")
+    (f,) = findings(out)
+    start = f["metrics"]["worst_span_start_ns"]
+    session_start = json_sessions_start(out, rank=1)
+    relative = fmt.since(start, session_start)
+    html = (out / "report.html").read_text("utf-8")
+    absolute = f"{fmt.trace_us(start)} µs"
+    assert f'title="{absolute} on the trace clock">{relative} ' in html
+    md = (out / "report.md").read_text("utf-8")
+    assert f"| worst span start | {relative} from session start ({absolute}) |" in md
+
+
+def test_finding_counts_agree_between_summary_and_rules_table() -> None:
+    out = run_sample("capture_growth_2rank")  # one finding grouped over two ranks
+    doc = json.loads((out / "findings.json").read_text("utf-8"))
+    per_rule = {r["name"]: r["findings"] for r in doc["rules"]}
+    assert per_rule["capture-memcpy-growth"] == 1 == doc["summary"]["findings"]
+    assert sum(per_rule.values()) == len(doc["findings"])
+
+
+def json_sessions_start(out: Path, rank: int) -> int:
+    from traceanalyzer.store import Store
+
+    frame = Store.open(out).sessions()
+    (start,) = frame.filter(frame["rank"] == rank)["start_ns"].to_list()
+    return start

@@ -74,7 +74,7 @@ def test_growth_across_sessions_fires_on_rank_0(growth: tuple[Store, list[str]])
     assert abs(m["first_count"] - BASE) <= 1  # round 1, capture 1: nothing captured before
     assert m["last_count"] > 10 * m["first_count"]  # round 100: 396+ earlier captures
     assert m["mann_kendall_p"] < 0.01 and m["slope_per_capture"] > 0
-    assert "Rank 0, 3 session(s)" in finding.message
+    assert "Rank 0 (3 sessions)" in finding.message
 
     # The series runs through the sessions in time order, and each round's captures carry
     # the unprofiled rounds before it.

@@ -261,3 +261,73 @@ def test_available_memory_reads_meminfo_and_a_container_limit(tmp_path: Path) ->
     (cgroup / "memory.stat").write_text(f"anon 1\ninactive_file {1 << 30}\n")
     assert available_memory_mb(proc, cgroup) == 2048  # 4 GB limit, 3 GB used of which 1 GB cache
     assert available_memory_mb(tmp_path / "none", tmp_path / "none") is None
+
+
+def test_auto_picks_local_for_small_work_and_a_pool_for_large() -> None:
+    small = make_executor("auto", jobs=2)
+    assert "below 256 MB" in small.plan(tasks=8, work_bytes=2 << 20)
+    assert not small.parallel and small.describe() == "auto: local"
+    assert "chosen earlier" in small.plan(tasks=8, work_bytes=1 << 40)  # kept for the run
+    assert make_executor("auto", jobs=2).plan(tasks=1, work_bytes=1 << 40).startswith("local")
+    large = make_executor("auto", jobs=2)
+    try:
+        assert large.plan(tasks=8, work_bytes=1 << 30).startswith("processes (2 jobs)")
+        assert large.parallel and large.shares_memory
+    finally:
+        large.close()
+
+
+def test_run_says_which_executor_it_used_and_why(collection: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    result = CliRunner().invoke(main, ["run", str(collection), "--out", str(out), "-j", "2"])
+    assert result.exit_code == 0, result.output
+    (line,) = [x for x in result.output.splitlines() if x.startswith("executor: ")]
+    assert line.startswith("executor: local (8 task(s), ")
+    assert "a process pool would cost more than it saves" in line
+    assert json.loads((out / "ingest.json").read_text())["executor"] == line.removeprefix(
+        "executor: "
+    )
+
+
+def test_ray_own_warnings_stay_out_of_the_output(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Whatever Ray warns while it starts (logger or warnings module) is not printed."""
+    import logging
+    import types
+    import warnings
+
+    from traceanalyzer import executor as executor_module
+
+    calls: list[dict] = []
+
+    def init(**kwargs: object) -> None:
+        calls.append(kwargs)
+        warnings.warn("ray: deprecated option", FutureWarning, stacklevel=1)
+        logging.getLogger("ray").warning("object store is using /tmp instead of /dev/shm")
+
+    fake = types.SimpleNamespace(is_initialized=lambda: False, init=init, shutdown=lambda: None)
+    monkeypatch.setattr(executor_module, "_import_ray", lambda: fake)
+    executor = executor_module.RayExecutor(jobs=1)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        executor._ensure()
+    assert not caught
+    assert calls[0]["logging_level"] == logging.ERROR and calls[0]["log_to_driver"] is False
+    captured = capsys.readouterr()
+    assert "dev/shm" not in captured.err + captured.out
+
+
+def test_a_real_ray_run_prints_only_progress(tmp_path: Path) -> None:
+    pytest.importorskip("ray")
+    sample = Path(__file__).resolve().parents[1] / "sample_traces" / "capture_growth_2rank"
+    cmd = [sys.executable, "-m", "traceanalyzer.cli", "run", str(sample)]
+    proc = subprocess.run(
+        [*cmd, "--out", str(tmp_path / "o"), "--executor", "ray", "-j", "1"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr
+    ours = ("ingesting", "executor:", "[", "evaluating", "evaluated", "\r")
+    assert [line for line in proc.stderr.splitlines() if not line.startswith(ours)] == []

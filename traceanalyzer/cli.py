@@ -148,6 +148,7 @@ def _summary(result: IngestResult) -> str:
         else:
             label = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {compress_ranks(ranks)}"
         lines.append(f"  {label}: {note}")
+    lines += [f"  {note}" for note in result.generation_notes]
     for p in result.discovery.problems:
         where = f" {p.path}:" if p.path else ""
         lines.append(f"  {p.severity}:{where} {p.message}")
@@ -180,6 +181,11 @@ def _partial_lines(result: IngestResult) -> list[str]:
 # for polars, duckdb or matplotlib they never touch. The one-line help is repeated here so that
 # listing the commands imports nothing (tests/test_cli_startup.py keeps it equal to the real one).
 LAZY_COMMANDS: dict[str, tuple[str, str, str]] = {
+    "annotate": (
+        "traceanalyzer.report.cli",
+        "annotate_command",
+        "Copy each rank's trace into OUT/annotated/ with the findings' marks on their own tracks.",
+    ),
     "diff": (
         "traceanalyzer.compare.cli",
         "diff_command",
@@ -297,10 +303,11 @@ def _findings_table(result, out: Path) -> str:  # noqa: ANN001 - engine RunResul
 @click.option(
     "--executor",
     "executor_name",
-    type=click.Choice(["local", "processes", "ray"]),
-    default="processes",
+    type=click.Choice(["auto", "local", "processes", "ray"]),
+    default="auto",
     show_default=True,
-    help="Where per-rank work runs: this process, a process pool, or Ray (traceanalyzer[ray]).",
+    help="Where per-rank work runs: this process, a process pool, or Ray (traceanalyzer[ray]); "
+    "auto: this process for small work, a pool otherwise (the run says which, and why).",
 )
 @click.option(
     "--ray-address",
@@ -367,6 +374,11 @@ def _findings_table(result, out: Path) -> str:  # noqa: ANN001 - engine RunResul
     show_default=True,
     help="Collectives in the overview's top table (summary_collectives).",
 )
+@click.option(
+    "--annotate",
+    is_flag=True,
+    help="Also write each rank's trace with the findings' marks merged in (as `annotate OUT`).",
+)
 @click.option("--quiet", "-q", is_flag=True, help="Only print the final summary.")
 @click.option(
     "--format",
@@ -404,6 +416,7 @@ def _run(
     top_kernels: int,
     top_apis: int,
     top_collectives: int,
+    annotate: bool,
     quiet: bool,
     fmt: str,
 ) -> None:
@@ -469,6 +482,11 @@ def _run(
 
             click.echo(overview_table(findings.overview))
         click.echo(reports.closing_text(color=sys.stdout.isatty()))
+    if annotate and reports.inputs is not None:
+        from traceanalyzer.report.annotated import annotated_text, write_annotated
+
+        # after the JSON document, on stderr: stdout stays parseable
+        click.echo(annotated_text(write_annotated(reports.inputs), out), err=fmt == "json")
     if findings.exit_code:
         # the last line says why a CI gate failed (stderr under --format json: stdout is JSON)
         click.echo(_gate_line(findings), err=fmt == "json")

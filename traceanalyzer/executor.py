@@ -13,9 +13,12 @@ for its name: :attr:`Executor.parallel` (tasks run side by side), :attr:`Executo
 
 Backends (``--executor``):
 
+- ``auto`` (default): ``local`` when the work is small (one task, or little input in all: a
+  pool's start-up costs more than it saves), ``processes`` otherwise. The caller states the
+  work before it maps (:meth:`Executor.plan`) and is told what was chosen and why.
 - ``local``: everything in this process, one rank after the other. No crash isolation: a rank
   that kills the process kills the run (the next run resumes).
-- ``processes`` (default): a ``ProcessPoolExecutor`` with the *spawn* start method -- the driver
+- ``processes``: a ``ProcessPoolExecutor`` with the *spawn* start method -- the driver
   already runs DuckDB/polars thread pools, and a forked child inherits their locks in whatever
   state they were in (a deadlock, seen in tests). A worker killed by the OOM killer breaks the
   whole pool (``BrokenProcessPool`` for every pending task), so the unfinished tasks are
@@ -35,6 +38,7 @@ import os
 import shutil
 import signal
 import tempfile
+import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
@@ -42,7 +46,7 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any
 
-EXECUTORS: tuple[str, ...] = ("local", "processes", "ray")
+EXECUTORS: tuple[str, ...] = ("auto", "local", "processes", "ray")
 RAY_INSTALL_HINT = "pip install 'traceanalyzer[ray]'"
 _INFLIGHT_PREFIX = "task-"
 
@@ -90,6 +94,11 @@ class Executor(ABC):
         """``width``: at most this many tasks at once, below ``jobs`` (the process pool honours
         it; ``local`` runs one at a time anyway; Ray schedules by its own resources)."""
 
+    def plan(self, tasks: int, work_bytes: int) -> str:
+        """Told the work ahead (``tasks`` of ``work_bytes`` input in all) before the first
+        ``map``; says which executor runs it and why (``auto`` chooses here)."""
+        return f"{self.describe()}, as asked"
+
     def close(self) -> None:  # noqa: B027 - optional hook; local has nothing to release
         """Release workers. Idempotent."""
 
@@ -112,6 +121,9 @@ class LocalExecutor(Executor):
     """Every task in this process, in order."""
 
     name = "local"
+
+    def describe(self) -> str:
+        return "local"
 
     def map(
         self,
@@ -312,16 +324,21 @@ class RayExecutor(Executor):
         ray = self.ray
         if ray.is_initialized():
             return  # the caller (a notebook, a test) owns this Ray instance
+        # Ray's own warnings (a small /dev/shm, deprecations) are not the run's to print: they
+        # would land between the progress lines. Its errors still raise.
+        logging.getLogger("ray").setLevel(logging.ERROR)
         try:
-            if self.address:
-                ray.init(address=self.address, log_to_driver=False, logging_level=logging.WARNING)
-            else:
-                ray.init(
-                    num_cpus=self.jobs,
-                    include_dashboard=False,
-                    log_to_driver=False,
-                    logging_level=logging.WARNING,
-                )
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                if self.address:
+                    ray.init(address=self.address, log_to_driver=False, logging_level=logging.ERROR)
+                else:
+                    ray.init(
+                        num_cpus=self.jobs,
+                        include_dashboard=False,
+                        log_to_driver=False,
+                        logging_level=logging.ERROR,
+                    )
         except Exception as exc:
             where = self.address or "a local instance"
             raise ExecutorError(f"could not start or join Ray ({where}): {exc}") from exc
@@ -376,10 +393,79 @@ class RayExecutor(Executor):
         return f"ray ({self.address or f'local, {self.jobs} CPUs'})"
 
 
-def make_executor(
-    name: str = "processes", jobs: int = 1, ray_address: str | None = None
-) -> Executor:
-    """The executor called ``name`` (``local``, ``processes``, ``ray``)."""
+# --------------------------------------------------------------------------------------------
+# auto
+# --------------------------------------------------------------------------------------------
+
+# Below this much input a spawn pool loses: its workers' start-up (importing the data libraries,
+# about 2.5 s on 2 cores) exceeds what parsing side by side saves (a 200 MB trace parses in
+# 1.6 s, on every core, in this process too).
+SMALL_WORK_BYTES = 256 << 20
+
+
+class AutoExecutor(Executor):
+    """``local`` for small work, ``processes`` otherwise; chosen in :meth:`plan` (or at the first
+    ``map``, by its task count), then kept for every later map of the run."""
+
+    name = "auto"
+
+    def __init__(self, jobs: int = 1, small_bytes: int = SMALL_WORK_BYTES):
+        super().__init__(jobs)
+        self.small_bytes = small_bytes
+        self.chosen: Executor | None = None
+
+    def plan(self, tasks: int, work_bytes: int) -> str:
+        if self.chosen is not None:
+            return f"{self.chosen.describe()}, chosen earlier in this run"
+        work = f"{tasks} task(s), {work_bytes / (1 << 20):.1f} MB of input"
+        if self.jobs == 1 or tasks <= 1 or work_bytes < self.small_bytes:
+            self.chosen = LocalExecutor(self.jobs)
+            if self.jobs == 1:
+                return f"local ({work}, one job)"
+            if tasks <= 1:
+                return f"local ({work}: nothing to run side by side)"
+            return (
+                f"local ({work}, below {self.small_bytes >> 20} MB: a process pool would "
+                "cost more than it saves)"
+            )
+        self.chosen = ProcessExecutor(self.jobs)
+        return f"{self.chosen.describe()} ({work}, at least {self.small_bytes >> 20} MB)"
+
+    def _executor(self, tasks: int) -> Executor:
+        if self.chosen is None:
+            self.plan(tasks, 0 if tasks <= 1 else self.small_bytes)
+        assert self.chosen is not None
+        return self.chosen
+
+    @property
+    def parallel(self) -> bool:  # type: ignore[override]
+        return self.chosen is not None and self.chosen.parallel
+
+    @property
+    def shares_memory(self) -> bool:  # type: ignore[override]
+        return self.chosen is not None and self.chosen.shares_memory
+
+    def map(
+        self,
+        fn: Callable[..., Any],
+        args: Sequence[tuple[Any, ...]],
+        labels: Sequence[str] | None = None,
+        width: int | None = None,
+    ) -> MapResult:
+        return self._executor(len(args)).map(fn, args, labels, width)
+
+    def close(self) -> None:
+        if self.chosen is not None:
+            self.chosen.close()
+
+    def describe(self) -> str:
+        return f"auto: {self.chosen.describe()}" if self.chosen else "auto (not chosen yet)"
+
+
+def make_executor(name: str = "auto", jobs: int = 1, ray_address: str | None = None) -> Executor:
+    """The executor called ``name`` (``auto``, ``local``, ``processes``, ``ray``)."""
+    if name == "auto":
+        return AutoExecutor(jobs)
     if name == "local":
         return LocalExecutor(jobs)
     if name == "processes":

@@ -38,7 +38,7 @@ import pyarrow.parquet as pq
 from traceanalyzer.discover import Discovery, RankSession, discover, input_root
 from traceanalyzer.parse import trace_native
 from traceanalyzer.parse.comm import parse_communication, parse_communication_matrix
-from traceanalyzer.parse.csv_tables import CSV_MEMORY_MB, SPECS, csv_database, parse_csv
+from traceanalyzer.parse.csv_tables import CSV_MEMORY_MB, SPECS, CsvSpec, csv_database, parse_csv
 from traceanalyzer.parse.db import DbResult, DbUnreadable, parse_db
 from traceanalyzer.parse.sink import body_columns, conform_body, table_from_rows
 from traceanalyzer.parse.trace_view import DEFAULT_PARSE_MEMORY, ParseMemory, parse_trace_view
@@ -51,6 +51,7 @@ from traceanalyzer.store import (
     partition_exists,
     remove_session,
 )
+from traceanalyzer.vocabulary import GENERATIONS, generation_label
 
 if TYPE_CHECKING:
     from traceanalyzer.executor import Executor
@@ -86,6 +87,8 @@ class SessionOutcome:
     missing_files: list[str] = field(default_factory=list)
     # Optional files the profile was not asked for, as "file (option that writes it)".
     not_collected: list[str] = field(default_factory=list)
+    # Files this session's generation never writes (an older export): reported once per run.
+    not_in_generation: list[str] = field(default_factory=list)
     # Files read only in part or not at all (truncated trace, unparseable CSV), as "file (why)":
     # the rank is analysed, but without their lost data, so the run counts as partial.
     incomplete_files: list[str] = field(default_factory=list)
@@ -118,6 +121,7 @@ class IngestResult:
     out: Path
     discovery: Discovery
     outcomes: list[SessionOutcome]
+    executor: str = ""  # which executor ran the sessions, and why (Executor.plan)
 
     @property
     def failed(self) -> list[SessionOutcome]:
@@ -133,9 +137,24 @@ class IngestResult:
             or any(p.severity == "error" for p in self.discovery.problems)
         )
 
+    @property
+    def generation_notes(self) -> list[str]:
+        """What whole generations never write, once per run: ``G2 exports never write
+        task_time.csv (its tables are empty)``."""
+        files: dict[str, dict[str, None]] = {}
+        for o in self.outcomes:
+            for name in o.not_in_generation:
+                files.setdefault(generation_label(o.generation), {})[name] = None
+        return [
+            f"{label} exports never write {', '.join(names)} (tables from them are empty)"
+            for label, names in files.items()
+        ]
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "out": str(self.out),
+            "executor": self.executor,
+            "notes": self.generation_notes,
             "sessions": [asdict(o) for o in self.outcomes],
             "problems": [p.to_dict() for p in self.discovery.problems],
         }
@@ -278,7 +297,7 @@ class _SideFiles:
         files of the other tables are optional (the Db was the session's source)."""
         self.session, self.sink, self.filled = session, sink, filled
         self.missing: list[str] = []
-        self.not_collected: list[str] = []
+        self.not_collected: list[CsvSpec] = []
         self.warnings: list[str] = []
         self.incomplete: list[str] = []
         self.specs = [spec for spec in SPECS if spec.table not in filled]
@@ -298,7 +317,7 @@ class _SideFiles:
                     if self.filled:
                         continue
                     if spec.collected_with:
-                        self.not_collected.append(f"{spec.file} ({spec.collected_with})")
+                        self.not_collected.append(spec)
                     else:
                         self.missing.append(spec.file)
                     continue
@@ -325,8 +344,14 @@ class _SideFiles:
         return headers
 
     def report(self, outcome: SessionOutcome) -> None:
+        """Into ``outcome`` (its generation already named)."""
         outcome.missing_files += self.missing
-        outcome.not_collected += self.not_collected
+        age = GENERATIONS.index(outcome.generation) if outcome.generation in GENERATIONS else -1
+        for spec in self.not_collected:
+            if spec.written_from in GENERATIONS and age < GENERATIONS.index(spec.written_from):
+                outcome.not_in_generation.append(spec.file)
+            else:
+                outcome.not_collected.append(f"{spec.file} ({spec.collected_with})")
         outcome.warnings += self.warnings
         outcome.incomplete_files += self.incomplete
 
@@ -427,13 +452,6 @@ def ingest_session(
         else:
             outcome.missing_files.append(TRACE_FILE)
         headers = side[0].result() if side else side_files.parse()
-        side_files.report(outcome)
-        if db:
-            outcome.not_collected += [
-                f"{table} (no Db table holds it; a Text export writes {source})"
-                for table, source in _TEXT_ONLY_TABLES.items()
-                if table not in sink.rows
-            ]
         for table in TABLES:
             if table not in sink.rows and table != "sessions":
                 sink.empty(table)
@@ -446,6 +464,14 @@ def ingest_session(
                 trace.processes if trace else [],
                 trace.hw_stream_arg if trace else None,
             )
+        # after the generation is known: files this generation never writes are said apart
+        side_files.report(outcome)
+        if db:
+            outcome.not_collected += [
+                f"{table} (no Db table holds it; a Text export writes {source})"
+                for table, source in _TEXT_ONLY_TABLES.items()
+                if table not in sink.rows
+            ]
         sink.arrow("sessions", _session_row(session, db or trace, outcome))
         outcome.rows = dict(sink.rows)
     except RankFailed as exc:
@@ -472,6 +498,14 @@ _WORKER_PER_TRACE_MB = 0.3
 # A Db holds its events as ids, about 4x denser than the trace's JSON, and every table is held
 # in memory until written: 15x the database at the peak (the 200 MB benchmark's Db twin).
 _WORKER_PER_DB_MB = 15
+
+
+def input_bytes(session: RankSession) -> int:
+    """The size of the session's exported files (what parsing and the rules work through)."""
+    try:
+        return sum(p.stat().st_size for p in session.output_dir.iterdir() if p.is_file())
+    except OSError:  # unreadable: its parse reports why; it weighs nothing here
+        return 0
 
 
 def session_memory_mb(session: RankSession, memory: ParseMemory = DEFAULT_PARSE_MEMORY) -> int:
@@ -650,7 +684,7 @@ def ingest(
     """Discover every rank session under ``root`` and bring the store at ``out`` up to date.
 
     ``executor`` runs the per-session work (:func:`traceanalyzer.executor.make_executor`); by
-    default sessions run in this process when ``jobs`` is 1, else in a spawn process pool.
+    default ``auto``: in this process when the work is small, else in a spawn process pool.
     ``memory`` is each trace's parse budget (DuckDB's buffers, per worker).
     """
     from traceanalyzer.executor import TaskCrashed, make_executor
@@ -711,7 +745,11 @@ def ingest(
         progress(note, done, total, None)
     owned = executor is None
     if executor is None:
-        executor = make_executor("processes" if jobs > 1 else "local", jobs=jobs)
+        executor = make_executor("auto", jobs=jobs)
+    # all sessions, cached ones too: the rules map over every rank with the same executor
+    executor_note = executor.plan(len(found.sessions), sum(map(input_bytes, found.sessions)))
+    if progress:
+        progress(f"executor: {executor_note}", done, total, None)
     side_by_side = min(executor.jobs, len(todo)) if executor.parallel else 1
     if executor.shares_memory and side_by_side > 1:
         side_by_side, note = _fit_in_memory([s for s, _ in todo], side_by_side, memory)
@@ -741,4 +779,4 @@ def ingest(
     outcomes.sort(key=lambda o: (o.rank, o.session))
     if progress:
         progress("done", done, total, None)
-    return IngestResult(out=out_path, discovery=found, outcomes=outcomes)
+    return IngestResult(out_path, found, outcomes, executor=executor_note)

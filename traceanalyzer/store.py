@@ -21,7 +21,7 @@ import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import polars as pl
 
@@ -55,18 +55,24 @@ def shareable(path: Path, *, directory: bool = False) -> None:
     os.chmod(path, (0o777 if directory else 0o666) & ~_umask())
 
 
-def write_atomic_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file in the same directory, then rename."""
+def write_atomic_stream(path: Path, write: Callable[[BinaryIO], None]) -> None:
+    """Let ``write(fh)`` fill a temporary file in ``path``'s directory, then rename it to ``path``
+    (readers never see a half-written file, however large)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         shareable(Path(tmp))
         with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
+            write(fh)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_atomic_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file in the same directory, then rename."""
+    write_atomic_stream(path, lambda fh: fh.write(data))
 
 
 def write_atomic_text(path: Path, text: str) -> None:

@@ -68,6 +68,16 @@ STEP_SPAN_PREFIX = "ProfilerStep#"  # `ProfilerStep#N` spans, one per prof.step(
 # Flow categories linking a host call to the device task it launched.
 LAUNCH_FLOW_CATEGORIES = ("HostToDevice", "async_npu")
 
+# Export generations, oldest first (``sessions.generation``; docs/schema.md): G1 2024, G2 Jan 2025,
+# G3 Nov 2025, current.
+GENERATIONS = ("g1", "g2", "g3", "current")
+
+
+def generation_label(generation: str | None) -> str:
+    """``g2`` -> ``G2`` (``current`` stays as is), as the docs name them."""
+    return (generation or "?").upper() if (generation or "").startswith("g") else generation or "?"
+
+
 # --------------------------------------------------------------------------------------------
 # Markers our recipes add to profiler_metadata.json (prof.add_metadata)
 # --------------------------------------------------------------------------------------------

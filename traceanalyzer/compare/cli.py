@@ -29,7 +29,7 @@ def analyse(path: Path, jobs: int, quiet: bool, rules: LoadedRules) -> Path:
     out = default_out_dir(path)
     if not quiet:
         click.echo(f"analysing {path} -> {out}", err=True)
-    executor = make_executor("processes", jobs=jobs)
+    executor = make_executor("auto", jobs=jobs)
     try:
         analysis = analyse_input(path, out, executor=executor, jobs=jobs, rules=rules)
     finally:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from traceanalyzer.compare.overview_diff import ComponentDelta, overview_deltas
+from traceanalyzer.engine.findings import compress_ranks
 from traceanalyzer.engine.presentation import key_figure_document
 from traceanalyzer.engine.registry import RuleSet
 from traceanalyzer.engine.rule import Params, RuleContext
@@ -150,6 +151,23 @@ class DiffResult:
     def has_new(self) -> bool:
         return bool(self.by_status("new"))
 
+    @property
+    def rank_notes(self) -> list[str]:
+        """Ranks one run has and the other lacks: a finding there is "new" or "resolved" because
+        the rank was (not) profiled, not because anything changed on it."""
+        notes = []
+        for ranks, here, there in (
+            (sorted(set(self.base_ranks) - set(self.target_ranks)), "base", "target"),
+            (sorted(set(self.target_ranks) - set(self.base_ranks)), "target", "base"),
+        ):
+            if ranks:
+                label = ("rank " if len(ranks) == 1 else "ranks ") + compress_ranks(ranks)
+                notes.append(
+                    f"{label} only in {here} (absent from {there}): its findings there are "
+                    f"{'resolved' if here == 'base' else 'new'} by absence, not by a change"
+                )
+        return notes
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "schema_version": 1,
@@ -159,6 +177,7 @@ class DiffResult:
                 s: len(self.by_status(s)) for s in ("new", "resolved", "changed", "unchanged")
             },
             "ranks": {"base": self.base_ranks, "target": self.target_ranks},
+            "notes": self.rank_notes,
             "findings": [c.to_dict() for c in self.changes],
             "figures": [d.to_dict() for d in self.figures],
             "overview": [d.to_dict() for d in self.overview],

@@ -49,6 +49,7 @@ def render_diff_text(diff: DiffResult) -> str:
         f"{len(diff.by_status(s))} {s}" for s in ("new", "resolved", "changed", "unchanged")
     )
     lines.append(f"findings: {summary}")
+    lines += [f"note: {note}" for note in diff.rank_notes]
     for c in diff.changes:
         side = c.current
         ranks = ", ".join(map(str, side.get("ranks") or []))
@@ -148,6 +149,7 @@ def render_diff_html(diff: DiffResult, out_dir: Path, *, now: datetime | None = 
         f'<div class="sub">generated {esc(generated)}</div></header>',
         f'<div class="tablewrap"><table>{"".join(links)}</table></div>',
         f"<p>{counts}</p>",
+        *(f'<p class="note">{esc(note)}</p>' for note in diff.rank_notes),
         overview_diff_html(diff.overview),
         "<h2>Findings</h2>",
     ]

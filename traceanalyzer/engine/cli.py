@@ -24,17 +24,24 @@ from traceanalyzer.exitcodes import UsageFailure
 
 __all__ = ["RunResult", "evaluate", "rules_group", "write_findings_json"]
 
+# Where `rules new` writes by default; the other `rules` commands read it when it exists and
+# no --rules is given, so `rules new my-rule` then `rules test` works as the README says.
+DEFAULT_RULES_DIR = Path("rules")
+
 rules_dir_option = click.option(
     "--rules",
     "rule_dirs",
     multiple=True,
     type=click.Path(file_okay=False, path_type=Path),
-    help="Extra rule folder (repeatable).",
+    help="Extra rule folder (repeatable; default: ./rules when it exists).",
 )
 
 
 def _load(rule_dirs: tuple[Path, ...]) -> LoadedRules:
-    """The rules: built-in, ``--rules`` folders, the config file's ``rule_dirs``, rule packs."""
+    """The rules: built-in, ``--rules`` folders (default ./rules), the config file's
+    ``rule_dirs``, rule packs."""
+    if not rule_dirs and DEFAULT_RULES_DIR.is_dir():
+        rule_dirs = (DEFAULT_RULES_DIR,)
     try:
         loaded = load_run_rules(rule_dirs)
     except ConfigError as exc:
@@ -55,8 +62,13 @@ def list_rules(rule_dirs: tuple[Path, ...]) -> None:
     """Every loaded rule: id, name, severity and summary."""
     loaded = _load(rule_dirs)
     width = max((len(r.name) for r in loaded.rules), default=4)
+    severities = max((len(r.severities) for r in loaded.rules), default=7)
     for rule in loaded.rules:
-        click.echo(f"{rule.id}  {rule.name:<{width}}  {rule.severity:<7}  {rule.summary}")
+        click.echo(
+            f"{rule.id}  {rule.name:<{width}}  {rule.severities:<{severities}}  {rule.summary}"
+        )
+        if rule.escalates_to:
+            click.echo(f"{'':<{len(rule.id) + width + 4}}{rule.escalates_to} {rule.escalation}")
 
 
 @rules_group.command("explain")
@@ -78,7 +90,7 @@ def explain(name: str, rule_dirs: tuple[Path, ...]) -> None:
     "--dir",
     "folder",
     type=click.Path(file_okay=False, path_type=Path),
-    default=Path("rules"),
+    default=DEFAULT_RULES_DIR,
     show_default=True,
     help="Folder to create the rule in.",
 )
@@ -103,7 +115,14 @@ def new(name: str, folder: Path, rule_id: str | None, rule_dirs: tuple[Path, ...
         raise click.ClickException(str(exc)) from None
     click.echo(f"created {rule_file}")
     click.echo(f"created {fixture_file}")
-    click.echo(f"next: edit both, then `traceanalyzer rules test {name} --rules {folder}`")
+    same = folder.resolve() == DEFAULT_RULES_DIR.resolve()
+    click.echo(
+        f"next: edit both, then `traceanalyzer rules test {name}{'' if same else f' --rules {folder}'}`"
+    )
+    click.echo(
+        f'`run` picks it up with --rules {folder} (or rule_dirs = ["{folder}"] in '
+        "traceanalyzer.toml)"
+    )
 
 
 @rules_group.command("test")

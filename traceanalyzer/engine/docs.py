@@ -42,7 +42,8 @@ def _key_figures(rule: Rule) -> list[str]:
 
 def explain_rule(rule: Rule) -> str:
     """Plain-text documentation for the terminal."""
-    out = [f"{rule.id} {rule.name} [{rule.severity}]", rule.summary, ""]
+    out = [f"{rule.id} {rule.name} [{rule.severities}]", rule.summary]
+    out += [f"Severity: {rule.severity_text}", ""]
     for heading in DOC_HEADINGS:
         out += [heading, "-" * len(heading), rule.sections.get(heading, ""), ""]
     out += ["Parameters", "----------"]
@@ -86,7 +87,7 @@ def render_markdown(rules: Iterable[Rule]) -> str:
         "|---|---|---|---|",
     ]
     out += [
-        f"| {r.id} | [`{r.name}`](#{r.id.lower()}-{r.name}) | {r.severity} | {r.summary} |"
+        f"| {r.id} | [`{r.name}`](#{r.id.lower()}-{r.name}) | {r.severities} | {r.summary} |"
         for r in rules
     ]
     out.append("")
@@ -94,7 +95,7 @@ def render_markdown(rules: Iterable[Rule]) -> str:
         out += [
             f"## {rule.id} {rule.name}",
             "",
-            f"**Severity:** {rule.severity}. {rule.summary}",
+            f"**Severity:** {rule.severity_text}. {rule.summary}",
             "",
         ]
         for heading in DOC_HEADINGS:

@@ -305,6 +305,9 @@ class Rule:
     requires: tuple[Precondition, ...] = ()
     fix: str = ""
     scope: Scope = "rank"
+    # A rule whose findings can be more severe than ``severity`` declares how far, and when.
+    escalates_to: Severity | None = None
+    escalation: str = ""  # "when ...", for `rules list`, `rules explain` and docs/rules.md
     source: Path | None = None
     presentation: Presentation = field(default_factory=Presentation)
     digest: str = ""  # code digest, set by the loader (see engine.loader.rule_digest)
@@ -317,6 +320,15 @@ class Rule:
             problems.append(f"name {self.name!r} must be kebab-case")
         if self.severity not in SEVERITIES:
             problems.append(f"severity {self.severity!r} must be one of {', '.join(SEVERITIES)}")
+        if self.escalates_to is not None and (
+            self.escalates_to not in SEVERITIES
+            or SEVERITIES.index(self.escalates_to) <= SEVERITIES.index(self.severity)
+            or not self.escalation
+        ):
+            problems.append(
+                f"escalates_to {self.escalates_to!r} must be more severe than {self.severity!r}, "
+                "with the escalation saying when"
+            )
         if not self.summary or "\n" in self.summary:
             problems.append("summary must be one non-empty line")
         missing = [h for h in DOC_HEADINGS if h not in self.sections]
@@ -332,6 +344,27 @@ class Rule:
                     problems.append(f"requires unknown column(s) {sorted(unknown)} of {req.table}")
         if problems:
             raise RuleDefinitionError(f"rule {self.id} {self.name}: " + "; ".join(problems))
+
+    @property
+    def severities(self) -> str:
+        """``warning`` or ``warning -> error``: the severities its findings can have."""
+        return f"{self.severity} -> {self.escalates_to}" if self.escalates_to else self.severity
+
+    def undeclared(self, severity: str) -> str | None:
+        """Why a finding of ``severity`` breaks the declaration (None when it keeps it);
+        ``rules test`` checks every fixture's findings with it."""
+        highest = self.escalates_to or self.severity
+        if severity in SEVERITIES and SEVERITIES.index(severity) <= SEVERITIES.index(highest):
+            return None
+        return (
+            f"a finding is {severity!r} but the rule declares {self.severities!r}: declare "
+            f"escalates_to={severity!r} and escalation='when ...'"
+        )
+
+    @property
+    def severity_text(self) -> str:
+        """``warning -> error (when ...)``: the severities and when it escalates."""
+        return f"{self.severities} ({self.escalation})" if self.escalates_to else self.severity
 
     @property
     def sections(self) -> dict[str, str]:
@@ -409,12 +442,15 @@ def rule(
     requires: Sequence[Precondition] = (),
     fix: str = "",
     scope: Scope = "rank",
+    escalates_to: Severity | None = None,
+    escalation: str = "",
 ) -> Callable[[RuleBody], Rule]:
     """Declare a rule. The decorated function's docstring is the rule's documentation.
 
     ``scope="rank"`` (default) promises that the body only relates data within a rank, so the
     runner may evaluate it per rank shard and group the findings afterwards; ``"global"`` rules
-    (cross-rank comparisons) always see every rank at once.
+    (cross-rank comparisons) always see every rank at once. A rule whose findings can be more
+    severe than ``severity`` says so: ``escalates_to="error", escalation="when ..."``.
     """
 
     def decorate(body: RuleBody) -> Rule:
@@ -429,6 +465,8 @@ def rule(
             requires=tuple(requires),
             fix=fix,
             scope=scope,
+            escalates_to=escalates_to,
+            escalation=escalation,
             source=_source_of(body),
         )
 

@@ -164,6 +164,8 @@ def run_fixture(rule: Rule, fix: Fixture, *, update_snapshots: bool = False) -> 
                 problems.append(text)
     elif status.status != fix.expect:
         problems.append(f"expected {fix.expect}, rule was {status.status}")
+    # an escalation the rule does not declare would be missing from `rules list` and the docs
+    problems += sorted({u for f in result.findings if (u := rule.undeclared(f.severity))})
     # key figures run on every fixture too: a crash there would only be a note in a real run
     problems += [n.text for n in status.notes if n.text.startswith(KEY_FIGURES_FAILED)]
     haystack = text if fix.expect == "fire" else (status.reason or "")

@@ -316,7 +316,6 @@ def _reduce_rule(
                 + "; ".join(dict.fromkeys(o.reason or "" for o in skipped))
             )
         status.reason = "; ".join(reasons) or None
-    status.findings = len(findings)
     return status, findings
 
 
@@ -365,8 +364,11 @@ def reduce_outcomes(
         status, rule_findings = _reduce_rule(rule, by_rule.get(rule.id, []), params[rule.id])
         statuses.append(status)
         findings += rule_findings
+    grouped = group_findings(findings, total_ranks=len(ranks) or None)
+    for status in statuses:  # counted as listed (grouped across ranks), like the summary
+        status.findings = sum(f.rule == status.id for f in grouped)
     return RunResult(
-        findings=group_findings(findings, total_ranks=len(ranks) or None),
+        findings=grouped,
         rules=statuses,
         ranks=list(ranks),
         fail_on=fail_on,

@@ -40,6 +40,9 @@ class CsvSpec:
     # What writes the file when not every export has it (a profiler option, a release): its
     # absence then means "not collected", not "missing".
     collected_with: str = ""
+    # The first generation (vocabulary.GENERATIONS) that writes the file: in older exports its
+    # absence is a fact of the generation, said once per run rather than per rank.
+    written_from: str | None = None
 
 
 def _c(name: str, *sources: str, kind: str = "str") -> Col:
@@ -155,6 +158,7 @@ SPECS: tuple[CsvSpec, ...] = (
             _c("end_ns", "task_stop(us)", kind="us"),
         ),
         collected_with="torch_npu after G3; G1-G3 never write it",
+        written_from="current",
     ),
     CsvSpec(
         "memory_record.csv",

@@ -408,7 +408,7 @@ def bench_argv(values: dict[str, Any]) -> tuple[list[str], set[int]]:
 
 
 def environment(values: dict[str, Any]) -> dict[str, str]:
-    """Seed 002's exports (MOONCAKE_CONFIG_PATH, LD_LIBRARY_PATH and NIC vars are added by env.sh)."""
+    """The Mooncake KV-pool TTFT report's exports (MOONCAKE_CONFIG_PATH, LD_LIBRARY_PATH and NIC vars are added by env.sh)."""
     return {
         "OMP_PROC_BIND": "false",
         "OMP_NUM_THREADS": "1",

@@ -41,9 +41,14 @@ def _meta(tid: int, name: str, args: dict[str, Any]) -> dict[str, Any]:
     return {"ph": "M", "pid": PID, "tid": tid, "name": name, "args": args}
 
 
-def build_annotations(inputs: ReportInputs) -> dict[str, Any]:
-    """The overlay document: ``{"traceEvents": [...], "displayTimeUnit": "ms"}``."""
-    findings = inputs.findings.get("findings", [])
+def overlay_events(
+    inputs: ReportInputs, where: tuple[int, str] | None = None
+) -> list[dict[str, Any]]:
+    """The overlay's events: its process, one thread per finding, the findings' marks.
+
+    ``where`` (rank, session) keeps the marks on that rank session only, and the findings that
+    have a mark there or are about that rank (what ``annotate`` merges into one rank's trace).
+    """
     events: list[dict[str, Any]] = [
         {"ph": "M", "pid": PID, "tid": 0, "name": "process_name", "args": {"name": PROCESS_NAME}},
         # sort first, above the trace's own processes
@@ -61,14 +66,19 @@ def build_annotations(inputs: ReportInputs) -> dict[str, Any]:
             events.append(_meta(tid, "thread_sort_index", {"sort_index": tid}))
         return tracks[index, name]
 
-    for index, f in enumerate(findings):
+    for index, f in enumerate(inputs.findings.get("findings", [])):
+        marks = inputs.marks(f)
+        if where is not None:
+            marks = [m for m in marks if (m.rank, m.session) == where]
+            if not marks and where[0] not in (f.get("ranks") or ()):
+                continue
         track(index, f, None)  # the finding's own track comes first, even without marks
         common = {
             "rule": f.get("rule"),
             "finding": f.get("title"),
             "fingerprint": f.get("fingerprint"),
         }
-        for mark in inputs.marks(f):
+        for mark in marks:
             args = {
                 **common,
                 "rank": mark.rank,
@@ -78,8 +88,13 @@ def build_annotations(inputs: ReportInputs) -> dict[str, Any]:
             }
             tid = track(index, f, mark.track)
             events.append(_slice(tid, mark.name, mark.start_ns, mark.dur_ns, mark.category, args))
+    return events
+
+
+def build_annotations(inputs: ReportInputs) -> dict[str, Any]:
+    """The overlay document: ``{"traceEvents": [...], "displayTimeUnit": "ms"}``."""
     return {
-        "traceEvents": events,
+        "traceEvents": overlay_events(inputs),
         "displayTimeUnit": "ms",
         "otherData": {"generator": "traceanalyzer", "version": inputs.version},
     }

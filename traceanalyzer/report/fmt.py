@@ -50,6 +50,17 @@ def percent(value: float | None) -> str:
     return f"{value * 100:.1f}%" if value < 0.995 or value > 1 else f"{value * 100:.0f}%"
 
 
+def is_trace_time(key: str) -> bool:
+    """A metric that is a point on the trace clock (``*start_ns``, ``*end_ns``), not a length."""
+    k = key.lower()
+    return k.endswith("start_ns") or k.endswith("end_ns")
+
+
+def since(ns: int, origin_ns: int) -> str:
+    """A trace time relative to its session's start: ``+2.52 s``."""
+    return f"+{duration(int(ns) - int(origin_ns))}"
+
+
 def metric(key: str, value: Any) -> str:
     """Format one finding metric by its naming convention (see module docstring)."""
     if value is None:
@@ -59,7 +70,7 @@ def metric(key: str, value: Any) -> str:
     if isinstance(value, (list, tuple)):
         return ", ".join(metric(key, v) for v in value)
     k = key.lower()
-    if k.endswith("start_ns") or k.endswith("end_ns"):  # a point on the trace clock, not a length
+    if is_trace_time(k):
         return f"{trace_us(int(value))} µs"
     if k.endswith("_ns") or "_ns_" in k:
         return duration(value)

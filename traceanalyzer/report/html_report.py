@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from typing import Any
 
@@ -59,6 +60,7 @@ def render_html(
             plots.get(f.get("fingerprint", "")),
             costs.get(f.get("fingerprint", "")),
             inputs.caption(f),
+            functools.partial(inputs.session_start, f),
         )
         for f in findings
     ]
@@ -140,10 +142,20 @@ def _overview(findings: list[Mapping[str, Any]], costs: Mapping[str, Any]) -> st
     )
 
 
-def _metrics(metrics: Mapping[str, Any]) -> str:
+def _metrics(metrics: Mapping[str, Any], origin: Callable[[int], int | None]) -> str:
+    """Metric cards; a point in time reads from its session's start, the trace clock on hover."""
+
+    def value(k: str, v: Any) -> str:
+        start = origin(int(v)) if fmt.is_trace_time(k) and isinstance(v, int) else None
+        if start is None:
+            return f'<div class="v">{esc(fmt.metric(k, v))}</div>'
+        return (
+            f'<div class="v" title="{esc(fmt.metric(k, v))} on the trace clock">'
+            f"{esc(fmt.since(v, start))} <span class='small muted'>from session start</span></div>"
+        )
+
     items = "".join(
-        f'<div class="metric"><div class="k">{esc(fmt.label(k))}</div>'
-        f'<div class="v">{esc(fmt.metric(k, v))}</div></div>'
+        f'<div class="metric"><div class="k">{esc(fmt.label(k))}</div>{value(k, v)}</div>'
         for k, v in metrics.items()
     )
     return f'<div class="metrics">{items}</div>' if items else ""
@@ -172,6 +184,7 @@ def _finding_section(
     png: bytes | None,
     cost: Mapping[str, Any] | None = None,
     caption: str = "",
+    origin: Callable[[int], int | None] = lambda _: None,
 ) -> str:
     sev = f.get("severity", "info")
     parts = [
@@ -185,7 +198,7 @@ def _finding_section(
         f'<span class="mono small">fingerprint {esc(f.get("fingerprint"))}</span>',
         "</div>",
         f'<div class="message">{paragraphs(f.get("message"))}</div>',
-        _metrics(f.get("metrics") or {}),
+        _metrics(f.get("metrics") or {}, origin),
     ]
     if png:
         alt = f"plot for {f.get('name')}"

@@ -121,6 +121,28 @@ class ReportInputs:
         path = self.session_paths().get((rank, session))
         return path / TRACE_FILE if path else None
 
+    def session_start(self, finding: Mapping[str, Any], ns: int) -> int | None:
+        """The start of the session a time of ``finding``'s metrics falls in (the latest start
+        at or before ``ns`` among the sessions of the ranks that gave the metrics)."""
+        frame = self.sessions()
+        if "start_ns" not in frame.columns:
+            return None
+        shown = next(
+            (
+                o
+                for o in finding.get("occurrences") or []
+                if o.get("metrics") == finding.get("metrics")
+            ),
+            finding,
+        )
+        ranks = set(shown.get("ranks") or [])
+        starts = [
+            start
+            for rank, start in frame.select("rank", "start_ns").iter_rows()
+            if rank in ranks and start is not None and start <= ns
+        ]
+        return max(starts, default=None)
+
     def rule_for(self, finding: Mapping[str, Any]) -> Rule | None:
         """The loaded rule that made ``finding`` (None when it is not loaded)."""
         return self.rules.get(str(finding.get("rule", "")))

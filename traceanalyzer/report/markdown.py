@@ -1,12 +1,15 @@
 """``OUT/report.md``: the key numbers of a run, to paste into an issue or a PR comment.
 
-Trace-derived text is escaped for Markdown renderers that allow inline HTML (GitHub, GitCode):
-``<``/``>``/``&`` become entities and ``|`` is escaped inside tables.
+Trace-derived text stays readable as plain text and safe in renderers that allow inline HTML
+(GitHub, GitCode): only what would start a tag (``<a``, ``</``), an entity (``&amp;``) or a
+quote block (``>`` first on a line) is backslash-escaped, and ``|`` inside tables.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+import re
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from traceanalyzer.report import fmt
@@ -18,8 +21,17 @@ from traceanalyzer.report.summary import run_summary
 KEY_METRICS = 8  # metrics listed per finding; the HTML and findings.json have all of them
 
 
+# what would start a tag or an entity; a ">" that would start a quote block
+_MARKUP = re.compile(r"(<(?=[A-Za-z/!?])|&(?=#?\w+;))|^(\s*)>", re.MULTILINE)
+
+
 def md_text(value: Any) -> str:
-    return str(value or "").replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    """``p<1e-16``, ``670 µs -> 2.47 ms`` and ``CANN >= 9.1.0`` stay as written."""
+
+    def escape(m: re.Match[str]) -> str:
+        return "\\" + m[1] if m[1] else m[2] + "\\>"
+
+    return _MARKUP.sub(escape, str(value or ""))
 
 
 def md_cell(value: Any) -> str:
@@ -47,7 +59,7 @@ def render_markdown(inputs: ReportInputs, plot_files: Mapping[str, str] | None =
         f"{k.replace('_', ' ')} {', '.join(v)}" for k, v in summary.versions.items()
     )
     lines.append(
-        f"{len(summary.ranks)} rank(s), {len(summary.sessions)} session(s)"
+        f"{_count(len(summary.ranks), 'rank')}, {_count(len(summary.sessions), 'session')}"
         + (f"; {md_text(versions)}" if versions else "")
         + f"; traceanalyzer {inputs.version}."
     )
@@ -93,7 +105,10 @@ def render_markdown(inputs: ReportInputs, plot_files: Mapping[str, str] | None =
         )
         lines.append("")
     for f in findings:
-        lines += _finding(f, plot_files.get(f.get("fingerprint", "")), costs, inputs.caption(f))
+        plot = plot_files.get(f.get("fingerprint", ""))
+        lines += _finding(
+            f, plot, costs, inputs.caption(f), functools.partial(inputs.session_start, f)
+        )
     undecided = [r for r in doc.get("rules", []) if r.get("status") == "inconclusive"]
     if undecided:
         lines += ["## Could not judge", ""]
@@ -119,12 +134,28 @@ def render_markdown(inputs: ReportInputs, plot_files: Mapping[str, str] | None =
     return "\n".join(lines).rstrip() + "\n"
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:,.1f}"
 
 
+def _metric(key: str, value: Any, origin: Callable[[int], int | None]) -> str:
+    """A point in time from its session's start, with the trace clock after it."""
+    start = origin(value) if fmt.is_trace_time(key) and isinstance(value, int) else None
+    if start is None:
+        return fmt.metric(key, value)
+    return f"{fmt.since(value, start)} from session start ({fmt.metric(key, value)})"
+
+
 def _finding(
-    f: Mapping[str, Any], plot: str | None, costs: Mapping[str, Any], caption: str = ""
+    f: Mapping[str, Any],
+    plot: str | None,
+    costs: Mapping[str, Any],
+    caption: str = "",
+    origin: Callable[[int], int | None] = lambda _: None,
 ) -> list[str]:
     cost = cost_text(costs.get(f.get("fingerprint", "")))
     lines = [
@@ -136,7 +167,7 @@ def _finding(
     metrics = list((f.get("metrics") or {}).items())[:KEY_METRICS]
     if metrics:
         lines += md_table(
-            ["metric", "value"], [[fmt.label(k), fmt.metric(k, v)] for k, v in metrics]
+            ["metric", "value"], [[fmt.label(k), _metric(k, v, origin)] for k, v in metrics]
         )
         lines.append("")
     if plot:

@@ -19,6 +19,7 @@ class RunSummary:
     sessions: list[dict[str, Any]]
     problems: list[dict[str, Any]] = field(default_factory=list)
     versions: dict[str, list[str]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # once per run (ingest.json "notes")
 
     @property
     def skipped(self) -> list[str]:
@@ -44,6 +45,7 @@ class RunSummary:
                 )
             for w in s.get("warnings") or []:
                 lines.append(f"rank {s['rank']} {s['session']}: {w}")
+        lines += self.notes
         for p in self.problems:
             where = f"{p.get('path')}: " if p.get("path") else ""
             lines.append(f"{p.get('severity', 'warning')}: {where}{p.get('message')}")
@@ -72,6 +74,7 @@ def run_summary(inputs: ReportInputs) -> RunSummary:
         ranks=list(ranks),
         sessions=rows,
         problems=list((inputs.ingest or {}).get("problems", [])),
+        notes=list((inputs.ingest or {}).get("notes", [])),
         versions=versions,
     )
 

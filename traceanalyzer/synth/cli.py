@@ -63,7 +63,7 @@ def _parse_sets(values: tuple[str, ...]) -> dict[str, str]:
     "--profile-style",
     type=click.Choice(["events", "session"]),
     default=None,
-    help="store-*: 'session' = the profiler wraps one transfer call (no span event, seed 002).",
+    help="store-*: 'session' = the profiler wraps one transfer call (no span event, as in the Mooncake KV-pool TTFT report).",
 )
 @click.option(
     "--set", "sets", multiple=True, metavar="KNOB=VALUE", help="Scenario knob; repeatable."

@@ -1,4 +1,5 @@
-"""``capture-growth`` / ``capture-healthy``: vLLM capturing FULL aclgraphs repeatedly (seed 000).
+"""``capture-growth`` / ``capture-healthy``: vLLM capturing FULL aclgraphs repeatedly (the aclgraph
+capture slowdown report).
 
 Each round (one ProfilerStep, like the seed's outer ``for i in range(100)`` loop
 with ``prof.step()``) captures every size: an eager warm-up forward, then an
@@ -10,7 +11,7 @@ Inside each HCCL op the AICPU resource refresh issues blocking H2D copies
 resource list their number grows linearly with the number of earlier captures,
 and the capture time with it; with ``HCCL_OP_EXPANSION_MODE=AIV`` it stays flat.
 
-``profiled_rounds=1,45,100`` profiles only those rounds, as users of seed 000 did:
+``profiled_rounds=1,45,100`` profiles only those rounds, as the users of that report did:
 each is its own profiler session (its own ``*_ascend_pt`` directory of the same
 rank and process, later rounds later in time), and the memcpy count of round
 ``r`` still counts every capture of the unprofiled rounds ``1..r-1``. ``rounds``

@@ -1,4 +1,5 @@
-"""``store-stall`` / ``store-healthy``: Mooncake ``batch_get_into_multi_buffers`` (seed 002).
+"""``store-stall`` / ``store-healthy``: Mooncake ``batch_get_into_multi_buffers`` (the Mooncake
+KV-pool TTFT report).
 
 Stall: the transfer's ``aclrtMemcpyAsync`` calls run inside a Python span
 (``record_function``) while extra streams (39, 40, 43, 46) hold long
@@ -8,7 +9,7 @@ stream sync inside the span takes seconds. Healthy (the fix): a
 ``torch.npu.synchronize()`` before the span, short spans without cross-stream
 waits inside, and an unrelated long wait elsewhere.
 
-``profile_style=session`` is how seed 002 was profiled: the profiler window
+``profile_style=session`` is how that report was profiled: the profiler window
 wraps one call, so there is no span event and no ProfilerStep; the whole window
 is the transfer. The waits are then queued inside the window by the model
 thread (the torch_npu acl thread): ``aclrtStreamWaitEvent`` for EVENT_WAIT and

@@ -1,0 +1,36 @@
+"""``traceanalyzer annotate OUT``: each rank's trace with the run's findings merged in."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from traceanalyzer.exitcodes import EXIT_PARTIAL, UsageFailure
+
+
+@click.command("annotate")
+@click.argument("out", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option(
+    "--rules",
+    "rule_dirs",
+    multiple=True,
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="The run's extra rule folders (repeatable), so their findings are marked as they mark them.",
+)
+def annotate_command(out: Path, rule_dirs: tuple[Path, ...]) -> None:
+    """Copy each rank's trace into OUT/annotated/ with the findings' marks on their own tracks."""
+    from traceanalyzer.engine.config import load_run_rules
+    from traceanalyzer.report.annotated import annotated_text, write_annotated
+    from traceanalyzer.report.inputs import ReportInputs
+
+    if not (out / "findings.json").is_file():
+        raise UsageFailure(
+            f"{out} is not a run output (no findings.json); run `traceanalyzer run` first"
+        )
+    inputs = ReportInputs.load(out, rules=load_run_rules(rule_dirs).rules)
+    results = write_annotated(inputs)
+    click.echo(annotated_text(results, out))
+    if any(r.skipped for r in results):
+        sys.exit(EXIT_PARTIAL)
