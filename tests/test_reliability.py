@@ -127,3 +127,18 @@ def test_info_file_that_is_a_fifo_or_too_large(collection) -> None:
     found = discover(collection)
     messages = " ".join(p.message for p in found.problems)
     assert "not a regular file" in messages and "cap" in messages
+
+
+# --------------------------------------------------------------------------- rule errors
+
+
+def test_a_rule_that_fails_makes_the_run_partial(collection, tmp_path) -> None:
+    from traceanalyzer.engine.scaffold import RULE_TEMPLATE
+
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    source = RULE_TEMPLATE.format(rule_id="TA199", name="boom", summary="Boom.", func="boom")
+    (rules / "boom.py").write_text(source.replace("p = ctx.params", 'raise RuntimeError("boom")'))
+    result = _run(collection, tmp_path / "out", "--rules", str(rules))
+    assert result.exit_code == 3, result.output
+    assert "boom" in result.output

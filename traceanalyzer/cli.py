@@ -1,7 +1,8 @@
 """The `traceanalyzer` command: a thin shell over the Python API.
 
 Exit codes: 0 success; 1 a finding at or above ``--fail-on``; 2 usage or input error;
-3 partial run (a rank or file could not be analysed, or lost data; the rest was); 130 interrupted.
+3 partial run (a rank or file could not be analysed, lost data, or a rule failed; the rest was);
+130 interrupted.
 """
 
 from __future__ import annotations
@@ -425,7 +426,7 @@ def _run(
         click.echo(reports.closing_text(color=sys.stdout.isatty()))
     if findings.exit_code:
         sys.exit(EXIT_FINDINGS)
-    if result.partial:
+    if result.partial or findings.errors:  # a rule that failed judged nothing: partial
         sys.exit(EXIT_PARTIAL)
 
 
