@@ -142,3 +142,86 @@ def test_a_rule_that_fails_makes_the_run_partial(collection, tmp_path) -> None:
     result = _run(collection, tmp_path / "out", "--rules", str(rules))
     assert result.exit_code == 3, result.output
     assert "boom" in result.output
+
+
+# --------------------------------------------------------------------------- the output
+
+
+def _no_traceback(result) -> None:  # noqa: ANN001 - click Result
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.output
+    assert "Traceback" not in result.output
+
+
+def test_out_inside_a_symlinked_rank_dir_is_refused(tmp_path) -> None:
+    elsewhere = tmp_path / "shared"
+    shutil.copytree(SAMPLE, elsewhere)
+    rank_dir = _rank_dirs(elsewhere)[0]
+    root = tmp_path / "in"
+    root.mkdir()
+    (root / rank_dir.name).symlink_to(rank_dir, target_is_directory=True)
+    before = sorted(p.name for p in rank_dir.iterdir())
+    result = _run(root, rank_dir / "out")
+    _no_traceback(result)
+    assert result.exit_code == 2 and "never writes into its input" in result.output
+    assert sorted(p.name for p in rank_dir.iterdir()) == before
+
+
+def test_out_under_a_regular_file(collection, tmp_path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    result = _run(collection, blocker / "out")
+    _no_traceback(result)
+    assert result.exit_code == 2 and "--out" in result.output
+
+
+def test_out_that_cannot_be_created_or_written(collection, tmp_path, monkeypatch) -> None:
+    # (as root, chmod does not stop a write: the refusals are simulated)
+    def refuse(self, *args, **kwargs):  # noqa: ANN001, ANN202
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "mkdir", refuse)
+    result = _run(collection, tmp_path / "ro" / "out")
+    _no_traceback(result)
+    assert result.exit_code == 2 and "cannot be created: Permission denied" in result.output
+    monkeypatch.undo()
+    existing = tmp_path / "existing"
+    existing.mkdir()
+    real_access = os.access
+    monkeypatch.setattr(
+        os, "access", lambda p, mode, **kw: not mode & os.W_OK and real_access(p, mode, **kw)
+    )
+    result = _run(collection, existing)
+    _no_traceback(result)
+    assert result.exit_code == 2 and "not writable" in result.output
+
+
+def test_a_full_disk_blames_the_output_not_the_input(collection, tmp_path, monkeypatch) -> None:
+    import errno
+
+    from traceanalyzer import ingest as ingest_module
+
+    def full(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(ingest_module, "commit_partition", full)
+    result = _run(collection, tmp_path / "out")
+    _no_traceback(result)
+    assert result.exit_code == 4, result.output
+    assert "cannot write the output" in result.output and "unreadable" not in result.output
+
+
+def test_a_report_that_cannot_be_written_fails_the_run(collection, tmp_path, monkeypatch) -> None:
+    from traceanalyzer.report import writer
+
+    real = writer.write_atomic_text
+
+    def flaky(path: Path, text: str) -> None:
+        if path.name == "findings.sarif":
+            raise OSError(28, "No space left on device", str(path))
+        real(path, text)
+
+    monkeypatch.setattr(writer, "write_atomic_text", flaky)
+    result = _run(collection, tmp_path / "out")
+    _no_traceback(result)
+    assert result.exit_code == 4, result.output
+    assert "findings.sarif" in result.output

@@ -1,6 +1,7 @@
 """The `traceanalyzer` command: a thin shell over the Python API.
 
-Exit codes: 0 success; 1 a finding at or above ``--fail-on``; 2 usage or input error;
+Exit codes: 0 success; 1 a finding at or above ``--fail-on``; 2 usage or input error (including
+an unusable ``--out``); 4 the output could not be written during the run (disk full...);
 3 partial run (a rank or file could not be analysed, lost data, or a rule failed; the rest was);
 130 interrupted.
 """
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
 # Before anything imports polars (every command imports it lazily, below).
 allocator.configure()
 
-EXIT_FINDINGS, EXIT_USAGE, EXIT_PARTIAL, EXIT_INTERRUPTED = 1, 2, 3, 130
+EXIT_FINDINGS, EXIT_USAGE, EXIT_PARTIAL, EXIT_OUTPUT, EXIT_INTERRUPTED = 1, 2, 3, 4, 130
 
 
 class _Progress:
@@ -373,6 +374,7 @@ def _run(
     from traceanalyzer.engine.config import ConfigError
     from traceanalyzer.executor import ExecutorError, make_executor
     from traceanalyzer.ingest import InputError, default_out_dir
+    from traceanalyzer.outdir import OutputError, OutputRefused
     from traceanalyzer.parse.trace_view import ParseMemory
     from traceanalyzer.pipeline import analyse
 
@@ -405,9 +407,14 @@ def _run(
         finally:
             progress.close()
             executor.close()
-    except (InputError, ExecutorError, ConfigError) as exc:
+    except (InputError, OutputRefused, ExecutorError, ConfigError) as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_USAGE)
+    except OutputError as exc:
+        click.echo(
+            f"error: {exc}; the input is fine: free space or fix --out, then re-run", err=True
+        )
+        sys.exit(EXIT_OUTPUT)
     result, findings, reports = analysis.ingest, analysis.findings, analysis.reports
     if findings is None or reports is None:
         for p in result.discovery.problems:
@@ -424,6 +431,8 @@ def _run(
                 click.echo(line)
         click.echo(_findings_table(findings, out))
         click.echo(reports.closing_text(color=sys.stdout.isatty()))
+    if reports.files.unwritable:
+        sys.exit(EXIT_OUTPUT)
     if findings.exit_code:
         sys.exit(EXIT_FINDINGS)
     if result.partial or findings.errors:  # a rule that failed judged nothing: partial

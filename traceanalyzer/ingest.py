@@ -35,6 +35,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from traceanalyzer import outdir
 from traceanalyzer.discover import Discovery, RankSession, discover, input_root
 from traceanalyzer.parse import trace_native
 from traceanalyzer.parse.comm import parse_communication, parse_communication_matrix
@@ -91,6 +92,8 @@ class SessionOutcome:
     # Peak RSS of the process that ingested the session (the worker; the driver for `local`),
     # as the kernel reports it: the evidence that memory is bounded by one rank's working set.
     peak_rss_mb: float | None = None
+    # The session failed because the output could not be written (disk full...): not the input.
+    output_error: bool = False
 
     @property
     def key(self) -> str:
@@ -148,7 +151,10 @@ def session_fingerprint(session: RankSession) -> dict[str, Any]:
     if session.output_dir.is_dir():
         candidates += [p for p in session.output_dir.iterdir() if p.is_file()]
     for path in sorted(candidates):
-        files[os.path.relpath(path, session.path)] = _file_fingerprint(path)
+        try:
+            files[os.path.relpath(path, session.path)] = _file_fingerprint(path)
+        except OSError as exc:  # unreadable: never cached, the parse says why
+            files[os.path.relpath(path, session.path)] = {"error": str(exc), "at": time.time()}
     return {"parser_version": PARSER_VERSION, "files": files}
 
 
@@ -283,6 +289,8 @@ class _SideFiles:
                     headers[spec.file] = parsed.header
                     self.warnings += parsed.warnings
                 except Exception as exc:
+                    if outdir.is_output_failure(exc, self.sink.out):
+                        raise
                     self.warnings.append(f"{path}: could not be parsed ({exc})")
                     self.incomplete.append(f"{spec.file} (could not be parsed)")
         finally:
@@ -295,6 +303,8 @@ class _SideFiles:
             try:
                 parser(path, self.sink)
             except Exception as exc:
+                if outdir.is_output_failure(exc, self.sink.out):
+                    raise
                 self.warnings.append(f"{path}: could not be parsed ({exc})")
                 self.incomplete.append(f"{name} (could not be parsed)")
         return headers
@@ -319,9 +329,9 @@ def ingest_session(
         profiler_level=session.profiler_level,
     )
     sink = _PartitionSink(out, session.rank, session.session)
-    trace = pool = None
-    scratch = Path(tempfile.mkdtemp(dir=out, prefix=".scratch."))
+    trace = pool = scratch = None
     try:
+        scratch = Path(tempfile.mkdtemp(dir=out, prefix=".scratch."))
         # Small side files parse on a thread once the trace parse's memory peak is behind it,
         # while its last tables are written (parse_trace_view's on_read); large ones (a Level2
         # kernel_details.csv), or with the DuckDB reader, after the trace: the two parses'
@@ -345,6 +355,8 @@ def ingest_session(
                 if trace.incomplete:
                     outcome.incomplete_files.append(f"{TRACE_FILE} ({trace.incomplete})")
             except Exception as exc:
+                if outdir.is_output_failure(exc, out):
+                    raise  # the output's fault (disk full...), not the trace's
                 # The rank's main input is unreadable (garbage bytes, out of memory...): fail the
                 # rank rather than analyse it blind. (The parser salvages damage inside the array.)
                 raise RankFailed(f"{trace_path}: unreadable ({type(exc).__name__}: {exc})") from exc
@@ -369,12 +381,17 @@ def ingest_session(
         outcome.warnings.append(traceback.format_exc(limit=5))
     except Exception as exc:
         outcome.status = "failed"
-        outcome.error = f"{type(exc).__name__}: {exc}"
-        outcome.warnings.append(traceback.format_exc(limit=5))
+        if outdir.is_output_failure(exc, out):
+            outcome.output_error = True
+            outcome.error = f"cannot write the output {out}: {outdir.failure_text(exc)}"
+        else:
+            outcome.error = f"{type(exc).__name__}: {exc}"
+            outcome.warnings.append(traceback.format_exc(limit=5))
     finally:
         if pool:
             pool.shutdown(wait=True)  # a failed trace still waits for the side files' writes
-        shutil.rmtree(scratch, ignore_errors=True)
+        if scratch:
+            shutil.rmtree(scratch, ignore_errors=True)
     outcome.seconds = round(time.perf_counter() - started, 3)
     outcome.peak_rss_mb = peak_rss_mb()
     return outcome
@@ -516,16 +533,6 @@ def default_out_dir(root: Path) -> Path:
     return cwd / "traceanalyzer-out" / root.name
 
 
-def _check_out(root: Path, out: Path) -> None:
-    root, out = root.resolve(), out.resolve()
-    if out == root or root in out.parents:
-        raise InputError(
-            f"--out {out} is inside the input {root}; traceanalyzer never writes into its input"
-        )
-    if out.exists() and not out.is_dir():
-        raise InputError(f"--out {out} exists and is not a directory")
-
-
 # (event, sessions done, sessions in all, the finished session). Events: "start", "session",
 # "done", and any other string is a note to show as is (e.g. fewer workers for memory).
 ProgressFn = Callable[[str, int, int, SessionOutcome | None], None]
@@ -552,18 +559,20 @@ def load_manifest(out: Path) -> Manifest:
 
 
 def _fold_journal(out: Path, manifest: Manifest) -> None:
-    manifest.save(out)
-    (out / JOURNAL).unlink(missing_ok=True)
+    with outdir.writes(out):
+        manifest.save(out)
+        (out / JOURNAL).unlink(missing_ok=True)
 
 
 def _journal_append(out: Path, key: str, value: dict[str, Any]) -> None:
     line = json.dumps({"key": key, "value": value}, sort_keys=True) + "\n"
     # one write() of one line on an O_APPEND fd: a kill leaves at most a torn last line
-    fd = os.open(out / JOURNAL, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, line.encode("utf-8"))
-    finally:
-        os.close(fd)
+    with outdir.writes(out):
+        fd = os.open(out / JOURNAL, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line.encode("utf-8"))
+        finally:
+            os.close(fd)
 
 
 def _crashed(session: RankSession, error: str) -> SessionOutcome:
@@ -583,19 +592,34 @@ def ingest(
 
     ``executor`` runs the per-session work (:func:`traceanalyzer.executor.make_executor`); by
     default sessions run in this process when ``jobs`` is 1, else in a spawn process pool.
-    ``memory`` is each trace's parse budget (DuckDB's buffers, per worker).
+    ``memory`` is each trace's parse budget (DuckDB's buffers, per worker). The output is
+    checked (never inside the input or a rank directory) and locked for the ingest
+    (:mod:`traceanalyzer.outdir`).
     """
-    from traceanalyzer.executor import TaskCrashed, make_executor
-
     if not Path(root).exists():
         raise InputError(f"{root}: no such file or directory")
     root_path, out_path = input_root(root), Path(out)
-    _check_out(root_path, out_path)
+    outdir.check_out(out_path, root_path)
     try:
         found = discover(root_path)
     except (FileNotFoundError, NotADirectoryError) as exc:
         raise InputError(str(exc)) from exc
-    out_path.mkdir(parents=True, exist_ok=True)
+    outdir.check_out(out_path, root_path, [s.path for s in found.sessions])
+    with outdir.locked(out_path):
+        return _ingest(found, out_path, jobs, progress, force, executor, memory)
+
+
+def _ingest(
+    found: Discovery,
+    out_path: Path,
+    jobs: int,
+    progress: ProgressFn | None,
+    force: bool,
+    executor: Executor | None,
+    memory: ParseMemory,
+) -> IngestResult:
+    from traceanalyzer.executor import TaskCrashed, make_executor
+
     manifest = load_manifest(out_path)
 
     # Sessions no longer in the input leave the store, so it always mirrors the input.
@@ -624,6 +648,8 @@ def ingest(
 
     def record(outcome: SessionOutcome, fingerprint: dict[str, Any]) -> None:
         nonlocal done
+        if outcome.output_error:  # disk full or the like: no later session would fare better
+            raise outdir.OutputError(outcome.error)
         done += 1
         outcomes.append(outcome)
         if outcome.status == "failed":

@@ -77,6 +77,7 @@ def diff_command(
     from traceanalyzer.engine.config import ConfigError
     from traceanalyzer.executor import ExecutorError
     from traceanalyzer.ingest import InputError
+    from traceanalyzer.outdir import OutputError, OutputRefused
     from traceanalyzer.report.diff import diff_outputs
     from traceanalyzer.report.diff_render import render_diff_html, render_diff_text
 
@@ -85,7 +86,7 @@ def diff_command(
         target_out = (
             target if is_output_dir(target) else analyse(target, jobs, quiet or fmt == "json")
         )
-    except (InputError, ExecutorError, ConfigError) as exc:
+    except (InputError, OutputRefused, OutputError, ExecutorError, ConfigError) as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_USAGE)
     result = diff_outputs(base_out, target_out)
