@@ -225,3 +225,54 @@ def test_a_report_that_cannot_be_written_fails_the_run(collection, tmp_path, mon
     _no_traceback(result)
     assert result.exit_code == 4, result.output
     assert "findings.sarif" in result.output
+
+
+# --------------------------------------------------------------------------- long names
+
+_PEAK_RSS = """
+import resource, sys
+from traceanalyzer.ingest import ingest
+result = ingest(sys.argv[1], sys.argv[2])
+assert not result.failed, result.to_dict()
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+"""
+
+
+def _ingest_peak_kb(root: Path, out: Path, native: bool) -> int:
+    import subprocess
+    import sys
+
+    env = {**os.environ, "TRACEANALYZER_NATIVE": "1" if native else "0"}
+    done = subprocess.run(
+        [sys.executable, "-c", _PEAK_RSS, str(root), str(out)],
+        capture_output=True, text=True, env=env, timeout=300, check=True,
+    )  # fmt: skip
+    return int(done.stdout.split()[-1])
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["native", "duckdb"])
+def test_a_2mb_process_name_is_cut_once_not_repeated_per_row(tmp_path, native) -> None:
+    import polars as pl
+
+    from traceanalyzer.parse.trace_shared import MAX_NAME
+    from traceanalyzer.store import Store
+
+    clean = tmp_path / "clean"
+    shutil.copytree(REPO / "sample_traces" / "capture_growth_level2", clean)
+    long = tmp_path / "long"
+    shutil.copytree(clean, long)
+    trace = next(long.glob("*/ASCEND_PROFILER_OUTPUT/trace_view.json"))
+    events = json.loads(trace.read_text())
+    device = next(e for e in events if e.get("ph") == "M" and e["name"] == "process_name"
+                  and e["args"]["name"] == "Ascend Hardware")  # fmt: skip
+    device["args"]["name"] += "X" * (2 << 20)
+    trace.write_text(json.dumps(events))
+
+    baseline = _ingest_peak_kb(clean, tmp_path / "out-clean", native)
+    peak = _ingest_peak_kb(long, tmp_path / "out-long", native)
+    assert peak < baseline + 64 * 1024, (baseline, peak)  # the file grew by 2 MB, no more
+    store = Store.open(tmp_path / "out-long")
+    longest = store.table("slices").select(pl.col("process").str.len_chars().max()).collect()
+    assert longest.item() <= MAX_NAME
+    ingest_doc = (tmp_path / "out-long" / "manifest.json").read_text()
+    assert "cut to that length" in ingest_doc

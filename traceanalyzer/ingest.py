@@ -40,7 +40,7 @@ from traceanalyzer.discover import Discovery, RankSession, discover, input_root
 from traceanalyzer.parse import trace_native
 from traceanalyzer.parse.comm import parse_communication, parse_communication_matrix
 from traceanalyzer.parse.csv_tables import CSV_MEMORY_MB, SPECS, csv_database, parse_csv
-from traceanalyzer.parse.sink import body_columns, conform_body, table_from_rows
+from traceanalyzer.parse.sink import WRITE_OPTIONS, body_columns, conform_body, table_from_rows
 from traceanalyzer.parse.trace_view import DEFAULT_PARSE_MEMORY, ParseMemory, parse_trace_view
 from traceanalyzer.schema import TABLES
 from traceanalyzer.store import Manifest, commit_partition, partition_exists, remove_session
@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from traceanalyzer.executor import Executor
 
 # Bump when parsers change what they write: stored sessions are then re-ingested.
-PARSER_VERSION = 5
+PARSER_VERSION = 6
 TRACE_FILE = "trace_view.json"
 JOURNAL = "manifest.journal"
 _SAMPLE = 1 << 16
@@ -175,7 +175,7 @@ class _PartitionSink:
             table,
             self.rank,
             self.session,
-            lambda p: pq.write_table(body, p, compression="zstd"),
+            lambda p: pq.write_table(body, p, **WRITE_OPTIONS),
         )
         self.rows[table] = body.num_rows
         return body.num_rows
@@ -185,12 +185,20 @@ class _PartitionSink:
 
         def write(path: Path) -> None:
             nonlocal count
-            schema = pa.schema([pa.field(name, typ) for name, typ in body_columns(table)])
-            with pq.ParquetWriter(path, schema, compression="zstd") as writer:
+            writer = None
+            try:
                 for part in tables:
                     body = conform_body(table, part)
-                    writer.write_table(body)
+                    if writer is None:  # the first part's schema: names may be dictionaries
+                        writer = pq.ParquetWriter(path, body.schema, **WRITE_OPTIONS)
+                    writer.write_table(body.cast(writer.schema))
                     count += body.num_rows
+                if writer is None:
+                    empty = pa.schema([pa.field(name, typ) for name, typ in body_columns(table)])
+                    writer = pq.ParquetWriter(path, empty, **WRITE_OPTIONS)
+            finally:
+                if writer is not None:
+                    writer.close()
 
         commit_partition(self.out, table, self.rank, self.session, write)
         self.rows[table] = count
