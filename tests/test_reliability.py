@@ -276,3 +276,84 @@ def test_a_2mb_process_name_is_cut_once_not_repeated_per_row(tmp_path, native) -
     assert longest.item() <= MAX_NAME
     ingest_doc = (tmp_path / "out-long" / "manifest.json").read_text()
     assert "cut to that length" in ingest_doc
+
+
+# --------------------------------------------------------------------------- the store
+
+
+def _ingest(root: Path, out: Path, **kwargs):  # noqa: ANN003, ANN202 - IngestResult
+    from traceanalyzer.ingest import ingest
+
+    return ingest(root, out, **kwargs)
+
+
+def _parts(out: Path, table: str = "slices") -> list[Path]:
+    return sorted((out / "tables" / table).glob("rank=*/session=*/part-0.parquet"))
+
+
+def test_a_concurrent_cli_run_is_refused_with_a_clear_message(collection, tmp_path) -> None:
+    import subprocess
+    import sys
+
+    out = tmp_path / "out"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import fcntl, os, sys, time; os.makedirs(sys.argv[1], exist_ok=True);"
+         "fd = os.open(sys.argv[1] + '/.lock', os.O_RDWR | os.O_CREAT); fcntl.flock(fd, fcntl.LOCK_EX);"
+         "print('held', flush=True); time.sleep(60)", str(out)],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        result = _run(collection, out)
+    finally:
+        holder.kill()
+        holder.wait()
+    _no_traceback(result)
+    assert result.exit_code == 2 and "in use by another traceanalyzer run" in result.output
+
+
+def test_partitions_the_manifest_does_not_list_are_removed(collection, tmp_path) -> None:
+    from traceanalyzer.store import Store
+
+    out = tmp_path / "out"
+    _ingest(collection, out)
+    planted = out / "tables" / "slices" / "rank=7" / "session=other-collection"
+    planted.mkdir(parents=True)
+    shutil.copy(_parts(out)[0], planted / "part-0.parquet")  # as another run would leave it
+    notes: list[str] = []
+    result = _ingest(collection, out, progress=lambda event, *_: notes.append(event))
+    assert [o.status for o in result.outcomes] == ["cached", "cached"]
+    assert not planted.exists()
+    assert any("7/other-collection" in n for n in notes), notes
+    assert Store.open(out).table("slices").select("rank").unique().collect().height == 2
+
+
+def test_a_truncated_or_swapped_partition_is_ingested_again(collection, tmp_path) -> None:
+    import polars as pl
+
+    from traceanalyzer.store import Store
+
+    out = tmp_path / "out"
+    _ingest(collection, out)
+    before = Store.open(out).table("slices").collect().sort("rank", "start_ns", "name")
+    first, second = _parts(out)
+    kept = first.read_bytes()
+    first.write_bytes(second.read_bytes())  # a valid Parquet of another rank
+    second.write_bytes(kept[: len(kept) // 2])  # truncated
+    notes: list[str] = []
+    result = _ingest(collection, out, progress=lambda event, *_: notes.append(event))
+    assert all(o.status == "ingested" for o in result.outcomes), notes
+    assert sum("ingested again" in n for n in notes) == 2, notes
+    after = Store.open(out).table("slices").collect().sort("rank", "start_ns", "name")
+    assert after.equals(before)
+    assert pl.Series(after["rank"]).unique().len() == 2
+
+
+def test_a_damaged_manifest_is_trusted_for_nothing(collection, tmp_path) -> None:
+    out = tmp_path / "out"
+    _ingest(collection, out)
+    (out / "manifest.json").write_text('{"version": 1, "sessions": {"../x/y": 5, "0/s": {}}}')
+    result = _ingest(collection, out)
+    assert [o.status for o in result.outcomes] == ["ingested", "ingested"]
+    (out / "manifest.json").write_text("[")
+    assert [o.status for o in _ingest(collection, out).outcomes] == ["ingested", "ingested"]

@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import tempfile
@@ -43,7 +44,15 @@ from traceanalyzer.parse.csv_tables import CSV_MEMORY_MB, SPECS, csv_database, p
 from traceanalyzer.parse.sink import WRITE_OPTIONS, body_columns, conform_body, table_from_rows
 from traceanalyzer.parse.trace_view import DEFAULT_PARSE_MEMORY, ParseMemory, parse_trace_view
 from traceanalyzer.schema import TABLES
-from traceanalyzer.store import Manifest, commit_partition, partition_exists, remove_session
+from traceanalyzer.store import (
+    Manifest,
+    StoreError,
+    commit_partition,
+    describe_partitions,
+    remove_session,
+    remove_unlisted,
+    verify_partitions,
+)
 
 if TYPE_CHECKING:
     from traceanalyzer.executor import Executor
@@ -52,6 +61,7 @@ if TYPE_CHECKING:
 PARSER_VERSION = 6
 TRACE_FILE = "trace_view.json"
 JOURNAL = "manifest.journal"
+_SESSION_KEY = re.compile(r"-?[0-9]{1,10}/[A-Za-z0-9_.-]+")  # "<rank>/<session>", as discovered
 _SAMPLE = 1 << 16
 # Fault injection for tests of crash recovery (never set in normal use): the worker ingesting
 # this rank kills itself with SIGKILL, like the kernel's OOM killer would. With
@@ -554,7 +564,10 @@ def load_manifest(out: Path) -> Manifest:
     leaves its journal behind, and this folds it in. A torn last line (killed mid-write) is
     ignored: that session is simply ingested again.
     """
-    manifest = Manifest.load(out)
+    try:
+        manifest = Manifest.load(out)
+    except StoreError:  # damaged: trusted for nothing, so everything is ingested again
+        manifest = Manifest()
     journal = out / JOURNAL
     if journal.is_file():
         for line in journal.read_text("utf-8", errors="replace").splitlines():
@@ -563,7 +576,22 @@ def load_manifest(out: Path) -> Manifest:
                 manifest.sessions[entry["key"]] = entry["value"]
             except (json.JSONDecodeError, KeyError, TypeError):
                 continue
+    # An entry of another shape (hand-edited, from another tool) is no record of anything.
+    manifest.sessions = {
+        key: value
+        for key, value in manifest.sessions.items()
+        if _SESSION_KEY.fullmatch(key)
+        and isinstance(value, dict)
+        and _cached_outcome(value) is not None
+    }
     return manifest
+
+
+def _cached_outcome(entry: dict[str, Any]) -> SessionOutcome | None:
+    try:
+        return SessionOutcome(**{**entry["outcome"], "status": "cached"})
+    except (KeyError, TypeError):
+        return None
 
 
 def _fold_journal(out: Path, manifest: Manifest) -> None:
@@ -637,22 +665,34 @@ def _ingest(
         remove_session(out_path, int(rank), session)
         del manifest.sessions[key]
     _fold_journal(out_path, manifest)
+    # What the manifest does not list is not ours to read (another collection written here, a
+    # killed run's leftovers): the rules would analyse it as if it were this input.
+    with outdir.writes(out_path):
+        unlisted = remove_unlisted(out_path, manifest.sessions)
 
     outcomes: list[SessionOutcome] = []
     todo: list[tuple[RankSession, dict[str, Any]]] = []
+    notes = []  # why stored tables were dropped or ingested again, for the progress
+    if unlisted:
+        notes.append(f"removed stored tables the manifest does not list: {', '.join(unlisted)}")
     for session in found.sessions:
         fingerprint = session_fingerprint(session)
         entry = manifest.sessions.get(session.key)
-        complete = all(partition_exists(out_path, t, session.rank, session.session) for t in TABLES)
-        if not force and entry and entry.get("fingerprint") == fingerprint and complete:
-            cached = SessionOutcome(**{**entry["outcome"], "status": "cached"})
-            outcomes.append(cached)
-        else:
-            todo.append((session, fingerprint))
+        if not force and entry and entry.get("fingerprint") == fingerprint:
+            damaged = verify_partitions(
+                out_path, session.rank, session.session, entry.get("partitions")
+            )
+            if damaged is None:
+                outcomes.append(_cached_outcome(entry))
+                continue
+            notes.append(f"rank {session.rank} {session.session}: {damaged}; ingested again")
+        todo.append((session, fingerprint))
     total = len(found.sessions)
     done = len(outcomes)
     if progress:
         progress("start", done, total, None)
+        for note in notes:
+            progress(note, done, total, None)
 
     def record(outcome: SessionOutcome, fingerprint: dict[str, Any]) -> None:
         nonlocal done
@@ -666,7 +706,13 @@ def _ingest(
             remove_session(out_path, outcome.rank, outcome.session)
             manifest.sessions.pop(outcome.key, None)
         else:
-            value = {"fingerprint": fingerprint, "outcome": asdict(outcome)}
+            with outdir.writes(out_path):
+                partitions = describe_partitions(out_path, outcome.rank, outcome.session)
+            value = {
+                "fingerprint": fingerprint,
+                "outcome": asdict(outcome),
+                "partitions": partitions,
+            }
             manifest.sessions[outcome.key] = value
             _journal_append(out_path, outcome.key, value)
         if progress:

@@ -12,6 +12,7 @@ its partitions are in place, which is what makes re-runs resumable.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -27,6 +28,7 @@ from traceanalyzer.schema import TABLES
 
 MANIFEST = "manifest.json"
 TABLES_DIR = "tables"
+PART_FILE = "part-0.parquet"
 MANIFEST_VERSION = 1
 
 
@@ -110,6 +112,81 @@ def remove_session(root: Path, rank: int, session: str) -> None:
         shutil.rmtree(partition_dir(root, table, rank, session), ignore_errors=True)
 
 
+# --------------------------------------------------------------------------- verification
+
+_TAIL = 64 << 10  # the Parquet footer (schema, row groups, statistics) lives at the end
+
+
+def _digest(path: Path, tail: bool) -> str:
+    digest = hashlib.blake2b(digest_size=16)
+    with open(path, "rb") as fh:
+        if tail:
+            fh.seek(max(0, os.fstat(fh.fileno()).st_size - _TAIL))
+        while chunk := fh.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def describe_partitions(root: Path, rank: int, session: str) -> dict[str, dict[str, Any]]:
+    """Per table of a session: its file's size, content hash and footer hash, for the manifest."""
+    described = {}
+    for table in TABLES:
+        path = partition_dir(root, table, rank, session) / PART_FILE
+        described[table] = {
+            "size": path.stat().st_size,
+            "blake2b": _digest(path, tail=False),
+            "tail": _digest(path, tail=True),
+        }
+    return described
+
+
+def verify_partitions(
+    root: Path, rank: int, session: str, recorded: Mapping[str, Any] | None
+) -> str | None:
+    """None when every table of the session is the file the manifest recorded, else why not.
+
+    Cheap enough for every warm run: the size, the hash of the last 64 KB (a truncated file, or
+    a valid one from another rank, has another footer) and a footer that parses.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if not recorded:
+        return "no record of its stored tables"
+    for table in TABLES:
+        path = partition_dir(root, table, rank, session) / PART_FILE
+        expected = recorded.get(table) or {}
+        try:
+            if path.stat().st_size != expected.get("size"):
+                return f"tables/{table}: size differs from the one recorded"
+            if _digest(path, tail=True) != expected.get("tail"):
+                return f"tables/{table}: content differs from the one recorded"
+            pq.read_metadata(path)
+        except (OSError, pa.ArrowException) as exc:
+            return f"tables/{table}: unreadable ({exc})"
+    return None
+
+
+def remove_unlisted(root: Path, listed: Iterable[str]) -> list[str]:
+    """Remove every partition whose "<rank>/<session>" is not in ``listed`` (left by another
+    collection written to the same directory, or by a killed run), and leftover staging
+    directories; returns the keys removed."""
+    keep, removed = set(listed), set()
+    for table_dir in sorted((root / TABLES_DIR).glob("*")):
+        for rank_dir in sorted(table_dir.glob("rank=*")):
+            for part in sorted(rank_dir.iterdir()):
+                key = f"{rank_dir.name[5:]}/{part.name.removeprefix('session=')}"
+                if part.name.startswith("."):  # staging or trash of an interrupted write
+                    shutil.rmtree(part, ignore_errors=True)
+                elif not part.name.startswith("session=") or key not in keep:
+                    removed.add(key)
+                    if part.is_dir():
+                        shutil.rmtree(part, ignore_errors=True)
+                    else:
+                        part.unlink()
+    return sorted(removed)
+
+
 @dataclass
 class Manifest:
     """Which sessions are in the store, from which inputs, with what row counts."""
@@ -125,9 +202,10 @@ class Manifest:
             raw = json.loads(path.read_text("utf-8"))
         except (OSError, json.JSONDecodeError) as exc:
             raise StoreError(f"{path}: unreadable manifest ({exc})") from exc
-        if raw.get("version") != MANIFEST_VERSION:
+        if not isinstance(raw, dict) or raw.get("version") != MANIFEST_VERSION:
             return cls()  # older layout: everything is re-ingested
-        return cls(sessions=raw.get("sessions", {}))
+        sessions = raw.get("sessions")
+        return cls(sessions=sessions if isinstance(sessions, dict) else {})
 
     def save(self, root: Path) -> None:
         doc = {"version": MANIFEST_VERSION, "sessions": self.sessions}
