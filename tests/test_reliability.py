@@ -357,3 +357,79 @@ def test_a_damaged_manifest_is_trusted_for_nothing(collection, tmp_path) -> None
     assert [o.status for o in result.outcomes] == ["ingested", "ingested"]
     (out / "manifest.json").write_text("[")
     assert [o.status for o in _ingest(collection, out).outcomes] == ["ingested", "ingested"]
+
+
+# --------------------------------------------------------------------------- markdown
+
+INJECTION = (
+    "op` x\n# Injected heading\n![img](https://evil.example/p.png) "
+    "[click](javascript:alert(1)) <b>html</b> `"
+)
+
+
+def test_trace_names_cannot_inject_markdown(tmp_path: Path) -> None:
+    from traceanalyzer.engine import RuleContext, evaluate, rule, write_findings_json
+    from traceanalyzer.engine.registry import RuleSet
+    from traceanalyzer.report.writer import write_reports
+    from traceanalyzer.store import Store
+    from traceanalyzer.synth.fixtures import RankBuilder, build_store
+
+    b = RankBuilder(rank=0)
+    b.cpu_op(INJECTION, start_us=100, dur_us=50)
+    out = build_store(tmp_path, b)
+
+    @rule(id="TX902", name="echo-name", severity="warning", summary="Echoes op names.", fix="x")
+    def echo(ctx: RuleContext):  # noqa: ANN202
+        """
+        ## What it detects
+        x
+        ## Why it matters
+        x
+        ## How to fix
+        x
+        ## Example
+        x
+        ## References
+        x
+        """
+        import polars as pl
+
+        rows = ctx.table("slices").filter(pl.col("name").str.starts_with("op`")).collect()
+        for row in rows.iter_rows(named=True):
+            yield ctx.finding(
+                rank=row["rank"],
+                title=f"op `{row['name']}` is odd",
+                message=f"Op `{row['name']}`\nsecond line {row['name']}",
+                location={"name": row["name"]},
+            )
+
+    result = evaluate(Store.open(out), rules=RuleSet([echo]), config_path=False)
+    assert len(result.findings) == 1
+    write_findings_json(result, out)
+    assert not write_reports(out, result=result, rules=[echo]).errors
+    md = (out / "report.md").read_text("utf-8")
+    assert not any(line.lstrip().startswith("# Injected") for line in md.splitlines())
+    assert "](https://evil" not in md.replace("\\](https://evil", "")
+    assert "](javascript:" not in md.replace("\\](javascript:", "")
+    assert "<b>" not in md
+    sarif = json.loads((out / "findings.sarif").read_text("utf-8"))
+    markdown = sarif["runs"][0]["results"][0]["message"]["markdown"]
+    assert "<b>" not in markdown and "\n# Injected" not in markdown
+    assert "](javascript:" not in markdown.replace("\\](javascript:", "")
+
+
+def test_sarif_uris_are_percent_encoded(tmp_path: Path) -> None:
+    root = tmp_path / "in"
+    shutil.copytree(SAMPLE, root)
+    first = _rank_dirs(root)[0]
+    first.rename(first.with_name("npu node#0" + first.name.removeprefix("npu-node0")))
+    result = _run(root, tmp_path / "out")
+    assert result.exit_code == 0, result.output
+    sarif = json.loads((tmp_path / "out" / "findings.sarif").read_text("utf-8"))
+    uris = [
+        loc["physicalLocation"]["artifactLocation"]["uri"]
+        for res in sarif["runs"][0]["results"]
+        for loc in res["locations"]
+    ]
+    assert any("npu%20node%230_" in u for u in uris), uris
+    assert not any(" " in u or "#" in u for u in uris)

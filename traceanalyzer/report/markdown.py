@@ -1,7 +1,7 @@
 """``OUT/report.md``: the key numbers of a run, to paste into an issue or a PR comment.
 
-Trace-derived text is escaped for Markdown renderers that allow inline HTML (GitHub, GitCode):
-``<``/``>``/``&`` become entities and ``|`` is escaped inside tables.
+Trace-derived text is made inert for Markdown renderers that allow inline HTML (GitHub, GitCode)
+by :mod:`traceanalyzer.report.mdsafe`, and ``|`` is escaped inside tables.
 """
 
 from __future__ import annotations
@@ -11,17 +11,18 @@ from typing import Any
 
 from traceanalyzer.report import fmt
 from traceanalyzer.report.inputs import ReportInputs
+from traceanalyzer.report.mdsafe import md_inline, md_lines
 from traceanalyzer.report.summary import run_summary
 
 KEY_METRICS = 8  # metrics listed per finding; the HTML and findings.json have all of them
 
 
 def md_text(value: Any) -> str:
-    return str(value or "").replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return md_inline(value or "")
 
 
 def md_cell(value: Any) -> str:
-    return md_text(value).replace("|", "\\|").replace("\n", " ")
+    return md_text(value).replace("|", "\\|")
 
 
 def md_table(headers: list[str], rows: list[list[Any]]) -> list[str]:
@@ -118,7 +119,7 @@ def _finding(f: Mapping[str, Any], plot: str | None) -> list[str]:
     if plot:
         lines += [f"![{md_text(f['name'])}]({plot})", ""]
     lines += ["<details><summary>Details</summary>", ""]
-    lines += [md_text(line) + "  " for line in str(f.get("message") or "").splitlines()]
+    lines += [line + "  " for line in md_lines(f.get("message"))]
     lines += ["", "</details>", "", f"**Fix:** {md_text(f.get('fix'))}", ""]
     lines.append(f"<sub>fingerprint `{f.get('fingerprint')}`</sub>")
     lines.append("")
