@@ -2,23 +2,39 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import polars as pl
 
-from traceanalyzer.engine import AnyOf, Evidence, Finding, Param, Requirement, RuleContext, rule
-from traceanalyzer.engine import text as fmt
-from traceanalyzer.engine.primitives import (
+from traceanalyzer.kit import (
+    NOT_HOST_PROCESSES,
+    PALETTE,
+    AnyOf,
     ApiLayer,
+    Evidence,
+    FigureContext,
+    Finding,
+    KeyFigure,
+    Mark,
+    Param,
+    Requirement,
+    RuleContext,
     count_in_windows,
+    evidence_marks,
     one_api_layer,
     outermost,
     pair_windows,
+    rule,
+    series_by_rank,
     spearman,
     trend,
 )
-from traceanalyzer.schema import NOT_HOST_PROCESSES
+from traceanalyzer.kit import text as fmt
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 HOST_PROCESSES_EXCLUDED = NOT_HOST_PROCESSES
 EVIDENCE_EDGE = 5  # capture windows shown at each end of the series
@@ -362,3 +378,101 @@ def _judge(
 def _session_len(row: dict) -> int | None:
     start, end = row.get("start_ns"), row.get("end_ns")
     return end - start if start is not None and end is not None else None
+
+
+# --------------------------------------------------------------------------------------------
+# Presentation: memcpy calls and capture time per capture and rank; key figures; capture marks
+# --------------------------------------------------------------------------------------------
+
+MAX_RANK_LINES = 12  # more lines than this is unreadable; the rest are drawn thin and grey
+
+
+@capture_memcpy_growth.figure(
+    caption="Host memcpy calls and capture duration per aclgraph capture, in time order, per rank."
+)
+def _figure(fig: FigureContext) -> Figure | None:
+    series = [(ranks, s) for ranks, s in fig.series_by_rank() if s.get("memcpy_calls")]
+    if not series:
+        return None
+    figure, (left, right) = fig.new(9.0, 3.1, cols=2)
+    per_session = fig.finding.get("location", {}).get("source") == "api_stats"
+    has_time = False
+    for i, (ranks, s) in enumerate(series):
+        bold = i < MAX_RANK_LINES
+        style = {
+            "color": PALETTE[i % len(PALETTE)] if bold else "#9ca3af",
+            "linewidth": 1.6 if bold else 0.6,
+            "marker": "o" if bold else None,
+            "markersize": 3,
+            "label": "rank " + ", ".join(map(str, ranks)) if bold else None,
+        }
+        x = s.get("capture_index") or list(range(len(s["memcpy_calls"])))
+        left.plot(x, s["memcpy_calls"], **style)
+        times = s.get("capture_ns") or []
+        points = [(xi, t / 1e6) for xi, t in zip(x, times, strict=False) if t is not None]
+        if points:
+            has_time = True
+            right.plot([p[0] for p in points], [p[1] for p in points], **style)
+    unit = "session" if per_session else "capture"
+    left.set_title(f"host memcpy calls per {unit}", fontsize=10)
+    left.set_xlabel(f"{unit} index (time order)", fontsize=9)
+    left.set_ylabel("calls", fontsize=9)
+    left.set_ylim(bottom=0)
+    right.set_title("capture duration", fontsize=10)
+    right.set_xlabel("capture index (time order)", fontsize=9)
+    right.set_ylabel("ms", fontsize=9)
+    if has_time:
+        right.set_ylim(bottom=0)
+    else:
+        right.text(0.5, 0.5, "no per-capture times\n(api_statistic.csv only)", ha="center",
+                   va="center", transform=right.transAxes, color="#6b7280", fontsize=9)  # fmt: skip
+    if len(series) > 1:
+        left.legend(fontsize=8, frameon=False)
+    return figure
+
+
+@capture_memcpy_growth.key_figures(
+    KeyFigure("captures", "aclgraph captures", unit="count"),
+    KeyFigure("capture_ns_mean", "capture time (mean per capture)", better="lower", unit="ns"),
+    KeyFigure("memcpy_per_capture", "host memcpy per capture (mean)", better="lower", unit="count"),
+)
+def _key_figures(ctx: RuleContext) -> pl.DataFrame:
+    """Capture windows per rank, their mean duration and mean memcpy calls, counted exactly as
+    the rule counts them (CANN events; null on ranks without capture windows)."""
+    p = ctx.params
+    cann = ctx.table("slices").filter(pl.col("process") == "CANN")
+    windows = _capture_windows(ctx, cann)
+    memcpy = _memcpy_calls(cann, p.memcpy_pattern, p.layer)
+    counted = count_in_windows(windows, memcpy, window_id="window_id", name="memcpy")
+    return counted.group_by("rank").agg(
+        pl.len().alias("captures"),
+        pl.col("dur_ns").mean().alias("capture_ns_mean"),
+        pl.col("memcpy").mean().alias("memcpy_per_capture"),
+    )
+
+
+@capture_memcpy_growth.marks
+def _marks(finding: Mapping[str, Any]) -> Iterator[Mark]:
+    """Every capture window of every rank with its memcpy count (evidence keeps only the first
+    and last few), then the evidence rows that are not capture windows."""
+    windows = 0
+    for ranks, s in series_by_rank(finding):
+        starts, durs = s.get("start_ns") or [], s.get("capture_ns") or []
+        counts, sessions = s.get("memcpy_calls") or [], s.get("session") or []
+        for i, start in enumerate(starts):
+            if start is None or i >= len(durs) or durs[i] is None:
+                continue  # api_statistic.csv points have no window on the clock
+            calls = counts[i] if i < len(counts) else None
+            windows += 1
+            yield Mark(
+                rank=ranks[0],
+                session=sessions[i] if i < len(sessions) else "",
+                name=f"capture #{i}: {'?' if calls is None else f'{calls:g}'} memcpy",
+                start_ns=int(start),
+                dur_ns=int(durs[i]),
+                args={"memcpy_calls": calls, "capture_index": i},
+                category="capture",
+            )
+    for mark in evidence_marks(finding):
+        if not (windows and mark.name.startswith("capture #")):  # already drawn from the series
+            yield mark

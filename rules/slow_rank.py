@@ -8,23 +8,25 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from traceanalyzer.engine import (
+from traceanalyzer.kit import (
+    NOT_HOST_PROCESSES,
+    STEP_SPAN_PREFIX,
     AnyOf,
     Evidence,
     Finding,
+    KeyFigure,
     NotEvaluated,
     Param,
     Requirement,
     RuleContext,
     rule,
+    total_length,
 )
-from traceanalyzer.engine import text as fmt
-from traceanalyzer.engine.primitives import total_length
+from traceanalyzer.kit import text as fmt
 
 # Iglewicz & Hoaglin: 0.6745 = Phi^-1(0.75) makes MAD a consistent estimator of sigma; when
 # MAD is 0 (most peers identical), 1.2533 * mean absolute deviation stands in for it.
 MAD_SCALE, MEANAD_SCALE = 0.6745, 1.253314
-STEP_PREFIX = "ProfilerStep#"
 CAUSES = {
     "compute": (
         "device compute",
@@ -108,7 +110,7 @@ class RankTimes:
                 ("name",),
                 what="ProfilerStep#N spans",
                 collect_with="a profiler schedule and prof.step() in the loop",
-                where=pl.col("name").str.starts_with(STEP_PREFIX),
+                where=pl.col("name").str.starts_with(STEP_SPAN_PREFIX),
             ),
             Requirement(
                 "comm_ops",
@@ -257,7 +259,7 @@ def _step_times_from_slices(
     p = ctx.params
     steps_all = (
         ctx.table("slices")
-        .filter(pl.col("name").str.starts_with(STEP_PREFIX))
+        .filter(pl.col("name").str.starts_with(STEP_SPAN_PREFIX))
         .select("rank", "session", "start_ns", "end_ns")
         .collect()
     )
@@ -443,3 +445,43 @@ def _judge(ctx: RuleContext, metric: str, times: list[RankTimes]) -> Iterator[Fi
             ranks=len(times),
             max_robust_z=float(z[worst]),
         )
+
+
+# --------------------------------------------------------------------------------------------
+# Key figures: step time per rank
+# --------------------------------------------------------------------------------------------
+
+
+@slow_rank.key_figures(
+    KeyFigure("steps", "steps", unit="count"),
+    KeyFigure("step_ns_mean", "step time (mean)", better="lower", unit="ns"),
+    KeyFigure("step_ns_median", "step time (median)", better="lower", unit="ns"),
+)
+def _key_figures(ctx: RuleContext) -> pl.DataFrame:
+    """Step time per rank from `ProfilerStep#N` host spans; on ranks without them, from the
+    `Stage` column of step_trace_time.csv."""
+    steps = (
+        ctx.table("slices")
+        .filter(
+            ~pl.col("process").is_in(NOT_HOST_PROCESSES)
+            & pl.col("name").str.starts_with(STEP_SPAN_PREFIX)
+        )
+        .select("rank", "dur_ns")
+        .collect()
+    )
+    fallback = (
+        ctx.table("step_times")
+        .filter(~pl.col("rank").is_in(steps["rank"].unique().to_list()))
+        .select("rank", pl.col("stage_ns").alias("dur_ns"))
+        .drop_nulls()
+        .collect()
+    )
+    return (
+        pl.concat([steps, fallback])
+        .group_by("rank")
+        .agg(
+            pl.len().alias("steps"),
+            pl.col("dur_ns").mean().alias("step_ns_mean"),
+            pl.col("dur_ns").median().alias("step_ns_median"),
+        )
+    )

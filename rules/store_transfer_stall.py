@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
@@ -17,8 +19,19 @@ from traceanalyzer.engine import (
 )
 from traceanalyzer.engine import text as fmt
 from traceanalyzer.engine.primitives import outermost, overlap_join, total_length
-from traceanalyzer.schema import DEVICE_PROCESSES, NOT_HOST_PROCESSES
-from traceanalyzer.store import STORE_TRANSFER_WINDOW, TRANSFER_KEY, WINDOW_KEY, session_metadata
+from traceanalyzer.kit import FigureContext, KeyFigure, Mark, evidence_marks
+from traceanalyzer.vocabulary import (
+    DEVICE_PROCESSES,
+    HARDWARE_PROCESS,
+    NOT_HOST_PROCESSES,
+    STORE_TRANSFER_WINDOW,
+    TRANSFER_KEY,
+    WINDOW_KEY,
+    session_metadata,
+)
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 # Sessions whose whole profiling window is one transfer say so in profiler_metadata.json, via
 # `prof.addsession_metadata(WINDOW_KEY, WINDOW_VALUE)` (our recipes do); TRANSFER_KEY names the call.
@@ -460,3 +473,134 @@ def _finding(
         },
         score=float(lost_ns),
     )
+
+
+# --------------------------------------------------------------------------------------------
+# Presentation: a stream Gantt of the worst span, key figures of transfer time, marks
+# --------------------------------------------------------------------------------------------
+
+WAIT_COLORS = {"NOTIFY_WAIT": "#dc2626", "EVENT_WAIT": "#f97316"}
+SPAN_COLOR, TASK_COLOR = "#1d4ed8", "#94a3b8"
+MAX_STREAM_ROWS = 24
+PAD = 0.06  # share of the span shown before and after it
+
+
+def _worst_span(finding: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """rank, session, start_ns, dur_ns, name of the worst stalled span (an evidence row)."""
+    start = (finding.get("metrics") or {}).get("worst_span_start_ns")
+    spans = [e for e in finding.get("evidence") or [] if e.get("stream") is None]
+    return next((e for e in spans if start is None or e.get("start_ns") == start), None) or (
+        spans[0] if spans else None
+    )
+
+
+@store_transfer_stall.figure(
+    caption="Device streams during the worst transfer span (shaded). Red: NOTIFY_WAIT, "
+    "orange: EVENT_WAIT; ◀ marks the streams that stall the transfer."
+)
+def _figure(fig: FigureContext) -> Figure | None:
+    span = _worst_span(fig.finding)
+    if span is None or span.get("start_ns") is None or fig.store is None:
+        return None
+    p = fig.params
+    start, dur = int(span["start_ns"]), int(span["dur_ns"] or 1)
+    lo, hi = start - int(dur * PAD), start + dur + int(dur * PAD)  # what happens around it
+    tasks = (
+        fig.store.table("slices")
+        .filter(
+            (pl.col("rank") == span["rank"])
+            & (pl.col("session") == span["session"])
+            & pl.col("process").is_in(DEVICE_PROCESSES)
+            & pl.col("stream_id").is_not_null()
+            & (pl.col("start_ns") < hi)
+            & (pl.col("end_ns") > lo)
+        )
+        .select("process", "stream_id", "name", "task_type", "start_ns", "end_ns")
+        .collect()
+    )
+    stalling = set((fig.finding.get("series") or {}).get("stream") or [])
+    scale = 1e6 if dur < 5e9 else 1e9  # ms for short spans, s for long ones
+    unit = "ms" if scale == 1e6 else "s"
+
+    def rel(ns: int) -> float:
+        return (ns - start) / scale
+
+    rows: dict[tuple[str, int], list[tuple[str, float, float]]] = {}
+    copying: set[tuple[str, int]] = set()
+    for process, stream, name, task_type, s, e in tasks.iter_rows():
+        is_wait = task_type in p.wait_task_types or name in p.wait_names
+        kind = _wait_kind(name, task_type) if is_wait else "task"
+        s, e = max(s, lo), min(e, hi)  # a wait of the previous span must not stretch the axis
+        rows.setdefault((process, int(stream)), []).append((kind, rel(s), (e - s) / scale))
+        if name in p.own_task_names or task_type in p.own_task_types:
+            copying.add((process, int(stream)))
+    # stalling streams first, then the others by id; cap the row count
+    keys = sorted(rows, key=lambda k: (k[1] not in stalling, k[1], k[0]))[:MAX_STREAM_ROWS]
+    fig_h = min(1.2 + 0.32 * (len(keys) + 1), 9.0)
+    figure, (ax,) = fig.new(
+        9.0,
+        fig_h,
+        margins={"left": 0.26, "right": 0.8, "top": 1 - 0.35 / fig_h, "bottom": 0.5 / fig_h},
+    )
+    ax.grid(axis="y", visible=False)
+    labels = [f"host: {span.get('name') or 'transfer'}"]
+    ax.broken_barh([(0, dur / scale)], (-0.35, 0.7), facecolors=SPAN_COLOR)
+    for y, key in enumerate(keys, start=1):
+        process, stream = key
+        prefix = "" if process == HARDWARE_PROCESS else f"{process} "
+        mark = "  ◀ stalls" if stream in stalling else "  (copies)" if key in copying else ""
+        labels.append(f"{prefix}stream {stream}{mark}")
+        by_kind: dict[str, list[tuple[float, float]]] = {}
+        for kind, x, w in rows[key]:
+            by_kind.setdefault(kind, []).append((x, max(w, dur / scale / 800)))
+        for kind, bars in by_kind.items():
+            ax.broken_barh(bars, (y - 0.35, 0.7), facecolors=WAIT_COLORS.get(kind, TASK_COLOR))
+    ax.axvspan(0, dur / scale, color="#fde68a", alpha=0.35, zorder=0)
+    ax.set_yticks(range(len(labels)), labels, fontsize=8)
+    ax.set_ylim(len(labels) - 0.4, -0.6)
+    ax.set_xlim(rel(lo), rel(hi))
+    ax.set_xlabel(f"{unit} from span start (rank {span['rank']})", fontsize=9)
+    ax.set_title(f"worst transfer span: {span.get('name')} ({dur / 1e6:,.1f} ms)", fontsize=10)
+    from matplotlib.patches import Patch
+
+    legend = [
+        ("transfer span (host)", SPAN_COLOR),
+        *WAIT_COLORS.items(),
+        ("other task", TASK_COLOR),
+    ]
+    ax.legend(
+        handles=[Patch(color=color, label=label) for label, color in legend],
+        fontsize=7,
+        frameon=False,
+        loc="upper left",
+        bbox_to_anchor=(1.01, 1.0),
+    )
+    if len(rows) > len(keys):
+        ax.text(1.0, 1.02, f"{len(rows) - len(keys)} more streams not shown", ha="right",
+                transform=ax.transAxes, fontsize=7, color="#6b7280")  # fmt: skip
+    return figure
+
+
+@store_transfer_stall.key_figures(
+    KeyFigure("transfer_spans", "transfer spans", unit="count"),
+    KeyFigure("transfer_ns_mean", "transfer span time (mean)", better="lower", unit="ns"),
+    KeyFigure("transfer_ns_total", "transfer span time (total)", better="lower", unit="ns"),
+)
+def _key_figures(ctx: RuleContext) -> pl.DataFrame:
+    """The transfer spans the rule judges (host spans, or marked session windows), per rank."""
+    return (
+        _transfer_spans(ctx)
+        .group_by("rank")
+        .agg(
+            pl.len().alias("transfer_spans"),
+            pl.col("dur_ns").mean().alias("transfer_ns_mean"),
+            pl.col("dur_ns").sum().alias("transfer_ns_total"),
+        )
+    )
+
+
+@store_transfer_stall.marks
+def _marks(finding: Mapping[str, Any]) -> Iterator[Mark]:
+    """The evidence rows: transfer spans, and the waits on the stalling streams."""
+    for mark in evidence_marks(finding):
+        yield replace(mark, category="span" if mark.args.get("stream") is None else "wait")

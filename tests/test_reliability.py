@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from traceanalyzer import json_shape
 from traceanalyzer.cli import main
 from traceanalyzer.discover import discover
-from traceanalyzer.parse import json_shape
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "sample_traces" / "capture_growth_2rank"
@@ -433,3 +433,27 @@ def test_sarif_uris_are_percent_encoded(tmp_path: Path) -> None:
     ]
     assert any("npu%20node%230_" in u for u in uris), uris
     assert not any(" " in u or "#" in u for u in uris)
+
+
+# --------------------------------------------------------------------------- code in OUT
+
+
+def test_a_planted_pickle_in_an_empty_out_never_runs(collection, tmp_path) -> None:
+    import pickle
+
+    marker = tmp_path / "pwned"
+
+    class Payload:
+        def __reduce__(self):  # noqa: ANN204
+            return (os.system, (f"touch {marker}",))
+
+    out = tmp_path / "out"
+    for rank in (0, 1):  # where the old outcome cache kept its pickles, and next to the new one
+        for place in (out / ".cache" / "rules", out / ".cache" / "rules" / f"rank={rank}"):
+            place.mkdir(parents=True, exist_ok=True)
+            (place / f"rank={rank}.pkl").write_bytes(pickle.dumps(Payload()))
+    for _ in range(2):  # cold, then warm
+        result = _run(collection, out)
+        _no_traceback(result)
+        assert result.exit_code == 0, result.output
+    assert not marker.exists()

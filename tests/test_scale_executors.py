@@ -193,7 +193,7 @@ def test_warm_rerun_reuses_rank_outcomes_and_starts_no_workers(
     """Everything cached: no rank is ingested or evaluated again, so no worker starts; a changed
     parameter re-evaluates (the cache key holds inputs, rule code and parameters)."""
     from traceanalyzer.engine.runner import findings_document
-    from traceanalyzer.executor import evaluate_store
+    from traceanalyzer.engine.shards import evaluate_store
 
     out = tmp_path / "out"
     code, _ = _run(collection, out, "--executor", "processes", "-j", "2")

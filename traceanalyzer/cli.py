@@ -176,7 +176,7 @@ def _partial_lines(result: IngestResult) -> list[str]:
 # listing the commands imports nothing (tests/test_cli_startup.py keeps it equal to the real one).
 LAZY_COMMANDS: dict[str, tuple[str, str, str]] = {
     "diff": (
-        "traceanalyzer.report.cli",
+        "traceanalyzer.compare.cli",
         "diff_command",
         "Compare two runs: findings new / resolved / changed, and key figures per rank.",
     ),

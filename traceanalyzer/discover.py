@@ -16,7 +16,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from traceanalyzer.parse import json_shape
+from traceanalyzer import json_shape
 
 OUTPUT_DIR = "ASCEND_PROFILER_OUTPUT"
 _RANK_DIR_SUFFIX = "_ascend_pt"

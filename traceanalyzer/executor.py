@@ -1,19 +1,15 @@
-"""Where the per-rank work runs: in this process, in a spawn process pool, or on Ray.
+"""Where tasks run: in this process, in a spawn process pool, or on Ray.
 
-A run is map/reduce over rank sessions (the shape Nsight recipes and msprof-analyze
-``cluster_analyse`` users know):
+A generic task runner: ``Executor.map(fn, args)`` runs a top-level function over argument tuples
+and yields each result (or :class:`TaskCrashed`) as it finishes. It knows nothing of traces or
+rules; the project maps rank sessions through it (ingest: one task per rank session; rules: one
+task per rank shard, :mod:`traceanalyzer.engine.shards`), so a worker's memory is bounded by one
+task's working set and the driver's by the small results that come back.
 
-- **map, ingest**: one task per rank session parses its files and writes its own store
-  partitions (:func:`traceanalyzer.ingest.ingest_session`); only a small
-  :class:`~traceanalyzer.ingest.SessionOutcome` comes back.
-- **map, rules**: one task per rank evaluates every ``scope="rank"`` rule on a store restricted
-  to that rank's partitions (:func:`evaluate_rank`); only :class:`RuleOutcome` objects (findings,
-  notes) come back, never tables.
-- **reduce**, in the driver: grouping the per-rank findings ("store-transfer-stall on ranks 2, 5,
-  9 (3/64)") and the ``scope="global"`` rules, which read only the columns they need, lazily,
-  from the store (:func:`traceanalyzer.engine.runner.evaluate`).
-
-So a worker's memory is bounded by one rank's working set, and the driver's by the outcomes.
+An executor states what callers need to know to size their tasks, instead of callers asking
+for its name: :attr:`Executor.parallel` (tasks run side by side), :attr:`Executor.shares_memory`
+(side by side on *this* machine, so they share its memory) and :attr:`Executor.cpus_per_task`
+(the CPUs a task gets, when the backend fixes it).
 
 Backends (``--executor``):
 
@@ -33,24 +29,18 @@ Backends (``--executor``):
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import multiprocessing
 import os
-import pickle
 import shutil
 import signal
 import tempfile
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
-
-from traceanalyzer.store import TABLES_DIR, Store, write_atomic_bytes
 
 EXECUTORS: tuple[str, ...] = ("local", "processes", "ray")
 RAY_INSTALL_HINT = "pip install 'traceanalyzer[ray]'"
@@ -82,7 +72,9 @@ class Executor(ABC):
     """
 
     name: str = ""
-    parallel: bool = False
+    parallel: bool = False  # tasks run side by side
+    shares_memory: bool = False  # ... on this machine, so side-by-side tasks share its memory
+    cpus_per_task: int | None = None  # CPUs the backend gives a task; None: what this machine has
 
     def __init__(self, jobs: int = 1):
         self.jobs = max(1, int(jobs))
@@ -185,6 +177,7 @@ class ProcessExecutor(Executor):
 
     name = "processes"
     parallel = True
+    shares_memory = True
 
     def __init__(self, jobs: int = 1, max_tasks_per_child: int | None = None):
         super().__init__(jobs)
@@ -305,6 +298,7 @@ class RayExecutor(Executor):
 
     name = "ray"
     parallel = True
+    cpus_per_task = 1  # each task asks Ray for one CPU (see _remote_fn)
 
     def __init__(self, jobs: int = 1, address: str | None = None, retries: int = 1):
         super().__init__(jobs)
@@ -338,7 +332,7 @@ class RayExecutor(Executor):
             # max_retries covers system failures only (worker died, node lost): a rank whose
             # worker the OOM killer took is retried once elsewhere, then reported as crashed.
             self._remote[fn] = self.ray.remote(fn).options(
-                num_cpus=1, max_retries=self.retries, retry_exceptions=False
+                num_cpus=self.cpus_per_task, max_retries=self.retries, retry_exceptions=False
             )
         return self._remote[fn]
 
@@ -394,181 +388,3 @@ def make_executor(
     if name == "ray":
         return RayExecutor(jobs, address=ray_address)
     raise ExecutorError(f"unknown executor {name!r}; choose from {', '.join(EXECUTORS)}")
-
-
-# --------------------------------------------------------------------------------------------
-# The rules map: one rank shard per task
-# --------------------------------------------------------------------------------------------
-
-
-class RankStore(Store):
-    """A store that only sees the partitions of some ranks (a worker's shard).
-
-    Listing and scanning only ``rank=R`` directories keeps the worker's reads (and the Parquet
-    footers it parses) proportional to its shard, not to the collection.
-    """
-
-    def __init__(self, root: Path, ranks: Iterable[int]):
-        super().__init__(root)
-        self.shard = sorted(set(ranks))
-
-    def _files(self, name: str) -> list[Path]:
-        if self.root is None:
-            return []
-        base = self.root / TABLES_DIR / name
-        return sorted(
-            path
-            for rank in self.shard
-            for path in base.glob(f"rank={rank}/session=*/part-0.parquet")
-        )
-
-
-_RULES_CACHE: dict[tuple[tuple[str, ...], bool], Any] = {}
-
-
-def _rules(rule_dirs: tuple[str, ...], builtin: bool) -> Any:
-    """Rules loaded once per worker process (rule objects hold functions; they are not shipped)."""
-    key = (rule_dirs, builtin)
-    if key not in _RULES_CACHE:
-        from traceanalyzer.engine.loader import load_rules
-
-        _RULES_CACHE[key] = load_rules(rule_dirs, builtin=builtin).rules
-    return _RULES_CACHE[key]
-
-
-def evaluate_rank(
-    store_root: str,
-    rule_dirs: tuple[str, ...],
-    builtin: bool,
-    rule_ids: tuple[str, ...],
-    params: Mapping[str, Mapping[str, Any]],
-    rank: int,
-) -> list[Any]:
-    """Evaluate rank-scoped rules on one rank's shard; returns small RuleOutcome objects."""
-    from traceanalyzer.engine.runner import evaluate_rule
-
-    rules = _rules(rule_dirs, builtin)
-    store = RankStore(Path(store_root), [rank])
-    shard = frozenset({rank})
-    return [evaluate_rule(rules.get(rid), store, params[rid], shard) for rid in rule_ids]
-
-
-RULE_CACHE_DIR = Path(".cache") / "rules"
-
-
-def _rule_code_digest(rules: Sequence[Any]) -> str:
-    """Hash of the rules' code: every .py file in their folders (helpers too), and our version."""
-    from traceanalyzer import __version__
-
-    digest = hashlib.sha256(__version__.encode())
-    folders = sorted({str(Path(r.source).parent) for r in rules if r.source is not None})
-    for folder in folders:
-        for path in sorted(Path(folder).glob("*.py")):
-            digest.update(path.name.encode())
-            digest.update(path.read_bytes())
-    return digest.hexdigest()
-
-
-def _shard_key(
-    code: str, rank_entries: Any, rule_ids: Sequence[str], params: Mapping[str, Any]
-) -> str:
-    doc = {"code": code, "inputs": rank_entries, "rules": list(rule_ids), "params": params}
-    return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
-
-
-def rank_map_for(
-    executor: Executor,
-    store_root: Path,
-    rule_dirs: Sequence[str | Path],
-    builtin: bool = True,
-    cache: bool = True,
-) -> Callable[..., Iterator[Any]]:
-    """A ``rank_map`` for :func:`traceanalyzer.engine.runner.evaluate` that runs on ``executor``.
-
-    With ``cache``, each rank's outcomes are kept in ``OUT/.cache/rules/rank=R.pkl`` under a key
-    made of the rank's input fingerprints (from the manifest), the rules' code and parameters:
-    a warm re-run evaluates only ranks whose inputs, rules or parameters changed, and starts no
-    workers when none did.
-    """
-    from traceanalyzer.engine.runner import RuleOutcome
-    from traceanalyzer.ingest import load_manifest
-
-    dirs = tuple(str(Path(d).resolve()) for d in rule_dirs)
-
-    def rank_map(
-        rules: Sequence[Any], params: Mapping[str, Mapping[str, Any]], ranks: Sequence[int]
-    ) -> Iterator[Any]:
-        ids = tuple(r.id for r in rules)
-        shipped = {rid: dict(params[rid]) for rid in ids}
-        by_index: dict[int, list[Any]] = {}
-        keys: dict[int, str] = {}
-        if cache:
-            code = _rule_code_digest(rules)
-            sessions = load_manifest(store_root).sessions
-            for index, rank in enumerate(ranks):
-                entries = {
-                    k: v.get("fingerprint") for k, v in sessions.items() if k.startswith(f"{rank}/")
-                }
-                if not entries:
-                    continue  # not ingested through the manifest: nothing to key on
-                keys[index] = _shard_key(code, entries, ids, shipped)
-                hit = _cache_read(store_root, rank, keys[index])
-                if hit is not None:
-                    by_index[index] = hit
-        todo = [i for i in range(len(ranks)) if i not in by_index]
-        tasks = [(str(store_root), dirs, builtin, ids, shipped, ranks[i]) for i in todo]
-        for position, result in executor.map(evaluate_rank, tasks):
-            index = todo[position]
-            rank = ranks[index]
-            if isinstance(result, TaskCrashed):
-                result = [
-                    RuleOutcome(rid, frozenset({rank}), "error", error=f"rank {rank}: {result}")
-                    for rid in ids
-                ]
-            elif index in keys:
-                _cache_write(store_root, rank, keys[index], result)
-            by_index[index] = result
-        # rank order, not completion order: notes and statuses read the same on every backend
-        for index in sorted(by_index):
-            yield from by_index[index]
-
-    return rank_map
-
-
-def _cache_path(root: Path, rank: int) -> Path:
-    return root / RULE_CACHE_DIR / f"rank={rank}.pkl"
-
-
-def _cache_read(root: Path, rank: int, key: str) -> list[Any] | None:
-    try:
-        with open(_cache_path(root, rank), "rb") as fh:
-            stored_key, outcomes = pickle.load(fh)
-    except (OSError, pickle.UnpicklingError, EOFError, ValueError, AttributeError, ImportError):
-        return None  # absent, torn or from another version: evaluate again
-    return outcomes if stored_key == key else None
-
-
-def _cache_write(root: Path, rank: int, key: str, outcomes: list[Any]) -> None:
-    if any(o.status == "error" for o in outcomes):
-        return  # a rule that crashed may pass next time: do not remember the failure
-    write_atomic_bytes(_cache_path(root, rank), pickle.dumps((key, outcomes)))
-
-
-def evaluate_store(
-    out: str | os.PathLike[str],
-    executor: Executor,
-    rule_dirs: Sequence[str | Path] = (),
-    cache: bool = True,
-    **kwargs: Any,
-) -> Any:
-    """``evaluate`` on the store at ``out``: rank rules on ``executor``, the reduce here."""
-    from traceanalyzer.engine.runner import evaluate
-
-    root = Path(out)
-    builtin = kwargs.get("builtin", True)
-    return evaluate(
-        Store.open(root),
-        rule_dirs=rule_dirs,
-        rank_map=rank_map_for(executor, root, rule_dirs, builtin, cache=cache),
-        **kwargs,
-    )

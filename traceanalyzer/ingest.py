@@ -20,7 +20,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import shutil
 import signal
 import tempfile
@@ -45,10 +44,11 @@ from traceanalyzer.parse.sink import WRITE_OPTIONS, body_columns, conform_body, 
 from traceanalyzer.parse.trace_view import DEFAULT_PARSE_MEMORY, ParseMemory, parse_trace_view
 from traceanalyzer.schema import TABLES
 from traceanalyzer.store import (
-    Manifest,
-    StoreError,
     commit_partition,
     describe_partitions,
+    fold_journal,
+    journal_append,
+    load_manifest,
     remove_session,
     remove_unlisted,
     verify_partitions,
@@ -60,8 +60,6 @@ if TYPE_CHECKING:
 # Bump when parsers change what they write: stored sessions are then re-ingested.
 PARSER_VERSION = 6
 TRACE_FILE = "trace_view.json"
-JOURNAL = "manifest.journal"
-_SESSION_KEY = re.compile(r"-?[0-9]{1,10}/[A-Za-z0-9_.-]+")  # "<rank>/<session>", as discovered
 _SAMPLE = 1 << 16
 # Fault injection for tests of crash recovery (never set in normal use): the worker ingesting
 # this rank kills itself with SIGKILL, like the kernel's OOM killer would. With
@@ -556,59 +554,12 @@ def default_out_dir(root: Path) -> Path:
 ProgressFn = Callable[[str, int, int, SessionOutcome | None], None]
 
 
-def load_manifest(out: Path) -> Manifest:
-    """The manifest plus the journal of sessions finished since it was last written.
-
-    A run appends one JSON line per finished session to ``manifest.journal`` (cheap: rewriting a
-    1,024-session manifest after every session would write gigabytes); a run that was killed
-    leaves its journal behind, and this folds it in. A torn last line (killed mid-write) is
-    ignored: that session is simply ingested again.
-    """
-    try:
-        manifest = Manifest.load(out)
-    except StoreError:  # damaged: trusted for nothing, so everything is ingested again
-        manifest = Manifest()
-    journal = out / JOURNAL
-    if journal.is_file():
-        for line in journal.read_text("utf-8", errors="replace").splitlines():
-            try:
-                entry = json.loads(line)
-                manifest.sessions[entry["key"]] = entry["value"]
-            except (json.JSONDecodeError, KeyError, TypeError):
-                continue
-    # An entry of another shape (hand-edited, from another tool) is no record of anything.
-    manifest.sessions = {
-        key: value
-        for key, value in manifest.sessions.items()
-        if _SESSION_KEY.fullmatch(key)
-        and isinstance(value, dict)
-        and _cached_outcome(value) is not None
-    }
-    return manifest
-
-
 def _cached_outcome(entry: dict[str, Any]) -> SessionOutcome | None:
+    """The outcome a manifest entry recorded, or None when it is not one (hand-edited...)."""
     try:
         return SessionOutcome(**{**entry["outcome"], "status": "cached"})
     except (KeyError, TypeError):
         return None
-
-
-def _fold_journal(out: Path, manifest: Manifest) -> None:
-    with outdir.writes(out):
-        manifest.save(out)
-        (out / JOURNAL).unlink(missing_ok=True)
-
-
-def _journal_append(out: Path, key: str, value: dict[str, Any]) -> None:
-    line = json.dumps({"key": key, "value": value}, sort_keys=True) + "\n"
-    # one write() of one line on an O_APPEND fd: a kill leaves at most a torn last line
-    with outdir.writes(out):
-        fd = os.open(out / JOURNAL, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            os.write(fd, line.encode("utf-8"))
-        finally:
-            os.close(fd)
 
 
 def _crashed(session: RankSession, error: str) -> SessionOutcome:
@@ -664,10 +615,10 @@ def _ingest(
         rank, _, session = key.partition("/")
         remove_session(out_path, int(rank), session)
         del manifest.sessions[key]
-    _fold_journal(out_path, manifest)
-    # What the manifest does not list is not ours to read (another collection written here, a
-    # killed run's leftovers): the rules would analyse it as if it were this input.
     with outdir.writes(out_path):
+        fold_journal(out_path, manifest)
+        # What the manifest does not list is not ours to read (another collection written
+        # here, a killed run's leftovers): the rules would analyse it as if it were this input.
         unlisted = remove_unlisted(out_path, manifest.sessions)
 
     outcomes: list[SessionOutcome] = []
@@ -682,10 +633,12 @@ def _ingest(
             damaged = verify_partitions(
                 out_path, session.rank, session.session, entry.get("partitions")
             )
-            if damaged is None:
-                outcomes.append(_cached_outcome(entry))
+            cached = _cached_outcome(entry)
+            if damaged is None and cached is not None:
+                outcomes.append(cached)
                 continue
-            notes.append(f"rank {session.rank} {session.session}: {damaged}; ingested again")
+            why = damaged or "its manifest entry is not a record of an ingest"
+            notes.append(f"rank {session.rank} {session.session}: {why}; ingested again")
         todo.append((session, fingerprint))
     total = len(found.sessions)
     done = len(outcomes)
@@ -714,7 +667,8 @@ def _ingest(
                 "partitions": partitions,
             }
             manifest.sessions[outcome.key] = value
-            _journal_append(out_path, outcome.key, value)
+            with outdir.writes(out_path):
+                journal_append(out_path, outcome.key, value)
         if progress:
             progress("session", done, total, outcome)
 
@@ -724,14 +678,14 @@ def _ingest(
     if executor is None:
         executor = make_executor("processes" if jobs > 1 else "local", jobs=jobs)
     side_by_side = min(executor.jobs, len(todo)) if executor.parallel else 1
-    if executor.name == "processes" and side_by_side > 1:
+    if executor.shares_memory and side_by_side > 1:
         side_by_side, note = _fit_in_memory([s for s, _ in todo], side_by_side, memory)
         if note and progress:
             progress(note, done, total, None)
     # Split this machine's cores between the workers that run side by side (all of them when
-    # one runs alone, e.g. a single 2 GB rank). A Ray task is given one CPU: one thread.
+    # one runs alone, e.g. a single 2 GB rank), unless the backend gives each task its CPUs.
     cpus = os.cpu_count() or 1
-    threads = 1 if executor.name == "ray" else max(1, cpus // max(1, side_by_side))
+    threads = executor.cpus_per_task or max(1, cpus // max(1, side_by_side))
     try:
         results = executor.map(
             ingest_session,
@@ -746,7 +700,8 @@ def _ingest(
             record(result, fingerprint)
     finally:
         # also on Ctrl-C: everything finished so far is in the manifest for the next run
-        _fold_journal(out_path, manifest)
+        with outdir.writes(out_path):
+            fold_journal(out_path, manifest)
         if owned:
             executor.close()
     outcomes.sort(key=lambda o: (o.rank, o.session))

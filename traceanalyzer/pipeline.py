@@ -23,6 +23,7 @@ from traceanalyzer.store import write_atomic_text
 
 if TYPE_CHECKING:
     from traceanalyzer.engine import RunResult
+    from traceanalyzer.engine.loader import LoadedRules
     from traceanalyzer.executor import Executor
     from traceanalyzer.report.terminal import RunReports
 
@@ -48,16 +49,22 @@ def analyse(
     config_path: str | os.PathLike[str] | None = None,
     fail_on: str | None = None,
     memory: ParseMemory = DEFAULT_PARSE_MEMORY,
+    rules: LoadedRules | None = None,
 ) -> Analysis:
     """Bring the store at ``out`` up to date with ``path``, run the rules, write the reports.
 
     ``progress`` follows the ingest session by session; ``log`` gets one human line before and
     after rule evaluation. ``force`` re-ingests every session and re-evaluates every rank.
+    ``rules``: the rules to run, already loaded (default: load them here from ``rule_dirs`` and
+    the config file); they are loaded once and go to evaluation, workers and reports.
     """
     from traceanalyzer.engine import write_findings_json
-    from traceanalyzer.executor import evaluate_store
+    from traceanalyzer.engine.config import load_run_rules
+    from traceanalyzer.engine.shards import evaluate_store
     from traceanalyzer.report.terminal import run_reports
 
+    if rules is None:
+        rules = load_run_rules(rule_dirs, config_path)
     # The ingest checks and locks `out`; the lock is then held until the reports are written.
     with outdir.held_for(out):
         result = ingest(
@@ -73,7 +80,7 @@ def analyse(
             findings = evaluate_store(
                 out,
                 executor,
-                rule_dirs=rule_dirs,
+                rules,
                 cache=not force,
                 overrides=overrides,
                 config_path=config_path,
@@ -83,5 +90,5 @@ def analyse(
                 seconds = time.perf_counter() - started
                 log(f"evaluated {len(findings.rules)} rule(s) in {seconds:.1f} s")
             write_findings_json(findings, out)
-        reports = run_reports(out, findings, input_root=path, rule_dirs=rule_dirs)
+        reports = run_reports(out, findings, rules.rules, input_root=path)
     return Analysis(result, findings, reports)

@@ -47,11 +47,6 @@ class Table:
 
 I32, I64, F64, STR = pa.int32(), pa.int64(), pa.float64(), pa.string()
 
-# Values of the `process` column (process_name metadata) that rules and reports reason about:
-# the device side, and every process that is not the framework's host threads.
-DEVICE_PROCESSES = ("Ascend Hardware", "HCCL", "Communication")
-NOT_HOST_PROCESSES = ("CANN", *DEVICE_PROCESSES, "Overlap Analysis")
-
 _KEY = (
     Column("rank", I32, "Global rank of the profiled process (from profiler_info; -1 if unknown)."),
     Column("session", STR, "Session id: one profiler start/stop of one rank (the rank dir name)."),

@@ -3,6 +3,7 @@
 Layout of an output directory ``OUT``::
 
     OUT/manifest.json                                  # per-session input fingerprints and row counts
+    OUT/manifest.journal                               # sessions finished since (one JSON line each)
     OUT/tables/<table>/rank=<r>/session=<s>/part-0.parquet
 
 Every partition is written to a temporary name and renamed into place, so a killed writer never
@@ -15,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Mapping
@@ -30,24 +32,8 @@ MANIFEST = "manifest.json"
 TABLES_DIR = "tables"
 PART_FILE = "part-0.parquet"
 MANIFEST_VERSION = 1
-
-
-# Keys traceanalyzer's recipes add to profiler_metadata.json (prof.add_metadata): the profiled
-# window wraps one store transfer, and which call it was.
-WINDOW_KEY, STORE_TRANSFER_WINDOW, TRANSFER_KEY = (
-    "traceanalyzer.window",
-    "store_transfer",
-    "traceanalyzer.transfer",
-)
-
-
-def session_metadata(raw: str | None) -> dict[str, Any]:
-    """The `sessions.metadata` JSON string as a dict ({} when absent or not an object)."""
-    try:
-        value = json.loads(raw) if raw else {}
-    except json.JSONDecodeError:
-        return {}
-    return value if isinstance(value, dict) else {}
+JOURNAL = "manifest.journal"
+_SESSION_KEY = re.compile(r"-?[0-9]{1,10}/[A-Za-z0-9_.-]+")  # "<rank>/<session>", as discovered
 
 
 class StoreError(Exception):
@@ -210,6 +196,56 @@ class Manifest:
     def save(self, root: Path) -> None:
         doc = {"version": MANIFEST_VERSION, "sessions": self.sessions}
         write_atomic_text(root / MANIFEST, json.dumps(doc, indent=1, sort_keys=True))
+
+
+def load_manifest(out: Path) -> Manifest:
+    """The manifest plus the journal of sessions finished since it was last written.
+
+    A run appends one JSON line per finished session to ``manifest.journal`` (cheap: rewriting a
+    1,024-session manifest after every session would write gigabytes); a run that was killed
+    leaves its journal behind, and this folds it in. A torn last line (killed mid-write) is
+    ignored: that session is simply ingested again.
+    """
+    try:
+        manifest = Manifest.load(out)
+    except StoreError:  # damaged: trusted for nothing, so everything is ingested again
+        manifest = Manifest()
+    journal = out / JOURNAL
+    if journal.is_file():
+        for line in journal.read_text("utf-8", errors="replace").splitlines():
+            try:
+                entry = json.loads(line)
+                manifest.sessions[entry["key"]] = entry["value"]
+            except (json.JSONDecodeError, KeyError, TypeError):
+                continue
+    # An entry of another shape (hand-edited, another tool's) is no record of anything; its key
+    # names partition paths, so it must be one discovery could have made.
+    manifest.sessions = {
+        key: value
+        for key, value in manifest.sessions.items()
+        if isinstance(key, str)
+        and _SESSION_KEY.fullmatch(key)
+        and isinstance(value, dict)
+        and isinstance(value.get("outcome"), dict)
+    }
+    return manifest
+
+
+def fold_journal(out: Path, manifest: Manifest) -> None:
+    """Write the manifest with every journal line in it, then drop the journal."""
+    manifest.save(out)
+    (out / JOURNAL).unlink(missing_ok=True)
+
+
+def journal_append(out: Path, key: str, value: dict[str, Any]) -> None:
+    """Record one finished session (a run that is killed keeps it for the next run)."""
+    line = json.dumps({"key": key, "value": value}, sort_keys=True) + "\n"
+    # one write() of one line on an O_APPEND fd: a kill leaves at most a torn last line
+    fd = os.open(out / JOURNAL, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line.encode("utf-8"))
+    finally:
+        os.close(fd)
 
 
 def _empty_frame(table: str) -> pl.DataFrame:

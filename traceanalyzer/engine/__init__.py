@@ -1,13 +1,13 @@
 """The rule engine: rule API, shared primitives, runner and findings.
 
-Rule authors import from here::
-
-    from traceanalyzer.engine import Param, Requirement, RuleContext, rule
+Rule authors import from :mod:`traceanalyzer.kit`, which re-exports this API with the domain
+vocabulary, the primitives and the fixture builders.
 """
 
 from __future__ import annotations
 
 from traceanalyzer.engine.findings import Evidence, Finding, Note, fingerprint, group_findings
+from traceanalyzer.engine.presentation import FigureContext, KeyFigure, Mark
 from traceanalyzer.engine.rule import (
     AnyOf,
     NotEvaluated,
@@ -30,7 +30,10 @@ from traceanalyzer.engine.runner import (
 __all__ = [
     "AnyOf",
     "Evidence",
+    "FigureContext",
     "Finding",
+    "KeyFigure",
+    "Mark",
     "Note",
     "NotEvaluated",
     "Param",

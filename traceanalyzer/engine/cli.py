@@ -13,12 +13,13 @@ from pathlib import Path
 
 import click
 
+from traceanalyzer.engine.config import ConfigError, configured_rule_dirs, load_run_rules
 from traceanalyzer.engine.docs import explain_rule
-from traceanalyzer.engine.loader import FIXTURES_DIR, LoadedRules, load_rules
+from traceanalyzer.engine.loader import FIXTURES_DIR, LoadedRules
 from traceanalyzer.engine.registry import UnknownRuleError
 from traceanalyzer.engine.ruletest import run_rule_fixtures
 from traceanalyzer.engine.runner import RunResult, evaluate, write_findings_json
-from traceanalyzer.engine.scaffold import scaffold_rule
+from traceanalyzer.engine.scaffold import declared_ids, scaffold_rule
 
 __all__ = ["RunResult", "evaluate", "rules_group", "write_findings_json"]
 
@@ -32,7 +33,11 @@ rules_dir_option = click.option(
 
 
 def _load(rule_dirs: tuple[Path, ...]) -> LoadedRules:
-    loaded = load_rules(rule_dirs)
+    """The rules: built-in, ``--rules`` folders, the config file's ``rule_dirs``, rule packs."""
+    try:
+        loaded = load_run_rules(rule_dirs)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
     for error in loaded.errors:
         click.secho(f"error loading {error.source}: {error.error}", fg="red", err=True)
     return loaded
@@ -77,11 +82,20 @@ def explain(name: str, rule_dirs: tuple[Path, ...]) -> None:
     help="Folder to create the rule in.",
 )
 @click.option("--id", "rule_id", default=None, help="Rule id (default: next free TA1xx).")
-def new(name: str, folder: Path, rule_id: str | None) -> None:
-    """Scaffold rule NAME (kebab-case) with fire and silent fixtures."""
+@rules_dir_option
+def new(name: str, folder: Path, rule_id: str | None, rule_dirs: tuple[Path, ...]) -> None:
+    """Scaffold rule NAME (kebab-case): detection, figure, key figures, marks, fixtures.
+
+    The id is the first TA1xx that no loaded rule uses (built-in, --rules folders, the config
+    file's rule_dirs, installed rule packs, and the rule files of --dir).
+    """
     if not re.fullmatch(r"[a-z][a-z0-9]*(-[a-z0-9]+)*", name):
         raise click.BadParameter("use kebab-case, e.g. slow-host-launch", param_hint="NAME")
-    taken = {r.id for r in load_rules([folder] if folder.is_dir() else []).rules}
+    folders = [*rule_dirs, *([folder] if folder.is_dir() else [])]
+    loaded = _load(tuple(folders))
+    taken = {r.id for r in loaded.rules} | declared_ids([*folders, *configured_rule_dirs(None)])
+    if rule_id is not None and rule_id in taken:
+        raise click.BadParameter(f"{rule_id} is already used by a loaded rule", param_hint="--id")
     try:
         rule_file, fixture_file = scaffold_rule(name, folder, rule_id=rule_id, taken_ids=taken)
     except FileExistsError as exc:

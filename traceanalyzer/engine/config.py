@@ -12,6 +12,10 @@ Config file, searched in the working directory when not given (first match wins)
 
 - ``pyproject.toml`` with the same tables under ``[tool.traceanalyzer.rules.<rule>]``.
 
+Extra rule folders, loaded after the built-in rules as if given with ``--rules``, are listed at
+the top level (``rule_dirs = ["myrules"]``, or under ``[tool.traceanalyzer]``), relative to the
+config file's folder.
+
 ``<rule>`` is a rule id or name. Precedence: parameter defaults < config file < ``--set``.
 Unknown rules and parameters are errors (a typo must not silently run with the default).
 """
@@ -29,6 +33,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
+from traceanalyzer.engine.loader import LoadedRules, load_rules
 from traceanalyzer.engine.registry import RuleSet, UnknownRuleError
 from traceanalyzer.engine.rule import Param, ParamError, Rule
 
@@ -84,14 +89,47 @@ def find_config(start: Path | None = None) -> Path | None:
     return None
 
 
-def load_config(path: Path) -> RuleSettings:
-    """Read rule settings from ``traceanalyzer.toml`` or ``pyproject.toml``."""
+def _config_doc(path: Path) -> dict[str, Any]:
     try:
         doc = tomllib.loads(Path(path).read_text("utf-8"))
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read config ({exc})") from exc
     if Path(path).name == "pyproject.toml":
         doc = doc.get("tool", {}).get("traceanalyzer", {})
+    return doc
+
+
+def config_path_for(config_path: str | Path | None | bool) -> Path | None:
+    """The config file a run uses: the given one, None for ``False``, else :func:`find_config`."""
+    if config_path is False:
+        return None
+    if config_path is None or config_path is True:
+        return find_config()
+    return Path(config_path)
+
+
+def configured_rule_dirs(config_path: str | Path | None | bool) -> list[Path]:
+    """``rule_dirs`` of the run's config file, resolved against the file's folder."""
+    path = config_path_for(config_path)
+    if path is None:
+        return []
+    dirs = _config_doc(path).get("rule_dirs", [])
+    if isinstance(dirs, str) or not all(isinstance(d, str) for d in dirs):
+        raise ConfigError(f"{path}: rule_dirs must be a list of folder paths")
+    return [path.parent / d for d in dirs]
+
+
+def load_run_rules(
+    rule_dirs: Iterable[str | Path] = (), config_path: str | Path | None | bool = None
+) -> LoadedRules:
+    """A run's rules, loaded once: built-in, ``rule_dirs`` (``--rules``), the config file's
+    ``rule_dirs``, then installed rule packs."""
+    return load_rules([*rule_dirs, *configured_rule_dirs(config_path)])
+
+
+def load_config(path: Path) -> RuleSettings:
+    """Read rule settings from ``traceanalyzer.toml`` or ``pyproject.toml``."""
+    doc = _config_doc(path)
     tables = doc.get("rules", {})
     if not isinstance(tables, Mapping):
         raise ConfigError(f"{path}: [rules] must be a table of per-rule tables")

@@ -8,12 +8,19 @@ that resolves to a Rule, an iterable of Rules, a module containing Rules, or a f
 
 A file that fails to import does not stop the others: it becomes a :class:`LoadError`, which
 the runner reports next to the rule errors.
+
+Every loaded rule gets a code digest (:func:`rule_digest`): its file, the helper files beside it
+and the engine's own code. Outcome caches are keyed by it, so an edited rule is never answered
+with what the old code found. A :class:`RuleSource` says where the rules came from, so a worker
+process loads exactly the same rules (rule objects hold functions; they are not shipped).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
+import marshal
 import sys
 import traceback
 from collections.abc import Iterable, Iterator
@@ -38,10 +45,27 @@ class LoadError:
     traceback: str
 
 
+@dataclass(frozen=True)
+class RuleSource:
+    """Where a rule set was loaded from: enough for another process to load the same rules."""
+
+    dirs: tuple[str, ...] = ()
+    builtin: bool = True
+    entry_points: bool = True
+
+    def load(self) -> LoadedRules:
+        return load_rules(self.dirs, builtin=self.builtin, entry_points=self.entry_points)
+
+
 @dataclass
 class LoadedRules:
     rules: RuleSet = field(default_factory=RuleSet)
     errors: list[LoadError] = field(default_factory=list)
+    source: RuleSource | None = None  # None: built in memory, cannot be loaded elsewhere
+
+    def digests(self) -> dict[str, str]:
+        """Rule id -> code digest, for every rule."""
+        return {r.id: rule_digest(r) for r in self.rules}
 
 
 def builtin_rules_dir() -> Path | None:
@@ -103,9 +127,49 @@ def _failure(source: str, exc: BaseException) -> LoadError:
     return LoadError(source, f"{type(exc).__name__}: {exc}", traceback.format_exc())
 
 
+@functools.cache
+def _engine_digest() -> str:
+    """Our version and the engine's code (primitives, the runner...), hashed once per process."""
+    digest = hashlib.sha256(traceanalyzer.__version__.encode())
+    package = Path(traceanalyzer.__file__).parent
+    for path in sorted([*(package / "engine").glob("*.py"), package / "vocabulary.py"]):
+        digest.update(path.name.encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def _file_digest(path: Path) -> str:
+    """A rule file with the helper files (``_*.py``) beside it, which it may import."""
+    digest = hashlib.sha256(_engine_digest().encode())
+    for item in [path, *sorted(p for p in path.parent.glob("_*.py") if p != path)]:
+        digest.update(item.name.encode())
+        digest.update(item.read_bytes())
+    return digest.hexdigest()
+
+
+def _code_digest(rule: Rule) -> str:
+    """A rule without a file (built in memory, e.g. ``sql_rule``): its functions' bytecode."""
+    digest = hashlib.sha256(_engine_digest().encode())
+    digest.update(repr((rule.id, rule.name, rule.doc, sorted(rule.params))).encode())
+    shown = rule.presentation
+    for fn in (rule.body, shown.figure, shown.compute_key_figures, shown.marks):
+        code = getattr(fn, "__code__", None)
+        digest.update(marshal.dumps(code) if code is not None else b"-")
+    return digest.hexdigest()
+
+
+def rule_digest(rule: Rule) -> str:
+    """The digest of the code that produces this rule's outcomes (set at load time)."""
+    if not rule.digest:
+        source = rule.source
+        rule.digest = _file_digest(source) if source and source.is_file() else _code_digest(rule)
+    return rule.digest
+
+
 def load_folder(folder: Path, loaded: LoadedRules) -> None:
     for path in rule_files(folder):
         try:
+            digest = _file_digest(path)  # before the import: the code that is about to run
             module = import_file(path)
         except Exception as exc:
             loaded.errors.append(_failure(str(path), exc))
@@ -114,6 +178,7 @@ def load_folder(folder: Path, loaded: LoadedRules) -> None:
         for rule in found:
             if rule.source is None or rule.source.name != path.name:
                 rule.source = path
+            rule.digest = digest
         _add(loaded, found, str(path))
 
 
@@ -137,11 +202,12 @@ def load_rules(
     entry_points: bool = True,
 ) -> LoadedRules:
     """Load the built-in rules, then each extra folder, then installed rule packs."""
-    loaded = LoadedRules()
+    source = RuleSource(tuple(str(Path(d).resolve()) for d in rule_dirs), builtin, entry_points)
+    loaded = LoadedRules(source=source)
     folders = []
     if builtin and (default := builtin_rules_dir()) is not None:
         folders.append(default)
-    folders += [Path(d) for d in rule_dirs]
+    folders += [Path(d) for d in source.dirs]
     seen: set[Path] = set()
     for folder in folders:
         if folder.resolve() in seen:

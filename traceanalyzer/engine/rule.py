@@ -37,6 +37,13 @@ from typing import TYPE_CHECKING, Any, Literal
 import polars as pl
 
 from traceanalyzer.engine.findings import Evidence, Finding, Note
+from traceanalyzer.engine.presentation import (
+    FigureFn,
+    KeyFigure,
+    KeyFiguresFn,
+    MarksFn,
+    Presentation,
+)
 from traceanalyzer.schema import TABLES
 
 if TYPE_CHECKING:
@@ -287,11 +294,13 @@ class Rule:
     fix: str = ""
     scope: Scope = "rank"
     source: Path | None = None
+    presentation: Presentation = field(default_factory=Presentation)
+    digest: str = ""  # code digest, set by the loader (see engine.loader.rule_digest)
 
     def __post_init__(self) -> None:
         problems = []
         if not _ID_RE.match(self.id):
-            problems.append(f"id {self.id!r} must look like TA001 (2-4 capitals, 3-4 digits)")
+            problems.append(f"id {self.id!r} must look like TA123 (2-4 capitals, 3-4 digits)")
         if not _NAME_RE.match(self.name):
             problems.append(f"name {self.name!r} must be kebab-case")
         if self.severity not in SEVERITIES:
@@ -319,6 +328,42 @@ class Rule:
 
     def run(self, ctx: RuleContext) -> list[Finding]:
         return list(self.body(ctx) or ())
+
+    # ---- presentation: registered like ``property.setter``, next to the body ---------------
+
+    def figure(self, *, caption: str = "") -> Callable[[FigureFn], FigureFn]:
+        """Register the figure drawn for each finding: ``fn(FigureContext) -> Figure | None``.
+
+        ``caption`` is printed under the figure in report.html.
+        """
+
+        def register(fn: FigureFn) -> FigureFn:
+            self.presentation.figure = fn
+            self.presentation.caption = caption
+            return fn
+
+        return register
+
+    def key_figures(self, *figures: KeyFigure) -> Callable[[KeyFiguresFn], KeyFiguresFn]:
+        """Register the key figures per rank (``fn(RuleContext) -> DataFrame``) that ``diff``
+        compares between runs; ``figures`` declares their columns, labels and direction."""
+        names = [k.name for k in figures]
+        if not figures or len(set(names)) != len(names):
+            raise RuleDefinitionError(
+                f"rule {self.id} {self.name}: declare one or more key figures with distinct names"
+            )
+
+        def register(fn: KeyFiguresFn) -> KeyFiguresFn:
+            self.presentation.key_figures = tuple(figures)
+            self.presentation.compute_key_figures = fn
+            return fn
+
+        return register
+
+    def marks(self, fn: MarksFn) -> MarksFn:
+        """Register the timeline marks of a finding: ``fn(finding) -> Iterable[Mark]``."""
+        self.presentation.marks = fn
+        return fn
 
     def __call__(self, ctx: RuleContext) -> list[Finding]:
         return self.run(ctx)

@@ -3,8 +3,9 @@
 The work is split so a later executor (process pool, Ray) can distribute it:
 
 - **map** — :func:`evaluate_rule` runs one rule on one shard (all ranks, or a set of ranks for
-  ``scope="rank"`` rules) and returns a :class:`RuleOutcome`: findings per rank, notes, or why it
-  was not evaluated, or the error. It never raises for a rule's own failure.
+  ``scope="rank"`` rules) and returns a :class:`RuleOutcome`: findings per rank, notes, the
+  rule's key figures per rank, or why it was not evaluated, or the error. It never raises for a
+  rule's own failure. :mod:`traceanalyzer.engine.shards` runs this map on an executor.
 - **reduce** — :func:`reduce_outcomes` merges the outcomes of every shard: it groups the same
   finding across ranks, and turns per-shard statuses into one status per rule.
 
@@ -24,7 +25,7 @@ import polars as pl
 
 from traceanalyzer.engine.config import (
     RuleSettings,
-    find_config,
+    config_path_for,
     load_config,
     parse_set_options,
     resolve,
@@ -37,7 +38,8 @@ from traceanalyzer.engine.findings import (
     compress_ranks,
     group_findings,
 )
-from traceanalyzer.engine.loader import LoadError, load_rules
+from traceanalyzer.engine.loader import LoadedRules, LoadError, load_rules
+from traceanalyzer.engine.presentation import KeyFigure, key_figure_document
 from traceanalyzer.engine.registry import RuleSet
 from traceanalyzer.engine.rule import (
     AnyOf,
@@ -74,6 +76,8 @@ class RuleOutcome:
     reason: str | None = None
     error: str | None = None
     traceback: str | None = None
+    # one row per rank of the shard: "rank" + one value per declared KeyFigure (null if absent)
+    key_figures: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _requirement_gap(store: Store, req: Requirement, ranks: frozenset[int] | None) -> str | None:
@@ -109,8 +113,25 @@ def evaluate_rule(
     params: Mapping[str, Any] | None = None,
     ranks: frozenset[int] | None = None,
 ) -> RuleOutcome:
-    """Run one rule on one shard. Precondition gaps and exceptions become outcomes, not raises."""
+    """Run one rule on one shard. Precondition gaps and exceptions become outcomes, not raises.
+
+    The rule's key figures are computed too, with the same parameters, whether or not it fired.
+    """
     values = {name: p.default for name, p in rule.params.items()} | dict(params or {})
+    outcome = _detect(rule, store, values, ranks)
+    if rule.presentation.key_figures:
+        ctx = RuleContext(rule=rule, store=store, params=Params(values), ranks=ranks)
+        try:
+            outcome.key_figures = rule.presentation.key_figure_frame(ctx).to_dicts()
+        except Exception as exc:  # a figure is a nicety: the findings stand without it
+            text = f"key figures failed: {type(exc).__name__}: {exc}"
+            outcome.notes.append(Note(rule=rule.id, text=text))
+    return outcome
+
+
+def _detect(
+    rule: Rule, store: Store, values: dict[str, Any], ranks: frozenset[int] | None
+) -> RuleOutcome:
     try:
         gaps = precondition_gaps(rule, store, ranks)
         if gaps:
@@ -149,6 +170,8 @@ class RuleStatus:
     traceback: str | None = None
     params: dict[str, Any] = field(default_factory=dict)
     notes: list[Note] = field(default_factory=list)
+    key_figures: tuple[KeyFigure, ...] = ()  # what the rule declares
+    key_figure_rows: list[dict[str, Any]] = field(default_factory=list)  # per rank, all shards
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -229,6 +252,11 @@ class RunResult:
             ],
             "errors": self.errors,
             "rules": [r.to_dict() for r in self.rules],
+            "key_figures": [
+                figure
+                for r in self.rules
+                for figure in key_figure_document(r.id, r.name, r.key_figures, r.key_figure_rows)
+            ],
         }
 
 
@@ -238,7 +266,16 @@ def _reduce_rule(
     findings = [f for o in outcomes for f in o.findings]
     notes = [n for o in outcomes for n in o.notes]
     status = RuleStatus(
-        rule.id, rule.name, rule.severity, "clean", params=dict(params), notes=notes
+        rule.id,
+        rule.name,
+        rule.severity,
+        "clean",
+        params=dict(params),
+        notes=notes,
+        key_figures=rule.presentation.key_figures,
+        key_figure_rows=sorted(
+            (row for o in outcomes for row in o.key_figures), key=lambda row: row["rank"]
+        ),
     )
     errored = [o for o in outcomes if o.status == "error"]
     skipped = [o for o in outcomes if o.status == "not_evaluated"]
@@ -319,9 +356,9 @@ def _settings(
     config_path: str | Path | None | Literal[False],
 ) -> RuleSettings:
     from_file = RuleSettings()
-    path = find_config() if config_path is None else (config_path or None)
+    path = config_path_for(config_path)
     if path:
-        from_file = load_config(Path(path))
+        from_file = load_config(path)
     if isinstance(overrides, Mapping):
         cli = RuleSettings(
             {k: dict(v) for k, v in overrides.items()}, dict.fromkeys(overrides, "--set")
@@ -339,7 +376,7 @@ def evaluate(
     fail_on: str | None = None,
     *,
     select: Iterable[str] | None = None,
-    rules: RuleSet | None = None,
+    rules: RuleSet | LoadedRules | None = None,
     shard_by_rank: bool = False,
     builtin: bool = True,
     rank_map: RankMap | None = None,
@@ -351,11 +388,13 @@ def evaluate(
     - ``config_path``: a ``traceanalyzer.toml``/``pyproject.toml``; None searches the working
       directory; False ignores config files.
     - ``fail_on``: ``info|warning|error``; sets ``RunResult.failed``/``exit_code``.
-    - ``select``: only these rules (ids or names). ``rules``: use this RuleSet instead of loading.
+    - ``select``: only these rules (ids or names). ``rules``: use these rules (a RuleSet, or
+      what :func:`~traceanalyzer.engine.loader.load_rules` returned, with its load errors)
+      instead of loading them here.
     - ``shard_by_rank``: evaluate ``scope="rank"`` rules once per rank (what a distributed
       executor does); the grouped result is the same as evaluating all ranks at once.
     - ``rank_map``: hand the ``scope="rank"`` rules to this function, which evaluates them on
-      every rank shard (e.g. in worker processes, see :mod:`traceanalyzer.executor`) and returns
+      every rank shard (e.g. in worker processes, see :mod:`traceanalyzer.engine.shards`) and returns
       the :class:`RuleOutcome` objects; global rules still run here, in the driver.
 
     Raises :class:`~traceanalyzer.engine.config.ConfigError` for unknown rules/parameters and bad
@@ -365,8 +404,9 @@ def evaluate(
         raise ValueError(f"fail_on must be one of {', '.join(SEVERITY_RANK)}, got {fail_on!r}")
     load_errors: list[LoadError] = []
     if rules is None:
-        loaded = load_rules(rule_dirs, builtin=builtin)
-        rules, load_errors = loaded.rules, loaded.errors
+        rules = load_rules(rule_dirs, builtin=builtin)
+    if isinstance(rules, LoadedRules):
+        rules, load_errors = rules.rules, rules.errors
     resolved = resolve(rules, _settings(overrides, config_path))
     chosen = rules.select(select)
     ranks = store_ranks(store)

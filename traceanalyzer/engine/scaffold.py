@@ -1,29 +1,48 @@
 """``rules new NAME``: write a working rule file and its fixtures, ready to edit and test.
 
-The scaffold is a complete, passing rule ("host API calls matching a pattern take too long"),
-so an author starts from green and changes one thing at a time.
+The scaffold is a complete, passing rule ("host API calls matching a pattern take too long")
+with every part a rule can have -- detection, a figure, key figures for ``diff`` and timeline
+marks -- so an author starts from green and changes one thing at a time.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from pathlib import Path
 
-from traceanalyzer.engine.loader import FIXTURES_DIR
+from traceanalyzer.engine.loader import FIXTURES_DIR, rule_files
 
-USER_ID_START = 100  # built-in rules use TA001-TA099
+USER_ID_START = 100  # ids below are reserved for built-in rules
 
 RULE_TEMPLATE = '''\
 """{rule_id} {name}: {summary}"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from traceanalyzer.engine import Evidence, Finding, Param, Requirement, RuleContext, rule
-from traceanalyzer.engine import text as fmt
+from traceanalyzer.kit import (
+    CANN_PROCESS,
+    PALETTE,
+    Evidence,
+    FigureContext,
+    Finding,
+    KeyFigure,
+    Mark,
+    Param,
+    Requirement,
+    RuleContext,
+    evidence_marks,
+    rule,
+    text,
+)
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 
 @rule(
@@ -42,7 +61,7 @@ from traceanalyzer.engine import text as fmt
             ("api_name",),
             what="CANN API events",
             collect_with="profiler_level=Level1",
-            where=pl.col("process") == "CANN",
+            where=pl.col("process") == CANN_PROCESS,
         )
     ],
 )
@@ -60,31 +79,24 @@ def {func}(ctx: RuleContext) -> Iterator[Finding]:
     ## Example
     ```
     {rule_id} {name} [warning] rank 0
-    3 calls to aclrtSynchronizeStream take longer than 10 ms (worst 42 ms)
+    3 calls matching `^aclrtSynchronizeStream` take longer than 10 ms (worst 42 ms)
     ```
 
     ## References
     - Where this knowledge comes from (issue, doc, field report).
     """
     p = ctx.params
-    slow = (
-        ctx.table("slices")
-        .filter(
-            (pl.col("process") == "CANN")
-            & pl.col("api_name").str.contains(p.api_pattern)
-            & (pl.col("dur_ns") > p.min_ms * 1e6)
-        )
-        .collect()
-    )
-    for (rank,), calls in slow.group_by("rank"):
+    for (rank,), calls in _slow_calls(ctx).group_by("rank"):
         worst = calls.sort("dur_ns", descending=True)
         yield ctx.finding(
             rank=rank,
             sessions=calls["session"].unique().sort().to_list(),
             title=f"{{calls.height}} calls matching `{{p.api_pattern}}` take longer than "
-            f"{{p.min_ms:g}} ms (worst {{fmt.duration(worst['dur_ns'][0])}})",
+            f"{{p.min_ms:g}} ms (worst {{text.duration(worst['dur_ns'][0])}})",
             message=f"Rank {{rank}}: {{calls.height}} slow calls, "
-            f"{{fmt.duration(calls['dur_ns'].sum())}} in total.",
+            f"{{text.duration(calls['dur_ns'].sum())}} in total.",
+            # where the problem is, never when or on which rank: the fingerprint, the grouping
+            # of ranks into one finding and `diff` all key on it
             location={{"api_pattern": p.api_pattern}},
             metrics={{"calls": calls.height, "worst_ns": worst["dur_ns"][0]}},
             evidence=[
@@ -99,7 +111,71 @@ def {func}(ctx: RuleContext) -> Iterator[Finding]:
                 )
                 for row in worst.head(10).iter_rows(named=True)
             ],
+            # what the figure draws: every slow call, in time order
+            series={{"duration_ns": calls.sort("start_ns")["dur_ns"].to_list()}},
             score=float(calls["dur_ns"].sum()),
+        )
+
+
+def _calls(ctx: RuleContext) -> pl.LazyFrame:
+    """The CANN calls the rule watches (shared by the body and the key figures)."""
+    watched = pl.col("api_name").str.contains(ctx.params.api_pattern)
+    return ctx.table("slices").filter((pl.col("process") == CANN_PROCESS) & watched)
+
+
+def _slow_calls(ctx: RuleContext) -> pl.DataFrame:
+    return _calls(ctx).filter(pl.col("dur_ns") > ctx.params.min_ms * 1e6).collect()
+
+
+@{func}.figure(caption="Duration of each slow call, in time order, per rank.")
+def _figure(fig: FigureContext) -> Figure | None:
+    series = [(ranks, s) for ranks, s in fig.series_by_rank() if s.get("duration_ns")]
+    if not series:
+        return None
+    figure, (ax,) = fig.new(7.0, 2.8)
+    for i, (ranks, s) in enumerate(series):
+        ms = [d / 1e6 for d in s["duration_ns"]]
+        label = "rank " + ", ".join(map(str, ranks))
+        ax.plot(range(len(ms)), ms, marker="o", color=PALETTE[i % len(PALETTE)], label=label)
+    ax.axhline(fig.params.min_ms, color="#9ca3af", linestyle="--", linewidth=1)
+    ax.set_xlabel("slow call (time order)", fontsize=9)
+    ax.set_ylabel("ms", fontsize=9)
+    ax.legend(fontsize=8, frameon=False)
+    return figure
+
+
+@{func}.key_figures(
+    KeyFigure("calls", "calls matching the pattern", unit="count"),
+    KeyFigure("slow_calls", "slow calls", better="lower", unit="count"),
+    KeyFigure("call_ns_total", "time in matching calls", better="lower", unit="ns"),
+)
+def _key_figures(ctx: RuleContext) -> pl.DataFrame:
+    """Per rank, whether or not the rule fired: `diff` compares these between two runs."""
+    slow = pl.col("dur_ns") > ctx.params.min_ms * 1e6
+    return (
+        _calls(ctx)
+        .group_by("rank")
+        .agg(
+            pl.len().alias("calls"),
+            slow.sum().alias("slow_calls"),
+            pl.col("dur_ns").sum().alias("call_ns_total"),
+        )
+        .collect()
+    )
+
+
+@{func}.marks
+def _marks(finding: Mapping[str, Any]) -> Iterator[Mark]:
+    """On the timeline (annotations.json): each slow call of the evidence, on its own track."""
+    for mark in evidence_marks(finding):
+        yield Mark(
+            rank=mark.rank,
+            session=mark.session,
+            name=f"slow: {{mark.name}}",
+            start_ns=mark.start_ns,
+            dur_ns=mark.dur_ns,
+            track="slow calls",
+            category="{name}",
         )
 '''
 
@@ -111,9 +187,7 @@ Run them with `traceanalyzer rules test {name} --rules {folder}`.
 
 from __future__ import annotations
 
-from traceanalyzer.engine.ruletest import fixture
-from traceanalyzer.engine.testing import StoreBuilder
-from traceanalyzer.store import Store
+from traceanalyzer.kit import Store, StoreBuilder, fixture
 
 
 def calls(durations_us: list[float]) -> Store:
@@ -158,7 +232,22 @@ def not_evaluated_without_cann_layer() -> Store:
 '''
 
 
+_DECLARED_ID = re.compile(r"""\bid\s*=\s*["']([A-Z]{2,4}\d{3,4})["']""")
+
+
+def declared_ids(folders: Iterable[Path]) -> set[str]:
+    """Rule ids written in the rule files of ``folders``, even in files that do not load."""
+    return {
+        match.group(1)
+        for folder in folders
+        if folder.is_dir()
+        for path in rule_files(folder)
+        for match in _DECLARED_ID.finditer(path.read_text("utf-8", errors="replace"))
+    }
+
+
 def next_rule_id(taken: Iterable[str]) -> str:
+    """The first ``TA1xx`` id no rule uses (``TA001``-``TA099`` are reserved for built-ins)."""
     used = {int(t[2:]) for t in taken if t.startswith("TA") and t[2:].isdigit()}
     number = USER_ID_START
     while number in used:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from traceanalyzer.store import Store
@@ -260,19 +259,3 @@ class StoreBuilder:
 
     def store(self) -> Store:
         return Store.from_frames({table: rows for table, rows in self.rows.items() if rows})
-
-
-def ingested(*builders: Any) -> Store:
-    """Write synth ``RankBuilder`` rank directories, ingest them, and return the store in memory.
-
-    This takes fixtures through the real files and parsers (slower than :class:`StoreBuilder`,
-    but it proves a rule reads what ingest writes). The temporary files are removed.
-    """
-    import tempfile
-
-    from traceanalyzer.schema import TABLES
-    from traceanalyzer.synth.fixtures import build_store
-
-    with tempfile.TemporaryDirectory(prefix="ta-fixture-") as tmp:
-        on_disk = Store.open(build_store(Path(tmp), *builders))
-        return Store.from_frames({name: on_disk.table(name).collect() for name in TABLES})

@@ -1,5 +1,5 @@
 """Reports: findings + store -> terminal, ``report.html``, ``report.md``, ``findings.sarif``,
-``annotations.json``, and the run-to-run ``diff``.
+``annotations.json``. Each finding is presented by its own rule (figure, caption, marks).
 
 Every writer reads the same inputs (:class:`ReportInputs`: the findings.json document, ingest.json,
 the store, rule docs), so reports can be regenerated from an output directory alone.
@@ -9,13 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["ReportFiles", "ReportInputs", "RuleDoc", "write_reports"]
+__all__ = ["ReportFiles", "ReportInputs", "write_reports"]
 
 _HOMES = {
     "ReportFiles": "writer",
     "write_reports": "writer",
     "ReportInputs": "inputs",
-    "RuleDoc": "inputs",
 }
 
 

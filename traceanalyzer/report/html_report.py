@@ -46,7 +46,10 @@ def render_html(
         _bench(inputs),
         _overview(findings),
     ]
-    parts += [_finding_section(f, plots.get(f.get("fingerprint", ""))) for f in findings]
+    parts += [
+        _finding_section(f, plots.get(f.get("fingerprint", "")), _caption(inputs, f))
+        for f in findings
+    ]
     parts += [_rules_section(doc), _errors_section(doc), _run_section(summary), _footer(inputs)]
     return page(f"traceanalyzer: {inputs.title}", "".join(parts))
 
@@ -151,7 +154,7 @@ def evidence_rows(finding: Mapping[str, Any]) -> list[tuple[Any, ...]]:
     return rows
 
 
-def _finding_section(f: Mapping[str, Any], png: bytes | None) -> str:
+def _finding_section(f: Mapping[str, Any], png: bytes | None, caption: str = "") -> str:
     sev = f.get("severity", "info")
     parts = [
         f'<section class="finding {esc(sev)}" id="{esc(finding_anchor(f))}">',
@@ -167,9 +170,7 @@ def _finding_section(f: Mapping[str, Any], png: bytes | None) -> str:
     ]
     if png:
         alt = f"plot for {f.get('name')}"
-        parts.append(
-            f"<figure>{img_png(png, alt)}<figcaption>{esc(_caption(f))}</figcaption></figure>"
-        )
+        parts.append(f"<figure>{img_png(png, alt)}<figcaption>{esc(caption)}</figcaption></figure>")
     parts.append(f'<div class="fix"><b>Fix.</b> {inline(f.get("fix"))}</div>')
     evidence = f.get("evidence") or []
     if evidence:
@@ -206,17 +207,9 @@ def _finding_section(f: Mapping[str, Any], png: bytes | None) -> str:
     return "".join(parts)
 
 
-def _caption(f: Mapping[str, Any]) -> str:
-    if f.get("name") == "capture-memcpy-growth":
-        return (
-            "Host memcpy calls and capture duration per aclgraph capture, in time order, per rank."
-        )
-    if f.get("name") == "store-transfer-stall":
-        return (
-            "Device streams during the worst transfer span (shaded). Red: NOTIFY_WAIT, "
-            "orange: EVENT_WAIT; ◀ marks the streams that stall the transfer."
-        )
-    return ""
+def _caption(inputs: ReportInputs, f: Mapping[str, Any]) -> str:
+    rule = inputs.rule_for(f)
+    return rule.presentation.caption if rule is not None else ""
 
 
 def _rules_section(doc: Mapping[str, Any]) -> str:

@@ -1,15 +1,16 @@
 """What every report is built from, loaded once: findings document, ingest summary, store, rules.
 
 Reports read the *findings.json document* (a plain dict), not live engine objects, so a report
-can be regenerated from an output directory alone and ``diff`` can compare two directories with
-the same code.
+can be regenerated from an output directory alone. Each finding is presented by its own rule
+(:meth:`ReportInputs.rule_for`): its figure, caption, marks and documentation; a finding whose
+rule is not loaded gets the defaults (no figure, its evidence as marks).
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,35 +21,13 @@ from traceanalyzer import __version__
 from traceanalyzer.store import Store, StoreError
 
 if TYPE_CHECKING:
-    from traceanalyzer.engine import Rule, RunResult
+    from matplotlib.figure import Figure
+
+    from traceanalyzer.engine import Mark, Rule, RunResult
+    from traceanalyzer.engine.registry import RuleSet
     from traceanalyzer.recipes.bench import BenchResult
 
 TRACE_FILE = Path("ASCEND_PROFILER_OUTPUT") / "trace_view.json"
-
-
-@dataclass(frozen=True)
-class RuleDoc:
-    """The documentation of one rule, as reports show it (a :class:`Rule` without its body)."""
-
-    id: str
-    name: str
-    severity: str
-    summary: str = ""
-    doc: str = ""
-    fix: str = ""
-    source: str | None = None
-
-    @classmethod
-    def from_rule(cls, rule: Rule) -> RuleDoc:
-        return cls(
-            id=rule.id,
-            name=rule.name,
-            severity=rule.severity,
-            summary=rule.summary,
-            doc=rule.doc,
-            fix=rule.fix,
-            source=str(rule.source) if rule.source else None,
-        )
 
 
 @dataclass
@@ -59,7 +38,7 @@ class ReportInputs:
     findings: dict[str, Any]
     ingest: dict[str, Any] | None = None
     store: Store | None = None
-    rules: dict[str, RuleDoc] = field(default_factory=dict)
+    rules: dict[str, Rule] = field(default_factory=dict)  # by id
     bench: list[BenchResult] = field(default_factory=list)
     input_root: Path | None = None
     _sessions: pl.DataFrame | None = field(default=None, repr=False)
@@ -70,13 +49,14 @@ class ReportInputs:
         out: str | os.PathLike[str],
         *,
         result: RunResult | None = None,
-        rules: Iterable[Rule] | None = None,
+        rules: RuleSet | Iterable[Rule] | None = None,
         input_root: str | os.PathLike[str] | None = None,
     ) -> ReportInputs:
         """Read ``OUT/findings.json`` (or use ``result``), ``OUT/ingest.json`` and the store.
 
-        ``rules`` supplies documentation for SARIF and the HTML; without it the built-in rules
-        are loaded. ``input_root`` is where ``vllm bench`` result JSON is looked for; it defaults
+        ``rules`` are the run's rules: they present their findings (figures, marks) and document
+        themselves in SARIF and the HTML; without them the built-in rules and installed rule
+        packs are loaded. ``input_root`` is where ``vllm bench`` result JSON is looked for; it defaults
         to the common parent of the rank directories.
         """
         out = Path(out)
@@ -93,7 +73,7 @@ class ReportInputs:
         except StoreError:
             store = None
         inputs = cls(out=out, findings=doc, ingest=ingest, store=store)
-        inputs.rules = _rule_docs(rules)
+        inputs.rules = {rule.id: rule for rule in (_default_rules() if rules is None else rules)}
         root = Path(input_root) if input_root is not None else inputs.common_root()
         inputs.input_root = root
         if root is not None and root.is_dir():
@@ -141,6 +121,30 @@ class ReportInputs:
         path = self.session_paths().get((rank, session))
         return path / TRACE_FILE if path else None
 
+    def rule_for(self, finding: Mapping[str, Any]) -> Rule | None:
+        """The loaded rule that made ``finding`` (None when it is not loaded)."""
+        return self.rules.get(str(finding.get("rule", "")))
+
+    def figure(self, finding: Mapping[str, Any]) -> Figure | None:
+        """The finding's figure, drawn by its rule with the parameters it ran with."""
+        rule = self.rule_for(finding)
+        draw = rule.presentation.figure if rule is not None else None
+        if draw is None:
+            return None
+        from traceanalyzer.engine.presentation import FigureContext
+        from traceanalyzer.engine.rule import Params
+
+        params = self.rule_params(rule.id)
+        context = FigureContext({**finding, "params": params}, Params(params), self.store)
+        return draw(context)
+
+    def marks(self, finding: Mapping[str, Any]) -> list[Mark]:
+        """The finding's timeline marks: its rule's, or one per evidence row with a start."""
+        from traceanalyzer.engine.presentation import Presentation
+
+        rule = self.rule_for(finding)
+        return (rule.presentation if rule is not None else Presentation()).marks_for(finding)
+
     def rule_params(self, rule_id: str) -> dict[str, Any]:
         """The parameters the rule ran with (from findings.json), so plots match the rule."""
         for status in self.findings.get("rules", []):
@@ -158,12 +162,10 @@ class ReportInputs:
         return __version__
 
 
-def _rule_docs(rules: Iterable[Rule] | None) -> dict[str, RuleDoc]:
-    if rules is None:
-        try:
-            from traceanalyzer.engine.loader import load_rules
+def _default_rules() -> list[Rule]:
+    try:
+        from traceanalyzer.engine.loader import load_rules
 
-            rules = load_rules().rules
-        except Exception:  # documentation is optional: a broken rule pack must not stop reports
-            rules = []
-    return {rule.id: RuleDoc.from_rule(rule) for rule in rules}
+        return list(load_rules().rules)
+    except Exception:  # presentation is optional: a broken rule pack must not stop reports
+        return []

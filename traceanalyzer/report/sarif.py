@@ -14,11 +14,14 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from traceanalyzer.report.inputs import TRACE_FILE, ReportInputs, RuleDoc
+from traceanalyzer.report.inputs import TRACE_FILE, ReportInputs
 from traceanalyzer.report.mdsafe import md_inline, md_lines
+
+if TYPE_CHECKING:
+    from traceanalyzer.engine import Rule
 
 SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 LEVELS = {"error": "error", "warning": "warning", "info": "note"}
@@ -39,7 +42,7 @@ def _first_section(doc: str) -> str:
     return " ".join(x.strip() for x in body if x.strip())
 
 
-def _descriptor(rule_id: str, status: dict[str, Any], doc: RuleDoc | None) -> dict[str, Any]:
+def _descriptor(rule_id: str, status: dict[str, Any], doc: Rule | None) -> dict[str, Any]:
     severity = (doc.severity if doc else None) or status.get("severity") or "warning"
     name = (doc.name if doc else None) or status.get("name") or rule_id
     out: dict[str, Any] = {

@@ -7,9 +7,7 @@ closing lines (vllm bench TTFT/TPOT when the input has them, then where the repo
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
@@ -19,6 +17,7 @@ from traceanalyzer.report.writer import HTML, ReportFiles, write_reports
 
 if TYPE_CHECKING:
     from traceanalyzer.engine import RunResult
+    from traceanalyzer.engine.registry import RuleSet
 
 
 @dataclass
@@ -45,15 +44,13 @@ class RunReports:
 def run_reports(
     out: str | os.PathLike[str],
     result: RunResult,
+    rules: RuleSet,
     *,
     input_root: str | os.PathLike[str] | None = None,
-    rule_dirs: Iterable[str | os.PathLike[str]] = (),
 ) -> RunReports:
-    """Write every report for a finished run; never raises (reports must not fail a run)."""
+    """Write every report for a finished run (``rules``: the run's rules, which present their
+    findings); never raises (reports must not fail a run)."""
     try:
-        from traceanalyzer.engine.loader import load_rules
-
-        rules = load_rules([Path(d) for d in rule_dirs]).rules
         inputs = ReportInputs.load(out, result=result, rules=rules, input_root=input_root)
         return RunReports(write_reports(out, inputs=inputs), inputs)
     except Exception as exc:

@@ -18,11 +18,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from traceanalyzer.synth.fmt import EPOCH_NS
 from traceanalyzer.synth.profiles import get_generation
 from traceanalyzer.synth.rank import RankConfig, RankWriter
+
+if TYPE_CHECKING:
+    from traceanalyzer.store import Store
 
 Action = Callable[[RankWriter], None]
 
@@ -198,3 +201,20 @@ def build_store(tmp_path: Path, *builders: RankBuilder) -> Path:
     out = Path(tmp_path) / "store"
     ingest(root, out)
     return out
+
+
+def ingested(*builders: RankBuilder) -> Store:
+    """Write ``RankBuilder`` rank directories, ingest them, and return the store in memory.
+
+    This takes fixtures through the real files and parsers (slower than
+    :class:`~traceanalyzer.engine.testing.StoreBuilder`, but it proves a rule reads what ingest
+    writes). The temporary files are removed.
+    """
+    import tempfile
+
+    from traceanalyzer.schema import TABLES
+    from traceanalyzer.store import Store
+
+    with tempfile.TemporaryDirectory(prefix="ta-fixture-") as tmp:
+        on_disk = Store.open(build_store(Path(tmp), *builders))
+        return Store.from_frames({name: on_disk.table(name).collect() for name in TABLES})

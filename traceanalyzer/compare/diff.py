@@ -4,6 +4,11 @@ figures per rank, between two output directories of ``traceanalyzer run``.
 Fingerprints hash a rule and the *place* of a problem (never times or numbers), so the same
 problem in two runs matches even when every number moved; that is what makes "resolved" and
 "new" trustworthy for CI regression gates.
+
+Key figures are the rules' own (``Rule.key_figures``), computed by the run with its effective
+parameters and kept in findings.json; a finding carries the deltas of its rule's figures. For an
+output directory written before findings.json had them, the loaded rules compute them from its
+store, with the parameters that run recorded.
 """
 
 from __future__ import annotations
@@ -15,24 +20,43 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import polars as pl
-
-from traceanalyzer.report.figures import FIGURES, LOWER_IS_BETTER, RULE_FIGURES, key_figures
+from traceanalyzer.engine.presentation import key_figure_document
+from traceanalyzer.engine.registry import RuleSet
+from traceanalyzer.engine.rule import Params, RuleContext
 from traceanalyzer.store import Store, StoreError
 
 Status = Literal["new", "resolved", "changed", "unchanged"]
 REL_TOLERANCE = 0.01  # metric changes below 1% are noise, not "changed"
 
 
+@dataclass(frozen=True)
+class Figure:
+    """A key figure as its rule declared it (see :class:`~traceanalyzer.engine.KeyFigure`)."""
+
+    rule: str  # rule name
+    key: str
+    label: str
+    better: str | None = None
+    unit: str = ""
+
+
 @dataclass
 class Delta:
-    """One number before and after; ``rel`` is the relative change (None when base is 0/None)."""
+    """One number before and after; ``rel`` is the relative change (None when base is 0/None).
+
+    ``figure`` is set for key figures (None for a finding's own metrics).
+    """
 
     key: str
     base: float | None
     target: float | None
     ranks: list[int] = field(default_factory=list)
     scope: str = ""  # for figures: which ranks the numbers cover
+    figure: Figure | None = None
+
+    @property
+    def label(self) -> str:
+        return self.figure.label if self.figure else self.key
 
     @property
     def change(self) -> float | None:
@@ -49,15 +73,15 @@ class Delta:
     @property
     def better(self) -> bool | None:
         """True/False when the change is an improvement/regression; None when neutral."""
-        key = self.key
-        if self.change is None or self.change == 0 or key not in LOWER_IS_BETTER:
+        direction = self.figure.better if self.figure else None
+        if self.change is None or self.change == 0 or direction is None:
             return None
-        return self.change < 0
+        return self.change < 0 if direction == "lower" else self.change > 0
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "key": self.key,
-            "label": FIGURES.get(self.key, self.key),
+            "label": self.label,
             "base": self.base,
             "target": self.target,
             "change": self.change,
@@ -65,6 +89,9 @@ class Delta:
             "ranks": self.ranks,
             "scope": self.scope,
         }
+        if self.figure is not None:
+            out |= {"rule": self.figure.rule, "unit": self.figure.unit}
+        return out
 
 
 @dataclass
@@ -155,19 +182,41 @@ def metric_deltas(base: dict[str, Any], target: dict[str, Any]) -> list[Delta]:
     return out
 
 
-def _figure_value(frame: pl.DataFrame, key: str, ranks: list[int] | None) -> float | None:
-    rows = frame if ranks is None else frame.filter(pl.col("rank").is_in(ranks))
-    if rows.is_empty() or key not in rows.columns:
-        return None
-    values = rows[key].drop_nulls()
-    if values.is_empty():
-        return None
-    # totals are per rank, so compare their mean per rank when rank counts differ
-    return float(values.mean())  # type: ignore[arg-type]
+@dataclass
+class KeyFigures:
+    """The key figures of one run: what each rule declared, and its value per rank."""
+
+    figures: list[Figure] = field(default_factory=list)
+    values: dict[tuple[str, str], dict[int, float | None]] = field(default_factory=dict)
+
+    @classmethod
+    def from_document(cls, entries: list[dict[str, Any]]) -> KeyFigures:
+        """From the ``key_figures`` list of findings.json."""
+        out = cls()
+        for e in entries:
+            figure = Figure(e["name"], e["figure"], e["label"], e.get("better"), e.get("unit", ""))
+            out.figures.append(figure)
+            out.values[figure.rule, figure.key] = {
+                int(v["rank"]): _num(v["value"]) for v in e.get("values") or []
+            }
+        return out
+
+    def of_rule(self, rule_name: str) -> list[Figure]:
+        return [f for f in self.figures if f.rule == rule_name]
+
+    def ranks(self, figure: Figure) -> set[int]:
+        return set(self.values.get((figure.rule, figure.key), {}))
+
+    def value(self, figure: Figure, ranks: list[int] | None) -> float | None:
+        """The mean over ``ranks`` (every rank when None) of the ranks that have a value."""
+        per_rank = self.values.get((figure.rule, figure.key), {})
+        found = [v for r, v in per_rank.items() if v is not None and (ranks is None or r in ranks)]
+        # totals are per rank, so compare their mean per rank when rank counts differ
+        return sum(found) / len(found) if found else None
 
 
 def figure_deltas_for(
-    rule_name: str, ranks: list[int], base: pl.DataFrame, target: pl.DataFrame
+    rule_name: str, ranks: list[int], base: KeyFigures, target: KeyFigures
 ) -> list[Delta]:
     """The rule's key figures on the finding's ranks, before and after.
 
@@ -175,39 +224,57 @@ def figure_deltas_for(
     its ranks, and ``scope`` says so.
     """
     out = []
-    for key in RULE_FIGURES.get(rule_name, ()):
-        b_ranks = ranks if base.filter(pl.col("rank").is_in(ranks)).height else None
-        t_ranks = ranks if target.filter(pl.col("rank").is_in(ranks)).height else None
+    figures = {f: None for f in [*base.of_rule(rule_name), *target.of_rule(rule_name)]}
+    for figure in figures:
+        b_ranks = ranks if base.ranks(figure) & set(ranks) else None
+        t_ranks = ranks if target.ranks(figure) & set(ranks) else None
         label = "rank" + ("s " if len(ranks) > 1 else " ") + ", ".join(map(str, ranks))
         scope = label
         if not (b_ranks and t_ranks):
             missing = "base" if not b_ranks else "target"
             scope = f"{label}; {missing}: mean of all its ranks ({label} not profiled there)"
-        out.append(
-            Delta(
-                key,
-                _figure_value(base, key, b_ranks),
-                _figure_value(target, key, t_ranks),
-                ranks,
-                scope,
-            )
-        )
+        b, t = base.value(figure, b_ranks), target.value(figure, t_ranks)
+        out.append(Delta(figure.key, b, t, ranks, scope, figure))
     return out
 
 
-def _figures_frame(out_dir: Path) -> pl.DataFrame:
+def key_figures_of(out_dir: Path, doc: dict[str, Any], rules: RuleSet | None) -> KeyFigures:
+    """The run's key figures: from findings.json, else computed by ``rules`` from its store."""
+    if "key_figures" in doc or rules is None:
+        return KeyFigures.from_document(doc.get("key_figures") or [])
     try:
-        return key_figures(Store.open(out_dir))
+        store = Store.open(out_dir)
     except StoreError:
-        return pl.DataFrame(schema={"rank": pl.Int32, **{k: pl.Float64 for k in FIGURES}})
+        return KeyFigures()
+    ran_with = {r["rule"]: r.get("params") or {} for r in doc.get("rules", [])}
+    entries = []
+    for rule in rules:
+        if not rule.presentation.key_figures:
+            continue
+        params = {n: p.default for n, p in rule.params.items()} | ran_with.get(rule.id, {})
+        ctx = RuleContext(rule=rule, store=store, params=Params(params))
+        try:
+            rows = rule.presentation.key_figure_frame(ctx).to_dicts()
+        except Exception:  # a rule that cannot compute them on an old store: no figures
+            continue
+        entries += key_figure_document(rule.id, rule.name, rule.presentation.key_figures, rows)
+    return KeyFigures.from_document(entries)
 
 
-def diff_outputs(base: str | os.PathLike[str], target: str | os.PathLike[str]) -> DiffResult:
-    """Compare two ``run`` output directories (each with findings.json and a store)."""
+def diff_outputs(
+    base: str | os.PathLike[str],
+    target: str | os.PathLike[str],
+    rules: RuleSet | None = None,
+) -> DiffResult:
+    """Compare two ``run`` output directories (each with findings.json and a store).
+
+    ``rules`` compute the key figures of an output directory whose findings.json predates them.
+    """
     base, target = Path(base), Path(target)
     base_doc = json.loads((base / "findings.json").read_text("utf-8"))
     target_doc = json.loads((target / "findings.json").read_text("utf-8"))
-    base_fig, target_fig = _figures_frame(base), _figures_frame(target)
+    base_fig = key_figures_of(base, base_doc, rules)
+    target_fig = key_figures_of(target, target_doc, rules)
     b = {f["fingerprint"]: f for f in base_doc.get("findings", [])}
     t = {f["fingerprint"]: f for f in target_doc.get("findings", [])}
     changes = []
@@ -243,18 +310,20 @@ def diff_outputs(base: str | os.PathLike[str], target: str | os.PathLike[str]) -
         target=target,
         changes=changes,
         figures=_per_rank(base_fig, target_fig),
-        base_ranks=sorted(base_fig["rank"].to_list()),
-        target_ranks=sorted(target_fig["rank"].to_list()),
+        base_ranks=list(base_doc.get("summary", {}).get("ranks") or []),
+        target_ranks=list(target_doc.get("summary", {}).get("ranks") or []),
     )
 
 
-def _per_rank(base: pl.DataFrame, target: pl.DataFrame) -> list[Delta]:
+def _per_rank(base: KeyFigures, target: KeyFigures) -> list[Delta]:
     """Every figure of every rank present in either run (rows with no data on both sides dropped)."""
     out = []
-    for rank in sorted(set(base["rank"].to_list()) | set(target["rank"].to_list())):
-        for key in FIGURES:
-            bv, tv = _figure_value(base, key, [rank]), _figure_value(target, key, [rank])
+    figures = list({f: None for f in [*base.figures, *target.figures]})
+    ranks = sorted({r for f in figures for r in base.ranks(f) | target.ranks(f)})
+    for rank in ranks:
+        for figure in figures:
+            bv, tv = base.value(figure, [rank]), target.value(figure, [rank])
             if bv is None and tv is None:
                 continue
-            out.append(Delta(key, bv, tv, [rank], "rank"))
+            out.append(Delta(figure.key, bv, tv, [rank], "rank", figure))
     return out

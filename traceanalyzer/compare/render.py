@@ -1,4 +1,4 @@
-"""Render a :class:`~traceanalyzer.report.diff.DiffResult` for the terminal and as diff.html."""
+"""Render a :class:`~traceanalyzer.compare.diff.DiffResult` for the terminal and as diff.html."""
 
 from __future__ import annotations
 
@@ -6,32 +6,40 @@ import os
 from datetime import datetime, timezone
 from pathlib import Path
 
+from traceanalyzer.compare.diff import Delta, DiffResult, FindingChange
+from traceanalyzer.engine import text
 from traceanalyzer.report import fmt
-from traceanalyzer.report.diff import Delta, DiffResult, FindingChange
-from traceanalyzer.report.figures import FIGURES
 from traceanalyzer.report.htmlkit import chip, esc, inline, page, table
 
 STATUS_KIND = {"new": "error", "resolved": "clean", "changed": "warning", "unchanged": "plain"}
 
 
-def _value(key: str, value: float | None) -> str:
+def _value(d: Delta, value: float | None) -> str:
+    """A key figure's value in its declared unit (``ns`` a duration, ``ratio``, a count...)."""
+    unit = d.figure.unit if d.figure else ""
     if value is None:
         return "n/a"
-    return fmt.duration(value) if key.endswith("_ns") or "_ns_" in key else fmt.number(value)
+    if unit == "ns":
+        return fmt.duration(value)
+    if unit == "ratio":
+        return text.ratio(value)
+    if unit in ("", "count"):
+        return fmt.number(value)
+    return f"{fmt.number(value)} {unit}"
 
 
 def delta_text(d: Delta) -> str:
-    text = f"{_value(d.key, d.base)} -> {_value(d.key, d.target)}"
+    out = f"{_value(d, d.base)} -> {_value(d, d.target)}"
     if d.rel is not None:
-        text += f" ({d.rel * 100:+.1f}%)"
-    return text
+        out += f" ({d.rel * 100:+.1f}%)"
+    return out
 
 
 def _metric_text(d: Delta) -> str:
-    text = f"{fmt.metric(d.key, d.base)} -> {fmt.metric(d.key, d.target)}"
+    out = f"{fmt.metric(d.key, d.base)} -> {fmt.metric(d.key, d.target)}"
     if d.rel is not None:
-        text += f" ({d.rel * 100:+.1f}%)"
-    return text
+        out += f" ({d.rel * 100:+.1f}%)"
+    return out
 
 
 def render_diff_text(diff: DiffResult) -> str:
@@ -48,14 +56,12 @@ def render_diff_text(diff: DiffResult) -> str:
             lines.append(f"            {fmt.label(d.key)}: {_metric_text(d)}")
         for d in c.figures:
             if d.base is not None or d.target is not None:
-                lines.append(
-                    f"            {FIGURES.get(d.key, d.key)}: {delta_text(d)}  [{d.scope}]"
-                )
+                lines.append(f"            {d.label}: {delta_text(d)}  [{d.scope}]")
     moved = [d for d in diff.figures if d.change]
     if moved:
         lines.append("key figures that moved (per rank):")
         for d in moved:
-            lines.append(f"  rank {d.ranks[0]:<4} {FIGURES.get(d.key, d.key):<32} {delta_text(d)}")
+            lines.append(f"  rank {d.ranks[0]:<4} {d.label:<32} {delta_text(d)}")
     return "\n".join(lines)
 
 
@@ -98,9 +104,9 @@ def _change_section(c: FindingChange) -> str:
     ]
     rows += [
         (
-            FIGURES.get(d.key, d.key),
-            _value(d.key, d.base),
-            _value(d.key, d.target),
+            d.label,
+            _value(d, d.base),
+            _value(d, d.target),
             _delta_cell(d),
             d.scope,
         )
@@ -149,9 +155,9 @@ def render_diff_html(diff: DiffResult, out_dir: Path, *, now: datetime | None = 
     rows = [
         (
             d.ranks[0],
-            FIGURES.get(d.key, d.key),
-            _value(d.key, d.base),
-            _value(d.key, d.target),
+            d.label,
+            _value(d, d.base),
+            _value(d, d.target),
             _delta_cell(d),
         )
         for d in diff.figures
@@ -163,9 +169,9 @@ def render_diff_html(diff: DiffResult, out_dir: Path, *, now: datetime | None = 
             )
         )
         parts.append(
-            '<p class="small muted">Definitions: capture time and memcpy per capture from aclgraph '
-            "capture windows; transfer span time from KV-store transfer spans; step time from "
-            "ProfilerStep spans (see <code>traceanalyzer.report.figures</code>).</p>"
+            '<p class="small muted">Each rule defines its key figures (see its documentation: '
+            "<code>traceanalyzer rules explain RULE</code>); they are computed with the "
+            "parameters each run used.</p>"
         )
     else:
         parts.append("<p>No key figure could be computed on either side.</p>")

@@ -5,10 +5,14 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from traceanalyzer.store import write_atomic_text
+
+if TYPE_CHECKING:
+    from traceanalyzer.engine.loader import LoadedRules
 
 EXIT_NEW, EXIT_USAGE = 1, 2
 
@@ -17,7 +21,7 @@ def is_output_dir(path: Path) -> bool:
     return (path / "findings.json").is_file()
 
 
-def analyse(path: Path, jobs: int, quiet: bool) -> Path:
+def analyse(path: Path, jobs: int, quiet: bool, rules: LoadedRules) -> Path:
     """Analyse a trace folder exactly as `run` does, into its default output dir (cached)."""
     from traceanalyzer.executor import make_executor
     from traceanalyzer.ingest import default_out_dir
@@ -28,7 +32,7 @@ def analyse(path: Path, jobs: int, quiet: bool) -> Path:
         click.echo(f"analysing {path} -> {out}", err=True)
     executor = make_executor("processes", jobs=jobs)
     try:
-        analysis = analyse_input(path, out, executor=executor, jobs=jobs)
+        analysis = analyse_input(path, out, executor=executor, jobs=jobs, rules=rules)
     finally:
         executor.close()
     if analysis.findings is None:
@@ -74,22 +78,22 @@ def diff_command(
     BASE and TARGET are output dirs of `traceanalyzer run`, or trace folders, which are then
     analysed first into their default output dirs.
     """
-    from traceanalyzer.engine.config import ConfigError
+    from traceanalyzer.compare.diff import diff_outputs
+    from traceanalyzer.compare.render import render_diff_html, render_diff_text
+    from traceanalyzer.engine.config import ConfigError, load_run_rules
     from traceanalyzer.executor import ExecutorError
     from traceanalyzer.ingest import InputError
     from traceanalyzer.outdir import OutputError, OutputRefused
-    from traceanalyzer.report.diff import diff_outputs
-    from traceanalyzer.report.diff_render import render_diff_html, render_diff_text
 
+    quiet = quiet or fmt == "json"
     try:
-        base_out = base if is_output_dir(base) else analyse(base, jobs, quiet or fmt == "json")
-        target_out = (
-            target if is_output_dir(target) else analyse(target, jobs, quiet or fmt == "json")
-        )
+        rules = load_run_rules()  # once: both analyses, if any, and the key figures
+        base_out = base if is_output_dir(base) else analyse(base, jobs, quiet, rules)
+        target_out = target if is_output_dir(target) else analyse(target, jobs, quiet, rules)
     except (InputError, OutputRefused, OutputError, ExecutorError, ConfigError) as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_USAGE)
-    result = diff_outputs(base_out, target_out)
+    result = diff_outputs(base_out, target_out, rules.rules)
     out = out or target_out.parent / f"diff-{base_out.name}-vs-{target_out.name}"
     doc = json.dumps(result.to_dict(), indent=1) + "\n"
     write_atomic_text(out / "diff.json", doc)

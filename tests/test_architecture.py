@@ -1,0 +1,218 @@
+"""The house has one direction: layers import only downwards, the core names no built-in rule,
+no pickle anywhere, and a run pays only for what it uses (matplotlib, Ray)."""
+
+from __future__ import annotations
+
+import ast
+import io
+import os
+import re
+import subprocess
+import sys
+import tokenize
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "traceanalyzer"
+SAMPLES = PACKAGE.parent / "sample_traces"
+
+# Lower layers first. A module may import its own layer and the layers before it, never one
+# after it. `traceanalyzer` itself (the package facade: __version__, open_store) is the base.
+LAYERS: list[tuple[str, ...]] = [
+    (
+        "traceanalyzer",
+        "vocabulary",
+        "timeutil",
+        "allocator",
+        "executor",
+        "schema",
+        "json_shape",
+        "outdir",
+    ),
+    ("discover",),
+    ("parse",),
+    ("store", "ingest"),
+    ("engine",),
+    ("kit", "synth", "recipes"),
+    ("report",),
+    ("compare", "pipeline"),
+    ("cli",),
+]
+LEVEL = {name: level for level, names in enumerate(LAYERS) for name in names}
+# Files shipped to profiling hosts as they are (recipe templates) are not part of the package's
+# import graph.
+NOT_MODULES = ("recipes/templates/",)
+
+
+def _sources() -> list[Path]:
+    return [
+        p
+        for p in sorted(PACKAGE.rglob("*.py"))
+        if not any(part in p.relative_to(PACKAGE).as_posix() for part in NOT_MODULES)
+    ]
+
+
+def _layer(module: str) -> int:
+    parts = module.split(".")
+    assert parts[0] == "traceanalyzer"
+    return LEVEL[parts[1]] if len(parts) > 1 else LEVEL["traceanalyzer"]
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(PACKAGE.parent).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _imports(tree: ast.AST) -> list[tuple[int, str]]:
+    """(line, module) of every import of the project, wherever it is (lazy ones included)."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.append((node.lineno, node.module))
+            # `from traceanalyzer import kit` imports the module traceanalyzer.kit
+            if node.module == "traceanalyzer":
+                found += [(node.lineno, f"traceanalyzer.{a.name}") for a in node.names]
+    return [(line, m) for line, m in found if m.split(".")[0] == "traceanalyzer"]
+
+
+def test_every_module_has_a_layer() -> None:
+    for path in _sources():
+        module = _module_name(path)
+        parts = module.split(".")
+        assert len(parts) == 1 or parts[1] in LEVEL, f"{module}: add it to LAYERS"
+
+
+def test_layers_import_only_downwards() -> None:
+    problems = []
+    for path in _sources():
+        module = _module_name(path)
+        if module == "traceanalyzer":
+            continue  # the facade re-exports lazily
+        level = _layer(module)
+        for line, imported in _imports(ast.parse(path.read_text("utf-8"))):
+            if imported.split(".")[1:2] and imported.split(".")[1] not in LEVEL:
+                continue  # e.g. `traceanalyzer.__version__` through `from traceanalyzer import`
+            if _layer(imported) > level:
+                problems.append(f"{path.relative_to(PACKAGE)}:{line} {module} imports {imported}")
+    assert not problems, "imports against the layer order:\n" + "\n".join(problems)
+
+
+def test_no_import_cycle_between_modules() -> None:
+    """Module-level imports (the ones that run at import time) form no cycle."""
+    graph: dict[str, set[str]] = {}
+    for path in _sources():
+        module = _module_name(path)
+        tree = ast.parse(path.read_text("utf-8"))
+        top = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+        graph[module] = {m for _, m in _imports(ast.Module(body=top, type_ignores=[]))}
+    modules = set(graph)
+
+    def resolve(name: str) -> str | None:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    edges = {m: {r for i in deps if (r := resolve(i)) and r != m} for m, deps in graph.items()}
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(m: str) -> None:
+        state[m] = 1
+        stack.append(m)
+        for n in sorted(edges.get(m, ())):
+            if state.get(n) == 1 and not m.startswith(n + "."):  # a package importing its parts
+                pytest.fail("import cycle: " + " -> ".join([*stack[stack.index(n) :], n]))
+            if n not in state:
+                visit(n)
+        stack.pop()
+        state[m] = 2
+
+    for m in sorted(edges):
+        if m not in state:
+            visit(m)
+
+
+def _code_text(path: Path) -> list[tuple[int, str]]:
+    """(line, text) of a Python file's strings and names, without comments and docstrings."""
+    source = path.read_text("utf-8")
+    docstrings = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                docstrings.add(body[0].lineno)
+    out = []
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type == tokenize.COMMENT:
+            continue
+        if tok.type == tokenize.STRING and tok.start[0] in docstrings:
+            continue
+        out.append((tok.start[0], tok.string))
+    return out
+
+
+BUILTIN_RULE = re.compile(r"capture-memcpy-growth|store-transfer-stall|slow-rank|TA00[0-9]")
+
+
+def test_the_core_names_no_builtin_rule() -> None:
+    """Every rule is presented through its own object: nothing outside the rules knows one."""
+    hits = []
+    for path in sorted(p for p in PACKAGE.rglob("*") if p.is_file()):
+        if path.suffix in (".pyc", ".so"):
+            continue
+        if path.suffix == ".py":
+            lines = _code_text(path)
+        else:
+            lines = list(enumerate(path.read_text("utf-8", errors="replace").splitlines(), 1))
+        hits += [
+            f"{path.relative_to(PACKAGE)}:{n}: {t}" for n, t in lines if BUILTIN_RULE.search(t)
+        ]
+    assert not hits, "\n".join(hits)
+
+
+def test_no_pickle_in_the_product() -> None:
+    hits = [
+        f"{p.relative_to(PACKAGE)}:{n}"
+        for p in _sources()
+        for n, text in _code_text(p)
+        if re.search(r"\b(c?pickle|dill|cloudpickle)\b", text)
+    ]
+    assert not hits, hits
+
+
+def _loaded_modules(*args: str) -> set[str]:
+    """The modules a `traceanalyzer run` of the given arguments imported."""
+    code = (
+        "import sys, atexit\n"
+        "listing = sys.argv[1]\n"
+        "atexit.register(lambda: open(listing, 'w').write('\\n'.join(sys.modules)))\n"
+        "from traceanalyzer.cli import main\n"
+        "sys.argv = ['traceanalyzer', *sys.argv[2:]]\n"
+        "main()\n"
+    )
+    listing = Path(args[0])
+    env = {**os.environ, "PYTHONPATH": str(PACKAGE.parent)}
+    subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True, check=False)
+    return set(listing.read_text().split("\n"))
+
+
+def test_a_run_without_findings_imports_neither_matplotlib_nor_ray(tmp_path: Path) -> None:
+    modules = _loaded_modules(
+        str(tmp_path / "modules.txt"),
+        "run",
+        str(SAMPLES / "store_healthy"),
+        "--out",
+        str(tmp_path / "out"),
+        "--executor",
+        "local",
+        "-q",
+    )
+    assert "traceanalyzer.report.writer" in modules  # the reports were written
+    assert (tmp_path / "out" / "report.html").is_file()
+    assert not {m for m in modules if m.split(".")[0] in ("matplotlib", "ray")}

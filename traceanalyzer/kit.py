@@ -1,0 +1,164 @@
+"""The rule author's kit: everything a rule file and its fixtures import, from one place.
+
+::
+
+    from traceanalyzer.kit import (
+        rule, Param, Requirement, AnyOf, NotEvaluated, RuleContext, Finding, Evidence,
+        KeyFigure, Mark, FigureContext, DEVICE_PROCESSES, WAIT_TASK_TYPES, overlap_join, text,
+    )
+
+- the rule API (:func:`rule`, :class:`Param`, :class:`Requirement`, ...) and its presentation
+  hooks (:class:`KeyFigure`, :class:`Mark`, :class:`FigureContext`);
+- the domain vocabulary (:mod:`traceanalyzer.vocabulary`: process names across generations,
+  wait and copy task types, the recipes' metadata markers);
+- the shared primitives (:mod:`traceanalyzer.engine.primitives`) and text formatting (``text``);
+- fixtures: :func:`fixture`, :class:`StoreBuilder` (canonical rows in memory) and, through real
+  files, ``RankBuilder`` and ``ingested`` (loaded on first use: they bring the synthetic
+  generator and the parsers).
+
+See docs/writing-rules.md.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from traceanalyzer.engine import text
+from traceanalyzer.engine.findings import Evidence, Finding
+from traceanalyzer.engine.presentation import (
+    PALETTE,
+    FigureContext,
+    KeyFigure,
+    Mark,
+    evidence_marks,
+    series_by_rank,
+)
+from traceanalyzer.engine.primitives import (
+    ApiLayer,
+    Trend,
+    count_in_windows,
+    covered_fraction,
+    one_api_layer,
+    outermost,
+    overlap_join,
+    pair_windows,
+    spearman,
+    total_length,
+    trend,
+    union_intervals,
+)
+from traceanalyzer.engine.rule import (
+    AnyOf,
+    NotEvaluated,
+    Param,
+    Params,
+    Requirement,
+    Rule,
+    RuleContext,
+    rule,
+    sql_rule,
+)
+from traceanalyzer.engine.ruletest import fixture
+from traceanalyzer.engine.testing import StoreBuilder, us
+from traceanalyzer.store import Store
+from traceanalyzer.vocabulary import (
+    AI_CORE_FREQ_PROCESS,
+    CANN_PROCESS,
+    COMMUNICATION_PROCESSES,
+    COPY_TASK_NAMES,
+    COPY_TASK_TYPES,
+    DEVICE_PROCESSES,
+    HARDWARE_PROCESS,
+    HOST_PROCESSES,
+    LAUNCH_FLOW_CATEGORIES,
+    NOT_HOST_PROCESSES,
+    OVERLAP_PROCESS,
+    PYTHON_GC_PROCESS,
+    PYTHON_PROCESS,
+    STEP_SPAN_PREFIX,
+    STORE_TRANSFER_WINDOW,
+    TRANSFER_KEY,
+    WAIT_TASK_NAMES,
+    WAIT_TASK_TYPES,
+    WINDOW_KEY,
+    session_metadata,
+)
+
+# Fixture helpers that go through real files: resolved on first use, so loading a rule does not
+# import the synthetic generator.
+_THROUGH_FILES = {
+    "RankBuilder": "traceanalyzer.synth.fixtures",
+    "ingested": "traceanalyzer.synth.fixtures",
+}
+
+__all__ = [
+    # rule API
+    "AnyOf",
+    "Evidence",
+    "Finding",
+    "NotEvaluated",
+    "Param",
+    "Params",
+    "Requirement",
+    "Rule",
+    "RuleContext",
+    "rule",
+    "sql_rule",
+    # presentation
+    "PALETTE",
+    "FigureContext",
+    "KeyFigure",
+    "Mark",
+    "evidence_marks",
+    "series_by_rank",
+    # vocabulary
+    "AI_CORE_FREQ_PROCESS",
+    "CANN_PROCESS",
+    "COMMUNICATION_PROCESSES",
+    "COPY_TASK_NAMES",
+    "COPY_TASK_TYPES",
+    "DEVICE_PROCESSES",
+    "HARDWARE_PROCESS",
+    "HOST_PROCESSES",
+    "LAUNCH_FLOW_CATEGORIES",
+    "NOT_HOST_PROCESSES",
+    "OVERLAP_PROCESS",
+    "PYTHON_GC_PROCESS",
+    "PYTHON_PROCESS",
+    "STEP_SPAN_PREFIX",
+    "STORE_TRANSFER_WINDOW",
+    "TRANSFER_KEY",
+    "WAIT_TASK_NAMES",
+    "WAIT_TASK_TYPES",
+    "WINDOW_KEY",
+    "session_metadata",
+    # primitives
+    "ApiLayer",
+    "Trend",
+    "count_in_windows",
+    "covered_fraction",
+    "one_api_layer",
+    "outermost",
+    "overlap_join",
+    "pair_windows",
+    "spearman",
+    "total_length",
+    "trend",
+    "union_intervals",
+    "text",
+    # fixtures
+    "RankBuilder",  # noqa: F822 - resolved lazily by __getattr__
+    "Store",
+    "StoreBuilder",
+    "fixture",
+    "ingested",  # noqa: F822 - resolved lazily by __getattr__
+    "us",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _THROUGH_FILES:
+        import importlib
+
+        return getattr(importlib.import_module(_THROUGH_FILES[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
