@@ -80,7 +80,7 @@ class OutcomeCache:
         an entry was ignored when it is unreadable or not ours."""
         path = self.path(rank, rule_id)
         try:
-            text = path.read_text("utf-8")
+            text = path.read_text("utf-8", errors="replace")  # bad bytes: corrupt, below
         except FileNotFoundError:
             return None
         except OSError as exc:
