@@ -23,6 +23,7 @@ _RANK_DIR_SUFFIX = "_ascend_pt"
 _DIR_NAME = re.compile(r"^(?P<host>.+)_(?P<pid>\d+)_(?P<ts>\d{14,17})_ascend_pt$")
 _INFO_NAME = re.compile(r"^profiler_info(?:_(?P<rank>\d+))?\.json$")
 _RAW_MARKERS = ("FRAMEWORK",)
+_LINE_CAP = 1 << 20  # characters of a CSV line read to find the device id
 _NO_DESCEND = {"FRAMEWORK", "logs", OUTPUT_DIR}
 ANALYSE_HINT = (
     'parse it on a CANN host with: python -c "from torch_npu.profiler.profiler import analyse; '
@@ -134,8 +135,9 @@ def _device_id_from_outputs(out_dir: Path) -> int | None:
             continue
         try:
             with open(path, encoding="utf-8", errors="replace", newline="") as fh:
-                header = fh.readline().strip().split(",")
-                row = fh.readline().strip().split(",")
+                # capped: a damaged file may have no line end for gigabytes
+                header = fh.readline(_LINE_CAP).strip().split(",")
+                row = fh.readline(_LINE_CAP).strip().split(",")
         except OSError:
             continue
         if column in header and len(row) > header.index(column):
