@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 
-from .campaign import Case, run_campaign, write_report
+from .campaign import Case, Summary, run_campaign, write_report
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -22,7 +23,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=1, help="cases run side by side")
     args = parser.parse_args(argv)
 
+    seen: list[Case] = []
+    started = time.perf_counter()
+
     def show(case: Case) -> None:
+        seen.append(case)
+        if args.report and len(seen) % 100 == 0:  # figures so far, should the campaign be cut
+            write_report(Summary(args.seed, seen, time.perf_counter() - started), args.report)
         if case.failures or case.index % 100 == 0:
             mark = "FAIL" if case.failures else "ok"
             print(f"[{case.index}] {mark} exit {case.exit_code} {case.seconds:.1f} s "

@@ -316,7 +316,7 @@ def run_campaign(
             from concurrent.futures import ProcessPoolExecutor
 
             context = multiprocessing.get_context("spawn")
-            with ProcessPoolExecutor(jobs, mp_context=context, max_tasks_per_child=50) as pool:
+            with ProcessPoolExecutor(jobs, mp_context=context) as pool:
                 futures = [
                     pool.submit(run_case, seed, i, work, subprocess_every, pick) for i in indices
                 ]
