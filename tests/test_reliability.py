@@ -72,6 +72,16 @@ def test_wrong_types_in_profiler_info_are_named_and_isolated(collection, edit, f
     assert named and field in named[0].message, found.problems
 
 
+def test_a_5000_digit_number_costs_its_field_not_the_file(collection) -> None:
+    info = _info(_rank_dirs(collection)[1])
+    text = info.read_text()
+    info.write_text(text.replace('"rank_id": 1', '"rank_id": ' + "9" * 5000))
+    found = discover(collection)
+    assert [s.rank for s in found.sessions] == [0, 1]  # from the file name
+    assert any("rank_id: expected an integer" in p.message for p in found.problems)
+    assert found.sessions[1].profiler_level == "Level1"  # the rest of the file is kept
+
+
 def test_profiler_level_as_a_dict_does_not_crash_the_summary(collection, tmp_path) -> None:
     bad = _rank_dirs(collection)[0]
     _edit_json(_info(bad), lambda d: d["config"]["experimental_config"].update(_profiler_level={}))
@@ -457,3 +467,16 @@ def test_a_planted_pickle_in_an_empty_out_never_runs(collection, tmp_path) -> No
         _no_traceback(result)
         assert result.exit_code == 0, result.output
     assert not marker.exists()
+
+
+def test_a_trace_padded_with_nuls_is_cut_within_its_events(tmp_path) -> None:
+    """A crash can leave a file of NULs after the array: shares are of the events, not the file."""
+    from traceanalyzer.parse import trace_native
+
+    trace = tmp_path / "trace_view.json"
+    shutil.copy(next(SAMPLE.glob("*/ASCEND_PROFILER_OUTPUT/trace_view.json")), trace)
+    events_end = trace.stat().st_size
+    with open(trace, "r+b") as fh:
+        fh.truncate(64 << 20)
+    ranges = trace_native._ranges(trace, 2)
+    assert all(end <= events_end for _, end, _ in ranges), ranges

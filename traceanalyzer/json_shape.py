@@ -73,11 +73,17 @@ def _depth(doc: Any, max_depth: int) -> int:
     return deepest
 
 
+def _integer_token(digits: str) -> int | str:
+    """A JSON integer; one of absurd length stays text (the shapes then refuse it as a field,
+    rather than the decoder refusing the whole file past 4,300 digits)."""
+    return int(digits) if len(digits) <= 64 else digits
+
+
 def load_json(path: Path, max_bytes: int = MAX_BYTES, max_depth: int = MAX_DEPTH) -> Any:
     """Decode ``path`` (see :func:`read_regular_file`); :class:`InputFileError` says why not."""
     text = read_regular_file(path, max_bytes).decode("utf-8", errors="replace")
     try:
-        doc = json.loads(text)
+        doc = json.loads(text, parse_int=_integer_token)
     except RecursionError as exc:  # the decoder recurses per level: 100,000 levels end here
         raise InputFileError(f"nested deeper than {max_depth} levels") from exc
     except ValueError as exc:

@@ -161,8 +161,10 @@ def _ranges(path: Path, parts: int) -> list[tuple[int, int, bool]]:
         return [(0, size, False)]
     cuts = [body[0]]
     for i in range(1, parts):
-        middle = size * i // parts
-        cut = boundary_near(path, max(cuts[-1], middle - _NEAR), min(body[1], middle + _NEAR))
+        # shares of the array's body, not of the file: NUL padding after it (a crash) is no share
+        middle = body[0] + (body[1] - body[0]) * i // parts
+        begin, end = max(cuts[-1], middle - _NEAR), min(body[1], middle + _NEAR)
+        cut = boundary_near(path, begin, end) if begin < end else None
         if cut is None or cut <= cuts[-1]:
             return [(0, size, False)]
         cuts.append(cut)
