@@ -195,19 +195,21 @@ def run_subprocess(args: list[str]) -> tuple[int | None, str, list[str], float |
 
 # --------------------------------------------------------------------------- one case
 
-_BASELINE_MB: dict[str, float] = {}
+_BASELINE_MB: dict[tuple[str, str], float] = {}
 
 
-def baseline_mb(base: Path, work: Path) -> float:
-    """Peak RSS of a clean run of ``base`` in a fresh process (measured once per export)."""
-    if str(base) not in _BASELINE_MB:
+def baseline_mb(base: Path, work: Path, executor: str) -> float:
+    """Peak RSS of a clean run of ``base`` with ``executor`` in a fresh process (measured once
+    per export and executor: a process pool's workers are part of the comparison)."""
+    key = (str(base), executor)
+    if key not in _BASELINE_MB:
         out = Path(tempfile.mkdtemp(dir=work, prefix="baseline-"))
-        code, output, _, rss = run_subprocess(_args(base, out / "out", "local"))
+        code, output, _, rss = run_subprocess(_args(base, out / "out", executor))
         shutil.rmtree(out, ignore_errors=True)
         if rss is None:
             raise RuntimeError(f"clean run of {base} failed ({code}): {output[-500:]}")
-        _BASELINE_MB[str(base)] = rss
-    return _BASELINE_MB[str(base)]
+        _BASELINE_MB[key] = rss
+    return _BASELINE_MB[key]
 
 
 def _args(root: Path, out: Path, executor: str, *extra: str) -> list[str]:
@@ -283,7 +285,7 @@ def run_case(seed: int, index: int, work: Path, subprocess_every: int, pick: lis
             case.failures.append("code planted in the output ran")
         if rss is not None:
             case.rss_mb = round(rss, 1)
-            case.rss_ratio = round(rss / baseline_mb(base, work), 2)
+            case.rss_ratio = round(rss / baseline_mb(base, work, executor), 2)
             if case.rss_ratio > RSS_FACTOR:
                 case.failures.append(f"peak RSS {rss:.0f} MB, {case.rss_ratio}x a clean run")
     finally:
