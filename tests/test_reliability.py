@@ -365,8 +365,9 @@ def test_a_damaged_manifest_is_trusted_for_nothing(collection, tmp_path) -> None
     (out / "manifest.json").write_text('{"version": 1, "sessions": {"../x/y": 5, "0/s": {}}}')
     result = _ingest(collection, out)
     assert [o.status for o in result.outcomes] == ["ingested", "ingested"]
-    (out / "manifest.json").write_text("[")
-    assert [o.status for o in _ingest(collection, out).outcomes] == ["ingested", "ingested"]
+    for garbage in (b"[", b"\xe4\xff{", b"[" * 100_000):  # bad JSON, bad UTF-8, too deep
+        (out / "manifest.json").write_bytes(garbage)
+        assert [o.status for o in _ingest(collection, out).outcomes] == ["ingested", "ingested"]
 
 
 # --------------------------------------------------------------------------- markdown

@@ -155,22 +155,34 @@ def verify_partitions(
 
 def remove_unlisted(root: Path, listed: Iterable[str]) -> list[str]:
     """Remove every partition whose "<rank>/<session>" is not in ``listed`` (left by another
-    collection written to the same directory, or by a killed run), and leftover staging
-    directories; returns the keys removed."""
+    collection written to the same directory, or by a killed run), leftover staging directories
+    and any link (the store never makes one: a link is someone else's data); returns the keys
+    removed."""
     keep, removed = set(listed), set()
-    for table_dir in sorted((root / TABLES_DIR).glob("*")):
+    for table_dir in sorted(root / TABLES_DIR / table for table in TABLES):
+        if table_dir.is_symlink() or table_dir.exists() and not table_dir.is_dir():
+            _remove(table_dir)
+            continue
         for rank_dir in sorted(table_dir.glob("rank=*")):
+            if rank_dir.is_symlink() or not rank_dir.is_dir():
+                removed.add(rank_dir.name)
+                _remove(rank_dir)
+                continue
             for part in sorted(rank_dir.iterdir()):
                 key = f"{rank_dir.name[5:]}/{part.name.removeprefix('session=')}"
-                if part.name.startswith("."):  # staging or trash of an interrupted write
-                    shutil.rmtree(part, ignore_errors=True)
-                elif not part.name.startswith("session=") or key not in keep:
-                    removed.add(key)
-                    if part.is_dir():
-                        shutil.rmtree(part, ignore_errors=True)
-                    else:
-                        part.unlink()
+                ours = part.name.startswith("session=") and not part.is_symlink()
+                if part.name.startswith(".") or not ours or key not in keep:
+                    if not part.name.startswith("."):  # staging or trash of an interrupted write
+                        removed.add(key)
+                    _remove(part)
     return sorted(removed)
+
+
+def _remove(path: Path) -> None:
+    if path.is_symlink() or not path.is_dir():
+        path.unlink(missing_ok=True)
+    else:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 @dataclass
@@ -186,7 +198,7 @@ class Manifest:
             return cls()
         try:
             raw = json.loads(path.read_text("utf-8"))
-        except (OSError, json.JSONDecodeError) as exc:
+        except (OSError, ValueError, RecursionError) as exc:  # ValueError: bad JSON or UTF-8
             raise StoreError(f"{path}: unreadable manifest ({exc})") from exc
         if not isinstance(raw, dict) or raw.get("version") != MANIFEST_VERSION:
             return cls()  # older layout: everything is re-ingested
