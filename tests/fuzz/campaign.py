@@ -36,15 +36,17 @@ CASE_SECONDS = 60
 RSS_FACTOR = 3.0
 
 # Runs the CLI in a fresh interpreter and writes its peak RSS (KiB, itself or a worker, the
-# larger) to argv[1], however the run ends.
+# larger) to argv[1], however the run ends. Its own peak is VmHWM, not ru_maxrss: Linux keeps
+# ru_maxrss across exec, so a child of a large process would report its parent's peak.
 _WRAPPER = """
-import resource, sys
+import re, resource, sys
 try:
     from traceanalyzer.cli import main
     main(sys.argv[2:], prog_name="traceanalyzer")
 finally:
-    peak = max(resource.getrusage(w).ru_maxrss
-               for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+    status = open("/proc/self/status").read()
+    own = int(re.search(r"VmHWM:\\s+(\\d+)", status).group(1))
+    peak = max(own, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
     open(sys.argv[1], "w").write(str(peak))
 """
 
