@@ -20,7 +20,17 @@ SAMPLES = PACKAGE.parent / "sample_traces"
 # Lower layers first. A module may import its own layer and the layers before it, never one
 # after it. `traceanalyzer` itself (the package facade: __version__, open_store) is the base.
 LAYERS: list[tuple[str, ...]] = [
-    ("traceanalyzer", "vocabulary", "timeutil", "allocator", "executor", "schema", "exitcodes"),
+    (
+        "traceanalyzer",
+        "vocabulary",
+        "timeutil",
+        "allocator",
+        "executor",
+        "schema",
+        "json_shape",
+        "outdir",
+        "exitcodes",
+    ),
     ("discover",),
     ("parse",),
     ("store", "ingest"),

@@ -1,7 +1,9 @@
 """The `traceanalyzer` command: a thin shell over the Python API.
 
-Exit codes: 0 success; 1 a finding at or above ``--fail-on``; 2 usage or input error;
-3 partial run (a rank or file could not be analysed, or lost data; the rest was); 130 interrupted.
+Exit codes: 0 success; 1 a finding at or above ``--fail-on``; 2 usage or input error (including
+an unusable ``--out``); 4 the output could not be written during the run (disk full...);
+3 partial run (a rank or file could not be analysed, lost data, or a rule failed; the rest was);
+130 interrupted.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from traceanalyzer import __version__, allocator
 from traceanalyzer.exitcodes import (
     EXIT_FINDINGS,
     EXIT_INTERRUPTED,
+    EXIT_OUTPUT,
     EXIT_PARTIAL,
     EXIT_USAGE,
     UsageFailure,
@@ -423,6 +426,7 @@ def _run(
     from traceanalyzer.engine.config import ConfigError
     from traceanalyzer.executor import ExecutorError, make_executor
     from traceanalyzer.ingest import InputError, default_out_dir
+    from traceanalyzer.outdir import OutputError, OutputRefused
     from traceanalyzer.overview import TopSizes
     from traceanalyzer.parse.trace_view import ParseMemory
     from traceanalyzer.pipeline import analyse
@@ -459,9 +463,14 @@ def _run(
         finally:
             progress.close()
             executor.close()
-    except (InputError, ExecutorError, ConfigError) as exc:
+    except (InputError, OutputRefused, ExecutorError, ConfigError) as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_USAGE)
+    except OutputError as exc:
+        click.echo(
+            f"error: {exc}; the input is fine: free space or fix --out, then re-run", err=True
+        )
+        sys.exit(EXIT_OUTPUT)
     result, findings, reports = analysis.ingest, analysis.findings, analysis.reports
     if findings is None or reports is None:
         for p in result.discovery.problems:
@@ -487,11 +496,13 @@ def _run(
 
         # after the JSON document, on stderr: stdout stays parseable
         click.echo(annotated_text(write_annotated(reports.inputs), out), err=fmt == "json")
+    if reports.files.unwritable:
+        sys.exit(EXIT_OUTPUT)
     if findings.exit_code:
         # the last line says why a CI gate failed (stderr under --format json: stdout is JSON)
         click.echo(_gate_line(findings), err=fmt == "json")
         sys.exit(EXIT_FINDINGS)
-    if result.partial:
+    if result.partial or findings.errors:  # a rule that failed judged nothing: partial
         sys.exit(EXIT_PARTIAL)
 
 

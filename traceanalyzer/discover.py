@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import os
 import re
 import sqlite3
@@ -21,6 +20,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from traceanalyzer import json_shape
+
 OUTPUT_DIR = "ASCEND_PROFILER_OUTPUT"
 _RANK_DIR_SUFFIX = "_ascend_pt"
 _DIR_NAME = re.compile(r"^(?P<host>.+)_(?P<pid>\d+)_(?P<ts>\d{14,17})_ascend_pt$")
@@ -28,6 +29,7 @@ _INFO_NAME = re.compile(r"^profiler_info(?:_(?P<rank>\d+))?\.json$")
 DB_NAME = re.compile(r"^ascend_pytorch_profiler(?:_(?P<rank>\d+))?\.db$")
 ANALYSIS_DB = "analysis.db"
 _RAW_MARKERS = ("FRAMEWORK",)
+_LINE_CAP = 1 << 20  # characters of a CSV line read to find the device id
 _NO_DESCEND = {"FRAMEWORK", "logs", OUTPUT_DIR}
 ANALYSE_HINT = (
     'parse it on a CANN host with: python -c "from torch_npu.profiler.profiler import analyse; '
@@ -88,9 +90,16 @@ class Discovery:
     problems: list[Problem]
 
 
-def _read_json(path: Path) -> Any:
-    with open(path, "rb") as fh:
-        return json.loads(fh.read().decode("utf-8", errors="replace"))
+def _read_shaped(path: Path, shape: json_shape.Obj, problems: list[Problem]) -> dict[str, Any]:
+    """``path`` conformed to ``shape``; what does not fit is a warning naming the file and field
+    (that field, or the whole file, is then ignored: the rank is still analysed)."""
+    try:
+        doc, dropped = json_shape.read_shaped(path, shape)
+    except json_shape.InputFileError as exc:
+        problems.append(Problem("warning", str(path), f"{path.name} ignored: {exc}"))
+        return {}
+    problems += [Problem("warning", str(path), f"{path.name}: {d}; ignored") for d in dropped]
+    return doc
 
 
 def _is_candidate(path: Path, names: list[str]) -> bool:
@@ -137,8 +146,9 @@ def _device_id_from_outputs(out_dir: Path) -> int | None:
             continue
         try:
             with open(path, encoding="utf-8", errors="replace", newline="") as fh:
-                header = fh.readline().strip().split(",")
-                row = fh.readline().strip().split(",")
+                # capped: a damaged file may have no line end for gigabytes
+                header = fh.readline(_LINE_CAP).strip().split(",")
+                row = fh.readline(_LINE_CAP).strip().split(",")
         except OSError:
             continue
         if column in header and len(row) > header.index(column):
@@ -169,19 +179,7 @@ def _load_session(path: Path, problems: list[Problem]) -> RankSession:
     info_file = _pick_info_file(path)
     info: dict[str, Any] = {}
     if info_file is not None:
-        try:
-            info = _read_json(info_file)
-            if not isinstance(info, dict):
-                raise ValueError("top level is not an object")
-        except (OSError, ValueError) as exc:
-            problems.append(
-                Problem(
-                    "warning",
-                    str(info_file),
-                    f"unreadable profiler_info ({exc}); rank taken from other sources",
-                )
-            )
-            info = {}
+        info = _read_shaped(info_file, json_shape.PROFILER_INFO, problems)
     else:
         problems.append(
             Problem("warning", str(path), "no profiler_info*.json; rank taken from other sources")
@@ -189,8 +187,8 @@ def _load_session(path: Path, problems: list[Problem]) -> RankSession:
 
     formats, db_file, analysis_db = _formats(path / OUTPUT_DIR)
     rank, source = None, "unknown"
-    if str(info.get("rank_id", "")).strip().lstrip("-").isdigit():
-        rank, source = int(str(info["rank_id"]).strip()), "profiler_info"
+    if isinstance(info.get("rank_id"), int):  # conformed: an int, or dropped
+        rank, source = info["rank_id"], "profiler_info"
     elif (
         info_file is not None
         and (m := _INFO_NAME.match(info_file.name))
@@ -220,26 +218,18 @@ def _load_session(path: Path, problems: list[Problem]) -> RankSession:
             )
         )
 
-    config = info.get("config") if isinstance(info.get("config"), dict) else {}
-    experimental = config.get("experimental_config", {}) if isinstance(config, dict) else {}
-    export = experimental.get("_export_type", [])
-    export_types = [export] if isinstance(export, str) else [str(e) for e in export or []]
+    # Conformed: each declared object is a dict, or absent.
+    config = info.get("config") or {}
+    experimental = config.get("experimental_config") or {}
+    export_types = experimental.get("_export_type") or []
 
     metadata: dict[str, Any] = {}
     meta_file = path / "profiler_metadata.json"
-    if meta_file.is_file():
-        try:
-            loaded = _read_json(meta_file)
-            metadata = loaded if isinstance(loaded, dict) else {}
-        except (OSError, ValueError) as exc:
-            problems.append(
-                Problem("warning", str(meta_file), f"unreadable profiler_metadata.json ({exc})")
-            )
+    if meta_file.exists():
+        metadata = _read_shaped(meta_file, json_shape.PROFILER_METADATA, problems)
 
     name_match = _DIR_NAME.match(path.name)
-    end_info = info.get("end_info") if isinstance(info.get("end_info"), dict) else {}
-    end_ns = end_info.get("collectionTimeEnd")
-    end_ns = int(end_ns) if isinstance(end_ns, (int, str)) and str(end_ns).isdigit() else None
+    end_ns = (info.get("end_info") or {}).get("collectionTimeEnd")
     return RankSession(
         path=path,
         rank=rank,
@@ -364,8 +354,8 @@ def _rank_problems(sessions: list[RankSession], problems: list[Problem]) -> None
     expected: set[int] = set(range(known[-1] + 1)) if known else set()
     for s in sessions:
         for group in (s.metadata.get("parallel_group_info") or {}).values():
-            if isinstance(group, dict):
-                expected.update(int(r) for r in group.get("global_ranks", []) if str(r).isdigit())
+            if isinstance(group, dict):  # global_ranks: conformed to ints by discovery
+                expected.update(r for r in group.get("global_ranks") or [] if r >= 0)
     missing = sorted(expected - set(known))
     if missing:
         shown = ", ".join(map(str, missing[:20])) + (" ..." if len(missing) > 20 else "")

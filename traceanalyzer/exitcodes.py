@@ -10,6 +10,8 @@ from __future__ import annotations
 import click
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE, EXIT_PARTIAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+# the output could not be written during the run (disk full, permissions): never the input's fault
+EXIT_OUTPUT = 4
 
 
 class UsageFailure(click.ClickException):

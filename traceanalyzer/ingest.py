@@ -35,21 +35,24 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from traceanalyzer import outdir
 from traceanalyzer.discover import Discovery, RankSession, discover, input_root
 from traceanalyzer.parse import trace_native
 from traceanalyzer.parse.comm import parse_communication, parse_communication_matrix
 from traceanalyzer.parse.csv_tables import CSV_MEMORY_MB, SPECS, CsvSpec, csv_database, parse_csv
 from traceanalyzer.parse.db import DbResult, DbUnreadable, parse_db
-from traceanalyzer.parse.sink import body_columns, conform_body, table_from_rows
+from traceanalyzer.parse.sink import WRITE_OPTIONS, body_columns, conform_body, table_from_rows
 from traceanalyzer.parse.trace_view import DEFAULT_PARSE_MEMORY, ParseMemory, parse_trace_view
 from traceanalyzer.schema import TABLES
 from traceanalyzer.store import (
     commit_partition,
+    describe_partitions,
     fold_journal,
     journal_append,
     load_manifest,
-    partition_exists,
     remove_session,
+    remove_unlisted,
+    verify_partitions,
 )
 from traceanalyzer.vocabulary import GENERATIONS, generation_label
 
@@ -57,7 +60,7 @@ if TYPE_CHECKING:
     from traceanalyzer.executor import Executor
 
 # Bump when parsers change what they write: stored sessions are then re-ingested.
-PARSER_VERSION = 7
+PARSER_VERSION = 8
 TRACE_FILE = "trace_view.json"
 _SAMPLE = 1 << 16
 # Fault injection for tests of crash recovery (never set in normal use): the worker ingesting
@@ -110,6 +113,8 @@ class SessionOutcome:
     # Peak RSS of the process that ingested the session (the worker; the driver for `local`),
     # as the kernel reports it: the evidence that memory is bounded by one rank's working set.
     peak_rss_mb: float | None = None
+    # The session failed because the output could not be written (disk full...): not the input.
+    output_error: bool = False
 
     @property
     def key(self) -> str:
@@ -183,7 +188,10 @@ def session_fingerprint(session: RankSession) -> dict[str, Any]:
     if session.output_dir.is_dir():
         candidates += [p for p in session.output_dir.iterdir() if p.is_file()]
     for path in sorted(candidates):
-        files[os.path.relpath(path, session.path)] = _file_fingerprint(path)
+        try:
+            files[os.path.relpath(path, session.path)] = _file_fingerprint(path)
+        except OSError as exc:  # unreadable: never cached, the parse says why
+            files[os.path.relpath(path, session.path)] = {"error": str(exc), "at": time.time()}
     return {"parser_version": PARSER_VERSION, "files": files}
 
 
@@ -204,7 +212,7 @@ class _PartitionSink:
             table,
             self.rank,
             self.session,
-            lambda p: pq.write_table(body, p, compression="zstd"),
+            lambda p: pq.write_table(body, p, **WRITE_OPTIONS),
         )
         self.rows[table] = body.num_rows
         return body.num_rows
@@ -214,12 +222,20 @@ class _PartitionSink:
 
         def write(path: Path) -> None:
             nonlocal count
-            schema = pa.schema([pa.field(name, typ) for name, typ in body_columns(table)])
-            with pq.ParquetWriter(path, schema, compression="zstd") as writer:
+            writer = None
+            try:
                 for part in tables:
                     body = conform_body(table, part)
-                    writer.write_table(body)
+                    if writer is None:  # the first part's schema: names may be dictionaries
+                        writer = pq.ParquetWriter(path, body.schema, **WRITE_OPTIONS)
+                    writer.write_table(body.cast(writer.schema))
                     count += body.num_rows
+                if writer is None:
+                    empty = pa.schema([pa.field(name, typ) for name, typ in body_columns(table)])
+                    writer = pq.ParquetWriter(path, empty, **WRITE_OPTIONS)
+            finally:
+                if writer is not None:
+                    writer.close()
 
         commit_partition(self.out, table, self.rank, self.session, write)
         self.rows[table] = count
@@ -326,6 +342,8 @@ class _SideFiles:
                     headers[spec.file] = parsed.header
                     self.warnings += parsed.warnings
                 except Exception as exc:
+                    if outdir.is_output_failure(exc, self.sink.out):
+                        raise
                     self.warnings.append(f"{path}: could not be parsed ({exc})")
                     self.incomplete.append(f"{spec.file} (could not be parsed)")
         finally:
@@ -339,6 +357,8 @@ class _SideFiles:
             try:
                 parser(path, self.sink)
             except Exception as exc:
+                if outdir.is_output_failure(exc, self.sink.out):
+                    raise
                 self.warnings.append(f"{path}: could not be parsed ({exc})")
                 self.incomplete.append(f"{name} (could not be parsed)")
         return headers
@@ -413,9 +433,9 @@ def ingest_session(
         formats_present=list(session.formats),
     )
     sink = _PartitionSink(out, session.rank, session.session)
-    trace = pool = None
-    scratch = Path(tempfile.mkdtemp(dir=out, prefix=".scratch."))
+    trace = pool = scratch = None
     try:
+        scratch = Path(tempfile.mkdtemp(dir=out, prefix=".scratch."))
         db = None
         if _source(session) == "db":
             _fault_hook(session)
@@ -446,6 +466,8 @@ def ingest_session(
                 if trace.incomplete:
                     outcome.incomplete_files.append(f"{TRACE_FILE} ({trace.incomplete})")
             except Exception as exc:
+                if outdir.is_output_failure(exc, out):
+                    raise  # the output's fault (disk full...), not the trace's
                 # The rank's main input is unreadable (garbage bytes, out of memory...): fail the
                 # rank rather than analyse it blind. (The parser salvages damage inside the array.)
                 raise RankFailed(f"{trace_path}: unreadable ({type(exc).__name__}: {exc})") from exc
@@ -480,12 +502,17 @@ def ingest_session(
         outcome.warnings.append(traceback.format_exc(limit=5))
     except Exception as exc:
         outcome.status = "failed"
-        outcome.error = f"{type(exc).__name__}: {exc}"
-        outcome.warnings.append(traceback.format_exc(limit=5))
+        if outdir.is_output_failure(exc, out):
+            outcome.output_error = True
+            outcome.error = f"cannot write the output {out}: {outdir.failure_text(exc)}"
+        else:
+            outcome.error = f"{type(exc).__name__}: {exc}"
+            outcome.warnings.append(traceback.format_exc(limit=5))
     finally:
         if pool:
             pool.shutdown(wait=True)  # a failed trace still waits for the side files' writes
-        shutil.rmtree(scratch, ignore_errors=True)
+        if scratch:
+            shutil.rmtree(scratch, ignore_errors=True)
     outcome.seconds = round(time.perf_counter() - started, 3)
     outcome.peak_rss_mb = peak_rss_mb()
     return outcome
@@ -653,19 +680,17 @@ def default_out_dir(root: Path) -> Path:
     return cwd / "traceanalyzer-out" / root.name
 
 
-def _check_out(root: Path, out: Path) -> None:
-    root, out = root.resolve(), out.resolve()
-    if out == root or root in out.parents:
-        raise InputError(
-            f"--out {out} is inside the input {root}; traceanalyzer never writes into its input"
-        )
-    if out.exists() and not out.is_dir():
-        raise InputError(f"--out {out} exists and is not a directory")
-
-
 # (event, sessions done, sessions in all, the finished session). Events: "start", "session",
 # "done", and any other string is a note to show as is (e.g. fewer workers for memory).
 ProgressFn = Callable[[str, int, int, SessionOutcome | None], None]
+
+
+def _cached_outcome(entry: dict[str, Any]) -> SessionOutcome | None:
+    """The outcome a manifest entry recorded, or None when it is not one (hand-edited...)."""
+    try:
+        return SessionOutcome(**{**entry["outcome"], "status": "cached"})
+    except (KeyError, TypeError):
+        return None
 
 
 def _crashed(session: RankSession, error: str) -> SessionOutcome:
@@ -686,18 +711,33 @@ def ingest(
     ``executor`` runs the per-session work (:func:`traceanalyzer.executor.make_executor`); by
     default ``auto``: in this process when the work is small, else in a spawn process pool.
     ``memory`` is each trace's parse budget (DuckDB's buffers, per worker).
+    The output is checked (never inside the input or a rank directory) and locked for the
+    ingest (:mod:`traceanalyzer.outdir`).
     """
-    from traceanalyzer.executor import TaskCrashed, make_executor
-
     if not Path(root).exists():
         raise InputError(f"{root}: no such file or directory")
     root_path, out_path = input_root(root), Path(out)
-    _check_out(root_path, out_path)
+    outdir.check_out(out_path, root_path)
     try:
         found = discover(root_path)
     except (FileNotFoundError, NotADirectoryError) as exc:
         raise InputError(str(exc)) from exc
-    out_path.mkdir(parents=True, exist_ok=True)
+    outdir.check_out(out_path, root_path, [s.path for s in found.sessions])
+    with outdir.locked(out_path):
+        return _ingest(found, out_path, jobs, progress, force, executor, memory)
+
+
+def _ingest(
+    found: Discovery,
+    out_path: Path,
+    jobs: int,
+    progress: ProgressFn | None,
+    force: bool,
+    executor: Executor | None,
+    memory: ParseMemory,
+) -> IngestResult:
+    from traceanalyzer.executor import TaskCrashed, make_executor
+
     manifest = load_manifest(out_path)
 
     # Sessions no longer in the input leave the store, so it always mirrors the input.
@@ -706,26 +746,42 @@ def ingest(
         rank, _, session = key.partition("/")
         remove_session(out_path, int(rank), session)
         del manifest.sessions[key]
-    fold_journal(out_path, manifest)
+    with outdir.writes(out_path):
+        fold_journal(out_path, manifest)
+        # What the manifest does not list is not ours to read (another collection written
+        # here, a killed run's leftovers): the rules would analyse it as if it were this input.
+        unlisted = remove_unlisted(out_path, manifest.sessions)
 
     outcomes: list[SessionOutcome] = []
     todo: list[tuple[RankSession, dict[str, Any]]] = []
+    notes = []  # why stored tables were dropped or ingested again, for the progress
+    if unlisted:
+        notes.append(f"removed stored tables the manifest does not list: {', '.join(unlisted)}")
     for session in found.sessions:
         fingerprint = session_fingerprint(session)
         entry = manifest.sessions.get(session.key)
-        complete = all(partition_exists(out_path, t, session.rank, session.session) for t in TABLES)
-        if not force and entry and entry.get("fingerprint") == fingerprint and complete:
-            cached = SessionOutcome(**{**entry["outcome"], "status": "cached"})
-            outcomes.append(cached)
-        else:
-            todo.append((session, fingerprint))
+        if not force and entry and entry.get("fingerprint") == fingerprint:
+            damaged = verify_partitions(
+                out_path, session.rank, session.session, entry.get("partitions")
+            )
+            cached = _cached_outcome(entry)
+            if damaged is None and cached is not None:
+                outcomes.append(cached)
+                continue
+            why = damaged or "its manifest entry is not a record of an ingest"
+            notes.append(f"rank {session.rank} {session.session}: {why}; ingested again")
+        todo.append((session, fingerprint))
     total = len(found.sessions)
     done = len(outcomes)
     if progress:
         progress("start", done, total, None)
+        for note in notes:
+            progress(note, done, total, None)
 
     def record(outcome: SessionOutcome, fingerprint: dict[str, Any]) -> None:
         nonlocal done
+        if outcome.output_error:  # disk full or the like: no later session would fare better
+            raise outdir.OutputError(outcome.error)
         done += 1
         outcomes.append(outcome)
         if outcome.status == "failed":
@@ -734,9 +790,16 @@ def ingest(
             remove_session(out_path, outcome.rank, outcome.session)
             manifest.sessions.pop(outcome.key, None)
         else:
-            value = {"fingerprint": fingerprint, "outcome": asdict(outcome)}
+            with outdir.writes(out_path):
+                partitions = describe_partitions(out_path, outcome.rank, outcome.session)
+            value = {
+                "fingerprint": fingerprint,
+                "outcome": asdict(outcome),
+                "partitions": partitions,
+            }
             manifest.sessions[outcome.key] = value
-            journal_append(out_path, outcome.key, value)
+            with outdir.writes(out_path):
+                journal_append(out_path, outcome.key, value)
         if progress:
             progress("session", done, total, outcome)
 
@@ -773,7 +836,8 @@ def ingest(
             record(result, fingerprint)
     finally:
         # also on Ctrl-C: everything finished so far is in the manifest for the next run
-        fold_journal(out_path, manifest)
+        with outdir.writes(out_path):
+            fold_journal(out_path, manifest)
         if owned:
             executor.close()
     outcomes.sort(key=lambda o: (o.rank, o.session))

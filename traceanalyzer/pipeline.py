@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from traceanalyzer import outdir
 from traceanalyzer.ingest import IngestResult, ProgressFn, ingest
 from traceanalyzer.overview.compute import DEFAULT_TOP, TopSizes
 from traceanalyzer.parse.trace_view import DEFAULT_PARSE_MEMORY, ParseMemory
@@ -67,29 +68,33 @@ def analyse(
 
     if rules is None:
         rules = load_run_rules(rule_dirs, config_path)
-    result = ingest(
-        path, out, jobs=jobs, progress=progress, force=force, executor=executor, memory=memory
-    )
-    if not result.outcomes:
-        return Analysis(result)
-    write_atomic_text(out / "ingest.json", json.dumps(result.to_dict(), indent=1))
-    if log:
-        log(f"evaluating rules on {len({o.rank for o in result.outcomes})} rank(s) ...")
-    started = time.perf_counter()
-    findings = evaluate_store(
-        out,
-        executor,
-        rules,
-        cache=not force,
-        overrides=overrides,
-        config_path=config_path,
-        fail_on=fail_on,
-    )
-    if log:
-        log(f"evaluated {len(findings.rules)} rule(s) in {time.perf_counter() - started:.1f} s")
-    findings.overview = _overview(out, executor, findings, top, force, log)
-    write_findings_json(findings, out)
-    reports = run_reports(out, findings, rules.rules, input_root=path)
+    # The ingest checks and locks `out`; the lock is then held until the reports are written.
+    with outdir.held_for(out):
+        result = ingest(
+            path, out, jobs=jobs, progress=progress, force=force, executor=executor, memory=memory
+        )
+        if not result.outcomes:
+            return Analysis(result)
+        if log:
+            log(f"evaluating rules on {len({o.rank for o in result.outcomes})} rank(s) ...")
+        started = time.perf_counter()
+        with outdir.writes(out):  # ingest.json, the rule cache, findings.json
+            write_atomic_text(out / "ingest.json", json.dumps(result.to_dict(), indent=1))
+            findings = evaluate_store(
+                out,
+                executor,
+                rules,
+                cache=not force,
+                overrides=overrides,
+                config_path=config_path,
+                fail_on=fail_on,
+            )
+            if log:
+                seconds = time.perf_counter() - started
+                log(f"evaluated {len(findings.rules)} rule(s) in {seconds:.1f} s")
+            findings.overview = _overview(out, executor, findings, top, force, log)
+            write_findings_json(findings, out)
+        reports = run_reports(out, findings, rules.rules, input_root=path)
     return Analysis(result, findings, reports)
 
 

@@ -14,8 +14,10 @@ its partitions are in place, which is what makes re-runs resumable.
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Mapping
@@ -29,8 +31,10 @@ from traceanalyzer.schema import DERIVED_TABLES, TABLES, Table
 
 MANIFEST = "manifest.json"
 TABLES_DIR = "tables"
+PART_FILE = "part-0.parquet"
 MANIFEST_VERSION = 1
 JOURNAL = "manifest.journal"
+_SESSION_KEY = re.compile(r"-?[0-9]{1,10}/[A-Za-z0-9_.-]+")  # "<rank>/<session>", as discovered
 
 
 class StoreError(Exception):
@@ -117,6 +121,93 @@ def remove_session(root: Path, rank: int, session: str) -> None:
         shutil.rmtree(partition_dir(root, table, rank, session), ignore_errors=True)
 
 
+# --------------------------------------------------------------------------- verification
+
+_TAIL = 64 << 10  # the Parquet footer (schema, row groups, statistics) lives at the end
+
+
+def _digest(path: Path, tail: bool) -> str:
+    digest = hashlib.blake2b(digest_size=16)
+    with open(path, "rb") as fh:
+        if tail:
+            fh.seek(max(0, os.fstat(fh.fileno()).st_size - _TAIL))
+        while chunk := fh.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def describe_partitions(root: Path, rank: int, session: str) -> dict[str, dict[str, Any]]:
+    """Per table of a session: its file's size, content hash and footer hash, for the manifest."""
+    described = {}
+    for table in TABLES:
+        path = partition_dir(root, table, rank, session) / PART_FILE
+        described[table] = {
+            "size": path.stat().st_size,
+            "blake2b": _digest(path, tail=False),
+            "tail": _digest(path, tail=True),
+        }
+    return described
+
+
+def verify_partitions(
+    root: Path, rank: int, session: str, recorded: Mapping[str, Any] | None
+) -> str | None:
+    """None when every table of the session is the file the manifest recorded, else why not.
+
+    Cheap enough for every warm run: the size, the hash of the last 64 KB (a truncated file, or
+    a valid one from another rank, has another footer) and a footer that parses.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if not recorded:
+        return "no record of its stored tables"
+    for table in TABLES:
+        path = partition_dir(root, table, rank, session) / PART_FILE
+        expected = recorded.get(table) or {}
+        try:
+            if path.stat().st_size != expected.get("size"):
+                return f"tables/{table}: size differs from the one recorded"
+            if _digest(path, tail=True) != expected.get("tail"):
+                return f"tables/{table}: content differs from the one recorded"
+            pq.read_metadata(path)
+        except (OSError, pa.ArrowException) as exc:
+            return f"tables/{table}: unreadable ({exc})"
+    return None
+
+
+def remove_unlisted(root: Path, listed: Iterable[str]) -> list[str]:
+    """Remove every partition whose "<rank>/<session>" is not in ``listed`` (left by another
+    collection written to the same directory, or by a killed run), leftover staging directories
+    and any link (the store never makes one: a link is someone else's data); returns the keys
+    removed."""
+    keep, removed = set(listed), set()
+    for table_dir in sorted(root / TABLES_DIR / table for table in TABLES):
+        if table_dir.is_symlink() or table_dir.exists() and not table_dir.is_dir():
+            _remove(table_dir)
+            continue
+        for rank_dir in sorted(table_dir.glob("rank=*")):
+            if rank_dir.is_symlink() or not rank_dir.is_dir():
+                removed.add(rank_dir.name)
+                _remove(rank_dir)
+                continue
+            for part in sorted(rank_dir.iterdir()):
+                key = f"{rank_dir.name[5:]}/{part.name.removeprefix('session=')}"
+                ours = part.name.startswith("session=") and not part.is_symlink()
+                if part.name.startswith(".") or not ours or key not in keep:
+                    if not part.name.startswith("."):  # staging or trash of an interrupted write
+                        removed.add(key)
+                    _remove(part)
+    return sorted(removed)
+
+
+def _remove(path: Path) -> None:
+    if path.is_symlink() or not path.is_dir():
+        path.unlink(missing_ok=True)
+    else:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 @dataclass
 class Manifest:
     """Which sessions are in the store, from which inputs, with what row counts."""
@@ -130,11 +221,12 @@ class Manifest:
             return cls()
         try:
             raw = json.loads(path.read_text("utf-8"))
-        except (OSError, json.JSONDecodeError) as exc:
+        except (OSError, ValueError, RecursionError) as exc:  # ValueError: bad JSON or UTF-8
             raise StoreError(f"{path}: unreadable manifest ({exc})") from exc
-        if raw.get("version") != MANIFEST_VERSION:
+        if not isinstance(raw, dict) or raw.get("version") != MANIFEST_VERSION:
             return cls()  # older layout: everything is re-ingested
-        return cls(sessions=raw.get("sessions", {}))
+        sessions = raw.get("sessions")
+        return cls(sessions=sessions if isinstance(sessions, dict) else {})
 
     def save(self, root: Path) -> None:
         doc = {"version": MANIFEST_VERSION, "sessions": self.sessions}
@@ -149,7 +241,10 @@ def load_manifest(out: Path) -> Manifest:
     leaves its journal behind, and this folds it in. A torn last line (killed mid-write) is
     ignored: that session is simply ingested again.
     """
-    manifest = Manifest.load(out)
+    try:
+        manifest = Manifest.load(out)
+    except StoreError:  # damaged: trusted for nothing, so everything is ingested again
+        manifest = Manifest()
     journal = out / JOURNAL
     if journal.is_file():
         for line in journal.read_text("utf-8", errors="replace").splitlines():
@@ -158,6 +253,16 @@ def load_manifest(out: Path) -> Manifest:
                 manifest.sessions[entry["key"]] = entry["value"]
             except (json.JSONDecodeError, KeyError, TypeError):
                 continue
+    # An entry of another shape (hand-edited, another tool's) is no record of anything; its key
+    # names partition paths, so it must be one discovery could have made.
+    manifest.sessions = {
+        key: value
+        for key, value in manifest.sessions.items()
+        if isinstance(key, str)
+        and _SESSION_KEY.fullmatch(key)
+        and isinstance(value, dict)
+        and isinstance(value.get("outcome"), dict)
+    }
     return manifest
 
 

@@ -82,13 +82,14 @@ def diff_command(
     from traceanalyzer.engine.config import ConfigError, load_run_rules
     from traceanalyzer.executor import ExecutorError
     from traceanalyzer.ingest import InputError
+    from traceanalyzer.outdir import OutputError, OutputRefused
 
     quiet = quiet or fmt == "json"
     try:
         rules = load_run_rules()  # once: both analyses, if any, and the key figures
         base_out = base if is_output_dir(base) else analyse(base, jobs, quiet, rules)
         target_out = target if is_output_dir(target) else analyse(target, jobs, quiet, rules)
-    except (InputError, ExecutorError, ConfigError) as exc:
+    except (InputError, OutputRefused, OutputError, ExecutorError, ConfigError) as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_USAGE)
     result = diff_outputs(base_out, target_out, rules.rules)

@@ -86,14 +86,19 @@ class OutcomeCache:
         return self.root / CACHE_DIR / f"rank={rank}.json"
 
     def load(self, rank: int) -> RankEntries:
+        path = self.path(rank)
         try:
-            doc = json.loads(self.path(rank).read_text("utf-8"))
+            # a FIFO or a device planted in the output directory must not block or flood the run
+            if path.exists() and not path.is_file():
+                return RankEntries(rank, problem="not a regular file")
+            text = path.read_text("utf-8", errors="replace")  # bad bytes: corrupt, below
+            doc = json.loads(text)
         except FileNotFoundError:
             return RankEntries(rank)
         except OSError as exc:
             return RankEntries(rank, problem=f"unreadable ({exc.strerror or exc})")
-        except ValueError as exc:
-            return RankEntries(rank, problem=f"corrupt ({exc})")
+        except (ValueError, RecursionError) as exc:
+            return RankEntries(rank, problem=f"corrupt ({type(exc).__name__})")
         if not isinstance(doc, dict) or doc.get("format") != FORMAT:
             return RankEntries(rank, problem="not a traceanalyzer outcome file")
         entries = doc.get("rules")

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from traceanalyzer import json_shape
 from traceanalyzer.parse.sink import TableSink, table_from_rows
 from traceanalyzer.timeutil import us_to_ns
 
@@ -23,9 +24,12 @@ def _ms_to_ns(value: Any) -> int | None:
     return round(float(value) * 1_000_000)
 
 
+# Far above a real file (tens of MB for a long run), far below what would exhaust memory.
+MAX_BYTES = 1 << 30
+
+
 def _load(path: Path) -> dict[str, Any]:
-    with open(path, "rb") as fh:
-        doc = json.loads(fh.read().decode("utf-8", errors="replace"))
+    doc = json_shape.load_json(path, max_bytes=MAX_BYTES)  # regular, capped, depth-checked
     if not isinstance(doc, dict):
         raise ValueError(f"{path}: expected a JSON object keyed by step")
     return doc

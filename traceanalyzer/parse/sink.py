@@ -80,16 +80,32 @@ def duckdb_select_list(table: str, exprs: dict[str, str]) -> str:
     return ", ".join(parts)
 
 
+# A dictionary-encoded string column (process and thread names) stays dictionary-encoded: cast
+# to plain strings, a long name would be copied into every row. Written with the sink's
+# WRITE_OPTIONS, the file reads back as plain strings.
+_NAMES = pa.dictionary(pa.int32(), pa.string())
+WRITE_OPTIONS = {"compression": "zstd", "store_schema": False}
+
+
+def _conform_column(col: pa.ChunkedArray, typ: pa.DataType) -> pa.ChunkedArray:
+    if col.type == typ:
+        return col
+    if pa.types.is_dictionary(col.type) and typ == pa.string():
+        return col.cast(_NAMES)
+    return col.cast(typ)
+
+
 def conform_body(table: str, data: pa.Table) -> pa.Table:
     """Cast/reorder an Arrow table to the canonical body columns; missing ones become nulls."""
-    arrays, fields = [], []
+    arrays = []
     for name, typ in body_columns(table):
         if name in data.column_names:
-            col = data.column(name)
-            arrays.append(col if col.type == typ else col.cast(typ))
+            arrays.append(_conform_column(data.column(name), typ))
         else:
-            arrays.append(pa.nulls(data.num_rows, typ))
-        fields.append(pa.field(name, typ))
+            arrays.append(pa.chunked_array([pa.nulls(data.num_rows, typ)]))
+    fields = [
+        pa.field(name, col.type) for (name, _), col in zip(body_columns(table), arrays, strict=True)
+    ]
     return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
 
 

@@ -27,7 +27,13 @@ import pyarrow as pa
 
 from traceanalyzer.parse.json_array import array_body, boundary_near
 from traceanalyzer.parse.sink import TableSink
-from traceanalyzer.parse.trace_shared import ARG_COLUMNS, TraceResult
+from traceanalyzer.parse.trace_shared import (
+    ARG_COLUMNS,
+    MAX_NAME,
+    TraceResult,
+    cut_name,
+    cut_names_note,
+)
 
 try:
     from traceanalyzer.parse._trace_scan import Scanner
@@ -155,8 +161,10 @@ def _ranges(path: Path, parts: int) -> list[tuple[int, int, bool]]:
         return [(0, size, False)]
     cuts = [body[0]]
     for i in range(1, parts):
-        middle = size * i // parts
-        cut = boundary_near(path, max(cuts[-1], middle - _NEAR), min(body[1], middle + _NEAR))
+        # shares of the array's body, not of the file: NUL padding after it (a crash) is no share
+        middle = body[0] + (body[1] - body[0]) * i // parts
+        begin, end = max(cuts[-1], middle - _NEAR), min(body[1], middle + _NEAR)
+        cut = boundary_near(path, begin, end) if begin < end else None
         if cut is None or cut <= cuts[-1]:
             return [(0, size, False)]
         cuts.append(cut)
@@ -227,6 +235,11 @@ class _Names:
             except (ValueError, AttributeError):
                 item = None
             values.append(item if isinstance(item, str) or item is None else json.dumps(item))
+        long_names = meta["name"].is_in(["process_name", "thread_name"]).to_list()
+        self.cut = sum(
+            1 for v, n in zip(values, long_names, strict=True) if n and v and len(v) > MAX_NAME
+        )
+        values = [cut_name(v) if v else v for v in values]
         m = meta.with_columns(pl.Series("value", values, dtype=pl.String))
 
         def pick(name: str, as_int: bool = False) -> pl.Expr:
@@ -254,14 +267,16 @@ class _Names:
         ``thread``) names: named once per distinct (pid, tid) of the group, then joined."""
         ids = frame.select("pid", "tid").unique()
         named = ids.join(self._processes, on="pid", how="left").with_columns(_process())
-        columns = ["pid", "tid", "process"]
+        columns = ["process"]
         if thread_names:
             named = named.join(self._threads, on=["pid", "tid"], how="left").with_columns(
                 pl.coalesce("thread_name", _default_thread()).alias("thread")
             )
             columns.append("thread")
+        # Dictionary-encoded (Categorical): each name is held once, not once per row, in the
+        # Arrow tables handed to the sink and in the Parquet files.
         return frame.join(
-            named.select(columns),
+            named.select("pid", "tid", *(pl.col(c).cast(pl.Categorical) for c in columns)),
             on=["pid", "tid"],
             how="left",
             maintain_order="left",
@@ -436,6 +451,8 @@ def parse_native(
         ]
     ).unique()
     result.rows["threads"] = sink.arrow("threads", _threads(used, names).to_arrow())
+    if names.cut:
+        result.warnings.append(cut_names_note(names.cut))
     unnamed = names.procs.filter(pl.col("process_name").is_null()).height
     if unnamed:
         result.warnings.append(f"{unnamed} pids have no process_name metadata; named 'pid <n>'")

@@ -6,6 +6,7 @@ the names here keep them reading the same keys.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 
 # Values msprof writes for "none" in id fields (uint32 and uint64 all-ones); they become null.
@@ -62,6 +63,36 @@ CURRENT_SORT_INDEX = {
     "QoS": 22,
     "Overlap Analysis": 31,
 }
+
+
+# Process and thread names (and process labels) longer than this are cut, with a note: a name is
+# repeated in every row of its process when the tables are built, so a 10 MB name would
+# multiply memory by the row count. The cut keeps a hash of the whole name, so two long names
+# that share their start stay two processes. Both readers cut the same way.
+MAX_NAME = 4096
+_KEEP = MAX_NAME - 11  # room for "…[" + 8 hex digits + "]"
+
+
+def cut_name(name: str) -> str:
+    if len(name) <= MAX_NAME:
+        return name
+    digest = hashlib.md5(name.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    return f"{name[:_KEEP]}…[{digest}]"
+
+
+def cut_name_sql(expr: str) -> str:
+    """:func:`cut_name` as a DuckDB expression over the VARCHAR ``expr``."""
+    return (
+        f"CASE WHEN length({expr}) > {MAX_NAME} "
+        f"THEN left({expr}, {_KEEP}) || '…[' || left(md5({expr}), 8) || ']' ELSE {expr} END"
+    )
+
+
+def cut_names_note(count: int) -> str:
+    return (
+        f"{count} process/thread name(s) over {MAX_NAME:,} characters cut to that length "
+        "(the cut ends with a hash of the whole name)"
+    )
 
 
 @dataclass

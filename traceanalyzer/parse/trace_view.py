@@ -35,7 +35,15 @@ from traceanalyzer.parse.json_array import (
     split,
 )
 from traceanalyzer.parse.sink import TableSink, connect_duckdb, duckdb_select_list
-from traceanalyzer.parse.trace_shared import ARG_COLUMNS, FLATTENED_KEYS, SENTINELS, TraceResult
+from traceanalyzer.parse.trace_shared import (
+    ARG_COLUMNS,
+    FLATTENED_KEYS,
+    MAX_NAME,
+    SENTINELS,
+    TraceResult,
+    cut_name_sql,
+    cut_names_note,
+)
 from traceanalyzer.timeutil import duckdb_us_to_ns
 
 _SQL_SENTINELS = "(" + ", ".join(str(v) for v in SENTINELS) + ")"
@@ -455,19 +463,28 @@ def _blank(path: Path) -> bool:
 
 
 def _derive(con: duckdb.DuckDBPyConnection, result: TraceResult) -> None:
-    """Name every (pid, tid) from the metadata events."""
+    """Name every (pid, tid) from the metadata events (absurdly long names cut)."""
+    name, label = (
+        cut_name_sql(f"json_extract_string(args, '$.{key}')") for key in ("name", "labels")
+    )
+    cut = con.execute(
+        f"""SELECT count(*) FROM small WHERE ph = 'M' AND name IN ('process_name', 'thread_name')
+        AND length(json_extract_string(args, '$.name')) > {MAX_NAME}"""
+    ).fetchone()[0]
+    if cut:
+        result.warnings.append(cut_names_note(cut))
     con.execute(
-        """CREATE OR REPLACE TEMP TABLE procs AS
+        f"""CREATE OR REPLACE TEMP TABLE procs AS
         SELECT pid,
-               max(CASE WHEN name = 'process_name' THEN json_extract_string(args, '$.name') END) AS process_name,
-               max(CASE WHEN name = 'process_labels' THEN json_extract_string(args, '$.labels') END) AS process_label,
+               max(CASE WHEN name = 'process_name' THEN {name} END) AS process_name,
+               max(CASE WHEN name = 'process_labels' THEN {label} END) AS process_label,
                max(CASE WHEN name = 'process_sort_index' THEN TRY_CAST(json_extract_string(args, '$.sort_index') AS BIGINT) END) AS process_sort_index
         FROM small WHERE ph = 'M' GROUP BY pid"""
     )
     con.execute(
-        """CREATE OR REPLACE TEMP TABLE thread_meta AS
+        f"""CREATE OR REPLACE TEMP TABLE thread_meta AS
         SELECT pid, tid,
-               max(CASE WHEN name = 'thread_name' THEN json_extract_string(args, '$.name') END) AS thread_name,
+               max(CASE WHEN name = 'thread_name' THEN {name} END) AS thread_name,
                max(CASE WHEN name = 'thread_sort_index' THEN TRY_CAST(json_extract_string(args, '$.sort_index') AS BIGINT) END) AS thread_sort_index
         FROM small WHERE ph = 'M' AND name IN ('thread_name', 'thread_sort_index') GROUP BY pid, tid"""
     )

@@ -1,19 +1,18 @@
 """``OUT/report.md``: the key numbers of a run, to paste into an issue or a PR comment.
 
-Trace-derived text stays readable as plain text and safe in renderers that allow inline HTML
-(GitHub, GitCode): only what would start a tag (``<a``, ``</``), an entity (``&amp;``) or a
-quote block (``>`` first on a line) is backslash-escaped, and ``|`` inside tables.
+Trace-derived text is made inert for Markdown renderers that allow inline HTML (GitHub, GitCode)
+by :mod:`traceanalyzer.report.mdsafe`, and ``|`` is escaped inside tables.
 """
 
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from traceanalyzer.report import fmt
 from traceanalyzer.report.inputs import ReportInputs
+from traceanalyzer.report.mdsafe import md_inline, md_lines
 from traceanalyzer.report.overview_html import overview_costs, overview_of
 from traceanalyzer.report.overview_text import cost_text, overview_markdown
 from traceanalyzer.report.summary import run_summary
@@ -21,21 +20,12 @@ from traceanalyzer.report.summary import run_summary
 KEY_METRICS = 8  # metrics listed per finding; the HTML and findings.json have all of them
 
 
-# what would start a tag or an entity; a ">" that would start a quote block
-_MARKUP = re.compile(r"(<(?=[A-Za-z/!?])|&(?=#?\w+;))|^(\s*)>", re.MULTILINE)
-
-
 def md_text(value: Any) -> str:
-    """``p<1e-16``, ``670 µs -> 2.47 ms`` and ``CANN >= 9.1.0`` stay as written."""
-
-    def escape(m: re.Match[str]) -> str:
-        return "\\" + m[1] if m[1] else m[2] + "\\>"
-
-    return _MARKUP.sub(escape, str(value or ""))
+    return md_inline(value or "")
 
 
 def md_cell(value: Any) -> str:
-    return md_text(value).replace("|", "\\|").replace("\n", " ")
+    return md_text(value).replace("|", "\\|")
 
 
 def md_table(headers: list[str], rows: list[list[Any]]) -> list[str]:
@@ -174,7 +164,7 @@ def _finding(
         lines += [f"![{md_text(f['name'])}]({plot})", ""]
         lines += [f"*{md_text(caption)}*", ""] if caption else []
     lines += ["<details><summary>Details</summary>", ""]
-    lines += [md_text(line) + "  " for line in str(f.get("message") or "").splitlines()]
+    lines += [line + "  " for line in md_lines(f.get("message"))]
     lines += ["", "</details>", "", f"**Fix:** {md_text(f.get('fix'))}", ""]
     lines.append(f"<sub>fingerprint `{f.get('fingerprint')}`</sub>")
     lines.append("")

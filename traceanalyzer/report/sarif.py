@@ -15,8 +15,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 from traceanalyzer.report.inputs import TRACE_FILE, ReportInputs
+from traceanalyzer.report.mdsafe import md_inline, md_lines
 
 if TYPE_CHECKING:
     from traceanalyzer.engine import Rule
@@ -62,11 +64,11 @@ def _descriptor(rule_id: str, status: dict[str, Any], doc: Rule | None) -> dict[
 def _location(inputs: ReportInputs, root: Path | None, rank: int, session: str) -> dict[str, Any]:
     trace = inputs.trace_file(rank, session)
     if trace is None:
-        artifact: dict[str, Any] = {"uri": f"{session}/{TRACE_FILE.as_posix()}"}
+        artifact: dict[str, Any] = {"uri": quote(f"{session}/{TRACE_FILE.as_posix()}")}
     elif root is not None:
         try:
             rel = Path(os.path.relpath(trace, root)).as_posix()
-            artifact = {"uri": rel, "uriBaseId": ROOT_ID}
+            artifact = {"uri": quote(rel), "uriBaseId": ROOT_ID}  # a URI: percent-encoded
         except ValueError:
             artifact = {"uri": trace.resolve().as_uri()}
     else:
@@ -82,6 +84,12 @@ def _location(inputs: ReportInputs, root: Path | None, rank: int, session: str) 
         ],
         "message": {"text": f"rank {rank}, session {session}"},
     }
+
+
+def _markdown(message: str, finding: dict[str, Any]) -> str:
+    """The result's markdown: trace names in it are made inert (no HTML, links or images)."""
+    body = "  \n".join(md_lines(finding.get("message")))
+    return f"**{md_inline(message)}**\n\n{body}\n\n**Fix:** {md_inline(finding.get('fix'))}"
 
 
 def _rank_sessions(inputs: ReportInputs, finding: dict[str, Any]) -> list[tuple[int, str]]:
@@ -118,7 +126,7 @@ def build_sarif(inputs: ReportInputs) -> dict[str, Any]:
                 "level": LEVELS.get(f.get("severity"), "warning"),
                 "message": {
                     "text": message,
-                    "markdown": f"**{message}**\n\n{f.get('message', '')}\n\n**Fix:** {f.get('fix', '')}",
+                    "markdown": _markdown(message, f),
                 },
                 "locations": [_location(inputs, root, r, s) for r, s in pairs[:MAX_LOCATIONS]],
                 "partialFingerprints": {FINGERPRINT_KEY: f["fingerprint"]},

@@ -42,6 +42,7 @@ class ReportFiles:
 
     written: dict[str, Path] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
+    unwritable: list[str] = field(default_factory=list)  # rendered, but the write failed
     seconds: float = 0.0
 
     @property
@@ -95,6 +96,9 @@ def write_reports(
         try:
             write_atomic_text(out / name, render())
             files.written[name] = out / name
+        except OSError as exc:  # the output's fault (disk full, permissions), not the report's
+            files.errors[name] = f"cannot write {out / name}: {exc.strerror or exc}"
+            files.unwritable.append(name)
         except Exception:
             files.errors[name] = traceback.format_exc(limit=3).strip().splitlines()[-1]
 

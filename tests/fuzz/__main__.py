@@ -1,0 +1,52 @@
+"""``python -m tests.fuzz --cases 5000 [--seed S] [--report fuzz.json]``: the long campaign."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from .campaign import Case, Summary, run_campaign, write_report
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.fuzz", description=__doc__)
+    parser.add_argument("--cases", type=int, default=5000)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--only", type=int, nargs="+", help="replay these case numbers")
+    parser.add_argument(
+        "--subprocess-every", type=int, default=10, help="every Nth case in a fresh process"
+    )
+    parser.add_argument("--report", type=Path, help="write the figures as JSON here")
+    parser.add_argument("--jobs", type=int, default=1, help="cases run side by side")
+    args = parser.parse_args(argv)
+
+    seen: list[Case] = []
+    started = time.perf_counter()
+
+    def show(case: Case) -> None:
+        seen.append(case)
+        if args.report and len(seen) % 100 == 0:  # figures so far, should the campaign be cut
+            write_report(Summary(args.seed, seen, time.perf_counter() - started), args.report)
+        if case.failures or case.index % 100 == 0:
+            mark = "FAIL" if case.failures else "ok"
+            print(f"[{case.index}] {mark} exit {case.exit_code} {case.seconds:.1f} s "
+                  f"{case.base}: {'; '.join(case.damages)[:160]}", flush=True)  # fmt: skip
+            for failure in case.failures:
+                print(f"    {failure[:400]}", flush=True)
+
+    summary = run_campaign(
+        args.cases, args.seed, args.subprocess_every, args.only, on_case=show, jobs=args.jobs
+    )
+    figures = summary.to_dict()
+    if args.report:
+        write_report(summary, args.report)
+    shown = {k: v for k, v in figures.items() if k != "failures"}
+    print(json.dumps(shown, indent=1))
+    return 1 if summary.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

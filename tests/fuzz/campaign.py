@@ -1,0 +1,343 @@
+"""Run fuzz cases: damage a copy of an export, run ``traceanalyzer run`` on it, check the outcome.
+
+A case passes when the run ends with a documented exit code (0-4), prints no Traceback, takes
+at most 60 s, leaves its input byte for byte as it was, never runs code planted in the output,
+and (cases run in a subprocess, where memory is measured) peaks at no more than 3x the resident
+memory of a clean run of the same export. Most cases run in this process (fast: the imports
+are paid once); every ``subprocess_every``-th runs as a fresh process, which measures memory.
+Case ``i`` of seed ``s`` is the same case on every machine: ``--seed s --only i`` replays it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from .damage import INPUT_DAMAGES, OUTPUT_DAMAGES, choose
+
+REPO = Path(__file__).resolve().parents[2]
+SAMPLES = REPO / "sample_traces"
+REAL = REPO.parent / "shared" / "real_traces"  # as tests/conftest.py finds the real exports
+EXIT_CODES = {0, 1, 2, 3, 4}  # README "Exit codes"
+CASE_SECONDS = 60
+RSS_FACTOR = 3.0
+
+# Runs the CLI in a fresh interpreter and writes its peak RSS (KiB, itself or a worker, the
+# larger) to argv[1], however the run ends. Its own peak is VmHWM, not ru_maxrss: Linux keeps
+# ru_maxrss across exec, so a child of a large process would report its parent's peak.
+_WRAPPER = """
+import re, resource, sys
+try:
+    from traceanalyzer.cli import main
+    main(sys.argv[2:], prog_name="traceanalyzer")
+finally:
+    status = open("/proc/self/status").read()
+    own = int(re.search(r"VmHWM:\\s+(\\d+)", status).group(1))
+    peak = max(own, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+    open(sys.argv[1], "w").write(str(peak))
+"""
+
+
+def bases() -> list[Path]:
+    """The exports cases damage: every bundled sample, and the real exports when present."""
+    found = sorted(p for p in SAMPLES.iterdir() if p.is_dir())
+    if REAL.is_dir():
+        found += sorted(p for p in REAL.iterdir() if p.is_dir())
+    return found
+
+
+@dataclass
+class Case:
+    index: int
+    base: str
+    mode: str  # "in-process" | "subprocess"
+    damages: list[str] = field(default_factory=list)
+    kinds: list[str] = field(default_factory=list)
+    exit_code: int | None = None
+    seconds: float = 0.0
+    rss_mb: float | None = None
+    rss_ratio: float | None = None
+    failures: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Summary:
+    seed: int
+    cases: list[Case]
+    seconds: float
+
+    @property
+    def failed(self) -> list[Case]:
+        return [c for c in self.cases if c.failures]
+
+    def to_dict(self) -> dict[str, object]:
+        ratios = [c.rss_ratio for c in self.cases if c.rss_ratio is not None]
+        return {
+            "seed": self.seed,
+            "cases": len(self.cases),
+            "failed": len(self.failed),
+            "subprocess_cases": sum(c.mode == "subprocess" for c in self.cases),
+            "exit_codes": dict(sorted(Counter(c.exit_code for c in self.cases).items(), key=str)),
+            "damage_kinds": dict(Counter(k for c in self.cases for k in c.kinds).most_common()),
+            "bases": dict(Counter(c.base for c in self.cases).most_common()),
+            "mean_seconds_by_base": {
+                base: round(sum(c.seconds for c in group) / len(group), 2)
+                for base, group in _by(self.cases, lambda c: c.base).items()
+            },
+            "mean_seconds_by_mode": {
+                mode: round(sum(c.seconds for c in group) / len(group), 2)
+                for mode, group in _by(self.cases, lambda c: c.mode).items()
+            },
+            "max_case_seconds": max((c.seconds for c in self.cases), default=0.0),
+            "mean_case_seconds": round(self.seconds / max(1, len(self.cases)), 3),
+            "max_rss_ratio": max(ratios, default=None),
+            "max_rss_mb": max((c.rss_mb for c in self.cases if c.rss_mb), default=None),
+            "campaign_seconds": round(self.seconds, 1),
+            "failures": [asdict(c) for c in self.failed],
+        }
+
+
+def _by(cases: list[Case], key: Callable[[Case], str]) -> dict[str, list[Case]]:
+    groups: dict[str, list[Case]] = {}
+    for case in cases:
+        groups.setdefault(key(case), []).append(case)
+    return dict(sorted(groups.items()))
+
+
+# --------------------------------------------------------------------------- the input, unchanged
+
+
+def snapshot(root: Path) -> dict[str, tuple[object, ...]]:
+    """Every entry under ``root``, links not followed: kind, and for files size, mtime, hash.
+    Nothing but regular files is opened (a FIFO or a link to a device is recorded, not read)."""
+    entries: dict[str, tuple[object, ...]] = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            path = Path(dirpath) / name
+            info = path.lstat()
+            rel = path.relative_to(root).as_posix()
+            if stat.S_ISLNK(info.st_mode):
+                entries[rel] = ("link", os.readlink(path))
+            elif stat.S_ISREG(info.st_mode):
+                digest = hashlib.sha256(path.read_bytes()).hexdigest()
+                entries[rel] = ("file", info.st_size, info.st_mtime_ns, digest)
+            else:
+                entries[rel] = ("other", stat.S_IFMT(info.st_mode))
+    return entries
+
+
+# --------------------------------------------------------------------------- running the CLI
+
+
+class _Timeout(BaseException):
+    """Raised in the case's run when it is over time (a BaseException: no `except Exception`
+    in the tool may swallow it)."""
+
+
+def _on_alarm(signum: int, frame: object) -> None:
+    raise _Timeout
+
+
+def run_in_process(args: list[str]) -> tuple[int | None, str, list[str]]:
+    from click.testing import CliRunner
+
+    from traceanalyzer.cli import main
+
+    failures = []
+    previous = signal.signal(signal.SIGALRM, _on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, CASE_SECONDS)
+    try:
+        result = CliRunner().invoke(main, args, catch_exceptions=True)
+    except _Timeout:
+        return None, "", [f"over {CASE_SECONDS} s"]
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    output = result.output  # stdout and stderr, interleaved
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        import traceback
+
+        trace = "".join(traceback.format_exception(*result.exc_info)[-3:])
+        failures.append(f"raised {type(result.exception).__name__}: {trace.strip()[-600:]}")
+    return result.exit_code, output, failures
+
+
+def run_subprocess(args: list[str]) -> tuple[int | None, str, list[str], float | None]:
+    with tempfile.NamedTemporaryFile("r", suffix=".rss") as rss:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _WRAPPER, rss.name, *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+            start_new_session=True,
+        )
+        try:
+            output, _ = proc.communicate(timeout=CASE_SECONDS)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            return None, "", [f"over {CASE_SECONDS} s"], None
+        text = Path(rss.name).read_text().strip()
+    return proc.returncode, output, [], int(text) / 1024 if text else None
+
+
+# --------------------------------------------------------------------------- one case
+
+_BASELINE_MB: dict[tuple[str, str], float] = {}
+
+
+def baseline_mb(base: Path, work: Path, executor: str) -> float:
+    """Peak RSS of a clean run of ``base`` with ``executor`` in a fresh process (measured once
+    per export and executor: a process pool's workers are part of the comparison)."""
+    key = (str(base), executor)
+    if key not in _BASELINE_MB:
+        out = Path(tempfile.mkdtemp(dir=work, prefix="baseline-"))
+        code, output, _, rss = run_subprocess(_args(base, out / "out", executor))
+        shutil.rmtree(out, ignore_errors=True)
+        if rss is None:
+            raise RuntimeError(f"clean run of {base} failed ({code}): {output[-500:]}")
+        _BASELINE_MB[key] = rss
+    return _BASELINE_MB[key]
+
+
+def _args(root: Path, out: Path, executor: str, *extra: str) -> list[str]:
+    jobs = ["-j", "2"] if executor == "processes" else []
+    return ["run", str(root), "--out", str(out), "--executor", executor, *jobs, "-q", *extra]
+
+
+def _damage_input(rng: random.Random, root: Path, case: Case) -> None:
+    for _ in range(rng.choice([1, 1, 1, 2, 3])):
+        name, damage = choose(rng, INPUT_DAMAGES)
+        try:
+            done = damage(rng, root)
+        except (OSError, ValueError, RecursionError, IndexError, UnicodeError) as exc:
+            done = f"(could not apply: {type(exc).__name__})"
+        if done:
+            case.kinds.append(name)
+            case.damages.append(done)
+
+
+def run_case(seed: int, index: int, work: Path, subprocess_every: int, pick: list[Path]) -> Case:
+    rng = random.Random(f"{seed}:{index}")
+    base = rng.choice(pick)
+    in_subprocess = subprocess_every > 0 and index % subprocess_every == 0
+    case = Case(index, base.name, "subprocess" if in_subprocess else "in-process")
+    case_dir = Path(tempfile.mkdtemp(dir=work, prefix=f"case-{index}-"))
+    root, out = case_dir / "in", case_dir / "out"
+    try:
+        shutil.copytree(base, root, symlinks=True)
+        roll = rng.random()
+        if roll < 0.12:  # damage a store a clean run wrote, then run again (warm)
+            run_in_process(_args(root, out, "local"))
+            for _ in range(rng.choice([1, 2])):
+                name, damage = choose(rng, OUTPUT_DAMAGES)
+                if done := damage(rng, out):
+                    case.kinds.append(name)
+                    case.damages.append(done)
+        elif roll < 0.16:  # an --out that cannot be used
+            how = rng.choice(["inside the input", "under a file", "inside a linked rank"])
+            case.kinds.append("out_path")
+            case.damages.append(f"--out {how}")
+            if how == "under a file":
+                (case_dir / "file").write_text("x")
+                out = case_dir / "file" / "out"
+            elif how == "inside the input":
+                out = rng.choice([root, *root.iterdir()]) / "out"
+            else:
+                rank = next(p for p in root.iterdir() if p.is_dir())
+                shutil.move(rank, case_dir / rank.name)
+                (root / rank.name).symlink_to(case_dir / rank.name, target_is_directory=True)
+                out = case_dir / rank.name / "out"
+        else:
+            _damage_input(rng, root, case)
+        executor = "processes" if in_subprocess and rng.random() < 0.3 else "local"
+        extra = ["--format", "json"] if rng.random() < 0.1 else []
+        before = snapshot(root)
+        started = time.perf_counter()
+        if in_subprocess:
+            code, output, failures, rss = run_subprocess(_args(root, out, executor, *extra))
+        else:
+            (code, output, failures), rss = run_in_process(_args(root, out, executor, *extra)), None
+        case.seconds = round(time.perf_counter() - started, 3)
+        case.exit_code = code
+        case.failures += failures
+        if code is not None and code not in EXIT_CODES:
+            case.failures.append(f"exit code {code}: {output.strip()[-300:]}")
+        if "Traceback" in output:
+            case.failures.append(f"Traceback: {output[output.index('Traceback') :][:600]}")
+        if case.seconds > CASE_SECONDS:
+            case.failures.append(f"took {case.seconds:.0f} s")
+        if snapshot(root) != before:
+            case.failures.append("the input changed")
+        if (out / "PWNED").exists() or (case_dir / "PWNED").exists():
+            case.failures.append("code planted in the output ran")
+        if rss is not None:
+            case.rss_mb = round(rss, 1)
+            case.rss_ratio = round(rss / baseline_mb(base, work, executor), 2)
+            if case.rss_ratio > RSS_FACTOR:
+                case.failures.append(f"peak RSS {rss:.0f} MB, {case.rss_ratio}x a clean run")
+    finally:
+        shutil.rmtree(case_dir, ignore_errors=True)
+    return case
+
+
+def run_campaign(
+    cases: int,
+    seed: int = 0,
+    subprocess_every: int = 10,
+    only: Iterable[int] | None = None,
+    work: Path | None = None,
+    on_case: Callable[[Case], None] | None = None,
+    exports: list[Path] | None = None,
+    jobs: int = 1,
+) -> Summary:
+    """``cases`` cases (or the ``only`` ones) of ``seed``; ``work`` holds the case copies;
+    ``jobs`` worker processes run cases side by side (each case still in-process in its worker,
+    or in a fresh process)."""
+    pick = exports or bases()
+    indices = list(only) if only is not None else list(range(cases))
+    started = time.perf_counter()
+    owned = work is None
+    work = Path(tempfile.mkdtemp(prefix="traceanalyzer-fuzz-")) if owned else work
+    done: list[Case] = []
+    try:
+        if jobs > 1:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+
+            context = multiprocessing.get_context("spawn")
+            with ProcessPoolExecutor(jobs, mp_context=context) as pool:
+                futures = [
+                    pool.submit(run_case, seed, i, work, subprocess_every, pick) for i in indices
+                ]
+                for future in futures:
+                    done.append(future.result())
+                    if on_case:
+                        on_case(done[-1])
+        else:
+            for index in indices:
+                done.append(run_case(seed, index, work, subprocess_every, pick))
+                if on_case:
+                    on_case(done[-1])
+    finally:
+        if owned:
+            shutil.rmtree(work, ignore_errors=True)
+    return Summary(seed, done, time.perf_counter() - started)
+
+
+def write_report(summary: Summary, path: Path) -> None:
+    path.write_text(json.dumps(summary.to_dict(), indent=1, default=str) + "\n")

@@ -1,0 +1,23 @@
+"""A fixed-seed sample of the fuzz campaign (tests/fuzz; the long one: python -m tests.fuzz).
+
+Every case must end with a documented exit code, no Traceback, within 60 s, with its input
+byte-identical and (in a fresh process) at most 3x a clean run's peak memory.
+"""
+
+from __future__ import annotations
+
+from fuzz.campaign import REAL, SAMPLES, run_campaign
+
+# The smaller exports keep the sample within CI's budget; the long campaign damages them all.
+CI_EXPORTS = [
+    *(SAMPLES / name for name in ("capture_growth_level2", "capture_healthy", "inference_baseline",
+      "inference_baseline_g3_level0", "store_stall_session", "store_stall_session_marked")),
+    *([REAL / "g2_level1"] if (REAL / "g2_level1").is_dir() else []),
+]  # fmt: skip
+
+
+def test_fuzz_sample() -> None:
+    summary = run_campaign(200, seed=20261201, subprocess_every=25, exports=CI_EXPORTS)
+    figures = summary.to_dict()
+    assert figures["cases"] == 200 and figures["subprocess_cases"] >= 8
+    assert not summary.failed, [(c.index, c.damages, c.failures) for c in summary.failed]

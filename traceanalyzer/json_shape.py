@@ -1,0 +1,226 @@
+"""Small JSON inputs (profiler_info, profiler_metadata) read against a declared shape.
+
+Nothing in such a file is trusted: it is read only if it is a regular file (after following a
+link) within a size cap, decoded only if it is nested no deeper than a cap, and each declared
+field is checked for its type. A field of the wrong type is dropped and named in the returned
+problems ("config.experimental_config: expected an object, got a string"), so one odd field
+costs that field, never the rank or the batch. What is not declared is kept as is (the store
+keeps the whole document as JSON text).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+MAX_BYTES = 16 << 20  # torch_npu writes a few KB; a 16 MB info file is not one
+MAX_DEPTH = 64  # nesting levels; the real files have four
+MAX_TEXT = 4096  # characters of a declared string field
+_INT = re.compile(r"-?[0-9]{1,18}")  # ASCII digits only ("²".isdigit() is True)
+
+
+class InputFileError(ValueError):
+    """A small input file that cannot be read as JSON of its kind; says why."""
+
+
+def read_regular_file(path: Path, max_bytes: int = MAX_BYTES) -> bytes:
+    """The bytes of ``path`` if it is a regular file (links followed) of at most ``max_bytes``.
+
+    The file is opened without blocking and checked on the open descriptor, so a FIFO, a device
+    (a link to /dev/urandom) or a directory is refused at once, never read.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as exc:
+        raise InputFileError(f"cannot open ({exc.strerror or exc})") from exc
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise InputFileError("not a regular file (a device, FIFO, socket or directory)")
+        if info.st_size > max_bytes:
+            raise InputFileError(f"{info.st_size:,} bytes, over the {max_bytes:,}-byte cap")
+        chunks, left = [], max_bytes + 1
+        while left > 0 and (chunk := os.read(fd, min(left, 1 << 20))):
+            chunks.append(chunk)
+            left -= len(chunk)
+    except OSError as exc:
+        raise InputFileError(f"unreadable ({exc.strerror or exc})") from exc
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    if len(data) > max_bytes:  # grew while read
+        raise InputFileError(f"over the {max_bytes:,}-byte cap")
+    return data
+
+
+def _depth(doc: Any, max_depth: int) -> int:
+    """How deep ``doc`` nests, counted without recursion and at most to ``max_depth + 1``."""
+    deepest, stack = 0, [(doc, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, (dict, list)):
+            deepest = max(deepest, depth)
+            if depth > max_depth:
+                break
+            items = value.values() if isinstance(value, dict) else value
+            stack.extend((v, depth + 1) for v in items if isinstance(v, (dict, list)))
+    return deepest
+
+
+def _integer_token(digits: str) -> int | str:
+    """A JSON integer; one of absurd length stays text (the shapes then refuse it as a field,
+    rather than the decoder refusing the whole file past 4,300 digits)."""
+    return int(digits) if len(digits) <= 64 else digits
+
+
+def load_json(path: Path, max_bytes: int = MAX_BYTES, max_depth: int = MAX_DEPTH) -> Any:
+    """Decode ``path`` (see :func:`read_regular_file`); :class:`InputFileError` says why not."""
+    text = read_regular_file(path, max_bytes).decode("utf-8", errors="replace")
+    try:
+        doc = json.loads(text, parse_int=_integer_token)
+    except RecursionError as exc:  # the decoder recurses per level: 100,000 levels end here
+        raise InputFileError(f"nested deeper than {max_depth} levels") from exc
+    except ValueError as exc:
+        raise InputFileError(f"not valid JSON ({exc})") from exc
+    if _depth(doc, max_depth) > max_depth:
+        raise InputFileError(f"nested deeper than {max_depth} levels")
+    return doc
+
+
+# --------------------------------------------------------------------------- shapes
+
+# A leaf shape checks one value: returns the value to keep, or raises _Mismatch saying what is
+# wrong; objects are declared with Obj and walked by conform().
+Leaf = Callable[[Any], Any]
+
+
+class _Mismatch(Exception):
+    pass
+
+
+def _kind(value: Any) -> str:
+    names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean"}
+    if value is None:
+        return "null"
+    return names.get(type(value), "a number")
+
+
+def text(value: Any) -> str:
+    """A string of at most :data:`MAX_TEXT` characters."""
+    if not isinstance(value, str):
+        raise _Mismatch(f"expected a string, got {_kind(value)}")
+    if len(value) > MAX_TEXT:
+        raise _Mismatch(f"a string of {len(value):,} characters, over the {MAX_TEXT:,} cap")
+    return value
+
+
+def integer(low: int, high: int) -> Leaf:
+    """An integer in [low, high], written as a JSON number or a string of ASCII digits."""
+
+    def check(value: Any) -> int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            number = value
+        elif isinstance(value, str) and _INT.fullmatch(value.strip()):
+            number = int(value.strip())
+        else:
+            shown = repr(value[:20]) if isinstance(value, str) else _kind(value)
+            raise _Mismatch(f"expected an integer, got {shown}")
+        if not low <= number <= high:
+            raise _Mismatch(f"{number} is outside [{low}, {high}]")
+        return number
+
+    return check
+
+
+def list_of(item: Leaf, max_items: int = 1 << 20) -> Leaf:
+    """A list whose items all fit ``item`` (or a lone item, as torch_npu writes one type)."""
+
+    def check(value: Any) -> list[Any]:
+        values = value if isinstance(value, list) else [value]
+        if len(values) > max_items:
+            raise _Mismatch(f"{len(values):,} items, over the {max_items:,} cap")
+        return [item(v) for v in values]
+
+    return check
+
+
+@dataclass(frozen=True)
+class Obj:
+    """An object with declared ``fields`` (each optional); other keys are kept unchecked, or, with
+    ``values``, every value is checked against that shape (a map keyed by name)."""
+
+    fields: Mapping[str, Leaf | Obj] = field(default_factory=dict)
+    values: Leaf | Obj | None = None
+
+
+Shape = Leaf | Obj
+
+
+def conform(value: Any, shape: Shape, where: str = "") -> tuple[Any, list[str]]:
+    """``value`` with every field that does not fit ``shape`` dropped, and one problem per
+    dropped field ("config.experimental_config: expected an object, got a string")."""
+    problems: list[str] = []
+    if not isinstance(shape, Obj):
+        try:
+            return shape(value), problems
+        except _Mismatch as exc:
+            return None, [f"{where or 'top level'}: {exc}"]
+    if not isinstance(value, dict):
+        return None, [f"{where or 'top level'}: expected an object, got {_kind(value)}"]
+    kept: dict[str, Any] = {}
+    for key, item in value.items():
+        sub = shape.fields.get(key, shape.values)
+        if sub is None or item is None:  # undeclared, or null (absent)
+            kept[key] = item
+            continue
+        fitted, found = conform(item, sub, f"{where}.{key}" if where else key)
+        problems += found
+        if not found or fitted is not None:
+            kept[key] = fitted
+    return kept, problems
+
+
+_RANK = integer(-1, (1 << 31) - 1)
+_NS = integer(0, (1 << 63) - 1)
+
+PROFILER_INFO = Obj(
+    {
+        "rank_id": _RANK,
+        "torch_npu_version": text,
+        "cann_version": text,
+        "config": Obj(
+            {
+                "experimental_config": Obj(
+                    {"_export_type": list_of(text, 16), "_profiler_level": text}
+                ),
+            }
+        ),
+        "end_info": Obj({"collectionTimeEnd": _NS}),
+    }
+)
+"""profiler_info_<rank>.json: the fields discovery reads."""
+
+PROFILER_METADATA = Obj(
+    {
+        "parallel_group_info": Obj(
+            values=Obj({"group_name": text, "group_rank": _RANK, "global_ranks": list_of(_RANK)})
+        )
+    }
+)
+"""profiler_metadata.json: free key-values (prof.add_metadata) plus the parallel groups."""
+
+
+def read_shaped(path: Path, shape: Obj) -> tuple[dict[str, Any], list[str]]:
+    """``path`` decoded and conformed to ``shape``: (the object, problems naming each dropped
+    field). Raises :class:`InputFileError` when nothing of it is usable."""
+    doc = load_json(path)
+    if not isinstance(doc, dict):
+        raise InputFileError(f"top level: expected an object, got {_kind(doc)}")
+    kept, problems = conform(doc, shape)
+    return kept, problems

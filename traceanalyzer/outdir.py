@@ -1,0 +1,166 @@
+"""The output directory: where it may be, who writes it, and what a failure to write it means.
+
+- ``--out`` is refused inside the input root or inside the real path of any rank directory (a
+  symlinked rank dir is resolved): traceanalyzer never writes into its input.
+- One run at a time writes an output directory: :func:`locked` holds an ``fcntl`` lock on
+  ``OUT/.lock`` for the run; a second run waits :data:`LOCK_WAIT_SECONDS`, then refuses.
+- A write that fails (disk full, read-only, permissions) is an :class:`OutputError`, which blames
+  the output, never the input; ``run`` exits with its own code for it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+LOCK_FILE = ".lock"
+LOCK_WAIT_SECONDS = 5.0
+# errno values that only writing can cause: reading an input never runs out of space.
+_WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG}
+_WRITE_TEXTS = tuple(os.strerror(e) for e in _WRITE_ERRNOS)
+
+# Output dirs this process has locked, with their lock's fd (None: not yet taken, or no locks).
+_held: dict[Path, int | None] = {}
+
+
+class OutputRefused(Exception):
+    """``--out`` cannot be used at all (inside the input, under a file, locked by another run,
+    not writable): a usage error, found before any work."""
+
+
+class OutputError(Exception):
+    """Writing the output failed during the run (disk full, permissions changed, ...)."""
+
+
+def _inside(path: Path, container: Path) -> bool:
+    return path == container or container in path.parents
+
+
+def check_out(out: Path, root: Path, rank_dirs: Iterable[Path] = ()) -> None:
+    """Refuse ``out`` inside the input ``root`` or the real path of any of ``rank_dirs``."""
+    target = out.resolve()
+    for protected in (root, *rank_dirs):
+        real = protected.resolve()
+        if _inside(target, real):
+            what = "the input" if protected == root else f"the rank directory {protected}"
+            raise OutputRefused(
+                f"--out {target} is inside {what} ({real}); traceanalyzer never writes into its input"
+            )
+    if out.exists() and not out.is_dir():
+        raise OutputRefused(f"--out {out} exists and is not a directory")
+
+
+def failure_text(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"{exc.strerror} ({exc.filename})" if exc.filename else exc.strerror
+    return f"{type(exc).__name__}: {exc}"
+
+
+def is_output_failure(exc: BaseException, out: Path) -> bool:
+    """Whether ``exc`` (or what caused it) is a failure to write ``out``: an errno only writing
+    causes, an OSError on a path inside ``out``, or a library's message saying so (DuckDB
+    reports a full disk as text)."""
+    resolved = out.resolve()
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, OSError):
+            if seen.errno in _WRITE_ERRNOS:
+                return True
+            if seen.filename and _inside(Path(os.path.abspath(seen.filename)), resolved):
+                return True
+        if any(text in str(seen) for text in _WRITE_TEXTS):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+@contextlib.contextmanager
+def writes(out: Path) -> Iterator[None]:
+    """Turn an OSError raised while writing ``out`` into an :class:`OutputError`."""
+    try:
+        yield
+    except OSError as exc:
+        raise OutputError(f"cannot write the output {out}: {failure_text(exc)}") from exc
+
+
+def prepare(out: Path) -> None:
+    """Create ``out`` (and its parents), or say why it cannot be an output directory."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputRefused(f"--out {out} cannot be created: {failure_text(exc)}") from exc
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise OutputRefused(f"--out {out} is not writable")
+
+
+@contextlib.contextmanager
+def held_for(out: Path) -> Iterator[None]:
+    """Within this block, the lock of ``out`` once taken (by :func:`locked`, e.g. by the ingest
+    after it has checked ``out``) is kept until the block ends: rules and reports run under the
+    same lock as the ingest, and ``out`` is not created before it was checked."""
+    key = out.resolve()
+    if key in _held:
+        yield
+        return
+    _held[key] = None
+    try:
+        yield
+    finally:
+        if (fd := _held.pop(key)) is not None:
+            os.close(fd)  # closing the descriptor releases the lock
+
+
+@contextlib.contextmanager
+def locked(out: Path, wait: float = LOCK_WAIT_SECONDS) -> Iterator[None]:
+    """Create ``out`` if need be and hold its lock for the block (or for the enclosing
+    :func:`held_for`); re-entrant in a process. Waits up to ``wait`` seconds for another run to
+    finish, then raises :class:`OutputRefused`."""
+    prepare(out)
+    key = out.resolve()
+    if _held.get(key) is not None:
+        yield
+        return
+    fd = _lock(out, key / LOCK_FILE, wait)
+    scoped = key in _held
+    _held[key] = fd
+    if scoped:  # the enclosing held_for releases it
+        yield
+        return
+    try:
+        yield
+    finally:
+        del _held[key]
+        if fd is not None:
+            os.close(fd)
+
+
+def _lock(out: Path, path: Path, wait: float) -> int | None:
+    try:
+        import fcntl
+    except ImportError:  # Windows: no advisory locks; one run at a time is then on the user
+        return None
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise OutputRefused(f"--out {out} is not writable: {failure_text(exc)}") from exc
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
+                os.close(fd)
+                raise OutputRefused(
+                    f"--out {out} is in use by another traceanalyzer run (pid {holder}); "
+                    "wait for it to finish, or choose another --out"
+                ) from None
+            time.sleep(0.1)
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, str(os.getpid()).encode(), 0)
+    return fd

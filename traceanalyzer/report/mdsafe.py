@@ -1,0 +1,57 @@
+"""Trace-derived text made inert for Markdown (report.md, SARIF ``message.markdown``).
+
+Names come from the trace, and a trace can hold anything: a name must never close the code span
+a rule put it in, start a heading or a list, make a link (``javascript:``) or an image (a remote
+fetch), or inject HTML. :func:`md_inline` keeps the code spans a text has (rules write names in
+backticks) and makes everything else literal:
+
+- line breaks become spaces (a name cannot start a block of its own);
+- outside code spans, ``\\ [ ] & < >`` are backslash-escaped (no link, image or reference
+  definition, no HTML, no autolink, no entity can form), so the file stays readable as plain
+  text: no ``&gt;`` in it;
+- a backtick run without its closing run is escaped (it cannot pair with a later one);
+- a leading block marker (``#``, ``-``, ``+``, ``*``, ``=``, ``|``, ``~``, ``1.``) is escaped.
+
+Inside a code span nothing is interpreted (CommonMark), so its text is kept as written.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+_LINE_BREAKS = re.compile(r"\r\n|[\r\n\v\f\x85\u2028\u2029]")
+_TICKS = re.compile(r"`+")
+_PLAIN = str.maketrans({c: "\\" + c for c in "\\[]&<>"})
+_BLOCK_START = re.compile(r"^(\s*(?:\d+(?=[.)]))?)([#+*=|~.)-])")
+
+
+def _plain(text: str) -> str:
+    return text.translate(_PLAIN)
+
+
+def md_inline(value: Any) -> str:
+    """``value`` as one line of inert Markdown, its code spans kept (see the module doc)."""
+    text = _LINE_BREAKS.sub(" ", str(value if value is not None else ""))
+    out: list[str] = []
+    position = 0
+    while (opening := _TICKS.search(text, position)) is not None:
+        fence = opening.group()
+        closing = next(
+            (m for m in _TICKS.finditer(text, opening.end()) if m.group() == fence), None
+        )
+        out.append(_plain(text[position : opening.start()]))
+        if closing is None:  # a lone run is literal text
+            out.append("\\`" * len(fence))
+            position = opening.end()
+        else:
+            out.append(text[opening.start() : closing.end()])
+            position = closing.end()
+    out.append(_plain(text[position:]))
+    line = "".join(out)
+    return _BLOCK_START.sub(lambda m: m.group(1) + "\\" + m.group(2), line, count=1)
+
+
+def md_lines(text: Any) -> list[str]:
+    """Each line of a multi-line text (a finding's message) through :func:`md_inline`."""
+    return [md_inline(line) for line in str(text or "").splitlines()]
