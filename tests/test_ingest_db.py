@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import shutil
 import sqlite3
-import time
 from pathlib import Path
 
 import polars as pl
@@ -358,21 +357,6 @@ def test_absent_tables_are_not_collected_and_extra_columns_ignored(
     assert any("COMPUTE_TASK_INFO" in n for n in outcome.not_collected)
     assert outcome.rows["kernels"] == 0 and outcome.rows["slices"] > 0
     assert outcome.db_schema_version is None
-
-
-def test_db_ingest_is_at_least_as_fast_as_its_text_twin(
-    real_g2: Path, real_g2_db: Path, tmp_path: Path
-) -> None:
-    """The CPU time of the two ingests (wall time on a shared machine measures its load)."""
-    seconds = {}
-    for name, root in (("db", real_g2_db), ("text", real_g2)):
-        runs = []
-        for i in range(3):
-            started = time.process_time()
-            ingest(root, tmp_path / f"{name}{i}")
-            runs.append(time.process_time() - started)
-        seconds[name] = min(runs)
-    assert seconds["db"] <= seconds["text"], seconds
 
 
 def test_flows_without_connection_cats_are_the_same_flows(
