@@ -726,13 +726,13 @@ def _finding(
             "transfer_ns": total_ns,
             "lost_ns": lost_ns,
             "share_lost": share,
-            # the stalled span time is lost to the rank's window: the overview places it there
-            "cost_ns": lost_ns,
-            "cost_share": window_share(lost_ns, analysed_window_ns(ctx).get(rank)),
             "worst_span_ns": worst["dur_ns"],
             "worst_span_fraction": worst["fraction"],
             "worst_span_start_ns": worst["start_ns"],
             "stalling_streams": len(stream_ids),
+            # the stalled span time is lost to the rank's window: the overview places it there
+            "cost_ns": lost_ns,
+            "cost_share": window_share(lost_ns, analysed_window_ns(ctx).get(rank)),
         },
         evidence=evidence,
         series={

@@ -107,6 +107,7 @@ def _overview(
     log: Callable[[str], None] | None,
 ) -> dict | None:
     """Where the time goes (traceanalyzer.overview), with each finding's cost in it."""
+    from traceanalyzer.engine.text import count
     from traceanalyzer.overview import finding_costs, overview_document, summarize_store
     from traceanalyzer.store import Store
 
@@ -121,6 +122,7 @@ def _overview(
         return {"schema_version": 1, "error": f"{type(exc).__name__}: {exc}"}
     if log:
         log(
-            f"overview of {len(document['ranks'])} rank(s) in {time.perf_counter() - started:.1f} s"
+            f"overview of {count(len(document['ranks']), 'rank')} "
+            f"in {time.perf_counter() - started:.1f} s"
         )
     return document

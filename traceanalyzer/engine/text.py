@@ -45,3 +45,8 @@ def join(items: Iterable[object], limit: int = 8) -> str:
     if len(values) <= limit:
         return ", ".join(values)
     return ", ".join(values[:limit]) + f", ... (+{len(values) - limit} more)"
+
+
+def count(n: int, noun: str, plural: str | None = None) -> str:
+    """``1 step``, ``4 steps``: a number with its noun, never ``step(s)``."""
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"

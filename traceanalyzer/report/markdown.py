@@ -25,7 +25,7 @@ def md_text(value: Any) -> str:
 
 
 def md_cell(value: Any) -> str:
-    return md_text(value).replace("|", "\\|")
+    return md_inline(value or "", line_start=False).replace("|", "\\|")
 
 
 def md_table(headers: list[str], rows: list[list[Any]]) -> list[str]:

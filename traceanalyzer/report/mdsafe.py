@@ -6,13 +6,14 @@ fetch), or inject HTML. :func:`md_inline` keeps the code spans a text has (rules
 backticks) and makes everything else literal:
 
 - line breaks become spaces (a name cannot start a block of its own);
-- outside code spans, ``\\ [ ] & < >`` are backslash-escaped (no link, image or reference
-  definition, no HTML, no autolink, no entity can form), so the file stays readable as plain
-  text: no ``&gt;`` in it;
+- outside code spans, ``\\ [ ]`` are backslash-escaped (no link, image or reference
+  definition can form), and so are a ``<`` that would open a tag or an autolink and an ``&``
+  that would form an entity; the file stays readable as plain text (no ``&gt;`` in it);
 - a backtick run without its closing run is escaped (it cannot pair with a later one);
-- a leading block marker (``#``, ``-``, ``+``, ``*``, ``=``, ``|``, ``~``, ``1.``) is escaped.
+- a leading block marker (``#``, ``-``, ``+``, ``*``, ``=``, ``|``, ``~``, ``>``, ``1.``) is escaped.
 
-Inside a code span nothing is interpreted (CommonMark), so its text is kept as written.
+Inside a code span nothing is interpreted (CommonMark), so its text is kept as written; a span
+holding what a less careful renderer could take for HTML is written as escaped text instead.
 """
 
 from __future__ import annotations
@@ -22,16 +23,23 @@ from typing import Any
 
 _LINE_BREAKS = re.compile(r"\r\n|[\r\n\v\f\x85\u2028\u2029]")
 _TICKS = re.compile(r"`+")
-_PLAIN = str.maketrans({c: "\\" + c for c in "\\[]&<>"})
-_BLOCK_START = re.compile(r"^(\s*(?:\d+(?=[.)]))?)([#+*=|~.)-])")
+# what would start a tag or an autolink, or an entity: escaped, the rest stays as written
+# (``p<1e-16``, ``670 µs -> 2.47 ms`` and ``CANN >= 9.1.0`` read as they should)
+_MARKUP = r"<(?=[A-Za-z/!?])|&(?=#?\w+;)"
+_PLAIN = re.compile(r"[\\\[\]]|" + _MARKUP)
+_HTML = re.compile(_MARKUP)
+_BLOCK_START = re.compile(r"^(\s*(?:\d+(?=[.)]))?)([#+*=|~.)>-])")
 
 
 def _plain(text: str) -> str:
-    return text.translate(_PLAIN)
+    return _PLAIN.sub(lambda m: "\\" + m.group(), text)
 
 
-def md_inline(value: Any) -> str:
-    """``value`` as one line of inert Markdown, its code spans kept (see the module doc)."""
+def md_inline(value: Any, *, line_start: bool = True) -> str:
+    """``value`` as one line of inert Markdown, its code spans kept (see the module doc).
+
+    ``line_start=False`` for text that never starts a line (a table cell): no block marker can
+    form there, so ``1.5 s`` and ``+2.5 s`` stay as written."""
     text = _LINE_BREAKS.sub(" ", str(value if value is not None else ""))
     out: list[str] = []
     position = 0
@@ -45,10 +53,15 @@ def md_inline(value: Any) -> str:
             out.append("\\`" * len(fence))
             position = opening.end()
         else:
-            out.append(text[opening.start() : closing.end()])
+            code = text[opening.end() : closing.start()]
+            # a code span shows markup characters as written; a span holding them is written
+            # as escaped text instead, so no renderer can take them for HTML
+            out.append(_plain(code) if _HTML.search(code) else fence + code + fence)
             position = closing.end()
     out.append(_plain(text[position:]))
     line = "".join(out)
+    if not line_start:
+        return line
     return _BLOCK_START.sub(lambda m: m.group(1) + "\\" + m.group(2), line, count=1)
 
 

@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from traceanalyzer.engine.findings import compress_ranks
+from traceanalyzer.engine.text import count
 from traceanalyzer.report import fmt
 
 # the compact columns: component groups of the breakdown (keys summed), in bar order
@@ -49,11 +50,14 @@ def source_line(overview: Mapping[str, Any]) -> str:
     if checked:
         tolerance, worst = fmt.percent(src.get("tolerance")), fmt.percent(src.get("max_deviation"))
         if src.get("agrees"):
-            text += f"; agrees with step_trace_time.csv within {tolerance} on all {checked} step(s)"
+            text += (
+                f"; agrees with step_trace_time.csv within {tolerance} on "
+                f"{'the' if checked == 1 else 'all'} {count(checked, 'step')}"
+            )
         else:
             text += (
                 f"; differs from step_trace_time.csv by more than {tolerance} on "
-                f"{src.get('differing_steps')} of {checked} step(s)"
+                f"{src.get('differing_steps')} of {count(checked, 'step')}"
             )
         text += f" (largest difference {worst} of Stage)"
     elif "events" in (src.get("breakdown") or []):
@@ -97,7 +101,8 @@ def overview_table(overview: Mapping[str, Any]) -> str:
     outliers = [c["rank"] for c in overview.get("cluster") or [] if c.get("outlier")]
     if outliers:
         ranks = compress_ranks(outliers)
-        lines.append(f"  outlier rank(s) by mean step time (robust z > 3.5): {ranks}")
+        what = count(len(outliers), "outlier rank").split(" ", 1)[1]
+        lines.append(f"  {what} by mean step time (robust z > 3.5): {ranks}")
     return "\n".join(lines)
 
 
@@ -202,7 +207,8 @@ def overview_markdown(
         return [*lines, ""]
     lines += [f"**{overview['headline']}**", ""] if overview.get("headline") else []  # our words
     lines += [
-        f"Mean per step over {overview['steps']} step(s) of {len(overview['ranks'])} rank(s); "
+        f"Mean per step over {count(overview['steps'], 'step')} of "
+        f"{count(len(overview['ranks']), 'rank')}; "
         f"{source_line(overview)}.",
         "",
     ]
