@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from traceanalyzer.engine.text import count
 from traceanalyzer.report import overview_text as text
 from traceanalyzer.report.htmlkit import details, esc, img_png, table
 from traceanalyzer.report.overview_plots import COLORS
@@ -86,7 +87,7 @@ def overview_section(doc: Mapping[str, Any], figures: Mapping[str, bytes]) -> st
             else ""
         )
         + f"<p>Mean step <b>{esc(text.fmt.duration(mean.get('step_ns')))}</b> over "
-        f"{overview['steps']} step(s) of {len(overview['ranks'])} rank(s). "
+        f"{count(overview['steps'], 'step')} of {count(len(overview['ranks']), 'rank')}. "
         f'<span class="small muted">{esc(text.source_line(overview))}.</span></p>'
     )
     parts = [head, '<section class="overview">', lead]
@@ -166,7 +167,7 @@ def _cluster(overview: Mapping[str, Any]) -> str:
             cell = f"<tr><td>{esc(row[0])}</td>"
             body = body.replace(cell, f'<tr class="outlier"><td>{esc(row[0])}</td>')
     note = (
-        f"{len(outliers)} outlier rank(s): robust z-score of the step time above 3.5 and 10% "
+        f"{count(len(outliers), 'outlier rank')}: robust z-score of the step time above 3.5 and 10% "
         "above the median (the rules' outlier statistics), shown whether or not a rule fired."
         if outliers
         else "No outlier rank (robust z-score of the step time, as the rules compute it)."
