@@ -91,3 +91,29 @@ def test_could_not_judge_is_its_own_status_everywhere(tmp_path: Path) -> None:
     assert "undecided  slow-rank" in result.output
     assert "## Could not judge" in (out / "report.md").read_text()
     assert "Could not judge" in (out / "report.html").read_text()
+
+
+def test_findings_on_damaged_input_say_so(tmp_path: Path) -> None:
+    """A rank whose trace was truncated: each of its findings carries the caveat in findings.json,
+    the terminal, report.md and report.html (its numbers stand on partial data)."""
+    import json
+    import shutil
+
+    sample = Path(__file__).resolve().parents[1] / "sample_traces" / "store_stall_2rank_rank1_sick"
+    root = tmp_path / "in"
+    shutil.copytree(sample, root)
+    rank1 = next(p for p in root.iterdir() if (p / "profiler_info_1.json").exists())
+    trace = rank1 / "ASCEND_PROFILER_OUTPUT" / "trace_view.json"
+    data = trace.read_bytes()
+    trace.write_bytes(data[: int(len(data) * 0.97)])
+    out = tmp_path / "o"
+    result = CliRunner().invoke(main, ["run", str(root), "--out", str(out)])
+    assert result.exit_code == 3, result.output  # partial: events were lost
+    doc = json.loads((out / "findings.json").read_text())
+    [stall] = [f for f in doc["findings"] if f["name"] == "store-transfer-stall"]
+    assert stall["ranks"] == [1]
+    assert stall["caveats"] and "rank 1's input was incomplete" in stall["caveats"][0]
+    assert "trace_view.json" in stall["caveats"][0]
+    assert "[on incomplete input" in result.output
+    assert "**Caveat:**" in (out / "report.md").read_text()
+    assert 'class="caveat"' in (out / "report.html").read_text()

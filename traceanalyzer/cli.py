@@ -272,7 +272,8 @@ def _findings_table(result, out: Path) -> str:  # noqa: ANN001 - engine RunResul
         if color:
             severity = click.style(severity, fg=_SEVERITY_STYLE.get(f.severity), bold=True)
         cost = cost_text(costs.get(f.fingerprint))
-        lines.append(f"{severity}  {f.name:<24} {f.ranks_label:<16} {f.title}")
+        caveat = "  [on incomplete input: see findings.json caveats]" if f.caveats else ""
+        lines.append(f"{severity}  {f.name:<24} {f.ranks_label:<16} {f.title}{caveat}")
         lines[-1] += f" [{cost}]" if cost else ""
     if not result.findings:
         lines.append("no findings")

@@ -63,6 +63,7 @@ def analyse(
     """
     from traceanalyzer.engine import write_findings_json
     from traceanalyzer.engine.config import load_run_rules
+    from traceanalyzer.engine.findings import add_input_caveats
     from traceanalyzer.engine.shards import evaluate_store
     from traceanalyzer.report.terminal import run_reports
 
@@ -92,10 +93,19 @@ def analyse(
             if log:
                 seconds = time.perf_counter() - started
                 log(f"evaluated {len(findings.rules)} rule(s) in {seconds:.1f} s")
+            add_input_caveats(findings.findings, _incomplete_inputs(result))
             findings.overview = _overview(out, executor, findings, top, force, log)
             write_findings_json(findings, out)
         reports = run_reports(out, findings, rules.rules, input_root=path)
     return Analysis(result, findings, reports)
+
+
+def _incomplete_inputs(result: IngestResult) -> dict[int, list[str]]:
+    """Per rank, the files of its sessions that lost data (truncated, rows dropped)."""
+    incomplete: dict[int, list[str]] = {}
+    for outcome in result.outcomes:
+        incomplete.setdefault(outcome.rank, []).extend(outcome.incomplete_files)
+    return {rank: files for rank, files in incomplete.items() if files}
 
 
 def _overview(

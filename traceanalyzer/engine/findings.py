@@ -90,6 +90,8 @@ class Finding:
     score: float = 0.0  # impact used to pick the representative rank and to sort
     occurrences: list[dict[str, Any]] = field(default_factory=list)
     total_ranks: int | None = None
+    # what the finding stands on that is incomplete: a truncated trace, dropped rows (per rank)
+    caveats: list[str] = field(default_factory=list)
 
     @property
     def fingerprint(self) -> str:
@@ -111,7 +113,10 @@ class Finding:
     def text(self) -> str:
         """The human rendering: headline, message, fix. Used for snapshots and the terminal."""
         parts = [f"{self.rule} {self.name} [{self.severity}] {self.ranks_label}", self.title, ""]
-        parts += [self.message, "", f"Fix: {self.fix}"]
+        parts += [self.message, ""]
+        parts += [f"Caveat: {caveat}" for caveat in self.caveats]
+        parts += [""] if self.caveats else []
+        parts += [f"Fix: {self.fix}"]
         return "\n".join(parts).rstrip() + "\n"
 
     def to_dict(self) -> dict[str, Any]:
@@ -132,7 +137,22 @@ class Finding:
             "evidence": [e.to_dict() for e in self.evidence],
             "series": {k: [_clean_value(v) for v in vs] for k, vs in self.series.items()},
             "occurrences": [_clean(o) for o in self.occurrences],
+            "caveats": list(self.caveats),
         }
+
+
+def add_input_caveats(findings: Iterable[Finding], incomplete: Mapping[int, Sequence[str]]) -> None:
+    """Say on every finding of a rank whose input was incomplete (``incomplete[rank]``: the
+    files and what was lost) that its numbers stand on partial data: a truncated trace changes
+    counts, shares and severities, and the reader must know it."""
+    for finding in findings:
+        for rank in finding.ranks:
+            for what in incomplete.get(rank, ()):
+                caveat = (
+                    f"rank {rank}'s input was incomplete ({what}); figures may be low or partial"
+                )
+                if caveat not in finding.caveats:
+                    finding.caveats.append(caveat)
 
 
 def compress_ranks(ranks: Sequence[int]) -> str:

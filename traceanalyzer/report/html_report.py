@@ -197,6 +197,10 @@ def _finding_section(
         chip(cost_text(cost)) if cost_text(cost) else "",
         f'<span class="mono small">fingerprint {esc(f.get("fingerprint"))}</span>',
         "</div>",
+        *(
+            f'<p class="caveat"><b>Caveat.</b> {inline(caveat)}</p>'
+            for caveat in f.get("caveats") or []
+        ),
         f'<div class="message">{paragraphs(f.get("message"))}</div>',
         _metrics(f.get("metrics") or {}, origin),
     ]

@@ -153,7 +153,9 @@ def _finding(
         "",
         md_text(f.get("title")) + (f" — {cost}" if cost else ""),
         "",
+        *(f"> **Caveat:** {md_text(caveat)}" for caveat in f.get("caveats") or []),
     ]
+    lines += [""] if f.get("caveats") else []
     metrics = list((f.get("metrics") or {}).items())[:KEY_METRICS]
     if metrics:
         lines += md_table(
