@@ -232,3 +232,25 @@ def test_the_recipe_hooks_spell_the_window_markers_like_the_vocabulary() -> None
     assert f'WINDOW_VALUE = "{STORE_TRANSFER_WINDOW}"' in store
     capture = (templates / "graph-capture-repeat/hooks/ta_capture_hooks.py").read_text()
     assert f'"{WINDOW_KEY}": "{CAPTURE_WINDOW}"' in capture
+
+
+def test_a_run_without_findings_does_not_import_pandas() -> None:
+    """pandas costs a quarter of a second and no part of a run needs it (an empty Arrow table
+    built with pyarrow's constructors imports it: the store makes empty frames with polars)."""
+    code = (
+        "import sys\n"
+        "from click.testing import CliRunner\n"
+        "from traceanalyzer.cli import main\n"
+        f"r = CliRunner().invoke(main, ['run', {str(SAMPLES / 'inference_baseline')!r}, "
+        "'--out', sys.argv[1], '-q', '--executor', 'local'])\n"
+        "assert r.exit_code == 0, r.output\n"
+        "print('pandas' in sys.modules)\n"
+    )
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as out:
+        proc = subprocess.run(
+            [sys.executable, "-c", code, out], capture_output=True, text=True, timeout=300
+        )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "False"

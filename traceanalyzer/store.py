@@ -293,7 +293,7 @@ def _known(table: str) -> Table:
 
 
 def _empty_frame(table: str) -> pl.DataFrame:
-    return pl.from_arrow(_known(table).arrow_schema.empty_table())  # type: ignore[return-value]
+    return pl.DataFrame(schema=_known(table).polars_schema)
 
 
 class Store:

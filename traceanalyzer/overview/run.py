@@ -40,7 +40,7 @@ def write_table(root: Path, table: str, rank: int, frame: pl.DataFrame) -> None:
     """Replace every partition of ``table`` for ``rank`` with ``frame`` (one per session)."""
     shutil.rmtree(root / TABLES_DIR / table / f"rank={rank}", ignore_errors=True)
     columns = [c for c in DERIVED_TABLES[table].columns if c.name not in ("rank", "session")]
-    schema = pl.from_arrow(DERIVED_TABLES[table].arrow_schema.empty_table()).schema  # type: ignore[union-attr]
+    schema = DERIVED_TABLES[table].polars_schema
     for (session,), part in frame.group_by("session", maintain_order=True):
         data = part.select(pl.col(c.name).cast(schema[c.name]) for c in columns)
         commit_partition(root, table, rank, str(session), data.write_parquet)
