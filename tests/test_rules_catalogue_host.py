@@ -52,15 +52,15 @@ def test_real_g2_export_is_silent_for_the_right_reasons(real_g2_store: Path) -> 
 @pytest.mark.parametrize(
     ("scenario", "knobs", "fires"),
     [
-        ("host-launch-bound", {}, {"host-launch-bound"}),
-        ("host-launch-bound", {"graph": True, "layers": 8}, set()),  # graph replays: the twin
-        ("sync-in-step", {}, {"sync-in-step"}),
-        ("sync-in-step", {"syncs": 0}, set()),  # only the per-step token fetch
-        ("alloc-churn", {}, {"alloc-churn"}),
-        ("alloc-churn", {"warmup_only": 2}, set()),  # the allocator filling its cache
-        ("online-compile", {}, {"online-compile"}),
-        ("online-compile", {"warmup_only": 2}, set()),  # warm-up compiles
-        ("online-compile", {"compile_us": 8.0}, set()),  # compile-cache hits
+        ("slow-host-decode", {}, {"host-launch-bound"}),
+        ("slow-host-decode", {"graph": True, "layers": 8}, set()),  # graph replays: the twin
+        ("item-sync-decode", {}, {"sync-in-step"}),
+        ("item-sync-decode", {"syncs": 0}, set()),  # only the per-step token fetch
+        ("empty-cache-decode", {}, {"alloc-churn"}),
+        ("empty-cache-decode", {"warmup_only": 2}, set()),  # the allocator filling its cache
+        ("dynamic-shape-decode", {}, {"online-compile"}),
+        ("dynamic-shape-decode", {"warmup_only": 2}, set()),  # warm-up compiles
+        ("dynamic-shape-decode", {"compile_us": 8.0}, set()),  # compile-cache hits
         ("inference-baseline", {}, set()),
     ],
 )

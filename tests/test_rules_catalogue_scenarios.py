@@ -16,9 +16,9 @@ from traceanalyzer.synth.generate import generate
 FIELD_RULES = ("capture-memcpy-growth", "store-transfer-stall")
 CASES = [
     # (id, scenario, ranks, generate kwargs, knobs, rule, ranks expected to fire or None, text)
-    ("aicpu", "aicpu-ops", 2, {}, {}, "aicpu-ops", [0, 1], "NonZero"),
-    ("aicpu-tiny", "aicpu-ops", 2, {}, {"aicpu_us": 2.0}, "aicpu-ops", None, ""),
-    ("aicpu-level0", "aicpu-ops", 1, {"level": 0}, {}, "aicpu-ops", [0], "NonZero"),
+    ("aicpu", "aicpu-fallback", 2, {}, {}, "aicpu-ops", [0, 1], "NonZero"),
+    ("aicpu-tiny", "aicpu-fallback", 2, {}, {"aicpu_us": 2.0}, "aicpu-ops", None, ""),
+    ("aicpu-level0", "aicpu-fallback", 1, {"level": 0}, {}, "aicpu-ops", [0], "NonZero"),
     ("throttle", "aicore-throttle", 2, {}, {}, "aicore-freq-throttle", [0, 1], "lowest 1300"),
     (
         "power-saving",
@@ -32,7 +32,7 @@ CASES = [
     ),
     (
         "straggler",
-        "collective-straggler",
+        "late-rank-decode",
         2,
         {},
         {},
@@ -42,7 +42,7 @@ CASES = [
     ),
     (
         "straggler-host-g3",
-        "collective-straggler",
+        "late-rank-decode",
         4,
         {"generation": "g3", "level": 2},
         {"late_rank": 2, "cause": "host"},
@@ -52,7 +52,7 @@ CASES = [
     ),
     (
         "balanced",
-        "collective-straggler",
+        "late-rank-decode",
         4,
         {},
         {"late_rank": -1, "wait_all_us": 300.0},
@@ -60,10 +60,10 @@ CASES = [
         None,
         "",
     ),
-    ("risky", "risky-settings", 2, {}, {}, "risky-settings", [0, 1], "ASCEND_LAUNCH_BLOCKING=1"),
+    ("risky", "debug-settings", 2, {}, {}, "risky-settings", [0, 1], "ASCEND_LAUNCH_BLOCKING=1"),
     (
         "settings-ok",
-        "risky-settings",
+        "debug-settings",
         2,
         {},
         {"launch_blocking": "0", "log_level": "3"},

@@ -61,8 +61,8 @@ SAMPLES: tuple[Sample, ...] = (
         ranks=2,
         knobs={"steps": 2, "layers": 1, "tp_comm": 1},
     ),
-    Sample("straggler_2rank", "collective-straggler", ranks=2, knobs={"steps": 2, "layers": 1}),
-    Sample("aicpu_ops", "aicpu-ops", knobs={"steps": 2, "layers": 1}),
+    Sample("straggler_2rank", "late-rank-decode", ranks=2, knobs={"steps": 2, "layers": 1}),
+    Sample("aicpu_ops", "aicpu-fallback", knobs={"steps": 2, "layers": 1}),
 )
 
 

@@ -84,15 +84,17 @@ SCENARIOS: dict[str, Scenario] = {
     "inference-baseline": Scenario(
         "inference-baseline", baseline.run, baseline.KNOBS, baseline.HELP
     ),
-    "aicpu-ops": Scenario("aicpu-ops", device.run_aicpu, device.AICPU_KNOBS, device.AICPU_HELP),
+    "aicpu-fallback": Scenario(
+        "aicpu-fallback", device.run_aicpu, device.AICPU_KNOBS, device.AICPU_HELP
+    ),
     "aicore-throttle": Scenario(
         "aicore-throttle", device.run_throttle, device.THROTTLE_KNOBS, device.THROTTLE_HELP
     ),
-    "collective-straggler": Scenario(
-        "collective-straggler", device.run_straggler, device.STRAGGLER_KNOBS, device.STRAGGLER_HELP
+    "late-rank-decode": Scenario(
+        "late-rank-decode", device.run_straggler, device.STRAGGLER_KNOBS, device.STRAGGLER_HELP
     ),
-    "risky-settings": Scenario(
-        "risky-settings", device.run_risky, device.RISKY_KNOBS, device.RISKY_HELP
+    "debug-settings": Scenario(
+        "debug-settings", device.run_risky, device.RISKY_KNOBS, device.RISKY_HELP
     ),
     **{
         name: Scenario(

@@ -31,13 +31,13 @@ HELP = (
     "warmup_only add host-side pathologies)"
 )
 SICK_KNOBS = {
-    "host-launch-bound": ({"host_us": 120.0}, "eager decode whose host takes 120 µs per op"),
-    "sync-in-step": (
+    "slow-host-decode": ({"host_us": 120.0}, "eager decode whose host takes 120 µs per op"),
+    "item-sync-decode": (
         {"syncs": 2, "kernel_scale": 4.0},
         "two .item() syncs inside every decode step of a device-bound decode",
     ),
-    "alloc-churn": ({"allocs": 2}, "aclrtMalloc/aclrtFree pairs in every decode step"),
-    "online-compile": ({"compiles": 2}, "ops compiled online in every decode step"),
+    "empty-cache-decode": ({"allocs": 2}, "aclrtMalloc/aclrtFree pairs in every decode step"),
+    "dynamic-shape-decode": ({"compiles": 2}, "ops compiled online in every decode step"),
 }
 
 
