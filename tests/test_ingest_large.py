@@ -18,7 +18,7 @@ import pytest
 
 from traceanalyzer.discover import discover
 from traceanalyzer.ingest import ingest_session
-from traceanalyzer.parse import json_array, trace_view
+from traceanalyzer.parse import json_array, trace_duckdb, trace_view
 from traceanalyzer.store import Store
 
 TRACE_TABLES = ("slices", "counters", "flows", "threads")
@@ -45,7 +45,7 @@ def duckdb_reader(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def chunked(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(trace_view, "_CHUNKED_MIN_BYTES", 0)
+    monkeypatch.setattr(trace_duckdb, "_CHUNKED_MIN_BYTES", 0)
 
 
 def test_chunks_hold_every_event_once(real_g2: Path, tmp_path: Path) -> None:
@@ -59,9 +59,9 @@ def test_chunked_and_whole_file_give_the_same_tables(
     real_g2: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     rank = real_g2 / "rank0_ascend_pt"
-    monkeypatch.setattr(trace_view, "_CHUNKED_MIN_BYTES", 1 << 62)
+    monkeypatch.setattr(trace_duckdb, "_CHUNKED_MIN_BYTES", 1 << 62)
     whole = _tables(rank, tmp_path / "whole")
-    monkeypatch.setattr(trace_view, "_CHUNKED_MIN_BYTES", 0)
+    monkeypatch.setattr(trace_duckdb, "_CHUNKED_MIN_BYTES", 0)
     chunked = _tables(rank, tmp_path / "chunked")
     for table in TRACE_TABLES:
         assert chunked[table].equals(whole[table]), table
@@ -110,9 +110,9 @@ def test_truncated_file_is_recovered_when_chunked(
 ) -> None:
     full = (real_g2 / "rank0_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "trace_view.json").read_bytes()
     rank = _rank_with_trace(tmp_path / "in", real_g2, full[: int(len(full) * 0.9)])
-    monkeypatch.setattr(trace_view, "_CHUNKED_MIN_BYTES", 1 << 62)
+    monkeypatch.setattr(trace_duckdb, "_CHUNKED_MIN_BYTES", 1 << 62)
     whole = _tables(rank, tmp_path / "whole")
-    monkeypatch.setattr(trace_view, "_CHUNKED_MIN_BYTES", 0)
+    monkeypatch.setattr(trace_duckdb, "_CHUNKED_MIN_BYTES", 0)
     session = discover(rank).sessions[0]
     (tmp_path / "out").mkdir()
     outcome = ingest_session(session, tmp_path / "out", threads=2)
@@ -146,15 +146,15 @@ def test_out_of_budget_parses_again_with_twice_the_budget(
     real_g2: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     budgets: list[int] = []
-    parse = trace_view._parse
+    read = trace_duckdb.read_events
 
-    def tight_first(path, sink, scratch, threads, budget_mb):  # noqa: ANN001, ANN202
+    def tight_first(path, scratch, threads, budget_mb, result):  # noqa: ANN001, ANN202
         budgets.append(budget_mb)
         if len(budgets) == 1:
             raise duckdb.OutOfMemoryException("Out of Memory Error: could not allocate block")
-        return parse(path, sink, scratch, threads, budget_mb)
+        return read(path, scratch, threads, budget_mb, result)
 
-    monkeypatch.setattr(trace_view, "_parse", tight_first)
+    monkeypatch.setattr(trace_duckdb, "read_events", tight_first)
     session = discover(real_g2 / "rank0_ascend_pt").sessions[0]
     (tmp_path / "out").mkdir()
     outcome = ingest_session(session, tmp_path / "out", threads=2)

@@ -31,7 +31,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -240,32 +239,6 @@ class _PartitionSink:
         commit_partition(self.out, table, self.rank, self.session, write)
         self.rows[table] = count
         return count
-
-    def duckdb(self, table: str, con: duckdb.DuckDBPyConnection, query: str) -> int:
-        count = 0
-
-        def write(path: Path) -> None:
-            nonlocal count
-            target = str(path).replace("'", "''")
-            count = con.execute(
-                f"COPY ({query}) TO '{target}' (FORMAT parquet, COMPRESSION zstd)"
-            ).fetchone()[0]
-
-        commit_partition(self.out, table, self.rank, self.session, write)
-        self.rows[table] = count
-        return count
-
-    def written(self, table: str) -> Path | None:
-        if table not in self.rows:
-            return None
-        return (
-            self.out
-            / "tables"
-            / table
-            / f"rank={self.rank}"
-            / f"session={self.session}"
-            / "part-0.parquet"
-        )
 
     def empty(self, table: str) -> None:
         self.arrow(table, pa.table({name: pa.nulls(0, typ) for name, typ in body_columns(table)}))

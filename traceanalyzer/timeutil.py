@@ -1,4 +1,5 @@
-"""Exact conversion of torch_npu microsecond strings to int64 nanoseconds.
+"""Every conversion of a time unit to int64 nanoseconds: one per language (polars, DuckDB SQL;
+the native scanner's C mirrors :func:`us_expr_to_ns`).
 
 torch_npu writes epoch timestamps as ``"1736408883704643.212"`` (µs, 3 decimals = ns precision).
 An epoch in ns (~1.7e18) needs 61 bits; float64 keeps 53, so a float round trip moves
@@ -13,38 +14,15 @@ import polars as pl
 _JUNK = "\t \"'\r\n"
 
 
-def us_to_ns(text: str | int | float | None) -> int | None:
-    """Convert one µs value to ns exactly. Digits past the ns are rounded half up.
+def us_expr_to_ns(expr: pl.Expr) -> pl.Expr:
+    """A µs text column as exact int64 ns: digits past the ns rounded half up; nulls, `N/A`
+    and text that is no number become null.
 
-    >>> us_to_ns("1736408883704643.212\\t")
+    >>> pl.select(us_expr_to_ns(pl.lit("1736408883704643.212\t"))).item()
     1736408883704643212
-    >>> us_to_ns("55.1610625")
+    >>> pl.select(us_expr_to_ns(pl.lit("55.1610625"))).item()
     55161
     """
-    if text is None:
-        return None
-    if isinstance(text, int):
-        return text * 1000
-    if isinstance(text, float):
-        return round(text * 1000)
-    s = text.strip(_JUNK)
-    if not s or s.upper() in ("N/A", "NA", "NAN", "NONE", "NULL", "-"):
-        return None
-    if "e" in s or "E" in s:
-        return round(float(s) * 1000)
-    negative = s.startswith("-")
-    if negative or s.startswith("+"):
-        s = s[1:]
-    whole, _, frac = s.partition(".")
-    if not (whole or frac) or not (whole or "0").isdigit() or (frac and not frac.isdigit()):
-        raise ValueError(f"not a number: {text!r}")
-    frac4 = (frac + "0000")[:4]
-    ns = int(whole or "0") * 1000 + (int(frac4) + 5) // 10
-    return -ns if negative else ns
-
-
-def us_expr_to_ns(expr: pl.Expr) -> pl.Expr:
-    """Vectorised :func:`us_to_ns` for a string column (nulls and `N/A` become null)."""
     s = expr.cast(pl.String).str.strip_chars(_JUNK)
     s = (
         pl.when(s.str.to_uppercase().is_in(["", "N/A", "NA", "NAN", "NONE", "NULL", "-"]))
@@ -82,3 +60,23 @@ def duckdb_us_to_ns(col: str) -> str:
         f"(CASE WHEN {col} LIKE '%_.___' THEN TRY_CAST(replace({col}, '.', '') AS BIGINT) "
         f"ELSE {general} END)"
     )
+
+
+# A duration written as a float µs (``dur`` in trace_view.json, Db and analysis.db columns in
+# µs) is exact to the ns through float64 below ~100 days; an epoch timestamp is not (it takes
+# the digit paths above).
+
+
+def float_us_to_ns(expr: pl.Expr) -> pl.Expr:
+    """A float µs duration column as int64 ns, rounded to the nearest ns."""
+    return (expr * 1000).round(0).cast(pl.Int64)
+
+
+def float_ms_to_ns(expr: pl.Expr) -> pl.Expr:
+    """A float ms duration column as int64 ns, rounded to the nearest ns."""
+    return (expr * 1_000_000).round(0).cast(pl.Int64)
+
+
+def duckdb_float_us_to_ns(expr: str) -> str:
+    """:func:`float_us_to_ns` as a DuckDB expression over the DOUBLE ``expr``."""
+    return f"CAST(round({expr} * 1000) AS BIGINT)"

@@ -523,7 +523,7 @@ static int dict_push(Column *c, Py_ssize_t row, const Span *v) {
 
 /* ------------------------------------------------------------------ numbers */
 
-/* µs text -> exact ns, as timeutil.us_to_ns: digits past the ns rounded half up; tabs, spaces
+/* µs text -> exact ns, as timeutil.us_expr_to_ns: digits past the ns rounded half up; tabs, spaces
  * and quotes around it ignored; exponents through a double. Returns 0 when not a number. */
 static int us_to_ns(const char *s, Py_ssize_t n, int64_t *out) {
     while (n > 0 && (*s == '\t' || *s == ' ' || *s == '"')) s++, n--;

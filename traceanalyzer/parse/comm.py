@@ -11,17 +11,36 @@ import json
 from pathlib import Path
 from typing import Any
 
+import polars as pl
+
 from traceanalyzer import json_shape
-from traceanalyzer.parse.sink import TableSink, table_from_rows
-from traceanalyzer.timeutil import us_to_ns
+from traceanalyzer.parse.sink import TableSink
+from traceanalyzer.timeutil import float_ms_to_ns, us_expr_to_ns
 
 _TOTAL = "Total Op Info"
 
 
-def _ms_to_ns(value: Any) -> int | None:
-    if value is None or value == "":
+def _text(value: Any) -> str | None:
+    """A JSON number or string as text, converted with the columns it belongs to (a float's
+    repr is its shortest exact digits: msprof wrote it as a float, so it is rounded already)."""
+    if value is None or isinstance(value, bool | dict | list):
         return None
-    return round(float(value) * 1_000_000)
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+def _table(rows: list[dict[str, Any]], us: dict[str, str], ms: dict[str, str]) -> pl.DataFrame:
+    """``rows`` as a frame, with the text columns named in ``us`` (µs) and ``ms`` (ms) as ns."""
+    if not rows:
+        return pl.DataFrame()  # the sink gives every column, empty
+    text = {column: pl.String for column in (*us.values(), *ms.values())}
+    frame = pl.DataFrame(rows, schema_overrides=text, infer_schema_length=None)
+    return frame.with_columns(
+        *(us_expr_to_ns(pl.col(source)).alias(column) for column, source in us.items()),
+        *(
+            float_ms_to_ns(pl.col(source).cast(pl.Float64, strict=False)).alias(column)
+            for column, source in ms.items()
+        ),
+    ).drop(*text)
 
 
 # Far above a real file (tens of MB for a long run), far below what would exhaust memory.
@@ -47,6 +66,15 @@ def _entries(doc: dict[str, Any]):  # noqa: ANN202 - generator of (step, kind, k
                     yield step, kind, key, body
 
 
+_OP_MS = {
+    "elapse_ns": "Elapse Time(ms)",
+    "transit_ns": "Transit Time(ms)",
+    "wait_ns": "Wait Time(ms)",
+    "synchronization_ns": "Synchronization Time(ms)",
+    "idle_ns": "Idle Time(ms)",
+}
+
+
 def parse_communication(path: Path, sink: TableSink) -> int:
     rows: list[dict[str, Any]] = []
     for step, kind, key, body in _entries(_load(path)):
@@ -59,13 +87,8 @@ def parse_communication(path: Path, sink: TableSink) -> int:
                 "kind": kind,
                 "op_name": op_name,
                 "group": group or None,
-                # Written as a JSON float by msprof: already rounded to float64 at the source.
-                "start_ns": us_to_ns(repr(start)) if isinstance(start, float) else us_to_ns(start),
-                "elapse_ns": _ms_to_ns(info.get("Elapse Time(ms)")),
-                "transit_ns": _ms_to_ns(info.get("Transit Time(ms)")),
-                "wait_ns": _ms_to_ns(info.get("Wait Time(ms)")),
-                "synchronization_ns": _ms_to_ns(info.get("Synchronization Time(ms)")),
-                "idle_ns": _ms_to_ns(info.get("Idle Time(ms)")),
+                "start_us": _text(start),
+                **{source: _text(info.get(source)) for source in _OP_MS.values()},
                 "wait_ratio": info.get("Wait Time Ratio"),
                 "synchronization_ratio": info.get("Synchronization Time Ratio"),
                 "bandwidth": json.dumps(body.get("Communication Bandwidth Info"), sort_keys=True)
@@ -73,7 +96,7 @@ def parse_communication(path: Path, sink: TableSink) -> int:
                 else None,
             }
         )
-    return sink.arrow("comm_ops", table_from_rows(rows))
+    return sink.arrow("comm_ops", _table(rows, {"start_ns": "start_us"}, _OP_MS).to_arrow())
 
 
 def parse_communication_matrix(path: Path, sink: TableSink) -> int:
@@ -94,9 +117,10 @@ def parse_communication_matrix(path: Path, sink: TableSink) -> int:
                     "dst_rank": int(dst) if dst.strip().isdigit() else None,
                     "transport_type": body.get("Transport Type"),
                     "transit_size_mb": body.get("Transit Size(MB)"),
-                    "transit_ns": _ms_to_ns(body.get("Transit Time(ms)")),
+                    "Transit Time(ms)": _text(body.get("Transit Time(ms)")),
                     "bandwidth_gbps": body.get("Bandwidth(GB/s)"),
                     "op_name": body.get("Op Name"),
                 }
             )
-    return sink.arrow("comm_links", table_from_rows(rows))
+    transit = {"transit_ns": "Transit Time(ms)"}
+    return sink.arrow("comm_links", _table(rows, {}, transit).to_arrow())

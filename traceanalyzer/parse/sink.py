@@ -1,6 +1,6 @@
 """Where parsers put their tables: a small interface so parsers never know about the store layout.
 
-A parser hands over either an Arrow table or a DuckDB query; the sink conforms it to the
+A parser hands over an Arrow table or a stream of them; the sink conforms it to the
 canonical schema (``traceanalyzer.schema``) and writes it. ``rank`` and ``session`` are not part of
 what parsers produce: they are the partition keys, added by the store.
 """
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Protocol
 
 import duckdb
@@ -19,14 +18,6 @@ import pyarrow as pa
 from traceanalyzer.schema import TABLES
 
 PARTITION_KEYS = ("rank", "session")
-
-_DUCKDB_TYPES = {
-    pa.int32(): "INTEGER",
-    pa.int64(): "BIGINT",
-    pa.float64(): "DOUBLE",
-    pa.string(): "VARCHAR",
-    pa.bool_(): "BOOLEAN",
-}
 
 
 def connect_duckdb(config: dict[str, object]) -> duckdb.DuckDBPyConnection:
@@ -51,33 +42,12 @@ class TableSink(Protocol):
     def arrow(self, table: str, data: pa.Table) -> int:
         """Store ``data`` (any subset of the canonical columns) as ``table``; return its row count."""
 
-    def duckdb(self, table: str, con: duckdb.DuckDBPyConnection, query: str) -> int:
-        """Store the result of ``query`` (selecting canonical columns) as ``table``; return its row count."""
-
     def batches(self, table: str, tables: Iterable[pa.Table]) -> int:
         """Store ``table`` from a stream of Arrow tables (constant memory); return its row count."""
-
-    def written(self, table: str) -> Path | None:
-        """The Parquet file holding ``table`` once stored (for cheap follow-up aggregates)."""
 
 
 def body_columns(table: str) -> list[tuple[str, pa.DataType]]:
     return [(c.name, c.type) for c in TABLES[table].columns if c.name not in PARTITION_KEYS]
-
-
-def duckdb_select_list(table: str, exprs: dict[str, str]) -> str:
-    """A SELECT list producing exactly the canonical body columns of ``table``, cast to their types.
-
-    Columns missing from ``exprs`` become typed NULLs, so a query can never drift from the schema.
-    """
-    unknown = set(exprs) - {name for name, _ in body_columns(table)}
-    if unknown:
-        raise KeyError(f"{table}: not in the schema: {sorted(unknown)}")
-    parts = []
-    for name, typ in body_columns(table):
-        expr = exprs.get(name, "NULL")
-        parts.append(f'CAST({expr} AS {_DUCKDB_TYPES[typ]}) AS "{name}"')
-    return ", ".join(parts)
 
 
 # A dictionary-encoded string column (process and thread names) stays dictionary-encoded: cast

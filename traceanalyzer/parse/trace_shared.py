@@ -1,7 +1,5 @@
-"""What both trace_view.json readers share: their result, the flattened args and the sentinels.
-
-The DuckDB reader (trace_view.py) and the native one (trace_native.py) write the same tables;
-the names here keep them reading the same keys.
+"""The vocabulary of trace_view.json that its readers share: the result, the flattened args,
+the sentinels, the process sort indexes and the cut of absurd names.
 """
 
 from __future__ import annotations
@@ -68,7 +66,7 @@ CURRENT_SORT_INDEX = {
 # Process and thread names (and process labels) longer than this are cut, with a note: a name is
 # repeated in every row of its process when the tables are built, so a 10 MB name would
 # multiply memory by the row count. The cut keeps a hash of the whole name, so two long names
-# that share their start stay two processes. Both readers cut the same way.
+# that share their start stay two processes.
 MAX_NAME = 4096
 _KEEP = MAX_NAME - 11  # room for "…[" + 8 hex digits + "]"
 
@@ -78,14 +76,6 @@ def cut_name(name: str) -> str:
         return name
     digest = hashlib.md5(name.encode("utf-8", "surrogatepass")).hexdigest()[:8]
     return f"{name[:_KEEP]}…[{digest}]"
-
-
-def cut_name_sql(expr: str) -> str:
-    """:func:`cut_name` as a DuckDB expression over the VARCHAR ``expr``."""
-    return (
-        f"CASE WHEN length({expr}) > {MAX_NAME} "
-        f"THEN left({expr}, {_KEEP}) || '…[' || left(md5({expr}), 8) || ']' ELSE {expr} END"
-    )
 
 
 def cut_names_note(count: int) -> str:
