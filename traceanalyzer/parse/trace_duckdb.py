@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import duckdb
 import polars as pl
+import pyarrow as pa
 
 from traceanalyzer.parse.json_array import (
     EVENT_BOUNDARY,
@@ -98,22 +100,93 @@ def _sql_str(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
-def _load(con: duckdb.DuckDBPyConnection, paths: list[Path], append: bool = False) -> None:
-    """The one JSON scan: every event into a temporary table that DuckDB may spill to disk.
-
-    Everything after reads this table, so the JSON text is parsed once. ``ts`` becomes exact ns
-    from its text; ``args`` keeps its JSON object text. Several paths (chunks of one array)
-    are read in parallel. ``append`` adds to the table instead of replacing it.
-    """
+def _scan(paths: list[Path]) -> str:
+    """The one JSON scan: ``ts`` becomes exact ns from its text; ``args`` keeps its JSON object
+    text. Several paths (chunks of one array) are read in parallel."""
     files = "[" + ", ".join(_sql_str(str(p)) for p in paths) + "]"
-    con.execute(
-        ("INSERT INTO raw " if append else "CREATE OR REPLACE TEMP TABLE raw AS ")
-        + f"SELECT ph, name, pid, tid, {duckdb_us_to_ns('ts')} AS ts_ns, dur, cat, id, "
-        + "CAST(args AS VARCHAR) AS args "
+    return (
+        "SELECT ph, name, TRY_CAST(pid AS BIGINT) AS pid, TRY_CAST(tid AS BIGINT) AS tid, cat, "
+        f"id, {duckdb_us_to_ns('ts')} AS ts, "
+        f"{duckdb_float_us_to_ns('coalesce(dur, 0)')} AS dur_ns, CAST(args AS VARCHAR) AS args "
         # The default maximum_object_size (16 MB per event) also bounds the reader's buffers;
         # raising it multiplies peak memory.
-        + f"FROM read_json({files}, format = 'array', columns = {_COLUMNS})"
+        f"FROM read_json({files}, format = 'array', columns = {_COLUMNS})"
     )
+
+
+@dataclass
+class _Decoded:
+    """The events as three frames (columns of :class:`TraceEvents`; counters keep their args)."""
+
+    slices: pl.DataFrame
+    counters: pl.DataFrame
+    others: pl.DataFrame
+
+
+_SLICE_PHASES = ("X", "i", "I")
+
+
+def _decode(con: duckdb.DuckDBPyConnection, query: str) -> _Decoded:
+    """The events ``query`` selects, split by kind a batch at a time as DuckDB hands them over,
+    so no copy of every event is held besides the frames."""
+    parts: dict[str, list[pl.DataFrame]] = {"slices": [], "counters": [], "others": []}
+    for batch in _batches(con, query):
+        events = pl.from_arrow(batch)
+        ph = pl.col("ph")
+        parts["slices"].append(
+            events.filter(ph.is_in(_SLICE_PHASES)).select(
+                "ph", "name", "pid", "tid", "cat", "ts", "dur_ns", "args"
+            )
+        )
+        parts["counters"].append(
+            events.filter(ph == "C").select("pid", "tid", "name", "ts", "args")
+        )
+        parts["others"].append(
+            events.filter(~ph.is_in((*_SLICE_PHASES, "C")) | ph.is_null()).select(
+                "ph",
+                "name",
+                "pid",
+                "tid",
+                "cat",
+                "id",
+                "ts",
+                pl.when(ph == "M").then(pl.col("args")).alias("args"),
+            )
+        )
+    return _Decoded(**{kind: pl.concat(frames) for kind, frames in parts.items()})
+
+
+def _load(con: duckdb.DuckDBPyConnection, paths: list[Path], append: bool = False) -> None:
+    """Every event into a temporary table ``raw`` that DuckDB may spill to disk: how a damaged
+    file is read, in pieces. ``append`` adds to the table instead of replacing it."""
+    con.execute(
+        ("INSERT INTO raw " if append else "CREATE OR REPLACE TEMP TABLE raw AS ") + _scan(paths)
+    )
+
+
+_BATCH_ROWS = 64 << 10  # rows per Arrow batch handed over by DuckDB
+
+
+def _batches(con: duckdb.DuckDBPyConnection, query: str) -> Iterator[pa.RecordBatch]:
+    """The result of ``query`` a batch at a time (at least one). An error met while streaming reaches Arrow's
+    reader as an OSError carrying DuckDB's message: it is raised again as the DuckDB error it
+    was, so a malformed file still goes to the salvage and a spent budget to a larger one."""
+    reader = con.sql(query).to_arrow_reader(_BATCH_ROWS)
+    empty = True
+    while True:
+        try:
+            yield reader.read_next_batch()
+            empty = False
+        except StopIteration:
+            if empty:  # one batch, of no rows: the columns and their types
+                columns = [pa.array([], type=column.type) for column in reader.schema]
+                yield pa.record_batch(columns, schema=reader.schema)
+            return
+        except OSError as exc:
+            message = str(exc)
+            if message.startswith("Out of Memory Error"):
+                raise duckdb.OutOfMemoryException(message) from exc
+            raise duckdb.InvalidInputException(message) from exc
 
 
 _TAIL_BYTES = 64 << 20  # where the cut is searched: a torn event is far smaller than this
@@ -278,15 +351,15 @@ _CHUNKS_PER_THREAD = 4  # uneven chunks (the trace mixes event kinds) still keep
 
 def _load_trace(
     con: duckdb.DuckDBPyConnection, path: Path, scratch: Path, threads: int, result: TraceResult
-) -> None:
-    """Fill ``raw``: from chunk copies read in parallel when that pays, else from the file itself,
-    and from the well-formed events of a damaged file as a last resort (with a warning)."""
+) -> _Decoded:
+    """Decode the events: from chunk copies read in parallel when that pays, else from the file
+    itself, and from the well-formed events of a damaged file as a last resort (with a warning;
+    a spillable table then, built a piece at a time)."""
     if threads > 1 and path.stat().st_size >= _CHUNKED_MIN_BYTES:
         chunks = split(path, scratch, threads * _CHUNKS_PER_THREAD)
         try:
             if chunks:
-                _load(con, chunks)
-                return
+                return _decode(con, _scan(chunks))
         except duckdb.OutOfMemoryException:
             raise
         except duckdb.Error:
@@ -295,20 +368,21 @@ def _load_trace(
             for chunk in chunks or ():
                 chunk.unlink(missing_ok=True)
     try:
-        _load(con, [path])
+        decoded = _decode(con, _scan([path]))
     except duckdb.OutOfMemoryException:
         raise
     except duckdb.Error as exc:
         salvage = _salvage(path, scratch, con, str(exc))
         result.incomplete = salvage.incomplete
         result.warnings += salvage.warnings
-        return
+        return _decode(con, "SELECT * FROM raw")
     if _blank(path):  # DuckDB reads an empty file as an empty array, without a word
         result.incomplete = f"empty: {path.stat().st_size} bytes, no events"
         result.warnings.append(
             f"{path}: empty file ({path.stat().st_size} bytes): no events; the export was "
             "probably interrupted before it wrote the trace"
         )
+    return decoded
 
 
 def _blank(path: Path) -> bool:
@@ -335,71 +409,54 @@ def read_events(
         }
     )
     try:
-        _load_trace(con, path, scratch, threads, result)
-        return _events(con)
+        decoded = _load_trace(con, path, scratch, threads, result)
+        return TraceEvents(
+            slices=decoded.slices,
+            flat=_flattened(con, decoded),
+            counters=decoded.counters.drop("args"),
+            samples=_samples(con, decoded.counters),
+            others=decoded.others,
+        )
     finally:
-        con.close()  # its buffers are freed before the derivation holds the tables
+        con.close()
 
 
-def _events(con: duckdb.DuckDBPyConnection) -> TraceEvents:
-    """The decoded events of ``raw`` in the one raw-events shape."""
+def _flattened(con: duckdb.DuckDBPyConnection, decoded: _Decoded) -> pl.DataFrame:
+    """The flattened args (ARG_COLUMNS) of the slices that have any, by row."""
     # Framework (Python) events carry none of the flattened keys, and most of the args bytes:
     # their args are not parsed again.
-    python = [
-        row[0]
-        for row in con.execute(
-            "SELECT DISTINCT TRY_CAST(pid AS BIGINT) FROM raw WHERE ph = 'M' "
-            "AND name = 'process_name' AND json_extract_string(args, '$.name') = 'Python'"
-        ).fetchall()
-        if row[0] is not None
-    ]
-    is_python = f"coalesce(pid IN ({', '.join(map(str, python))}), false)" if python else "false"
+    meta = decoded.others.filter(pl.col("ph") == "M", pl.col("name") == "process_name")
+    named = meta.select("pid", pl.col("args").str.json_path_match("$.name").alias("process"))
+    python = named.filter(pl.col("process") == "Python")["pid"].drop_nulls().unique()
+    args = (
+        decoded.slices.select("pid", "args")
+        .with_row_index("row")
+        .filter(~pl.col("pid").is_in(python.implode()) | pl.col("pid").is_null())
+        .select("row", "args")
+    )
+    con.register("slice_args", args.to_arrow())
     flattened = {column: _flat_sql(kind, keys) for column, kind, keys in ARG_COLUMNS}
-    decoded = (
-        "SELECT ph, name, TRY_CAST(pid AS BIGINT) AS pid, TRY_CAST(tid AS BIGINT) AS tid, cat, "
-        f"ts_ns AS ts, {duckdb_float_us_to_ns('coalesce(dur, 0)')} AS dur_ns, args "
-        "FROM raw WHERE ph IN ('X', 'i', 'I')"
-    )
-    primary = (
-        f"SELECT *, CASE WHEN NOT {is_python} THEN json_transform(args, '{_struct(_PRIMARY)}') "
-        f"END AS flat FROM ({decoded})"
-    )
+    primary = f"SELECT *, json_transform(args, '{_struct(_PRIMARY)}') AS flat FROM slice_args"
     secondary = (
-        f'SELECT *, CASE WHEN flat."Task Type" IS NULL AND NOT {is_python} '
+        'SELECT *, CASE WHEN flat."Task Type" IS NULL '
         f"THEN json_transform(args, '{_struct(_SECONDARY)}') END AS flat2 FROM ({primary})"
     )
     listed = ", ".join(f'{expr} AS "{column}"' for column, expr in flattened.items())
-    slices = _frame(
-        con, f"SELECT ph, name, pid, tid, cat, ts, dur_ns, args, {listed} FROM ({secondary})"
-    )
     columns = list(flattened)
-    flat = (
-        slices.select(columns)
-        .with_row_index("row")
-        .filter(pl.any_horizontal(pl.col(columns).is_not_null()))
-    )
-    con.execute(
-        """CREATE OR REPLACE TEMP TABLE counter_events AS
-        SELECT row_number() OVER () - 1 AS event, TRY_CAST(pid AS BIGINT) AS pid,
-               TRY_CAST(tid AS BIGINT) AS tid, name, ts_ns AS ts, args
-        FROM raw WHERE ph = 'C'"""
-    )
-    counters = _frame(con, "SELECT pid, tid, name, ts FROM counter_events ORDER BY event")
-    # One row per member of the args object: the key is the series, its value the sample.
-    samples = _frame(
+    flat = _frame(con, f"SELECT row, {listed} FROM ({secondary})")
+    return flat.filter(pl.any_horizontal(pl.col(columns).is_not_null())).sort("row")
+
+
+def _samples(con: duckdb.DuckDBPyConnection, counters: pl.DataFrame) -> pl.DataFrame:
+    """One row per member of a counter's args: the key is the series, its value the sample."""
+    con.register("counter_args", counters.select("args").with_row_index("event").to_arrow())
+    return _frame(
         con,
         """SELECT event, series.key AS series,
                   TRY_CAST(json_extract_string(series.value, '$') AS DOUBLE) AS value
-        FROM counter_events c, json_each(c.args) AS series ORDER BY event, series.id""",
+        FROM counter_args c, json_each(c.args) AS series ORDER BY event, series.id""",
     )
-    others = _frame(
-        con,
-        """SELECT ph, name, TRY_CAST(pid AS BIGINT) AS pid, TRY_CAST(tid AS BIGINT) AS tid, cat,
-                  id, ts_ns AS ts, CASE WHEN ph = 'M' THEN args END AS args
-        FROM raw WHERE ph NOT IN ('X', 'i', 'I', 'C')""",
-    )
-    return TraceEvents(slices.drop(columns), flat, counters, samples, others)
 
 
 def _frame(con: duckdb.DuckDBPyConnection, query: str) -> pl.DataFrame:
-    return pl.from_arrow(con.sql(query).to_arrow_table())
+    return pl.concat(pl.from_arrow(batch) for batch in _batches(con, query))
