@@ -691,7 +691,10 @@ def _flow_links(
         )
         .collect()
     )
-    linked = tasks.join(ends, on=["rank", "session", "_stream_thread", "start_ns"])
+    # One task starts at a given ns on a stream, so one flow end there is enough: a trace whose
+    # events repeat (merged or tiled copies) would otherwise join every copy to every copy.
+    at_task = ["rank", "session", "_stream_thread", "start_ns"]
+    linked = tasks.join(ends.unique(at_task, keep="first", maintain_order=True), on=at_task)
     launches = pl.concat([calls.select(*_THREAD), _as_launch(calls)], how="horizontal").rename(
         {"launch_start_ns": "start_ns", "launch_end_ns": "end_ns"}
     )
