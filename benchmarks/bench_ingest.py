@@ -34,6 +34,7 @@ COLUMNS = (
 )
 
 BASELINE = "imports only"
+ALL_FILES_FLOOR = "duckdb decode of every file (trace, CSVs, JSONs)"
 TEXT_CASE = "traceanalyzer ingest (full rank)"
 DB_CASE = "traceanalyzer ingest, Db twin (full rank)"
 CASES: dict[str, str] = {
@@ -47,6 +48,19 @@ CASES: dict[str, str] = {
     "duckdb materialise all columns": """
         import duckdb
         duckdb.connect().execute("CREATE TABLE t AS SELECT * FROM read_json('" + TRACE + "', format='array', columns=" + COLUMNS + ")")
+    """,
+    # The floor of a whole run: every file the run reads, decoded once by the fastest general
+    # reader (the trace as above, each CSV as text columns, each side JSON).
+    ALL_FILES_FLOOR: """
+        import duckdb, glob
+        con = duckdb.connect()
+        con.execute("CREATE TABLE t AS SELECT * FROM read_json('" + TRACE + "', format='array', columns=" + COLUMNS + ")")
+        output = os.path.dirname(TRACE)
+        for i, csv in enumerate(sorted(glob.glob(os.path.join(output, '*.csv')))):
+            con.execute(f"CREATE TABLE c{i} AS SELECT * FROM read_csv('{csv}', all_varchar = true)")
+        for side in sorted(glob.glob(os.path.join(output, '*.json'))):
+            if side != TRACE:
+                json.loads(open(side, 'rb').read())
     """,
     "msgspec typed decode": """
         import msgspec
