@@ -88,7 +88,7 @@ CASES: dict[str, str] = {
                                     for k in ('ph', 'name', 'pid', 'tid', 'ts', 'dur', 'cat', 'id')})
     """,
     TEXT_CASE: """
-        outcome = ingest_session(session, Path(tempfile.mkdtemp(prefix='bench-out-')), threads=os.cpu_count())
+        outcome = ingest_session(session, OUT, threads=os.cpu_count())
         assert outcome.status == 'ingested', outcome
         print('ROWS', json.dumps(outcome.rows))
         print('READER', outcome.trace_reader)
@@ -97,20 +97,20 @@ CASES: dict[str, str] = {
     # with a larger one (`run --parse-memory`): DuckDB trades time for memory.
     "traceanalyzer ingest, DuckDB reader": """
         os.environ['TRACEANALYZER_NATIVE'] = '0'
-        outcome = ingest_session(session, Path(tempfile.mkdtemp(prefix='bench-out-')), threads=os.cpu_count())
+        outcome = ingest_session(session, OUT, threads=os.cpu_count())
         assert outcome.status == 'ingested' and outcome.trace_reader == 'duckdb', outcome
     """,
     "traceanalyzer ingest, DuckDB reader, --parse-memory 1GB": """
         from traceanalyzer.parse.trace_view import ParseMemory
         os.environ['TRACEANALYZER_NATIVE'] = '0'
-        outcome = ingest_session(session, Path(tempfile.mkdtemp(prefix='bench-out-')), threads=os.cpu_count(),
+        outcome = ingest_session(session, OUT, threads=os.cpu_count(),
                                  memory=ParseMemory.parse('1GB'))
         assert outcome.status == 'ingested' and outcome.trace_reader == 'duckdb', outcome
     """,
     # The Db twin: the same workload exported as Db, its events repeated as often as the
     # trace's (build_db_input), read by parse/db.py. Its time is compared to the full-rank row.
     DB_CASE: """
-        outcome = ingest_session(session, Path(tempfile.mkdtemp(prefix='bench-out-')), threads=os.cpu_count())
+        outcome = ingest_session(session, OUT, threads=os.cpu_count())
         assert outcome.status == 'ingested' and outcome.trace_reader == 'db', outcome
         print('ROWS', json.dumps(outcome.rows))
         print('READER', outcome.trace_reader)
@@ -244,6 +244,9 @@ import duckdb, polars, pyarrow
 from traceanalyzer.discover import discover
 from traceanalyzer.ingest import ingest_session
 session = discover(RANK).sessions[0]
+import atexit, shutil
+OUT = Path(tempfile.mkdtemp(prefix='bench-out-'))  # a fresh store, removed after the clock
+atexit.register(shutil.rmtree, OUT, True)
 """
 
 

@@ -76,8 +76,7 @@ def parse_trace_view(
     """Parse one trace_view.json into the slices, counters, flows and threads tables.
 
     ``on_read`` is called when the parse's memory peak is behind it and the cores are no longer
-    all busy (the native reader, once its slices are written): the caller may start other work
-    then. A trace the DuckDB reader decodes never calls it.
+    all busy (once the slices are written): the caller may start other work then.
 
     The native scanner (trace_native.py) decodes a well-formed file when it is built.
     Otherwise, and for any file it does not read (a damaged one), DuckDB decodes it
@@ -109,4 +108,4 @@ def parse_trace_view(
         result.warnings.append(
             f"read by the slower DuckDB reader: the native scanner refused {refused}"
         )
-    return derive_tables(events, sink, result)
+    return derive_tables(events, sink, result, on_read)
