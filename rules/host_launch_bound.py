@@ -176,7 +176,7 @@ def host_launch_bound(ctx: RuleContext) -> Iterator[Finding]:
       task it launched; captured-graph tasks carry a model id.
     """
     p = ctx.params
-    judged = _judged_streams(ctx)
+    judged = ctx.once(_judged_streams)
     per_stream = judged.per_stream
     if per_stream.is_empty():
         raise NotEvaluated(NO_LINKS)
@@ -564,7 +564,7 @@ def _figure(fig: FigureContext) -> Any:
     ),
 )
 def _key_figures(ctx: RuleContext) -> pl.DataFrame:
-    per_stream = _judged_streams(ctx).per_stream
+    per_stream = ctx.once(_judged_streams).per_stream
     return (
         per_stream.sort("cost_ns", descending=True)
         .group_by("rank", maintain_order=True)

@@ -32,7 +32,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import polars as pl
 
@@ -45,6 +45,8 @@ from traceanalyzer.engine.presentation import (
     Presentation,
 )
 from traceanalyzer.schema import TABLES
+
+_T = TypeVar("_T")
 
 if TYPE_CHECKING:
     from traceanalyzer.store import Store
@@ -221,12 +223,20 @@ class RuleContext:
     params: Params
     ranks: frozenset[int] | None = None
     notes: list[Note] = field(default_factory=list)
+    _computed: dict[Callable[..., Any], Any] = field(default_factory=dict, repr=False)
 
     def table(self, name: str) -> pl.LazyFrame:
         frame = self.store.table(name)
         if self.ranks is not None:
             frame = frame.filter(pl.col("rank").is_in(sorted(self.ranks)))
         return frame
+
+    def once(self, compute: Callable[[RuleContext], _T]) -> _T:
+        """``compute(self)``, computed once per evaluation of the rule: its detection and its key
+        figures see the same context (parameters, ranks), so what both derive is shared."""
+        if compute not in self._computed:
+            self._computed[compute] = compute(self)
+        return self._computed[compute]
 
     def sessions(self) -> pl.DataFrame:
         """Sessions in scope, ordered by rank then start time."""

@@ -121,9 +121,10 @@ def evaluate_rule(
     (not where its data is missing: they would all be null).
     """
     values = {name: p.default for name, p in rule.params.items()} | dict(params or {})
-    outcome = _detect(rule, store, values, ranks)
+    # One context for detection and key figures: what both derive is computed once (ctx.once).
+    ctx = RuleContext(rule=rule, store=store, params=Params(values), ranks=ranks)
+    outcome = _detect(ctx)
     if rule.presentation.key_figures and outcome.status != "not_evaluated":
-        ctx = RuleContext(rule=rule, store=store, params=Params(values), ranks=ranks)
         try:
             outcome.key_figures = rule.presentation.key_figure_frame(ctx).to_dicts()
         except Exception as exc:  # a figure is a nicety: the findings stand without it
@@ -132,14 +133,12 @@ def evaluate_rule(
     return outcome
 
 
-def _detect(
-    rule: Rule, store: Store, values: dict[str, Any], ranks: frozenset[int] | None
-) -> RuleOutcome:
+def _detect(ctx: RuleContext) -> RuleOutcome:
+    rule, ranks = ctx.rule, ctx.ranks
     try:
-        gaps = precondition_gaps(rule, store, ranks)
+        gaps = precondition_gaps(rule, ctx.store, ranks)
         if gaps:
             return RuleOutcome(rule.id, ranks, "not_evaluated", reason="; ".join(gaps))
-        ctx = RuleContext(rule=rule, store=store, params=Params(values), ranks=ranks)
         findings = rule.run(ctx)
     except NotEvaluated as exc:
         return RuleOutcome(rule.id, ranks, "not_evaluated", reason=str(exc))
