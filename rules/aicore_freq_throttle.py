@@ -138,10 +138,10 @@ def aicore_freq_throttle(ctx: RuleContext) -> Iterator[Finding]:
       and the `freq_analysis` cluster recipe.
     - torch_npu export format: `AI Core Freq` counter events (`"args": {"MHz": 1800}`).
     """
-    samples = _samples(ctx)
+    samples = ctx.once(_samples)
     if samples.is_empty():
         raise NotEvaluated(NO_FREQ)
-    kernels = _kernels(ctx)
+    kernels = ctx.once(_kernels)
     window = analysed_window_ns(ctx)
     for (rank,), rank_samples in samples.group_by("rank", maintain_order=True):
         segments = held_segments(rank_samples, kernels.filter(pl.col("rank") == rank))
@@ -397,8 +397,8 @@ def _figure(fig: FigureContext) -> Any:
 def _key_figures(ctx: RuleContext) -> pl.DataFrame:
     """Per rank: busy-time-weighted MHz, lowest busy MHz and estimated time lost."""
     p = ctx.params
-    samples = _samples(ctx)
-    kernels = _kernels(ctx)
+    samples = ctx.once(_samples)
+    kernels = ctx.once(_kernels)
     rows = []
     for (rank,), rank_samples in samples.group_by("rank"):
         v = verdict(held_segments(rank_samples, kernels.filter(pl.col("rank") == rank)), p)

@@ -146,7 +146,7 @@ def aicpu_ops(ctx: RuleContext) -> Iterator[Finding]:
       dtype tables, the double → float suggestion) and its AI CPU operator replacement guide.
     - torch_npu export format: kernel_details.csv `Accelerator Core` values.
     """
-    tasks = _device_tasks(ctx)
+    tasks = ctx.once(_device_tasks)
     if tasks.is_empty():
         ctx.note("no device compute tasks")
         return
@@ -398,7 +398,7 @@ def _figure(fig: FigureContext) -> Any:
 def _key_figures(ctx: RuleContext) -> pl.DataFrame:
     """Per rank: AI CPU time and its share of device compute time (null without compute tasks)."""
     p = ctx.params
-    tasks = _device_tasks(ctx)
+    tasks = ctx.once(_device_tasks)
     return (
         tasks.group_by("rank")
         .agg(

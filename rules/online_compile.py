@@ -99,7 +99,7 @@ def online_compile(ctx: RuleContext) -> Iterator[Finding]:
       count; `set_compile_mode(jit_compile=False)`).
     """
     p = ctx.params
-    every = _compiles(ctx)
+    every = ctx.once(_compiles)
     long_enough = pl.col("dur_ns") >= p.min_compile_us * 1000
     hits = every.filter(~long_enough).group_by("rank").len()
     aside = {
@@ -178,5 +178,5 @@ def _figure(fig: FigureContext) -> Any:
     KeyFigure("compile_ns_per_step", "compile time per steady step", "lower", "ns"),
 )
 def _key_figures(ctx: RuleContext) -> pl.DataFrame:
-    calls = _compiles(ctx).filter(pl.col("dur_ns") >= ctx.params.min_compile_us * 1000)
+    calls = ctx.once(_compiles).filter(pl.col("dur_ns") >= ctx.params.min_compile_us * 1000)
     return steady_key_figures(ctx, calls, "compile_calls_per_step", "compile_ns_per_step")

@@ -205,7 +205,7 @@ def store_transfer_stall(ctx: RuleContext) -> Iterator[Finding]:
     )
     launches = _launches(ctx)
     copies = _copies(ctx, tasks, launches)
-    spans = _transfer_spans(ctx)
+    spans = ctx.once(_transfer_spans)
     if spans.is_empty():
         raise NotEvaluated(_no_spans_reason(ctx, copies, waits))
     threads = _transfer_threads(spans, copies)
@@ -857,7 +857,7 @@ def _figure(fig: FigureContext) -> Figure | None:
 def _key_figures(ctx: RuleContext) -> pl.DataFrame:
     """The transfer spans the rule judges (host spans, or marked session windows), per rank."""
     return (
-        _transfer_spans(ctx)
+        ctx.once(_transfer_spans)
         .group_by("rank")
         .agg(
             pl.len().alias("transfer_spans"),

@@ -121,7 +121,7 @@ def sync_in_step(ctx: RuleContext) -> Iterator[Finding]:
     - msprof-analyze advisor: SynchronizeStream checker (schedule group).
     """
     p = ctx.params
-    steps = step_windows(ctx)
+    steps = ctx.once(step_windows)
     if steps.is_empty():
         raise NotEvaluated(NO_STEPS)
     steady = steps.filter(pl.col("steady"))
@@ -129,7 +129,7 @@ def sync_in_step(ctx: RuleContext) -> Iterator[Finding]:
         raise NotEvaluated(
             f"only warm-up steps profiled (numbered <= warmup_steps={p.warmup_steps}, or capturing)"
         )
-    stalls = _stalls(ctx, steps)
+    stalls = ctx.once(_step_stalls)
     for rank, rank_steps in steady.group_by("rank", maintain_order=True):
         rank = int(rank[0])
         mine = stalls.filter((pl.col("rank") == rank) & pl.col("steady"))
@@ -149,6 +149,11 @@ def sync_in_step(ctx: RuleContext) -> Iterator[Finding]:
             )
             continue
         yield _finding(ctx, rank, rank_steps, extra, step_ns, cost)
+
+
+def _step_stalls(ctx: RuleContext) -> pl.DataFrame:
+    """The stalls of every profiled step (detection and key figures share them)."""
+    return _stalls(ctx, ctx.once(step_windows))
 
 
 def _stalls(ctx: RuleContext, steps: pl.DataFrame) -> pl.DataFrame:
@@ -360,11 +365,10 @@ def _figure(fig: FigureContext) -> Any:
     KeyFigure("sync_idle_ns_per_step", "device idle after extra syncs per step", "lower", "ns"),
 )
 def _key_figures(ctx: RuleContext) -> pl.DataFrame:
-    steps = step_windows(ctx)
-    steady = steps.filter(pl.col("steady"))
+    steady = ctx.once(step_windows).filter(pl.col("steady"))
     if steady.is_empty():
         return pl.DataFrame({"rank": []})
-    extra = _stalls(ctx, steps).filter(pl.col("steady") & pl.col("extra"))
+    extra = ctx.once(_step_stalls).filter(pl.col("steady") & pl.col("extra"))
     counts = steady.group_by("rank").agg(pl.len().alias("steps"))
     return counts.join(
         extra.group_by("rank").agg(pl.len().alias("n"), pl.col("cost_ns").sum()),
