@@ -44,6 +44,7 @@ from traceanalyzer.parse.trace_shared import (
     TraceResult,
 )
 from traceanalyzer.timeutil import duckdb_float_us_to_ns, duckdb_us_to_ns
+from traceanalyzer.vocabulary import PYTHON_PROCESS
 
 _SQL_SENTINELS = "(" + ", ".join(str(v) for v in SENTINELS) + ")"
 _COLUMNS = (
@@ -427,7 +428,7 @@ def _flattened(con: duckdb.DuckDBPyConnection, decoded: _Decoded) -> pl.DataFram
     # their args are not parsed again.
     meta = decoded.others.filter(pl.col("ph") == "M", pl.col("name") == "process_name")
     named = meta.select("pid", pl.col("args").str.json_path_match("$.name").alias("process"))
-    python = named.filter(pl.col("process") == "Python")["pid"].drop_nulls().unique()
+    python = named.filter(pl.col("process") == PYTHON_PROCESS)["pid"].drop_nulls().unique()
     args = (
         decoded.slices.select("pid", "args")
         .with_row_index("row")

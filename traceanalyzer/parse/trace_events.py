@@ -28,6 +28,7 @@ from traceanalyzer.parse.trace_shared import (
     cut_name,
     cut_names_note,
 )
+from traceanalyzer.vocabulary import CANN_PROCESS, HARDWARE_PROCESS, PYTHON_PROCESS
 
 # Rows per Parquet row group, gathered from the sorted order: what is held at a time besides
 # the decoded columns. Slices carry their args (16k rows peaked 30 MB lower than 32k, at the
@@ -194,7 +195,7 @@ def _process() -> pl.Expr:
 
 
 def _default_thread() -> pl.Expr:
-    prefix = pl.when(pl.col("process") == "Ascend Hardware").then(pl.lit("Stream "))
+    prefix = pl.when(pl.col("process") == HARDWARE_PROCESS).then(pl.lit("Stream "))
     return prefix.otherwise(pl.lit("Thread ")) + pl.col("tid").cast(pl.String)
 
 
@@ -202,10 +203,10 @@ def _finish_slices(part: pl.DataFrame) -> pl.DataFrame:
     """The slices columns that need the names: flattened args kept off Python events, the
     hardware stream, the CANN layer and API name, the time span."""
     # Framework (Python) events carry none of the flattened keys (a reader may skip them).
-    device = pl.col("process") != "Python"
+    device = pl.col("process") != PYTHON_PROCESS
     flattened = [pl.when(device).then(pl.col(column)).alias(column) for column, _, _ in ARG_COLUMNS]
-    hardware_stream = pl.when(pl.col("process") == "Ascend Hardware").then(pl.col("tid"))
-    is_cann = (pl.col("process") == "CANN") & pl.col("name").str.contains(r"^[A-Za-z]+@")
+    hardware_stream = pl.when(pl.col("process") == HARDWARE_PROCESS).then(pl.col("tid"))
+    is_cann = (pl.col("process") == CANN_PROCESS) & pl.col("name").str.contains(r"^[A-Za-z]+@")
     layer_and_name = pl.col("name").str.splitn("@", 2)
     return part.with_columns(*flattened).with_columns(
         pl.coalesce("stream_id", hardware_stream).alias("stream_id"),
@@ -231,7 +232,7 @@ class _Span:
             self.start_ns = low if self.start_ns is None else min(self.start_ns, low)
         if high is not None:
             self.end_ns = high if self.end_ns is None else max(self.end_ns, high)
-        hardware = part.filter(pl.col("process") == "Ascend Hardware")["args"]
+        hardware = part.filter(pl.col("process") == HARDWARE_PROCESS)["args"]
         self.g1 = self.g1 or bool(hardware.str.contains('"Stream Id"', literal=True).any())
 
 
