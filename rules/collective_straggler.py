@@ -169,9 +169,9 @@ def collective_straggler(ctx: RuleContext) -> Iterator[Finding]:
     p = ctx.params
     sources = []  # the trace's own tasks first: on a tie their events are the evidence
     if p.wait_source in ("auto", "tasks"):
-        sources.append(("Notify Wait tasks", _from_tasks(ctx)))
+        sources.append(("Notify Wait tasks", ctx.once(_from_tasks)))
     if p.wait_source in ("auto", "communication"):
-        sources.append(("communication.json", _from_communication(ctx)))
+        sources.append(("communication.json", ctx.once(_from_communication)))
     if len(sources) == 2:  # name the trace's groups (`Group 0 Communication`) by their hash
         sources[0] = (sources[0][0], _same_groups(sources[0][1], sources[1][1]))
     usable = [(name, ops) for name, ops in sources if _comparable(ops)]
@@ -921,8 +921,8 @@ def _key_figures(ctx: RuleContext) -> pl.DataFrame:
         "late_instances": pl.UInt32,
     }
     for ops in (
-        _from_tasks(ctx) if p.wait_source != "communication" else None,
-        _from_communication(ctx),
+        ctx.once(_from_tasks) if p.wait_source != "communication" else None,
+        ctx.once(_from_communication),
     ):
         if ops is None or not _comparable(ops):
             continue

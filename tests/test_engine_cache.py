@@ -168,3 +168,32 @@ def test_a_run_loads_its_rules_once(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     )
     run(tmp_path / "out", "--force")
     assert loads == [loader.builtin_rules_dir()]
+
+
+def test_rules_over_every_rank_are_cached_too(
+    warm: tuple[Path, dict], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from traceanalyzer.engine import shards
+
+    out, first = warm
+    cache = out / ".cache" / "rules" / "global.json"
+    entries = json.loads(cache.read_text())["rules"]
+    assert {"TA003", "TA010"} <= set(entries)  # slow-rank, collective-straggler
+    evaluated: list[str] = []
+    real = shards.evaluate_rule
+
+    def counting(rule, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        evaluated.append(rule.id)
+        return real(rule, *args, **kwargs)
+
+    monkeypatch.setattr(shards, "evaluate_rule", counting)
+    assert run(out)["findings"] == first["findings"]
+    assert evaluated == []  # a warm re-run evaluates no rule, global ones included
+    cache.write_text("{not json")
+    again = run(out)
+    assert again["findings"] == first["findings"]
+    assert sorted(evaluated) == sorted(entries)
+    (status,) = [r for r in again["rules"] if r["rule"] == "TA003"]
+    assert "all ranks: cached outcome in .cache/rules/global.json ignored, corrupt" in " | ".join(
+        n["text"] for n in status["notes"]
+    )

@@ -1,10 +1,11 @@
-"""The per-rank rule outcome cache: ``OUT/.cache/rules/rank=R.json``.
+"""The rule outcome cache: ``OUT/.cache/rules/rank=R.json``, and ``global.json`` for the rules
+that read every rank at once.
 
 One file per rank (a shared filesystem prefers few files), holding one entry per rule: the
-rule's outcome on that rank shard, as plain JSON (never pickle: the output directory may sit on
+rule's outcome on that rank shard (or on all ranks), as plain JSON (never pickle: the output directory may sit on
 a shared filesystem, and unpickling a planted file runs its code). An entry's key is a hash of
 what the outcome depends on -- the rule's code digest, its effective parameters and the rank's
-input fingerprints -- so a warm re-run evaluates only the rules and ranks whose code,
+input fingerprints (every rank's, for a global rule) -- so a warm re-run evaluates only the rules and ranks whose code,
 parameters or inputs changed. A file or an entry that does not parse or is not of this format
 is ignored with a note on the rule, and the rule is evaluated again.
 """
@@ -71,7 +72,7 @@ def _plain(value: Any) -> Any:
 class RankEntries:
     """The cached entries of one rank as read (rule id -> raw entry), and why a file was not."""
 
-    rank: int
+    rank: int | None  # None: the global rules' file
     entries: dict[str, Any] = field(default_factory=dict)
     problem: str | None = None  # the whole file was ignored: unreadable, corrupt, not ours
 
@@ -82,10 +83,10 @@ class OutcomeCache:
     def __init__(self, root: Path):
         self.root = Path(root)
 
-    def path(self, rank: int) -> Path:
-        return self.root / CACHE_DIR / f"rank={rank}.json"
+    def path(self, rank: int | None) -> Path:
+        return self.root / CACHE_DIR / ("global.json" if rank is None else f"rank={rank}.json")
 
-    def load(self, rank: int) -> RankEntries:
+    def load(self, rank: int | None) -> RankEntries:
         path = self.path(rank)
         try:
             # a FIFO or a device planted in the output directory must not block or flood the run
@@ -120,7 +121,8 @@ class OutcomeCache:
             outcome = outcome_from_json(entry["outcome"])
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             return self._ignored(cached.rank, rule_id, f"corrupt ({type(exc).__name__}: {exc})")
-        if outcome.rule != rule_id or outcome.ranks != frozenset({cached.rank}):
+        scope = None if cached.rank is None else frozenset({cached.rank})
+        if outcome.rule != rule_id or outcome.ranks != scope:
             return self._ignored(cached.rank, rule_id, "written for another rule or rank")
         return outcome
 
@@ -136,7 +138,8 @@ class OutcomeCache:
         doc = {"format": FORMAT, "rules": entries}
         write_atomic_text(self.path(cached.rank), json.dumps(doc, default=_plain))
 
-    def _ignored(self, rank: int, rule_id: str, why: str) -> Note:
+    def _ignored(self, rank: int | None, rule_id: str, why: str) -> Note:
         where = self.path(rank).relative_to(self.root)
-        text = f"rank {rank}: cached outcome in {where} ignored, {why}; evaluated again"
+        scope = "all ranks" if rank is None else f"rank {rank}"
+        text = f"{scope}: cached outcome in {where} ignored, {why}; evaluated again"
         return Note(rule=rule_id, rank=rank, text=text)

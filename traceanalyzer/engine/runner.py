@@ -57,6 +57,8 @@ KEY_FIGURES_FAILED = "key figures failed"  # the note that says so (rules test f
 # Evaluates rank-scoped rules on every rank shard somewhere else (a process pool, Ray) and
 # returns their outcomes: (rules, resolved params by rule id, ranks) -> outcomes.
 RankMap = Callable[[Sequence[Rule], Mapping[str, Mapping[str, Any]], Sequence[int]], Iterable[Any]]
+# (rule, store, params) -> the rule's outcome on every rank at once
+GlobalRun = Callable[[Rule, Store, Mapping[str, Any]], "RuleOutcome"]
 ShardStatus = Literal["evaluated", "not_evaluated", "error"]
 RuleStatusName = Literal["fired", "clean", "inconclusive", "not_evaluated", "error", "disabled"]
 
@@ -418,6 +420,7 @@ def evaluate(
     shard_by_rank: bool = False,
     builtin: bool = True,
     rank_map: RankMap | None = None,
+    run_global: GlobalRun | None = None,
 ) -> RunResult:
     """Evaluate rules on ``store`` and return the grouped result.
 
@@ -435,6 +438,8 @@ def evaluate(
     - ``rank_map``: hand the ``scope="rank"`` rules to this function, which evaluates them on
       every rank shard (e.g. in worker processes, see :mod:`traceanalyzer.engine.shards`) and returns
       the :class:`RuleOutcome` objects; global rules still run here, in the driver.
+    - ``run_global``: evaluate each rule that reads every rank at once through this function
+      (e.g. one that looks its outcome up in a cache first) instead of :func:`evaluate_rule`.
 
     Raises :class:`~traceanalyzer.engine.config.ConfigError` for unknown rules/parameters and bad
     values, before any rule runs.
@@ -462,6 +467,8 @@ def evaluate(
         params = resolved.params[rule.id]
         if shard_by_rank and rule.scope == "rank" and ranks:
             outcomes += [evaluate_rule(rule, store, params, frozenset({r})) for r in ranks]
+        elif run_global is not None and rule.scope != "rank":
+            outcomes.append(run_global(rule, store, params))
         else:
             outcomes.append(evaluate_rule(rule, store, params))
     return reduce_outcomes(

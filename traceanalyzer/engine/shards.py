@@ -151,6 +151,34 @@ def rank_map_for(
     return rank_map
 
 
+def global_run_for(
+    store_root: Path, loaded: LoadedRules, cache: bool = True
+) -> Callable[[Rule, Store, Mapping[str, Any]], RuleOutcome]:
+    """A ``run_global`` for :func:`~traceanalyzer.engine.runner.evaluate`: a rule that reads every
+    rank at once is looked up in the outcome cache first, keyed by its code digest, its
+    parameters and every rank's inputs, so a warm re-run does not evaluate it again."""
+    by_id = dict(_digests(loaded))
+    outcome_cache = OutcomeCache(store_root)
+
+    def run_global(rule: Rule, store: Store, params: Mapping[str, Any]) -> RuleOutcome:
+        inputs = _rank_inputs(store_root) if cache else {}
+        if not inputs or not all(inputs.values()):
+            return evaluate_rule(rule, store, params)  # a rank not ingested through the manifest
+        every_rank = {str(rank): inputs[rank] for rank in sorted(inputs)}
+        key = outcome_key(by_id[rule.id], dict(params), every_rank)
+        cached = outcome_cache.load(None)
+        hit = outcome_cache.lookup(cached, rule.id, key)
+        if isinstance(hit, RuleOutcome):
+            return hit
+        outcome = evaluate_rule(rule, store, params)
+        if hit is not None:
+            outcome.notes.insert(0, hit)
+        outcome_cache.save(cached, {rule.id: (key, outcome)})
+        return outcome
+
+    return run_global
+
+
 def evaluate_store(
     out: str | os.PathLike[str],
     executor: Executor,
@@ -169,5 +197,6 @@ def evaluate_store(
         Store.open(root),
         rules=loaded,
         rank_map=rank_map_for(executor, root, loaded, cache=cache),
+        run_global=global_run_for(root, loaded, cache=cache),
         **kwargs,
     )
