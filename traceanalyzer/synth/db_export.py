@@ -455,21 +455,22 @@ class DbExport:
         task: int,
         *,
         name: str,
-        op_type: str,
-        core: str,
+        op_type: str | None,
+        core: str | None,
         block_dim: int,
-        mix_block_dim: int,
-        shapes: Sequence[str],
+        mix_block_dim: int | None,
+        shapes: Sequence[str] | None,
         wait_ns: int,
         op_state: str | None = None,
         hf32_eligible: str | None = None,
         pmu: Iterable[tuple[str, object]] = (),
     ) -> None:
         """The COMPUTE_TASK_INFO of a kernel task; ``shapes`` as kernel_details.csv lists them
-        (input shapes, types, formats, output shapes, types, formats); ``pmu`` its metrics
+        (input shapes, types, formats, output shapes, types, formats; None at Level0, which
+        records no op info); ``pmu`` its metrics
         (kernel_details.csv column, value; `N/A` values are not recorded)."""
         s = self.msprof
-        ins, in_types, in_formats, outs, out_types, out_formats = shapes
+        ins, in_types, in_formats, outs, out_types, out_formats = shapes or [None] * 6
         values = [
             s(name),
             task,

@@ -46,6 +46,7 @@ from traceanalyzer.synth.tables import (
     write_step_trace,
 )
 from traceanalyzer.synth.trace_view import TraceView
+from traceanalyzer.vocabulary import CORE_TASK_TYPE
 
 INVALID_MODEL = 4294967295
 # The Text export's notify id of a copy step (uint64 max); SQLite's INTEGER holds int64, where
@@ -396,7 +397,8 @@ class RankWriter:
         conn = self.next_conn() if conn is None else conn
         task_id = self.next_task_id(stream)
         subtask = 0 if core.startswith("MIX") else 4294967295
-        self.tv.hw_task(stream, name, core, start, dur, task_id, conn, model_id, subtask)
+        task_type = CORE_TASK_TYPE.get(core, core)
+        self.tv.hw_task(stream, name, task_type, start, dur, task_id, conn, model_id, subtask)
         db_task = None
         if self.db:
             db_task = self.db.task(
@@ -429,7 +431,7 @@ class RankWriter:
                 f'"{out_shapes}"',
                 out_types,
                 formats,
-                "N/A",
+                subtask if subtask != 4294967295 else "N/A",  # Context ID: FFTS+ (MIX) only
             ]
             row += kernel_row_tail(self.gen, core, dur)
         self._chunk_kernels.append((start, stream, row, db_task))
@@ -671,14 +673,13 @@ class RankWriter:
     def _db_compute_info(self, task: int, row: list[object], wait_ns: int) -> None:
         """COMPUTE_TASK_INFO from the kernel's kernel_details.csv row (one truth for both)."""
         assert self.db is not None
-        if self.level == 0:  # [name, type, core, start, dur, wait, block dim]
-            name, op_type, core, block = row[0], row[1], row[2], row[6]
+        if self.level == 0:  # [name, N/A, N/A, start, dur, wait, block dim]: no op info
             self.db.compute_info(
                 task,
-                name=str(name),
-                op_type=str(op_type),
-                core=str(core),
-                block_dim=int(block),  # type: ignore[call-overload]
+                name=str(row[0]),
+                op_type=None,
+                core=None,
+                block_dim=int(row[6]),  # type: ignore[call-overload]
                 mix_block_dim=None,
                 shapes=None,
                 wait_ns=wait_ns,
