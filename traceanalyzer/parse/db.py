@@ -116,6 +116,9 @@ class DbResult:
     os_pid: int | None = None
     # META_DATA (ENV_VARIABLES decoded), SESSION_TIME_INFO and NPU_INFO, for the sessions row.
     metadata: dict[str, Any] = field(default_factory=dict)
+    # The META_DATA keys a Text export writes to profiler_metadata.json (ENV_VARIABLES,
+    # parallel_group_info, prof.add_metadata keys), decoded.
+    profiler_metadata: dict[str, Any] = field(default_factory=dict)
     # Db tables absent from the file: what they would fill was not collected.
     not_collected: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
@@ -453,6 +456,8 @@ def _session_facts(db: _Db, result: DbResult) -> None:
                 continue
             try:
                 result.metadata[name] = json.loads(value) if name == "ENV_VARIABLES" else value
+                # torch_npu keeps each profiler_metadata.json key here, its value as JSON.
+                result.profiler_metadata[name] = json.loads(value)
             except ValueError:
                 result.metadata[name] = value
     if db.has("SESSION_TIME_INFO"):
@@ -509,11 +514,11 @@ def _profiler_tables(
     tables["flows"] = _flows(layout, slices, links, cats)
     tables["threads"] = _threads(layout, slices, counters)
     if (slices["process"] == "CANN").any():
-        tables["api_stats"] = _api_stats(slices)
+        tables["api_stats"] = _api_stats(slices, layout)
     if kernels is not None:
         tables["kernels"] = kernels
         if kernels["type"].is_not_null().any():  # Level0 records no op types: no statistic
-            tables["op_stats"] = _op_stats(kernels)
+            tables["op_stats"] = _op_stats(kernels, layout)
     tables |= memory
     # Parquet encoding releases the GIL: the tables are written side by side.
     written = {name: frame for name, frame in tables.items() if frame is not None}
@@ -1285,7 +1290,15 @@ def _pmu_extra(db: _Db) -> pl.DataFrame:
     return wide.select("global_task_id", metrics.alias("extra"))
 
 
-def _api_stats(slices: pl.DataFrame) -> pl.DataFrame:
+def _stats_device(layout: _Layout, host: bool) -> pl.Expr:
+    """The statistics' `Device_id` column, which G3+ CSVs lead with (`host` for the APIs)."""
+    device = (
+        ("host" if host else str(layout.device)) if layout.generation in ("g3", "current") else None
+    )
+    return pl.lit(device, dtype=STR).alias("device_id")
+
+
+def _api_stats(slices: pl.DataFrame, layout: _Layout) -> pl.DataFrame:
     """api_statistic.csv's figures, from the CANN API events (µs, population variance)."""
     cann = slices.select("process", "api_level", "api_name", "dur_ns").filter(
         pl.col("process") == "CANN"
@@ -1299,10 +1312,11 @@ def _api_stats(slices: pl.DataFrame) -> pl.DataFrame:
         pl.col("us").max().alias("max_us"),
         pl.col("us").var(ddof=0).alias("variance"),
     )
+    stats = stats.with_columns(_stats_device(layout, host=True))
     return stats.sort("total_us", "level", "api_name", descending=[True, False, False])
 
 
-def _op_stats(kernels: pl.DataFrame) -> pl.DataFrame:
+def _op_stats(kernels: pl.DataFrame, layout: _Layout) -> pl.DataFrame:
     """op_statistic.csv's figures, from the compute tasks (µs; share of the total task time)."""
     stats = (
         kernels.with_columns(us=pl.col("dur_ns") / 1000)
@@ -1316,7 +1330,7 @@ def _op_stats(kernels: pl.DataFrame) -> pl.DataFrame:
         )
     )
     ratio = pl.col("total_us") / pl.col("total_us").sum() * 100
-    return stats.with_columns(ratio.alias("ratio_pct")).sort(
+    return stats.with_columns(ratio.alias("ratio_pct"), _stats_device(layout, host=False)).sort(
         "total_us", "op_type", descending=[True, False]
     )
 
