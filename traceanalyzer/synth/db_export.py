@@ -176,6 +176,8 @@ _ENUMS: dict[str, dict[int, str]] = {
         )
     ),
 }
+# Each ENUM_* table's code of a name.
+_CODES = {table: {name: code for code, name in names.items()} for table, names in _ENUMS.items()}
 # The runtime's task type of a kernel by its core (TASK.taskType; COMPUTE_TASK_INFO has the core).
 KERNEL_TASK_TYPE = {
     "AI_CORE": "KERNEL_AICORE",
@@ -304,13 +306,8 @@ class DbExport:
         self._hw_pid, self._comm_pid = device_pids
         self.path = out / f"ascend_pytorch_profiler_{rank}.db"
         self.analysis_path = out / "analysis.db"
-        current = gen.block_word == "Num"
-        block = (
-            "blockNum INTEGER,mixBlockNum INTEGER"
-            if current
-            else "blockDim INTEGER,mixBlockDim INTEGER"
-        )
-        self._op_state = gen.name != "g2" and gen.has_op_state  # the real G2 Db has neither
+        block = f"block{gen.block_word} INTEGER,mixBlock{gen.block_word} INTEGER"
+        self._op_state = gen.db_op_state
         op_state = ",opState INTEGER,hf32Eligible INTEGER" if self._op_state else ""
         self.con = _create(self.path, _PROFILER_TABLES.format(block=block, op_state=op_state))
         self.msprof = _Strings(self.con, 0)
@@ -513,7 +510,7 @@ class DbExport:
     ) -> None:
         op_id = self._comm_ops[name] = len(self._comm_ops) + 1
         self._device_conns[(self._comm_pid, 0, start)] = conn
-        dtype = {v: k for k, v in _ENUMS["ENUM_HCCL_DATA_TYPE"].items()}[data_type]
+        dtype = _CODES["ENUM_HCCL_DATA_TYPE"][data_type]
         self.con.execute(
             "INSERT INTO COMMUNICATION_OP VALUES (?, ?, ?, ?, ?, ?, 0, 0, ?, ?, ?, ?, ?)",
             (
@@ -548,10 +545,6 @@ class DbExport:
         link: str,
     ) -> None:
         """The COMMUNICATION_TASK_INFO of the TASK ``task``, one step of the op ``op``."""
-        code = {
-            table: {v: k for k, v in _ENUMS[table].items()}
-            for table in ("ENUM_HCCL_TRANSPORT_TYPE", "ENUM_HCCL_DATA_TYPE", "ENUM_HCCL_LINK_TYPE")
-        }
         self.con.execute(
             "INSERT INTO COMMUNICATION_TASK_INFO VALUES (?, ?, ?, ?, ?, ?, 65535, ?, ?, ?, ?, ?, ?, ?)",
             (
@@ -563,10 +556,10 @@ class DbExport:
                 notify_id,
                 src,
                 dst,
-                code["ENUM_HCCL_TRANSPORT_TYPE"][transport],
+                _CODES["ENUM_HCCL_TRANSPORT_TYPE"][transport],
                 size,
-                code["ENUM_HCCL_DATA_TYPE"][data_type],
-                code["ENUM_HCCL_LINK_TYPE"][link],
+                _CODES["ENUM_HCCL_DATA_TYPE"][data_type],
+                _CODES["ENUM_HCCL_LINK_TYPE"][link],
                 self._comm_ops[op],
             ),
         )
@@ -582,7 +575,7 @@ class DbExport:
         self.con.execute("INSERT INTO AICORE_FREQ VALUES (?, ?, ?)", (self.device, ts, mhz))
 
     def module_memory(self, component: str, ts: int, reserved_mb: float) -> None:
-        module = {v: k for k, v in _ENUMS["ENUM_MODULE"].items()}[component]
+        module = _CODES["ENUM_MODULE"][component]
         reserved = reserved_mb * (1 << 20)  # bytes
         self.con.execute(
             "INSERT INTO NPU_MODULE_MEM VALUES (?, ?, ?, ?)",
@@ -665,11 +658,6 @@ class DbExport:
                 _matrix(matrix),
             )
         _publish(con, self.analysis_path)
-
-    def abort(self) -> None:
-        """Drop the unfinished databases (the rank's generation failed)."""
-        self.con.close()
-        _temp(self.path).unlink(missing_ok=True)
 
 
 def _step_row(row: Sequence[object], width: int) -> list[object]:

@@ -96,6 +96,10 @@ class RankWriter:
     """Writes one ``*_ascend_pt`` directory; see the module docstring."""
 
     def __init__(self, root: Path, cfg: RankConfig) -> None:
+        if "db" in cfg.export and not cfg.generation.db_export:
+            raise ValueError(
+                f"generation {cfg.generation.name} has no Db export (choose g2 or later)"
+            )
         self.cfg = cfg
         self.gen = cfg.generation
         self.level = cfg.level
@@ -115,8 +119,6 @@ class RankWriter:
         self.hw_pid = self.tv.pid("Ascend Hardware")
         self.comm_pid = self.tv.pid(self.gen.comm_process)
         if "db" in cfg.export:
-            if self.gen.name == "g1":
-                raise ValueError("G1 (2024) torch_npu wrote no Db export this generator knows")
             self.db = DbExport(
                 self.out,
                 self.gen,
