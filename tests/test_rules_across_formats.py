@@ -16,8 +16,7 @@ import pytest
 
 from traceanalyzer.executor import make_executor
 from traceanalyzer.pipeline import analyse
-from traceanalyzer.synth import generate
-from traceanalyzer.synth.samples import SAMPLES, Sample, default_dest
+from traceanalyzer.synth.samples import SAMPLES, Sample, default_dest, write
 
 # The whole file takes about 30 s on 2 cores; these two-rank samples take 4-5 s each
 # (`-m "not slow"` leaves them out; the single-rank samples cover the same scenarios).
@@ -48,16 +47,7 @@ def test_the_db_copy_of_a_sample_gets_the_text_copys_verdicts(
 ) -> None:
     text = default_dest() / sample.name
     db = tmp_path / "db"
-    generate(
-        sample.scenario,
-        db,
-        ranks=sample.ranks,
-        seed=0,
-        generation=sample.generation,
-        level=sample.level,
-        export="db",
-        **sample.knobs,
-    )
+    write(sample, db, export="db")
     # the same rank directories, holding only the Db
     assert sorted(p.name for p in db.iterdir()) == sorted(
         p.name for p in text.iterdir() if p.is_dir()

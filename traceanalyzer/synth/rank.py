@@ -353,23 +353,46 @@ class RankWriter:
             f", {js(k)}: {json.dumps(v, ensure_ascii=False)}" for k, v in (extra or {}).items()
         )
         task_id = self.next_task_id(stream)
-        self.tv.hw_task(
-            stream, name, task_type, start, dur, task_id, conn, model_id, subtask, extra_s
+        self._hw_task(
+            stream, name, task_type, name, start, dur, task_id, conn, model_id, subtask, extra_s
         )
-        if self.db:
-            self.db.task(
-                stream,
-                name,
-                start,
-                dur,
-                task_id=task_id,
-                conn=conn,
-                model_id=model_id,
-                context=subtask,
-            )
         self._count(f"task:{task_type}")
         self._device_seen(start, start + dur)
         return conn
+
+    def _hw_task(
+        self,
+        stream: int,
+        name: str,
+        task_type: str,
+        runtime_type: str,
+        start: int,
+        dur: int,
+        task_id: int,
+        conn: int,
+        model_id: int,
+        subtask: int,
+        extra: str = "",
+        depth: int = 0,
+    ) -> int | None:
+        """An Ascend Hardware task in both views: the trace's (its name and hardware queue
+        type) and the Db's TASK (its runtime type); returns the Db's globalTaskId."""
+        self.tv.hw_task(
+            stream, name, task_type, start, dur, task_id, conn, model_id, subtask, extra
+        )
+        if not self.db:
+            return None
+        return self.db.task(
+            stream,
+            runtime_type,
+            start,
+            dur,
+            task_id=task_id,
+            conn=conn,
+            model_id=model_id,
+            context=subtask,
+            depth=depth,
+        )
 
     def _device_seen(self, start: int, end: int) -> None:
         step = self._step_of(start)
@@ -400,19 +423,10 @@ class RankWriter:
         task_id = self.next_task_id(stream)
         subtask = 0 if core.startswith("MIX") else 4294967295
         task_type = CORE_TASK_TYPE.get(core, core)
-        self.tv.hw_task(stream, name, task_type, start, dur, task_id, conn, model_id, subtask)
-        db_task = None
-        if self.db:
-            db_task = self.db.task(
-                stream,
-                KERNEL_TASK_TYPE[core],
-                start,
-                dur,
-                task_id=task_id,
-                conn=conn,
-                model_id=model_id,
-                context=subtask,
-            )
+        db_task = self._hw_task(
+            stream, name, task_type, KERNEL_TASK_TYPE[core], start, dur, task_id, conn,
+            model_id, subtask,
+        )  # fmt: skip
         self._device_seen(start, start + dur)
         self.op_stat.add(op_type, core, dur)
         self._compute.append((start, start + dur))
@@ -500,10 +514,6 @@ class RankWriter:
             task_id = self.next_task_id(stream)
             for ctx, peer in enumerate(peers):
                 plane = ctx % 8
-                self._db_comm_task(
-                    name, "Memcpy", "SDMA", plane, t, transit // len(peers), stream, task_id,
-                    ctx * 2, conn, peer, size, "SDMA", "HCCS", _NOTIFY_NONE,
-                )  # fmt: skip
                 self.tv.comm_task(
                     plane,
                     "Memcpy",
@@ -522,23 +532,13 @@ class RankWriter:
                     18.9,
                     "INVALID_TYPE",
                 )
-                self.tv.hw_task(
-                    stream,
-                    "SDMA",
-                    "SDMA",
-                    t,
-                    transit // len(peers),
-                    task_id,
-                    conn,
-                    INVALID_MODEL,
-                    ctx * 2,
-                )
+                copy = self._hw_task(
+                    stream, "SDMA", "SDMA", "SDMA", t, transit // len(peers), task_id, conn,
+                    INVALID_MODEL, ctx * 2, depth=1,
+                )  # fmt: skip
+                self._db_plane_task(copy, name, "Memcpy", plane, peer, size, "SDMA", "HCCS", None)
                 t += transit // len(peers)
                 wait = wait_ns if ctx == 0 else 20
-                self._db_comm_task(
-                    name, "Notify_Wait", "Notify Wait", plane, t, wait, stream, task_id,
-                    ctx * 2 + 1, conn, peer, 0, "LOCAL", "INVALID_TYPE", 60 + ctx * 8,
-                )  # fmt: skip
                 self.tv.comm_task(
                     plane,
                     "Notify_Wait",
@@ -557,16 +557,20 @@ class RankWriter:
                     0.0,
                     "INVALID_TYPE",
                 )
-                self.tv.hw_task(
-                    stream,
-                    "Notify Wait",
-                    "Notify Wait",
-                    t,
-                    wait,
-                    task_id,
-                    conn,
-                    INVALID_MODEL,
-                    ctx * 2 + 1,
+                notify = self._hw_task(
+                    stream, "Notify Wait", "Notify Wait", "Notify Wait", t, wait, task_id, conn,
+                    INVALID_MODEL, ctx * 2 + 1, depth=1,
+                )  # fmt: skip
+                self._db_plane_task(
+                    notify,
+                    name,
+                    "Notify_Wait",
+                    plane,
+                    peer,
+                    0,
+                    "LOCAL",
+                    "INVALID_TYPE",
+                    60 + ctx * 8,
                 )
                 t += wait
         if self.level == 0:
@@ -595,45 +599,29 @@ class RankWriter:
         )
         return name
 
-    def _db_comm_task(
+    def _db_plane_task(
         self,
+        task: int | None,
         op: str,
         plane_type: str,
-        hw_type: str,
         plane: int,
-        start: int,
-        dur: int,
-        stream: int,
-        task_id: int,
-        context: int,
-        conn: int,
         peer: int,
         size: int,
         transport: str,
         link: str,
-        notify_id: int,
+        notify_id: int | None,
     ) -> None:
-        """One step of a collective in the Db: its TASK and its COMMUNICATION_TASK_INFO."""
-        if not self.db:
+        """The Db's COMMUNICATION_TASK_INFO of a collective's step (its TASK is ``task``);
+        ``notify_id`` None is the trace's uint64-max "none"."""
+        if self.db is None or task is None:
             return
-        task = self.db.task(
-            stream,
-            hw_type,
-            start,
-            dur,
-            task_id=task_id,
-            conn=conn,
-            model_id=INVALID_MODEL,
-            context=context,
-            depth=1,
-        )
         self.db.comm_task(
             task,
             op,
             plane_type,
             plane=plane,
             group=self.cfg.group_hash,
-            notify_id=notify_id,
+            notify_id=_NOTIFY_NONE if notify_id is None else notify_id,
             src=self.cfg.rank,
             dst=peer,
             transport=transport,
