@@ -23,6 +23,7 @@ import json
 import os
 import sqlite3
 from collections.abc import Iterable, Sequence
+from functools import lru_cache
 from pathlib import Path
 
 from traceanalyzer.synth.profiles import Generation
@@ -237,9 +238,11 @@ CREATE TABLE CommAnalyzerTime (hccl_op_name TEXT, group_name TEXT, start_timesta
 """
 # PMU metric names in TASK_PMU_INFO: kernel_details.csv's columns without `(us)`, the two
 # busy times under msprof's own names.
+_PYTORCH_API = f"INSERT INTO PYTORCH_API VALUES ({', '.join('?' * 12)})"
 _PMU_NAME = {"aicore_time(us)": "aic_total_time", "aiv_time(us)": "aiv_total_time"}
 
 
+@lru_cache(maxsize=256)
 def pmu_metric(column: str) -> str:
     """The TASK_PMU_INFO name of a kernel_details.csv metric column."""
     return _PMU_NAME.get(column, column.removesuffix("(us)"))
@@ -267,11 +270,42 @@ def _publish(con: sqlite3.Connection, path: Path) -> None:
     os.replace(_temp(path), path)
 
 
+class _Rows:
+    """Rows buffered per INSERT statement and written a batch at a time: one statement per
+    row costs three times as much as the rows themselves."""
+
+    def __init__(self, con: sqlite3.Connection) -> None:
+        self._con = con
+        self._rows: dict[str, list[Sequence[object]]] = {}
+
+    def add(self, sql: str, row: Sequence[object]) -> None:
+        rows = self._rows.setdefault(sql, [])
+        rows.append(row)
+        if len(rows) >= _BATCH_ROWS:
+            self._con.executemany(sql, rows)
+            rows.clear()
+
+    def extend(self, sql: str, rows: list[Sequence[object]]) -> None:
+        buffered = self._rows.setdefault(sql, [])
+        buffered.extend(rows)
+        if len(buffered) >= _BATCH_ROWS:
+            self._con.executemany(sql, buffered)
+            buffered.clear()
+
+    def flush(self) -> None:
+        for sql, rows in self._rows.items():
+            self._con.executemany(sql, rows)
+            rows.clear()
+
+
+_BATCH_ROWS = 1 << 14
+
+
 class _Strings:
     """STRING_IDS: one id per text, numbered from ``base``."""
 
-    def __init__(self, con: sqlite3.Connection, base: int) -> None:
-        self._con = con
+    def __init__(self, rows: _Rows, base: int) -> None:
+        self._rows = rows
         self._ids: dict[str, int] = {}
         self._next = base
 
@@ -282,7 +316,7 @@ class _Strings:
         if sid is None:
             sid = self._ids[text] = self._next
             self._next += 1
-            self._con.execute("INSERT INTO STRING_IDS VALUES (?, ?)", (sid, text))
+            self._rows.add("INSERT INTO STRING_IDS VALUES (?, ?)", (sid, text))
         return sid
 
 
@@ -310,17 +344,17 @@ class DbExport:
         self._op_state = gen.db_op_state
         op_state = ",opState INTEGER,hf32Eligible INTEGER" if self._op_state else ""
         self.con = _create(self.path, _PROFILER_TABLES.format(block=block, op_state=op_state))
-        self.msprof = _Strings(self.con, 0)
-        self.framework = _Strings(self.con, FRAMEWORK_STRING_BASE)
+        self.rows = _Rows(self.con)
+        self.msprof = _Strings(self.rows, 0)
+        self.framework = _Strings(self.rows, FRAMEWORK_STRING_BASE)
         self._task_ids = 0
         self._comm_ops: dict[str, int] = {}  # op name -> opId
         self._links = 0  # CONNECTION_IDS ids
-        # Python op (globalTid, startNs) -> its rowid, and its CONNECTION_IDS id once it has one.
+        # The current chunk (see RankWriter.flush), held until its torch_to_npu flows are
+        # known: its PYTORCH_API rows (connectionId set by the flows), each op by (globalTid,
+        # startNs), its device tasks' connection ids by (trace pid, tid, start ns), its flows.
+        self._python: list[list[object]] = []
         self._ops: dict[tuple[int, int], int] = {}
-        self._op_links: dict[int, int] = {}
-        self._cats: set[tuple[int, str]] = set()
-        # Device task (trace pid, tid, start ns) -> its connection id, for the torch_to_npu
-        # flows, which may be drawn before their task is written (resolved at close).
         self._device_conns: dict[tuple[int, int, int], int] = {}
         self._to_npu: list[tuple[int, int, tuple[int, int, int]]] = []
         self._write_enums()
@@ -331,9 +365,7 @@ class DbExport:
         return (self.ospid << 32) | tid
 
     def _cat(self, connection_id: int, cat: str) -> None:
-        if (connection_id, cat) not in self._cats:
-            self._cats.add((connection_id, cat))
-            self.con.execute("INSERT INTO connectionCats VALUES (?, ?)", (connection_id, cat))
+        self.rows.add("INSERT INTO connectionCats VALUES (?, ?)", (connection_id, cat))
 
     def _write_enums(self) -> None:
         for table, names in _ENUMS.items():
@@ -350,58 +382,60 @@ class DbExport:
     # ---- framework -------------------------------------------------------------
     def python_op(self, tid: int, name: str, start: int, dur: int) -> None:
         """A torch op (PYTORCH_API ``op``), as the synthetic ops record it: no inputs, no stack."""
-        cur = self.con.execute(
-            "INSERT INTO PYTORCH_API VALUES (?, ?, ?, NULL, ?, -1, 0, NULL, NULL, NULL, ?, 0)",
-            (str(start), str(start + dur), self._tid(tid), self.framework(name), API_TYPES["op"]),
+        gtid = self._tid(tid)
+        self._ops.setdefault((gtid, start), len(self._python))
+        self._python.append(
+            [str(start), str(start + dur), gtid, None, self.framework(name), -1, 0]
+            + [None, None, None, API_TYPES["op"], 0]
         )
-        self._ops.setdefault((self._tid(tid), start), cur.lastrowid)
 
-    def queue(self, tid: int, name: str, start: int, dur: int, correlation: int) -> None:
-        """An Enqueue or ``Dequeue@op`` (PYTORCH_API ``queue``): its correlation id is the one
-        connection id its CONNECTION_IDS entry lists."""
-        link = self._link(correlation)
-        self.con.execute(
-            "INSERT INTO PYTORCH_API VALUES (?, ?, ?, ?, ?, NULL, NULL, NULL, NULL, NULL, ?, 0)",
-            (
-                str(start),
-                str(start + dur),
-                self._tid(tid),
-                link,
-                self.framework(name),
-                API_TYPES["queue"],
-            ),
-        )
+    def task_queue(
+        self, tid: int, start: int, dur: int, deq_tid: int, op: str, deq_start: int, deq_dur: int,
+        correlation: int,
+    ) -> None:  # fmt: skip
+        """torch_npu's task queue hands ``op`` over: an Enqueue and its ``Dequeue@op``
+        (PYTORCH_API ``queue``), each listing the correlation id in CONNECTION_IDS."""
+        for t, name, s, d in ((tid, "Enqueue", start, dur), (deq_tid, f"Dequeue@{op}", deq_start, deq_dur)):  # fmt: skip
+            self._python.append(
+                [str(s), str(s + d), self._tid(t), self._link(correlation), self.framework(name)]
+                + [None, None, None, None, None, API_TYPES["queue"], 0]
+            )
         self._cat(correlation, "async_task_queue")
 
     def _link(self, connection_id: int) -> int:
         link = self._links
         self._links += 1
-        self.con.execute("INSERT INTO CONNECTION_IDS VALUES (?, ?)", (link, connection_id))
+        self.rows.add("INSERT INTO CONNECTION_IDS VALUES (?, ?)", (link, connection_id))
         return link
 
     def torch_to_npu(self, op_tid: int, op_start: int, task: tuple[int, int, int]) -> None:
         """The op starting at ``op_start`` on ``op_tid`` launched ``task`` (its trace pid, tid
-        and start, as the Text export's flow names it)."""
-        self._to_npu.append((op_tid, op_start, task))
+        and start, as the Text export's flow names it), in the current chunk."""
+        self._to_npu.append((self._tid(op_tid), op_start, task))
 
-    def _link_op(self, op_tid: int, op_start: int, task: tuple[int, int, int]) -> None:
-        connection_id = self._device_conns.get(task)
-        if connection_id is None:
-            raise ValueError(f"torch_to_npu to no device task: {task}")
-        row = self._ops.get((self._tid(op_tid), op_start))
-        if row is None:
-            raise ValueError(f"torch_to_npu from no op: tid {op_tid} at {op_start} ns")
-        link = self._op_links.get(row)
-        if link is None:
-            link = self._op_links[row] = self._link(connection_id)
-            self.con.execute("UPDATE PYTORCH_API SET connectionId = ? WHERE rowid = ?", (link, row))
-        else:
-            self.con.execute("INSERT INTO CONNECTION_IDS VALUES (?, ?)", (link, connection_id))
-        self._cat(connection_id, "async_npu")
+    def flush(self) -> None:
+        """Close the current chunk: link its ops to their tasks and write its PYTORCH_API rows."""
+        for gtid, op_start, task in self._to_npu:
+            connection_id = self._device_conns.get(task)
+            op = self._ops.get((gtid, op_start))
+            if connection_id is None or op is None:
+                raise ValueError(f"torch_to_npu from {gtid}@{op_start} to {task}: not in the chunk")
+            row = self._python[op]
+            if row[3] is None:
+                row[3] = self._link(connection_id)
+            else:
+                self.rows.add("INSERT INTO CONNECTION_IDS VALUES (?, ?)", (row[3], connection_id))
+            self._cat(connection_id, "async_npu")
+        for row in self._python:
+            self.rows.add(_PYTORCH_API, row)
+        self._python.clear()
+        self._ops.clear()
+        self._device_conns.clear()
+        self._to_npu.clear()
 
     # ---- CANN and device -------------------------------------------------------
     def cann_api(self, tid: int, level: str, api: str, start: int, dur: int, conn: int) -> None:
-        self.con.execute(
+        self.rows.add(
             "INSERT INTO CANN_API VALUES (?, ?, ?, ?, ?, ?, 0)",
             (start, start + dur, self._api_type[level], self._tid(tid), conn, self.msprof(api)),
         )
@@ -428,7 +462,7 @@ class DbExport:
         gid = self._task_ids
         self._task_ids += 1
         self._device_conns.setdefault((self._hw_pid, stream, start), conn)
-        self.con.execute(
+        self.rows.add(
             "INSERT INTO TASK VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 start,
@@ -486,12 +520,12 @@ class DbExport:
         if self._op_state:
             values += [s(op_state), s(hf32_eligible)]
         values.append(wait_ns)
-        self.con.execute(
+        self.rows.add(
             f"INSERT INTO COMPUTE_TASK_INFO VALUES ({', '.join('?' * len(values))})", values
         )
-        self.con.executemany(
+        self.rows.extend(
             "INSERT INTO TASK_PMU_INFO VALUES (?, ?, ?)",
-            ((task, s(pmu_metric(k)), v) for k, v in pmu if v != "N/A"),
+            [(task, s(pmu_metric(k)), v) for k, v in pmu if v != "N/A"],
         )
 
     def comm_op(
@@ -511,7 +545,7 @@ class DbExport:
         op_id = self._comm_ops[name] = len(self._comm_ops) + 1
         self._device_conns[(self._comm_pid, 0, start)] = conn
         dtype = _CODES["ENUM_HCCL_DATA_TYPE"][data_type]
-        self.con.execute(
+        self.rows.add(
             "INSERT INTO COMMUNICATION_OP VALUES (?, ?, ?, ?, ?, ?, 0, 0, ?, ?, ?, ?, ?)",
             (
                 self.msprof(name),
@@ -545,7 +579,7 @@ class DbExport:
         link: str,
     ) -> None:
         """The COMMUNICATION_TASK_INFO of the TASK ``task``, one step of the op ``op``."""
-        self.con.execute(
+        self.rows.add(
             "INSERT INTO COMMUNICATION_TASK_INFO VALUES (?, ?, ?, ?, ?, ?, 65535, ?, ?, ?, ?, ?, ?, ?)",
             (
                 self.msprof(op),
@@ -566,24 +600,24 @@ class DbExport:
 
     def overlap(self, kind: int, start: int, dur: int) -> None:
         """An Overlap Analysis slice: 0 computing, 1 communication, 2 not overlapped, 3 free."""
-        self.con.execute(
+        self.rows.add(
             "INSERT INTO OVERLAP_ANALYSIS (deviceId, startNs, endNs, type) VALUES (?, ?, ?, ?)",
             (self.device, start, start + dur, kind),
         )
 
     def ai_core_freq(self, ts: int, mhz: int) -> None:
-        self.con.execute("INSERT INTO AICORE_FREQ VALUES (?, ?, ?)", (self.device, ts, mhz))
+        self.rows.add("INSERT INTO AICORE_FREQ VALUES (?, ?, ?)", (self.device, ts, mhz))
 
     def module_memory(self, component: str, ts: int, reserved_mb: float) -> None:
         module = _CODES["ENUM_MODULE"][component]
         reserved = reserved_mb * (1 << 20)  # bytes
-        self.con.execute(
+        self.rows.add(
             "INSERT INTO NPU_MODULE_MEM VALUES (?, ?, ?, ?)",
             (module, ts, int(reserved) if reserved.is_integer() else reserved, self.device),
         )
 
     def step(self, number: int, start: int, end: int) -> None:
-        self.con.execute("INSERT INTO STEP_TIME VALUES (?, ?, ?)", (number, start, end))
+        self.rows.add("INSERT INTO STEP_TIME VALUES (?, ?, ?)", (number, start, end))
 
     # ---- close -----------------------------------------------------------------
     def close(
@@ -601,9 +635,9 @@ class DbExport:
         META_DATA, its value as JSON); ``step_rows`` are step_trace_time.csv's rows; and
         ``communication`` communication.json's and communication_matrix.json's documents.
         """
+        self.flush()
+        self.rows.flush()
         con = self.con
-        for flow in self._to_npu:
-            self._link_op(*flow)
         con.execute("INSERT INTO NPU_INFO VALUES (?, ?)", (self.device, "Ascend910B"))
         con.execute("INSERT INTO SESSION_TIME_INFO VALUES (?, ?)", (start_ns, end_ns))
         con.execute(

@@ -263,8 +263,9 @@ class RankWriter:
         self.tv.enqueue(self.main_tid, self._corr, start, dur)
         self.tv.dequeue(self.dequeue_tid, self._corr, op, deq_start, deq_dur)
         if self.db:
-            self.db.queue(self.main_tid, "Enqueue", start, dur, self._corr)
-            self.db.queue(self.dequeue_tid, f"Dequeue@{op}", deq_start, deq_dur, self._corr)
+            self.db.task_queue(
+                self.main_tid, start, dur, self.dequeue_tid, op, deq_start, deq_dur, self._corr
+            )
 
     def torch_to_npu(
         self,
@@ -659,6 +660,8 @@ class RankWriter:
             self._kernels.row(lead + row)
         self._chunk_kernels.clear()
         self.tv.flush_chunk()
+        if self.db:
+            self.db.flush()
 
     def _db_compute_info(self, task: int, row: list[object], wait_ns: int) -> None:
         """COMPUTE_TASK_INFO from the kernel's kernel_details.csv row (one truth for both)."""
