@@ -236,9 +236,9 @@ CREATE TABLE CommAnalyzerBandwidth (hccl_op_name TEXT, group_name TEXT, transpor
 CREATE TABLE CommAnalyzerMatrix (hccl_op_name TEXT, group_name TEXT, src_rank TEXT, dst_rank TEXT, transport_type TEXT, transit_size NUMERIC, transit_time NUMERIC, bandwidth NUMERIC, step TEXT, type TEXT, op_name TEXT);
 CREATE TABLE CommAnalyzerTime (hccl_op_name TEXT, group_name TEXT, start_timestamp NUMERIC, elapse_time NUMERIC, transit_time NUMERIC, wait_time NUMERIC, synchronization_time NUMERIC, idle_time NUMERIC, step TEXT, type TEXT);
 """
+_PYTORCH_API = f"INSERT INTO PYTORCH_API VALUES ({', '.join('?' * 12)})"
 # PMU metric names in TASK_PMU_INFO: kernel_details.csv's columns without `(us)`, the two
 # busy times under msprof's own names.
-_PYTORCH_API = f"INSERT INTO PYTORCH_API VALUES ({', '.join('?' * 12)})"
 _PMU_NAME = {"aicore_time(us)": "aic_total_time", "aiv_time(us)": "aiv_total_time"}
 
 
@@ -279,11 +279,7 @@ class _Rows:
         self._rows: dict[str, list[Sequence[object]]] = {}
 
     def add(self, sql: str, row: Sequence[object]) -> None:
-        rows = self._rows.setdefault(sql, [])
-        rows.append(row)
-        if len(rows) >= _BATCH_ROWS:
-            self._con.executemany(sql, rows)
-            rows.clear()
+        self.extend(sql, [row])
 
     def extend(self, sql: str, rows: list[Sequence[object]]) -> None:
         buffered = self._rows.setdefault(sql, [])
@@ -390,15 +386,19 @@ class DbExport:
         )
 
     def task_queue(
-        self, tid: int, start: int, dur: int, deq_tid: int, op: str, deq_start: int, deq_dur: int,
+        self,
+        op: str,
         correlation: int,
-    ) -> None:  # fmt: skip
+        enqueue: tuple[int, int, int],
+        dequeue: tuple[int, int, int],
+    ) -> None:
         """torch_npu's task queue hands ``op`` over: an Enqueue and its ``Dequeue@op``
-        (PYTORCH_API ``queue``), each listing the correlation id in CONNECTION_IDS."""
-        for t, name, s, d in ((tid, "Enqueue", start, dur), (deq_tid, f"Dequeue@{op}", deq_start, deq_dur)):  # fmt: skip
+        (PYTORCH_API ``queue``; each (tid, start, dur)), each listing the correlation id in
+        CONNECTION_IDS."""
+        for name, (tid, start, dur) in (("Enqueue", enqueue), (f"Dequeue@{op}", dequeue)):
             self._python.append(
-                [str(s), str(s + d), self._tid(t), self._link(correlation), self.framework(name)]
-                + [None, None, None, None, None, API_TYPES["queue"], 0]
+                [str(start), str(start + dur), self._tid(tid), self._link(correlation)]
+                + [self.framework(name), None, None, None, None, None, API_TYPES["queue"], 0]
             )
         self._cat(correlation, "async_task_queue")
 

@@ -264,7 +264,10 @@ class RankWriter:
         self.tv.dequeue(self.dequeue_tid, self._corr, op, deq_start, deq_dur)
         if self.db:
             self.db.task_queue(
-                self.main_tid, start, dur, self.dequeue_tid, op, deq_start, deq_dur, self._corr
+                op,
+                self._corr,
+                (self.main_tid, start, dur),
+                (self.dequeue_tid, deq_start, deq_dur),
             )
 
     def torch_to_npu(
