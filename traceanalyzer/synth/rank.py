@@ -16,6 +16,7 @@ import bisect
 import json
 import shutil
 import tempfile
+import weakref
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -110,8 +111,11 @@ class RankWriter:
         self.out.mkdir(parents=True)
         # The Text view is always built (its files carry the totals the Db records too); a
         # Db-only export builds it in a scratch directory that close() removes.
-        self._scratch = None if "text" in cfg.export else Path(tempfile.mkdtemp(prefix="synth-"))
-        self.text_out = self._scratch or self.out
+        self.text_out = self.out
+        if "text" not in cfg.export:
+            self.text_out = Path(tempfile.mkdtemp(prefix="synth-text-"))
+            # removed by close(), or with the writer if the scenario fails
+            self._drop_text = weakref.finalize(self, shutil.rmtree, self.text_out, True)
         self.db: DbExport | None = None
         self.tv = TraceView(self.gen, cfg.ospid, cfg.dev)
         self.main_tid = cfg.ospid
@@ -782,8 +786,8 @@ class RankWriter:
                 step_rows=step_rows,
                 communication=communication,
             )
-        if self._scratch:
-            shutil.rmtree(self._scratch)
+        if self.text_out != self.out:
+            self._drop_text()
         return self.dir
 
     @property
