@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
+from traceanalyzer.ingest import ingest
 from traceanalyzer.synth.cli import synth_command
 
 
@@ -83,3 +85,67 @@ def test_bad_profiled_rounds_are_usage_errors(tmp_path: Path, value: str, messag
         assert "profiled_rounds" in res.output and message in res.output
         assert "Traceback" not in res.output
     assert not out.exists()  # validated before anything is written
+
+
+def _export(tmp_path: Path, export: str, *extra: str) -> list[Path]:
+    res = CliRunner().invoke(
+        synth_command,
+        ["inference-baseline", "--out", str(tmp_path / export), "--export", export]
+        + ["--set", "steps=2", "--set", "layers=1", *extra],
+    )
+    assert res.exit_code == 0, res.output
+    return [Path(line) for line in res.output.split()]
+
+
+def test_export_db_writes_the_databases_and_no_text_files(tmp_path: Path) -> None:
+    (rank_dir,) = _export(tmp_path, "db")
+    out = rank_dir / "ASCEND_PROFILER_OUTPUT"
+    assert sorted(p.name for p in out.iterdir()) == ["analysis.db", "ascend_pytorch_profiler_0.db"]
+    # as torch_npu's Db export: profiler_info, no profiler_metadata.json (META_DATA holds it)
+    assert sorted(p.name for p in rank_dir.iterdir()) == [
+        "ASCEND_PROFILER_OUTPUT",
+        "profiler_info_0.json",
+    ]
+    info = json.loads((rank_dir / "profiler_info_0.json").read_text())
+    assert info["config"]["experimental_config"]["_export_type"] == "db"
+    con = sqlite3.connect(f"{(out / 'ascend_pytorch_profiler_0.db').as_uri()}?mode=ro", uri=True)
+    meta = dict(con.execute("SELECT name, value FROM META_DATA").fetchall())
+    assert meta["SCHEMA_VERSION"] == "1.0.0" and "ENV_VARIABLES" in meta
+    assert con.execute("SELECT count(*) FROM TASK").fetchone()[0] > 0
+    con.close()
+
+
+def test_export_both_is_one_session_read_from_its_db(tmp_path: Path) -> None:
+    (rank_dir,) = _export(tmp_path, "both")
+    out = rank_dir / "ASCEND_PROFILER_OUTPUT"
+    assert {"trace_view.json", "kernel_details.csv", "ascend_pytorch_profiler_0.db"} <= {
+        p.name for p in out.iterdir()
+    }
+    info = json.loads((rank_dir / "profiler_info_0.json").read_text())
+    assert info["config"]["experimental_config"]["_export_type"] == ["text", "db"]
+    result = ingest(tmp_path / "both", tmp_path / "store")
+    (outcome,) = result.outcomes
+    assert (outcome.status, outcome.source_format, outcome.formats_present) == (
+        "ingested",
+        "db",
+        ["text", "db"],
+    )
+    # ingest.json says which
+    assert [s["source_format"] for s in result.to_dict()["sessions"]] == ["db"]
+
+
+def test_export_db_is_byte_identical_for_a_seed(tmp_path: Path) -> None:
+    first = _export(tmp_path / "a", "db")[0] / "ASCEND_PROFILER_OUTPUT"
+    second = _export(tmp_path / "b", "db")[0] / "ASCEND_PROFILER_OUTPUT"
+    for name in ("ascend_pytorch_profiler_0.db", "analysis.db"):
+        assert (first / name).read_bytes() == (second / name).read_bytes()
+    assert not [p for p in first.iterdir() if p.name.startswith(".")]  # no temp file left
+
+
+def test_export_db_of_a_generation_without_one_is_a_usage_error(tmp_path: Path) -> None:
+    res = CliRunner().invoke(
+        synth_command,
+        ["inference-baseline", "--out", str(tmp_path), "--export", "db"] + ["--generation", "g1"],
+    )
+    assert res.exit_code == 2 and "no Db export" in res.output
+    assert not list(tmp_path.iterdir())

@@ -1,4 +1,4 @@
-"""Acceptance: the official msprof-analyze takes our exports as it takes the real one.
+"""Acceptance: the official msprof-analyze takes our exports (Text and Db) as it takes the real ones.
 
 ``cluster -m all`` writes into its input and ``advisor`` drops files into its
 working directory, so both run on copies inside a temp dir, with the temp dir as
@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import csv
 import shutil
+import sqlite3
 import subprocess
 from pathlib import Path
 
 import pytest
-from synth_support import real_g2_level1, skip_reason
+from synth_support import real_export, real_g2_level1, skip_reason
 
 from traceanalyzer.synth import generate
 
@@ -90,3 +91,42 @@ def test_generated_export_is_accepted(tmp_path: Path, case: str) -> None:
     cwd.mkdir()
     _check_cluster(root, len(dirs), cwd)
     _check_advisor(dirs[-1], tmp_path / "adv", cwd)
+
+
+def _check_cluster_db(root: Path, ranks: int, cwd: Path) -> None:
+    """A Db export: msprof-analyze reads the databases and writes cluster_analysis.db."""
+    _run(["cluster", "-m", "all", "-d", str(root)], cwd)
+    out = root / "cluster_analysis_output" / "cluster_analysis.db"
+    con = sqlite3.connect(f"{out.as_uri()}?mode=ro", uri=True)
+    try:
+        steps = con.execute(
+            'SELECT DISTINCT "index" FROM ClusterStepTraceTime WHERE type = ?', ["rank"]
+        )
+        assert {int(r[0]) for r in steps} == set(range(ranks))
+        assert con.execute("SELECT count(*) FROM ClusterCommunicationTime").fetchone()[0] > 0
+    finally:
+        con.close()
+
+
+def test_real_db_export_is_accepted(tmp_path: Path) -> None:
+    real = real_export("g2_db_level1")
+    if real is None:
+        pytest.skip(skip_reason("g2_db_level1"))
+    root = tmp_path / "real"
+    shutil.copytree(real, root)
+    for p in root.rglob("*"):
+        p.chmod(0o755 if p.is_dir() else 0o644)
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    _check_cluster_db(root, 2, cwd)
+
+
+@pytest.mark.parametrize("case", ["baseline-current-l2", "store-stall-g2-l1"])
+def test_generated_db_export_is_accepted(tmp_path: Path, case: str) -> None:
+    spec = dict(CASES[case])
+    scenario = spec.pop("scenario")
+    root = tmp_path / "data"
+    dirs = generate(scenario, root, export="db", **spec)
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    _check_cluster_db(root, len(dirs), cwd)

@@ -618,10 +618,11 @@ def _session_row(session: RankSession, trace: Any, outcome: SessionOutcome) -> p
     if isinstance(trace, DbResult):
         device_id = session.device_id if session.device_id is not None else trace.device_id
         metadata.update({f"db.{k}": v for k, v in trace.metadata.items()})
-        # A Db export writes no profiler_metadata.json: its META_DATA records the same
-        # ENV_VARIABLES, under the key the Text export uses, so rules cannot tell the formats apart.
-        if "ENV_VARIABLES" in trace.metadata:
-            metadata.setdefault("ENV_VARIABLES", trace.metadata["ENV_VARIABLES"])
+        # A Db export writes no profiler_metadata.json: its META_DATA records the same keys
+        # (ENV_VARIABLES, parallel_group_info, add_metadata's), under the key the Text export
+        # uses, so rules cannot tell the formats apart.
+        for key, value in trace.profiler_metadata.items():
+            metadata.setdefault(key, value)
         if trace.schema_version:
             metadata["db.SCHEMA_VERSION"] = trace.schema_version
     else:

@@ -58,6 +58,9 @@ AI_CORE_TASK_TYPES = (
     "KERNEL_MIX_AIV",
 )
 AI_CPU_TASK_TYPES = ("AI_CPU", "KERNEL_AICPU", "AICPU_H", "AICPU_D")
+# A kernel's `Task Type` in trace_view.json is its hardware queue's, which is its
+# `Accelerator Core` except for AI Vector Core kernels, queued as AI Core tasks (real G2 export).
+CORE_TASK_TYPE = {"AI_VECTOR_CORE": "AI_CORE"}
 COMPUTE_TASK_TYPES = (*AI_CORE_TASK_TYPES, *AI_CPU_TASK_TYPES)
 
 # --------------------------------------------------------------------------------------------

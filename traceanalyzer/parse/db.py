@@ -40,6 +40,8 @@ import polars as pl
 
 from traceanalyzer.parse.sink import TableSink, body_columns
 from traceanalyzer.parse.trace_shared import CURRENT_SORT_INDEX, G2_SORT_INDEX, SENTINELS
+from traceanalyzer.timeutil import us_expr_to_ns
+from traceanalyzer.vocabulary import CORE_TASK_TYPE
 
 # META_DATA SCHEMA_VERSION majors this reader knows (1.x: torch_npu 2.1 .. 2.8).
 KNOWN_SCHEMA_MAJORS = (1,)
@@ -78,7 +80,7 @@ _SQE_TYPE = {
     "STARS_COMMON": "DSA_SQE",
 }
 # COMPUTE_TASK_INFO.taskType (the op's core) → `Task Type` of the Text export's device task.
-_COMPUTE_SQE = {"AI_VECTOR_CORE": "AI_CORE", "AI_CPU": "AI_CPU_SQE"}
+_COMPUTE_SQE = CORE_TASK_TYPE
 OVERLAP_THREADS = ("Computing", "Communication", "Communication(Not Overlapped)", "Free")
 _MB = float(1 << 20)
 # TASK_PMU_INFO metric names → kernel_details.csv column names (the `extra` keys); other
@@ -114,6 +116,9 @@ class DbResult:
     os_pid: int | None = None
     # META_DATA (ENV_VARIABLES decoded), SESSION_TIME_INFO and NPU_INFO, for the sessions row.
     metadata: dict[str, Any] = field(default_factory=dict)
+    # The META_DATA keys a Text export writes to profiler_metadata.json (ENV_VARIABLES,
+    # parallel_group_info, prof.add_metadata keys), decoded.
+    profiler_metadata: dict[str, Any] = field(default_factory=dict)
     # Db tables absent from the file: what they would fill was not collected.
     not_collected: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
@@ -451,6 +456,8 @@ def _session_facts(db: _Db, result: DbResult) -> None:
                 continue
             try:
                 result.metadata[name] = json.loads(value) if name == "ENV_VARIABLES" else value
+                # torch_npu keeps each profiler_metadata.json key here, its value as JSON.
+                result.profiler_metadata[name] = json.loads(value)
             except ValueError:
                 result.metadata[name] = value
     if db.has("SESSION_TIME_INFO"):
@@ -507,9 +514,11 @@ def _profiler_tables(
     tables["flows"] = _flows(layout, slices, links, cats)
     tables["threads"] = _threads(layout, slices, counters)
     if (slices["process"] == "CANN").any():
-        tables["api_stats"] = _api_stats(slices)
+        tables["api_stats"] = _api_stats(slices, layout)
     if kernels is not None:
-        tables["kernels"], tables["op_stats"] = kernels, _op_stats(kernels)
+        tables["kernels"] = kernels
+        if kernels["type"].is_not_null().any():  # Level0 records no op types: no statistic
+            tables["op_stats"] = _op_stats(kernels, layout)
     tables |= memory
     # Parquet encoding releases the GIL: the tables are written side by side.
     written = {name: frame for name, frame in tables.items() if frame is not None}
@@ -747,6 +756,8 @@ def _cann_slices(db: _Db, layout: _Layout, result: DbResult) -> pl.DataFrame | N
         connection_id=("connectionId", I64),
     )
     layer = pl.col("api_level").replace_strict(_LAYER, default=pl.col("api_level"))
+    # The Text export's `id`: the API's name at the AscendCL level, "0" below it.
+    api_id = pl.when(pl.col("api_level") == "acl").then(pl.col("api_name")).otherwise(pl.lit("0"))
     frame = frame.with_columns(
         db.text(pl.col("name_id")).alias("api_name"),
         db.enum("ENUM_API_TYPE", pl.col("level_id")).alias("api_level"),
@@ -754,11 +765,11 @@ def _cann_slices(db: _Db, layout: _Layout, result: DbResult) -> pl.DataFrame | N
     ).with_columns(
         layer.alias("api_layer"),
         pl.format("{}@{}", layer, pl.col("api_name")).alias("name"),
-        pl.col("api_name").alias("api_id"),
+        api_id.alias("api_id"),
         _json_args(
             ("Thread Id", pl.col("tid"), False),
             ("level", pl.col("api_level"), True),
-            ("id", pl.col("api_name"), True),
+            ("id", api_id, True),
             ("connection_id", pl.col("connection_id"), False),
         ).alias("args"),
     )
@@ -1064,7 +1075,7 @@ def _flows(
     connection id; ``async_npu``, id = the task's start ns), enqueue → dequeue
     (``async_task_queue``, id = correlation id) and forward → backward (``fwdbwd``)."""
     schema = _schema("flows")
-    ends = slices.select(*_ENDS, "start_ns", "connection_id", "cat", "api_row")
+    ends = slices.select(*_ENDS, "start_ns", "connection_id", "cat", "api_row", "api_level")
     comm = layout.comm_process
     device = ends.filter(
         pl.col("process").is_in(["Ascend Hardware", comm])
@@ -1084,11 +1095,12 @@ def _flows(
         right_on="link",
         how="semi",
     )
-    # A communication op's flow id carries a context in its low 32 bits (-1 before the
-    # current generation, which writes none); a device task's is the connection id itself.
-    context = 0 if layout.generation == "current" else -1
+    # A launch's flow id (a Node-level kernel launch, an HCCL op) carries a context in its
+    # low 32 bits (4294967295, none, before the current generation, which writes 0); an
+    # AscendCL call's (a memcpy, an event) is the connection id itself.
+    context = 0 if layout.generation == "current" else 4294967295
     h2d_id = (
-        pl.when(pl.col("process_dst") == comm)
+        pl.when(pl.col("api_level") != "acl")
         .then(pl.col("connection_id") * (1 << 32) + context)
         .otherwise(pl.col("connection_id"))
     )
@@ -1179,7 +1191,7 @@ def _threads(layout: _Layout, slices: pl.DataFrame, counters: pl.DataFrame) -> p
     threads = used.group_by("process", "pid", "tid", "thread").agg(pl.col("dequeue").any())
     processes = threads["process"].unique().to_list()
     # The dequeue thread sorts after the other Python threads (torch_npu gives it max tid + 1).
-    python_top = threads.filter((pl.col("process") == "Python") & ~pl.col("dequeue"))["tid"].max()
+    python_top = threads.filter(pl.col("process") == "Python")["tid"].max()
     named = ("Python", "CANN", "Ascend Hardware", layout.comm_process)
     thread_sort = (
         pl.when((pl.col("process") == "Python") & pl.col("dequeue") & (python_top is not None))
@@ -1237,21 +1249,17 @@ def _kernels(db: _Db, result: DbResult) -> pl.DataFrame | None:
 
 
 def _with_step(db: _Db, tasks: pl.DataFrame) -> pl.DataFrame:
-    """The STEP_TIME id whose [startNs, endNs] holds each task's start (tasks sorted by start)."""
+    """The last STEP_TIME id started at each task's start (tasks sorted by start). STEP_TIME
+    holds the host's ProfilerStep windows; a task the step launched can start on the device
+    after its window closed, and kernel_details.csv still counts it in that step."""
     if not db.has("STEP_TIME"):
         return tasks.with_columns(pl.lit(None, dtype=I64).alias("step"))
-    steps = db.scan(
-        "STEP_TIME", step=("id", I64), step_start=("startNs", I64), step_end=("endNs", I64)
-    )
+    steps = db.scan("STEP_TIME", step=("id", I64), step_start=("startNs", I64))
     steps = steps.drop_nulls("step_start").sort("step_start")
     timed = tasks.filter(pl.col("start_ns").is_not_null())
     joined = timed.join_asof(steps, left_on="start_ns", right_on="step_start", strategy="backward")
-    inside = pl.col("start_ns") <= pl.col("step_end")
     untimed = tasks.filter(pl.col("start_ns").is_null())  # no TASK row: no step either
-    return pl.concat(
-        [joined.with_columns(pl.when(inside).then(pl.col("step")).alias("step")), untimed],
-        how="diagonal_relaxed",
-    )
+    return pl.concat([joined, untimed], how="diagonal_relaxed")
 
 
 def _pmu_extra(db: _Db) -> pl.DataFrame:
@@ -1282,7 +1290,15 @@ def _pmu_extra(db: _Db) -> pl.DataFrame:
     return wide.select("global_task_id", metrics.alias("extra"))
 
 
-def _api_stats(slices: pl.DataFrame) -> pl.DataFrame:
+def _stats_device(layout: _Layout, host: bool) -> pl.Expr:
+    """The statistics' `Device_id` column, which G3+ CSVs lead with (`host` for the APIs)."""
+    device = (
+        ("host" if host else str(layout.device)) if layout.generation in ("g3", "current") else None
+    )
+    return pl.lit(device, dtype=STR).alias("device_id")
+
+
+def _api_stats(slices: pl.DataFrame, layout: _Layout) -> pl.DataFrame:
     """api_statistic.csv's figures, from the CANN API events (µs, population variance)."""
     cann = slices.select("process", "api_level", "api_name", "dur_ns").filter(
         pl.col("process") == "CANN"
@@ -1296,10 +1312,11 @@ def _api_stats(slices: pl.DataFrame) -> pl.DataFrame:
         pl.col("us").max().alias("max_us"),
         pl.col("us").var(ddof=0).alias("variance"),
     )
+    stats = stats.with_columns(_stats_device(layout, host=True))
     return stats.sort("total_us", "level", "api_name", descending=[True, False, False])
 
 
-def _op_stats(kernels: pl.DataFrame) -> pl.DataFrame:
+def _op_stats(kernels: pl.DataFrame, layout: _Layout) -> pl.DataFrame:
     """op_statistic.csv's figures, from the compute tasks (µs; share of the total task time)."""
     stats = (
         kernels.with_columns(us=pl.col("dur_ns") / 1000)
@@ -1313,7 +1330,7 @@ def _op_stats(kernels: pl.DataFrame) -> pl.DataFrame:
         )
     )
     ratio = pl.col("total_us") / pl.col("total_us").sum() * 100
-    return stats.with_columns(ratio.alias("ratio_pct")).sort(
+    return stats.with_columns(ratio.alias("ratio_pct"), _stats_device(layout, host=False)).sort(
         "total_us", "op_type", descending=[True, False]
     )
 
@@ -1486,7 +1503,8 @@ def _comm_ops(db: _Db) -> pl.DataFrame:
         pl.col("transit_time"),
     )
     f = f.with_columns(
-        _us_to_ns("start").alias("start_ns"),
+        # µs as a REAL: its shortest decimal, as communication.json prints it, to ns exactly.
+        us_expr_to_ns(pl.col("start")).alias("start_ns"),
         *(_ms_to_ns(column).alias(column.replace("_time", "_ns")) for column in times),
         # msprof's ratios, rounded as communication.json writes them.
         (wait / (wait + transit)).round(4).fill_nan(0).alias("wait_ratio"),

@@ -66,6 +66,13 @@ def _parse_sets(values: tuple[str, ...]) -> dict[str, str]:
     help="store-*: 'session' = the profiler wraps one transfer call (no span event, as in the Mooncake KV-pool TTFT report).",
 )
 @click.option(
+    "--export",
+    default="text",
+    show_default=True,
+    type=click.Choice(["text", "db", "both"]),
+    help="torch_npu export type: text (trace_view.json, CSVs), db (ascend_pytorch_profiler_{rank}.db, analysis.db) or both.",
+)
+@click.option(
     "--set", "sets", multiple=True, metavar="KNOB=VALUE", help="Scenario knob; repeatable."
 )
 def synth_command(
@@ -77,6 +84,7 @@ def synth_command(
     level: int,
     target_mb: float | None,
     profile_style: str | None,
+    export: str,
     sets: tuple[str, ...],
 ) -> None:
     """Write SCENARIO as complete *_ascend_pt rank directories under --out."""
@@ -96,6 +104,7 @@ def synth_command(
             generation=generation,
             level=level,
             target_mb=target_mb,
+            export=export,
             **knobs,
         )
     except (KeyError, ValueError) as exc:

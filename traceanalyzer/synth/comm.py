@@ -132,14 +132,11 @@ def _matrix_links(op: CollectiveRecord, rank: int, group: list[int], with_name: 
     return out
 
 
-def write_communication(
-    out_dir: Path,
-    steps: dict[str, list[CollectiveRecord]],
-    rank: int,
-    group: list[int],
-    group_hash: str,
-) -> None:
-    """Write both files; ``steps`` maps ``"step{N}"`` (or ``"step"``) to that step's collectives."""
+def communication_documents(
+    steps: dict[str, list[CollectiveRecord]], rank: int, group: list[int], group_hash: str
+) -> tuple[dict, dict]:
+    """communication.json's and communication_matrix.json's documents; ``steps`` maps
+    ``"step{N}"`` (or ``"step"``) to that step's collectives."""
     peers = max(len(group) - 1, 1)
     comm: dict = {}
     matrix: dict = {}
@@ -183,5 +180,11 @@ def write_communication(
                     picks[label], rank, group, True
                 )
         matrix[step] = {"p2p": {}, "collective": mcoll}
+    return comm, matrix
+
+
+def write_communication(out_dir: Path, documents: tuple[dict, dict]) -> None:
+    """Write communication.json and communication_matrix.json."""
+    comm, matrix = documents
     (out_dir / "communication.json").write_text(json.dumps(comm), encoding="utf-8")
     (out_dir / "communication_matrix.json").write_text(json.dumps(matrix), encoding="utf-8")

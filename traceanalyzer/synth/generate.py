@@ -13,7 +13,7 @@ from typing import Any
 
 from traceanalyzer.synth.fmt import EPOCH_NS
 from traceanalyzer.synth.profiles import get_generation
-from traceanalyzer.synth.rank import RankConfig, RankWriter
+from traceanalyzer.synth.rank import EXPORTS, RankConfig, RankWriter
 from traceanalyzer.synth.scenarios import get_scenario
 from traceanalyzer.synth.scenarios.timeline import Timeline
 
@@ -32,6 +32,7 @@ def generate(
     generation: str = "g2",
     level: int = 1,
     target_mb: float | None = None,
+    export: str = "text",
     **knobs: Any,
 ) -> list[Path]:
     """Write the rank directories of ``scenario`` under ``out`` and return them.
@@ -42,12 +43,16 @@ def generate(
     The same arguments always give the same bytes: all randomness comes from
     ``random.Random`` seeded per rank, and no clock, uuid or hash order is used.
     ``target_mb`` pads each rank with decode steps until its trace_view.json
-    reaches about that size.
+    reaches about that size. ``export`` is torch_npu's export type: ``text`` (trace_view.json
+    and the CSVs), ``db`` (``ascend_pytorch_profiler_{rank}.db`` and ``analysis.db``) or
+    ``both``; the formats are two views of the same session.
     """
     if level not in (0, 1, 2):
         raise ValueError(f"level must be 0, 1 or 2, not {level!r}")
     if ranks < 1:
         raise ValueError("ranks must be >= 1")
+    if export not in EXPORTS:
+        raise ValueError(f"export must be one of {', '.join(EXPORTS)}, not {export!r}")
     sc = get_scenario(scenario)
     params = sc.resolve(knobs)
     plans = sc.sessions(params)  # also validates session knobs, before anything is written
@@ -77,6 +82,7 @@ def generate(
                 metadata=sc.metadata(plan.knobs),
                 env=sc.env,
                 clock_offset_ns=start - first,
+                export=EXPORTS[export],
             )
             rw = RankWriter(out, cfg)
             tl = Timeline(rw, rng, start + 50_000)

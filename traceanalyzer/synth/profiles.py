@@ -96,6 +96,8 @@ class Generation:
     # process_sort_index per process name (pid = (ospid<<10)|(sort<<5)|dev)
     sort_index: dict[str, int] = field(default_factory=dict)
     host_device_id: int | None = None  # device bits for host layers (31 in current C++)
+    db_export: bool = True  # export_type=Db written (G2+; the G1 sample is Text only)
+    db_op_state: bool = True  # COMPUTE_TASK_INFO opState/hf32Eligible (G3+; the G2 Db has none)
 
     @property
     def block_dim(self) -> str:
@@ -124,6 +126,8 @@ GENERATIONS: dict[str, Generation] = {
         has_op_state=False,
         step_preparing_column=False,
         sort_index=G2_SORT_INDEX,
+        db_export=False,
+        db_op_state=False,
     ),
     "g2": Generation(
         name="g2",
@@ -137,6 +141,7 @@ GENERATIONS: dict[str, Generation] = {
         export_type_list=False,
         rank_id_str=False,
         sort_index=G2_SORT_INDEX,
+        db_op_state=False,
     ),
     "g3": Generation(
         name="g3",

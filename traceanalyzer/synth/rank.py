@@ -15,13 +15,24 @@ from __future__ import annotations
 import bisect
 import json
 import shutil
+import tempfile
+import weakref
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from traceanalyzer.synth.comm import CollectiveRecord, write_communication
+from traceanalyzer.synth.comm import (
+    CollectiveRecord,
+    communication_documents,
+    write_communication,
+)
+from traceanalyzer.synth.db_export import KERNEL_TASK_TYPE, DbExport
 from traceanalyzer.synth.fmt import csv_ts, js
-from traceanalyzer.synth.profiles import Generation
+from traceanalyzer.synth.profiles import (
+    G1_METRIC_COLUMNS,
+    PIPE_UTILIZATION_COLUMNS,
+    Generation,
+)
 from traceanalyzer.synth.tables import (
     OPERATOR_DETAILS_HEADER,
     ApiStatistic,
@@ -30,15 +41,24 @@ from traceanalyzer.synth.tables import (
     StepTotals,
     kernel_details_header,
     kernel_row_tail,
+    module_mem_samples,
+    step_trace_rows,
     write_module_mem,
     write_step_trace,
 )
 from traceanalyzer.synth.trace_view import TraceView
+from traceanalyzer.vocabulary import CORE_TASK_TYPE
 
 INVALID_MODEL = 4294967295
+# The Text export's notify id of a copy step (uint64 max); SQLite's INTEGER holds int64, where
+# msprof records it as int64 max.
+_NOTIFY_NONE = (1 << 63) - 1
 NOMINAL_MHZ = 1800  # AI Core frequency of Atlas A2/A3 at full speed
 _LAYER_LEVEL = {"AscendCL@": "acl", "Runtime@": "runtime", "Node@": "node", "Model@": "model"}
 KERNEL_CORES = ("AI_CORE", "AI_VECTOR_CORE", "AI_CPU", "MIX_AIC", "MIX_AIV", "DSA_SQE")
+EXPORT_TYPES = ("text", "db")
+# torch_npu's `export_type` options: Text, Db, or both ([Text, Db]).
+EXPORTS: dict[str, tuple[str, ...]] = {"text": ("text",), "db": ("db",), "both": EXPORT_TYPES}
 
 
 @dataclass
@@ -58,6 +78,7 @@ class RankConfig:
     metadata: dict = field(default_factory=dict)  # extra prof.add_metadata keys
     env: dict = field(default_factory=dict)  # ENV_VARIABLES overrides
     clock_offset_ns: int = 0  # time since the rank's first session (later sessions of a process)
+    export: tuple[str, ...] = ("text",)  # the formats written: "text", "db" or both
 
     @property
     def dev(self) -> int:
@@ -76,6 +97,10 @@ class RankWriter:
     """Writes one ``*_ascend_pt`` directory; see the module docstring."""
 
     def __init__(self, root: Path, cfg: RankConfig) -> None:
+        if "db" in cfg.export and not cfg.generation.db_export:
+            raise ValueError(
+                f"generation {cfg.generation.name} has no Db export (choose g2 or later)"
+            )
         self.cfg = cfg
         self.gen = cfg.generation
         self.level = cfg.level
@@ -84,18 +109,36 @@ class RankWriter:
             shutil.rmtree(self.dir)
         self.out = self.dir / "ASCEND_PROFILER_OUTPUT"
         self.out.mkdir(parents=True)
+        # The Text view is always built (its files carry the totals the Db records too); a
+        # Db-only export builds it in a scratch directory that close() removes.
+        self.text_out = self.out
+        if "text" not in cfg.export:
+            self.text_out = Path(tempfile.mkdtemp(prefix="synth-text-"))
+            # removed by close(), or with the writer if the scenario fails
+            self._drop_text = weakref.finalize(self, shutil.rmtree, self.text_out, True)
+        self.db: DbExport | None = None
         self.tv = TraceView(self.gen, cfg.ospid, cfg.dev)
         self.main_tid = cfg.ospid
         self.dequeue_tid = cfg.ospid + 3198
         self.hw_pid = self.tv.pid("Ascend Hardware")
         self.comm_pid = self.tv.pid(self.gen.comm_process)
+        if "db" in cfg.export:
+            self.db = DbExport(
+                self.out,
+                self.gen,
+                rank=cfg.rank,
+                device=cfg.dev,
+                ospid=cfg.ospid,
+                host=cfg.host,
+                device_pids=(self.hw_pid, self.comm_pid),
+            )
         self._kernels = CsvFile(
-            self.out / "kernel_details.csv",
+            self.text_out / "kernel_details.csv",
             kernel_details_header(self.gen, self.level, cfg.schedule),
             crlf=True,
         )
         self._operators = CsvFile(
-            self.out / "operator_details.csv", OPERATOR_DETAILS_HEADER, crlf=False
+            self.text_out / "operator_details.csv", OPERATOR_DETAILS_HEADER, crlf=False
         )
         self.api_stat = ApiStatistic()
         self.op_stat = OpStatistic()
@@ -103,9 +146,8 @@ class RankWriter:
         self._corr = 8200
         self._task_ids: dict[int, int] = {}
         self._stream_end: dict[int, int] = {}  # for kernel_details Wait Time
-        self._chunk_kernels: list[
-            tuple[int, int, list[object]]
-        ] = []  # (start, stream, row-without-wait)
+        # (start, stream, row-without-wait, the kernel's Db task id or None)
+        self._chunk_kernels: list[tuple[int, int, list[object], int | None]] = []
         self._compute: list[tuple[int, int]] = []
         self._comm: list[tuple[int, int]] = []
         self._last_device_end: int | None = None
@@ -159,16 +201,19 @@ class RankWriter:
         number, start = self._open_step
         self.flush()
         self.steps[-1].end = end
-        self.tv.cpu_op(self.main_tid, f"ProfilerStep#{number}", start, end - start)
-        self._count("profiler_steps")
-        self._open_step = None
-        self._touch(start, end)
+        self._profiler_step(number, start, end)
 
     def step_window(self, number: int, start: int, end: int) -> None:
         """Register a whole step at once (fixtures); windows must be added in time order."""
         self.begin_step(number, start)
         self.steps[-1].end = end
+        self._profiler_step(number, start, end)
+
+    def _profiler_step(self, number: int, start: int, end: int) -> None:
         self.tv.cpu_op(self.main_tid, f"ProfilerStep#{number}", start, end - start)
+        if self.db:
+            self.db.python_op(self.main_tid, f"ProfilerStep#{number}", start, end - start)
+            self.db.step(number, start, end)
         self._count("profiler_steps")
         self._open_step = None
         self._touch(start, end)
@@ -195,6 +240,8 @@ class RankWriter:
         """A torch op (``cpu_op``) plus its operator_details row."""
         tid = self.main_tid if tid is None else tid
         self.tv.cpu_op(tid, name, start, dur)
+        if self.db:
+            self.db.python_op(tid, name, start, dur)
         host_self = dur if self_ns is None else self_ns
         own_dev = device_ns if self_ns is None else 0
         own_ai = aicore_ns if self_ns is None else 0
@@ -219,6 +266,13 @@ class RankWriter:
         self._corr += 1
         self.tv.enqueue(self.main_tid, self._corr, start, dur)
         self.tv.dequeue(self.dequeue_tid, self._corr, op, deq_start, deq_dur)
+        if self.db:
+            self.db.task_queue(
+                op,
+                self._corr,
+                (self.main_tid, start, dur),
+                (self.dequeue_tid, deq_start, deq_dur),
+            )
 
     def torch_to_npu(
         self,
@@ -231,9 +285,10 @@ class RankWriter:
     ) -> None:
         """async_npu flow from a torch op to its kernel (or, ``collective``, to the HCCL group op on tid 0)."""
         dst_pid, dst_tid = (self.comm_pid, 0) if collective else (self.hw_pid, stream)
-        self.tv.torch_to_npu(
-            self.main_tid if tid is None else tid, op_start, dst_pid, dst_tid, task_start
-        )
+        tid = self.main_tid if tid is None else tid
+        self.tv.torch_to_npu(tid, op_start, dst_pid, dst_tid, task_start)
+        if self.db:
+            self.db.torch_to_npu(tid, op_start, (dst_pid, dst_tid, task_start))
         self._count("flow:torch_to_npu")
 
     # ---- CANN -------------------------------------------------------------------
@@ -262,6 +317,8 @@ class RankWriter:
         if api_id is None:
             api_id = api if layer == "AscendCL@" else "0"
         self.tv.cann_api(tid, layer, api, start, dur, mode, lvl, api_id, item_id, conn)
+        if self.db:
+            self.db.cann_api(tid, lvl, api, start, dur, conn)
         self.api_stat.add(lvl, api, dur)
         self._count(f"cann:{layer}{api}")
         self._touch(start, start + dur)
@@ -280,6 +337,8 @@ class RankWriter:
         if self.level == 0:
             return
         self.tv.h2d_flow(self.flow_id(conn, context), cann_tid, cann_ts, dst_pid, dst_tid, dst_ts)
+        if self.db:
+            self.db.host_to_device(conn)
         self._count("flow:HostToDevice")
 
     # ---- device ---------------------------------------------------------------
@@ -301,21 +360,47 @@ class RankWriter:
         extra_s = "".join(
             f", {js(k)}: {json.dumps(v, ensure_ascii=False)}" for k, v in (extra or {}).items()
         )
-        self.tv.hw_task(
-            stream,
-            name,
-            task_type,
-            start,
-            dur,
-            self.next_task_id(stream),
-            conn,
-            model_id,
-            subtask,
-            extra_s,
+        task_id = self.next_task_id(stream)
+        self._hw_task(
+            stream, name, task_type, name, start, dur, task_id, conn, model_id, subtask, extra_s
         )
         self._count(f"task:{task_type}")
         self._device_seen(start, start + dur)
         return conn
+
+    def _hw_task(
+        self,
+        stream: int,
+        name: str,
+        task_type: str,
+        runtime_type: str,
+        start: int,
+        dur: int,
+        task_id: int,
+        conn: int,
+        model_id: int,
+        subtask: int,
+        extra: str = "",
+        depth: int = 0,
+    ) -> int | None:
+        """An Ascend Hardware task in both views: the trace's (its name and hardware queue
+        type) and the Db's TASK (its runtime type); returns the Db's globalTaskId."""
+        self.tv.hw_task(
+            stream, name, task_type, start, dur, task_id, conn, model_id, subtask, extra
+        )
+        if not self.db:
+            return None
+        return self.db.task(
+            stream,
+            runtime_type,
+            start,
+            dur,
+            task_id=task_id,
+            conn=conn,
+            model_id=model_id,
+            context=subtask,
+            depth=depth,
+        )
 
     def _device_seen(self, start: int, end: int) -> None:
         step = self._step_of(start)
@@ -345,7 +430,11 @@ class RankWriter:
         conn = self.next_conn() if conn is None else conn
         task_id = self.next_task_id(stream)
         subtask = 0 if core.startswith("MIX") else 4294967295
-        self.tv.hw_task(stream, name, core, start, dur, task_id, conn, model_id, subtask)
+        task_type = CORE_TASK_TYPE.get(core, core)
+        db_task = self._hw_task(
+            stream, name, task_type, KERNEL_TASK_TYPE[core], start, dur, task_id, conn,
+            model_id, subtask,
+        )  # fmt: skip
         self._device_seen(start, start + dur)
         self.op_stat.add(op_type, core, dur)
         self._compute.append((start, start + dur))
@@ -366,10 +455,10 @@ class RankWriter:
                 f'"{out_shapes}"',
                 out_types,
                 formats,
-                "N/A",
+                subtask if subtask != 4294967295 else "N/A",  # Context ID: FFTS+ (MIX) only
             ]
             row += kernel_row_tail(self.gen, core, dur)
-        self._chunk_kernels.append((start, stream, row))
+        self._chunk_kernels.append((start, stream, row, db_task))
         self._count("kernel")
         return conn
 
@@ -410,6 +499,19 @@ class RankWriter:
         )
         self.h2d(conn, True, host_tid, host_start, self.comm_pid, 0, start)
         self.tv.comm_op(0, name, start, dur, conn, "FP16", "MESH-RING", count)
+        if self.db:
+            self.db.comm_op(
+                name,
+                start,
+                dur,
+                conn=conn,
+                group=self.cfg.group_hash,
+                data_type="FP16",
+                alg="MESH-RING",
+                count=count,
+                op_type=f"hcom_{op}_",
+                wait_ns=wait_ns,
+            )
         self._count("collective")
         self._comm.append((start, start + dur))
         self._device_seen(start, start + dur)
@@ -438,17 +540,11 @@ class RankWriter:
                     18.9,
                     "INVALID_TYPE",
                 )
-                self.tv.hw_task(
-                    stream,
-                    "SDMA",
-                    "SDMA",
-                    t,
-                    transit // len(peers),
-                    task_id,
-                    conn,
-                    INVALID_MODEL,
-                    ctx * 2,
-                )
+                copy = self._hw_task(
+                    stream, "SDMA", "SDMA", "SDMA", t, transit // len(peers), task_id, conn,
+                    INVALID_MODEL, ctx * 2, depth=1,
+                )  # fmt: skip
+                self._db_plane_task(copy, name, "Memcpy", plane, peer, size, "SDMA", "HCCS", None)
                 t += transit // len(peers)
                 wait = wait_ns if ctx == 0 else 20
                 self.tv.comm_task(
@@ -469,16 +565,20 @@ class RankWriter:
                     0.0,
                     "INVALID_TYPE",
                 )
-                self.tv.hw_task(
-                    stream,
-                    "Notify Wait",
-                    "Notify Wait",
-                    t,
-                    wait,
-                    task_id,
-                    conn,
-                    INVALID_MODEL,
-                    ctx * 2 + 1,
+                notify = self._hw_task(
+                    stream, "Notify Wait", "Notify Wait", "Notify Wait", t, wait, task_id, conn,
+                    INVALID_MODEL, ctx * 2 + 1, depth=1,
+                )  # fmt: skip
+                self._db_plane_task(
+                    notify,
+                    name,
+                    "Notify_Wait",
+                    plane,
+                    peer,
+                    0,
+                    "LOCAL",
+                    "INVALID_TYPE",
+                    60 + ctx * 8,
                 )
                 t += wait
         if self.level == 0:
@@ -499,13 +599,44 @@ class RankWriter:
             if self.gen.has_op_state:
                 row.append("N/A")
             row += ["N/A"] * 7 + ["N/A"] * len(kernel_row_tail(self.gen, "HCCL", dur))
-        self._chunk_kernels.append((start, -1, row))
+        self._chunk_kernels.append((start, -1, row, None))
         step = self._step_of(start)
         key = f"step{step.step}" if step is not None else "step"
         self._collectives.setdefault(key, []).append(
             CollectiveRecord(name, start, dur, transit, wait_ns, wait_ns // 2, size)
         )
         return name
+
+    def _db_plane_task(
+        self,
+        task: int | None,
+        op: str,
+        plane_type: str,
+        plane: int,
+        peer: int,
+        size: int,
+        transport: str,
+        link: str,
+        notify_id: int | None,
+    ) -> None:
+        """The Db's COMMUNICATION_TASK_INFO of a collective's step (its TASK is ``task``);
+        ``notify_id`` None is the trace's uint64-max "none"."""
+        if self.db is None or task is None:
+            return
+        self.db.comm_task(
+            task,
+            op,
+            plane_type,
+            plane=plane,
+            group=self.cfg.group_hash,
+            notify_id=_NOTIFY_NONE if notify_id is None else notify_id,
+            src=self.cfg.rank,
+            dst=peer,
+            transport=transport,
+            size=size,
+            data_type="INVALID_TYPE",
+            link=link,
+        )
 
     def ai_core_freq(self, ts: int, mhz: int) -> None:
         """The AI Core frequency changes to ``mhz`` at ``ts`` (a sample of the counter)."""
@@ -519,10 +650,13 @@ class RankWriter:
         self._chunk_kernels.sort(key=lambda r: r[0])
         with_step = self.cfg.schedule
         dur_i = 4 if self.level == 0 else (8 if self.gen.has_op_state else 7)
-        for start, stream, row in self._chunk_kernels:
+        for start, stream, row, db_task in self._chunk_kernels:
             end = start + round(row[dur_i] * 1000)
             prev = self._stream_end.get(stream)
-            row[dur_i + 1] = max(start - prev, 0) / 1000 if prev is not None else 0
+            wait_ns = max(start - prev, 0) if prev is not None else 0
+            row[dur_i + 1] = wait_ns / 1000 if prev is not None else 0
+            if db_task is not None:
+                self._db_compute_info(db_task, row, wait_ns)
             self._stream_end[stream] = end if prev is None else max(end, prev)
             lead: list[object] = []
             if with_step:
@@ -533,6 +667,43 @@ class RankWriter:
             self._kernels.row(lead + row)
         self._chunk_kernels.clear()
         self.tv.flush_chunk()
+        if self.db:
+            self.db.flush()
+
+    def _db_compute_info(self, task: int, row: list[object], wait_ns: int) -> None:
+        """COMPUTE_TASK_INFO from the kernel's kernel_details.csv row (one truth for both)."""
+        assert self.db is not None
+        if self.level == 0:  # [name, N/A, N/A, start, dur, wait, block dim]: no op info
+            self.db.compute_info(
+                task,
+                name=str(row[0]),
+                op_type=None,
+                core=None,
+                block_dim=int(row[6]),  # type: ignore[call-overload]
+                mix_block_dim=None,
+                shapes=None,
+                wait_ns=wait_ns,
+            )
+            return
+        i = 6 if self.gen.has_op_state else 5  # the Accelerator Core column
+        op_state = row[5] if self.gen.has_op_state else None
+        hf32 = row[i + 6] if self.gen.has_op_state else None
+        shapes_at = i + 6 + (1 if self.gen.has_op_state else 0)
+        shapes = [str(v) for v in row[shapes_at : shapes_at + 6]]
+        metrics = PIPE_UTILIZATION_COLUMNS if self.gen.has_op_state else G1_METRIC_COLUMNS
+        self.db.compute_info(
+            task,
+            name=str(row[3]),
+            op_type=str(row[4]),
+            core=str(row[i]),
+            block_dim=int(row[i + 4]),  # type: ignore[call-overload]
+            mix_block_dim=int(row[i + 5]),  # type: ignore[call-overload]
+            shapes=shapes,
+            wait_ns=wait_ns,
+            op_state=str(op_state) if op_state is not None else None,
+            hf32_eligible=str(hf32) if hf32 is not None else None,
+            pmu=zip(metrics, row[shapes_at + 7 :], strict=True),
+        )
 
     def _flush_overlap(self) -> None:
         if not self._compute and not self._comm:
@@ -541,23 +712,25 @@ class RankWriter:
         comm = _merge(self._comm)
         busy = _merge(self._compute + self._comm)
         for s, e in compute:
-            self.tv.overlap(0, s, e - s)
-            self._acc(s, "computing", e - s)
+            self._overlap(0, s, e - s, "computing")
         for s, e in comm:
-            self.tv.overlap(1, s, e - s)
-            self._acc(s, "communication", e - s)
+            self._overlap(1, s, e - s, "communication")
         for s, e in _subtract(comm, compute):
-            self.tv.overlap(2, s, e - s)
-            self._acc(s, "not_overlapped", e - s)
+            self._overlap(2, s, e - s, "not_overlapped")
         prev = self._last_device_end
         for s, e in busy:
             if prev is not None and s > prev and self._step_of(prev) is self._step_of(s):
-                self.tv.overlap(3, prev, s - prev)
-                self._acc(prev, "free", s - prev)
+                self._overlap(3, prev, s - prev, "free")
             prev = e if prev is None else max(prev, e)
         self._last_device_end = prev
         self._compute.clear()
         self._comm.clear()
+
+    def _overlap(self, kind: int, start: int, dur: int, attr: str) -> None:
+        self.tv.overlap(kind, start, dur)
+        if self.db:
+            self.db.overlap(kind, start, dur)
+        self._acc(start, attr, dur)
 
     def _acc(self, ts: int, attr: str, ns: int) -> None:
         step = self._step_of(ts)
@@ -572,28 +745,49 @@ class RankWriter:
         cfg = self.cfg
         end = self.last_ts
         # msprof samples the frequency when it changes: nominal at the start, each change, and
-        # the value that holds at the end.
+        # the value that holds at the end (at whole µs).
+        last = sorted(self._freq)[-1][1] if self._freq else NOMINAL_MHZ
         for ts, mhz in [(cfg.start_ns, NOMINAL_MHZ), *sorted(self._freq)]:
             self.tv.counter("AI Core Freq", "AI Core Freq", ts, f'"MHz": {mhz}')
-        last = sorted(self._freq)[-1][1] if self._freq else NOMINAL_MHZ
+            if self.db:
+                self.db.ai_core_freq(ts, mhz)
         self.tv.counter("AI Core Freq", "AI Core Freq", end, f'"MHz": {last}', whole_us=True)
+        if self.db:
+            self.db.ai_core_freq(end // 1000 * 1000, last)
         self.tv.flush_chunk()
-        self.tv.write(self.out / "trace_view.json")
+        text = self.text_out
+        self.tv.write(text / "trace_view.json")
         self.tv.close()
         self._kernels.close()
         self._operators.close()
         if not cfg.schedule:
             self.steps[0].end = end
-        write_step_trace(self.out / "step_trace_time.csv", self.gen, cfg.dev, self.steps)
-        write_module_mem(self.out / "npu_module_mem.csv", self.gen, cfg.dev, cfg.start_ns, end)
+        step_rows = step_trace_rows(self.gen, cfg.dev, self.steps)
+        write_step_trace(text / "step_trace_time.csv", self.gen, step_rows)
+        module_mem = module_mem_samples(cfg.start_ns, end)
+        write_module_mem(text / "npu_module_mem.csv", self.gen, cfg.dev, module_mem)
+        communication = None
         if self.level > 0:
-            self.api_stat.write(self.out / "api_statistic.csv", self.gen)
-            self.op_stat.write(self.out / "op_statistic.csv", self.gen, cfg.dev)
+            self.api_stat.write(text / "api_statistic.csv", self.gen)
+            self.op_stat.write(text / "op_statistic.csv", self.gen, cfg.dev)
             if self._collectives:
-                write_communication(
-                    self.out, self._collectives, cfg.rank, cfg.group, cfg.group_hash
+                communication = communication_documents(
+                    self._collectives, cfg.rank, cfg.group, cfg.group_hash
                 )
-        self._write_info(end)
+                write_communication(text, communication)
+        metadata = self._write_info(end)
+        if self.db:
+            for component, ts, reserved_mb in module_mem:
+                self.db.module_memory(component, ts, reserved_mb)
+            self.db.close(
+                start_ns=cfg.start_ns,
+                end_ns=self.session_end,
+                metadata=metadata,
+                step_rows=step_rows,
+                communication=communication,
+            )
+        if self.text_out != self.out:
+            self._drop_text()
         return self.dir
 
     @property
@@ -601,7 +795,9 @@ class RankWriter:
         """When the profiler stopped (``end_info.collectionTimeEnd``): 1 ms after the last event."""
         return self.last_ts + 1_000_000
 
-    def _write_info(self, end: int) -> None:
+    def _write_info(self, end: int) -> dict:
+        """profiler_info_{rank}.json, and profiler_metadata.json in a Text export; returns the
+        metadata (a Db records it in META_DATA)."""
         cfg, gen = self.cfg, self.gen
         level_name = f"Level{cfg.level}"
         experimental: dict = {
@@ -611,7 +807,7 @@ class RankWriter:
             "_msprof_tx": False,
             "_data_simplification": True,
             "record_op_args": False,
-            "_export_type": ["text"] if gen.export_type_list else "text",
+            "_export_type": self._export_type(),
             "_op_attr": False,
             "_gc_detect_threshold": None,
         }
@@ -686,9 +882,17 @@ class RankWriter:
                 }
             }
         meta.update(cfg.metadata)
-        (self.dir / "profiler_metadata.json").write_text(
-            json.dumps(meta, indent=4), encoding="utf-8"
-        )
+        if "text" in cfg.export:
+            (self.dir / "profiler_metadata.json").write_text(
+                json.dumps(meta, indent=4), encoding="utf-8"
+            )
+        return meta
+
+    def _export_type(self) -> str | list[str]:
+        """profiler_info's `_export_type`: a string before G3, unless both formats were asked."""
+        if len(self.cfg.export) == 1 and not self.gen.export_type_list:
+            return self.cfg.export[0]
+        return list(self.cfg.export)
 
 
 def _merge(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -721,4 +925,4 @@ def _subtract(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> list[tuple[
     return out
 
 
-__all__ = ["RankConfig", "RankWriter", "rank_dir_name"]
+__all__ = ["EXPORTS", "RankConfig", "RankWriter", "rank_dir_name"]

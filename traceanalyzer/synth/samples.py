@@ -66,6 +66,20 @@ SAMPLES: tuple[Sample, ...] = (
 )
 
 
+def write(sample: Sample, target: Path, export: str = "text") -> list[Path]:
+    """Write ``sample``'s rank dirs under ``target`` (the committed copy is its Text export)."""
+    return generate(
+        sample.scenario,
+        target,
+        ranks=sample.ranks,
+        seed=0,
+        generation=sample.generation,
+        level=sample.level,
+        export=export,
+        **sample.knobs,
+    )
+
+
 def regenerate(dest: Path) -> list[Path]:
     """Write every sample under ``dest/<sample name>/`` (replacing old ones); returns the sample dirs."""
     dest = Path(dest)
@@ -74,15 +88,7 @@ def regenerate(dest: Path) -> list[Path]:
         target = dest / s.name
         if target.exists():
             shutil.rmtree(target)
-        generate(
-            s.scenario,
-            target,
-            ranks=s.ranks,
-            seed=0,
-            generation=s.generation,
-            level=s.level,
-            **s.knobs,
-        )
+        write(s, target)
         out.append(target)
     return out
 

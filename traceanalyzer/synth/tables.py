@@ -223,10 +223,10 @@ class StepTotals:
     first_device: int | None = None
 
 
-def write_step_trace(path: Path, gen: Generation, device: int, steps: list[StepTotals]) -> None:
-    """step_trace_time.csv as torch_npu's TraceStepTimeParser computes it (unrounded floats)."""
-    f = CsvFile(path, step_trace_header(gen), crlf=True)
+def step_trace_rows(gen: Generation, device: int, steps: list[StepTotals]) -> list[list[object]]:
+    """step_trace_time.csv's rows as torch_npu's TraceStepTimeParser computes them (µs, unrounded)."""
     dev_col = device if gen.npu_label_with_device else -1
+    rows = []
     for s in steps:
         comm = s.communication / 1000
         not_ov = s.not_overlapped / 1000
@@ -245,6 +245,14 @@ def write_step_trace(path: Path, gen: Generation, device: int, steps: list[StepT
         if gen.step_preparing_column:
             first = s.first_device if s.first_device is not None else s.start
             row.append(max(first - s.start, 0) / 1000)
+        rows.append(row)
+    return rows
+
+
+def write_step_trace(path: Path, gen: Generation, rows: list[list[object]]) -> None:
+    """step_trace_time.csv (CRLF, from torch_npu's csv.writer)."""
+    f = CsvFile(path, step_trace_header(gen), crlf=True)
+    for row in rows:
         f.row(row)
     f.close()
 
@@ -312,6 +320,7 @@ __all__ = [
     "op_statistic_header",
     "shape_cell",
     "step_trace_header",
+    "step_trace_rows",
     "write_step_trace",
 ]
 
@@ -331,12 +340,18 @@ MODULE_RESERVED_MB = {
 MODULE_MEM_PERIOD_NS = 20_000_000  # msprof samples it about every 20 ms
 
 
-def write_module_mem(path: Path, gen: Generation, device: int, start_ns: int, end_ns: int) -> None:
-    """npu_module_mem.csv: an msprof summary copied verbatim (LF), component by component."""
+def module_mem_samples(start_ns: int, end_ns: int) -> list[tuple[str, int, float]]:
+    """npu_module_mem.csv's samples, component by component: (component, ts ns, reserved MB)."""
+    times = [*range(start_ns, end_ns, MODULE_MEM_PERIOD_NS), end_ns]
+    return [(c, ts, mb) for c, mb in MODULE_RESERVED_MB.items() for ts in times]
+
+
+def write_module_mem(
+    path: Path, gen: Generation, device: int, samples: list[tuple[str, int, float]]
+) -> None:
+    """npu_module_mem.csv: an msprof summary copied verbatim (LF)."""
     lead = ["Device_id"] if gen.device_id_column else []
     f = CsvFile(path, [*lead, "Component", "Timestamp(us)", "Total Reserved(MB)", "Device"], False)
-    samples = [*range(start_ns, end_ns, MODULE_MEM_PERIOD_NS), end_ns]
-    for component, reserved in MODULE_RESERVED_MB.items():
-        for ts in samples:
-            f.row([*([device] if lead else []), component, csv_ts(ts), reserved, f"NPU:{device}"])
+    for component, ts, reserved in samples:
+        f.row([*([device] if lead else []), component, csv_ts(ts), reserved, f"NPU:{device}"])
     f.close()
