@@ -14,7 +14,8 @@
 - the shared primitives (:mod:`traceanalyzer.engine.primitives`) and text formatting (``text``);
 - fixtures: :func:`fixture`, :class:`StoreBuilder` (canonical rows in memory) and, through real
   files, ``RankBuilder`` and ``ingested`` (loaded on first use: they bring the synthetic
-  generator and the parsers).
+  generator and the parsers); both builders speak one vocabulary (times as int ns, ``us()`` to
+  write microseconds, :class:`Launch` for a task's host launch).
 
 See docs/writing-rules.md.
 """
@@ -62,7 +63,7 @@ from traceanalyzer.engine.rule import (
     sql_rule,
 )
 from traceanalyzer.engine.ruletest import fixture
-from traceanalyzer.engine.testing import StoreBuilder, us
+from traceanalyzer.engine.testing import Launch, StoreBuilder, us
 from traceanalyzer.store import Store
 from traceanalyzer.vocabulary import (
     AI_CORE_FREQ_PROCESS,
@@ -168,6 +169,7 @@ __all__ = [
     "union_intervals",
     "text",
     # fixtures
+    "Launch",
     "RankBuilder",  # noqa: F822 - resolved lazily by __getattr__
     "Store",
     "StoreBuilder",
