@@ -7,8 +7,10 @@
         KeyFigure, Mark, FigureContext, DEVICE_PROCESSES, WAIT_TASK_TYPES, overlap_join, text,
     )
 
-- the rule API (:func:`rule`, :class:`Param`, :class:`Requirement`, ...) and its presentation
-  hooks (:class:`KeyFigure`, :class:`Mark`, :class:`FigureContext`);
+- the rule API (:func:`rule`, :class:`Param`, :class:`Requirement`, ...), the canned
+  requirements (:mod:`traceanalyzer.engine.requirements`: ``device_tasks()``, ``host_api(...)``,
+  ``kernel_details()``, ``api_statistics()``, ``communication_ops()``, ``counters(name)``) and
+  the presentation hooks (:class:`KeyFigure`, :class:`Mark`, :class:`FigureContext`);
 - the domain vocabulary (:mod:`traceanalyzer.vocabulary`: process names across generations,
   wait and copy task types, the recipes' metadata markers);
 - the shared primitives (:mod:`traceanalyzer.engine.primitives`) and text formatting (``text``);
@@ -50,6 +52,14 @@ from traceanalyzer.engine.primitives import (
     total_length,
     trend,
     union_intervals,
+)
+from traceanalyzer.engine.requirements import (
+    api_statistics,
+    communication_ops,
+    counters,
+    device_tasks,
+    host_api,
+    kernel_details,
 )
 from traceanalyzer.engine.rule import (
     AnyOf,
@@ -116,6 +126,13 @@ __all__ = [
     "RuleContext",
     "rule",
     "sql_rule",
+    # canned requirements
+    "api_statistics",
+    "communication_ops",
+    "counters",
+    "device_tasks",
+    "host_api",
+    "kernel_details",
     # presentation
     "PALETTE",
     "FigureContext",

@@ -34,9 +34,9 @@ from traceanalyzer.kit import (
     KeyFigure,
     Mark,
     Param,
-    Requirement,
     RuleContext,
     evidence_marks,
+    host_api,
     rule,
     text,
 )
@@ -55,15 +55,8 @@ if TYPE_CHECKING:
         "api_pattern": Param(r"^aclrtSynchronizeStream", "Regex on CANN api_name to watch."),
         "min_ms": Param(10.0, "Report calls longer than this (ms)."),
     }},
-    requires=[
-        Requirement(
-            "slices",
-            ("api_name",),
-            what="CANN API events",
-            collect_with="profiler_level=Level1",
-            where=pl.col("process") == CANN_PROCESS,
-        )
-    ],
+    # the data it reads; without it: "not evaluated: missing CANN API events (collect with ...)"
+    requires=[host_api()],
 )
 def {func}(ctx: RuleContext) -> Iterator[Finding]:
     """
