@@ -85,3 +85,42 @@ def test_rank_builder_links_a_kernel_to_its_launch() -> None:
                  launch=launch)  # fmt: skip
     store = ingested(b)
     _launched((store.table("slices"), store.table("flows")), EPOCH_NS)
+
+
+# One fixture written twice: the same calls on both builders give the same rows.
+CALLS = [
+    ("span", ("aten::mm",), {"start_ns": us(1), "dur_ns": us(100), "thread": "Thread 7"}),
+    ("api", ("aclrtMemcpy",), {"start_ns": us(10), "dur_ns": us(5), "thread": "Thread 7"}),
+    ("memcpy_async", (), {"stream": 9, "start_ns": us(20), "task_start_ns": us(40),
+                          "task_dur_ns": us(8), "thread": "Thread 7"}),
+    ("kernel", ("MatMulV2",), {"stream": 2, "start_ns": us(60), "dur_ns": us(10),
+                               "launch": Launch(us(45), thread="Thread 7")}),
+    ("task", ("EVENT_WAIT",), {"stream": 3, "start_ns": us(70), "dur_ns": us(5),
+                               "task_type": "EVENT_WAIT_SQE"}),
+]  # fmt: skip
+COMPARED = ["process", "thread", "name", "stream_id", "task_type", "start_ns", "dur_ns",
+            "memcpy_size", "memcpy_direction"]  # fmt: skip
+
+
+def _rows(frames: pl.LazyFrame, epoch: int) -> list[tuple]:
+    rows = (
+        frames.filter(pl.col("process").is_in(["Python", "CANN", "Ascend Hardware"]))
+        .with_columns(pl.col("start_ns") - epoch)
+        .select(COMPARED)
+        .collect()
+    )
+    return sorted(rows.iter_rows(), key=str)
+
+
+def test_the_same_calls_give_the_same_rows_on_both_builders() -> None:
+    store_builder = StoreBuilder().session(0, "s", start_ns=0, end_ns=us(1_000))
+    rank_builder = RankBuilder(rank=0)
+    for verb, args, kwargs in CALLS:
+        getattr(store_builder, verb)(0, "s", *args, **kwargs)
+        getattr(rank_builder, verb)(*args, **kwargs)
+    in_memory, through_files = store_builder.store(), ingested(rank_builder)
+    rows = _rows(in_memory.table("slices"), 0)
+    assert len(rows) == 8  # the span, 2 calls + Node@launch + the launch's aclnnMm, 3 tasks
+    assert rows == _rows(through_files.table("slices"), EPOCH_NS)
+    flows = [s.table("flows").collect().height for s in (in_memory, through_files)]
+    assert flows == [2, 2]  # the copy's and the launch's HostToDevice flows

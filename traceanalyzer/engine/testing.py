@@ -59,6 +59,11 @@ def exact_ns(value: Any, name: str) -> int:
         ) from None
 
 
+def copy_task_type(direction: str) -> str:
+    """The device task type of an async copy: SDMA on the device, PCIe DMA to or from the host."""
+    return "SDMA_SQE" if direction == "device to device" else "PCIE_DMA_SQE"
+
+
 def split_api_name(name: str) -> tuple[str, str]:
     """``"aclrtMemcpy"`` (AscendCL) or ``"Layer@api"`` -> (layer, api)."""
     layer, _, api = name.rpartition("@")
@@ -305,6 +310,40 @@ class StoreBuilder:
         if launch.by_flow:
             self.flow(rank, session, start_ns=node_ns, end_ns=task_ns, stream=stream, thread=thread)
         return conn if launch.by_connection_id else None
+
+    def memcpy_async(
+        self,
+        rank: int,
+        session: str,
+        *,
+        stream: int,
+        start_ns: int,
+        task_start_ns: int,
+        task_dur_ns: int,
+        dur_ns: int = 12_000,
+        size: int = 1 << 20,
+        direction: str = "host to device",
+        thread: str = CANN_THREAD,
+    ) -> StoreBuilder:
+        """``aclrtMemcpyAsync`` (at ``start_ns`` on ``thread``) linked by a HostToDevice flow to
+        its MEMCPY_ASYNC copy task on ``stream`` (at ``task_start_ns``)."""
+        self.api(rank, session, "aclrtMemcpyAsync", start_ns=start_ns, dur_ns=dur_ns,
+                 thread=thread)  # fmt: skip
+        self.flow(rank, session, start_ns=start_ns, end_ns=task_start_ns, stream=stream,
+                  thread=thread)  # fmt: skip
+        row = self._slice(
+            rank,
+            session,
+            task_start_ns,
+            task_dur_ns,
+            process=HARDWARE_PROCESS,
+            thread=f"Stream {stream}",
+            name="MEMCPY_ASYNC",
+            stream_id=stream,
+            task_type=copy_task_type(direction),
+        )
+        row.update(memcpy_size=size, memcpy_direction=direction)
+        return self
 
     def kernel(
         self,

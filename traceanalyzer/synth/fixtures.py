@@ -23,7 +23,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from traceanalyzer.engine.testing import DEFAULT_KERNEL, Launch, exact_ns, split_api_name
+from traceanalyzer.engine.testing import (
+    DEFAULT_KERNEL,
+    Launch,
+    copy_task_type,
+    exact_ns,
+    split_api_name,
+)
 from traceanalyzer.synth.fmt import EPOCH_NS
 from traceanalyzer.synth.profiles import get_generation
 from traceanalyzer.synth.rank import INVALID_MODEL, RankConfig, RankWriter
@@ -229,18 +235,20 @@ class RankBuilder:
         dur_ns: int = 12_000,
         size: int = 1 << 20,
         direction: str = "host to device",
+        thread: str | None = None,
     ) -> RankBuilder:
-        """``aclrtMemcpyAsync`` (at ``start_ns``) linked by a HostToDevice flow to its MEMCPY_ASYNC
-        task on ``stream`` (at ``task_start_ns``)."""
-        s, d = at(start_ns), exact_ns(dur_ns, "dur_ns")
+        """``aclrtMemcpyAsync`` (at ``start_ns`` on ``thread``, default the main thread) linked by
+        a HostToDevice flow to its MEMCPY_ASYNC copy task on ``stream`` (at ``task_start_ns``)."""
+        s, d, tid = at(start_ns), exact_ns(dur_ns, "dur_ns"), thread_id(thread)
         ts, td = at(task_start_ns, "task_start_ns"), exact_ns(task_dur_ns, "task_dur_ns")
-        task_type = "SDMA_SQE" if direction == "device to device" else "PCIE_DMA_SQE"
+        task_type = copy_task_type(direction)
 
         def act(rw: RankWriter) -> None:
-            conn = rw.api("AscendCL@", "aclrtMemcpyAsync", s, d)
+            caller = rw.main_tid if tid is None else tid
+            conn = rw.api("AscendCL@", "aclrtMemcpyAsync", s, d, tid=caller)
             extra = {"data size(Byte)": size, "memcpy direction": direction}
             rw.task(stream, "MEMCPY_ASYNC", task_type, ts, td, conn=conn, extra=extra)
-            rw.h2d(conn, False, rw.main_tid, s, rw.hw_pid, stream, ts)
+            rw.h2d(conn, False, caller, s, rw.hw_pid, stream, ts)
 
         self._actions.append(act)
         return self
