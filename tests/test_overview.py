@@ -41,7 +41,7 @@ def _one(store: Store) -> dict:
 
 def _timeline() -> StoreBuilder:
     b = StoreBuilder().session(0, "s0", start_ns=0, end_ns=us(2_000))
-    b.span(0, "s0", "ProfilerStep#7", start_ns=0, dur_ns=us(1_000), cat="python_function")
+    b.step(0, "s0", 7, start_ns=0, dur_ns=us(1_000))
     return b
 
 

@@ -15,7 +15,7 @@ STEP = {"rank": 0, "session": "s0", "step": 7, "start_ns": 0, "end_ns": 1_000_00
 
 def test_names_are_escaped_and_each_task_says_what_it_is() -> None:
     b = StoreBuilder().session(0, "s0", start_ns=0, end_ns=us(2_000_000))
-    b.span(0, "s0", "ProfilerStep#7", start_ns=0, dur_ns=us(1_000_000), cat="python_function")
+    b.step(0, "s0", 7, start_ns=0, dur_ns=us(1_000_000))
     b.task(0, "s0", NASTY, stream=2, start_ns=us(100_000), dur_ns=us(200_000), task_type="AI_CORE")
     b.hccl_task(
         0, "s0", "hcom_allReduce__1_0_1", stream=9, start_ns=us(250_000), dur_ns=us(150_000)
@@ -36,7 +36,7 @@ def test_names_are_escaped_and_each_task_says_what_it_is() -> None:
 def test_many_tiny_tasks_merge_into_a_bounded_svg() -> None:
     """A busy step (here 40,000 one-µs kernels on 2 streams) stays a small file."""
     b = StoreBuilder().session(0, "s0", start_ns=0, end_ns=us(2_000_000))
-    b.span(0, "s0", "ProfilerStep#7", start_ns=0, dur_ns=us(1_000_000), cat="python_function")
+    b.step(0, "s0", 7, start_ns=0, dur_ns=us(1_000_000))
     for i in range(20_000):
         for stream in (2, 3):
             b.task(

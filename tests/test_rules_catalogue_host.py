@@ -87,15 +87,7 @@ def test_steady_steps_exclude_warmup_and_graph_capture() -> None:
     b = StoreBuilder()
     b.session(0, "s", start_ns=0, end_ns=us(4_000))
     for n in (1, 2, 3):
-        b.span(
-            0,
-            "s",
-            f"ProfilerStep#{n}",
-            start_ns=us((n - 1) * 1_000),
-            dur_ns=us(990),
-            cat="cpu_op",
-            thread="Thread 1",
-        )
+        b.step(0, "s", n, start_ns=us((n - 1) * 1_000), dur_ns=us(990))
     b.api(
         0, "s", "AscendCL@aclmdlRICaptureBegin", start_ns=us(1_100), dur_ns=us(5), thread="Thread 1"
     )  # step 2
