@@ -326,7 +326,7 @@ def launch_store() -> StoreBuilder:
     b = StoreBuilder()
     b.session(0, "s", start_ns=0, end_ns=us(10_000))
     # aclnnMm -> Node@launch (connection 7) -> kernel on stream 2
-    b.api(0, "s", "AscendCL@aclnnMm", start_ns=us(100), dur_ns=us(50), thread="Thread 9")
+    b.api(0, "s", "aclnnMm", start_ns=us(100), dur_ns=us(50), thread="Thread 9")
     b.api(
         0, "s", "Node@launch", start_ns=us(120), dur_ns=us(20), thread="Thread 9", connection_id=7
     )
@@ -341,7 +341,7 @@ def launch_store() -> StoreBuilder:
         connection_id=7,
     )
     # linked by a HostToDevice flow only: its `s` end lies inside the call
-    b.api(0, "s", "AscendCL@aclnnAdd", start_ns=us(400), dur_ns=us(50), thread="Thread 9")
+    b.api(0, "s", "aclnnAdd", start_ns=us(400), dur_ns=us(50), thread="Thread 9")
     b.api(0, "s", "Node@launch", start_ns=us(410), dur_ns=us(30), thread="Thread 9")
     b.task(0, "s", "Add", stream=2, start_ns=us(600), dur_ns=us(5), task_type="AI_VECTOR_CORE")
     b.flow(0, "s", start_ns=us(425), end_ns=us(600), stream=2, thread="Thread 9")
@@ -349,7 +349,7 @@ def launch_store() -> StoreBuilder:
     b.api(
         0,
         "s",
-        "AscendCL@aclmdlRIExecuteAsync",
+        "aclmdlRIExecuteAsync",
         start_ns=us(1_000),
         dur_ns=us(30),
         thread="Thread 1",

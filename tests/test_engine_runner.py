@@ -105,8 +105,8 @@ def store(ranks=(0, 1, 2), long_calls=3):
     for r in ranks:
         b.session(r, f"s{r}", start_ns=0, end_ns=us(1e6))
         for i in range(long_calls):
-            b.api(r, f"s{r}", "AscendCL@aclrtMemcpy", start_ns=us(1000 + i * 1000), dur_ns=us(500))
-        b.api(r, f"s{r}", "AscendCL@aclrtMemcpy", start_ns=us(9000), dur_ns=us(10))
+            b.api(r, f"s{r}", "aclrtMemcpy", start_ns=us(1000 + i * 1000), dur_ns=us(500))
+        b.api(r, f"s{r}", "aclrtMemcpy", start_ns=us(9000), dur_ns=us(10))
     return b.store()
 
 

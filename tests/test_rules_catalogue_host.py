@@ -89,11 +89,9 @@ def test_steady_steps_exclude_warmup_and_graph_capture() -> None:
     for n in (1, 2, 3):
         b.step(0, "s", n, start_ns=us((n - 1) * 1_000), dur_ns=us(990))
     b.api(
-        0, "s", "AscendCL@aclmdlRICaptureBegin", start_ns=us(1_100), dur_ns=us(5), thread="Thread 1"
+        0, "s", "aclmdlRICaptureBegin", start_ns=us(1_100), dur_ns=us(5), thread="Thread 1"
     )  # step 2
-    b.api(
-        0, "s", "AscendCL@aclmdlRICaptureEnd", start_ns=us(1_500), dur_ns=us(5), thread="Thread 1"
-    )
+    b.api(0, "s", "aclmdlRICaptureEnd", start_ns=us(1_500), dur_ns=us(5), thread="Thread 1")
     b.span(0, "s", "aten::item", start_ns=us(2_100), dur_ns=us(60), cat="cpu_op", thread="Thread 1")
     b.span(
         0,
@@ -107,7 +105,7 @@ def test_steady_steps_exclude_warmup_and_graph_capture() -> None:
     b.api(
         0,
         "s",
-        "AscendCL@aclrtSynchronizeStream",
+        "aclrtSynchronizeStream",
         start_ns=us(2_110),
         dur_ns=us(30),
         thread="Thread 1",
