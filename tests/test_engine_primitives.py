@@ -346,14 +346,7 @@ def launch_store() -> StoreBuilder:
     b.task(0, "s", "Add", stream=2, start_ns=us(600), dur_ns=us(5), task_type="AI_VECTOR_CORE")
     b.flow(0, "s", start_ns=us(425), end_ns=us(600), stream=2, thread="Thread 9")
     # a graph replay: captured tasks (model id) run after aclmdlRIExecuteAsync
-    b.api(
-        0,
-        "s",
-        "aclmdlRIExecuteAsync",
-        start_ns=us(1_000),
-        dur_ns=us(30),
-        thread="Thread 1",
-    )
+    b.api(0, "s", "aclmdlRIExecuteAsync", start_ns=us(1_000), dur_ns=us(30), thread="Thread 1")
     b.task(
         0,
         "s",

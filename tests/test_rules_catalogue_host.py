@@ -102,14 +102,7 @@ def test_steady_steps_exclude_warmup_and_graph_capture() -> None:
         cat="cpu_op",
         thread="Thread 1",
     )
-    b.api(
-        0,
-        "s",
-        "aclrtSynchronizeStream",
-        start_ns=us(2_110),
-        dur_ns=us(30),
-        thread="Thread 1",
-    )
+    b.api(0, "s", "aclrtSynchronizeStream", start_ns=us(2_110), dur_ns=us(30), thread="Thread 1")
     rule = load_rules().rules.get("sync-in-step")
     params = Params({k: p.default for k, p in STEP_PARAMS.items()})
     ctx = RuleContext(rule=rule, store=b.store(), params=params)
