@@ -25,10 +25,10 @@ import operator
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
+from decimal import ROUND_HALF_UP, Decimal
 from typing import Any, Literal
 
 from traceanalyzer.store import Store
-from traceanalyzer.timeutil import us_to_ns
 from traceanalyzer.vocabulary import CANN_PROCESS, HARDWARE_PROCESS
 
 LEVEL_OF_LAYER = {"AscendCL": "acl", "Runtime": "runtime", "Node": "node", "Hccl": "hccl"}
@@ -39,11 +39,13 @@ CANN_THREAD = "Thread 100"  # where host CANN calls run unless a fixture says ot
 
 
 def us(value: float | str) -> int:
-    """Microseconds to exact integer nanoseconds: ``us(1100.5) == 1_100_500``."""
-    ns = us_to_ns(value)
-    if ns is None:
-        raise ValueError(f"not a time: {value!r}")
-    return ns
+    """Microseconds as written to exact integer nanoseconds: ``us(1100.5) == 1_100_500``,
+    ``us("0.0005") == 1`` (half a ns rounds up). A float counts as its shortest repr, so
+    ``us(0.1)`` is 100 ns, not the binary float times 1000."""
+    if isinstance(value, bool):
+        raise TypeError(f"not a time: {value!r}")
+    ns = Decimal(repr(value) if isinstance(value, float) else value) * 1000
+    return int(ns.to_integral_value(ROUND_HALF_UP))
 
 
 def exact_ns(value: Any, name: str) -> int:
