@@ -14,15 +14,14 @@ from traceanalyzer.engine.kernels import NOT_KERNEL_PATTERN, kernel_tasks
 from traceanalyzer.kit import (
     AI_CORE_FREQ_PROCESS,
     AI_CORE_TASK_TYPES,
-    HARDWARE_PROCESS,
     Evidence,
     FigureContext,
     Finding,
     KeyFigure,
     NotEvaluated,
     Param,
-    Requirement,
     RuleContext,
+    device_tasks,
     overlap_join,
     rule,
     union_intervals,
@@ -90,13 +89,7 @@ class Segment:
         ),
     },
     requires=[
-        Requirement(
-            "slices",
-            ("task_type",),
-            what="device kernels (trace_view.json Ascend Hardware)",
-            collect_with="ProfilerActivity.NPU",
-            where=pl.col("process") == HARDWARE_PROCESS,
-        ),
+        device_tasks("device kernels (trace_view.json Ascend Hardware)", columns=("task_type",)),
     ],
 )
 def aicore_freq_throttle(ctx: RuleContext) -> Iterator[Finding]:

@@ -18,8 +18,9 @@ from traceanalyzer.kit import (
     Finding,
     KeyFigure,
     Param,
-    Requirement,
     RuleContext,
+    device_tasks,
+    kernel_details,
     rule,
 )
 from traceanalyzer.kit import text as fmt
@@ -94,18 +95,10 @@ COMM_CORES = ("HCCL", "COMMUNICATION")
     },
     requires=[
         AnyOf(
-            Requirement(
-                "kernels",
-                ("accelerator_core", "dur_ns"),
-                what="device kernels with their core type (kernel_details.csv)",
-                collect_with="profiler_level=Level1",
-            ),
-            Requirement(
-                "slices",
-                ("task_type",),
-                what="device tasks with a task type (trace_view.json Ascend Hardware)",
-                collect_with="ProfilerActivity.NPU",
-                where=pl.col("process") == HARDWARE_PROCESS,
+            kernel_details(),
+            device_tasks(
+                "device tasks with a task type (trace_view.json Ascend Hardware)",
+                columns=("task_type",),
             ),
         )
     ],

@@ -16,13 +16,12 @@ from traceanalyzer.engine.steps import (
     steady_key_figures,
 )
 from traceanalyzer.kit import (
-    CANN_PROCESS,
     FigureContext,
     Finding,
     KeyFigure,
     Param,
-    Requirement,
     RuleContext,
+    host_api,
     rule,
     session_metadata,
     text,
@@ -60,13 +59,7 @@ FREE_APIS = ("aclrtFree", "aclrtFreePhysical")
         ),
     },
     requires=[
-        Requirement(
-            "slices",
-            ("api_name",),
-            what="CANN API events (`aclrtMalloc`, `aclrtFree`)",
-            collect_with="profiler_level=Level1",
-            where=pl.col("process") == CANN_PROCESS,
-        ),
+        host_api("aclrtMalloc", "aclrtFree"),
     ],
 )
 def alloc_churn(ctx: RuleContext) -> Iterator[Finding]:

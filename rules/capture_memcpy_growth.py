@@ -19,10 +19,11 @@ from traceanalyzer.kit import (
     KeyFigure,
     Mark,
     Param,
-    Requirement,
     RuleContext,
+    api_statistics,
     count_in_windows,
     evidence_marks,
+    host_api,
     one_api_layer,
     outermost,
     pair_windows,
@@ -93,19 +94,11 @@ FIX = (
     },
     requires=[
         AnyOf(
-            Requirement(
-                "slices",
-                ("api_name",),
+            host_api(
                 what="CANN API events (process `CANN` in trace_view.json)",
                 collect_with="profiler_level=Level1 or Level2",
-                where=pl.col("process") == "CANN",
             ),
-            Requirement(
-                "api_stats",
-                ("api_name", "count"),
-                what="CANN API statistics (api_statistic.csv)",
-                collect_with="profiler_level=Level1 or Level2",
-            ),
+            api_statistics(collect_with="profiler_level=Level1 or Level2"),
         )
     ],
 )

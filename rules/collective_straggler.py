@@ -25,6 +25,7 @@ from traceanalyzer.kit import (
     Param,
     Requirement,
     RuleContext,
+    communication_ops,
     rule,
     session_metadata,
     union_intervals,
@@ -101,12 +102,7 @@ CAUSES = {
     },
     requires=[
         AnyOf(
-            Requirement(
-                "comm_ops",
-                ("wait_ns",),
-                what="communication ops (communication.json)",
-                collect_with="profiler_level=Level1 in a multi-rank job",
-            ),
+            communication_ops(),
             Requirement(
                 "slices",
                 ("name",),

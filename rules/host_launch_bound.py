@@ -27,8 +27,9 @@ from traceanalyzer.kit import (
     Mark,
     NotEvaluated,
     Param,
-    Requirement,
     RuleContext,
+    device_tasks,
+    host_api,
     host_launches,
     rule,
     stream_gaps,
@@ -106,20 +107,8 @@ NO_LINKS = (
         ),
     },
     requires=[
-        Requirement(
-            "slices",
-            ("stream_id",),
-            what="device tasks (process `Ascend Hardware`)",
-            collect_with="ProfilerActivity.NPU",
-            where=pl.col("process") == HARDWARE_PROCESS,
-        ),
-        Requirement(
-            "slices",
-            ("api_name",),
-            what="CANN launch calls (`Node@launch`, `aclnn*`, `aclmdlRIExecuteAsync`)",
-            collect_with="profiler_level=Level1",
-            where=pl.col("process") == CANN_PROCESS,
-        ),
+        device_tasks(),
+        host_api("Node@launch", "aclnn*", "aclmdlRIExecuteAsync", what="CANN launch calls"),
     ],
 )
 def host_launch_bound(ctx: RuleContext) -> Iterator[Finding]:

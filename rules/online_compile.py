@@ -16,13 +16,12 @@ from traceanalyzer.engine.steps import (
     steady_key_figures,
 )
 from traceanalyzer.kit import (
-    CANN_PROCESS,
     FigureContext,
     Finding,
     KeyFigure,
     Param,
-    Requirement,
     RuleContext,
+    host_api,
     rule,
     text,
 )
@@ -53,13 +52,7 @@ WORST_SHOWN = 5
         "min_share": Param(0.002, "...and compiling takes at least this share of their time."),
     },
     requires=[
-        Requirement(
-            "slices",
-            ("api_name",),
-            what="CANN API events (`aclopCompile*`, `opCompile`)",
-            collect_with="profiler_level=Level1",
-            where=pl.col("process") == CANN_PROCESS,
-        ),
+        host_api("aclopCompile*", "opCompile"),
     ],
 )
 def online_compile(ctx: RuleContext) -> Iterator[Finding]:

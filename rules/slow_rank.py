@@ -20,6 +20,7 @@ from traceanalyzer.kit import (
     Param,
     Requirement,
     RuleContext,
+    communication_ops,
     rule,
     total_length,
 )
@@ -111,11 +112,8 @@ class RankTimes:
                 collect_with="a profiler schedule and prof.step() in the loop",
                 where=pl.col("name").str.starts_with(STEP_SPAN_PREFIX),
             ),
-            Requirement(
-                "comm_ops",
-                ("transit_ns",),
-                what="communication ops (communication.json)",
-                collect_with="a multi-rank job with collectives",
+            communication_ops(
+                columns=("transit_ns",), collect_with="a multi-rank job with collectives"
             ),
         )
     ],

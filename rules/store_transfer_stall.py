@@ -13,7 +13,6 @@ from traceanalyzer.engine import (
     Finding,
     NotEvaluated,
     Param,
-    Requirement,
     RuleContext,
     rule,
 )
@@ -22,7 +21,7 @@ from traceanalyzer.engine.cost import analysed_window_ns
 from traceanalyzer.engine.cost import share as window_share
 from traceanalyzer.engine.primitives import outermost, overlap_join, total_length
 from traceanalyzer.engine.rule import Params
-from traceanalyzer.kit import FigureContext, KeyFigure, Mark, evidence_marks
+from traceanalyzer.kit import FigureContext, KeyFigure, Mark, device_tasks, evidence_marks
 from traceanalyzer.vocabulary import (
     DEVICE_PROCESSES,
     HARDWARE_PROCESS,
@@ -120,15 +119,7 @@ FIX = (
             "that look (with min_fraction of the window).",
         ),
     },
-    requires=[
-        Requirement(
-            "slices",
-            ("stream_id",),
-            what="device tasks (process `Ascend Hardware`)",
-            collect_with="ProfilerActivity.NPU",
-            where=pl.col("process") == "Ascend Hardware",
-        )
-    ],
+    requires=[device_tasks()],
 )
 def store_transfer_stall(ctx: RuleContext) -> Iterator[Finding]:
     """

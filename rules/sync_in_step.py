@@ -28,8 +28,9 @@ from traceanalyzer.kit import (
     KeyFigure,
     NotEvaluated,
     Param,
-    Requirement,
     RuleContext,
+    device_tasks,
+    host_api,
     rule,
     text,
     union_intervals,
@@ -62,20 +63,8 @@ NO_SITE = "an explicit synchronize"  # a sync outside any torch op: torch.npu.sy
         "marker_tasks": Param(PROFILER_MARKER_TASKS, "Profiler marker tasks (not device work)."),
     },
     requires=[
-        Requirement(
-            "slices",
-            ("api_name",),
-            what="CANN API events (`aclrtSynchronize*`, `aclrtMemcpy`)",
-            collect_with="profiler_level=Level1",
-            where=pl.col("process") == CANN_PROCESS,
-        ),
-        Requirement(
-            "slices",
-            ("stream_id",),
-            what="device tasks (process `Ascend Hardware`)",
-            collect_with="ProfilerActivity.NPU",
-            where=pl.col("process") == HARDWARE_PROCESS,
-        ),
+        host_api("aclrtSynchronize*", "aclrtMemcpy"),
+        device_tasks(),
     ],
 )
 def sync_in_step(ctx: RuleContext) -> Iterator[Finding]:

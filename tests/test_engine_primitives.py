@@ -27,6 +27,7 @@ from traceanalyzer.engine.primitives import (
     union_intervals,
 )
 from traceanalyzer.engine.testing import StoreBuilder
+from traceanalyzer.kit import us
 
 
 def frame(intervals, **extra):
@@ -323,26 +324,57 @@ def test_containing_call_prefers_innermost_then_outermost():
 
 def launch_store() -> StoreBuilder:
     b = StoreBuilder()
-    b.session(0, "s", 0, 10_000)
+    b.session(0, "s", start_ns=0, end_ns=us(10_000))
     # aclnnMm -> Node@launch (connection 7) -> kernel on stream 2
-    b.cann(0, "s", "AscendCL@aclnnMm", 100, 50, thread="Thread 9")
-    b.cann(0, "s", "Node@launch", 120, 20, thread="Thread 9", connection_id=7)
-    b.task(0, "s", 2, "MatMulV2", 300, 40, task_type="AI_CORE", connection_id=7)
+    b.api(0, "s", "aclnnMm", start_ns=us(100), dur_ns=us(50), thread="Thread 9")
+    b.api(
+        0, "s", "Node@launch", start_ns=us(120), dur_ns=us(20), thread="Thread 9", connection_id=7
+    )
+    b.task(
+        0,
+        "s",
+        "MatMulV2",
+        stream=2,
+        start_ns=us(300),
+        dur_ns=us(40),
+        task_type="AI_CORE",
+        connection_id=7,
+    )
     # linked by a HostToDevice flow only: its `s` end lies inside the call
-    b.cann(0, "s", "AscendCL@aclnnAdd", 400, 50, thread="Thread 9")
-    b.cann(0, "s", "Node@launch", 410, 30, thread="Thread 9")
-    b.task(0, "s", 2, "Add", 600, 5, task_type="AI_VECTOR_CORE")
-    b.flow(0, "s", 425, 600, dst_stream=2, src_thread="Thread 9")
+    b.api(0, "s", "aclnnAdd", start_ns=us(400), dur_ns=us(50), thread="Thread 9")
+    b.api(0, "s", "Node@launch", start_ns=us(410), dur_ns=us(30), thread="Thread 9")
+    b.task(0, "s", "Add", stream=2, start_ns=us(600), dur_ns=us(5), task_type="AI_VECTOR_CORE")
+    b.flow(0, "s", start_ns=us(425), end_ns=us(600), stream=2, thread="Thread 9")
     # a graph replay: captured tasks (model id) run after aclmdlRIExecuteAsync
-    b.cann(0, "s", "AscendCL@aclmdlRIExecuteAsync", 1_000, 30, thread="Thread 1")
-    b.task(0, "s", 2, "graph kernel", 1_100, 10, task_type="AI_CORE", model_id=3, connection_id=99)
-    b.task(0, "s", 2, "graph kernel 2", 1_200, 10, task_type="AI_CORE", model_id=3)
+    b.api(0, "s", "aclmdlRIExecuteAsync", start_ns=us(1_000), dur_ns=us(30), thread="Thread 1")
+    b.task(
+        0,
+        "s",
+        "graph kernel",
+        stream=2,
+        start_ns=us(1_100),
+        dur_ns=us(10),
+        task_type="AI_CORE",
+        model_id=3,
+        connection_id=99,
+    )
+    b.task(
+        0,
+        "s",
+        "graph kernel 2",
+        stream=2,
+        start_ns=us(1_200),
+        dur_ns=us(10),
+        task_type="AI_CORE",
+        model_id=3,
+    )
     # Level0-like: only the torch op's async_npu flow
-    b.span(0, "s", "aten::mul", 2_000, 20, cat="cpu_op", thread="Thread 1")
-    b.task(0, "s", 2, "Mul", 2_100, 5, task_type="AI_VECTOR_CORE")
-    b.flow(0, "s", 2_000, 2_100, dst_stream=2, src_thread="Thread 1", src_process="Python",
-           cat="async_npu")  # fmt: skip
-    b.task(0, "s", 2, "EVENT_WAIT", 3_000, 5)  # nothing launched it that the trace shows
+    b.span(0, "s", "aten::mul", start_ns=us(2_000), dur_ns=us(20), cat="cpu_op", thread="Thread 1")
+    b.task(0, "s", "Mul", stream=2, start_ns=us(2_100), dur_ns=us(5), task_type="AI_VECTOR_CORE")
+    b.flow(0, "s", start_ns=us(2_000), end_ns=us(2_100), stream=2, thread="Thread 1",
+           process="Python", cat="async_npu")  # fmt: skip
+    # nothing launched it that the trace shows
+    b.task(0, "s", "EVENT_WAIT", stream=2, start_ns=us(3_000), dur_ns=us(5))
     return b
 
 
@@ -378,8 +410,8 @@ def test_host_launches_every_link_kind():
 
 def test_host_launches_without_flows_or_host_calls():
     b = StoreBuilder()
-    b.session(0, "s", 0, 100)
-    b.task(0, "s", 2, "MatMulV2", 10, 5, connection_id=1)
+    b.session(0, "s", start_ns=0, end_ns=us(100))
+    b.task(0, "s", "MatMulV2", stream=2, start_ns=us(10), dur_ns=us(5), connection_id=1)
     store = b.store()
     out = host_launches(store.table("slices"))
     assert out.height == 1 and out["link"].to_list() == [None]

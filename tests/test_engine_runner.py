@@ -21,6 +21,7 @@ from traceanalyzer.engine import (
 from traceanalyzer.engine.config import ConfigError
 from traceanalyzer.engine.registry import RuleSet
 from traceanalyzer.engine.testing import StoreBuilder
+from traceanalyzer.kit import us
 
 DOC = """
 ## What it detects
@@ -102,10 +103,10 @@ def needs_level2_rule():
 def store(ranks=(0, 1, 2), long_calls=3):
     b = StoreBuilder()
     for r in ranks:
-        b.session(r, f"s{r}", 0, 1e6)
+        b.session(r, f"s{r}", start_ns=0, end_ns=us(1e6))
         for i in range(long_calls):
-            b.cann(r, f"s{r}", "AscendCL@aclrtMemcpy", 1000 + i * 1000, 500)
-        b.cann(r, f"s{r}", "AscendCL@aclrtMemcpy", 9000, 10)
+            b.api(r, f"s{r}", "aclrtMemcpy", start_ns=us(1000 + i * 1000), dur_ns=us(500))
+        b.api(r, f"s{r}", "aclrtMemcpy", start_ns=us(9000), dur_ns=us(10))
     return b.store()
 
 
@@ -152,7 +153,7 @@ def test_any_of_precondition():
         ],
     )(body)
     assert run(either).rules[0].status == "clean"
-    empty = StoreBuilder().session(0, "s", 0, 1).store()
+    empty = StoreBuilder().session(0, "s", start_ns=0, end_ns=us(1)).store()
     reason = run(either, st=empty).rules[0].reason
     assert (
         reason
@@ -267,8 +268,8 @@ def test_sharding_by_rank_gives_the_same_result():
 
 def test_partial_preconditions_are_reported_when_sharded():
     b = StoreBuilder()
-    b.session(0, "s0", 0, 1e6).session(1, "s1", 0, 1e6)
-    b.cann(0, "s0", "Runtime@MemCopySync", 10, 5)
+    b.session(0, "s0", start_ns=0, end_ns=us(1e6)).session(1, "s1", start_ns=0, end_ns=us(1e6))
+    b.api(0, "s0", "Runtime@MemCopySync", start_ns=us(10), dur_ns=us(5))
     result = run(needs_level2_rule(), st=b.store(), shard_by_rank=True)
     status = result.rules[0]
     assert status.status == "clean"

@@ -13,6 +13,7 @@ from click.testing import CliRunner
 from report_support import SAMPLES, run_sample
 
 from traceanalyzer.engine.testing import StoreBuilder
+from traceanalyzer.kit import us
 from traceanalyzer.overview import TopSizes, by_cost, finding_costs
 from traceanalyzer.overview.breakdown import computing_ns
 from traceanalyzer.overview.cluster import cluster_rows
@@ -39,18 +40,40 @@ def _one(store: Store) -> dict:
 
 
 def _timeline() -> StoreBuilder:
-    b = StoreBuilder().session(0, "s0", start_us=0, end_us=2_000)
-    b.span(0, "s0", "ProfilerStep#7", 0, 1_000)
+    b = StoreBuilder().session(0, "s0", start_ns=0, end_ns=us(2_000))
+    b.step(0, "s0", 7, start_ns=0, dur_ns=us(1_000))
     return b
 
 
 def test_each_class_lands_in_its_component() -> None:
     b = _timeline()
-    b.task(0, "s0", 2, "MatMul", 100, 200, task_type="AI_CORE")  # 100-300
-    b.hccl_task(0, "s0", 9, "hcom_allReduce__1_0_1", 250, 150)  # 250-400: 50 under compute
-    b.task(0, "s0", 3, "EVENT_WAIT", 400, 100, task_type="EVENT_WAIT_SQE")  # 400-500
-    b.task(0, "s0", 4, "MEMCPY_ASYNC", 500, 50, task_type="PCIE_DMA_SQE")  # 500-550
-    b.task(0, "s0", 3, "EVENT_WAIT", 500, 100, task_type="EVENT_WAIT_SQE")  # under the copy
+    b.task(
+        0, "s0", "MatMul", stream=2, start_ns=us(100), dur_ns=us(200), task_type="AI_CORE"
+    )  # 100-300
+    b.hccl_task(
+        0, "s0", "hcom_allReduce__1_0_1", stream=9, start_ns=us(250), dur_ns=us(150)
+    )  # 250-400: 50 under compute
+    b.task(
+        0,
+        "s0",
+        "EVENT_WAIT",
+        stream=3,
+        start_ns=us(400),
+        dur_ns=us(100),
+        task_type="EVENT_WAIT_SQE",
+    )  # 400-500
+    b.task(
+        0, "s0", "MEMCPY_ASYNC", stream=4, start_ns=us(500), dur_ns=us(50), task_type="PCIE_DMA_SQE"
+    )  # 500-550
+    b.task(
+        0,
+        "s0",
+        "EVENT_WAIT",
+        stream=3,
+        start_ns=us(500),
+        dur_ns=us(100),
+        task_type="EVENT_WAIT_SQE",
+    )  # under the copy
     row = _one(b.store())
     assert row["step"] == 7 and row["step_ns"] == 1_000 * US
     assert row["compute_ai_core_ns"] == 150 * US
@@ -64,10 +87,10 @@ def test_each_class_lands_in_its_component() -> None:
 
 def test_concurrent_accelerators_share_the_time() -> None:
     b = _timeline()
-    b.task(0, "s0", 2, "MatMul", 0, 100, task_type="AI_CORE")
-    b.task(0, "s0", 3, "Add", 0, 100, task_type="AI_VECTOR_CORE")
-    b.task(0, "s0", 4, "Cast", 100, 100, task_type="AI_CPU")
-    b.task(0, "s0", 5, "Fused", 200, 100, task_type="MIX_AIV")
+    b.task(0, "s0", "MatMul", stream=2, start_ns=0, dur_ns=us(100), task_type="AI_CORE")
+    b.task(0, "s0", "Add", stream=3, start_ns=0, dur_ns=us(100), task_type="AI_VECTOR_CORE")
+    b.task(0, "s0", "Cast", stream=4, start_ns=us(100), dur_ns=us(100), task_type="AI_CPU")
+    b.task(0, "s0", "Fused", stream=5, start_ns=us(200), dur_ns=us(100), task_type="MIX_AIV")
     row = _one(b.store())
     assert row["compute_ai_core_ns"] == row["compute_ai_vector_ns"] == 50 * US
     assert row["compute_ai_cpu_ns"] == row["compute_mix_ns"] == 100 * US
@@ -76,7 +99,7 @@ def test_concurrent_accelerators_share_the_time() -> None:
 def test_kernel_details_accelerator_wins_over_the_task_type() -> None:
     """Older traces call AI Vector kernels AI_CORE; kernel_details.csv says which they are."""
     b = _timeline()
-    b.task(0, "s0", 2, "Add", 0, 100, task_type="AI_CORE")
+    b.task(0, "s0", "Add", stream=2, start_ns=0, dur_ns=us(100), task_type="AI_CORE")
     b.rows["kernels"].append(
         {
             "rank": 0,
@@ -95,24 +118,42 @@ def test_a_gap_is_host_bound_when_the_launch_came_late(
     launch_end_us: float, host_bound: bool
 ) -> None:
     b = _timeline()
-    b.cann(0, "s0", "Node@launch", 0, 10, connection_id=1)
-    b.task(0, "s0", 2, "MatMul", 20, 80, task_type="AI_CORE", connection_id=1)  # ends at 100
-    b.cann(0, "s0", "Node@launch", launch_end_us - 10, 10, connection_id=2)
-    b.task(0, "s0", 2, "MatMul", 300, 100, task_type="AI_CORE", connection_id=2)
+    b.api(0, "s0", "Node@launch", start_ns=0, dur_ns=us(10), connection_id=1)
+    b.task(
+        0,
+        "s0",
+        "MatMul",
+        stream=2,
+        start_ns=us(20),
+        dur_ns=us(80),
+        task_type="AI_CORE",
+        connection_id=1,
+    )  # ends at 100
+    b.api(0, "s0", "Node@launch", start_ns=us(launch_end_us - 10), dur_ns=us(10), connection_id=2)
+    b.task(
+        0,
+        "s0",
+        "MatMul",
+        stream=2,
+        start_ns=us(300),
+        dur_ns=us(100),
+        task_type="AI_CORE",
+        connection_id=2,
+    )
     row = _one(b.store())
     assert row["idle_host_ns"] == (200 * US if host_bound else 0)
 
 
 def test_without_steps_the_session_is_the_window() -> None:
-    b = StoreBuilder().session(0, "s0", start_us=0, end_us=500)
-    b.task(0, "s0", 2, "MatMul", 100, 100, task_type="AI_CORE")
+    b = StoreBuilder().session(0, "s0", start_ns=0, end_ns=us(500))
+    b.task(0, "s0", "MatMul", stream=2, start_ns=us(100), dur_ns=us(100), task_type="AI_CORE")
     row = _one(b.store())
     assert row["step"] is None and row["step_ns"] == 500 * US and row["source"] == "events"
 
 
 def test_without_device_tasks_step_trace_time_is_the_source() -> None:
     b = _timeline()
-    b.step_time(0, "s0", 7, computing_us=300, free_us=600, communication_us=100)
+    b.step_time(0, "s0", 7, computing_ns=us(300), free_ns=us(600), communication_ns=us(100))
     row = _one(b.store())
     assert row["source"] == "step_trace_time"
     assert row["compute_other_ns"] == 300 * US and row["comm_exposed_ns"] == 100 * US

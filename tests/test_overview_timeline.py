@@ -5,6 +5,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 
 from traceanalyzer.engine.testing import StoreBuilder
+from traceanalyzer.kit import us
 from traceanalyzer.report.overview_timeline import CLASS_COLORS, MAX_RECTS, timeline_svg
 
 SVG = "{http://www.w3.org/2000/svg}"
@@ -13,10 +14,12 @@ STEP = {"rank": 0, "session": "s0", "step": 7, "start_ns": 0, "end_ns": 1_000_00
 
 
 def test_names_are_escaped_and_each_task_says_what_it_is() -> None:
-    b = StoreBuilder().session(0, "s0", start_us=0, end_us=2_000_000)
-    b.span(0, "s0", "ProfilerStep#7", 0, 1_000_000)
-    b.task(0, "s0", 2, NASTY, 100_000, 200_000, task_type="AI_CORE")
-    b.hccl_task(0, "s0", 9, "hcom_allReduce__1_0_1", 250_000, 150_000)
+    b = StoreBuilder().session(0, "s0", start_ns=0, end_ns=us(2_000_000))
+    b.step(0, "s0", 7, start_ns=0, dur_ns=us(1_000_000))
+    b.task(0, "s0", NASTY, stream=2, start_ns=us(100_000), dur_ns=us(200_000), task_type="AI_CORE")
+    b.hccl_task(
+        0, "s0", "hcom_allReduce__1_0_1", stream=9, start_ns=us(250_000), dur_ns=us(150_000)
+    )
     svg = timeline_svg({"representative": STEP}, b.store())
     assert svg is not None
     root = ET.fromstring(svg)  # well-formed XML, as written to plots/overview-timeline.svg
@@ -32,12 +35,20 @@ def test_names_are_escaped_and_each_task_says_what_it_is() -> None:
 
 def test_many_tiny_tasks_merge_into_a_bounded_svg() -> None:
     """A busy step (here 40,000 one-µs kernels on 2 streams) stays a small file."""
-    b = StoreBuilder().session(0, "s0", start_us=0, end_us=2_000_000)
-    b.span(0, "s0", "ProfilerStep#7", 0, 1_000_000)
+    b = StoreBuilder().session(0, "s0", start_ns=0, end_ns=us(2_000_000))
+    b.step(0, "s0", 7, start_ns=0, dur_ns=us(1_000_000))
     for i in range(20_000):
         for stream in (2, 3):
-            b.task(0, "s0", stream, f"op{i}", i * 50 + stream, 1, task_type="AI_CORE")
-    b.task(0, "s0", 4, "Long<&>", 0, 900_000, task_type="AI_VECTOR_CORE")
+            b.task(
+                0,
+                "s0",
+                f"op{i}",
+                stream=stream,
+                start_ns=us(i * 50 + stream),
+                dur_ns=us(1),
+                task_type="AI_CORE",
+            )
+    b.task(0, "s0", "Long<&>", stream=4, start_ns=0, dur_ns=us(900_000), task_type="AI_VECTOR_CORE")
     svg = timeline_svg({"representative": STEP}, b.store())
     assert svg is not None and len(svg) < 1_000_000
     rects = list(ET.fromstring(svg).iter(f"{SVG}rect"))
@@ -48,5 +59,5 @@ def test_many_tiny_tasks_merge_into_a_bounded_svg() -> None:
 
 
 def test_no_representative_step_draws_nothing() -> None:
-    b = StoreBuilder().session(0, "s0", start_us=0, end_us=2_000)
+    b = StoreBuilder().session(0, "s0", start_ns=0, end_ns=us(2_000))
     assert timeline_svg({"representative": None}, b.store()) is None

@@ -382,12 +382,13 @@ INJECTION = (
 def test_trace_names_cannot_inject_markdown(tmp_path: Path) -> None:
     from traceanalyzer.engine import RuleContext, evaluate, rule, write_findings_json
     from traceanalyzer.engine.registry import RuleSet
+    from traceanalyzer.kit import us
     from traceanalyzer.report.writer import write_reports
     from traceanalyzer.store import Store
     from traceanalyzer.synth.fixtures import RankBuilder, build_store
 
     b = RankBuilder(rank=0)
-    b.cpu_op(INJECTION, start_us=100, dur_us=50)
+    b.span(INJECTION, start_ns=us(100), dur_ns=us(50))
     out = build_store(tmp_path, b)
 
     @rule(id="TX902", name="echo-name", severity="warning", summary="Echoes op names.", fix="x")

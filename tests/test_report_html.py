@@ -12,6 +12,7 @@ import pytest
 from report_support import SICK, findings, run_sample
 
 from traceanalyzer.engine.loader import load_rules
+from traceanalyzer.kit import us
 from traceanalyzer.report import ReportInputs, fmt, write_reports
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -130,7 +131,7 @@ def test_trace_strings_are_escaped(tmp_path: Path) -> None:
     from traceanalyzer.synth.fixtures import RankBuilder, build_store
 
     b = RankBuilder(rank=0)
-    b.cpu_op(f"my_op{SCRIPT}", start_us=100, dur_us=50)
+    b.span(f"my_op{SCRIPT}", start_ns=us(100), dur_ns=us(50))
     out = build_store(tmp_path, b)
 
     @rule(

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from traceanalyzer.engine import evaluate
+from traceanalyzer.kit import us
 from traceanalyzer.store import Store
 from traceanalyzer.synth.fixtures import scenario_store
 
@@ -84,14 +85,24 @@ def test_steady_steps_exclude_warmup_and_graph_capture() -> None:
     from traceanalyzer.kit import StoreBuilder
 
     b = StoreBuilder()
-    b.session(0, "s", 0, 4_000)
+    b.session(0, "s", start_ns=0, end_ns=us(4_000))
     for n in (1, 2, 3):
-        b.span(0, "s", f"ProfilerStep#{n}", (n - 1) * 1_000, 990, cat="cpu_op", thread="Thread 1")
-    b.cann(0, "s", "AscendCL@aclmdlRICaptureBegin", 1_100, 5, thread="Thread 1")  # step 2
-    b.cann(0, "s", "AscendCL@aclmdlRICaptureEnd", 1_500, 5, thread="Thread 1")
-    b.span(0, "s", "aten::item", 2_100, 60, cat="cpu_op", thread="Thread 1")
-    b.span(0, "s", "aten::_local_scalar_dense", 2_105, 50, cat="cpu_op", thread="Thread 1")
-    b.cann(0, "s", "AscendCL@aclrtSynchronizeStream", 2_110, 30, thread="Thread 1")
+        b.step(0, "s", n, start_ns=us((n - 1) * 1_000), dur_ns=us(990))
+    b.api(
+        0, "s", "aclmdlRICaptureBegin", start_ns=us(1_100), dur_ns=us(5), thread="Thread 1"
+    )  # step 2
+    b.api(0, "s", "aclmdlRICaptureEnd", start_ns=us(1_500), dur_ns=us(5), thread="Thread 1")
+    b.span(0, "s", "aten::item", start_ns=us(2_100), dur_ns=us(60), cat="cpu_op", thread="Thread 1")
+    b.span(
+        0,
+        "s",
+        "aten::_local_scalar_dense",
+        start_ns=us(2_105),
+        dur_ns=us(50),
+        cat="cpu_op",
+        thread="Thread 1",
+    )
+    b.api(0, "s", "aclrtSynchronizeStream", start_ns=us(2_110), dur_ns=us(30), thread="Thread 1")
     rule = load_rules().rules.get("sync-in-step")
     params = Params({k: p.default for k, p in STEP_PARAMS.items()})
     ctx = RuleContext(rule=rule, store=b.store(), params=params)

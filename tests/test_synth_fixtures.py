@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from synth_support import load_trace
 
+from traceanalyzer.kit import us
 from traceanalyzer.synth import generate
 from traceanalyzer.synth.fixtures import RankBuilder, build_store
 from traceanalyzer.synth.fmt import EPOCH_NS
@@ -16,15 +17,21 @@ from traceanalyzer.synth.fmt import EPOCH_NS
 
 def _stall(rank: int = 0, level: int = 1) -> RankBuilder:
     b = RankBuilder(rank=rank, generation="g2", level=level)
-    with b.python_span("batch_get_into_multi_buffers", start_us=1000, dur_us=2_000_000):
-        b.memcpy_async(start_us=1100.5, stream=9, task_start_us=1_990_000, task_dur_us=800)
-        b.api("aclrtSynchronizeStream", start_us=1120, dur_us=1_990_000)
+    b.span("batch_get_into_multi_buffers", start_ns=us(1000), dur_ns=us(2_000_000))
+    b.memcpy_async(start_ns=us(1100.5), stream=9, task_start_ns=us(1_990_000), task_dur_ns=us(800))
+    b.api("aclrtSynchronizeStream", start_ns=us(1120), dur_ns=us(1_990_000))
     b.task(
-        stream=39, name="Notify Wait", task_type="NOTIFY_WAIT_SQE", start_us=900, dur_us=1_980_000
+        "Notify Wait",
+        stream=39,
+        task_type="NOTIFY_WAIT_SQE",
+        start_ns=us(900),
+        dur_ns=us(1_980_000),
     )
-    b.task(stream=40, name="EVENT_WAIT", task_type="EVENT_WAIT_SQE", start_us=950, dur_us=1_970_000)
-    b.capture(start_us=2_100_000, dur_us=3000, memcpy_calls=12)
-    b.kernel(start_us=10, dur_us=5.5)
+    b.task(
+        "EVENT_WAIT", stream=40, task_type="EVENT_WAIT_SQE", start_ns=us(950), dur_ns=us(1_970_000)
+    )
+    b.capture(start_ns=us(2_100_000), dur_ns=us(3000), memcpy_calls=12)
+    b.kernel(start_ns=us(10), dur_ns=us(5.5))
     return b
 
 
@@ -49,7 +56,7 @@ def test_builder_metadata_steps_and_ranks(tmp_path: Path) -> None:
     b = RankBuilder(rank=1, generation="g3", level=1).metadata(
         **{"traceanalyzer.window": "store_transfer"}
     )
-    b.step(7, start_us=0, dur_us=500).kernel(start_us=100, dur_us=20)
+    b.step(7, start_ns=0, dur_ns=us(500)).kernel(start_ns=us(100), dur_ns=us(20))
     d = b.write(tmp_path)
     assert (
         json.loads((d / "profiler_metadata.json").read_text())["traceanalyzer.window"]

@@ -7,14 +7,17 @@
         KeyFigure, Mark, FigureContext, DEVICE_PROCESSES, WAIT_TASK_TYPES, overlap_join, text,
     )
 
-- the rule API (:func:`rule`, :class:`Param`, :class:`Requirement`, ...) and its presentation
-  hooks (:class:`KeyFigure`, :class:`Mark`, :class:`FigureContext`);
+- the rule API (:func:`rule`, :class:`Param`, :class:`Requirement`, ...), the canned
+  requirements (:mod:`traceanalyzer.engine.requirements`: ``device_tasks()``, ``host_api(...)``,
+  ``kernel_details()``, ``api_statistics()``, ``communication_ops()``, ``counters(name)``) and
+  the presentation hooks (:class:`KeyFigure`, :class:`Mark`, :class:`FigureContext`);
 - the domain vocabulary (:mod:`traceanalyzer.vocabulary`: process names across generations,
   wait and copy task types, the recipes' metadata markers);
 - the shared primitives (:mod:`traceanalyzer.engine.primitives`) and text formatting (``text``);
 - fixtures: :func:`fixture`, :class:`StoreBuilder` (canonical rows in memory) and, through real
   files, ``RankBuilder`` and ``ingested`` (loaded on first use: they bring the synthetic
-  generator and the parsers).
+  generator and the parsers); both builders speak one vocabulary (times as int ns, ``us()`` to
+  write microseconds, :class:`Launch` for a task's host launch).
 
 See docs/writing-rules.md.
 """
@@ -50,6 +53,14 @@ from traceanalyzer.engine.primitives import (
     trend,
     union_intervals,
 )
+from traceanalyzer.engine.requirements import (
+    api_statistics,
+    communication_ops,
+    counters,
+    device_tasks,
+    host_api,
+    kernel_details,
+)
 from traceanalyzer.engine.rule import (
     AnyOf,
     NotEvaluated,
@@ -62,7 +73,7 @@ from traceanalyzer.engine.rule import (
     sql_rule,
 )
 from traceanalyzer.engine.ruletest import fixture
-from traceanalyzer.engine.testing import StoreBuilder, us
+from traceanalyzer.engine.testing import Launch, StoreBuilder, us
 from traceanalyzer.store import Store
 from traceanalyzer.vocabulary import (
     AI_CORE_FREQ_PROCESS,
@@ -115,6 +126,13 @@ __all__ = [
     "RuleContext",
     "rule",
     "sql_rule",
+    # canned requirements
+    "api_statistics",
+    "communication_ops",
+    "counters",
+    "device_tasks",
+    "host_api",
+    "kernel_details",
     # presentation
     "PALETTE",
     "FigureContext",
@@ -168,6 +186,7 @@ __all__ = [
     "union_intervals",
     "text",
     # fixtures
+    "Launch",
     "RankBuilder",  # noqa: F822 - resolved lazily by __getattr__
     "Store",
     "StoreBuilder",

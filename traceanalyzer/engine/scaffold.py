@@ -34,9 +34,9 @@ from traceanalyzer.kit import (
     KeyFigure,
     Mark,
     Param,
-    Requirement,
     RuleContext,
     evidence_marks,
+    host_api,
     rule,
     text,
 )
@@ -55,15 +55,8 @@ if TYPE_CHECKING:
         "api_pattern": Param(r"^aclrtSynchronizeStream", "Regex on CANN api_name to watch."),
         "min_ms": Param(10.0, "Report calls longer than this (ms)."),
     }},
-    requires=[
-        Requirement(
-            "slices",
-            ("api_name",),
-            what="CANN API events",
-            collect_with="profiler_level=Level1",
-            where=pl.col("process") == CANN_PROCESS,
-        )
-    ],
+    # the data it reads; without it: "not evaluated: missing CANN API events (collect with ...)"
+    requires=[host_api()],
 )
 def {func}(ctx: RuleContext) -> Iterator[Finding]:
     """
@@ -187,16 +180,17 @@ Run them with `traceanalyzer rules test {name} --rules {folder}`.
 
 from __future__ import annotations
 
-from traceanalyzer.kit import Store, StoreBuilder, fixture
+from traceanalyzer.kit import Store, StoreBuilder, fixture, us
 
 
 def calls(durations_us: list[float]) -> Store:
+    """One synchronisation call per duration (µs), 100 µs apart."""
     b = StoreBuilder()
-    b.session(0, "s0", 0, 1_000_000)
-    t = 1_000.0
-    for dur in durations_us:
-        b.cann(0, "s0", "AscendCL@aclrtSynchronizeStream", t, dur)
-        t += dur + 100
+    b.session(0, "s0", start_ns=0, end_ns=us(1_000_000))
+    t = us(1_000)
+    for dur in map(us, durations_us):
+        b.api(0, "s0", "aclrtSynchronizeStream", start_ns=t, dur_ns=dur)
+        t += dur + us(100)
     return b.store()
 
 
@@ -218,16 +212,16 @@ def silent_all_fast() -> Store:
 @fixture(expect="silent")
 def silent_slow_but_other_api() -> Store:
     b = StoreBuilder()
-    b.session(0, "s0", 0, 1_000_000)
-    b.cann(0, "s0", "AscendCL@aclrtMemcpy", 1_000, 42_000)
+    b.session(0, "s0", start_ns=0, end_ns=us(1_000_000))
+    b.api(0, "s0", "aclrtMemcpy", start_ns=us(1_000), dur_ns=us(42_000))
     return b.store()
 
 
 @fixture(expect="not_evaluated", reason="collect with profiler_level=Level1")
 def not_evaluated_without_cann_layer() -> Store:
     b = StoreBuilder()
-    b.session(0, "s0", 0, 1_000_000, profiler_level="Level0")
-    b.task(0, "s0", 2, "MatMul", 100, 50)
+    b.session(0, "s0", start_ns=0, end_ns=us(1_000_000), profiler_level="Level0")
+    b.task(0, "s0", "MatMul", stream=2, start_ns=us(100), dur_ns=us(50))
     return b.store()
 '''
 

@@ -1,28 +1,39 @@
 """Tiny rank directories for rule fixtures, a few lines each.
 
-Times are µs offsets from :data:`~traceanalyzer.synth.fmt.EPOCH_NS`
-(``1736408883000000.000``) and land on disk as exact 3-decimal strings. The
-builder records calls and replays them through the same :class:`RankWriter` the
-scenarios use, so a fixture has every cross-file consistency of a generated run
-(api_statistic rows for API calls, kernel_details rows for kernels, flows…)::
+Times are exact integer nanoseconds from the session start, the fixture epoch
+:data:`~traceanalyzer.synth.fmt.EPOCH_NS` (``1736408883000000.000`` µs), and land on disk as
+exact 3-decimal µs strings; write ``us(1000)`` to give them in microseconds. The verbs and
+keywords are those of :class:`~traceanalyzer.engine.testing.StoreBuilder` without its leading
+``rank, session`` (a builder is one rank's session). The builder records calls and replays them
+through the same :class:`RankWriter` the scenarios use, so a fixture has every cross-file
+consistency of a generated run (api_statistic rows for API calls, kernel_details rows for
+kernels, flows...)::
 
     b = RankBuilder(rank=0)
-    with b.python_span("batch_get_into_multi_buffers", start_us=1000, dur_us=2_000_000):
-        b.api("aclrtMemcpyAsync", start_us=1100, dur_us=12)
-    b.task(stream=39, name="Notify Wait", task_type="NOTIFY_WAIT_SQE", start_us=900, dur_us=1_900_000)
+    b.span("batch_get_into_multi_buffers", start_ns=us(1000), dur_ns=us(2_000_000))
+    b.api("aclrtMemcpyAsync", start_ns=us(1100), dur_ns=us(12))
+    b.task("Notify Wait", stream=39, task_type="NOTIFY_WAIT_SQE", start_ns=us(900), dur_ns=us(1_900_000))
+    b.kernel(start_ns=us(2000), dur_ns=us(10), launch=Launch(us(1950), linked_by="flow"))
     rank_dir = b.write(tmp_path)
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from traceanalyzer.engine.testing import (
+    DEFAULT_KERNEL,
+    Launch,
+    copy_task_type,
+    exact_ns,
+    split_api_name,
+)
 from traceanalyzer.synth.fmt import EPOCH_NS
 from traceanalyzer.synth.profiles import get_generation
 from traceanalyzer.synth.rank import INVALID_MODEL, RankConfig, RankWriter
+from traceanalyzer.vocabulary import AI_CORE_FREQ_PROCESS
 
 if TYPE_CHECKING:
     from traceanalyzer.store import Store
@@ -30,9 +41,19 @@ if TYPE_CHECKING:
 Action = Callable[[RankWriter], None]
 
 
-def ns(us: float | int | str) -> int:
-    """µs offset -> absolute ns on the fixture epoch (exact for up to 3 decimals)."""
-    return EPOCH_NS + round(float(us) * 1000)
+def at(offset_ns: int, name: str = "start_ns") -> int:
+    """An offset from the session start -> absolute ns on the fixture epoch."""
+    return EPOCH_NS + exact_ns(offset_ns, name)
+
+
+def thread_id(thread: str | None) -> int | None:
+    """``"Thread 7"`` (as the store names threads) -> tid 7; None: the main thread."""
+    if thread is None:
+        return None
+    prefix, _, tid = thread.partition(" ")
+    if prefix != "Thread" or not tid.isdigit():
+        raise ValueError(f"thread must be named 'Thread <tid>', not {thread!r}")
+    return int(tid)
 
 
 class RankBuilder:
@@ -50,27 +71,7 @@ class RankBuilder:
         self._metadata: dict[str, Any] = {}
         self._env: dict[str, str] = {}
 
-    # ---- framework --------------------------------------------------------------
-    @contextmanager
-    def python_span(
-        self, name: str, *, start_us: float, dur_us: float, tid: int | None = None
-    ) -> Iterator[None]:
-        """A Python-side span (``record_function`` → cpu_op) on the main thread; nest calls in the block."""
-        self.cpu_op(name, start_us=start_us, dur_us=dur_us, tid=tid)
-        yield
-
-    def cpu_op(
-        self, name: str, *, start_us: float, dur_us: float, tid: int | None = None
-    ) -> RankBuilder:
-        s, d = ns(start_us), round(float(dur_us) * 1000)
-        self._actions.append(lambda rw: rw.cpu_op(name, s, d, tid=tid))
-        return self
-
-    def step(self, number: int, *, start_us: float, dur_us: float) -> RankBuilder:
-        """A ProfilerStep window (adds the Step Id column and a step_trace_time row)."""
-        self._steps.append((number, ns(start_us), ns(start_us) + round(float(dur_us) * 1000)))
-        return self
-
+    # ---- session ----------------------------------------------------------------------
     def metadata(self, **keys: Any) -> RankBuilder:
         """Extra profiler_metadata.json keys (what ``prof.add_metadata`` writes)."""
         self._metadata.update(keys)
@@ -81,143 +82,204 @@ class RankBuilder:
         self._env.update(variables)
         return self
 
-    # ---- CANN ---------------------------------------------------------------------
+    # ---- framework --------------------------------------------------------------------
+    def span(
+        self, name: str, *, start_ns: int, dur_ns: int, thread: str | None = None
+    ) -> RankBuilder:
+        """A torch op (``record_function`` -> ``cpu_op``) on ``thread`` (default: the main thread)."""
+        s, d, tid = at(start_ns), exact_ns(dur_ns, "dur_ns"), thread_id(thread)
+        self._actions.append(lambda rw: rw.cpu_op(name, s, d, tid=tid))
+        return self
+
+    def step(self, number: int, *, start_ns: int, dur_ns: int) -> RankBuilder:
+        """A ``ProfilerStep#<number>`` window (adds the Step Id column and a step_trace_time row)."""
+        start = at(start_ns)
+        self._steps.append((number, start, start + exact_ns(dur_ns, "dur_ns")))
+        return self
+
+    # ---- CANN -------------------------------------------------------------------------
     def api(
         self,
         name: str,
         *,
-        start_us: float,
-        dur_us: float,
+        start_ns: int,
+        dur_ns: int,
+        thread: str | None = None,
         mode: str = "ACL_RTS",
-        tid: int | None = None,
     ) -> RankBuilder:
-        """A CANN API event; ``name`` is ``aclrtMemcpy`` (AscendCL) or ``Layer@api`` (``Runtime@MemCopySync``)."""
-        layer, _, api = name.rpartition("@")
-        layer = (layer or "AscendCL") + "@"
-        s, d = ns(start_us), round(float(dur_us) * 1000)
-        mode = api if layer == "Runtime@" and mode == "ACL_RTS" else mode
-        self._actions.append(lambda rw: rw.api(layer, api, s, d, tid=tid, mode=mode))
+        """A CANN API event: ``aclrtMemcpy`` (AscendCL) or ``Layer@api`` (``Runtime@MemCopySync``)."""
+        layer, api = split_api_name(name)
+        s, d, tid = at(start_ns), exact_ns(dur_ns, "dur_ns"), thread_id(thread)
+        mode = api if layer == "Runtime" and mode == "ACL_RTS" else mode
+        self._actions.append(lambda rw: rw.api(f"{layer}@", api, s, d, tid=tid, mode=mode))
         return self
+
+    def replay(self, *, start_ns: int, dur_ns: int = 30_000) -> RankBuilder:
+        """``AscendCL@aclmdlRIExecuteAsync``: one graph replay (its tasks carry a ``model_id``)."""
+        return self.api("aclmdlRIExecuteAsync", start_ns=start_ns, dur_ns=dur_ns)
 
     def capture(
-        self, *, start_us: float, dur_us: float, memcpy_calls: int = 0, memcpy_us: float = 40
+        self,
+        *,
+        start_ns: int,
+        dur_ns: int,
+        memcpy_calls: int = 0,
+        memcpy_dur_ns: int = 40_000,
     ) -> RankBuilder:
-        """``aclmdlRICaptureBegin`` … ``aclmdlRICaptureEnd`` with ``memcpy_calls`` aclrtMemcpy evenly inside."""
-        start, end = float(start_us), float(start_us) + float(dur_us)
-        self.api("aclmdlRICaptureBegin", start_us=start, dur_us=10)
-        inner = (end - start - 40) / max(memcpy_calls, 1)
+        """``aclmdlRICaptureBegin`` ... ``aclmdlRICaptureEnd`` with ``memcpy_calls`` aclrtMemcpy
+        (each with its Runtime@MemCopySync) evenly inside."""
+        start, end = exact_ns(start_ns, "start_ns"), start_ns + exact_ns(dur_ns, "dur_ns")
+        self.api("aclmdlRICaptureBegin", start_ns=start, dur_ns=10_000)
+        inner = (end - start - 40_000) // max(memcpy_calls, 1)
         for i in range(memcpy_calls):
-            t = start + 20 + i * inner
-            self.api("aclrtMemcpy", start_us=t, dur_us=memcpy_us)
-            self.api("Runtime@MemCopySync", start_us=t + 2, dur_us=memcpy_us - 4)
-        self.api("aclmdlRICaptureEnd", start_us=end - 15, dur_us=15)
+            t = start + 20_000 + i * inner
+            self.api("aclrtMemcpy", start_ns=t, dur_ns=memcpy_dur_ns)
+            self.api("Runtime@MemCopySync", start_ns=t + 2_000, dur_ns=memcpy_dur_ns - 4_000)
+        self.api("aclmdlRICaptureEnd", start_ns=end - 15_000, dur_ns=15_000)
         return self
 
-    # ---- device -------------------------------------------------------------------
+    # ---- device -----------------------------------------------------------------------
     def task(
-        self, *, stream: int, name: str, task_type: str, start_us: float, dur_us: float, **args: Any
+        self,
+        name: str,
+        *,
+        stream: int,
+        start_ns: int,
+        dur_ns: int,
+        task_type: str | None = None,
+        model_id: int | None = None,
+        args: dict[str, Any] | None = None,
+        launch: Launch | None = None,
     ) -> RankBuilder:
-        """A device task without op info (waits, memcpy, records); extra ``args`` go into the HW event."""
-        s, d = ns(start_us), round(float(dur_us) * 1000)
-        extra = {k.replace("_", " "): v for k, v in args.items()} or None
-        self._actions.append(lambda rw: rw.task(stream, name, task_type, s, d, extra=extra))
+        """A device task without op info (waits, memcpy, records); ``task_type`` defaults to the
+        name, ``args`` go into the HW event (``{"data size(Byte)": 4096}``).
+
+        ``launch`` adds its host launch (:class:`~traceanalyzer.engine.testing.Launch`).
+        """
+        s, d = at(start_ns), exact_ns(dur_ns, "dur_ns")
+        model = INVALID_MODEL if model_id is None else model_id
+
+        def write(rw: RankWriter, conn: int | None) -> None:
+            rw.task(stream, name, task_type or name, s, d, conn=conn, extra=args, model_id=model)
+
+        self._actions.append(self._launched(write, name, stream, s, launch))
         return self
 
     def kernel(
         self,
+        name: str = DEFAULT_KERNEL,
         *,
         stream: int = 2,
-        name: str = "aclnnMm_MatMulCommon_MatMulV2",
+        start_ns: int,
+        dur_ns: int,
         op_type: str = "MatMulV2",
         core: str = "AI_CORE",
-        start_us: float,
-        dur_us: float,
-        in_shapes: str = "1,4096",
-        in_types: str = "DT_BF16",
-        launch_us: float | None = None,
-        launch_dur_us: float = 20,
-        api: str = "aclnnMm",
+        input_shapes: str | None = None,
+        input_data_types: str | None = None,
         model_id: int | None = None,
+        launch: Launch | None = None,
     ) -> RankBuilder:
         """A kernel (HW slice with op info): also a kernel_details row and an op_statistic entry.
 
-        ``launch_us`` adds its host launch, starting then on the main thread: ``AscendCL@<api>``
-        around ``Node@launch``, linked to the kernel by connection id and a HostToDevice flow.
+        ``launch`` adds its host launch (:class:`~traceanalyzer.engine.testing.Launch`; its
+        thread defaults to the main thread): ``AscendCL@<api>`` around ``Node@launch``, linked to
+        the kernel by connection id, HostToDevice flow or both.
         ``model_id`` marks a kernel of a captured graph (see :meth:`replay`).
         """
-        s, d = ns(start_us), round(float(dur_us) * 1000)
-        model = INVALID_MODEL if model_id is None else model_id
-        op = {"model_id": model, "in_shapes": in_shapes, "in_types": in_types}
+        s, d = at(start_ns), exact_ns(dur_ns, "dur_ns")
+        op = {
+            "model_id": INVALID_MODEL if model_id is None else model_id,
+            "in_shapes": input_shapes or "1,4096",
+            "in_types": input_data_types or "DT_BF16",
+        }
 
-        def act(rw: RankWriter) -> None:
-            if launch_us is None:
-                rw.kernel(stream, name, op_type, core, s, d, **op)
-                return
-            ls, ld = ns(launch_us), round(float(launch_dur_us) * 1000)
-            rw.api("AscendCL@", api, ls, ld, mode="ACL_NN")
-            node, node_dur = ls + ld // 4, ld // 2
-            conn = rw.api("Node@", "launch", node, node_dur, mode="launch", item_id=name)
+        def write(rw: RankWriter, conn: int | None) -> None:
             rw.kernel(stream, name, op_type, core, s, d, conn=conn, **op)
-            rw.h2d(conn, True, rw.main_tid, node, rw.hw_pid, stream, s)
 
-        self._actions.append(act)
+        self._actions.append(self._launched(write, name, stream, s, launch))
         return self
 
-    def replay(self, *, start_us: float, dur_us: float = 30) -> RankBuilder:
-        """``AscendCL@aclmdlRIExecuteAsync``: one graph replay (its kernels carry a ``model_id``)."""
-        return self.api("aclmdlRIExecuteAsync", start_us=start_us, dur_us=dur_us)
+    @staticmethod
+    def _launched(
+        write: Callable[[RankWriter, int | None], None],
+        name: str,
+        stream: int,
+        task_start: int,
+        launch: Launch | None,
+    ) -> Action:
+        """``write`` a device task, after its host launch if it has one: the task gets the
+        launch's connection id unless linked by flow only (then a fresh one)."""
+        if launch is None:
+            return lambda rw: write(rw, None)
+        start, dur, tid = at(launch.start_ns), launch.dur_ns, thread_id(launch.thread)
+        node_offset, node_dur = launch.node
+        node = EPOCH_NS + node_offset
+
+        def act(rw: RankWriter) -> None:
+            main = rw.main_tid if tid is None else tid
+            rw.api("AscendCL@", launch.api, start, dur, tid=main, mode="ACL_NN")
+            conn = rw.api("Node@", "launch", node, node_dur, tid=main, mode="launch", item_id=name)
+            write(rw, conn if launch.by_connection_id else None)
+            if launch.by_flow:
+                rw.h2d(conn, True, main, node, rw.hw_pid, stream, task_start)
+
+        return act
 
     def memcpy_async(
         self,
         *,
-        start_us: float,
         stream: int,
-        task_start_us: float,
-        task_dur_us: float,
+        start_ns: int,
+        task_start_ns: int,
+        task_dur_ns: int,
+        dur_ns: int = 12_000,
         size: int = 1 << 20,
         direction: str = "host to device",
-        dur_us: float = 12,
+        thread: str | None = None,
     ) -> RankBuilder:
-        """``aclrtMemcpyAsync`` linked by a HostToDevice flow to its MEMCPY_ASYNC task."""
-        s, d, ts, td = (
-            ns(start_us),
-            round(float(dur_us) * 1000),
-            ns(task_start_us),
-            round(float(task_dur_us) * 1000),
-        )
-        task_type = "SDMA_SQE" if direction == "device to device" else "PCIE_DMA_SQE"
+        """``aclrtMemcpyAsync`` (at ``start_ns`` on ``thread``, default the main thread) linked by
+        a HostToDevice flow to its MEMCPY_ASYNC copy task on ``stream`` (at ``task_start_ns``)."""
+        s, d, tid = at(start_ns), exact_ns(dur_ns, "dur_ns"), thread_id(thread)
+        ts, td = at(task_start_ns, "task_start_ns"), exact_ns(task_dur_ns, "task_dur_ns")
+        task_type = copy_task_type(direction)
 
         def act(rw: RankWriter) -> None:
-            conn = rw.api("AscendCL@", "aclrtMemcpyAsync", s, d)
+            caller = rw.main_tid if tid is None else tid
+            conn = rw.api("AscendCL@", "aclrtMemcpyAsync", s, d, tid=caller)
             extra = {"data size(Byte)": size, "memcpy direction": direction}
             rw.task(stream, "MEMCPY_ASYNC", task_type, ts, td, conn=conn, extra=extra)
-            rw.h2d(conn, False, rw.main_tid, s, rw.hw_pid, stream, ts)
+            rw.h2d(conn, False, caller, s, rw.hw_pid, stream, ts)
 
         self._actions.append(act)
         return self
 
     def collective(
         self,
-        *,
-        start_us: float,
-        dur_us: float,
         op: str = "allReduce",
+        *,
+        start_ns: int,
+        dur_ns: int,
         stream: int = 4,
-        wait_us: float = 0,
+        wait_ns: int = 0,
     ) -> RankBuilder:
-        """An HCCL collective executed on ``stream`` (communication.json entry at Level1+);
-        ``wait_us``: how long this rank waits inside it for its peers (its first Notify Wait)."""
-        s, d, w = ns(start_us), round(float(dur_us) * 1000), round(float(wait_us) * 1000)
+        """An HCCL collective (``hcom_<op>_...``) executed on ``stream`` (communication.json entry at
+        Level1+); ``wait_ns``: how long this rank waits inside it for its peers (its first Notify Wait)."""
+        s, d, w = at(start_ns), exact_ns(dur_ns, "dur_ns"), exact_ns(wait_ns, "wait_ns")
         self._actions.append(lambda rw: rw.collective(op, s, d, stream=stream, wait_ns=w))
         return self
 
-    def ai_core_freq(self, *, at_us: float, mhz: int) -> RankBuilder:
-        """The AI Core Freq counter changes to ``mhz`` at ``at_us`` (held until the next change)."""
-        ts = ns(at_us)
-        self._actions.append(lambda rw: rw.ai_core_freq(ts, mhz))
+    def counter(self, name: str, *, ts_ns: int, value: float) -> RankBuilder:
+        """A counter sample, held until the next one; the generator writes the ``AI Core Freq``
+        counter (MHz) only."""
+        if name != AI_CORE_FREQ_PROCESS:
+            raise ValueError(
+                f"RankBuilder writes the {AI_CORE_FREQ_PROCESS!r} counter only, not {name!r}"
+            )
+        ts = at(ts_ns, "ts_ns")
+        self._actions.append(lambda rw: rw.ai_core_freq(ts, int(value)))
         return self
 
-    # ---- output -------------------------------------------------------------------
+    # ---- output -----------------------------------------------------------------------
     def write(self, root: Path) -> Path:
         """Render the rank directory under ``root`` and return it."""
         world = self.world or max(self.rank + 1, 2)
