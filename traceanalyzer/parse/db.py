@@ -31,7 +31,7 @@ import json
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, partial
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +40,7 @@ import adbc_driver_sqlite
 import polars as pl
 import pyarrow as pa
 
-from traceanalyzer.parse.sink import TableSink, body_columns
+from traceanalyzer.parse.sink import TableSink, body_columns, made_ahead
 from traceanalyzer.parse.trace_shared import CURRENT_SORT_INDEX, G2_SORT_INDEX, SENTINELS
 
 # META_DATA SCHEMA_VERSION majors this reader knows (1.x: torch_npu 2.1 .. 2.8).
@@ -86,7 +86,7 @@ _MB = float(1 << 20)
 # TASK_PMU_INFO metric names → kernel_details.csv column names (the `extra` keys); other
 # `*_time` metrics get a `(us)` suffix, as the CSV's do.
 _PMU_RENAMED = {"aic_total_time": "aicore_time(us)", "aiv_total_time": "aiv_time(us)"}
-I32, I64, F64, STR = pl.Int32(), pl.Int64(), pl.Float64(), pl.String()
+I32, I64, F64, STR, CAT = pl.Int32(), pl.Int64(), pl.Float64(), pl.String(), pl.Categorical()
 _SQL_TYPES = {I64: "INTEGER", F64: "REAL", STR: "TEXT"}
 _POLARS = {"int32": I32, "int64": I64, "double": F64}
 
@@ -472,62 +472,69 @@ def _session_facts(db: _Db, result: DbResult) -> None:
 def _profiler_tables(
     path: Path, layout: _Layout, sink: TableSink, result: DbResult, threads: int
 ) -> None:
-    # Three readers side by side, each on its own connection: SQLite builds a scan's texts and
-    # polars parses them without the GIL. The device reader keeps TASK for all its tables.
-    python, device, rest = _in_parallel(
-        path,
-        threads,
-        (
-            lambda db: [_python_slices(db, layout, result)],
-            lambda db: (
-                [
-                    _cann_slices(db, layout, result),
-                    _task_slices(db, layout, result),
-                    _comm_op_slices(db, layout),
-                    _plane_slices(db, layout),
-                    _overlap_slices(db, layout, result),
-                ],
-                _kernels(db, result),
-            ),
-            lambda db: (
-                _counters(db, layout, result),
-                {
-                    "memory_records": _memory_records(db, result),
-                    "op_memory": _op_memory(db, result),
-                    "module_memory": _module_memory(db, result),
-                },
-                _connection_cats_table(db),
-                _connection_ids(db),
-            ),
-        ),
+    # Three readers side by side, each on its own connection: the driver steps SQLite and
+    # polars computes without the GIL. The device reader keeps TASK for all its tables. A table
+    # nothing else needs is written where it is made, so that it is not held until the end.
+    def device(db: _Db) -> list[pl.DataFrame | None]:
+        kernels = _kernels(db, result)
+        if kernels is not None:
+            _store(sink, result, {"kernels": kernels, "op_stats": _op_stats(kernels)})
+        return [
+            _cann_slices(db, layout, result),
+            _task_slices(db, layout, result),
+            _comm_op_slices(db, layout),
+            _plane_slices(db, layout),
+            _overlap_slices(db, layout, result),
+        ]
+
+    def rest(db: _Db) -> tuple[pl.DataFrame, pl.DataFrame | None, pl.DataFrame]:
+        counters = _counters(db, layout, result)
+        memory = {
+            "memory_records": _memory_records(db, result),
+            "op_memory": _op_memory(db, result),
+            "module_memory": _module_memory(db, result),
+        }
+        _store(sink, result, {"counters": counters} | memory)
+        counter_threads = counters.select("process", "pid", "tid").unique()
+        return counter_threads, _connection_cats_table(db), _connection_ids(db)
+
+    python, device_slices, (counter_threads, cats, connection_ids) = _in_parallel(
+        path, threads, (lambda db: [_python_slices(db, layout, result)], device, rest)
     )
-    device_slices, kernels = device
-    counters, memory, cats, connection_ids = rest
     slices = _slices([*python, *device_slices])
-    del python, device, device_slices  # the parts, now copied into the sorted slices
+    del python, device_slices  # the parts, now chunks of the slices
     links = _python_links(slices, connection_ids)
     if slices.height:
         result.start_ns = slices["start_ns"].min()
         result.end_ns = slices["end_ns"].max()
-    processes = pl.concat([slices["process"], counters["process"]]).unique()
+    processes = pl.concat([slices["process"].cast(STR), counter_threads["process"]]).unique()
     result.processes = sorted(processes.to_list())
-    tables: dict[str, pl.DataFrame | None] = {"slices": slices, "counters": counters}
-    tables["flows"] = _flows(layout, slices, links, cats)
-    tables["threads"] = _threads(layout, slices, counters)
-    if (slices["process"] == "CANN").any():
-        tables["api_stats"] = _api_stats(slices)
-    if kernels is not None:
-        tables["kernels"], tables["op_stats"] = kernels, _op_stats(kernels)
-    tables |= memory
-    # Parquet encoding releases the GIL: the tables are written side by side.
-    written = {name: frame for name, frame in tables.items() if frame is not None}
-    orders = {"slices": _slice_order(slices)}
-    with ThreadPoolExecutor(max(1, threads)) as pool:
-        counts = pool.map(lambda item: _write(sink, *item, orders.get(item[0])), written.items())
-        result.rows |= dict(zip(written, counts, strict=True))
+
+    def derived() -> None:
+        tables: dict[str, pl.DataFrame | None] = {
+            "flows": _flows(layout, slices, links, cats),
+            "threads": _threads(layout, slices, counter_threads),
+        }
+        if (slices["process"] == "CANN").any():
+            tables["api_stats"] = _api_stats(slices)
+        _store(sink, result, tables)
+
+    def write_slices() -> None:
+        result.rows["slices"] = _write(sink, "slices", slices, _slice_order(slices))
+
+    # The tables derived from the slices are made while the slices are sorted and written.
+    _side_by_side(threads, write_slices, derived)
 
 
-_WRITE_ROWS = 1 << 17
+def _store(sink: TableSink, result: DbResult, tables: dict[str, pl.DataFrame | None]) -> None:
+    """Write each of ``tables`` (in file order) that was read, and count its rows."""
+    for name, frame in tables.items():
+        if frame is not None:
+            result.rows[name] = _write(sink, name, frame, None)
+
+
+_WRITE_ROWS = 16 << 10  # rows a Parquet row group holds, as the Text reader writes them
+_ARGS_ROWS = 1 << 17  # Python slices whose args are built at once
 
 
 def _write(sink: TableSink, table: str, frame: pl.DataFrame, order: pl.Series | None) -> int:
@@ -541,7 +548,7 @@ def _write(sink: TableSink, table: str, frame: pl.DataFrame, order: pl.Series | 
         parts = (frame.slice(start, _WRITE_ROWS).to_arrow() for start in starts)
     else:
         parts = (frame[order.slice(start, _WRITE_ROWS)].to_arrow() for start in starts)
-    return sink.batches(table, parts)
+    return sink.batches(table, made_ahead(parts))
 
 
 def _in_parallel(path: Path, threads: int, jobs: tuple[Callable[[_Db], Any], ...]) -> list[Any]:
@@ -554,10 +561,15 @@ def _in_parallel(path: Path, threads: int, jobs: tuple[Callable[[_Db], Any], ...
         finally:
             db.close()
 
+    return _side_by_side(threads, *(partial(run, job) for job in jobs))
+
+
+def _side_by_side(threads: int, *calls: Callable[[], Any]) -> list[Any]:
+    """Each call's result, the calls run on up to ``threads`` threads at once."""
     if threads <= 1:
-        return [run(job) for job in jobs]
-    with ThreadPoolExecutor(min(threads, len(jobs))) as pool:
-        return list(pool.map(run, jobs))
+        return [call() for call in calls]
+    with ThreadPoolExecutor(min(threads, len(calls))) as pool:
+        return list(pool.map(lambda call: call(), calls))
 
 
 def _collected(db: _Db, result: DbResult, *tables: str) -> bool:
@@ -578,8 +590,10 @@ def _no_sentinel(value: pl.Expr) -> pl.Expr:
 # --------------------------------------------------------------------------- slices
 
 # Slices keep the PYTORCH_API rowid and connectionId of their row (flows attach by them); the
-# sink drops them.
-_SLICES = _schema("slices", api_row=I64, link_id=I64)
+# sink drops them. Their names are dictionary-encoded (Categorical): each held once, not once
+# per row, and written to Parquet as the dictionary they are (as the Text reader writes them).
+_SLICE_NAMES = ("ph", "process", "thread", "name", "cat")
+_SLICES = _schema("slices", api_row=I64, link_id=I64) | dict.fromkeys(_SLICE_NAMES, CAT)
 
 
 def _slices(parts: list[pl.DataFrame | None]) -> pl.DataFrame:
@@ -691,7 +705,7 @@ def _python_slices(db: _Db, layout: _Layout, result: DbResult) -> pl.DataFrame |
     # would take twice the memory of the result.
     thread = pl.format("Thread {}", pl.col("tid"))
     blocks = []
-    for block in frame.iter_slices(_WRITE_ROWS):
+    for block in frame.iter_slices(_ARGS_ROWS):
         ops = block.filter(is_op).with_columns(op_args.alias("args"))
         queues = block.filter(is_queue).with_columns(queue_args.alias("args"))
         rest = block.filter(~is_op & ~is_queue).with_columns(pl.lit(None, dtype=STR).alias("args"))
@@ -1077,7 +1091,7 @@ def _flows(
     device = ends.filter(
         pl.col("process").is_in(["Ascend Hardware", comm])
         & pl.col("connection_id").is_not_null()
-        & ~pl.col("thread").str.starts_with("Plane ")
+        & ~pl.col("thread").cat.starts_with("Plane ")
     )
     # The device tasks of a communication op get their flows at the op (its Group thread).
     comm_links = device.filter(pl.col("process") == comm)["connection_id"].implode()
@@ -1169,14 +1183,17 @@ def _connection_cats(
 # --------------------------------------------------------------------------- threads
 
 
-def _threads(layout: _Layout, slices: pl.DataFrame, counters: pl.DataFrame) -> pl.DataFrame:
-    """Every (pid, tid) with events, named and sorted as the Text export's M events name them."""
+def _threads(layout: _Layout, slices: pl.DataFrame, counter_threads: pl.DataFrame) -> pl.DataFrame:
+    """Every (pid, tid) with events (``counter_threads``: the counters' process, pid and tid),
+    named and sorted as the Text export's M events name them."""
     used = pl.concat(
         [
             slices.select(
                 "process", "pid", "tid", "thread", (pl.col("cat") == "dequeue").alias("dequeue")
-            ).unique(),
-            counters.select("process", "pid", "tid")
+            )
+            .unique()
+            .with_columns(pl.col("process", "thread").cast(STR)),
+            counter_threads.select("process", "pid", "tid")
             .unique()
             .with_columns(
                 pl.format("Thread {}", pl.col("tid")).alias("thread"),

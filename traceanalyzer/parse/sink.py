@@ -8,7 +8,8 @@ what parsers produce: they are the partition keys, added by the store.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Protocol
 
@@ -116,3 +117,13 @@ def table_from_rows(rows: list[dict[str, object]]) -> pa.Table:
     costs a worker about 0.3 s per process for tables of a few rows.
     """
     return pl.DataFrame(rows, infer_schema_length=None).to_arrow()
+
+
+def made_ahead(parts: Iterator[pa.Table]) -> Iterator[pa.Table]:
+    """``parts``, each made on a second thread while the sink writes the one before: polars and
+    the Parquet encoder both release the GIL, so the two overlap on two cores."""
+    with ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(next, parts, None)
+        while (part := pending.result()) is not None:
+            pending = pool.submit(next, parts, None)
+            yield part
