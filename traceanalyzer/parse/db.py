@@ -28,7 +28,7 @@ reason (:class:`DbUnreadable`).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import cached_property, partial
@@ -494,8 +494,10 @@ def _profiler_tables(
             "op_memory": _op_memory(db, result),
             "module_memory": _module_memory(db, result),
         }
-        _store(sink, result, {"counters": counters} | memory)
+        result.rows["counters"] = _write(sink, "counters", counters, _counter_order(counters))
+        _store(sink, result, memory)
         counter_threads = counters.select("process", "pid", "tid").unique()
+        counter_threads = counter_threads.with_columns(pl.col("process").cast(STR))
         return counter_threads, _connection_cats_table(db), _connection_ids(db)
 
     python, device_slices, (counter_threads, cats, connection_ids) = _in_parallel(
@@ -534,7 +536,7 @@ def _store(sink: TableSink, result: DbResult, tables: dict[str, pl.DataFrame | N
 
 
 _WRITE_ROWS = 16 << 10  # rows a Parquet row group holds, as the Text reader writes them
-_ARGS_ROWS = 1 << 17  # Python slices whose args are built at once
+_ARGS_ROWS = 1 << 15  # Python slices whose args are built at once
 
 
 def _write(sink: TableSink, table: str, frame: pl.DataFrame, order: pl.Series | None) -> int:
@@ -604,13 +606,24 @@ def _slices(parts: list[pl.DataFrame | None]) -> pl.DataFrame:
 
 def _slice_order(slices: pl.DataFrame) -> pl.Series:
     """trace_view.json's order: by time, parents (longer) before children."""
-    order = pl.arg_sort_by(
-        ["start_ns", "dur_ns", "pid", "tid", "name"],
-        descending=[False, True, False, False, False],
-        nulls_last=True,
-        maintain_order=True,
-    )
-    return slices.select(order).to_series()
+    return _order(slices, ["start_ns", "dur_ns", "pid", "tid", "name"], descending={"dur_ns"})
+
+
+def _order(
+    frame: pl.DataFrame, by: list[str], descending: Container[str] = frozenset()
+) -> pl.Series:
+    """Row numbers of ``frame`` sorted by the columns ``by`` (those in ``descending``
+    descending; nulls last, ties in frame order). One stable sort per key, the last key first:
+    a sort on all keys at once encodes every row's keys, texts among them (slower, and more
+    memory); a dictionary-encoded key sorts by its texts."""
+    order = pl.int_range(frame.height, eager=True, dtype=I64)
+    for column in reversed(by):
+        key = frame[column].gather(order).to_frame()
+        step = pl.arg_sort_by(
+            column, descending=column in descending, nulls_last=True, maintain_order=True
+        )
+        order = order.gather(key.select(step).to_series())
+    return order
 
 
 def _conform(frame: pl.DataFrame, schema: dict[str, pl.DataType]) -> pl.DataFrame:
@@ -1042,9 +1055,14 @@ def _counter_samples(db: _Db) -> list[tuple[str, str, Callable[[], list[pl.DataF
     ]
 
 
+# Counter names are dictionary-encoded, as the slices' are.
+_COUNTERS = _schema("counters") | dict.fromkeys(("name", "series", "process"), CAT)
+
+
 def _counters(db: _Db, layout: _Layout, result: DbResult) -> pl.DataFrame:
-    """One row per (sample, series), named as trace_view.json's C events name them."""
-    schema = _schema("counters")
+    """One row per (sample, series), named as trace_view.json's C events name them, in
+    reading order (:func:`_counter_order` is the trace's)."""
+    schema = _COUNTERS
     frames = []
     for table, process, samples in _counter_samples(db):
         if not _collected(db, result, table):
@@ -1057,8 +1075,13 @@ def _counters(db: _Db, layout: _Layout, result: DbResult) -> pl.DataFrame:
                     pl.lit(0, dtype=I64).alias("tid"),
                 )
             )
-    counters = pl.concat([pl.DataFrame(schema=schema), *(_conform(f, schema) for f in frames)])
-    return counters.sort(["ts_ns", "name", "series", "pid"], maintain_order=True)
+    return pl.concat(
+        [pl.DataFrame(schema=schema), *(_conform(f, schema) for f in frames)], rechunk=False
+    )
+
+
+def _counter_order(counters: pl.DataFrame) -> pl.Series:
+    return _order(counters, ["ts_ns", "name", "series", "pid"])
 
 
 # --------------------------------------------------------------------------- flows
