@@ -336,17 +336,37 @@ ANALYSIS = """## Reading the figures
   (copies every column); pids as int32 (msprof's pids are `pid << 10 | ...`); one scanner
   batch per block (a take on many chunks concatenates them); 32k-row groups (30 MB more).
 - **The Db twin** (`parse/db.py`; a [Text, Db] rank is read from its Db). The real Db export of
-  the same workload, every event row repeated as often as the trace's events (ids shifted per
-  copy, `build_db_input`; the tables of the Text twin's CSVs are not repeated, as the Text
-  twin's CSVs are not). Each table is one plain scan: for numbers, SQLite prints each column
-  of 64k rows into one text that polars splits and parses (half the cost of Python's sqlite3
-  building an object per value); ids become names in polars (STRING_IDS texts escaped once
-  for the args), and three readers run side by side on their own connections. On the real
-  twin (1 MB of Db for a 2 MB trace) it takes less time than the Text ingest; tiled to 200 MB
-  it took about 1.35x the native reader's CPU time when last measured.
+  the same workload, every event row repeated as often as the trace's events (`build_db_input`:
+  ids shifted per copy so that flows and task infos still link within it; timestamps not
+  shifted, as the tiled trace's are not; the tables of the Text twin's CSVs are not repeated,
+  as its CSVs are not). Its floors are its bytes and every table read whole, as Python rows
+  (sqlite3: an object per value) and as Arrow columns (the ADBC SQLite driver,
+  `adbc-driver-sqlite`: typed in C, no Python object per value). The reader reads through the
+  driver: each table is one plain scan of the columns it needs, which polars adopts without a
+  copy; ids become names in polars (STRING_IDS texts escaped once for the args). Three readers
+  run side by side on their own connections (the driver steps SQLite without the GIL) and
+  write the tables nothing else needs (kernels, counters, memory) as they make them. The
+  slices are then sorted (one stable sort per key) and written by 16k-row gathers, each made
+  while the one before is encoded, as flows and threads are derived beside them. Names
+  (process, thread, name, category; the counters' name, series and process) are
+  dictionary-encoded, as the native reader's are. The Db is a seventh of the trace's size
+  (ids, not texts), so its peak is many times the Db file but about the Text ingest's peak
+  for the same content: the tables are the same size whichever file they come from. For the
+  same reason its floor is far below it: reading the ids is cheap, and the ingest builds the
+  texts (names, the args' JSON) and the Parquet files that the floor does not.
+- **Measured and rejected on the way** (Db reader): SQLite printing each numeric column of 64k
+  rows as one text that polars splits and parses (the reader before the driver: 2-5x the
+  driver's time per table, and a NULL read back as 0); Python sqlite3 rows (an object per
+  value: slower still); one sort on all keys at once for the slices and counters (it encodes
+  every row's keys, texts among them: 2.4x the CPU of the per-key sorts on the counters);
+  128k-row groups (about 150 MB more at the peak than 16k). With the texts scan, every table
+  held until the end and written side by side in 128k-row groups, the Db twin took about
+  2.6 s of CPU at a 630 MB peak on this machine (the native Text ingest: 2.1 s, 390 MB).
 - **Noise.** This machine is shared: the same build has measured from 3.3 s to 4.8 s within an
   hour. Time is the best of `--repeat` runs and the floors are measured in the same run, so
-  compare the ratio columns, not the seconds, across runs.
+  compare the ratio columns, not the seconds, across runs. CPU seconds count every thread of a
+  case: where they are about its seconds, the case ran on about one core, the other busy with
+  other work (a load average of 6 to 10 during the last run).
 """
 
 
