@@ -89,6 +89,7 @@ _PMU_RENAMED = {"aic_total_time": "aicore_time(us)", "aiv_total_time": "aiv_time
 I32, I64, F64, STR, CAT = pl.Int32(), pl.Int64(), pl.Float64(), pl.String(), pl.Categorical()
 _SQL_TYPES = {I64: "INTEGER", F64: "REAL", STR: "TEXT"}
 _POLARS = {"int32": I32, "int64": I64, "double": F64}
+_SMALL_ROWS = 1 << 16  # at least the rows of a query that is not a table scan
 
 
 def _schema(table: str, **work: pl.DataType) -> dict[str, pl.DataType]:
@@ -203,7 +204,7 @@ class _Db:
             listing = self.con.arrow(
                 "SELECT m.name AS tbl, CAST(c.name AS TEXT) AS col FROM sqlite_master AS m "
                 "LEFT JOIN pragma_table_info(m.name) AS c WHERE m.type IN ('table', 'view')",
-                rows=1 << 20,
+                rows=_SMALL_ROWS,
             )
         except DbUnreadable:
             self.con.close()
@@ -235,13 +236,11 @@ class _Db:
             exprs.append(f'CAST({source} AS {_SQL_TYPES[dtype]}) AS "{alias}"')
         rows = self.value(f'SELECT count(*) FROM "{table}"')
         data = self.con.arrow(f'SELECT {", ".join(exprs)} FROM "{table}" ORDER BY rowid', rows)
-        frame = pl.from_arrow(data)
-        assert isinstance(frame, pl.DataFrame)
-        return frame.cast({alias: dtype for alias, (_, dtype) in columns.items()})
+        return pl.DataFrame(data).cast({alias: dtype for alias, (_, dtype) in columns.items()})
 
     def rows(self, sql: str) -> list[tuple[Any, ...]]:
-        """The rows of a small query, as Python values."""
-        data = self.con.arrow(sql, rows=1 << 16)
+        """The rows of a small query (a few rows: probes, META_DATA), as Python values."""
+        data = self.con.arrow(sql, rows=_SMALL_ROWS)
         return list(
             zip(*(data.column(i).to_pylist() for i in range(data.num_columns)), strict=True)
         )
