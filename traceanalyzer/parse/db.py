@@ -31,7 +31,7 @@ import json
 from collections.abc import Callable, Container
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from functools import cached_property, partial
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -510,21 +510,16 @@ def _profiler_tables(
         result.end_ns = slices["end_ns"].max()
     processes = pl.concat([slices["process"].cast(STR), counter_threads["process"]]).unique()
     result.processes = sorted(processes.to_list())
-
-    def derived() -> None:
-        tables: dict[str, pl.DataFrame | None] = {
-            "flows": _flows(layout, slices, links, cats),
-            "threads": _threads(layout, slices, counter_threads),
-        }
-        if (slices["process"] == "CANN").any():
-            tables["api_stats"] = _api_stats(slices)
-        _store(sink, result, tables)
-
-    def write_slices() -> None:
-        result.rows["slices"] = _write(sink, "slices", slices, _slice_order(slices))
-
-    # The tables derived from the slices are made while the slices are sorted and written.
-    _side_by_side(threads, write_slices, derived)
+    tables: dict[str, pl.DataFrame | None] = {
+        "flows": _flows(layout, slices, links, cats),
+        "threads": _threads(layout, slices, counter_threads),
+    }
+    if (slices["process"] == "CANN").any():
+        tables["api_stats"] = _api_stats(slices)
+    _store(sink, result, tables)
+    # The slices last, alone: their row groups' gathers beside the joins above would add up at
+    # the peak (about 25 MB on the benchmark's Db twin), for no time saved on a busy machine.
+    result.rows["slices"] = _write(sink, "slices", slices, _slice_order(slices))
 
 
 def _store(sink: TableSink, result: DbResult, tables: dict[str, pl.DataFrame | None]) -> None:
@@ -562,15 +557,10 @@ def _in_parallel(path: Path, threads: int, jobs: tuple[Callable[[_Db], Any], ...
         finally:
             db.close()
 
-    return _side_by_side(threads, *(partial(run, job) for job in jobs))
-
-
-def _side_by_side(threads: int, *calls: Callable[[], Any]) -> list[Any]:
-    """Each call's result, the calls run on up to ``threads`` threads at once."""
     if threads <= 1:
-        return [call() for call in calls]
-    with ThreadPoolExecutor(min(threads, len(calls))) as pool:
-        return list(pool.map(lambda call: call(), calls))
+        return [run(job) for job in jobs]
+    with ThreadPoolExecutor(min(threads, len(jobs))) as pool:
+        return list(pool.map(run, jobs))
 
 
 def _collected(db: _Db, result: DbResult, *tables: str) -> bool:
