@@ -345,9 +345,10 @@ ANALYSIS = """## Reading the figures
   driver: each table is one plain scan of the columns it needs, which polars adopts without a
   copy; ids become names in polars (STRING_IDS texts escaped once for the args). Three readers
   run side by side on their own connections (the driver steps SQLite without the GIL) and
-  write the tables nothing else needs (kernels, counters, memory) as they make them. The
-  slices are then sorted (one stable sort per key) and written by 16k-row gathers, each made
-  while the one before is encoded, as flows and threads are derived beside them. Names
+  write the tables nothing else needs (kernels, counters, memory) as they make them. Flows
+  and threads are derived from the slices, and the slices are then sorted (one stable sort
+  per key) and written last, alone, by 16k-row gathers, each made while the one before is
+  encoded. Names
   (process, thread, name, category; the counters' name, series and process) are
   dictionary-encoded, as the native reader's are. The Db is a seventh of the trace's size
   (ids, not texts), so its peak is many times the Db file but about the Text ingest's peak

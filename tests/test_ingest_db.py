@@ -290,6 +290,10 @@ def _damage(root: Path, how: str) -> Path:
     if how == "truncated":
         data = db.read_bytes()
         db.write_bytes(data[: len(data) // 3])
+    elif how == "torn pages":  # the header intact, pages in the middle overwritten
+        data = bytearray(db.read_bytes())
+        data[len(data) // 2 : len(data) // 2 + len(data) // 10] = b"\xff" * (len(data) // 10)
+        db.write_bytes(bytes(data))
     elif how == "garbage":
         db.write_bytes(b"<html>not a database</html>" * 100)
     elif how == "locked":
@@ -306,6 +310,7 @@ def _damage(root: Path, how: str) -> Path:
     ("how", "reason"),
     [
         ("truncated", "damaged"),
+        ("torn pages", "damaged"),
         ("garbage", "not a readable SQLite database"),
         ("locked", "locked"),
         ("unknown schema", "unknown schema version 9.0.0"),

@@ -150,7 +150,9 @@ class _Connection:
             statement.set_sql_query(sql)
             stream, _ = statement.execute_query()
             return pa.RecordBatchReader._import_from_c(stream.address).read_all()
-        except (adbc_driver_manager.Error, pa.ArrowException) as exc:
+        except (adbc_driver_manager.Error, pa.ArrowException, OSError) as exc:
+            # A page that fails mid-scan surfaces from the stream: as the driver's error or
+            # Arrow's (its I/O error is an OSError).
             raise DbUnreadable(f"{self.path}: {_what(exc)} ({_reason(exc)})") from exc
         finally:
             statement.close()
