@@ -310,6 +310,12 @@ class _Db:
             self.compute, on="global_task_id", how="left", maintain_order="left"
         )
 
+    @cached_property
+    def comm_groups(self) -> pl.DataFrame:
+        """The communication groups (:func:`_comm_groups`), made once for the op and plane
+        slices."""
+        return _comm_groups(self)
+
     def close(self) -> None:
         self.con.close()
 
@@ -538,7 +544,10 @@ _ARGS_ROWS = 1 << 15  # Python slices whose args are built at once
 def _write(sink: TableSink, table: str, frame: pl.DataFrame, order: pl.Series | None) -> int:
     """Store ``frame`` (in ``order``, a permutation of its rows, when given), gathered and
     converted to Arrow a row group at a time: a sorted copy of a large table, or its Arrow
-    copy (text columns are converted), would double its memory."""
+    copy (text columns are converted), would double its memory. The reader's working columns
+    (not in the table's schema) are not gathered."""
+    canonical = {name for name, _ in body_columns(table)}
+    frame = frame.select(c for c in frame.columns if c in canonical)
     if order is None and frame.height <= _WRITE_ROWS:
         return sink.arrow(table, frame.to_arrow())
     starts = range(0, frame.height, _WRITE_ROWS)
@@ -862,7 +871,7 @@ def _comm_op_slices(db: _Db, layout: _Layout) -> pl.DataFrame | None:
         alg_type_id=("algType", I64),
         count=("count", I64),
     )
-    frame = frame.join(_comm_groups(db), on="group_id", how="left", maintain_order="left")
+    frame = frame.join(db.comm_groups, on="group_id", how="left", maintain_order="left")
     frame = frame.with_columns(
         db.text(pl.col("name_id")).alias("name"),
         pl.col("group_tid").alias("tid"),
@@ -900,7 +909,7 @@ def _plane_slices(db: _Db, layout: _Layout) -> pl.DataFrame | None:
         "global_task_id", "start_ns", "end_ns", "stream_id", "task_id", "raw_model_id", "context_id"
     )
     frame = info.join(tasks, on="global_task_id", how="inner", maintain_order="left")
-    frame = frame.join(_comm_groups(db), on="group_id", how="left", maintain_order="left")
+    frame = frame.join(db.comm_groups, on="group_id", how="left", maintain_order="left")
     frame = frame.with_columns(
         db.text(pl.col("type_id")).alias("name"),
         (pl.col("group_tid").fill_null(0) + 1 + pl.col("plane")).alias("tid"),
