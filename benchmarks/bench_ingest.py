@@ -348,9 +348,8 @@ ANALYSIS = """## Reading the figures
   write the tables nothing else needs (kernels, counters, memory) as they make them. Flows
   and threads are derived from the slices, and the slices are then sorted (one stable sort
   per key) and written last, alone, by 16k-row gathers, each made while the one before is
-  encoded. Names
-  (process, thread, name, category; the counters' name, series and process) are
-  dictionary-encoded, as the native reader's are. The Db is a seventh of the trace's size
+  encoded. Names (process, thread, name, category; the counters' name, series and process)
+  are dictionary-encoded, as the native reader's are. The Db is a seventh of the trace's size
   (ids, not texts), so its peak is many times the Db file but about the Text ingest's peak
   for the same content: the tables are the same size whichever file they come from. For the
   same reason its floor is far below it: reading the ids is cheap, and the ingest builds the
