@@ -169,6 +169,20 @@ def test_counters_and_side_tables_named_as_the_text_export(
     assert db == text
 
 
+def test_a_null_number_stays_null(real_g2_db: Path, real_g2_db_store: Path) -> None:
+    """An op not yet released has NULL release figures: null, as operator_memory.csv's empty
+    cells read, never 0."""
+    memory = Store.open(real_g2_db_store).table("op_memory").collect()
+    for rank, rank_dir in _rank_dirs(real_g2_db).items():
+        (nulls,) = (
+            _db(rank_dir)
+            .execute("SELECT count(*) FROM OP_MEMORY WHERE releaseTotalAllocated IS NULL")
+            .fetchone()
+        )
+        released = memory.filter(pl.col("rank") == rank)["release_total_allocated_mb"]
+        assert nulls and released.null_count() == nulls
+
+
 def test_timestamps_stay_exact_int64(real_g2_db: Path, real_g2_db_store: Path) -> None:
     con = _db(_rank_dirs(real_g2_db)[0])
     (latest,) = con.execute("SELECT max(CAST(endNs AS INTEGER)) FROM PYTORCH_API").fetchone()
@@ -276,6 +290,10 @@ def _damage(root: Path, how: str) -> Path:
     if how == "truncated":
         data = db.read_bytes()
         db.write_bytes(data[: len(data) // 3])
+    elif how == "torn pages":  # the header intact, pages in the middle overwritten
+        data = bytearray(db.read_bytes())
+        data[len(data) // 2 : len(data) // 2 + len(data) // 10] = b"\xff" * (len(data) // 10)
+        db.write_bytes(bytes(data))
     elif how == "garbage":
         db.write_bytes(b"<html>not a database</html>" * 100)
     elif how == "locked":
@@ -292,6 +310,7 @@ def _damage(root: Path, how: str) -> Path:
     ("how", "reason"),
     [
         ("truncated", "damaged"),
+        ("torn pages", "damaged"),
         ("garbage", "not a readable SQLite database"),
         ("locked", "locked"),
         ("unknown schema", "unknown schema version 9.0.0"),

@@ -495,9 +495,10 @@ def ingest_session(
 # 1.4x above its imports, DuckDB's at 1.2x above imports and buffers, on the 200 MB benchmark).
 _WORKER_BASE_MB = 150
 _WORKER_PER_TRACE_MB = 1.4
-# A Db holds its events as ids, about 4x denser than the trace's JSON, and every table is held
-# in memory until written: 15x the database at the peak (the 200 MB benchmark's Db twin).
-_WORKER_PER_DB_MB = 15
+# A Db holds its events as ids, about 7x denser than the trace's JSON, so the tables it fills
+# take many times its size: the 200 MB benchmark's Db twin peaks at the base plus 9x the
+# database (docs/benchmarks/ingest.md); 10x leaves a margin.
+_WORKER_PER_DB_MB = 10
 
 
 def input_bytes(session: RankSession) -> int:

@@ -14,10 +14,10 @@ writes no journal, WAL or shared-memory file next to it. A ``-wal`` or ``-journa
 the database means a writer is (or was, when it crashed) mid-transaction: the file is refused
 as locked rather than read half-written.
 
-Speed: each table is one plain scan (no joins or lookups inside SQLite: its Python rows are the
-cost, so as few and as small as possible), transposed into typed polars columns; ids become
-names through ``STRING_IDS`` and the ``ENUM_*`` tables as vectorised replacements, and joins
-(task infos, call stacks, flows) are polars hash joins.
+Speed: each table is one plain scan of the columns needed, read through the ADBC SQLite driver
+as Arrow columns (no Python object per value) that polars adopts; ids become names through
+``STRING_IDS`` and the ``ENUM_*`` tables as vectorised replacements, and joins (task infos,
+call stacks, flows) are polars hash joins.
 
 Tolerance: an absent table is "not collected" (its canonical table stays empty), an absent
 column becomes nulls, unknown columns are ignored; a file that is not SQLite, is damaged, or
@@ -28,7 +28,6 @@ reason (:class:`DbUnreadable`).
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -36,8 +35,12 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+import adbc_driver_manager
+import adbc_driver_sqlite
 import polars as pl
+import pyarrow as pa
 
+from traceanalyzer.parse.rows import ROW_GROUP_ROWS, made_ahead, stable_order
 from traceanalyzer.parse.sink import TableSink, body_columns
 from traceanalyzer.parse.trace_shared import CURRENT_SORT_INDEX, G2_SORT_INDEX, SENTINELS
 from traceanalyzer.timeutil import us_expr_to_ns
@@ -86,10 +89,10 @@ _MB = float(1 << 20)
 # TASK_PMU_INFO metric names → kernel_details.csv column names (the `extra` keys); other
 # `*_time` metrics get a `(us)` suffix, as the CSV's do.
 _PMU_RENAMED = {"aic_total_time": "aicore_time(us)", "aiv_total_time": "aiv_time(us)"}
-I32, I64, F64, STR = pl.Int32(), pl.Int64(), pl.Float64(), pl.String()
+I32, I64, F64, STR, CAT = pl.Int32(), pl.Int64(), pl.Float64(), pl.String(), pl.Categorical()
 _SQL_TYPES = {I64: "INTEGER", F64: "REAL", STR: "TEXT"}
-_SCAN_ROWS = 1 << 16  # rowids per chunk of a numeric scan: its texts stay a few MB
 _POLARS = {"int32": I32, "int64": I64, "double": F64}
+_SMALL_ROWS = 1 << 16  # at least the rows of a query that is not a table scan
 
 
 def _schema(table: str, **work: pl.DataType) -> dict[str, pl.DataType]:
@@ -127,7 +130,57 @@ class DbResult:
     reader: str = "db"
 
 
-def connect_readonly(path: Path) -> sqlite3.Connection:
+class _Connection:
+    """A read-only ADBC connection to one SQLite file: queries come back as Arrow tables, built
+    in C without a Python object per value (Python's sqlite3 builds one per value: 2-5x the
+    time of a whole scan here)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        uri = f"{path.resolve().as_uri()}?mode=ro&immutable=1"
+        self._database = adbc_driver_sqlite.connect(uri)
+        try:
+            self._connection = adbc_driver_manager.AdbcConnection(self._database)
+        except adbc_driver_manager.Error:
+            self._database.close()
+            raise
+
+    def arrow(self, sql: str, rows: int | None = None) -> pa.Table:
+        """The result of ``sql``. The driver types each column from the first batch it reads;
+        ``rows`` (at least the result's row count) makes that batch the whole result, so a
+        column null in its first rows and a number later is still typed by its values."""
+        statement = adbc_driver_manager.AdbcStatement(self._connection)
+        try:
+            if rows is not None:
+                statement.set_options(**{"adbc.sqlite.query.batch_rows": str(max(rows, 1))})
+            statement.set_sql_query(sql)
+            stream, _ = statement.execute_query()
+            return pa.RecordBatchReader._import_from_c(stream.address).read_all()
+        except (adbc_driver_manager.Error, pa.ArrowException, OSError) as exc:
+            # A page that fails mid-scan surfaces from the stream: as the driver's error or
+            # Arrow's (its I/O error is an OSError).
+            raise DbUnreadable(f"{self.path}: {_what(exc)} ({_reason(exc)})") from exc
+        finally:
+            statement.close()
+
+    def close(self) -> None:
+        self._connection.close()
+        self._database.close()
+
+
+def _reason(exc: Exception) -> str:
+    """The driver's message without its status prefix and the query it appends."""
+    text = str(exc).split("\nquery:")[0]
+    return text.split("[SQLite] ", 1)[-1]
+
+
+def _what(exc: Exception) -> str:
+    """What an error says of the file: SQLite's own pages "malformed" are damaged (a truncated
+    or torn copy); anything else ("file is not a database") is not SQLite at all."""
+    return "damaged database" if "malformed" in str(exc) else "not a readable SQLite database"
+
+
+def connect_readonly(path: Path) -> _Connection:
     """Open ``path`` read-only, without locks or side files; raise DbUnreadable with the reason."""
     for suffix in ("-wal", "-journal"):
         side = path.with_name(path.name + suffix)
@@ -136,16 +189,16 @@ def connect_readonly(path: Path) -> sqlite3.Connection:
                 f"{path}: locked: {side.name} beside it means a writer is (or crashed) "
                 "mid-transaction; re-run once the profiler's export has finished"
             )
-    uri = f"{path.resolve().as_uri()}?mode=ro&immutable=1"
     try:
-        con = sqlite3.connect(uri, uri=True, check_same_thread=False)
-        con.execute("PRAGMA query_only = 1")
-        con.execute("SELECT count(*) FROM sqlite_master").fetchone()
-    except sqlite3.Error as exc:
-        # "malformed": SQLite's own pages are damaged (a truncated or torn copy); anything else
-        # ("file is not a database") is not SQLite at all.
-        what = "damaged database" if "malformed" in str(exc) else "not a readable SQLite database"
-        raise DbUnreadable(f"{path}: {what} ({exc})") from exc
+        con = _Connection(path)
+    except adbc_driver_manager.Error as exc:
+        raise DbUnreadable(f"{path}: {_what(exc)} ({_reason(exc)})") from exc
+    try:
+        con.arrow("PRAGMA query_only = 1")
+        con.arrow("SELECT count(*) FROM sqlite_master")
+    except DbUnreadable:
+        con.close()
+        raise
     return con
 
 
@@ -156,19 +209,21 @@ class _Db:
         self.path = path
         self.con = connect_readonly(path)
         try:
-            names = [
-                r[0]
-                for r in self.con.execute(
-                    "SELECT name FROM sqlite_master WHERE type IN ('table', 'view')"
-                )
-            ]
-            self.columns = {
-                name: {r[1] for r in self.con.execute(f'PRAGMA table_info("{name}")')}
-                for name in names
-            }
-        except sqlite3.Error as exc:
+            listing = self.con.arrow(
+                "SELECT m.name AS tbl, CAST(c.name AS TEXT) AS col FROM sqlite_master AS m "
+                "LEFT JOIN pragma_table_info(m.name) AS c WHERE m.type IN ('table', 'view')",
+                rows=_SMALL_ROWS,
+            )
+        except DbUnreadable:
             self.con.close()
-            raise DbUnreadable(f"{path}: damaged database ({exc})") from exc
+            raise
+        self.columns: dict[str, set[str]] = {}
+        for table, column in zip(
+            listing["tbl"].to_pylist(), listing["col"].to_pylist(), strict=True
+        ):
+            names = self.columns.setdefault(table, set())
+            if column is not None:
+                names.add(column)
 
     def has(self, table: str) -> bool:
         return table in self.columns
@@ -180,72 +235,27 @@ class _Db:
         """``alias=(column, type)`` of every row of ``table``, in rowid order. A column the
         table lacks (another release) is null; values are cast in SQLite (PYTORCH_API keeps
         its times as text), so a column always has its type."""
-        exprs = {}
+        exprs = []
         for alias, (column, dtype) in columns.items():
             if column != "rowid" and not self.has_column(table, column):
-                exprs[alias] = "NULL"
+                exprs.append(f'NULL AS "{alias}"')
                 continue
             source = "rowid" if column == "rowid" else f'"{column}"'
-            exprs[alias] = f"CAST({source} AS {_SQL_TYPES[dtype]})"
-        schema = {alias: dtype for alias, (_, dtype) in columns.items()}
-        if all(dtype in (I64, F64) for dtype in schema.values()):
-            return self._numeric_scan(table, exprs, schema)
-        select = ", ".join(f'{expr} AS "{alias}"' for alias, expr in exprs.items())
-        return self.query(f'SELECT {select} FROM "{table}" ORDER BY rowid', schema)
+            exprs.append(f'CAST({source} AS {_SQL_TYPES[dtype]}) AS "{alias}"')
+        rows = self.value(f'SELECT count(*) FROM "{table}"')
+        data = self.con.arrow(f'SELECT {", ".join(exprs)} FROM "{table}" ORDER BY rowid', rows)
+        return pl.DataFrame(data).cast({alias: dtype for alias, (_, dtype) in columns.items()})
 
-    def _numeric_scan(
-        self, table: str, exprs: dict[str, str], schema: dict[str, pl.DataType]
-    ) -> pl.DataFrame:
-        """A scan of numbers only, a column at a time: SQLite joins each column of a range of
-        rows into one text (doubles printed exactly, %.17g), which polars splits and parses.
-        Building a Python object per value costs twice as long as this."""
-        lo, hi = self.query(
-            f'SELECT min(rowid) AS lo, max(rowid) AS hi FROM "{table}"', {"lo": I64, "hi": I64}
-        ).row(0)
-        if lo is None:
-            return pl.DataFrame(schema=schema)
-        texts = []
-        for alias, expr in exprs.items():
-            value = f"printf('%!.17g', {expr})" if schema[alias] == F64 else expr
-            texts.append(f"group_concat(coalesce({value}, ''), ',')")
-        sql = f'SELECT {", ".join(texts)} FROM "{table}" WHERE rowid BETWEEN ? AND ?'
-        parts = []
-        for start in range(lo, hi + 1, _SCAN_ROWS):
-            try:
-                row = self.con.execute(sql, (start, start + _SCAN_ROWS - 1)).fetchone()
-            except sqlite3.Error as exc:
-                raise DbUnreadable(f"{self.path}: damaged database ({exc})") from exc
-            if row[0] is None:  # no rows in this range of rowids
-                continue
-            parts.append(
-                pl.DataFrame(
-                    [
-                        pl.Series(alias, [text]).str.split(",").explode().cast(dtype, strict=False)
-                        for (alias, dtype), text in zip(schema.items(), row, strict=True)
-                    ]
-                )
-            )
-        return pl.concat(parts) if parts else pl.DataFrame(schema=schema)
-
-    def query(self, sql: str, schema: dict[str, pl.DataType]) -> pl.DataFrame:
-        try:
-            cur = self.con.execute(sql)
-            rows = cur.fetchall()
-        except sqlite3.Error as exc:
-            raise DbUnreadable(f"{self.path}: damaged database ({exc})") from exc
-        names = [d[0] for d in cur.description]
-        # Transposed in C (zip) and typed per column: twice as fast as polars' row orientation.
-        columns = list(zip(*rows, strict=True)) if rows else [() for _ in names]
-        return pl.DataFrame(
-            [pl.Series(n, c, dtype=schema[n]) for n, c in zip(names, columns, strict=True)]
+    def rows(self, sql: str) -> list[tuple[Any, ...]]:
+        """The rows of a small query (a few rows: probes, META_DATA), as Python values."""
+        data = self.con.arrow(sql, rows=_SMALL_ROWS)
+        return list(
+            zip(*(data.column(i).to_pylist() for i in range(data.num_columns)), strict=True)
         )
 
     def value(self, sql: str) -> Any:
-        try:
-            row = self.con.execute(sql).fetchone()
-        except sqlite3.Error as exc:
-            raise DbUnreadable(f"{self.path}: damaged database ({exc})") from exc
-        return row[0] if row else None
+        rows = self.rows(sql)
+        return rows[0][0] if rows else None
 
     @cached_property
     def _strings(self) -> pl.DataFrame:
@@ -305,6 +315,12 @@ class _Db:
         return self.task_rows.join(
             self.compute, on="global_task_id", how="left", maintain_order="left"
         )
+
+    @cached_property
+    def comm_groups(self) -> pl.DataFrame:
+        """The communication groups (:func:`_comm_groups`), made once for the op and plane
+        slices."""
+        return _comm_groups(self)
 
     def close(self) -> None:
         self.con.close()
@@ -387,7 +403,7 @@ def _generation(db: _Db) -> str:
         return "current"
     levels = set()
     if db.has_column("ENUM_API_TYPE", "name"):
-        levels = {r[0] for r in db.con.execute("SELECT name FROM ENUM_API_TYPE")}
+        levels = {r[0] for r in db.rows("SELECT CAST(name AS TEXT) FROM ENUM_API_TYPE")}
     return "g3" if "communication" in levels else "g2"
 
 
@@ -451,7 +467,8 @@ def _session_facts(db: _Db, result: DbResult) -> None:
     if db.has_column("HOST_INFO", "hostName"):
         result.hostname = db.value("SELECT hostName FROM HOST_INFO LIMIT 1")
     if db.has_column("META_DATA", "name") and db.has_column("META_DATA", "value"):
-        for name, value in db.con.execute("SELECT name, value FROM META_DATA").fetchall():
+        meta = "SELECT CAST(name AS TEXT), CAST(value AS TEXT) FROM META_DATA"
+        for name, value in db.rows(meta):
             if str(name).startswith("SCHEMA_VERSION"):
                 continue
             try:
@@ -461,9 +478,8 @@ def _session_facts(db: _Db, result: DbResult) -> None:
             except ValueError:
                 result.metadata[name] = value
     if db.has("SESSION_TIME_INFO"):
-        cur = db.con.execute("SELECT * FROM SESSION_TIME_INFO LIMIT 1")
-        row, names = cur.fetchone() or (), [d[0] for d in cur.description]
-        result.metadata |= {f"SESSION_TIME_INFO.{n}": v for n, v in zip(names, row, strict=False)}
+        rows = db.con.arrow("SELECT * FROM SESSION_TIME_INFO LIMIT 1").to_pylist()
+        result.metadata |= {f"SESSION_TIME_INFO.{n}": v for n, v in (rows or [{}])[0].items()}
     if db.has_column("NPU_INFO", "name"):
         result.metadata["NPU_INFO"] = db.value("SELECT name FROM NPU_INFO LIMIT 1")
 
@@ -471,78 +487,85 @@ def _session_facts(db: _Db, result: DbResult) -> None:
 def _profiler_tables(
     path: Path, layout: _Layout, sink: TableSink, result: DbResult, threads: int
 ) -> None:
-    # Three readers side by side, each on its own connection: SQLite builds a scan's texts and
-    # polars parses them without the GIL. The device reader keeps TASK for all its tables.
-    python, device, rest = _in_parallel(
-        path,
-        threads,
-        (
-            lambda db: [_python_slices(db, layout, result)],
-            lambda db: (
-                [
-                    _cann_slices(db, layout, result),
-                    _task_slices(db, layout, result),
-                    _comm_op_slices(db, layout),
-                    _plane_slices(db, layout),
-                    _overlap_slices(db, layout, result),
-                ],
-                _kernels(db, result),
-            ),
-            lambda db: (
-                _counters(db, layout, result),
-                {
-                    "memory_records": _memory_records(db, result),
-                    "op_memory": _op_memory(db, result),
-                    "module_memory": _module_memory(db, result),
-                },
-                _connection_cats_table(db),
-                _connection_ids(db),
-            ),
-        ),
+    # Three readers side by side, each on its own connection: the driver steps SQLite and
+    # polars computes without the GIL. The device reader keeps TASK for all its tables. A table
+    # nothing else needs is written where it is made, so that it is not held until the end.
+    def device(db: _Db) -> list[pl.DataFrame | None]:
+        kernels = _kernels(db, result)
+        if kernels is not None:
+            made = {"kernels": kernels}
+            if kernels["type"].is_not_null().any():  # Level0 records no op types: no statistic
+                made["op_stats"] = _op_stats(kernels, layout)
+            _store(sink, result, made)
+        return [
+            _cann_slices(db, layout, result),
+            _task_slices(db, layout, result),
+            _comm_op_slices(db, layout),
+            _plane_slices(db, layout),
+            _overlap_slices(db, layout, result),
+        ]
+
+    def rest(db: _Db) -> tuple[pl.DataFrame, pl.DataFrame | None, pl.DataFrame]:
+        counters = _counters(db, layout, result)
+        memory = {
+            "memory_records": _memory_records(db, result),
+            "op_memory": _op_memory(db, result),
+            "module_memory": _module_memory(db, result),
+        }
+        result.rows["counters"] = _write(sink, "counters", counters, _counter_order(counters))
+        _store(sink, result, memory)
+        counter_threads = counters.select("process", "pid", "tid").unique()
+        counter_threads = counter_threads.with_columns(pl.col("process").cast(STR))
+        return counter_threads, _connection_cats_table(db), _connection_ids(db)
+
+    python, device_slices, (counter_threads, cats, connection_ids) = _in_parallel(
+        path, threads, (lambda db: [_python_slices(db, layout, result)], device, rest)
     )
-    device_slices, kernels = device
-    counters, memory, cats, connection_ids = rest
     slices = _slices([*python, *device_slices])
-    del python, device, device_slices  # the parts, now copied into the sorted slices
+    del python, device_slices  # the parts, now chunks of the slices
     links = _python_links(slices, connection_ids)
     if slices.height:
         result.start_ns = slices["start_ns"].min()
         result.end_ns = slices["end_ns"].max()
-    processes = pl.concat([slices["process"], counters["process"]]).unique()
+    processes = pl.concat([slices["process"].cast(STR), counter_threads["process"]]).unique()
     result.processes = sorted(processes.to_list())
-    tables: dict[str, pl.DataFrame | None] = {"slices": slices, "counters": counters}
-    tables["flows"] = _flows(layout, slices, links, cats)
-    tables["threads"] = _threads(layout, slices, counters)
+    tables: dict[str, pl.DataFrame | None] = {
+        "flows": _flows(layout, slices, links, cats),
+        "threads": _threads(layout, slices, counter_threads),
+    }
     if (slices["process"] == "CANN").any():
         tables["api_stats"] = _api_stats(slices, layout)
-    if kernels is not None:
-        tables["kernels"] = kernels
-        if kernels["type"].is_not_null().any():  # Level0 records no op types: no statistic
-            tables["op_stats"] = _op_stats(kernels, layout)
-    tables |= memory
-    # Parquet encoding releases the GIL: the tables are written side by side.
-    written = {name: frame for name, frame in tables.items() if frame is not None}
-    orders = {"slices": _slice_order(slices)}
-    with ThreadPoolExecutor(max(1, threads)) as pool:
-        counts = pool.map(lambda item: _write(sink, *item, orders.get(item[0])), written.items())
-        result.rows |= dict(zip(written, counts, strict=True))
+    _store(sink, result, tables)
+    # The slices last, alone: their row groups' gathers beside the joins above would add up at
+    # the peak (about 25 MB on the benchmark's Db twin), for no time saved on a busy machine.
+    result.rows["slices"] = _write(sink, "slices", slices, _slice_order(slices))
 
 
-_WRITE_ROWS = 1 << 17
+def _store(sink: TableSink, result: DbResult, tables: dict[str, pl.DataFrame | None]) -> None:
+    """Write each of ``tables`` (in file order) that was read, and count its rows."""
+    for name, frame in tables.items():
+        if frame is not None:
+            result.rows[name] = _write(sink, name, frame, None)
+
+
+_ARGS_ROWS = 1 << 15  # Python slices whose args are built at once
 
 
 def _write(sink: TableSink, table: str, frame: pl.DataFrame, order: pl.Series | None) -> int:
     """Store ``frame`` (in ``order``, a permutation of its rows, when given), gathered and
     converted to Arrow a row group at a time: a sorted copy of a large table, or its Arrow
-    copy (text columns are converted), would double its memory."""
-    if order is None and frame.height <= _WRITE_ROWS:
+    copy (text columns are converted), would double its memory. The reader's working columns
+    (not in the table's schema) are not gathered."""
+    canonical = {name for name, _ in body_columns(table)}
+    frame = frame.select(c for c in frame.columns if c in canonical)
+    if order is None and frame.height <= ROW_GROUP_ROWS:
         return sink.arrow(table, frame.to_arrow())
-    starts = range(0, frame.height, _WRITE_ROWS)
+    starts = range(0, frame.height, ROW_GROUP_ROWS)
     if order is None:
-        parts = (frame.slice(start, _WRITE_ROWS).to_arrow() for start in starts)
+        parts = (frame.slice(start, ROW_GROUP_ROWS).to_arrow() for start in starts)
     else:
-        parts = (frame[order.slice(start, _WRITE_ROWS)].to_arrow() for start in starts)
-    return sink.batches(table, parts)
+        parts = (frame[order.slice(start, ROW_GROUP_ROWS)].to_arrow() for start in starts)
+    return sink.batches(table, made_ahead(parts))
 
 
 def _in_parallel(path: Path, threads: int, jobs: tuple[Callable[[_Db], Any], ...]) -> list[Any]:
@@ -579,8 +602,10 @@ def _no_sentinel(value: pl.Expr) -> pl.Expr:
 # --------------------------------------------------------------------------- slices
 
 # Slices keep the PYTORCH_API rowid and connectionId of their row (flows attach by them); the
-# sink drops them.
-_SLICES = _schema("slices", api_row=I64, link_id=I64)
+# sink drops them. Their names are dictionary-encoded (Categorical): each held once, not once
+# per row, and written to Parquet as the dictionary they are (as the Text reader writes them).
+_SLICE_NAMES = ("ph", "process", "thread", "name", "cat")
+_SLICES = _schema("slices", api_row=I64, link_id=I64) | dict.fromkeys(_SLICE_NAMES, CAT)
 
 
 def _slices(parts: list[pl.DataFrame | None]) -> pl.DataFrame:
@@ -591,13 +616,9 @@ def _slices(parts: list[pl.DataFrame | None]) -> pl.DataFrame:
 
 def _slice_order(slices: pl.DataFrame) -> pl.Series:
     """trace_view.json's order: by time, parents (longer) before children."""
-    order = pl.arg_sort_by(
-        ["start_ns", "dur_ns", "pid", "tid", "name"],
-        descending=[False, True, False, False, False],
-        nulls_last=True,
-        maintain_order=True,
+    return stable_order(
+        slices, ["start_ns", "dur_ns", "pid", "tid", "name"], [False, True, False, False, False]
     )
-    return slices.select(order).to_series()
 
 
 def _conform(frame: pl.DataFrame, schema: dict[str, pl.DataType]) -> pl.DataFrame:
@@ -692,7 +713,7 @@ def _python_slices(db: _Db, layout: _Layout, result: DbResult) -> pl.DataFrame |
     # would take twice the memory of the result.
     thread = pl.format("Thread {}", pl.col("tid"))
     blocks = []
-    for block in frame.iter_slices(_WRITE_ROWS):
+    for block in frame.iter_slices(_ARGS_ROWS):
         ops = block.filter(is_op).with_columns(op_args.alias("args"))
         queues = block.filter(is_queue).with_columns(queue_args.alias("args"))
         rest = block.filter(~is_op & ~is_queue).with_columns(pl.lit(None, dtype=STR).alias("args"))
@@ -847,7 +868,7 @@ def _comm_op_slices(db: _Db, layout: _Layout) -> pl.DataFrame | None:
         alg_type_id=("algType", I64),
         count=("count", I64),
     )
-    frame = frame.join(_comm_groups(db), on="group_id", how="left", maintain_order="left")
+    frame = frame.join(db.comm_groups, on="group_id", how="left", maintain_order="left")
     frame = frame.with_columns(
         db.text(pl.col("name_id")).alias("name"),
         pl.col("group_tid").alias("tid"),
@@ -885,7 +906,7 @@ def _plane_slices(db: _Db, layout: _Layout) -> pl.DataFrame | None:
         "global_task_id", "start_ns", "end_ns", "stream_id", "task_id", "raw_model_id", "context_id"
     )
     frame = info.join(tasks, on="global_task_id", how="inner", maintain_order="left")
-    frame = frame.join(_comm_groups(db), on="group_id", how="left", maintain_order="left")
+    frame = frame.join(db.comm_groups, on="group_id", how="left", maintain_order="left")
     frame = frame.with_columns(
         db.text(pl.col("type_id")).alias("name"),
         (pl.col("group_tid").fill_null(0) + 1 + pl.col("plane")).alias("tid"),
@@ -1031,9 +1052,14 @@ def _counter_samples(db: _Db) -> list[tuple[str, str, Callable[[], list[pl.DataF
     ]
 
 
+# Counter names are dictionary-encoded, as the slices' are.
+_COUNTERS = _schema("counters") | dict.fromkeys(("name", "series", "process"), CAT)
+
+
 def _counters(db: _Db, layout: _Layout, result: DbResult) -> pl.DataFrame:
-    """One row per (sample, series), named as trace_view.json's C events name them."""
-    schema = _schema("counters")
+    """One row per (sample, series), named as trace_view.json's C events name them, in
+    reading order (:func:`_counter_order` is the trace's)."""
+    schema = _COUNTERS
     frames = []
     for table, process, samples in _counter_samples(db):
         if not _collected(db, result, table):
@@ -1046,8 +1072,13 @@ def _counters(db: _Db, layout: _Layout, result: DbResult) -> pl.DataFrame:
                     pl.lit(0, dtype=I64).alias("tid"),
                 )
             )
-    counters = pl.concat([pl.DataFrame(schema=schema), *(_conform(f, schema) for f in frames)])
-    return counters.sort(["ts_ns", "name", "series", "pid"], maintain_order=True)
+    return pl.concat(
+        [pl.DataFrame(schema=schema), *(_conform(f, schema) for f in frames)], rechunk=False
+    )
+
+
+def _counter_order(counters: pl.DataFrame) -> pl.Series:
+    return stable_order(counters, ["ts_ns", "name", "series", "pid"])
 
 
 # --------------------------------------------------------------------------- flows
@@ -1080,7 +1111,7 @@ def _flows(
     device = ends.filter(
         pl.col("process").is_in(["Ascend Hardware", comm])
         & pl.col("connection_id").is_not_null()
-        & ~pl.col("thread").str.starts_with("Plane ")
+        & ~pl.col("thread").cat.starts_with("Plane ")
     )
     # The device tasks of a communication op get their flows at the op (its Group thread).
     comm_links = device.filter(pl.col("process") == comm)["connection_id"].implode()
@@ -1173,14 +1204,17 @@ def _connection_cats(
 # --------------------------------------------------------------------------- threads
 
 
-def _threads(layout: _Layout, slices: pl.DataFrame, counters: pl.DataFrame) -> pl.DataFrame:
-    """Every (pid, tid) with events, named and sorted as the Text export's M events name them."""
+def _threads(layout: _Layout, slices: pl.DataFrame, counter_threads: pl.DataFrame) -> pl.DataFrame:
+    """Every (pid, tid) with events (``counter_threads``: the counters' process, pid and tid),
+    named and sorted as the Text export's M events name them."""
     used = pl.concat(
         [
             slices.select(
                 "process", "pid", "tid", "thread", (pl.col("cat") == "dequeue").alias("dequeue")
-            ).unique(),
-            counters.select("process", "pid", "tid")
+            )
+            .unique()
+            .with_columns(pl.col("process", "thread").cast(STR)),
+            counter_threads.select("process", "pid", "tid")
             .unique()
             .with_columns(
                 pl.format("Thread {}", pl.col("tid")).alias("thread"),

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import polars as pl
 import pyarrow as pa
 
+from traceanalyzer.parse.rows import ROW_GROUP_ROWS, made_ahead, stable_order
 from traceanalyzer.parse.sink import TableSink
 from traceanalyzer.parse.trace_shared import (
     ARG_COLUMNS,
@@ -30,10 +30,7 @@ from traceanalyzer.parse.trace_shared import (
 )
 from traceanalyzer.vocabulary import CANN_PROCESS, HARDWARE_PROCESS, PYTHON_PROCESS
 
-# Rows per Parquet row group, gathered from the sorted order: what is held at a time besides
-# the decoded columns. Slices carry their args (16k rows peaked 30 MB lower than 32k, at the
-# same speed); counter rows are narrow, and fewer groups cost less per-call overhead.
-_SLICE_GROUP = 16 << 10
+# Counter rows are narrow: fewer, larger groups cost less per-call overhead.
 _COUNTER_GROUP = 64 << 10
 
 
@@ -90,7 +87,7 @@ def derive_tables(
     the bulk of the memory, are written and freed."""
     span = _Span()
     names = _Names(events.others)
-    result.rows["slices"] = sink.batches("slices", _ahead(_slice_groups(events, names, span)))
+    result.rows["slices"] = sink.batches("slices", made_ahead(_slice_groups(events, names, span)))
     if result.rows["slices"]:
         result.start_ns, result.end_ns = span.start_ns, span.end_ns
         result.hw_stream_arg = "Stream Id" if span.g1 else "Physic Stream Id"
@@ -98,7 +95,7 @@ def derive_tables(
     if on_read:
         on_read()
 
-    result.rows["counters"] = sink.batches("counters", _ahead(_counter_groups(events, names)))
+    result.rows["counters"] = sink.batches("counters", made_ahead(_counter_groups(events, names)))
     used_by_counters = events.counters.select("pid", "tid").unique()
     events.counters = events.samples = pl.DataFrame()
 
@@ -236,28 +233,12 @@ class _Span:
         self.g1 = self.g1 or bool(hardware.str.contains('"Stream Id"', literal=True).any())
 
 
-def _order(frame: pl.DataFrame, by: list[pl.Expr], descending: list[bool]) -> pl.Series:
-    """Row numbers of ``frame`` in the order of ``by`` (nulls last, ties in frame order).
-
-    One stable sort per key, the last key first: sorting on all keys at once builds a row
-    encoding of every key (70 MB for 412k slices, a string among them).
-    """
-    order = pl.int_range(frame.height, eager=True, dtype=pl.Int64).alias("row")
-    for key, desc in reversed(list(zip(by, descending, strict=True))):
-        keys = frame.select(key.alias("key")).to_series().gather(order).to_frame()
-        step = keys.select(
-            pl.arg_sort_by("key", descending=desc, nulls_last=True, maintain_order=True)
-        )
-        order = order.gather(step.to_series())
-    return order
-
-
 def _sorted_groups(
     frame: pl.DataFrame, by: list[pl.Expr], descending: list[bool], group: int
 ) -> Iterator[tuple[pl.Series, pl.DataFrame]]:
     """``frame`` in the order of ``by``, ``group`` rows at a time, with each group's row
     numbers: only the order is held besides ``frame``."""
-    order = _order(frame, by, descending)
+    order = stable_order(frame, by, descending)
     for start in range(0, max(len(order), 1), group):
         rows = order.slice(start, group)
         yield rows, frame[rows]
@@ -290,7 +271,7 @@ def _slice_groups(events: TraceEvents, names: _Names, span: _Span) -> Iterator[p
         events.by_text("slices", "name"),
     ]
     descending = [False, True, False, False, False]  # parents before their children
-    for rows, part in _sorted_groups(events.slices, by, descending, _SLICE_GROUP):
+    for rows, part in _sorted_groups(events.slices, by, descending, ROW_GROUP_ROWS):
         part = names.attach(events.decode("slices", part).with_columns(rows))
         part = _with_flat(part, events.flat)
         part = _finish_slices(part)
@@ -311,16 +292,6 @@ def _counter_groups(events: TraceEvents, names: _Names) -> Iterator[pa.Table]:
     for _, part in _sorted_groups(samples, by, [False] * 4, _COUNTER_GROUP):
         part = events.decode("samples", events.decode("counters", part))
         yield names.attach(part, thread_names=False).to_arrow()
-
-
-def _ahead(groups: Iterator[pa.Table]) -> Iterator[pa.Table]:
-    """``groups``, each made on a second thread while the sink writes the one before: polars
-    and the Parquet encoder both release the GIL, so the two overlap on two cores."""
-    with ThreadPoolExecutor(1) as pool:
-        pending = pool.submit(next, groups, None)
-        while (group := pending.result()) is not None:
-            pending = pool.submit(next, groups, None)
-            yield group
 
 
 def _flows(others: pl.DataFrame) -> pl.DataFrame:
