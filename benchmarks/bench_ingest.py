@@ -396,7 +396,7 @@ ANALYSIS = """## Reading the figures
   hour. Time is the best of `--repeat` runs and the floors are measured in the same run, so
   compare the ratio columns, not the seconds, across runs. CPU seconds count every thread of a
   case: where they are about its seconds, the case ran on about one core, the other busy with
-  other work (a load average of 6 to 10 during the last run).
+  other work.
 """
 
 
