@@ -27,11 +27,11 @@ class ParseMemory:
     """DuckDB's buffer budget for parsing one trace: a multiple of its size, or a fixed size.
     (The native reader needs none: its columns take about 0.9x the file.)
 
-    The default, 1.2x the file (at least 128 MB), keeps a worker's peak RSS within about 1.45x
-    the file above the imported libraries; without a limit DuckDB keeps up to 80% of RAM per
-    worker, so memory would grow with the machine instead of with the rank. More memory spills
-    less and is faster: the ingest of a 200 MB trace takes about a quarter less time with 1 GB
-    (docs/scale.md).
+    The default is 1.2x the file (at least 128 MB): without a limit DuckDB keeps up to 80% of
+    RAM per worker, so memory would grow with the machine instead of with the rank. DuckDB
+    decodes a well-formed trace a batch at a time and needs little of it (the decoded events,
+    about the file's size, are held outside it: a 200 MB trace peaked at 2.6x the file above the
+    imported libraries); the salvage of a damaged trace builds a spillable table in it.
     """
 
     times_file: float = 1.2
