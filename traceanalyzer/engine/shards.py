@@ -26,7 +26,13 @@ from traceanalyzer.engine.findings import Note
 from traceanalyzer.engine.loader import LoadedRules, RuleSource, load_rules
 from traceanalyzer.engine.registry import RuleSet
 from traceanalyzer.engine.rule import Rule
-from traceanalyzer.engine.runner import RuleOutcome, RunResult, evaluate, evaluate_rule
+from traceanalyzer.engine.runner import (
+    GlobalRun,
+    RuleOutcome,
+    RunResult,
+    evaluate,
+    evaluate_rule,
+)
 from traceanalyzer.executor import Executor, TaskCrashed
 from traceanalyzer.store import RankStore, Store, load_manifest
 
@@ -151,9 +157,7 @@ def rank_map_for(
     return rank_map
 
 
-def global_run_for(
-    store_root: Path, loaded: LoadedRules, cache: bool = True
-) -> Callable[[Rule, Store, Mapping[str, Any]], RuleOutcome]:
+def global_run_for(store_root: Path, loaded: LoadedRules, cache: bool = True) -> GlobalRun:
     """A ``run_global`` for :func:`~traceanalyzer.engine.runner.evaluate`: a rule that reads every
     rank at once is looked up in the outcome cache first, keyed by its code digest, its
     parameters and every rank's inputs, so a warm re-run does not evaluate it again."""
