@@ -43,7 +43,7 @@ import pyarrow as pa
 from traceanalyzer.parse.rows import ROW_GROUP_ROWS, made_ahead, stable_order
 from traceanalyzer.parse.sink import TableSink, body_columns
 from traceanalyzer.parse.trace_shared import CURRENT_SORT_INDEX, G2_SORT_INDEX, SENTINELS
-from traceanalyzer.timeutil import us_expr_to_ns
+from traceanalyzer.timeutil import float_ms_to_ns, float_us_to_ns, us_expr_to_ns
 from traceanalyzer.vocabulary import CORE_TASK_TYPE
 
 # META_DATA SCHEMA_VERSION majors this reader knows (1.x: torch_npu 2.1 .. 2.8).
@@ -1487,14 +1487,6 @@ def _analysis_tables(db: _Db, sink: TableSink, result: DbResult) -> None:
             result.rows[table] = sink.arrow(table, build(db).to_arrow())
 
 
-def _us_to_ns(column: str) -> pl.Expr:
-    return (pl.col(column) * 1000).round().cast(I64)
-
-
-def _ms_to_ns(column: str) -> pl.Expr:
-    return (pl.col(column) * 1_000_000).round().cast(I64)
-
-
 _STEP_COLUMNS = {
     "computing_ns": "computing",
     "communication_not_overlapped_ns": "communication_not_overlapped",
@@ -1516,7 +1508,8 @@ def _step_times(db: _Db) -> pl.DataFrame:
         **{name: (column, F64) for name, column in _STEP_COLUMNS.items()},
     )
     return _conform(
-        f.with_columns(_us_to_ns(name) for name in _STEP_COLUMNS), _schema("step_times")
+        f.with_columns(float_us_to_ns(pl.col(name)).alias(name) for name in _STEP_COLUMNS),
+        _schema("step_times"),
     )
 
 
@@ -1539,7 +1532,7 @@ def _comm_ops(db: _Db) -> pl.DataFrame:
     f = f.with_columns(
         # µs as a REAL: its shortest decimal, as communication.json prints it, to ns exactly.
         us_expr_to_ns(pl.col("start")).alias("start_ns"),
-        *(_ms_to_ns(column).alias(column.replace("_time", "_ns")) for column in times),
+        *(float_ms_to_ns(pl.col(c)).alias(c.replace("_time", "_ns")) for c in times),
         # msprof's ratios, rounded as communication.json writes them.
         (wait / (wait + transit)).round(4).fill_nan(0).alias("wait_ratio"),
         (sync / (sync + transit)).round(4).fill_nan(0).alias("synchronization_ratio"),
@@ -1608,4 +1601,6 @@ def _comm_links(db: _Db) -> pl.DataFrame:
         bandwidth_gbps=("bandwidth", F64),
         op_name=("op_name", STR),
     )
-    return _conform(f.with_columns(_ms_to_ns("transit").alias("transit_ns")), _schema("comm_links"))
+    return _conform(
+        f.with_columns(float_ms_to_ns(pl.col("transit")).alias("transit_ns")), _schema("comm_links")
+    )

@@ -58,9 +58,6 @@ def unavailable_note() -> str | None:
     return None
 
 
-# --------------------------------------------------------------------------- scanning
-
-
 _ARROW_TYPES = {"int64": pa.int64(), "int32": pa.int32(), "float64": pa.float64(),
                 "text": pa.string_view(), "dict": pa.int32()}  # fmt: skip
 
