@@ -24,6 +24,8 @@ class NativeScannerHook(BuildHookInterface):
         if self.target_name != "wheel":
             return
         editable = version == "editable"
+        if editable:
+            _precompile(Path(self.root))
         out = Path(self.root) if editable else Path(tempfile.mkdtemp(prefix="traceanalyzer-ext-"))
         try:
             built = _compile(Path(self.root), out)
@@ -38,6 +40,23 @@ class NativeScannerHook(BuildHookInterface):
         build_data["infer_tag"] = True
         if not editable:  # an editable install imports the module built in place
             build_data["force_include"][str(built)] = str(built.relative_to(out))
+
+
+def _precompile(root: Path) -> None:
+    """Write the bytecode of an editable install's sources, as pip does for a wheel's.
+
+    An editable install runs the source tree, whose bytecode Python would write at the first
+    import; where it may not (PYTHONDONTWRITEBYTECODE, a read-only checkout) every run would
+    compile ~90 modules again, about 0.17 s of a run on a small sample. Stale bytecode is
+    ignored (its source's mtime is checked), so this is only ever a head start.
+    """
+    import compileall
+
+    for folder in ("traceanalyzer", "rules"):
+        try:
+            compileall.compile_dir(str(root / folder), quiet=2)
+        except OSError as exc:  # read-only tree: imports compile as they would have
+            print(f"traceanalyzer: bytecode not written ({exc})", file=sys.stderr)
 
 
 def _compile(root: Path, out: Path) -> Path:

@@ -94,6 +94,15 @@ class Executor(ABC):
         """``width``: at most this many tasks at once, below ``jobs`` (the process pool honours
         it; ``local`` runs one at a time anyway; Ray schedules by its own resources)."""
 
+    def threads_per_task(self, side_by_side: int) -> int:
+        """Threads a task may use when ``side_by_side`` tasks run at once: this machine's cores
+        split between them (all of them for a task that runs alone), unless the backend gives
+        each task its CPUs."""
+        if self.cpus_per_task:
+            return self.cpus_per_task
+        running = min(self.jobs, side_by_side) if self.parallel else 1
+        return max(1, (os.cpu_count() or 1) // max(1, running))
+
     def plan(self, tasks: int, work_bytes: int) -> str:
         """Told the work ahead (``tasks`` of ``work_bytes`` input in all) before the first
         ``map``; says which executor runs it and why (``auto`` chooses here)."""

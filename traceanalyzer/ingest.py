@@ -797,10 +797,8 @@ def _ingest(
         side_by_side, note = _fit_in_memory([s for s, _ in todo], side_by_side, memory)
         if note and progress:
             progress(note, done, total, None)
-    # Split this machine's cores between the workers that run side by side (all of them when
-    # one runs alone, e.g. a single 2 GB rank), unless the backend gives each task its CPUs.
-    cpus = os.cpu_count() or 1
-    threads = executor.cpus_per_task or max(1, cpus // max(1, side_by_side))
+    # e.g. a single 2 GB rank scans on every core
+    threads = executor.threads_per_task(side_by_side)
     try:
         results = executor.map(
             ingest_session,
