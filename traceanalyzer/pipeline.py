@@ -12,6 +12,7 @@ import json
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -79,8 +80,14 @@ def analyse(
         if log:
             log(f"evaluating rules on {len({o.rank for o in result.outcomes})} rank(s) ...")
         started = time.perf_counter()
-        with outdir.writes(out):  # ingest.json, the rule cache, findings.json
+        with outdir.writes(out), ThreadPoolExecutor(1) as beside:
             write_atomic_text(out / "ingest.json", json.dumps(result.to_dict(), indent=1))
+            # The overview needs no finding until its costs are added: where tasks run in this
+            # process it is computed beside the rules (both are mostly polars, which releases
+            # the GIL); a pool's workers are busy with the rules already.
+            summary = (
+                None if executor.parallel else beside.submit(_summary, out, executor, top, force)
+            )
             findings = evaluate_store(
                 out,
                 executor,
@@ -94,7 +101,7 @@ def analyse(
                 seconds = time.perf_counter() - started
                 log(f"evaluated {len(findings.rules)} rule(s) in {seconds:.1f} s")
             add_input_caveats(findings.findings, _incomplete_inputs(result))
-            findings.overview = _overview(out, executor, findings, top, force, log)
+            findings.overview = _overview(out, executor, findings, top, force, log, summary)
             write_findings_json(findings, out)
         reports = run_reports(out, findings, rules.rules, input_root=path)
     return Analysis(result, findings, reports)
@@ -108,6 +115,17 @@ def _incomplete_inputs(result: IngestResult) -> dict[int, list[str]]:
     return {rank: files for rank, files in incomplete.items() if files}
 
 
+def _summary(out: Path, executor: Executor, top: TopSizes, force: bool) -> tuple[dict, float]:
+    """The overview document without the findings' costs, and the seconds it took."""
+    from traceanalyzer.overview import overview_document, summarize_store
+    from traceanalyzer.store import Store
+
+    started = time.perf_counter()
+    done = summarize_store(out, executor, top, cache=not force)
+    document = overview_document(Store.open(out), top, done["failed"])
+    return document, time.perf_counter() - started
+
+
 def _overview(
     out: Path,
     executor: Executor,
@@ -115,24 +133,22 @@ def _overview(
     top: TopSizes,
     force: bool,
     log: Callable[[str], None] | None,
+    summary: Future[tuple[dict, float]] | None = None,
 ) -> dict | None:
-    """Where the time goes (traceanalyzer.overview), with each finding's cost in it."""
+    """Where the time goes (traceanalyzer.overview), with each finding's cost in it;
+    ``summary``: the document, being computed already."""
     from traceanalyzer.engine.text import count
-    from traceanalyzer.overview import finding_costs, overview_document, summarize_store
-    from traceanalyzer.store import Store
+    from traceanalyzer.overview import finding_costs
 
-    started = time.perf_counter()
     try:
-        done = summarize_store(out, executor, top, cache=not force)
-        document = overview_document(Store.open(out), top, done["failed"])
+        document, seconds = (
+            summary.result() if summary is not None else _summary(out, executor, top, force)
+        )
         document["costs"] = finding_costs([f.to_dict() for f in findings.findings], document)
     except Exception as exc:  # the overview is context: its failure must not cost the findings
         if log:
             log(f"overview failed: {type(exc).__name__}: {exc}")
         return {"schema_version": 1, "error": f"{type(exc).__name__}: {exc}"}
     if log:
-        log(
-            f"overview of {count(len(document['ranks']), 'rank')} "
-            f"in {time.perf_counter() - started:.1f} s"
-        )
+        log(f"overview of {count(len(document['ranks']), 'rank')} in {seconds:.1f} s")
     return document

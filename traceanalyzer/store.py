@@ -20,14 +20,16 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypeVar
 
 import polars as pl
 
 from traceanalyzer.schema import DERIVED_TABLES, TABLES, Table
+
+_T = TypeVar("_T")
 
 MANIFEST = "manifest.json"
 TABLES_DIR = "tables"
@@ -364,6 +366,11 @@ class Store:
     def rows(self, name: str) -> int:
         return int(self.table(name).select(pl.len()).collect().item())
 
+    def memo(self, key: Hashable, compute: Callable[[], _T]) -> _T:
+        """``compute()``; a snapshot store (:class:`RankStore`) keeps it under ``key``, so what
+        several rules ask of the same data is computed once."""
+        return compute()
+
     def has_rows(self, name: str) -> bool:
         return self.rows(name) > 0
 
@@ -380,11 +387,33 @@ class RankStore(Store):
 
     Listing and scanning only ``rank=R`` directories keeps the worker's reads (and the Parquet
     footers it parses) proportional to its shard, not to the collection.
+
+    It is a snapshot for one task: each table's files are listed once, and the sessions read
+    once, however many rules ask (a rank's rules ask a few hundred times).
     """
 
     def __init__(self, root: Path, ranks: Iterable[int]):
         super().__init__(root)
         self.shard = sorted(set(ranks))
+        self._tables: dict[str, pl.LazyFrame] = {}
+        self._sessions: pl.DataFrame | None = None
+        self._memo: dict[Hashable, Any] = {}
+
+    def memo(self, key: Hashable, compute: Callable[[], _T]) -> _T:
+        # Rules run on threads: two may compute the same key at once; either result is right.
+        if key not in self._memo:
+            self._memo[key] = compute()
+        return self._memo[key]
+
+    def table(self, name: str) -> pl.LazyFrame:
+        if name not in self._tables:
+            self._tables[name] = super().table(name)
+        return self._tables[name]
+
+    def sessions(self) -> pl.DataFrame:
+        if self._sessions is None:
+            self._sessions = super().sessions()
+        return self._sessions
 
     def _files(self, name: str) -> list[Path]:
         if self.root is None:

@@ -240,7 +240,10 @@ class RuleContext:
 
     def sessions(self) -> pl.DataFrame:
         """Sessions in scope, ordered by rank then start time."""
-        return self.table("sessions").collect().sort(["rank", "start_ns"], nulls_last=True)
+        sessions = self.store.sessions()
+        if self.ranks is not None:
+            sessions = sessions.filter(pl.col("rank").is_in(sorted(self.ranks)))
+        return sessions
 
     def finding(
         self,

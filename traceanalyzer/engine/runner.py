@@ -85,19 +85,27 @@ class RuleOutcome:
 
 
 def _requirement_gap(store: Store, req: Requirement, ranks: frozenset[int] | None) -> str | None:
-    """Why ``req`` is not met on this shard, or None when it is."""
+    """Why ``req`` is not met on this shard, or None when it is (rules that need the same data
+    share one probe of it)."""
+    where = None if req.where is None else req.where.meta.serialize(format="json")
+    key = ("requirement", req.table, req.columns, where, ranks)
+    probe = store.memo(key, lambda: _probe(store, req, ranks))
+    if probe["_rows"][0] == 0:
+        return req.missing_message()
+    empty = [c for c in req.columns if not probe[c][0]]
+    return req.missing_message(empty) if empty else None
+
+
+def _probe(store: Store, req: Requirement, ranks: frozenset[int] | None) -> pl.DataFrame:
+    """One row: how many rows of ``req``'s data the shard has, and which columns have values."""
     frame = store.table(req.table)
     if ranks is not None:
         frame = frame.filter(pl.col("rank").is_in(sorted(ranks)))
     if req.where is not None:
         frame = frame.filter(req.where)
-    probe = frame.select(
+    return frame.select(
         pl.len().alias("_rows"), *[pl.col(c).is_not_null().any().alias(c) for c in req.columns]
     ).collect()
-    if probe["_rows"][0] == 0:
-        return req.missing_message()
-    empty = [c for c in req.columns if not probe[c][0]]
-    return req.missing_message(empty) if empty else None
 
 
 def precondition_gaps(rule: Rule, store: Store, ranks: frozenset[int] | None = None) -> list[str]:
