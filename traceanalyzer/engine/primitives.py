@@ -606,32 +606,39 @@ def containing_call(
     """
     thread = list(_THREAD)
     ordered = points.lazy().with_row_index("_point").sort(at).collect()
-    bounds = calls.lazy().rename({"start_ns": "call_start_ns", "end_ns": "call_end_ns"})
-    inner = bounds.sort("call_start_ns").collect()
     outer_calls = (
         outermost(calls.lazy(), by=thread)
         .rename({"start_ns": "call_start_ns", "end_ns": "call_end_ns"})
         .sort("call_start_ns")
         .collect()
     )
-    found = [
-        ordered.join_asof(
+    tiers = [outer_calls]  # in order of preference: the first that holds the point wins
+    if not outer:
+        inner = calls.lazy().rename({"start_ns": "call_start_ns", "end_ns": "call_end_ns"})
+        tiers.insert(0, inner.sort("call_start_ns").collect())
+    extra = [c for c in outer_calls.columns if c not in thread]
+    # A left as-of join keeps the points' rows in their order, so the tiers line up row by row:
+    # no de-duplication or join back is needed to pick one.
+    frame = ordered
+    for i, candidates in enumerate(tiers):
+        hit = ordered.join_asof(
             candidates,
             left_on=at,
             right_on="call_start_ns",
             by=thread,
             strategy="backward",
             check_sortedness=False,
-        ).filter(pl.col("call_end_ns") >= pl.col(at))
-        for candidates in ((outer_calls,) if outer else (inner, outer_calls))
-    ]
-    best = pl.concat(found, how="vertical_relaxed").unique("_point", keep="first")
-    extra = [c for c in best.columns if c not in ordered.columns]
-    return (
-        ordered.join(best.select("_point", *extra), on="_point", how="left")
-        .sort("_point")
-        .drop("_point")
-    )
+        )
+        frame = frame.hstack(hit.select(pl.col(c).alias(f"{c}#{i}") for c in extra))
+    holds = [pl.col(f"call_end_ns#{i}") >= pl.col(at) for i in range(len(tiers))]
+
+    def pick(column: str) -> pl.Expr:
+        chosen = pl.when(holds[0]).then(pl.col(f"{column}#0"))
+        for i in range(1, len(tiers)):
+            chosen = chosen.when(holds[i]).then(pl.col(f"{column}#{i}"))
+        return chosen.alias(column)  # null where no call holds the point
+
+    return frame.select(*ordered.columns, *map(pick, extra)).sort("_point").drop("_point")
 
 
 def _with_launch_op(calls: pl.DataFrame) -> pl.DataFrame:
