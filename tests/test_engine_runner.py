@@ -368,3 +368,31 @@ def test_entry_point_rule_packs(tmp_path, monkeypatch):
     )
     loaded = loader.load_rules(builtin=False)
     assert [r.name for r in loaded.rules] == ["packed"] and loaded.errors == []
+
+
+def test_shared_derivations_run_once_per_shard_and_parameter_values(tmp_path):
+    from traceanalyzer.engine.rule import Params
+    from traceanalyzer.store import RankStore
+
+    store = RankStore(tmp_path, [0])
+    runs: list[dict] = []
+
+    def steps(ctx: RuleContext) -> int:
+        runs.append(dict(ctx.params))
+        return ctx.params.step_pattern.count("#")
+
+    def context(**params) -> RuleContext:
+        return RuleContext(long_calls_rule(), store, Params(params), frozenset({0}))
+
+    first = context(step_pattern="Step#", min_us=1.0)
+    assert first.shared(steps, ["step_pattern"]) == 1
+    assert context(step_pattern="Step#", min_us=9.0).shared(steps, ["step_pattern"]) == 1
+    assert runs == [{"step_pattern": "Step#"}]  # once, and it saw only what it named
+    assert context(step_pattern="##").shared(steps, ["step_pattern"]) == 2  # another value
+    assert len(runs) == 2
+
+    def reads_more(ctx: RuleContext) -> float:
+        return ctx.params.min_us
+
+    with pytest.raises(AttributeError, match="min_us"):
+        first.shared(reads_more, ["step_pattern"])

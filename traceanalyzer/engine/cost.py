@@ -17,6 +17,10 @@ WINDOW_SCHEMA = {"rank": pl.Int32, "session": pl.String, "start_ns": pl.Int64, "
 
 def analysed_windows(ctx: RuleContext) -> pl.DataFrame:
     """The windows of every rank in scope: its steps, else its sessions (rank, session, bounds)."""
+    return ctx.shared(_analysed_windows)
+
+
+def _analysed_windows(ctx: RuleContext) -> pl.DataFrame:
     steps = (
         ctx.table("slices")
         .filter(pl.col("name").str.starts_with(STEP_SPAN_PREFIX) & (pl.col("dur_ns") > 0))

@@ -238,6 +238,17 @@ class RuleContext:
             self._computed[compute] = compute(self)
         return self._computed[compute]
 
+    def shared(self, compute: Callable[[RuleContext], _T], params: Sequence[str] = ()) -> _T:
+        """``compute(self)``, computed once per rank shard for all the rules that ask: a
+        derivation several rules need (the steps, the capture windows) is not derived again
+        for each of them. ``compute`` sees only the parameters named in ``params`` (reading
+        another raises), and their values are part of the key, so two rules that set them
+        differently each get their own result."""
+        values = {name: self.params[name] for name in params}
+        key = (compute.__module__, compute.__qualname__, self.ranks, repr(sorted(values.items())))
+        narrowed = RuleContext(self.rule, self.store, Params(values), self.ranks)
+        return self.store.memo(key, lambda: compute(narrowed))
+
     def sessions(self) -> pl.DataFrame:
         """Sessions in scope, ordered by rank then start time."""
         sessions = self.store.sessions()

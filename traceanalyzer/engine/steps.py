@@ -65,7 +65,12 @@ STEP_SCHEMA = {
 
 
 def step_windows(ctx: RuleContext) -> pl.DataFrame:
-    """Steps per rank and session: ``step``, ``start_ns``, ``end_ns``, ``dur_ns``, ``steady``."""
+    """Steps per rank and session: ``step``, ``start_ns``, ``end_ns``, ``dur_ns``, ``steady``
+    (derived once per rank shard for every rule with the same step parameters)."""
+    return ctx.shared(_step_windows, tuple(STEP_PARAMS))
+
+
+def _step_windows(ctx: RuleContext) -> pl.DataFrame:
     p = ctx.params
     spans = (
         ctx.table("slices")
@@ -104,6 +109,10 @@ def step_windows(ctx: RuleContext) -> pl.DataFrame:
 
 def capture_windows(ctx: RuleContext) -> pl.DataFrame:
     """Graph capture windows (``capture_begin`` ... ``capture_end`` per host thread)."""
+    return ctx.shared(_capture_windows, tuple(CAPTURE_PARAMS))
+
+
+def _capture_windows(ctx: RuleContext) -> pl.DataFrame:
     p = ctx.params
     calls = ctx.table("slices").filter(
         (pl.col("process") == CANN_PROCESS)
