@@ -325,6 +325,7 @@ def _from_tasks(ctx: RuleContext) -> pl.DataFrame:
     )
     linked = (
         device.select("rank", "session", "connection_id", "stream_id")
+        .unique()  # a trace whose events repeat (merged copies) would join every copy to every copy
         .join(  # in the scan: only the tasks of collectives are kept
             ops.lazy().select("op_id", "rank", "session", "connection_id"),
             on=["rank", "session", "connection_id"],

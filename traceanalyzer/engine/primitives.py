@@ -409,9 +409,10 @@ def outermost(intervals: Frame, *, by: Sequence[str] = DEFAULT_KEYS) -> Frame:
     overlaps are kept; of two identical intervals the first (in frame order) is kept.
     """
     keys = list(by)
+    # Sorted by time alone: a window over the keys keeps that order within each group, and an
+    # integer sort costs a third of one that leads with the text keys.
     ordered = intervals.with_row_index("_order").sort(
-        [*keys, "start_ns", "end_ns", "_order"],
-        descending=[False] * len(keys) + [False, True, False],
+        ["start_ns", "end_ns", "_order"], descending=[False, True, False]
     )
     reach = pl.col("end_ns").cum_max().shift(1)
     if keys:
