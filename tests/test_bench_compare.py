@@ -47,6 +47,7 @@ def test_page_gives_ratios_against_goals_and_names_a_missing_anchor(bench: Modul
         bench.ADVISOR: {"seconds": 50.0, "peak_rss_mb": 400.0, "did": "18 analyzers"},
         bench.HTA: {"skipped": "not installed"},
         bench.DEFAULT_FLOOR: {"seconds": 1.0, "peak_rss_mb": 200.0},
+        bench.FLOOR_OUTSIDE: {"seconds": 1.6, "peak_rss_mb": 210.0},
     }
     page = bench.render(results, _meta(bench, preliminary=True))
     assert "**Preliminary**" in page and "`--mb 20`" in page
@@ -58,6 +59,8 @@ def test_page_gives_ratios_against_goals_and_names_a_missing_anchor(bench: Modul
     assert "| HTA TraceAnalysis load | not installed |" in page
     assert "HolisticTraceAnalysis not installed" in page
     assert "Our run / floor: **2.0x**" in page
+    assert "both timed from outside (interpreter start-up and imports in both): " in page
+    assert "our run / floor 1.2x." in page
     assert "Preliminary" not in bench.render(results, _meta(bench, preliminary=False))
 
 
