@@ -521,6 +521,7 @@ class _Axis:
     grid_color: str = GRID
     grid_width: float = 0.6
     inverted: bool = False  # default direction when no limits are set (imshow: row 0 on top)
+    max_chars: int = MAX_LABEL_CHARS  # tick labels are cut to this (the chart sets it)
 
     def positions(self, values: Iterable[Any]) -> list[float | None]:
         """Numbers as they are; strings become categories 0, 1, 2... in first-seen order."""
@@ -573,7 +574,9 @@ class _Axis:
             names = {i: name for name, i in self.categories.items()}
             spacing = size * 1.4 if self.name == "y" or self.rotation else 0
             if not spacing:
-                spacing = max(text_width(shorten(n), size) for n in names.values()) + size
+                spacing = (
+                    max(text_width(shorten(n, self.max_chars), size) for n in names.values()) + size
+                )
             every = max(1, math.ceil(nice_step(len(names), length / spacing)))
             ticks = [float(i) for i in sorted(names) if lo <= i <= hi and i % every == 0]
             return ticks, self._fixed_labels(ticks, None, names), ""
@@ -886,13 +889,13 @@ class ChartAxes:
         for ax in (self, *self._twins):
             _, labels, _ = ax._y.tick_marks(height)
             size = ax._y.tick_size * PT
-            widest = max((text_width(shorten(t), size) for t in labels), default=0)
+            widest = max((text_width(shorten(t, ax._y.max_chars), size) for t in labels), default=0)
             extra = ax._y.label_size * PT * 1.3 + 4 if ax._y.label else 0
             side = "left" if ax is self else "right"
             need[side] = max(need[side], TICK_LEN + TICK_PAD + widest + extra + 4)
         size = self._x.tick_size * PT
         _, labels, offset = self._x.tick_marks(width)
-        widest = max((text_width(shorten(t), size) for t in labels), default=0)
+        widest = max((text_width(shorten(t, self._x.max_chars), size) for t in labels), default=0)
         rot = math.radians(self._x.rotation)
         tall = widest * math.sin(rot) + size * math.cos(rot) if labels else 0
         need["bottom"] = TICK_LEN + TICK_PAD + tall + PAD
@@ -1063,6 +1066,9 @@ class Chart:
         cols = len(self._axes)
         # a first guess of the boxes: the ticks, hence the labels' room, depend on their size
         guess = ((self.width - 120 * cols) / cols, self.height - 70)
+        for ax in self.axes:  # category names take at most a third of the width
+            room = self.width / 3 / cols / (ax._y.tick_size * PT * EM_PER_CHAR)
+            ax._y.max_chars = int(min(max(room, 8), MAX_LABEL_CHARS))
         needs = [ax._decor(*guess) for ax in self._axes]
         left = max(m.get("left", 0) * self.width, needs[0]["left"])
         right = self.width - max((1 - m.get("right", 1)) * self.width, needs[-1]["right"])
@@ -1119,8 +1125,10 @@ def _x_ticks(
         out.append(
             f'<path d="M{_f(x)} {_f(y1)}v{_f(TICK_LEN)}" stroke="{SPINE}" stroke-width="{_f(0.8 * PT)}"/>'
         )
-        out.append(_label(x, base, label, size, ha, "top", MUTED, rotation=axis.rotation))
-    widest = max((text_width(t, size) for t in labels), default=0)
+        out.append(
+            _label(x, base, label, size, ha, "top", MUTED, axis.rotation, limit=axis.max_chars)
+        )
+    widest = max((text_width(shorten(t, axis.max_chars), size) for t in labels), default=0)
     rot = math.radians(axis.rotation)
     below = base + (widest * math.sin(rot) + size * math.cos(rot) if labels else 0)
     if offset:
@@ -1159,10 +1167,11 @@ def _y_ticks(
                 "left" if right else "right",
                 "center",
                 MUTED,
+                limit=axis.max_chars,
             )
         )
     if axis.label:
-        widest = max((text_width(shorten(t), size) for t in labels), default=0)
+        widest = max((text_width(shorten(t, axis.max_chars), size) for t in labels), default=0)
         x = spine + sign * (TICK_LEN + TICK_PAD + widest + 4 + axis.label_size * PT * 0.5)
         y = (box[1] + box[3]) / 2
         out.append(
