@@ -196,6 +196,8 @@ def test_unsupported_features_point_at_matplotlib() -> None:
         ax.set_yscale("log")
     with pytest.raises(Unsupported, match=r"does not take hatch="):
         ax.bar([1], [2], hatch="//")
+    with pytest.raises(Unsupported, match=r"set_xlabel\(\) does not take labelpad="):
+        ax.set_xlabel("x", labelpad=4)
     with pytest.raises(Unsupported, match="format string"):
         ax.plot([1, 2], [1, 2], "r-")
     with pytest.raises(Unsupported, match="Swatch"):

@@ -50,34 +50,32 @@ VIRIDIS = (
 # what the chart draws; anything else raises Unsupported
 SUPPORTED = {
     "Chart": ("subplots_adjust", "add_subplot", "colorbar", "to_svg"),
-    "ChartAxes": tuple(
-        [
-            "plot",
-            "step",
-            "bar",
-            "barh",
-            "broken_barh",
-            "fill_between",
-            "vlines",
-            "axvspan",
-            "axhline",
-            "text",
-            "imshow",
-            "twinx",
-            "legend",
-            "grid",
-            "set_xlabel",
-            "set_ylabel",
-            "set_title",
-            "set_xlim",
-            "set_ylim",
-            "set_xticks",
-            "set_yticks",
-            "set_xticklabels",
-            "set_yticklabels",
-            "transAxes",
-            "transData",
-        ]
+    "ChartAxes": (
+        "plot",
+        "step",
+        "bar",
+        "barh",
+        "broken_barh",
+        "fill_between",
+        "vlines",
+        "axvspan",
+        "axhline",
+        "text",
+        "imshow",
+        "twinx",
+        "legend",
+        "grid",
+        "set_xlabel",
+        "set_ylabel",
+        "set_title",
+        "set_xlim",
+        "set_ylim",
+        "set_xticks",
+        "set_yticks",
+        "set_xticklabels",
+        "set_yticklabels",
+        "transAxes",
+        "transData",
     ),
 }
 _HINT = "for the full matplotlib API, draw with fig.matplotlib(...) instead of fig.new(...)"
@@ -202,7 +200,8 @@ def tick_labels(ticks: Sequence[float], step: float) -> tuple[list[str], str]:
 
 
 def number(value: float, step: float, peak: float) -> str:
-    """``value`` printed to the precision of ``step``; thousands as k, M, G, T past 10,000."""
+    """``value`` printed to the precision of ``step``; from 100,000 in k, from a million in M,
+    G, T (``peak`` is the largest value on the axis)."""
     scale, suffix = 1.0, ""
     for factor, unit in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
         if peak >= (1e5 if factor == 1e3 else factor):  # 50000 stays 50000, 250000 is 250k
@@ -340,7 +339,7 @@ class _Rects(_Artist):
         for (x0, x1, y0, y1), color in zip(self.rects, self.colors, strict=True):
             px0, px1 = sorted((sx.edge(x0, 0), sx.edge(x1, 1)))
             py0, py1 = sorted((sy.edge(y0, 0), sy.edge(y1, 1)))
-            boxes.append((round(py0, 2), round(py1, 2), str(color), px0, max(px1, px0 + 0.3)))
+            boxes.append((round(py0, 2), round(py1, 2), color or "", px0, max(px1, px0 + 0.3)))
         # thousands of tasks a pixel wide: touching boxes of one row and colour become one
         merged: list[list[Any]] = []
         for box in sorted(boxes):
@@ -351,7 +350,7 @@ class _Rects(_Artist):
                 merged.append(list(box))
         return "".join(
             f'<rect x="{_f(x0)}" y="{_f(y0)}" width="{_f(x1 - x0)}" height="{_f(max(y1 - y0, 0.3))}" '
-            f"{self.style.fill(None if color == 'None' else color)}/>"
+            f"{self.style.fill(color or None)}/>"
             for y0, y1, color, x0, x1 in merged
         )
 
@@ -654,7 +653,8 @@ class ChartAxes:
     def plot(self, *args: Any, **kwargs: Any) -> None:
         """``plot(y)`` or ``plot(x, y)``; NaN, None and inf break the line."""
         if len(args) == 1:
-            args = (range(len(list(args[0]))), args[0])
+            y = list(args[0])
+            args = (range(len(y)), y)
         if len(args) != 2 or any(isinstance(a, str) for a in args):
             raise Unsupported(f"ChartAxes.plot takes (y) or (x, y), no format string; {_HINT}")
         self._line("plot", args[0], args[1], None, kwargs)
@@ -789,19 +789,24 @@ class ChartAxes:
         )
 
     # -- decoration
-    def set_xlabel(self, label: Any, fontsize: float | None = None) -> None:
-        self._x.label, self._x.label_size = str(label), fontsize or self._x.label_size
+    def set_xlabel(self, label: Any, **kwargs: Any) -> None:
+        opts = _options("set_xlabel", kwargs, {"fontsize"})
+        self._x.label, self._x.label_size = str(label), opts.get("fontsize", self._x.label_size)
 
-    def set_ylabel(self, label: Any, fontsize: float | None = None) -> None:
-        self._y.label, self._y.label_size = str(label), fontsize or self._y.label_size
+    def set_ylabel(self, label: Any, **kwargs: Any) -> None:
+        opts = _options("set_ylabel", kwargs, {"fontsize"})
+        self._y.label, self._y.label_size = str(label), opts.get("fontsize", self._y.label_size)
 
-    def set_title(self, label: Any, fontsize: float = 10, loc: str = "center") -> None:
-        self._title = (str(label), float(fontsize), loc)
+    def set_title(self, label: Any, **kwargs: Any) -> None:
+        opts = _options("set_title", kwargs, {"fontsize", "loc"})
+        self._title = (str(label), float(opts.get("fontsize", 10)), opts.get("loc", "center"))
 
     def set_xlim(self, left: Any = None, right: float | None = None) -> None:
+        """Either side None keeps it autoscaled; ``left > right`` reverses the axis."""
         self._x.lim = _lim(self._x.lim, left, right)
 
     def set_ylim(self, bottom: Any = None, top: float | None = None) -> None:
+        """Either side None keeps it autoscaled; ``bottom > top`` puts the first rows on top."""
         self._y.lim = _lim(self._y.lim, bottom, top)
 
     def set_xticks(
@@ -861,7 +866,8 @@ class ChartAxes:
 
     def _patch_style(self, method: str, kwargs: dict[str, Any]) -> tuple[_Style, list[Any] | None]:
         """The style, and the per-item colours when ``color`` is a list."""
-        color = kwargs.pop("color", kwargs.pop("facecolor", kwargs.pop("facecolors", None)))
+        given = [kwargs.pop(k) for k in ("color", "facecolor", "facecolors") if k in kwargs]
+        color = given[0] if given else None
         style = self._style(method, kwargs, _PATCH, zorder=1.0)
         if isinstance(color, list | tuple) and not _is_rgb(color):
             return style, list(color)
