@@ -135,7 +135,10 @@ _LOCS = (
 
 
 class Unsupported(TypeError, AttributeError):
-    """A matplotlib feature the SVG chart does not have (use ``fig.matplotlib(...)``)."""
+    """A matplotlib feature the SVG chart does not have (use ``fig.matplotlib(...)``).
+
+    An AttributeError for a missing method (so ``hasattr`` and ``getattr(..., default)`` work)
+    and a TypeError for a keyword argument the chart does not take."""
 
 
 def xml_text(value: Any) -> str:
@@ -445,8 +448,9 @@ class _Text(_Artist):
 
 
 @dataclass
-class _Image(_Artist):
-    """imshow: a matrix of values as cells, row 0 at the top."""
+class Image(_Artist):
+    """What ``imshow`` draws and returns (for ``colorbar``): a matrix of values as cells, row 0
+    at the top."""
 
     rows: list[list[float]] = field(default_factory=list)
     vmin: float = 0.0
@@ -579,7 +583,7 @@ class _Axis:
             every = max(1, math.ceil(nice_step(len(names), length / spacing)))
             ticks = [float(i) for i in sorted(names) if lo <= i <= hi and i % every == 0]
             return ticks, self._fixed_labels(ticks, None, names), ""
-        spacing = size * 2.6 if self.name == "y" else size * 6
+        spacing = size * 2.2 if self.name == "y" else size * 6  # about matplotlib's density
         target = max(length / spacing, 1.5)
         for _ in range(6):  # widen the step until the labels do not touch
             step = nice_step(hi - lo, target)
@@ -629,7 +633,9 @@ class _Legend:
 class ChartAxes:
     """One plotting area; the methods are matplotlib's, with their usual keyword arguments."""
 
-    def __init__(self, chart: Chart, x: _Axis | None = None, twin_of: ChartAxes | None = None):
+    def __init__(
+        self, chart: Chart, x: _Axis | None = None, twin_of: ChartAxes | None = None
+    ) -> None:
         self._chart = chart
         self._artists: list[_Artist] = []
         self._x = x or _Axis("x")
@@ -640,7 +646,7 @@ class ChartAxes:
         self._twins: list[ChartAxes] = []
         self._title: tuple[str, float, str] | None = None
         self._legend: _Legend | None = None
-        self._colorbar: tuple[_Image, str] | None = None
+        self._colorbar: tuple[Image, str] | None = None
         self._cycle = 0
 
     transAxes = property(lambda self: _Coords(axes=True))  # noqa: N815 - matplotlib's name
@@ -742,7 +748,7 @@ class ChartAxes:
             )
         )
 
-    def imshow(self, data: Any, **kwargs: Any) -> _Image:
+    def imshow(self, data: Any, **kwargs: Any) -> Image:
         """A matrix as cells (row 0 on top), coloured on a viridis-like ramp."""
         opts = _options("imshow", kwargs, {"cmap", "vmin", "vmax", "aspect", "interpolation"})
         if opts.get("cmap", "viridis") != "viridis" or opts.get("aspect", "auto") != "auto":
@@ -751,7 +757,7 @@ class ChartAxes:
         values = _finite(v for row in rows for v in row)
         vmin = opts.get("vmin", min(values, default=0.0))
         vmax = opts.get("vmax", max(values, default=1.0))
-        image = _Image(_Style(zorder=0), "image", rows, vmin, vmax)  # type: ignore[arg-type]
+        image = Image(_Style(zorder=0), "image", rows, vmin, vmax)  # type: ignore[arg-type]
         self._y.inverted = True
         self._add(image)
         return image
@@ -1027,9 +1033,9 @@ class Chart:
             self._axes.append(ChartAxes(self))
         return self._axes[index - 1]
 
-    def colorbar(self, mappable: _Image, ax: ChartAxes | None = None, label: str = "") -> None:
+    def colorbar(self, mappable: Image, ax: ChartAxes | None = None, label: str = "") -> None:
         """A colour scale to the right of ``ax`` (the first axes by default) for an imshow."""
-        if not isinstance(mappable, _Image):
+        if not isinstance(mappable, Image):
             raise Unsupported(f"colorbar takes what ChartAxes.imshow returned; {_HINT}")
         (ax or self._axes[0])._colorbar = (mappable, str(label))
 
@@ -1306,7 +1312,7 @@ def _legend(
 
 
 def _colorbar(
-    image: _Image, label: str, x1: float, y0: float, y1: float, tick_size: float
+    image: Image, label: str, x1: float, y0: float, y1: float, tick_size: float
 ) -> list[str]:
     """A vertical colour scale right of the axes, with ticks and the label."""
     bx, bw = x1 + 12, 12.0
