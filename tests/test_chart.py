@@ -13,6 +13,7 @@ from traceanalyzer.engine.chart import (
     Swatch,
     Unsupported,
     nice_step,
+    text_width,
     tick_labels,
     tick_values,
     viridis,
@@ -93,6 +94,8 @@ def test_nice_ticks() -> None:
     assert tick_labels([0, 1e6, 2e6], 1e6)[0] == ["0", "1M", "2M"]
     assert tick_labels([0, 250_000, 500_000], 250_000)[0] == ["0", "250k", "500k"]
     assert tick_labels([-0.0, 1.0], 1.0)[0] == ["0", "1"]
+    assert tick_labels([-2e6, 0.0], 1e6)[0] == ["−2M", "0"]
+    assert text_width("算子", 10) == pytest.approx(20) and text_width("ab", 10) == 12  # em: 1, 0.6
 
 
 def test_int64_ns_values_are_labelled_relative_to_an_offset() -> None:

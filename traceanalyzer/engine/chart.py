@@ -18,6 +18,7 @@ import hashlib
 import html
 import math
 import re
+import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -147,8 +148,10 @@ def xml_text(value: Any) -> str:
 
 
 def text_width(text: str, size_px: float) -> float:
-    """Estimated width of one line of text (no font metrics: 0.6 em a character)."""
-    return len(text) * size_px * EM_PER_CHAR
+    """Estimated width of one line of text (no font metrics: 0.6 em a character, 1 em a wide
+    East Asian one)."""
+    wide = sum(1 for ch in text if ch > "\u2e7f" and unicodedata.east_asian_width(ch) in "WF")
+    return (len(text) + wide * (1 / EM_PER_CHAR - 1)) * size_px * EM_PER_CHAR
 
 
 def shorten(text: Any, limit: int = MAX_LABEL_CHARS) -> str:
@@ -219,8 +222,8 @@ def number(value: float, step: float, peak: float) -> str:
     )
     text = f"{value / scale:.{decimals}f}"
     if float(text) == 0:
-        text = text.lstrip("-")
-    return text + suffix if float(text) != 0 else text
+        return text.lstrip("-")
+    return text.replace("-", "−") + suffix  # a typographic minus, as matplotlib prints
 
 
 @dataclass(frozen=True)
