@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import polars as pl
 
-from traceanalyzer.engine.chart import Chart, ChartAxes
+from traceanalyzer.engine.chart import GRID, Chart, ChartAxes
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -35,9 +35,9 @@ if TYPE_CHECKING:
     from traceanalyzer.store import Store
 
 Better = Literal["lower", "higher"]
-DPI = 110  # of matplotlib figures (FigureContext.matplotlib)
-GRID = {"color": "#e5e7eb", "linewidth": 0.6}
-_MARGINS = {"left": 0.07, "right": 0.98, "top": 0.9, "bottom": 0.16, "wspace": 0.22}  # matplotlib's
+# matplotlib figures (FigureContext.matplotlib): resolution and fixed margins
+DPI = 110
+_MARGINS = {"left": 0.07, "right": 0.98, "top": 0.9, "bottom": 0.16, "wspace": 0.22}
 
 
 @dataclass(frozen=True)
@@ -109,7 +109,7 @@ class FigureContext:
         """
         chart = Chart(width_in, height_in, cols, margins)
         for ax in chart.axes:
-            ax.grid(True, **GRID)
+            ax.grid(True)  # the chart's grid is light by default
         return chart, chart.axes
 
     def matplotlib(
@@ -133,7 +133,7 @@ class FigureContext:
         axes = fig.subplots(1, cols, squeeze=False)[0].tolist()
         for ax in axes:
             ax.spines[["top", "right"]].set_visible(False)
-            ax.grid(True, **GRID)
+            ax.grid(True, color=GRID, linewidth=0.6)
             ax.set_axisbelow(True)
             ax.tick_params(labelsize=8)
         return fig, axes
