@@ -144,6 +144,9 @@ def test_degenerate_data_draws(xs: list, ys: list) -> None:
     (ax,) = chart.axes
     ax.plot(xs, ys, marker="o")
     ax.bar(xs, ys)
+    ax.axhline(float("nan"))
+    ax.text(float("inf"), 0, "nowhere")
+    ax.set_xlim(float("nan"), None)
     root = svg_of(chart)
     assert texts(root)  # tick labels, at least
     assert "nan" not in chart.to_svg().lower() and "inf" not in chart.to_svg().lower()

@@ -726,12 +726,16 @@ class ChartAxes:
         self._add(_Segments(style, "line", finite))  # type: ignore[arg-type]
 
     def axhline(self, y: float = 0.0, **kwargs: Any) -> None:
+        """A horizontal line across the axes (none at a NaN, None or inf ``y``)."""
         style = self._style("axhline", kwargs, _LINE - {"marker", "markersize"})
-        self._add(_Rule(style, "line", float(y)))
+        if _num(y) is not None:
+            self._add(_Rule(style, "line", float(y)))
 
     def text(self, x: float, y: float, s: Any, **kwargs: Any) -> None:
         allowed = {"fontsize", "color", "ha", "va", "transform", "rotation", "alpha", "zorder"}
         opts = _options("text", kwargs, allowed)
+        if _num(x) is None or _num(y) is None:
+            return  # nowhere to put it
         coords = opts.get("transform")
         style = _Style(
             color=opts.get("color"), alpha=opts.get("alpha", 1.0), zorder=opts.get("zorder", 3)
@@ -1396,9 +1400,11 @@ def _options(method: str, kwargs: Mapping[str, Any], allowed: set[str]) -> dict[
 def _lim(
     current: tuple[float | None, float | None], a: Any, b: Any
 ) -> tuple[float | None, float | None]:
+    """New limits from ``set_xlim(a, b)`` or ``set_xlim((a, b))``; None or NaN keeps a side."""
     if isinstance(a, tuple | list):
         a, b = a
-    return (current[0] if a is None else float(a), current[1] if b is None else float(b))
+    a, b = _num(a), _num(b)
+    return (current[0] if a is None else a, current[1] if b is None else b)
 
 
 def _num(value: Any) -> float | None:
