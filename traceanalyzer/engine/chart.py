@@ -1083,6 +1083,8 @@ class Chart:
         """The boxes of the axes, left to right, in SVG units (x0, y0, x1, y1)."""
         m = self._margins
         cols = len(self._axes)
+        if not cols:  # Chart(..., cols=0) and no add_subplot: an empty figure
+            return []
         # a first guess of the boxes: the ticks, hence the labels' room, depend on their size
         guess = ((self.width - 120 * cols) / cols, self.height - 70)
         for ax in self.axes:  # category names take at most a third of the width
