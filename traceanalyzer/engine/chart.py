@@ -1262,27 +1262,16 @@ def _legend(
     pad = 6.0
 
     def corner(loc: str) -> tuple[float, float]:
-        """Top-left of the legend placed at ``loc``."""
-        if legend.anchor is not None:
+        """Top-left of the legend placed at ``loc`` (inside the box, or at the anchor)."""
+        fx = 0.0 if "left" in loc else 1.0 if "right" in loc else 0.5
+        fy = 0.0 if "upper" in loc else 1.0 if "lower" in loc else 0.5
+        if legend.anchor is not None:  # the ``loc`` corner of the legend sits on the anchor
             ax_, ay = x0 + legend.anchor[0] * (x1 - x0), y1 - legend.anchor[1] * (y1 - y0)
-            fx = 0.0 if "left" in loc else 1.0 if "right" in loc else 0.5
-            fy = 0.0 if "upper" in loc else 1.0 if "lower" in loc else 0.5
             return ax_ - fx * width, ay - fy * height
-        lx = (
-            x0 + pad
-            if "left" in loc
-            else x1 - pad - width
-            if "right" in loc
-            else (x0 + x1 - width) / 2
+        return (
+            x0 + pad + fx * (x1 - x0 - 2 * pad - width),
+            y0 + pad + fy * (y1 - y0 - 2 * pad - height),
         )
-        ly = (
-            y0 + pad
-            if "upper" in loc
-            else y1 - pad - height
-            if "lower" in loc
-            else (y0 + y1 - height) / 2
-        )
-        return lx, ly
 
     def covered(loc: str) -> int:
         lx, ly = corner(loc)
