@@ -368,7 +368,7 @@ def _figure(fig: FigureContext) -> Any:
     series = fig.finding.get("series") or {}
     if not series.get("freq_ts_ns"):
         return None
-    figure_, (ax,) = fig.new(8.0, 3.0, margins={"right": 0.9})  # room for the busy axis
+    figure_, (ax,) = fig.new(8.0, 3.0)
     t0 = series["freq_ts_ns"][0]
     ms = [(t - t0) / 1e6 for t in series["bucket_start_ns"]]
     busy = ax.twinx()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -13,6 +13,7 @@ from traceanalyzer.kit import (
     PALETTE,
     AnyOf,
     ApiLayer,
+    Chart,
     Evidence,
     FigureContext,
     Finding,
@@ -33,9 +34,6 @@ from traceanalyzer.kit import (
     trend,
 )
 from traceanalyzer.kit import text as fmt
-
-if TYPE_CHECKING:
-    from matplotlib.figure import Figure
 
 HOST_PROCESSES_EXCLUDED = NOT_HOST_PROCESSES
 EVIDENCE_EDGE = 5  # capture windows shown at each end of the series
@@ -385,7 +383,7 @@ MAX_RANK_LINES = 12  # more lines than this is unreadable; the rest are drawn th
 @capture_memcpy_growth.figure(
     caption="Host memcpy calls and capture duration per aclgraph capture, in time order, per rank."
 )
-def _figure(fig: FigureContext) -> Figure | None:
+def _figure(fig: FigureContext) -> Chart | None:
     series = [(ranks, s) for ranks, s in fig.series_by_rank() if s.get("memcpy_calls")]
     if not series:
         return None

@@ -524,7 +524,7 @@ def _finding(ctx: RuleContext, row: dict[str, Any], judged: _Judged, fix: str) -
     caption="Idle gaps on the compute stream over time; host-bound ones (nothing queued) in red."
 )
 def _figure(fig: FigureContext) -> Any:
-    figure, (ax,) = fig.new(7.5, 2.6, margins={"left": 0.09})
+    figure, (ax,) = fig.new(7.5, 2.6)
     drawn = False
     for ranks, series in fig.series_by_rank()[:1]:
         starts, gaps, bound = (

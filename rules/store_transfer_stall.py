@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import polars as pl
 
@@ -21,7 +21,15 @@ from traceanalyzer.engine.cost import analysed_window_ns
 from traceanalyzer.engine.cost import share as window_share
 from traceanalyzer.engine.primitives import outermost, overlap_join, total_length
 from traceanalyzer.engine.rule import Params
-from traceanalyzer.kit import FigureContext, KeyFigure, Mark, device_tasks, evidence_marks
+from traceanalyzer.kit import (
+    Chart,
+    FigureContext,
+    KeyFigure,
+    Mark,
+    Swatch,
+    device_tasks,
+    evidence_marks,
+)
 from traceanalyzer.vocabulary import (
     DEVICE_PROCESSES,
     HARDWARE_PROCESS,
@@ -31,9 +39,6 @@ from traceanalyzer.vocabulary import (
     WINDOW_KEY,
     session_metadata,
 )
-
-if TYPE_CHECKING:
-    from matplotlib.figure import Figure
 
 # Sessions whose whole profiling window is one transfer say so in profiler_metadata.json, via
 # `prof.addsession_metadata(WINDOW_KEY, WINDOW_VALUE)` (our recipes do); TRANSFER_KEY names the call.
@@ -757,7 +762,7 @@ def _worst_span(finding: Mapping[str, Any]) -> Mapping[str, Any] | None:
     caption="Device streams during the worst transfer span (shaded). Red: NOTIFY_WAIT, "
     "orange: EVENT_WAIT; ◀ marks the streams that stall the transfer."
 )
-def _figure(fig: FigureContext) -> Figure | None:
+def _figure(fig: FigureContext) -> Chart | None:
     span = _worst_span(fig.finding)
     if span is None or span.get("start_ns") is None or fig.store is None:
         return None
@@ -796,11 +801,7 @@ def _figure(fig: FigureContext) -> Figure | None:
     # stalling streams first, then the others by id; cap the row count
     keys = sorted(rows, key=lambda k: (k[1] not in stalling, k[1], k[0]))[:MAX_STREAM_ROWS]
     fig_h = min(1.2 + 0.32 * (len(keys) + 1), 9.0)
-    figure, (ax,) = fig.new(
-        9.0,
-        fig_h,
-        margins={"left": 0.26, "right": 0.8, "top": 1 - 0.35 / fig_h, "bottom": 0.5 / fig_h},
-    )
+    figure, (ax,) = fig.new(9.0, fig_h)  # the margins fit the stream labels and the legend
     ax.grid(axis="y", visible=False)
     labels = [f"host: {span.get('name') or 'transfer'}"]
     ax.broken_barh([(0, dur / scale)], (-0.35, 0.7), facecolors=SPAN_COLOR)
@@ -820,15 +821,13 @@ def _figure(fig: FigureContext) -> Figure | None:
     ax.set_xlim(rel(lo), rel(hi))
     ax.set_xlabel(f"{unit} from span start (rank {span['rank']})", fontsize=9)
     ax.set_title(f"worst transfer span: {span.get('name')} ({dur / 1e6:,.1f} ms)", fontsize=10)
-    from matplotlib.patches import Patch
-
     legend = [
         ("transfer span (host)", SPAN_COLOR),
         *WAIT_COLORS.items(),
         ("other task", TASK_COLOR),
     ]
     ax.legend(
-        handles=[Patch(color=color, label=label) for label, color in legend],
+        handles=[Swatch(color, label) for label, color in legend],
         fontsize=7,
         frameon=False,
         loc="upper left",

@@ -338,10 +338,10 @@ def _finding(
 
 @sync_in_step.figure(caption="Device idle after extra synchronisations, per steady step.")
 def _figure(fig: FigureContext) -> Any:
-    figure, (ax,) = fig.new(6.0, 2.4, margins={"left": 0.12})
     (ranks, series), *_ = fig.series_by_rank()
     if not series.get("step"):
         return None
+    figure, (ax,) = fig.new(6.0, 2.4)
     ax.bar(series["step"], series["idle_us"], color="#dc2626", width=0.7)
     ax.set_xlabel("step", fontsize=8)
     ax.set_ylabel("idle after syncs (µs)", fontsize=8)

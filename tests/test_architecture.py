@@ -219,6 +219,24 @@ def test_a_run_without_findings_imports_neither_matplotlib_nor_ray(tmp_path: Pat
     assert not {m for m in modules if m.split(".")[0] in ("matplotlib", "ray")}
 
 
+def test_a_run_whose_findings_have_figures_imports_no_matplotlib(tmp_path: Path) -> None:
+    """The built-in rules draw SVG charts: matplotlib is for rules that ask for it."""
+    out = tmp_path / "out"
+    modules = _loaded_modules(
+        str(tmp_path / "modules.txt"),
+        "run",
+        str(SAMPLES / "store_stall_2rank_rank1_sick"),
+        "--out",
+        str(out),
+        "--executor",
+        "local",
+        "-q",
+    )
+    assert "traceanalyzer.engine.chart" in modules  # a figure was drawn
+    assert list((out / "plots").glob("store-transfer-stall-*.svg"))
+    assert not {m for m in modules if m.split(".")[0] == "matplotlib"}
+
+
 def test_the_recipe_hooks_spell_the_window_markers_like_the_vocabulary() -> None:
     """The hook templates run on profiling hosts without traceanalyzer: they cannot import the
     markers, so they must write exactly what the rules read."""

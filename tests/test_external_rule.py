@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -29,9 +30,20 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("external")
     rules = root / "myrules"
     cli("rules", "new", "slow-sync", "--dir", str(rules))
-    out = {"fired": root / "fired", "clean": root / "clean"}
-    for name, min_ms in (("fired", "0"), ("clean", "1000")):
-        cli("run", str(SAMPLE), "--out", str(out[name]), "--rules", str(rules), "-q", "-j", "1",
+    # the same rule drawing with the whole of matplotlib instead of the SVG chart
+    mpl_rules = root / "mplrules"
+    shutil.copytree(rules, mpl_rules)
+    rule_file = mpl_rules / "slow_sync.py"
+    source = rule_file.read_text()
+    assert source.count("fig.new(") == 1
+    rule_file.write_text(source.replace("fig.new(", "fig.matplotlib("))
+    out = {"fired": root / "fired", "clean": root / "clean", "matplotlib": root / "matplotlib"}
+    for name, folder, min_ms in (
+        ("fired", rules, "0"),
+        ("clean", rules, "1000"),
+        ("matplotlib", mpl_rules, "0"),
+    ):
+        cli("run", str(SAMPLE), "--out", str(out[name]), "--rules", str(folder), "-q", "-j", "1",
             *WATCH, "--set", f"slow-sync.min_ms={min_ms}")  # fmt: skip
     return out
 
@@ -42,18 +54,32 @@ def _finding(out: Path) -> dict:
     return finding
 
 
-def test_its_figure_is_in_its_finding_section(runs: dict[str, Path]) -> None:
-    finding = _finding(runs["fired"])
-    html = (runs["fired"] / "report.html").read_text()
+def _section(out: Path, finding: dict) -> str:
+    html = (out / "report.html").read_text()
     section = re.search(
         rf'<section class="finding [a-z]+" id="f-{finding["fingerprint"]}">(.*?)</section>',
         html,
         re.S,
     )
     assert section is not None
-    assert '<img src="data:image/png;base64,' in section.group(1)
     assert "Duration of each slow call, in time order, per rank." in section.group(1)
-    assert (runs["fired"] / "plots" / f"slow-sync-{finding['fingerprint']}.png").is_file()
+    return section.group(1)
+
+
+def test_its_figure_is_in_its_finding_section(runs: dict[str, Path]) -> None:
+    finding = _finding(runs["fired"])
+    section = _section(runs["fired"], finding)
+    assert '<figure><svg xmlns="http://www.w3.org/2000/svg" class="chart"' in section
+    assert "<img " not in section
+    assert (runs["fired"] / "plots" / f"slow-sync-{finding['fingerprint']}.svg").is_file()
+
+
+def test_a_matplotlib_figure_is_a_png(runs: dict[str, Path]) -> None:
+    """A rule that draws with fig.matplotlib gets a PNG: the escape hatch to the whole API."""
+    finding = _finding(runs["matplotlib"])
+    assert '<img src="data:image/png;base64,' in _section(runs["matplotlib"], finding)
+    plot = runs["matplotlib"] / "plots" / f"slow-sync-{finding['fingerprint']}.png"
+    assert plot.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
 
 
 def test_its_marks_are_on_the_timeline(runs: dict[str, Path]) -> None:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import base64
 import json
 import re
+import xml.etree.ElementTree as ET
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -15,7 +15,7 @@ from traceanalyzer.engine.loader import load_rules
 from traceanalyzer.kit import us
 from traceanalyzer.report import ReportInputs, fmt, write_reports
 
-PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+SVG = "{http://www.w3.org/2000/svg}"
 
 
 class _Tags(HTMLParser):
@@ -29,6 +29,11 @@ class _Tags(HTMLParser):
 
     def handle_data(self, data):  # noqa: ANN001
         self.text.append(data)
+
+
+def data_groups(svg: ET.Element) -> list[ET.Element]:
+    """Each axes' data of a chart (clipped to its box)."""
+    return [g for g in svg.iter(f"{SVG}g") if g.get("class") == "data"]
 
 
 def parse(html: str) -> _Tags:
@@ -49,13 +54,10 @@ def test_sick_sample_has_section_and_plot(sample: str) -> None:
             a for t, a in doc.tags if t == "section" and a.get("id") == f"f-{f['fingerprint']}"
         ]
         assert section, f"no section for {f['name']}"
-    images = [a for t, a in doc.tags if t == "img"]
-    assert len([a for a in images if a["alt"].startswith("plot for ")]) == len(fired)
-    assert len(images) == len(fired)
+    # the findings' figures are inline SVG charts, no image
+    assert not [a for t, a in doc.tags if t == "img"]
+    assert len([a for t, a in doc.tags if t == "svg" and a.get("class") == "chart"]) == len(fired)
     assert html.count('<figure class="ov-timeline"><svg ') == 1  # the overview's timeline, inline
-    for img in images:
-        assert img["src"].startswith("data:image/png;base64,")
-        assert base64.b64decode(img["src"].split(",", 1)[1]).startswith(PNG_MAGIC)
     # self-contained: nothing is fetched from anywhere
     for tag, attrs in doc.tags:
         for key in ("src", "href"):
@@ -66,8 +68,8 @@ def test_sick_sample_has_section_and_plot(sample: str) -> None:
     md = (out / "report.md").read_text("utf-8")
     assert SICK[sample] in md
     for f in fired:
-        plot = out / "plots" / f"{f['name']}-{f['fingerprint']}.png"
-        assert plot.read_bytes().startswith(PNG_MAGIC)
+        plot = out / "plots" / f"{f['name']}-{f['fingerprint']}.svg"
+        assert ET.parse(plot).getroot().tag == f"{SVG}svg"
         assert f"plots/{plot.name}" in md
 
 
@@ -80,10 +82,13 @@ def test_plot_matches_rule() -> None:
     assert sorted(o["ranks"][0] for o in f["occurrences"] if o.get("series")) == [0, 1]
     from traceanalyzer.report.plots import figure_for
 
-    fig = figure_for(f, ReportInputs.load(out))
-    left, right = fig.axes
-    assert len(left.lines) == 2 and len(right.lines) == 2
-    assert list(left.lines[0].get_ydata()) == f["occurrences"][0]["series"]["memcpy_calls"]
+    svg = ET.fromstring(figure_for(f, ReportInputs.load(out)).to_svg())
+    left, right = data_groups(svg)
+    for axes in (left, right):
+        lines = [p for p in axes.iter(f"{SVG}path") if p.get("stroke-linejoin") == "round"]
+        assert len(lines) == 2  # one per rank
+    markers = [c for c in left.iter(f"{SVG}circle") if c.get("fill") == "#2563eb"]
+    assert len(markers) == len(f["occurrences"][0]["series"]["memcpy_calls"])
 
 
 def test_stall_gantt_highlights_waits_per_stream() -> None:
@@ -91,14 +96,14 @@ def test_stall_gantt_highlights_waits_per_stream() -> None:
     (f,) = findings(out)
     from traceanalyzer.report.plots import figure_for
 
-    fig = figure_for(f, ReportInputs.load(out))
-    (ax, *_) = fig.axes
-    labels = [t.get_text() for t in ax.get_yticklabels()]
+    svg = ET.fromstring(figure_for(f, ReportInputs.load(out)).to_svg())
+    labels = [t.text for t in svg.iter(f"{SVG}text") if t.get("text-anchor") == "end"]
     assert labels[0].startswith("host: batch_get_into_multi_buffers")
     for stream in (39, 40, 43, 46):
         assert f"stream {stream}  ◀ stalls" in labels
-    colors = {tuple(round(c, 3) for c in coll.get_facecolor()[0]) for coll in ax.collections}
-    assert len(colors) >= 3  # span, NOTIFY_WAIT, EVENT_WAIT (and other tasks)
+    (data,) = data_groups(svg)
+    colors = {r.get("fill") for r in data.iter(f"{SVG}rect")}
+    assert len(colors) >= 4  # the span's shade, the span, NOTIFY_WAIT, EVENT_WAIT (other tasks)
 
 
 def test_run_summary_and_not_evaluated_rules() -> None:

@@ -39,7 +39,7 @@ def test_notebook_executes(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         for c in nb.cells
         if c.cell_type == "code"
         for o in c.outputs
-        if "image/png" in o.get("data", {})
+        if "image/svg+xml" in o.get("data", {})
     ]
     assert images, "the finding's plot was not displayed"
     errors = [

@@ -1,6 +1,8 @@
-"""The device catalogue rules' figures and key figures, on their own fire fixtures."""
+"""The built-in rules' figures and the device catalogue's key figures, on their fire fixtures."""
 
 from __future__ import annotations
+
+import xml.etree.ElementTree as ET
 
 import pytest
 
@@ -9,7 +11,7 @@ from traceanalyzer.engine.registry import RuleSet
 from traceanalyzer.engine.rule import Params, RuleContext
 from traceanalyzer.engine.ruletest import fixtures_for
 from traceanalyzer.engine.runner import evaluate
-from traceanalyzer.kit import FigureContext
+from traceanalyzer.kit import Chart, FigureContext
 
 RULES = {r.name: r for r in load_rules(entry_points=False).rules}
 WITH_FIGURE = ("aicpu-ops", "aicore-freq-throttle", "collective-straggler")
@@ -44,3 +46,17 @@ def test_key_figures_per_rank(name: str) -> None:
     rows = frame.filter(frame["rank"].is_in(sorted(fired)))
     assert rows.height == len(fired)
     assert rows.select(declared).null_count().sum_horizontal().item() == 0
+
+
+DRAWN = sorted(name for name, r in RULES.items() if r.presentation.figure is not None)
+
+
+@pytest.mark.parametrize("name", DRAWN)
+def test_every_built_in_figure_is_an_svg_chart(name: str) -> None:
+    """Built-in figures are SVG charts (no matplotlib), and well-formed."""
+    rule, store, findings = _fired(name)
+    params = Params({k: p.default for k, p in rule.params.items()})
+    figure = rule.presentation.figure(FigureContext(findings[0].to_dict(), params, store))
+    assert isinstance(figure, Chart)
+    root = ET.fromstring(figure.to_svg())
+    assert root.tag == "{http://www.w3.org/2000/svg}svg" and root.get("width") == "100%"

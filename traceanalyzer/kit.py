@@ -10,7 +10,8 @@
 - the rule API (:func:`rule`, :class:`Param`, :class:`Requirement`, ...), the canned
   requirements (:mod:`traceanalyzer.engine.requirements`: ``device_tasks()``, ``host_api(...)``,
   ``kernel_details()``, ``api_statistics()``, ``communication_ops()``, ``counters(name)``) and
-  the presentation hooks (:class:`KeyFigure`, :class:`Mark`, :class:`FigureContext`);
+  the presentation hooks (:class:`KeyFigure`, :class:`Mark`, :class:`FigureContext`, the SVG
+  :class:`Chart` its ``new`` returns and :class:`Swatch`, a legend entry);
 - the domain vocabulary (:mod:`traceanalyzer.vocabulary`: process names across generations,
   wait and copy task types, the recipes' metadata markers);
 - the shared primitives (:mod:`traceanalyzer.engine.primitives`) and text formatting (``text``);
@@ -27,9 +28,9 @@ from __future__ import annotations
 from typing import Any
 
 from traceanalyzer.engine import text
+from traceanalyzer.engine.chart import PALETTE, Chart, Swatch
 from traceanalyzer.engine.findings import Evidence, Finding
 from traceanalyzer.engine.presentation import (
-    PALETTE,
     FigureContext,
     KeyFigure,
     Mark,
@@ -135,6 +136,8 @@ __all__ = [
     "kernel_details",
     # presentation
     "PALETTE",
+    "Chart",
+    "Swatch",
     "FigureContext",
     "KeyFigure",
     "Mark",

@@ -5,8 +5,9 @@ A rule registers them on itself, next to its detection function (see
 layers (``report.html``, ``diff``, ``annotations.json``) only ever call the rule object, so an
 external rule is presented exactly like a built-in one.
 
-- **figure**: ``fn(FigureContext) -> Figure | None``, drawn for each finding of the rule.
-  matplotlib is imported by :meth:`FigureContext.new`, i.e. only when a figure is drawn.
+- **figure**: ``fn(FigureContext) -> Chart | Figure | None``, drawn for each finding of the
+  rule: an SVG :class:`~traceanalyzer.engine.chart.Chart` from :meth:`FigureContext.new`, or a
+  matplotlib ``Figure`` from :meth:`FigureContext.matplotlib` (imported there, only then).
 - **key figures**: ``fn(RuleContext) -> polars.DataFrame`` with one row per rank (column
   ``rank`` plus one column per declared :class:`KeyFigure`, null where the data is absent),
   computed with the run's effective parameters on every rank shard, whether or not the rule
@@ -24,6 +25,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import polars as pl
 
+from traceanalyzer.engine.chart import GRID, Chart, ChartAxes
+
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
@@ -32,9 +35,8 @@ if TYPE_CHECKING:
     from traceanalyzer.store import Store
 
 Better = Literal["lower", "higher"]
+# matplotlib figures (FigureContext.matplotlib): resolution and fixed margins
 DPI = 110
-# Line colours for ranks/series, in order; more ranks than colours repeat them.
-PALETTE = ("#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#4d7c0f", "#be185d")
 _MARGINS = {"left": 0.07, "right": 0.98, "top": 0.9, "bottom": 0.16, "wspace": 0.22}
 
 
@@ -98,11 +100,30 @@ class FigureContext:
         height_in: float,
         cols: int = 1,
         margins: Mapping[str, float] | None = None,
-    ) -> tuple[Figure, list[Axes]]:
-        """A figure with ``cols`` axes side by side, in the reports' style.
+    ) -> tuple[Chart, list[ChartAxes]]:
+        """An SVG chart with ``cols`` axes side by side, in the reports' style (light grid).
 
-        Object-oriented matplotlib (no ``pyplot``): no global backend is switched, so a notebook
-        keeps its inline plotting, and nothing needs a display.
+        The axes take the subset of matplotlib's Axes API the built-in rules use
+        (:mod:`traceanalyzer.engine.chart`); :meth:`matplotlib` gives the whole of it.
+        The margins fit the labels; ``margins`` (``subplots_adjust`` fractions) only widen them.
+        """
+        chart = Chart(width_in, height_in, cols, margins)
+        for ax in chart.axes:
+            ax.grid(True)  # the chart's grid is light by default
+        return chart, chart.axes
+
+    def matplotlib(
+        self,
+        width_in: float,
+        height_in: float,
+        cols: int = 1,
+        margins: Mapping[str, float] | None = None,
+    ) -> tuple[Figure, list[Axes]]:
+        """A matplotlib figure in the reports' style, for figures the chart cannot draw.
+
+        It costs the import of matplotlib (about half a second) and becomes a PNG in the
+        reports. Object-oriented matplotlib (no ``pyplot``): no global backend is switched, so
+        a notebook keeps its inline plotting, and nothing needs a display.
         """
         from matplotlib.figure import Figure
 
@@ -112,7 +133,7 @@ class FigureContext:
         axes = fig.subplots(1, cols, squeeze=False)[0].tolist()
         for ax in axes:
             ax.spines[["top", "right"]].set_visible(False)
-            ax.grid(True, color="#e5e7eb", linewidth=0.6)
+            ax.grid(True, color=GRID, linewidth=0.6)
             ax.set_axisbelow(True)
             ax.tick_params(labelsize=8)
         return fig, axes
@@ -150,7 +171,7 @@ def evidence_marks(finding: Mapping[str, Any]) -> Iterator[Mark]:
         )
 
 
-FigureFn = Callable[[FigureContext], "Figure | None"]
+FigureFn = Callable[[FigureContext], "Chart | Figure | None"]
 KeyFiguresFn = Callable[["RuleContext"], pl.DataFrame]
 MarksFn = Callable[[Mapping[str, Any]], Iterable[Mark]]
 

@@ -21,13 +21,14 @@ RULE_TEMPLATE = '''\
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import polars as pl
 
 from traceanalyzer.kit import (
     CANN_PROCESS,
     PALETTE,
+    Chart,
     Evidence,
     FigureContext,
     Finding,
@@ -40,10 +41,6 @@ from traceanalyzer.kit import (
     rule,
     text,
 )
-
-if TYPE_CHECKING:
-    from matplotlib.figure import Figure
-
 
 @rule(
     id="{rule_id}",
@@ -121,11 +118,11 @@ def _slow_calls(ctx: RuleContext) -> pl.DataFrame:
 
 
 @{func}.figure(caption="Duration of each slow call, in time order, per rank.")
-def _figure(fig: FigureContext) -> Figure | None:
+def _figure(fig: FigureContext) -> Chart | None:
     series = [(ranks, s) for ranks, s in fig.series_by_rank() if s.get("duration_ns")]
     if not series:
         return None
-    figure, (ax,) = fig.new(7.0, 2.8)
+    figure, (ax,) = fig.new(7.0, 2.8)  # SVG; fig.matplotlib(...) for the whole matplotlib API
     for i, (ranks, s) in enumerate(series):
         ms = [d / 1e6 for d in s["duration_ns"]]
         label = "rank " + ", ".join(map(str, ranks))

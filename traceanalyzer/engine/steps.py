@@ -29,7 +29,7 @@ from traceanalyzer.engine.rule import NotEvaluated, Param, RuleContext
 from traceanalyzer.vocabulary import CANN_PROCESS, NOT_HOST_PROCESSES, PYTHON_PROCESS
 
 if TYPE_CHECKING:
-    from matplotlib.figure import Figure
+    from traceanalyzer.engine.chart import Chart
 
 STEP_PARAMS = {
     "step_pattern": Param(
@@ -240,12 +240,12 @@ def steady_state_usage(
     return per_step, per_rank
 
 
-def per_step_figure(fig: FigureContext, ylabel: str) -> Figure | None:
+def per_step_figure(fig: FigureContext, ylabel: str) -> Chart | None:
     """Bars of a finding's per-step series (``step``, ``value``, ``steady``); warm-up in grey."""
-    figure, (ax,) = fig.new(6.0, 2.4, margins={"left": 0.12})
     (ranks, series), *_ = fig.series_by_rank()
     if not series.get("step"):
         return None
+    figure, (ax,) = fig.new(6.0, 2.4)
     colours = ["#dc2626" if s else "#9ca3af" for s in series["steady"]]
     ax.bar([str(s) for s in series["step"]], series["value"], color=colours, width=0.7)
     ax.set_xlabel("step (grey: warm-up)", fontsize=8)

@@ -19,7 +19,7 @@ _HOMES = {
 
 
 def __getattr__(name: str) -> Any:
-    """Lazy exports: `traceanalyzer --help` and `diff` must not pay for matplotlib up front."""
+    """Lazy exports: `traceanalyzer --help` and `diff` must not pay for the report modules."""
     if name in _HOMES:
         import importlib
 

@@ -12,7 +12,6 @@ from traceanalyzer.report.htmlkit import (
     chip,
     details,
     esc,
-    img_png,
     inline,
     page,
     paragraphs,
@@ -21,6 +20,7 @@ from traceanalyzer.report.htmlkit import (
 from traceanalyzer.report.inputs import ReportInputs
 from traceanalyzer.report.overview_html import overview_costs, overview_section
 from traceanalyzer.report.overview_text import cost_text
+from traceanalyzer.report.plots import embed
 from traceanalyzer.report.summary import RunSummary, run_summary
 
 EVIDENCE_SHOWN = 50  # rows in the collapsible table; findings.json keeps them all
@@ -34,7 +34,7 @@ def render_html(
     inputs: ReportInputs, plots: Mapping[str, bytes] | None = None, *, now: datetime | None = None
 ) -> str:
     """The whole page. ``plots`` maps a finding fingerprint (or an overview figure's file name)
-    to its PNG."""
+    to its figure file (SVG, inlined, or PNG)."""
     from traceanalyzer.overview.document import by_cost
 
     plots = plots or {}
@@ -181,7 +181,7 @@ def evidence_rows(finding: Mapping[str, Any]) -> list[tuple[Any, ...]]:
 
 def _finding_section(
     f: Mapping[str, Any],
-    png: bytes | None,
+    plot: bytes | None,
     cost: Mapping[str, Any] | None = None,
     caption: str = "",
     origin: Callable[[int], int | None] = lambda _: None,
@@ -204,9 +204,9 @@ def _finding_section(
         f'<div class="message">{paragraphs(f.get("message"))}</div>',
         _metrics(f.get("metrics") or {}, origin),
     ]
-    if png:
+    if plot:
         alt = f"plot for {f.get('name')}"
-        parts.append(f"<figure>{img_png(png, alt)}<figcaption>{esc(caption)}</figcaption></figure>")
+        parts.append(f"<figure>{embed(plot, alt)}<figcaption>{esc(caption)}</figcaption></figure>")
     parts.append(f'<div class="fix"><b>Fix.</b> {inline(f.get("fix"))}</div>')
     evidence = f.get("evidence") or []
     if evidence:

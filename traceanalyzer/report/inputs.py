@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
     from traceanalyzer.engine import Mark, Rule, RunResult
+    from traceanalyzer.engine.chart import Chart
     from traceanalyzer.engine.registry import RuleSet
     from traceanalyzer.recipes.bench import BenchResult
 
@@ -147,7 +148,7 @@ class ReportInputs:
         """The loaded rule that made ``finding`` (None when it is not loaded)."""
         return self.rules.get(str(finding.get("rule", "")))
 
-    def figure(self, finding: Mapping[str, Any]) -> Figure | None:
+    def figure(self, finding: Mapping[str, Any]) -> Chart | Figure | None:
         """The finding's figure, drawn by its rule with the parameters it ran with."""
         rule = self.rule_for(finding)
         draw = rule.presentation.figure if rule is not None else None

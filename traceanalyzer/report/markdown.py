@@ -35,7 +35,7 @@ def md_table(headers: list[str], rows: list[list[Any]]) -> list[str]:
 
 
 def render_markdown(inputs: ReportInputs, plot_files: Mapping[str, str] | None = None) -> str:
-    """``plot_files`` maps a finding fingerprint (or an overview figure's name) to its PNG path
+    """``plot_files`` maps a finding fingerprint (or an overview figure's name) to its file's path
     relative to OUT."""
     from traceanalyzer.overview.document import by_cost
 

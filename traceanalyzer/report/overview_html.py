@@ -13,13 +13,13 @@ from typing import TYPE_CHECKING, Any
 
 from traceanalyzer.engine.text import count
 from traceanalyzer.report import overview_text as text
-from traceanalyzer.report.htmlkit import details, esc, img_png, table
+from traceanalyzer.report.htmlkit import details, esc, table
 from traceanalyzer.report.overview_plots import COLORS
 
 if TYPE_CHECKING:
     from traceanalyzer.report.inputs import ReportInputs
 
-BREAKDOWN_PNG, TIMELINE_SVG = "overview-breakdown.png", "overview-timeline.svg"
+BREAKDOWN_SVG, TIMELINE_SVG = "overview-breakdown.svg", "overview-timeline.svg"
 RANKS_SHOWN = 8  # the per-rank table opens folded beyond this (the heat map shows them all)
 
 
@@ -33,14 +33,14 @@ def overview_costs(doc: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def overview_figures(inputs: ReportInputs) -> tuple[dict[str, bytes], dict[str, str]]:
-    """Figure files by name (the heat map's PNG, the timeline's SVG), and what failed to draw
+    """Figure files by name (the heat map's SVG, the timeline's SVG), and what failed to draw
     (a figure is a nicety; the tables stand)."""
     overview = overview_of(inputs.findings)
     if not text.usable(overview):
         return {}, {}
     assert overview is not None
     drawers = {
-        BREAKDOWN_PNG: lambda: _heatmap_png(overview),
+        BREAKDOWN_SVG: lambda: _heatmap_svg(overview),
         TIMELINE_SVG: lambda: _timeline_svg(overview, inputs),
     }
     files: dict[str, bytes] = {}
@@ -55,12 +55,11 @@ def overview_figures(inputs: ReportInputs) -> tuple[dict[str, bytes], dict[str, 
     return files, errors
 
 
-def _heatmap_png(overview: Mapping[str, Any]) -> bytes | None:
+def _heatmap_svg(overview: Mapping[str, Any]) -> bytes | None:
     from traceanalyzer.report.overview_plots import heatmap_figure
-    from traceanalyzer.report.plots import render_png
 
     fig = heatmap_figure(overview)
-    return None if fig is None else render_png(fig)
+    return None if fig is None else fig.to_svg().encode("utf-8")
 
 
 def _timeline_svg(overview: Mapping[str, Any], inputs: ReportInputs) -> bytes | None:
@@ -95,10 +94,8 @@ def overview_section(doc: Mapping[str, Any], figures: Mapping[str, bytes]) -> st
         "<figcaption>Each rank's mean step split into compute (by accelerator), "
         "communication, copies and idle time.</figcaption>"
     )
-    if BREAKDOWN_PNG in figures:  # the heat map, past 8 ranks
-        parts.append(
-            f"<figure>{img_png(figures[BREAKDOWN_PNG], 'time breakdown per rank')}{caption}</figure>"
-        )
+    if BREAKDOWN_SVG in figures:  # the heat map, past 8 ranks, inline
+        parts.append(f"<figure>{figures[BREAKDOWN_SVG].decode('utf-8')}{caption}</figure>")
     else:
         parts.append(f'<figure class="ov-bars">{stacked_bars(overview)}{caption}</figure>')
     parts.append(

@@ -8,15 +8,13 @@ at most :data:`MAX_RECTS` rectangles remain, so a 200 MB rank still gives a smal
 
 from __future__ import annotations
 
-import math
-import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from traceanalyzer.engine.chart import nice_step, tick_labels, tick_values, xml_text
 from traceanalyzer.report import fmt
-from traceanalyzer.report.htmlkit import esc
 from traceanalyzer.report.overview_plots import COLORS
 
 if TYPE_CHECKING:
@@ -39,8 +37,6 @@ CLASS_COLORS: dict[str, str] = {
 # geometry, in SVG user units (pixels at 100%)
 WIDTH, LEFT, RIGHT, TOP, ROW, BAR, AXIS = 960, 110, 12, 26, 20, 14, 38
 PLOT = WIDTH - LEFT - RIGHT
-# characters XML 1.0 forbids even escaped; a trace name may carry them
-_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
 
 
 def timeline_svg(overview: Mapping[str, Any], store: Store) -> str | None:
@@ -61,14 +57,14 @@ def timeline_svg(overview: Mapping[str, Any], store: Store) -> str | None:
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} '
         f'{height}" width="{WIDTH}" height="{height}" font-family="sans-serif" font-size="11" '
-        f'role="img" aria-label="{_text(title)}">',
-        f'<text x="{LEFT}" y="15" font-size="12">{_text(title)}</text>',
+        f'role="img" aria-label="{xml_text(title)}">',
+        f'<text x="{LEFT}" y="15" font-size="12">{xml_text(title)}</text>',
     ]
     index = {row: i for i, row in enumerate(rows)}
     for i, row in enumerate(rows):
         y = TOP + ROW * i
         parts.append(
-            f'<text x="{LEFT - 6}" y="{y + ROW / 2 + 4:.0f}" text-anchor="end">{_text(row)}</text>'
+            f'<text x="{LEFT - 6}" y="{y + ROW / 2 + 4:.0f}" text-anchor="end">{xml_text(row)}</text>'
         )
     scale = PLOT / (end - start)
     for r in rects.iter_rows(named=True):
@@ -77,7 +73,7 @@ def timeline_svg(overview: Mapping[str, Any], store: Store) -> str | None:
         y = TOP + ROW * index[r["row"]] + (ROW - BAR) / 2
         parts.append(
             f'<rect x="{x:.2f}" y="{y:.0f}" width="{w:.2f}" height="{BAR}" '
-            f'fill="{CLASS_COLORS.get(r["cls"], OTHER_COLOR)}"><title>{_text(_tip(r))}</title></rect>'
+            f'fill="{CLASS_COLORS.get(r["cls"], OTHER_COLOR)}"><title>{xml_text(_tip(r))}</title></rect>'
         )
     parts += _axis(end - start, TOP + ROW * len(rows))
     parts.append("</svg>")
@@ -164,29 +160,17 @@ def _tip(rect: Mapping[str, Any]) -> str:
 def _axis(span_ns: int, y: int) -> list[str]:
     """The x axis under the rows: ms from the step's start, a tick every 1/2/5 x 10^k ms."""
     span_ms = span_ns / 1e6
-    raw = span_ms / 6
-    magnitude = 10.0 ** _floor_log10(raw)
-    tick = next(m * magnitude for m in (1, 2, 5, 10) if m * magnitude >= raw)
-    decimals = max(0, -_floor_log10(tick))
+    step = nice_step(span_ms, 6)
+    ticks = tick_values(0.0, span_ms, step)
     parts = [f'<line x1="{LEFT}" y1="{y}" x2="{LEFT + PLOT}" y2="{y}" stroke="#6b7280"/>']
-    count = int(span_ms / tick + 1e-9)
-    for k in range(count + 1):
-        x = LEFT + PLOT * k * tick / span_ms
+    for tick, label in zip(ticks, tick_labels(ticks, step)[0], strict=True):
+        x = LEFT + PLOT * tick / span_ms
         parts.append(
             f'<line x1="{x:.2f}" y1="{y}" x2="{x:.2f}" y2="{y + 4}" stroke="#6b7280"/>'
-            f'<text x="{x:.2f}" y="{y + 15}" text-anchor="middle">{k * tick:.{decimals}f}</text>'
+            f'<text x="{x:.2f}" y="{y + 15}" text-anchor="middle">{label}</text>'
         )
     parts.append(
         f'<text x="{LEFT + PLOT / 2}" y="{y + 31}" text-anchor="middle" fill="#4b5563">'
         "ms from the step's start</text>"
     )
     return parts
-
-
-def _floor_log10(value: float) -> int:
-    return math.floor(math.log10(value)) if value > 0 else 0
-
-
-def _text(value: Any) -> str:
-    """Escaped for XML text and attributes, with the characters XML cannot hold dropped."""
-    return esc(_NOT_XML.sub("", str(value)))

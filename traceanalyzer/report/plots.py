@@ -1,9 +1,10 @@
-"""PNG per finding: each finding's figure is drawn by its own rule (``Rule.figure``).
+"""Each finding's figure, drawn by its own rule (``Rule.figure``), as the bytes of a file.
 
-A rule draws with the object-oriented matplotlib API (``Figure`` + Agg canvas, see
-:meth:`~traceanalyzer.engine.presentation.FigureContext.new`), never ``pyplot``: no global
-backend is switched, so a notebook keeps its inline plotting, and nothing needs a display.
-matplotlib is imported only when a figure is actually drawn.
+A rule draws an SVG :class:`~traceanalyzer.engine.chart.Chart` (``fig.new``): no matplotlib is
+imported, report.html inlines the SVG and report.md links ``plots/<name>-<fp>.svg``. A rule
+that needs the whole of matplotlib draws a ``Figure`` (``fig.matplotlib``), which becomes a PNG
+through the Agg canvas (never ``pyplot``: no global backend is switched, so a notebook keeps its
+inline plotting, and nothing needs a display).
 """
 
 from __future__ import annotations
@@ -11,15 +12,29 @@ from __future__ import annotations
 import io
 from typing import TYPE_CHECKING, Any
 
+from traceanalyzer.engine.chart import Chart
+from traceanalyzer.report.htmlkit import img_png
 from traceanalyzer.report.inputs import ReportInputs
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
-def figure_for(finding: dict[str, Any], inputs: ReportInputs) -> Figure | None:
+
+def figure_for(finding: dict[str, Any], inputs: ReportInputs) -> Chart | Figure | None:
     """The finding's figure, or None when its rule draws none or the data is missing."""
     return inputs.figure(finding)
+
+
+def render(fig: Chart | Figure) -> bytes:
+    """The figure as a file: SVG (UTF-8) for a chart, PNG for a matplotlib figure."""
+    return fig.to_svg().encode("utf-8") if isinstance(fig, Chart) else render_png(fig)
+
+
+def extension(data: bytes) -> str:
+    """The file extension of :func:`render`'s bytes: ``png`` or ``svg``."""
+    return "png" if data.startswith(PNG_MAGIC) else "svg"
 
 
 def render_png(fig: Figure) -> bytes:
@@ -28,3 +43,8 @@ def render_png(fig: Figure) -> bytes:
     buf = io.BytesIO()
     FigureCanvasAgg(fig).print_png(buf)
     return buf.getvalue()
+
+
+def embed(data: bytes, alt: str) -> str:
+    """The figure in HTML: an SVG inline (crisp, scales with the page), a PNG as an image."""
+    return img_png(data, alt) if extension(data) == "png" else data.decode("utf-8")

@@ -20,7 +20,7 @@ from traceanalyzer.report.html_report import render_html
 from traceanalyzer.report.inputs import ReportInputs
 from traceanalyzer.report.markdown import render_markdown
 from traceanalyzer.report.overview_html import overview_figures
-from traceanalyzer.report.plots import figure_for, render_png
+from traceanalyzer.report.plots import extension, figure_for, render
 from traceanalyzer.report.sarif import build_sarif
 from traceanalyzer.store import write_atomic_bytes, write_atomic_text
 
@@ -51,17 +51,18 @@ class ReportFiles:
 
 
 def make_plots(inputs: ReportInputs) -> tuple[dict[str, bytes], dict[str, str]]:
-    """PNG per finding fingerprint; a failing plot is reported and the finding shown without it."""
-    pngs: dict[str, bytes] = {}
+    """The figure file (SVG, or PNG from matplotlib) per finding fingerprint; a failing plot is
+    reported and the finding shown without it."""
+    plots: dict[str, bytes] = {}
     errors: dict[str, str] = {}
     for f in inputs.findings.get("findings", []):
         try:
             fig = figure_for(f, inputs)
             if fig is not None:
-                pngs[f["fingerprint"]] = render_png(fig)
+                plots[f["fingerprint"]] = render(fig)
         except Exception as exc:  # a plot is a nicety; the finding text stands without it
             errors[f"plot {f.get('name')}"] = f"{type(exc).__name__}: {exc}"
-    return pngs, errors
+    return plots, errors
 
 
 def write_reports(
@@ -78,19 +79,19 @@ def write_reports(
     files = ReportFiles()
     if inputs is None:
         inputs = ReportInputs.load(out, result=result, rules=rules, input_root=input_root)
-    pngs, files.errors = make_plots(inputs)
+    plots, files.errors = make_plots(inputs)
     plot_files: dict[str, str] = {}
     by_fp = {f["fingerprint"]: f for f in inputs.findings.get("findings", [])}
-    for fp, png in pngs.items():
-        rel = f"{PLOTS_DIR}/{by_fp[fp]['name']}-{fp}.png"
-        write_atomic_bytes(out / rel, png)
+    for fp, data in plots.items():
+        rel = f"{PLOTS_DIR}/{by_fp[fp]['name']}-{fp}.{extension(data)}"
+        write_atomic_bytes(out / rel, data)
         plot_files[fp] = rel
     overview_files, overview_errors = overview_figures(inputs)  # keyed by file name
     files.errors |= overview_errors
     for name, data in overview_files.items():
         write_atomic_bytes(out / PLOTS_DIR / name, data)
         plot_files[name] = f"{PLOTS_DIR}/{name}"
-    pngs |= overview_files
+    plots |= overview_files
 
     def attempt(name: str, render) -> None:  # noqa: ANN001 - a zero-argument renderer
         try:
@@ -102,7 +103,7 @@ def write_reports(
         except Exception:
             files.errors[name] = traceback.format_exc(limit=3).strip().splitlines()[-1]
 
-    attempt(HTML, lambda: render_html(inputs, pngs))
+    attempt(HTML, lambda: render_html(inputs, plots))
     attempt(MARKDOWN, lambda: render_markdown(inputs, plot_files))
     attempt(SARIF, lambda: json.dumps(build_sarif(inputs), indent=1) + "\n")
     attempt(ANNOTATIONS, lambda: json.dumps(build_annotations(inputs), indent=None) + "\n")
