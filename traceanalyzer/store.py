@@ -382,21 +382,18 @@ class Store:
         return Manifest.load(self.root) if self.root else Manifest()
 
 
-# A shard's table up to this size decoded (Parquet's uncompressed column data) is held in memory
-# for the task; larger ones are scanned per query (the slices of a 200 MB trace decode to ~130 MB).
-IN_MEMORY_TABLE_BYTES = 16 << 20
-IN_MEMORY_SHARD_BYTES = 48 << 20  # all of a shard's tables held in memory
+# A shard's table of up to this many rows is held in memory for the task; larger ones are scanned
+# per query. Rows, not bytes: a footer gives no decoded size (a dictionary-encoded file of a
+# trace whose events repeat is a few MB on disk and ~130 MB in memory).
+IN_MEMORY_TABLE_ROWS = 32_000
+IN_MEMORY_SHARD_ROWS = 100_000  # all of a shard's tables held in memory
 
 
-def _decoded_bytes(files: Iterable[Path]) -> int:
-    """The uncompressed size of the files' column data, from their footers."""
+def _rows_in(files: Iterable[Path]) -> int:
+    """The rows of the files, from their footers."""
     import pyarrow.parquet as pq
 
-    total = 0
-    for path in files:
-        meta = pq.read_metadata(path)
-        total += sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
-    return total
+    return sum(pq.read_metadata(path).num_rows for path in files)
 
 
 class RankStore(Store):
@@ -416,7 +413,7 @@ class RankStore(Store):
         self._tables: dict[str, pl.LazyFrame] = {}
         self._sessions: pl.DataFrame | None = None
         self._memo: dict[Hashable, Any] = {}
-        self._held = 0  # decoded bytes of the tables held in memory
+        self._held = 0  # rows of the tables held in memory
 
     def memo(self, key: Hashable, compute: Callable[[], _T]) -> _T:
         # Rules run on threads: two may compute the same key at once; either result is right.
@@ -427,8 +424,8 @@ class RankStore(Store):
     def table(self, name: str) -> pl.LazyFrame:
         if name not in self._tables:
             frame = super().table(name)
-            size = _decoded_bytes(self._files(name))
-            if size <= IN_MEMORY_TABLE_BYTES and self._held + size <= IN_MEMORY_SHARD_BYTES:
+            size = _rows_in(self._files(name))
+            if size <= IN_MEMORY_TABLE_ROWS and self._held + size <= IN_MEMORY_SHARD_ROWS:
                 # Opening and decoding Parquet costs ~1.5 ms a query, most of a small
                 # rank's rule time: a small table is decoded once and queried in memory.
                 frame = frame.collect().lazy()
