@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import polars as pl
@@ -81,23 +82,27 @@ def derive_tables(
     sink: TableSink,
     result: TraceResult,
     on_read: Callable[[], None] | None = None,
+    threads: int = 1,
 ) -> TraceResult:
     """Write the slices, counters, flows and threads tables of ``events`` to ``sink``, and fill
     ``result`` with the rows, span, processes and notes; ``on_read`` is called once the slices,
-    the bulk of the memory, are written and freed."""
-    span = _Span()
-    names = _Names(events.others)
-    result.rows["slices"] = sink.batches("slices", made_ahead(_slice_groups(events, names, span)))
-    if result.rows["slices"]:
-        result.start_ns, result.end_ns = span.start_ns, span.end_ns
-        result.hw_stream_arg = "Stream Id" if span.g1 else "Physic Stream Id"
-    events.slices = events.flat = pl.DataFrame()  # the largest part: gone before the counters
-    if on_read:
-        on_read()
+    the bulk of the memory, are written and freed.
 
-    result.rows["counters"] = sink.batches("counters", made_ahead(_counter_groups(events, names)))
-    used_by_counters = events.counters.select("pid", "tid").unique()
-    events.counters = events.samples = pl.DataFrame()
+    With ``threads`` > 1 the counters are derived on a second core while the slices are (polars
+    and the Parquet encoder release the GIL); on one core one after the other, so that their
+    memory never adds up.
+    """
+    names = _Names(events.others)
+    with ThreadPoolExecutor(1) as pool:
+        counters = (
+            pool.submit(_write_counters, events, names, sink, result) if threads > 1 else None
+        )
+        _write_slices(events, names, sink, result)
+        if on_read:
+            on_read()
+        used_by_counters = (
+            counters.result() if counters else _write_counters(events, names, sink, result)
+        )
 
     others = names.attach(events.others)
     result.rows["flows"] = sink.arrow("flows", _flows(others).to_arrow())
@@ -119,6 +124,27 @@ def derive_tables(
         result.warnings.append(f"{unnamed} pids have no process_name metadata; named 'pid <n>'")
     result.processes = sorted(names.procs["process_name"].drop_nulls().unique().to_list())
     return result
+
+
+def _write_slices(events: TraceEvents, names: _Names, sink: TableSink, result: TraceResult) -> None:
+    """The slices table, and the session's span; the decoded slices are freed after."""
+    span = _Span()
+    result.rows["slices"] = sink.batches("slices", made_ahead(_slice_groups(events, names, span)))
+    if result.rows["slices"]:
+        result.start_ns, result.end_ns = span.start_ns, span.end_ns
+        result.hw_stream_arg = "Stream Id" if span.g1 else "Physic Stream Id"
+    events.slices = events.flat = pl.DataFrame()  # the largest part: gone first
+
+
+def _write_counters(
+    events: TraceEvents, names: _Names, sink: TableSink, result: TraceResult
+) -> pl.DataFrame:
+    """The counters table; returns the (pid, tid) that have counters (threads to list). The
+    decoded counters are freed after."""
+    result.rows["counters"] = sink.batches("counters", made_ahead(_counter_groups(events, names)))
+    used = events.counters.select("pid", "tid").unique()
+    events.counters = events.samples = pl.DataFrame()
+    return used
 
 
 class _Names:
@@ -281,15 +307,22 @@ def _slice_groups(events: TraceEvents, names: _Names, span: _Span) -> Iterator[p
 
 
 def _counter_groups(events: TraceEvents, names: _Names) -> Iterator[pa.Table]:
-    """The counters table a row group at a time: one row per sample, in time order."""
-    samples = events.samples.with_columns(
-        events.counters.select("pid", "tid", "name", pl.col("ts").alias("ts_ns"))[
-            events.samples["event"]
-        ]
-    )
-    by = [pl.col("ts_ns"), events.by_text("counters", "name"), events.by_text("samples", "series"),
-          pl.col("pid")]  # fmt: skip
-    for _, part in _sorted_groups(samples, by, [False] * 4, _COUNTER_GROUP):
+    """The counters table a row group at a time: one row per sample, in time order.
+
+    A sample's counter columns are gathered per row group (and per sort key), never for every
+    sample at once: that copy would be most of the counters' memory.
+    """
+    counters = events.counters.select("pid", "tid", "name", pl.col("ts").alias("ts_ns"))
+
+    def of_counter(key: pl.Series) -> pl.Expr:
+        """``key`` (a value per counter) for each sample."""
+        return pl.col("event").map_batches(lambda rows: key.gather(rows), key.dtype)
+
+    name_key = counters.select(events.by_text("counters", "name")).to_series()
+    by = [of_counter(counters["ts_ns"]), of_counter(name_key),
+          events.by_text("samples", "series"), of_counter(counters["pid"])]  # fmt: skip
+    for _, part in _sorted_groups(events.samples, by, [False] * 4, _COUNTER_GROUP):
+        part = part.with_columns(counters[part["event"]])
         part = events.decode("samples", events.decode("counters", part))
         yield names.attach(part, thread_names=False).to_arrow()
 
