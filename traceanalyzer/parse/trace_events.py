@@ -17,13 +17,13 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+import numpy as np
 import polars as pl
 import pyarrow as pa
 
 from traceanalyzer.parse.rows import ROW_GROUP_ROWS, made_ahead, stable_order
 from traceanalyzer.parse.sink import TableSink
 from traceanalyzer.parse.trace_shared import (
-    ARG_COLUMNS,
     MAX_NAME,
     TraceResult,
     cut_name,
@@ -189,26 +189,37 @@ class _Names:
         self._processes = self.procs.select("pid", "process_name").drop_nulls()
         self._threads = self.thread_meta.select("pid", "tid", "thread_name").drop_nulls()
 
-    def attach(self, frame: pl.DataFrame, thread_names: bool = True) -> pl.DataFrame:
-        """``frame`` (a row group, with ``pid`` and ``tid``) plus its ``process`` (and
-        ``thread``) names: named once per distinct (pid, tid) of the group, then joined."""
-        ids = frame.select("pid", "tid").unique()
-        named = ids.join(self._processes, on="pid", how="left").with_columns(_process())
+    def keyed(
+        self, frame: pl.DataFrame, thread_names: bool = True
+    ) -> tuple[pl.Series, pl.DataFrame]:
+        """The names of ``frame``'s rows (with ``pid`` and ``tid``) as a table with one row per
+        distinct (pid, tid), holding ``process`` (and ``thread``), and each row's key into it: a
+        row group then gets its names by a gather, not a join of its own."""
+        ids = frame.select("pid", "tid").unique(maintain_order=True)
+        named = ids.join(self._processes, on="pid", how="left", maintain_order="left").with_columns(
+            _process()
+        )
         columns = ["process"]
         if thread_names:
-            named = named.join(self._threads, on=["pid", "tid"], how="left").with_columns(
-                pl.coalesce("thread_name", _default_thread()).alias("thread")
-            )
+            named = named.join(
+                self._threads, on=["pid", "tid"], how="left", maintain_order="left"
+            ).with_columns(pl.coalesce("thread_name", _default_thread()).alias("thread"))
             columns.append("thread")
-        # Dictionary-encoded (Categorical): each name is held once, not once per row, in the
-        # Arrow tables handed to the sink and in the Parquet files.
-        return frame.join(
-            named.select("pid", "tid", *(pl.col(c).cast(pl.Categorical) for c in columns)),
+        key = frame.select("pid", "tid").join(
+            ids.with_row_index("key"),
             on=["pid", "tid"],
             how="left",
             maintain_order="left",
             nulls_equal=True,
-        )
+        )["key"]
+        # Dictionary-encoded (Categorical): each name is held once, not once per row, in the
+        # Arrow tables handed to the sink and in the Parquet files.
+        return key, named.select(pl.col(c).cast(pl.Categorical) for c in columns)
+
+    def attach(self, frame: pl.DataFrame, thread_names: bool = True) -> pl.DataFrame:
+        """``frame`` (with ``pid`` and ``tid``) plus its ``process`` (and ``thread``) names."""
+        key, named = self.keyed(frame, thread_names)
+        return frame.with_columns(named[key].get_columns())
 
 
 def _process() -> pl.Expr:
@@ -223,15 +234,12 @@ def _default_thread() -> pl.Expr:
 
 
 def _finish_slices(part: pl.DataFrame) -> pl.DataFrame:
-    """The slices columns that need the names: flattened args kept off Python events, the
-    hardware stream, the CANN layer and API name, the time span."""
-    # Framework (Python) events carry none of the flattened keys (a reader may skip them).
-    device = pl.col("process") != PYTHON_PROCESS
-    flattened = [pl.when(device).then(pl.col(column)).alias(column) for column, _, _ in ARG_COLUMNS]
+    """The slices columns that need the names: the hardware stream, the CANN layer and API
+    name, the time span."""
     hardware_stream = pl.when(pl.col("process") == HARDWARE_PROCESS).then(pl.col("tid"))
     is_cann = (pl.col("process") == CANN_PROCESS) & pl.col("name").str.contains(r"^[A-Za-z]+@")
     layer_and_name = pl.col("name").str.splitn("@", 2)
-    return part.with_columns(*flattened).with_columns(
+    return part.with_columns(
         pl.coalesce("stream_id", hardware_stream).alias("stream_id"),
         pl.col("ts").alias("start_ns"),
         (pl.col("ts") + pl.col("dur_ns")).alias("end_ns"),
@@ -270,25 +278,20 @@ def _sorted_groups(
         yield rows, frame[rows]
 
 
-def _with_flat(part: pl.DataFrame, flat: pl.DataFrame) -> pl.DataFrame:
-    """``part`` (with slice row numbers ``row``) plus its flattened args columns.
-
-    ``flat`` is in slice order, so each row is found by a binary search: no hash table of it is
-    built for every row group.
-    """
-    columns = [c for c in flat.columns if c != "row"]
-    if not flat.height:
-        return part.with_columns(pl.lit(None, flat[c].dtype).alias(c) for c in columns)
-    rows = part["row"].cast(flat["row"].dtype)
-    at = flat["row"].search_sorted(rows).clip(0, flat.height - 1)
-    found = flat["row"].gather(at) == rows
-    values = flat.select(columns)[at]
-    return part.with_columns(pl.when(found).then(values[c]).alias(c) for c in columns)
+def _flat_rows(flat: pl.DataFrame, rows: int, python: np.ndarray) -> np.ndarray:
+    """For each of ``rows`` slices, its row in ``flat``, or ``flat.height`` (a row of nulls
+    there) when it has none or is a framework (Python) event, which carries none of the
+    flattened keys (a reader may skip them): a row group gets its flattened args by a gather."""
+    at = np.full(rows, flat.height, dtype=np.uint32)
+    at[flat["row"].to_numpy()] = np.arange(flat.height, dtype=np.uint32)
+    at[python] = flat.height
+    return at
 
 
 def _slice_groups(events: TraceEvents, names: _Names, span: _Span) -> Iterator[pa.Table]:
     """The slices table a row group at a time, in time order (parents before children); each
     group gets its text, names and flattened args after the gather."""
+    slices = events.slices
     by = [
         pl.col("ts"),
         pl.col("dur_ns"),
@@ -297,9 +300,14 @@ def _slice_groups(events: TraceEvents, names: _Names, span: _Span) -> Iterator[p
         events.by_text("slices", "name"),
     ]
     descending = [False, True, False, False, False]  # parents before their children
-    for rows, part in _sorted_groups(events.slices, by, descending, ROW_GROUP_ROWS):
-        part = names.attach(events.decode("slices", part).with_columns(rows))
-        part = _with_flat(part, events.flat)
+    key, named = names.keyed(slices)
+    python = (named["process"] == PYTHON_PROCESS).to_numpy()[key.to_numpy()]
+    flat_at = pl.Series(_flat_rows(events.flat, slices.height, python))
+    flat = pl.concat([events.flat.drop("row"), events.flat.drop("row").clear(1)])
+    for rows, part in _sorted_groups(slices, by, descending, ROW_GROUP_ROWS):
+        part = events.decode("slices", part).with_columns(
+            *named[key.gather(rows)], *flat[flat_at.gather(rows)]
+        )
         part = _finish_slices(part)
         if part.height:
             span.add(part)
@@ -318,13 +326,14 @@ def _counter_groups(events: TraceEvents, names: _Names) -> Iterator[pa.Table]:
         """``key`` (a value per counter) for each sample."""
         return pl.col("event").map_batches(lambda rows: key.gather(rows), key.dtype)
 
+    key, named = names.keyed(counters, thread_names=False)
     name_key = counters.select(events.by_text("counters", "name")).to_series()
     by = [of_counter(counters["ts_ns"]), of_counter(name_key),
           events.by_text("samples", "series"), of_counter(counters["pid"])]  # fmt: skip
     for _, part in _sorted_groups(events.samples, by, [False] * 4, _COUNTER_GROUP):
-        part = part.with_columns(counters[part["event"]])
-        part = events.decode("samples", events.decode("counters", part))
-        yield names.attach(part, thread_names=False).to_arrow()
+        counter = part["event"]
+        part = part.with_columns(*counters[counter], *named[key.gather(counter)])
+        yield events.decode("samples", events.decode("counters", part)).to_arrow()
 
 
 def _flows(others: pl.DataFrame) -> pl.DataFrame:
