@@ -24,17 +24,19 @@ def _frame(rows: int, seed: int) -> pl.DataFrame:
             "dur": pick([None, 0, 5, 2**62]),
             "tid": pl.Series(pick([None, 0, 3, 7]), dtype=pl.UInt32),
             "name": pl.Series(pick([None, "b", "a", "ab", ""]), dtype=pl.Categorical),
-            "value": pick([None, -0.5, 0.0, 2.5]),
+            "value": pick([None, -0.5, 0.0, 2.5, float("nan"), float("-inf")]),
+            "flag": pick([None, True, False]),
+            "text": pick([None, "b", "a", "ab", ""]),
         },
         schema_overrides={"ts": pl.Int64, "dur": pl.Int64, "value": pl.Float64},
     )
 
 
 def test_stable_order_is_a_stable_sort_on_every_key_nulls_last() -> None:
-    by = ["ts", "dur", "tid", "name", "value"]
-    for seed in range(20):
+    by = ["ts", "dur", "tid", "name", "value", "flag", "text"]
+    for seed in range(64):
         frame = _frame(300, seed).with_row_index("row")
-        descending = [bool(seed & (1 << i)) for i in range(len(by))]
+        descending = [bool((seed * 37) & (1 << i)) for i in range(len(by))]
         expected = frame.sort(by, descending=descending, nulls_last=True, maintain_order=True)
         order = stable_order(frame, by, descending)
         assert order.dtype == pl.Int64
