@@ -73,8 +73,8 @@ class TraceEvents:
         mapped to their text's rank among the column's strings (integers sort faster)."""
         if (table, column) not in self.words:
             return pl.col(column)
-        ranks = self.words[table, column].rank("dense").cast(pl.Int64)
-        return pl.col(column).map_batches(lambda codes: ranks.gather(codes), pl.Int64)
+        ranks = self.words[table, column].rank("dense")
+        return pl.col(column).map_batches(lambda codes: ranks.gather(codes), ranks.dtype)
 
 
 def derive_tables(
