@@ -60,13 +60,32 @@ class TraceEvents:
     others: pl.DataFrame
     words: dict[tuple[str, str], pl.Series] = field(default_factory=dict)
 
-    def decode(self, table: str, frame: pl.DataFrame) -> pl.DataFrame:
-        """``frame`` (rows of ``table``) with its interned columns as text."""
-        return frame.with_columns(
-            words.gather(frame[column]).alias(column)
-            for (name, column), words in self.words.items()
-            if name == table and column in frame.columns
-        )
+    def decode(self, table: str, column: str, frame: pl.DataFrame) -> pl.DataFrame:
+        """``frame`` (rows of ``table``) with ``column`` as text, if it is interned."""
+        if (table, column) not in self.words:
+            return frame
+        return frame.with_columns(self.words[table, column].gather(frame[column]).alias(column))
+
+    def to_arrow(self, frame: pl.DataFrame, *tables: str) -> pa.Table:
+        """``frame`` (rows of ``tables``) as Arrow, its interned columns dictionary-encoded by
+        their codes: no text is copied per row, and the Parquet writer takes the dictionary as
+        it is instead of hashing every row's text into one of its own."""
+        data = frame.to_arrow()
+        for (table, column), words in self.words.items():
+            present = table in tables and column in data.column_names
+            # (a column decoded to text already is left as it is)
+            if present and pa.types.is_integer(data.schema.field(column).type):
+                index = data.column_names.index(column)
+                dictionary = words.to_arrow()
+                texts = pa.chunked_array(
+                    [
+                        pa.DictionaryArray.from_arrays(codes, dictionary)
+                        for codes in data.column(index).cast(pa.int32()).chunks
+                    ],
+                    pa.dictionary(pa.int32(), dictionary.type),
+                )
+                data = data.set_column(index, column, texts)
+        return data
 
     def by_text(self, table: str, column: str) -> pl.Expr:
         """``column`` as a sort key that sorts as its text does: an interned column's codes are
@@ -305,13 +324,13 @@ def _slice_groups(events: TraceEvents, names: _Names, span: _Span) -> Iterator[p
     flat_at = pl.Series(_flat_rows(events.flat, slices.height, python))
     flat = pl.concat([events.flat.drop("row"), events.flat.drop("row").clear(1)])
     for rows, part in _sorted_groups(slices, by, descending, ROW_GROUP_ROWS):
-        part = events.decode("slices", part).with_columns(
+        part = events.decode("slices", "name", part).with_columns(
             *named[key.gather(rows)], *flat[flat_at.gather(rows)]
         )
         part = _finish_slices(part)
         if part.height:
             span.add(part)
-        yield part.to_arrow()
+        yield events.to_arrow(part, "slices")
 
 
 def _counter_groups(events: TraceEvents, names: _Names) -> Iterator[pa.Table]:
@@ -333,7 +352,7 @@ def _counter_groups(events: TraceEvents, names: _Names) -> Iterator[pa.Table]:
     for _, part in _sorted_groups(events.samples, by, [False] * 4, _COUNTER_GROUP):
         counter = part["event"]
         part = part.with_columns(*counters[counter], *named[key.gather(counter)])
-        yield events.decode("samples", events.decode("counters", part)).to_arrow()
+        yield events.to_arrow(part, "counters", "samples")
 
 
 def _flows(others: pl.DataFrame) -> pl.DataFrame:
