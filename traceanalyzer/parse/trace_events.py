@@ -107,35 +107,20 @@ def derive_tables(
     ``result`` with the rows, span, processes and notes; ``on_read`` is called once the slices,
     the bulk of the memory, are written and freed.
 
-    With ``threads`` > 1 the counters are derived on a second core while the slices are (polars
-    and the Parquet encoder release the GIL); on one core one after the other, so that their
-    memory never adds up.
+    With ``threads`` > 1 the other tables are derived on a second core while the slices are
+    (polars and the Parquet encoder release the GIL); on one core after the slices, so that
+    their memory never adds up.
     """
     names = _Names(events.others)
     with ThreadPoolExecutor(1) as pool:
-        counters = (
-            pool.submit(_write_counters, events, names, sink, result) if threads > 1 else None
-        )
+        others = pool.submit(_write_others, events, names, sink, result) if threads > 1 else None
         _write_slices(events, names, sink, result)
         if on_read:
             on_read()
-        used_by_counters = (
-            counters.result() if counters else _write_counters(events, names, sink, result)
-        )
-
-    others = names.attach(events.others)
-    result.rows["flows"] = sink.arrow("flows", _flows(others).to_arrow())
-    used = pl.concat(
-        [
-            others.filter(
-                pl.col("ph").is_in(["s", "f", "t"])
-                | ((pl.col("ph") == "M") & pl.col("name").str.starts_with("thread"))
-            ).select("pid", "tid"),
-            used_by_counters,
-            names.thread_meta.select("pid", "tid"),
-        ]
-    ).unique()
-    result.rows["threads"] = sink.arrow("threads", _threads(used, names).to_arrow())
+        if others:
+            others.result()
+        else:
+            _write_others(events, names, sink, result)
     if names.cut:
         result.warnings.append(cut_names_note(names.cut))
     unnamed = names.procs.filter(pl.col("process_name").is_null()).height
@@ -153,6 +138,24 @@ def _write_slices(events: TraceEvents, names: _Names, sink: TableSink, result: T
         result.start_ns, result.end_ns = span.start_ns, span.end_ns
         result.hw_stream_arg = "Stream Id" if span.g1 else "Physic Stream Id"
     events.slices = events.flat = pl.DataFrame()  # the largest part: gone first
+
+
+def _write_others(events: TraceEvents, names: _Names, sink: TableSink, result: TraceResult) -> None:
+    """The counters, flows and threads tables: every table but the slices."""
+    used_by_counters = _write_counters(events, names, sink, result)
+    others = names.attach(events.others)
+    result.rows["flows"] = sink.arrow("flows", _flows(others).to_arrow())
+    used = pl.concat(
+        [
+            others.filter(
+                pl.col("ph").is_in(["s", "f", "t"])
+                | ((pl.col("ph") == "M") & pl.col("name").str.starts_with("thread"))
+            ).select("pid", "tid"),
+            used_by_counters,
+            names.thread_meta.select("pid", "tid"),
+        ]
+    ).unique()
+    result.rows["threads"] = sink.arrow("threads", _threads(used, names).to_arrow())
 
 
 def _write_counters(
