@@ -494,11 +494,10 @@ def ingest_session(
 
 
 # What a worker holds: the interpreter and libraries (about 100 MB, with room), and the decoded
-# events with the row groups being written (the native reader peaked at 1.6x the trace above
-# its imports with two cores, where the counters are derived alongside the slices, and at 1.4x
-# with one; DuckDB's at 1.2x above imports and buffers, on the 200 MB benchmark).
+# events with the row group being written (about 1.2x the trace: the native reader peaked at
+# 1.4x above its imports, DuckDB's at 1.2x above imports and buffers, on the 200 MB benchmark).
 _WORKER_BASE_MB = 150
-_WORKER_PER_TRACE_MB = 1.6
+_WORKER_PER_TRACE_MB = 1.4
 # A Db holds its events as ids, about 7x denser than the trace's JSON, so the tables it fills
 # take many times its size: the 200 MB benchmark's Db twin peaks at the base plus 9x the
 # database (docs/benchmarks/ingest.md); 10x leaves a margin.

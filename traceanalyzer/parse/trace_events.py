@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -101,26 +100,20 @@ def derive_tables(
     sink: TableSink,
     result: TraceResult,
     on_read: Callable[[], None] | None = None,
-    threads: int = 1,
 ) -> TraceResult:
     """Write the slices, counters, flows and threads tables of ``events`` to ``sink``, and fill
     ``result`` with the rows, span, processes and notes; ``on_read`` is called once the slices,
     the bulk of the memory, are written and freed.
 
-    With ``threads`` > 1 the other tables are derived on a second core while the slices are
-    (polars and the Parquet encoder release the GIL); on one core after the slices, so that
-    their memory never adds up.
+    The slices take two cores (each row group made while the one before is encoded); the other
+    tables are derived after them, alongside what ``on_read`` starts. Derived alongside the
+    slices, they were no faster and the peak was 45 MB higher (docs/benchmarks/ingest.md).
     """
     names = _Names(events.others)
-    with ThreadPoolExecutor(1) as pool:
-        others = pool.submit(_write_others, events, names, sink, result) if threads > 1 else None
-        _write_slices(events, names, sink, result)
-        if on_read:
-            on_read()
-        if others:
-            others.result()
-        else:
-            _write_others(events, names, sink, result)
+    _write_slices(events, names, sink, result)
+    if on_read:
+        on_read()
+    _write_others(events, names, sink, result)
     if names.cut:
         result.warnings.append(cut_names_note(names.cut))
     unnamed = names.procs.filter(pl.col("process_name").is_null()).height

@@ -87,7 +87,7 @@ def parse_trace_view(
     if trace_native.available():
         try:
             events = trace_native.scan_trace(path, threads)
-            return derive_tables(events, sink, TraceResult(reader="native"), on_read, threads)
+            return derive_tables(events, sink, TraceResult(reader="native"), on_read)
         except trace_native.NativeUnreadable as exc:
             refused = str(exc)  # damaged or unusual: the DuckDB reader salvages it
     import duckdb  # only for the traces the scanner does not read
@@ -110,4 +110,4 @@ def parse_trace_view(
         result.warnings.append(
             f"read by the slower DuckDB reader: the native scanner refused {refused}"
         )
-    return derive_tables(events, sink, result, on_read, threads)
+    return derive_tables(events, sink, result, on_read)
