@@ -48,7 +48,7 @@ def unavailable_note() -> str | None:
     if Scanner is None:
         return (
             "trace_view.json: the native scanner is not built (no C compiler or Python headers "
-            "at install), so DuckDB reads traces, about 1.8x slower; reinstall with one to speed "
+            "at install), so DuckDB reads traces, about 1.9x slower; reinstall with one to speed "
             "up the ingest"
         )
     if not available():
