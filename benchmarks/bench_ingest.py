@@ -368,7 +368,8 @@ ANALYSIS = """## Reading the figures
   slower than streaming the batches). (Native reader) dense columns
   for the flattened args (16 bytes a row each, mostly null); one join per table for the names
   (copies every column); pids as int32 (msprof's pids are `pid << 10 | ...`); one scanner
-  batch per block (a take on many chunks concatenates them); 32k-row groups (30 MB more); the
+  batch per block (a take on many chunks concatenates them); 16k- and 32k-row groups (20 and
+  50 MB more than 8k); the
   counters, flows and threads derived on the second core alongside the slices (0.4 s faster
   before the derivation's other savings, no faster after them, and a peak 45 MB higher
   either way); the CSVs and side JSONs read alongside the scan (the scan slowed by as much
@@ -387,8 +388,8 @@ ANALYSIS = """## Reading the figures
   run side by side on their own connections (the driver steps SQLite without the GIL) and
   write the tables nothing else needs (kernels, counters, memory) as they make them. Flows
   and threads are derived from the slices, and the slices are then sorted (the same stable
-  sort as the Text ingest's, `parse/rows.py`) and written last, alone, by 16k-row gathers, each made while the one before is
-  encoded. Names (process, thread, name, category; the counters' name, series and process)
+  sort as the Text ingest's, `parse/rows.py`) and written last, alone, by 8k-row gathers,
+  each made while the one before is encoded. Names (process, thread, name, category; the counters' name, series and process)
   are dictionary-encoded, as the native reader's are. The Db is a seventh of the trace's size
   (ids, not texts), so its peak is many times the Db file but about the Text ingest's peak
   for the same content: the tables are the same size whichever file they come from. For the
