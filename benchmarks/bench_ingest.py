@@ -369,8 +369,8 @@ ANALYSIS = """## Reading the figures
   for the flattened args (16 bytes a row each, mostly null); one join per table for the names
   (copies every column); pids as int32 (msprof's pids are `pid << 10 | ...`); one scanner
   batch per block (a take on many chunks concatenates them); 16k- and 32k-row groups (20 and
-  50 MB more than 8k); the
-  counters, flows and threads derived on the second core alongside the slices (0.4 s faster
+  50 MB more than 8k);
+  the counters, flows and threads derived on the second core alongside the slices (0.4 s faster
   before the derivation's other savings, no faster after them, and a peak 45 MB higher
   either way); the CSVs and side JSONs read alongside the scan (the scan slowed by as much
   as they took, and the peak rose 40 MB); jemalloc returning freed memory at once (`dirty_decay_ms:0`: a peak
