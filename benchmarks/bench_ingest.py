@@ -341,10 +341,17 @@ ANALYSIS = """## Reading the figures
   `ts` as exact ns from its digits, durations in ns, names, categories and counter series
   interned (4 bytes a row), the dozen well-known args as a sparse table (few events have any),
   `args` as minified text, pids as int64, all in Arrow layout that polars adopts without a copy
-  (text as string views). The columns take about 0.9x the file. The derivation then sorts (one
-  stable sort per key: a sort on all keys at once built a 70 MB row encoding) and gathers,
-  names and writes each table a row group at a time, the next group made while the Parquet
-  encoder writes the last (both release the GIL).
+  (text as string views). The file is read into one buffer per range, the event torn at a
+  block's end moved to its start (no block copied). The columns take about 0.9x the file.
+  The derivation then sorts each table once (numpy's stable lexsort over every key, texts by
+  their rank: polars' sort on all keys at once built a 70 MB row encoding, and its sorts one
+  key at a time took 1.5x the time) and gathers and writes each a row group at a time, the
+  next group made while the Parquet encoder writes the last (both release the GIL). Names
+  and flattened args come by a gather on keys computed once per table (a (pid, tid) key into
+  a table of names, a slice's row in the sparse args), not a join per row group; interned
+  columns go to the Parquet writer as dictionaries over their words. The counters, flows and
+  threads are derived once the slices are written, while the CSVs and side JSONs are read on
+  a second thread.
 - **The DuckDB reader** rows are the same ingest with the scanner off: what a machine without
   a C compiler gets, and what reads a damaged file (which it salvages). DuckDB's JSON reader
   hands the events over a batch at a time, split by kind as they come, and the flattened args
@@ -361,7 +368,14 @@ ANALYSIS = """## Reading the figures
   slower than streaming the batches). (Native reader) dense columns
   for the flattened args (16 bytes a row each, mostly null); one join per table for the names
   (copies every column); pids as int32 (msprof's pids are `pid << 10 | ...`); one scanner
-  batch per block (a take on many chunks concatenates them); 32k-row groups (30 MB more).
+  batch per block (a take on many chunks concatenates them); 16k- and 32k-row groups (20 and
+  50 MB more than 8k);
+  the counters, flows and threads derived on the second core alongside the slices (0.4 s faster
+  before the derivation's other savings, no faster after them, and a peak 45 MB higher
+  either way); the CSVs and side JSONs read alongside the scan (the scan slowed by as much
+  as they took, and the peak rose 40 MB); jemalloc returning freed memory at once (`dirty_decay_ms:0`: a peak
+  15 MB lower for 0.4 s more CPU); pyarrow's system or jemalloc pool instead of mimalloc
+  (within the noise).
 - **The Db twin** (`parse/db.py`; a [Text, Db] rank is read from its Db). The real Db export of
   the same workload, every event row repeated as often as the trace's events (`build_db_input`:
   ids shifted per copy so that flows and task infos still link within it; timestamps not
@@ -373,9 +387,9 @@ ANALYSIS = """## Reading the figures
   copy; ids become names in polars (STRING_IDS texts escaped once for the args). Three readers
   run side by side on their own connections (the driver steps SQLite without the GIL) and
   write the tables nothing else needs (kernels, counters, memory) as they make them. Flows
-  and threads are derived from the slices, and the slices are then sorted (one stable sort
-  per key) and written last, alone, by 16k-row gathers, each made while the one before is
-  encoded. Names (process, thread, name, category; the counters' name, series and process)
+  and threads are derived from the slices, and the slices are then sorted (the same stable
+  sort as the Text ingest's, `parse/rows.py`) and written last, alone, by 8k-row gathers,
+  each made while the one before is encoded. Names (process, thread, name, category; the counters' name, series and process)
   are dictionary-encoded, as the native reader's are. The Db is a seventh of the trace's size
   (ids, not texts), so its peak is many times the Db file but about the Text ingest's peak
   for the same content: the tables are the same size whichever file they come from. For the

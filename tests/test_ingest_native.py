@@ -231,6 +231,24 @@ def test_any_block_size_reads_the_same(block: int) -> None:
     _scan_bytes(data, block)  # a character or token cut by a block's end is completed after
 
 
+@pytest.mark.parametrize("block", [2, 7, 64])
+def test_the_file_read_in_any_block_size_gives_the_same_tables(
+    block: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Events torn at every block's end, events longer than the buffer (it grows), and two
+    # ranges read side by side, each wrapped as an array.
+    trace = tmp_path / "trace_view.json"
+    trace.write_text(json.dumps(_quirks() * 3, ensure_ascii=False), "utf-8")
+    expected, _ = _parse(trace, tmp_path / "whole", True, monkeypatch)
+    monkeypatch.setattr(trace_native, "_BLOCK_BYTES", block)
+    monkeypatch.setattr(trace_native, "_PARALLEL_MIN_BYTES", 0)
+    assert len(trace_native._ranges(trace, 2)) == 2
+    tables, result = _parse(trace, tmp_path / "blocks", True, monkeypatch)
+    assert result.reader == "native"
+    for table in TRACE_TABLES:
+        assert tables[table].equals(expected[table]), table
+
+
 def test_damaged_bytes_never_crash_the_scanner() -> None:
     """Cut or corrupted input raises ValueError (and the DuckDB reader takes over) or reads:
     the process never dies, whatever the bytes.

@@ -39,7 +39,6 @@ from traceanalyzer.discover import Discovery, RankSession, discover, input_root
 from traceanalyzer.parse import trace_native
 from traceanalyzer.parse.comm import parse_communication, parse_communication_matrix
 from traceanalyzer.parse.csv_tables import CSV_MEMORY_MB, SPECS, CsvSpec, csv_database, parse_csv
-from traceanalyzer.parse.db import DbResult, DbUnreadable, parse_db
 from traceanalyzer.parse.sink import WRITE_OPTIONS, body_columns, conform_body, table_from_rows
 from traceanalyzer.parse.trace_view import DEFAULT_PARSE_MEMORY, ParseMemory, parse_trace_view
 from traceanalyzer.schema import TABLES
@@ -57,6 +56,7 @@ from traceanalyzer.vocabulary import GENERATIONS, generation_label
 
 if TYPE_CHECKING:
     from traceanalyzer.executor import Executor
+    from traceanalyzer.parse.db import DbResult
 
 # Bump when parsers change what they write: stored sessions are then re-ingested.
 PARSER_VERSION = 8
@@ -376,6 +376,9 @@ def _read_db(
 ) -> DbResult | None:
     """Fill the session's tables from its Db; None (and nothing stored) when it is unreadable
     but a Text export is there to read instead. Raises RankFailed when it is all there is."""
+    # The Db reader (and its SQLite driver) is imported only for the sessions it reads.
+    from traceanalyzer.parse.db import DbUnreadable, parse_db
+
     try:
         result = parse_db(session.db_file, session.analysis_db, sink, threads)
     except DbUnreadable as exc:
@@ -466,7 +469,7 @@ def ingest_session(
                 for table, source in _TEXT_ONLY_TABLES.items()
                 if table not in sink.rows
             ]
-        sink.arrow("sessions", _session_row(session, db or trace, outcome))
+        sink.arrow("sessions", _session_row(session, trace, outcome, db))
         outcome.rows = dict(sink.rows)
     except RankFailed as exc:
         outcome.status = "failed"
@@ -611,21 +614,26 @@ def _fault_hook(session: RankSession) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-def _session_row(session: RankSession, trace: Any, outcome: SessionOutcome) -> pa.Table:
+def _session_row(
+    session: RankSession, trace: Any, outcome: SessionOutcome, db: DbResult | None = None
+) -> pa.Table:
+    """The session's row, from ``db`` when the Db export was read, else from ``trace`` (the
+    trace's result, None without one)."""
     files = (
         sorted(p.name for p in session.output_dir.iterdir()) if session.output_dir.is_dir() else []
     )
     metadata = dict(session.metadata)
-    if isinstance(trace, DbResult):
-        device_id = session.device_id if session.device_id is not None else trace.device_id
-        metadata.update({f"db.{k}": v for k, v in trace.metadata.items()})
+    if db is not None:
+        trace = db  # the Db holds the trace's events: its span, host and pid
+        device_id = session.device_id if session.device_id is not None else db.device_id
+        metadata.update({f"db.{k}": v for k, v in db.metadata.items()})
         # A Db export writes no profiler_metadata.json: its META_DATA records the same keys
         # (ENV_VARIABLES, parallel_group_info, add_metadata's), under the key the Text export
         # uses, so rules cannot tell the formats apart.
-        for key, value in trace.profiler_metadata.items():
+        for key, value in db.profiler_metadata.items():
             metadata.setdefault(key, value)
-        if trace.schema_version:
-            metadata["db.SCHEMA_VERSION"] = trace.schema_version
+        if db.schema_version:
+            metadata["db.SCHEMA_VERSION"] = db.schema_version
     else:
         device_id = session.device_id
     row = {

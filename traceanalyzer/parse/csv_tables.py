@@ -12,13 +12,16 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import duckdb
 import polars as pl
 import pyarrow as pa
 
-from traceanalyzer.parse.sink import TableSink, connect_duckdb, quiet
+from traceanalyzer.parse.sink import TableSink
 from traceanalyzer.timeutil import us_expr_to_ns
+
+if TYPE_CHECKING:  # DuckDB is imported when a CSV is read, not with the specs
+    import duckdb
 
 _NULLS = ["", "N/A", "NA", "n/a", "null", "None", "-", "4294967295", "18446744073709551615"]
 
@@ -301,6 +304,8 @@ def csv_database() -> duckdb.DuckDBPyConnection:
     Opening a database costs about 30 ms and a cursor on it almost nothing; a session has up to
     ten CSV files.
     """
+    from traceanalyzer.parse.duckdb_connect import connect_duckdb
+
     return connect_duckdb({"threads": 1, "memory_limit": f"{CSV_MEMORY_MB}MB"})
 
 
@@ -315,6 +320,10 @@ def parse_csv(
     rejected and reported by line. ``db`` (from :func:`csv_database`) is shared by the files of
     a session; each file reads through its own cursor, so rejected rows never mix.
     """
+    import duckdb
+
+    from traceanalyzer.parse.duckdb_connect import quiet
+
     result = CsvResult()
     if path.stat().st_size == 0:
         result.warnings.append(f"{path}: empty file")

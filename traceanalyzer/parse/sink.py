@@ -7,35 +7,15 @@ what parsers produce: they are the partition keys, added by the store.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterable
 from typing import Protocol
 
-import duckdb
 import polars as pl
 import pyarrow as pa
 
 from traceanalyzer.schema import TABLES
 
 PARTITION_KEYS = ("rank", "session")
-
-
-def connect_duckdb(config: dict[str, object]) -> duckdb.DuckDBPyConnection:
-    """A DuckDB connection for parsing, with ``config`` and without a progress bar."""
-    return quiet(duckdb.connect(config=config))
-
-
-def quiet(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
-    """Turn off the progress bar of ``con`` (a setting of each connection and cursor).
-
-    DuckDB draws one on stdout for any query over two seconds, even without a terminal, which
-    would corrupt `run --format json` and the progress lines on a large trace.
-    """
-    # In a Jupyter kernel without ipywidgets DuckDB refuses to touch the setting (its bar would
-    # be a widget there, not text on stdout): nothing to turn off.
-    with contextlib.suppress(duckdb.Error):
-        con.execute("SET enable_progress_bar = false")
-    return con
 
 
 class TableSink(Protocol):

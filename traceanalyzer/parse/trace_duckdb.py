@@ -26,6 +26,7 @@ import duckdb
 import polars as pl
 import pyarrow as pa
 
+from traceanalyzer.parse.duckdb_connect import connect_duckdb
 from traceanalyzer.parse.json_array import (
     EVENT_BOUNDARY,
     array_body,
@@ -35,7 +36,6 @@ from traceanalyzer.parse.json_array import (
     copy_prefix,
     split,
 )
-from traceanalyzer.parse.sink import connect_duckdb
 from traceanalyzer.parse.trace_events import TraceEvents
 from traceanalyzer.parse.trace_shared import (
     ARG_COLUMNS,

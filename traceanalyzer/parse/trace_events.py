@@ -16,13 +16,13 @@ import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
+import numpy as np
 import polars as pl
 import pyarrow as pa
 
 from traceanalyzer.parse.rows import ROW_GROUP_ROWS, made_ahead, stable_order
 from traceanalyzer.parse.sink import TableSink
 from traceanalyzer.parse.trace_shared import (
-    ARG_COLUMNS,
     MAX_NAME,
     TraceResult,
     cut_name,
@@ -59,21 +59,40 @@ class TraceEvents:
     others: pl.DataFrame
     words: dict[tuple[str, str], pl.Series] = field(default_factory=dict)
 
-    def decode(self, table: str, frame: pl.DataFrame) -> pl.DataFrame:
-        """``frame`` (rows of ``table``) with its interned columns as text."""
-        return frame.with_columns(
-            words.gather(frame[column]).alias(column)
-            for (name, column), words in self.words.items()
-            if name == table and column in frame.columns
-        )
+    def decode(self, table: str, column: str, frame: pl.DataFrame) -> pl.DataFrame:
+        """``frame`` (rows of ``table``) with ``column`` as text, if it is interned."""
+        if (table, column) not in self.words:
+            return frame
+        return frame.with_columns(self.words[table, column].gather(frame[column]).alias(column))
+
+    def to_arrow(self, frame: pl.DataFrame, *tables: str) -> pa.Table:
+        """``frame`` (rows of ``tables``) as Arrow, its interned columns dictionary-encoded by
+        their codes: no text is copied per row, and the Parquet writer takes the dictionary as
+        it is instead of hashing every row's text into one of its own."""
+        data = frame.to_arrow()
+        for (table, column), words in self.words.items():
+            present = table in tables and column in data.column_names
+            # (a column decoded to text already is left as it is)
+            if present and pa.types.is_integer(data.schema.field(column).type):
+                index = data.column_names.index(column)
+                dictionary = words.to_arrow()
+                texts = pa.chunked_array(
+                    [
+                        pa.DictionaryArray.from_arrays(codes, dictionary)
+                        for codes in data.column(index).cast(pa.int32()).chunks
+                    ],
+                    pa.dictionary(pa.int32(), dictionary.type),
+                )
+                data = data.set_column(index, column, texts)
+        return data
 
     def by_text(self, table: str, column: str) -> pl.Expr:
         """``column`` as a sort key that sorts as its text does: an interned column's codes are
         mapped to their text's rank among the column's strings (integers sort faster)."""
         if (table, column) not in self.words:
             return pl.col(column)
-        ranks = self.words[table, column].rank("dense").cast(pl.Int64)
-        return pl.col(column).map_batches(lambda codes: ranks.gather(codes), pl.Int64)
+        ranks = self.words[table, column].rank("dense")
+        return pl.col(column).map_batches(lambda codes: ranks.gather(codes), ranks.dtype)
 
 
 def derive_tables(
@@ -84,21 +103,39 @@ def derive_tables(
 ) -> TraceResult:
     """Write the slices, counters, flows and threads tables of ``events`` to ``sink``, and fill
     ``result`` with the rows, span, processes and notes; ``on_read`` is called once the slices,
-    the bulk of the memory, are written and freed."""
-    span = _Span()
+    the bulk of the memory, are written and freed.
+
+    The slices take two cores (each row group made while the one before is encoded); the other
+    tables are derived after them, alongside what ``on_read`` starts. Derived alongside the
+    slices, they were no faster and the peak was 45 MB higher (docs/benchmarks/ingest.md).
+    """
     names = _Names(events.others)
+    _write_slices(events, names, sink, result)
+    if on_read:
+        on_read()
+    _write_others(events, names, sink, result)
+    if names.cut:
+        result.warnings.append(cut_names_note(names.cut))
+    unnamed = names.procs.filter(pl.col("process_name").is_null()).height
+    if unnamed:
+        result.warnings.append(f"{unnamed} pids have no process_name metadata; named 'pid <n>'")
+    result.processes = sorted(names.procs["process_name"].drop_nulls().unique().to_list())
+    return result
+
+
+def _write_slices(events: TraceEvents, names: _Names, sink: TableSink, result: TraceResult) -> None:
+    """The slices table, and the session's span; the decoded slices are freed after."""
+    span = _Span()
     result.rows["slices"] = sink.batches("slices", made_ahead(_slice_groups(events, names, span)))
     if result.rows["slices"]:
         result.start_ns, result.end_ns = span.start_ns, span.end_ns
         result.hw_stream_arg = "Stream Id" if span.g1 else "Physic Stream Id"
-    events.slices = events.flat = pl.DataFrame()  # the largest part: gone before the counters
-    if on_read:
-        on_read()
+    events.slices = events.flat = pl.DataFrame()  # the largest part: gone first
 
-    result.rows["counters"] = sink.batches("counters", made_ahead(_counter_groups(events, names)))
-    used_by_counters = events.counters.select("pid", "tid").unique()
-    events.counters = events.samples = pl.DataFrame()
 
+def _write_others(events: TraceEvents, names: _Names, sink: TableSink, result: TraceResult) -> None:
+    """The counters, flows and threads tables: every table but the slices."""
+    used_by_counters = _write_counters(events, names, sink, result)
     others = names.attach(events.others)
     result.rows["flows"] = sink.arrow("flows", _flows(others).to_arrow())
     used = pl.concat(
@@ -112,13 +149,17 @@ def derive_tables(
         ]
     ).unique()
     result.rows["threads"] = sink.arrow("threads", _threads(used, names).to_arrow())
-    if names.cut:
-        result.warnings.append(cut_names_note(names.cut))
-    unnamed = names.procs.filter(pl.col("process_name").is_null()).height
-    if unnamed:
-        result.warnings.append(f"{unnamed} pids have no process_name metadata; named 'pid <n>'")
-    result.processes = sorted(names.procs["process_name"].drop_nulls().unique().to_list())
-    return result
+
+
+def _write_counters(
+    events: TraceEvents, names: _Names, sink: TableSink, result: TraceResult
+) -> pl.DataFrame:
+    """The counters table; returns the (pid, tid) that have counters (threads to list). The
+    decoded counters are freed after."""
+    result.rows["counters"] = sink.batches("counters", made_ahead(_counter_groups(events, names)))
+    used = events.counters.select("pid", "tid").unique()
+    events.counters = events.samples = pl.DataFrame()
+    return used
 
 
 class _Names:
@@ -163,26 +204,37 @@ class _Names:
         self._processes = self.procs.select("pid", "process_name").drop_nulls()
         self._threads = self.thread_meta.select("pid", "tid", "thread_name").drop_nulls()
 
-    def attach(self, frame: pl.DataFrame, thread_names: bool = True) -> pl.DataFrame:
-        """``frame`` (a row group, with ``pid`` and ``tid``) plus its ``process`` (and
-        ``thread``) names: named once per distinct (pid, tid) of the group, then joined."""
-        ids = frame.select("pid", "tid").unique()
-        named = ids.join(self._processes, on="pid", how="left").with_columns(_process())
+    def keyed(
+        self, frame: pl.DataFrame, thread_names: bool = True
+    ) -> tuple[pl.Series, pl.DataFrame]:
+        """The names of ``frame``'s rows (with ``pid`` and ``tid``) as a table with one row per
+        distinct (pid, tid), holding ``process`` (and ``thread``), and each row's key into it: a
+        row group then gets its names by a gather, not a join of its own."""
+        ids = frame.select("pid", "tid").unique(maintain_order=True)
+        named = ids.join(self._processes, on="pid", how="left", maintain_order="left").with_columns(
+            _process()
+        )
         columns = ["process"]
         if thread_names:
-            named = named.join(self._threads, on=["pid", "tid"], how="left").with_columns(
-                pl.coalesce("thread_name", _default_thread()).alias("thread")
-            )
+            named = named.join(
+                self._threads, on=["pid", "tid"], how="left", maintain_order="left"
+            ).with_columns(pl.coalesce("thread_name", _default_thread()).alias("thread"))
             columns.append("thread")
-        # Dictionary-encoded (Categorical): each name is held once, not once per row, in the
-        # Arrow tables handed to the sink and in the Parquet files.
-        return frame.join(
-            named.select("pid", "tid", *(pl.col(c).cast(pl.Categorical) for c in columns)),
+        key = frame.select("pid", "tid").join(
+            ids.with_row_index("key"),
             on=["pid", "tid"],
             how="left",
             maintain_order="left",
             nulls_equal=True,
-        )
+        )["key"]
+        # Dictionary-encoded (Categorical): each name is held once, not once per row, in the
+        # Arrow tables handed to the sink and in the Parquet files.
+        return key, named.select(pl.col(c).cast(pl.Categorical) for c in columns)
+
+    def attach(self, frame: pl.DataFrame, thread_names: bool = True) -> pl.DataFrame:
+        """``frame`` (with ``pid`` and ``tid``) plus its ``process`` (and ``thread``) names."""
+        key, named = self.keyed(frame, thread_names)
+        return frame.with_columns(named[key].get_columns())
 
 
 def _process() -> pl.Expr:
@@ -197,15 +249,12 @@ def _default_thread() -> pl.Expr:
 
 
 def _finish_slices(part: pl.DataFrame) -> pl.DataFrame:
-    """The slices columns that need the names: flattened args kept off Python events, the
-    hardware stream, the CANN layer and API name, the time span."""
-    # Framework (Python) events carry none of the flattened keys (a reader may skip them).
-    device = pl.col("process") != PYTHON_PROCESS
-    flattened = [pl.when(device).then(pl.col(column)).alias(column) for column, _, _ in ARG_COLUMNS]
+    """The slices columns that need the names: the hardware stream, the CANN layer and API
+    name, the time span."""
     hardware_stream = pl.when(pl.col("process") == HARDWARE_PROCESS).then(pl.col("tid"))
     is_cann = (pl.col("process") == CANN_PROCESS) & pl.col("name").str.contains(r"^[A-Za-z]+@")
     layer_and_name = pl.col("name").str.splitn("@", 2)
-    return part.with_columns(*flattened).with_columns(
+    return part.with_columns(
         pl.coalesce("stream_id", hardware_stream).alias("stream_id"),
         pl.col("ts").alias("start_ns"),
         (pl.col("ts") + pl.col("dur_ns")).alias("end_ns"),
@@ -244,25 +293,20 @@ def _sorted_groups(
         yield rows, frame[rows]
 
 
-def _with_flat(part: pl.DataFrame, flat: pl.DataFrame) -> pl.DataFrame:
-    """``part`` (with slice row numbers ``row``) plus its flattened args columns.
-
-    ``flat`` is in slice order, so each row is found by a binary search: no hash table of it is
-    built for every row group.
-    """
-    columns = [c for c in flat.columns if c != "row"]
-    if not flat.height:
-        return part.with_columns(pl.lit(None, flat[c].dtype).alias(c) for c in columns)
-    rows = part["row"].cast(flat["row"].dtype)
-    at = flat["row"].search_sorted(rows).clip(0, flat.height - 1)
-    found = flat["row"].gather(at) == rows
-    values = flat.select(columns)[at]
-    return part.with_columns(pl.when(found).then(values[c]).alias(c) for c in columns)
+def _flat_rows(flat: pl.DataFrame, rows: int, python: np.ndarray) -> np.ndarray:
+    """For each of ``rows`` slices, its row in ``flat``, or ``flat.height`` (a row of nulls
+    there) when it has none or is a framework (Python) event, which carries none of the
+    flattened keys (a reader may skip them): a row group gets its flattened args by a gather."""
+    at = np.full(rows, flat.height, dtype=np.uint32)
+    at[flat["row"].to_numpy()] = np.arange(flat.height, dtype=np.uint32)
+    at[python] = flat.height
+    return at
 
 
 def _slice_groups(events: TraceEvents, names: _Names, span: _Span) -> Iterator[pa.Table]:
     """The slices table a row group at a time, in time order (parents before children); each
     group gets its text, names and flattened args after the gather."""
+    slices = events.slices
     by = [
         pl.col("ts"),
         pl.col("dur_ns"),
@@ -271,27 +315,40 @@ def _slice_groups(events: TraceEvents, names: _Names, span: _Span) -> Iterator[p
         events.by_text("slices", "name"),
     ]
     descending = [False, True, False, False, False]  # parents before their children
-    for rows, part in _sorted_groups(events.slices, by, descending, ROW_GROUP_ROWS):
-        part = names.attach(events.decode("slices", part).with_columns(rows))
-        part = _with_flat(part, events.flat)
+    key, named = names.keyed(slices)
+    python = (named["process"] == PYTHON_PROCESS).to_numpy()[key.to_numpy()]
+    flat_at = pl.Series(_flat_rows(events.flat, slices.height, python))
+    flat = pl.concat([events.flat.drop("row"), events.flat.drop("row").clear(1)])
+    for rows, part in _sorted_groups(slices, by, descending, ROW_GROUP_ROWS):
+        part = events.decode("slices", "name", part).with_columns(
+            *named[key.gather(rows)], *flat[flat_at.gather(rows)]
+        )
         part = _finish_slices(part)
         if part.height:
             span.add(part)
-        yield part.to_arrow()
+        yield events.to_arrow(part, "slices")
 
 
 def _counter_groups(events: TraceEvents, names: _Names) -> Iterator[pa.Table]:
-    """The counters table a row group at a time: one row per sample, in time order."""
-    samples = events.samples.with_columns(
-        events.counters.select("pid", "tid", "name", pl.col("ts").alias("ts_ns"))[
-            events.samples["event"]
-        ]
-    )
-    by = [pl.col("ts_ns"), events.by_text("counters", "name"), events.by_text("samples", "series"),
-          pl.col("pid")]  # fmt: skip
-    for _, part in _sorted_groups(samples, by, [False] * 4, _COUNTER_GROUP):
-        part = events.decode("samples", events.decode("counters", part))
-        yield names.attach(part, thread_names=False).to_arrow()
+    """The counters table a row group at a time: one row per sample, in time order.
+
+    A sample's counter columns are gathered per row group (and per sort key), never for every
+    sample at once: that copy would be most of the counters' memory.
+    """
+    counters = events.counters.select("pid", "tid", "name", pl.col("ts").alias("ts_ns"))
+
+    def of_counter(key: pl.Series) -> pl.Expr:
+        """``key`` (a value per counter) for each sample."""
+        return pl.col("event").map_batches(lambda rows: key.gather(rows), key.dtype)
+
+    key, named = names.keyed(counters, thread_names=False)
+    name_key = counters.select(events.by_text("counters", "name")).to_series()
+    by = [of_counter(counters["ts_ns"]), of_counter(name_key),
+          events.by_text("samples", "series"), of_counter(counters["pid"])]  # fmt: skip
+    for _, part in _sorted_groups(events.samples, by, [False] * 4, _COUNTER_GROUP):
+        counter = part["event"]
+        part = part.with_columns(*counters[counter], *named[key.gather(counter)])
+        yield events.to_arrow(part, "counters", "samples")
 
 
 def _flows(others: pl.DataFrame) -> pl.DataFrame:

@@ -14,9 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import duckdb
-
-from traceanalyzer.parse import trace_duckdb, trace_native
+from traceanalyzer.parse import trace_native
 from traceanalyzer.parse.sink import TableSink
 from traceanalyzer.parse.trace_events import derive_tables
 from traceanalyzer.parse.trace_shared import TraceResult
@@ -92,6 +90,10 @@ def parse_trace_view(
             return derive_tables(events, sink, TraceResult(reader="native"), on_read)
         except trace_native.NativeUnreadable as exc:
             refused = str(exc)  # damaged or unusual: the DuckDB reader salvages it
+    import duckdb  # only for the traces the scanner does not read
+
+    from traceanalyzer.parse import trace_duckdb
+
     budget = (memory or DEFAULT_PARSE_MEMORY).limit_mb(path)
     result = TraceResult(reader="duckdb")
     try:

@@ -1,0 +1,26 @@
+"""DuckDB connections for the parsers that decode with it (the CSV summaries, and the DuckDB
+trace reader): imported only by them, so a run that reads neither never imports DuckDB."""
+
+from __future__ import annotations
+
+import contextlib
+
+import duckdb
+
+
+def connect_duckdb(config: dict[str, object]) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection for parsing, with ``config`` and without a progress bar."""
+    return quiet(duckdb.connect(config=config))
+
+
+def quiet(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
+    """Turn off the progress bar of ``con`` (a setting of each connection and cursor).
+
+    DuckDB draws one on stdout for any query over two seconds, even without a terminal, which
+    would corrupt `run --format json` and the progress lines on a large trace.
+    """
+    # In a Jupyter kernel without ipywidgets DuckDB refuses to touch the setting (its bar would
+    # be a widget there, not text on stdout): nothing to turn off.
+    with contextlib.suppress(duckdb.Error):
+        con.execute("SET enable_progress_bar = false")
+    return con
