@@ -46,7 +46,7 @@ def test_wheel_ships_recipe_templates_and_entry_point(wheel: zipfile.ZipFile) ->
     names = wheel.namelist()
     assert any(n.startswith("traceanalyzer/recipes/templates/") for n in names)
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
-    assert "traceanalyzer = traceanalyzer.cli:main" in wheel.read(entry_points).decode()
+    assert "traceanalyzer = traceanalyzer.cli:entry" in wheel.read(entry_points).decode()
 
 
 def test_wheel_ships_the_native_scanner(wheel: zipfile.ZipFile) -> None:

@@ -8,6 +8,7 @@ an unusable ``--out``); 4 the output could not be written during the run (disk f
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
@@ -520,5 +521,35 @@ def _gate_line(findings: RunResult) -> str:
     )
 
 
+def entry() -> None:
+    """The console script: :func:`main`, then an exit that skips the interpreter's teardown.
+
+    Tearing down frees every object of polars, pyarrow and DuckDB one by one and joins their
+    thread pools: 0.15-0.2 s of a run, after its last report is written. Every file is closed
+    and every pool joined by then, so the process ends at once, with the command's exit code,
+    unless something still needs its exit handlers: Ray's local cluster, child processes.
+    """
+    try:
+        main()
+        code: int | str | None = 0
+    except SystemExit as done:
+        code = done.code
+    if "ray" in sys.modules or _children_alive():
+        sys.exit(code)
+    if isinstance(code, str):  # sys.exit("message"): the message goes to stderr, exit 1
+        print(code, file=sys.stderr)
+        code = 1
+    for stream in (sys.stdout, sys.stderr):
+        # a closed pipe (`| head`) or stream: nothing to flush to
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os._exit(code or 0)
+
+
+def _children_alive() -> bool:
+    multiprocessing = sys.modules.get("multiprocessing")
+    return bool(multiprocessing and multiprocessing.active_children())
+
+
 if __name__ == "__main__":
-    main()
+    entry()
