@@ -396,3 +396,24 @@ def test_shared_derivations_run_once_per_shard_and_parameter_values(tmp_path):
 
     with pytest.raises(AttributeError, match="min_us"):
         first.shared(reads_more, ["step_pattern"])
+
+
+def test_a_rank_shard_holds_its_small_tables_in_memory_and_scans_the_large(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    from traceanalyzer import store as store_module
+    from traceanalyzer.executor import LocalExecutor
+    from traceanalyzer.ingest import ingest
+    from traceanalyzer.store import RankStore, Store
+
+    sample = Path(__file__).resolve().parents[1] / "sample_traces" / "inference_baseline"
+    out = tmp_path / "out"
+    ingest(sample, out, executor=LocalExecutor())
+    slices = Store.open(out).table("slices").collect()
+    monkeypatch.setattr(store_module, "IN_MEMORY_TABLE_ROWS", slices.height - 1)
+    shard = RankStore(out, [0])
+    assert "PARQUET" in shard.table("slices").explain().upper()  # too many rows: scanned
+    assert shard.table("sessions").explain().startswith("DF")  # small: decoded once
+    assert shard.table("slices") is shard.table("slices")  # listed once per task
+    assert shard.table("slices").collect().equals(slices)
+    assert shard.sessions().equals(Store.open(out).sessions())
