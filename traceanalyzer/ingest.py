@@ -38,7 +38,14 @@ from traceanalyzer import outdir
 from traceanalyzer.discover import Discovery, RankSession, discover, input_root
 from traceanalyzer.parse import trace_native
 from traceanalyzer.parse.comm import parse_communication, parse_communication_matrix
-from traceanalyzer.parse.csv_tables import CSV_MEMORY_MB, SPECS, CsvSpec, csv_database, parse_csv
+from traceanalyzer.parse.csv_tables import (
+    CSV_MEMORY_MB,
+    SPECS,
+    CsvResult,
+    CsvSpec,
+    csv_database,
+    parse_csv,
+)
 from traceanalyzer.parse.sink import WRITE_OPTIONS, body_columns, conform_body, table_from_rows
 from traceanalyzer.parse.trace_view import DEFAULT_PARSE_MEMORY, ParseMemory, parse_trace_view
 from traceanalyzer.schema import TABLES
@@ -295,32 +302,43 @@ class _SideFiles:
         paths = [session.output_dir / name for name in names]
         self.size = sum(p.stat().st_size for p in paths if p.is_file())
 
-    def parse(self) -> dict[str, list[str]]:
-        """Parse every side file; returns the CSV headers (they tell the generation)."""
+    def parse(self, threads: int = 1) -> dict[str, list[str]]:
+        """Parse every side file, the CSVs on up to ``threads`` threads (DuckDB, polars and the
+        Parquet writer release the GIL); returns the CSV headers (they tell the generation)."""
         headers: dict[str, list[str]] = {}
+        present: list[tuple[CsvSpec, Path]] = []
+        for spec in self.specs:
+            path = self.session.output_dir / spec.file
+            if path.is_file():
+                present.append((spec, path))
+            elif self.filled:
+                continue  # the Db was the source: the file is optional
+            elif spec.collected_with:
+                self.not_collected.append(spec)
+            else:
+                self.missing.append(spec.file)
         csv_db = csv_database()
+
+        def parse_one(item: tuple[CsvSpec, Path]) -> CsvResult | Exception:
+            try:
+                return parse_csv(item[1], item[0], self.sink, csv_db)
+            except Exception as exc:
+                if outdir.is_output_failure(exc, self.sink.out):
+                    raise
+                return exc
+
         try:
-            for spec in self.specs:
-                path = self.session.output_dir / spec.file
-                if not path.is_file():
-                    if self.filled:
-                        continue
-                    if spec.collected_with:
-                        self.not_collected.append(spec)
-                    else:
-                        self.missing.append(spec.file)
-                    continue
-                try:
-                    parsed = parse_csv(path, spec, self.sink, csv_db)
-                    headers[spec.file] = parsed.header
-                    self.warnings += parsed.warnings
-                except Exception as exc:
-                    if outdir.is_output_failure(exc, self.sink.out):
-                        raise
-                    self.warnings.append(f"{path}: could not be parsed ({exc})")
-                    self.incomplete.append(f"{spec.file} (could not be parsed)")
+            with ThreadPoolExecutor(max(1, min(threads, len(present)))) as pool:
+                results = list(pool.map(parse_one, present))
         finally:
             csv_db.close()
+        for (spec, path), parsed in zip(present, results, strict=True):  # in file order
+            if isinstance(parsed, Exception):
+                self.warnings.append(f"{path}: could not be parsed ({parsed})")
+                self.incomplete.append(f"{spec.file} (could not be parsed)")
+            else:
+                headers[spec.file] = parsed.header
+                self.warnings += parsed.warnings
         for name, _table, parser in self.comm:
             path = self.session.output_dir / name
             if not path.is_file():
@@ -427,7 +445,7 @@ def ingest_session(
 
         def trace_read() -> None:
             if pool and not side:
-                side.append(pool.submit(side_files.parse))
+                side.append(pool.submit(side_files.parse, threads))
 
         trace_path = session.output_dir / TRACE_FILE
         if db:
@@ -448,7 +466,7 @@ def ingest_session(
                 raise RankFailed(f"{trace_path}: unreadable ({type(exc).__name__}: {exc})") from exc
         else:
             outcome.missing_files.append(TRACE_FILE)
-        headers = side[0].result() if side else side_files.parse()
+        headers = side[0].result() if side else side_files.parse(threads)
         for table in TABLES:
             if table not in sink.rows and table != "sessions":
                 sink.empty(table)
