@@ -342,7 +342,8 @@ def _figure(fig: FigureContext) -> Any:
     if not series.get("step"):
         return None
     figure, (ax,) = fig.new(6.0, 2.4)
-    ax.bar(series["step"], series["idle_us"], color="#dc2626", width=0.7)
+    # steps as categories, as per_step_figure draws them: integer labels, one per bar
+    ax.bar([str(s) for s in series["step"]], series["idle_us"], color="#dc2626", width=0.7)
     ax.set_xlabel("step", fontsize=8)
     ax.set_ylabel("idle after syncs (µs)", fontsize=8)
     ax.set_title(f"rank {', '.join(map(str, ranks))}", fontsize=9)
