@@ -210,7 +210,7 @@ def test_parsing_connections_draw_no_progress_bar() -> None:
     """DuckDB draws one on stdout for queries over 2 s, even without a terminal: on a large trace
     it would corrupt `run --format json`."""
     from traceanalyzer.parse import csv_tables
-    from traceanalyzer.parse.duckdb_connect import connect_duckdb, quiet
+    from traceanalyzer.parse.duckdb_connect import connect_duckdb
 
-    for con in (connect_duckdb({"threads": 1}), quiet(csv_tables.csv_database().cursor())):
+    for con in (connect_duckdb({"threads": 1}), csv_tables.CsvDatabase().cursor()):
         assert con.execute("SELECT current_setting('enable_progress_bar')").fetchone()[0] is False

@@ -41,9 +41,9 @@ from traceanalyzer.parse.comm import parse_communication, parse_communication_ma
 from traceanalyzer.parse.csv_tables import (
     CSV_MEMORY_MB,
     SPECS,
+    CsvDatabase,
     CsvResult,
     CsvSpec,
-    csv_database,
     parse_csv,
 )
 from traceanalyzer.parse.sink import WRITE_OPTIONS, body_columns, conform_body, table_from_rows
@@ -303,8 +303,8 @@ class _SideFiles:
         self.size = sum(p.stat().st_size for p in paths if p.is_file())
 
     def parse(self, threads: int = 1) -> dict[str, list[str]]:
-        """Parse every side file, the CSVs on up to ``threads`` threads (DuckDB, polars and the
-        Parquet writer release the GIL); returns the CSV headers (they tell the generation)."""
+        """Parse every side file, the CSVs on up to ``threads`` threads (the CSV readers, polars
+        and the Parquet writer release the GIL); returns the CSV headers (they tell the generation)."""
         headers: dict[str, list[str]] = {}
         present: list[tuple[CsvSpec, Path]] = []
         for spec in self.specs:
@@ -317,7 +317,7 @@ class _SideFiles:
                 self.not_collected.append(spec)
             else:
                 self.missing.append(spec.file)
-        csv_db = csv_database()
+        csv_db = CsvDatabase()
 
         def parse_one(item: tuple[CsvSpec, Path]) -> CsvResult | Exception:
             try:

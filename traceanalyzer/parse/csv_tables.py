@@ -5,11 +5,18 @@ All generations are accepted: with or without ``Device_id``, ``Block Dim`` or ``
 CRLF or LF, trailing TABs after absolute times, quoted times (G1), triple-quoted shapes,
 multi-line call stacks, ``N/A`` and the 4294967295 / 18446744073709551615 sentinels.
 A malformed row is skipped and its line number reported; unknown columns go to ``extra``.
+
+Two readers, one conversion: Arrow's CSV reader takes every well-formed file (it is in the
+library every run loads, and reads a file in about a millisecond); a file it refuses goes to
+DuckDB's, which salvages it row by row. tests/test_csv_readers.py holds the two equal.
 """
 
 from __future__ import annotations
 
+import csv
 import re
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -298,66 +305,131 @@ def _rejected_rows(path: Path, rejected: list[tuple[int, str]]) -> list[str]:
 CSV_MEMORY_MB = 256  # DuckDB's budget for the CSV files: they stream, whatever their size
 
 
-def csv_database() -> duckdb.DuckDBPyConnection:
-    """A DuckDB database for the CSV files of one session, to pass to :func:`parse_csv`.
+class CsvDatabase:
+    """The DuckDB database the CSV files of one session share, opened on first use: most
+    sessions never need it (:func:`parse_csv` reads well-formed files with Arrow), and opening
+    one costs the DuckDB import and about 30 ms. Thread-safe; each file reads through its own
+    cursor, so rejected rows never mix."""
 
-    Opening a database costs about 30 ms and a cursor on it almost nothing; a session has up to
-    ten CSV files.
-    """
-    from traceanalyzer.parse.duckdb_connect import connect_duckdb
+    def __init__(self) -> None:
+        self._con: duckdb.DuckDBPyConnection | None = None
+        self._lock = threading.Lock()
 
-    return connect_duckdb({"threads": 1, "memory_limit": f"{CSV_MEMORY_MB}MB"})
+    def cursor(self) -> duckdb.DuckDBPyConnection:
+        from traceanalyzer.parse.duckdb_connect import connect_duckdb, quiet
+
+        with self._lock:
+            if self._con is None:
+                config = {"threads": 1, "memory_limit": f"{CSV_MEMORY_MB}MB"}
+                self._con = connect_duckdb(config)
+            return quiet(self._con.cursor())
+
+    def close(self) -> None:
+        with self._lock:
+            if self._con is not None:
+                self._con.close()
+                self._con = None
+
+
+class _NotPlain(Exception):
+    """The file is not one Arrow's reader takes as it is (a malformed row, bytes that are not
+    UTF-8, a row longer than a block): DuckDB reads it, reporting what it rejects by line."""
+
+
+# Arrow reads this much per step: the longest row it takes (a longer one goes to DuckDB).
+_ARROW_BLOCK_BYTES = 4 << 20
 
 
 def parse_csv(
-    path: Path, spec: CsvSpec, sink: TableSink, db: duckdb.DuckDBPyConnection | None = None
+    path: Path, spec: CsvSpec, sink: TableSink, db: CsvDatabase | None = None
 ) -> CsvResult:
     """Parse one CSV summary file into ``spec.table``.
 
-    DuckDB's native reader streams the file in Arrow batches, polars converts each batch and the
-    sink appends it to the Parquet partition: a kernel_details.csv of hundreds of MB costs one
-    batch of memory, never a Python object per cell. Rows with the wrong number of fields are
-    rejected and reported by line. ``db`` (from :func:`csv_database`) is shared by the files of
-    a session; each file reads through its own cursor, so rejected rows never mix.
+    The file streams in Arrow batches, polars converts each batch and the sink appends it to
+    the Parquet partition: a kernel_details.csv of hundreds of MB costs one batch of memory,
+    never a Python object per cell. A well-formed file is read by Arrow's CSV reader (in the
+    library every run has loaded); any other is read again by DuckDB's, which skips the rows
+    with the wrong number of fields and reports them by line (the partition is written once,
+    from one reader). ``db`` is the session's :class:`CsvDatabase`.
     """
+    if path.stat().st_size == 0:
+        return CsvResult(warnings=[f"{path}: empty file"])
+    try:
+        return _parse_plain(path, spec, sink)
+    except _NotPlain:
+        pass
+    own = db is None
+    db = db or CsvDatabase()
+    try:
+        return _parse_salvaging(path, spec, sink, db)
+    finally:
+        if own:
+            db.close()
+
+
+def _parse_plain(path: Path, spec: CsvSpec, sink: TableSink) -> CsvResult:
+    """``path`` read by Arrow, or :class:`_NotPlain`. Every field is read as text (empty ones as
+    null, as DuckDB reads them); the header is the first row."""
+    import pyarrow.csv as pacsv
+
+    try:
+        with open(path, encoding="utf-8-sig", newline="") as fh:
+            header = next(csv.reader(fh), None)
+    except (UnicodeDecodeError, csv.Error) as exc:
+        raise _NotPlain from exc
+    if not header:
+        raise _NotPlain
+    names = [f"f{i}" for i in range(len(header))]
+    try:
+        reader = pacsv.open_csv(
+            path,
+            read_options=pacsv.ReadOptions(
+                block_size=_ARROW_BLOCK_BYTES, autogenerate_column_names=True, use_threads=False
+            ),
+            parse_options=pacsv.ParseOptions(
+                newlines_in_values=True, invalid_row_handler=lambda _row: "error"
+            ),
+            convert_options=pacsv.ConvertOptions(
+                column_types=dict.fromkeys(names, pa.string()),
+                null_values=[""],
+                strings_can_be_null=True,
+                quoted_strings_can_be_null=False,
+            ),
+        )
+    except pa.ArrowInvalid as exc:
+        raise _NotPlain from exc
+    result, exprs = _plan(path, spec, header)
+    if not exprs:
+        return result
+
+    def batches() -> Iterator[pa.Table]:
+        first = True
+        while True:
+            try:
+                batch = reader.read_next_batch()
+            except StopIteration:
+                return
+            except pa.ArrowInvalid as exc:
+                raise _NotPlain from exc
+            if first:  # the header row
+                batch, first = batch.slice(1), False
+            yield _converted(batch, exprs)
+
+    result.rows = sink.batches(spec.table, batches())
+    return result
+
+
+def _parse_salvaging(path: Path, spec: CsvSpec, sink: TableSink, db: CsvDatabase) -> CsvResult:
+    """``path`` read by DuckDB: malformed rows are skipped and reported by line."""
     import duckdb
 
-    from traceanalyzer.parse.duckdb_connect import quiet
-
-    result = CsvResult()
-    if path.stat().st_size == 0:
-        result.warnings.append(f"{path}: empty file")
-        return result
-    con = quiet(db.cursor()) if db is not None else csv_database()
+    con = db.cursor()
     try:
         relation = con.sql(_READ_CSV, params={"path": str(path)})
-        columns = list(relation.columns)
-        # A trailing comma on the header line names an empty last column `columnN`: not data.
-        while len(columns) > 1 and re.fullmatch(r"column\d+", columns[-1]):
-            columns.pop()
-        result.header = [c.strip() for c in columns]
-        position = {name: i for i, name in reversed(list(enumerate(result.header)))}
-        used: set[int] = set()
-        exprs: list[pl.Expr] = []
-        for col in spec.columns:
-            source = next((s for s in col.sources if s in position), None)
-            if source is not None:
-                used.add(position[source])
-                exprs.append(_convert(pl.col(columns[position[source]]), col.kind).alias(col.name))
-        # Unknown columns (PMU metrics, newer fields) are kept, as a JSON object in `extra`.
-        unknown = [i for i in range(len(columns)) if i not in used and result.header[i]]
-        if unknown:
-            fields = [
-                pl.col(columns[i]).str.strip_chars("\t ").alias(result.header[i]) for i in unknown
-            ]
-            exprs.append(pl.struct(fields).struct.json_encode().alias("extra"))
-        if not used:  # not the file we expect (another tool's CSV, a wrong name): say so
-            result.warnings.append(
-                f"{path}: none of the expected columns found (header: {', '.join(result.header)[:200]})"
-            )
+        result, exprs = _plan(path, spec, list(relation.columns), generated=r"column\d+")
         if not exprs:
             return result
-        converted = (pl.from_arrow(batch).select(exprs).to_arrow() for batch in _batches(relation))
+        converted = (_converted(batch, exprs) for batch in _batches(relation))
         result.rows = sink.batches(spec.table, converted)
         try:
             rejected = con.execute(
@@ -370,3 +442,59 @@ def parse_csv(
     finally:
         con.close()
     return result
+
+
+def _plan(
+    path: Path, spec: CsvSpec, columns: list[str], generated: str = ""
+) -> tuple[CsvResult, list[pl.Expr]]:
+    """The file's header, and the expressions that turn its columns (named ``f<position>``)
+    into ``spec``'s. ``generated``: how the reader names a column whose header is empty."""
+    columns = [c.strip() for c in columns]
+    # A trailing comma on the header line names an empty last column: not data.
+    while len(columns) > 1 and (
+        not columns[-1] or (generated and re.fullmatch(generated, columns[-1]))
+    ):
+        columns.pop()
+    result = CsvResult(header=columns)
+    position = {name: i for i, name in reversed(list(enumerate(columns)))}
+    used: set[int] = set()
+    exprs: list[pl.Expr] = []
+    for col in spec.columns:
+        source = next((s for s in col.sources if s in position), None)
+        if source is not None:
+            used.add(position[source])
+            exprs.append(_convert(pl.col(f"f{position[source]}"), col.kind).alias(col.name))
+    # Unknown columns (PMU metrics, newer fields) are kept, as a JSON object in `extra`.
+    unknown = [i for i in range(len(columns)) if i not in used and columns[i]]
+    if unknown:
+        keys = _unique([columns[i] for i in unknown])
+        fields = [
+            pl.col(f"f{i}").str.strip_chars("\t ").alias(key)
+            for i, key in zip(unknown, keys, strict=True)
+        ]
+        exprs.append(pl.struct(fields).struct.json_encode().alias("extra"))
+    if not used:  # not the file we expect (another tool's CSV, a wrong name): say so
+        result.warnings.append(
+            f"{path}: none of the expected columns found (header: {', '.join(columns)[:200]})"
+        )
+    return result, exprs
+
+
+def _unique(names: list[str]) -> list[str]:
+    """``names`` with a repeated one suffixed ``_1``, ``_2`` ... (as DuckDB names them)."""
+    seen: set[str] = set()
+    unique = []
+    for name in names:
+        key, n = name, 0
+        while key in seen:
+            n += 1
+            key = f"{name}_{n}"
+        seen.add(key)
+        unique.append(key)
+    return unique
+
+
+def _converted(batch: pa.RecordBatch, exprs: list[pl.Expr]) -> pa.Table:
+    """One batch of the file (columns by position) in the table's columns."""
+    named = batch.rename_columns([f"f{i}" for i in range(batch.num_columns)])
+    return pl.from_arrow(named).select(exprs).to_arrow()
