@@ -73,6 +73,23 @@ def test_sick_sample_has_section_and_plot(sample: str) -> None:
         assert f"plots/{plot.name}" in md
 
 
+def test_reports_written_again_leave_no_stale_figure(tmp_path: Path) -> None:
+    """plots/ holds what the reports show: a figure of an earlier run (a finding that no longer
+    fires, a PNG now drawn as SVG) is removed; anything that is not a figure is left alone."""
+    import shutil
+
+    out = tmp_path / "out"
+    shutil.copytree(run_sample("capture_growth_2rank"), out)
+    plots = out / "plots"
+    current = sorted(p.name for p in plots.iterdir())
+    (plots / "capture-memcpy-growth-0123456789abcdef.png").write_bytes(b"\x89PNG old")
+    (plots / "gone-rule-fedcba9876543210.svg").write_text("<svg/>")
+    (plots / "notes.txt").write_text("mine")
+    files = write_reports(out)
+    assert not files.errors, files.errors
+    assert sorted(p.name for p in plots.iterdir()) == sorted([*current, "notes.txt"])
+
+
 def test_plot_matches_rule() -> None:
     drawn = {r.name for r in load_rules().rules if r.presentation.figure is not None}
     assert {"capture-memcpy-growth", "store-transfer-stall"} <= drawn

@@ -6,6 +6,7 @@ isolated, and failures come back as ``errors`` for ``run`` to print.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -107,5 +108,26 @@ def write_reports(
     attempt(MARKDOWN, lambda: render_markdown(inputs, plot_files))
     attempt(SARIF, lambda: json.dumps(build_sarif(inputs), indent=1) + "\n")
     attempt(ANNOTATIONS, lambda: json.dumps(build_annotations(inputs), indent=None) + "\n")
+    if HTML in files.written and MARKDOWN in files.written:  # no report links an old figure now
+        _prune_figures(out / PLOTS_DIR, keep=set(plot_files.values()))
     files.seconds = time.perf_counter() - started
     return files
+
+
+_FIGURE_SUFFIXES = (".svg", ".png")
+
+
+def _prune_figures(plots_dir: Path, keep: set[str]) -> None:
+    """Remove the figures an earlier run left in ``plots/`` (a finding that no longer fires, a
+    figure now drawn as SVG instead of PNG): the directory then holds what the reports show."""
+    try:
+        stale = [
+            p
+            for p in plots_dir.iterdir()
+            if p.suffix in _FIGURE_SUFFIXES and f"{PLOTS_DIR}/{p.name}" not in keep
+        ]
+    except OSError:  # no plots/ yet, or unreadable: nothing to prune
+        return
+    for path in stale:
+        with contextlib.suppress(OSError):
+            path.unlink()
