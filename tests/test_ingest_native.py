@@ -13,6 +13,7 @@ import os
 import random
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pytest
 from test_ingest_variants import CANN_PID, HW_PID, PY_PID, T0, _g2_trace, _m, _x
@@ -130,6 +131,8 @@ def _quirks() -> list[dict]:
         {"ph": "X", "name": "no ts", "pid": PY_PID, "tid": PY_PID, "dur": 1.0},
         {"ph": "X", "name": "args null", "pid": PY_PID, "tid": PY_PID, "ts": f"{T0}.106", "dur": 1.0, "args": None},
         {"ph": "X", "name": "args array", "pid": PY_PID, "tid": PY_PID, "ts": f"{T0}.107", "dur": 1.0, "args": [1, 2]},
+        {"ph": "X", "name": "args text", "pid": PY_PID, "tid": PY_PID, "ts": f"{T0}.108", "dur": 1.0, "args": "a \"b\""},
+        {"ph": "X", "name": "args number", "pid": PY_PID, "tid": PY_PID, "ts": f"{T0}.109", "dur": 1.0, "args": 1.5e3},
         {"name": "kernel", "pid": HW_PID, "tid": 7, "ts": f"{T0}.110", "dur": 3.25,
          "args": {"Task Type": "AI_CORE", "Task Id": 4294967295, "Physic Stream Id": "7", "Model Id": 18446744073709551615,
                   "connection_id": 12, "data size(Byte)": 4096, "memcpy direction": "h2d"}, "ph": "X"},
@@ -346,3 +349,54 @@ def test_an_install_without_the_scanner_says_so(monkeypatch: pytest.MonkeyPatch)
     assert "turned off" in (trace_native.unavailable_note() or "")
     monkeypatch.setenv("TRACEANALYZER_NATIVE", "1")
     assert trace_native.unavailable_note() is None
+
+
+def test_args_are_read_again_from_the_file_as_the_scan_saw_them(tmp_path: Path) -> None:
+    """The scanner locates the slices' args; a row group reads them from the file, in any row
+    order, as JSON text: objects minified, other values as written (as DuckDB gives them)."""
+    trace = tmp_path / "trace_view.json"
+    events = [
+        _x("obj", PY_PID, PY_PID, f"{T0}.1", 1.0, {"k": [1, {"x": "a b"}], "s": '\\ "'}),
+        _x("none", PY_PID, PY_PID, f"{T0}.2", 1.0),
+        {**_x("text", PY_PID, PY_PID, f"{T0}.3", 1.0), "args": 'q"uote'},
+    ]
+    trace.write_text(json.dumps(events, indent=2))
+    scan = trace_native.scan_trace(trace, 1)
+    backwards = scan.slices.reverse()
+    texts = scan.located_args.text(backwards["args_at"], backwards["args_len"]).to_list()
+    scan.located_args.close()
+    minified = json.dumps(events[0]["args"], separators=(",", ":"))
+    assert texts == ['"q\\"uote"', None, minified]
+
+
+def test_a_trace_changed_after_its_scan_is_read_by_duckdb(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The args are read from the file after the scan: if it changed in between (a profiler
+    still writing it), the DuckDB reader reads it whole, and nothing of the native read stays."""
+    trace = tmp_path / "trace_view.json"
+    trace.write_text(json.dumps(_quirks()))
+    scan = trace_native.scan_trace
+
+    def scan_then_change(path: Path, threads: int):  # noqa: ANN202
+        events = scan(path, threads)
+        path.write_text(json.dumps(_quirks()[::-1]))  # same events, other offsets
+        return events
+
+    monkeypatch.setattr(trace_native, "scan_trace", scan_then_change)
+    tables, result = _parse(trace, tmp_path, True, monkeypatch)
+    assert result.reader == "duckdb"
+    assert any("changed while it was being read" in w for w in result.warnings), result.warnings
+    assert tables["slices"].filter(pl.col("name") == "empty args")["args"].to_list() == [None]
+
+
+def test_an_args_range_outside_the_file_is_refused(tmp_path: Path) -> None:
+    trace = tmp_path / "trace_view.json"
+    trace.write_text(json.dumps(_quirks()))
+    fd = os.open(trace, os.O_RDONLY)
+    try:
+        at, length = np.array([trace.stat().st_size - 2]), np.array([10], dtype=np.int32)
+        with pytest.raises(ValueError, match="does not hold"):
+            trace_native.args_text(fd, at, length, np.array([0]))
+    finally:
+        os.close(fd)

@@ -530,8 +530,9 @@ def _release_memory() -> None:
 
 
 # What a worker holds: the interpreter and libraries (about 100 MB, with room), and the decoded
-# events with the row group being written (about 1.2x the trace: the native reader peaked at
-# 1.4x above its imports, DuckDB's at 1.2x above imports and buffers, on the 200 MB benchmark).
+# events with the row group being written: on the 200 MB benchmark the native reader peaks at
+# 1.0x the trace above its imports (it reads the slices' args again per row group), DuckDB's
+# at 1.2x above imports and buffers; room is kept for DuckDB, which reads any damaged file.
 _WORKER_BASE_MB = 150
 _WORKER_PER_TRACE_MB = 1.4
 # A Db holds its events as ids, about 7x denser than the trace's JSON, so the tables it fills

@@ -12,7 +12,6 @@ import json
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -80,14 +79,8 @@ def analyse(
         if log:
             log(f"evaluating rules on {len({o.rank for o in result.outcomes})} rank(s) ...")
         started = time.perf_counter()
-        with outdir.writes(out), ThreadPoolExecutor(1) as beside:
+        with outdir.writes(out):
             write_atomic_text(out / "ingest.json", json.dumps(result.to_dict(), indent=1))
-            # The overview needs no finding until its costs are added: where tasks run in this
-            # process it is computed beside the rules (both are mostly polars, which releases
-            # the GIL); a pool's workers are busy with the rules already.
-            summary = (
-                None if executor.parallel else beside.submit(_summary, out, executor, top, force)
-            )
             findings = evaluate_store(
                 out,
                 executor,
@@ -101,7 +94,9 @@ def analyse(
                 seconds = time.perf_counter() - started
                 log(f"evaluated {len(findings.rules)} rule(s) in {seconds:.1f} s")
             add_input_caveats(findings.findings, _incomplete_inputs(result))
-            findings.overview = _overview(out, executor, findings, top, force, log, summary)
+            # After the rules, not beside them: on the 200 MB benchmark beside them it saved
+            # no time and added 40 MB to the run's peak (docs/benchmarks/compare.md).
+            findings.overview = _overview(out, executor, findings, top, force, log)
             write_findings_json(findings, out)
         reports = run_reports(out, findings, rules.rules, input_root=path)
     return Analysis(result, findings, reports)
@@ -133,17 +128,13 @@ def _overview(
     top: TopSizes,
     force: bool,
     log: Callable[[str], None] | None,
-    summary: Future[tuple[dict, float]] | None = None,
 ) -> dict | None:
-    """Where the time goes (traceanalyzer.overview), with each finding's cost in it;
-    ``summary``: the document, being computed already."""
+    """Where the time goes (traceanalyzer.overview), with each finding's cost in it."""
     from traceanalyzer.engine.text import count
     from traceanalyzer.overview import finding_costs
 
     try:
-        document, seconds = (
-            summary.result() if summary is not None else _summary(out, executor, top, force)
-        )
+        document, seconds = _summary(out, executor, top, force)
         document["costs"] = finding_costs([f.to_dict() for f in findings.findings], document)
     except Exception as exc:  # the overview is context: its failure must not cost the findings
         if log:

@@ -14,7 +14,9 @@
  *
  * Five tables come out, each row a few fixed-width values (text as 16-byte views):
  * - slices: the X/i/I events: ph, name, pid, tid, cat, ts (exact ns from the decimal digits,
- *   never through a double), dur_ns, args (minified JSON);
+ *   never through a double), dur_ns, args (minified JSON); or, with args_ranges, args_at and
+ *   args_len instead (where the args lie in the file: they are half of a scan's memory), which
+ *   args_text() turns into the same text a row group at a time;
  * - flat: for the slices with any of the args keys the caller names: the slice's row and one
  *   column per group of keys (the first key of a group present wins; "int" and "id" groups are
  *   null when the value is not an integer, "id" ones also on the uint32 "none" sentinel). Few
@@ -30,6 +32,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #ifdef __linux__
 #include <sys/mman.h>
 #endif
@@ -404,11 +407,18 @@ static int put_text(Buf *b, const Span *v) {
 
 /* The view of the bytes data[start:], appended to views; 12 bytes or less go inline (and
  * leave data). */
+static int view_write(char *view, Buf *data, Py_ssize_t start);
+
 static int view_push(Buf *views, Buf *data, Py_ssize_t start) {
     if (buf_grow(views, 16) < 0) return -1;
     char *view = views->p + views->len;
     memset(view, 0, 16);
     views->len += 16;
+    return view_write(view, data, start);
+}
+
+/* The 16-byte view (zeroed) of data[start:]. */
+static int view_write(char *view, Buf *data, Py_ssize_t start) {
     Py_ssize_t len = data->len - start;
     if (data->len > INT32_MAX) return TOO_LARGE;
     int32_t len32 = (int32_t)len, zero = 0, offset = (int32_t)start;
@@ -654,7 +664,7 @@ static Py_ssize_t FIELD_LENS[N_FIELDS];
 /* The columns of each table; flat then has one column per group of args keys. */
 enum { T_SLICES, T_FLAT, T_COUNTERS, T_SAMPLES, T_OTHERS, N_TABLES };
 static const char *TABLE_NAMES[N_TABLES] = {"slices", "flat", "counters", "samples", "others"};
-enum { S_PH, S_NAME, S_PID, S_TID, S_CAT, S_TS, S_DUR, S_ARGS, S_COLUMNS };
+enum { S_PH, S_NAME, S_PID, S_TID, S_CAT, S_TS, S_DUR, S_ARGS, S_COLUMNS, S_ARGS_LEN = S_COLUMNS };
 enum { FLAT_ROW, FLAT_GROUPS };
 enum { K_PID, K_TID, K_NAME, K_TS, K_COLUMNS };
 enum { C_EVENT, C_SERIES, C_VALUE, C_COLUMNS };
@@ -697,6 +707,11 @@ typedef struct {
     Buf scratch;           /* an escaped ts, decoded */
     Span *members;         /* key and value spans of the current event's args */
     Py_ssize_t n_members, cap_members;
+    /* With args_ranges, a slice's args are not copied: args_at and args_len locate them in
+     * the file (byte offset and length), and args_text() reads them per row group. */
+    int args_ranges;
+    const char *block;     /* the block being scanned, which starts at byte base of the file */
+    long long base;
     char error[200];
 } Scanner;
 
@@ -853,6 +868,16 @@ static int commit_flat(Scanner *sc, const Event *ev, int64_t slice_row) {
     return 0;
 }
 
+/* Where a value lies in the file: its whole text, quotes included (null when absent or null). */
+static int range_push(Scanner *sc, Column *at, Column *len, Py_ssize_t row, const Span *v) {
+    int ok = v->kind != ABSENT && v->kind != JNULL;
+    const char *start = v->kind == STRING ? v->s - 1 : v->s;
+    Py_ssize_t n = v->kind == STRING ? v->n + 2 : v->n;
+    if (n > INT32_MAX) return TOO_LARGE;
+    TRY(int_push(at, row, ok, ok ? sc->base + (start - sc->block) : 0));
+    return int_push(len, row, ok, ok ? n : 0);
+}
+
 static int commit_slice(Scanner *sc, const Event *ev, const int64_t *ids, const int *ok,
                         int ts_ok, int64_t ts) {
     Table *t = &sc->tables[T_SLICES];
@@ -868,7 +893,11 @@ static int commit_slice(Scanner *sc, const Event *ev, const int64_t *ids, const 
     TRY(text_push(&c[S_CAT], row, &ev->fields[F_CAT]));
     TRY(int_push(&c[S_TS], row, ts_ok, ts));
     TRY(int_push(&c[S_DUR], row, 1, dur_ns)); /* no duration: 0, as the DuckDB path */
-    TRY(text_push(&c[S_ARGS], row, &ev->fields[F_ARGS]));
+    if (sc->args_ranges) {
+        TRY(range_push(sc, &c[S_ARGS], &c[S_ARGS_LEN], row, &ev->fields[F_ARGS]));
+    } else {
+        TRY(text_push(&c[S_ARGS], row, &ev->fields[F_ARGS]));
+    }
     TRY(commit_flat(sc, ev, t->before + row));
     t->rows++;
     return 0;
@@ -1111,20 +1140,26 @@ done:
 }
 
 static int scanner_init(Scanner *sc, PyObject *args, PyObject *kwds) {
-    static char *kwlist[] = {"groups", NULL};
+    static char *kwlist[] = {"groups", "args_ranges", NULL};
     PyObject *groups;
+    int args_ranges = 0;
     if (sc->n_keys || sc->n_groups || sc->tables[T_SLICES].n_columns) {
         PyErr_SetString(PyExc_RuntimeError, "a Scanner is initialised once");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O", kwlist, &groups)) return -1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|p", kwlist, &groups, &args_ranges))
+        return -1;
+    sc->args_ranges = args_ranges;
     if (add_groups(sc, groups) < 0) return -1;
     /* Names, categories, phases and series repeat: interned. Args and ids do not. */
     Table *t = sc->tables;
-    const char *slice_names[] = {"ph", "name", "pid", "tid", "cat", "ts", "dur_ns", "args"};
-    const int slice_types[] = {DICT, DICT, INT64, INT64, DICT, INT64, INT64, TEXT};
+    const char *slice_names[] = {"ph", "name", "pid", "tid", "cat", "ts", "dur_ns",
+                                 args_ranges ? "args_at" : "args"};
+    const int slice_types[] = {DICT, DICT, INT64, INT64, DICT, INT64, INT64,
+                               args_ranges ? INT64 : TEXT};
     int rc = 0;
     for (int i = 0; i < S_COLUMNS; i++) rc |= table_add(&t[T_SLICES], slice_names[i], slice_types[i]);
+    if (args_ranges) rc |= table_add(&t[T_SLICES], "args_len", INT32);
     rc |= table_add(&t[T_FLAT], "row", INT32);
     for (int g = 0; g < sc->n_groups; g++)
         rc |= table_add(&t[T_FLAT], sc->group_names[g],
@@ -1147,8 +1182,11 @@ static int scanner_init(Scanner *sc, PyObject *args, PyObject *kwds) {
 static PyObject *scanner_feed(Scanner *sc, PyObject *args) {
     Py_buffer view;
     int final = 0;
-    if (!PyArg_ParseTuple(args, "y*|p", &view, &final)) return NULL;
+    long long base = 0;
+    if (!PyArg_ParseTuple(args, "y*|pL", &view, &final, &base)) return NULL;
     const char *data = view.buf;
+    sc->block = data;
+    sc->base = base;
     Py_ssize_t n = view.len, where = 0, consumed = -1, bad_utf8;
     sc->error[0] = 0;
     Py_BEGIN_ALLOW_THREADS
@@ -1269,7 +1307,8 @@ static PyObject *scanner_take(Scanner *sc, PyObject *Py_UNUSED(ignored)) {
 
 static PyMethodDef scanner_methods[] = {
     {"feed", (PyCFunction)scanner_feed, METH_VARARGS,
-     "feed(block, final=False) -> bytes consumed: parse the complete events of a block.\n\n"
+     "feed(block, final=False, base=0) -> bytes consumed: parse the complete events of a\n"
+     "block, which starts at byte base of the file (for args_at).\n\n"
      "Bytes not consumed (an event cut by the block's end) must lead the next block. Raises\n"
      "ValueError, with the offset in the block, on input this scanner does not read."},
     {"take", (PyCFunction)scanner_take, METH_NOARGS,
@@ -1284,11 +1323,121 @@ static PyTypeObject ScannerType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "traceanalyzer.parse._trace_scan.Scanner",
     .tp_basicsize = sizeof(Scanner),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Scanner(groups): parse trace_view.json blocks into Arrow columns.",
+    .tp_doc = "Scanner(groups, args_ranges=False): parse trace_view.json blocks into Arrow\n"
+              "columns; with args_ranges, slices locate their args (args_at, args_len) instead\n"
+              "of copying them.",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)scanner_init,
     .tp_dealloc = (destructor)scanner_dealloc,
     .tp_methods = scanner_methods,
+};
+
+/* args_text(fd, at, lengths, order): the args of some slices as a text column, read from the
+ * file the scanner located them in (args_at, args_len: int64 and int32 buffers, at < 0 for
+ * none), as JSON text (DuckDB's reader gives the same): an object or array minified, any
+ * other value as written.
+ * ``order``: the rows by offset (int64). Ranges that lie close together are read with one
+ * pread, so a row group costs a few reads of the file, and no more memory than its text. A
+ * range the file no longer holds (it changed since) raises ValueError. */
+#define RUN_GAP (4 << 10)   /* bytes between two ranges read in one go */
+#define RUN_MAX (8 << 20)   /* most bytes read in one go (a longer range is read alone) */
+#define CHANGED -3
+
+static int read_at(int fd, Buf *window, int64_t begin, int64_t end) {
+    window->len = 0;
+    if (buf_grow(window, (Py_ssize_t)(end - begin)) < 0) return -1;
+    while (window->len < end - begin) {
+        ssize_t got = pread(fd, window->p + window->len, (size_t)(end - begin - window->len),
+                            (off_t)(begin + window->len));
+        if (got <= 0) return CHANGED;
+        window->len += got;
+    }
+    return 0;
+}
+
+static int located_text(int fd, const int64_t *at, const int32_t *lengths, const int64_t *order,
+                        Py_ssize_t rows, Buf *valid, Buf *views, Buf *data, Py_ssize_t *nulls) {
+    Buf window = {NULL, 0, 0};
+    int rc = 0;
+    if (buf_grow(valid, (rows + 7) / 8 + 1) < 0 || buf_grow(views, rows * 16 + 1) < 0) return -1;
+    memset(valid->p, 0, (size_t)((rows + 7) / 8));
+    valid->len = (rows + 7) / 8;
+    memset(views->p, 0, (size_t)(rows * 16));
+    views->len = rows * 16;
+    for (Py_ssize_t i = 0; i < rows && rc == 0;) {
+        int64_t row = order[i];
+        if (row < 0 || row >= rows || (at[row] >= 0 && lengths[row] < 0)) return CHANGED;
+        if (at[row] < 0) {
+            (*nulls)++;
+            i++;
+            continue;
+        }
+        int64_t begin = at[row], end = at[row] + lengths[row];
+        Py_ssize_t j = i + 1;
+        for (; j < rows; j++) {
+            int64_t next = order[j];
+            if (next < 0 || next >= rows || lengths[next] < 0 || at[next] < begin) {
+                rc = CHANGED; /* not in offset order */
+                break;
+            }
+            int64_t next_end = at[next] + lengths[next];
+            if (at[next] - end > RUN_GAP || next_end - begin > RUN_MAX) break;
+            if (next_end > end) end = next_end;
+        }
+        if (rc == 0) rc = read_at(fd, &window, begin, end);
+        for (Py_ssize_t k = i; k < j && rc == 0; k++) {
+            int64_t r = order[k];
+            const char *p = window.p + (at[r] - begin);
+            Py_ssize_t n = lengths[r];
+            /* JSON text: an object or array minified, any other value as written */
+            Span v = {p, n, n && (p[0] == '{' || p[0] == '[') ? COMPOUND : NUMBER, 0};
+            Py_ssize_t start = data->len;
+            rc = put_text(data, &v);
+            if (rc == 0) rc = view_write(views->p + r * 16, data, start);
+            valid->p[r / 8] |= (char)(1 << (r % 8));
+        }
+        i = j;
+    }
+    buf_free(&window);
+    return rc;
+}
+
+static PyObject *args_text(PyObject *Py_UNUSED(module), PyObject *args) {
+    int fd;
+    Py_buffer at, lengths, order;
+    if (!PyArg_ParseTuple(args, "iy*y*y*", &fd, &at, &lengths, &order)) return NULL;
+    Py_ssize_t rows = at.len / (Py_ssize_t)sizeof(int64_t), nulls = 0;
+    Buf valid = {NULL, 0, 0}, views = {NULL, 0, 0}, data = {NULL, 0, 0};
+    int rc = CHANGED;
+    if (lengths.len == rows * (Py_ssize_t)sizeof(int32_t) &&
+        order.len == rows * (Py_ssize_t)sizeof(int64_t)) {
+        Py_BEGIN_ALLOW_THREADS
+        rc = located_text(fd, at.buf, lengths.buf, order.buf, rows, &valid, &views, &data, &nulls);
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&at);
+    PyBuffer_Release(&lengths);
+    PyBuffer_Release(&order);
+    if (rc < 0) {
+        buf_free(&valid);
+        buf_free(&views);
+        buf_free(&data);
+        if (rc == -1) return PyErr_NoMemory();
+        PyErr_SetString(PyExc_ValueError,
+                        rc == TOO_LARGE ? "more than 2 GiB of args in one row group"
+                                        : "an args range the file does not hold (did it change?)");
+        return NULL;
+    }
+    return Py_BuildValue("(nnNNN)", rows, nulls, hand_over(&valid), hand_over(&views),
+                         hand_over(&data));
+}
+
+static PyMethodDef module_methods[] = {
+    {"args_text", args_text, METH_VARARGS,
+     "args_text(fd, args_at, args_len, order) -> (rows, nulls, validity, views, data): the\n"
+     "args the scanner located (Scanner(..., args_ranges=True)), read from the file; order:\n"
+     "the rows by args_at (int64)."},
+    {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
@@ -1296,6 +1445,7 @@ static struct PyModuleDef module = {
     .m_name = "_trace_scan",
     .m_doc = "Native trace_view.json scanner (see trace_native.py).",
     .m_size = -1,
+    .m_methods = module_methods,
 };
 
 PyMODINIT_FUNC PyInit__trace_scan(void) {

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 import polars as pl
@@ -34,12 +35,20 @@ from traceanalyzer.vocabulary import CANN_PROCESS, HARDWARE_PROCESS, PYTHON_PROC
 _COUNTER_GROUP = 64 << 10
 
 
+class LocatedArgs(Protocol):
+    def text(self, at: pl.Series, length: pl.Series) -> pl.Series:
+        """The args text of the slices whose args are at ``at``, ``length`` bytes each."""
+
+    def close(self) -> None: ...
+
+
 @dataclass
 class TraceEvents:
     """A trace's events as decoded, in file order: what every reader hands to the derivation.
 
     - ``slices``: the X/i/I events: ph, name, pid, tid, cat, ts (exact ns), dur_ns (0 when
-      absent), args (the object's minified JSON text);
+      absent), args (the object's minified JSON text), or args_at and args_len instead, to be
+      read through ``located_args``;
     - ``flat``: row (in ``slices``), then one column per :data:`ARG_COLUMNS` entry, for the
       slices that have any of those keys (a reader may list every slice, or skip Python ones);
     - ``counters``: the C events: pid, tid, name, ts;
@@ -58,6 +67,9 @@ class TraceEvents:
     samples: pl.DataFrame
     others: pl.DataFrame
     words: dict[tuple[str, str], pl.Series] = field(default_factory=dict)
+    # Where the slices' args are read from, when a reader located them (``args_at`` and
+    # ``args_len`` in ``slices``, read a row group at a time) instead of decoding them.
+    located_args: LocatedArgs | None = None
 
     def decode(self, table: str, column: str, frame: pl.DataFrame) -> pl.DataFrame:
         """``frame`` (rows of ``table``) with ``column`` as text, if it is interned."""
@@ -126,7 +138,12 @@ def derive_tables(
 def _write_slices(events: TraceEvents, names: _Names, sink: TableSink, result: TraceResult) -> None:
     """The slices table, and the session's span; the decoded slices are freed after."""
     span = _Span()
-    result.rows["slices"] = sink.batches("slices", made_ahead(_slice_groups(events, names, span)))
+    try:
+        groups = made_ahead(_slice_groups(events, names, span))
+        result.rows["slices"] = sink.batches("slices", groups)
+    finally:
+        if events.located_args is not None:
+            events.located_args.close()
     if result.rows["slices"]:
         result.start_ns, result.end_ns = span.start_ns, span.end_ns
         result.hw_stream_arg = "Stream Id" if span.g1 else "Physic Stream Id"
@@ -319,7 +336,11 @@ def _slice_groups(events: TraceEvents, names: _Names, span: _Span) -> Iterator[p
     python = (named["process"] == PYTHON_PROCESS).to_numpy()[key.to_numpy()]
     flat_at = pl.Series(_flat_rows(events.flat, slices.height, python))
     flat = pl.concat([events.flat.drop("row"), events.flat.drop("row").clear(1)])
+    located = events.located_args
     for rows, part in _sorted_groups(slices, by, descending, ROW_GROUP_ROWS):
+        if located is not None:  # read from the file now: only this group's args are held
+            args = located.text(part["args_at"], part["args_len"])
+            part = part.drop("args_at", "args_len").with_columns(args)
         part = events.decode("slices", "name", part).with_columns(
             *named[key.gather(rows)], *flat[flat_at.gather(rows)]
         )
