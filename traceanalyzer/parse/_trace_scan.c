@@ -868,14 +868,15 @@ static int commit_flat(Scanner *sc, const Event *ev, int64_t slice_row) {
     return 0;
 }
 
-/* Where a value lies in the file: its whole text, quotes included (null when absent or null). */
+/* Where a value lies in the file: its whole text, quotes included (offset -1 when absent or
+ * null; never a null, so the columns go to numpy without a copy). */
 static int range_push(Scanner *sc, Column *at, Column *len, Py_ssize_t row, const Span *v) {
     int ok = v->kind != ABSENT && v->kind != JNULL;
     const char *start = v->kind == STRING ? v->s - 1 : v->s;
     Py_ssize_t n = v->kind == STRING ? v->n + 2 : v->n;
     if (n > INT32_MAX) return TOO_LARGE;
-    TRY(int_push(at, row, ok, ok ? sc->base + (start - sc->block) : 0));
-    return int_push(len, row, ok, ok ? n : 0);
+    TRY(int_push(at, row, 1, ok ? sc->base + (start - sc->block) : -1));
+    return int_push(len, row, 1, ok ? n : 0);
 }
 
 static int commit_slice(Scanner *sc, const Event *ev, const int64_t *ids, const int *ok,

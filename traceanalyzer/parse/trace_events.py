@@ -37,7 +37,8 @@ _COUNTER_GROUP = 64 << 10
 
 class LocatedArgs(Protocol):
     def text(self, at: pl.Series, length: pl.Series) -> pl.Series:
-        """The args text of the slices whose args are at ``at``, ``length`` bytes each."""
+        """The args text of the slices whose args are at ``at`` (-1: none), ``length`` bytes
+        each."""
 
     def close(self) -> None: ...
 

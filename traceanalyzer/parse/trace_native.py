@@ -199,13 +199,12 @@ class FileArgs:
         self._fd: int | None = None
 
     def text(self, at: pl.Series, length: pl.Series) -> pl.Series:
-        """The args of the slices at ``at`` (null: none), ``length`` bytes each."""
+        """The args of the slices at ``at`` (-1: none), ``length`` bytes each."""
         if self._fd is None:
             self._fd = os.open(self.path, os.O_RDONLY)
             if _identity(os.fstat(self._fd)) != self._identity:
                 raise NativeUnreadable(f"{self.path}: changed while it was being read")
-        offsets = at.fill_null(-1).cast(pl.Int64).to_numpy()
-        lengths = length.fill_null(0).cast(pl.Int32).to_numpy()
+        offsets, lengths = at.to_numpy(), length.to_numpy()  # int64 and int32, no nulls
         order = np.argsort(offsets, kind="stable").astype(np.int64, copy=False)
         try:
             rows, nulls, valid, views, data = args_text(self._fd, offsets, lengths, order)
