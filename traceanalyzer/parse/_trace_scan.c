@@ -1367,7 +1367,10 @@ static int located_text(int fd, const int64_t *at, const int32_t *lengths, const
     views->len = rows * 16;
     for (Py_ssize_t i = 0; i < rows && rc == 0;) {
         int64_t row = order[i];
-        if (row < 0 || row >= rows || (at[row] >= 0 && lengths[row] < 0)) return CHANGED;
+        if (row < 0 || row >= rows || (at[row] >= 0 && lengths[row] < 0)) {
+            rc = CHANGED; /* not a row, or a negative length: the caller's columns are wrong */
+            break;
+        }
         if (at[row] < 0) {
             (*nulls)++;
             i++;
