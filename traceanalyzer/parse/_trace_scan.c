@@ -14,9 +14,9 @@
  *
  * Five tables come out, each row a few fixed-width values (text as 16-byte views):
  * - slices: the X/i/I events: ph, name, pid, tid, cat, ts (exact ns from the decimal digits,
- *   never through a double), dur_ns, args (minified JSON); or, with args_ranges, args_at and
- *   args_len instead (where the args lie in the file: they are half of a scan's memory), which
- *   args_text() turns into the same text a row group at a time;
+ *   never through a double), dur_ns, and args_at and args_len: where the args lie in the file
+ *   (copied, they would be half of a scan's memory), which args_text() turns into their JSON
+ *   text (minified) a row group at a time;
  * - flat: for the slices with any of the args keys the caller names: the slice's row and one
  *   column per group of keys (the first key of a group present wins; "int" and "id" groups are
  *   null when the value is not an integer, "id" ones also on the uint32 "none" sentinel). Few
@@ -664,7 +664,7 @@ static Py_ssize_t FIELD_LENS[N_FIELDS];
 /* The columns of each table; flat then has one column per group of args keys. */
 enum { T_SLICES, T_FLAT, T_COUNTERS, T_SAMPLES, T_OTHERS, N_TABLES };
 static const char *TABLE_NAMES[N_TABLES] = {"slices", "flat", "counters", "samples", "others"};
-enum { S_PH, S_NAME, S_PID, S_TID, S_CAT, S_TS, S_DUR, S_ARGS, S_COLUMNS, S_ARGS_LEN = S_COLUMNS };
+enum { S_PH, S_NAME, S_PID, S_TID, S_CAT, S_TS, S_DUR, S_ARGS_AT, S_ARGS_LEN, S_COLUMNS };
 enum { FLAT_ROW, FLAT_GROUPS };
 enum { K_PID, K_TID, K_NAME, K_TS, K_COLUMNS };
 enum { C_EVENT, C_SERIES, C_VALUE, C_COLUMNS };
@@ -707,9 +707,6 @@ typedef struct {
     Buf scratch;           /* an escaped ts, decoded */
     Span *members;         /* key and value spans of the current event's args */
     Py_ssize_t n_members, cap_members;
-    /* With args_ranges, a slice's args are not copied: args_at and args_len locate them in
-     * the file (byte offset and length), and args_text() reads them per row group. */
-    int args_ranges;
     const char *block;     /* the block being scanned, which starts at byte base of the file */
     long long base;
     char error[200];
@@ -894,11 +891,7 @@ static int commit_slice(Scanner *sc, const Event *ev, const int64_t *ids, const 
     TRY(text_push(&c[S_CAT], row, &ev->fields[F_CAT]));
     TRY(int_push(&c[S_TS], row, ts_ok, ts));
     TRY(int_push(&c[S_DUR], row, 1, dur_ns)); /* no duration: 0, as the DuckDB path */
-    if (sc->args_ranges) {
-        TRY(range_push(sc, &c[S_ARGS], &c[S_ARGS_LEN], row, &ev->fields[F_ARGS]));
-    } else {
-        TRY(text_push(&c[S_ARGS], row, &ev->fields[F_ARGS]));
-    }
+    TRY(range_push(sc, &c[S_ARGS_AT], &c[S_ARGS_LEN], row, &ev->fields[F_ARGS]));
     TRY(commit_flat(sc, ev, t->before + row));
     t->rows++;
     return 0;
@@ -1141,26 +1134,21 @@ done:
 }
 
 static int scanner_init(Scanner *sc, PyObject *args, PyObject *kwds) {
-    static char *kwlist[] = {"groups", "args_ranges", NULL};
+    static char *kwlist[] = {"groups", NULL};
     PyObject *groups;
-    int args_ranges = 0;
     if (sc->n_keys || sc->n_groups || sc->tables[T_SLICES].n_columns) {
         PyErr_SetString(PyExc_RuntimeError, "a Scanner is initialised once");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|p", kwlist, &groups, &args_ranges))
-        return -1;
-    sc->args_ranges = args_ranges;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O", kwlist, &groups)) return -1;
     if (add_groups(sc, groups) < 0) return -1;
     /* Names, categories, phases and series repeat: interned. Args and ids do not. */
     Table *t = sc->tables;
-    const char *slice_names[] = {"ph", "name", "pid", "tid", "cat", "ts", "dur_ns",
-                                 args_ranges ? "args_at" : "args"};
-    const int slice_types[] = {DICT, DICT, INT64, INT64, DICT, INT64, INT64,
-                               args_ranges ? INT64 : TEXT};
+    const char *slice_names[] = {"ph",    "name",   "pid",     "tid",     "cat",
+                                 "ts",    "dur_ns", "args_at", "args_len"};
+    const int slice_types[] = {DICT, DICT, INT64, INT64, DICT, INT64, INT64, INT64, INT32};
     int rc = 0;
     for (int i = 0; i < S_COLUMNS; i++) rc |= table_add(&t[T_SLICES], slice_names[i], slice_types[i]);
-    if (args_ranges) rc |= table_add(&t[T_SLICES], "args_len", INT32);
     rc |= table_add(&t[T_FLAT], "row", INT32);
     for (int g = 0; g < sc->n_groups; g++)
         rc |= table_add(&t[T_FLAT], sc->group_names[g],
@@ -1324,9 +1312,8 @@ static PyTypeObject ScannerType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "traceanalyzer.parse._trace_scan.Scanner",
     .tp_basicsize = sizeof(Scanner),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Scanner(groups, args_ranges=False): parse trace_view.json blocks into Arrow\n"
-              "columns; with args_ranges, slices locate their args (args_at, args_len) instead\n"
-              "of copying them.",
+    .tp_doc = "Scanner(groups): parse trace_view.json blocks into Arrow columns (a slice's\n"
+              "args located in the file: args_at, args_len; read them with args_text).",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)scanner_init,
     .tp_dealloc = (destructor)scanner_dealloc,
@@ -1439,7 +1426,7 @@ static PyObject *args_text(PyObject *Py_UNUSED(module), PyObject *args) {
 static PyMethodDef module_methods[] = {
     {"args_text", args_text, METH_VARARGS,
      "args_text(fd, args_at, args_len, order) -> (rows, nulls, validity, views, data): the\n"
-     "args the scanner located (Scanner(..., args_ranges=True)), read from the file; order:\n"
+     "args the scanner located (its slices' args_at, args_len), read from the file; order:\n"
      "the rows by args_at (int64)."},
     {NULL, NULL, 0, NULL},
 };

@@ -85,7 +85,7 @@ def _scan(
     place and are handed over once. The file is read block by block into one buffer, the event
     torn at a block's end moved to its start: no block is copied. The slices' args are
     located (:class:`FileArgs`), not copied."""
-    scanner = Scanner(ARG_COLUMNS, args_ranges=True)
+    scanner = Scanner(ARG_COLUMNS)
     buffer = bytearray(_BLOCK_BYTES)
     kept = 0  # bytes at the buffer's start not scanned yet: "[", or an event torn at its end
     at = begin  # the file offset of the buffer's first byte
