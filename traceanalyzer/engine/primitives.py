@@ -16,7 +16,7 @@ that the hydrology/climate literature uses for Mann-Kendall, and Fisher's z for 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal, TypeVar
 
@@ -550,25 +550,32 @@ def host_launches(
         .collect()
     )
     calls = _with_launch_op(calls)
-    found = [
-        _replay_links(tasks, calls.filter(pl.col("api_name").is_in(list(replay_apis)))),
-        _connection_links(tasks, calls),
-    ]
-    if flows is not None:
-        flow_frame = flows.lazy() if isinstance(flows, pl.DataFrame) else flows
-        found.append(_flow_links(tasks, calls, flow_frame, "HostToDevice"))
-        ops = frame.filter(pl.col("cat") == "cpu_op").select(
+
+    def cpu_ops(threads: pl.DataFrame) -> pl.DataFrame:
+        """The torch ops on ``threads``: only where a flow starts (most are never read)."""
+        ops = frame.filter(pl.col("cat") == "cpu_op").join(threads.lazy(), on=_THREAD, how="semi")
+        return ops.select(
             *_THREAD, "name", pl.col("name").alias("launch_op"), "start_ns", "end_ns"
-        )
-        found.append(_flow_links(tasks, ops.collect(), flow_frame, "async_npu"))
-    order = {name: i for i, name in enumerate(LAUNCH_LINKS)}
-    best = (
-        pl.concat(found, how="vertical_relaxed")
-        .with_columns(pl.col("link").replace_strict(order, return_dtype=pl.Int64).alias("_o"))
-        .sort("_task", "_o")
-        .unique("_task", keep="first")
-        .drop("_o")
-    )
+        ).collect()
+
+    flow_frame = None if flows is None else flows.lazy()
+    linkers: list[Callable[[pl.DataFrame], pl.DataFrame]] = [
+        lambda todo: _replay_links(todo, calls.filter(pl.col("api_name").is_in(list(replay_apis)))),
+        lambda todo: _connection_links(todo, calls),
+    ]
+    if flow_frame is not None:
+        linkers.append(lambda todo: _flow_links(todo, lambda _: calls, flow_frame, "HostToDevice"))
+        linkers.append(lambda todo: _flow_links(todo, cpu_ops, flow_frame, "async_npu"))
+    # In order of trust (LAUNCH_LINKS), each link looks up only the tasks the ones before it
+    # left unlinked: where connection ids link every task, no flow (and no Python op) is read.
+    found: list[pl.DataFrame] = []
+    todo = tasks
+    for linker in linkers:
+        found.append(linker(todo))  # (the first runs on no tasks too: it gives the columns)
+        todo = todo.join(found[-1].select("_task"), on="_task", how="anti")
+        if todo.is_empty():
+            break
+    best = pl.concat(found, how="vertical_relaxed")
     return (
         tasks.join(best, on="_task", how="left")
         .sort([*keys, "stream", "start_ns", "_task"])
@@ -683,11 +690,16 @@ def _connection_links(tasks: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
 
 
 def _flow_links(
-    tasks: pl.DataFrame, calls: pl.DataFrame, flows: pl.LazyFrame, cat: str
+    tasks: pl.DataFrame,
+    calls_on: Callable[[pl.DataFrame], pl.DataFrame],
+    flows: pl.LazyFrame,
+    cat: str,
 ) -> pl.DataFrame:
-    """Tasks linked by flows of ``cat``: ``f`` at the task start, ``s`` inside the launching call."""
+    """Tasks linked by flows of ``cat``: ``f`` at the task start, ``s`` inside the launching call,
+    one of ``calls_on(threads)`` (the calls on the threads the flows start on, or more)."""
+    at_start = pl.col("end_ns").is_in(tasks["start_ns"].unique().implode())
     ends = (
-        flows.filter((pl.col("cat") == cat) & pl.col("end_ns").is_not_null())
+        flows.filter((pl.col("cat") == cat) & at_start)
         .select(
             "rank",
             "session",
@@ -703,6 +715,7 @@ def _flow_links(
     # events repeat (merged or tiled copies) would otherwise join every copy to every copy.
     at_task = ["rank", "session", "_stream_thread", "start_ns"]
     linked = tasks.join(ends.unique(at_task, keep="first", maintain_order=True), on=at_task)
+    calls = calls_on(linked.select(_THREAD).unique())
     launches = pl.concat([calls.select(*_THREAD), _as_launch(calls)], how="horizontal").rename(
         {"launch_start_ns": "start_ns", "launch_end_ns": "end_ns"}
     )

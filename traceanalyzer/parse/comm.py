@@ -14,7 +14,7 @@ from typing import Any
 import polars as pl
 
 from traceanalyzer import json_shape
-from traceanalyzer.parse.sink import TableSink
+from traceanalyzer.parse.sink import TableSink, arrow_table
 from traceanalyzer.timeutil import float_ms_to_ns, us_expr_to_ns
 
 _TOTAL = "Total Op Info"
@@ -96,7 +96,7 @@ def parse_communication(path: Path, sink: TableSink) -> int:
                 else None,
             }
         )
-    return sink.arrow("comm_ops", _table(rows, {"start_ns": "start_us"}, _OP_MS).to_arrow())
+    return sink.arrow("comm_ops", arrow_table(_table(rows, {"start_ns": "start_us"}, _OP_MS)))
 
 
 def parse_communication_matrix(path: Path, sink: TableSink) -> int:
@@ -123,4 +123,4 @@ def parse_communication_matrix(path: Path, sink: TableSink) -> int:
                 }
             )
     transit = {"transit_ns": "Transit Time(ms)"}
-    return sink.arrow("comm_links", _table(rows, {}, transit).to_arrow())
+    return sink.arrow("comm_links", arrow_table(_table(rows, {}, transit)))

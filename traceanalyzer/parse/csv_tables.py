@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 import polars as pl
 import pyarrow as pa
 
-from traceanalyzer.parse.sink import TableSink
+from traceanalyzer.parse.sink import TableSink, arrow_table
 from traceanalyzer.timeutil import us_expr_to_ns
 
 if TYPE_CHECKING:  # DuckDB is imported when a CSV is read, not with the specs
@@ -497,4 +497,4 @@ def _unique(names: list[str]) -> list[str]:
 def _converted(batch: pa.RecordBatch, exprs: list[pl.Expr]) -> pa.Table:
     """One batch of the file (columns by position) in the table's columns."""
     named = batch.rename_columns([f"f{i}" for i in range(batch.num_columns)])
-    return pl.from_arrow(named).select(exprs).to_arrow()
+    return arrow_table(pl.from_arrow(named).select(exprs))

@@ -41,7 +41,7 @@ import polars as pl
 import pyarrow as pa
 
 from traceanalyzer.parse.rows import ROW_GROUP_ROWS, made_ahead, stable_order
-from traceanalyzer.parse.sink import TableSink, body_columns
+from traceanalyzer.parse.sink import TableSink, arrow_table, body_columns
 from traceanalyzer.parse.trace_shared import CURRENT_SORT_INDEX, G2_SORT_INDEX, SENTINELS
 from traceanalyzer.timeutil import float_ms_to_ns, float_us_to_ns, us_expr_to_ns
 from traceanalyzer.vocabulary import CORE_TASK_TYPE
@@ -559,12 +559,12 @@ def _write(sink: TableSink, table: str, frame: pl.DataFrame, order: pl.Series | 
     canonical = {name for name, _ in body_columns(table)}
     frame = frame.select(c for c in frame.columns if c in canonical)
     if order is None and frame.height <= ROW_GROUP_ROWS:
-        return sink.arrow(table, frame.to_arrow())
+        return sink.arrow(table, arrow_table(frame))
     starts = range(0, frame.height, ROW_GROUP_ROWS)
     if order is None:
-        parts = (frame.slice(start, ROW_GROUP_ROWS).to_arrow() for start in starts)
+        parts = (arrow_table(frame.slice(start, ROW_GROUP_ROWS)) for start in starts)
     else:
-        parts = (frame[order.slice(start, ROW_GROUP_ROWS)].to_arrow() for start in starts)
+        parts = (arrow_table(frame[order.slice(start, ROW_GROUP_ROWS)]) for start in starts)
     return sink.batches(table, made_ahead(parts))
 
 
@@ -1484,7 +1484,7 @@ def _analysis_tables(db: _Db, sink: TableSink, result: DbResult) -> None:
         ("comm_links", "CommAnalyzerMatrix", _comm_links),
     ):
         if _collected(db, result, source):
-            result.rows[table] = sink.arrow(table, build(db).to_arrow())
+            result.rows[table] = sink.arrow(table, arrow_table(build(db)))
 
 
 _STEP_COLUMNS = {

@@ -37,9 +37,16 @@ _NAMES = pa.dictionary(pa.int32(), pa.string())
 WRITE_OPTIONS = {"compression": "zstd", "store_schema": False}
 
 
+def arrow_table(frame: pl.DataFrame) -> pa.Table:
+    """``frame`` as Arrow for a sink, without a copy of its text: polars holds strings as views,
+    which the Parquet writer encodes as they are (as ``large_string`` they would be copied into
+    one buffer first, a fifth of a large trace's derivation)."""
+    return frame.to_arrow(compat_level=pl.CompatLevel.newest())
+
+
 def _conform_column(col: pa.ChunkedArray, typ: pa.DataType) -> pa.ChunkedArray:
-    if col.type == typ:
-        return col
+    if col.type == typ or (typ == pa.string() and col.type == pa.string_view()):
+        return col  # string views are written as strings: the file reads back the same
     if pa.types.is_dictionary(col.type) and typ == pa.string():
         return col.cast(_NAMES)
     return col.cast(typ)
@@ -65,4 +72,4 @@ def table_from_rows(rows: list[dict[str, object]]) -> pa.Table:
     Built through polars because pyarrow's own constructors import pandas on first use, which
     costs a worker about 0.3 s per process for tables of a few rows.
     """
-    return pl.DataFrame(rows, infer_schema_length=None).to_arrow()
+    return arrow_table(pl.DataFrame(rows, infer_schema_length=None))

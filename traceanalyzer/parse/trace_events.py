@@ -22,7 +22,7 @@ import polars as pl
 import pyarrow as pa
 
 from traceanalyzer.parse.rows import ROW_GROUP_ROWS, made_ahead, stable_order
-from traceanalyzer.parse.sink import TableSink
+from traceanalyzer.parse.sink import TableSink, arrow_table
 from traceanalyzer.parse.trace_shared import (
     MAX_NAME,
     TraceResult,
@@ -82,7 +82,7 @@ class TraceEvents:
         """``frame`` (rows of ``tables``) as Arrow, its interned columns dictionary-encoded by
         their codes: no text is copied per row, and the Parquet writer takes the dictionary as
         it is instead of hashing every row's text into one of its own."""
-        data = frame.to_arrow()
+        data = arrow_table(frame)
         for (table, column), words in self.words.items():
             present = table in tables and column in data.column_names
             # (a column decoded to text already is left as it is)
@@ -155,7 +155,7 @@ def _write_others(events: TraceEvents, names: _Names, sink: TableSink, result: T
     """The counters, flows and threads tables: every table but the slices."""
     used_by_counters = _write_counters(events, names, sink, result)
     others = names.attach(events.others)
-    result.rows["flows"] = sink.arrow("flows", _flows(others).to_arrow())
+    result.rows["flows"] = sink.arrow("flows", arrow_table(_flows(others)))
     used = pl.concat(
         [
             others.filter(
@@ -166,7 +166,7 @@ def _write_others(events: TraceEvents, names: _Names, sink: TableSink, result: T
             names.thread_meta.select("pid", "tid"),
         ]
     ).unique()
-    result.rows["threads"] = sink.arrow("threads", _threads(used, names).to_arrow())
+    result.rows["threads"] = sink.arrow("threads", arrow_table(_threads(used, names)))
 
 
 def _write_counters(
