@@ -210,6 +210,8 @@ def case_floor_outside(name: str, rank: Path, tmp: Path) -> dict:
     start-up and its imports count too (like for like; the in-process floor is stricter)."""
     trace = rank / "ASCEND_PROFILER_OUTPUT" / "trace_view.json"
     program = (
+        # with the library settings our run has (one BLAS thread...): like for like
+        "from traceanalyzer import process_env\nprocess_env.configure()\n"
         f"import json, os\nTRACE = {str(trace)!r}; COLUMNS = {COLUMNS!r}\n"
         + textwrap.dedent(CASES[name]).strip()
         + "\n"

@@ -265,8 +265,8 @@ def build_db_input(copies: int) -> Path:
 # Imported before the clock starts in every case: the timings compare work, not interpreter
 # start-up (traceanalyzer's imports, polars and pyarrow, take longer than duckdb's alone).
 SETUP = """
-from traceanalyzer import allocator
-allocator.configure()  # as the CLI does, before polars is imported
+from traceanalyzer import process_env
+process_env.configure()  # as the CLI does, before polars is imported
 import tempfile
 from pathlib import Path
 import duckdb, polars, pyarrow
@@ -319,9 +319,10 @@ ANALYSIS = """## Reading the figures
 - **Memory.** Every case imports duckdb, polars, pyarrow and traceanalyzer before the clock
   starts, so each peak includes the `imports only` baseline (about 100 MB: duckdb 27, pyarrow
   36, polars 24); the `RSS above imports` column is the memory the work itself takes (with the
-  libraries counted, even `read bytes` is 1.5x the file). Every case runs with the allocator
-  settings the CLI sets (`traceanalyzer/allocator.py`: one jemalloc arena for polars, freed
-  memory purged after 100 ms; with jemalloc's defaults the native ingest peaked at 1.7x).
+  libraries counted, even `read bytes` is 1.5x the file). Every case runs with the library
+  settings the CLI sets (`traceanalyzer/process_env.py`: one jemalloc arena for polars, freed
+  memory purged after 100 ms, with jemalloc's defaults the native ingest peaked at 1.7x; one
+  BLAS thread).
   Memory is flat in the number of ranks (docs/scale.md).
 - **Floors.** The issue's floors are all here, measured in the same run: reading the bytes,
   DuckDB's reader (lazy and materialised), msgspec (bare, and into an Arrow table of the X

@@ -24,7 +24,7 @@ LAYERS: list[tuple[str, ...]] = [
         "traceanalyzer",
         "vocabulary",
         "timeutil",
-        "allocator",
+        "process_env",
         "executor",
         "schema",
         "json_shape",

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from traceanalyzer import __version__, allocator
+from traceanalyzer import __version__, process_env
 from traceanalyzer.exitcodes import (
     EXIT_FINDINGS,
     EXIT_INTERRUPTED,
@@ -35,8 +35,8 @@ if TYPE_CHECKING:
     from traceanalyzer.engine.runner import RunResult
     from traceanalyzer.ingest import IngestResult, SessionOutcome
 
-# Before anything imports polars (every command imports it lazily, below).
-allocator.configure()
+# Before anything imports polars or numpy (every command imports them lazily, below).
+process_env.configure()
 
 
 class _Progress:

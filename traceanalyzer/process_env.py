@@ -1,0 +1,33 @@
+"""How the native libraries behave in the processes traceanalyzer owns: set before they load.
+
+- **polars' allocator.** polars allocates through jemalloc, which by default keeps freed memory
+  in one arena per CPU (times four) for ten seconds. The native trace reader allocates and frees
+  a row group at a time, so that retention, not the data, set a worker's peak: 1.7x the trace
+  instead of 1.5x (docs/benchmarks/ingest.md). One arena, purged by a background thread after
+  100 ms, keeps the peak at the data without costing time.
+- **numpy's BLAS threads.** OpenBLAS starts a thread per core when numpy is imported, and they
+  spin waiting for work for a while (0.1 s of a core at the import alone). traceanalyzer does no
+  linear algebra worth threads, so on the 200 MB benchmark rank those spinning threads cost
+  0.4 s of CPU taken from the parse on two cores; one BLAS thread costs none.
+
+The libraries read these settings once, when they load, so :func:`configure` runs at the top
+of the CLI (worker processes inherit the environment). A value the user set wins. A notebook
+that imported polars or numpy before traceanalyzer keeps their defaults: slower and higher
+peaks, nothing else.
+"""
+
+from __future__ import annotations
+
+import os
+
+POLARS_JEMALLOC_CONF = "narenas:1,background_thread:true,dirty_decay_ms:100,muzzy_decay_ms:0"
+SETTINGS = {
+    "_RJEM_MALLOC_CONF": POLARS_JEMALLOC_CONF,  # the name polars' jemalloc build reads
+    "OPENBLAS_NUM_THREADS": "1",
+}
+
+
+def configure() -> None:
+    """Apply :data:`SETTINGS`, each unless the environment already sets it."""
+    for name, value in SETTINGS.items():
+        os.environ.setdefault(name, value)
