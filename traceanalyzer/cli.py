@@ -9,6 +9,7 @@ an unusable ``--out``); 4 the output could not be written during the run (disk f
 from __future__ import annotations
 
 import contextlib
+import gc
 import importlib
 import json
 import os
@@ -433,6 +434,9 @@ def _run(
     from traceanalyzer.parse.trace_view import ParseMemory
     from traceanalyzer.pipeline import analyse
 
+    # The libraries' objects live as long as this process: frozen, the collector's full passes
+    # (the parse's cycles) do not walk them again (0.05 s of a 200 MB run).
+    gc.freeze()
     try:
         memory = ParseMemory.parse(parse_memory)
     except ValueError as exc:
