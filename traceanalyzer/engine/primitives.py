@@ -49,6 +49,7 @@ def overlap_join(
     Both frames need ``start_ns`` and ``end_ns``. Task columns that clash with span columns get
     ``suffix`` (so the task bounds become ``start_ns_task``/``end_ns_task``). Added columns:
     ``overlap_start_ns``, ``overlap_end_ns`` and ``overlap_ns`` (the clipped intersection).
+    Rows come in the order of the spans, then of the tasks.
 
     Modes:
       - ``overlap``: the task shares time with the span (``t.start < s.end and t.end > s.start``);
@@ -57,37 +58,58 @@ def overlap_join(
       - ``start_within``: the task starts inside ``[s.start, s.end)`` (for counting calls per
         window regardless of how long they run).
 
-    The join is an equi-join on ``on`` followed by a filter, which is right when one side per key
-    is small (transfer spans, capture windows); do not use it for task x task joins.
+    Each mode is two inequalities between the bounds, which polars joins by sorting (an
+    IEJoin): the cost follows the pairs found, so thousands of steps against thousands of calls
+    cost what the pairs cost, not their product. polars turns an equality among the predicates
+    into a cross join, so each ``on`` key group is joined apart (null keys match nothing, as in
+    an equi-join).
     """
     keys = list(on)
+    lazy = isinstance(spans, pl.LazyFrame)
+    left = spans.collect() if isinstance(spans, pl.LazyFrame) else spans
+    right = tasks.collect() if isinstance(tasks, pl.LazyFrame) else tasks
+    clashing = [c for c in right.columns if c in left.columns and c not in keys]
+    right = right.rename({c: f"{c}{suffix}" for c in clashing})
     s_start, s_end = pl.col("start_ns"), pl.col("end_ns")
     t_start, t_end = pl.col(f"start_ns{suffix}"), pl.col(f"end_ns{suffix}")
-    joined = (
-        spans.join(tasks, on=keys, how="inner", suffix=suffix)
-        if keys
-        else spans.join(tasks, how="cross", suffix=suffix)
-    )
     if mode == "overlap":
-        point = t_start == t_end
-        hit = (
-            pl.when(point)
-            .then((t_start >= s_start) & (t_start < s_end))
-            .otherwise((t_start < s_end) & (t_end > s_start))
-        )
+        # a zero-length task counts from the span's start: its end as one ns later
+        right = right.with_columns((t_end + (t_start == t_end).cast(pl.Int64)).alias("_end_by"))
+        predicates = [t_start < s_end, pl.col("_end_by") > s_start]
     elif mode == "contain":
-        hit = (t_start >= s_start) & (t_end <= s_end)
+        predicates = [t_start >= s_start, t_end <= s_end]
     elif mode == "start_within":
-        hit = (t_start >= s_start) & (t_start < s_end)
+        predicates = [t_start >= s_start, t_start < s_end]
     else:  # pragma: no cover - guarded by the Literal type
         raise ValueError(f"unknown overlap mode {mode!r}")
+    # a null bound the predicates read matches nothing (a start_within task needs no end)
+    task_bounds = [t_start] if mode == "start_within" else [t_start, t_end]
+    keyed = [pl.col(c).is_not_null() for c in keys]
+    left = left.with_row_index("_span").filter(*keyed, s_start.is_not_null(), s_end.is_not_null())
+    right = right.with_row_index("_task_row").filter(
+        *keyed, *(bound.is_not_null() for bound in task_bounds)
+    )
+    groups = right.partition_by(keys, as_dict=True, include_key=False) if keys else {(): right}
+    parts = [
+        part.join_where(groups[key], *predicates)
+        for key, part in (left.partition_by(keys, as_dict=True) if keys else {(): left}).items()
+        if key in groups
+    ]
+    if not parts:  # the columns of a join that found nothing
+        parts = [left.clear().join_where(right.clear().drop(keys), *predicates)]
     ov_start = pl.max_horizontal(s_start, t_start)
     ov_end = pl.min_horizontal(s_end, t_end)
-    return joined.filter(hit).with_columns(
-        ov_start.alias("overlap_start_ns"),
-        ov_end.alias("overlap_end_ns"),
-        (ov_end - ov_start).clip(lower_bound=0).alias("overlap_ns"),
+    joined = (
+        pl.concat(parts)
+        .sort("_span", "_task_row")
+        .drop("_span", "_task_row", *(["_end_by"] if mode == "overlap" else []))
+        .with_columns(
+            ov_start.alias("overlap_start_ns"),
+            ov_end.alias("overlap_end_ns"),
+            (ov_end - ov_start).clip(lower_bound=0).alias("overlap_ns"),
+        )
     )
+    return joined.lazy() if lazy else joined  # type: ignore[return-value]
 
 
 # --------------------------------------------------------------------------------------------
