@@ -234,7 +234,9 @@ class _PartitionSink:
                     body = conform_body(table, part)
                     if writer is None:  # the first part's schema: names may be dictionaries
                         writer = pq.ParquetWriter(path, body.schema, **WRITE_OPTIONS)
-                    writer.write_table(body.cast(writer.schema))
+                    if body.schema != writer.schema:  # a part typed otherwise than the first
+                        body = body.cast(writer.schema)
+                    writer.write_table(body)
                     count += body.num_rows
                 if writer is None:
                     empty = pa.schema([pa.field(name, typ) for name, typ in body_columns(table)])
@@ -689,7 +691,7 @@ def _session_row(
         "config": json.dumps(session.config, ensure_ascii=False, sort_keys=True),
         "files": json.dumps(files),
     }
-    return table_from_rows([row])
+    return table_from_rows("sessions", [row])
 
 
 # --------------------------------------------------------------------------- driver

@@ -30,25 +30,39 @@ def body_columns(table: str) -> list[tuple[str, pa.DataType]]:
     return [(c.name, c.type) for c in TABLES[table].columns if c.name not in PARTITION_KEYS]
 
 
-# A dictionary-encoded string column (process and thread names) stays dictionary-encoded: cast
-# to plain strings, a long name would be copied into every row. Written with the sink's
-# WRITE_OPTIONS, the file reads back as plain strings.
-_NAMES = pa.dictionary(pa.int32(), pa.string())
+# A dictionary-encoded string column (process and thread names) is written as it is: as plain
+# strings, a long name would be copied into every row. Written with the sink's WRITE_OPTIONS,
+# the file reads back as plain strings.
 WRITE_OPTIONS = {"compression": "zstd", "store_schema": False}
 
 
 def arrow_table(frame: pl.DataFrame) -> pa.Table:
     """``frame`` as Arrow for a sink, without a copy of its text: polars holds strings as views,
     which the Parquet writer encodes as they are (as ``large_string`` they would be copied into
-    one buffer first, a fifth of a large trace's derivation)."""
-    return frame.to_arrow(compat_level=pl.CompatLevel.newest())
+    one buffer first, a fifth of a large trace's derivation). Dictionary-encoded (Categorical)
+    columns keep ``large_string`` names: the writer cannot decode a dictionary of views, which
+    it does when a row group's dictionary differs from the one before."""
+    data = frame.to_arrow(compat_level=pl.CompatLevel.newest())
+    names = [name for name, dtype in frame.schema.items() if isinstance(dtype, pl.Categorical)]
+    for name, column in zip(names, frame.select(names).to_arrow(), strict=True):
+        data = data.set_column(data.column_names.index(name), name, column)
+    return data
+
+
+def _is_text(typ: pa.DataType) -> bool:
+    """Strings the Parquet writer writes as ``string``: views, large strings, dictionaries."""
+    if pa.types.is_dictionary(typ):
+        typ = typ.value_type
+    return typ in (pa.string(), pa.string_view(), pa.large_string())
 
 
 def _conform_column(col: pa.ChunkedArray, typ: pa.DataType) -> pa.ChunkedArray:
-    if col.type == typ or (typ == pa.string() and col.type == pa.string_view()):
-        return col  # string views are written as strings: the file reads back the same
-    if pa.types.is_dictionary(col.type) and typ == pa.string():
-        return col.cast(_NAMES)
+    """``col`` as ``typ``. The usual columns need no cast, so a run does not import
+    pyarrow.compute (50 ms, with numpy.ma) for them; an odd column is cast."""
+    if col.type == typ or (typ == pa.string() and _is_text(col.type)):
+        return col
+    if pa.types.is_null(col.type):  # a column of nulls only: polars could not type it
+        return pa.chunked_array([pa.nulls(len(col), typ)])
     return col.cast(typ)
 
 
@@ -66,10 +80,13 @@ def conform_body(table: str, data: pa.Table) -> pa.Table:
     return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
 
 
-def table_from_rows(rows: list[dict[str, object]]) -> pa.Table:
-    """An Arrow table from a few Python rows (the small JSON-derived tables).
+def table_from_rows(table: str, rows: list[dict[str, object]]) -> pa.Table:
+    """Rows of ``table`` (the small JSON-derived tables) as Arrow, typed as its columns.
 
     Built through polars because pyarrow's own constructors import pandas on first use, which
     costs a worker about 0.3 s per process for tables of a few rows.
     """
-    return arrow_table(pl.DataFrame(rows, infer_schema_length=None))
+    types = TABLES[table].polars_schema
+    present = {name for row in rows for name in row}
+    schema = {name: dtype for name, dtype in types.items() if name in present}
+    return arrow_table(pl.DataFrame(rows, schema_overrides=schema, infer_schema_length=None))

@@ -89,11 +89,11 @@ class TraceEvents:
             if present and pa.types.is_integer(data.schema.field(column).type):
                 index = data.column_names.index(column)
                 dictionary = words.to_arrow()
+                codes = data.column(index)
+                if codes.type != pa.int32():  # (the scanner's codes are int32 already)
+                    codes = codes.cast(pa.int32())
                 texts = pa.chunked_array(
-                    [
-                        pa.DictionaryArray.from_arrays(codes, dictionary)
-                        for codes in data.column(index).cast(pa.int32()).chunks
-                    ],
+                    [pa.DictionaryArray.from_arrays(chunk, dictionary) for chunk in codes.chunks],
                     pa.dictionary(pa.int32(), dictionary.type),
                 )
                 data = data.set_column(index, column, texts)

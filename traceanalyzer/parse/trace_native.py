@@ -62,6 +62,12 @@ _ARROW_TYPES = {"int64": pa.int64(), "int32": pa.int32(), "float64": pa.float64(
                 "text": pa.string_view(), "dict": pa.int32()}  # fmt: skip
 
 
+def _series(name: str, array: pa.Array) -> pl.Series:
+    """``array`` as a polars Series, through a record batch: ``pl.Series(name, array)`` imports
+    pyarrow.compute (50 ms of a run that otherwise never needs it)."""
+    return pl.from_arrow(pa.RecordBatch.from_arrays([array], [name])).to_series()
+
+
 def _frame(columns: dict[str, tuple]) -> tuple[pl.DataFrame, dict[str, pl.Series]]:
     """A scanner table as a frame, and the strings of its interned columns."""
     arrays, words = {}, {}
@@ -72,7 +78,7 @@ def _frame(columns: dict[str, tuple]) -> tuple[pl.DataFrame, dict[str, pl.Series
         elif kind == "dict":
             count, views, data = extra
             strings = [None, pa.py_buffer(views), pa.py_buffer(data)]
-            words[name] = pl.Series(name, pa.Array.from_buffers(pa.string_view(), count, strings))
+            words[name] = _series(name, pa.Array.from_buffers(pa.string_view(), count, strings))
         arrays[name] = pa.Array.from_buffers(_ARROW_TYPES[kind], rows, buffers, nulls)
     return pl.from_arrow(pa.RecordBatch.from_pydict(arrays)), words
 
@@ -212,7 +218,7 @@ class FileArgs:
             raise NativeUnreadable(f"{self.path}: {exc}") from exc
         buffers = [pa.py_buffer(valid) if nulls else None, pa.py_buffer(views), pa.py_buffer(data)]
         texts = pa.Array.from_buffers(pa.string_view(), rows, buffers, nulls)
-        return pl.from_arrow(pa.RecordBatch.from_arrays([texts], ["args"])).to_series()
+        return _series("args", texts)
 
     def close(self) -> None:
         if self._fd is not None:
