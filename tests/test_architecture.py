@@ -203,7 +203,9 @@ def _loaded_modules(*args: str) -> set[str]:
     return set(listing.read_text().split("\n"))
 
 
-def test_a_run_without_findings_imports_neither_matplotlib_nor_ray(tmp_path: Path) -> None:
+def test_a_run_without_findings_imports_nothing_it_does_not_use(tmp_path: Path) -> None:
+    """Neither matplotlib nor Ray; on a healthy Text export neither DuckDB (the salvaging
+    reader), pandas, nor pyarrow.compute (50 ms of wrappers: no column needs its casts)."""
     modules = _loaded_modules(
         str(tmp_path / "modules.txt"),
         "run",
@@ -216,7 +218,8 @@ def test_a_run_without_findings_imports_neither_matplotlib_nor_ray(tmp_path: Pat
     )
     assert "traceanalyzer.report.writer" in modules  # the reports were written
     assert (tmp_path / "out" / "report.html").is_file()
-    assert not {m for m in modules if m.split(".")[0] in ("matplotlib", "ray")}
+    assert not {m for m in modules if m.split(".")[0] in ("matplotlib", "ray", "duckdb", "pandas")}
+    assert "pyarrow.compute" not in modules
 
 
 def test_a_run_whose_findings_have_figures_imports_no_matplotlib(tmp_path: Path) -> None:
