@@ -66,9 +66,12 @@ def device_tasks(store: Store, ranks: list[int], where: pl.Expr | None = None) -
         .unique(["session", "stream_id", "start_ns"], keep="first")
         .collect()
     )
-    # a kernel_details row is the task that starts at that instant on that stream
-    tasks = tasks.join(accelerators, on=["session", "stream_id", "start_ns"], how="left")
-    return classify_tasks(tasks)
+    # A kernel_details row is the task that starts at that instant on that stream. Only the
+    # keys are joined, in the tasks' order: a join of the whole frame copied every column (on
+    # a rank of 320,000 device tasks, 120 MB at once instead of 70).
+    keys = ["session", "stream_id", "start_ns"]
+    found = tasks.select(keys).join(accelerators, on=keys, how="left", maintain_order="left")
+    return classify_tasks(tasks.with_columns(found["accelerator"]))
 
 
 def host_bound_gaps(store: Store, rank: int, tasks: pl.DataFrame) -> pl.DataFrame:
