@@ -322,7 +322,7 @@ ANALYSIS = """## Reading the figures
   libraries counted, even `read bytes` is 1.5x the file). Every case runs with the library
   settings the CLI sets (`traceanalyzer/process_env.py`: one jemalloc arena for polars, freed
   memory purged after 100 ms, with jemalloc's defaults the native ingest peaked at 1.7x; one
-  BLAS thread).
+  BLAS thread, where numpy's default threads spun for work at import).
   Memory is flat in the number of ranks (docs/scale.md).
 - **Floors.** The issue's floors are all here, measured in the same run: reading the bytes,
   DuckDB's reader (lazy and materialised), msgspec (bare, and into an Arrow table of the X
@@ -338,19 +338,31 @@ ANALYSIS = """## Reading the figures
   (tests/test_ingest_native.py).
 - **The native reader** (`parse/_trace_scan.c`, `parse/trace_native.py`; the full-rank row).
   The scan reads the file in 8 MB blocks, one byte range per core, without the GIL: about
-  0.6 s for 199 MB on 2 cores. It decodes only what the tables need, typed:
+  0.3 s for 199 MB on 2 cores (0.5 s of CPU: strings are stopped 16 bytes a step with SSE2,
+  8 elsewhere, UTF-8 is checked 32 bytes a step, keys are compared inline; 0.61 s before). It decodes only what the tables need, typed:
   `ts` as exact ns from its digits, durations in ns, names, categories and counter series
   interned (4 bytes a row), the dozen well-known args as a sparse table (few events have any),
-  `args` as minified text, pids as int64, all in Arrow layout that polars adopts without a copy
-  (text as string views). The file is read into one buffer per range, the event torn at a
-  block's end moved to its start (no block copied). The columns take about 0.9x the file.
+  pids as int64, all in Arrow layout that polars adopts without a copy (text as string views).
+  The file is read into one buffer per range, the event torn at a block's end moved to its
+  start (no block copied). A slice's `args` are not copied: the scan records where they lie
+  in the file (offset and length, 12 bytes a row), and the derivation reads each row group's
+  args again (`FileArgs`: the group's ranges by offset, those within 4 KB of each other in one
+  pread, the objects minified as the scan would have), so only one group's args text is ever
+  held. The columns take about 0.5x the file (0.9x with the args copied: the args are 72 MB of
+  this trace's 199). Reading the args again costs about 0.2 s of the ingest (0.15 s in C:
+  0.1 s reading 145 MB of ranges and copying the 72 MB of args, 0.05 s minifying them; the rest
+  per-group overhead): that bought the 1.5x peak of the whole run
+  (docs/benchmarks/compare.md).
   The derivation then sorts each table once (numpy's stable lexsort over every key, texts by
   their rank: polars' sort on all keys at once built a 70 MB row encoding, and its sorts one
   key at a time took 1.5x the time) and gathers and writes each a row group at a time, the
   next group made while the Parquet encoder writes the last (both release the GIL). Names
   and flattened args come by a gather on keys computed once per table (a (pid, tid) key into
   a table of names, a slice's row in the sparse args), not a join per row group; interned
-  columns go to the Parquet writer as dictionaries over their words. The counters, flows and
+  columns go to the Parquet writer as dictionaries over their words, text as polars' string
+  views (as `large_string` every group's text was copied into one buffer first, about 0.1 s of
+  this ingest), and no column needs a cast, so pyarrow.compute (50 ms of imports) is never
+  loaded. The counters, flows and
   threads are derived once the slices are written, while the CSVs and side JSONs are read on
   a second thread.
 - **The DuckDB reader** rows are the same ingest with the scanner off: what a machine without
@@ -398,7 +410,7 @@ ANALYSIS = """## Reading the figures
   texts (names, the args' JSON) and the Parquet files that the floor does not. Two runs of
   this reader on the shared machine (load average 6 to 12): 0.90x and 0.68x the Text ingest's
   time, 0.91x and 0.77x its CPU, its peak 1.54x and 1.51x the trace's size above the imports
-  (the Text ingest's: 1.42x).
+  (the Text ingest's then: 1.42x; now 1.02x).
 - **Measured and rejected on the way** (Db reader): SQLite printing each numeric column of 64k
   rows as one text that polars splits and parses (the reader before the driver: 2-5x the
   driver's time per table, and a NULL read back as 0); Python sqlite3 rows (an object per
