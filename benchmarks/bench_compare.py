@@ -369,7 +369,9 @@ def render(results: dict[str, dict], meta: dict) -> str:
         "the same decode as a `python -c` program, timed from outside as our run is.",
         "",
         "Each case runs in a fresh child process; seconds are the best of the rounds, peak RSS "
-        "the worst (`wait4`: the largest process of the case). Our run and the advisor are timed "
+        f"the worst (`wait4`: the largest process of the case). In each round our run and the "
+        f"floors run {meta['pairs']} times, one after the other, before the peers: the ratio "
+        "to the floor compares runs measured seconds apart. Our run and the advisor are timed "
         "from outside, so their seconds include interpreter start-up and imports; HTA's and the "
         "floor's do not, which only makes their ratios stricter for us. The page cache is warm "
         "for every case alike.",
@@ -382,6 +384,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--mb", type=int, default=200, help="size of the tiled trace_view.json")
     parser.add_argument("--repeat", type=int, default=3, help="rounds: best time, worst RSS")
+    parser.add_argument(
+        "--pairs",
+        type=int,
+        default=3,
+        help="runs of ours and of the floors per round, one after the other (seconds each, where "
+        "a peer takes a minute): the machine's load drifts less between them",
+    )
     parser.add_argument("--out", type=Path, default=REPO / "docs" / "benchmarks" / "compare.md")
     parser.add_argument(
         "--floor",
@@ -412,7 +421,9 @@ def main() -> None:
             d: version(d)
             for d in ("traceanalyzer", "msprof-analyze", "HolisticTraceAnalysis", "duckdb")
         },
+        "pairs": args.pairs,
         "command": f"python benchmarks/bench_compare.py --mb {args.mb} --repeat {args.repeat}"
+        + (f" --pairs {args.pairs}" if args.pairs != 3 else "")
         + (f" --floor '{args.floor}'" if args.floor != DEFAULT_FLOOR else "")
         + (" --preliminary" if args.preliminary else ""),
     }
@@ -424,10 +435,12 @@ def main() -> None:
         FLOOR_OUTSIDE: lambda tmp: case_floor_outside(args.floor, rank, tmp),
     }
     runs: dict[str, list[dict]] = {name: [] for name in cases}
+    quick = [OURS, args.floor, FLOOR_OUTSIDE]
     for round_ in range(args.repeat):
-        for name, case in cases.items():
+        order = quick * args.pairs + [name for name in cases if name not in quick]
+        for name in order:
             with tempfile.TemporaryDirectory(prefix="bench-compare-") as tmp:
-                result = case(Path(tmp))
+                result = cases[name](Path(tmp))
             runs[name].append(result)
             print(f"round {round_ + 1} {name:<32} {json.dumps(result)}", flush=True)
     results = {name: best(r) for name, r in runs.items()}

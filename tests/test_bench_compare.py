@@ -28,6 +28,7 @@ def _meta(bench: ModuleType, preliminary: bool) -> dict:
     }
     return {
         "mb": 20,
+        "pairs": 3,
         "floor": bench.DEFAULT_FLOOR,
         "preliminary": preliminary,
         "machine": machine,
