@@ -115,18 +115,21 @@ def derive_tables(
     on_read: Callable[[], None] | None = None,
 ) -> TraceResult:
     """Write the slices, counters, flows and threads tables of ``events`` to ``sink``, and fill
-    ``result`` with the rows, span, processes and notes; ``on_read`` is called once the slices,
-    the bulk of the memory, are written and freed.
+    ``result`` with the rows, span, processes and notes; ``on_read`` is called once the slices
+    and the counters, the bulk of the memory, are written and freed.
 
-    The slices take two cores (each row group made while the one before is encoded); the other
-    tables are derived after them, alongside what ``on_read`` starts. Derived alongside the
-    slices, they were no faster and the peak was 45 MB higher (docs/benchmarks/ingest.md).
+    The slices take two cores (each row group made while the one before is encoded), then the
+    counters; the flows and threads are derived alongside what ``on_read`` starts. The counters
+    derived alongside the slices were no faster and the peak was 45 MB higher; alongside the
+    side files (what ``on_read`` starts), no faster and the run's peak 25 MB higher
+    (docs/benchmarks/ingest.md).
     """
     names = _Names(events.others)
     _write_slices(events, names, sink, result)
+    used_by_counters = _write_counters(events, names, sink, result)
     if on_read:
         on_read()
-    _write_others(events, names, sink, result)
+    _write_others(events, names, sink, result, used_by_counters)
     if names.cut:
         result.warnings.append(cut_names_note(names.cut))
     unnamed = names.procs.filter(pl.col("process_name").is_null()).height
@@ -151,9 +154,14 @@ def _write_slices(events: TraceEvents, names: _Names, sink: TableSink, result: T
     events.slices = events.flat = pl.DataFrame()  # the largest part: gone first
 
 
-def _write_others(events: TraceEvents, names: _Names, sink: TableSink, result: TraceResult) -> None:
-    """The counters, flows and threads tables: every table but the slices."""
-    used_by_counters = _write_counters(events, names, sink, result)
+def _write_others(
+    events: TraceEvents,
+    names: _Names,
+    sink: TableSink,
+    result: TraceResult,
+    used_by_counters: pl.DataFrame,
+) -> None:
+    """The flows and threads tables (``used_by_counters``: the threads with counters)."""
     others = names.attach(events.others)
     result.rows["flows"] = sink.arrow("flows", arrow_table(_flows(others)))
     used = pl.concat(

@@ -74,7 +74,7 @@ def parse_trace_view(
     """Parse one trace_view.json into the slices, counters, flows and threads tables.
 
     ``on_read`` is called when the parse's memory peak is behind it and the cores are no longer
-    all busy (once the slices are written): the caller may start other work then.
+    all busy (once the slices and counters are written): the caller may start other work then.
 
     The native scanner (trace_native.py) decodes a well-formed file when it is built.
     Otherwise, and for any file it does not read (a damaged one), DuckDB decodes it
