@@ -33,7 +33,7 @@ LAYERS: list[tuple[str, ...]] = [
     ),
     ("discover",),
     ("parse",),
-    ("store", "ingest"),
+    ("store", "ingest", "read_ahead"),
     ("engine",),
     ("kit", "overview", "synth", "recipes"),
     ("report",),

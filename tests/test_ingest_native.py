@@ -19,7 +19,7 @@ import pytest
 from test_ingest_variants import CANN_PID, HW_PID, PY_PID, T0, _g2_trace, _m, _x
 
 from traceanalyzer.ingest import _PartitionSink
-from traceanalyzer.parse import trace_native, trace_view
+from traceanalyzer.parse import native_scan, trace_native, trace_view
 from traceanalyzer.parse.trace_shared import ARG_COLUMNS, TraceResult
 
 REPO = Path(__file__).resolve().parents[1]
@@ -216,7 +216,7 @@ def test_flattened_args_and_names(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 
 def _scan_bytes(data: bytes, block: int) -> None:
     """Feed ``data`` to a scanner in blocks of ``block`` bytes, as trace_native does."""
-    scanner = trace_native.Scanner(ARG_COLUMNS)
+    scanner = native_scan.Scanner(ARG_COLUMNS)
     pending = b""
     for start in range(0, len(data) + 1, block):
         chunk = data[start : start + block]
@@ -243,9 +243,9 @@ def test_the_file_read_in_any_block_size_gives_the_same_tables(
     trace = tmp_path / "trace_view.json"
     trace.write_text(json.dumps(_quirks() * 3, ensure_ascii=False), "utf-8")
     expected, _ = _parse(trace, tmp_path / "whole", True, monkeypatch)
-    monkeypatch.setattr(trace_native, "_BLOCK_BYTES", block)
-    monkeypatch.setattr(trace_native, "_PARALLEL_MIN_BYTES", 0)
-    assert len(trace_native._ranges(trace, 2)) == 2
+    monkeypatch.setattr(native_scan, "_BLOCK_BYTES", block)
+    monkeypatch.setattr(native_scan, "_PARALLEL_MIN_BYTES", 0)
+    assert len(native_scan.ranges(trace, 2)) == 2
     tables, result = _parse(trace, tmp_path / "blocks", True, monkeypatch)
     assert result.reader == "native"
     for table in TRACE_TABLES:
@@ -306,9 +306,9 @@ def test_ranges_scanned_side_by_side_give_the_same_tables(
     real_g2: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Three ranges of a small file: row numbers and interned codes are shifted across them.
-    monkeypatch.setattr(trace_native, "_PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(native_scan, "_PARALLEL_MIN_BYTES", 0)
     trace = real_g2 / "rank0_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "trace_view.json"
-    assert len(trace_native._ranges(trace, 3)) == 3
+    assert len(native_scan.ranges(trace, 3)) == 3
     _same_tables(trace, tmp_path, monkeypatch, threads=3)
 
 
@@ -317,13 +317,13 @@ def test_a_cut_inside_a_string_falls_back_to_one_range(
 ) -> None:
     # The boundary pattern inside a string is where the cut lands: that range fails to parse,
     # and the file is scanned whole.
-    monkeypatch.setattr(trace_native, "_PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(native_scan, "_PARALLEL_MIN_BYTES", 0)
     filler = [_x(f"op{i}", PY_PID, PY_PID, f"{T0}.{i:03d}", 1.0) for i in range(300)]
     trap = _x("trap", PY_PID, PY_PID, f"{T0}.999", 1.0, {"text": "}, {" * 2000})
     events = [*_m(PY_PID, "Python", {PY_PID: "main"}), *filler[:150], trap, *filler[150:]]
     trace = tmp_path / "trace_view.json"
     trace.write_text(json.dumps(events))
-    ranges = trace_native._ranges(trace, 2)
+    ranges = native_scan.ranges(trace, 2)
     assert len(ranges) == 2
     scan = trace_native.scan_trace(trace, 2)
     assert scan.slices.height == 301
@@ -342,7 +342,7 @@ def test_a_refusal_without_damage_is_explained(
 
 
 def test_an_install_without_the_scanner_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(trace_native, "Scanner", None)
+    monkeypatch.setattr(native_scan, "Scanner", None)
     assert "not built" in (trace_native.unavailable_note() or "")
     monkeypatch.undo()
     monkeypatch.setenv("TRACEANALYZER_NATIVE", "0")
@@ -397,6 +397,6 @@ def test_an_args_range_outside_the_file_is_refused(tmp_path: Path) -> None:
     try:
         at, length = np.array([trace.stat().st_size - 2]), np.array([10], dtype=np.int32)
         with pytest.raises(ValueError, match="does not hold"):
-            trace_native.args_text(fd, at, length, np.array([0]))
+            native_scan.args_text(fd, at, length, np.array([0]))
     finally:
         os.close(fd)

@@ -474,12 +474,12 @@ def test_a_planted_pickle_in_an_empty_out_never_runs(collection, tmp_path) -> No
 
 def test_a_trace_padded_with_nuls_is_cut_within_its_events(tmp_path) -> None:
     """A crash can leave a file of NULs after the array: shares are of the events, not the file."""
-    from traceanalyzer.parse import trace_native
+    from traceanalyzer.parse import native_scan
 
     trace = tmp_path / "trace_view.json"
     shutil.copy(next(SAMPLE.glob("*/ASCEND_PROFILER_OUTPUT/trace_view.json")), trace)
     events_end = trace.stat().st_size
     with open(trace, "r+b") as fh:
         fh.truncate(64 << 20)
-    ranges = trace_native._ranges(trace, 2)
+    ranges = native_scan.ranges(trace, 2)
     assert all(end <= events_end for _, end, _ in ranges), ranges

@@ -426,9 +426,16 @@ def _run(
     quiet: bool,
     fmt: str,
 ) -> None:
+    from traceanalyzer import read_ahead
+    from traceanalyzer.discover import default_out_dir
+
+    out = out or default_out_dir(path)
+    # before the libraries load: the trace's scan takes the core their imports leave idle
+    read_ahead.start(path, out, executor=executor_name, force=force)
+
     from traceanalyzer.engine.config import ConfigError
     from traceanalyzer.executor import ExecutorError, make_executor
-    from traceanalyzer.ingest import InputError, default_out_dir
+    from traceanalyzer.ingest import InputError
     from traceanalyzer.outdir import OutputError, OutputRefused
     from traceanalyzer.overview import TopSizes
     from traceanalyzer.parse.trace_view import ParseMemory
@@ -444,7 +451,6 @@ def _run(
     if ray_address and executor_name != "ray":
         raise click.UsageError("--ray-address is only used with --executor ray")
 
-    out = out or default_out_dir(path)
     show_progress = not (quiet or fmt == "json")
     try:
         # one executor for both maps (ingest, then rank rules): workers are started once

@@ -23,6 +23,7 @@ from typing import Any
 from traceanalyzer import json_shape
 
 OUTPUT_DIR = "ASCEND_PROFILER_OUTPUT"
+TRACE_FILE = "trace_view.json"  # in OUTPUT_DIR
 _RANK_DIR_SUFFIX = "_ascend_pt"
 _DIR_NAME = re.compile(r"^(?P<host>.+)_(?P<pid>\d+)_(?P<ts>\d{14,17})_ascend_pt$")
 _INFO_NAME = re.compile(r"^profiler_info(?:_(?P<rank>\d+))?\.json$")
@@ -380,6 +381,15 @@ def input_root(path: str | os.PathLike[str]) -> Path:
     if resolved.name == OUTPUT_DIR and resolved.is_dir():
         return resolved.parent
     return resolved
+
+
+def default_out_dir(root: str | os.PathLike[str]) -> Path:
+    """Outside the input tree: ./traceanalyzer-out/<name>, or a sibling when cwd is inside root."""
+    root = input_root(root)
+    cwd = Path.cwd().resolve()
+    if cwd == root or root in cwd.parents:
+        return root.parent / f"{root.name}-traceanalyzer"
+    return cwd / "traceanalyzer-out" / root.name
 
 
 def discover(root: str | os.PathLike[str]) -> Discovery:

@@ -35,7 +35,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from traceanalyzer import outdir
-from traceanalyzer.discover import Discovery, RankSession, discover, input_root
+from traceanalyzer.discover import (
+    TRACE_FILE,
+    Discovery,
+    RankSession,
+    discover,
+    input_root,
+)
 from traceanalyzer.parse import trace_native
 from traceanalyzer.parse.comm import parse_communication, parse_communication_matrix
 from traceanalyzer.parse.csv_tables import (
@@ -67,7 +73,6 @@ if TYPE_CHECKING:
 
 # Bump when parsers change what they write: stored sessions are then re-ingested.
 PARSER_VERSION = 8
-TRACE_FILE = "trace_view.json"
 _SAMPLE = 1 << 16
 # Fault injection for tests of crash recovery (never set in normal use): the worker ingesting
 # this rank kills itself with SIGKILL, like the kernel's OOM killer would. With
@@ -695,15 +700,6 @@ def _session_row(
 
 
 # --------------------------------------------------------------------------- driver
-
-
-def default_out_dir(root: Path) -> Path:
-    """Outside the input tree: ./traceanalyzer-out/<name>, or a sibling when cwd is inside root."""
-    root = input_root(root)
-    cwd = Path.cwd().resolve()
-    if cwd == root or root in cwd.parents:
-        return root.parent / f"{root.name}-traceanalyzer"
-    return cwd / "traceanalyzer-out" / root.name
 
 
 # (event, sessions done, sessions in all, the finished session). Events: "start", "session",
