@@ -107,7 +107,9 @@ def _is_candidate(path: Path, names: list[str]) -> bool:
     return path.name.endswith(_RANK_DIR_SUFFIX) or OUTPUT_DIR in names
 
 
-def _walk(root: Path) -> list[Path]:
+def _walk(root: Path, limit: int | None = None) -> list[Path]:
+    """The candidate rank directories under ``root``, in walk order; the walk stops at
+    ``limit`` of them."""
     found: list[Path] = []
     # Symlinks are followed (collected rank dirs are often links into shared storage), but each
     # directory is entered once, so a link back to an ancestor cannot loop.
@@ -125,6 +127,8 @@ def _walk(root: Path) -> list[Path]:
         seen.add((stat.st_dev, stat.st_ino))
         if _is_candidate(here, dirnames):
             found.append(here)
+            if limit is not None and len(found) >= limit:
+                break
             dirnames[:] = []  # a rank dir never contains another rank dir
             continue
         dirnames[:] = sorted(
@@ -390,6 +394,20 @@ def default_out_dir(root: str | os.PathLike[str]) -> Path:
     if cwd == root or root in cwd.parents:
         return root.parent / f"{root.name}-traceanalyzer"
     return cwd / "traceanalyzer-out" / root.name
+
+
+def only_session(root: str | os.PathLike[str]) -> RankSession | None:
+    """The rank session under ``root`` when it holds exactly one usable one, else None (and
+    None for anything :func:`discover` would report). Stops walking at a second rank
+    directory: cheap whatever the tree holds."""
+    try:
+        root_path = input_root(root)
+        found = _walk(root_path, limit=2) if root_path.is_dir() else []
+        if len(found) != 1 or _classify_unusable(found[0]) is not None:
+            return None
+        return _load_session(found[0], [])
+    except OSError:
+        return None
 
 
 def discover(root: str | os.PathLike[str]) -> Discovery:

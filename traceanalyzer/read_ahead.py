@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from traceanalyzer.discover import TRACE_FILE, discover
+from traceanalyzer.discover import TRACE_FILE, only_session
 from traceanalyzer.parse import native_scan
 
 # Below this a scan takes milliseconds: nothing to overlap.
@@ -33,15 +33,12 @@ def start(path: str | os.PathLike[str], out: Path, *, executor: str, force: bool
     try:
         if not force and out.is_dir() and any(out.iterdir()):
             return
-        sessions = discover(path).sessions
-    except Exception:  # noqa: BLE001 - the ingest discovers again, and says what is wrong
-        return
-    if len(sessions) != 1 or "db" in sessions[0].formats:
-        return
-    trace = sessions[0].output_dir / TRACE_FILE
-    try:
+        session = only_session(path)
+        if session is None or "db" in session.formats:
+            return
+        trace = session.output_dir / TRACE_FILE
         if not trace.is_file() or trace.stat().st_size < MIN_TRACE_BYTES:
             return
-    except OSError:
+    except Exception:  # noqa: BLE001 - the ingest looks again, and says what is wrong
         return
     native_scan.scan_ahead(trace, os.cpu_count() or 1)
