@@ -104,3 +104,14 @@ def test_a_run_parses_the_trace_scanned_ahead(
     assert result.exit_code in (0, 1), result.output
     assert taken == [True]
     assert (tmp_path / "out" / "report.html").is_file()
+
+
+def test_a_scan_ahead_no_parse_took_is_not_held_after_the_ingest(tmp_path: Path) -> None:
+    from traceanalyzer.ingest import ingest
+
+    rank = _rank(tmp_path)
+    other = tmp_path / "other.json"
+    shutil.copy(_trace(rank), other)
+    native_scan.scan_ahead(other, 1)  # a file this ingest never reads
+    ingest(rank, tmp_path / "out")
+    assert native_scan.take_ahead(other) is None

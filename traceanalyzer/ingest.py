@@ -42,7 +42,7 @@ from traceanalyzer.discover import (
     discover,
     input_root,
 )
-from traceanalyzer.parse import trace_native
+from traceanalyzer.parse import native_scan, trace_native
 from traceanalyzer.parse.comm import parse_communication, parse_communication_matrix
 from traceanalyzer.parse.csv_tables import (
     CSV_MEMORY_MB,
@@ -736,17 +736,20 @@ def ingest(
     The output is checked (never inside the input or a rank directory) and locked for the
     ingest (:mod:`traceanalyzer.outdir`).
     """
-    if not Path(root).exists():
-        raise InputError(f"{root}: no such file or directory")
-    root_path, out_path = input_root(root), Path(out)
-    outdir.check_out(out_path, root_path)
     try:
-        found = discover(root_path)
-    except (FileNotFoundError, NotADirectoryError) as exc:
-        raise InputError(str(exc)) from exc
-    outdir.check_out(out_path, root_path, [s.path for s in found.sessions])
-    with outdir.locked(out_path):
-        return _ingest(found, out_path, jobs, progress, force, executor, memory)
+        if not Path(root).exists():
+            raise InputError(f"{root}: no such file or directory")
+        root_path, out_path = input_root(root), Path(out)
+        outdir.check_out(out_path, root_path)
+        try:
+            found = discover(root_path)
+        except (FileNotFoundError, NotADirectoryError) as exc:
+            raise InputError(str(exc)) from exc
+        outdir.check_out(out_path, root_path, [s.path for s in found.sessions])
+        with outdir.locked(out_path):
+            return _ingest(found, out_path, jobs, progress, force, executor, memory)
+    finally:
+        native_scan.drop_ahead()  # a scan started ahead (read_ahead) and not taken: not held
 
 
 def _ingest(

@@ -118,13 +118,13 @@ def ranges(path: Path, parts: int) -> list[tuple[int, int, bool]]:
             return [(0, size, False)]
         cuts.append(cut)
     cuts.append(body[1])
-    ranges = []
+    found = []
     with open(path, "rb") as fh:
         for begin, end in zip(cuts, cuts[1:], strict=False):
             fh.seek(begin)
             lead = fh.read(64)  # the separator before the range's first event
-            ranges.append((begin + len(lead) - len(lead.lstrip(b", \t\r\n")), end, True))
-    return ranges
+            found.append((begin + len(lead) - len(lead.lstrip(b", \t\r\n")), end, True))
+    return found
 
 
 def scan_raw(path: Path, threads: int) -> list[RawTables]:
@@ -195,3 +195,9 @@ def take_ahead(path: Path) -> tuple[list[RawTables], Identity] | None:
     if ahead.tables is None or not unchanged:
         return None
     return ahead.tables, ahead.identity
+
+
+def drop_ahead() -> None:
+    """Forget every scan started ahead and not taken (the ingest is over: none will be)."""
+    with _AHEAD_LOCK:
+        _AHEAD.clear()
