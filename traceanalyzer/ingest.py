@@ -35,13 +35,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from traceanalyzer import outdir
-from traceanalyzer.discover import (
-    TRACE_FILE,
-    Discovery,
-    RankSession,
-    discover,
-    input_root,
-)
+from traceanalyzer.discover import TRACE_FILE, Discovery, RankSession, discover, input_root
 from traceanalyzer.parse import native_scan, trace_native
 from traceanalyzer.parse.comm import parse_communication, parse_communication_matrix
 from traceanalyzer.parse.csv_tables import (
