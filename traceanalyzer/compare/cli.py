@@ -22,8 +22,8 @@ def is_output_dir(path: Path) -> bool:
 
 def analyse(path: Path, jobs: int, quiet: bool, rules: LoadedRules) -> Path:
     """Analyse a trace folder exactly as `run` does, into its default output dir (cached)."""
-    from traceanalyzer.executor import make_executor
     from traceanalyzer.discover import default_out_dir
+    from traceanalyzer.executor import make_executor
     from traceanalyzer.pipeline import analyse as analyse_input
 
     out = default_out_dir(path)
