@@ -339,7 +339,8 @@ ANALYSIS = """## Reading the figures
 - **The native reader** (`parse/_trace_scan.c`, `parse/trace_native.py`; the full-rank row).
   The scan reads the file in 8 MB blocks, one byte range per core, without the GIL: about
   0.3 s for 199 MB on 2 cores (0.5 s of CPU: strings are stopped 16 bytes a step with SSE2,
-  8 elsewhere, UTF-8 is checked 32 bytes a step, keys are compared inline; 0.61 s before). It decodes only what the tables need, typed:
+  8 elsewhere, UTF-8 is checked 32 bytes a step, keys are compared inline; 0.61 s before).
+  It decodes only what the tables need, typed:
   `ts` as exact ns from its digits, durations in ns, names, categories and counter series
   interned (4 bytes a row), the dozen well-known args as a sparse table (few events have any),
   pids as int64, all in Arrow layout that polars adopts without a copy (text as string views).
@@ -410,7 +411,7 @@ ANALYSIS = """## Reading the figures
   texts (names, the args' JSON) and the Parquet files that the floor does not. Two runs of
   this reader on the shared machine (load average 6 to 12): 0.90x and 0.68x the Text ingest's
   time, 0.91x and 0.77x its CPU, its peak 1.54x and 1.51x the trace's size above the imports
-  (the Text ingest's then: 1.42x; now 1.02x).
+  (the Text ingest's then: 1.42x; now 0.89x).
 - **Measured and rejected on the way** (Db reader): SQLite printing each numeric column of 64k
   rows as one text that polars splits and parses (the reader before the driver: 2-5x the
   driver's time per table, and a NULL read back as 0); Python sqlite3 rows (an object per

@@ -4,7 +4,7 @@ A run spends its first 0.35-0.5 s on one core, importing polars, pyarrow and the
 this process is about to parse exactly one large trace_view.json with the native scanner, the
 scan can take the other core meanwhile (:func:`~traceanalyzer.parse.native_scan.scan_ahead`);
 the parse takes the result over, or scans again if the file changed since. On the 200 MB
-benchmark rank that is about 0.2 s of the run (docs/benchmarks/compare.md).
+benchmark rank that is 0.2-0.4 s of the run, less on a loaded machine (docs/benchmarks/compare.md).
 
 Only when nothing else could read the file first: one rank session, exported as Text only
 (a Db is read instead of its trace), parsed in this process (the local executor, or ``auto``
