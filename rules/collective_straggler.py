@@ -163,6 +163,8 @@ def collective_straggler(ctx: RuleContext) -> Iterator[Finding]:
       `communication_bottleneck` recipe; NCCL "straggler" analyses (Nsight Systems).
     """
     p = ctx.params
+    if ctx.sessions()["rank"].n_unique() < 2:  # nothing to compare: skip reading the tasks
+        raise NotEvaluated(NOT_ENOUGH)
     sources = []  # the trace's own tasks first: on a tie their events are the evidence
     if p.wait_source in ("auto", "tasks"):
         sources.append(("Notify Wait tasks", ctx.once(_from_tasks)))

@@ -433,6 +433,8 @@ def _run(
     # before the libraries load: the trace's scan takes the core their imports leave idle
     read_ahead.start(path, out, executor=executor_name, force=force)
 
+    # The imports make objects, not garbage: no collection walks them (two full passes, 0.03 s)
+    gc.disable()
     from traceanalyzer.engine.config import ConfigError
     from traceanalyzer.executor import ExecutorError, make_executor
     from traceanalyzer.ingest import InputError
@@ -444,6 +446,7 @@ def _run(
     # The libraries' objects live as long as this process: frozen, the collector's full passes
     # (the parse's cycles) do not walk them again (0.05 s of a 200 MB run).
     gc.freeze()
+    gc.enable()
     try:
         memory = ParseMemory.parse(parse_memory)
     except ValueError as exc:

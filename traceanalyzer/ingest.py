@@ -46,7 +46,7 @@ from traceanalyzer.parse.csv_tables import (
     CsvSpec,
     parse_csv,
 )
-from traceanalyzer.parse.sink import WRITE_OPTIONS, body_columns, conform_body, table_from_rows
+from traceanalyzer.parse.sink import body_columns, conform_body, table_from_rows, write_options
 from traceanalyzer.parse.trace_view import DEFAULT_PARSE_MEMORY, ParseMemory, parse_trace_view
 from traceanalyzer.schema import TABLES
 from traceanalyzer.store import (
@@ -217,7 +217,7 @@ class _PartitionSink:
             table,
             self.rank,
             self.session,
-            lambda p: pq.write_table(body, p, **WRITE_OPTIONS),
+            lambda p: pq.write_table(body, p, **write_options(body.schema)),
         )
         self.rows[table] = body.num_rows
         return body.num_rows
@@ -232,14 +232,14 @@ class _PartitionSink:
                 for part in tables:
                     body = conform_body(table, part)
                     if writer is None:  # the first part's schema: names may be dictionaries
-                        writer = pq.ParquetWriter(path, body.schema, **WRITE_OPTIONS)
+                        writer = pq.ParquetWriter(path, body.schema, **write_options(body.schema))
                     if body.schema != writer.schema:  # a part typed otherwise than the first
                         body = body.cast(writer.schema)
                     writer.write_table(body)
                     count += body.num_rows
                 if writer is None:
                     empty = pa.schema([pa.field(name, typ) for name, typ in body_columns(table)])
-                    writer = pq.ParquetWriter(path, empty, **WRITE_OPTIONS)
+                    writer = pq.ParquetWriter(path, empty, **write_options(empty))
             finally:
                 if writer is not None:
                     writer.close()

@@ -174,7 +174,16 @@ def call_sites(ctx: RuleContext, calls: pl.DataFrame) -> pl.DataFrame:
 
     A call on the task-queue thread sits in the ``Dequeue@op`` of the op it runs for.
     """
-    ops = (
+    ops = ctx.shared(_site_ops, ("step_pattern",))
+    points = calls.with_columns(pl.col("start_ns").alias("_at"))
+    inner = containing_call(points, ops, at="_at")["_op"]
+    outer = containing_call(points, ops, at="_at", outer=True)["_op"]
+    return calls.with_columns(site=outer, site_op=inner)
+
+
+def _site_ops(ctx: RuleContext) -> pl.DataFrame:
+    """The torch ops a call can run in, on the CANN threads' names (the same OS threads)."""
+    return (
         ctx.table("slices")
         .filter(
             (pl.col("process") == PYTHON_PROCESS)
@@ -192,10 +201,6 @@ def call_sites(ctx: RuleContext, calls: pl.DataFrame) -> pl.DataFrame:
         .with_columns(pl.lit(CANN_PROCESS).alias("process"))  # CANN threads are the OS threads
         .collect()
     )
-    points = calls.with_columns(pl.col("start_ns").alias("_at"))
-    inner = containing_call(points, ops, at="_at")["_op"]
-    outer = containing_call(points, ops, at="_at", outer=True)["_op"]
-    return calls.with_columns(site=outer, site_op=inner)
 
 
 def steady_state_usage(

@@ -31,7 +31,7 @@ import json
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, partial
 from pathlib import Path
 from typing import Any
 
@@ -560,12 +560,14 @@ def _write(sink: TableSink, table: str, frame: pl.DataFrame, order: pl.Series | 
     frame = frame.select(c for c in frame.columns if c in canonical)
     if order is None and frame.height <= ROW_GROUP_ROWS:
         return sink.arrow(table, arrow_table(frame))
-    starts = range(0, frame.height, ROW_GROUP_ROWS)
-    if order is None:
-        parts = (arrow_table(frame.slice(start, ROW_GROUP_ROWS)) for start in starts)
-    else:
-        parts = (arrow_table(frame[order.slice(start, ROW_GROUP_ROWS)]) for start in starts)
-    return sink.batches(table, made_ahead(parts))
+
+    def part(start: int) -> pa.Table:
+        if order is None:
+            return arrow_table(frame.slice(start, ROW_GROUP_ROWS))
+        return arrow_table(frame[order.slice(start, ROW_GROUP_ROWS)])
+
+    makers = (partial(part, start) for start in range(0, frame.height, ROW_GROUP_ROWS))
+    return sink.batches(table, made_ahead(makers))
 
 
 def _in_parallel(path: Path, threads: int, jobs: tuple[Callable[[_Db], Any], ...]) -> list[Any]:

@@ -12,7 +12,9 @@ and one row group are ever held.
 
 from __future__ import annotations
 
+import functools
 import json
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -142,10 +144,11 @@ def derive_tables(
 def _write_slices(events: TraceEvents, names: _Names, sink: TableSink, result: TraceResult) -> None:
     """The slices table, and the session's span; the decoded slices are freed after."""
     span = _Span()
+    groups = made_ahead(_slice_groups(events, names, span))
     try:
-        groups = made_ahead(_slice_groups(events, names, span))
         result.rows["slices"] = sink.batches("slices", groups)
     finally:
+        groups.close()  # its makers stop before the file they read from is closed
         if events.located_args is not None:
             events.located_args.close()
     if result.rows["slices"]:
@@ -297,26 +300,29 @@ class _Span:
     start_ns: int | None = None
     end_ns: int | None = None
     g1: bool = False
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def add(self, part: pl.DataFrame) -> None:
+        """Count in a row group (the groups' makers call this side by side)."""
         low, high = part["start_ns"].min(), part["end_ns"].max()
-        if low is not None:
-            self.start_ns = low if self.start_ns is None else min(self.start_ns, low)
-        if high is not None:
-            self.end_ns = high if self.end_ns is None else max(self.end_ns, high)
         hardware = part.filter(pl.col("process") == HARDWARE_PROCESS)["args"]
-        self.g1 = self.g1 or bool(hardware.str.contains('"Stream Id"', literal=True).any())
+        g1 = bool(hardware.str.contains('"Stream Id"', literal=True).any())
+        with self._lock:
+            if low is not None:
+                self.start_ns = low if self.start_ns is None else min(self.start_ns, low)
+            if high is not None:
+                self.end_ns = high if self.end_ns is None else max(self.end_ns, high)
+            self.g1 = self.g1 or g1
 
 
 def _sorted_groups(
     frame: pl.DataFrame, by: list[pl.Expr], descending: list[bool], group: int
-) -> Iterator[tuple[pl.Series, pl.DataFrame]]:
-    """``frame`` in the order of ``by``, ``group`` rows at a time, with each group's row
-    numbers: only the order is held besides ``frame``."""
+) -> Iterator[pl.Series]:
+    """The row numbers of ``frame`` in the order of ``by``, ``group`` rows at a time: only the
+    order is held besides ``frame``."""
     order = stable_order(frame, by, descending)
     for start in range(0, max(len(order), 1), group):
-        rows = order.slice(start, group)
-        yield rows, frame[rows]
+        yield order.slice(start, group)
 
 
 def _flat_rows(flat: pl.DataFrame, rows: int, python: np.ndarray) -> np.ndarray:
@@ -329,9 +335,11 @@ def _flat_rows(flat: pl.DataFrame, rows: int, python: np.ndarray) -> np.ndarray:
     return at
 
 
-def _slice_groups(events: TraceEvents, names: _Names, span: _Span) -> Iterator[pa.Table]:
-    """The slices table a row group at a time, in time order (parents before children); each
-    group gets its text, names and flattened args after the gather."""
+def _slice_groups(
+    events: TraceEvents, names: _Names, span: _Span
+) -> Iterator[Callable[[], pa.Table]]:
+    """The slices table a row group at a time, in time order (parents before children): a
+    maker per group, which gathers its rows, then its text, names and flattened args."""
     slices = events.slices
     by = [
         pl.col("ts"),
@@ -346,7 +354,9 @@ def _slice_groups(events: TraceEvents, names: _Names, span: _Span) -> Iterator[p
     flat_at = pl.Series(_flat_rows(events.flat, slices.height, python))
     flat = pl.concat([events.flat.drop("row"), events.flat.drop("row").clear(1)])
     located = events.located_args
-    for rows, part in _sorted_groups(slices, by, descending, ROW_GROUP_ROWS):
+
+    def make(rows: pl.Series) -> pa.Table:
+        part = slices[rows]
         if located is not None:  # read from the file now: only this group's args are held
             args = located.text(part["args_at"], part["args_len"])
             part = part.drop("args_at", "args_len").with_columns(args)
@@ -356,11 +366,15 @@ def _slice_groups(events: TraceEvents, names: _Names, span: _Span) -> Iterator[p
         part = _finish_slices(part)
         if part.height:
             span.add(part)
-        yield events.to_arrow(part, "slices")
+        return events.to_arrow(part, "slices")
+
+    for rows in _sorted_groups(slices, by, descending, ROW_GROUP_ROWS):
+        yield functools.partial(make, rows)
 
 
-def _counter_groups(events: TraceEvents, names: _Names) -> Iterator[pa.Table]:
-    """The counters table a row group at a time: one row per sample, in time order.
+def _counter_groups(events: TraceEvents, names: _Names) -> Iterator[Callable[[], pa.Table]]:
+    """The counters table a row group at a time: one row per sample, in time order (a maker
+    per group).
 
     A sample's counter columns are gathered per row group (and per sort key), never for every
     sample at once: that copy would be most of the counters' memory.
@@ -375,10 +389,15 @@ def _counter_groups(events: TraceEvents, names: _Names) -> Iterator[pa.Table]:
     name_key = counters.select(events.by_text("counters", "name")).to_series()
     by = [of_counter(counters["ts_ns"]), of_counter(name_key),
           events.by_text("samples", "series"), of_counter(counters["pid"])]  # fmt: skip
-    for _, part in _sorted_groups(events.samples, by, [False] * 4, _COUNTER_GROUP):
+
+    def make(rows: pl.Series) -> pa.Table:
+        part = events.samples[rows]
         counter = part["event"]
         part = part.with_columns(*counters[counter], *named[key.gather(counter)])
-        yield events.to_arrow(part, "counters", "samples")
+        return events.to_arrow(part, "counters", "samples")
+
+    for rows in _sorted_groups(events.samples, by, [False] * 4, _COUNTER_GROUP):
+        yield functools.partial(make, rows)
 
 
 def _flows(others: pl.DataFrame) -> pl.DataFrame:

@@ -15,6 +15,7 @@ which owns the salvage of damaged files.
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -120,13 +121,17 @@ class FileArgs:
         self.path = path
         self._identity = scanned_at
         self._fd: int | None = None
+        self._opening = threading.Lock()  # row groups are made side by side
 
     def text(self, at: pl.Series, length: pl.Series) -> pl.Series:
         """The args of the slices at ``at`` (-1: none), ``length`` bytes each."""
-        if self._fd is None:
-            self._fd = os.open(self.path, os.O_RDONLY)
-            if stat_identity(os.fstat(self._fd)) != self._identity:
-                raise NativeUnreadable(f"{self.path}: changed while it was being read")
+        with self._opening:
+            if self._fd is None:
+                fd = os.open(self.path, os.O_RDONLY)
+                if stat_identity(os.fstat(fd)) != self._identity:
+                    os.close(fd)
+                    raise NativeUnreadable(f"{self.path}: changed while it was being read")
+                self._fd = fd
         offsets, lengths = at.to_numpy(), length.to_numpy()  # int64 and int32, no nulls
         order = np.argsort(offsets, kind="stable").astype(np.int64, copy=False)
         try:
