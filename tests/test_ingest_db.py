@@ -480,3 +480,23 @@ def test_every_compute_task_info_row_is_a_kernel(real_g2_db: Path, tmp_path: Pat
         Store.open(tmp_path / "out").table("slices").filter(pl.col("process") == "Ascend Hardware")
     )
     assert hardware.select(pl.len()).collect().item() == tasks
+
+
+def test_op_statistics_are_the_same_figures_every_time() -> None:
+    """The share of each op type comes from integer sums: group order must not move its bits."""
+    from traceanalyzer.parse.db import _Layout, _op_stats
+
+    rows = 5_000
+    kernels = pl.DataFrame(
+        {
+            "type": [f"Op{i % 400}" for i in range(rows)],
+            "accelerator_core": ["AI_CORE" if i % 3 else "AI_VECTOR_CORE" for i in range(rows)],
+            "dur_ns": [(i * 7919) % 100_003 + 1 for i in range(rows)],
+        }
+    )
+    layout = _Layout(os_pid=1, device=0, generation="current", comm_process="Communication")
+    first = _op_stats(kernels, layout)
+    assert first["count"].sum() == rows
+    assert abs(first["ratio_pct"].sum() - 100) < 1e-9
+    for _ in range(20):
+        assert _op_stats(kernels, layout).equals(first)

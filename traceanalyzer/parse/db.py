@@ -1354,20 +1354,24 @@ def _api_stats(slices: pl.DataFrame, layout: _Layout) -> pl.DataFrame:
 
 def _op_stats(kernels: pl.DataFrame, layout: _Layout) -> pl.DataFrame:
     """op_statistic.csv's figures, from the compute tasks (µs; share of the total task time)."""
-    stats = (
-        kernels.with_columns(us=pl.col("dur_ns") / 1000)
-        .group_by(pl.col("type").alias("op_type"), pl.col("accelerator_core").alias("core_type"))
-        .agg(
-            pl.len().cast(I64).alias("count"),
-            pl.col("us").sum().alias("total_us"),
-            pl.col("us").min().alias("min_us"),
-            pl.col("us").mean().alias("avg_us"),
-            pl.col("us").max().alias("max_us"),
-        )
+    # Sums of integer ns: the same in any order (the groups come in no fixed order, and float
+    # sums of them differed in their last bits from run to run).
+    total_ns = pl.col("dur_ns").sum()
+    stats = kernels.group_by(
+        pl.col("type").alias("op_type"), pl.col("accelerator_core").alias("core_type")
+    ).agg(
+        pl.len().cast(I64).alias("count"),
+        (total_ns / 1000).alias("total_us"),
+        (pl.col("dur_ns").min() / 1000).alias("min_us"),
+        (total_ns / pl.col("dur_ns").count() / 1000).alias("avg_us"),
+        (pl.col("dur_ns").max() / 1000).alias("max_us"),
+        total_ns.alias("_total_ns"),
     )
-    ratio = pl.col("total_us") / pl.col("total_us").sum() * 100
-    return stats.with_columns(ratio.alias("ratio_pct"), _stats_device(layout, host=False)).sort(
-        "total_us", "op_type", descending=[True, False]
+    ratio = pl.col("_total_ns") / pl.col("_total_ns").sum() * 100
+    return (
+        stats.with_columns(ratio.alias("ratio_pct"), _stats_device(layout, host=False))
+        .drop("_total_ns")
+        .sort("total_us", "op_type", descending=[True, False])
     )
 
 
