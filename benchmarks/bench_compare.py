@@ -271,6 +271,40 @@ def fmt_ratio(num: dict, den: dict) -> str:
     return f"{num['seconds'] / den['seconds']:.1f}x"
 
 
+ANALYSIS = """## Where our run's time goes, and what is left
+
+A cold run on this input, phase by phase (phase timings of runs on this machine; each phase
+moves by a fifth with the machine's load):
+
+- **0.45-0.6 s: start-up and the scan beside it.** The interpreter starts and imports polars,
+  pyarrow (with numpy), the engine and the rules on one core while the native scanner reads
+  the trace on both (`traceanalyzer/read_ahead.py`: one fresh Text session parsed in this
+  process). The parse takes the scan over when the imports are done; it waits 0.05-0.1 s for
+  its end, the two sharing two cores.
+- **0.9-1.1 s: the rest of the ingest.** One stable lexsort of the slices, then their row
+  groups made by three threads (gathers, each group's args read again from the file, names,
+  CANN layers) while the Parquet encoder writes the one before (`parse/rows.py`
+  `made_ahead`); the counters the same way; then the flows and threads beside the CSVs and
+  side JSONs.
+- **0.45-0.6 s: the 11 rules** on two threads (one rank: a thread per core).
+- **0.2-0.25 s: the overview**, after the rules, then **0.1-0.15 s: the reports** (the
+  overview's timeline strip is most of it: the device tasks of the representative step).
+
+The run is CPU-bound: about 4.1 s of CPU (0.9 s of it in the kernel: page faults of new
+memory and the wake-ups of polars' and our threads) on two cores, where the floor decodes on
+one. What is left above the floor is polars' work in many small queries (a rule's query costs
+0.1-0.3 ms before it touches a row, and the rules and the overview make about 900 of them),
+the Parquet encoder (0.3 s of CPU) and the imports (0.45 s of CPU). Measured and not kept:
+the overview beside the rules, three or four threads for the rules, one polars thread
+(`POLARS_MAX_THREADS=1`: a fifth less CPU, no faster), other jemalloc decays, the rules' tables
+held decoded in memory (0.08 s faster, 50-125 MB more at the peak).
+
+This machine's speed drifts by a quarter within an hour with nothing else running: builds
+compare fairly only in alternated runs of one sitting, and the ratio to the floor (measured
+seconds apart from our run, `--pairs`) is the figure to compare across pages, not the seconds.
+"""
+
+
 def render(results: dict[str, dict], meta: dict) -> str:
     """The Markdown page: the table, the ratios against their goals, the machine and the commands."""
     ours, floor = results[OURS], results[meta["floor"]]
@@ -376,6 +410,7 @@ def render(results: dict[str, dict], meta: dict) -> str:
         "floor's do not, which only makes their ratios stricter for us. The page cache is warm "
         "for every case alike.",
         "",
+        ANALYSIS,
     ]
     return "\n".join(lines)
 

@@ -356,8 +356,13 @@ ANALYSIS = """## Reading the figures
   (docs/benchmarks/compare.md).
   The derivation then sorts each table once (numpy's stable lexsort over every key, texts by
   their rank: polars' sort on all keys at once built a 70 MB row encoding, and its sorts one
-  key at a time took 1.5x the time) and gathers and writes each a row group at a time, the
-  next group made while the Parquet encoder writes the last (both release the GIL). Names
+  key at a time took 1.5x the time) and gathers and writes each a row group at a time: three
+  threads make the next groups while the Parquet encoder writes the one before (both release
+  the GIL, and a maker waits between polars calls for the GIL, a read or its page faults; with
+  one maker the ingest took 1.64 s, with two 1.51, with three 1.43, medians of alternated runs,
+  for 5 MB more of peak per maker). The writer keeps statistics for the numbers only: rows are
+  in time order, so min/max of a text column would prune no row group, and they were a quarter
+  of the encoder's time. Names
   and flattened args come by a gather on keys computed once per table (a (pid, tid) key into
   a table of names, a slice's row in the sparse args), not a join per row group; interned
   columns go to the Parquet writer as dictionaries over their words, text as polars' string
@@ -389,7 +394,10 @@ ANALYSIS = """## Reading the figures
   either way); the CSVs and side JSONs read alongside the scan (the scan slowed by as much
   as they took, and the peak rose 40 MB); jemalloc returning freed memory at once (`dirty_decay_ms:0`: a peak
   15 MB lower for 0.4 s more CPU); pyarrow's system or jemalloc pool instead of mimalloc
-  (within the noise).
+  (within the noise); minifying the args 16 bytes a step with SSE2, and keeping each thread's
+  read window between row groups (no faster: the kernel's copies of the ranges read and the
+  page faults of the new text are most of the reread); LZ4 instead of zstd (0.07 s less of
+  the encoder's CPU for files 1.3x larger).
 - **The Db twin** (`parse/db.py`; a [Text, Db] rank is read from its Db). The real Db export of
   the same workload, every event row repeated as often as the trace's events (`build_db_input`:
   ids shifted per copy so that flows and task infos still link within it; timestamps not
@@ -403,7 +411,7 @@ ANALYSIS = """## Reading the figures
   write the tables nothing else needs (kernels, counters, memory) as they make them. Flows
   and threads are derived from the slices, and the slices are then sorted (the same stable
   sort as the Text ingest's, `parse/rows.py`) and written last, alone, by 8k-row gathers,
-  each made while the one before is encoded. Names (process, thread, name, category; the counters' name, series and process)
+  three made at a time while the one before is encoded. Names (process, thread, name, category; the counters' name, series and process)
   are dictionary-encoded, as the native reader's are. The Db is a seventh of the trace's size
   (ids, not texts), so its peak is many times the Db file but about the Text ingest's peak
   for the same content: the tables are the same size whichever file they come from. For the
@@ -411,7 +419,7 @@ ANALYSIS = """## Reading the figures
   texts (names, the args' JSON) and the Parquet files that the floor does not. Two runs of
   this reader on the shared machine (load average 6 to 12): 0.90x and 0.68x the Text ingest's
   time, 0.91x and 0.77x its CPU, its peak 1.54x and 1.51x the trace's size above the imports
-  (the Text ingest's then: 1.42x; now 0.89x).
+  (the Text ingest's then: 1.42x; now 0.92x).
 - **Measured and rejected on the way** (Db reader): SQLite printing each numeric column of 64k
   rows as one text that polars splits and parses (the reader before the driver: 2-5x the
   driver's time per table, and a NULL read back as 0); Python sqlite3 rows (an object per

@@ -120,11 +120,11 @@ def derive_tables(
     ``result`` with the rows, span, processes and notes; ``on_read`` is called once the slices
     and the counters, the bulk of the memory, are written and freed.
 
-    The slices take two cores (each row group made while the one before is encoded), then the
-    counters; the flows and threads are derived alongside what ``on_read`` starts. The counters
-    derived alongside the slices were no faster and the peak was 45 MB higher; alongside the
-    side files (what ``on_read`` starts), no faster and the run's peak 25 MB higher
-    (docs/benchmarks/ingest.md).
+    The slices take both cores (row groups made by three threads while the one before is
+    encoded), then the counters; the flows and threads are derived alongside what ``on_read``
+    starts. The counters derived alongside the slices were no faster and the peak was 45 MB
+    higher; alongside the side files (what ``on_read`` starts), no faster and the run's peak
+    25 MB higher (docs/benchmarks/ingest.md).
     """
     names = _Names(events.others)
     _write_slices(events, names, sink, result)
