@@ -66,7 +66,7 @@ def overlap_join(
     """
     keys = list(on)
     lazy = isinstance(spans, pl.LazyFrame)
-    left = spans.collect() if isinstance(spans, pl.LazyFrame) else spans
+    left = spans.collect() if lazy else spans
     right = tasks.collect() if isinstance(tasks, pl.LazyFrame) else tasks
     clashing = [c for c in right.columns if c in left.columns and c not in keys]
     right = right.rename({c: f"{c}{suffix}" for c in clashing})
