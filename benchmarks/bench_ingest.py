@@ -123,7 +123,7 @@ CASES: dict[str, str] = {
         for (table,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall():
             con.execute(f'SELECT * FROM "{table}"').fetchall()
     """,
-    # Each table in one Arrow batch (as parse/db.py reads it: the driver types a column by it).
+    # Each table in one Arrow batch (as parse/db/ reads it: the driver types a column by it).
     DB_ARROW: """
         import adbc_driver_manager, adbc_driver_sqlite, pyarrow as pa
         con = adbc_driver_manager.AdbcConnection(adbc_driver_sqlite.connect(Path(DB).as_uri() + '?mode=ro&immutable=1'))
@@ -137,7 +137,7 @@ CASES: dict[str, str] = {
             query(f'SELECT * FROM "{table}"', query(f'SELECT count(*) FROM "{table}"')[0][0].as_py())
     """,
     # The Db twin: the same workload exported as Db, its events repeated as often as the
-    # trace's (build_db_input), read by parse/db.py. Its time is compared to the full-rank row.
+    # trace's (build_db_input), read by parse/db/. Its time is compared to the full-rank row.
     DB_CASE: """
         outcome = ingest_session(session, OUT, threads=os.cpu_count())
         assert outcome.status == 'ingested' and outcome.trace_reader == 'db', outcome
@@ -398,7 +398,7 @@ ANALYSIS = """## Reading the figures
   read window between row groups (no faster: the kernel's copies of the ranges read and the
   page faults of the new text are most of the reread); LZ4 instead of zstd (0.07 s less of
   the encoder's CPU for files 1.3x larger).
-- **The Db twin** (`parse/db.py`; a [Text, Db] rank is read from its Db). The real Db export of
+- **The Db twin** (`parse/db/`; a [Text, Db] rank is read from its Db). The real Db export of
   the same workload, every event row repeated as often as the trace's events (`build_db_input`:
   ids shifted per copy so that flows and task infos still link within it; timestamps not
   shifted, as the tiled trace's are not; the tables of the Text twin's CSVs are not repeated,

@@ -484,7 +484,8 @@ def test_every_compute_task_info_row_is_a_kernel(real_g2_db: Path, tmp_path: Pat
 
 def test_op_statistics_are_the_same_figures_every_time() -> None:
     """The share of each op type comes from integer sums: group order must not move its bits."""
-    from traceanalyzer.parse.db import _Layout, _op_stats
+    from traceanalyzer.parse.db.device import op_stats as _op_stats
+    from traceanalyzer.parse.db.layout import Layout as _Layout
 
     rows = 5_000
     kernels = pl.DataFrame(

@@ -439,7 +439,7 @@ TABLES: dict[str, Table] = {
 }
 
 
-# Where each column comes from in a Db export (parse/db.py). The Text source is each column's
+# Where each column comes from in a Db export (parse/db/). The Text source is each column's
 # own doc; this says the same for ascend_pytorch_profiler_{rank}.db ("profiler db") and
 # analysis.db. `STRING_IDS` and `ENUM_*` tables turn the ids the Db stores into the text the
 # Text export writes. "" under a table is the table's source; a table absent here has no Db

@@ -1,0 +1,313 @@
+"""One open profiler database: a read-only connection, typed scans, and the text of its ids.
+
+The database is opened strictly read-only (``mode=ro&immutable=1``): SQLite takes no lock and
+writes no journal, WAL or shared-memory file next to it. Each table is one plain scan of the
+columns needed, read through the ADBC SQLite driver as Arrow columns (no Python object per
+value) that polars adopts; ids become names through ``STRING_IDS`` and the ``ENUM_*`` tables as
+vectorised replacements.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import adbc_driver_manager
+import adbc_driver_sqlite
+import polars as pl
+import pyarrow as pa
+
+from traceanalyzer.parse.sink import body_columns
+from traceanalyzer.parse.trace_shared import SENTINELS
+
+I32, I64, F64, STR, CAT = pl.Int32(), pl.Int64(), pl.Float64(), pl.String(), pl.Categorical()
+_SQL_TYPES = {I64: "INTEGER", F64: "REAL", STR: "TEXT"}
+_POLARS = {"int32": I32, "int64": I64, "double": F64}
+SMALL_ROWS = 1 << 16  # at least the rows of a query that is not a table scan
+MB = float(1 << 20)
+
+
+def schema_of(table: str, **work: pl.DataType) -> dict[str, pl.DataType]:
+    """The polars types of a canonical table's body columns, plus working columns."""
+    return {n: _POLARS.get(str(t), STR) for n, t in body_columns(table)} | work
+
+
+class DbUnreadable(Exception):
+    """The database cannot be read: not SQLite, damaged, being written, or an unknown schema."""
+
+
+class Connection:
+    """A read-only ADBC connection to one SQLite file: queries come back as Arrow tables, built
+    in C without a Python object per value (Python's sqlite3 builds one per value: 2-5x the
+    time of a whole scan here)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        uri = f"{path.resolve().as_uri()}?mode=ro&immutable=1"
+        self._database = adbc_driver_sqlite.connect(uri)
+        try:
+            self._connection = adbc_driver_manager.AdbcConnection(self._database)
+        except adbc_driver_manager.Error:
+            self._database.close()
+            raise
+
+    def arrow(self, sql: str, rows: int | None = None) -> pa.Table:
+        """The result of ``sql``. The driver types each column from the first batch it reads;
+        ``rows`` (at least the result's row count) makes that batch the whole result, so a
+        column null in its first rows and a number later is still typed by its values."""
+        statement = adbc_driver_manager.AdbcStatement(self._connection)
+        try:
+            if rows is not None:
+                statement.set_options(**{"adbc.sqlite.query.batch_rows": str(max(rows, 1))})
+            statement.set_sql_query(sql)
+            stream, _ = statement.execute_query()
+            return pa.RecordBatchReader._import_from_c(stream.address).read_all()
+        except (adbc_driver_manager.Error, pa.ArrowException, OSError) as exc:
+            # A page that fails mid-scan surfaces from the stream: as the driver's error or
+            # Arrow's (its I/O error is an OSError).
+            raise DbUnreadable(f"{self.path}: {_what(exc)} ({_reason(exc)})") from exc
+        finally:
+            statement.close()
+
+    def close(self) -> None:
+        self._connection.close()
+        self._database.close()
+
+
+def _reason(exc: Exception) -> str:
+    """The driver's message without its status prefix and the query it appends."""
+    text = str(exc).split("\nquery:")[0]
+    return text.split("[SQLite] ", 1)[-1]
+
+
+def _what(exc: Exception) -> str:
+    """What an error says of the file: SQLite's own pages "malformed" are damaged (a truncated
+    or torn copy); anything else ("file is not a database") is not SQLite at all."""
+    return "damaged database" if "malformed" in str(exc) else "not a readable SQLite database"
+
+
+def connect_readonly(path: Path) -> Connection:
+    """Open ``path`` read-only, without locks or side files; raise DbUnreadable with the reason."""
+    for suffix in ("-wal", "-journal"):
+        side = path.with_name(path.name + suffix)
+        if side.exists():
+            raise DbUnreadable(
+                f"{path}: locked: {side.name} beside it means a writer is (or crashed) "
+                "mid-transaction; re-run once the profiler's export has finished"
+            )
+    try:
+        con = Connection(path)
+    except adbc_driver_manager.Error as exc:
+        raise DbUnreadable(f"{path}: {_what(exc)} ({_reason(exc)})") from exc
+    try:
+        con.arrow("PRAGMA query_only = 1")
+        con.arrow("SELECT count(*) FROM sqlite_master")
+    except DbUnreadable:
+        con.close()
+        raise
+    return con
+
+
+class Db:
+    """One open database: its tables and columns, typed scans, and the names of its ids."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.con = connect_readonly(path)
+        try:
+            listing = self.con.arrow(
+                "SELECT m.name AS tbl, CAST(c.name AS TEXT) AS col FROM sqlite_master AS m "
+                "LEFT JOIN pragma_table_info(m.name) AS c WHERE m.type IN ('table', 'view')",
+                rows=SMALL_ROWS,
+            )
+        except DbUnreadable:
+            self.con.close()
+            raise
+        self.columns: dict[str, set[str]] = {}
+        for table, column in zip(
+            listing["tbl"].to_pylist(), listing["col"].to_pylist(), strict=True
+        ):
+            names = self.columns.setdefault(table, set())
+            if column is not None:
+                names.add(column)
+
+    def has(self, table: str) -> bool:
+        return table in self.columns
+
+    def has_column(self, table: str, column: str) -> bool:
+        return column in self.columns.get(table, ())
+
+    def scan(self, table: str, **columns: tuple[str, pl.DataType]) -> pl.DataFrame:
+        """``alias=(column, type)`` of every row of ``table``, in rowid order. A column the
+        table lacks (another release) is null; values are cast in SQLite (PYTORCH_API keeps
+        its times as text), so a column always has its type."""
+        exprs = []
+        for alias, (column, dtype) in columns.items():
+            if column != "rowid" and not self.has_column(table, column):
+                exprs.append(f'NULL AS "{alias}"')
+                continue
+            source = "rowid" if column == "rowid" else f'"{column}"'
+            exprs.append(f'CAST({source} AS {_SQL_TYPES[dtype]}) AS "{alias}"')
+        rows = self.value(f'SELECT count(*) FROM "{table}"')
+        data = self.con.arrow(f'SELECT {", ".join(exprs)} FROM "{table}" ORDER BY rowid', rows)
+        return pl.DataFrame(data).cast({alias: dtype for alias, (_, dtype) in columns.items()})
+
+    def rows(self, sql: str) -> list[tuple[Any, ...]]:
+        """The rows of a small query (a few rows: probes, META_DATA), as Python values."""
+        data = self.con.arrow(sql, rows=SMALL_ROWS)
+        return list(
+            zip(*(data.column(i).to_pylist() for i in range(data.num_columns)), strict=True)
+        )
+
+    def value(self, sql: str) -> Any:
+        rows = self.rows(sql)
+        return rows[0][0] if rows else None
+
+    @cached_property
+    def _strings(self) -> pl.DataFrame:
+        strings = self.scan("STRING_IDS", id=("id", I64), value=("value", STR))
+        return strings.with_columns(json_text(pl.col("value")).alias("json"))
+
+    def text(self, ids: pl.Expr) -> pl.Expr:
+        """The STRING_IDS text of an id column."""
+        return ids.replace_strict(
+            self._strings["id"], self._strings["value"], default=None, return_dtype=STR
+        )
+
+    def quoted(self, ids: pl.Expr) -> pl.Expr:
+        """The STRING_IDS text of an id column as a JSON string literal."""
+        return ids.replace_strict(
+            self._strings["id"], self._strings["json"], default=None, return_dtype=STR
+        )
+
+    def enum(self, table: str, codes: pl.Expr) -> pl.Expr:
+        """The name an ``ENUM_*`` table gives a code column (the code as text without one)."""
+        if not self.has(table):
+            return codes.cast(STR)
+        names = self.scan(table, id=("id", I64), name=("name", STR))
+        return codes.replace_strict(names["id"], names["name"], default=None, return_dtype=STR)
+
+    @cached_property
+    def task_rows(self) -> pl.DataFrame:
+        """TASK, read once for the device slices, the communication planes and the kernels."""
+        columns = {
+            "global_task_id": ("globalTaskId", I64),
+            "start_ns": ("startNs", I64),
+            "end_ns": ("endNs", I64),
+            "device_id": ("deviceId", I64),
+            "raw_connection_id": ("connectionId", I64),
+            "stream_id": ("streamId", I64),
+            "task_id": ("taskId", I64),
+            "raw_model_id": ("modelId", I64),
+            "context_id": ("contextId", I64),
+            "runtime_type_id": ("taskType", I64),
+        }
+        if not self.has("TASK"):
+            return pl.DataFrame(schema={alias: dtype for alias, (_, dtype) in columns.items()})
+        return self.scan("TASK", **columns)
+
+    @cached_property
+    def compute(self) -> pl.DataFrame | None:
+        """COMPUTE_TASK_INFO (None when the table is absent)."""
+        if not self.has("COMPUTE_TASK_INFO"):
+            return None
+        return self.scan("COMPUTE_TASK_INFO", **_COMPUTE_COLUMNS)
+
+    @cached_property
+    def tasks(self) -> pl.DataFrame:
+        """TASK with its COMPUTE_TASK_INFO (null for the tasks without)."""
+        if self.compute is None:
+            return self.task_rows
+        return self.task_rows.join(
+            self.compute, on="global_task_id", how="left", maintain_order="left"
+        )
+
+    @cached_property
+    def comm_groups(self) -> pl.DataFrame:
+        """The communication groups (:func:`comm_groups_of`), made once for the op and plane
+        slices."""
+        return comm_groups_of(self)
+
+    def close(self) -> None:
+        self.con.close()
+
+
+# COMPUTE_TASK_INFO columns (ids of STRING_IDS unless a number), under the kernels names.
+_COMPUTE_COLUMNS: dict[str, tuple[str, pl.DataType]] = {
+    "global_task_id": ("globalTaskId", I64),
+    "name_id": ("name", I64),
+    "type_id": ("opType", I64),
+    "compute_type_id": ("taskType", I64),
+    "block_dim": ("blockDim", I64),
+    "block_num": ("blockNum", I64),
+    "mix_block_dim": ("mixBlockDim", I64),
+    "mix_block_num": ("mixBlockNum", I64),
+    "wait_ns": ("waitNs", I64),
+    "op_state_id": ("opState", I64),
+    "hf32_eligible_id": ("hf32Eligible", I64),
+    "input_shapes_id": ("inputShapes", I64),
+    "input_data_types_id": ("inputDataTypes", I64),
+    "input_formats_id": ("inputFormats", I64),
+    "output_shapes_id": ("outputShapes", I64),
+    "output_data_types_id": ("outputDataTypes", I64),
+    "output_formats_id": ("outputFormats", I64),
+}
+
+
+def comm_groups_of(db: Db) -> pl.DataFrame:
+    """Group id → its index and the tid of its op thread: one `Group <i> Communication` thread
+    per group, in order of first op, followed by its `Plane <n>` threads (op thread + 1 + n)."""
+    schema = {"group_id": I64, "group_index": I64, "group_tid": I64}
+    if not db.has("COMMUNICATION_OP"):
+        return pl.DataFrame(schema=schema)
+    ops = db.scan("COMMUNICATION_OP", group_id=("groupName", I64), start_ns=("startNs", I64))
+    groups = ops.group_by("group_id").agg(pl.col("start_ns").min()).sort("start_ns", "group_id")
+    planes = pl.DataFrame(schema={"group_id": I64, "planes": I64})
+    if db.has("COMMUNICATION_TASK_INFO"):
+        info = db.scan(
+            "COMMUNICATION_TASK_INFO", group_id=("groupName", I64), plane=("planeId", I64)
+        )
+        planes = info.group_by("group_id").agg((pl.col("plane").max() + 1).alias("planes"))
+    groups = groups.join(planes, on="group_id", how="left", maintain_order="left")
+    width = 1 + groups["planes"].fill_null(0)  # the op thread and its planes
+    return groups.select(
+        "group_id",
+        pl.int_range(pl.len(), dtype=I64).alias("group_index"),
+        (width.cum_sum() - width).alias("group_tid"),
+    )
+
+
+_INT64_SENTINELS = [v for v in SENTINELS if v < 1 << 63]
+
+
+def no_sentinel(value: pl.Expr) -> pl.Expr:
+    """msprof's "none" (4294967295) as null."""
+    return pl.when(value.is_in(_INT64_SENTINELS)).then(None).otherwise(value)
+
+
+def conform(frame: pl.DataFrame, schema: dict[str, pl.DataType]) -> pl.DataFrame:
+    return frame.select(
+        pl.col(n).cast(t) if n in frame.columns else pl.lit(None, dtype=t).alias(n)
+        for n, t in schema.items()
+    )
+
+
+def json_text(value: pl.Expr) -> pl.Expr:
+    """``value`` as a JSON string literal (quoted and escaped)."""
+    return pl.struct(value.alias("v")).struct.json_encode().str.slice(5).str.head(-1)
+
+
+def json_args(*pairs: tuple[str, pl.Expr, bool | None]) -> pl.Expr:
+    """The args object of each row, as trace_view.json spells it: (key, value, is_text) in the
+    Text export's key order, null values left out, null when none is left. ``is_text`` None:
+    the value is JSON already (STRING_IDS texts are escaped once, :meth:`Db.quoted`)."""
+    parts = []
+    for key, value, is_text in pairs:
+        if is_text:
+            value = pl.when(value.is_not_null()).then(json_text(value))
+        elif is_text is not None:
+            value = value.cast(STR)
+        parts.append(pl.lit(f'"{key}": ') + value)  # a null value leaves its pair out
+    body = pl.concat_str(parts, separator=", ", ignore_nulls=True)
+    return pl.when(body != "").then(pl.lit("{") + body + pl.lit("}"))

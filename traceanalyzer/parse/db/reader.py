@@ -1,0 +1,181 @@
+"""parse_db: a Db export's databases → every canonical table they hold, into a sink."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pyarrow as pa
+
+from traceanalyzer.parse.db.analysis import analysis_tables
+from traceanalyzer.parse.db.counters import counter_order, counter_table
+from traceanalyzer.parse.db.database import STR, Db, DbUnreadable
+from traceanalyzer.parse.db.device import api_stats, kernel_table, op_stats
+from traceanalyzer.parse.db.flows import (
+    connection_cats_table,
+    connection_id_table,
+    flow_table,
+    python_links,
+    thread_table,
+)
+from traceanalyzer.parse.db.layout import (
+    Layout,
+    check_schema,
+    generation_of,
+    layout_of,
+    schema_version,
+    session_facts,
+)
+from traceanalyzer.parse.db.memory import memory_records, module_memory, op_memory
+from traceanalyzer.parse.db.result import DbResult
+from traceanalyzer.parse.db.slices import (
+    all_slices,
+    cann_slices,
+    comm_op_slices,
+    overlap_slices,
+    plane_slices,
+    python_slices,
+    slice_order,
+    task_slices,
+)
+from traceanalyzer.parse.rows import ROW_GROUP_ROWS, made_ahead
+from traceanalyzer.parse.sink import TableSink, arrow_table, body_columns
+
+
+def parse_db(
+    profiler_db: Path | None, analysis_db: Path | None, sink: TableSink, threads: int = 1
+) -> DbResult:
+    """Fill every canonical table a Db export has data for (except ``sessions``) into ``sink``,
+    reading on up to ``threads`` connections at once.
+
+    Raises DbUnreadable when the profiler database cannot be read at all; a damaged
+    ``analysis.db`` only leaves its tables empty, with a warning.
+    """
+    result = DbResult()
+    if profiler_db is not None:
+        db = Db(profiler_db)
+        try:
+            result.schema_version = schema_version(db)
+            check_schema(db, result.schema_version)
+            result.generation = generation_of(db)
+            layout = layout_of(db, result.generation)
+            result.device_id, result.os_pid = layout.device, layout.os_pid or None
+            session_facts(db, result)
+        finally:
+            db.close()
+        _profiler_tables(profiler_db, layout, sink, result, threads)
+        result.not_collected.sort()  # the readers ran side by side
+    if analysis_db is not None:
+        try:
+            adb = Db(analysis_db)
+            try:
+                analysis_tables(adb, sink, result)
+            finally:
+                adb.close()
+        except DbUnreadable as exc:
+            result.warnings.append(f"{exc}; its step and communication tables are empty")
+            result.incomplete.append(f"{analysis_db.name} (unreadable)")
+    return result
+
+
+def _profiler_tables(
+    path: Path, layout: Layout, sink: TableSink, result: DbResult, threads: int
+) -> None:
+    # Three readers side by side, each on its own connection: the driver steps SQLite and
+    # polars computes without the GIL. The device reader keeps TASK for all its tables. A table
+    # nothing else needs is written where it is made, so that it is not held until the end.
+    def device(db: Db) -> list[pl.DataFrame | None]:
+        kernels = kernel_table(db, result)
+        if kernels is not None:
+            made = {"kernels": kernels}
+            if kernels["type"].is_not_null().any():  # Level0 records no op types: no statistic
+                made["op_stats"] = op_stats(kernels, layout)
+            _store(sink, result, made)
+        return [
+            cann_slices(db, layout, result),
+            task_slices(db, layout, result),
+            comm_op_slices(db, layout),
+            plane_slices(db, layout),
+            overlap_slices(db, layout, result),
+        ]
+
+    def rest(db: Db) -> tuple[pl.DataFrame, pl.DataFrame | None, pl.DataFrame]:
+        counters = counter_table(db, layout, result)
+        memory = {
+            "memory_records": memory_records(db, result),
+            "op_memory": op_memory(db, result),
+            "module_memory": module_memory(db, result),
+        }
+        result.rows["counters"] = _write(sink, "counters", counters, counter_order(counters))
+        _store(sink, result, memory)
+        counter_threads = counters.select("process", "pid", "tid").unique()
+        counter_threads = counter_threads.with_columns(pl.col("process").cast(STR))
+        return counter_threads, connection_cats_table(db), connection_id_table(db)
+
+    python, device_slices, (counter_threads, cats, connection_ids) = _in_parallel(
+        path, threads, (lambda db: [python_slices(db, layout, result)], device, rest)
+    )
+    slices = all_slices([*python, *device_slices])
+    del python, device_slices  # the parts, now chunks of the slices
+    links = python_links(slices, connection_ids)
+    if slices.height:
+        result.start_ns = slices["start_ns"].min()
+        result.end_ns = slices["end_ns"].max()
+    processes = pl.concat([slices["process"].cast(STR), counter_threads["process"]]).unique()
+    result.processes = sorted(processes.to_list())
+    tables: dict[str, pl.DataFrame | None] = {
+        "flows": flow_table(layout, slices, links, cats),
+        "threads": thread_table(layout, slices, counter_threads),
+    }
+    if (slices["process"] == "CANN").any():
+        tables["api_stats"] = api_stats(slices, layout)
+    _store(sink, result, tables)
+    # The slices last, alone: their row groups' gathers beside the joins above would add up at
+    # the peak (about 25 MB on the benchmark's Db twin), for no time saved on a busy machine.
+    result.rows["slices"] = _write(sink, "slices", slices, slice_order(slices))
+
+
+def _store(sink: TableSink, result: DbResult, tables: dict[str, pl.DataFrame | None]) -> None:
+    """Write each of ``tables`` (in file order) that was read, and count its rows."""
+    for name, frame in tables.items():
+        if frame is not None:
+            result.rows[name] = _write(sink, name, frame, None)
+
+
+def _write(sink: TableSink, table: str, frame: pl.DataFrame, order: pl.Series | None) -> int:
+    """Store ``frame`` (in ``order``, a permutation of its rows, when given), gathered and
+    converted to Arrow a row group at a time: a sorted copy of a large table, or its Arrow
+    copy (text columns are converted), would double its memory. The reader's working columns
+    (not in the table's schema) are not gathered."""
+    canonical = {name for name, _ in body_columns(table)}
+    frame = frame.select(c for c in frame.columns if c in canonical)
+    if order is None and frame.height <= ROW_GROUP_ROWS:
+        return sink.arrow(table, arrow_table(frame))
+
+    def part(start: int) -> pa.Table:
+        if order is None:
+            return arrow_table(frame.slice(start, ROW_GROUP_ROWS))
+        return arrow_table(frame[order.slice(start, ROW_GROUP_ROWS)])
+
+    makers = (partial(part, start) for start in range(0, frame.height, ROW_GROUP_ROWS))
+    return sink.batches(table, made_ahead(makers))
+
+
+def _in_parallel(path: Path, threads: int, jobs: tuple[Callable[[Db], Any], ...]) -> list[Any]:
+    """Each job's result, each run on its own connection to ``path``."""
+
+    def run(job: Callable[[Db], Any]) -> Any:
+        db = Db(path)
+        try:
+            return job(db)
+        finally:
+            db.close()
+
+    if threads <= 1:
+        return [run(job) for job in jobs]
+    with ThreadPoolExecutor(min(threads, len(jobs))) as pool:
+        return list(pool.map(run, jobs))
