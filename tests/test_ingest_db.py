@@ -61,37 +61,86 @@ def test_python_and_cann_slices_are_the_api_rows_at_exact_ns(
         assert set(cann["api_layer"].unique()) == {"AscendCL", "Node", "Hccl"}
 
 
-def test_every_task_row_is_a_device_slice(real_g2_db: Path, real_g2_db_store: Path) -> None:
+# The TASK rows msprof writes only to envelop others, which no Text export draws (independent
+# SQL): a communication op's own record (no task info, the op's connection id, over the op) and
+# a MIX kernel's parent (no task info, over a described task of its stream and task id).
+_ENVELOPES = """
+SELECT t.globalTaskId FROM TASK t
+WHERE t.globalTaskId NOT IN (SELECT globalTaskId FROM COMPUTE_TASK_INFO)
+  AND t.globalTaskId NOT IN (SELECT globalTaskId FROM COMMUNICATION_TASK_INFO)
+  AND (
+    EXISTS (SELECT 1 FROM COMMUNICATION_OP o WHERE o.connectionId = t.connectionId
+            AND t.startNs < o.endNs AND t.endNs > o.startNs)
+    OR EXISTS (SELECT 1 FROM TASK k JOIN COMPUTE_TASK_INFO USING (globalTaskId)
+               WHERE k.streamId = t.streamId AND k.taskId = t.taskId
+               AND t.startNs < k.endNs AND t.endNs > k.startNs))
+"""
+
+
+def test_every_task_row_but_the_envelopes_is_a_device_slice(
+    real_g2_db: Path, real_g2_db_store: Path, real_g2_store: Path
+) -> None:
     for rank, rank_dir in _rank_dirs(real_g2_db).items():
-        rows = _db(rank_dir).execute("SELECT startNs, endNs, streamId, taskId FROM TASK").fetchall()
+        con = _db(rank_dir)
+        envelopes = con.execute(f"SELECT count(*) FROM ({_ENVELOPES})").fetchone()[0]
+        assert envelopes == 17  # 4 allReduce records, 13 MIX parents
+        rows = con.execute(
+            f"SELECT startNs, endNs, streamId, taskId FROM TASK WHERE globalTaskId NOT IN ({_ENVELOPES})"
+        ).fetchall()
         hw = _slices(real_g2_db_store, rank, "Ascend Hardware")
         got = sorted(hw.select("start_ns", "end_ns", "stream_id", "task_id").rows())
         assert got == sorted(rows)
         assert (hw["thread"] == "Stream " + hw["tid"].cast(pl.String)).all()
 
+    # the same device tasks as the Text export of the workload: by stream and task type
+    def kinds(store: Path) -> set[tuple[str, str]]:
+        hw = _slices(store, 0, "Ascend Hardware")
+        return set(hw.select("thread", "task_type").unique().rows())
 
-def test_kernels_are_the_compute_task_rows(real_g2_db: Path, real_g2_db_store: Path) -> None:
+    assert kinds(real_g2_db_store) - {
+        ("Stream 2", "SDMA_SQE"),
+        ("Stream 2", "PLACE_HOLDER_SQE"),
+    } == kinds(real_g2_store) - {("Stream 2", "SDMA_SQE"), ("Stream 2", "PLACE_HOLDER_SQE")}
+
+
+def test_kernels_are_the_compute_task_rows_and_the_collectives(
+    real_g2_db: Path, real_g2_db_store: Path, real_g2_store: Path
+) -> None:
     kernels = Store.open(real_g2_db_store).table("kernels").collect()
     for rank, rank_dir in _rank_dirs(real_g2_db).items():
-        rows = (
-            _db(rank_dir)
-            .execute(
-                "SELECT t.startNs, t.endNs - t.startNs, t.streamId, t.taskId, s.value, ci.blockDim "
-                "FROM COMPUTE_TASK_INFO ci JOIN TASK t USING (globalTaskId) "
-                "JOIN STRING_IDS s ON s.id = ci.name"
-            )
-            .fetchall()
-        )
+        con = _db(rank_dir)
+        rows = con.execute(
+            "SELECT t.startNs, t.endNs - t.startNs, t.streamId, t.taskId, s.value, ci.blockDim "
+            "FROM COMPUTE_TASK_INFO ci JOIN TASK t USING (globalTaskId) "
+            "JOIN STRING_IDS s ON s.id = ci.name"
+        ).fetchall()
+        ops = con.execute(
+            "SELECT o.startNs, o.endNs - o.startNs, NULL, NULL, s.value, 0 "
+            "FROM COMMUNICATION_OP o JOIN STRING_IDS s ON s.id = o.opName"
+        ).fetchall()
         mine = kernels.filter(pl.col("rank") == rank)
         got = mine.select("start_ns", "dur_ns", "stream_id", "task_id", "name", "block_num").rows()
-        assert sorted(got) == sorted(rows)
+        assert sorted(got, key=str) == sorted(rows + ops, key=str)
         assert mine["step"].unique().to_list() == [50]
         assert (
             mine["accelerator_core"]
-            .is_in(["AI_CORE", "AI_VECTOR_CORE", "MIX_AIV", "DSA_SQE"])
+            .is_in(["AI_CORE", "AI_VECTOR_CORE", "MIX_AIV", "DSA_SQE", "HCCL"])
             .all()
         )
         assert "aiv_vec_time(us)" in json.loads(mine["extra"][0])
+    # as kernel_details.csv lists them: the collectives with Accelerator Core HCCL, typed
+    text = Store.open(real_g2_store).table("kernels").collect()
+    for frame in (kernels, text):
+        hccl = frame.filter(pl.col("accelerator_core") == "HCCL")
+        assert hccl.height == 8 and (hccl["type"] == "hcom_allReduce_").all()
+        assert hccl["stream_id"].is_null().all()
+    # rank 1's COMMUNICATION_OP has no waitNs column (this export's rank 0 has): unknown there
+    waits = (
+        kernels.filter(pl.col("accelerator_core") == "HCCL")
+        .group_by("rank")
+        .agg(pl.col("wait_ns").is_not_null().all())
+    )
+    assert dict(waits.iter_rows()) == {0: True, 1: False}
 
 
 def _naming(store: Path) -> dict[str, object]:
@@ -468,14 +517,17 @@ def test_every_compute_task_info_row_is_a_kernel(real_g2_db: Path, tmp_path: Pat
     shutil.copytree(real_g2_db / "rank0_ascend_pt", rank)
     con = sqlite3.connect(next((rank / OUT).glob("*_0.db")))
     (compute,) = con.execute("SELECT count(*) FROM COMPUTE_TASK_INFO").fetchone()
+    (collectives,) = con.execute("SELECT count(*) FROM COMMUNICATION_OP").fetchone()
     con.execute(
         "DELETE FROM TASK WHERE globalTaskId IN (SELECT globalTaskId FROM COMPUTE_TASK_INFO LIMIT 3)"
     )
-    (tasks,) = con.execute("SELECT count(*) FROM TASK").fetchone()
+    (tasks,) = con.execute(
+        f"SELECT count(*) FROM TASK WHERE globalTaskId NOT IN ({_ENVELOPES})"
+    ).fetchone()
     con.commit()
     con.close()
     (outcome,) = ingest(rank, tmp_path / "out").outcomes
-    assert outcome.rows["kernels"] == compute
+    assert outcome.rows["kernels"] == compute + collectives
     hardware = (
         Store.open(tmp_path / "out").table("slices").filter(pl.col("process") == "Ascend Hardware")
     )

@@ -31,7 +31,12 @@ SESSIONS = {
 }
 
 # Canonical tables only a Text export fills: no Db table holds them.
-TEXT_ONLY = {"operators", "l2_cache", "task_times"}
+TEXT_ONLY = {"l2_cache"}
+# operator_details.csv's figures are the generator's own (a scenario states each op's device
+# time), not derived from its flows as torch_npu derives them and as the Db reader does: the
+# derivation is held to the real export (tests/test_ingest_db.py). The texts and spans are
+# the same.
+OPERATOR_FACTS = ("name", "input_shapes", "call_stack", "host_total_ns")
 
 # Args keys the Db has no column for: CANN_API records no `Mode`/`item_id`, TASK no `Batch Id`
 # and no memcpy details (schema 1.0), COMMUNICATION_TASK_INFO no estimate or bandwidth; and a
@@ -106,14 +111,13 @@ def _slices(frame: pl.DataFrame) -> pl.DataFrame:
 
 
 def _kernels(frame: pl.DataFrame, generation: str, level: int) -> pl.DataFrame:
-    # kernel_details.csv lists the collectives too; a Db's kernels are its COMPUTE_TASK_INFO
-    # rows, its collectives are COMMUNICATION_OP rows (the `slices` of the comm process).
-    frame = frame.filter(~pl.col("accelerator_core").is_in(["HCCL", "COMMUNICATION"]))
-    # The PMU metrics: texts in the CSV, numbers in TASK_PMU_INFO; compared as numbers.
-    extra = pl.col("extra").map_elements(
-        lambda v: json.dumps({k: float(x) for k, x in json.loads(v).items()}, sort_keys=True),
-        return_dtype=pl.String,
-    )
+    # The PMU metrics: texts in the CSV, numbers in TASK_PMU_INFO; compared as numbers. A
+    # metric the CSV prints `N/A` (every one, on a collective's row) has no TASK_PMU_INFO row.
+    def metrics(value: str) -> str | None:
+        known = {k: float(x) for k, x in json.loads(value).items() if x != "N/A"}
+        return json.dumps(known, sort_keys=True) if known else None
+
+    extra = pl.col("extra").map_elements(metrics, return_dtype=pl.String)
     frame = frame.with_columns(extra.alias("extra"))
     if generation == "g2":
         # G2 kernel_details.csv has no Device_id column; the real G2 Db's COMPUTE_TASK_INFO
@@ -175,6 +179,8 @@ def _table(store: Store, name: str, session: str) -> pl.DataFrame:
         return frame.with_columns(bandwidth)
     if name == "sessions":
         return _sessions(frame)
+    if name == "operators":
+        return frame.select("rank", "session", *OPERATOR_FACTS)
     return frame
 
 

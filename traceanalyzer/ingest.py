@@ -368,11 +368,9 @@ class _SideFiles:
         outcome.incomplete_files += self.incomplete
 
 
-# Canonical tables a Db export has no table for, and the Text file that fills them.
-_TEXT_ONLY_TABLES = {
-    "operators": "operator_details.csv",
-    "l2_cache": "l2_cache.csv, with l2_cache=True",
-}
+# What a Db export cannot hold though it was collected: (canonical table, the profiler setting
+# that collects it, the Text file that holds it).
+_TEXT_ONLY_TABLES = (("l2_cache", "_l2_cache", "l2_cache.csv"),)
 
 
 def _source(session: RankSession) -> str:
@@ -483,10 +481,12 @@ def ingest_session(
         # after the generation is known: files this generation never writes are said apart
         side_files.report(outcome)
         if db:
+            settings = session.config.get("experimental_config") or {}
             outcome.not_collected += [
-                f"{table} (no Db table holds it; a Text export writes {source})"
-                for table, source in _TEXT_ONLY_TABLES.items()
-                if table not in sink.rows
+                f"{table}: collected ({setting[1:]}=True) but a Db export has no table for it; "
+                f"a Text export writes {source} (export_type=[Text, Db] keeps both)"
+                for table, setting, source in _TEXT_ONLY_TABLES
+                if settings.get(setting) is True and not sink.rows.get(table)
             ]
         sink.arrow("sessions", _session_row(session, trace, outcome, db))
         outcome.rows = dict(sink.rows)

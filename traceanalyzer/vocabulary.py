@@ -62,6 +62,9 @@ AI_CPU_TASK_TYPES = ("AI_CPU", "KERNEL_AICPU", "AICPU_H", "AICPU_D")
 # `Accelerator Core` except for AI Vector Core kernels, queued as AI Core tasks (real G2 export).
 CORE_TASK_TYPE = {"AI_VECTOR_CORE": "AI_CORE"}
 COMPUTE_TASK_TYPES = (*AI_CORE_TASK_TYPES, *AI_CPU_TASK_TYPES)
+# kernel_details.csv lists each collective too, under these `Accelerator Core` names (G1/G2,
+# then G3+); op_statistic.csv leaves them out.
+COMMUNICATION_CORES = ("HCCL", "COMMUNICATION")
 
 # --------------------------------------------------------------------------------------------
 # Host side

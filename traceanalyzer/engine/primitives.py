@@ -511,7 +511,7 @@ def stream_gaps(tasks: Frame, *, stream: str = "stream_id") -> Frame:
 
 
 LAUNCH_COLUMNS = ("launch_name", "launch_op", "launch_start_ns", "launch_end_ns", "launch_thread")
-LAUNCH_LINKS = ("graph_replay", "connection_id", "HostToDevice", "async_npu")
+LAUNCH_LINKS = ("graph_replay", "connection_id", "HostToDevice", "launch_flow", "async_npu")
 # When several host calls claim one connection id, the launch layer wins: Node@launch sits inside
 # the AscendCL op and above the runtime call it makes.
 _LAYER_PREFERENCE = {"Node": 0, "Model": 1, "AscendCL": 2, "Hccl": 3, "Communication": 3}
@@ -538,6 +538,9 @@ def host_launches(
       on both ends; for a kernel it is ``Node@launch``).
     - ``HostToDevice``: a flow whose ``f`` end is the task start on its stream; its ``s`` end lies
       inside the launching CANN call, on the same thread.
+    - ``launch_flow``: such a flow whose ``s`` end lies in no recorded call (Level0 records no
+      CANN layer but still draws these flows): the launch is the instant the flow starts
+      (``launch_name`` and ``launch_op`` null).
     - ``async_npu``: a ``torch_to_npu`` flow from a torch op (Level0 has no CANN layer). With the
       task queue the op returns before the real launch, so this link is only a lower bound.
 
@@ -744,4 +747,14 @@ def _flow_links(
     hit = containing_call(linked.drop("start_ns", "end_ns"), launches).rename(
         {"call_start_ns": "launch_start_ns", "call_end_ns": "launch_end_ns"}
     )
-    return _link(hit.filter(pl.col("launch_name").is_not_null()), cat)
+    in_call = _link(hit.filter(pl.col("launch_name").is_not_null()), cat)
+    if cat != "HostToDevice":
+        return in_call
+    # Level0 records no CANN calls, yet draws the HostToDevice flows from the launching thread:
+    # the launch happened at the flow's start.
+    bare = hit.filter(pl.col("launch_name").is_null()).with_columns(
+        pl.col("ts_ns").alias("launch_start_ns"),
+        pl.col("ts_ns").alias("launch_end_ns"),
+        pl.col("thread").alias("launch_thread"),
+    )
+    return pl.concat([in_call, _link(bare, "launch_flow")], how="vertical_relaxed")

@@ -258,8 +258,9 @@ _READ_CSV = (
 )
 
 
-def _convert(values: pl.Expr, kind: str) -> pl.Expr:
-    """One raw CSV column (strings) to its canonical value."""
+def canonical_text(values: pl.Expr, kind: str) -> pl.Expr:
+    """One raw CSV column (strings) to its canonical value (``kind``: a :class:`Col` kind); the
+    Db reader gives the texts it derives a CSV column from the same treatment."""
     text = values.str.strip_chars("\t \r\n")
     text = pl.when(text.is_in(_NULLS)).then(None).otherwise(text)
     if kind == "int":
@@ -463,7 +464,7 @@ def _plan(
         source = next((s for s in col.sources if s in position), None)
         if source is not None:
             used.add(position[source])
-            exprs.append(_convert(pl.col(f"f{position[source]}"), col.kind).alias(col.name))
+            exprs.append(canonical_text(pl.col(f"f{position[source]}"), col.kind).alias(col.name))
     # Unknown columns (PMU metrics, newer fields) are kept, as a JSON object in `extra`.
     unknown = [i for i in range(len(columns)) if i not in used and columns[i]]
     if unknown:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from functools import lru_cache
 from pathlib import Path
 
@@ -540,27 +540,32 @@ class DbExport:
         alg: str,
         count: int,
         op_type: str,
-        wait_ns: int,
-    ) -> None:
+    ) -> Callable[[int], None]:
+        """A COMMUNICATION_OP row; returns what writes it, given its `waitNs` (the op's wait
+        time as kernel_details.csv lists it, known once the chunk's kernels are ordered)."""
         op_id = self._comm_ops[name] = len(self._comm_ops) + 1
         self._device_conns[(self._comm_pid, 0, start)] = conn
         dtype = _CODES["ENUM_HCCL_DATA_TYPE"][data_type]
-        self.rows.add(
-            "INSERT INTO COMMUNICATION_OP VALUES (?, ?, ?, ?, ?, ?, 0, 0, ?, ?, ?, ?, ?)",
-            (
-                self.msprof(name),
-                start,
-                start + dur,
-                conn,
-                self.msprof(group),
-                op_id,
-                dtype,
-                self.msprof(alg),
-                count,
-                self.msprof(op_type),
-                wait_ns,
-            ),
+        row = (
+            self.msprof(name),
+            start,
+            start + dur,
+            conn,
+            self.msprof(group),
+            op_id,
+            dtype,
+            self.msprof(alg),
+            count,
+            self.msprof(op_type),
         )
+
+        def write(wait_ns: int) -> None:
+            self.rows.add(
+                "INSERT INTO COMMUNICATION_OP VALUES (?, ?, ?, ?, ?, ?, 0, 0, ?, ?, ?, ?, ?)",
+                (*row, wait_ns),
+            )
+
+        return write
 
     def comm_task(
         self,

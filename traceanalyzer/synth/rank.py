@@ -17,8 +17,10 @@ import json
 import shutil
 import tempfile
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from functools import partial
 from pathlib import Path
 
 from traceanalyzer.synth.comm import (
@@ -35,6 +37,7 @@ from traceanalyzer.synth.profiles import (
 )
 from traceanalyzer.synth.tables import (
     OPERATOR_DETAILS_HEADER,
+    TASK_TIME_HEADER,
     ApiStatistic,
     CsvFile,
     OpStatistic,
@@ -55,6 +58,9 @@ INVALID_MODEL = 4294967295
 _NOTIFY_NONE = (1 << 63) - 1
 NOMINAL_MHZ = 1800  # AI Core frequency of Atlas A2/A3 at full speed
 _LAYER_LEVEL = {"AscendCL@": "acl", "Runtime@": "runtime", "Node@": "node", "Model@": "model"}
+# How far the Db's envelope tasks (a collective's own record, a MIX kernel's parent) reach
+# beyond what they envelop, each side.
+ENVELOPE_LEAD_NS = 1_500
 KERNEL_CORES = ("AI_CORE", "AI_VECTOR_CORE", "AI_CPU", "MIX_AIC", "MIX_AIV", "DSA_SQE")
 EXPORT_TYPES = ("text", "db")
 # torch_npu's `export_type` options: Text, Db, or both ([Text, Db]).
@@ -140,14 +146,18 @@ class RankWriter:
         self._operators = CsvFile(
             self.text_out / "operator_details.csv", OPERATOR_DETAILS_HEADER, crlf=False
         )
+        # msprof's every-task list: current torch_npu exports it (task_time.csv), at any level.
+        self._task_time = None
+        if self.gen.name == "current":
+            self._task_time = CsvFile(self.text_out / "task_time.csv", TASK_TIME_HEADER, crlf=True)
         self.api_stat = ApiStatistic()
         self.op_stat = OpStatistic()
         self._conn = 900
         self._corr = 8200
         self._task_ids: dict[int, int] = {}
         self._stream_end: dict[int, int] = {}  # for kernel_details Wait Time
-        # (start, stream, row-without-wait, the kernel's Db task id or None)
-        self._chunk_kernels: list[tuple[int, int, list[object], int | None]] = []
+        # (start, stream, kernel_details row, what writes the Db's record of it given its wait)
+        self._chunk_kernels: list[tuple[int, int, list[object], Callable[[int], None] | None]] = []
         self._compute: list[tuple[int, int]] = []
         self._comm: list[tuple[int, int]] = []
         self._last_device_end: int | None = None
@@ -388,6 +398,29 @@ class RankWriter:
         self.tv.hw_task(
             stream, name, task_type, start, dur, task_id, conn, model_id, subtask, extra
         )
+        kernel = name if name != runtime_type else None  # runtime tasks are named by their type
+        return self._device_record(
+            stream, runtime_type, kernel, start, dur, task_id, conn, model_id, subtask, depth
+        )
+
+    def _device_record(
+        self,
+        stream: int,
+        runtime_type: str,
+        kernel: str | None,
+        start: int,
+        dur: int,
+        task_id: int,
+        conn: int,
+        model_id: int,
+        context: int,
+        depth: int = 0,
+    ) -> int | None:
+        """A device task as msprof records it: task_time.csv's row (current generation) and the
+        Db's TASK; returns the Db's globalTaskId."""
+        if self._task_time is not None:
+            row = [self.cfg.dev, kernel or "N/A", runtime_type, stream, task_id, dur / 1000]
+            self._task_time.row(row + [csv_ts(start), csv_ts(start + dur)])
         if not self.db:
             return None
         return self.db.task(
@@ -398,7 +431,7 @@ class RankWriter:
             task_id=task_id,
             conn=conn,
             model_id=model_id,
-            context=subtask,
+            context=context,
             depth=depth,
         )
 
@@ -431,10 +464,19 @@ class RankWriter:
         task_id = self.next_task_id(stream)
         subtask = 0 if core.startswith("MIX") else 4294967295
         task_type = CORE_TASK_TYPE.get(core, core)
+        mix = core.startswith("MIX")
         db_task = self._hw_task(
             stream, name, task_type, KERNEL_TASK_TYPE[core], start, dur, task_id, conn,
-            model_id, subtask,
+            model_id, subtask, depth=int(mix),
         )  # fmt: skip
+        if mix:
+            # msprof alone records a MIX kernel's parent task around its subtask (the trace
+            # draws none), undescribed, with the launch's runtime type (real G2 export:
+            # KERNEL_AICORE, 1-2 µs each side).
+            self._device_record(
+                stream, "KERNEL_AICORE", None, start - ENVELOPE_LEAD_NS,
+                dur + 2 * ENVELOPE_LEAD_NS, task_id, conn, model_id, 4294967295,
+            )  # fmt: skip
         self._device_seen(start, start + dur)
         self.op_stat.add(op_type, core, dur)
         self._compute.append((start, start + dur))
@@ -458,7 +500,10 @@ class RankWriter:
                 subtask if subtask != 4294967295 else "N/A",  # Context ID: FFTS+ (MIX) only
             ]
             row += kernel_row_tail(self.gen, core, dur)
-        self._chunk_kernels.append((start, stream, row, db_task))
+        db_row = None
+        if db_task is not None:
+            db_row = partial(self._db_compute_info, db_task, row)
+        self._chunk_kernels.append((start, stream, row, db_row))
         self._count("kernel")
         return conn
 
@@ -499,8 +544,9 @@ class RankWriter:
         )
         self.h2d(conn, True, host_tid, host_start, self.comm_pid, 0, start)
         self.tv.comm_op(0, name, start, dur, conn, "FP16", "MESH-RING", count)
+        db_op = None
         if self.db:
-            self.db.comm_op(
+            db_op = self.db.comm_op(
                 name,
                 start,
                 dur,
@@ -510,7 +556,6 @@ class RankWriter:
                 alg="MESH-RING",
                 count=count,
                 op_type=f"hcom_{op}_",
-                wait_ns=wait_ns,
             )
         self._count("collective")
         self._comm.append((start, start + dur))
@@ -581,6 +626,13 @@ class RankWriter:
                     60 + ctx * 8,
                 )
                 t += wait
+            # msprof alone records the op itself as one more task over its steps on the
+            # stream (the trace draws it on the communication process), undescribed, typed
+            # AI_CORE (real G2 export), with the op's connection.
+            self._device_record(
+                stream, "AI_CORE", None, start - ENVELOPE_LEAD_NS, dur + 2 * ENVELOPE_LEAD_NS,
+                task_id, conn, INVALID_MODEL, 4294967295,
+            )  # fmt: skip
         if self.level == 0:
             row: list[object] = [
                 name,
@@ -599,7 +651,7 @@ class RankWriter:
             if self.gen.has_op_state:
                 row.append("N/A")
             row += ["N/A"] * 7 + ["N/A"] * len(kernel_row_tail(self.gen, "HCCL", dur))
-        self._chunk_kernels.append((start, -1, row, None))
+        self._chunk_kernels.append((start, -1, row, db_op))
         step = self._step_of(start)
         key = f"step{step.step}" if step is not None else "step"
         self._collectives.setdefault(key, []).append(
@@ -650,13 +702,13 @@ class RankWriter:
         self._chunk_kernels.sort(key=lambda r: r[0])
         with_step = self.cfg.schedule
         dur_i = 4 if self.level == 0 else (8 if self.gen.has_op_state else 7)
-        for start, stream, row, db_task in self._chunk_kernels:
+        for start, stream, row, db_row in self._chunk_kernels:
             end = start + round(row[dur_i] * 1000)
             prev = self._stream_end.get(stream)
             wait_ns = max(start - prev, 0) if prev is not None else 0
             row[dur_i + 1] = wait_ns / 1000 if prev is not None else 0
-            if db_task is not None:
-                self._db_compute_info(db_task, row, wait_ns)
+            if db_row is not None:
+                db_row(wait_ns)
             self._stream_end[stream] = end if prev is None else max(end, prev)
             lead: list[object] = []
             if with_step:
@@ -760,6 +812,8 @@ class RankWriter:
         self.tv.close()
         self._kernels.close()
         self._operators.close()
+        if self._task_time is not None:
+            self._task_time.close()
         if not cfg.schedule:
             self.steps[0].end = end
         step_rows = step_trace_rows(self.gen, cfg.dev, self.steps)

@@ -22,6 +22,17 @@ from traceanalyzer.synth.profiles import (
     Generation,
 )
 
+# task_time.csv (msprof's task_time_*.csv; current torch_npu exports only).
+TASK_TIME_HEADER = [
+    "Device_id",
+    "kernel_name",
+    "kernel_type",
+    "stream_id",
+    "task_id",
+    "task_time(us)",
+    "task_start(us)",
+    "task_stop(us)",
+]
 OPERATOR_DETAILS_HEADER = [
     "Name",
     "Input Shapes",

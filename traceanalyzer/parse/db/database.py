@@ -224,6 +224,74 @@ class Db:
         )
 
     @cached_property
+    def comm_ops(self) -> pl.DataFrame:
+        """COMMUNICATION_OP, read once for the op slices, their kernel rows and their tasks."""
+        columns = {
+            "start_ns": ("startNs", I64),
+            "end_ns": ("endNs", I64),
+            "group_id": ("groupName", I64),
+            "name_id": ("opName", I64),
+            "op_type_id": ("opType", I64),
+            "raw_connection_id": ("connectionId", I64),
+            "data_type_id": ("dataType", I64),
+            "alg_type_id": ("algType", I64),
+            "count": ("count", I64),
+            "wait_ns": ("waitNs", I64),
+        }
+        if not self.has("COMMUNICATION_OP"):
+            return pl.DataFrame(schema={alias: dtype for alias, (_, dtype) in columns.items()})
+        return self.scan("COMMUNICATION_OP", **columns)
+
+    @cached_property
+    def _envelopes(self) -> tuple[pl.Series, pl.Series]:
+        """(the TASK rows that only envelop other rows, the described subtasks of a parent).
+
+        msprof writes, beside the tasks it describes (a COMPUTE_TASK_INFO or a
+        COMMUNICATION_TASK_INFO each), undescribed TASK rows that span them:
+        - a communication op's own record, over all its steps on its stream, with the op's
+          connection id (the Text export's is the op's `Group <i> Communication` slice);
+        - a MIX kernel's parent task, over its described subtask of the same stream and task
+          id (the Text export draws the subtask alone, as a MIX_AIV task).
+        They carry whatever runtime task type the launch had (`AI_CORE`, `KERNEL_AICORE` in real
+        G2 exports), so counted as device tasks they are compute as long as the communication
+        or a second copy of the kernel."""
+        rows = self.task_rows.select(
+            "global_task_id", "raw_connection_id", "stream_id", "task_id", "start_ns", "end_ns"
+        )
+        kernels, steps = (
+            self.scan(table, global_task_id=("globalTaskId", I64))
+            if self.has(table)
+            else pl.DataFrame(schema={"global_task_id": I64})
+            for table in ("COMPUTE_TASK_INFO", "COMMUNICATION_TASK_INFO")
+        )
+        bare = rows.join(pl.concat([kernels, steps]), on="global_task_id", how="anti")
+        inner = rows.join(kernels.unique(), on="global_task_id", how="semi").select(
+            "stream_id",
+            "task_id",
+            pl.col("global_task_id").alias("inner_id"),
+            pl.col("start_ns").alias("in_start"),
+            pl.col("end_ns").alias("in_end"),
+        )
+        ops = self.comm_ops.select(
+            "raw_connection_id",
+            pl.col("start_ns").alias("in_start"),
+            pl.col("end_ns").alias("in_end"),
+        )
+        overlaps = (pl.col("start_ns") < pl.col("in_end")) & (pl.col("end_ns") > pl.col("in_start"))
+        parents = bare.join(inner, on=["stream_id", "task_id"]).filter(overlaps)
+        op_records = bare.join(ops, on="raw_connection_id").filter(overlaps)
+        envelopes = pl.concat([parents["global_task_id"], op_records["global_task_id"]])
+        return envelopes.unique(), parents["inner_id"].unique()
+
+    @property
+    def envelope_task_ids(self) -> pl.Series:
+        return self._envelopes[0]
+
+    @property
+    def mix_subtask_ids(self) -> pl.Series:
+        return self._envelopes[1]
+
+    @cached_property
     def comm_groups(self) -> pl.DataFrame:
         """The communication groups (:func:`comm_groups_of`), made once for the op and plane
         slices."""
@@ -261,8 +329,9 @@ def comm_groups_of(db: Db) -> pl.DataFrame:
     schema = {"group_id": I64, "group_index": I64, "group_tid": I64}
     if not db.has("COMMUNICATION_OP"):
         return pl.DataFrame(schema=schema)
-    ops = db.scan("COMMUNICATION_OP", group_id=("groupName", I64), start_ns=("startNs", I64))
-    groups = ops.group_by("group_id").agg(pl.col("start_ns").min()).sort("start_ns", "group_id")
+    groups = (
+        db.comm_ops.group_by("group_id").agg(pl.col("start_ns").min()).sort("start_ns", "group_id")
+    )
     planes = pl.DataFrame(schema={"group_id": I64, "planes": I64})
     if db.has("COMMUNICATION_TASK_INFO"):
         info = db.scan(

@@ -7,6 +7,7 @@ import polars as pl
 from traceanalyzer.parse.db.database import F64, I64, STR, Db, conform, no_sentinel, schema_of
 from traceanalyzer.parse.db.layout import Layout
 from traceanalyzer.parse.db.result import DbResult, collected
+from traceanalyzer.vocabulary import COMMUNICATION_CORES
 
 # TASK_PMU_INFO metric names → kernel_details.csv column names (the `extra` keys); other
 # `*_time` metrics get a `(us)` suffix, as the CSV's do.
@@ -16,8 +17,9 @@ _PMU_RENAMED = {"aic_total_time": "aicore_time(us)", "aiv_total_time": "aiv_time
 # --------------------------------------------------------------------------- device tables
 
 
-def kernel_table(db: Db, result: DbResult) -> pl.DataFrame | None:
-    """kernel_details.csv's rows: one per compute task (TASK + COMPUTE_TASK_INFO)."""
+def kernel_table(db: Db, layout: Layout, result: DbResult) -> pl.DataFrame | None:
+    """kernel_details.csv's rows: one per compute task (TASK + COMPUTE_TASK_INFO) and one per
+    collective (COMMUNICATION_OP), as the CSV lists both."""
     if not collected(db, result, "COMPUTE_TASK_INFO") or db.compute is None:
         return None
     # One row per COMPUTE_TASK_INFO row, timed by its TASK (a row without one keeps nulls).
@@ -36,17 +38,64 @@ def kernel_table(db: Db, result: DbResult) -> pl.DataFrame | None:
         "output_formats": "output_formats_id",
     }
     kernels = tasks.with_columns(
-        *(db.text(pl.col(source)).alias(name) for name, source in texts.items()),
+        # `N/A` (Level0 records no op info) is null, as the CSV's `N/A` is
+        *(
+            db.text(pl.col(source)).replace("N/A", None).alias(name)
+            for name, source in texts.items()
+        ),
         (pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns"),
         no_sentinel(pl.col("raw_model_id")).alias("model_id"),
         no_sentinel(pl.col("context_id")).alias("context_id"),
         pl.coalesce("block_num", "block_dim").alias("block_num"),
         pl.coalesce("mix_block_num", "mix_block_dim").alias("mix_block_num"),
     ).with_columns(pl.col("input_shapes", "output_shapes").str.strip_chars('"'))
+    kernels = pl.concat([kernels, _collective_rows(db, layout)], how="diagonal_relaxed")
     order = ("start_ns", "stream_id", "task_id")
     kernels = _with_step(db, kernels.sort(*order, nulls_last=True, maintain_order=True))
     kernels = kernels.join(_pmu_extra(db), on="global_task_id", how="left", maintain_order="left")
     return conform(kernels, schema_of("kernels"))
+
+
+def task_time_table(db: Db, layout: Layout) -> pl.DataFrame | None:
+    """task_time.csv's rows (msprof's every-task list, which current torch_npu exports as
+    Text): each TASK row with its runtime type and, for a kernel, its name. Earlier
+    generations write no such file, and their Db twins fill no such table."""
+    if layout.generation != "current" or not db.has("TASK"):
+        return None
+    name = pl.lit(None, dtype=STR)
+    if "name_id" in db.tasks.columns:
+        name = db.text(pl.col("name_id")).replace("N/A", None)
+    tasks = db.tasks.sort("start_ns", "stream_id", "task_id", nulls_last=True, maintain_order=True)
+    return conform(
+        tasks.select(
+            pl.col("device_id"),
+            name.alias("kernel_name"),
+            db.text(pl.col("runtime_type_id")).alias("kernel_type"),
+            "stream_id",
+            "task_id",
+            (pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns"),
+            "start_ns",
+            "end_ns",
+        ),
+        schema_of("task_times"),
+    )
+
+
+def _collective_rows(db: Db, layout: Layout) -> pl.DataFrame:
+    """kernel_details.csv's row of each collective: the op's name, type and time, its wait,
+    `Accelerator Core` HCCL (COMMUNICATION from G3 on), no stream or task."""
+    core = COMMUNICATION_CORES[0] if layout.comm_process == "HCCL" else COMMUNICATION_CORES[1]
+    return db.comm_ops.select(
+        db.text(pl.col("name_id")).alias("name"),
+        db.text(pl.col("op_type_id")).alias("type"),
+        pl.lit(core).alias("accelerator_core"),
+        pl.lit(layout.device, dtype=I64).alias("device_id"),
+        "start_ns",
+        "end_ns",
+        (pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns"),
+        "wait_ns",
+        pl.lit(0, dtype=I64).alias("block_num"),
+    )
 
 
 def _with_step(db: Db, tasks: pl.DataFrame) -> pl.DataFrame:
@@ -122,7 +171,10 @@ def op_stats(kernels: pl.DataFrame, layout: Layout) -> pl.DataFrame:
     # Sums of integer ns: the same in any order (the groups come in no fixed order, and float
     # sums of them differed in their last bits from run to run).
     total_ns = pl.col("dur_ns").sum()
-    stats = kernels.group_by(
+    compute = kernels.filter(
+        ~pl.col("accelerator_core").is_in(COMMUNICATION_CORES).fill_null(False)
+    )
+    stats = compute.group_by(
         pl.col("type").alias("op_type"), pl.col("accelerator_core").alias("core_type")
     ).agg(
         pl.len().cast(I64).alias("count"),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import polars as pl
 
 from traceanalyzer.parse.db.database import I64, STR, Db, conform, schema_of
@@ -10,6 +12,15 @@ from traceanalyzer.parse.db.layout import Layout
 # --------------------------------------------------------------------------- flows
 
 _ENDS = ("process", "thread", "pid", "tid")
+# Device tasks trace_view.json draws no HostToDevice flow to, though their launch shares their
+# connection id: the runtime's event and notify records and waits.
+_UNDRAWN_LAUNCHES = (
+    "EVENT_RECORD_SQE",
+    "EVENT_WAIT_SQE",
+    "EVENT_RESET_SQE",
+    "NOTIFY_RECORD_SQE",
+    "NOTIFY_WAIT_SQE",
+)
 
 
 def _pair(frame: pl.DataFrame, cat: str, name: pl.Expr, flow_id: pl.Expr) -> pl.DataFrame:
@@ -25,14 +36,33 @@ def _pair(frame: pl.DataFrame, cat: str, name: pl.Expr, flow_id: pl.Expr) -> pl.
     )
 
 
-def flow_table(
+@dataclass(frozen=True)
+class Links:
+    """What the flows and the operators' device times both need: the slices' flow ends, the
+    device tasks a host event can launch, and each Python event's connections with their flow
+    categories."""
+
+    ends: pl.DataFrame
+    device: pl.DataFrame
+    linked: pl.DataFrame
+    cats: pl.DataFrame
+
+    def launched(self) -> pl.DataFrame:
+        """(api_row, the device task's ``*_dst`` columns and its ``dur_ns`` and ``task_type``)
+        of every torch op → task pair that trace_view.json draws as an ``async_npu`` flow."""
+        return self.linked.filter(pl.col("flow_cat") == "async_npu").join(
+            self.device, left_on="link", right_on="connection_id", suffix="_dst"
+        )
+
+
+def link_table(
     layout: Layout, slices: pl.DataFrame, links: pl.DataFrame, cats: pl.DataFrame | None
-) -> pl.DataFrame:
-    """Flows as trace_view.json pairs them: host launch → device task (``HostToDevice``, id =
-    connection id; ``async_npu``, id = the task's start ns), enqueue → dequeue
-    (``async_task_queue``, id = correlation id) and forward → backward (``fwdbwd``)."""
-    schema = schema_of("flows")
-    ends = slices.select(*_ENDS, "start_ns", "connection_id", "cat", "api_row", "api_level")
+) -> Links:
+    """The slices' links (``links``: PYTORCH_API rowid → connection id; ``cats``:
+    connectionCats, None when torch_npu did not write it)."""
+    ends = slices.select(
+        *_ENDS, "start_ns", "dur_ns", "task_type", "connection_id", "cat", "api_row", "api_level"
+    )
     comm = layout.comm_process
     device = ends.filter(
         pl.col("process").is_in(["Ascend Hardware", comm])
@@ -45,13 +75,21 @@ def flow_table(
     python = ends.filter(pl.col("process") == "Python").select(*_ENDS, "start_ns", "cat", "api_row")
     linked = links.join(python, on="api_row", maintain_order="left")
     cats = _connection_cats(cats, linked, device)
-    linked = linked.join(cats, on="link", maintain_order="left")
-    cann = ends.filter(pl.col("process") == "CANN").join(
-        cats.filter(pl.col("flow_cat") == "HostToDevice"),
-        left_on="connection_id",
-        right_on="link",
-        how="semi",
-    )
+    return Links(ends, device, linked.join(cats, on="link", maintain_order="left"), cats)
+
+
+def flow_table(layout: Layout, links: Links) -> pl.DataFrame:
+    """Flows as trace_view.json pairs them: host launch → device task (``HostToDevice``, id =
+    connection id; ``async_npu``, id = the task's start ns), enqueue → dequeue
+    (``async_task_queue``, id = correlation id) and forward → backward (``fwdbwd``)."""
+    schema = schema_of("flows")
+    ends, device, linked = links.ends, links.device, links.linked
+    # A launch and its task share a connection id whether or not a torch op links them
+    # (connectionCats lists only the torch links: an `aclrtMemcpyAsync` of the runtime's own
+    # has its HostToDevice flow in trace_view.json, and none there). Event records and waits
+    # have none (real G2 export).
+    cann = ends.filter(pl.col("process") == "CANN")
+    launched = device.filter(~pl.col("task_type").is_in(_UNDRAWN_LAUNCHES).fill_null(False))
     # A launch's flow id (a Node-level kernel launch, an HCCL op) carries a context in its
     # low 32 bits (4294967295, none, before the current generation, which writes 0); an
     # AscendCL call's (a memcpy, an event) is the connection id itself.
@@ -61,11 +99,9 @@ def flow_table(
         .then(pl.col("connection_id") * (1 << 32) + context)
         .otherwise(pl.col("connection_id"))
     )
-    h2d = cann.join(device, on="connection_id", suffix="_dst").with_columns(h2d_id.alias("h2d"))
+    h2d = cann.join(launched, on="connection_id", suffix="_dst").with_columns(h2d_id.alias("h2d"))
     frames = [_pair(h2d, "HostToDevice", pl.format("HostToDevice{}", pl.col("h2d")), pl.col("h2d"))]
-    to_npu = linked.filter(pl.col("flow_cat") == "async_npu").join(
-        device, left_on="link", right_on="connection_id", suffix="_dst"
-    )
+    to_npu = links.launched()
     frames.append(_pair(to_npu, "async_npu", pl.lit("torch_to_npu"), pl.col("start_ns_dst")))
     queue = linked.filter(pl.col("flow_cat") == "async_task_queue")
     enqueue, dequeue = (queue.filter(pl.col("cat") == c) for c in ("enqueue", "dequeue"))

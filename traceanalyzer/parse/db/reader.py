@@ -14,11 +14,12 @@ import pyarrow as pa
 from traceanalyzer.parse.db.analysis import analysis_tables
 from traceanalyzer.parse.db.counters import counter_order, counter_table
 from traceanalyzer.parse.db.database import STR, Db, DbUnreadable
-from traceanalyzer.parse.db.device import api_stats, kernel_table, op_stats
+from traceanalyzer.parse.db.device import api_stats, kernel_table, op_stats, task_time_table
 from traceanalyzer.parse.db.flows import (
     connection_cats_table,
     connection_id_table,
     flow_table,
+    link_table,
     python_links,
     thread_table,
 )
@@ -31,6 +32,7 @@ from traceanalyzer.parse.db.layout import (
     session_facts,
 )
 from traceanalyzer.parse.db.memory import memory_records, module_memory, op_memory
+from traceanalyzer.parse.db.operators import operator_table
 from traceanalyzer.parse.db.result import DbResult
 from traceanalyzer.parse.db.slices import (
     all_slices,
@@ -89,12 +91,13 @@ def _profiler_tables(
     # polars computes without the GIL. The device reader keeps TASK for all its tables. A table
     # nothing else needs is written where it is made, so that it is not held until the end.
     def device(db: Db) -> list[pl.DataFrame | None]:
-        kernels = kernel_table(db, result)
+        kernels = kernel_table(db, layout, result)
         if kernels is not None:
             made = {"kernels": kernels}
             if kernels["type"].is_not_null().any():  # Level0 records no op types: no statistic
                 made["op_stats"] = op_stats(kernels, layout)
             _store(sink, result, made)
+        _store(sink, result, {"task_times": task_time_table(db, layout)})
         return [
             cann_slices(db, layout, result),
             task_slices(db, layout, result),
@@ -116,23 +119,25 @@ def _profiler_tables(
         counter_threads = counter_threads.with_columns(pl.col("process").cast(STR))
         return counter_threads, connection_cats_table(db), connection_id_table(db)
 
-    python, device_slices, (counter_threads, cats, connection_ids) = _in_parallel(
-        path, threads, (lambda db: [python_slices(db, layout, result)], device, rest)
+    (python, op_texts), device_slices, (counter_threads, cats, connection_ids) = _in_parallel(
+        path, threads, (lambda db: python_slices(db, layout, result), device, rest)
     )
-    slices = all_slices([*python, *device_slices])
+    slices = all_slices([python, *device_slices])
     del python, device_slices  # the parts, now chunks of the slices
-    links = python_links(slices, connection_ids)
+    links = link_table(layout, slices, python_links(slices, connection_ids), cats)
     if slices.height:
         result.start_ns = slices["start_ns"].min()
         result.end_ns = slices["end_ns"].max()
     processes = pl.concat([slices["process"].cast(STR), counter_threads["process"]]).unique()
     result.processes = sorted(processes.to_list())
     tables: dict[str, pl.DataFrame | None] = {
-        "flows": flow_table(layout, slices, links, cats),
+        "flows": flow_table(layout, links),
         "threads": thread_table(layout, slices, counter_threads),
     }
     if (slices["process"] == "CANN").any():
         tables["api_stats"] = api_stats(slices, layout)
+    if op_texts is not None:
+        tables["operators"] = operator_table(slices, links, op_texts)
     _store(sink, result, tables)
     # The slices last, alone: their row groups' gathers beside the joins above would add up at
     # the peak (about 25 MB on the benchmark's Db twin), for no time saved on a busy machine.

@@ -17,6 +17,7 @@ from traceanalyzer.parse.db.database import (
     schema_of,
 )
 from traceanalyzer.parse.db.layout import Layout
+from traceanalyzer.parse.db.operators import OperatorTexts, operator_texts
 from traceanalyzer.parse.db.result import DbResult, collected
 from traceanalyzer.parse.rows import stable_order
 from traceanalyzer.vocabulary import CORE_TASK_TYPE
@@ -60,7 +61,10 @@ _ARGS_ROWS = 1 << 15  # Python slices whose args are built at once
 # sink drops them. Their names are dictionary-encoded (Categorical): each held once, not once
 # per row, and written to Parquet as the dictionary they are (as the Text reader writes them).
 _SLICE_NAMES = ("ph", "process", "thread", "name", "cat")
-_SLICES = schema_of("slices", api_row=I64, link_id=I64) | dict.fromkeys(_SLICE_NAMES, CAT)
+# The Python slices keep their call chain and input dims ids too, for the operators' texts.
+_SLICES = schema_of("slices", api_row=I64, link_id=I64, callchain=I64, dims_id=I64) | dict.fromkeys(
+    _SLICE_NAMES, CAT
+)
 
 
 def all_slices(parts: list[pl.DataFrame | None]) -> pl.DataFrame:
@@ -88,9 +92,12 @@ def with_names(frame: pl.DataFrame, layout: Layout, process: str, thread: pl.Exp
     return conform(named, _SLICES)
 
 
-def python_slices(db: Db, layout: Layout, result: DbResult) -> pl.DataFrame | None:
+def python_slices(
+    db: Db, layout: Layout, result: DbResult
+) -> tuple[pl.DataFrame | None, OperatorTexts | None]:
+    """PYTORCH_API's slices, and the texts of the torch ops' operator_details rows."""
     if not collected(db, result, "PYTORCH_API"):
-        return None
+        return None, None
     shapes, dtypes = "inputShapes", "inputDtypes"
     if _shapes_swapped(db):
         shapes, dtypes = dtypes, shapes
@@ -109,7 +116,8 @@ def python_slices(db: Db, layout: Layout, result: DbResult) -> pl.DataFrame | No
         callchain=("callchainId", I64),
         link_id=("connectionId", I64),
     )
-    frame = frame.join(_call_stacks(db), on="callchain", how="left", maintain_order="left")
+    stacks = _call_stacks(db)
+    frame = frame.join(stacks, on="callchain", how="left", maintain_order="left")
     frame = frame.join(_correlations(db), on="link_id", how="left", maintain_order="left")
     frame = frame.with_columns(
         db.text(pl.col("name_id")).alias("name"),
@@ -145,7 +153,8 @@ def python_slices(db: Db, layout: Layout, result: DbResult) -> pl.DataFrame | No
         rest = block.filter(~is_op & ~is_queue).with_columns(pl.lit(None, dtype=STR).alias("args"))
         named = [with_names(part, layout, "Python", thread) for part in (ops, queues, rest)]
         blocks.append(pl.concat(named).sort("api_row"))
-    return pl.concat([pl.DataFrame(schema=_SLICES), *blocks], rechunk=False)
+    python = pl.concat([pl.DataFrame(schema=_SLICES), *blocks], rechunk=False)
+    return python, operator_texts(db, stacks, python)
 
 
 def _call_stacks(db: Db) -> pl.DataFrame:
@@ -229,16 +238,23 @@ def task_slices(db: Db, layout: Layout, result: DbResult) -> pl.DataFrame | None
     runtime_type = db.text(pl.col("runtime_type_id"))
     compute_type = pl.lit(None, dtype=STR)
     if "compute_type_id" in db.tasks.columns:
-        compute_type = db.text(pl.col("compute_type_id"))
+        # Level0 records no op info: the core is `N/A`, and the runtime's type tells the queue.
+        compute_type = db.text(pl.col("compute_type_id")).replace("N/A", None)
     sqe = (
         pl.when(compute_type.is_not_null())
         .then(compute_type.replace(_COMPUTE_SQE))
+        .when(
+            pl.col("global_task_id").is_in(db.mix_subtask_ids.implode())
+            & ~runtime_type.is_in(["KERNEL_MIX_AIC", "MIX_AIC"])
+        )
+        .then(pl.lit("MIX_AIV"))  # a subtask of a parent, its core unrecorded (Level0)
         .otherwise(runtime_type.replace(_SQE_TYPE))
     )
     name = runtime_type
     if "name_id" in db.tasks.columns:
         name = pl.coalesce(db.text(pl.col("name_id")), runtime_type)
-    frame = db.tasks.with_columns(
+    steps = db.tasks.filter(~pl.col("global_task_id").is_in(db.envelope_task_ids.implode()))
+    frame = steps.with_columns(
         name.alias("name"),
         sqe.alias("task_type"),
         pl.col("stream_id").alias("tid"),
@@ -260,17 +276,7 @@ def task_slices(db: Db, layout: Layout, result: DbResult) -> pl.DataFrame | None
 def comm_op_slices(db: Db, layout: Layout) -> pl.DataFrame | None:
     if not db.has("COMMUNICATION_OP"):
         return None
-    frame = db.scan(
-        "COMMUNICATION_OP",
-        start_ns=("startNs", I64),
-        end_ns=("endNs", I64),
-        group_id=("groupName", I64),
-        name_id=("opName", I64),
-        raw_connection_id=("connectionId", I64),
-        data_type_id=("dataType", I64),
-        alg_type_id=("algType", I64),
-        count=("count", I64),
-    )
+    frame = db.comm_ops
     frame = frame.join(db.comm_groups, on="group_id", how="left", maintain_order="left")
     frame = frame.with_columns(
         db.text(pl.col("name_id")).alias("name"),
