@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -316,14 +317,20 @@ def test_run_writes_the_overview_everywhere(tmp_path: Path) -> None:
     overview = json.loads((out / "findings.json").read_text())["summary"]["overview"]
     assert overview["schema_version"] == 1 and len(overview["ranks"]) == 2
     assert [c["key"] for c in overview["components"]] == list(COMPONENT_NAMES)
-    assert overview["source"] == {
+    source = dict(overview["source"])
+    assert source.pop("component") in {"Computing", "Communication(Not Overlapped)", "Overlapped"}
+    assert source.pop("worst_rank") in {0, 1}
+    assert source == {
         "breakdown": ["events"],
+        "reference": "step_trace_time.csv",
         "checked_steps": 4,
         "differing_steps": 0,
+        "differing_ranks": [],
         "max_deviation": pytest.approx(0, abs=0.01),
         "tolerance": 0.02,
         "agrees": True,
     }
+    assert "step_trace_time.csv" not in result.output  # said only when it disagrees
     assert len(overview["top_kernels"]) == 2 and overview["top_collectives"][0]["wait_ns"]
     md = (out / "report.md").read_text()
     assert md.index("## Where the time goes") < md.index("## Findings")
@@ -399,3 +406,45 @@ def test_matplotlib_is_imported_only_to_draw() -> None:
         "assert 'matplotlib' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_a_breakdown_the_export_contradicts_is_said_loudly(tmp_path: Path) -> None:
+    """The self-check is a warning in the terminal, the report and findings.json, naming the
+    component that differs; a finding's cost share on those ranks carries the caveat."""
+    from traceanalyzer.cli import main
+
+    sample = tmp_path / "in"
+    shutil.copytree(SAMPLES / "inference_baseline", sample)
+    for csv in sample.glob("*/ASCEND_PROFILER_OUTPUT/step_trace_time.csv"):
+        lines = csv.read_text().splitlines()
+        rows = [line.split(",") for line in lines[1:]]
+        for row in rows:
+            row[1] = f"{float(row[1]) * 3:.3f}"  # Computing tripled: events cannot agree
+        csv.write_text("\n".join([lines[0], *(",".join(r) for r in rows)]) + "\n")
+    out = tmp_path / "out"
+    result = CliRunner().invoke(main, ["run", str(sample), "--out", str(out), "-j", "1"])
+    assert result.exit_code == 0, result.output
+    assert "warning: the breakdown contradicts step_trace_time.csv on 4 of 4 steps" in result.output
+    assert "Computing differs by" in result.output
+    source = json.loads((out / "findings.json").read_text())["summary"]["overview"]["source"]
+    assert source["agrees"] is False and source["component"] == "Computing"
+    assert source["differing_ranks"] == [0]
+    assert "Unreliable overview" in (out / "report.html").read_text()
+    assert "**Warning:** the breakdown contradicts" in (out / "report.md").read_text()
+
+
+def test_cost_shares_on_a_contradicted_breakdown_carry_the_caveat() -> None:
+    from traceanalyzer.overview.document import finding_costs
+    from traceanalyzer.report.overview_text import cost_text
+
+    overview = {
+        "ranks": [{"rank": 0, "total_ns": 1_000}, {"rank": 1, "total_ns": 1_000}],
+        "source": {"differing_ranks": [1]},
+    }
+    findings = [
+        {"fingerprint": "a", "ranks": [0], "metrics": {"cost_ns": 100}},
+        {"fingerprint": "b", "ranks": [1], "metrics": {"cost_ns": 100}},
+    ]
+    costs = finding_costs(findings, overview)
+    assert "unreliable" not in cost_text(costs["a"])
+    assert costs["b"]["unreliable_ranks"] == [1] and "unreliable" in cost_text(costs["b"])

@@ -689,6 +689,7 @@ def _session_row(
         "metadata": json.dumps(metadata, ensure_ascii=False, sort_keys=True),
         "config": json.dumps(session.config, ensure_ascii=False, sort_keys=True),
         "files": json.dumps(files),
+        "source_format": "db" if db is not None else "text",
     }
     return table_from_rows("sessions", [row])
 

@@ -102,6 +102,12 @@ TABLES: dict[str, Table] = {
             Column(
                 "files", STR, "JSON list of the ASCEND_PROFILER_OUTPUT files that were present."
             ),
+            Column(
+                "source_format",
+                STR,
+                "The export the tables were read from: `text` or `db` (a `[Text, Db]` rank is "
+                "read from its Db).",
+            ),
         ),
         _table(
             "threads",
@@ -462,6 +468,7 @@ DB_SOURCES: dict[str, dict[str, str]] = {
         "metadata": "META_DATA's keys (torch_npu records profiler_metadata.json's there: ENV_VARIABLES, parallel_group_info, add_metadata keys; JSON decoded), plus `db.`-prefixed META_DATA (ENV_VARIABLES decoded, SCHEMA_VERSION), SESSION_TIME_INFO and NPU_INFO.",
         "config": "profiler_info.json `config`.",
         "files": "The ASCEND_PROFILER_OUTPUT listing.",
+        "source_format": "`db`.",
     },
     "threads": {
         "": "Every (pid, tid) of the slices and counters, named as msprof names them in trace_view.json",
@@ -723,9 +730,16 @@ DERIVED_TABLES: dict[str, Table] = {
             Column(
                 "check_deviation",
                 F64,
-                "Largest difference between the events and step_trace_time.csv (Computing, "
-                "Communication(Not Overlapped), Overlapped) as a share of Stage; null when the "
-                "CSV has no row for the step.",
+                "Largest difference between the events and the export's own step breakdown "
+                "(step_trace_time.csv, or analysis.db's StepTraceTime) over Computing, "
+                "Communication(Not Overlapped) and Overlapped, as a share of Stage; null when "
+                "the export has no row for the step.",
+            ),
+            Column(
+                "check_component",
+                STR,
+                "Which of the three differs most (`Computing`, `Communication(Not Overlapped)`, "
+                "`Overlapped`); null with check_deviation.",
             ),
         ),
         _table(

@@ -68,7 +68,7 @@ WINDOW_COLUMNS = (
     "session", "step", "start_ns", "end_ns", "step_ns", "device_start_ns", "device_end_ns",
     *COMPONENT_NAMES,
 )  # fmt: skip
-STEP_COLUMNS = (*WINDOW_COLUMNS, "source", "check_deviation")
+STEP_COLUMNS = (*WINDOW_COLUMNS, "source", "check_deviation", "check_component")
 
 
 def step_windows(slices: pl.LazyFrame, sessions: pl.DataFrame) -> pl.DataFrame:
@@ -218,36 +218,52 @@ def idle_ns() -> pl.Expr:
     )
 
 
+# the export's own step breakdown, compared component by component (its column, our sum)
+CHECKED_COMPONENTS = (
+    ("Computing", "computing_ns"),
+    ("Communication(Not Overlapped)", "communication_not_overlapped_ns"),
+    ("Overlapped", "overlapped_ns"),
+)
+
+
 def check_against_step_trace(steps: pl.DataFrame, step_times: pl.DataFrame) -> pl.DataFrame:
-    """Add ``check_deviation``: the worst of |events - CSV| over Computing, Communication(Not
-    Overlapped) and Overlapped, as a share of the CSV's Stage (null: no CSV row for the step).
+    """Add ``check_deviation``: the worst of |events - export| over Computing, Communication(Not
+    Overlapped) and Overlapped, as a share of the export's Stage (null: no row for the step);
+    and ``check_component``, the one that differs most. ``step_times`` is the export's own step
+    breakdown (step_trace_time.csv, or analysis.db's StepTraceTime).
 
     Stage itself is not compared: torch_npu measures it from the step's first to its last
     compute or communication task (``device_end_ns - device_start_ns`` here), but exports that
     did not come from torch_npu (the synthetic generator) write the ProfilerStep span instead.
     """
+    mine = {
+        "Computing": computing_ns(),
+        "Communication(Not Overlapped)": pl.col("comm_exposed_ns"),
+        "Overlapped": pl.col("overlapped_ns"),
+    }
     csv = step_times.select(
         "session",
         "step",
-        pl.col("computing_ns").alias("_c"),
-        pl.col("communication_not_overlapped_ns").alias("_n"),
-        pl.col("overlapped_ns").alias("_o"),
-        pl.col("stage_ns").alias("_s"),
+        *(pl.col(column).alias(f"_{name}") for name, column in CHECKED_COMPONENTS),
+        pl.col("stage_ns").alias("_stage"),
     ).unique(["session", "step"], keep="first")
-    diffs = [
-        (computing_ns() - pl.col("_c")).abs(),
-        (pl.col("comm_exposed_ns") - pl.col("_n")).abs(),
-        (pl.col("overlapped_ns") - pl.col("_o")).abs(),
-    ]
+    diffs = [(mine[name] - pl.col(f"_{name}")).abs() for name, _ in CHECKED_COMPONENTS]
+    checked = pl.col("_stage") > 0
+    worst = pl.concat_list(diffs).list.arg_max()
+    names = pl.Series([name for name, _ in CHECKED_COMPONENTS])
     return (
         steps.join(csv, on=["session", "step"], how="left", nulls_equal=True)
         .with_columns(
-            pl.when(pl.col("_s") > 0)
-            .then(pl.max_horizontal(*diffs) / pl.col("_s"))
+            pl.when(checked)
+            .then(pl.max_horizontal(*diffs) / pl.col("_stage"))
             .otherwise(None)
-            .alias("check_deviation")
+            .alias("check_deviation"),
+            pl.when(checked)
+            .then(worst.replace_strict(dict(enumerate(names)), return_dtype=pl.String))
+            .otherwise(None)
+            .alias("check_component"),
         )
-        .drop("_c", "_n", "_o", "_s")
+        .drop(*(f"_{name}" for name, _ in CHECKED_COMPONENTS), "_stage")
     )
 
 
@@ -291,6 +307,7 @@ def from_step_trace(step_times: pl.DataFrame, windows: pl.DataFrame) -> pl.DataF
             pl.lit(None, dtype=pl.Int64).alias("device_end_ns"),
             pl.lit("step_trace_time").alias("source"),
             pl.lit(None, dtype=pl.Float64).alias("check_deviation"),
+            pl.lit(None, dtype=pl.String).alias("check_component"),
         )
         .select(STEP_COLUMNS)
     )

@@ -18,7 +18,10 @@ from traceanalyzer.schema import COMPONENT_NAMES
 from traceanalyzer.store import Store
 
 SCHEMA_VERSION = 1
-CHECK_TOLERANCE = 0.02  # events vs step_trace_time.csv: what "agrees" means (share of Stage)
+# events vs the export's own step breakdown: what "agrees" means (share of Stage)
+CHECK_TOLERANCE = 0.02
+# where each export format keeps its own step breakdown (sessions.source_format)
+STEP_REFERENCE = {"text": "step_trace_time.csv", "db": "analysis.db StepTraceTime"}
 
 # key, label, group: the order is the stacked bar's, bottom to top
 COMPONENTS: tuple[tuple[str, str, str], ...] = (
@@ -100,8 +103,6 @@ def overview_document(
 ) -> dict[str, Any]:
     """Everything the reports show of the overview, from the store's summary tables."""
     steps = store.table("summary_steps").collect().sort("rank", "session", "start_ns")
-    checked = steps.filter(pl.col("check_deviation").is_not_null())
-    worst = float(checked["check_deviation"].max()) if checked.height else None  # type: ignore[arg-type]
     ranks = []
     for (rank,), part in steps.group_by("rank", maintain_order=True):
         means = _mean_components(part)
@@ -129,11 +130,7 @@ def overview_document(
         "components": [{"key": k, "label": label, "group": g} for k, label, g in COMPONENTS],
         "source": {
             "breakdown": sorted(set(steps["source"].to_list())),
-            "checked_steps": checked.height,
-            "differing_steps": checked.filter(pl.col("check_deviation") > CHECK_TOLERANCE).height,
-            "max_deviation": worst,
-            "tolerance": CHECK_TOLERANCE,
-            "agrees": None if worst is None else worst <= CHECK_TOLERANCE,
+            **self_check(steps, _source_formats(store)),
         },
         "steps": steps.height,
         "mean": mean,
@@ -162,6 +159,37 @@ def overview_document(
     }
 
 
+def _source_formats(store: Store) -> list[str]:
+    """The formats the sessions were read from (stores written before the column: text)."""
+    sessions = store.table("sessions")
+    if "source_format" not in sessions.collect_schema().names():
+        return ["text"]
+    formats = sessions.select(pl.col("source_format").fill_null("text")).collect()
+    return sorted(set(formats["source_format"].to_list()))
+
+
+def self_check(steps: pl.DataFrame, formats: Iterable[str]) -> dict[str, Any]:
+    """How the breakdown compares with the export's own step breakdown (``reference``, by the
+    ``formats`` the sessions were read from): steps checked and differing beyond the
+    tolerance, the worst deviation (share of Stage), its component and rank, and the ranks
+    whose breakdown is therefore unreliable. ``agrees`` None: nothing to check against."""
+    checked = steps.filter(pl.col("check_deviation").is_not_null())
+    differing = checked.filter(pl.col("check_deviation") > CHECK_TOLERANCE)
+    worst = checked.sort("check_deviation", descending=True).head(1).to_dicts()
+    deviation = worst[0]["check_deviation"] if worst else None
+    return {
+        "reference": " / ".join(STEP_REFERENCE.get(f, f) for f in formats),
+        "checked_steps": checked.height,
+        "differing_steps": differing.height,
+        "differing_ranks": sorted(set(differing["rank"].to_list())),
+        "max_deviation": deviation,
+        "component": worst[0].get("check_component") if worst else None,
+        "worst_rank": worst[0]["rank"] if worst else None,
+        "tolerance": CHECK_TOLERANCE,
+        "agrees": None if deviation is None else deviation <= CHECK_TOLERANCE,
+    }
+
+
 # --------------------------------------------------------------------------------------------
 # Findings in the picture: what share of the step (window) time each one costs
 # --------------------------------------------------------------------------------------------
@@ -186,6 +214,7 @@ def finding_costs(
     the same ranks' total step (window) time.
     """
     totals = {r["rank"]: r["total_ns"] for r in overview.get("ranks", [])}
+    unreliable = set((overview.get("source") or {}).get("differing_ranks") or [])
     out: dict[str, dict[str, Any]] = {}
     for finding in findings:
         occurrences = finding.get("occurrences") or [
@@ -213,6 +242,10 @@ def finding_costs(
             "cost_share": None if share is None else min(share, 1.0),
             "basis": basis,
         }
+        doubtful = sorted(unreliable & set(finding.get("ranks") or []))
+        if doubtful:
+            # the share is of step time whose breakdown the export's own record contradicts
+            out[finding["fingerprint"]]["unreliable_ranks"] = doubtful
     return out
 
 

@@ -89,6 +89,9 @@ def overview_section(doc: Mapping[str, Any], figures: Mapping[str, bytes]) -> st
         f"{count(overview['steps'], 'step')} of {count(len(overview['ranks']), 'rank')}. "
         f'<span class="small muted">{esc(text.source_line(overview))}.</span></p>'
     )
+    warning = text.check_warning(overview)
+    if warning:
+        lead = f'<p class="warning"><b>Unreliable overview:</b> {esc(warning)}</p>' + lead
     parts = [head, '<section class="overview">', lead]
     caption = (
         "<figcaption>Each rank's mean step split into compute (by accelerator), "

@@ -42,27 +42,46 @@ def share(part: float, whole: float) -> str:
 
 
 def source_line(overview: Mapping[str, Any]) -> str:
-    """Which data the breakdown comes from, and how it compares with step_trace_time.csv."""
+    """Which data the breakdown comes from, and how it compares with the export's own step
+    breakdown (step_trace_time.csv, analysis.db StepTraceTime)."""
     src = overview.get("source") or {}
     used = " + ".join(src.get("breakdown") or []) or "nothing"
     text = f"source: {used}"
-    checked = src.get("checked_steps")
+    checked, reference = src.get("checked_steps"), src.get("reference") or "step_trace_time.csv"
     if checked:
         tolerance, worst = fmt.percent(src.get("tolerance")), fmt.percent(src.get("max_deviation"))
         if src.get("agrees"):
             text += (
-                f"; agrees with step_trace_time.csv within {tolerance} on "
+                f"; agrees with {reference} within {tolerance} on "
                 f"{'the' if checked == 1 else 'all'} {count(checked, 'step')}"
             )
         else:
             text += (
-                f"; differs from step_trace_time.csv by more than {tolerance} on "
+                f"; differs from {reference} by more than {tolerance} on "
                 f"{src.get('differing_steps')} of {count(checked, 'step')}"
             )
         text += f" (largest difference {worst} of Stage)"
     elif "events" in (src.get("breakdown") or []):
-        text += "; no step_trace_time.csv to check against"
+        text += f"; no {reference} to check against"
     return text
+
+
+def check_warning(overview: Mapping[str, Any] | None) -> str | None:
+    """The self-check's warning, when the breakdown contradicts the export's own step breakdown
+    beyond the tolerance: which steps and ranks, the component that differs most and by how
+    much. None when it agrees or there was nothing to check against."""
+    src = (overview or {}).get("source") or {}
+    if src.get("agrees") is not False:
+        return None
+    ranks = src.get("differing_ranks") or []
+    where = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {compress_ranks(ranks)}"
+    return (
+        f"the breakdown contradicts {src.get('reference') or 'the export'} on "
+        f"{src.get('differing_steps')} of {count(src.get('checked_steps') or 0, 'step')} "
+        f"({where}): {src.get('component') or 'a component'} differs by "
+        f"{fmt.percent(src.get('max_deviation'))} of Stage on rank {src.get('worst_rank')}. "
+        "Treat this overview, and the cost shares of findings on those ranks, as unreliable."
+    )
 
 
 def compact_rows(overview: Mapping[str, Any]) -> list[list[str]]:
@@ -82,8 +101,9 @@ def compact_headers() -> list[str]:
     return ["rank", "steps", "step", *(name for name, _ in COMPACT), "top kernel"]
 
 
-def overview_table(overview: Mapping[str, Any]) -> str:
-    """The terminal's table under the findings: where each rank's step time goes."""
+def overview_table(overview: Mapping[str, Any], verbose: bool = False) -> str:
+    """The terminal's table under the findings: where each rank's step time goes; the
+    breakdown's source and check only when the check fails (as a warning) or ``verbose``."""
     if overview.get("error"):
         return f"overview failed: {overview['error']}"
     if not usable(overview):
@@ -97,7 +117,11 @@ def overview_table(overview: Mapping[str, Any]) -> str:
     for row in [headers, *rows]:
         cells = [c.rjust(width[i]) if i else c.ljust(width[i]) for i, c in enumerate(row[:-1])]
         lines.append("  " + "  ".join(cells) + "  " + _clip(row[-1], 40))
-    lines.append("  " + source_line(overview))
+    warning = check_warning(overview)
+    if warning:
+        lines.append(f"  warning: {warning}")
+    if verbose:
+        lines.append("  " + source_line(overview))
     outliers = [c["rank"] for c in overview.get("cluster") or [] if c.get("outlier")]
     if outliers:
         ranks = compress_ranks(outliers)
@@ -112,12 +136,17 @@ def _clip(text: str, width: int) -> str:
 
 def cost_text(cost: Mapping[str, Any] | None) -> str:
     """``costs 12.3% of step time (1.2 s)`` for one finding's entry of ``summary.overview.costs``,
-    or "" when its metrics did not allow a cost."""
+    or "" when its metrics did not allow a cost; with the self-check's caveat when the cost
+    lies on ranks whose breakdown the export contradicts."""
     cost = cost or {}
     share, ns = cost.get("cost_share"), cost.get("cost_ns")
     if share is None:
         return fmt.duration(ns) if ns else ""
-    return f"costs {fmt.percent(share)} of step time" + (f" ({fmt.duration(ns)})" if ns else "")
+    text = f"costs {fmt.percent(share)} of step time" + (f" ({fmt.duration(ns)})" if ns else "")
+    doubtful = cost.get("unreliable_ranks")
+    if doubtful:
+        text += f"; unreliable: the breakdown of rank {compress_ranks(doubtful)} fails its self-check"
+    return text
 
 
 def component_rows(overview: Mapping[str, Any]) -> list[list[str]]:
@@ -206,6 +235,8 @@ def overview_markdown(
         lines += [f"Overview failed: {failed}" if failed else "No step or window to break down."]
         return [*lines, ""]
     lines += [f"**{overview['headline']}**", ""] if overview.get("headline") else []  # our words
+    warning = check_warning(overview)
+    lines += [f"> **Warning:** {warning}", ""] if warning else []
     lines += [
         f"Mean per step over {count(overview['steps'], 'step')} of "
         f"{count(len(overview['ranks']), 'rank')}; "
