@@ -345,8 +345,6 @@ def _damage(root: Path, how: str) -> Path:
         db.write_bytes(bytes(data))
     elif how == "garbage":
         db.write_bytes(b"<html>not a database</html>" * 100)
-    elif how == "locked":
-        (db.parent / (db.name + "-wal")).write_bytes(b"\0" * 32)
     elif how == "unknown schema":
         con = sqlite3.connect(db)
         con.execute("UPDATE META_DATA SET value = '9.0.0' WHERE name = 'SCHEMA_VERSION'")
@@ -361,7 +359,6 @@ def _damage(root: Path, how: str) -> Path:
         ("truncated", "damaged"),
         ("torn pages", "damaged"),
         ("garbage", "not a readable SQLite database"),
-        ("locked", "locked"),
         ("unknown schema", "unknown schema version 9.0.0"),
     ],
 )
@@ -553,3 +550,91 @@ def test_op_statistics_are_the_same_figures_every_time() -> None:
     assert abs(first["ratio_pct"].sum() - 100) < 1e-9
     for _ in range(20):
         assert _op_stats(kernels, layout).equals(first)
+
+
+def test_side_files_other_sqlite_clients_leave_are_read(real_g2_db: Path, tmp_path: Path) -> None:
+    """An empty -wal and -shm (what the sqlite3 shell leaves after reading) change nothing; the
+    input is never written to; one note at most, no failure."""
+    root = tmp_path / "in"
+    shutil.copytree(real_g2_db / "rank0_ascend_pt", root / "rank0_ascend_pt")
+    db = next((root / "rank0_ascend_pt" / OUT).glob("ascend_pytorch_profiler_*.db"))
+    for suffix in ("-wal", "-shm"):
+        db.with_name(db.name + suffix).write_bytes(b"")
+    before = _listing(root)
+    (outcome,) = ingest(root, tmp_path / "out").outcomes
+    assert outcome.status == "ingested" and not outcome.warnings and not outcome.notes
+    assert _listing(root) == before
+
+
+def _wal_pair(source: Path, target: Path, statement: str) -> None:
+    """``target``: a copy of ``source`` in WAL mode with ``statement`` committed to its -wal
+    and not checkpointed (copied while the writer still had it open)."""
+    work = target.parent / "work"
+    work.mkdir()
+    shutil.copyfile(source, work / source.name)
+    con = sqlite3.connect(work / source.name)
+    con.execute("PRAGMA journal_mode=WAL")
+    con.execute("PRAGMA wal_autocheckpoint=0")
+    con.execute(statement)
+    con.commit()
+    shutil.copyfile(work / source.name, target)
+    shutil.copyfile(work / (source.name + "-wal"), target.with_name(target.name + "-wal"))
+    con.close()
+    shutil.rmtree(work)
+
+
+def test_committed_frames_in_a_wal_are_read_and_the_input_stays_untouched(
+    real_g2_db: Path, tmp_path: Path
+) -> None:
+    rank = tmp_path / "in" / "rank0_ascend_pt"
+    shutil.copytree(real_g2_db / "rank0_ascend_pt", rank)
+    db = next((rank / OUT).glob("ascend_pytorch_profiler_*.db"))
+    source = tmp_path / db.name
+    shutil.move(db, source)
+    _wal_pair(
+        source,
+        db,
+        "UPDATE STRING_IDS SET value = 'renamed_in_the_wal' WHERE id = "
+        "(SELECT name FROM COMPUTE_TASK_INFO LIMIT 1)",
+    )
+    assert db.with_name(db.name + "-wal").stat().st_size > 0
+    before = _listing(rank)
+    (outcome,) = ingest(rank, tmp_path / "out").outcomes
+    assert outcome.status == "ingested", outcome.error
+    assert any("-wal" in n and "private copy" in n for n in outcome.notes), outcome.notes
+    kernels = Store.open(tmp_path / "out").table("kernels").collect()
+    assert "renamed_in_the_wal" in kernels["name"].to_list()
+    assert _listing(rank) == before  # the copy took the WAL; the input is as it was
+
+
+def test_only_a_live_writer_fails_the_rank(real_g2_db: Path, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    root = tmp_path / "in"
+    shutil.copytree(real_g2_db, root)
+    db = next((root / "rank1_ascend_pt" / OUT).glob("ascend_pytorch_profiler_*.db"))
+    writer = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sqlite3, sys\n"
+            f"con = sqlite3.connect({str(db)!r}, isolation_level=None)\n"
+            "con.execute('PRAGMA journal_mode=WAL'); con.execute('PRAGMA wal_autocheckpoint=0')\n"
+            "con.execute('CREATE TABLE w (x)'); con.execute('INSERT INTO w VALUES (1)')\n"
+            "con.execute('BEGIN IMMEDIATE'); con.execute('INSERT INTO w VALUES (2)')\n"
+            "print('holding', flush=True); sys.stdin.read()\n",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert writer.stdout.readline().strip() == "holding"
+        result = ingest(root, tmp_path / "out")
+    finally:
+        writer.communicate("")
+    outcomes = {o.rank: o for o in result.outcomes}
+    assert outcomes[0].status == "ingested"
+    assert outcomes[1].status == "failed" and "being written" in outcomes[1].error
+    assert db.name in outcomes[1].error and "Traceback" not in str(outcomes[1].warnings)

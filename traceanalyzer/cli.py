@@ -67,7 +67,8 @@ class _Progress:
                 self._since = time.monotonic()
                 threading.Thread(target=self._tick, daemon=True).start()
         elif event == "session" and outcome is not None:
-            what = outcome.status if outcome.status != "failed" else f"FAILED: {outcome.error}"
+            # a failure's reason is said once, in the summary under the table
+            what = "FAILED (the reason is below)" if outcome.status == "failed" else outcome.status
             line = f"[{done}/{total}] rank {outcome.rank} {outcome.session}: {what} ({outcome.seconds:.1f} s)"
             with self._lock:
                 self._since = time.monotonic()
@@ -114,6 +115,7 @@ def _summary(result: IngestResult) -> str:
     header = ("rank", "session", "status", "format", "level", *_SUMMARY_TABLES, "other rows")
     rows = [header]
     notes: dict[str, list[tuple[int, str]]] = {}
+    uncollected: dict[str, list[tuple[int, str]]] = {}
     for o in result.outcomes:
         other = sum(n for t, n in o.rows.items() if t not in _SUMMARY_TABLES)
         counts = [f"{o.rows.get(t, 0):,}" for t in _SUMMARY_TABLES]
@@ -123,19 +125,23 @@ def _summary(result: IngestResult) -> str:
         )  # fmt: skip
         listed = (
             ("missing (tables empty)", o.missing_files),
-            ("not collected (tables empty)", o.not_collected),
             ("incomplete (data lost)", o.incomplete_files),
         )
+        for table in o.not_collected:  # each said once for the ranks it concerns, below
+            uncollected.setdefault(table, []).append((o.rank, o.session))
         session_notes = [
             *(f"{what}: {', '.join(files)}" for what, files in listed if files),
-            *(
-                f"warning: {w.strip().splitlines()[-1] if o.status == 'failed' else w}"
-                for w in o.warnings
-            ),
+            *(f"warning: {w}" for w in o.warnings),
+            *(f"note: {n}" for n in o.notes),
             *([f"error: {o.error}"] if o.error else []),
         ]
         for note in session_notes:
             notes.setdefault(note, []).append((o.rank, o.session))
+    by_where: dict[tuple[tuple[int, str], ...], list[str]] = {}
+    for table, where in uncollected.items():
+        by_where.setdefault(tuple(where), []).append(table)
+    for where, tables in by_where.items():
+        notes.setdefault(f"not collected (tables empty): {', '.join(tables)}", []).extend(where)
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     numeric = range(5, len(header))
     lines = [f"store: {result.out}"]

@@ -101,7 +101,11 @@ class SessionOutcome:
     # the rank is analysed, but without their lost data, so the run counts as partial.
     incomplete_files: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    # How files were read when not as they are (a Db with its WAL applied in a private copy).
+    notes: list[str] = field(default_factory=list)
     error: str | None = None
+    # Where an unexpected error (a bug, not the input) was raised: ingest.json only.
+    traceback: str | None = None
     seconds: float = 0.0
     generation: str | None = None
     profiler_level: str | None = None
@@ -389,7 +393,11 @@ def _source(session: RankSession) -> str:
 
 
 def _read_db(
-    session: RankSession, sink: _PartitionSink, outcome: SessionOutcome, threads: int
+    session: RankSession,
+    sink: _PartitionSink,
+    outcome: SessionOutcome,
+    threads: int,
+    scratch: Path,
 ) -> DbResult | None:
     """Fill the session's tables from its Db; None (and nothing stored) when it is unreadable
     but a Text export is there to read instead. Raises RankFailed when it is all there is."""
@@ -397,7 +405,7 @@ def _read_db(
     from traceanalyzer.parse.db import DbUnreadable, parse_db
 
     try:
-        result = parse_db(session.db_file, session.analysis_db, sink, threads)
+        result = parse_db(session.db_file, session.analysis_db, sink, threads, scratch)
     except DbUnreadable as exc:
         sink.rows.clear()  # tables stored before the damage are rewritten from the Text files
         if "text" not in session.formats:
@@ -408,6 +416,7 @@ def _read_db(
     outcome.db_schema_version = result.schema_version
     outcome.not_collected += result.not_collected
     outcome.warnings += result.warnings
+    outcome.notes += result.notes
     outcome.incomplete_files += result.incomplete
     return result
 
@@ -432,7 +441,7 @@ def ingest_session(
         db = None
         if _source(session) == "db":
             _fault_hook(session)
-            db = _read_db(session, sink, outcome, threads)
+            db = _read_db(session, sink, outcome, threads, scratch)
         outcome.source_format = "db" if db else "text"
         # Small side files parse on a thread once the trace parse's memory peak is behind it,
         # while its last tables are written (parse_trace_view's on_read); large ones (a Level2
@@ -490,10 +499,9 @@ def ingest_session(
             ]
         sink.arrow("sessions", _session_row(session, trace, outcome, db))
         outcome.rows = dict(sink.rows)
-    except RankFailed as exc:
+    except RankFailed as exc:  # the input's fault, said in full by the message
         outcome.status = "failed"
         outcome.error = str(exc)
-        outcome.warnings.append(traceback.format_exc(limit=5))
     except Exception as exc:
         outcome.status = "failed"
         if outdir.is_output_failure(exc, out):
@@ -501,7 +509,7 @@ def ingest_session(
             outcome.error = f"cannot write the output {out}: {outdir.failure_text(exc)}"
         else:
             outcome.error = f"{type(exc).__name__}: {exc}"
-            outcome.warnings.append(traceback.format_exc(limit=5))
+            outcome.traceback = traceback.format_exc(limit=5)
     finally:
         if pool:
             pool.shutdown(wait=True)  # a failed trace still waits for the side files' writes

@@ -145,7 +145,9 @@ def cost_text(cost: Mapping[str, Any] | None) -> str:
     text = f"costs {fmt.percent(share)} of step time" + (f" ({fmt.duration(ns)})" if ns else "")
     doubtful = cost.get("unreliable_ranks")
     if doubtful:
-        text += f"; unreliable: the breakdown of rank {compress_ranks(doubtful)} fails its self-check"
+        text += (
+            f"; unreliable: the breakdown of rank {compress_ranks(doubtful)} fails its self-check"
+        )
     return text
 
 

@@ -10,9 +10,10 @@ rules, reports and ``diff`` cannot tell which format a rank came from. ``docs/sc
 for every column, where it comes from in both formats.
 
 The database is opened strictly read-only (``mode=ro&immutable=1``): SQLite takes no lock and
-writes no journal, WAL or shared-memory file next to it. A ``-wal`` or ``-journal`` file beside
-the database means a writer is (or was, when it crashed) mid-transaction: the file is refused
-as locked rather than read half-written.
+writes no journal, WAL or shared-memory file next to it. Side files other SQLite clients leave
+(``-wal``, ``-journal``) are read, not refused: empty ones are ignored; a WAL's committed frames
+are applied (a journal's transaction rolled back) in a private copy; only a writer that holds
+its lock now makes the file unreadable (``database.readable_source``).
 
 Modules: ``database`` (the connection, typed scans, ids to text), ``layout`` (generation,
 pids), ``slices``, ``counters``, ``flows`` (and threads), ``device`` (kernels and statistics),

@@ -9,6 +9,11 @@ vectorised replacements.
 
 from __future__ import annotations
 
+import fcntl
+import os
+import shutil
+import struct
+import tempfile
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -42,9 +47,12 @@ class Connection:
     in C without a Python object per value (Python's sqlite3 builds one per value: 2-5x the
     time of a whole scan here)."""
 
-    def __init__(self, path: Path):
-        self.path = path
-        uri = f"{path.resolve().as_uri()}?mode=ro&immutable=1"
+    def __init__(self, path: Path, immutable: bool = True, shown: Path | None = None):
+        self.path = shown or path  # what messages name
+        # The input is opened immutable: no lock, no side file, nothing written. A private copy
+        # (with a WAL or journal to apply) is opened as SQLite needs, to apply it.
+        mode = "?mode=ro&immutable=1" if immutable else ""
+        uri = f"{path.resolve().as_uri()}{mode}"
         self._database = adbc_driver_sqlite.connect(uri)
         try:
             self._connection = adbc_driver_manager.AdbcConnection(self._database)
@@ -87,17 +95,71 @@ def _what(exc: Exception) -> str:
     return "damaged database" if "malformed" in str(exc) else "not a readable SQLite database"
 
 
-def connect_readonly(path: Path) -> Connection:
-    """Open ``path`` read-only, without locks or side files; raise DbUnreadable with the reason."""
-    for suffix in ("-wal", "-journal"):
-        side = path.with_name(path.name + suffix)
-        if side.exists():
-            raise DbUnreadable(
-                f"{path}: locked: {side.name} beside it means a writer is (or crashed) "
-                "mid-transaction; re-run once the profiler's export has finished"
-            )
+_SIDE_FILES = ("-wal", "-journal")
+# SQLite's POSIX lock bytes (os_unix.c): a writer holds RESERVED in the database file (rollback
+# journal mode) or the WAL write lock in the -shm file (WAL mode); readers hold neither.
+_RESERVED_BYTE = 0x40000001
+_WAL_WRITE_LOCK_BYTE = 120
+
+
+def readable_source(path: Path, scratch: Path) -> tuple[Path, str | None]:
+    """The file to read ``path``'s committed data from, and a note when it is not ``path``.
+
+    A ``-wal`` or ``-journal`` beside the database is left by other SQLite clients: an empty
+    one by any reader (the sqlite3 shell leaves an empty ``-wal`` and a ``-shm``), a non-empty
+    WAL holds committed transactions not yet copied into the file, a non-empty journal the
+    undo of a transaction that never committed. Empty side files are ignored. Otherwise the
+    database and its side file are copied into ``scratch``, where SQLite applies the WAL's
+    committed frames (or rolls the journal back) in the copy; the input is never written to.
+    Only a writer that holds its lock now (a live profiler export) makes the file unreadable.
+    """
+    sides = [path.with_name(path.name + s) for s in _SIDE_FILES]
+    present = [s for s in sides if s.is_file() and s.stat().st_size > 0]
+    if not present:
+        return path, None
+    if _writer_holds_lock(path):
+        raise DbUnreadable(
+            f"{path}: being written: another process holds its write lock (a profiler export "
+            "still running?); re-run once it has finished"
+        )
+    copy = Path(tempfile.mkdtemp(prefix="db.", dir=scratch)) / path.name
+    shutil.copyfile(path, copy)
+    for side in present:
+        shutil.copyfile(side, copy.with_name(copy.name + side.name[len(path.name) :]))
+    what = (
+        "committed transactions in its -wal"
+        if present[0].name.endswith("-wal")
+        else ("an unfinished transaction in its -journal (rolled back)")
+    )
+    return copy, f"{path.name}: read with {what}, applied in a private copy"
+
+
+def _writer_holds_lock(path: Path) -> bool:
+    """Whether another process holds SQLite's write lock on ``path`` now (asked with F_GETLK,
+    which takes no lock; False where the platform cannot tell)."""
+    probes = ((path, _RESERVED_BYTE), (path.with_name(path.name + "-shm"), _WAL_WRITE_LOCK_BYTE))
+    for file, offset in probes:
+        try:
+            fd = os.open(file, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        except OSError:
+            continue
+        try:
+            query = struct.pack("hh4xqqi4x", fcntl.F_WRLCK, os.SEEK_SET, offset, 1, 0)
+            answer = fcntl.fcntl(fd, fcntl.F_GETLK, query)
+            if struct.unpack("hh4xqqi4x", answer)[0] != fcntl.F_UNLCK:
+                return True
+        except (OSError, struct.error):
+            continue  # not POSIX locks as Linux lays them out: cannot tell
+        finally:
+            os.close(fd)
+    return False
+
+
+def connect_readonly(path: Path, source: Path | None = None) -> Connection:
+    """Open ``path`` read-only, without locks or side files (or ``source``, a private copy of
+    it, as SQLite needs to apply its side file); raise DbUnreadable naming ``path``."""
     try:
-        con = Connection(path)
+        con = Connection(source or path, immutable=source in (None, path), shown=path)
     except adbc_driver_manager.Error as exc:
         raise DbUnreadable(f"{path}: {_what(exc)} ({_reason(exc)})") from exc
     try:
@@ -110,11 +172,13 @@ def connect_readonly(path: Path) -> Connection:
 
 
 class Db:
-    """One open database: its tables and columns, typed scans, and the names of its ids."""
+    """One open database: its tables and columns, typed scans, and the names of its ids.
+    ``path`` is what messages name; ``source`` what is read (a private copy, see
+    :func:`readable_source`)."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, source: Path | None = None):
         self.path = path
-        self.con = connect_readonly(path)
+        self.con = connect_readonly(path, source)
         try:
             listing = self.con.arrow(
                 "SELECT m.name AS tbl, CAST(c.name AS TEXT) AS col FROM sqlite_master AS m "

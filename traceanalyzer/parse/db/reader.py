@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
@@ -13,7 +14,7 @@ import pyarrow as pa
 
 from traceanalyzer.parse.db.analysis import analysis_tables
 from traceanalyzer.parse.db.counters import counter_order, counter_table
-from traceanalyzer.parse.db.database import STR, Db, DbUnreadable
+from traceanalyzer.parse.db.database import STR, Db, DbUnreadable, readable_source
 from traceanalyzer.parse.db.device import api_stats, kernel_table, op_stats, task_time_table
 from traceanalyzer.parse.db.flows import (
     connection_cats_table,
@@ -49,43 +50,59 @@ from traceanalyzer.parse.sink import TableSink, arrow_table, body_columns
 
 
 def parse_db(
-    profiler_db: Path | None, analysis_db: Path | None, sink: TableSink, threads: int = 1
+    profiler_db: Path | None,
+    analysis_db: Path | None,
+    sink: TableSink,
+    threads: int = 1,
+    scratch: Path | None = None,
 ) -> DbResult:
     """Fill every canonical table a Db export has data for (except ``sessions``) into ``sink``,
-    reading on up to ``threads`` connections at once.
+    reading on up to ``threads`` connections at once; ``scratch`` (a private folder, else a
+    temporary one) takes a copy of a database that other SQLite clients left a side file beside.
 
     Raises DbUnreadable when the profiler database cannot be read at all; a damaged
     ``analysis.db`` only leaves its tables empty, with a warning.
     """
     result = DbResult()
-    if profiler_db is not None:
-        db = Db(profiler_db)
-        try:
-            result.schema_version = schema_version(db)
-            check_schema(db, result.schema_version)
-            result.generation = generation_of(db)
-            layout = layout_of(db, result.generation)
-            result.device_id, result.os_pid = layout.device, layout.os_pid or None
-            session_facts(db, result)
-        finally:
-            db.close()
-        _profiler_tables(profiler_db, layout, sink, result, threads)
-        result.not_collected.sort()  # the readers ran side by side
-    if analysis_db is not None:
-        try:
-            adb = Db(analysis_db)
+    with tempfile.TemporaryDirectory(prefix="traceanalyzer-db.") as temporary:
+        private = scratch or Path(temporary)
+        if profiler_db is not None:
+            source = _source(profiler_db, private, result)
+            db = Db(profiler_db, source)
             try:
-                analysis_tables(adb, sink, result)
+                result.schema_version = schema_version(db)
+                check_schema(db, result.schema_version)
+                result.generation = generation_of(db)
+                layout = layout_of(db, result.generation)
+                result.device_id, result.os_pid = layout.device, layout.os_pid or None
+                session_facts(db, result)
             finally:
-                adb.close()
-        except DbUnreadable as exc:
-            result.warnings.append(f"{exc}; its step and communication tables are empty")
-            result.incomplete.append(f"{analysis_db.name} (unreadable)")
+                db.close()
+            _profiler_tables(profiler_db, source, layout, sink, result, threads)
+            result.not_collected.sort()  # the readers ran side by side
+        if analysis_db is not None:
+            try:
+                adb = Db(analysis_db, _source(analysis_db, private, result))
+                try:
+                    analysis_tables(adb, sink, result)
+                finally:
+                    adb.close()
+            except DbUnreadable as exc:
+                result.warnings.append(f"{exc}; its step and communication tables are empty")
+                result.incomplete.append(f"{analysis_db.name} (unreadable)")
     return result
 
 
+def _source(path: Path, scratch: Path, result: DbResult) -> Path:
+    """The file to read ``path`` from (:func:`readable_source`), its note kept."""
+    source, note = readable_source(path, scratch)
+    if note:
+        result.notes.append(note)
+    return source
+
+
 def _profiler_tables(
-    path: Path, layout: Layout, sink: TableSink, result: DbResult, threads: int
+    path: Path, source: Path, layout: Layout, sink: TableSink, result: DbResult, threads: int
 ) -> None:
     # Three readers side by side, each on its own connection: the driver steps SQLite and
     # polars computes without the GIL. The device reader keeps TASK for all its tables. A table
@@ -120,7 +137,7 @@ def _profiler_tables(
         return counter_threads, connection_cats_table(db), connection_id_table(db)
 
     (python, op_texts), device_slices, (counter_threads, cats, connection_ids) = _in_parallel(
-        path, threads, (lambda db: python_slices(db, layout, result), device, rest)
+        path, source, threads, (lambda db: python_slices(db, layout, result), device, rest)
     )
     slices = all_slices([python, *device_slices])
     del python, device_slices  # the parts, now chunks of the slices
@@ -170,11 +187,13 @@ def _write(sink: TableSink, table: str, frame: pl.DataFrame, order: pl.Series | 
     return sink.batches(table, made_ahead(makers))
 
 
-def _in_parallel(path: Path, threads: int, jobs: tuple[Callable[[Db], Any], ...]) -> list[Any]:
-    """Each job's result, each run on its own connection to ``path``."""
+def _in_parallel(
+    path: Path, source: Path, threads: int, jobs: tuple[Callable[[Db], Any], ...]
+) -> list[Any]:
+    """Each job's result, each run on its own connection to ``path`` (read from ``source``)."""
 
     def run(job: Callable[[Db], Any]) -> Any:
-        db = Db(path)
+        db = Db(path, source)
         try:
             return job(db)
         finally:

@@ -29,6 +29,8 @@ class DbResult:
     # Db tables absent from the file: what they would fill was not collected.
     not_collected: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    # How the files were read when not as they are (a private copy with its WAL applied).
+    notes: list[str] = field(default_factory=list)
     # Files read in part or not at all, as "file (why)": analysis.db when it is unreadable.
     incomplete: list[str] = field(default_factory=list)
     reader: str = "db"
