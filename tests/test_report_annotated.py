@@ -1,5 +1,6 @@
-"""`annotate OUT` / `run --annotate`: each rank's trace, copied with the findings' marks merged in,
-opens as is in Perfetto and MindStudio Insight (both read the Chrome JSON trace format)."""
+"""`annotate OUT` / `run --annotate`: each rank session's timeline, rebuilt from the store with
+the findings' marks merged in, opens as is in Perfetto and MindStudio Insight (both read the
+Chrome JSON trace format), for Text and Db sessions alike."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from click.testing import CliRunner
 from report_support import SAMPLES, findings, run_sample
 
 from traceanalyzer.cli import main
-from traceanalyzer.report.annotated import NotAnnotatable, annotated_path, splice_trace
+from traceanalyzer.report.annotated import annotated_path
 from traceanalyzer.report.annotations import PID, PROCESS_NAME, overlay_events
 from traceanalyzer.report.inputs import TRACE_FILE, ReportInputs
 
@@ -57,8 +58,10 @@ def test_each_rank_trace_gets_its_own_findings_on_named_tracks() -> None:
         events = check_chrome_trace(json.loads(path.read_bytes()))
         original = json.loads(source.read_bytes())
         ours = overlay_events(inputs, where=(rank, session))
-        # the trace's own events, untouched and in order, after the overlay's
-        assert events == ours + original
+        # the overlay first, then every event of the trace: the same slices, on the same clock
+        assert events[: len(ours)] == ours
+        assert _events(events[len(ours) :], "X") == _events(original, "X")
+        assert _events(events[len(ours) :], "C") == _events(original, "C")
         threads = [e["args"]["name"] for e in ours if e.get("name") == "thread_name"]
         slices = [e for e in ours if e["ph"] == "X"]
         assert {e["pid"] for e in ours} == {PID}
@@ -86,52 +89,70 @@ def test_run_annotate_writes_the_copies() -> None:
         assert any(e.get("cat") == "capture" for e in events)
 
 
-@pytest.mark.parametrize(
-    ("trace", "expected"),
-    [
-        (b"[]", ["mark"]),
-        (b'\n[ {"ph": "i", "pid": 1, "tid": 1, "ts": "5.000", "name": "a"} ]\n', ["mark", "a"]),
-        (b'{"traceEvents": [{"ph":"i","pid":1,"tid":1,"ts":1,"name":"a"}], "x": 1}', ["mark", "a"]),
-    ],
-)
-def test_splice_keeps_every_form_valid(tmp_path: Path, trace: bytes, expected: list) -> None:
-    source, target = tmp_path / "in.json", tmp_path / "out" / "trace_view.json"
-    source.write_bytes(trace)
-    mark = {"ph": "X", "pid": PID, "tid": 1, "ts": "1.000", "dur": 1.0, "name": "mark"}
-    splice_trace(source, target, [mark])
-    events = check_chrome_trace(json.loads(target.read_bytes()))
-    assert [e["name"] for e in events] == expected
-    assert events[0] == mark
+def _events(events: list[dict[str, Any]], ph: str) -> list[tuple[Any, ...]]:
+    """The events of phase ``ph`` by what they are: name, pid, tid, exact start and duration."""
+    return sorted(
+        (e["name"], e["pid"], e["tid"], Decimal(str(e["ts"])), Decimal(str(e.get("dur", 0))))
+        for e in events
+        if e["ph"] == ph
+    )
 
 
-def test_a_truncated_trace_stays_as_openable_as_the_original(tmp_path: Path) -> None:
-    """No closing bracket (allowed by the format): the marks go first, the rest is copied as is."""
-    source, target = tmp_path / "in.json", tmp_path / "out.json"
-    body = b'{"ph":"X","pid":1,"tid":1,"ts":"1.000","dur":2,"name":"a"},{"ph":"X","pid":1,'
-    source.write_bytes(b"[" + body)
-    splice_trace(source, target, [{"ph": "M", "pid": PID, "tid": 0, "name": "process_name"}])
-    assert target.read_bytes().endswith(b"," + body)
-    with pytest.raises(NotAnnotatable):
-        (tmp_path / "not.json").write_bytes(b"PROF data")
-        splice_trace(tmp_path / "not.json", target, [])
+def test_a_db_session_gets_its_timeline_too(tmp_path: Path) -> None:
+    """A Db export has no trace_view.json: its timeline is built from the store, with the same
+    processes, threads, slices, counters and flows as its Text twin's."""
+    from traceanalyzer.synth import generate
+
+    stores = {}
+    for export in ("text", "db"):
+        generate(
+            "store-stall", tmp_path / export / "in", ranks=2, export=export, layers=1, sick="1"
+        )
+        out = tmp_path / export / "out"
+        result = CliRunner().invoke(
+            main, ["run", str(tmp_path / export / "in"), "--out", str(out), "-q", "--annotate"]
+        )
+        assert result.exit_code == 0, result.output
+        assert "annotated traces" in result.output and "not annotated" not in result.output
+        stores[export] = {
+            key: check_chrome_trace(json.loads(path.read_bytes()))
+            for key, path in annotated(out).items()
+        }
+    for (text_key, text_events), (db_key, db_events) in zip(
+        sorted(stores["text"].items()), sorted(stores["db"].items()), strict=True
+    ):
+        assert text_key[0] == db_key[0]
+        for ph in ("X", "C"):
+            assert len(_events(db_events, ph)) == len(_events(text_events, ph)), ph
+        names = {e["args"]["name"] for e in db_events if e.get("name") == "process_name"}
+        assert {"Python", "CANN", "Ascend Hardware", "traceanalyzer findings"} <= names
+        assert sum(e["ph"] == "s" for e in db_events) == sum(e["ph"] == "f" for e in db_events) > 0
+    rank1 = stores["db"][next(k for k in stores["db"] if k[0] == 1)]
+    assert any(e["ph"] == "X" and e.get("cat") == "store-transfer-stall" for e in rank1) or any(
+        "store-transfer-stall" in str(e.get("args", {}).get("name", "")) for e in rank1
+    )
 
 
-def test_the_copy_streams(tmp_path: Path) -> None:
-    """A large trace is copied in chunks, never held whole in Python."""
-    source, target = tmp_path / "big.json", tmp_path / "out.json"
-    event = b'{"ph":"X","pid":1,"tid":1,"ts":"1736408883000050.000","dur":24.27,"name":"aclnnMm"},'
-    with source.open("wb") as fh:
-        fh.write(b"[")
-        fh.write(event * (48 * 1024 * 1024 // len(event)))
-        fh.write(event[:-1] + b"]")
+def test_the_timeline_streams(tmp_path: Path) -> None:
+    """A large session is written a row group at a time, never held whole in Python."""
+    from traceanalyzer.report.store_trace import session_events, write_trace
+
+    out = run_sample("inference_baseline")
+    store = ReportInputs.load(out).store
+    rank, session = next(iter(ReportInputs.load(out).session_paths()))
     tracemalloc.start()
     try:
-        splice_trace(source, target, [{"ph": "M", "pid": PID, "tid": 0, "name": "process_name"}])
+        chunks = 0
+        for chunk in session_events(store, rank, session):
+            chunks += 1
+            assert len(chunk) < 64 * 1024 * 1024
+        with (tmp_path / "t.json").open("wb") as fh:
+            write_trace(fh, [], session_events(store, rank, session))
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    assert peak < 16 * 1024 * 1024, peak
-    assert target.stat().st_size > source.stat().st_size
+    assert chunks and peak < 32 * 1024 * 1024, peak
+    check_chrome_trace(json.loads((tmp_path / "t.json").read_bytes()))
 
 
 def test_perfetto_trace_processor_loads_the_copy() -> None:

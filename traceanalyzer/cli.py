@@ -195,7 +195,7 @@ LAZY_COMMANDS: dict[str, tuple[str, str, str]] = {
     "annotate": (
         "traceanalyzer.report.cli",
         "annotate_command",
-        "Copy each rank's trace into OUT/annotated/ with the findings' marks on their own tracks.",
+        "Write each rank session's timeline (Text or Db) into OUT/annotated/ with the findings' marks on their own tracks.",
     ),
     "diff": (
         "traceanalyzer.compare.cli",
@@ -389,7 +389,7 @@ def _findings_table(result, out: Path) -> str:  # noqa: ANN001 - engine RunResul
 @click.option(
     "--annotate",
     is_flag=True,
-    help="Also write each rank's trace with the findings' marks merged in (as `annotate OUT`).",
+    help="Also write each rank session's timeline with the findings' marks merged in (as `annotate OUT`).",
 )
 @click.option("--quiet", "-q", is_flag=True, help="Only print the final summary.")
 @click.option(

@@ -66,7 +66,7 @@ if TYPE_CHECKING:
     from traceanalyzer.parse.db import DbResult
 
 # Bump when parsers change what they write: stored sessions are then re-ingested.
-PARSER_VERSION = 8
+PARSER_VERSION = 9
 _SAMPLE = 1 << 16
 # Fault injection for tests of crash recovery (never set in normal use): the worker ingesting
 # this rank kills itself with SIGKILL, like the kernel's OOM killer would. With

@@ -349,10 +349,13 @@ class Store:
         if not files:
             return _empty_frame(name).lazy()
         schema = _empty_frame(name).schema
+        keys = {"rank": pl.Int32, "session": pl.String}
         lf = pl.scan_parquet(
             files,
             hive_partitioning=True,
-            hive_schema={"rank": pl.Int32, "session": pl.String},
+            hive_schema=keys,
+            # a column the schema gained since a partition was written reads as nulls
+            schema={c: t for c, t in schema.items() if c not in keys},
             missing_columns="insert",
             extra_columns="ignore",
         )

@@ -1,41 +1,31 @@
-"""``OUT/annotated/rank=R/<session>/trace_view.json``: each rank's own trace with its findings'
-marks merged in, to open as is in Perfetto or MindStudio Insight.
+"""``OUT/annotated/rank=R/<session>/trace_view.json``: each rank session's timeline with its
+findings' marks merged in, to open as is in Perfetto or MindStudio Insight.
 
-The marks are the overlay's (:func:`~traceanalyzer.report.annotations.overlay_events`: the
-"traceanalyzer findings" process, one named thread per finding), kept to the rank session of the
-copy. The copy streams: the trace's bytes are copied unparsed and the overlay's events spliced in
-right after the array's opening bracket. Splicing at the start rather than before the closing
-``]`` keeps a truncated trace (which has none; the Chrome trace format allows that) exactly as
-openable as the original. The copy is written into OUT, atomically, never next to the input.
+The timeline is rebuilt from the store (:mod:`~traceanalyzer.report.store_trace`), so every
+session gets one, whatever it was read from: a Text export's trace, a Db export (which has no
+trace_view.json), a damaged trace's salvaged events. The marks are the overlay's
+(:func:`~traceanalyzer.report.annotations.overlay_events`: the "traceanalyzer findings" process,
+one named thread per finding), kept to the rank session. The file streams into OUT,
+atomically, never next to the input.
 """
 
 from __future__ import annotations
 
-import json
-import re
-import shutil
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
-from typing import Any, BinaryIO
 
 from traceanalyzer.report.annotations import overlay_events
 from traceanalyzer.report.inputs import TRACE_FILE, ReportInputs
+from traceanalyzer.report.store_trace import session_events, write_trace
 from traceanalyzer.store import write_atomic_stream
 
 ANNOTATED_DIR = "annotated"
-# An optional BOM, then a JSON array, or an object whose first key is "traceEvents".
-_OPENING = re.compile(rb'\A(?:\xef\xbb\xbf)?\s*(?:\{\s*"traceEvents"\s*:\s*)?\[\s*')
-_HEAD_BYTES = 64 * 1024
-_COPY_CHUNK = 4 * 1024 * 1024
-
-
-class NotAnnotatable(Exception):
-    """The rank session's trace cannot be copied with the marks (says why)."""
 
 
 @dataclass
 class AnnotatedTrace:
-    """One rank session's annotated copy (``path``), or why there is none (``skipped``)."""
+    """One rank session's annotated timeline (``path``), or why there is none (``skipped``)."""
 
     rank: int
     session: str
@@ -48,47 +38,23 @@ def annotated_path(out: Path, rank: int, session: str) -> Path:
     return out / ANNOTATED_DIR / f"rank={rank}" / session / TRACE_FILE.name
 
 
-def splice_trace(source: Path, target: Path, events: list[dict[str, Any]]) -> None:
-    """Copy ``source`` to ``target`` with ``events`` spliced in first, without parsing it."""
-    with source.open("rb") as src:
-        head = src.read(_HEAD_BYTES)
-        opening = _OPENING.match(head)
-        if opening is None:
-            raise NotAnnotatable(f"{source} is not a Chrome JSON trace (no opening '[')")
-        rest = head[opening.end() :]
-        spliced = b",".join(json.dumps(e, separators=(",", ":")).encode() for e in events)
-        # a comma after our events unless the trace's array is empty (or holds nothing yet)
-        if rest[:1] not in (b"]", b""):
-            spliced += b","
-
-        def write(dst: BinaryIO) -> None:
-            dst.write(head[: opening.end()])
-            dst.write(spliced)
-            dst.write(rest)
-            shutil.copyfileobj(src, dst, _COPY_CHUNK)
-
-        write_atomic_stream(target, write)
-
-
 def write_annotated(inputs: ReportInputs) -> list[AnnotatedTrace]:
-    """An annotated copy of every rank session's trace, in ``OUT/annotated/``."""
+    """An annotated timeline of every rank session, in ``OUT/annotated/``."""
     results = []
-    for (rank, session), rank_dir in sorted(inputs.session_paths().items()):
+    store = inputs.store
+    for rank, session in sorted(inputs.session_paths()):
         result = AnnotatedTrace(rank, session)
         results.append(result)
-        source = rank_dir / TRACE_FILE
+        if store is None:
+            result.skipped = f"no store in {inputs.out}"
+            continue
         target = annotated_path(inputs.out, rank, session)
-        if rank_dir.resolve() in target.resolve().parents:
-            result.skipped = f"{target} would be inside the input {rank_dir}"
-            continue
-        if not source.is_file():
-            result.skipped = f"no trace at {source}"
-            continue
         events = overlay_events(inputs, where=(rank, session))
         try:
-            splice_trace(source, target, events)
-        except (NotAnnotatable, OSError) as exc:
-            result.skipped = str(exc)
+            timeline = session_events(store, rank, session)
+            write_atomic_stream(target, partial(write_trace, extra=events, events=timeline))
+        except OSError as exc:
+            result.skipped = f"cannot write {target}: {exc.strerror or exc}"
             continue
         result.path = target
         result.marks = sum(e["ph"] == "X" for e in events)

@@ -1,4 +1,4 @@
-"""``traceanalyzer annotate OUT``: each rank's trace with the run's findings merged in."""
+"""``traceanalyzer annotate OUT``: each rank session's timeline with the run's findings merged in."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from traceanalyzer.exitcodes import EXIT_PARTIAL, UsageFailure
     help="The run's extra rule folders (repeatable), so their findings are marked as they mark them.",
 )
 def annotate_command(out: Path, rule_dirs: tuple[Path, ...]) -> None:
-    """Copy each rank's trace into OUT/annotated/ with the findings' marks on their own tracks."""
+    """Write each rank session's timeline (Text or Db) into OUT/annotated/ with the findings' marks on their own tracks."""
     from traceanalyzer.engine.config import load_run_rules
     from traceanalyzer.report.annotated import annotated_text, write_annotated
     from traceanalyzer.report.inputs import ReportInputs

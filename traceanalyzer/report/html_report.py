@@ -17,7 +17,7 @@ from traceanalyzer.report.htmlkit import (
     paragraphs,
     table,
 )
-from traceanalyzer.report.inputs import ReportInputs
+from traceanalyzer.report.inputs import TRACE_FILE, ReportInputs
 from traceanalyzer.report.overview_html import overview_costs, overview_section
 from traceanalyzer.report.overview_text import cost_text
 from traceanalyzer.report.plots import embed
@@ -220,7 +220,8 @@ def _finding_section(
             body += f'<p class="small muted">{more} more rows in findings.json.</p>'
         body += (
             '<p class="small muted">Start times are the trace\'s own clock: search them in '
-            "Perfetto, or load <code>annotations.json</code> next to trace_view.json.</p>"
+            "Perfetto, or open the rank's timeline with the findings on it "
+            "(<code>traceanalyzer annotate OUT</code>, for Text and Db sessions alike).</p>"
         )
         parts.append(details(f"Evidence ({len(evidence)} rows)", body))
     occurrences = f.get("occurrences") or []
@@ -370,6 +371,8 @@ def _footer(inputs: ReportInputs) -> str:
     links = " &middot; ".join(f'<a href="{esc(name)}">{esc(name)}</a>' for name in files)
     return (
         f"<footer>Files in this output: {links}.<br>"
-        "Open <code>annotations.json</code> in Perfetto or chrome://tracing together with a rank's "
-        "<code>trace_view.json</code> (same clock) to see the findings on the timeline.</footer>"
+        "<code>traceanalyzer annotate OUT</code> (or <code>run --annotate</code>) writes each "
+        f"rank session's timeline with the findings on their own tracks, "
+        f"<code>annotated/rank=R/&lt;session&gt;/{TRACE_FILE.name}</code>, for Text and Db "
+        "sessions alike: open it in Perfetto or MindStudio Insight.</footer>"
     )

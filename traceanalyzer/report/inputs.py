@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from traceanalyzer.recipes.bench import BenchResult
 
 TRACE_FILE = Path("ASCEND_PROFILER_OUTPUT") / "trace_view.json"
+DB_FILE_GLOB = "ascend_pytorch_profiler*.db"  # a Db export's profiler database
 
 
 @dataclass
@@ -118,9 +119,14 @@ class ReportInputs:
             return None
 
     def trace_file(self, rank: int, session: str) -> Path | None:
-        """The rank session's ``trace_view.json`` (what annotations and SARIF point at)."""
+        """The file the rank session's events came from (what SARIF points at): its
+        ``trace_view.json``, else its Db (a Db export has no trace), else its directory."""
         path = self.session_paths().get((rank, session))
-        return path / TRACE_FILE if path else None
+        if not path:
+            return None
+        if (path / TRACE_FILE).is_file():
+            return path / TRACE_FILE
+        return next(iter(sorted((path / TRACE_FILE.parent).glob(DB_FILE_GLOB))), path)
 
     def session_start(self, finding: Mapping[str, Any], ns: int) -> int | None:
         """The start of the session a time of ``finding``'s metrics falls in (the latest start
