@@ -30,6 +30,7 @@ LAYERS: list[tuple[str, ...]] = [
         "json_shape",
         "outdir",
         "exitcodes",
+        "suggest",
     ),
     ("discover",),
     ("parse",),

@@ -436,6 +436,7 @@ def _run(
     # The imports make objects, not garbage: no collection walks them (two full passes, 0.03 s)
     gc.disable()
     from traceanalyzer.engine.config import ConfigError
+    from traceanalyzer.engine.loader import RulesNotLoaded
     from traceanalyzer.executor import ExecutorError, make_executor
     from traceanalyzer.ingest import InputError
     from traceanalyzer.outdir import OutputError, OutputRefused
@@ -478,7 +479,7 @@ def _run(
         finally:
             progress.close()
             executor.close()
-    except (InputError, OutputRefused, ExecutorError, ConfigError) as exc:
+    except (InputError, OutputRefused, ExecutorError, ConfigError, RulesNotLoaded) as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_USAGE)
     except OutputError as exc:

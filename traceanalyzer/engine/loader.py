@@ -21,6 +21,7 @@ import functools
 import hashlib
 import importlib.util
 import marshal
+import os
 import sys
 import traceback
 from collections.abc import Iterable, Iterator
@@ -43,6 +44,19 @@ class LoadError:
     source: str
     error: str
     traceback: str
+
+
+class RulesNotLoaded(Exception):
+    """Rule files that do not load. A run without them would judge the trace without their
+    rules and look complete, so the commands refuse to run (a usage error, exit 2)."""
+
+    def __init__(self, errors: Iterable[LoadError]):
+        self.errors = list(errors)
+        lines = [f"{e.source}: {e.error}" for e in self.errors]
+        super().__init__(
+            "a rule does not load (fix it, or leave its folder out of --rules / rule_dirs): "
+            + "; ".join(lines)
+        )
 
 
 @dataclass(frozen=True)
@@ -124,7 +138,13 @@ def _add(loaded: LoadedRules, rules: Iterable[Rule], source: str) -> None:
 
 
 def _failure(source: str, exc: BaseException) -> LoadError:
-    return LoadError(source, f"{type(exc).__name__}: {exc}", traceback.format_exc())
+    # the line of the rule file that raised (a SyntaxError's message already names it)
+    real = os.path.realpath(source)
+    frames = [
+        f for f in traceback.extract_tb(exc.__traceback__) if os.path.realpath(f.filename) == real
+    ]
+    line = f"line {frames[-1].lineno}: " if frames else ""
+    return LoadError(source, f"{line}{type(exc).__name__}: {exc}", traceback.format_exc())
 
 
 @functools.cache

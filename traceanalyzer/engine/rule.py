@@ -45,6 +45,7 @@ from traceanalyzer.engine.presentation import (
     Presentation,
 )
 from traceanalyzer.schema import TABLES
+from traceanalyzer.suggest import did_you_mean
 
 _T = TypeVar("_T")
 
@@ -56,8 +57,8 @@ SEVERITIES: tuple[Severity, ...] = ("info", "warning", "error")
 Scope = Literal["rank", "global"]
 
 DOC_HEADINGS = ("What it detects", "Why it matters", "How to fix", "Example", "References")
-_ID_RE = re.compile(r"^[A-Z]{2,4}\d{3,4}$")
-_NAME_RE = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
+RULE_ID = re.compile(r"^[A-Z]{2,4}\d{3,4}$")
+RULE_NAME = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
 
 
 class RuleDefinitionError(Exception):
@@ -118,10 +119,26 @@ class Param:
             else:
                 parsed = kind(value)
         except (TypeError, ValueError) as exc:
-            raise ParamError(f"expected {kind.__name__}, got {value!r} ({exc})") from exc
+            expected = _EXPECTED.get(kind, kind.__name__)
+            raise ParamError(
+                f"expected {expected} (default {self.default!r}), got {value!r}"
+            ) from exc
         if self.choices is not None and parsed not in self.choices:
-            raise ParamError(f"{parsed!r} is not one of {', '.join(map(str, self.choices))}")
+            raise ParamError(
+                f"{parsed!r} is not one of {', '.join(map(str, self.choices))}"
+                + did_you_mean(str(parsed), map(str, self.choices))
+            )
         return parsed
+
+
+# What a value of each parameter type looks like, in an error message
+_EXPECTED = {
+    bool: "true or false",
+    int: "a whole number",
+    float: "a number",
+    tuple: "a comma-separated list",
+    list: "a comma-separated list",
+}
 
 
 def _parse_bool(value: Any) -> bool:
@@ -338,9 +355,9 @@ class Rule:
 
     def __post_init__(self) -> None:
         problems = []
-        if not _ID_RE.match(self.id):
+        if not RULE_ID.match(self.id):
             problems.append(f"id {self.id!r} must look like TA123 (2-4 capitals, 3-4 digits)")
-        if not _NAME_RE.match(self.name):
+        if not RULE_NAME.match(self.name):
             problems.append(f"name {self.name!r} must be kebab-case")
         if self.severity not in SEVERITIES:
             problems.append(f"severity {self.severity!r} must be one of {', '.join(SEVERITIES)}")

@@ -1,0 +1,42 @@
+""" "Did you mean": the closest known spelling of a mistyped name or path, for error messages."""
+
+from __future__ import annotations
+
+import difflib
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+# difflib's ratio above which a spelling counts as close (its own default, as click uses)
+_CUTOFF = 0.6
+
+
+def closest(word: str, known: Iterable[str]) -> str | None:
+    """The known spelling closest to ``word``, or None when none is close."""
+    matches = difflib.get_close_matches(word, list(known), n=1, cutoff=_CUTOFF)
+    return matches[0] if matches else None
+
+
+def did_you_mean(word: str, known: Iterable[str]) -> str:
+    """``"; did you mean 'slow-rank'?"`` for the closest of ``known``, or ``""``."""
+    match = closest(word, known)
+    return f"; did you mean {match!r}?" if match is not None else ""
+
+
+def path_did_you_mean(path: str | os.PathLike[str]) -> str:
+    """For a path that does not exist: the path with its first missing part replaced by the
+    closest name in the folder above it (``"; did you mean 'sample_traces/x'?"``), or ``""``."""
+    parts = Path(path).parts
+    for index, name in enumerate(parts):
+        parent = Path(*parts[:index]) if index else Path(".")
+        if (parent / name).exists():
+            continue
+        try:
+            siblings = [entry.name for entry in os.scandir(parent)]
+        except OSError:  # the parent is unreadable or not a folder: nothing to offer
+            return ""
+        match = closest(name, siblings)
+        if match is None:
+            return ""
+        return f"; did you mean {str(Path(*parts[:index], match, *parts[index + 1 :]))!r}?"
+    return ""
