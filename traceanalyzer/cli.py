@@ -31,6 +31,7 @@ from traceanalyzer.exitcodes import (
     EXIT_USAGE,
     UsageFailure,
 )
+from traceanalyzer.outdir import LOCK_WAIT_SECONDS
 
 if TYPE_CHECKING:
     from traceanalyzer.engine.runner import RunResult
@@ -107,8 +108,11 @@ class _Progress:
 _SUMMARY_TABLES = ("slices", "counters", "flows", "kernels")  # the rest is summed as "other"
 
 
-def _summary(result: IngestResult) -> str:
-    """A table of the sessions, then their notes (identical notes of several ranks grouped)."""
+def _summary(result: IngestResult, verbose: bool = False) -> str:
+    """A table of the sessions, then their notes (identical notes of several ranks grouped).
+
+    What holds for every export of a generation (G2 never writes task_time.csv) and the store's
+    upkeep are in ingest.json; ``verbose`` prints them too."""
     from traceanalyzer.engine.findings import compress_ranks
 
     header = ("rank", "session", "status", "format", "level", *_SUMMARY_TABLES, "other rows")
@@ -153,7 +157,13 @@ def _summary(result: IngestResult) -> str:
         else:
             label = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {compress_ranks(ranks)}"
         lines.append(f"  {label}: {note}")
-    lines += [f"  {note}" for note in result.generation_notes]
+    if verbose:
+        lines += [f"  {note}" for note in result.generation_notes]
+        if result.removed_unlisted:
+            lines.append(
+                "  removed stored tables the manifest does not list: "
+                + ", ".join(result.removed_unlisted)
+            )
     for p in result.discovery.problems:
         where = f" {p.path}:" if p.path else ""
         lines.append(f"  {p.severity}:{where} {p.message}")
@@ -385,7 +395,22 @@ def _findings_table(result, out: Path) -> str:  # noqa: ANN001 - engine RunResul
     is_flag=True,
     help="Also write each rank's trace with the findings' marks merged in (as `annotate OUT`).",
 )
+@click.option(
+    "--lock-wait",
+    type=click.FloatRange(min=0),
+    default=LOCK_WAIT_SECONDS,
+    show_default=True,
+    metavar="SECONDS",
+    help="How long to wait for another run that writes the same --out, then give up (exit 2).",
+)
 @click.option("--quiet", "-q", is_flag=True, help="Only print the final summary.")
+@click.option(
+    "--verbose",
+    "-v",
+    is_flag=True,
+    help="Also print what holds for whole export generations and the store's upkeep "
+    "(ingest.json has them either way).",
+)
 @click.option(
     "--format",
     "fmt",
@@ -423,7 +448,9 @@ def _run(
     top_apis: int,
     top_collectives: int,
     annotate: bool,
+    lock_wait: float,
     quiet: bool,
+    verbose: bool,
     fmt: str,
 ) -> None:
     from traceanalyzer import read_ahead
@@ -475,6 +502,7 @@ def _run(
                 fail_on=fail_on,
                 memory=memory,
                 top=TopSizes(top_kernels, top_apis, top_collectives),
+                lock_wait=lock_wait,
             )
         finally:
             progress.close()
@@ -497,7 +525,7 @@ def _run(
         click.echo(json.dumps(findings.to_dict(), indent=1, default=str))
     else:
         if not quiet:
-            click.echo(_summary(result))
+            click.echo(_summary(result, verbose))
         else:  # even quiet, a partial run says what was left out
             for line in _partial_lines(result):
                 click.echo(line)

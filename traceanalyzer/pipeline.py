@@ -53,6 +53,7 @@ def analyse(
     memory: ParseMemory = DEFAULT_PARSE_MEMORY,
     rules: LoadedRules | None = None,
     top: TopSizes = DEFAULT_TOP,
+    lock_wait: float = outdir.LOCK_WAIT_SECONDS,
 ) -> Analysis:
     """Bring the store at ``out`` up to date with ``path``, run the rules, write the reports.
 
@@ -60,7 +61,8 @@ def analyse(
     after rule evaluation. ``force`` re-ingests every session and re-evaluates every rank.
     ``rules``: the rules to run, already loaded (default: load them here from ``rule_dirs`` and
     the config file); they are loaded once and go to evaluation, workers and reports.
-    ``top`` sizes the overview's top-N tables.
+    ``top`` sizes the overview's top-N tables. ``lock_wait``: seconds to wait for another run
+    that writes ``out``.
     """
     from traceanalyzer.engine import write_findings_json
     from traceanalyzer.engine.config import load_run_rules, resolve, run_settings
@@ -79,7 +81,14 @@ def analyse(
     # The ingest checks and locks `out`; the lock is then held until the reports are written.
     with outdir.held_for(out):
         result = ingest(
-            path, out, jobs=jobs, progress=progress, force=force, executor=executor, memory=memory
+            path,
+            out,
+            jobs=jobs,
+            progress=progress,
+            force=force,
+            executor=executor,
+            memory=memory,
+            lock_wait=lock_wait,
         )
         if not result.outcomes:
             return Analysis(result)

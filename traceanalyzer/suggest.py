@@ -24,19 +24,19 @@ def did_you_mean(word: str, known: Iterable[str]) -> str:
 
 
 def path_did_you_mean(path: str | os.PathLike[str]) -> str:
-    """For a path that does not exist: the path with its first missing part replaced by the
-    closest name in the folder above it (``"; did you mean 'sample_traces/x'?"``), or ``""``."""
-    parts = Path(path).parts
-    for index, name in enumerate(parts):
-        parent = Path(*parts[:index]) if index else Path(".")
-        if (parent / name).exists():
-            continue
-        try:
-            siblings = [entry.name for entry in os.scandir(parent)]
-        except OSError:  # the parent is unreadable or not a folder: nothing to offer
-            return ""
-        match = closest(name, siblings)
-        if match is None:
-            return ""
-        return f"; did you mean {str(Path(*parts[:index], match, *parts[index + 1 :]))!r}?"
-    return ""
+    """For a path that does not exist: ``"; did you mean 'sample_traces/x'?"`` when replacing
+    each missing part by the closest name in the folder above it gives a path that exists;
+    else ``""``."""
+    fixed = Path()
+    for name in Path(path).parts:
+        if not (fixed / name).exists():
+            try:
+                siblings = [entry.name for entry in os.scandir(fixed)]
+            except OSError:  # unreadable, or not a folder: nothing to offer
+                return ""
+            match = closest(name, siblings)
+            if match is None:
+                return ""
+            name = match
+        fixed /= name
+    return f"; did you mean {str(fixed)!r}?" if str(fixed) != str(Path(path)) else ""
