@@ -65,16 +65,6 @@ def test_refusals_before_the_ingest_leave_out_as_found(tmp_path: Path) -> None:
         assert not out.exists() and not (inside / "out").exists(), name
 
 
-def test_a_mistyped_path_gets_a_suggestion(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
-    (tmp_path / "profiling_data").mkdir()
-    monkeypatch.chdir(tmp_path)
-    result = CliRunner().invoke(main, ["run", "profilng_data"])
-    assert result.exit_code == 2
-    assert "profilng_data: no such file or directory; did you mean 'profiling_data'?" in (
-        result.output
-    )
-
-
 _HOLD = """
 import sys, time
 from pathlib import Path

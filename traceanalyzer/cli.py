@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from traceanalyzer import __version__, process_env
+from traceanalyzer.clitypes import ExistingPath
 from traceanalyzer.exitcodes import (
     EXIT_FINDINGS,
     EXIT_INTERRUPTED,
@@ -238,7 +239,32 @@ def _unavailable(name: str, exc: Exception) -> click.Command:
     )
 
 
+def _show(exc: click.ClickException) -> None:
+    """click's report of an error, spelled as every other error of this tool: ``error: ...``."""
+    if type(exc).show not in (click.ClickException.show, click.UsageError.show):
+        exc.show()  # its own report, not an error line (no arguments: the help)
+        return
+    ctx = getattr(exc, "ctx", None)
+    if ctx is not None:  # a usage error: the command's usage line first, as click does
+        click.echo(f"{ctx.get_usage()}\nTry '{ctx.command_path} --help' for help.\n", err=True)
+    click.echo(f"error: {exc.format_message()}", err=True)
+
+
 class _LazyGroup(click.Group):
+    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+        """click's standalone mode, with our spelling of errors and exit 130 on Ctrl-C."""
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        try:
+            code = super().main(*args, standalone_mode=False, **kwargs)
+        except click.ClickException as exc:
+            _show(exc)
+            sys.exit(exc.exit_code)
+        except click.Abort:  # Ctrl-C (click turns KeyboardInterrupt into Abort)
+            click.echo("interrupted", err=True)
+            sys.exit(EXIT_INTERRUPTED)
+        sys.exit(code if isinstance(code, int) else 0)
+
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*super().list_commands(ctx), *LAZY_COMMANDS})
 
@@ -334,7 +360,7 @@ def _findings_table(result, out: Path) -> str:  # noqa: ANN001 - engine RunResul
     "--rules",
     "rule_dirs",
     multiple=True,
-    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    type=ExistingPath(file_okay=False, path_type=Path),
     help="Extra rule folder (repeatable).",
 )
 @click.option(
@@ -347,7 +373,7 @@ def _findings_table(result, out: Path) -> str:  # noqa: ANN001 - engine RunResul
 @click.option(
     "--config",
     "config_path",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    type=ExistingPath(dir_okay=False, path_type=Path),
     help="traceanalyzer.toml or pyproject.toml with rule settings.",
 )
 @click.option(

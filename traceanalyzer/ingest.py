@@ -36,6 +36,7 @@ import pyarrow.parquet as pq
 
 from traceanalyzer import outdir
 from traceanalyzer.discover import TRACE_FILE, Discovery, RankSession, discover, input_root
+from traceanalyzer.hints import path_did_you_mean
 from traceanalyzer.parse import native_scan, trace_native
 from traceanalyzer.parse.comm import parse_communication, parse_communication_matrix
 from traceanalyzer.parse.csv_tables import (
@@ -59,7 +60,6 @@ from traceanalyzer.store import (
     remove_unlisted,
     verify_partitions,
 )
-from traceanalyzer.suggest import path_did_you_mean
 from traceanalyzer.vocabulary import GENERATIONS, generation_label
 
 if TYPE_CHECKING:

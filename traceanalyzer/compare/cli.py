@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from traceanalyzer.clitypes import ExistingPath
 from traceanalyzer.exitcodes import EXIT_FINDINGS, EXIT_USAGE
 from traceanalyzer.store import write_atomic_text
 
@@ -40,8 +41,8 @@ def analyse(path: Path, jobs: int, quiet: bool, rules: LoadedRules) -> Path:
 
 
 @click.command("diff")
-@click.argument("base", type=click.Path(exists=True, file_okay=False, path_type=Path))
-@click.argument("target", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("base", type=ExistingPath(file_okay=False, path_type=Path))
+@click.argument("target", type=ExistingPath(file_okay=False, path_type=Path))
 @click.option(
     "--out",
     type=click.Path(path_type=Path),

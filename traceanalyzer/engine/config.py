@@ -36,7 +36,7 @@ else:  # pragma: no cover - exercised on 3.10 only
 from traceanalyzer.engine.loader import LoadedRules, load_rules
 from traceanalyzer.engine.registry import RuleSet, UnknownRuleError
 from traceanalyzer.engine.rule import Param, ParamError, Rule
-from traceanalyzer.suggest import did_you_mean
+from traceanalyzer.hints import did_you_mean
 
 CONFIG_FILE = "traceanalyzer.toml"
 ENABLED_KEY = "enabled"

@@ -34,6 +34,7 @@ from typing import Any
 import traceanalyzer
 from traceanalyzer.engine.registry import DuplicateRuleError, RuleSet
 from traceanalyzer.engine.rule import Rule
+from traceanalyzer.hints import path_did_you_mean
 
 ENTRY_POINT_GROUP = "traceanalyzer.rules"
 FIXTURES_DIR = "fixtures"
@@ -54,8 +55,8 @@ class RulesNotLoaded(Exception):
         self.errors = list(errors)
         lines = [f"{e.source}: {e.error}" for e in self.errors]
         super().__init__(
-            "a rule does not load (fix it, or leave its folder out of --rules / rule_dirs): "
-            + "; ".join(lines)
+            "cannot load the rules (fix the file, or leave its folder out of --rules and "
+            "rule_dirs): " + "; ".join(lines)
         )
 
 
@@ -237,7 +238,8 @@ def load_rules(
             continue  # `--rules rules` in a checkout names the built-in folder again
         seen.add(folder.resolve())
         if not folder.is_dir():
-            loaded.errors.append(LoadError(str(folder), "not a directory", ""))
+            why = "not a directory" if folder.exists() else "no such folder"
+            loaded.errors.append(LoadError(str(folder), why + path_did_you_mean(folder), ""))
             continue
         load_folder(folder, loaded)
     if entry_points:

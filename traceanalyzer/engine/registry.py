@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 
 from traceanalyzer.engine.rule import Rule
-from traceanalyzer.suggest import did_you_mean
+from traceanalyzer.hints import did_you_mean
 
 
 class UnknownRuleError(KeyError):

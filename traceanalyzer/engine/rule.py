@@ -44,8 +44,8 @@ from traceanalyzer.engine.presentation import (
     MarksFn,
     Presentation,
 )
+from traceanalyzer.hints import did_you_mean, expected
 from traceanalyzer.schema import TABLES
-from traceanalyzer.suggest import did_you_mean
 
 _T = TypeVar("_T")
 
@@ -119,26 +119,13 @@ class Param:
             else:
                 parsed = kind(value)
         except (TypeError, ValueError) as exc:
-            expected = _EXPECTED.get(kind, kind.__name__)
-            raise ParamError(
-                f"expected {expected} (default {self.default!r}), got {value!r}"
-            ) from exc
+            raise ParamError(f"expected {expected(self.default, kind)}, got {value!r}") from exc
         if self.choices is not None and parsed not in self.choices:
             raise ParamError(
                 f"{parsed!r} is not one of {', '.join(map(str, self.choices))}"
                 + did_you_mean(str(parsed), map(str, self.choices))
             )
         return parsed
-
-
-# What a value of each parameter type looks like, in an error message
-_EXPECTED = {
-    bool: "true or false",
-    int: "a whole number",
-    float: "a number",
-    tuple: "a comma-separated list",
-    list: "a comma-separated list",
-}
 
 
 def _parse_bool(value: Any) -> bool:

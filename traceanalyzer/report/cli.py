@@ -7,16 +7,17 @@ from pathlib import Path
 
 import click
 
+from traceanalyzer.clitypes import ExistingPath
 from traceanalyzer.exitcodes import EXIT_PARTIAL, UsageFailure
 
 
 @click.command("annotate")
-@click.argument("out", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("out", type=ExistingPath(file_okay=False, path_type=Path))
 @click.option(
     "--rules",
     "rule_dirs",
     multiple=True,
-    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    type=ExistingPath(file_okay=False, path_type=Path),
     help="The run's extra rule folders (repeatable), so their findings are marked as they mark them.",
 )
 def annotate_command(out: Path, rule_dirs: tuple[Path, ...]) -> None:

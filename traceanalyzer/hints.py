@@ -6,6 +6,7 @@ import difflib
 import os
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 # difflib's ratio above which a spelling counts as close (its own default, as click uses)
 _CUTOFF = 0.6
@@ -40,3 +41,20 @@ def path_did_you_mean(path: str | os.PathLike[str]) -> str:
             name = match
         fixed /= name
     return f"; did you mean {str(fixed)!r}?" if str(fixed) != str(Path(path)) else ""
+
+
+# What a value of each type looks like to someone typing it
+_LOOKS_LIKE = {
+    bool: "true or false",
+    int: "a whole number",
+    float: "a number",
+    tuple: "a comma-separated list",
+    list: "a comma-separated list",
+}
+
+
+def expected(default: Any, kind: type | None = None) -> str:
+    """``"a whole number (default 4)"``: what a setting of ``kind`` (default: the default's
+    type) takes, for "expected ..., got ..."."""
+    kind = kind or type(default)
+    return f"{_LOOKS_LIKE.get(kind, kind.__name__)} (default {default!r})"
