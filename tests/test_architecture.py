@@ -38,7 +38,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("store", "ingest", "read_ahead"),
     ("engine",),
     ("kit", "overview", "synth", "recipes"),
-    ("report",),
+    ("report", "query"),
     ("compare", "pipeline"),
     ("cli",),
 ]

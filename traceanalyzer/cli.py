@@ -207,6 +207,11 @@ LAZY_COMMANDS: dict[str, tuple[str, str, str]] = {
         "diff_command",
         "Compare two runs: findings new / resolved / changed, and key figures per rank.",
     ),
+    "query": (
+        "traceanalyzer.query.cli",
+        "query_command",
+        "Run DuckDB SQL over a run's store: each table is a view (slices, kernels, summary_steps).",
+    ),
     "recipe": (
         "traceanalyzer.recipes.cli",
         "recipe_group",
