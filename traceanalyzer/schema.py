@@ -804,7 +804,7 @@ def render_markdown() -> str:
         "Query with `pl.scan_parquet('OUT/tables/slices/**/*.parquet', hive_partitioning=True)`,",
         "DuckDB `read_parquet('OUT/tables/slices/**/*.parquet', hive_partitioning=true)`,",
         "`traceanalyzer.open_store('OUT').table('slices')`, or in SQL from the shell:",
-        "`traceanalyzer query OUT \"SELECT ... FROM slices\"` (every table a view named like it,",
+        '`traceanalyzer query OUT "SELECT ... FROM slices"` (every table a view named like it,',
         "read-only; `--list` lists the tables and columns).",
         "",
     ]
