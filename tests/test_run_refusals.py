@@ -114,3 +114,16 @@ def test_store_upkeep_is_said_only_with_verbose(tmp_path: Path) -> None:
     shutil.copytree(part, part.parent.parent / "rank=7" / part.name)
     verbose = CliRunner().invoke(main, ["run", str(SAMPLE), "--out", str(out), "-v"])
     assert "removed stored tables the manifest does not list: 7/" in verbose.output
+
+
+def test_annotate_refuses_a_rule_that_does_not_load(tmp_path: Path) -> None:
+    from report_support import run_sample
+
+    broken = tmp_path / "broken_rules"
+    broken.mkdir()
+    (broken / "half.py").write_text("raise ImportError('no such helper')\n")
+    out = run_sample("capture_growth_2rank")
+    result = CliRunner().invoke(main, ["annotate", str(out), "--rules", str(broken)])
+    assert result.exit_code == 2, result.output
+    assert f"{broken / 'half.py'}: line 1: ImportError: no such helper" in result.output
+    assert not (out / "annotated").exists()

@@ -23,6 +23,7 @@ from traceanalyzer.exitcodes import EXIT_PARTIAL, UsageFailure
 def annotate_command(out: Path, rule_dirs: tuple[Path, ...]) -> None:
     """Copy each rank's trace into OUT/annotated/ with the findings' marks on their own tracks."""
     from traceanalyzer.engine.config import load_run_rules
+    from traceanalyzer.engine.loader import RulesNotLoaded
     from traceanalyzer.report.annotated import annotated_text, write_annotated
     from traceanalyzer.report.inputs import ReportInputs
 
@@ -30,7 +31,10 @@ def annotate_command(out: Path, rule_dirs: tuple[Path, ...]) -> None:
         raise UsageFailure(
             f"{out} is not a run output (no findings.json); run `traceanalyzer run` first"
         )
-    inputs = ReportInputs.load(out, rules=load_run_rules(rule_dirs).rules)
+    rules = load_run_rules(rule_dirs)
+    if rules.errors:  # a finding of that rule would be marked as a rule that declares nothing
+        raise UsageFailure(str(RulesNotLoaded(rules.errors)))
+    inputs = ReportInputs.load(out, rules=rules.rules)
     results = write_annotated(inputs)
     click.echo(annotated_text(results, out))
     if any(r.skipped for r in results):
