@@ -67,3 +67,16 @@ def test_a_mistyped_path_is_corrected_part_by_part(tmp_path: Path) -> None:
     )
     assert path_did_you_mean(tmp_path / "profilng_data" / "zzz") == ""  # nothing close exists
     assert path_did_you_mean(tmp_path / "nothing_like_it") == ""
+
+
+def test_a_bad_value_says_what_was_expected() -> None:
+    from traceanalyzer.hints import expected
+
+    assert expected(4) == "a whole number (default 4)"
+    assert expected(0.5) == "a number (default 0.5)"
+    assert expected(True) == "true or false (default true)"
+    assert expected(("NOTIFY_WAIT", "EVENT_WAIT")) == (
+        "a comma-separated list (default 'NOTIFY_WAIT,EVENT_WAIT')"
+    )
+    output = _fails("synth", "store-stall", "--set", "spans=x", "--out", "x")
+    assert "knob spans='x': expected a whole number (default 2)" in output

@@ -57,4 +57,13 @@ def expected(default: Any, kind: type | None = None) -> str:
     """``"a whole number (default 4)"``: what a setting of ``kind`` (default: the default's
     type) takes, for "expected ..., got ..."."""
     kind = kind or type(default)
-    return f"{_LOOKS_LIKE.get(kind, kind.__name__)} (default {default!r})"
+    return f"{_LOOKS_LIKE.get(kind, kind.__name__)} (default {_as_typed(default)})"
+
+
+def _as_typed(value: Any) -> str:
+    """A value as one would type it after ``=``: ``true``, ``'a,b'``, ``4``."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, (tuple, list)):
+        return repr(",".join(map(str, value)))
+    return repr(value)
