@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from traceanalyzer.engine.cli import rules_group
@@ -36,15 +37,15 @@ def test_explain_by_name_and_id():
 
 def test_new_scaffold_passes_its_own_tests(tmp_path):
     folder = tmp_path / "myrules"
-    created = invoke("new", "slow-sync", "--dir", str(folder))
+    created = invoke("new", "slow-sync", "--rules", str(folder))
     assert created.exit_code == 0, created.output
     assert (folder / "slow_sync.py").is_file() and (folder / "fixtures" / "slow_sync.py").is_file()
     tested = invoke("test", "slow-sync", "--rules", str(folder), "-v")
     assert tested.exit_code == 0, tested.output
     assert "PASS slow-sync::fire_one_slow_call" in tested.output
     assert (folder / "fixtures" / "snapshots" / "slow-sync" / "fire_one_slow_call.txt").is_file()
-    again = CliRunner().invoke(rules_group, ["new", "slow-sync", "--dir", str(folder)])
-    assert again.exit_code != 0 and "already exists" in again.output
+    again = CliRunner().invoke(rules_group, ["new", "slow-sync", "--rules", str(folder)])
+    assert again.exit_code == 2 and "a rule named 'slow-sync' already exists" in again.output
     listed = invoke("list", "--rules", str(folder))
     assert "TA100  slow-sync" in listed.output
 
@@ -111,7 +112,7 @@ def test_rule_dirs_in_config_and_new_ids_that_collide_with_nothing(tmp_path, mon
     (tmp_path / "d" / "broken.py").write_text('rule(id="TA103", name=  # does not load\n')
     assert created_id("fourth-rule", "--dir", "d", "--rules", "b", "--rules", "c") == "TA104"
     taken = CliRunner().invoke(rules_group, ["new", "fifth-rule", "--dir", "e", "--id", "TA100"])
-    assert taken.exit_code != 0 and "TA100 is already used" in taken.output
+    assert taken.exit_code == 2 and "--id TA100 is already used by rule TA100" in taken.output
 
 
 def test_rules_show_severity_escalation() -> None:
@@ -144,9 +145,75 @@ def test_rules_test_fails_an_undeclared_escalation() -> None:
 
 
 def test_rules_new_then_rules_test_as_the_readme_says(tmp_path, monkeypatch) -> None:  # noqa: ANN001
-    """From any folder: `rules new` writes ./rules, which the other `rules` commands read."""
+    """From any folder: `rules new` writes ./traceanalyzer-rules and says so; the other `rules`
+    commands read it."""
     monkeypatch.chdir(tmp_path)
     created = invoke("new", "my-rule")
-    assert "rules test my-rule`" in created.output and "--rules rules" in created.output
+    assert (tmp_path / "traceanalyzer-rules" / "my_rule.py").is_file()
+    assert "traceanalyzer-rules/ is the default folder for your rules" in created.output
+    assert "rules test my-rule`" in created.output
+    assert "--rules traceanalyzer-rules" in created.output
     assert "my-rule" in invoke("list").output
     assert CliRunner().invoke(rules_group, ["test", "my-rule"]).exit_code == 0
+
+
+def test_rules_new_never_writes_into_the_builtin_rules(tmp_path, monkeypatch) -> None:  # noqa: ANN001
+    """At the root of a checkout, `rules/` is the built-in rules' folder: refused by name, and
+    the default folder is another one."""
+    before = sorted(p.name for p in (ROOT / "rules").rglob("*"))
+    for folder in ("rules", "rules/fixtures", str(ROOT / "rules")):
+        refused = CliRunner().invoke(rules_group, ["new", "my-rule", "--rules", folder])
+        assert refused.exit_code == 2, refused.output
+        assert "own folder of built-in rules" in refused.output
+    assert sorted(p.name for p in (ROOT / "rules").rglob("*")) == before
+    monkeypatch.chdir(ROOT)
+    created = invoke("new", "my-rule", "--rules", str(tmp_path / "mine"))
+    assert created.exit_code == 0 and (tmp_path / "mine" / "my_rule.py").is_file()
+    assert sorted(p.name for p in (ROOT / "rules").rglob("*")) == before
+
+
+def test_rules_new_refuses_a_taken_name_or_id(tmp_path) -> None:
+    taken_name = CliRunner().invoke(rules_group, ["new", "slow-rank", "--rules", str(tmp_path)])
+    assert taken_name.exit_code == 2
+    assert "a rule named 'slow-rank' already exists: the built-in rule TA003" in taken_name.output
+    assert not (tmp_path / "slow_rank.py").exists()
+    for rule_id, why in (("TA003", "reserved for built-in rules"), ("ta100", "e.g. TA123")):
+        refused = CliRunner().invoke(rules_group, ["new", "x-rule", "--id", rule_id])
+        assert refused.exit_code == 2 and why in refused.output
+    # a name taken in another --rules folder
+    invoke("new", "mine", "--rules", str(tmp_path / "a"))
+    elsewhere = CliRunner().invoke(
+        rules_group, ["new", "mine", "--rules", str(tmp_path / "b"), "--rules", str(tmp_path / "a")]
+    )
+    assert elsewhere.exit_code == 2 and "a rule named 'mine' already exists" in elsewhere.output
+
+
+def test_a_rule_that_does_not_load_is_a_usage_error(tmp_path) -> None:
+    """`rules list`, `rules test`, `rules explain` (and `run`, tests/test_exit_codes.py) exit 2
+    naming the file and why, instead of listing or testing the other rules."""
+    bad = tmp_path / "bad.py"
+    bad.write_text("import os\n\nraise NameError('no_such_helper')\n")
+    for args in (["list"], ["test"], ["explain", "slow-rank"]):
+        result = CliRunner().invoke(rules_group, [*args, "--rules", str(tmp_path)])
+        assert result.exit_code == 2, (args, result.output)
+        assert f"{bad}: line 3: NameError: no_such_helper" in result.output
+        assert "passed" not in result.output
+    twice = tmp_path / "twice"
+    invoke("new", "slow-sync", "--rules", str(twice))
+    source = (twice / "slow_sync.py").read_text()
+    (twice / "slow_sync.py").write_text(source.replace('name="slow-sync"', 'name="slow-rank"'))
+    duplicate = CliRunner().invoke(rules_group, ["list", "--rules", str(twice)])
+    assert duplicate.exit_code == 2 and "'slow-rank' is defined twice" in duplicate.output
+
+
+def test_did_you_mean_a_rule_or_a_parameter() -> None:
+    from traceanalyzer.engine.config import ConfigError, resolve, run_settings
+
+    mistyped = CliRunner().invoke(rules_group, ["explain", "slow-rnk"])
+    assert mistyped.exit_code == 2
+    assert "unknown rule 'slow-rnk'; did you mean 'slow-rank'?" in mistyped.output
+    rules = load_rules().rules
+    with pytest.raises(ConfigError, match="no parameter 'min_rnks'; did you mean 'min_ranks'?"):
+        resolve(rules, run_settings(["slow-rank.min_rnks=2"], False))
+    with pytest.raises(ConfigError, match=r"expected a whole number \(default 4\), got 'abc'"):
+        resolve(rules, run_settings(["slow-rank.min_ranks=abc"], False))

@@ -200,9 +200,9 @@ def test_overrides_by_id_or_name_parse_types():
             "has no parameter 'nope'; known: min_us, error_above, names, strict",
         ),
         (["nosuch.min_us=1"], "unknown rule 'nosuch'"),
-        (["long-calls.min_us=fast"], "long-calls.min_us: expected float"),
-        (["long-calls.error_above=1.5"], "expected int"),
-        (["long-calls.strict=maybe"], "expected bool"),
+        (["long-calls.min_us=fast"], "long-calls.min_us: expected a number"),
+        (["long-calls.error_above=1.5"], "expected a whole number"),
+        (["long-calls.strict=maybe"], "expected true or false"),
         (["min_us=1"], "expected RULE.PARAM=VALUE"),
     ],
 )

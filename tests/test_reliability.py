@@ -335,7 +335,9 @@ def test_partitions_the_manifest_does_not_list_are_removed(collection, tmp_path)
     result = _ingest(collection, out, progress=lambda event, *_: notes.append(event))
     assert [o.status for o in result.outcomes] == ["cached", "cached"]
     assert not planted.exists()
-    assert any("7/other-collection" in n for n in notes), notes
+    # store upkeep: recorded in ingest.json, not said while ingesting
+    assert result.removed_unlisted == ["7/other-collection"]
+    assert not any("other-collection" in n for n in notes), notes
     assert Store.open(out).table("slices").select("rank").unique().collect().height == 2
 
 

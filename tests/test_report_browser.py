@@ -2,7 +2,9 @@
 
 The report's inline script sets ``<body data-images-loaded="N">`` once all N images have
 ``naturalWidth > 0`` (``"error"`` otherwise); ``--dump-dom`` serialises the DOM after scripts ran.
-Skipped where chromium is absent (``.ci/run`` installs it: ``apt-get install -y chromium``).
+Skipped where chromium is absent (``.ci/run`` installs it: ``apt-get install -y chromium``). Wide
+tables are measured at 1280 and 1920 px: they fit their box (a long name wraps in its cell), or
+scroll inside it; the page never scrolls sideways.
 """
 
 from __future__ import annotations
@@ -86,3 +88,48 @@ def test_overview_renders_without_findings(tmp_path: Path) -> None:
     strip = section.split('<figure class="ov-timeline">', 1)[1].split("</figure>", 1)[0]
     assert strip.startswith("<svg ") and strip.count("<rect ") >= 1
     assert "<title>" in strip and "ms from the step's start" in strip
+
+
+# Opens every <details>, then writes into <body data-overflow> how far each table box's content
+# and the page reach past their width, in px: a table that does not fit its box scrolls inside
+# it, and the page itself never scrolls sideways.
+MEASURE_SCRIPT = """<script>
+window.addEventListener('load',function(){
+[].forEach.call(document.querySelectorAll('details'),function(d){d.open=true;});
+var boxes=[].map.call(document.querySelectorAll('.tablewrap'),function(w){
+return {head:w.querySelector('th')?w.querySelector('th').textContent:'',
+past:w.scrollWidth-w.clientWidth,clips:getComputedStyle(w).overflowX};});
+document.body.setAttribute('data-overflow',JSON.stringify({boxes:boxes,
+page:document.documentElement.scrollWidth-window.innerWidth}));});
+</script>"""
+# a real kernel name from a G2 export, twice over: a name longer than any column
+LONG_KERNEL = (
+    "aclnnMaxPool2dWithMaskBackward_MaxPoolGradWithArgmaxV1AiCore_MaxPoolGradWithArgmaxV1" * 2
+)
+
+
+@pytest.mark.parametrize("width", [1280, 1920])
+@pytest.mark.parametrize("sample", ["store_stall_2rank_rank1_sick", "capture_growth_level2"])
+def test_wide_tables_fit_or_scroll_inside_their_box(
+    sample: str, width: int, tmp_path: Path
+) -> None:
+    import html
+    import json
+
+    out = run_sample(sample)
+    page = (out / "report.html").read_text("utf-8")
+    overview = json.loads((out / "findings.json").read_text("utf-8"))["summary"]["overview"]
+    top = html.escape(overview["top_kernels"][0]["name"])
+    assert page.count(top) >= 2  # the top kernels table and the per rank rows
+    measured = tmp_path / "report.html"
+    measured.write_text(
+        page.replace(top, LONG_KERNEL).replace("</body>", MEASURE_SCRIPT + "</body>")
+    )
+    dom = browse(measured, tmp_path, "--dump-dom", f"--window-size={width},1000")
+    found = re.search(r'data-overflow="([^"]*)"', dom)
+    assert found, re.search(r"<body[^>]*>", dom).group(0)
+    doc = json.loads(html.unescape(found.group(1)))
+    assert doc["page"] <= 0, doc  # the page never scrolls sideways
+    assert doc["boxes"] and all(box["clips"] == "auto" for box in doc["boxes"])
+    # every table fits its box: the long name wraps inside its cell
+    assert [box for box in doc["boxes"] if box["past"] > 0] == [], doc

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from traceanalyzer import __version__, process_env
+from traceanalyzer.clitypes import ExistingPath
 from traceanalyzer.exitcodes import (
     EXIT_FINDINGS,
     EXIT_INTERRUPTED,
@@ -31,6 +32,7 @@ from traceanalyzer.exitcodes import (
     EXIT_USAGE,
     UsageFailure,
 )
+from traceanalyzer.outdir import LOCK_WAIT_SECONDS
 
 if TYPE_CHECKING:
     from traceanalyzer.engine.runner import RunResult
@@ -108,8 +110,11 @@ class _Progress:
 _SUMMARY_TABLES = ("slices", "counters", "flows", "kernels")  # the rest is summed as "other"
 
 
-def _summary(result: IngestResult) -> str:
-    """A table of the sessions, then their notes (identical notes of several ranks grouped)."""
+def _summary(result: IngestResult, verbose: bool = False) -> str:
+    """A table of the sessions, then their notes (identical notes of several ranks grouped).
+
+    What holds for every export of a generation (G2 never writes task_time.csv) and the store's
+    upkeep are in ingest.json; ``verbose`` prints them too."""
     from traceanalyzer.engine.findings import compress_ranks
 
     header = ("rank", "session", "status", "format", "level", *_SUMMARY_TABLES, "other rows")
@@ -159,7 +164,13 @@ def _summary(result: IngestResult) -> str:
         else:
             label = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {compress_ranks(ranks)}"
         lines.append(f"  {label}: {note}")
-    lines += [f"  {note}" for note in result.generation_notes]
+    if verbose:
+        lines += [f"  {note}" for note in result.generation_notes]
+        if result.removed_unlisted:
+            lines.append(
+                "  removed stored tables the manifest does not list: "
+                + ", ".join(result.removed_unlisted)
+            )
     for p in result.discovery.problems:
         where = f" {p.path}:" if p.path else ""
         lines.append(f"  {p.severity}:{where} {p.message}")
@@ -202,6 +213,11 @@ LAZY_COMMANDS: dict[str, tuple[str, str, str]] = {
         "diff_command",
         "Compare two runs: findings new / resolved / changed, and key figures per rank.",
     ),
+    "query": (
+        "traceanalyzer.query.cli",
+        "query_command",
+        "Run DuckDB SQL over a run's store: each table is a view (slices, kernels, summary_steps).",
+    ),
     "recipe": (
         "traceanalyzer.recipes.cli",
         "recipe_group",
@@ -234,7 +250,32 @@ def _unavailable(name: str, exc: Exception) -> click.Command:
     )
 
 
+def _show(exc: click.ClickException) -> None:
+    """click's report of an error, spelled as every other error of this tool: ``error: ...``."""
+    if type(exc).show not in (click.ClickException.show, click.UsageError.show):
+        exc.show()  # its own report, not an error line (no arguments: the help)
+        return
+    ctx = getattr(exc, "ctx", None)
+    if ctx is not None:  # a usage error: the command's usage line first, as click does
+        click.echo(f"{ctx.get_usage()}\nTry '{ctx.command_path} --help' for help.\n", err=True)
+    click.echo(f"error: {exc.format_message()}", err=True)
+
+
 class _LazyGroup(click.Group):
+    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+        """click's standalone mode, with our spelling of errors and exit 130 on Ctrl-C."""
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        try:
+            code = super().main(*args, standalone_mode=False, **kwargs)
+        except click.ClickException as exc:
+            _show(exc)
+            sys.exit(exc.exit_code)
+        except click.Abort:  # Ctrl-C (click turns KeyboardInterrupt into Abort)
+            click.echo("interrupted", err=True)
+            sys.exit(EXIT_INTERRUPTED)
+        sys.exit(code if isinstance(code, int) else 0)
+
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*super().list_commands(ctx), *LAZY_COMMANDS})
 
@@ -330,7 +371,7 @@ def _findings_table(result, out: Path) -> str:  # noqa: ANN001 - engine RunResul
     "--rules",
     "rule_dirs",
     multiple=True,
-    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    type=ExistingPath(file_okay=False, path_type=Path),
     help="Extra rule folder (repeatable).",
 )
 @click.option(
@@ -343,7 +384,7 @@ def _findings_table(result, out: Path) -> str:  # noqa: ANN001 - engine RunResul
 @click.option(
     "--config",
     "config_path",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    type=ExistingPath(dir_okay=False, path_type=Path),
     help="traceanalyzer.toml or pyproject.toml with rule settings.",
 )
 @click.option(
@@ -391,7 +432,22 @@ def _findings_table(result, out: Path) -> str:  # noqa: ANN001 - engine RunResul
     is_flag=True,
     help="Also write each rank session's timeline with the findings' marks merged in (as `annotate OUT`).",
 )
+@click.option(
+    "--lock-wait",
+    type=click.FloatRange(min=0),
+    default=LOCK_WAIT_SECONDS,
+    show_default=True,
+    metavar="SECONDS",
+    help="How long to wait for another run that writes the same --out, then give up (exit 2).",
+)
 @click.option("--quiet", "-q", is_flag=True, help="Only print the final summary.")
+@click.option(
+    "--verbose",
+    "-v",
+    is_flag=True,
+    help="Also print what holds for whole export generations and the store's upkeep "
+    "(ingest.json has them either way).",
+)
 @click.option(
     "--format",
     "fmt",
@@ -429,7 +485,9 @@ def _run(
     top_apis: int,
     top_collectives: int,
     annotate: bool,
+    lock_wait: float,
     quiet: bool,
+    verbose: bool,
     fmt: str,
 ) -> None:
     from traceanalyzer import read_ahead
@@ -442,6 +500,7 @@ def _run(
     # The imports make objects, not garbage: no collection walks them (two full passes, 0.03 s)
     gc.disable()
     from traceanalyzer.engine.config import ConfigError
+    from traceanalyzer.engine.loader import RulesNotLoaded
     from traceanalyzer.executor import ExecutorError, make_executor
     from traceanalyzer.ingest import InputError
     from traceanalyzer.outdir import OutputError, OutputRefused
@@ -480,11 +539,12 @@ def _run(
                 fail_on=fail_on,
                 memory=memory,
                 top=TopSizes(top_kernels, top_apis, top_collectives),
+                lock_wait=lock_wait,
             )
         finally:
             progress.close()
             executor.close()
-    except (InputError, OutputRefused, ExecutorError, ConfigError) as exc:
+    except (InputError, OutputRefused, ExecutorError, ConfigError, RulesNotLoaded) as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_USAGE)
     except OutputError as exc:
@@ -502,7 +562,7 @@ def _run(
         click.echo(json.dumps(findings.to_dict(), indent=1, default=str))
     else:
         if not quiet:
-            click.echo(_summary(result))
+            click.echo(_summary(result, verbose))
         else:  # even quiet, a partial run says what was left out
             for line in _partial_lines(result):
                 click.echo(line)

@@ -36,6 +36,7 @@ import pyarrow.parquet as pq
 
 from traceanalyzer import outdir
 from traceanalyzer.discover import TRACE_FILE, Discovery, RankSession, discover, input_root
+from traceanalyzer.hints import path_did_you_mean
 from traceanalyzer.parse import native_scan, trace_native
 from traceanalyzer.parse.comm import parse_communication, parse_communication_matrix
 from traceanalyzer.parse.csv_tables import (
@@ -136,6 +137,9 @@ class IngestResult:
     discovery: Discovery
     outcomes: list[SessionOutcome]
     executor: str = ""  # which executor ran the sessions, and why (Executor.plan)
+    # Stored partitions the manifest did not list (a killed run's leftovers, another
+    # collection's), removed before the rules could read them as this input's
+    removed_unlisted: list[str] = field(default_factory=list)
 
     @property
     def failed(self) -> list[SessionOutcome]:
@@ -169,6 +173,7 @@ class IngestResult:
             "out": str(self.out),
             "executor": self.executor,
             "notes": self.generation_notes,
+            "removed_unlisted": self.removed_unlisted,
             "sessions": [asdict(o) for o in self.outcomes],
             "problems": [p.to_dict() for p in self.discovery.problems],
         }
@@ -730,6 +735,7 @@ def ingest(
     force: bool = False,
     executor: Executor | None = None,
     memory: ParseMemory = DEFAULT_PARSE_MEMORY,
+    lock_wait: float = outdir.LOCK_WAIT_SECONDS,
 ) -> IngestResult:
     """Discover every rank session under ``root`` and bring the store at ``out`` up to date.
 
@@ -737,19 +743,24 @@ def ingest(
     default ``auto``: in this process when the work is small, else in a spawn process pool.
     ``memory`` is each trace's parse budget (DuckDB's buffers, per worker).
     The output is checked (never inside the input or a rank directory) and locked for the
-    ingest (:mod:`traceanalyzer.outdir`).
+    ingest (:mod:`traceanalyzer.outdir`), waiting up to ``lock_wait`` seconds for another run
+    that holds it (said to ``progress``). Without a rank session, nothing is written.
     """
     try:
         if not Path(root).exists():
-            raise InputError(f"{root}: no such file or directory")
+            raise InputError(f"{root}: no such file or directory{path_did_you_mean(root)}")
         root_path, out_path = input_root(root), Path(out)
         outdir.check_out(out_path, root_path)
         try:
             found = discover(root_path)
         except (FileNotFoundError, NotADirectoryError) as exc:
             raise InputError(str(exc)) from exc
+        if not found.sessions:  # nothing to analyse: `out` is left exactly as it was found
+            return IngestResult(out_path, found, [])
         outdir.check_out(out_path, root_path, [s.path for s in found.sessions])
-        with outdir.locked(out_path):
+        total = len(found.sessions)
+        say = (lambda note: progress(note, 0, total, None)) if progress else None
+        with outdir.locked(out_path, lock_wait, on_wait=say):
             return _ingest(found, out_path, jobs, progress, force, executor, memory)
     finally:
         native_scan.drop_ahead()  # a scan started ahead (read_ahead) and not taken: not held
@@ -782,9 +793,7 @@ def _ingest(
 
     outcomes: list[SessionOutcome] = []
     todo: list[tuple[RankSession, dict[str, Any]]] = []
-    notes = []  # why stored tables were dropped or ingested again, for the progress
-    if unlisted:
-        notes.append(f"removed stored tables the manifest does not list: {', '.join(unlisted)}")
+    notes = []  # why stored sessions are ingested again, for the progress
     for session in found.sessions:
         fingerprint = session_fingerprint(session)
         entry = manifest.sessions.get(session.key)
@@ -869,4 +878,6 @@ def _ingest(
     outcomes.sort(key=lambda o: (o.rank, o.session))
     if progress:
         progress("done", done, total, None)
-    return IngestResult(out_path, found, outcomes, executor=executor_note)
+    return IngestResult(
+        out_path, found, outcomes, executor=executor_note, removed_unlisted=unlisted
+    )

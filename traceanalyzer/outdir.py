@@ -3,7 +3,8 @@
 - ``--out`` is refused inside the input root or inside the real path of any rank directory (a
   symlinked rank dir is resolved): traceanalyzer never writes into its input.
 - One run at a time writes an output directory: :func:`locked` holds an ``fcntl`` lock on
-  ``OUT/.lock`` for the run; a second run waits :data:`LOCK_WAIT_SECONDS`, then refuses.
+  ``OUT/.lock`` for the run (the file says which run: its pid and start time); a second run
+  says it waits, waits :data:`LOCK_WAIT_SECONDS` (``run --lock-wait``), then refuses.
 - A write that fails (disk full, read-only, permissions) is an :class:`OutputError`, which blames
   the output, never the input; ``run`` exits with its own code for it.
 """
@@ -11,10 +12,12 @@
 from __future__ import annotations
 
 import contextlib
+import datetime
 import errno
+import json
 import os
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 LOCK_FILE = ".lock"
@@ -115,16 +118,19 @@ def held_for(out: Path) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def locked(out: Path, wait: float = LOCK_WAIT_SECONDS) -> Iterator[None]:
+def locked(
+    out: Path, wait: float = LOCK_WAIT_SECONDS, on_wait: Callable[[str], None] | None = None
+) -> Iterator[None]:
     """Create ``out`` if need be and hold its lock for the block (or for the enclosing
     :func:`held_for`); re-entrant in a process. Waits up to ``wait`` seconds for another run to
-    finish, then raises :class:`OutputRefused`."""
+    finish (saying so to ``on_wait``, with that run's pid and start time), then raises
+    :class:`OutputRefused`."""
     prepare(out)
     key = out.resolve()
     if _held.get(key) is not None:
         yield
         return
-    fd = _lock(out, key / LOCK_FILE, wait)
+    fd = _lock(out, key / LOCK_FILE, wait, on_wait)
     scoped = key in _held
     _held[key] = fd
     if scoped:  # the enclosing held_for releases it
@@ -138,7 +144,17 @@ def locked(out: Path, wait: float = LOCK_WAIT_SECONDS) -> Iterator[None]:
             os.close(fd)
 
 
-def _lock(out: Path, path: Path, wait: float) -> int | None:
+def _holder(fd: int) -> str:
+    """The run that holds the lock, as its lock file says: ``pid 1234, started 10:41:07``."""
+    text = os.pread(fd, 4096, 0).decode(errors="replace")
+    try:
+        holder = json.loads(text)
+        return f"pid {holder['pid']}, started {holder['started']}"
+    except (ValueError, TypeError, KeyError):  # written by an older version: its pid alone
+        return f"pid {text.strip() or '?'}"
+
+
+def _lock(out: Path, path: Path, wait: float, on_wait: Callable[[str], None] | None) -> int | None:
     try:
         import fcntl
     except ImportError:  # Windows: no advisory locks; one run at a time is then on the user
@@ -148,19 +164,28 @@ def _lock(out: Path, path: Path, wait: float) -> int | None:
     except OSError as exc:
         raise OutputRefused(f"--out {out} is not writable: {failure_text(exc)}") from exc
     deadline = time.monotonic() + wait
+    said = False
     while True:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             break
         except BlockingIOError:
             if time.monotonic() >= deadline:
-                holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
+                holder = _holder(fd)
                 os.close(fd)
                 raise OutputRefused(
-                    f"--out {out} is in use by another traceanalyzer run (pid {holder}); "
-                    "wait for it to finish, or choose another --out"
+                    f"--out {out} is in use by another traceanalyzer run ({holder}); waited "
+                    f"{wait:g} s: let it finish (--lock-wait SECONDS waits longer), or choose "
+                    "another --out"
                 ) from None
+            if on_wait is not None and not said:
+                on_wait(
+                    f"waiting up to {wait:g} s (--lock-wait) for another traceanalyzer run to "
+                    f"finish with --out {out} ({_holder(fd)})"
+                )
+                said = True
             time.sleep(0.1)
+    started = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
     os.ftruncate(fd, 0)
-    os.pwrite(fd, str(os.getpid()).encode(), 0)
+    os.pwrite(fd, json.dumps({"pid": os.getpid(), "started": started}).encode(), 0)
     return fd

@@ -3,7 +3,8 @@
 `traceanalyzer run` and `traceanalyzer diff` (when given trace folders) both call
 :func:`analyse`, so an output directory means the same thing whichever command wrote it.
 Errors that make the input unusable (:class:`~traceanalyzer.ingest.InputError`, a bad rule
-setting, a missing executor backend) propagate to the caller, which decides how to report them.
+setting, a rule that does not load, a missing executor backend) propagate to the caller, which
+decides how to report them; the rules and settings are checked before the ingest writes.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ def analyse(
     memory: ParseMemory = DEFAULT_PARSE_MEMORY,
     rules: LoadedRules | None = None,
     top: TopSizes = DEFAULT_TOP,
+    lock_wait: float = outdir.LOCK_WAIT_SECONDS,
 ) -> Analysis:
     """Bring the store at ``out`` up to date with ``path``, run the rules, write the reports.
 
@@ -59,20 +61,34 @@ def analyse(
     after rule evaluation. ``force`` re-ingests every session and re-evaluates every rank.
     ``rules``: the rules to run, already loaded (default: load them here from ``rule_dirs`` and
     the config file); they are loaded once and go to evaluation, workers and reports.
-    ``top`` sizes the overview's top-N tables.
+    ``top`` sizes the overview's top-N tables. ``lock_wait``: seconds to wait for another run
+    that writes ``out``.
     """
     from traceanalyzer.engine import write_findings_json
-    from traceanalyzer.engine.config import load_run_rules
+    from traceanalyzer.engine.config import load_run_rules, resolve, run_settings
     from traceanalyzer.engine.findings import add_input_caveats
+    from traceanalyzer.engine.loader import RulesNotLoaded
     from traceanalyzer.engine.shards import evaluate_store
     from traceanalyzer.report.terminal import run_reports
 
     if rules is None:
         rules = load_run_rules(rule_dirs, config_path)
+    # Refused before the ingest writes anything: a rule that does not load, a bad setting.
+    overrides = tuple(overrides)
+    if rules.errors:
+        raise RulesNotLoaded(rules.errors)
+    resolve(rules.rules, run_settings(overrides, config_path))
     # The ingest checks and locks `out`; the lock is then held until the reports are written.
     with outdir.held_for(out):
         result = ingest(
-            path, out, jobs=jobs, progress=progress, force=force, executor=executor, memory=memory
+            path,
+            out,
+            jobs=jobs,
+            progress=progress,
+            force=force,
+            executor=executor,
+            memory=memory,
+            lock_wait=lock_wait,
         )
         if not result.outcomes:
             return Analysis(result)

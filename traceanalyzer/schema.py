@@ -59,6 +59,10 @@ class Table:
 
 I32, I64, F64, STR, BOOL = pa.int32(), pa.int64(), pa.float64(), pa.string(), pa.bool_()
 
+# Where a table's rows are: OUT/<TABLES_DIR>/<table>/rank=<rank>/session=<session>/<PART_FILE>
+TABLES_DIR = "tables"
+PART_FILE = "part-0.parquet"
+
 _KEY = (
     Column("rank", I32, "Global rank of the profiled process (from profiler_info; -1 if unknown)."),
     Column("session", STR, "Session id: one profiler start/stop of one rank (the rank dir name)."),
@@ -812,8 +816,10 @@ def render_markdown() -> str:
         "",
         "Layout: `OUT/tables/<table>/rank=<rank>/session=<session>/part-0.parquet` (Hive partitions).",
         "Query with `pl.scan_parquet('OUT/tables/slices/**/*.parquet', hive_partitioning=True)`,",
-        "DuckDB `read_parquet('OUT/tables/slices/**/*.parquet', hive_partitioning=true)`, or",
-        "`traceanalyzer.open_store('OUT').table('slices')`.",
+        "DuckDB `read_parquet('OUT/tables/slices/**/*.parquet', hive_partitioning=true)`,",
+        "`traceanalyzer.open_store('OUT').table('slices')`, or in SQL from the shell:",
+        '`traceanalyzer query OUT "SELECT ... FROM slices"` (every table a view named like it,',
+        "read-only; `--list` lists the tables and columns).",
         "",
     ]
     for table in TABLES.values():

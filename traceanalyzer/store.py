@@ -27,13 +27,11 @@ from typing import Any, BinaryIO, TypeVar
 
 import polars as pl
 
-from traceanalyzer.schema import DERIVED_TABLES, TABLES, Table
+from traceanalyzer.schema import DERIVED_TABLES, PART_FILE, TABLES, TABLES_DIR, Table
 
 _T = TypeVar("_T")
 
 MANIFEST = "manifest.json"
-TABLES_DIR = "tables"
-PART_FILE = "part-0.parquet"
 MANIFEST_VERSION = 1
 JOURNAL = "manifest.journal"
 _SESSION_KEY = re.compile(r"-?[0-9]{1,10}/[A-Za-z0-9_.-]+")  # "<rank>/<session>", as discovered

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from traceanalyzer.clitypes import ExistingPath
 from traceanalyzer.exitcodes import EXIT_FINDINGS, EXIT_USAGE
 from traceanalyzer.store import write_atomic_text
 
@@ -40,8 +41,8 @@ def analyse(path: Path, jobs: int, quiet: bool, rules: LoadedRules) -> Path:
 
 
 @click.command("diff")
-@click.argument("base", type=click.Path(exists=True, file_okay=False, path_type=Path))
-@click.argument("target", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("base", type=ExistingPath(file_okay=False, path_type=Path))
+@click.argument("target", type=ExistingPath(file_okay=False, path_type=Path))
 @click.option(
     "--out",
     type=click.Path(path_type=Path),
@@ -80,6 +81,7 @@ def diff_command(
     from traceanalyzer.compare.diff import diff_outputs
     from traceanalyzer.compare.render import render_diff_html, render_diff_text
     from traceanalyzer.engine.config import ConfigError, load_run_rules
+    from traceanalyzer.engine.loader import RulesNotLoaded
     from traceanalyzer.executor import ExecutorError
     from traceanalyzer.ingest import InputError
     from traceanalyzer.outdir import OutputError, OutputRefused
@@ -87,9 +89,18 @@ def diff_command(
     quiet = quiet or fmt == "json"
     try:
         rules = load_run_rules()  # once: both analyses, if any, and the key figures
+        if rules.errors:  # key figures without a rule's would read as "unchanged"
+            raise RulesNotLoaded(rules.errors)
         base_out = base if is_output_dir(base) else analyse(base, jobs, quiet, rules)
         target_out = target if is_output_dir(target) else analyse(target, jobs, quiet, rules)
-    except (InputError, OutputRefused, OutputError, ExecutorError, ConfigError) as exc:
+    except (
+        InputError,
+        OutputRefused,
+        OutputError,
+        ExecutorError,
+        ConfigError,
+        RulesNotLoaded,
+    ) as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_USAGE)
     result = diff_outputs(base_out, target_out, rules.rules)

@@ -26,7 +26,7 @@ import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -36,6 +36,7 @@ else:  # pragma: no cover - exercised on 3.10 only
 from traceanalyzer.engine.loader import LoadedRules, load_rules
 from traceanalyzer.engine.registry import RuleSet, UnknownRuleError
 from traceanalyzer.engine.rule import Param, ParamError, Rule
+from traceanalyzer.hints import did_you_mean
 
 CONFIG_FILE = "traceanalyzer.toml"
 ENABLED_KEY = "enabled"
@@ -142,6 +143,25 @@ def load_config(path: Path) -> RuleSettings:
     return settings
 
 
+def run_settings(
+    overrides: Mapping[str, Mapping[str, Any]] | Iterable[str],
+    config_path: str | Path | None | Literal[False],
+) -> RuleSettings:
+    """A run's settings: the config file's, overlaid with ``overrides`` (``--set`` strings, or
+    ``{rule: {param: value}}``)."""
+    from_file = RuleSettings()
+    path = config_path_for(config_path)
+    if path:
+        from_file = load_config(path)
+    if isinstance(overrides, Mapping):
+        cli = RuleSettings(
+            {k: dict(v) for k, v in overrides.items()}, dict.fromkeys(overrides, "--set")
+        )
+    else:
+        cli = parse_set_options(overrides)
+    return from_file.merge(cli)
+
+
 @dataclass
 class ResolvedSettings:
     params: dict[str, dict[str, Any]]  # rule id -> full parameter values
@@ -176,7 +196,8 @@ def coerce_param(rule: Rule, name: str, raw: Any, where: str = "settings") -> An
     if spec is None:
         known = ", ".join(rule.params) or "(none)"
         raise ConfigError(
-            f"{where}: rule {rule.id} {rule.name} has no parameter {name!r}; known: {known}"
+            f"{where}: rule {rule.id} {rule.name} has no parameter {name!r}"
+            + (did_you_mean(name, rule.params) or f"; known: {known}")
         )
     try:
         return spec.coerce(raw)

@@ -21,6 +21,7 @@ import functools
 import hashlib
 import importlib.util
 import marshal
+import os
 import sys
 import traceback
 from collections.abc import Iterable, Iterator
@@ -33,6 +34,7 @@ from typing import Any
 import traceanalyzer
 from traceanalyzer.engine.registry import DuplicateRuleError, RuleSet
 from traceanalyzer.engine.rule import Rule
+from traceanalyzer.hints import path_did_you_mean
 
 ENTRY_POINT_GROUP = "traceanalyzer.rules"
 FIXTURES_DIR = "fixtures"
@@ -43,6 +45,19 @@ class LoadError:
     source: str
     error: str
     traceback: str
+
+
+class RulesNotLoaded(Exception):
+    """Rule files that do not load. A run without them would judge the trace without their
+    rules and look complete, so the commands refuse to run (a usage error, exit 2)."""
+
+    def __init__(self, errors: Iterable[LoadError]):
+        self.errors = list(errors)
+        lines = [f"{e.source}: {e.error}" for e in self.errors]
+        super().__init__(
+            "cannot load the rules (fix the file, or leave its folder out of --rules and "
+            "rule_dirs): " + "; ".join(lines)
+        )
 
 
 @dataclass(frozen=True)
@@ -124,7 +139,13 @@ def _add(loaded: LoadedRules, rules: Iterable[Rule], source: str) -> None:
 
 
 def _failure(source: str, exc: BaseException) -> LoadError:
-    return LoadError(source, f"{type(exc).__name__}: {exc}", traceback.format_exc())
+    # the line of the rule file that raised (a SyntaxError's message already names it)
+    real = os.path.realpath(source)
+    frames = [
+        f for f in traceback.extract_tb(exc.__traceback__) if os.path.realpath(f.filename) == real
+    ]
+    line = f"line {frames[-1].lineno}: " if frames else ""
+    return LoadError(source, f"{line}{type(exc).__name__}: {exc}", traceback.format_exc())
 
 
 @functools.cache
@@ -217,7 +238,8 @@ def load_rules(
             continue  # `--rules rules` in a checkout names the built-in folder again
         seen.add(folder.resolve())
         if not folder.is_dir():
-            loaded.errors.append(LoadError(str(folder), "not a directory", ""))
+            why = "not a directory" if folder.exists() else "no such folder"
+            loaded.errors.append(LoadError(str(folder), why + path_did_you_mean(folder), ""))
             continue
         load_folder(folder, loaded)
     if entry_points:

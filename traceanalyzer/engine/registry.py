@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 
 from traceanalyzer.engine.rule import Rule
+from traceanalyzer.hints import did_you_mean
 
 
 class UnknownRuleError(KeyError):
@@ -40,8 +41,11 @@ class RuleSet:
     def get(self, key: str) -> Rule:
         rule = self._by_id.get(key) or self._by_name.get(key) or self._by_id.get(key.upper())
         if rule is None:
+            hint = did_you_mean(key, self._by_name) or did_you_mean(key.upper(), self._by_id)
             known = ", ".join(f"{r.id} {r.name}" for r in self)
-            raise UnknownRuleError(f"unknown rule {key!r}; known rules: {known or '(none)'}")
+            raise UnknownRuleError(
+                f"unknown rule {key!r}" + (hint or f"; known rules: {known or '(none)'}")
+            )
         return rule
 
     def __contains__(self, key: object) -> bool:

@@ -44,6 +44,7 @@ from traceanalyzer.engine.presentation import (
     MarksFn,
     Presentation,
 )
+from traceanalyzer.hints import did_you_mean, expected
 from traceanalyzer.schema import TABLES
 
 _T = TypeVar("_T")
@@ -56,8 +57,8 @@ SEVERITIES: tuple[Severity, ...] = ("info", "warning", "error")
 Scope = Literal["rank", "global"]
 
 DOC_HEADINGS = ("What it detects", "Why it matters", "How to fix", "Example", "References")
-_ID_RE = re.compile(r"^[A-Z]{2,4}\d{3,4}$")
-_NAME_RE = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
+RULE_ID = re.compile(r"^[A-Z]{2,4}\d{3,4}$")
+RULE_NAME = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
 
 
 class RuleDefinitionError(Exception):
@@ -118,9 +119,12 @@ class Param:
             else:
                 parsed = kind(value)
         except (TypeError, ValueError) as exc:
-            raise ParamError(f"expected {kind.__name__}, got {value!r} ({exc})") from exc
+            raise ParamError(f"expected {expected(self.default, kind)}, got {value!r}") from exc
         if self.choices is not None and parsed not in self.choices:
-            raise ParamError(f"{parsed!r} is not one of {', '.join(map(str, self.choices))}")
+            raise ParamError(
+                f"{parsed!r} is not one of {', '.join(map(str, self.choices))}"
+                + did_you_mean(str(parsed), map(str, self.choices))
+            )
         return parsed
 
 
@@ -338,9 +342,9 @@ class Rule:
 
     def __post_init__(self) -> None:
         problems = []
-        if not _ID_RE.match(self.id):
+        if not RULE_ID.match(self.id):
             problems.append(f"id {self.id!r} must look like TA123 (2-4 capitals, 3-4 digits)")
-        if not _NAME_RE.match(self.name):
+        if not RULE_NAME.match(self.name):
             problems.append(f"name {self.name!r} must be kebab-case")
         if self.severity not in SEVERITIES:
             problems.append(f"severity {self.severity!r} must be one of {', '.join(SEVERITIES)}")

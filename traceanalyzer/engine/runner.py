@@ -23,14 +23,7 @@ from typing import Any, Literal
 
 import polars as pl
 
-from traceanalyzer.engine.config import (
-    RuleSettings,
-    config_path_for,
-    configured_rule_dirs,
-    load_config,
-    parse_set_options,
-    resolve,
-)
+from traceanalyzer.engine.config import configured_rule_dirs, resolve, run_settings
 from traceanalyzer.engine.findings import (
     SCHEMA_VERSION,
     SEVERITY_RANK,
@@ -399,23 +392,6 @@ def store_ranks(store: Store) -> list[int]:
     return []
 
 
-def _settings(
-    overrides: Mapping[str, Mapping[str, Any]] | Iterable[str],
-    config_path: str | Path | None | Literal[False],
-) -> RuleSettings:
-    from_file = RuleSettings()
-    path = config_path_for(config_path)
-    if path:
-        from_file = load_config(path)
-    if isinstance(overrides, Mapping):
-        cli = RuleSettings(
-            {k: dict(v) for k, v in overrides.items()}, dict.fromkeys(overrides, "--set")
-        )
-    else:
-        cli = parse_set_options(overrides)
-    return from_file.merge(cli)
-
-
 def evaluate(
     store: Store,
     rule_dirs: Iterable[str | Path] = (),
@@ -459,7 +435,7 @@ def evaluate(
         rules = load_rules([*rule_dirs, *configured_rule_dirs(config_path)], builtin=builtin)
     if isinstance(rules, LoadedRules):
         rules, load_errors = rules.rules, rules.errors
-    resolved = resolve(rules, _settings(overrides, config_path))
+    resolved = resolve(rules, run_settings(overrides, config_path))
     chosen = rules.select(select)
     ranks = store_ranks(store)
     outcomes = []

@@ -1,4 +1,4 @@
-"""Recipe ``graph-capture-repeat`` (field report 000): ACL graph capture slows down per re-capture."""
+"""Recipe ``graph-capture-repeat`` (the aclgraph capture slowdown report): ACL graph capture slows down per re-capture."""
 
 from __future__ import annotations
 
@@ -316,7 +316,7 @@ RECIPE = Recipe(
     name=NAME,
     summary="Re-capture ACL graphs N rounds (FULL mode) and profile chosen rounds; baseline vs HCCL AIV",
     reproduces=(
-        "Field report 000: with FULL ACL graph mode and TP>1, every re-capture of the same set of "
+        "The aclgraph capture slowdown report: with FULL ACL graph mode and TP>1, every re-capture of the same set of "
         "graph shapes takes longer than the previous one. HCCL gives every communication op in a "
         "captured graph its own tag; the AI CPU resource refresh does an h2d memcpy per "
         "resource, and resources of earlier graphs are not released, so rtMemcpy calls grow "

@@ -1,4 +1,4 @@
-"""Recipe ``mooncake-store-transfer`` (field report 002): Mooncake KV-pool TTFT regression."""
+"""Recipe ``mooncake-store-transfer`` (the Mooncake KV-pool TTFT report): the TTFT regression."""
 
 from __future__ import annotations
 
@@ -564,7 +564,7 @@ RECIPE = Recipe(
     name=NAME,
     summary="vllm serve + Mooncake KV pool, bench prefix_repetition, profile the first K store transfers; baseline vs sync",
     reproduces=(
-        "Field report 002: vllm-ascend 0.18 with AscendStoreConnector (backend mooncake) has a "
+        "The Mooncake KV-pool TTFT report: vllm-ascend 0.18 with AscendStoreConnector (backend mooncake) has a "
         "much worse TTFT than without the pool (38.5 s -> 60.9 s); on a pool hit one "
         "batch_get_into_multi_buffers takes seconds. Profiling the transfer shows other streams "
         "of the framework in long NOTIFY_WAIT / EVENT_WAIT_SQE waits; a torch.npu.synchronize() "

@@ -12,6 +12,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from traceanalyzer.hints import closest
+
 __all__ = [
     "Param",
     "ParamError",
@@ -232,8 +234,8 @@ def resolve_params(params: Sequence[Param], overrides: Mapping[str, Any]) -> dic
     if unknown:
         hints = []
         for key in unknown:
-            close = [n for n in by_name if key in n or n in key]
-            hints.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+            close = closest(key, by_name)
+            hints.append(f"{key!r}" + (f" (did you mean {close!r}?)" if close else ""))
         raise ParamError(
             f"unknown parameter(s): {', '.join(hints)}. Known: {', '.join(sorted(by_name))}"
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from traceanalyzer.hints import did_you_mean
 from traceanalyzer.recipes.model import Recipe
 
 __all__ = ["RECIPES", "get_recipe", "recipe_names"]
@@ -26,4 +27,5 @@ def get_recipe(name: str) -> Recipe:
     try:
         return RECIPES[name]
     except KeyError:
-        raise KeyError(f"no recipe {name!r}; known: {', '.join(recipe_names())}") from None
+        hint = did_you_mean(name, recipe_names()) or f"; known: {', '.join(recipe_names())}"
+        raise KeyError(f"no recipe {name!r}{hint}") from None

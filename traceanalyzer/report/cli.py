@@ -7,21 +7,23 @@ from pathlib import Path
 
 import click
 
+from traceanalyzer.clitypes import ExistingPath
 from traceanalyzer.exitcodes import EXIT_PARTIAL, UsageFailure
 
 
 @click.command("annotate")
-@click.argument("out", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("out", type=ExistingPath(file_okay=False, path_type=Path))
 @click.option(
     "--rules",
     "rule_dirs",
     multiple=True,
-    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    type=ExistingPath(file_okay=False, path_type=Path),
     help="The run's extra rule folders (repeatable), so their findings are marked as they mark them.",
 )
 def annotate_command(out: Path, rule_dirs: tuple[Path, ...]) -> None:
     """Write each rank session's timeline (Text or Db) into OUT/annotated/ with the findings' marks on their own tracks."""
     from traceanalyzer.engine.config import load_run_rules
+    from traceanalyzer.engine.loader import RulesNotLoaded
     from traceanalyzer.report.annotated import annotated_text, write_annotated
     from traceanalyzer.report.inputs import ReportInputs
 
@@ -29,7 +31,10 @@ def annotate_command(out: Path, rule_dirs: tuple[Path, ...]) -> None:
         raise UsageFailure(
             f"{out} is not a run output (no findings.json); run `traceanalyzer run` first"
         )
-    inputs = ReportInputs.load(out, rules=load_run_rules(rule_dirs).rules)
+    rules = load_run_rules(rule_dirs)
+    if rules.errors:  # a finding of that rule would be marked as a rule that declares nothing
+        raise UsageFailure(str(RulesNotLoaded(rules.errors)))
+    inputs = ReportInputs.load(out, rules=rules.rules)
     results = write_annotated(inputs)
     click.echo(annotated_text(results, out))
     if any(r.skipped for r in results):

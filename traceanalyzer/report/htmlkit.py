@@ -26,6 +26,10 @@ if(document.readyState==='loading'){document.addEventListener('DOMContentLoaded'
 </script>"""
 
 _CODE = re.compile(r"`([^`\n]+)`")
+# A word this long is a name (a kernel, an op, a path): its cell may break it anywhere, so a
+# wide table fits its box instead of pushing its last columns out of view. Shorter words
+# (AI_VECTOR_CORE) never break.
+_LONG_NAME = re.compile(r"\S{24,}")
 
 
 def esc(value: Any) -> str:
@@ -59,7 +63,12 @@ def table(
         cells = []
         for i, cell in enumerate(row):
             content = cell if i in raw else esc(cell)
-            cls = ' class="num"' if i in numeric else ""
+            if i in numeric:
+                cls = ' class="num"'
+            elif i not in raw and _LONG_NAME.search(str(cell)):
+                cls = ' class="name"'
+            else:
+                cls = ""
             cells.append(f"<td{cls}>{content}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
     return (

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from traceanalyzer.hints import did_you_mean
 from traceanalyzer.synth.generate import generate
 from traceanalyzer.synth.profiles import GENERATIONS
 from traceanalyzer.synth.scenarios import SCENARIOS
@@ -90,7 +91,11 @@ def synth_command(
     """Write SCENARIO as complete *_ascend_pt rank directories under --out."""
     if scenario not in SCENARIOS:
         raise click.UsageError(
-            f"unknown scenario {scenario!r}; choose from: {', '.join(sorted(SCENARIOS))}"
+            f"unknown scenario {scenario!r}"
+            + (
+                did_you_mean(scenario, SCENARIOS)
+                or f"; choose from: {', '.join(sorted(SCENARIOS))}"
+            )
         )
     knobs = _parse_sets(sets)
     if profile_style is not None:

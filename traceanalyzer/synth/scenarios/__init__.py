@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from traceanalyzer.hints import did_you_mean, expected
 from traceanalyzer.synth.scenarios import baseline, capture, device, store
 from traceanalyzer.synth.scenarios.timeline import SessionPlan, Timeline
 
@@ -39,8 +40,10 @@ class Scenario:
         """Defaults overlaid with ``given``, converted to each default's type."""
         unknown = sorted(set(given) - set(self.knobs))
         if unknown:
+            hint = did_you_mean(unknown[0], self.knobs) if len(unknown) == 1 else ""
             raise KeyError(
-                f"unknown knob(s) {unknown} for scenario {self.name!r}; valid: {sorted(self.knobs)}"
+                f"unknown knob(s) {unknown} for scenario {self.name!r}"
+                + (hint or f"; valid: {sorted(self.knobs)}")
             )
         out = dict(self.knobs)
         for key, value in given.items():
@@ -60,7 +63,7 @@ def convert(value: Any, default: Any, key: str) -> Any:
                 return value.lower() in ("1", "true", "yes", "on")
             return type(default)(value)
         except ValueError:
-            raise ValueError(f"knob {key}={value!r}: expected {type(default).__name__}") from None
+            raise ValueError(f"knob {key}={value!r}: expected {expected(default)}") from None
     if isinstance(default, float) and isinstance(value, int):
         return float(value)
     return value

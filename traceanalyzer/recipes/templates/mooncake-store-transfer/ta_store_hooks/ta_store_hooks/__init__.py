@@ -7,7 +7,7 @@ for the backend module to be imported and then wraps ``MooncakeBackend.get``, th
 of ``store.batch_get_into_multi_buffers``:
 
 * ``TA_STORE_SYNC_BEFORE_TRANSFER=1``: ``torch.npu.synchronize()`` before every transfer,
-  outside the profiler window (the fix under test in field report 002);
+  outside the profiler window (the fix under test in the Mooncake KV-pool TTFT report);
 * ``TA_STORE_PROFILE_CALLS=K`` (after ``TA_STORE_PROFILE_SKIP=S`` calls): each of calls
   S+1..S+K of this process runs inside its own ``torch_npu.profiler`` window written to
   ``TA_STORE_PROFILE_DIR`` as ``rank{rank}_get{n}_*_ascend_pt``, with a ``record_function``

@@ -1,0 +1,152 @@
+"""A run's store as DuckDB SQL: one view per table, named like it, over its Parquet partitions
+with ``rank`` and ``session`` as columns, in an in-memory database.
+
+Read-only by construction: the database is in memory, the views only read the partitions, and
+only a single query statement runs (``SELECT``, ``WITH``, ``FROM``, ``DESCRIBE``, ``SHOW``,
+``SUMMARIZE``); anything else (``COPY``, ``CREATE``, ``ATTACH``, ``SET``, ``PRAGMA``,
+``EXPLAIN ANALYZE``...) is refused before it runs. DuckDB spills to a temporary folder of its
+own, never beside the store.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+
+from traceanalyzer.hints import did_you_mean
+from traceanalyzer.parse.duckdb_connect import quiet
+from traceanalyzer.schema import (
+    BOOL,
+    DERIVED_TABLES,
+    F64,
+    I32,
+    I64,
+    PART_FILE,
+    STR,
+    TABLES,
+    TABLES_DIR,
+    Column,
+    Table,
+)
+
+STORE_TABLES: dict[str, Table] = {**TABLES, **DERIVED_TABLES}
+SQL_TYPES = {I32: "INTEGER", I64: "BIGINT", F64: "DOUBLE", STR: "VARCHAR", BOOL: "BOOLEAN"}
+_LIST_HINT = "`traceanalyzer query OUT --list` lists them"
+
+
+class QueryError(Exception):
+    """The SQL cannot run on this folder: not a run output, not one query, or DuckDB refused it."""
+
+
+def partition_files(out: Path, table: str) -> list[Path]:
+    """The Parquet partitions of ``table`` in the store at ``out``, in rank and session order."""
+    return sorted((out / TABLES_DIR / table).glob(f"rank=*/session=*/{PART_FILE}"))
+
+
+def check_run_output(out: Path) -> None:
+    if not (out / TABLES_DIR).is_dir():
+        raise QueryError(
+            f"{out} is not a run output (no {TABLES_DIR}/ folder): "
+            f"`traceanalyzer run PATH --out {out}` makes one"
+        )
+
+
+@dataclass
+class StoreQuery:
+    """One query over the store, bound and ready to fetch (``relation``); :meth:`close`, or
+    the end of a ``with`` block, frees it."""
+
+    connection: duckdb.DuckDBPyConnection
+    relation: duckdb.DuckDBPyRelation
+    spill: Path
+
+    def close(self) -> None:
+        self.connection.close()
+        shutil.rmtree(self.spill, ignore_errors=True)
+
+    def __enter__(self) -> StoreQuery:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+
+def open_query(out: Path, sql: str) -> StoreQuery:
+    """Bind ``sql`` over the store at ``out``; raises :class:`QueryError` with DuckDB's reason."""
+    check_run_output(out)
+    spill = Path(tempfile.mkdtemp(prefix="traceanalyzer-query-"))
+    connection = quiet(duckdb.connect(":memory:", config={"temp_directory": str(spill)}))
+    try:
+        _check_one_query(connection, sql)
+        named = _tables_named(connection, sql)
+        for name in sorted(named & STORE_TABLES.keys()):
+            view = _view_sql(connection, out, STORE_TABLES[name])
+            connection.execute(f'CREATE VIEW "{name}" AS {view}')
+        try:
+            relation = connection.sql(sql)
+        except duckdb.Error as exc:
+            unknown = sorted(named - STORE_TABLES.keys())
+            if isinstance(exc, duckdb.CatalogException) and unknown:
+                hint = did_you_mean(unknown[0], STORE_TABLES)
+                raise QueryError(
+                    f"no table {unknown[0]!r} in the store{hint} ({_LIST_HINT})"
+                ) from None
+            raise QueryError(str(exc)) from None
+    except BaseException:
+        connection.close()
+        shutil.rmtree(spill, ignore_errors=True)
+        raise
+    return StoreQuery(connection, relation, spill)
+
+
+def _check_one_query(connection: duckdb.DuckDBPyConnection, sql: str) -> None:
+    try:
+        statements = connection.extract_statements(sql)
+    except duckdb.Error as exc:
+        raise QueryError(str(exc)) from None
+    if len(statements) != 1:
+        raise QueryError(f"one query at a time: found {len(statements)} statements")
+    kind = statements[0].type
+    if kind != duckdb.StatementType.SELECT:
+        raise QueryError(
+            f"only a query runs here (SELECT, WITH, FROM, DESCRIBE, SHOW, SUMMARIZE), not "
+            f"{kind.name}: the store is read-only"
+        )
+
+
+def _tables_named(connection: duckdb.DuckDBPyConnection, sql: str) -> set[str]:
+    """The tables ``sql`` reads; every store table when DuckDB cannot tell, or when it names
+    none (``SHOW TABLES``). Only those get a view: a view reads its partitions' footers."""
+    try:
+        named = set(connection.get_table_names(sql))
+    except duckdb.Error:  # it binds a little, and a few valid queries trip it (JOIN ... USING)
+        return set(STORE_TABLES)
+    return named if named & STORE_TABLES.keys() else named | set(STORE_TABLES)
+
+
+def _view_sql(connection: duckdb.DuckDBPyConnection, out: Path, table: Table) -> str:
+    """The table's columns, in the schema's order and types, over its partitions (a column a
+    partition lacks reads as NULL, as ``Store.table`` does); no rows without partitions."""
+    files = partition_files(out, table.name)
+    if not files:
+        return f"SELECT {', '.join(_column(c, 'NULL') for c in table.columns)} LIMIT 0"
+    paths = ", ".join(_literal(str(f)) for f in files)
+    source = (
+        f"read_parquet([{paths}], hive_partitioning = true, union_by_name = true, "
+        "hive_types = {'rank': INTEGER, 'session': VARCHAR})"
+    )
+    present = set(connection.sql(f"SELECT * FROM {source}").columns)
+    columns = [_column(c, f'"{c.name}"' if c.name in present else "NULL") for c in table.columns]
+    return f"SELECT {', '.join(columns)} FROM {source}"
+
+
+def _column(column: Column, value: str) -> str:
+    return f'CAST({value} AS {SQL_TYPES[column.type]}) AS "{column.name}"'
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
