@@ -9,8 +9,6 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from traceanalyzer.engine.cost import analysed_window_ns, share
-from traceanalyzer.engine.kernels import NOT_KERNEL_PATTERN, kernel_tasks
 from traceanalyzer.kit import (
     AI_CORE_FREQ_PROCESS,
     AI_CORE_TASK_TYPES,
@@ -27,6 +25,8 @@ from traceanalyzer.kit import (
     union_intervals,
 )
 from traceanalyzer.kit import text as fmt
+from traceanalyzer.kit.cost import analysed_window_ns, share
+from traceanalyzer.kit.kernels import NOT_KERNEL_PATTERN, kernel_tasks
 
 NO_FREQ = (
     "missing the AI Core Freq counter (collect with ProfilerActivity.NPU on Atlas A2/A3; msprof "

@@ -7,7 +7,6 @@ from typing import Any
 
 import polars as pl
 
-from traceanalyzer.engine.cost import analysed_window_ns, share
 from traceanalyzer.kit import (
     AI_CPU_TASK_TYPES,
     COMPUTE_TASK_TYPES,
@@ -24,6 +23,7 @@ from traceanalyzer.kit import (
     rule,
 )
 from traceanalyzer.kit import text as fmt
+from traceanalyzer.kit.cost import analysed_window_ns, share
 
 # Fixes by op type (lower case, as kernel_details `Type`); the dtype fixes below apply to any op.
 OP_FIXES = {

@@ -9,8 +9,6 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from traceanalyzer.engine.cost import analysed_window_ns
-from traceanalyzer.engine.kernels import kernel_tasks
 from traceanalyzer.kit import (
     COMMUNICATION_PROCESSES,
     COMPUTE_TASK_TYPES,
@@ -31,6 +29,8 @@ from traceanalyzer.kit import (
     union_intervals,
 )
 from traceanalyzer.kit import text as fmt
+from traceanalyzer.kit.cost import analysed_window_ns
+from traceanalyzer.kit.kernels import kernel_tasks
 
 NOTIFY_WAITS = ("Notify Wait", "Notify_Wait", "NOTIFY_WAIT", "NOTIFY_WAIT_SQE")
 OP_TYPE = r"^hcom_([A-Za-z]+)"  # hcom_allReduce__586_0_1 -> allReduce

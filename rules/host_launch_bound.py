@@ -8,8 +8,6 @@ from typing import Any
 
 import polars as pl
 
-from traceanalyzer.engine.cost import analysed_window_ns
-from traceanalyzer.engine.steps import CAPTURE_PARAMS, DEQUEUE_PREFIX, capture_windows
 from traceanalyzer.kit import (
     CANN_PROCESS,
     COMMUNICATION_PROCESSES,
@@ -36,6 +34,8 @@ from traceanalyzer.kit import (
     text,
     union_intervals,
 )
+from traceanalyzer.kit.cost import analysed_window_ns
+from traceanalyzer.kit.steps import CAPTURE_PARAMS, DEQUEUE_PREFIX, capture_windows
 
 WORST_SHOWN = 5  # evidence: the longest host-bound gaps of a stream
 SERIES_POINTS = 4000  # figure: at most this many gaps per stream (the longest are kept)

@@ -7,14 +7,6 @@ from typing import Any
 
 import polars as pl
 
-from traceanalyzer.engine.steps import (
-    STEP_PARAMS,
-    SteadyUse,
-    host_calls,
-    per_step_figure,
-    recurring_calls,
-    steady_key_figures,
-)
 from traceanalyzer.kit import (
     FigureContext,
     Finding,
@@ -24,6 +16,14 @@ from traceanalyzer.kit import (
     host_api,
     rule,
     text,
+)
+from traceanalyzer.kit.steps import (
+    STEP_PARAMS,
+    SteadyUse,
+    host_calls,
+    per_step_figure,
+    recurring_calls,
+    steady_key_figures,
 )
 
 WORST_SHOWN = 5

@@ -8,8 +8,6 @@ from typing import Any
 
 import polars as pl
 
-from traceanalyzer.engine.cost import analysed_window_ns, analysed_windows, share
-from traceanalyzer.engine.kernels import kernel_tasks
 from traceanalyzer.kit import (
     COMPUTE_TASK_TYPES,
     Evidence,
@@ -26,6 +24,8 @@ from traceanalyzer.kit import (
     total_length,
 )
 from traceanalyzer.kit import text as fmt
+from traceanalyzer.kit.cost import analysed_window_ns, analysed_windows, share
+from traceanalyzer.kit.kernels import kernel_tasks
 
 ENV_KEY = "ENV_VARIABLES"
 NO_ENV = (

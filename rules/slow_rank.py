@@ -8,7 +8,6 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from traceanalyzer.engine.stats import OUTLIER_EXCESS, OUTLIER_Z, robust_z
 from traceanalyzer.kit import (
     NOT_HOST_PROCESSES,
     STEP_SPAN_PREFIX,
@@ -25,6 +24,7 @@ from traceanalyzer.kit import (
     total_length,
 )
 from traceanalyzer.kit import text as fmt
+from traceanalyzer.stats import OUTLIER_EXCESS, OUTLIER_Z, robust_z
 
 CAUSES = {
     "compute": (

@@ -8,6 +8,7 @@ from typing import Any
 
 import polars as pl
 
+from traceanalyzer import text as fmt
 from traceanalyzer.engine import (
     Evidence,
     Finding,
@@ -16,11 +17,7 @@ from traceanalyzer.engine import (
     RuleContext,
     rule,
 )
-from traceanalyzer.engine import text as fmt
-from traceanalyzer.engine.cost import analysed_window_ns
-from traceanalyzer.engine.cost import share as window_share
-from traceanalyzer.engine.primitives import outermost, overlap_join, total_length
-from traceanalyzer.engine.rule import Params
+from traceanalyzer.engine.params import Params
 from traceanalyzer.kit import (
     Chart,
     FigureContext,
@@ -30,6 +27,9 @@ from traceanalyzer.kit import (
     device_tasks,
     evidence_marks,
 )
+from traceanalyzer.kit.cost import analysed_window_ns
+from traceanalyzer.kit.cost import share as window_share
+from traceanalyzer.kit.primitives import outermost, overlap_join, total_length
 from traceanalyzer.vocabulary import (
     DEVICE_PROCESSES,
     HARDWARE_PROCESS,

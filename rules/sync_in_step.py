@@ -7,16 +7,6 @@ from typing import Any
 
 import polars as pl
 
-from traceanalyzer.engine.cost import analysed_window_ns
-from traceanalyzer.engine.cost import share as cost_share
-from traceanalyzer.engine.steps import (
-    NO_STEPS,
-    STEP_PARAMS,
-    call_sites,
-    host_calls,
-    in_steps,
-    step_windows,
-)
 from traceanalyzer.kit import (
     CANN_PROCESS,
     HARDWARE_PROCESS,
@@ -34,6 +24,16 @@ from traceanalyzer.kit import (
     rule,
     text,
     union_intervals,
+)
+from traceanalyzer.kit.cost import analysed_window_ns
+from traceanalyzer.kit.cost import share as cost_share
+from traceanalyzer.kit.steps import (
+    NO_STEPS,
+    STEP_PARAMS,
+    call_sites,
+    host_calls,
+    in_steps,
+    step_windows,
 )
 
 WORST_SHOWN = 5

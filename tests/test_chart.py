@@ -1,4 +1,4 @@
-"""engine/chart.py: the SVG chart the rules draw on, with matplotlib's Axes API (a subset)."""
+"""chart.py: the SVG chart the rules draw on, with matplotlib's Axes API (a subset)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from traceanalyzer.engine.chart import (
+from traceanalyzer.chart import (
     Chart,
     Swatch,
     Unsupported,

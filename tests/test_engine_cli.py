@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from traceanalyzer.engine.cli import rules_group
-from traceanalyzer.engine.docs import render_markdown
+from traceanalyzer.authoring.cli import rules_group
+from traceanalyzer.authoring.docs import render_markdown
 from traceanalyzer.engine.loader import builtin_rules_dir, load_rules
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -88,7 +88,7 @@ def test_builtin_rules_are_found_in_the_checkout():
 def test_docs_rules_md_is_current():
     expected = render_markdown(load_rules(entry_points=False).rules)
     current = (ROOT / "docs" / "rules.md").read_text("utf-8")
-    assert current == expected, "regenerate: python -m traceanalyzer.engine.docs > docs/rules.md"
+    assert current == expected, "regenerate: python -m traceanalyzer.authoring.docs > docs/rules.md"
 
 
 def test_rule_dirs_in_config_and_new_ids_that_collide_with_nothing(tmp_path, monkeypatch):
@@ -133,7 +133,7 @@ def test_rules_test_fails_an_undeclared_escalation() -> None:
     """`rules test` says when a finding is more severe than the rule declares."""
     from dataclasses import replace
 
-    from traceanalyzer.engine.ruletest import fixtures_for, run_fixture
+    from traceanalyzer.authoring.ruletest import fixtures_for, run_fixture
 
     stall = load_rules().rules.get("store-transfer-stall")
     assert stall.undeclared("error") is None and stall.undeclared("warning") is None

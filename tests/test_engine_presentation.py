@@ -62,7 +62,7 @@ def test_rule_without_presentation_has_defaults() -> None:
     assert mark == Mark(0, "s0", "stream 7: a", 5, 2, args={"stream": 7, "detail": "d"})
     store = StoreBuilder().store()
     ctx = RuleContext(rule=r, store=store, params=Params({"min_us": 10.0}))
-    assert r.presentation.key_figure_frame(ctx).columns == ["rank"]
+    assert r.key_figure_frame(ctx).columns == ["rank"]
 
 
 def test_decorators_register_and_return_the_function() -> None:
@@ -88,7 +88,7 @@ def test_decorators_register_and_return_the_function() -> None:
     assert callable(figure) and callable(key_figures) and callable(marks)
     assert r.presentation.caption == "Slow things per rank."
     ctx = RuleContext(rule=r, store=StoreBuilder().store(), params=Params({"min_us": 10.0}))
-    frame = r.presentation.key_figure_frame(ctx)
+    frame = r.key_figure_frame(ctx)
     assert frame.columns == ["rank", "slow_things", "worst_ns"]  # extra dropped, missing null
     assert frame["worst_ns"].null_count() == 2 and frame["slow_things"].dtype == pl.Float64
     assert [m.track for m in r.presentation.marks_for({})] == ["own"]

@@ -8,7 +8,8 @@ import numpy as np
 import polars as pl
 import pytest
 
-from traceanalyzer.engine.primitives import (
+from traceanalyzer.kit import us
+from traceanalyzer.kit.primitives import (
     containing_call,
     count_in_windows,
     covered_fraction,
@@ -26,8 +27,7 @@ from traceanalyzer.engine.primitives import (
     trend,
     union_intervals,
 )
-from traceanalyzer.engine.testing import StoreBuilder
-from traceanalyzer.kit import us
+from traceanalyzer.kit.store_builder import StoreBuilder
 
 
 def frame(intervals, **extra):

@@ -20,8 +20,8 @@ from traceanalyzer.engine import (
 )
 from traceanalyzer.engine.config import ConfigError
 from traceanalyzer.engine.registry import RuleSet
-from traceanalyzer.engine.testing import StoreBuilder
 from traceanalyzer.kit import us
+from traceanalyzer.kit.store_builder import StoreBuilder
 
 DOC = """
 ## What it detects
@@ -371,7 +371,7 @@ def test_entry_point_rule_packs(tmp_path, monkeypatch):
 
 
 def test_shared_derivations_run_once_per_shard_and_parameter_values(tmp_path):
-    from traceanalyzer.engine.rule import Params
+    from traceanalyzer.engine.params import Params
     from traceanalyzer.store import RankStore
 
     store = RankStore(tmp_path, [0])

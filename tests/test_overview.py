@@ -14,8 +14,8 @@ import pytest
 from click.testing import CliRunner
 from report_support import SAMPLES, run_sample
 
-from traceanalyzer.engine.testing import StoreBuilder
 from traceanalyzer.kit import us
+from traceanalyzer.kit.store_builder import StoreBuilder
 from traceanalyzer.overview import TopSizes, by_cost, finding_costs
 from traceanalyzer.overview.breakdown import computing_ns
 from traceanalyzer.overview.cluster import cluster_rows

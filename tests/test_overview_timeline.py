@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
-from traceanalyzer.engine.testing import StoreBuilder
 from traceanalyzer.kit import us
+from traceanalyzer.kit.store_builder import StoreBuilder
 from traceanalyzer.report.overview_timeline import CLASS_COLORS, MAX_RECTS, timeline_svg
 
 SVG = "{http://www.w3.org/2000/svg}"

@@ -144,7 +144,7 @@ def test_info_file_that_is_a_fifo_or_too_large(collection) -> None:
 
 
 def test_a_rule_that_fails_makes_the_run_partial(collection, tmp_path) -> None:
-    from traceanalyzer.engine.scaffold import RULE_TEMPLATE
+    from traceanalyzer.authoring.scaffold import RULE_TEMPLATE
 
     rules = tmp_path / "rules"
     rules.mkdir()

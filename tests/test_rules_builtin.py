@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-from traceanalyzer.engine.cli import rules_group
+from traceanalyzer.authoring.cli import rules_group
+from traceanalyzer.authoring.ruletest import fixtures_for, run_fixture
 from traceanalyzer.engine.loader import load_rules
 from traceanalyzer.engine.rule import DOC_HEADINGS
-from traceanalyzer.engine.ruletest import fixtures_for, run_fixture
 
 LOADED = load_rules(entry_points=False)
 CASES = [(rule, fix) for rule in LOADED.rules for fix in fixtures_for(rule)]

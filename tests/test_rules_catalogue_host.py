@@ -80,9 +80,10 @@ def test_scenarios_fire_their_rule_and_twins_stay_silent(
 
 def test_steady_steps_exclude_warmup_and_graph_capture() -> None:
     from traceanalyzer.engine.loader import load_rules
-    from traceanalyzer.engine.rule import Params, RuleContext
-    from traceanalyzer.engine.steps import STEP_PARAMS, call_sites, host_calls, step_windows
+    from traceanalyzer.engine.params import Params
+    from traceanalyzer.engine.rule import RuleContext
     from traceanalyzer.kit import StoreBuilder
+    from traceanalyzer.kit.steps import STEP_PARAMS, call_sites, host_calls, step_windows
 
     b = StoreBuilder()
     b.session(0, "s", start_ns=0, end_ns=us(4_000))

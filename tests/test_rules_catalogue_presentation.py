@@ -6,10 +6,11 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
+from traceanalyzer.authoring.ruletest import fixtures_for
 from traceanalyzer.engine.loader import load_rules
+from traceanalyzer.engine.params import Params
 from traceanalyzer.engine.registry import RuleSet
-from traceanalyzer.engine.rule import Params, RuleContext
-from traceanalyzer.engine.ruletest import fixtures_for
+from traceanalyzer.engine.rule import RuleContext
 from traceanalyzer.engine.runner import evaluate
 from traceanalyzer.kit import Chart, FigureContext
 
@@ -39,7 +40,7 @@ def test_figure_draws_the_finding(name: str) -> None:
 def test_key_figures_per_rank(name: str) -> None:
     rule, store, findings = _fired(name)
     params = Params({k: p.default for k, p in rule.params.items()})
-    frame = rule.presentation.key_figure_frame(RuleContext(rule=rule, store=store, params=params))
+    frame = rule.key_figure_frame(RuleContext(rule=rule, store=store, params=params))
     declared = [k.name for k in rule.presentation.key_figures]
     assert frame.columns == ["rank", *declared]
     fired = set(findings[0].ranks)

@@ -223,7 +223,11 @@ LAZY_COMMANDS: dict[str, tuple[str, str, str]] = {
         "recipe_group",
         "Bundled vLLM launch recipes that reproduce known Ascend problems and profile them.",
     ),
-    "rules": ("traceanalyzer.engine.cli", "rules_group", "List, explain, scaffold and test rules."),
+    "rules": (
+        "traceanalyzer.authoring.cli",
+        "rules_group",
+        "List, explain, scaffold and test rules.",
+    ),
     "synth": (
         "traceanalyzer.synth.cli",
         "synth_command",
@@ -570,7 +574,7 @@ def _run(
         if findings.overview:
             from traceanalyzer.report.overview_text import overview_table
 
-            click.echo(overview_table(findings.overview))
+            click.echo(overview_table(findings.overview, verbose))
         click.echo(reports.closing_text(color=sys.stdout.isatty()))
     if annotate and reports.inputs is not None:
         from traceanalyzer.report.annotated import annotated_text, write_annotated

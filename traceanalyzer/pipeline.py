@@ -146,8 +146,8 @@ def _overview(
     log: Callable[[str], None] | None,
 ) -> dict | None:
     """Where the time goes (traceanalyzer.overview), with each finding's cost in it."""
-    from traceanalyzer.engine.text import count
     from traceanalyzer.overview import finding_costs
+    from traceanalyzer.text import count
 
     try:
         document, seconds = _summary(out, executor, top, force)

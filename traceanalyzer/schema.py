@@ -785,7 +785,7 @@ DERIVED_TABLES: dict[str, Table] = {
         _table(
             "summary_ranks",
             "The cluster view: one row per rank (session is `all`), outliers flagged with the "
-            "rules' robust z-score (traceanalyzer.engine.stats).",
+            "rules' robust z-score (traceanalyzer.stats).",
             "derived: summary_steps, summary_kernels",
             Column("steps", I64, "Steps (windows) measured."),
             Column("step_ns", F64, "Mean step time."),

@@ -405,6 +405,8 @@ def out_foreign_part(rng: random.Random, out: Path) -> str | None:
 
 
 def out_garbage_file(rng: random.Random, out: Path) -> str | None:
+    if not out.is_dir():  # a run that found no rank writes no output folder
+        return None
     name = rng.choice(
         ["manifest.json", "manifest.journal", ".lock", "ingest.json", "findings.json"]
     )

@@ -22,9 +22,10 @@ from typing import Any, Literal
 
 from traceanalyzer.compare.overview_diff import ComponentDelta, overview_deltas
 from traceanalyzer.engine.findings import compress_ranks
+from traceanalyzer.engine.params import Params
 from traceanalyzer.engine.presentation import key_figure_document
 from traceanalyzer.engine.registry import RuleSet
-from traceanalyzer.engine.rule import Params, RuleContext
+from traceanalyzer.engine.rule import RuleContext
 from traceanalyzer.store import Store, StoreError
 
 Status = Literal["new", "resolved", "changed", "unchanged"]
@@ -276,7 +277,7 @@ def key_figures_of(out_dir: Path, doc: dict[str, Any], rules: RuleSet | None) ->
         params = {n: p.default for n, p in rule.params.items()} | ran_with.get(rule.id, {})
         ctx = RuleContext(rule=rule, store=store, params=Params(params))
         try:
-            rows = rule.presentation.key_figure_frame(ctx).to_dicts()
+            rows = rule.key_figure_frame(ctx).to_dicts()
         except Exception:  # a rule that cannot compute them on an old store: no figures
             continue
         entries += key_figure_document(rule.id, rule.name, rule.presentation.key_figures, rows)

@@ -6,9 +6,9 @@ import os
 from datetime import datetime, timezone
 from pathlib import Path
 
+from traceanalyzer import text
 from traceanalyzer.compare.diff import Delta, DiffResult, FindingChange
 from traceanalyzer.compare.overview_diff import overview_diff_html, overview_diff_text
-from traceanalyzer.engine import text
 from traceanalyzer.report import fmt
 from traceanalyzer.report.htmlkit import chip, esc, inline, page, table
 

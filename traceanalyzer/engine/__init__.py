@@ -7,11 +7,11 @@ vocabulary, the primitives and the fixture builders.
 from __future__ import annotations
 
 from traceanalyzer.engine.findings import Evidence, Finding, Note, fingerprint, group_findings
+from traceanalyzer.engine.params import Param
 from traceanalyzer.engine.presentation import FigureContext, KeyFigure, Mark
 from traceanalyzer.engine.rule import (
     AnyOf,
     NotEvaluated,
-    Param,
     Requirement,
     Rule,
     RuleContext,

@@ -34,8 +34,9 @@ else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
 from traceanalyzer.engine.loader import LoadedRules, load_rules
+from traceanalyzer.engine.params import Param, ParamError
 from traceanalyzer.engine.registry import RuleSet, UnknownRuleError
-from traceanalyzer.engine.rule import Param, ParamError, Rule
+from traceanalyzer.engine.rule import Rule
 from traceanalyzer.hints import did_you_mean
 
 CONFIG_FILE = "traceanalyzer.toml"

@@ -6,7 +6,7 @@ layers (``report.html``, ``diff``, ``annotations.json``) only ever call the rule
 external rule is presented exactly like a built-in one.
 
 - **figure**: ``fn(FigureContext) -> Chart | Figure | None``, drawn for each finding of the
-  rule: an SVG :class:`~traceanalyzer.engine.chart.Chart` from :meth:`FigureContext.new`, or a
+  rule: an SVG :class:`~traceanalyzer.chart.Chart` from :meth:`FigureContext.new`, or a
   matplotlib ``Figure`` from :meth:`FigureContext.matplotlib` (imported there, only then).
 - **key figures**: ``fn(RuleContext) -> polars.DataFrame`` with one row per rank (column
   ``rank`` plus one column per declared :class:`KeyFigure`, null where the data is absent),
@@ -25,13 +25,13 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import polars as pl
 
-from traceanalyzer.engine.chart import GRID, Chart, ChartAxes
+from traceanalyzer.chart import GRID, Chart, ChartAxes
+from traceanalyzer.engine.params import Params
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-    from traceanalyzer.engine.rule import Params, RuleContext
     from traceanalyzer.store import Store
 
 Better = Literal["lower", "higher"]
@@ -86,7 +86,7 @@ class FigureContext:
 
     ``finding`` is the grouped finding as in findings.json (``ranks``, ``series``,
     ``occurrences``, ``metrics``, ``evidence``, and ``params``: the parameters it ran with);
-    ``params`` the same parameters as :class:`~traceanalyzer.engine.rule.Params`; ``store`` the
+    ``params`` the same parameters as :class:`~traceanalyzer.engine.params.Params`; ``store`` the
     run's store (read-only; None when the report has no store).
     """
 
@@ -104,7 +104,7 @@ class FigureContext:
         """An SVG chart with ``cols`` axes side by side, in the reports' style (light grid).
 
         The axes take the subset of matplotlib's Axes API the built-in rules use
-        (:mod:`traceanalyzer.engine.chart`); :meth:`matplotlib` gives the whole of it.
+        (:mod:`traceanalyzer.chart`); :meth:`matplotlib` gives the whole of it.
         The margins fit the labels; ``margins`` (``subplots_adjust`` fractions) only widen them.
         """
         chart = Chart(width_in, height_in, cols, margins)
@@ -172,7 +172,8 @@ def evidence_marks(finding: Mapping[str, Any]) -> Iterator[Mark]:
 
 
 FigureFn = Callable[[FigureContext], "Chart | Figure | None"]
-KeyFiguresFn = Callable[["RuleContext"], pl.DataFrame]
+# fn(RuleContext) -> one row per rank (the rule core calls it: Rule.key_figure_frame)
+KeyFiguresFn = Callable[..., pl.DataFrame]
 MarksFn = Callable[[Mapping[str, Any]], Iterable[Mark]]
 
 
@@ -185,28 +186,6 @@ class Presentation:
     key_figures: tuple[KeyFigure, ...] = ()
     compute_key_figures: KeyFiguresFn | None = None
     marks: MarksFn | None = None
-
-    def key_figure_frame(self, ctx: RuleContext) -> pl.DataFrame:
-        """The rule's key figures on ``ctx``'s ranks: ``rank`` + one Float64 column each.
-
-        One row per rank in scope; declared figures the function did not return are null, and
-        anything else it returned is dropped. An empty frame when the rule declares none.
-        """
-        schema = {"rank": pl.Int32, **{k.name: pl.Float64 for k in self.key_figures}}
-        if self.compute_key_figures is None or not self.key_figures:
-            return pl.DataFrame(schema=schema)
-        frame = self.compute_key_figures(ctx)
-        if not isinstance(frame, pl.DataFrame) or "rank" not in frame.columns:
-            raise TypeError("a key-figures function must return a polars DataFrame with `rank`")
-        missing = [pl.lit(None).alias(k) for k in schema if k not in frame.columns]
-        values = frame.with_columns(missing).select(
-            [pl.col(k).cast(t, strict=False) for k, t in schema.items()]
-        )
-        if ctx.ranks is not None:  # a shard's figures are its ranks' only
-            values = values.filter(pl.col("rank").is_in(sorted(ctx.ranks)))
-        # every rank in scope has a row: null, not absent, where the rank lacks the data
-        ranks = ctx.sessions().select(pl.col("rank").cast(pl.Int32)).unique()
-        return ranks.join(values, on="rank", how="full", coalesce=True).sort("rank")
 
     def marks_for(self, finding: Mapping[str, Any]) -> list[Mark]:
         return list((self.marks or evidence_marks)(finding))

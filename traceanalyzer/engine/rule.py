@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 import polars as pl
 
 from traceanalyzer.engine.findings import Evidence, Finding, Note
+from traceanalyzer.engine.params import Param, Params
 from traceanalyzer.engine.presentation import (
     FigureFn,
     KeyFigure,
@@ -44,7 +45,6 @@ from traceanalyzer.engine.presentation import (
     MarksFn,
     Presentation,
 )
-from traceanalyzer.hints import did_you_mean, expected
 from traceanalyzer.schema import TABLES
 
 _T = TypeVar("_T")
@@ -67,101 +67,6 @@ class RuleDefinitionError(Exception):
 
 class NotEvaluated(Exception):  # noqa: N818 - it is a result, not an error
     """Raised by a rule body that cannot answer on this data; the message is the reason shown."""
-
-
-class ParamError(ValueError):
-    """A parameter override names an unknown parameter or has a value of the wrong type."""
-
-
-# --------------------------------------------------------------------------------------------
-# Parameters
-# --------------------------------------------------------------------------------------------
-
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off"}
-
-
-@dataclass(frozen=True)
-class Param:
-    """A tunable value of a rule: its default, what it means, and (optionally) allowed choices.
-
-    The type is the default's type unless given. Overrides from the command line arrive as
-    strings and are parsed to that type; overrides from TOML arrive typed and are checked.
-    Tuple parameters accept a comma-separated string.
-    """
-
-    default: Any
-    help: str
-    type: type | None = None
-    choices: tuple[Any, ...] | None = None
-
-    @property
-    def kind(self) -> type:
-        return self.type or type(self.default)
-
-    def coerce(self, value: Any) -> Any:
-        """Convert ``value`` (a CLI string or a TOML value) to this parameter's type."""
-        kind = self.kind
-        try:
-            if kind is bool:
-                parsed = _parse_bool(value)
-            elif kind is tuple or kind is list:
-                items = value.split(",") if isinstance(value, str) else list(value)
-                parsed = tuple(str(item).strip() for item in items if str(item).strip())
-            elif kind is float:
-                if isinstance(value, bool):
-                    raise ValueError("a boolean is not a number")
-                parsed = float(value)
-            elif kind is int:
-                if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
-                    raise ValueError("not an integer")
-                parsed = int(value)
-            else:
-                parsed = kind(value)
-        except (TypeError, ValueError) as exc:
-            raise ParamError(f"expected {expected(self.default, kind)}, got {value!r}") from exc
-        if self.choices is not None and parsed not in self.choices:
-            raise ParamError(
-                f"{parsed!r} is not one of {', '.join(map(str, self.choices))}"
-                + did_you_mean(str(parsed), map(str, self.choices))
-            )
-        return parsed
-
-
-def _parse_bool(value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in _TRUE:
-        return True
-    if text in _FALSE:
-        return False
-    raise ValueError("expected true/false")
-
-
-class Params(Mapping[str, Any]):
-    """Resolved parameter values; read as ``ctx.params.min_ratio`` or ``ctx.params["min_ratio"]``."""
-
-    def __init__(self, values: Mapping[str, Any]):
-        self._values = dict(values)
-
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return self._values[name]
-        except KeyError:
-            raise AttributeError(f"no parameter {name!r}") from None
-
-    def __getitem__(self, key: str) -> Any:
-        return self._values[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._values)
-
-    def __len__(self) -> int:
-        return len(self._values)
-
-    def __repr__(self) -> str:
-        return f"Params({self._values!r})"
 
 
 # --------------------------------------------------------------------------------------------
@@ -437,6 +342,29 @@ class Rule:
         """Register the timeline marks of a finding: ``fn(finding) -> Iterable[Mark]``."""
         self.presentation.marks = fn
         return fn
+
+    def key_figure_frame(self, ctx: RuleContext) -> pl.DataFrame:
+        """The rule's key figures on ``ctx``'s ranks: ``rank`` + one Float64 column each.
+
+        One row per rank in scope; declared figures the function did not return are null, and
+        anything else it returned is dropped. An empty frame when the rule declares none.
+        """
+        shown = self.presentation
+        schema = {"rank": pl.Int32, **{k.name: pl.Float64 for k in shown.key_figures}}
+        if shown.compute_key_figures is None or not shown.key_figures:
+            return pl.DataFrame(schema=schema)
+        frame = shown.compute_key_figures(ctx)
+        if not isinstance(frame, pl.DataFrame) or "rank" not in frame.columns:
+            raise TypeError("a key-figures function must return a polars DataFrame with `rank`")
+        missing = [pl.lit(None).alias(k) for k in schema if k not in frame.columns]
+        values = frame.with_columns(missing).select(
+            [pl.col(k).cast(t, strict=False) for k, t in schema.items()]
+        )
+        if ctx.ranks is not None:  # a shard's figures are its ranks' only
+            values = values.filter(pl.col("rank").is_in(sorted(ctx.ranks)))
+        # every rank in scope has a row: null, not absent, where the rank lacks the data
+        ranks = ctx.sessions().select(pl.col("rank").cast(pl.Int32)).unique()
+        return ranks.join(values, on="rank", how="full", coalesce=True).sort("rank")
 
     def __call__(self, ctx: RuleContext) -> list[Finding]:
         return self.run(ctx)

@@ -129,7 +129,7 @@ def evaluate_rule(
     outcome = _detect(ctx)
     if rule.presentation.key_figures and outcome.status != "not_evaluated":
         try:
-            outcome.key_figures = rule.presentation.key_figure_frame(ctx).to_dicts()
+            outcome.key_figures = rule.key_figure_frame(ctx).to_dicts()
         except Exception as exc:  # a figure is a nicety: the findings stand without it
             text = f"{KEY_FIGURES_FAILED}: {type(exc).__name__}: {exc}"
             outcome.notes.append(Note(rule=rule.id, text=text))

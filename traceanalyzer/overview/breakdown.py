@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from traceanalyzer.engine.primitives import outermost
+from traceanalyzer.kit.primitives import outermost
 from traceanalyzer.schema import COMPONENT_NAMES
 from traceanalyzer.vocabulary import (
     COMMUNICATION_PROCESSES,

@@ -1,12 +1,12 @@
 """The cluster view: one row per rank, outliers flagged with the rules' robust statistics
-(:mod:`traceanalyzer.engine.stats`), whether or not a rule fired."""
+(:mod:`traceanalyzer.stats`), whether or not a rule fired."""
 
 from __future__ import annotations
 
 import polars as pl
 
-from traceanalyzer.engine.stats import OUTLIER_EXCESS, OUTLIER_Z, robust_z
 from traceanalyzer.overview.breakdown import computing_ns, idle_ns
+from traceanalyzer.stats import OUTLIER_EXCESS, OUTLIER_Z, robust_z
 
 MIN_PEERS = 3  # below this there is no centre to be an outlier from
 ALL_SESSIONS = "all"  # the session value of summary_ranks rows: the row covers every session

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from traceanalyzer.engine.primitives import host_launches, stream_gaps
+from traceanalyzer.kit.primitives import host_launches, stream_gaps
 from traceanalyzer.overview.breakdown import (
     STEP_COLUMNS,
     breakdown,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from traceanalyzer.engine import text as _text
+from traceanalyzer import text as _text
 
 SEVERITY_ORDER = ("error", "warning", "info")
 

@@ -23,8 +23,8 @@ from traceanalyzer.store import Store, StoreError
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
+    from traceanalyzer.chart import Chart
     from traceanalyzer.engine import Mark, Rule, RunResult
-    from traceanalyzer.engine.chart import Chart
     from traceanalyzer.engine.registry import RuleSet
     from traceanalyzer.recipes.bench import BenchResult
 
@@ -160,8 +160,8 @@ class ReportInputs:
         draw = rule.presentation.figure if rule is not None else None
         if draw is None:
             return None
+        from traceanalyzer.engine.params import Params
         from traceanalyzer.engine.presentation import FigureContext
-        from traceanalyzer.engine.rule import Params
 
         params = self.rule_params(rule.id)
         context = FigureContext({**finding, "params": params}, Params(params), self.store)

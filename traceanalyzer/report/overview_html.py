@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from traceanalyzer.engine.text import count
 from traceanalyzer.report import overview_text as text
 from traceanalyzer.report.htmlkit import details, esc, table
 from traceanalyzer.report.overview_plots import COLORS
+from traceanalyzer.text import count
 
 if TYPE_CHECKING:
     from traceanalyzer.report.inputs import ReportInputs

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from traceanalyzer.engine.chart import Chart
+from traceanalyzer.chart import Chart
 
 HEATMAP_ABOVE = 8  # ranks: more than this and bars are unreadable, the heat map reads at a glance
 # one colour per component, in bar order: compute blues/greens, communication purples, idle greys

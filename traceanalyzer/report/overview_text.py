@@ -9,8 +9,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from traceanalyzer.engine.findings import compress_ranks
-from traceanalyzer.engine.text import count
 from traceanalyzer.report import fmt
+from traceanalyzer.text import count
 
 # the compact columns: component groups of the breakdown (keys summed), in bar order
 COMPACT: tuple[tuple[str, tuple[str, ...]], ...] = (

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from traceanalyzer.engine.chart import nice_step, tick_labels, tick_values, xml_text
+from traceanalyzer.chart import nice_step, tick_labels, tick_values, xml_text
 from traceanalyzer.report import fmt
 from traceanalyzer.report.overview_plots import COLORS
 

@@ -1,6 +1,6 @@
 """Each finding's figure, drawn by its own rule (``Rule.figure``), as the bytes of a file.
 
-A rule draws an SVG :class:`~traceanalyzer.engine.chart.Chart` (``fig.new``): no matplotlib is
+A rule draws an SVG :class:`~traceanalyzer.chart.Chart` (``fig.new``): no matplotlib is
 imported, report.html inlines the SVG and report.md links ``plots/<name>-<fp>.svg``. A rule
 that needs the whole of matplotlib draws a ``Figure`` (``fig.matplotlib``), which becomes a PNG
 through the Agg canvas (never ``pyplot``: no global backend is switched, so a notebook keeps its
@@ -12,7 +12,7 @@ from __future__ import annotations
 import io
 from typing import TYPE_CHECKING, Any
 
-from traceanalyzer.engine.chart import Chart
+from traceanalyzer.chart import Chart
 from traceanalyzer.report.htmlkit import img_png
 from traceanalyzer.report.inputs import ReportInputs
 

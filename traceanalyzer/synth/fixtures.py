@@ -3,7 +3,7 @@
 Times are exact integer nanoseconds from the session start, the fixture epoch
 :data:`~traceanalyzer.synth.fmt.EPOCH_NS` (``1736408883000000.000`` µs), and land on disk as
 exact 3-decimal µs strings; write ``us(1000)`` to give them in microseconds. The verbs and
-keywords are those of :class:`~traceanalyzer.engine.testing.StoreBuilder` without its leading
+keywords are those of :class:`~traceanalyzer.kit.store_builder.StoreBuilder` without its leading
 ``rank, session`` (a builder is one rank's session). The builder records calls and replays them
 through the same :class:`RankWriter` the scenarios use, so a fixture has every cross-file
 consistency of a generated run (api_statistic rows for API calls, kernel_details rows for
@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from traceanalyzer.engine.testing import (
+from traceanalyzer.kit.store_builder import (
     DEFAULT_KERNEL,
     Launch,
     copy_task_type,
@@ -154,7 +154,7 @@ class RankBuilder:
         """A device task without op info (waits, memcpy, records); ``task_type`` defaults to the
         name, ``args`` go into the HW event (``{"data size(Byte)": 4096}``).
 
-        ``launch`` adds its host launch (:class:`~traceanalyzer.engine.testing.Launch`).
+        ``launch`` adds its host launch (:class:`~traceanalyzer.kit.store_builder.Launch`).
         """
         s, d = at(start_ns), exact_ns(dur_ns, "dur_ns")
         model = INVALID_MODEL if model_id is None else model_id
@@ -181,7 +181,7 @@ class RankBuilder:
     ) -> RankBuilder:
         """A kernel (HW slice with op info): also a kernel_details row and an op_statistic entry.
 
-        ``launch`` adds its host launch (:class:`~traceanalyzer.engine.testing.Launch`; its
+        ``launch`` adds its host launch (:class:`~traceanalyzer.kit.store_builder.Launch`; its
         thread defaults to the main thread): ``AscendCL@<api>`` around ``Node@launch``, linked to
         the kernel by connection id, HostToDevice flow or both.
         ``model_id`` marks a kernel of a captured graph (see :meth:`replay`).
@@ -318,7 +318,7 @@ def ingested(*builders: RankBuilder) -> Store:
     """Write ``RankBuilder`` rank directories, ingest them, and return the store in memory.
 
     This takes fixtures through the real files and parsers (slower than
-    :class:`~traceanalyzer.engine.testing.StoreBuilder`, but it proves a rule reads what ingest
+    :class:`~traceanalyzer.kit.store_builder.StoreBuilder`, but it proves a rule reads what ingest
     writes). The temporary files are removed.
     """
     import tempfile

@@ -8,13 +8,13 @@
     )
 
 - the rule API (:func:`rule`, :class:`Param`, :class:`Requirement`, ...), the canned
-  requirements (:mod:`traceanalyzer.engine.requirements`: ``device_tasks()``, ``host_api(...)``,
+  requirements (:mod:`traceanalyzer.kit.requirements`: ``device_tasks()``, ``host_api(...)``,
   ``kernel_details()``, ``api_statistics()``, ``communication_ops()``, ``counters(name)``) and
   the presentation hooks (:class:`KeyFigure`, :class:`Mark`, :class:`FigureContext`, the SVG
   :class:`Chart` its ``new`` returns and :class:`Swatch`, a legend entry);
 - the domain vocabulary (:mod:`traceanalyzer.vocabulary`: process names across generations,
   wait and copy task types, the recipes' metadata markers);
-- the shared primitives (:mod:`traceanalyzer.engine.primitives`) and text formatting (``text``);
+- the shared primitives (:mod:`traceanalyzer.kit.primitives`) and text formatting (``text``);
 - fixtures: :func:`fixture`, :class:`StoreBuilder` (canonical rows in memory) and, through real
   files, ``RankBuilder`` and ``ingested`` (loaded on first use: they bring the synthetic
   generator and the parsers); both builders speak one vocabulary (times as int ns, ``us()`` to
@@ -27,9 +27,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from traceanalyzer.engine import text
-from traceanalyzer.engine.chart import PALETTE, Chart, Swatch
+from traceanalyzer import text
+from traceanalyzer.authoring.ruletest import fixture
+from traceanalyzer.chart import PALETTE, Chart, Swatch
 from traceanalyzer.engine.findings import Evidence, Finding
+from traceanalyzer.engine.params import Param, Params
 from traceanalyzer.engine.presentation import (
     FigureContext,
     KeyFigure,
@@ -37,7 +39,16 @@ from traceanalyzer.engine.presentation import (
     evidence_marks,
     series_by_rank,
 )
-from traceanalyzer.engine.primitives import (
+from traceanalyzer.engine.rule import (
+    AnyOf,
+    NotEvaluated,
+    Requirement,
+    Rule,
+    RuleContext,
+    rule,
+    sql_rule,
+)
+from traceanalyzer.kit.primitives import (
     ApiLayer,
     Trend,
     containing_call,
@@ -54,7 +65,7 @@ from traceanalyzer.engine.primitives import (
     trend,
     union_intervals,
 )
-from traceanalyzer.engine.requirements import (
+from traceanalyzer.kit.requirements import (
     api_statistics,
     communication_ops,
     counters,
@@ -62,19 +73,7 @@ from traceanalyzer.engine.requirements import (
     host_api,
     kernel_details,
 )
-from traceanalyzer.engine.rule import (
-    AnyOf,
-    NotEvaluated,
-    Param,
-    Params,
-    Requirement,
-    Rule,
-    RuleContext,
-    rule,
-    sql_rule,
-)
-from traceanalyzer.engine.ruletest import fixture
-from traceanalyzer.engine.testing import Launch, StoreBuilder, us
+from traceanalyzer.kit.store_builder import Launch, StoreBuilder, us
 from traceanalyzer.store import Store
 from traceanalyzer.vocabulary import (
     AI_CORE_FREQ_PROCESS,

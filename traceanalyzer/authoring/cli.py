@@ -12,8 +12,10 @@ from pathlib import Path
 
 import click
 
+from traceanalyzer.authoring.docs import explain_rule
+from traceanalyzer.authoring.ruletest import run_rule_fixtures
+from traceanalyzer.authoring.scaffold import USER_ID_START, declared_ids, scaffold_rule
 from traceanalyzer.engine.config import ConfigError, configured_rule_dirs, load_run_rules
-from traceanalyzer.engine.docs import explain_rule
 from traceanalyzer.engine.loader import (
     FIXTURES_DIR,
     LoadedRules,
@@ -22,9 +24,7 @@ from traceanalyzer.engine.loader import (
 )
 from traceanalyzer.engine.registry import UnknownRuleError
 from traceanalyzer.engine.rule import RULE_ID, RULE_NAME, Rule
-from traceanalyzer.engine.ruletest import run_rule_fixtures
 from traceanalyzer.engine.runner import RunResult, evaluate, write_findings_json
-from traceanalyzer.engine.scaffold import USER_ID_START, declared_ids, scaffold_rule
 from traceanalyzer.exitcodes import UsageFailure
 
 __all__ = ["RunResult", "evaluate", "rules_group", "write_findings_json"]

@@ -16,20 +16,21 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from traceanalyzer.engine.cost import analysed_window_ns, share
 from traceanalyzer.engine.findings import Evidence
+from traceanalyzer.engine.params import Param
 from traceanalyzer.engine.presentation import FigureContext
-from traceanalyzer.engine.primitives import (
+from traceanalyzer.engine.rule import NotEvaluated, RuleContext
+from traceanalyzer.kit.cost import analysed_window_ns, share
+from traceanalyzer.kit.primitives import (
     containing_call,
     outermost,
     overlap_join,
     pair_windows,
 )
-from traceanalyzer.engine.rule import NotEvaluated, Param, RuleContext
 from traceanalyzer.vocabulary import CANN_PROCESS, NOT_HOST_PROCESSES, PYTHON_PROCESS
 
 if TYPE_CHECKING:
-    from traceanalyzer.engine.chart import Chart
+    from traceanalyzer.chart import Chart
 
 STEP_PARAMS = {
     "step_pattern": Param(
