@@ -152,7 +152,7 @@ def _sessions(frame: pl.DataFrame) -> pl.DataFrame:
         pl.col("metadata").map_elements(text_keys, return_dtype=pl.String),
         pl.col("config").map_elements(other_settings, return_dtype=pl.String),
     )
-    return frame.drop("export_type", "files", "path")
+    return frame.drop("export_type", "files", "path", "source_format")
 
 
 def _canonical(frame: pl.DataFrame) -> pl.DataFrame:
