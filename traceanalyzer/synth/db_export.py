@@ -385,6 +385,13 @@ class DbExport:
             + [None, None, None, API_TYPES["op"], 0]
         )
 
+    def python_function(self, tid: int, name: str, start: int, dur: int) -> None:
+        """A Python tracer event (PYTORCH_API ``trace``)."""
+        self._python.append(
+            [str(start), str(start + dur), self._tid(tid), None, self.framework(name)]
+            + [None, None, None, None, None, API_TYPES["trace"], 0]
+        )
+
     def task_queue(
         self,
         op: str,

@@ -154,6 +154,7 @@ class RankWriter:
         self.op_stat = OpStatistic()
         self._conn = 900
         self._corr = 8200
+        self._python_ids = 0
         self._task_ids: dict[int, int] = {}
         self._stream_end: dict[int, int] = {}  # for kernel_details Wait Time
         # (start, stream, kernel_details row, what writes the Db's record of it given its wait)
@@ -270,6 +271,20 @@ class RankWriter:
         )
         self._count("cpu_op")
         self._touch(start, start + dur)
+
+    def python_function(
+        self, name: str, start: int, dur: int, *, tid: int | None = None, parent_id: int = 0
+    ) -> int:
+        """A Python tracer event (``file.py(line): function``); returns its Python id, the
+        parent id of the calls inside it."""
+        tid = self.main_tid if tid is None else tid
+        self._python_ids += 1
+        self.tv.python_function(tid, name, start, dur, self._python_ids, parent_id)
+        if self.db:
+            self.db.python_function(tid, name, start, dur)
+        self._count("python_function")
+        self._touch(start, start + dur)
+        return self._python_ids
 
     def enqueue(self, op: str, start: int, dur: int, deq_start: int, deq_dur: int) -> None:
         """torch_npu task-queue hand-over: Enqueue on the caller, Dequeue@op on the consumer thread."""

@@ -67,6 +67,17 @@ class TraceView:
             % (js(name), self.python_pid, tid, ts_us(start), dur_us(dur), args)
         )
 
+    def python_function(
+        self, tid: int, name: str, start: int, dur: int, python_id: int, parent_id: int
+    ) -> None:
+        """A Python tracer event (``with_stack``/``with_modules``): ``file.py(line): function``."""
+        self.python_threads.setdefault(tid)
+        self._fw_ops.add(
+            '{"ph": "X", "name": %s, "pid": %d, "tid": %d, "ts": "%s", "dur": %s, '
+            '"cat": "python_function", "args": {"Python id": %d, "Python parent id": %d}}'
+            % (js(name), self.python_pid, tid, ts_us(start), dur_us(dur), python_id, parent_id)
+        )
+
     def enqueue(self, tid: int, corr: int, start: int, dur: int) -> None:
         self.python_threads.setdefault(tid)
         p, t = self.python_pid, ts_us(start)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from traceanalyzer.hints import did_you_mean, expected
-from traceanalyzer.synth.scenarios import baseline, capture, device, store
+from traceanalyzer.synth.scenarios import baseline, capture, device, serving, store
 from traceanalyzer.synth.scenarios.timeline import SessionPlan, Timeline
 
 
@@ -31,9 +31,13 @@ class Scenario:
     metadata: Callable[[dict], dict] = field(default=lambda knobs: {})
     env: dict[str, str] = field(default_factory=dict)
     sessions: Callable[[dict], list[SessionPlan]] = one_session
+    # Whether the profile has a schedule (ProfilerStep#N, the Step Id column); None: unless
+    # profiled session-style (one ``with profile()`` around one call).
+    scheduled: Callable[[dict], bool] | None = None
 
     def schedule(self, knobs: dict) -> bool:
-        """Session-style profiling (one ``with profile()`` around one call) has no schedule/steps."""
+        if self.scheduled is not None:
+            return self.scheduled(knobs)
         return knobs.get("profile_style", "events") != "session"
 
     def resolve(self, given: dict[str, Any]) -> dict[str, Any]:
@@ -98,6 +102,9 @@ SCENARIOS: dict[str, Scenario] = {
     ),
     "debug-settings": Scenario(
         "debug-settings", device.run_risky, device.RISKY_KNOBS, device.RISKY_HELP
+    ),
+    "serving": Scenario(
+        "serving", serving.run, serving.KNOBS, serving.HELP, scheduled=serving.scheduled
     ),
     **{
         name: Scenario(

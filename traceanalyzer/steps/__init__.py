@@ -1,0 +1,6 @@
+"""The steps of a profile: engine iterations, each with the phase it served.
+
+Derived once per rank after the ingest, before the rules and the overview, into the store's
+``steps`` table, which rules (through the kit), the overview and ``diff`` share; see
+``docs/serving.md``.
+"""

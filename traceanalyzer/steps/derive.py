@@ -1,0 +1,172 @@
+"""The steps of one rank: its iteration windows, each with its phase and the evidence for it.
+
+Reads only the store's tables (slices, kernels, sessions): the host spans that mark iterations
+and phases, the CANN calls that capture and replay graphs, the compute tasks and the attention
+kernels with the host time that launched each (``connection_id`` to its launch; a graph's
+kernels to the replay before them; else their device start).
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from traceanalyzer.engine.params import Params
+from traceanalyzer.steps.phases import attention_evidence, classify, marker_counts
+from traceanalyzer.steps.windows import compute_tasks, host_spans, session_windows, window_index
+from traceanalyzer.store import Store
+from traceanalyzer.vocabulary import CANN_PROCESS, HARDWARE_PROCESS
+
+STEP_COLUMNS = (
+    "session", "step", "start_ns", "end_ns", "step_ns", "step_source", "phase", "phase_source",
+    "phase_reason", "tokens", "requests", "graph",
+)  # fmt: skip
+
+
+def _marker_names(p: Params) -> pl.Expr:
+    """The host spans the derivation reads: steps, annotations, scopes, python functions."""
+    name = pl.col("name")
+    patterns = (
+        p.step_pattern, p.annotation_pattern, p.detailed_annotation_pattern,
+        p.legacy_annotation_pattern, p.execute_function, p.sample_function, p.dummy_function,
+        p.draft_function, p.no_forward_function, p.warmup_function,
+    )  # fmt: skip
+    scopes = [*p.scope_begin, *p.scope_forward, *p.scope_sample, *p.scope_draft]
+    return pl.any_horizontal(*(name.str.contains(x) for x in patterns)) | name.is_in(scopes)
+
+
+def _launched_attention(store: Store, rank: int, p: Params) -> pl.DataFrame:
+    """The attention kernels (and the signature kernels) with ``launch_ns``: their launch's host
+    time, else their device start."""
+    kernels = (
+        store.table("kernels")
+        .filter(
+            (pl.col("rank") == rank)
+            & (
+                pl.col("type").is_in(list(p.attention_types))
+                | pl.col("name").str.contains(p.decode_kernels)
+                | pl.col("name").str.contains(p.prefill_kernels)
+                | pl.col("name").str.contains(p.mixed_kernels)
+            )
+        )
+        .select(
+            "session",
+            "name",
+            "type",
+            "stream_id",
+            "start_ns",
+            "model_id",
+            "input_shapes",
+            "input_data_types",
+        )  # fmt: skip
+        .collect()
+    )
+    if kernels.is_empty():
+        return kernels.with_columns(pl.lit(None, dtype=pl.Int64).alias("launch_ns"))
+    slices = store.table("slices").filter(pl.col("rank") == rank)
+    tasks = (
+        slices.filter(
+            (pl.col("process") == HARDWARE_PROCESS)
+            & pl.col("start_ns").is_in(kernels["start_ns"].implode())
+        )
+        .select("session", "stream_id", "start_ns", "connection_id")
+        .unique(["session", "stream_id", "start_ns"], keep="first")
+        .collect()
+    )
+    kernels = kernels.join(tasks, on=["session", "stream_id", "start_ns"], how="left")
+    calls = (
+        slices.filter(
+            (pl.col("process") == CANN_PROCESS)
+            & pl.col("connection_id").is_in(kernels["connection_id"].drop_nulls().implode())
+        )
+        .group_by("session", "connection_id")
+        .agg(pl.col("start_ns").max().alias("_launch"))  # the innermost call: Node@launch
+        .collect()
+    )
+    kernels = kernels.join(calls, on=["session", "connection_id"], how="left")
+    replays = (
+        slices.filter(
+            (pl.col("process") == CANN_PROCESS) & pl.col("api_name").is_in(list(p.replay_apis))
+        )
+        .select("session", pl.col("start_ns").alias("_replay"))
+        .collect()
+        .sort("_replay")
+    )
+    if not replays.is_empty():
+        kernels = kernels.sort("start_ns").join_asof(
+            replays, left_on="start_ns", right_on="_replay", by="session", strategy="backward"
+        )
+    else:
+        kernels = kernels.with_columns(pl.lit(None, dtype=pl.Int64).alias("_replay"))
+    graph = pl.col("model_id").is_not_null()
+    launch = pl.when(graph).then(pl.col("_replay")).otherwise(pl.col("_launch"))
+    return kernels.with_columns(pl.coalesce(launch, pl.col("start_ns")).alias("launch_ns")).drop(
+        "_launch", "_replay", "connection_id"
+    )
+
+
+def derive_rank(store: Store, rank: int, p: Params) -> pl.DataFrame:
+    """Every step of ``rank``'s sessions (:data:`STEP_COLUMNS`), in time order."""
+    slices = store.table("slices").filter(pl.col("rank") == rank)
+    sessions = store.table("sessions").filter(pl.col("rank") == rank).collect()
+    host = (
+        host_spans(slices)
+        .filter(_marker_names(p))
+        .select("session", "thread", "name", "cat", "start_ns", "end_ns")
+        .collect()
+    )
+    tasks = compute_tasks(slices)
+    windows = session_windows(host, tasks, sessions, p).with_row_index("_w")
+    cann = (
+        slices.filter(
+            (pl.col("process") == CANN_PROCESS)
+            & (
+                pl.col("api_name").str.contains(p.capture_begin)
+                | pl.col("api_name").is_in(list(p.replay_apis))
+            )
+        )
+        .select("session", "api_name", "start_ns")
+        .collect()
+    )
+    # Device bursts begin when the device starts: a host marker or launch just before one
+    # belongs to it, and so does a kernel's launch (their device start places them).
+    device = pl.col("step_source") == "device_activity"
+    previous_end = pl.col("end_ns").shift(1).over("session", order_by="start_ns")
+    host_windows = windows.with_columns(
+        pl.when(device)
+        .then(previous_end.fill_null(pl.col("start_ns")))
+        .otherwise(pl.col("start_ns"))
+        .alias("start_ns")
+    )
+    evidence = marker_counts(host_windows, host, cann, p)
+    bursts = windows.filter(device)["session"].unique()
+    kernels = _launched_attention(store, rank, p).with_columns(
+        pl.when(pl.col("session").is_in(bursts.implode()))
+        .then(pl.col("start_ns"))
+        .otherwise(pl.col("launch_ns"))
+        .alias("launch_ns")
+    )
+    attention = attention_evidence(kernels, windows, p)
+    # a window's compute: the kernels that start from its beginning to the next window's
+    reach = windows.with_columns(
+        pl.col("start_ns")
+        .shift(-1)
+        .over("session", order_by="start_ns")
+        .fill_null(pl.col("end_ns"))
+        .alias("end_ns")
+    )
+    sampling = pl.col("name").str.contains(p.sampler_kernels)
+    compute = (
+        window_index(tasks.select("session", "name", "start_ns"), reach)
+        .group_by("_w")
+        .agg(pl.len().alias("n_compute"), sampling.sum().alias("n_sampler"))
+    )
+    frame = (
+        windows.join(evidence, on="_w", how="left")
+        .join(attention, on="_w", how="left")
+        .join(compute, on="_w", how="left")
+        .with_columns(pl.col("n_compute", "n_sampler").fill_null(0))
+    )
+    steps = classify(frame, p).with_columns(
+        (pl.col("end_ns") - pl.col("start_ns")).alias("step_ns")
+    )
+    return steps.select(STEP_COLUMNS).sort("session", "start_ns")

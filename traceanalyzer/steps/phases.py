@@ -1,0 +1,296 @@
+"""What each iteration served: its phase, the evidence for it, and its new tokens.
+
+``phase`` is ``prefill``, ``decode``, ``mixed`` (chunked prefill with decodes in one batch),
+``spec_decode``, ``dummy`` (a data-parallel padding batch), ``warmup``, ``idle`` or ``unknown``;
+``phase_source`` says what told it:
+
+- ``annotation``: the host said so: vLLM's step annotation with its request and token counts,
+  the model runner's scopes, the Python tracer's ``_dummy_run`` / ``sample_tokens`` /
+  ``kv_connector_no_forward``, a graph capture or start-up function;
+- ``shapes``: the attention kernels' input shapes (kernel_details.csv ``Input Shapes``, Level1):
+  the query's first dim is the batch's tokens T (TND layout, sliced to the real count outside a
+  captured graph), the block table's the requests B; T = B is decode, one request of T > 1
+  tokens is prefill, a key shaped like the query is prefill without cache;
+- ``kernels``: the kernel signatures: vllm-ascend v0.11's ATB paged attention (decode) and flash
+  attention (prefill), splitfuse (mixed), a FULL graph replay (uniform decode batches only);
+- ``none``: nothing tells, and ``phase_reason`` says what is missing.
+
+Padding cannot fool the count: tokens come only from the attention query of a kernel that ran
+eagerly (a graph replays the shapes of its capture size: its tokens are unknown), never from
+the matmuls (padded to the graph size and the data-parallel maximum). Ambiguous evidence is
+``unknown`` with the reason: a confident wrong label is worse than none.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from traceanalyzer.engine.params import Params
+from traceanalyzer.steps.windows import annotation_match, window_index
+
+PHASES = ("prefill", "decode", "mixed", "spec_decode", "dummy", "warmup", "idle", "unknown")
+PHASE_SOURCES = ("annotation", "shapes", "kernels", "none")
+# what a rule that judges the steady state of serving looks at
+STEADY_PHASES = ("prefill", "decode", "mixed", "spec_decode", "unknown")
+
+
+def _count(points: pl.DataFrame, windows: pl.DataFrame, name: str) -> pl.DataFrame:
+    return window_index(points, windows).group_by("_w").agg(pl.len().alias(name))
+
+
+def marker_counts(
+    windows: pl.DataFrame, host: pl.DataFrame, cann: pl.DataFrame, p: Params
+) -> pl.DataFrame:
+    """Per window (``_w``): how many of each host marker start inside it, and the counts its
+    vLLM annotation states."""
+    name, python = pl.col("name"), pl.col("cat") == "python_function"
+    markers = {
+        "n_sample": (python & name.str.contains(p.sample_function))
+        | name.is_in(list(p.scope_sample)),
+        "n_draft": (python & name.str.contains(p.draft_function)) | name.is_in(list(p.scope_draft)),
+        "n_dummy": python & name.str.contains(p.dummy_function),
+        "n_execute": python & name.str.contains(p.execute_function),
+        "n_no_forward": name.str.contains(p.no_forward_function),
+        "n_warmup_fn": python & name.str.contains(p.warmup_function),
+    }
+    counts = windows.select("_w")
+    for column, where in markers.items():
+        found = host.filter(where).select("session", "start_ns")
+        counts = counts.join(_count(found, windows, column), on="_w", how="left")
+    api = pl.col("api_name")
+    for column, where in {
+        "n_capture": api.str.contains(p.capture_begin),
+        "n_replay": api.is_in(list(p.replay_apis)),
+    }.items():
+        found = cann.filter(where).select("session", "start_ns")
+        counts = counts.join(_count(found, windows, column), on="_w", how="left")
+    counts = counts.with_columns(pl.exclude("_w").fill_null(0))
+    notes = host.filter(annotation_match(p)).select("session", "start_ns", "name")
+    owned = window_index(notes, windows).unique("_w", keep="first")
+    full, detailed, legacy = (
+        p.annotation_pattern,
+        p.detailed_annotation_pattern,
+        p.legacy_annotation_pattern,
+    )
+    n = pl.col("name")
+    said = owned.select(
+        "_w",
+        pl.coalesce(n.str.extract(full, 1), n.str.extract(detailed, 1))
+        .cast(pl.Int64)
+        .alias("ctx_reqs"),
+        n.str.extract(full, 2).cast(pl.Int64).alias("ctx_tokens"),
+        pl.coalesce(n.str.extract(full, 3), n.str.extract(detailed, 2))
+        .cast(pl.Int64)
+        .alias("gen_reqs"),
+        n.str.extract(full, 4).cast(pl.Int64).alias("gen_tokens"),
+        n.str.extract(legacy, 1).cast(pl.Int64).alias("new_reqs"),
+        n.str.extract(legacy, 2).cast(pl.Int64).alias("cached_reqs"),
+    )
+    return counts.join(said, on="_w", how="left")
+
+
+def _dims(shape: pl.Expr, index: int) -> pl.Expr:
+    """The ``index``-th input's shape of a `;`-separated Input Shapes list, as its dims."""
+    return (
+        shape.str.split(";").list.get(index, null_on_oob=True).str.strip_chars('" ').str.split(",")
+    )
+
+
+def attention_evidence(kernels: pl.DataFrame, windows: pl.DataFrame, p: Params) -> pl.DataFrame:
+    """Per window (``_w``), from its attention kernels (``kernels``: the kernels table's rows
+    with ``launch_ns``, the host time that launched each, else its device start): the tokens T
+    and requests B of the eager ones' shapes (the most common values), whether one ran without
+    a cache, how many ran in a captured graph, and the decode / prefill / mixed signatures."""
+    attention = kernels.filter(pl.col("type").is_in(list(p.attention_types)))
+    query, key = _dims(pl.col("input_shapes"), 0), _dims(pl.col("input_shapes"), 1)
+    types = pl.col("input_data_types").str.split(";")
+    shapes = pl.col("input_shapes").str.split(";")
+    # the block table: the first two-dim int32 input
+    table = pl.struct(shapes.alias("s"), types.alias("t")).map_elements(
+        _block_table_rows, return_dtype=pl.Int64
+    )
+    eager = pl.col("model_id").is_null()
+    attention = attention.with_columns(
+        query.list.first().cast(pl.Int64, strict=False).alias("T"),
+        (key == query).fill_null(False).alias("no_cache"),
+        table.alias("B"),
+        eager.alias("eager"),
+    )
+    owned = window_index(attention.rename({"launch_ns": "_at"}), windows, at="_at")
+    eager_rows = owned.filter(pl.col("eager"))
+    shape_stats = eager_rows.group_by("_w").agg(
+        pl.col("T").drop_nulls().mode().max().alias("T"),
+        pl.col("B").drop_nulls().mode().max().alias("B"),
+        pl.col("no_cache").any().alias("no_cache"),
+        pl.len().alias("n_attn_eager"),
+    )
+    # a graph's shapes are its capture size's: padded, but tokens per request stay uniform
+    graph = (
+        owned.filter(~pl.col("eager"))
+        .group_by("_w")
+        .agg(
+            pl.len().alias("n_attn_graph"),
+            (pl.col("T") / pl.col("B")).drop_nulls().mode().max().alias("graph_ratio"),
+        )
+    )
+    names = kernels.select("session", "name", pl.col("launch_ns").alias("_at"))
+    signatures = windows.select("_w")
+    for column, pattern in (
+        ("n_decode_kernels", p.decode_kernels),
+        ("n_prefill_kernels", p.prefill_kernels),
+        ("n_mixed_kernels", p.mixed_kernels),
+    ):
+        hits = window_index(names.filter(pl.col("name").str.contains(pattern)), windows, at="_at")
+        signatures = signatures.join(
+            hits.group_by("_w").agg(pl.len().alias(column)), on="_w", how="left"
+        )
+    return (
+        signatures.join(shape_stats, on="_w", how="left")
+        .join(graph, on="_w", how="left")
+        .with_columns(
+            pl.col("n_decode_kernels", "n_prefill_kernels", "n_mixed_kernels", "n_attn_eager",
+                   "n_attn_graph").fill_null(0),
+            pl.col("no_cache").fill_null(False),
+        )
+    )  # fmt: skip
+
+
+def _block_table_rows(row: dict) -> int | None:
+    for shape, dtype in zip(row["s"] or [], row["t"] or [], strict=False):
+        dims = shape.strip('" ').split(",")
+        if len(dims) == 2 and "INT32" in dtype.upper() and dims[0].strip().isdigit():
+            return int(dims[0])
+    return None
+
+
+def classify(frame: pl.DataFrame, p: Params) -> pl.DataFrame:
+    """Add ``phase``, ``phase_source``, ``phase_reason``, ``tokens``, ``requests`` and ``graph``
+    to the windows with their evidence (:func:`marker_counts`, :func:`attention_evidence`,
+    ``n_compute``), in order of trust; every row gets one."""
+    c = pl.col
+    gap = c("step_source") == "gap"
+    warm = (
+        (c("n_capture") > 0)
+        | (c("n_warmup_fn") > 0)
+        | ((c("step_source") == "profiler_step") & (c("step") <= p.warmup_steps))
+    )
+    dummy = (c("n_dummy") > 0) & (c("n_sample") == 0) & (c("n_execute") <= c("n_dummy"))
+    runs = c("step_source").is_in(["annotation", "scope", "python_function"])
+    no_forward = (c("n_no_forward") > 0) | (runs & (c("n_compute") == 0))
+    drafted = c("n_draft") > 0
+    ctx, gen = c("ctx_reqs"), c("gen_reqs")
+    said = ctx.is_not_null() & gen.is_not_null()
+    new, cached = c("new_reqs"), c("cached_reqs")
+    T, B = c("T"), c("B")
+    shaped = T.is_not_null()
+    graph_only = (c("n_replay") > 0) & (c("n_attn_eager") == 0) & (c("n_attn_graph") > 0)
+    # every request 1 + k tokens (k of 1..7 drafts): a prompt chunk beside decodes or a few
+    # equal prompts give such a ratio only by chance
+    ratio = T / B
+    uniform_drafts = (B > 1) & (T % B == 0) & (ratio >= 2) & (ratio <= 8)
+
+    def decode_or_spec() -> pl.Expr:
+        return pl.when(drafted).then(pl.lit("spec_decode")).otherwise(pl.lit("decode"))
+
+    rules: list[tuple[pl.Expr, pl.Expr, str, pl.Expr]] = [
+        # (when, phase, source, reason)
+        (gap & (c("n_compute") > 0), pl.lit("unknown"), "none", pl.lit("device work between iterations with no host marker of its own (a data-parallel dummy batch, or an iteration the markers missed)")),
+        (gap, pl.lit("idle"), "none", pl.format("no iteration ran for {} ms", ((c("end_ns") - c("start_ns")) / 1e6).round(2))),
+        (warm, pl.lit("warmup"), "annotation", pl.when(c("n_capture") > 0).then(pl.lit("graph capture")).when(c("n_warmup_fn") > 0).then(pl.lit("engine start-up")).otherwise(pl.lit(f"ProfilerStep numbered <= warmup_steps ({p.warmup_steps})"))),
+        (dummy, pl.lit("dummy"), "annotation", pl.lit("a data-parallel dummy batch (_dummy_run, no sampling)")),
+        (no_forward, pl.lit("idle"), "annotation", pl.when(c("n_no_forward") > 0).then(pl.lit("no forward: requests wait for their KV cache (kv_connector_no_forward)")).otherwise(pl.lit("execute_model ran no forward (no kernels)"))),
+        (said & (ctx > 0) & (gen == 0), pl.lit("prefill"), "annotation", pl.lit("step annotation: context requests only")),
+        (said & (ctx == 0) & (gen > 0) & (c("gen_tokens") > gen), pl.lit("spec_decode"), "annotation", pl.format("step annotation: {} generation tokens for {} requests (draft tokens verified)", c("gen_tokens"), gen)),
+        (said & (ctx == 0) & (gen > 0), decode_or_spec(), "annotation", pl.lit("step annotation: generation requests only")),
+        (said & (ctx > 0) & (gen > 0), pl.lit("mixed"), "annotation", pl.lit("step annotation: context and generation requests")),
+        (new.is_not_null() & (new > 0) & (cached == 0), pl.lit("prefill"), "annotation", pl.lit("step annotation: new requests only")),
+        (new.is_not_null() & (new > 0) & (cached > 0), pl.lit("mixed"), "annotation", pl.lit("step annotation: new and cached requests")),
+        # the main model replays a graph of 1 + k tokens per request; an eager drafter beside it
+        ((c("graph_ratio") >= 2) & (c("n_attn_graph") >= c("n_attn_eager")), pl.lit("spec_decode"), "kernels", pl.format("a graph replay of {} tokens per request: 1 + draft tokens verified", c("graph_ratio"))),
+        (shaped & c("no_cache"), pl.lit("prefill"), "shapes", pl.lit("attention key shaped like its query: prefill without cache")),
+        (shaped & B.is_not_null() & (T == B), decode_or_spec(), "shapes", pl.format("attention query of {} tokens for {} requests: one token each", T, B)),
+        (shaped & (B == 1) & (T > 1), pl.lit("prefill"), "shapes", pl.format("attention query of {} tokens for one request", T)),
+        (shaped & uniform_drafts, pl.lit("spec_decode"), "shapes", pl.format("{} tokens over {} requests, {} each: 1 + draft tokens verified", T, B, T // B)),
+        (c("n_mixed_kernels") > 0, pl.lit("mixed"), "kernels", pl.lit("splitfuse attention kernels")),
+        ((c("n_prefill_kernels") > 0) & (c("n_decode_kernels") > 0), pl.lit("mixed"), "kernels", pl.lit("prefill and decode attention kernels in one step")),
+        (c("n_prefill_kernels") > 0, pl.lit("prefill"), "kernels", pl.lit("prefill attention kernels")),
+        (c("n_decode_kernels") > 0, decode_or_spec(), "kernels", pl.lit("decode attention kernels")),
+        (graph_only, decode_or_spec(), "kernels", pl.lit("a FULL graph replay: uniform decode batches only")),
+    ]  # fmt: skip
+    phase = pl.lit("unknown")
+    source = pl.lit("none")
+    reason = _unknown_reason(p)
+    for when, what, where, why in reversed(rules):
+        phase = pl.when(when.fill_null(False)).then(what).otherwise(phase)
+        source = pl.when(when.fill_null(False)).then(pl.lit(where)).otherwise(source)
+        reason = pl.when(when.fill_null(False)).then(why).otherwise(reason)
+    frame = frame.with_columns(
+        phase.alias("phase"), source.alias("phase_source"), reason.alias("phase_reason")
+    )
+    # Decodes run on from step to step (continuous batching): a batch of more tokens than
+    # requests right after decoding holds those decodes and a prefill chunk.
+    before = c("phase").shift(1).over("session", order_by="start_ns")
+    running = before.is_in(["decode", "spec_decode", "mixed"]).fill_null(False)
+    joined = (c("phase") == "unknown") & shaped & (B > 1) & (T > B) & running
+    chunk = "{} tokens over {} requests while decodes run on from the step before: a prefill chunk beside them"
+    frame = frame.with_columns(
+        pl.when(joined).then(pl.lit("mixed")).otherwise(c("phase")).alias("phase"),
+        pl.when(joined).then(pl.lit("shapes")).otherwise(c("phase_source")).alias("phase_source"),
+        pl.when(joined)
+        .then(pl.format(chunk, T, B))
+        .otherwise(c("phase_reason"))
+        .alias("phase_reason"),
+    )
+    # A batch that does not sample, among iterations that do, is a data-parallel dummy batch
+    # (told by no host marker here: a marked one is an annotated dummy already).
+    forward = c("phase").is_in(["prefill", "decode", "mixed", "spec_decode"])
+    sampling_share = (c("n_sampler") > 0).filter(forward).mean().over("session").fill_null(0)
+    unsampled = (
+        c("phase").is_in(["decode", "spec_decode"])
+        & c("phase_source").is_in(["shapes", "kernels"])
+        & (c("n_sampler") == 0)
+        & (c("n_execute") == 0)
+        & (sampling_share >= 0.8)
+    )
+    frame = frame.with_columns(
+        pl.when(unsampled).then(pl.lit("dummy")).otherwise(c("phase")).alias("phase"),
+        pl.when(unsampled)
+        .then(pl.lit("no sampling kernels, where the other iterations sample: a dummy batch"))
+        .otherwise(c("phase_reason"))
+        .alias("phase_reason"),
+    )
+    tokens = (
+        pl.when(c("phase_source") == "annotation")
+        .then(c("ctx_tokens") + c("gen_tokens"))
+        .when(c("phase_source") == "shapes")
+        .then(T)
+    )
+    requests = (
+        pl.when(c("phase_source") == "annotation")
+        .then(pl.coalesce(ctx + gen, new + cached))
+        .when(c("phase_source") == "shapes")
+        .then(B)
+    )
+    graph = (
+        pl.when(c("n_replay") > 0)
+        .then(pl.when(c("n_attn_eager") > 0).then(pl.lit("piecewise")).otherwise(pl.lit("full")))
+        .when(c("n_compute") > 0)
+        .then(pl.lit("eager"))
+    )
+    idle = c("phase").is_in(["idle", "warmup"])
+    return frame.with_columns(
+        pl.when(idle).then(None).otherwise(tokens).alias("tokens"),
+        pl.when(idle).then(None).otherwise(requests).alias("requests"),
+        graph.alias("graph"),
+    )
+
+
+def _unknown_reason(p: Params) -> pl.Expr:
+    c = pl.col
+    return (
+        pl.when(c("T").is_not_null() & c("B").is_not_null())
+        .then(pl.format("{} tokens over {} requests: a prefill of several prompts or a mixed batch; the shapes cannot tell", c("T"), c("B")))
+        .when(c("n_attn_eager") + c("n_attn_graph") > 0)
+        .then(pl.lit("attention kernels without usable input shapes (collect profiler_level=Level1 for kernel_details.csv shapes)"))
+        .otherwise(pl.lit("no serving evidence: no vLLM annotation, scopes, python functions or attention kernels"))
+    )  # fmt: skip

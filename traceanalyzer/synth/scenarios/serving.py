@@ -1,0 +1,344 @@
+"""``serving``: a vLLM / vllm-ascend server profiled under traffic: engine iterations of every phase.
+
+Each iteration is what vllm-ascend's worker runs for one scheduler step (``serving_profiles.md``):
+
+- host: the worker's and model runner's ``execute_model`` (Python tracer events, as a default
+  vllm-ascend profile has them), the model runner's scopes (``prepare input``, ``forward``,
+  ``post process``; ``sample_token``, ``draft_token``) when ``markers`` asks for them, upstream
+  vLLM's step annotation (``execute_context_N(T)_generation_M(G)``, or the older
+  ``execute_new_N_cached_M``), or msMonitor's ``ProfilerStep#N`` (from one ``execute_model`` to
+  the next); then ``sample_tokens``, whose token fetch waits for the device;
+- device: per layer the matmuls, padded to the graph size, and the attention: v0.13+
+  ``FusedInferAttentionScore`` whose input shapes carry the batch (query ``T,N,D``; the KV cache
+  view and the block table ``B,blocks`` INT32, or the current key for a prefill without cache),
+  or v0.11's ATB kernels (``PagedAttentionMaskNdKernel`` for decode, ``UnpadFlashAttention`` for
+  prefill); decode batches replay a FULL graph (one ``aclmdlRIExecuteAsync``, kernels with a
+  model id, shapes of the capture size) in ``full_and_piecewise`` mode, mixed and prefill batches
+  run piecewise (graph pieces with the attention eager between them) up to the largest capture
+  size and eagerly beyond it;
+- a data-parallel rank without requests (``dummy_ranks``) runs ``_dummy_run`` batches padded
+  to its peers' size and never samples; ``spec_tokens`` k makes decode steps verify 1+k tokens
+  per request after a drafter forward (``_propose`` in ``sample_tokens``); ``idle_every`` leaves
+  the scheduler idle between iterations; ``warmup`` captures graphs at the start.
+
+:func:`plan` is the truth the generator follows; tests compare the derived phases with it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from traceanalyzer.synth import ops
+from traceanalyzer.synth.ops import MS, US, KernelSpec
+from traceanalyzer.synth.scenarios.timeline import Timeline
+
+KNOBS = {
+    "iterations": 24,
+    "layers": 2,
+    "prefill_every": 4,
+    "chunk": 2048,
+    "prompts": 1,
+    "batch": 16,
+    "chunked": True,
+    "spec_tokens": 0,
+    "dummy_ranks": "",
+    "dummy_every": 0,
+    "graph": "full_and_piecewise",
+    "style": "v0.13",
+    "markers": "python",
+    "shapes": True,
+    "idle_every": 0,
+    "idle_ms": 5.0,
+    "warmup": 0,
+}
+HELP = (
+    "a vLLM server under traffic: prefill, decode, mixed (chunked prefill), speculative, dummy "
+    "and idle iterations (knobs: iterations, layers, prefill_every, chunk, prompts, batch, "
+    "chunked, spec_tokens, dummy_ranks, dummy_every, graph=full_and_piecewise|piecewise|eager, "
+    "style=v0.13|v0.11, markers=python,scopes,annotation,legacy,profiler_step,none, shapes, "
+    "idle_every, idle_ms, warmup)"
+)
+GRAPHS = ("full_and_piecewise", "piecewise", "eager")
+STYLES = ("v0.13", "v0.11")
+MARKERS = ("python", "scopes", "annotation", "legacy", "profiler_step", "none")
+CAPTURE_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+HEADS, HEAD_DIM, BLOCKS, BLOCK_SIZE = 8, 128, 1024, 128
+RUNNER = "vllm_ascend/worker/model_runner_v1.py"
+WORKER = "vllm_ascend/worker/worker.py"
+
+
+@dataclass(frozen=True)
+class Iteration:
+    """One scheduler step as the generator runs it: what it serves, its tokens and requests."""
+
+    phase: str  # prefill | decode | mixed | spec_decode | dummy | warmup | idle
+    tokens: int = 0  # new tokens in the batch (the attention query's T)
+    requests: int = 0  # requests in the batch (the block table's B)
+    no_cache: bool = False  # a prefill of new prompts only: the key is the current K
+
+
+def _ranks(text: str) -> set[int]:
+    return {int(r) for r in str(text).replace(" ", "").split(",") if r}
+
+
+def markers(knobs: dict) -> set[str]:
+    found = {m.strip() for m in str(knobs["markers"]).split(",") if m.strip()}
+    unknown = found - set(MARKERS)
+    if unknown:
+        raise ValueError(f"markers {sorted(unknown)}: choose from {', '.join(MARKERS)}")
+    return found
+
+
+def plan(knobs: dict, rank: int = 0) -> list[Iteration]:
+    """The iterations of ``rank``, in order (the generator's truth)."""
+    if knobs["graph"] not in GRAPHS or knobs["style"] not in STYLES:
+        raise ValueError(f"graph must be one of {GRAPHS}, style one of {STYLES}")
+    batch, chunk, spec = knobs["batch"], knobs["chunk"], knobs["spec_tokens"]
+    out = [Iteration("warmup") for _ in range(knobs["warmup"])]
+    dummy_rank = rank in _ranks(knobs["dummy_ranks"])
+    for i in range(knobs["iterations"]):
+        if dummy_rank or (
+            knobs["dummy_every"] and i % knobs["dummy_every"] == knobs["dummy_every"] - 1
+        ):
+            out.append(Iteration("dummy", batch, batch))
+        elif knobs["prefill_every"] and i % knobs["prefill_every"] == 0:
+            if i and knobs["chunked"] and batch:
+                out.append(Iteration("mixed", batch + chunk, batch + 1))
+            else:
+                prompts = knobs["prompts"]
+                out.append(Iteration("prefill", chunk * prompts, prompts, no_cache=True))
+        elif batch:
+            out.append(Iteration("spec_decode" if spec else "decode", batch * (1 + spec), batch))
+        if knobs["idle_every"] and (i + 1) % knobs["idle_every"] == 0:
+            out.append(Iteration("idle"))
+    return out
+
+
+def _padded(tokens: int) -> int | None:
+    """The capture size a batch of ``tokens`` runs in, or None (larger: eager)."""
+    return next((s for s in CAPTURE_SIZES if s >= tokens), None)
+
+
+def _attention(it: Iteration, style: str, tokens: int, requests: int, shapes: bool) -> KernelSpec:
+    """The attention kernel of one layer for a batch of ``tokens`` over ``requests``."""
+    if style == "v0.11" and it.phase in ("decode", "dummy"):
+        spec = KernelSpec(
+            "atb::_npu_paged_attention",
+            "PagedAttentionMaskNdKernel",
+            "PagedAttention",
+            "AI_CORE",
+            30.0,
+        )
+        shape = (
+            f"{requests},{HEADS},{HEAD_DIM};{BLOCKS},{BLOCK_SIZE},{HEADS * HEAD_DIM};{requests},64"
+        )
+        return replace(spec, shapes=shape if shapes else "", dtypes="BF16;BF16;INT32")
+    if style == "v0.11" and it.phase == "prefill":
+        spec = KernelSpec(
+            "atb::_npu_flash_attention",
+            "UnpadFlashAttentionBF16NdKernel",
+            "FlashAttention",
+            "AI_CORE",
+            80.0,
+        )
+        return replace(spec, shapes=f"{tokens},{HEADS},{HEAD_DIM}" if shapes else "", dtypes="BF16")
+    spec = KernelSpec(
+        "aclnnFusedInferAttentionScoreV3",
+        "aclnnFusedInferAttentionScoreV3_FusedInferAttentionScore_FusedInferAttentionScore",
+        "FusedInferAttentionScore",
+        "MIX_AIC",
+        40.0,
+    )
+    query = f"{tokens},{HEADS},{HEAD_DIM}"
+    if it.no_cache:
+        shape, types = f"{query};{query};{query};2048,2048", "BF16;BF16;BF16;BOOL"
+    else:
+        cache = f"{BLOCKS},{BLOCK_SIZE},{HEADS * HEAD_DIM}"
+        shape, types = f"{query};{cache};{cache};{requests},64", "BF16;BF16;BF16;INT32"
+    return replace(spec, shapes=shape if shapes else "", dtypes=types)
+
+
+def _layer(it: Iteration, knobs: dict, tokens: int, requests: int) -> list[KernelSpec]:
+    """One decoder layer's kernels for a batch: matmuls scale with (and are shaped by) its
+    padded tokens; the attention carries the batch."""
+    scale = max(1.0, tokens / 64)
+    out = []
+    for spec in ops.DECODE_LAYER:
+        if spec.op_type == "FusedInferAttentionScore":
+            attention = _attention(it, knobs["style"], tokens, requests, knobs["shapes"])
+            out.append(replace(attention, dur_us=attention.dur_us * scale**0.8))
+            continue
+        rest = spec.shapes.split(";", 1)[1:] if ";" in spec.shapes else []
+        shape = ";".join([f"{tokens},{spec.shapes.split(';')[0].split(',')[1]}", *rest])
+        out.append(
+            replace(spec, dur_us=spec.dur_us * scale, shapes=shape if knobs["shapes"] else "")
+        )
+    return out
+
+
+def _replay(tl: Timeline, t: int, kernels: list[KernelSpec]) -> int:
+    """One graph replay: ``aclmdlRIExecuteAsync`` queues the captured kernels (model id set)."""
+    rw, rng, dev = tl.rw, tl.rng, tl.dev
+    dur = ops.jitter(rng, 40)
+    rw.api("AscendCL@", "aclmdlRIExecuteAsync", t + 5 * US, dur - 10 * US, mode="ACL_RTS")
+    rw.cpu_op("acl_graph_replay", t, dur)
+    ready = t + dur + 10 * US
+    for spec in kernels:
+        kdur = ops.jitter(rng, spec.dur_us, 0.1)
+        kstart = dev.place(2, ready, kdur + 1 * US)
+        rw.kernel(
+            2, spec.name, spec.op_type, spec.core, kstart, kdur,
+            model_id=ops.GRAPH_MODEL_ID, in_shapes=spec.shapes, in_types=spec.dtypes,
+        )  # fmt: skip
+    return t + dur + ops.jitter(rng, 4)
+
+
+def _eager(tl: Timeline, t: int, kernels: list[KernelSpec]) -> int:
+    for spec in kernels:
+        t = ops.launch_kernel(tl.rw, tl.rng, tl.dev, t, spec)
+    return t
+
+
+def _forward(tl: Timeline, t: int, it: Iteration, knobs: dict) -> int:
+    """The forward's launches: a FULL graph, graph pieces with eager attention, or eager."""
+    padded = _padded(it.tokens)
+    uniform = it.phase in ("decode", "spec_decode", "dummy")
+    mode = knobs["graph"]
+    tokens = padded if padded is not None and mode != "eager" else it.tokens
+    # a uniform batch's graph is captured for whole requests of 1 + k tokens each
+    requests = tokens // (it.tokens // it.requests) if uniform and it.requests else it.requests
+    layers = [_layer(it, knobs, tokens, requests) for _ in range(knobs["layers"])]
+    if mode == "eager" or padded is None:
+        return _eager(tl, t, [k for layer in layers for k in layer])
+    if mode == "full_and_piecewise" and uniform:
+        return _replay(tl, t, [k for layer in layers for k in layer])
+    # piecewise: the graph pieces between attentions, each attention eager with real shapes
+    real = [_layer(it, knobs, tokens, it.requests) for _ in range(knobs["layers"])]
+    for captured, eager in zip(layers, real, strict=True):
+        cut = next(i for i, k in enumerate(captured) if "ttention" in k.name)
+        t = _replay(tl, t, captured[:cut])
+        attention = replace(
+            eager[cut],
+            shapes=_attention(it, knobs["style"], it.tokens, it.requests, knobs["shapes"]).shapes,
+        )
+        t = _eager(tl, t, [attention])
+        t = _replay(tl, t, captured[cut + 1 :])
+    return t
+
+
+SAMPLER = KernelSpec(
+    "aclnnArgMax", "aclnnArgMax_ArgMaxV2_ArgMaxV2", "ArgMaxV2", "AI_VECTOR_CORE", 12.0, "16,151936"
+)
+
+
+def _span(
+    tl: Timeline, kinds: set[str], scope: str, python: str | None, start: int, end: int
+) -> None:
+    """Record ``start``..``end`` as the scope and the Python function the markers ask for."""
+    if "scopes" in kinds and scope:
+        tl.rw.cpu_op(scope, start, end - start)
+    if "python" in kinds and python:
+        tl.rw.python_function(python, start, end - start)
+
+
+def _iteration(tl: Timeline, it: Iteration, knobs: dict, kinds: set[str]) -> tuple[int, int]:
+    """Run one iteration from ``tl.t``; returns its (start, end) on the host."""
+    rw, rng = tl.rw, tl.rng
+    start = tl.t
+    t = start + ops.jitter(rng, 15)
+    if it.phase == "warmup":
+        rw.api("AscendCL@", "aclmdlRICaptureBegin", t, 20 * US, mode="ACL_RTS")
+        t += 25 * US
+        for spec in _layer(it, knobs, 16, 16):  # captured: recorded on the host, not run
+            dur = ops.jitter(rng, 22)
+            rw.api("AscendCL@", spec.api, t, dur, mode="ACL_NN")
+            t += dur + 2 * US
+        rw.api("AscendCL@", "aclmdlRICaptureEnd", t, 30 * US, mode="ACL_RTS")
+        t += 35 * US
+        if "python" in kinds:
+            rw.python_function(f"{RUNNER}(3890): capture_model", start, t - start)
+        return start, t
+    if it.phase == "dummy":
+        t = _forward(tl, t + ops.jitter(rng, 60), it, knobs)
+        t = ops.synchronize(rw, t, tl.dev.idle_at())
+        _span(tl, kinds, "", f"{RUNNER}(3139): _dummy_run", start, t)
+        _span(tl, kinds, "", f"{WORKER}(1048): execute_dummy_batch", start - 2 * US, t + 2 * US)
+        return start, t + 2 * US
+    prepared = t + ops.jitter(rng, 180)
+    forward = _forward(tl, prepared, it, knobs)
+    posted = forward + ops.jitter(rng, 40)
+    _span(tl, kinds, "prepare input", None, t, prepared)
+    _span(tl, kinds, "forward", None, prepared, forward)
+    _span(tl, kinds, "post process", None, forward, posted)
+    executed = posted + 5 * US
+    _span(tl, kinds, "", f"{RUNNER}(1838): execute_model", t - 3 * US, executed)
+    _span(tl, kinds, "", f"{WORKER}(656): execute_model", t - 6 * US, executed + 3 * US)
+    decoded = it.phase in ("decode", "spec_decode")
+    if "annotation" in kinds:
+        ctx_reqs = 0 if decoded else (1 if it.phase == "mixed" else it.requests)
+        gen_reqs = it.requests - ctx_reqs
+        ctx_tok = 0 if decoded else it.tokens - gen_reqs
+        name = f"execute_context_{ctx_reqs}({ctx_tok})_generation_{gen_reqs}({it.tokens - ctx_tok})"
+        rw.cpu_op(name, t - 2 * US, executed - t + 1 * US)
+    if "legacy" in kinds:
+        new = 0 if decoded or it.phase == "mixed" else it.requests
+        rw.cpu_op(
+            f"execute_new_{new}_cached_{it.requests - new}", t - 2 * US, executed - t + 1 * US
+        )
+    # sampling: the sampler kernel, then the token fetch waits for the device
+    s = executed + ops.jitter(rng, 20)
+    sampled = ops.launch_kernel(rw, rng, tl.dev, s + 10 * US, SAMPLER)
+    sampled = ops.synchronize(rw, sampled, tl.dev.idle_at())
+    copy = ops.jitter(rng, 25)
+    rw.api("AscendCL@", "aclrtMemcpy", sampled + 2 * US, copy)
+    sampled += copy + 4 * US
+    _span(tl, kinds, "sample_token", None, s + 5 * US, sampled)
+    end = sampled
+    if it.phase == "spec_decode":
+        draft = end + ops.jitter(rng, 10)
+        drafter = Iteration("decode", it.requests, it.requests)
+        drafted = _eager(
+            tl, draft, _layer(drafter, {**knobs, "layers": 1}, it.requests, it.requests)
+        )
+        drafted = ops.synchronize(rw, drafted, tl.dev.idle_at())
+        _span(
+            tl,
+            kinds,
+            "draft_token",
+            "vllm_ascend/spec_decode/llm_base_proposer.py(718): _propose",
+            draft,
+            drafted,
+        )
+        end = drafted
+    end += 5 * US
+    _span(tl, kinds, "", f"{RUNNER}(2240): sample_tokens", s, end)
+    _span(tl, kinds, "", f"{WORKER}(693): sample_tokens", s - 3 * US, end + 3 * US)
+    return start, end + 3 * US
+
+
+def run(tl: Timeline, knobs: dict) -> None:
+    kinds = markers(knobs)
+    iterations = plan(knobs, tl.rw.cfg.rank)
+    opened: int | None = None
+    number = 5001  # msMonitor numbers the process's iterations: profiled ones are far from 1
+    for it in iterations:
+        if it.phase == "idle":
+            tl.t += int(knobs["idle_ms"] * MS)
+            continue
+        start, end = _iteration(tl, it, knobs, kinds)
+        # msMonitor: a step from one execute_model to the next (a dummy batch runs none)
+        if "profiler_step" in kinds and it.phase != "dummy":
+            if opened is not None:
+                tl.rw.step_window(number, opened, start - 1 * US)
+                number += 1
+            opened = start
+        tl.t = end + ops.jitter(tl.rng, 60)
+        tl.rw.flush()
+    if "profiler_step" in kinds and opened is not None:
+        tl.rw.step_window(number, opened, tl.t)
+        tl.rw.flush()
+
+
+def scheduled(knobs: dict) -> bool:
+    """Steps (ProfilerStep#N, the Step Id column) exist only with msMonitor's dynamic profiling."""
+    return "profiler_step" in markers(knobs)
