@@ -12,6 +12,7 @@ import polars as pl
 from traceanalyzer.kit import (
     AI_CORE_FREQ_PROCESS,
     AI_CORE_TASK_TYPES,
+    NOT_KERNEL_PATTERN,
     Evidence,
     FigureContext,
     Finding,
@@ -19,14 +20,15 @@ from traceanalyzer.kit import (
     NotEvaluated,
     Param,
     RuleContext,
+    analysed_window_ns,
     device_tasks,
+    kernel_tasks,
     overlap_join,
     rule,
     union_intervals,
+    window_share,
 )
 from traceanalyzer.kit import text as fmt
-from traceanalyzer.kit.cost import analysed_window_ns, share
-from traceanalyzer.kit.kernels import NOT_KERNEL_PATTERN, kernel_tasks
 
 NO_FREQ = (
     "missing the AI Core Freq counter (collect with ProfilerActivity.NPU on Atlas A2/A3; msprof "
@@ -254,7 +256,7 @@ def _judge(
     capped = all(s.mhz < v.nominal * (1 - p.min_drop) for s in busy)
     worst = sorted(busy, key=lambda s: s.busy_ns * (1 - s.mhz / v.nominal), reverse=True)
     worst = [s for s in worst if s.mhz < v.nominal][:EVIDENCE_SEGMENTS]
-    cost_share = share(v.lost_ns, window_ns)
+    cost_share = window_share(v.lost_ns, window_ns)
     where = f" ({cost_share:.0%} of the analysed window)" if cost_share is not None else ""
     message = "\n".join(
         [

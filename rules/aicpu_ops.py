@@ -18,12 +18,13 @@ from traceanalyzer.kit import (
     KeyFigure,
     Param,
     RuleContext,
+    analysed_window_ns,
     device_tasks,
     kernel_details,
     rule,
+    window_share,
 )
 from traceanalyzer.kit import text as fmt
-from traceanalyzer.kit.cost import analysed_window_ns, share
 
 # Fixes by op type (lower case, as kernel_details `Type`); the dtype fixes below apply to any op.
 OP_FIXES = {
@@ -265,7 +266,7 @@ def _judge(
     fix = "; ".join(
         f"{g['op_type']}: {op_fix(g['op_type'], g['dtypes'])}" for g in shown.iter_rows(named=True)
     )
-    cost_share = share(aicpu_ns, window_ns)
+    cost_share = window_share(aicpu_ns, window_ns)
     yield ctx.finding(
         rank=rank,
         sessions=sorted(aicpu["session"].unique().to_list()),

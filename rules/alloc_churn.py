@@ -13,18 +13,15 @@ from traceanalyzer.kit import (
     KeyFigure,
     Param,
     RuleContext,
-    host_api,
-    rule,
-    session_metadata,
-    text,
-)
-from traceanalyzer.kit.steps import (
-    STEP_PARAMS,
     SteadyUse,
+    host_api,
     host_calls,
     per_step_figure,
     recurring_calls,
+    rule,
+    session_metadata,
     steady_key_figures,
+    text,
 )
 
 WORST_SHOWN = 5
@@ -37,7 +34,6 @@ FREE_APIS = ("aclrtFree", "aclrtFreePhysical")
     severity="warning",
     summary="Device memory is allocated and freed (aclrtMalloc/aclrtFree) in steady-state steps.",
     params={
-        **STEP_PARAMS,
         "alloc_apis": Param(
             (
                 "aclrtMalloc",
@@ -61,13 +57,14 @@ FREE_APIS = ("aclrtFree", "aclrtFreePhysical")
     requires=[
         host_api("aclrtMalloc", "aclrtFree"),
     ],
+    uses=[recurring_calls],
 )
 def alloc_churn(ctx: RuleContext) -> Iterator[Finding]:
     """
     ## What it detects
     `aclrtMalloc` / `aclrtFree` / `aclrtMallocPhysical` calls (CANN, Level1+) inside
-    steady-state steps: steps numbered above `warmup_steps`, where a caching allocator should
-    serve every tensor from memory it already holds. It fires when at least `min_step_share` of
+    steady-state steps (the `steps` table's, not warm-up, dummy or idle), where a caching
+    allocator should serve every tensor from memory it already holds. It fires when at least `min_step_share` of
     the steady steps allocate and the calls take at least `min_share` of their time, and names
     the torch ops that triggered them.
 
@@ -137,7 +134,7 @@ def _finding(ctx: RuleContext, use: SteadyUse) -> Finding:
     )
     message = (
         f"On rank {use.rank}, the host called {text.join(apis)} {t['calls']} times in {n} steady "
-        f"step(s) (after warm-up step(s) <= {ctx.params.warmup_steps}, which made "
+        f"step(s) (after the warm-up steps, which made "
         f"{t['warmup_calls']} more), for {text.duration(t['cost_ns'])}: the caching "
         "allocator went to the driver instead of reusing its blocks, and the device waited."
     )
@@ -151,6 +148,7 @@ def _finding(ctx: RuleContext, use: SteadyUse) -> Finding:
         evidence=use.evidence(WORST_SHOWN),
         fix=_fix(ctx, use.rank, frees, n),
         series=use.series(),
+        phases=use.phases,
         score=float(t["cost_ns"]),
     )
 

@@ -28,6 +28,8 @@ from traceanalyzer.kit import (
     one_api_layer,
     outermost,
     pair_windows,
+    phase_at,
+    phases_in,
     rule,
     series_by_rank,
     spearman,
@@ -341,6 +343,10 @@ def _judge(
         title=title,
         message="\n".join(lines),
         location={"series": "host memcpy calls per aclgraph capture", "source": source},
+        # captures run at start-up: the warm-up steps, where the steps table has any
+        phases=phases_in(phase_at(ctx, series.filter(pl.col("start_ns").is_not_null())))
+        if source == "events"
+        else [],
         metrics={
             "captures": n,
             "first_count": t.first,

@@ -23,14 +23,14 @@ from traceanalyzer.kit import (
     Param,
     Requirement,
     RuleContext,
+    analysed_window_ns,
     communication_ops,
+    kernel_tasks,
     rule,
     session_metadata,
     union_intervals,
 )
 from traceanalyzer.kit import text as fmt
-from traceanalyzer.kit.cost import analysed_window_ns
-from traceanalyzer.kit.kernels import kernel_tasks
 
 NOTIFY_WAITS = ("Notify Wait", "Notify_Wait", "NOTIFY_WAIT", "NOTIFY_WAIT_SQE")
 OP_TYPE = r"^hcom_([A-Za-z]+)"  # hcom_allReduce__586_0_1 -> allReduce

@@ -12,6 +12,7 @@ from traceanalyzer.kit import (
     CANN_PROCESS,
     COMMUNICATION_PROCESSES,
     COMPUTE_TASK_TYPES,
+    DEQUEUE_PREFIX,
     GRAPH_REPLAY_APIS,
     HARDWARE_PROCESS,
     PROFILER_MARKER_TASKS,
@@ -26,16 +27,19 @@ from traceanalyzer.kit import (
     NotEvaluated,
     Param,
     RuleContext,
+    analysed_window_ns,
+    capture_windows,
     device_tasks,
     host_api,
     host_launches,
+    phase_at,
+    phase_windows,
+    phases_in,
     rule,
     stream_gaps,
     text,
     union_intervals,
 )
-from traceanalyzer.kit.cost import analysed_window_ns
-from traceanalyzer.kit.steps import CAPTURE_PARAMS, DEQUEUE_PREFIX, capture_windows
 
 WORST_SHOWN = 5  # evidence: the longest host-bound gaps of a stream
 SERIES_POINTS = 4000  # figure: at most this many gaps per stream (the longest are kept)
@@ -101,15 +105,21 @@ NO_LINKS = (
             "Host calls whose time inside a gap is another rule's cost (online-compile, "
             "alloc-churn), not slow dispatch.",
         ),  # fmt: skip
-        **CAPTURE_PARAMS,
         "replay_apis": Param(
             GRAPH_REPLAY_APIS, "Host calls that replay a captured graph (one launch per graph)."
         ),
+        "judged_phases": Param(
+            ("prefill", "decode", "mixed", "spec_decode"),
+            "Serving phases judged on their own (the steps table's): a stream host-bound in "
+            "one of them fires even when the others hide it in the stream's whole span.",
+        ),
+        "min_phase_steps": Param(3, "Judge a phase on its own only over this many steps."),
     },
     requires=[
         device_tasks(),
         host_api("Node@launch", "aclnn*", "aclmdlRIExecuteAsync", what="CANN launch calls"),
     ],
+    uses=[capture_windows],
 )
 def host_launch_bound(ctx: RuleContext) -> Iterator[Finding]:
     """
@@ -181,16 +191,19 @@ def host_launch_bound(ctx: RuleContext) -> Iterator[Finding]:
             )
             continue
         share = row["stream_share"]
-        if share < p.min_share:
+        phases = judged.phases.filter((pl.col("rank") == rank) & (pl.col("stream") == stream))
+        hot = phases.filter(pl.col("share") >= p.min_share)
+        if share < p.min_share and hot.is_empty():
             ctx.note(
                 f"{where}: host-bound idle {text.duration(row['cost_ns'])} is {share:.0%} of its "
-                f"{text.duration(row['span_ns'])} span (threshold {p.min_share:.0%})",
+                f"{text.duration(row['span_ns'])} span (threshold {p.min_share:.0%})"
+                + (f"; {_phase_text(phases)}" if phases.height else ""),
                 rank=rank,
                 stream_share=share,
             )
             continue
         fix = _fix_text(judged.replays.get(rank, 0), judged.task_queue.get(rank, False))
-        yield _finding(ctx, row, judged, fix)
+        yield _finding(ctx, row, judged, fix, phases)
 
 
 @dataclass(frozen=True)
@@ -202,6 +215,9 @@ class _Judged:
     per_stream: pl.DataFrame
     replays: dict[int, int]
     task_queue: dict[int, bool]
+    # per rank, stream and judged phase: cost_ns, time_ns (the stream's time in the phase's
+    # steps, less pauses), steps, share
+    phases: pl.DataFrame
 
 
 def _judged_streams(ctx: RuleContext) -> _Judged:
@@ -299,6 +315,64 @@ def _judged_streams(ctx: RuleContext) -> _Judged:
         per_stream,
         dict(replays.collect().iter_rows()),
         {rank: n > 0 for rank, n in queue.collect().iter_rows()},
+        _per_phase(ctx, gaps, tasks),
+    )
+
+
+def _per_phase(ctx: RuleContext, gaps: pl.DataFrame, tasks: pl.DataFrame) -> pl.DataFrame:
+    """Host-bound idle per serving phase: a decode of small graph replays can wait on the host
+    for half its time while long prefills keep the stream's whole span busy. The phase's time
+    on a stream is its steps' time inside the stream's span (first task to last), less the
+    pauses in them; a gap is in the phase of the step it opens in."""
+    p = ctx.params
+    empty = pl.DataFrame(
+        schema={"rank": pl.Int32, "stream": pl.Int64, "phase": pl.String, "cost_ns": pl.Int64,
+                "time_ns": pl.Int64, "steps": pl.UInt32, "share": pl.Float64}
+    )  # fmt: skip
+    steps = phase_windows(ctx).filter(pl.col("phase").is_in(list(p.judged_phases)))
+    if steps.is_empty() or gaps.is_empty():
+        return empty
+    keys = ["rank", "session"]
+    spans = tasks.group_by(*keys, "stream").agg(
+        pl.col("start_ns").min().alias("_s0"), pl.col("end_ns").max().alias("_s1")
+    )
+    inside = (
+        spans.join(steps, on=keys)
+        .with_columns(
+            (pl.min_horizontal("end_ns", "_s1") - pl.max_horizontal("start_ns", "_s0"))
+            .clip(lower_bound=0)
+            .alias("time_ns")
+        )
+        .filter(pl.col("time_ns") > 0)
+        .group_by("rank", "stream", "phase")
+        .agg(pl.col("time_ns").sum(), pl.len().alias("steps"))
+    )
+    placed = phase_at(
+        ctx, gaps.select(*keys, "stream", "prev_end_ns", "gap_ns", "cost_ns", "host_bound", "pause"),
+        at="prev_end_ns",
+    ).filter(pl.col("phase").is_not_null())  # fmt: skip
+    cost = placed.group_by("rank", "stream", "phase").agg(
+        pl.col("cost_ns").filter(pl.col("host_bound")).sum(),
+        pl.col("gap_ns").filter(pl.col("pause")).sum().alias("_pause"),
+    )
+    return (
+        inside.join(cost, on=["rank", "stream", "phase"], how="left")
+        .with_columns(
+            pl.col("cost_ns").fill_null(0),
+            (pl.col("time_ns") - pl.col("_pause").fill_null(0)).alias("time_ns"),
+        )
+        .filter((pl.col("steps") >= p.min_phase_steps) & (pl.col("time_ns") > 0))
+        .with_columns((pl.col("cost_ns") / pl.col("time_ns")).alias("share"))
+        .select(empty.columns)
+        .sort("rank", "stream", "time_ns", descending=[False, False, True])
+    )
+
+
+def _phase_text(phases: pl.DataFrame) -> str:
+    """``decode 41% of 20 ms, prefill 3% of 80 ms``: host-bound share of each phase's time."""
+    return ", ".join(
+        f"{r['phase']} {r['share']:.0%} of {text.duration(r['time_ns'])}"
+        for r in phases.iter_rows(named=True)
     )
 
 
@@ -420,7 +494,9 @@ def _fix_text(replays: int, task_queue: bool) -> str:
     )
 
 
-def _finding(ctx: RuleContext, row: dict[str, Any], judged: _Judged, fix: str) -> Finding:
+def _finding(
+    ctx: RuleContext, row: dict[str, Any], judged: _Judged, fix: str, phases: pl.DataFrame
+) -> Finding:
     p = ctx.params
     rank, stream = int(row["rank"]), int(row["stream"])
     gaps = judged.gaps.filter((pl.col("rank") == rank) & (pl.col("stream") == stream))
@@ -429,11 +505,26 @@ def _finding(ctx: RuleContext, row: dict[str, Any], judged: _Judged, fix: str) -
     replays = judged.replays.get(rank, 0)
     mode = f"{replays} graph replays" if replays else "eager decode, no graph replays"
     share = row["stream_share"]
-    title = (
-        f"Stream {stream} starves for host launches: {share:.0%} of its "
-        f"{text.duration(row['span_ns'])} span idle with nothing queued "
-        f"({row['host_bound_gaps']} gaps; {mode})"
-    )
+    hot = phases.filter(pl.col("share") >= p.min_share)
+    others = phases.filter(pl.col("share") < p.min_share)
+    if hot.height:  # judged per phase: say which, and that the others are not
+        worst_share = float(hot["share"].max())  # type: ignore[arg-type]
+        title = (
+            f"Stream {stream} starves for host launches in {text.join(hot['phase'].to_list())}: "
+            + ", ".join(
+                f"{r['share']:.0%} of its {r['phase']} time" for r in hot.iter_rows(named=True)
+            )
+            + " idle with nothing queued"
+            + (f"; {_phase_text(others)}" if others.height else "")
+            + f" ({row['host_bound_gaps']} gaps; {mode})"
+        )
+    else:
+        worst_share = share
+        title = (
+            f"Stream {stream} starves for host launches: {share:.0%} of its "
+            f"{text.duration(row['span_ns'])} span idle with nothing queued "
+            f"({row['host_bound_gaps']} gaps; {mode})"
+        )
     top = worst.row(0, named=True) if worst.height else None
     message = (
         f"On rank {rank}, stream {stream} ran {row['tasks']} tasks; "
@@ -457,7 +548,13 @@ def _finding(ctx: RuleContext, row: dict[str, Any], judged: _Judged, fix: str) -
             if row["other_ns"]
             else ""
         )
+        + (
+            f" Per phase, host-bound idle is {_phase_text(phases)} of its time on the stream."
+            if phases.height
+            else ""
+        )
     )
+    hot_cost, hot_time = int(hot["cost_ns"].sum()), int(hot["time_ns"].sum())
     evidence = []
     for g in worst.iter_rows(named=True):
         evidence.append(
@@ -507,10 +604,17 @@ def _finding(ctx: RuleContext, row: dict[str, Any], judged: _Judged, fix: str) -
             "pause_ns": int(row["pause_ns"]),
             "linked_fraction": round(row["linked_fraction"], 4),
             "graph_replays": replays,
+            # the cost against the time of the phases it concerns (cost_share: the whole)
+            "phase_cost_share": round(hot_cost / hot_time, 4) if hot_time else None,
+            **{
+                f"phase_share_{r['phase']}": round(r["share"], 4)
+                for r in phases.iter_rows(named=True)
+            },
         },
         evidence=evidence,
         fix=fix,
-        severity="error" if share >= p.error_share else None,
+        severity="error" if worst_share >= p.error_share else None,
+        phases=phases_in(hot),
         series={
             "gap_start_ms": [(v - origin) / 1e6 for v in shown["prev_end_ns"]],
             "gap_us": [v / 1e3 for v in shown["gap_ns"]],

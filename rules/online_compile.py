@@ -13,17 +13,14 @@ from traceanalyzer.kit import (
     KeyFigure,
     Param,
     RuleContext,
-    host_api,
-    rule,
-    text,
-)
-from traceanalyzer.kit.steps import (
-    STEP_PARAMS,
     SteadyUse,
+    host_api,
     host_calls,
     per_step_figure,
     recurring_calls,
+    rule,
     steady_key_figures,
+    text,
 )
 
 WORST_SHOWN = 5
@@ -35,7 +32,6 @@ WORST_SHOWN = 5
     severity="warning",
     summary="Operators are compiled online (aclopCompile*) in steady-state steps: shapes keep changing.",
     params={
-        **STEP_PARAMS,
         "compile_pattern": Param(
             r"^(?:aclopCompile\w*|opCompile\w*)$",
             "Regex on CANN api_name of compile calls (an `aclopCompileAndExecute` with an "
@@ -54,13 +50,14 @@ WORST_SHOWN = 5
     requires=[
         host_api("aclopCompile*", "opCompile"),
     ],
+    uses=[recurring_calls],
 )
 def online_compile(ctx: RuleContext) -> Iterator[Finding]:
     """
     ## What it detects
     Operator compilation on the host (`aclopCompile*`, `AscendCL@aclopCompileAndExecute*` with
-    its `opCompile`) inside steady-state steps: steps numbered above `warmup_steps`. Only the
-    compile itself is timed: an `aclopCompileAndExecute` that shows an `opCompile` inside
+    its `opCompile`) inside steady-state steps (the `steps` table's, not warm-up, dummy or
+    idle). Only the compile itself is timed: an `aclopCompileAndExecute` that shows an `opCompile` inside
     counts that inner call, not the execute around it, and a compile call shorter than
     `min_compile_us` is a compile-cache hit, not a compilation. It fires when at least `min_step_share`
     of the steady steps compile and the compiles take at least `min_share` of their time, and
@@ -138,7 +135,7 @@ def _finding(ctx: RuleContext, use: SteadyUse) -> Finding:
     )
     message = (
         f"On rank {use.rank}, the host compiled operators {t['calls']} times in {n} steady "
-        f"step(s) (after warm-up step(s) <= {ctx.params.warmup_steps}, which compiled "
+        f"step(s) (after the warm-up steps, which compiled "
         f"{t['warmup_calls']} times), for {text.duration(t['cost_ns'])}: shapes that keep "
         "changing are compiled again and again. Calls: "
         f"{text.join(sorted(set(use.calls['name'])))}."
@@ -157,6 +154,7 @@ def _finding(ctx: RuleContext, use: SteadyUse) -> Finding:
             "so a few shapes repeat."
         ),
         series=use.series(),
+        phases=use.phases,
         score=float(t["cost_ns"]),
     )
 

@@ -18,14 +18,16 @@ from traceanalyzer.kit import (
     Params,
     Requirement,
     RuleContext,
+    analysed_window_ns,
+    analysed_windows,
+    kernel_tasks,
     overlap_join,
     rule,
     session_metadata,
     total_length,
+    window_share,
 )
 from traceanalyzer.kit import text as fmt
-from traceanalyzer.kit.cost import analysed_window_ns, analysed_windows, share
-from traceanalyzer.kit.kernels import kernel_tasks
 
 ENV_KEY = "ENV_VARIABLES"
 NO_ENV = (
@@ -261,7 +263,7 @@ def _finding(
         location={"setting": setting.name, "value": value},
         metrics={
             "cost_ns": idle_ns,
-            "cost_share": share(idle_ns, window_ns) if idle_ns is not None else None,
+            "cost_share": window_share(idle_ns, window_ns) if idle_ns is not None else None,
         },
         evidence=[
             Evidence(

@@ -10,6 +10,8 @@ import polars as pl
 
 from traceanalyzer.kit import (
     NOT_HOST_PROCESSES,
+    OUTLIER_EXCESS,
+    OUTLIER_Z,
     STEP_SPAN_PREFIX,
     AnyOf,
     Evidence,
@@ -20,11 +22,11 @@ from traceanalyzer.kit import (
     Requirement,
     RuleContext,
     communication_ops,
+    robust_z,
     rule,
     total_length,
 )
 from traceanalyzer.kit import text as fmt
-from traceanalyzer.stats import OUTLIER_EXCESS, OUTLIER_Z, robust_z
 
 CAUSES = {
     "compute": (

@@ -8,37 +8,37 @@ from typing import Any
 
 import polars as pl
 
-from traceanalyzer import text as fmt
-from traceanalyzer.engine import (
-    Evidence,
-    Finding,
-    NotEvaluated,
-    Param,
-    RuleContext,
-    rule,
-)
-from traceanalyzer.engine.params import Params
 from traceanalyzer.kit import (
-    Chart,
-    FigureContext,
-    KeyFigure,
-    Mark,
-    Swatch,
-    device_tasks,
-    evidence_marks,
-)
-from traceanalyzer.kit.cost import analysed_window_ns
-from traceanalyzer.kit.cost import share as window_share
-from traceanalyzer.kit.primitives import outermost, overlap_join, total_length
-from traceanalyzer.vocabulary import (
     DEVICE_PROCESSES,
     HARDWARE_PROCESS,
     NOT_HOST_PROCESSES,
     STORE_TRANSFER_WINDOW,
     TRANSFER_KEY,
     WINDOW_KEY,
+    Chart,
+    Evidence,
+    FigureContext,
+    Finding,
+    KeyFigure,
+    Mark,
+    NotEvaluated,
+    Param,
+    Params,
+    RuleContext,
+    Swatch,
+    analysed_window_ns,
+    device_tasks,
+    evidence_marks,
+    outermost,
+    overlap_join,
+    phase_at,
+    phases_in,
+    rule,
     session_metadata,
+    total_length,
+    window_share,
 )
+from traceanalyzer.kit import text as fmt
 
 # Sessions whose whole profiling window is one transfer say so in profiler_metadata.json, via
 # `prof.addsession_metadata(WINDOW_KEY, WINDOW_VALUE)` (our recipes do); TRANSFER_KEY names the call.
@@ -731,12 +731,19 @@ def _finding(
             "cost_share": window_share(lost_ns, analysed_window_ns(ctx).get(rank)),
         },
         evidence=evidence,
+        phases=_phases(ctx, rank, stalled),
         series={
             "stream": worst_streams["stream_id"].to_list(),
             "wait_ns_in_worst_span": worst_streams["wait_ns"].to_list(),
         },
         score=float(lost_ns),
     )
+
+
+def _phases(ctx: RuleContext, rank: int, spans: pl.DataFrame) -> list[str]:
+    """The phases of the steps the stalled spans start in (a KV load before a prefill, ...)."""
+    starts = spans.select(pl.lit(rank).alias("rank"), "session", "start_ns")
+    return phases_in(phase_at(ctx, starts))
 
 
 # --------------------------------------------------------------------------------------------

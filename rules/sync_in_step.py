@@ -10,6 +10,7 @@ import polars as pl
 from traceanalyzer.kit import (
     CANN_PROCESS,
     HARDWARE_PROCESS,
+    NO_STEPS,
     PROFILER_MARKER_TASKS,
     SYNC_APIS,
     Evidence,
@@ -19,21 +20,18 @@ from traceanalyzer.kit import (
     NotEvaluated,
     Param,
     RuleContext,
+    analysed_window_ns,
+    call_sites,
     device_tasks,
     host_api,
-    rule,
-    text,
-    union_intervals,
-)
-from traceanalyzer.kit.cost import analysed_window_ns
-from traceanalyzer.kit.cost import share as cost_share
-from traceanalyzer.kit.steps import (
-    NO_STEPS,
-    STEP_PARAMS,
-    call_sites,
     host_calls,
     in_steps,
+    phases_in,
+    rule,
     step_windows,
+    text,
+    union_intervals,
+    window_share,
 )
 
 WORST_SHOWN = 5
@@ -46,7 +44,6 @@ NO_SITE = "an explicit synchronize"  # a sync outside any torch op: torch.npu.sy
     severity="warning",
     summary="Host-device synchronisations inside steps, beyond the per-step token fetch, leave the device idle.",
     params={
-        **STEP_PARAMS,
         "sync_apis": Param(
             SYNC_APIS, "AscendCL calls that block the host until the device is done."
         ),
@@ -78,8 +75,8 @@ def sync_in_step(ctx: RuleContext) -> Iterator[Finding]:
     the last `allowed_per_step` stalls are the normal fetch of the step's result (the sampled
     tokens); the others are extra. A stall costs the device idle that follows it, but at most
     the time the host was blocked: had the host not waited, it would have queued the next work
-    that much earlier. It fires when the steady-state steps (after `warmup_steps`) average at
-    least `min_extra_per_step` extra stalls costing at least `min_share` of their time, and names
+    that much earlier. It fires when the steady-state steps (not warm-up, dummy or idle)
+    average at least `min_extra_per_step` extra stalls costing at least `min_share` of their time, and names
     the torch op around each sync (the call site).
 
     ## Why it matters
@@ -116,7 +113,8 @@ def sync_in_step(ctx: RuleContext) -> Iterator[Finding]:
     steady = steps.filter(pl.col("steady"))
     if steady.is_empty():
         raise NotEvaluated(
-            f"only warm-up steps profiled (numbered <= warmup_steps={p.warmup_steps}, or capturing)"
+            "no steady step: only warm-up, dummy or idle steps were profiled (profile steps "
+            "past the start-up)"
         )
     stalls = ctx.once(_step_stalls)
     for rank, rank_steps in steady.group_by("rank", maintain_order=True):
@@ -318,7 +316,7 @@ def _finding(
         location={"site": sites[0]},
         metrics={
             "cost_ns": cost,
-            "cost_share": cost_share(cost, analysed_window_ns(ctx).get(rank)),
+            "cost_share": window_share(cost, analysed_window_ns(ctx).get(rank)),
             "steady_share": round(share, 4),
             "extra_stalls": extra.height,
             "extra_per_step": round(extra.height / n, 3),
@@ -327,6 +325,10 @@ def _finding(
         },
         evidence=evidence,
         fix="Remove the extra synchronisations from the step: " + _fix(sites, apis),
+        # the phases of the steps that stall
+        phases=phases_in(
+            steps.join(extra.select("session", "step").unique(), on=["session", "step"])
+        ),
         series={
             "step": per_step["step"].to_list(),
             "extra_stalls": per_step["stalls"].to_list(),

@@ -35,11 +35,13 @@ LAYERS: list[tuple[str, ...]] = [
         "text",
         "stats",
         "chart",
+        "primitives",
     ),
     ("discover",),
     ("parse",),
     ("store", "ingest", "read_ahead"),
     ("engine",),  # the rule core: rule, params, runner, registry, loader, findings, cache
+    ("steps",),  # the engine iterations and their phases, derived before the rules
     ("authoring",),  # the rules CLI, scaffold, fixture runner, rule docs
     ("kit",),  # the rule author's surface and helpers
     ("overview", "synth", "recipes"),
@@ -187,6 +189,26 @@ def test_the_core_names_no_builtin_rule() -> None:
         hits += [
             f"{path.relative_to(PACKAGE)}:{n}: {t}" for n, t in lines if BUILTIN_RULE.search(t)
         ]
+    assert not hits, "\n".join(hits)
+
+
+def test_rules_import_the_product_only_through_the_kit() -> None:
+    """A rule file and its fixtures see one surface, ``traceanalyzer.kit``: what they may use
+    is what the kit exports, and the modules behind it can move without breaking a rule."""
+    rules_dir = PACKAGE.parent / "rules"
+    hits = []
+    for path in sorted(rules_dir.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+            names = (
+                [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else []
+            )
+            for name in names:
+                if name.split(".")[0] == "traceanalyzer" and name != "traceanalyzer.kit":
+                    hits.append(f"{path.relative_to(rules_dir.parent)}:{node.lineno}: {name}")
     assert not hits, "\n".join(hits)
 
 

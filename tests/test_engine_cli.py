@@ -91,6 +91,15 @@ def test_docs_rules_md_is_current():
     assert current == expected, "regenerate: python -m traceanalyzer.authoring.docs > docs/rules.md"
 
 
+def test_docs_serving_md_lists_every_step_parameter():
+    from traceanalyzer.authoring.docs import serving_markdown
+
+    current = (ROOT / "docs" / "serving.md").read_text("utf-8")
+    assert current == serving_markdown(current), (
+        "regenerate: python -m traceanalyzer.authoring.docs --serving"
+    )
+
+
 def test_rule_dirs_in_config_and_new_ids_that_collide_with_nothing(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
 

@@ -9,7 +9,8 @@ import polars as pl
 import pytest
 
 from traceanalyzer.kit import us
-from traceanalyzer.kit.primitives import (
+from traceanalyzer.kit.store_builder import StoreBuilder
+from traceanalyzer.primitives import (
     containing_call,
     count_in_windows,
     covered_fraction,
@@ -27,7 +28,6 @@ from traceanalyzer.kit.primitives import (
     trend,
     union_intervals,
 )
-from traceanalyzer.kit.store_builder import StoreBuilder
 
 
 def frame(intervals, **extra):

@@ -146,11 +146,35 @@ def test_a_gap_is_host_bound_when_the_launch_came_late(
     assert row["idle_host_ns"] == (200 * US if host_bound else 0)
 
 
-def test_without_steps_the_session_is_the_window() -> None:
+def test_without_markers_a_burst_of_device_work_is_the_window() -> None:
     b = StoreBuilder().session(0, "s0", start_ns=0, end_ns=us(500))
     b.task(0, "s0", "MatMul", stream=2, start_ns=us(100), dur_ns=us(100), task_type="AI_CORE")
     row = _one(b.store())
-    assert row["step"] is None and row["step_ns"] == 500 * US and row["source"] == "events"
+    assert row["step_source"] == "device_activity" and row["step"] == 1
+    assert row["step_ns"] == 100 * US and row["source"] == "events"
+    assert row["phase"] == "unknown" and row["check_scope"] == "session"
+
+
+def test_without_markers_or_compute_the_session_is_the_window() -> None:
+    b = StoreBuilder().session(0, "s0", start_ns=0, end_ns=us(500))
+    b.task(0, "s0", "MEMCPY", stream=2, start_ns=us(100), dur_ns=us(100), task_type="MEMCPY")
+    row = _one(b.store())
+    assert row["step_source"] == "session" and row["step_ns"] == 500 * US
+    assert row["device_other_ns"] == 100 * US
+
+
+def test_a_profile_without_steps_is_checked_by_its_session_total() -> None:
+    """The export's step breakdown of a profile without ProfilerStep has one row, Step empty:
+    the iterations' breakdowns, and the time between them, sum to it."""
+    b = StoreBuilder().session(0, "s0", start_ns=0, end_ns=us(2_000))
+    for start in (100, 900):  # two bursts of 3 kernels: two iterations, and time around them
+        for k in range(3):
+            at = us(start + 60 * k)
+            b.task(0, "s0", "MatMul", stream=2, start_ns=at, dur_ns=us(50), task_type="AI_CORE")
+    b.step_time(0, "s0", None, computing_ns=us(300), free_ns=us(1_700))
+    steps = _steps(b.store())
+    assert steps.height == 2 and set(steps["check_scope"]) == {"session"}
+    assert steps["check_deviation"].to_list() == [0.0, 0.0]
 
 
 def test_without_device_tasks_step_trace_time_is_the_source() -> None:
@@ -310,7 +334,8 @@ def test_run_writes_the_overview_everywhere(tmp_path: Path) -> None:
     assert "where the time goes" in result.output and "top kernel" in result.output
     store = Store.open(out)
     kernels = store.table("summary_kernels").collect()
-    assert kernels.height and kernels.group_by("rank", "session").len()["len"].max() <= 2
+    per_table = kernels.group_by("rank", "session", "phase").len()["len"]
+    assert kernels.height and per_table.max() <= 2
     for table in ("summary_steps", "summary_host_apis", "summary_collectives", "summary_ranks"):
         assert store.table(table).collect().height, table
     assert set(store.table("summary_ranks").collect()["session"]) == {"all"}

@@ -79,11 +79,12 @@ def test_scenarios_fire_their_rule_and_twins_stay_silent(
 
 
 def test_steady_steps_exclude_warmup_and_graph_capture() -> None:
+    """ProfilerStep#1 is warm-up (steps.warmup_steps), and so is a step that captures a graph."""
     from traceanalyzer.engine.loader import load_rules
     from traceanalyzer.engine.params import Params
     from traceanalyzer.engine.rule import RuleContext
     from traceanalyzer.kit import StoreBuilder
-    from traceanalyzer.kit.steps import STEP_PARAMS, call_sites, host_calls, step_windows
+    from traceanalyzer.kit.steps import call_sites, host_calls, step_windows
 
     b = StoreBuilder()
     b.session(0, "s", start_ns=0, end_ns=us(4_000))
@@ -105,7 +106,7 @@ def test_steady_steps_exclude_warmup_and_graph_capture() -> None:
     )
     b.api(0, "s", "aclrtSynchronizeStream", start_ns=us(2_110), dur_ns=us(30), thread="Thread 1")
     rule = load_rules().rules.get("sync-in-step")
-    params = Params({k: p.default for k, p in STEP_PARAMS.items()})
+    params = Params({k: p.default for k, p in rule.params.items()})
     ctx = RuleContext(rule=rule, store=b.store(), params=params)
     steps = step_windows(ctx)
     assert steps.select("step", "steady").rows() == [(1, False), (2, False), (3, True)]

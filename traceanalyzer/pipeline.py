@@ -65,19 +65,30 @@ def analyse(
     that writes ``out``.
     """
     from traceanalyzer.engine import write_findings_json
-    from traceanalyzer.engine.config import load_run_rules, resolve, run_settings
+    from traceanalyzer.engine.config import (
+        config_table,
+        load_run_rules,
+        resolve,
+        run_settings,
+        split_namespace,
+    )
     from traceanalyzer.engine.findings import add_input_caveats
     from traceanalyzer.engine.loader import RulesNotLoaded
     from traceanalyzer.engine.shards import evaluate_store
     from traceanalyzer.report.terminal import run_reports
+    from traceanalyzer.steps.evidence import NAMESPACE
+    from traceanalyzer.steps.run import derive_store, step_params
 
     if rules is None:
         rules = load_run_rules(rule_dirs, config_path)
     # Refused before the ingest writes anything: a rule that does not load, a bad setting.
-    overrides = tuple(overrides)
+    step_settings, rule_overrides = split_namespace(overrides, NAMESPACE)
+    step_settings = {**config_table(config_path, NAMESPACE), **step_settings}
+    overrides = tuple(rule_overrides)
     if rules.errors:
         raise RulesNotLoaded(rules.errors)
     resolve(rules.rules, run_settings(overrides, config_path))
+    step_params(step_settings)
     # The ingest checks and locks `out`; the lock is then held until the reports are written.
     with outdir.held_for(out):
         result = ingest(
@@ -97,6 +108,8 @@ def analyse(
         started = time.perf_counter()
         with outdir.writes(out):
             write_atomic_text(out / "ingest.json", json.dumps(result.to_dict(), indent=1))
+            # the steps before the rules: they, the overview and diff read them
+            derive_store(out, executor, step_settings, cache=not force)
             findings = evaluate_store(
                 out,
                 executor,

@@ -675,9 +675,10 @@ DB_SOURCES: dict[str, dict[str, str]] = {
 }
 
 
-# Tables derived from the ingested ones after ingest (never parsed from files): the overview
-# (`traceanalyzer/overview/`) writes them per rank, like the rules run, and notebooks read them
-# through `Store.table` like any other. Ingest neither writes nor checks them.
+# Tables derived from the ingested ones after ingest (never parsed from files): the steps
+# (`traceanalyzer/steps/`, before the rules, which read them) and the overview
+# (`traceanalyzer/overview/`, after) write them per rank, and notebooks read them through
+# `Store.table` like any other. Ingest neither writes nor checks them.
 _COMPONENT_COLUMNS = (
     Column(
         "compute_ai_core_ns", I64, "Compute on AI Core (cube), not overlapped by communication."
@@ -711,11 +712,67 @@ DERIVED_TABLES: dict[str, Table] = {
     t.name: t
     for t in (
         _table(
+            "steps",
+            "The engine iterations (steps) of each session, with the phase each served and the "
+            "evidence for it; derived before the rules, which, like the overview and `diff`, "
+            "read their steps from it (docs/serving.md).",
+            "derived: slices (ProfilerStep#N, vLLM annotations and scopes, python functions, "
+            "graph captures and replays, device tasks), kernels (attention input shapes)",
+            Column(
+                "step",
+                I64,
+                "`ProfilerStep#N`'s N, else the iteration's number in its session (from 1); "
+                "null for an idle gap.",
+            ),
+            Column("start_ns", I64, "Window start."),
+            Column("end_ns", I64, "Window end: the iteration's forward and its sampling."),
+            Column("step_ns", I64, "Wall time of the window."),
+            Column(
+                "step_source",
+                STR,
+                "What marks the window: `profiler_step`, `annotation` (vLLM's step annotation), "
+                "`scope` (the model runner's scopes), `python_function` (execute_model / "
+                "sample_tokens / _dummy_run), `device_activity` (compute bursts), `session` "
+                "(nothing: the whole session), `gap` (idle time between two iterations).",
+            ),
+            Column(
+                "phase",
+                STR,
+                "`prefill`, `decode`, `mixed`, `spec_decode`, `dummy`, `warmup`, `idle` or "
+                "`unknown`.",
+            ),
+            Column(
+                "phase_source",
+                STR,
+                "What told the phase: `annotation` (host markers), `shapes` (attention input "
+                "shapes), `kernels` (kernel signatures, graph replays) or `none`.",
+            ),
+            Column("phase_reason", STR, "The evidence in words, or why the phase is unknown."),
+            Column(
+                "tokens",
+                I64,
+                "New tokens in the batch, from the annotation or the eager attention query "
+                "(null when unknown: a graph's shapes are its capture size's).",
+            ),
+            Column("requests", I64, "Requests in the batch (null when unknown)."),
+            Column(
+                "graph",
+                STR,
+                "How the forward ran: `full` (one graph replay), `piecewise` (graph pieces with "
+                "eager attention), `eager`; null without compute.",
+            ),
+        ),
+        _table(
             "summary_steps",
             "Where each step's time goes: its wall time split into components that sum to it.",
             "derived: slices (device tasks, ProfilerStep#N), kernels, flows; step_times to check",
-            Column("step", I64, "Step id from `ProfilerStep#N` (null: the whole session window)."),
-            Column("start_ns", I64, "Window start: the ProfilerStep span, else the session."),
+            Column(
+                "step",
+                I64,
+                "The step's number (the `steps` table's: `ProfilerStep#N`'s N, else the "
+                "iteration's in its session; null for an idle gap).",
+            ),
+            Column("start_ns", I64, "Window start: the step's (the `steps` table)."),
             Column("end_ns", I64, "Window end."),
             Column("step_ns", I64, "Wall time of the window; the components below sum to it."),
             Column(
@@ -725,6 +782,12 @@ DERIVED_TABLES: dict[str, Table] = {
             ),
             Column("device_end_ns", I64, "Last compute or communication task end in the window."),
             *_COMPONENT_COLUMNS,
+            Column("step_source", STR, "What marks the window (the `steps` table's column)."),
+            Column("phase", STR, "The phase the step served (the `steps` table's column)."),
+            Column("phase_source", STR, "What told the phase (the `steps` table's column)."),
+            Column("phase_reason", STR, "The evidence in words (the `steps` table's column)."),
+            Column("tokens", I64, "New tokens in the batch (null when unknown)."),
+            Column("graph", STR, "`full`, `piecewise` or `eager` (null without compute)."),
             Column(
                 "source",
                 STR,
@@ -732,12 +795,19 @@ DERIVED_TABLES: dict[str, Table] = {
                 "CSV's Computing/Communication/Free, without the accelerator or idle split).",
             ),
             Column(
+                "check_scope",
+                STR,
+                "What the check compared: `step` (a ProfilerStep with the export's row for it) "
+                "or `session` (any other window: the session's total with the export's "
+                "session row, the same value on every window of the session).",
+            ),
+            Column(
                 "check_deviation",
                 F64,
                 "Largest difference between the events and the export's own step breakdown "
                 "(step_trace_time.csv, or analysis.db's StepTraceTime) over Computing, "
                 "Communication(Not Overlapped) and Overlapped, as a share of Stage; null when "
-                "the export has no row for the step.",
+                "the export has no row for the step (or session).",
             ),
             Column(
                 "check_component",
@@ -748,27 +818,41 @@ DERIVED_TABLES: dict[str, Table] = {
         ),
         _table(
             "summary_kernels",
-            "Top device kernels by total device time (N: `run --top-kernels`).",
+            "Top device kernels by total device time (N: `run --top-kernels`), over the session "
+            "and per phase (a kernel is in the phase of the step it starts in).",
             "derived: slices (Ascend Hardware compute tasks), kernels (accelerator)",
+            Column(
+                "phase",
+                STR,
+                "The phase of the steps it covers (`prefill`, `decode`, ...), or `all`: every "
+                "row of the session, in a step or not.",
+            ),
             Column("name", STR, "Kernel name."),
             Column("accelerator", STR, "`AI_CORE`, `AI_VECTOR_CORE`, `MIX_AIC`, `AI_CPU`, ..."),
             Column("count", I64, "Launches."),
             Column("total_ns", I64, "Total device time."),
             Column("mean_ns", I64, "Mean duration."),
             Column("p95_ns", I64, "95th percentile duration."),
-            Column("share", F64, "Share of all compute-task time of the session."),
+            Column("share", F64, "Share of all compute-task time of the session (phase)."),
         ),
         _table(
             "summary_host_apis",
-            "Top host APIs by total (inclusive) time: CANN APIs and Python ops (`--top-apis`).",
+            "Top host APIs by total (inclusive) time: CANN APIs and Python ops (`--top-apis`), "
+            "over the session and per phase.",
             "derived: slices (CANN process; Python `cpu_op` events)",
+            Column(
+                "phase",
+                STR,
+                "The phase of the steps it covers (`prefill`, `decode`, ...), or `all`: every "
+                "row of the session, in a step or not.",
+            ),
             Column("kind", STR, "`CANN` or `Python`."),
             Column("name", STR, "API or op name (`AscendCL@aclrtMemcpy`, `aten::mm`)."),
             Column("count", I64, "Calls."),
             Column("total_ns", I64, "Total time (inclusive of nested calls)."),
             Column("mean_ns", I64, "Mean duration."),
             Column("p95_ns", I64, "95th percentile duration."),
-            Column("share", F64, "Share of the session's profiled window."),
+            Column("share", F64, "Share of the session's steps' time (the phase's steps)."),
         ),
         _table(
             "summary_collectives",
@@ -803,6 +887,11 @@ DERIVED_TABLES: dict[str, Table] = {
         ),
     )
 }
+
+
+# the derived tables the rules read: derived before them, per rank, and what each was derived
+# from (its key, store.derived_key) is part of a rule outcome's cache key
+RULE_INPUT_TABLES = ("steps",)
 
 
 def render_markdown() -> str:

@@ -32,6 +32,7 @@ from traceanalyzer.schema import DERIVED_TABLES, PART_FILE, TABLES, TABLES_DIR, 
 _T = TypeVar("_T")
 
 MANIFEST = "manifest.json"
+DERIVED_KEYS_DIR = ".cache"  # OUT/.cache/<derived table>/rank=R.key
 MANIFEST_VERSION = 1
 JOURNAL = "manifest.journal"
 _SESSION_KEY = re.compile(r"-?[0-9]{1,10}/[A-Za-z0-9_.-]+")  # "<rank>/<session>", as discovered
@@ -110,6 +111,34 @@ def commit_partition(
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+
+
+def write_derived_table(root: Path, table: str, rank: int, frame: Any) -> None:
+    """Replace every partition of the derived ``table`` for ``rank`` with ``frame`` (a polars
+    frame with a ``session`` column: one partition per session, in the table's columns)."""
+    from traceanalyzer.schema import DERIVED_TABLES
+
+    shutil.rmtree(root / TABLES_DIR / table / f"rank={rank}", ignore_errors=True)
+    spec = DERIVED_TABLES[table]
+    columns = [c.name for c in spec.columns if c.name not in ("rank", "session")]
+    schema = spec.polars_schema
+    for (session,), part in frame.group_by("session", maintain_order=True):
+        data = part.select(pl.col(c).cast(schema[c]) for c in columns)
+        commit_partition(root, table, rank, str(session), data.write_parquet)
+
+
+def derived_key_path(root: Path, table: str, rank: int) -> Path:
+    """Where the key of ``rank``'s derived ``table`` is kept: what it was derived from."""
+    return root / DERIVED_KEYS_DIR / table / f"rank={rank}.key"
+
+
+def derived_key(root: Path, table: str, rank: int) -> str | None:
+    """The key ``rank``'s derived ``table`` was last written with, or None (not derived, or
+    derived by a reader, not stored)."""
+    try:
+        return derived_key_path(root, table, rank).read_text("utf-8")
+    except OSError:
+        return None
 
 
 def partition_exists(root: Path, table: str, rank: int, session: str) -> bool:

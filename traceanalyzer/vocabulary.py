@@ -126,3 +126,6 @@ SYNC_APIS = (
 PROFILER_MARKER_TASKS = ("PROFILING_ENABLE", "PROFILING_DISABLE")
 # Graph replay: one call queues a whole captured graph (aclgraph / NPUGraph.replay()).
 GRAPH_REPLAY_APIS = ("aclmdlRIExecuteAsync",)
+# Graph capture (regexes on api_name): NPUGraph.capture_begin / capture_end.
+CAPTURE_BEGIN_API = r"^aclmdl(RI)?CaptureBegin$"
+CAPTURE_END_API = r"^aclmdl(RI)?CaptureEnd$"

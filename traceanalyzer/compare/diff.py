@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from traceanalyzer.compare.overview_diff import ComponentDelta, overview_deltas
+from traceanalyzer.compare.phase_diff import PhaseDiff, phase_deltas
 from traceanalyzer.engine.findings import compress_ranks
 from traceanalyzer.engine.params import Params
 from traceanalyzer.engine.presentation import key_figure_document
@@ -144,6 +145,7 @@ class DiffResult:
     base_ranks: list[int] = field(default_factory=list)
     target_ranks: list[int] = field(default_factory=list)
     overview: list[ComponentDelta] = field(default_factory=list)  # where the time goes
+    phases: PhaseDiff = field(default_factory=lambda: PhaseDiff([]))  # and per serving phase
 
     def by_status(self, status: Status) -> list[FindingChange]:
         return [c for c in self.changes if c.status == status]
@@ -182,6 +184,8 @@ class DiffResult:
             "findings": [c.to_dict() for c in self.changes],
             "figures": [d.to_dict() for d in self.figures],
             "overview": [d.to_dict() for d in self.overview],
+            "phases": self.phases.to_dict(),
+            "mix_changed": self.phases.mix_changed,
         }
 
 
@@ -336,6 +340,7 @@ def diff_outputs(
         base_ranks=list(base_doc.get("summary", {}).get("ranks") or []),
         target_ranks=list(target_doc.get("summary", {}).get("ranks") or []),
         overview=overview_deltas(base_doc, target_doc),
+        phases=phase_deltas(base_doc, target_doc),
     )
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from traceanalyzer import text
 from traceanalyzer.compare.diff import Delta, DiffResult, FindingChange
 from traceanalyzer.compare.overview_diff import overview_diff_html, overview_diff_text
+from traceanalyzer.compare.phase_diff import phase_diff_html, phase_diff_text
 from traceanalyzer.report import fmt
 from traceanalyzer.report.htmlkit import chip, esc, inline, page, table
 
@@ -60,6 +61,7 @@ def render_diff_text(diff: DiffResult) -> str:
             if d.base is not None or d.target is not None:
                 lines.append(f"            {d.label}: {delta_text(d)}  [{d.scope}]")
     lines += overview_diff_text(diff.overview)
+    lines += phase_diff_text(diff.phases)
     moved = [d for d in diff.figures if d.change]
     if moved:
         lines.append("key figures that moved (per rank):")
@@ -151,6 +153,7 @@ def render_diff_html(diff: DiffResult, out_dir: Path, *, now: datetime | None = 
         f"<p>{counts}</p>",
         *(f'<p class="note">{esc(note)}</p>' for note in diff.rank_notes),
         overview_diff_html(diff.overview),
+        phase_diff_html(diff.phases),
         "<h2>Findings</h2>",
     ]
     if not diff.changes:

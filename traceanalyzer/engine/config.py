@@ -12,6 +12,9 @@ Config file, searched in the working directory when not given (first match wins)
 
 - ``pyproject.toml`` with the same tables under ``[tool.traceanalyzer.rules.<rule>]``.
 
+Parameter sets that are no rule have a top-level table of their own (``[steps]``: how engine
+iterations and phases are found, ``traceanalyzer.steps.evidence``), and ``--set steps.NAME=...``.
+
 Extra rule folders, loaded after the built-in rules as if given with ``--rules``, are listed at
 the top level (``rule_dirs = ["myrules"]``, or under ``[tool.traceanalyzer]``), relative to the
 config file's folder.
@@ -72,6 +75,32 @@ def parse_set_options(options: Iterable[str]) -> RuleSettings:
         settings.values.setdefault(rule_key, {})[param] = value.strip()
         settings.origin[rule_key] = "--set"
     return settings
+
+
+def split_namespace(options: Iterable[str], namespace: str) -> tuple[dict[str, str], list[str]]:
+    """The ``--set NAMESPACE.NAME=VALUE`` options of a parameter set that is no rule (the steps
+    derivation's, ``steps.idle_gap_ms=2``) as {NAME: VALUE}, and the other options."""
+    mine: dict[str, str] = {}
+    rest: list[str] = []
+    for option in options:
+        target, sep, value = option.partition("=")
+        key, dot, name = target.strip().partition(".")
+        if sep and dot and key == namespace and name:
+            mine[name] = value.strip()
+        else:
+            rest.append(option)
+    return mine, rest
+
+
+def config_table(config_path: str | Path | None | bool, name: str) -> dict[str, Any]:
+    """The top-level ``[name]`` table of the run's config file ({} without one)."""
+    path = config_path_for(config_path)
+    if path is None:
+        return {}
+    table = _config_doc(path).get(name, {})
+    if not isinstance(table, Mapping):
+        raise ConfigError(f"{path}: [{name}] must be a table")
+    return dict(table)
 
 
 def find_config(start: Path | None = None) -> Path | None:

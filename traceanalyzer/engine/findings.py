@@ -92,6 +92,9 @@ class Finding:
     total_ranks: int | None = None
     # what the finding stands on that is incomplete: a truncated trace, dropped rows (per rank)
     caveats: list[str] = field(default_factory=list)
+    # the serving phases it concerns (the steps table's: "decode", ...), when only some: empty
+    # means it is not tied to a phase (the profile has none known, or it concerns them all)
+    phases: list[str] = field(default_factory=list)
 
     @property
     def fingerprint(self) -> str:
@@ -112,7 +115,12 @@ class Finding:
 
     def text(self) -> str:
         """The human rendering: headline, message, fix. Used for snapshots and the terminal."""
-        parts = [f"{self.rule} {self.name} [{self.severity}] {self.ranks_label}", self.title, ""]
+        scope = f" ({', '.join(self.phases)})" if self.phases else ""
+        parts = [
+            f"{self.rule} {self.name} [{self.severity}] {self.ranks_label}{scope}",
+            self.title,
+            "",
+        ]
         parts += [self.message, ""]
         parts += [f"Caveat: {caveat}" for caveat in self.caveats]
         parts += [""] if self.caveats else []
@@ -138,6 +146,7 @@ class Finding:
             "series": {k: [_clean_value(v) for v in vs] for k, vs in self.series.items()},
             "occurrences": [_clean(o) for o in self.occurrences],
             "caveats": list(self.caveats),
+            "phases": list(self.phases),
         }
 
 
@@ -192,6 +201,8 @@ def group_findings(findings: Iterable[Finding], total_ranks: int | None = None) 
             replace(
                 head,
                 ranks=sorted({r for m in members for r in m.ranks}),
+                # the representative's phases first, then any other rank's
+                phases=list(dict.fromkeys(p for m in members for p in m.phases)),
                 sessions=sorted({s for m in members for s in m.sessions}),
                 evidence=evidence,
                 occurrences=sorted(
@@ -202,6 +213,7 @@ def group_findings(findings: Iterable[Finding], total_ranks: int | None = None) 
                             "severity": m.severity,
                             "title": m.title,
                             "metrics": m.metrics,
+                            "phases": m.phases,
                             # every rank's own per-point data, so reports can plot all ranks
                             "series": m.series,
                         }

@@ -33,7 +33,7 @@ from typing import Any
 
 import traceanalyzer
 from traceanalyzer.engine.registry import DuplicateRuleError, RuleSet
-from traceanalyzer.engine.rule import Rule
+from traceanalyzer.engine.rule import Helper, Rule
 from traceanalyzer.hints import path_did_you_mean
 
 ENTRY_POINT_GROUP = "traceanalyzer.rules"
@@ -150,10 +150,13 @@ def _failure(source: str, exc: BaseException) -> LoadError:
 
 @functools.cache
 def _engine_digest() -> str:
-    """Our version and the engine's code (primitives, the runner...), hashed once per process."""
+    """Our version and the code every rule runs on (the engine, the kit's helpers and what they
+    build on), hashed once per process."""
     digest = hashlib.sha256(traceanalyzer.__version__.encode())
     package = Path(traceanalyzer.__file__).parent
-    for path in sorted([*(package / "engine").glob("*.py"), package / "vocabulary.py"]):
+    shared = [package / f"{name}.py" for name in ("vocabulary", "primitives", "stats", "text")]
+    code = [*(package / "engine").glob("*.py"), *(package / "kit").glob("*.py"), *shared]
+    for path in sorted(code):
         digest.update(path.name.encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()
@@ -199,11 +202,30 @@ def load_folder(folder: Path, loaded: LoadedRules) -> None:
             loaded.errors.append(_failure(str(path), exc))
             continue
         found = list(rules_in(module))
+        undeclared = _undeclared_helpers(module, found)
+        if undeclared:
+            loaded.errors.append(LoadError(str(path), undeclared, ""))
+            continue
         for rule in found:
             if rule.source is None or rule.source.name != path.name:
                 rule.source = path
             rule.digest = digest
         _add(loaded, found, str(path))
+
+
+def _undeclared_helpers(module: ModuleType, rules: list[Rule]) -> str:
+    """Why the module's rules cannot load: a helper with parameters of its own, imported into
+    the file, that a rule there does not declare (it would run without them); "" when none."""
+    helpers = {v.name for v in vars(module).values() if isinstance(v, Helper)}
+    for rule in rules:
+        missing = sorted(helpers - set(rule.uses))
+        if missing:
+            names = ", ".join(missing)
+            return (
+                f"rule {rule.id} {rule.name} imports the kit helper(s) {names}, which read "
+                f"parameters of their own, without declaring them: add uses=[{names}] to @rule"
+            )
+    return ""
 
 
 def load_entry_points(loaded: LoadedRules, group: str = ENTRY_POINT_GROUP) -> None:

@@ -70,6 +70,50 @@ class NotEvaluated(Exception):  # noqa: N818 - it is a result, not an error
 
 
 # --------------------------------------------------------------------------------------------
+# Helpers with parameters of their own
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Helper:
+    """A kit helper that reads parameters of its own (``capture_windows`` reads the capture
+    API names). A rule that calls it declares it, ``uses=[capture_windows]``, and gets those
+    parameters, with the helper's defaults (a rule may declare one itself to change its default
+    or meaning), overridable per run like its own. Calling it from a rule that did not declare
+    it is a definition error naming both, and so is importing it into a rule file that does
+    not (the loader checks)."""
+
+    fn: Callable[..., Any]
+    params: Mapping[str, Param]
+
+    @property
+    def name(self) -> str:
+        return self.fn.__name__
+
+    @property
+    def __doc__(self) -> str | None:  # type: ignore[override]
+        return self.fn.__doc__
+
+    def __call__(self, ctx: RuleContext, *args: Any, **kwargs: Any) -> Any:
+        if self.name not in ctx.rule.uses:
+            raise RuleDefinitionError(
+                f"rule {ctx.rule.id} {ctx.rule.name} calls the helper {self.name} without "
+                f"declaring it: add uses=[{self.name}] to @rule (it reads "
+                f"{', '.join(self.params)})"
+            )
+        return self.fn(ctx, *args, **kwargs)
+
+
+def helper(params: Mapping[str, Param]) -> Callable[[Callable[..., _T]], Helper]:
+    """Declare a kit helper that reads ``params`` (see :class:`Helper`)."""
+
+    def wrap(fn: Callable[..., _T]) -> Helper:
+        return Helper(fn, dict(params))
+
+    return wrap
+
+
+# --------------------------------------------------------------------------------------------
 # Preconditions
 # --------------------------------------------------------------------------------------------
 
@@ -179,10 +223,13 @@ class RuleContext:
         severity: Severity | None = None,
         series: Mapping[str, Sequence[Any]] | None = None,
         score: float = 0.0,
+        phases: Sequence[str] = (),
     ) -> Finding:
         """A finding of this rule. ``location`` is where the problem is, independent of rank and
         of timestamps (e.g. ``{"span": "batch_get_into_multi_buffers"}``); it makes the fingerprint,
-        so the same problem gets the same id on every run and groups across ranks."""
+        so the same problem gets the same id on every run and groups across ranks. ``phases``:
+        the serving phases it concerns (``kit.phases_in`` of its steps), when it is tied to
+        some."""
         ranks = [rank] if isinstance(rank, int) else list(rank)
         return Finding(
             rule=self.rule.id,
@@ -198,6 +245,7 @@ class RuleContext:
             location=dict(location),
             series={k: list(v) for k, v in (series or {}).items()},
             score=score,
+            phases=list(phases),
         )
 
     def note(self, text: str, *, rank: int | None = None, **metrics: float | int | None) -> None:
@@ -241,6 +289,8 @@ class Rule:
     # A rule whose findings can be more severe than ``severity`` declares how far, and when.
     escalates_to: Severity | None = None
     escalation: str = ""  # "when ...", for `rules list`, `rules explain` and docs/rules.md
+    # the names of the kit helpers it declared (``uses``); their parameters are in ``params``
+    uses: tuple[str, ...] = ()
     source: Path | None = None
     presentation: Presentation = field(default_factory=Presentation)
     digest: str = ""  # code digest, set by the loader (see engine.loader.rule_digest)
@@ -400,14 +450,19 @@ def rule(
     scope: Scope = "rank",
     escalates_to: Severity | None = None,
     escalation: str = "",
+    uses: Sequence[Helper] = (),
 ) -> Callable[[RuleBody], Rule]:
     """Declare a rule. The decorated function's docstring is the rule's documentation.
 
     ``scope="rank"`` (default) promises that the body only relates data within a rank, so the
     runner may evaluate it per rank shard and group the findings afterwards; ``"global"`` rules
     (cross-rank comparisons) always see every rank at once. A rule whose findings can be more
-    severe than ``severity`` says so: ``escalates_to="error", escalation="when ..."``.
+    severe than ``severity`` says so: ``escalates_to="error", escalation="when ..."``. ``uses``
+    declares the kit helpers it calls that read parameters of their own (:class:`Helper`).
     """
+
+    helpers = {h.name: h for h in uses}
+    declared = {n: p for h in helpers.values() for n, p in h.params.items()} | dict(params or {})
 
     def decorate(body: RuleBody) -> Rule:
         return Rule(
@@ -417,7 +472,8 @@ def rule(
             summary=summary,
             body=body,
             doc=_dedent_doc(body.__doc__),
-            params=dict(params or {}),
+            params=declared,
+            uses=tuple(helpers),
             requires=tuple(requires),
             fix=fix,
             scope=scope,

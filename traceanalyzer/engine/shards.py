@@ -35,7 +35,8 @@ from traceanalyzer.engine.runner import (
     evaluate_rule,
 )
 from traceanalyzer.executor import Executor, TaskCrashed
-from traceanalyzer.store import RankStore, Store, load_manifest
+from traceanalyzer.schema import RULE_INPUT_TABLES
+from traceanalyzer.store import RankStore, Store, derived_key, load_manifest
 
 Digests = tuple[tuple[str, str], ...]  # (rule id, code digest), sorted
 
@@ -96,16 +97,25 @@ def evaluate_rank(
 
 
 def _rank_inputs(store_root: Path) -> dict[int, dict[str, Any]]:
-    """Each rank's input fingerprints, from the manifest ({} for a rank ingested otherwise)."""
+    """Each rank's input fingerprints, from the manifest ({} for a rank ingested otherwise),
+    with the keys of the tables derived for it before the rules (its steps)."""
     by_rank: dict[int, dict[str, Any]] = {}
     for key, entry in load_manifest(store_root).sessions.items():
         rank, _, session = key.partition("/")
         by_rank.setdefault(int(rank), {})[session] = entry.get("fingerprint")
+    for rank, inputs in by_rank.items():
+        for table in RULE_INPUT_TABLES:  # none stored: derived from the inputs at the defaults
+            key = derived_key(store_root, table, rank)
+            if key is not None:
+                inputs[f"derived:{table}"] = key
     return by_rank
 
 
 def rank_map_for(
-    executor: Executor, store_root: Path, loaded: LoadedRules, cache: bool = True
+    executor: Executor,
+    store_root: Path,
+    loaded: LoadedRules,
+    cache: bool = True,
 ) -> Callable[..., Iterator[RuleOutcome]]:
     """A ``rank_map`` for :func:`~traceanalyzer.engine.runner.evaluate` that runs on ``executor``.
 
@@ -171,7 +181,11 @@ def rank_map_for(
     return rank_map
 
 
-def global_run_for(store_root: Path, loaded: LoadedRules, cache: bool = True) -> GlobalRun:
+def global_run_for(
+    store_root: Path,
+    loaded: LoadedRules,
+    cache: bool = True,
+) -> GlobalRun:
     """A ``run_global`` for :func:`~traceanalyzer.engine.runner.evaluate`: a rule that reads every
     rank at once is looked up in the outcome cache first, keyed by its code digest, its
     parameters and every rank's inputs, so a warm re-run does not evaluate it again."""

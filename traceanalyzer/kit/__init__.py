@@ -14,7 +14,7 @@
   :class:`Chart` its ``new`` returns and :class:`Swatch`, a legend entry);
 - the domain vocabulary (:mod:`traceanalyzer.vocabulary`: process names across generations,
   wait and copy task types, the recipes' metadata markers);
-- the shared primitives (:mod:`traceanalyzer.kit.primitives`) and text formatting (``text``);
+- the shared primitives (:mod:`traceanalyzer.primitives`) and text formatting (``text``);
 - fixtures: :func:`fixture`, :class:`StoreBuilder` (canonical rows in memory) and, through real
   files, ``RankBuilder`` and ``ingested`` (loaded on first use: they bring the synthetic
   generator and the parsers); both builders speak one vocabulary (times as int ns, ``us()`` to
@@ -48,7 +48,37 @@ from traceanalyzer.engine.rule import (
     rule,
     sql_rule,
 )
-from traceanalyzer.kit.primitives import (
+from traceanalyzer.kit.cost import analysed_window_ns, analysed_windows, window_share
+from traceanalyzer.kit.kernels import NOT_KERNEL_PATTERN, kernel_tasks
+from traceanalyzer.kit.requirements import (
+    HOST_MARKED_STEPS,
+    api_statistics,
+    communication_ops,
+    counters,
+    device_tasks,
+    host_api,
+    kernel_details,
+    phases,
+    step_spans,
+)
+from traceanalyzer.kit.steps import (
+    DEQUEUE_PREFIX,
+    NO_STEPS,
+    SteadyUse,
+    call_sites,
+    capture_windows,
+    host_calls,
+    in_steps,
+    per_step_figure,
+    phase_at,
+    phase_windows,
+    phases_in,
+    recurring_calls,
+    steady_key_figures,
+    step_windows,
+)
+from traceanalyzer.kit.store_builder import Launch, StoreBuilder, us
+from traceanalyzer.primitives import (
     ApiLayer,
     Trend,
     containing_call,
@@ -65,15 +95,7 @@ from traceanalyzer.kit.primitives import (
     trend,
     union_intervals,
 )
-from traceanalyzer.kit.requirements import (
-    api_statistics,
-    communication_ops,
-    counters,
-    device_tasks,
-    host_api,
-    kernel_details,
-)
-from traceanalyzer.kit.store_builder import Launch, StoreBuilder, us
+from traceanalyzer.stats import OUTLIER_EXCESS, OUTLIER_Z, robust_z
 from traceanalyzer.store import Store
 from traceanalyzer.vocabulary import (
     AI_CORE_FREQ_PROCESS,
@@ -133,6 +155,33 @@ __all__ = [
     "device_tasks",
     "host_api",
     "kernel_details",
+    "phases",
+    "step_spans",
+    "HOST_MARKED_STEPS",
+    # steps and phases (the steps table), host calls in them
+    "DEQUEUE_PREFIX",
+    "NO_STEPS",
+    "SteadyUse",
+    "call_sites",
+    "capture_windows",
+    "host_calls",
+    "in_steps",
+    "per_step_figure",
+    "phase_at",
+    "phase_windows",
+    "phases_in",
+    "recurring_calls",
+    "steady_key_figures",
+    "step_windows",
+    # cost, kernels, statistics
+    "analysed_window_ns",
+    "analysed_windows",
+    "window_share",
+    "NOT_KERNEL_PATTERN",
+    "kernel_tasks",
+    "OUTLIER_EXCESS",
+    "OUTLIER_Z",
+    "robust_z",
     # presentation
     "PALETTE",
     "Chart",

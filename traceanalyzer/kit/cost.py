@@ -48,6 +48,6 @@ def analysed_window_ns(ctx: RuleContext) -> dict[int, int]:
     return {int(r): int(w) for r, w in totals.iter_rows()}
 
 
-def share(cost_ns: float | None, window_ns: int | None) -> float | None:
+def window_share(cost_ns: float | None, window_ns: int | None) -> float | None:
     """``cost_ns`` as a share of the window, or None when either is unknown."""
     return cost_ns / window_ns if cost_ns is not None and window_ns else None

@@ -104,3 +104,37 @@ def counters(*names: str, collect_with: str = NPU_ACTIVITY) -> Requirement:
         collect_with=collect_with,
         where=pl.col("process").is_in(names) | pl.col("name").is_in(names),
     )
+
+
+# The step windows the host marked (the steps table's sources that say where an iteration
+# begins and ends on the host): device bursts and whole sessions are no such thing.
+HOST_MARKED_STEPS = ("profiler_step", "annotation", "scope", "python_function")
+STEP_COLLECT = (
+    "a profiler schedule and prof.step() every iteration; for a vLLM server, with_stack or "
+    "with_modules (execute_model python functions) or VLLM_CUSTOM_SCOPES_FOR_PROFILING=1"
+)
+
+
+def step_spans(what: str = "step windows marked on the host") -> Requirement:
+    """Iterations whose bounds the host recorded (``ProfilerStep#N``, vLLM's step annotation or
+    scopes, the Python tracer's ``execute_model``): what a rule that places host calls in their
+    step needs."""
+    return Requirement(
+        "steps",
+        ("step",),
+        what=f"{what} (ProfilerStep#N, vLLM step annotations or scopes, execute_model)",
+        collect_with=STEP_COLLECT,
+        where=pl.col("step_source").is_in(list(HOST_MARKED_STEPS)),
+    )
+
+
+def phases(*names: str) -> Requirement:
+    """Steps of the phases ``names`` (``phases("decode", "spec_decode")``): a rule that judges
+    only them says "not evaluated: no decode steps" on a profile that has none."""
+    return Requirement(
+        "steps",
+        ("phase",),
+        what=f"{' or '.join(names)} steps",
+        collect_with="a profile of the server while it serves that phase",
+        where=pl.col("phase").is_in(list(names)),
+    )

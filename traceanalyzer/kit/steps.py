@@ -1,9 +1,10 @@
-"""Steps, steady state and host call sites: shared by the rules that judge host calls per step.
+r"""Steps, steady state and host call sites: shared by the rules that judge host calls per step.
 
-A step is a host span matching ``step_pattern`` (``ProfilerStep#N``, one per ``prof.step()``).
-Steps numbered up to ``warmup_steps`` are warm-up (the first iterations allocate, compile and
-cache), and so is a step that captures a graph (``aclmdlRICaptureBegin`` ... ``End``: vLLM's
-start-up, where the device idles while the host records); the others are the steady state. A call belongs to the step it starts in. Its call
+A step is an engine iteration of the store's ``steps`` table (:mod:`traceanalyzer.steps`:
+``ProfilerStep#N``, vLLM's step annotations or scopes, the Python tracer's ``execute_model``,
+device bursts; each with its phase). The steady state is every step that served the workload:
+not ``warmup`` (the first ``ProfilerStep``\ s, graph captures, start-up), ``dummy`` (a
+data-parallel padding batch) or ``idle``. A call belongs to the step it starts in. Its call
 site is the torch op around it on the same OS thread: the outermost one under the step (what
 the model code called, e.g. ``aten::item``) and the innermost (``aten::_local_scalar_dense``).
 """
@@ -19,95 +20,70 @@ import polars as pl
 from traceanalyzer.engine.findings import Evidence
 from traceanalyzer.engine.params import Param
 from traceanalyzer.engine.presentation import FigureContext
-from traceanalyzer.engine.rule import NotEvaluated, RuleContext
-from traceanalyzer.kit.cost import analysed_window_ns, share
-from traceanalyzer.kit.primitives import (
+from traceanalyzer.engine.rule import NotEvaluated, RuleContext, helper
+from traceanalyzer.kit.cost import analysed_window_ns, window_share
+from traceanalyzer.kit.requirements import HOST_MARKED_STEPS
+from traceanalyzer.primitives import (
     containing_call,
-    outermost,
     overlap_join,
     pair_windows,
 )
-from traceanalyzer.vocabulary import CANN_PROCESS, NOT_HOST_PROCESSES, PYTHON_PROCESS
+from traceanalyzer.steps.phases import PHASES, STEADY_PHASES, UNKNOWN_PHASE
+from traceanalyzer.steps.tables import steps_of
+from traceanalyzer.vocabulary import (
+    CANN_PROCESS,
+    CAPTURE_BEGIN_API,
+    CAPTURE_END_API,
+    PYTHON_PROCESS,
+    STEP_SPAN_PREFIX,
+)
 
 if TYPE_CHECKING:
     from traceanalyzer.chart import Chart
 
-STEP_PARAMS = {
-    "step_pattern": Param(
-        r"^ProfilerStep#(\d+)$",
-        "Regex on host span names that mark steps; group 1, when present, is the step number.",
-    ),
-    "warmup_steps": Param(
-        1, "Steps numbered up to this are warm-up, not steady state (ProfilerStep#1 ...)."
-    ),
-}
 CAPTURE_PARAMS = {
     "capture_begin": Param(
-        r"^aclmdl(RI)?CaptureBegin$", "Regex on the CANN api_name that opens a graph capture."
+        CAPTURE_BEGIN_API, "Regex on the CANN api_name that opens a graph capture."
     ),
     "capture_end": Param(
-        r"^aclmdl(RI)?CaptureEnd$", "Regex on the CANN api_name that closes a graph capture."
+        CAPTURE_END_API, "Regex on the CANN api_name that closes a graph capture."
     ),
 }
-STEP_PARAMS = {**STEP_PARAMS, **CAPTURE_PARAMS}
 NO_STEPS = (
-    "no step windows (`ProfilerStep#N` spans; profile with a schedule and call prof.step() "
-    "every iteration, or set step_pattern)"
+    "no step windows (no ProfilerStep#N, vLLM step annotation or scope, execute_model python "
+    "function or device work; profile with a schedule and prof.step(), or with_stack / "
+    "VLLM_CUSTOM_SCOPES_FOR_PROFILING=1 for a vLLM server)"
 )
 SITE_CATEGORIES = ("cpu_op", "dequeue")  # torch ops, and the task queue running them
 DEQUEUE_PREFIX = "Dequeue@"
-STEP_SCHEMA = {
-    "rank": pl.Int32,
-    "session": pl.String,
-    "step": pl.Int64,
-    "start_ns": pl.Int64,
-    "end_ns": pl.Int64,
-}
 
 
 def step_windows(ctx: RuleContext) -> pl.DataFrame:
-    """Steps per rank and session: ``step``, ``start_ns``, ``end_ns``, ``dur_ns``, ``steady``
-    (derived once per rank shard for every rule with the same step parameters)."""
-    return ctx.shared(_step_windows, tuple(STEP_PARAMS))
+    """The iterations the host marked of the ranks in scope (the ``steps`` table's
+    ``HOST_MARKED_STEPS``: no device burst, whole session or idle gap): rank,
+    session, ``step``, ``start_ns``, ``end_ns``, ``dur_ns``, ``phase``, ``tokens`` and
+    ``steady`` (it served the workload: not warm-up, dummy or idle)."""
+    return ctx.shared(_step_windows)
 
 
 def _step_windows(ctx: RuleContext) -> pl.DataFrame:
-    p = ctx.params
-    spans = (
-        ctx.table("slices")
-        .filter(
-            ~pl.col("process").is_in(NOT_HOST_PROCESSES)
-            & pl.col("name").str.contains(p.step_pattern)
-        )
-        .select(
-            "rank",
-            "session",
-            pl.col("name")
-            .str.extract(p.step_pattern, 1)
-            .cast(pl.Int64, strict=False)
-            .alias("step"),
-            "start_ns",
-            "end_ns",
-        )
-        .collect()
-        .cast(STEP_SCHEMA)
-    )
-    steps = outermost(spans).sort("rank", "session", "start_ns")
-    # A pattern without a number (an `execute_model` span): number the steps from 1 per session.
-    ordinal = pl.int_range(1, pl.len() + 1).over("rank", "session")
-    steps = steps.with_columns(
-        pl.col("step").fill_null(ordinal),
-        (pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns"),
-    ).with_row_index("_step")
-    captures = capture_windows(ctx)
-    capturing = overlap_join(steps, captures, mode="overlap", suffix="_capture")["_step"]
-    return steps.with_columns(
-        ((pl.col("step") > p.warmup_steps) & ~pl.col("_step").is_in(capturing.implode())).alias(
-            "steady"
-        )
-    ).drop("_step")
+    # only iterations the host marked: a host call cannot be placed in a device burst (a sync
+    # or a compile is what ends one)
+    steps = steps_of(ctx.store, ctx.ranks).filter(pl.col("step_source").is_in(HOST_MARKED_STEPS))
+    return steps.select(
+        "rank",
+        "session",
+        "step",
+        "start_ns",
+        "end_ns",
+        pl.col("step_ns").alias("dur_ns"),
+        "phase",
+        "tokens",
+        pl.col("phase").is_in(list(STEADY_PHASES)).alias("steady"),
+    ).sort("rank", "session", "start_ns")
 
 
+@helper(params=CAPTURE_PARAMS)
 def capture_windows(ctx: RuleContext) -> pl.DataFrame:
     """Graph capture windows (``capture_begin`` ... ``capture_end`` per host thread)."""
     return ctx.shared(_capture_windows, tuple(CAPTURE_PARAMS))
@@ -127,6 +103,47 @@ def _capture_windows(ctx: RuleContext) -> pl.DataFrame:
         is_begin=pl.col("api_name").str.contains(p.capture_begin),
         is_end=pl.col("api_name").str.contains(p.capture_end),
     ).select("rank", "session", "start_ns", "end_ns")
+
+
+def phases_in(steps: pl.DataFrame) -> list[str]:
+    """The phases of ``steps`` (a frame with a ``phase`` column) that are known, in the order
+    of :data:`~traceanalyzer.steps.phases.PHASES`: what a finding on them concerns ("unknown"
+    is no phase to name)."""
+    present = set(steps["phase"].drop_nulls().to_list()) if "phase" in steps.columns else set()
+    return [p for p in PHASES if p in present and p != UNKNOWN_PHASE]
+
+
+def phase_windows(ctx: RuleContext) -> pl.DataFrame:
+    """Every step of the ranks in scope, whatever marks it (device bursts too), with its
+    phase: rank, session, step, start_ns, end_ns, step_source, phase."""
+    return steps_of(ctx.store, ctx.ranks).select(
+        "rank", "session", "step", "start_ns", "end_ns", "step_source", "phase"
+    )
+
+
+def phase_at(ctx: RuleContext, frame: pl.DataFrame, at: str = "start_ns") -> pl.DataFrame:
+    """``frame`` (rank, session, ``at``) with the ``phase`` of the step each row lies in (null
+    outside every step)."""
+    steps = phase_windows(ctx).select(
+        "rank", "session", pl.col("start_ns").alias("_ws"), pl.col("end_ns").alias("_we"), "phase"
+    )
+    if frame.is_empty():
+        return frame.with_columns(pl.lit(None, dtype=pl.String).alias("phase"))
+    joined = (
+        frame.with_row_index("_row")
+        .sort(at)
+        .join_asof(
+            steps.sort("_ws"),
+            left_on=at,
+            right_on="_ws",
+            by=["rank", "session"],
+            strategy="backward",
+            check_sortedness=False,
+        )
+        .with_columns(pl.when(pl.col(at) < pl.col("_we")).then(pl.col("phase")).alias("phase"))
+        .sort("_row")
+    )
+    return joined.drop("_row", "_ws", "_we")
 
 
 def host_calls(
@@ -175,7 +192,7 @@ def call_sites(ctx: RuleContext, calls: pl.DataFrame) -> pl.DataFrame:
 
     A call on the task-queue thread sits in the ``Dequeue@op`` of the op it runs for.
     """
-    ops = ctx.shared(_site_ops, ("step_pattern",))
+    ops = ctx.shared(_site_ops)
     points = calls.with_columns(pl.col("start_ns").alias("_at"))
     inner = containing_call(points, ops, at="_at")["_op"]
     outer = containing_call(points, ops, at="_at", outer=True)["_op"]
@@ -189,7 +206,7 @@ def _site_ops(ctx: RuleContext) -> pl.DataFrame:
         .filter(
             (pl.col("process") == PYTHON_PROCESS)
             & pl.col("cat").is_in(SITE_CATEGORIES)
-            & ~pl.col("name").str.contains(ctx.params.step_pattern)
+            & ~pl.col("name").str.starts_with(STEP_SPAN_PREFIX)
         )
         .select(
             "rank",
@@ -284,11 +301,16 @@ class SteadyUse:
             .to_list()
         )
 
+    @property
+    def phases(self) -> list[str]:
+        """The phases of the steady steps that made the calls."""
+        return phases_in(self.per_step.filter(pl.col("steady") & (pl.col("calls") > 0)))
+
     def metrics(self) -> dict[str, Any]:
         t, n = self.totals, self.steps
         return {
             "cost_ns": int(t["cost_ns"]),
-            "cost_share": share(t["cost_ns"], self.window_ns),
+            "cost_share": window_share(t["cost_ns"], self.window_ns),
             "steady_share": round(t["cost_share"], 4),
             "calls": int(t["calls"]),
             "calls_per_step": round(t["calls"] / n, 3),
@@ -323,6 +345,15 @@ class SteadyUse:
         }
 
 
+RECURRING_PARAMS = {
+    "min_step_share": Param(
+        0.5, "Fire when at least this fraction of the steady steps makes the calls."
+    ),
+    "min_share": Param(0.002, "...and the calls take at least this share of their time."),
+}
+
+
+@helper(params=RECURRING_PARAMS)
 def recurring_calls(
     ctx: RuleContext, calls: pl.DataFrame, what: str, aside: Mapping[int, str] | None = None
 ) -> Iterator[SteadyUse]:
@@ -331,7 +362,8 @@ def recurring_calls(
     A rank qualifies when at least ``min_step_share`` of its steady steps have a call and the
     calls take at least ``min_share`` of their time; every other rank gets a note naming
     ``what`` was counted (plus ``aside[rank]``, e.g. what was left out). Without steps the
-    rule is not evaluated.
+    rule is not evaluated; a rank with no steady step is undecided (its status inconclusive,
+    never clean).
     """
     p = ctx.params
     steps = step_windows(ctx)
@@ -344,7 +376,12 @@ def recurring_calls(
         rank = int(t["rank"])
         extra = f"; {aside[rank]}" if aside and rank in aside else ""
         if not t["steady_steps"]:
-            ctx.note(f"rank {rank}: only warm-up steps profiled{extra}", rank=rank)
+            ctx.inconclusive(
+                f"rank {rank}: no steady step to judge: only warm-up, dummy or idle steps were "
+                f"profiled ({t['warmup_calls']} {what} there){extra}; profile steps past the "
+                "start-up",
+                rank=rank,
+            )
             continue
         if t["step_share"] < p.min_step_share or t["cost_share"] < p.min_share:
             ctx.note(

@@ -496,13 +496,14 @@ class StoreBuilder:
         self,
         rank: int,
         session: str,
-        step: int,
+        step: int | None,
         *,
         computing_ns: int,
         free_ns: int,
         communication_ns: int = 0,
     ) -> StoreBuilder:
-        """One step_trace_time.csv row: the step's compute, free (idle) and exposed comm time."""
+        """One step_trace_time.csv row: the step's compute, free (idle) and exposed comm time
+        (``step`` None: the row of a profile without ProfilerStep, Step empty)."""
         computing = exact_ns(computing_ns, "computing_ns")
         free = exact_ns(free_ns, "free_ns")
         communication = exact_ns(communication_ns, "communication_ns")

@@ -20,8 +20,9 @@ within a segment, at most 1 ns per segment). Computing, Communication(Not Overla
 Overlapped are defined as in ``step_trace_time.csv`` (the profiler's Overlap Analysis), which is
 what :func:`check_against_step_trace` compares with.
 
-Steps are ``ProfilerStep#N`` spans (the outermost ones); without any, the session's window is one
-step. Step time is the span's wall time: the time before the step's first device task
+The windows are the ``steps`` table's (:mod:`traceanalyzer.steps`): ProfilerStep#N spans, else
+the engine iterations vLLM marked, else bursts of device work, else the session. Step time is the
+window's wall time: the time before the step's first device task
 (``Preparing`` in step_trace_time.csv) is in the idle components, where a performance engineer
 looks for it.
 """
@@ -30,11 +31,9 @@ from __future__ import annotations
 
 import polars as pl
 
-from traceanalyzer.kit.primitives import outermost
 from traceanalyzer.schema import COMPONENT_NAMES
 from traceanalyzer.vocabulary import (
     COMMUNICATION_PROCESSES,
-    STEP_SPAN_PREFIX,
     WAIT_TASK_NAMES,
     WAIT_TASK_TYPES,
 )
@@ -68,33 +67,11 @@ WINDOW_COLUMNS = (
     "session", "step", "start_ns", "end_ns", "step_ns", "device_start_ns", "device_end_ns",
     *COMPONENT_NAMES,
 )  # fmt: skip
-STEP_COLUMNS = (*WINDOW_COLUMNS, "source", "check_deviation", "check_component")
-
-
-def step_windows(slices: pl.LazyFrame, sessions: pl.DataFrame) -> pl.DataFrame:
-    """One row per step: session, step, start_ns, end_ns (the session window when no steps)."""
-    steps = (
-        slices.filter(pl.col("name").str.starts_with(STEP_SPAN_PREFIX) & (pl.col("dur_ns") > 0))
-        .select("rank", "session", "name", "start_ns", "end_ns")
-        .collect()
-    )
-    steps = outermost(steps).with_columns(
-        pl.col("name").str.strip_prefix(STEP_SPAN_PREFIX).cast(pl.Int64, strict=False).alias("step")
-    )
-    have = set(steps["session"].unique().to_list())
-    whole = sessions.filter(
-        ~pl.col("session").is_in(list(have))
-        & pl.col("start_ns").is_not_null()
-        & (pl.col("end_ns") > pl.col("start_ns"))
-    ).select(
-        "session",
-        pl.lit(None, dtype=pl.Int64).alias("step"),
-        pl.col("start_ns").cast(pl.Int64),
-        pl.col("end_ns").cast(pl.Int64),
-    )
-    return pl.concat(
-        [steps.select("session", "step", "start_ns", "end_ns"), whole], how="vertical_relaxed"
-    ).sort("session", "start_ns")
+# what a row keeps of its step (the steps table): how the window was found, what it served
+STEP_META = ("step_source", "phase", "phase_source", "phase_reason", "tokens", "graph")
+STEP_COLUMNS = (
+    *WINDOW_COLUMNS, *STEP_META, "source", "check_scope", "check_deviation", "check_component",
+)  # fmt: skip
 
 
 def classify_tasks(tasks: pl.DataFrame) -> pl.DataFrame:
@@ -125,7 +102,7 @@ def breakdown(intervals: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
 
     ``intervals``: session, cls, start_ns, end_ns (device tasks classified by
     :func:`classify_tasks`, plus host-bound gaps as ``host_gap``). ``windows``: session, step,
-    start_ns, end_ns. Windows of one session must not overlap (outermost steps do not).
+    start_ns, end_ns. Windows of one session must not overlap (steps do not).
     """
     ivals = intervals.filter(pl.col("end_ns") > pl.col("start_ns"))
     deltas = [
@@ -309,5 +286,5 @@ def from_step_trace(step_times: pl.DataFrame, windows: pl.DataFrame) -> pl.DataF
             pl.lit(None, dtype=pl.Float64).alias("check_deviation"),
             pl.lit(None, dtype=pl.String).alias("check_component"),
         )
-        .select(STEP_COLUMNS)
+        .select(*WINDOW_COLUMNS, "source", "check_deviation", "check_component")
     )

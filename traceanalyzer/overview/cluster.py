@@ -6,6 +6,7 @@ from __future__ import annotations
 import polars as pl
 
 from traceanalyzer.overview.breakdown import computing_ns, idle_ns
+from traceanalyzer.overview.phases import iterations, whole_session
 from traceanalyzer.stats import OUTLIER_EXCESS, OUTLIER_Z, robust_z
 
 MIN_PEERS = 3  # below this there is no centre to be an outlier from
@@ -13,12 +14,14 @@ ALL_SESSIONS = "all"  # the session value of summary_ranks rows: the row covers 
 
 
 def cluster_rows(steps: pl.DataFrame, kernels: pl.DataFrame) -> pl.DataFrame:
-    """``summary_ranks``: per rank the mean step and its parts, the top kernel, and step_z.
+    """``summary_ranks``: per rank the mean step (iteration) and its parts, the top kernel,
+    and step_z.
 
     Means, where the rank-comparison rule takes medians: a rare long step (a stalled transfer, a recompile)
     is time the job lost on that rank, and the view should show it; the robust z-score across
     ranks is slow-rank's.
     """
+    steps, kernels = iterations(steps), whole_session(kernels)
     if steps.is_empty():
         return pl.DataFrame(schema={"rank": pl.Int32, "session": pl.String, "steps": pl.Int64})
     per_rank = (

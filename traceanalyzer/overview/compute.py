@@ -11,16 +11,18 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from traceanalyzer.kit.primitives import host_launches, stream_gaps
 from traceanalyzer.overview.breakdown import (
     STEP_COLUMNS,
+    STEP_META,
     breakdown,
     check_against_step_trace,
     classify_tasks,
     from_step_trace,
-    step_windows,
 )
 from traceanalyzer.overview.tops import top_collectives, top_host_apis, top_kernels
+from traceanalyzer.primitives import host_launches, stream_gaps
+from traceanalyzer.schema import COMPONENT_NAMES
+from traceanalyzer.steps.tables import steps_of
 from traceanalyzer.store import Store
 from traceanalyzer.vocabulary import DEVICE_PROCESSES, HARDWARE_PROCESS, HOST_PROCESSES
 
@@ -113,30 +115,140 @@ def host_bound_gaps(store: Store, rank: int, tasks: pl.DataFrame) -> pl.DataFram
     )
 
 
+# the steps the export's own breakdown has a row for, each; of the others, the session's total
+CHECKED_ONE_BY_ONE = "profiler_step"
+
+
+def _tiles(windows: pl.DataFrame, sessions: pl.DataFrame) -> pl.DataFrame:
+    """``windows`` (session, step, start_ns, end_ns) and the time around them, as windows with
+    a null start of ``_step`` (``_between``), so that a session's tiles cover it and their
+    breakdowns sum to the session's."""
+    bounds = sessions.select(
+        "session", pl.col("start_ns").cast(pl.Int64), pl.col("end_ns").cast(pl.Int64)
+    )
+    edges = pl.concat(
+        [
+            windows.select("session", "start_ns", "end_ns"),
+            # zero-length marks at the session's ends: the time before the first window and
+            # after the last is a tile too
+            bounds.select("session", "start_ns", pl.col("start_ns").alias("end_ns")),
+            bounds.select("session", pl.col("end_ns").alias("start_ns"), "end_ns"),
+        ]
+    ).sort("session", "start_ns")
+    reached = pl.col("end_ns").cum_max().over("session")
+    between = (
+        edges.with_columns(reached.shift(1).over("session").alias("_from"))
+        .filter(pl.col("_from").is_not_null() & (pl.col("start_ns") > pl.col("_from")))
+        .select(
+            "session",
+            pl.lit(None, dtype=pl.Int64).alias("step"),
+            pl.col("_from").alias("start_ns"),
+            pl.col("start_ns").alias("end_ns"),
+            pl.lit(True).alias("_between"),
+        )
+    )
+    return pl.concat(
+        [
+            windows.with_columns(pl.lit(False).alias("_between")),
+            between.select(windows.columns + ["_between"]),
+        ],
+        how="vertical_relaxed",
+    ).sort("session", "start_ns")
+
+
 def summarize_rank(store: Store, rank: int, sizes: TopSizes) -> dict[str, pl.DataFrame]:
     """Every ``summary_*`` table but ``summary_ranks`` for ``rank``, keyed by session."""
     ranks = [rank]
     slices = store.table("slices").filter(pl.col("rank") == rank)
     sessions = store.table("sessions").filter(pl.col("rank") == rank).collect()
-    windows = step_windows(slices, sessions)
+    steps = steps_of(store, ranks).drop("rank")
+    windows = steps.select("session", "step", "start_ns", "end_ns", *STEP_META)
     tasks = device_tasks(store, ranks)
     step_times = store.table("step_times").filter(pl.col("rank") == rank).collect()
     with_tasks = set(tasks["session"].unique().to_list())
     gaps = host_bound_gaps(store, rank, tasks).with_columns(pl.lit("host_gap").alias("cls"))
     interval_columns = ["session", "cls", "start_ns", "end_ns"]
     intervals = pl.concat([tasks.select(interval_columns), gaps.select(interval_columns)])
-    event_windows = windows.filter(pl.col("session").is_in(list(with_tasks)))
-    steps = check_against_step_trace(
-        breakdown(intervals, event_windows).with_columns(pl.lit("events").alias("source")),
-        step_times,
+    measured = _measured(
+        intervals, windows.filter(pl.col("session").is_in(list(with_tasks))), sessions, step_times
     )
     csv_only = step_times.filter(~pl.col("session").is_in(list(with_tasks)))
     if not csv_only.is_empty():
-        steps = pl.concat([steps, from_step_trace(csv_only, windows)], how="vertical_relaxed")
+        csv_rows = _from_step_trace(csv_only, windows).select(STEP_COLUMNS)
+        measured = pl.concat([measured.select(STEP_COLUMNS), csv_rows], how="vertical_relaxed")
     comm_ops = store.table("comm_ops").filter(pl.col("rank") == rank).collect()
     return {
-        "summary_steps": steps.select(STEP_COLUMNS).sort("session", "start_ns", nulls_last=True),
-        "summary_kernels": top_kernels(tasks, sizes.kernels),
-        "summary_host_apis": top_host_apis(slices, windows, sizes.host_apis),
+        "summary_steps": measured.select(STEP_COLUMNS).sort("session", "start_ns", nulls_last=True),
+        "summary_kernels": top_kernels(tasks, steps, sizes.kernels),
+        "summary_host_apis": top_host_apis(slices, steps, sizes.host_apis),
         "summary_collectives": top_collectives(comm_ops, tasks, sizes.collectives),
     }
+
+
+def _measured(
+    intervals: pl.DataFrame, windows: pl.DataFrame, sessions: pl.DataFrame, step_times: pl.DataFrame
+) -> pl.DataFrame:
+    """The breakdown of every window, checked against the export's own: a ProfilerStep by its
+    row, any other window by its session's total (the export's session row, step empty)."""
+    tiles = _tiles(windows.select("session", "step", "start_ns", "end_ns"), sessions)
+    parts = breakdown(intervals, tiles.drop("_between")).join(
+        tiles.select("session", "start_ns", "_between"), on=["session", "start_ns"], how="left"
+    )
+    rows = (
+        parts.filter(~pl.col("_between"))
+        .drop("_between")
+        .join(
+            windows.select("session", "start_ns", *STEP_META),
+            on=["session", "start_ns"],
+            how="left",
+        )
+        .with_columns(pl.lit("events").alias("source"))
+    )
+    one_by_one = pl.col("step_source") == CHECKED_ONE_BY_ONE
+    by_session = set(rows.filter(~one_by_one)["session"].unique().to_list())
+    units = pl.concat(
+        [
+            rows.filter(one_by_one).select("session", "step", *COMPONENT_NAMES),
+            parts.filter(pl.col("session").is_in(list(by_session)))
+            .group_by("session")
+            .agg(pl.col(list(COMPONENT_NAMES)).sum())
+            .select("session", pl.lit(None, dtype=pl.Int64).alias("step"), *COMPONENT_NAMES),
+        ]
+    )
+    checked = check_against_step_trace(units, step_times).select(
+        "session", "step", "check_deviation", "check_component"
+    )
+    return (
+        rows.with_columns(
+            pl.when(one_by_one).then(pl.col("step")).alias("_unit"),
+            pl.when(one_by_one)
+            .then(pl.lit("step"))
+            .otherwise(pl.lit("session"))
+            .alias("check_scope"),
+        )
+        .join(
+            checked.rename({"step": "_unit"}), on=["session", "_unit"], how="left", nulls_equal=True
+        )
+        .drop("_unit")
+    )
+
+
+def _from_step_trace(step_times: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
+    """Sessions with a step breakdown but no device tasks: the export's rows, for its steps
+    (a ProfilerStep by its number, the session row as the session's one window)."""
+    own = windows.filter(pl.col("step_source") == CHECKED_ONE_BY_ONE)
+    rows = from_step_trace(step_times, own)
+    return rows.join(
+        own.select("session", "step", *STEP_META),
+        on=["session", "step"],
+        how="left",
+        nulls_equal=True,
+    ).with_columns(
+        pl.col("step_source").fill_null("session"),
+        pl.col("phase").fill_null("unknown"),
+        pl.col("phase_source").fill_null("none"),
+        pl.when(pl.col("step_source") == CHECKED_ONE_BY_ONE)
+        .then(pl.lit("step"))
+        .otherwise(pl.lit("session"))
+        .alias("check_scope"),
+    )

@@ -21,12 +21,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import polars as pl
-
 from traceanalyzer.overview.cluster import cluster_rows
 from traceanalyzer.overview.compute import DEFAULT_TOP, TopSizes, summarize_rank
-from traceanalyzer.schema import DERIVED_TABLES
-from traceanalyzer.store import TABLES_DIR, RankStore, Store, commit_partition, write_atomic_text
+from traceanalyzer.store import TABLES_DIR, RankStore, Store, write_atomic_text, write_derived_table
 
 if TYPE_CHECKING:
     from traceanalyzer.executor import Executor
@@ -36,22 +33,12 @@ RANK_TABLES = ("summary_steps", "summary_kernels", "summary_host_apis", "summary
 CLUSTER_TABLE = "summary_ranks"
 
 
-def write_table(root: Path, table: str, rank: int, frame: pl.DataFrame) -> None:
-    """Replace every partition of ``table`` for ``rank`` with ``frame`` (one per session)."""
-    shutil.rmtree(root / TABLES_DIR / table / f"rank={rank}", ignore_errors=True)
-    columns = [c for c in DERIVED_TABLES[table].columns if c.name not in ("rank", "session")]
-    schema = DERIVED_TABLES[table].polars_schema
-    for (session,), part in frame.group_by("session", maintain_order=True):
-        data = part.select(pl.col(c.name).cast(schema[c.name]) for c in columns)
-        commit_partition(root, table, rank, str(session), data.write_parquet)
-
-
 def overview_rank(store_root: str, rank: int, sizes: Mapping[str, int]) -> int:
     """The worker task: the rank's summary tables, written into the store; returns their rows."""
     root = Path(store_root)
     frames = summarize_rank(RankStore(root, [rank]), rank, TopSizes(**sizes))
     for table, frame in frames.items():
-        write_table(root, table, rank, frame)
+        write_derived_table(root, table, rank, frame)
     return sum(f.height for f in frames.values())
 
 
@@ -118,5 +105,5 @@ def summarize_store(
     )
     shutil.rmtree(root / TABLES_DIR / CLUSTER_TABLE, ignore_errors=True)
     for (rank,), part in rows.group_by("rank"):
-        write_table(root, CLUSTER_TABLE, int(rank), part)  # type: ignore[arg-type]
+        write_derived_table(root, CLUSTER_TABLE, int(rank), part)  # type: ignore[arg-type]
     return {"failed": failed, "computed": todo}

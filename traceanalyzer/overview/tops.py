@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import polars as pl
 
 from traceanalyzer.overview.breakdown import COMPUTE_CLASSES
@@ -12,37 +14,62 @@ PYTHON_OP_CATEGORY = "cpu_op"  # torch ops (aten::*, npu::*) on the Python side
 COLLECTIVE_KIND = r"^(?:hcom_)?([A-Za-z][A-Za-z0-9]*)"
 
 
+ALL_PHASES = "all"  # the phase column of a top table's rows over the whole session
+
+
+def by_phase(frame: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
+    """``frame``'s rows twice: ``phase`` "all", and the phase of the step each starts in (rows
+    outside every step only once). ``steps``: session, start_ns, end_ns, phase."""
+    whole = frame.with_columns(pl.lit(ALL_PHASES).alias("phase"))
+    spans = steps.select(
+        "session", pl.col("start_ns").alias("_s"), pl.col("end_ns").alias("_e"), "phase"
+    ).sort("_s")
+    placed = (
+        frame.sort("start_ns")
+        .join_asof(spans, left_on="start_ns", right_on="_s", by="session", check_sortedness=False)
+        .filter(pl.col("start_ns") < pl.col("_e"))
+        .drop("_s", "_e")
+    )
+    return pl.concat([whole, placed.select(whole.columns)])
+
+
 def _stats(frame: pl.DataFrame, by: list[str], whole: pl.DataFrame, n: int) -> pl.DataFrame:
-    """count, total, mean, p95 of ``dur_ns`` per ``by``; the ``n`` largest per session; share
-    of ``whole`` (session, whole_ns)."""
+    """count, total, mean, p95 of ``dur_ns`` per ``by``; the ``n`` largest per session and
+    phase; share of ``whole`` (session, phase, whole_ns)."""
+    keys = ["session", "phase"]
     return (
-        frame.group_by("session", *by)
+        frame.group_by(*keys, *by)
         .agg(
             pl.len().cast(pl.Int64).alias("count"),
             pl.col("dur_ns").sum().alias("total_ns"),
             pl.col("dur_ns").mean().round(0).cast(pl.Int64).alias("mean_ns"),
             pl.col("dur_ns").quantile(0.95, "nearest").cast(pl.Int64).alias("p95_ns"),
         )
-        .sort(["session", "total_ns", *by], descending=[False, True, *([False] * len(by))])
-        .group_by("session", maintain_order=True)
+        .sort([*keys, "total_ns", *by], descending=[False, False, True, *([False] * len(by))])
+        .group_by(*keys, maintain_order=True)
         .head(n)
-        .join(whole, on="session", how="left")
+        .join(whole, on=keys, how="left")
         .with_columns((pl.col("total_ns") / pl.col("whole_ns")).alias("share"))
         .drop("whole_ns")
     )
 
 
-def top_kernels(tasks: pl.DataFrame, n: int) -> pl.DataFrame:
-    """Compute tasks (classified device tasks) by total device time; share of all compute."""
+def top_kernels(tasks: pl.DataFrame, steps: pl.DataFrame, n: int) -> pl.DataFrame:
+    """Compute tasks (classified device tasks) by total device time, over the session and per
+    phase; share of all compute there."""
     kernels = tasks.filter(pl.col("cls").is_in(COMPUTE_CLASSES)).with_columns(
         pl.coalesce("accelerator", "task_type").alias("accelerator")
     )
-    whole = kernels.group_by("session").agg(pl.col("dur_ns").sum().alias("whole_ns"))
+    kernels = by_phase(
+        kernels.select("session", "name", "accelerator", "start_ns", "dur_ns"), steps
+    )
+    whole = kernels.group_by("session", "phase").agg(pl.col("dur_ns").sum().alias("whole_ns"))
     return _stats(kernels, ["name", "accelerator"], whole, n)
 
 
-def top_host_apis(slices: pl.LazyFrame, windows: pl.DataFrame, n: int) -> pl.DataFrame:
-    """CANN APIs and Python ops by total (inclusive) time; share of the session's window."""
+def top_host_apis(slices: pl.LazyFrame, steps: pl.DataFrame, n: int) -> pl.DataFrame:
+    """CANN APIs and Python ops by total (inclusive) time, over the session and per phase;
+    share of the session's steps there."""
     calls = (
         slices.filter(
             (pl.col("process") == CANN_PROCESS)
@@ -58,12 +85,21 @@ def top_host_apis(slices: pl.LazyFrame, windows: pl.DataFrame, n: int) -> pl.Dat
             .otherwise(pl.lit("Python"))
             .alias("kind"),
             "name",
+            "start_ns",
             "dur_ns",
         )
         .collect()
     )
-    window = windows.group_by("session").agg(
-        (pl.col("end_ns") - pl.col("start_ns")).sum().alias("whole_ns")
+    calls = by_phase(calls, steps)
+    span = pl.col("end_ns") - pl.col("start_ns")
+    window = pl.concat(
+        [
+            steps.group_by("session").agg(
+                span.sum().alias("whole_ns"), pl.lit(ALL_PHASES).alias("phase")
+            ),
+            steps.group_by("session", "phase").agg(span.sum().alias("whole_ns")),
+        ],
+        how="diagonal",
     )
     return _stats(calls, ["kind", "name"], window, n)
 
@@ -102,3 +138,34 @@ def top_collectives(comm_ops: pl.DataFrame, tasks: pl.DataFrame, n: int) -> pl.D
 
 def _kind(column: str) -> pl.Expr:
     return pl.col(column).str.extract(COLLECTIVE_KIND, 1).fill_null(pl.col(column)).alias("name")
+
+
+def combined_tops(
+    frame: pl.DataFrame, by: list[str], n: int, extra: Iterable[pl.Expr] = ()
+) -> list[dict]:
+    """Per-rank top tables combined: sums over ranks, p95 the worst rank's, share re-weighted."""
+    if frame.is_empty():
+        return []
+    has_share = "share" in frame.columns
+    aggs = [
+        pl.col("rank").n_unique().alias("ranks"),
+        pl.col("count").sum(),
+        pl.col("total_ns").sum(),
+        *extra,
+    ]
+    if has_share:
+        aggs.append((pl.col("total_ns") / pl.col("share")).sum().alias("_whole"))
+    if "p95_ns" in frame.columns:
+        aggs.append(pl.col("p95_ns").max())
+    out = (
+        frame.group_by(by)
+        .agg(aggs)
+        .with_columns((pl.col("total_ns") / pl.col("count")).round(0).alias("mean_ns"))
+        .sort(["total_ns", *by], descending=[True, *([False] * len(by))])
+        .head(n)
+    )
+    if has_share:
+        out = out.with_columns((pl.col("total_ns") / pl.col("_whole")).alias("share")).drop(
+            "_whole"
+        )
+    return out.to_dicts()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from traceanalyzer.report import fmt
 from traceanalyzer.report.fmt import trace_us
 from traceanalyzer.report.inputs import ReportInputs
 
@@ -59,7 +60,7 @@ def overlay_events(
     def track(index: int, f: dict[str, Any], name: str | None) -> int:
         if (index, name) not in tracks:
             tid = tracks[index, name] = len(tracks) + 1
-            label = f"[{f.get('severity')}] {f.get('name')} ({f.get('ranks_label')})"
+            label = f"[{f.get('severity')}] {f.get('name')} ({fmt.where(f)})"
             events.append(
                 _meta(tid, "thread_name", {"name": label + (f": {name}" if name else "")})
             )

@@ -87,3 +87,11 @@ def label(key: str) -> str:
     """``worst_span_ns`` -> ``worst span``: metric keys read as words (units come from the value)."""
     words = key.removesuffix("_ns").replace("_", " ")
     return words
+
+
+def where(finding: Any) -> str:
+    """``rank 0``, ``ranks 0-3 (4/8), in decode``: a finding's ranks, and the serving phases it
+    concerns when it names some."""
+    phases = finding.get("phases") or []
+    label = str(finding.get("ranks_label") or "")
+    return f"{label}, in {', '.join(phases)}" if phases else label

@@ -131,7 +131,7 @@ def _overview(findings: list[Mapping[str, Any]], costs: Mapping[str, Any]) -> st
         (
             chip(f["severity"], f["severity"]),
             f'<a href="#{esc(finding_anchor(f))}">{esc(f["name"])}</a>',
-            esc(f.get("ranks_label")),
+            esc(fmt.where(f)),
             esc(cost_text(costs.get(f.get("fingerprint", "")))),
             inline(f.get("title")),
         )
@@ -193,7 +193,7 @@ def _finding_section(
         '<div class="meta">',
         chip(sev, sev),
         chip(f"{f.get('rule')} {f.get('name')}"),
-        f"<span>{esc(f.get('ranks_label'))}</span>",
+        f"<span>{esc(fmt.where(f))}</span>",
         chip(cost_text(cost)) if cost_text(cost) else "",
         f'<span class="mono small">fingerprint {esc(f.get("fingerprint"))}</span>',
         "</div>",

@@ -86,7 +86,7 @@ def render_markdown(inputs: ReportInputs, plot_files: Mapping[str, str] | None =
                 [
                     f["severity"],
                     f["name"],
-                    f.get("ranks_label"),
+                    fmt.where(f),
                     cost_text(costs.get(f.get("fingerprint", ""))),
                     f.get("title"),
                 ]
@@ -149,7 +149,7 @@ def _finding(
 ) -> list[str]:
     cost = cost_text(costs.get(f.get("fingerprint", "")))
     lines = [
-        f"### [{f['severity']}] {md_text(f['name'])} on {md_text(f.get('ranks_label'))}",
+        f"### [{f['severity']}] {md_text(f['name'])} on {md_text(fmt.where(f))}",
         "",
         md_text(f.get("title")) + (f" — {cost}" if cost else ""),
         "",

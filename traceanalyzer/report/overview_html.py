@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from traceanalyzer.report import overview_text as text
 from traceanalyzer.report.htmlkit import details, esc, table
-from traceanalyzer.report.overview_plots import COLORS
+from traceanalyzer.report.overview_plots import COLORS, PHASE_COLORS
 from traceanalyzer.text import count
 
 if TYPE_CHECKING:
@@ -114,6 +114,7 @@ def overview_section(doc: Mapping[str, Any], figures: Mapping[str, bytes]) -> st
     ranks = table(text.compact_headers(), text.compact_rows(overview), numeric=tuple(range(1, 10)))
     many = len(overview["ranks"]) > RANKS_SHOWN
     parts.append(details(f"Per rank ({len(overview['ranks'])})", ranks, open_=not many))
+    parts.append(_phases(overview))
     parts.append(_cluster(overview))
     for index, (title, (headers, rows)) in enumerate(text.top_rows(overview).items()):
         if rows:
@@ -151,6 +152,50 @@ def stacked_bars(overview: Mapping[str, Any]) -> str:
     legend = "".join(
         f'<span><i style="background:{COLORS[c["key"]]}"></i>{esc(c["label"])}</span>'
         for c in components
+    )
+    return "".join(rows) + f'<div class="ov-legend">{legend}</div>'
+
+
+def _phases(overview: Mapping[str, Any]) -> str:
+    """The phase table and strip: each kind of iteration on its own, and when each ran."""
+    note = text.phase_note(overview)
+    if not text.phases_known(overview):
+        return f'<p class="small muted">{esc(note)}.</p>' if note else ""
+    headers = text.phase_headers()
+    body = table(headers, text.phase_rows(overview), numeric=tuple(range(1, len(headers))))
+    caption = (
+        "<figcaption>The phases over time, per rank (from its first step; idle: no iteration "
+        "ran). Hover a block for its time.</figcaption>"
+    )
+    strip = f'<figure class="ov-bars">{phase_strip(overview)}{caption}</figure>'
+    muted = f'<p class="small muted">{esc(note)}.</p>' if note else ""
+    return details("By phase", body + muted + strip, open_=True)
+
+
+def phase_strip(overview: Mapping[str, Any]) -> str:
+    """One track per rank, its runs of one phase placed on a time axis common to the ranks."""
+    lanes = (overview.get("phases") or {}).get("timeline") or []
+    longest = max((lane.get("span_ns") or 0 for lane in lanes), default=0) or 1
+    rows, seen = [], []
+    for lane in lanes:
+        blocks = []
+        for start, end, phase in lane.get("runs") or []:
+            seen += [phase] if phase not in seen else []
+            blocks.append(
+                f'<span style="left:{100 * start / longest:.3f}%;'
+                f"width:{max(100 * (end - start) / longest, 0.05):.3f}%;"
+                f'background:{PHASE_COLORS.get(phase, "#9ca3af")}" '
+                f'title="{esc(phase)}: {esc(text.fmt.duration(end - start))} at '
+                f'+{esc(text.fmt.duration(start))}"></span>'
+            )
+        rows.append(
+            f'<div class="ov-row ov-lane"><span class="ov-rank">rank {esc(lane["rank"])}</span>'
+            f'<span class="ov-track ov-strip">{"".join(blocks)}</span>'
+            f'<span class="ov-step">{esc(text.fmt.duration(lane.get("span_ns")))}</span></div>'
+        )
+    legend = "".join(
+        f'<span><i style="background:{PHASE_COLORS.get(p, "#9ca3af")}"></i>{esc(p)}</span>'
+        for p in seen
     )
     return "".join(rows) + f'<div class="ov-legend">{legend}</div>'
 

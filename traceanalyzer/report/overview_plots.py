@@ -27,6 +27,19 @@ COLORS: dict[str, str] = {
 }
 
 
+# one colour per phase (traceanalyzer.steps.phases.PHASES): the work warm, the rest muted
+PHASE_COLORS: dict[str, str] = {
+    "prefill": "#1d4ed8",
+    "decode": "#0d9488",
+    "mixed": "#7c3aed",
+    "spec_decode": "#db2777",
+    "dummy": "#f59e0b",
+    "warmup": "#a16207",
+    "idle": "#e5e7eb",
+    "unknown": "#9ca3af",
+}
+
+
 def heatmap_figure(overview: Mapping[str, Any]) -> Chart | None:
     """Past 8 ranks (bars would be unreadable): ranks x components, coloured by share of the
     step. Up to 8, report.html draws the stacked bars itself, in HTML."""

@@ -101,6 +101,77 @@ def compact_headers() -> list[str]:
     return ["rank", "steps", "step", *(name for name, _ in COMPACT), "top kernel"]
 
 
+def phase_rows(overview: Mapping[str, Any]) -> list[list[str]]:
+    """Per phase: phase, iterations, share of the profile's wall time, p50 and p95 iteration
+    time, time per 1k new tokens (where the batch size is known), how the forward ran, then
+    each compact group's share of the phase's mean step."""
+    rows = []
+    for r in (overview.get("phases") or {}).get("rows") or []:
+        mean = r.get("mean") or {}
+        step = mean.get("step_ns") or 0.0
+        per_token = r.get("ns_per_token")
+        rows.append(
+            [
+                r["phase"],
+                str(r["steps"]),
+                fmt.percent(r.get("wall_share")),
+                fmt.duration(r.get("p50_ns")),
+                fmt.duration(r.get("p95_ns")),
+                fmt.duration(per_token * 1000) if per_token else "",
+                _graph_cell(r.get("graph") or {}),
+                *(share(sum(mean.get(k, 0.0) for k in keys), step) for _, keys in COMPACT),
+            ]
+        )
+    return rows
+
+
+def phase_headers() -> list[str]:
+    return ["phase", "steps", "wall", "p50", "p95", "per 1k tokens", "graph"] + [
+        name for name, _ in COMPACT
+    ]
+
+
+def _graph_cell(graph: Mapping[str, int]) -> str:
+    """``full``, or ``full 83%`` when the phase's iterations ran more than one way."""
+    total = sum(graph.values())
+    if not total:
+        return ""
+    mode, n = max(graph.items(), key=lambda kv: (kv[1], kv[0]))
+    return mode if n == total else f"{mode} {fmt.percent(n / total)}"
+
+
+def phases_known(overview: Mapping[str, Any]) -> bool:
+    """Some iteration's phase was told (else a phase table only says "unknown")."""
+    rows = (overview.get("phases") or {}).get("rows") or []
+    return any(r["phase"] not in ("unknown", "idle") for r in rows)
+
+
+def phase_note(overview: Mapping[str, Any]) -> str | None:
+    """What share of the iteration time has no known phase, and why (None: all known)."""
+    phases = overview.get("phases") or {}
+    unknown = next((r for r in phases.get("rows") or [] if r["phase"] == "unknown"), None)
+    if unknown is None:
+        return None
+    known = phases.get("known_share")
+    what = "every iteration" if not known else f"{fmt.percent(1 - known)} of the iteration time"
+    return f"phase unknown for {what}: {unknown.get('reason') or 'no evidence'}"
+
+
+def _aligned(headers: list[str], rows: list[list[str]], last_clip: int | None = None) -> list[str]:
+    """Rows under headers, the first column left-aligned, the others right-aligned; the last
+    column clipped and left free when ``last_clip``."""
+    fixed = headers[:-1] if last_clip else headers
+    width = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(fixed)]
+    lines = []
+    for row in [headers, *rows]:
+        cells = [
+            c.rjust(width[i]) if i else c.ljust(width[i]) for i, c in enumerate(row[: len(fixed)])
+        ]
+        tail = "  " + _clip(row[-1], last_clip) if last_clip else ""
+        lines.append("  " + "  ".join(cells) + tail)
+    return lines
+
+
 def overview_table(overview: Mapping[str, Any], verbose: bool = False) -> str:
     """The terminal's table under the findings: where each rank's step time goes; the
     breakdown's source and check only when the check fails (as a warning) or ``verbose``."""
@@ -108,15 +179,16 @@ def overview_table(overview: Mapping[str, Any], verbose: bool = False) -> str:
         return f"overview failed: {overview['error']}"
     if not usable(overview):
         return "overview: no step or window to break down"
-    headers = compact_headers()
-    rows = compact_rows(overview)
-    width = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(headers[:-1])]
     lines = ["where the time goes (mean per step; share of the step):"]
     if overview.get("headline"):
         lines.append(f"  {overview['headline']}")
-    for row in [headers, *rows]:
-        cells = [c.rjust(width[i]) if i else c.ljust(width[i]) for i, c in enumerate(row[:-1])]
-        lines.append("  " + "  ".join(cells) + "  " + _clip(row[-1], 40))
+    lines += _aligned(compact_headers(), compact_rows(overview), last_clip=40)
+    if phases_known(overview):
+        lines.append("  by phase (wall: share of the profile; p50/p95 per iteration):")
+        lines += _aligned(phase_headers(), phase_rows(overview))
+    note = phase_note(overview)
+    if note and (verbose or phases_known(overview)):
+        lines.append(f"  {note}")
     warning = check_warning(overview)
     if warning:
         lines.append(f"  warning: {warning}")
@@ -143,6 +215,8 @@ def cost_text(cost: Mapping[str, Any] | None) -> str:
     if share is None:
         return fmt.duration(ns) if ns else ""
     text = f"costs {fmt.percent(share)} of step time" + (f" ({fmt.duration(ns)})" if ns else "")
+    if cost.get("phase_share") is not None:
+        text += f", {fmt.percent(cost['phase_share'])} of {'/'.join(cost['phases'])} time"
     doubtful = cost.get("unreliable_ranks")
     if doubtful:
         text += (
@@ -251,6 +325,10 @@ def overview_markdown(
     lines += [*figures, ""] if figures else []
     lines += md_table(["component", "per step", "share"], component_rows(overview)) + [""]
     lines += md_table(compact_headers(), compact_rows(overview)) + [""]
+    if phases_known(overview):
+        lines += ["### By phase", ""] + md_table(phase_headers(), phase_rows(overview)) + [""]
+    note = phase_note(overview)
+    lines += [note[0].upper() + note[1:] + ".", ""] if note else []
     if len(overview.get("cluster") or []) > 1:
         lines += ["### Ranks", ""]
         lines += md_table(CLUSTER_HEADERS, cluster_rows(overview)) + [""]

@@ -133,6 +133,7 @@ def build_sarif(inputs: ReportInputs) -> dict[str, Any]:
                 "properties": {
                     "ranks": f.get("ranks"),
                     "totalRanks": f.get("total_ranks"),
+                    "phases": f.get("phases") or [],
                     "metrics": f.get("metrics"),
                     "location": f.get("location"),
                 },

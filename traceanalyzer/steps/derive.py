@@ -93,7 +93,12 @@ def _launched_attention(store: Store, rank: int, p: Params) -> pl.DataFrame:
     )
     if not replays.is_empty():
         kernels = kernels.sort("start_ns").join_asof(
-            replays, left_on="start_ns", right_on="_replay", by="session", strategy="backward"
+            replays,
+            left_on="start_ns",
+            right_on="_replay",
+            by="session",
+            strategy="backward",
+            check_sortedness=False,
         )
     else:
         kernels = kernels.with_columns(pl.lit(None, dtype=pl.Int64).alias("_replay"))

@@ -9,8 +9,8 @@ sources it cites).
 
 from __future__ import annotations
 
-from traceanalyzer.engine.params import Param
-from traceanalyzer.vocabulary import GRAPH_REPLAY_APIS
+from traceanalyzer.engine.params import Param, Params
+from traceanalyzer.vocabulary import CAPTURE_BEGIN_API, CAPTURE_END_API, GRAPH_REPLAY_APIS
 
 # The parameter namespace of the derivation (`--set steps.idle_gap_ms=2`).
 NAMESPACE = "steps"
@@ -86,10 +86,10 @@ STEP_PARAMS: dict[str, Param] = {
         1, "ProfilerStep windows numbered up to this are warm-up (ProfilerStep#1 ...)."
     ),
     "capture_begin": Param(
-        r"^aclmdl(RI)?CaptureBegin$", "Regex on the CANN api_name that opens a graph capture."
+        CAPTURE_BEGIN_API, "Regex on the CANN api_name that opens a graph capture (warm-up)."
     ),
     "capture_end": Param(
-        r"^aclmdl(RI)?CaptureEnd$", "Regex on the CANN api_name that closes a graph capture."
+        CAPTURE_END_API, "Regex on the CANN api_name that closes a graph capture."
     ),
     "idle_gap_ms": Param(
         1.0,
@@ -131,3 +131,8 @@ STEP_PARAMS: dict[str, Param] = {
         GRAPH_REPLAY_APIS, "Host calls that replay a captured graph (aclgraph / NPUGraph)."
     ),
 }
+
+
+def default_params() -> Params:
+    """The derivation's parameters at their defaults."""
+    return Params({name: p.default for name, p in STEP_PARAMS.items()})

@@ -23,7 +23,7 @@ from __future__ import annotations
 import polars as pl
 
 from traceanalyzer.engine.params import Params
-from traceanalyzer.kit.primitives import outermost
+from traceanalyzer.primitives import outermost
 from traceanalyzer.vocabulary import COMPUTE_TASK_TYPES, HARDWARE_PROCESS, NOT_HOST_PROCESSES
 
 WINDOW_SCHEMA = {

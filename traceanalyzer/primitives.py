@@ -1,4 +1,6 @@
-"""Shared building blocks for rules: interval joins, windows, unions, coverage and trend tests.
+"""Building blocks over the store's tables: interval joins, windows, unions, coverage, trend
+tests, the device tasks' host launches; shared by the derivations (steps, overview) and, through
+the kit, by the rules.
 
 Every rule that asks "which tasks overlap this span", "how many calls fall in each capture" or
 "does this series grow" uses these instead of re-coding them. They work on polars frames with

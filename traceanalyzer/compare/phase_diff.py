@@ -1,0 +1,227 @@
+"""``diff`` per serving phase: a slower mean step can be more prefill traffic, not a slower server.
+
+Each phase's iterations, median and p95 iteration time in both runs (``summary.overview.phases``
+of each findings.json), and two verdicts: ``mix_changed`` (some phase's share of the iterations
+moved by :data:`MIX_SHIFT` or more) and, per phase, ``regressed`` / ``improved`` (its median
+iteration moved by :data:`PHASE_CHANGE` or more). A run with more prefill and no slower phase is
+a mix change; a slower decode under the same mix is a decode regression.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from traceanalyzer.report import fmt
+from traceanalyzer.report.htmlkit import esc, table
+
+MIX_SHIFT = 0.10  # share of the iterations (0..1) a phase must gain or lose: a change of mix
+PHASE_CHANGE = 0.05  # relative move of a phase's median iteration: slower or faster
+MIN_STEPS = 3  # iterations a phase needs in both runs to be compared
+NOT_ITERATIONS = ("idle",)  # windows, not iterations: not in the mix
+
+
+@dataclass(frozen=True)
+class PhaseDelta:
+    """One phase in the base and the target run (None: the run has none of it)."""
+
+    phase: str
+    base_steps: int
+    target_steps: int
+    base_share: float | None  # of the run's iterations
+    target_share: float | None
+    base_p50_ns: float | None
+    target_p50_ns: float | None
+    base_p95_ns: float | None
+    target_p95_ns: float | None
+    base_mean_ns: float | None
+    target_mean_ns: float | None
+
+    @property
+    def share_change(self) -> float | None:
+        if self.phase in NOT_ITERATIONS:
+            return None
+        return (self.target_share or 0.0) - (self.base_share or 0.0)
+
+    @property
+    def p50_rel(self) -> float | None:
+        b, t = self.base_p50_ns, self.target_p50_ns
+        return (t - b) / b if b and t is not None else None
+
+    @property
+    def compared(self) -> bool:
+        return min(self.base_steps, self.target_steps) >= MIN_STEPS and self.phase != "unknown"
+
+    @property
+    def verdict(self) -> str:
+        """``regressed``, ``improved``, ``unchanged``; ``new`` / ``gone`` (in one run only);
+        ``too few`` (under :data:`MIN_STEPS` iterations on a side, or no phase known)."""
+        if not self.base_steps or not self.target_steps:
+            return "new" if self.target_steps else "gone"
+        if not self.compared or self.p50_rel is None or self.phase in NOT_ITERATIONS:
+            return "too few" if self.phase not in NOT_ITERATIONS else "unchanged"
+        if self.p50_rel >= PHASE_CHANGE:
+            return "regressed"
+        return "improved" if self.p50_rel <= -PHASE_CHANGE else "unchanged"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "phase": self.phase,
+            "base": {"steps": self.base_steps, "share": self.base_share,
+                     "p50_ns": self.base_p50_ns, "p95_ns": self.base_p95_ns,
+                     "mean_ns": self.base_mean_ns},
+            "target": {"steps": self.target_steps, "share": self.target_share,
+                       "p50_ns": self.target_p50_ns, "p95_ns": self.target_p95_ns,
+                       "mean_ns": self.target_mean_ns},
+            "share_change": self.share_change,
+            "p50_rel": self.p50_rel,
+            "verdict": self.verdict,
+        }  # fmt: skip
+
+
+@dataclass(frozen=True)
+class PhaseDiff:
+    rows: list[PhaseDelta]
+
+    @property
+    def mix_changed(self) -> bool:
+        return any(abs(r.share_change or 0.0) >= MIX_SHIFT for r in self.rows)
+
+    @property
+    def regressed(self) -> list[str]:
+        return [r.phase for r in self.rows if r.verdict == "regressed"]
+
+    @property
+    def improved(self) -> list[str]:
+        return [r.phase for r in self.rows if r.verdict == "improved"]
+
+    def summary(self) -> str | None:
+        """One sentence: what changed, phase by phase (None: no phase on either side)."""
+        if not self.rows:
+            return None
+        moved = [r for r in self.rows if abs(r.share_change or 0.0) >= MIX_SHIFT]
+        mix = ", ".join(
+            f"{r.phase} {fmt.percent(r.base_share or 0.0)} -> {fmt.percent(r.target_share or 0.0)}"
+            for r in moved
+        )
+        slower = [r for r in self.rows if r.verdict == "regressed"]
+        faster = [r for r in self.rows if r.verdict == "improved"]
+        parts = []
+        for rows, word in ((slower, "slower"), (faster, "faster")):
+            if rows:
+                parts.append(
+                    ", ".join(
+                        f"{r.phase} {word} (median {fmt.duration(r.base_p50_ns)} -> "
+                        f"{fmt.duration(r.target_p50_ns)}, {r.p50_rel * 100:+.0f}%)"  # type: ignore[operator]
+                        for r in rows
+                    )
+                )
+        if mix and not parts:
+            return f"The mix changed ({mix} of the iterations); no phase is slower or faster."
+        if mix:
+            return f"The mix changed ({mix} of the iterations), and " + "; ".join(parts) + "."
+        if parts:
+            what = "regression" if slower and not faster else "change"
+            return f"Same mix; a {what} per phase: " + "; ".join(parts) + "."
+        return "Same mix, and no phase is slower or faster."
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rows": [r.to_dict() for r in self.rows],
+            "mix_changed": self.mix_changed,
+            "regressed": self.regressed,
+            "improved": self.improved,
+            "summary": self.summary(),
+            "thresholds": {"mix_shift": MIX_SHIFT, "phase_change": PHASE_CHANGE,
+                           "min_steps": MIN_STEPS},
+        }  # fmt: skip
+
+
+def _rows(doc: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    phases = ((doc.get("summary") or {}).get("overview") or {}).get("phases") or {}
+    return {r["phase"]: r for r in phases.get("rows") or []}
+
+
+def phase_deltas(base: Mapping[str, Any], target: Mapping[str, Any]) -> PhaseDiff:
+    """Every phase of either run, in the overview's order (the base's, then the target's new
+    ones); nothing when neither run has phases (a run made before them)."""
+    b, t = _rows(base), _rows(target)
+    served = {
+        side: sum(r["steps"] for p, r in rows.items() if p not in NOT_ITERATIONS)
+        for side, rows in (("b", b), ("t", t))
+    }
+
+    def share(phase: str, row: Mapping[str, Any], side: str) -> float | None:
+        if phase in NOT_ITERATIONS or not served[side]:
+            return None
+        return (row.get("steps") or 0) / served[side]
+
+    rows = []
+    for phase in [*b, *(p for p in t if p not in b)]:
+        rb, rt = b.get(phase) or {}, t.get(phase) or {}
+        rows.append(
+            PhaseDelta(
+                phase,
+                int(rb.get("steps") or 0),
+                int(rt.get("steps") or 0),
+                share(phase, rb, "b"),
+                share(phase, rt, "t"),
+                rb.get("p50_ns"),
+                rt.get("p50_ns"),
+                rb.get("p95_ns"),
+                rt.get("p95_ns"),
+                (rb.get("mean") or {}).get("step_ns"),
+                (rt.get("mean") or {}).get("step_ns"),
+            )  # fmt: skip
+        )
+    return PhaseDiff(rows)
+
+
+def phase_diff_text(diff: PhaseDiff) -> list[str]:
+    if not diff.rows:
+        return []
+    lines = ["by phase (iterations, share of them, median and p95 iteration; base -> target):"]
+    for r in diff.rows:
+        share = (
+            ""
+            if r.share_change is None
+            else f"  {fmt.percent(r.base_share)} -> {fmt.percent(r.target_share)}"
+        )
+        lines.append(
+            f"  {r.phase:<12} {r.base_steps:>5} -> {r.target_steps:<5}{share}  "
+            f"p50 {fmt.duration(r.base_p50_ns)} -> {fmt.duration(r.target_p50_ns)}  "
+            f"p95 {fmt.duration(r.base_p95_ns)} -> {fmt.duration(r.target_p95_ns)}  [{r.verdict}]"
+        )
+    summary = diff.summary()
+    return [*lines, f"  {summary}"] if summary else lines
+
+
+def phase_diff_html(diff: PhaseDiff) -> str:
+    if not diff.rows:
+        return ""
+    verdict_class = {"regressed": "delta-bad", "improved": "delta-good"}
+    rows = [
+        (
+            r.phase,
+            f"{r.base_steps} -> {r.target_steps}",
+            ""
+            if r.share_change is None
+            else f"{fmt.percent(r.base_share)} -> {fmt.percent(r.target_share)}",
+            f"{fmt.duration(r.base_p50_ns)} -> {fmt.duration(r.target_p50_ns)}",
+            f"{fmt.duration(r.base_p95_ns)} -> {fmt.duration(r.target_p95_ns)}",
+            f'<span class="{verdict_class.get(r.verdict, "")}">{esc(r.verdict)}</span>',
+        )
+        for r in diff.rows
+    ]
+    summary = diff.summary()
+    return (
+        "<h2>By phase</h2>"
+        + (f"<p><b>{esc(summary)}</b></p>" if summary else "")
+        + table(
+            ("phase", "iterations", "share", "median", "p95", "verdict"),
+            rows,
+            numeric=(1, 2, 3, 4),
+            raw=(5,),
+        )
+    )

@@ -1,0 +1,170 @@
+"""The overview per serving phase: how each kind of engine iteration spends its time.
+
+A vLLM profile is a sequence of iterations that behave nothing alike: a prefill is compute on
+long sequences, a decode a short graph replay, a dummy run pads an idle data-parallel rank. The
+mean over all of them describes none. ``summary.overview.phases`` gives each phase its own
+breakdown, percentiles, throughput and top tables, the share of the profile's wall time it
+holds, and a strip of the phases over time (``docs/overview.md``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import polars as pl
+
+from traceanalyzer.overview.headline import headline, mean_components
+from traceanalyzer.overview.tops import ALL_PHASES, combined_tops
+from traceanalyzer.steps.phases import PHASES
+from traceanalyzer.steps.phases import UNKNOWN_PHASE as UNKNOWN
+
+IDLE = "idle"  # the time between iterations: a window, not an iteration
+PHASE_TOP = 5  # rows of each phase's top tables
+TIMELINE_RANKS = 8  # ranks on the phase strip (the first ones; the table has every rank)
+TIMELINE_RUNS = 600  # most runs a rank's strip keeps (beyond: resampled to as many slots)
+
+
+def _phase(frame: pl.DataFrame) -> pl.Expr:
+    # stores written before the phases have none: their windows are of an unknown phase
+    return pl.col("phase").fill_null(UNKNOWN) if "phase" in frame.columns else pl.lit(UNKNOWN)
+
+
+def iterations(windows: pl.DataFrame) -> pl.DataFrame:
+    """The windows that are engine iterations (not the idle time between two)."""
+    return windows.filter(_phase(windows) != IDLE)
+
+
+def phase_totals(steps: pl.DataFrame) -> dict[str, int]:
+    """Total step time per phase (a rank's: what a finding's cost is a share of)."""
+    if steps.is_empty():
+        return {}
+    totals = steps.group_by(_phase(steps).alias("phase")).agg(pl.col("step_ns").sum())
+    return {str(p): int(ns) for p, ns in totals.sort("phase").iter_rows()}
+
+
+def whole_session(tops: pl.DataFrame) -> pl.DataFrame:
+    """A per-phase top table's rows over the whole session."""
+    if "phase" not in tops.columns:
+        return tops
+    return tops.filter(pl.col("phase").fill_null(ALL_PHASES) == ALL_PHASES)
+
+
+def _ordered(phases: list[str]) -> list[str]:
+    rank = {p: i for i, p in enumerate(PHASES)}
+    return sorted(phases, key=lambda p: (rank.get(p, len(rank)), p))
+
+
+def _counts(part: pl.DataFrame, column: str) -> dict[str, int]:
+    if column not in part.columns:
+        return {}
+    values = part[column].drop_nulls().value_counts(sort=True)
+    return {str(v): int(n) for v, n in values.iter_rows()}
+
+
+def _row(phase: str, part: pl.DataFrame, wall_ns: int, kernels, host_apis) -> dict[str, Any]:
+    durations = part["step_ns"]
+    known = part.filter(pl.col("tokens").is_not_null()) if "tokens" in part.columns else part[:0]
+    tokens = int(known["tokens"].sum()) if known.height else None
+    means = mean_components(part)
+    return {
+        "phase": phase,
+        "steps": part.height,
+        "ranks": part["rank"].n_unique(),
+        "total_ns": int(durations.sum()),
+        "wall_share": float(durations.sum()) / wall_ns if wall_ns else None,
+        "p50_ns": float(durations.quantile(0.5, "nearest") or 0.0),
+        "p95_ns": float(durations.quantile(0.95, "nearest") or 0.0),
+        "mean": means,
+        "headline": None if phase == IDLE else headline(means),
+        "tokens": tokens,
+        "tokens_steps": known.height,
+        # the time of the steps whose batch size is known, per token they brought
+        "ns_per_token": float(known["step_ns"].sum()) / tokens if tokens else None,
+        "graph": _counts(part, "graph"),
+        "phase_source": _counts(part, "phase_source"),
+        "step_source": _counts(part, "step_source"),
+        # why, for a phase that could not be told: the commonest reason
+        "reason": next(iter(_counts(part, "phase_reason")), None) if phase == UNKNOWN else None,
+        "top_kernels": combined_tops(
+            kernels.filter(pl.col("phase") == phase), ["name", "accelerator"], PHASE_TOP
+        ),
+        "top_host_apis": combined_tops(
+            host_apis.filter(pl.col("phase") == phase), ["kind", "name"], PHASE_TOP
+        ),
+    }
+
+
+def _timeline(windows: pl.DataFrame) -> list[dict[str, Any]]:
+    """Per rank (the first :data:`TIMELINE_RANKS`), its windows in time order as runs of one
+    phase: ``[start, end, phase]`` in ns from the rank's first window, neighbours of one phase
+    merged. A rank of more than :data:`TIMELINE_RUNS` runs is drawn at that resolution: its
+    time cut into as many equal slots, each of the phase that holds most of it."""
+    out = []
+    for rank in sorted(windows["rank"].unique().to_list())[:TIMELINE_RANKS]:
+        part = windows.filter(pl.col("rank") == rank).sort("start_ns")
+        origin = int(part["start_ns"].min())  # type: ignore[arg-type]
+        runs: list[list[Any]] = []
+        for start, end, phase in part.select("start_ns", "end_ns", "phase").iter_rows():
+            if runs and runs[-1][2] == phase:
+                runs[-1][1] = end - origin
+            else:
+                runs.append([start - origin, end - origin, phase])
+        span = max((r[1] for r in runs), default=0)
+        if len(runs) > TIMELINE_RUNS and span > 0:
+            runs = _resampled(runs, span)
+        out.append({"rank": int(rank), "span_ns": span, "runs": runs})
+    return out
+
+
+def _resampled(runs: list[list[Any]], span: int) -> list[list[Any]]:
+    slot = span / TIMELINE_RUNS
+    held: list[dict[str, float]] = [{} for _ in range(TIMELINE_RUNS)]
+    for start, end, phase in runs:
+        first, last = int(start // slot), min(int((end - 1) // slot), TIMELINE_RUNS - 1)
+        for i in range(first, last + 1):
+            overlap = min(end, (i + 1) * slot) - max(start, i * slot)
+            held[i][phase] = held[i].get(phase, 0.0) + max(overlap, 0.0)
+    out: list[list[Any]] = []
+    for i, phases in enumerate(held):
+        if not phases:
+            continue
+        phase = max(phases, key=lambda p: (phases[p], p))
+        start, end = round(i * slot), round((i + 1) * slot)
+        if out and out[-1][2] == phase and out[-1][1] == start:
+            out[-1][1] = end
+        else:
+            out.append([start, end, phase])
+    return out
+
+
+def phases_section(
+    windows: pl.DataFrame, kernels: pl.DataFrame, host_apis: pl.DataFrame
+) -> dict[str, Any]:
+    """``summary.overview.phases`` from the store's summary tables: one row per phase present
+    (in :data:`~traceanalyzer.steps.phases.PHASES` order), what share of the iteration time
+    has a known phase, and the phase strip."""
+    if windows.is_empty():
+        return {"rows": [], "known_share": None, "timeline": []}
+    windows = windows.with_columns(_phase(windows).alias("phase"))
+    wall = int(windows["step_ns"].sum())
+    kernels, host_apis = (
+        t if "phase" in t.columns else t.with_columns(pl.lit(ALL_PHASES).alias("phase"))
+        for t in (kernels, host_apis)
+    )
+    rows = [
+        _row(phase, windows.filter(pl.col("phase") == phase), wall, kernels, host_apis)
+        for phase in _ordered(windows["phase"].unique().to_list())
+    ]
+    served = sum(r["total_ns"] for r in rows if r["phase"] != IDLE)
+    known = sum(r["total_ns"] for r in rows if r["phase"] not in (IDLE, UNKNOWN))
+    return {
+        "rows": rows,
+        "known_share": known / served if served else None,
+        "timeline": _timeline(windows),
+    }
+
+
+def phase_rows(overview: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The overview's phase rows (none for a run made before phases)."""
+    return list((overview.get("phases") or {}).get("rows") or [])

@@ -1,0 +1,32 @@
+"""The steps of a store, for those who read them (the kit's helpers, the overview, diff)."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+import polars as pl
+
+from traceanalyzer.steps.derive import derive_rank
+from traceanalyzer.steps.evidence import default_params
+from traceanalyzer.store import Store
+
+
+def steps_of(store: Store, ranks: Collection[int] | None = None) -> pl.DataFrame:
+    """The steps of ``ranks`` (every rank: None), rank first: the store's ``steps`` table,
+    derived here at the default parameters for a rank it has none for (a fixture's store, or
+    one written before steps were derived), once per store."""
+    frame = store.table("steps")
+    if ranks is not None:
+        frame = frame.filter(pl.col("rank").is_in(sorted(ranks)))
+    steps = frame.collect()
+    wanted = set(ranks) if ranks is not None else set(store.sessions()["rank"].to_list())
+    missing = sorted(wanted - set(steps["rank"].unique().to_list()))
+    derived = [
+        store.memo(("steps", rank), lambda rank=rank: _derived(store, rank)) for rank in missing
+    ]
+    return pl.concat([steps, *derived], how="vertical_relaxed").sort("rank", "session", "start_ns")
+
+
+def _derived(store: Store, rank: int) -> pl.DataFrame:
+    steps = derive_rank(store, rank, default_params())
+    return steps.select(pl.lit(rank, dtype=pl.Int32).alias("rank"), pl.all())
