@@ -103,15 +103,12 @@ def _sample_spans(host: pl.DataFrame, p: Params) -> pl.DataFrame:
     )
 
 
-def _with_dummies(cores: pl.DataFrame, host: pl.DataFrame, p: Params) -> pl.DataFrame:
-    """``cores`` and the data-parallel dummy batches outside them: a dummy batch runs no
-    execute_model (nor its annotation or scopes) and is an iteration of its own."""
-    python = host.filter(pl.col("cat") == "python_function")
-    dummies = _spans(python, pl.col("name").str.contains(p.dummy_function))
-    if dummies.is_empty() or cores.is_empty():
-        return pl.concat([cores, dummies])
-    covering = dummies.sort("start_ns").join_asof(
-        cores.sort("start_ns").select(
+def _outside(spans: pl.DataFrame, covers: pl.DataFrame) -> pl.DataFrame:
+    """The ``spans`` that no span of ``covers`` contains."""
+    if spans.is_empty() or covers.is_empty():
+        return spans
+    covering = spans.sort("start_ns").join_asof(
+        covers.sort("start_ns").select(
             "session", pl.col("start_ns").alias("_s"), pl.col("end_ns").alias("_e")
         ),
         left_on="start_ns",
@@ -121,14 +118,25 @@ def _with_dummies(cores: pl.DataFrame, host: pl.DataFrame, p: Params) -> pl.Data
         check_sortedness=False,
     )
     alone = covering.filter(pl.col("_e").is_null() | (pl.col("_e") < pl.col("end_ns")))
-    return pl.concat([cores, alone.drop("_s", "_e")])
+    return alone.drop("_s", "_e")
+
+
+def _with_standalone(cores: pl.DataFrame, host: pl.DataFrame, p: Params) -> pl.DataFrame:
+    """``cores`` and the iterations that run no execute_model (nor its annotation or scopes):
+    the engine's start-up calls (graph capture, the memory profile run: one window each, the
+    dummy batches they run included) and the data-parallel dummy batches outside them."""
+    python = host.filter(pl.col("cat") == "python_function")
+    startup = _spans(python, pl.col("name").str.contains(p.warmup_function))
+    dummies = _spans(python, pl.col("name").str.contains(p.dummy_function))
+    alone = pl.concat([startup, _outside(dummies, startup)])
+    return pl.concat([cores, _outside(alone, cores)])
 
 
 def _annotated(host: pl.DataFrame, p: Params) -> pl.DataFrame:
     cores = _spans(host, annotation_match(p))
     if cores.is_empty():
         return pl.DataFrame(schema=WINDOW_SCHEMA)
-    return _cores_and_samples(_with_dummies(cores, host, p), _sample_spans(host, p), "annotation")
+    return _cores_and_samples(_with_standalone(cores, host, p), _sample_spans(host, p), "annotation")
 
 
 def _scoped(host: pl.DataFrame, p: Params) -> pl.DataFrame:
@@ -137,13 +145,13 @@ def _scoped(host: pl.DataFrame, p: Params) -> pl.DataFrame:
         return pl.DataFrame(schema=WINDOW_SCHEMA)
     inside = _spans(host, pl.col("name").is_in([*p.scope_forward, *p.scope_draft]))
     closing = pl.concat([inside, _sample_spans(host, p)])
-    return _cores_and_samples(_with_dummies(cores, host, p), closing, "scope")
+    return _cores_and_samples(_with_standalone(cores, host, p), closing, "scope")
 
 
 def _python_functions(host: pl.DataFrame, p: Params) -> pl.DataFrame:
     python = host.filter(pl.col("cat") == "python_function")
     executes = _spans(python, pl.col("name").str.contains(p.execute_function))
-    cores = _with_dummies(executes, host, p)
+    cores = _with_standalone(executes, host, p)
     if cores.is_empty():
         return pl.DataFrame(schema=WINDOW_SCHEMA)
     return _cores_and_samples(cores, _sample_spans(python, p), "python_function")
