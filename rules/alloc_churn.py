@@ -8,6 +8,8 @@ from typing import Any
 import polars as pl
 
 from traceanalyzer.kit import (
+    ALLOC_APIS,
+    FREE_APIS,
     FigureContext,
     Finding,
     KeyFigure,
@@ -25,7 +27,6 @@ from traceanalyzer.kit import (
 )
 
 WORST_SHOWN = 5
-FREE_APIS = ("aclrtFree", "aclrtFreePhysical")
 
 
 @rule(
@@ -35,14 +36,7 @@ FREE_APIS = ("aclrtFree", "aclrtFreePhysical")
     summary="Device memory is allocated and freed (aclrtMalloc/aclrtFree) in steady-state steps.",
     params={
         "alloc_apis": Param(
-            (
-                "aclrtMalloc",
-                "aclrtMallocAlign32",
-                "aclrtMallocCached",
-                "aclrtMallocPhysical",
-                "aclrtFree",
-                "aclrtFreePhysical",
-            ),
+            (*ALLOC_APIS, *FREE_APIS),
             "AscendCL calls that allocate or free device memory.",
         ),  # fmt: skip
         "min_step_share": Param(

@@ -9,12 +9,16 @@ from typing import Any
 import polars as pl
 
 from traceanalyzer.kit import (
+    ALLOC_APIS,
     CANN_PROCESS,
     COMMUNICATION_PROCESSES,
     COMPUTE_TASK_TYPES,
     DEQUEUE_PREFIX,
+    DISPATCH_LATENCY_US,
+    FREE_APIS,
     GRAPH_REPLAY_APIS,
     HARDWARE_PROCESS,
+    PAUSE_MS,
     PROFILER_MARKER_TASKS,
     SYNC_APIS,
     WAIT_TASK_NAMES,
@@ -29,6 +33,7 @@ from traceanalyzer.kit import (
     RuleContext,
     analysed_window_ns,
     capture_windows,
+    classify_gaps,
     device_tasks,
     host_api,
     host_launches,
@@ -64,10 +69,11 @@ NO_LINKS = (
         ),
         "error_share": Param(0.6, "Report as error from this share on."),
         "min_gap_us": Param(
-            5.0, "Ignore shorter gaps: the device's own dispatch latency between queued tasks (µs)."
+            DISPATCH_LATENCY_US,
+            "Ignore shorter gaps: the device's own dispatch latency between queued tasks (µs).",
         ),
         "max_gap_ms": Param(
-            10.0,
+            PAUSE_MS,
             "Longer gaps are pauses (no work queued: between requests, data loading), not slow "
             "dispatch; they count neither as host-bound nor in the stream's span (ms).",
         ),
@@ -92,19 +98,10 @@ NO_LINKS = (
             "is the synchronisation's cost (sync-in-step), not a slow launch.",
         ),
         "other_cause_apis": Param(
-            (
-                "opCompile",
-                "aclopCompile",
-                "aclrtMalloc",
-                "aclrtMallocAlign32",
-                "aclrtMallocCached",
-                "aclrtMallocPhysical",
-                "aclrtFree",
-                "aclrtFreePhysical",
-            ),
+            ("opCompile", "aclopCompile", *ALLOC_APIS, *FREE_APIS),
             "Host calls whose time inside a gap is another rule's cost (online-compile, "
             "alloc-churn), not slow dispatch.",
-        ),  # fmt: skip
+        ),
         "replay_apis": Param(
             GRAPH_REPLAY_APIS, "Host calls that replay a captured graph (one launch per graph)."
         ),
@@ -197,7 +194,13 @@ def host_launch_bound(ctx: RuleContext) -> Iterator[Finding]:
             ctx.note(
                 f"{where}: host-bound idle {text.duration(row['cost_ns'])} is {share:.0%} of its "
                 f"{text.duration(row['span_ns'])} span (threshold {p.min_share:.0%})"
-                + (f"; {_phase_text(phases)}" if phases.height else ""),
+                + (f"; {_phase_text(phases)}" if phases.height else "")
+                + (
+                    f"; {text.duration(row['after_sync_ns'])} more followed host "
+                    "synchronisations (the overview's idle sync; sync-in-step judges those)"
+                    if row["after_sync_ns"]
+                    else ""
+                ),
                 rank=rank,
                 stream_share=share,
             )
@@ -254,9 +257,9 @@ def _judged_streams(ctx: RuleContext) -> _Judged:
             (pl.col("process") == CANN_PROCESS) & pl.col("api_name").is_in(p.other_cause_apis)
         ).select(*keys, "start_ns", "end_ns"),
     ).collect()
-    gaps = _classify(
+    gaps = classify_gaps(
         stream_gaps(occupied, stream="stream"), syncs, capture_windows(ctx), other,
-        p.min_gap_us * 1000, p.max_gap_ms * 1e6,
+        min_gap_ns=p.min_gap_us * 1000, max_gap_ns=p.max_gap_ms * 1e6,
     )  # fmt: skip
     window_ns = analysed_window_ns(ctx)
     # The stream's own span (first task to last) is the time it could have been working.
@@ -374,93 +377,6 @@ def _phase_text(phases: pl.DataFrame) -> str:
         f"{r['phase']} {r['share']:.0%} of {text.duration(r['time_ns'])}"
         for r in phases.iter_rows(named=True)
     )
-
-
-def _classify(
-    gaps: pl.DataFrame,
-    syncs: pl.DataFrame,
-    captures: pl.DataFrame,
-    other: pl.DataFrame,
-    min_gap_ns: float,
-    max_gap_ns: float,
-) -> pl.DataFrame:
-    """Flag each gap ``host_bound`` (launched after the stream went idle) or ``after_sync``.
-
-    A gap during which the host waited in a sync is the sync's (``after_sync``); one that
-    overlaps a graph capture is start-up, not dispatch. A host-bound gap costs its length less
-    the host time spent in ``other`` calls inside it (``other_ns``: compiling, allocating;
-    their own rules report that time).
-    """
-    marked = _overlaps(_overlaps(gaps, syncs, "in_sync"), captures, "in_capture")
-    other_ns = _covered_at(marked, other, "start_ns") - _covered_at(marked, other, "prev_end_ns")
-    late = pl.col("launch_end_ns") > pl.col("prev_end_ns")
-    # Which replay queued a graph task is a guess (the last one before it); when the host runs
-    # ahead that is a later replay than the task's own. Only a replay that began after the
-    # stream ran dry proves nothing was queued.
-    replay = pl.col("link") == "graph_replay"
-    late = (late & (~replay | (pl.col("launch_start_ns") > pl.col("prev_end_ns")))).fill_null(False)
-    pause = pl.col("gap_ns") > max_gap_ns
-    counted = late & (pl.col("gap_ns") >= min_gap_ns) & ~pause & ~pl.col("in_capture")
-    return (
-        marked.with_columns(other_ns.alias("other_ns"))
-        .with_columns(
-            pause.alias("pause"),
-            (counted & ~pl.col("in_sync")).alias("host_bound"),
-            (counted & pl.col("in_sync")).alias("after_sync"),
-            (pl.col("launch_end_ns") - pl.col("prev_end_ns")).alias("late_ns"),
-            (pl.col("gap_ns") - pl.col("other_ns")).alias("cost_ns"),
-        )
-        .sort("rank", "session", "stream", "start_ns")
-    )
-
-
-def _overlaps(gaps: pl.DataFrame, intervals: pl.DataFrame, flag: str) -> pl.DataFrame:
-    """Add ``flag``: the gap ``[prev_end_ns, start_ns)`` overlaps one of the merged ``intervals``."""
-    keys = ["rank", "session"]
-    merged = union_intervals(intervals).rename({"start_ns": "_s", "end_ns": "_e"}).sort("_s")
-    return (
-        gaps.sort("start_ns")
-        .join_asof(
-            merged,
-            left_on="start_ns",
-            right_on="_s",
-            by=keys,
-            strategy="backward",
-            allow_exact_matches=False,
-            check_sortedness=False,
-        )  # fmt: skip
-        .with_columns((pl.col("_e").fill_null(-1) > pl.col("prev_end_ns")).alias(flag))
-        .drop("_s", "_e")
-    )
-
-
-def _covered_at(points: pl.DataFrame, merged: pl.DataFrame, at: str) -> pl.Series:
-    """Per row of ``points``: how much of the disjoint ``merged`` intervals lies before ``at``."""
-    keys = ["rank", "session"]
-    before = merged.sort("start_ns").with_columns(
-        (
-            (pl.col("end_ns") - pl.col("start_ns")).cum_sum()
-            - (pl.col("end_ns") - pl.col("start_ns"))
-        )
-        .over(keys)
-        .alias("_before")
-    )
-    hit = (
-        points.select(*keys, at)
-        .with_row_index("_row")
-        .sort(at)
-        .join_asof(
-            before.rename({"start_ns": "_s", "end_ns": "_e"}),
-            left_on=at,
-            right_on="_s",
-            by=keys,
-            strategy="backward",
-            check_sortedness=False,
-        )
-        .sort("_row")
-    )
-    inside = pl.min_horizontal(pl.col(at), pl.col("_e")) - pl.col("_s")
-    return hit.select((pl.col("_before") + inside).fill_null(0))["_before"]
 
 
 def _fix_text(replays: int, task_queue: bool) -> str:

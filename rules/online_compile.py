@@ -8,6 +8,7 @@ from typing import Any
 import polars as pl
 
 from traceanalyzer.kit import (
+    COMPILE_API,
     FigureContext,
     Finding,
     KeyFigure,
@@ -33,7 +34,7 @@ WORST_SHOWN = 5
     summary="Operators are compiled online (aclopCompile*) in steady-state steps: shapes keep changing.",
     params={
         "compile_pattern": Param(
-            r"^(?:aclopCompile\w*|opCompile\w*)$",
+            COMPILE_API,
             "Regex on CANN api_name of compile calls (an `aclopCompileAndExecute` with an "
             "`opCompile` inside counts only the inner compile).",
         ),

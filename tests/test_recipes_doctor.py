@@ -131,6 +131,38 @@ def test_doctor_picks_weakset_for_new_sources(tmp_path: Path) -> None:
     assert any("has the fix" in n for n in verdict.notes)
 
 
+WORKER_CONFIG = (
+    "class NPUWorker:\n    def profile(self, is_start=True):\n"
+    "        cfg = self.vllm_config.profiler_config\n"
+)
+WORKER_ENV = (
+    "import vllm.envs as envs_vllm\nclass NPUWorker:\n    def profile(self, is_start=True):\n"
+    "        pass\n    def _init_profiler(self):\n        if envs_vllm.VLLM_TORCH_PROFILER_DIR:\n"
+    "            pass\n"
+)
+VLLM_ENVS = 'environment_variables = {"VLLM_CUSTOM_SCOPES_FOR_PROFILING": lambda: 0}\n'
+VLLM_BENCH = 'parser.add_argument("--result-filename")\n'
+
+
+def test_doctor_picks_the_serving_window_switch_and_says_which_evidence(tmp_path: Path) -> None:
+    from traceanalyzer.recipes.registry import get_recipe
+
+    recipe = get_recipe("serving-window")
+    new = _site(tmp_path / "new", {"vllm_ascend/worker/worker.py": WORKER_CONFIG})
+    vllm = _site(
+        tmp_path / "vllm", {"vllm/envs.py": VLLM_ENVS, "vllm/benchmarks/serve.py": VLLM_BENCH}
+    )
+    verdict = diagnose(recipe, _env(), ascend_src=DirSource(new), vllm_src=DirSource(vllm))
+    assert verdict.ok and verdict.variant == "profiler_config"
+    assert any(n.startswith("evidence: the model runner's scopes") and n.endswith(": on")
+               for n in verdict.notes), verdict.notes  # fmt: skip
+    old = _site(tmp_path / "old", {"vllm_ascend/worker/worker.py": WORKER_ENV})
+    bare = _site(tmp_path / "bare", {"vllm/benchmarks/serve.py": VLLM_BENCH})
+    verdict = diagnose(recipe, _env("0.13.0"), ascend_src=DirSource(old), vllm_src=DirSource(bare))
+    assert verdict.ok and verdict.variant == "env"
+    assert any("scopes" in n and "not in vLLM" in n for n in verdict.notes), verdict.notes
+
+
 def test_doctor_refuses_with_reasons(tmp_path: Path) -> None:
     site = _site(
         tmp_path, {"vllm_ascend/compilation/acl_graph.py": "class ACLGraphWrapper:\n    pass\n"}
@@ -191,6 +223,7 @@ def test_cli_doctor_json_and_variant_only() -> None:
     assert {r["recipe"] for r in payload["recipes"]} == {
         "graph-capture-repeat",
         "mooncake-store-transfer",
+        "serving-window",
     }
     if not payload["versions"]["vllm-ascend"]:
         assert res.exit_code == 2  # a refusal is a usage/input error, never "a finding" (1)

@@ -66,6 +66,23 @@ CASES = [
         },
     ),
 ]
+CASES += [
+    ("serving-window", "defaults", {}),
+    (
+        "serving-window",
+        "overrides",
+        {
+            "model": "/models/Qwen3-30B-A3B",
+            "tensor_parallel_size": "4",
+            "devices": "0,1,2,3",
+            "burst_prompts": "0",
+            "scopes": "false",
+            "with_stack": "false",
+            "hook_variant": "env",
+            "extra_serve_args": "--enable-expert-parallel --async-scheduling",
+        },
+    ),
+]
 IDS = [f"{r}-{c}" for r, c, _ in CASES]
 
 

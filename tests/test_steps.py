@@ -64,10 +64,14 @@ def test_every_evidence_source_finds_every_iteration_and_its_phase(
     assert steps.height == len(plan), steps.select("start_ns", "phase", "step_source")
     assert set(steps["step_source"]) == {source}
     got, truth = steps["phase"].to_list(), [it.phase for it in plan]
-    wrong = [(i, g, t) for i, (g, t) in enumerate(zip(got, truth)) if g not in (t, "unknown")]
+    wrong = [
+        (i, g, t)
+        for i, (g, t) in enumerate(zip(got, truth, strict=True))
+        if g not in (t, "unknown")
+    ]
     assert not wrong, f"confident wrong labels: {wrong}"
     unknown = got.count("unknown")
-    assert unknown <= 1, list(zip(got, truth))  # the evidence tells (nearly) every one
+    assert unknown <= 1, list(zip(got, truth, strict=True))  # the evidence tells (nearly) every one
     for row in steps.filter(pl.col("phase") == "unknown").iter_rows(named=True):
         assert row["phase_reason"], row  # never unknown without saying why
 
@@ -76,7 +80,7 @@ def test_without_shapes_an_eager_batch_is_unknown_with_the_reason(tmp_path: Path
     """Python functions name the call, not the batch: without the attention's shapes a prefill
     or mixed batch cannot be told, and says so; graph decodes are still told by the replay."""
     steps, plan = _steps(tmp_path, markers="python", shapes=False)
-    for row, it in zip(steps.iter_rows(named=True), plan):
+    for row, it in zip(steps.iter_rows(named=True), plan, strict=True):
         if row["phase"] == "unknown":
             assert it.phase in ("prefill", "mixed") and row["phase_reason"]
         else:
@@ -85,7 +89,7 @@ def test_without_shapes_an_eager_batch_is_unknown_with_the_reason(tmp_path: Path
 
 def test_tokens_come_from_eager_attention_never_from_a_padded_graph(tmp_path: Path) -> None:
     steps, plan = _steps(tmp_path, markers="python", batch=12)  # decodes replay the 16-size graph
-    for row, it in zip(steps.iter_rows(named=True), plan):
+    for row, it in zip(steps.iter_rows(named=True), plan, strict=True):
         if row["graph"] == "full":
             assert row["tokens"] is None, row  # the capture size's shapes: not the batch's
         elif row["phase"] in ("prefill", "mixed"):

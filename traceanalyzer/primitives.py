@@ -512,6 +512,104 @@ def stream_gaps(tasks: Frame, *, stream: str = "stream_id") -> Frame:
     )
 
 
+def classify_gaps(
+    gaps: pl.DataFrame,
+    syncs: pl.DataFrame,
+    captures: pl.DataFrame,
+    other: pl.DataFrame,
+    *,
+    min_gap_ns: float,
+    max_gap_ns: float,
+) -> pl.DataFrame:
+    """Flag each stream gap ``host_bound`` (launched after the stream went idle) or
+    ``after_sync``: the one definition of "the device waited on the host" that the overview's
+    breakdown and host-launch-bound share.
+
+    ``gaps``: :func:`stream_gaps` rows with their next task's launch (:func:`host_launches`:
+    ``launch_start_ns``, ``launch_end_ns``, ``link``); ``syncs``, ``captures``, ``other``: host
+    intervals (rank, session, start_ns, end_ns) of synchronisations, graph captures, and calls
+    whose time is another cause's (compiling, allocating). Gaps under ``min_gap_ns`` are the
+    device's dispatch latency and over ``max_gap_ns`` pauses (``pause``): neither counts.
+
+    A gap during which the host waited in a sync is the sync's (``after_sync``); one that
+    overlaps a graph capture is start-up, not dispatch. A host-bound gap costs its length less
+    the host time spent in ``other`` calls inside it (``other_ns``: compiling, allocating;
+    their own rules report that time).
+    """
+    marked = _gap_overlaps(_gap_overlaps(gaps, syncs, "in_sync"), captures, "in_capture")
+    other_ns = _covered_before(marked, other, "start_ns") - _covered_before(
+        marked, other, "prev_end_ns"
+    )
+    late = pl.col("launch_end_ns") > pl.col("prev_end_ns")
+    # Which replay queued a graph task is a guess (the last one before it); when the host runs
+    # ahead that is a later replay than the task's own. Only a replay that began after the
+    # stream ran dry proves nothing was queued.
+    replay = pl.col("link") == "graph_replay"
+    late = (late & (~replay | (pl.col("launch_start_ns") > pl.col("prev_end_ns")))).fill_null(False)
+    pause = pl.col("gap_ns") > max_gap_ns
+    counted = late & (pl.col("gap_ns") >= min_gap_ns) & ~pause & ~pl.col("in_capture")
+    return (
+        marked.with_columns(other_ns.alias("other_ns"))
+        .with_columns(
+            pause.alias("pause"),
+            (counted & ~pl.col("in_sync")).alias("host_bound"),
+            (counted & pl.col("in_sync")).alias("after_sync"),
+            (pl.col("launch_end_ns") - pl.col("prev_end_ns")).alias("late_ns"),
+            (pl.col("gap_ns") - pl.col("other_ns")).alias("cost_ns"),
+        )
+        .sort("rank", "session", "stream", "start_ns")
+    )
+
+
+def _gap_overlaps(gaps: pl.DataFrame, intervals: pl.DataFrame, flag: str) -> pl.DataFrame:
+    """Add ``flag``: the gap ``[prev_end_ns, start_ns)`` overlaps one of the merged ``intervals``."""
+    keys = ["rank", "session"]
+    merged = union_intervals(intervals).rename({"start_ns": "_s", "end_ns": "_e"}).sort("_s")
+    return (
+        gaps.sort("start_ns")
+        .join_asof(
+            merged,
+            left_on="start_ns",
+            right_on="_s",
+            by=keys,
+            strategy="backward",
+            allow_exact_matches=False,
+            check_sortedness=False,
+        )  # fmt: skip
+        .with_columns((pl.col("_e").fill_null(-1) > pl.col("prev_end_ns")).alias(flag))
+        .drop("_s", "_e")
+    )
+
+
+def _covered_before(points: pl.DataFrame, merged: pl.DataFrame, at: str) -> pl.Series:
+    """Per row of ``points``: how much of the disjoint ``merged`` intervals lies before ``at``."""
+    keys = ["rank", "session"]
+    before = merged.sort("start_ns").with_columns(
+        (
+            (pl.col("end_ns") - pl.col("start_ns")).cum_sum()
+            - (pl.col("end_ns") - pl.col("start_ns"))
+        )
+        .over(keys)
+        .alias("_before")
+    )
+    hit = (
+        points.select(*keys, at)
+        .with_row_index("_row")
+        .sort(at)
+        .join_asof(
+            before.rename({"start_ns": "_s", "end_ns": "_e"}),
+            left_on=at,
+            right_on="_s",
+            by=keys,
+            strategy="backward",
+            check_sortedness=False,
+        )
+        .sort("_row")
+    )
+    inside = pl.min_horizontal(pl.col(at), pl.col("_e")) - pl.col("_s")
+    return hit.select((pl.col("_before") + inside).fill_null(0))["_before"]
+
+
 LAUNCH_COLUMNS = ("launch_name", "launch_op", "launch_start_ns", "launch_end_ns", "launch_thread")
 LAUNCH_LINKS = ("graph_replay", "connection_id", "HostToDevice", "launch_flow", "async_npu")
 # When several host calls claim one connection id, the launch layer wins: Node@launch sits inside

@@ -697,7 +697,15 @@ _COMPONENT_COLUMNS = (
     Column(
         "idle_host_ns",
         I64,
-        "Device idle, waiting on the host: the next task was launched after its stream ran dry.",
+        "Device idle, waiting on the host: the next task was launched after its stream ran dry "
+        "(host-launch-bound's definition: longer than the dispatch latency, not a pause, not "
+        "after a host synchronisation, not in a graph capture).",
+    ),
+    Column(
+        "idle_sync_ns",
+        I64,
+        "Device idle after a host synchronisation: the host blocked in it while the stream "
+        "drained, and launched the next task only after (sync-in-step's domain).",
     ),
     Column(
         "idle_stream_ns",

@@ -129,3 +129,19 @@ GRAPH_REPLAY_APIS = ("aclmdlRIExecuteAsync",)
 # Graph capture (regexes on api_name): NPUGraph.capture_begin / capture_end.
 CAPTURE_BEGIN_API = r"^aclmdl(RI)?CaptureBegin$"
 CAPTURE_END_API = r"^aclmdl(RI)?CaptureEnd$"
+# Device memory: the driver calls a caching allocator's miss makes (aclMallocMemInner is the
+# name msprof-analyze's memory checker reads on some CANN versions).
+ALLOC_APIS = (
+    "aclrtMalloc", "aclrtMallocAlign32", "aclrtMallocCached", "aclrtMallocPhysical",
+    "aclMallocMemInner",
+)  # fmt: skip
+FREE_APIS = ("aclrtFree", "aclrtFreePhysical")
+# Online operator compilation (regex on api_name): an aclopCompileAndExecute shows its
+# opCompile inside.
+COMPILE_API = r"^(?:aclopCompile\w*|opCompile\w*)$"
+
+# Idle gaps on a stream (the overview's breakdown and host-launch-bound classify them alike):
+# shorter ones are the device's own dispatch latency between queued tasks, longer ones pauses
+# (nothing queued: between requests, data loading), not slow dispatch.
+DISPATCH_LATENCY_US = 5.0
+PAUSE_MS = 10.0

@@ -13,7 +13,11 @@ the first class that is active in it, in this order:
 4. another device task -> ``device_other``;
 5. a wait task -> ``idle_stream`` (waiting on another stream);
 6. a host-bound stream gap -> ``idle_host`` (launch-bound);
-7. nothing -> ``idle_other``.
+7. a stream gap after a host synchronisation -> ``idle_sync``;
+8. nothing -> ``idle_other``.
+
+The stream gaps are classified as host-launch-bound classifies them
+(:func:`~traceanalyzer.primitives.classify_gaps`): one definition of waiting on the host.
 
 So the components sum to the step's wall time exactly (integer ns; the accelerator split rounds
 within a segment, at most 1 ns per segment). Computing, Communication(Not Overlapped) and
@@ -59,7 +63,7 @@ COMPUTE_COMPONENTS: dict[str, str] = {
 COMPUTE_CLASSES = tuple(COMPUTE_COMPONENTS)
 # task types that run kernels on an accelerator whose name is not in ACCELERATORS
 OTHER_COMPUTE_TASKS = ("FFTS_PLUS", "KERNEL_AICORE", "KERNEL_AIVEC", "KERNEL_AICPU", "MIX")
-CLASSES = (*COMPUTE_CLASSES, "comm", "device_other", "wait", "host_gap")
+CLASSES = (*COMPUTE_CLASSES, "comm", "device_other", "wait", "host_gap", "sync_gap")
 
 _COUNT = {c: f"n_{c}" for c in CLASSES}
 # a row of the breakdown (summary_steps without rank), as computed and as stored
@@ -160,6 +164,15 @@ def breakdown(intervals: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
         )
         .then(length)
         .otherwise(0),
+        "idle_sync_ns": pl.when(
+            rest
+            & (n["device_other"] == 0)
+            & (n["wait"] == 0)
+            & (n["host_gap"] == 0)
+            & (n["sync_gap"] > 0)
+        )
+        .then(length)
+        .otherwise(0),
     }
     busy = (computing > 0) | comm
     per_window = seg.group_by("session", "step", "ws").agg(
@@ -191,7 +204,10 @@ def computing_ns() -> pl.Expr:
 
 def idle_ns() -> pl.Expr:
     return pl.sum_horizontal(
-        pl.col("idle_host_ns"), pl.col("idle_stream_ns"), pl.col("idle_other_ns")
+        pl.col("idle_host_ns"),
+        pl.col("idle_sync_ns"),
+        pl.col("idle_stream_ns"),
+        pl.col("idle_other_ns"),
     )
 
 

@@ -20,11 +20,31 @@ from traceanalyzer.overview.breakdown import (
     from_step_trace,
 )
 from traceanalyzer.overview.tops import top_collectives, top_host_apis, top_kernels
-from traceanalyzer.primitives import host_launches, stream_gaps
+from traceanalyzer.primitives import (
+    classify_gaps,
+    host_launches,
+    pair_windows,
+    stream_gaps,
+    union_intervals,
+)
 from traceanalyzer.schema import COMPONENT_NAMES
+from traceanalyzer.steps.phases import IDLE_PHASE
 from traceanalyzer.steps.tables import steps_of
 from traceanalyzer.store import Store
-from traceanalyzer.vocabulary import DEVICE_PROCESSES, HARDWARE_PROCESS, HOST_PROCESSES
+from traceanalyzer.vocabulary import (
+    ALLOC_APIS,
+    CANN_PROCESS,
+    CAPTURE_BEGIN_API,
+    CAPTURE_END_API,
+    COMPILE_API,
+    DEVICE_PROCESSES,
+    DISPATCH_LATENCY_US,
+    FREE_APIS,
+    HARDWARE_PROCESS,
+    HOST_PROCESSES,
+    PAUSE_MS,
+    SYNC_APIS,
+)
 
 
 @dataclass(frozen=True)
@@ -77,12 +97,14 @@ def device_tasks(store: Store, ranks: list[int], where: pl.Expr | None = None) -
 
 
 def host_bound_gaps(store: Store, rank: int, tasks: pl.DataFrame) -> pl.DataFrame:
-    """Stream gaps the host caused: session, start_ns, end_ns.
+    """Stream gaps the host caused: session, ``cls`` (``host_gap``: launch-bound, ``sync_gap``:
+    after a host synchronisation), start_ns, end_ns.
 
-    A gap before a task on its stream (``stream_gaps``) is host-bound when the host call that
-    launched the task (``host_launches``) ended after the stream ran dry: the device could not
-    have started it earlier, whatever else it did. Gaps whose next task has no known launch are
-    not counted.
+    Classified as host-launch-bound classifies them (:func:`classify_gaps` at its default
+    thresholds): a gap before a task on its stream (``stream_gaps``) is the host's when the
+    call that launched the task (``host_launches``) ended after the stream ran dry; gaps
+    shorter than the dispatch latency, pauses, gaps in a graph capture and gaps whose next task
+    has no known launch are not.
 
     Only the tasks after a gap are looked up, with the host calls and flows that can link them
     (the calls with their connection ids, the flows ending at their start): a tenth of a rank's
@@ -97,9 +119,8 @@ def host_bound_gaps(store: Store, rank: int, tasks: pl.DataFrame) -> pl.DataFram
         .filter((pl.col("rank") == rank) & pl.col("end_ns").is_in(after_gap["start_ns"].implode()))
         .collect()
     )
-    hosts = store.table("slices").filter(
-        (pl.col("rank") == rank) & pl.col("process").is_in(HOST_PROCESSES)
-    )
+    slices = store.table("slices").filter(pl.col("rank") == rank)
+    hosts = slices.filter(pl.col("process").is_in(HOST_PROCESSES))
     if after_gap["connection_id"].is_not_null().all() and after_gap["model_id"].is_null().all():
         ids = after_gap["connection_id"].unique().implode()
         hosts = hosts.filter(pl.col("connection_id").is_in(ids))
@@ -107,12 +128,42 @@ def host_bound_gaps(store: Store, rank: int, tasks: pl.DataFrame) -> pl.DataFram
     launches = host_launches(
         pl.concat([after_gap.select(SLICE_COLUMNS), hosts.select(SLICE_COLUMNS).collect()]), flows
     )
-    late = after_gap.join(
-        launches.select(*task, "launch_end_ns").unique(task, keep="first"), on=task, how="inner"
-    ).filter(pl.col("launch_end_ns") > pl.col("prev_end_ns"))
-    return late.select(
-        "session", pl.col("prev_end_ns").alias("start_ns"), pl.col("start_ns").alias("end_ns")
+    launched = after_gap.join(
+        launches.select(*task, "launch_start_ns", "launch_end_ns", "link").unique(
+            task, keep="first"
+        ),
+        on=task,
+        how="inner",
     )
+    cann = slices.filter(pl.col("process") == CANN_PROCESS)
+    interval = ["rank", "session", "start_ns", "end_ns"]
+    syncs = cann.filter(pl.col("api_name").is_in(list(SYNC_APIS))).select(interval).collect()
+    other = union_intervals(
+        cann.filter(
+            pl.col("api_name").is_in([*ALLOC_APIS, *FREE_APIS])
+            | pl.col("api_name").str.contains(COMPILE_API)
+        ).select(interval)
+    ).collect()
+    calls = cann.filter(
+        pl.col("api_name").str.contains(CAPTURE_BEGIN_API)
+        | pl.col("api_name").str.contains(CAPTURE_END_API)
+    ).collect()
+    captures = pair_windows(
+        calls,
+        is_begin=pl.col("api_name").str.contains(CAPTURE_BEGIN_API),
+        is_end=pl.col("api_name").str.contains(CAPTURE_END_API),
+    ).select(interval)
+    gaps = classify_gaps(
+        launched, syncs, captures, other,
+        min_gap_ns=DISPATCH_LATENCY_US * 1e3, max_gap_ns=PAUSE_MS * 1e6,
+    )  # fmt: skip
+    return gaps.filter(pl.col("host_bound") | pl.col("after_sync")).select(
+        "session",
+        pl.when(pl.col("host_bound")).then(pl.lit("host_gap")).otherwise(pl.lit("sync_gap"))
+        .alias("cls"),
+        pl.col("prev_end_ns").alias("start_ns"),
+        pl.col("start_ns").alias("end_ns"),
+    )  # fmt: skip
 
 
 # the steps the export's own breakdown has a row for, each; of the others, the session's total
@@ -166,7 +217,7 @@ def summarize_rank(store: Store, rank: int, sizes: TopSizes) -> dict[str, pl.Dat
     tasks = device_tasks(store, ranks)
     step_times = store.table("step_times").filter(pl.col("rank") == rank).collect()
     with_tasks = set(tasks["session"].unique().to_list())
-    gaps = host_bound_gaps(store, rank, tasks).with_columns(pl.lit("host_gap").alias("cls"))
+    gaps = host_bound_gaps(store, rank, tasks)
     interval_columns = ["session", "cls", "start_ns", "end_ns"]
     intervals = pl.concat([tasks.select(interval_columns), gaps.select(interval_columns)])
     measured = _measured(
@@ -204,6 +255,16 @@ def _measured(
         )
         .with_columns(pl.lit("events").alias("source"))
     )
+    # Between iterations the scheduler had nothing to run: no launch was due, so an idle
+    # window's gaps are not the host's (the check below sums the components, unchanged).
+    idle = pl.col("phase") == IDLE_PHASE
+    waited = pl.col("idle_host_ns") + pl.col("idle_sync_ns")
+    rows = rows.with_columns(
+        pl.when(idle).then(pl.col("idle_other_ns") + waited).otherwise(pl.col("idle_other_ns"))
+        .alias("idle_other_ns"),
+        *(pl.when(idle).then(0).otherwise(pl.col(c)).alias(c)
+          for c in ("idle_host_ns", "idle_sync_ns")),
+    )  # fmt: skip
     one_by_one = pl.col("step_source") == CHECKED_ONE_BY_ONE
     by_session = set(rows.filter(~one_by_one)["session"].unique().to_list())
     units = pl.concat(

@@ -19,6 +19,7 @@ COMPONENTS: tuple[tuple[str, str, str], ...] = (
     ("comm_exposed_ns", "communication, not overlapped", "communication"),
     ("device_other_ns", "memory copies, runtime tasks", "device"),
     ("idle_host_ns", "idle: waiting on the host (launch-bound)", "idle"),
+    ("idle_sync_ns", "idle: after a host synchronisation", "idle"),
     ("idle_stream_ns", "idle: waiting on another stream", "idle"),
     ("idle_other_ns", "idle: other", "idle"),
 )
@@ -28,6 +29,7 @@ HEADLINE_PARTS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("exposed communication", ("comm_exposed_ns",)),
     ("memory copies and runtime tasks", ("device_other_ns",)),
     ("the device waiting on the host", ("idle_host_ns",)),
+    ("the device drained by host synchronisations", ("idle_sync_ns",)),
     ("streams waiting on other streams", ("idle_stream_ns",)),
     ("other device idle time", ("idle_other_ns",)),
 )

@@ -16,10 +16,10 @@ import polars as pl
 
 from traceanalyzer.overview.headline import headline, mean_components
 from traceanalyzer.overview.tops import ALL_PHASES, combined_tops
+from traceanalyzer.steps.phases import IDLE_PHASE as IDLE  # a window, not an iteration
 from traceanalyzer.steps.phases import PHASES
 from traceanalyzer.steps.phases import UNKNOWN_PHASE as UNKNOWN
 
-IDLE = "idle"  # the time between iterations: a window, not an iteration
 PHASE_TOP = 5  # rows of each phase's top tables
 TIMELINE_RANKS = 8  # ranks on the phase strip (the first ones; the table has every rank)
 TIMELINE_RUNS = 600  # most runs a rank's strip keeps (beyond: resampled to as many slots)

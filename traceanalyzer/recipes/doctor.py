@@ -111,6 +111,19 @@ def diagnose(
             missing = missing_seams(vllm_src, recipe.vllm_seams)
             if missing:
                 verdict.problems.append(f"vLLM {versions['vllm']} lacks: " + "; ".join(missing))
+        for label, seam in recipe.evidence:
+            if vllm_src is None:
+                break
+            on = not missing_seams(vllm_src, (seam,))
+            verdict.notes.append(
+                f"evidence: {label}: "
+                + (
+                    "on"
+                    if on
+                    else f"not in vLLM {versions['vllm']} (iterations then come from the "
+                    "Python tracer's functions or the device's bursts)"
+                )
+            )
         if va and version_tuple(versions["vllm"])[:2] != version_tuple(va)[:2]:
             verdict.notes.append(
                 f"vLLM {versions['vllm']} and vllm-ascend {va} differ in minor version; "

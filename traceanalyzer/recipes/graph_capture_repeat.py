@@ -8,7 +8,7 @@ from typing import Any
 
 from traceanalyzer.recipes.model import Recipe, RenderedFile, fill, sh_env, template_text
 from traceanalyzer.recipes.params import ANALYSE_PARAM, Param, ParamError, check_no_shell
-from traceanalyzer.recipes.seams import HookVariant, Seam
+from traceanalyzer.recipes.seams import SCOPES_EVIDENCE, HookVariant, Seam
 
 NAME = "graph-capture-repeat"
 EXTENSION_CLS = "ta_capture_hooks.CaptureRepeatExtension"
@@ -255,6 +255,8 @@ def environment(values: dict[str, Any]) -> dict[str, str]:
         "VLLM_ASCEND_ENABLE_NZ": "0",
         "PYTORCH_NPU_ALLOC_CONF": "expandable_segments:False",
         "ASCEND_RT_VISIBLE_DEVICES": values["devices"],
+        # iteration evidence in the profiled windows (docs/serving.md)
+        "VLLM_CUSTOM_SCOPES_FOR_PROFILING": "1",
     }
 
 
@@ -338,4 +340,5 @@ RECIPE = Recipe(
     build=build,
     cross_check=cross_check,
     cann_note=cann_note,
+    evidence=(SCOPES_EVIDENCE,),
 )

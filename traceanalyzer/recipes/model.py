@@ -45,6 +45,9 @@ class Recipe:
     build: Callable[[dict[str, Any]], dict[str, RenderedFile]] = field(compare=False)
     cross_check: Callable[[dict[str, Any]], None] | None = field(default=None, compare=False)
     cann_note: Callable[[str | None], str | None] | None = field(default=None, compare=False)
+    # the serving evidence the recipe turns on (docs/serving.md), each with the vLLM seam it
+    # needs: ``recipe doctor`` says which the installed vLLM has
+    evidence: tuple[tuple[str, Seam], ...] = ()
 
     def param(self, name: str) -> Param:
         for p in self.params:

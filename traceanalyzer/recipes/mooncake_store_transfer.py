@@ -22,7 +22,7 @@ from traceanalyzer.recipes.params import (
     parse_host_port,
     parse_size_gb,
 )
-from traceanalyzer.recipes.seams import HookVariant, Seam
+from traceanalyzer.recipes.seams import SCOPES_EVIDENCE, HookVariant, Seam
 
 NAME = "mooncake-store-transfer"
 ARMS = ("baseline", "sync")
@@ -422,6 +422,8 @@ def environment(values: dict[str, Any]) -> dict[str, str]:
         "ASCEND_CONNECT_TIMEOUT": "10000",
         "ASCEND_TRANSFER_TIMEOUT": "10000",
         "ASCEND_BUFFER_POOL": "4:8",
+        # iteration evidence in the profiled windows (docs/serving.md)
+        "VLLM_CUSTOM_SCOPES_FOR_PROFILING": "1",
     }
 
 
@@ -583,4 +585,5 @@ RECIPE = Recipe(
     supported=SUPPORTED,
     build=build,
     cross_check=cross_check,
+    evidence=(SCOPES_EVIDENCE,),
 )

@@ -9,9 +9,9 @@ __all__ = ["RECIPES", "get_recipe", "recipe_names"]
 
 
 def _load() -> dict[str, Recipe]:
-    from traceanalyzer.recipes import graph_capture_repeat, mooncake_store_transfer
+    from traceanalyzer.recipes import graph_capture_repeat, mooncake_store_transfer, serving_window
 
-    recipes = (graph_capture_repeat.RECIPE, mooncake_store_transfer.RECIPE)
+    recipes = (graph_capture_repeat.RECIPE, mooncake_store_transfer.RECIPE, serving_window.RECIPE)
     return {r.name: r for r in recipes}
 
 

@@ -91,6 +91,14 @@ class Seam:
         return text
 
 
+# The model runner's scopes (VLLM_CUSTOM_SCOPES_FOR_PROFILING=1): a recipe that profiles
+# iterations turns them on, and `recipe doctor` says whether the installed vLLM has the switch.
+SCOPES_EVIDENCE = (
+    "the model runner's scopes mark each iteration (VLLM_CUSTOM_SCOPES_FOR_PROFILING=1)",
+    Seam("vllm.envs", literal="VLLM_CUSTOM_SCOPES_FOR_PROFILING"),
+)
+
+
 @dataclass(frozen=True)
 class HookVariant:
     """A way of hooking one recipe into one range of vllm-ascend releases."""

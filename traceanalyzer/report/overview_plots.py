@@ -22,6 +22,7 @@ COLORS: dict[str, str] = {
     "comm_exposed_ns": "#7c3aed",
     "device_other_ns": "#f59e0b",
     "idle_host_ns": "#dc2626",
+    "idle_sync_ns": "#f43f5e",
     "idle_stream_ns": "#f97316",
     "idle_other_ns": "#d1d5db",
 }

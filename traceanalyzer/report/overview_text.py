@@ -28,6 +28,7 @@ COMPACT: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("comm", ("comm_exposed_ns",)),
     ("copies", ("device_other_ns",)),
     ("idle host", ("idle_host_ns",)),
+    ("idle sync", ("idle_sync_ns",)),
     ("idle stream", ("idle_stream_ns",)),
     ("idle other", ("idle_other_ns",)),
 )

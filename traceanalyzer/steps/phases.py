@@ -30,6 +30,7 @@ from traceanalyzer.steps.windows import annotation_match, window_index
 
 PHASES = ("prefill", "decode", "mixed", "spec_decode", "dummy", "warmup", "idle", "unknown")
 UNKNOWN_PHASE = "unknown"  # nothing told the phase (phase_reason says why)
+IDLE_PHASE = "idle"  # the time between two iterations: the scheduler had nothing to run
 PHASE_SOURCES = ("annotation", "shapes", "kernels", "none")
 # what a rule that judges the steady state of serving looks at
 STEADY_PHASES = ("prefill", "decode", "mixed", "spec_decode", "unknown")

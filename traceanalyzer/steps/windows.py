@@ -136,7 +136,9 @@ def _annotated(host: pl.DataFrame, p: Params) -> pl.DataFrame:
     cores = _spans(host, annotation_match(p))
     if cores.is_empty():
         return pl.DataFrame(schema=WINDOW_SCHEMA)
-    return _cores_and_samples(_with_standalone(cores, host, p), _sample_spans(host, p), "annotation")
+    return _cores_and_samples(
+        _with_standalone(cores, host, p), _sample_spans(host, p), "annotation"
+    )
 
 
 def _scoped(host: pl.DataFrame, p: Params) -> pl.DataFrame:
