@@ -13,6 +13,7 @@ from traceanalyzer.kit import (
     COMMUNICATION_PROCESSES,
     COMPUTE_TASK_TYPES,
     HARDWARE_PROCESS,
+    NOTIFY_WAIT_NAMES,
     STEP_SPAN_PREFIX,
     AnyOf,
     Evidence,
@@ -32,7 +33,6 @@ from traceanalyzer.kit import (
 )
 from traceanalyzer.kit import text as fmt
 
-NOTIFY_WAITS = ("Notify Wait", "Notify_Wait", "NOTIFY_WAIT", "NOTIFY_WAIT_SQE")
 OP_TYPE = r"^hcom_([A-Za-z]+)"  # hcom_allReduce__586_0_1 -> allReduce
 INSTANCE_KEY = ("group", "step", "match")
 NAMES_AGREE = 0.8  # share of a group's ops named alike on every rank to match them by name
@@ -96,7 +96,7 @@ CAUSES = {
             choices=("auto", "tasks", "communication"),
         ),
         "notify_wait_names": Param(
-            NOTIFY_WAITS, "Task names/types of inter-rank waits inside a collective."
+            NOTIFY_WAIT_NAMES, "Task names/types of inter-rank waits inside a collective."
         ),
         "op_pattern": Param(r"^hcom_", "Regex on communication op names of collectives."),
     },

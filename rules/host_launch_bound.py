@@ -12,6 +12,7 @@ from traceanalyzer.kit import (
     ALLOC_APIS,
     CANN_PROCESS,
     COMMUNICATION_PROCESSES,
+    COMPILE_API,
     COMPUTE_TASK_TYPES,
     DEQUEUE_PREFIX,
     DISPATCH_LATENCY_US,
@@ -98,9 +99,14 @@ NO_LINKS = (
             "is the synchronisation's cost (sync-in-step), not a slow launch.",
         ),
         "other_cause_apis": Param(
-            ("opCompile", "aclopCompile", *ALLOC_APIS, *FREE_APIS),
-            "Host calls whose time inside a gap is another rule's cost (online-compile, "
-            "alloc-churn), not slow dispatch.",
+            (*ALLOC_APIS, *FREE_APIS),
+            "Host calls whose time inside a gap is another rule's cost (alloc-churn's), not "
+            "slow dispatch.",
+        ),
+        "compile_pattern": Param(
+            COMPILE_API,
+            "Regex on api_name of compile calls: their time inside a gap is online-compile's "
+            "(the same calls it counts).",
         ),
         "replay_apis": Param(
             GRAPH_REPLAY_APIS, "Host calls that replay a captured graph (one launch per graph)."
@@ -254,7 +260,11 @@ def _judged_streams(ctx: RuleContext) -> _Judged:
     )
     other = union_intervals(
         slices.filter(
-            (pl.col("process") == CANN_PROCESS) & pl.col("api_name").is_in(p.other_cause_apis)
+            (pl.col("process") == CANN_PROCESS)
+            & (
+                pl.col("api_name").is_in(p.other_cause_apis)
+                | pl.col("api_name").str.contains(p.compile_pattern)
+            )
         ).select(*keys, "start_ns", "end_ns"),
     ).collect()
     gaps = classify_gaps(

@@ -9,10 +9,13 @@ import numpy as np
 import polars as pl
 
 from traceanalyzer.kit import (
+    COMMUNICATION_PROCESSES,
     NOT_HOST_PROCESSES,
     OUTLIER_EXCESS,
     OUTLIER_Z,
     STEP_SPAN_PREFIX,
+    WAIT_TASK_NAMES,
+    WAIT_TASK_TYPES,
     AnyOf,
     Evidence,
     Finding,
@@ -92,11 +95,11 @@ class RankTimes:
             choices=("auto", "step_times", "slices"),
         ),
         "wait_task_types": Param(
-            ("EVENT_WAIT_SQE", "NOTIFY_WAIT_SQE", "Notify_Wait", "Notify Wait"),
+            (*WAIT_TASK_TYPES, *WAIT_TASK_NAMES),
             "Device task types counted as waiting in communication (slices source).",
         ),
         "comm_processes": Param(
-            ("HCCL", "Communication"), "Processes whose tasks are communication (slices source)."
+            COMMUNICATION_PROCESSES, "Processes whose tasks are communication (slices source)."
         ),
     },
     requires=[

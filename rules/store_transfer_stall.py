@@ -9,11 +9,15 @@ from typing import Any
 import polars as pl
 
 from traceanalyzer.kit import (
+    COPY_TASK_NAMES,
+    COPY_TASK_TYPES,
     DEVICE_PROCESSES,
     HARDWARE_PROCESS,
     NOT_HOST_PROCESSES,
     STORE_TRANSFER_WINDOW,
     TRANSFER_KEY,
+    WAIT_TASK_NAMES,
+    WAIT_TASK_TYPES,
     WINDOW_KEY,
     Chart,
     Evidence,
@@ -93,21 +97,17 @@ FIX = (
             f"metadata has `{WINDOW_KEY}: {WINDOW_VALUE}`.",
             choices=("auto", "events", "session"),
         ),
-        "wait_task_types": Param(
-            ("EVENT_WAIT_SQE", "NOTIFY_WAIT_SQE"), "Device task types that are cross-stream waits."
-        ),
+        "wait_task_types": Param(WAIT_TASK_TYPES, "Device task types that are cross-stream waits."),
         "wait_names": Param(
-            ("EVENT_WAIT", "NOTIFY_WAIT", "Notify Wait", "Notify_Wait"),
+            WAIT_TASK_NAMES,
             "Device task names that are cross-stream waits.",
         ),
         "own_flow_cats": Param(
             ("HostToDevice", "async_npu"),
             "Flow categories that link the span's host calls to the transfer's own streams.",
         ),
-        "own_task_names": Param(("MEMCPY_ASYNC",), "Task names marking the transfer's copies."),
-        "own_task_types": Param(
-            ("PCIE_DMA_SQE", "SDMA_SQE"), "Task types marking the transfer's copies."
-        ),
+        "own_task_names": Param(COPY_TASK_NAMES, "Task names marking the transfer's copies."),
+        "own_task_types": Param(COPY_TASK_TYPES, "Task types marking the transfer's copies."),
         "min_fraction": Param(0.3, "Fire when waits cover at least this fraction of a span."),
         "min_span_ms": Param(10.0, "Ignore spans shorter than this (ms)."),
         "error_share": Param(

@@ -50,6 +50,15 @@ def test_new_scaffold_passes_its_own_tests(tmp_path):
     assert "TA100  slow-sync" in listed.output
 
 
+def test_rules_test_with_a_folder_tests_that_folder_unless_all(tmp_path):
+    folder = tmp_path / "myrules"
+    invoke("new", "slow-sync", "--rules", str(folder))
+    mine = invoke("test", "--rules", str(folder))
+    assert mine.exit_code == 0 and "(1 rule(s))" in mine.output, mine.output
+    every = invoke("test", "--rules", str(folder), "--all")
+    assert every.exit_code == 0 and "(12 rule(s))" in every.output, every.output
+
+
 def test_rules_test_fails_on_broken_fixture_and_snapshot_drift(tmp_path):
     folder = tmp_path / "r"
     invoke("new", "slow-sync", "--dir", str(folder))

@@ -38,6 +38,8 @@ NOT_HOST_PROCESSES = (CANN_PROCESS, *DEVICE_PROCESSES, OVERLAP_PROCESS)
 # carry across generations.
 WAIT_TASK_TYPES = ("EVENT_WAIT_SQE", "NOTIFY_WAIT_SQE")
 WAIT_TASK_NAMES = ("EVENT_WAIT", "NOTIFY_WAIT", "Notify Wait", "Notify_Wait")
+# Of those, the waits inside a collective for a peer rank (a notify from another device).
+NOTIFY_WAIT_NAMES = ("Notify Wait", "Notify_Wait", "NOTIFY_WAIT", "NOTIFY_WAIT_SQE")
 # Copies: host<->device memcpy tasks and the DMA engines that carry them.
 COPY_TASK_NAMES = ("MEMCPY_ASYNC",)
 COPY_TASK_TYPES = ("PCIE_DMA_SQE", "SDMA_SQE")

@@ -22,7 +22,7 @@ from traceanalyzer.engine.loader import (
     RulesNotLoaded,
     builtin_rules_dir,
 )
-from traceanalyzer.engine.registry import UnknownRuleError
+from traceanalyzer.engine.registry import RuleSet, UnknownRuleError
 from traceanalyzer.engine.rule import RULE_ID, RULE_NAME, Rule
 from traceanalyzer.engine.runner import RunResult, evaluate, write_findings_json
 from traceanalyzer.exitcodes import UsageFailure
@@ -181,15 +181,35 @@ def _described(rule: Rule) -> str:
 @rules_dir_option
 @click.option("--update-snapshots", is_flag=True, help="Accept changed finding text.")
 @click.option("-v", "--verbose", is_flag=True, help="Show every fixture, not only failures.")
+@click.option(
+    "--all",
+    "every_rule",
+    is_flag=True,
+    help="With --rules: test the built-in rules and rule packs too, not only the folder's.",
+)
 def test(
-    name: str | None, rule_dirs: tuple[Path, ...], update_snapshots: bool, verbose: bool
+    name: str | None,
+    rule_dirs: tuple[Path, ...],
+    update_snapshots: bool,
+    verbose: bool,
+    every_rule: bool,
 ) -> None:
-    """Run every rule (or NAME) against its fixtures; exit 1 on any failure."""
+    """Run every rule (or NAME) against its fixtures; exit 1 on any failure. With a rule
+    folder (--rules, or ./traceanalyzer-rules), only that folder's rules unless --all."""
+    if not rule_dirs and DEFAULT_RULES_DIR.is_dir():
+        rule_dirs = (DEFAULT_RULES_DIR,)
     loaded = _load(rule_dirs)
     try:
         rules = loaded.rules.select([name] if name else None)
     except UnknownRuleError as exc:
         raise UsageFailure(str(exc)) from None
+    if rule_dirs and not name and not every_rule:  # the author's rules, not 130 built-in fixtures
+        folders = [d.resolve() for d in rule_dirs]
+        rules = RuleSet(
+            r
+            for r in rules
+            if r.source and any(r.source.resolve().is_relative_to(d) for d in folders)
+        )
     results, coverage = run_rule_fixtures(rules, update_snapshots=update_snapshots)
     failed = [r for r in results if not r.passed]
     for result in results:
