@@ -12,7 +12,7 @@ from traceanalyzer.kit import (
     ALLOC_APIS,
     CANN_PROCESS,
     COMMUNICATION_PROCESSES,
-    COMPILE_API,
+    COMPILE_CALLS,
     COMPUTE_TASK_TYPES,
     DEQUEUE_PREFIX,
     DISPATCH_LATENCY_US,
@@ -21,6 +21,7 @@ from traceanalyzer.kit import (
     HARDWARE_PROCESS,
     PAUSE_MS,
     PROFILER_MARKER_TASKS,
+    STEADY_PHASES,
     SYNC_APIS,
     WAIT_TASK_NAMES,
     WAIT_TASK_TYPES,
@@ -99,14 +100,9 @@ NO_LINKS = (
             "is the synchronisation's cost (sync-in-step), not a slow launch.",
         ),
         "other_cause_apis": Param(
-            (*ALLOC_APIS, *FREE_APIS),
-            "Host calls whose time inside a gap is another rule's cost (alloc-churn's), not "
-            "slow dispatch.",
-        ),
-        "compile_pattern": Param(
-            COMPILE_API,
-            "Regex on api_name of compile calls: their time inside a gap is online-compile's "
-            "(the same calls it counts).",
+            (*COMPILE_CALLS, *ALLOC_APIS, *FREE_APIS),
+            "Host calls whose time inside a gap is another rule's cost (online-compile, "
+            "alloc-churn), not slow dispatch.",
         ),
         "replay_apis": Param(
             GRAPH_REPLAY_APIS, "Host calls that replay a captured graph (one launch per graph)."
@@ -182,9 +178,18 @@ def host_launch_bound(ctx: RuleContext) -> Iterator[Finding]:
     per_stream = judged.per_stream
     if per_stream.is_empty():
         raise NotEvaluated(NO_LINKS)
+    start_up = _start_up_only(ctx)
     for row in per_stream.iter_rows(named=True):
         rank, stream = int(row["rank"]), int(row["stream"])
         where = f"rank {rank} stream {stream}"
+        if rank in start_up:
+            ctx.inconclusive(
+                f"{where}: every profiled step is warm-up, dummy or idle ({start_up[rank]}): "
+                "host-bound idle there is start-up, not the served workload's; profile steps "
+                "past the start-up",
+                rank=rank,
+            )
+            continue
         if row["linked_fraction"] < p.min_linked:
             ctx.note(
                 f"{where}: only {row['linked_fraction']:.0%} of its tasks are linked to a host "
@@ -260,11 +265,7 @@ def _judged_streams(ctx: RuleContext) -> _Judged:
     )
     other = union_intervals(
         slices.filter(
-            (pl.col("process") == CANN_PROCESS)
-            & (
-                pl.col("api_name").is_in(p.other_cause_apis)
-                | pl.col("api_name").str.contains(p.compile_pattern)
-            )
+            (pl.col("process") == CANN_PROCESS) & pl.col("api_name").is_in(p.other_cause_apis)
         ).select(*keys, "start_ns", "end_ns"),
     ).collect()
     gaps = classify_gaps(
@@ -330,6 +331,17 @@ def _judged_streams(ctx: RuleContext) -> _Judged:
         {rank: n > 0 for rank, n in queue.collect().iter_rows()},
         _per_phase(ctx, gaps, tasks),
     )
+
+
+def _start_up_only(ctx: RuleContext) -> dict[int, str]:
+    """The ranks whose steps are all warm-up, dummy or idle, with how many of each."""
+    steps = phase_windows(ctx)
+    out = {}
+    for (rank,), part in steps.group_by("rank"):
+        if not part.is_empty() and not part["phase"].is_in(list(STEADY_PHASES)).any():
+            counts = part["phase"].value_counts(sort=True).iter_rows()
+            out[int(rank)] = ", ".join(f"{n} {ph}" for ph, n in counts)  # type: ignore[arg-type]
+    return out
 
 
 def _per_phase(ctx: RuleContext, gaps: pl.DataFrame, tasks: pl.DataFrame) -> pl.DataFrame:

@@ -13,6 +13,7 @@ from traceanalyzer.kit import (
     NOT_HOST_PROCESSES,
     OUTLIER_EXCESS,
     OUTLIER_Z,
+    STEADY_PHASES,
     STEP_SPAN_PREFIX,
     WAIT_TASK_NAMES,
     WAIT_TASK_TYPES,
@@ -25,6 +26,7 @@ from traceanalyzer.kit import (
     Requirement,
     RuleContext,
     communication_ops,
+    phase_windows,
     robust_z,
     rule,
     total_length,
@@ -191,7 +193,7 @@ def slow_rank(ctx: RuleContext) -> Iterator[Finding]:
         if times:
             evaluated = True
             yield from _judge(ctx, "transfer", times)
-    if not evaluated:
+    if not evaluated and not any(n.inconclusive for n in ctx.notes):  # said why already
         raise NotEvaluated(
             f"fewer than {p.min_ranks} ranks have step times (step_trace_time.csv or "
             "ProfilerStep#N spans) or communication ops"
@@ -204,11 +206,13 @@ def slow_rank(ctx: RuleContext) -> Iterator[Finding]:
 def _step_times(ctx: RuleContext, ranks: list[int], names: dict[int, list[str]]) -> list[RankTimes]:
     p = ctx.params
     cols = ("computing_ns", "communication_not_overlapped_ns", "free_ns")
-    table = (
+    table = _steady(
+        ctx,
         ctx.table("step_times")
-        .select("rank", "stage_ns", *cols)
+        .select("rank", "session", "step", "stage_ns", *cols)
         .drop_nulls(list(cols))
-        .collect()  # a few rows per step and rank: small even for 1,024 ranks
+        .collect(),  # a few rows per step and rank: small even for 1,024 ranks
+        on=["rank", "session", "step"],
     )
     have = set(table["rank"].unique().to_list())
     use_table = p.step_source == "step_times" or (
@@ -250,6 +254,34 @@ def _step_times(ctx: RuleContext, ranks: list[int], names: dict[int, list[str]])
     return _step_times_from_slices(ctx, ranks, names)
 
 
+def _steady(ctx: RuleContext, steps: pl.DataFrame, on: list[str]) -> pl.DataFrame:
+    """``steps`` less the warm-up, dummy and idle ones (the steps table's phases): a rank is
+    judged on the steps that served its workload; a step the table does not know stays."""
+    windows = phase_windows(ctx)
+    phases = windows.filter(pl.col("step_source") == "profiler_step").select(*on, "phase")
+    placed = steps.join(phases.unique(on, keep="first"), on=on, how="left", nulls_equal=True)
+    # a row for a whole session (no ProfilerStep) covers what its iterations served
+    start_up = (
+        windows.group_by("rank", "session")
+        .agg(pl.col("phase").is_in(list(STEADY_PHASES)).any().alias("_served"))
+        .filter(~pl.col("_served"))
+        .select("rank", "session", pl.lit("warmup").alias("_session_phase"))
+    )
+    placed = placed.join(start_up, on=["rank", "session"], how="left").with_columns(
+        pl.coalesce("phase", "_session_phase").alias("phase")
+    )
+    steady = pl.col("phase").is_null() | pl.col("phase").is_in(list(STEADY_PHASES))
+    kept = placed.filter(steady).drop("phase", "_session_phase")
+    if kept.is_empty() and not steps.is_empty():
+        ctx.inconclusive(
+            f"step: all {steps.height} profiled steps are warm-up, dummy or idle (the steps "
+            "table's phases; steps.warmup_steps): no steady step to compare; profile steps "
+            "past the start-up",
+            steps=steps.height,
+        )
+    return kept
+
+
 def _step_times_from_slices(
     ctx: RuleContext, ranks: list[int], names: dict[int, list[str]]
 ) -> list[RankTimes]:
@@ -259,11 +291,13 @@ def _step_times_from_slices(
     driver's memory at one rank's device tasks, however many ranks there are.
     """
     p = ctx.params
-    steps_all = (
+    steps_all = _steady(
+        ctx,
         ctx.table("slices")
         .filter(pl.col("name").str.starts_with(STEP_SPAN_PREFIX))
         .select("rank", "session", "start_ns", "end_ns")
-        .collect()
+        .collect(),
+        on=["rank", "session", "start_ns"],
     )
     out = []
     for rank in ranks:

@@ -38,3 +38,35 @@ def test_rules_test_command_passes_for_builtins():
     result = CliRunner().invoke(rules_group, ["test"])
     assert result.exit_code == 0, result.output
     assert "0 failed" in result.output
+
+
+# Rules that judge the served workload's steps: on a profile of start-up alone they could not
+# judge, and must say so (inconclusive or not evaluated), never "clean".
+STEP_JUDGES = ("slow-rank", "host-launch-bound", "sync-in-step", "alloc-churn", "online-compile")
+
+
+@pytest.mark.parametrize(
+    "scenario, knobs",
+    [
+        ("inference-baseline", {"steps": 1}),  # ProfilerStep#1 alone: warm-up (warmup_steps)
+        ("serving", {"iterations": 0, "warmup": 6}),  # graph captures, then nothing served
+    ],
+    ids=["profiler-step-1-only", "serving-start-up-only"],
+)
+def test_a_warm_up_only_profile_is_never_clean(scenario, knobs, tmp_path):
+    from traceanalyzer.engine.shards import evaluate_store
+    from traceanalyzer.executor import LocalExecutor
+    from traceanalyzer.ingest import ingest
+    from traceanalyzer.synth import generate
+
+    generate(scenario, tmp_path / "in", ranks=4, **knobs)
+    ingest(tmp_path / "in", tmp_path / "out", jobs=1)
+    result = evaluate_store(tmp_path / "out", LocalExecutor(), config_path=False)
+    status = {r.name: r for r in result.rules}
+    for name in STEP_JUDGES:
+        assert status[name].status in ("inconclusive", "not_evaluated"), (
+            name,
+            status[name].status,
+            [n.text for n in status[name].notes],
+        )
+    assert not result.findings, [f.headline for f in result.findings]

@@ -141,6 +141,8 @@ FREE_APIS = ("aclrtFree", "aclrtFreePhysical")
 # Online operator compilation (regex on api_name): an aclopCompileAndExecute shows its
 # opCompile inside.
 COMPILE_API = r"^(?:aclopCompile\w*|opCompile\w*)$"
+# ... and the compile itself, whose time is the compile's cost (not the execute around it)
+COMPILE_CALLS = ("opCompile", "aclopCompile")
 
 # Idle gaps on a stream (the overview's breakdown and host-launch-bound classify them alike):
 # shorter ones are the device's own dispatch latency between queued tasks, longer ones pauses

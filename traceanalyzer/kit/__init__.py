@@ -97,6 +97,7 @@ from traceanalyzer.primitives import (
     union_intervals,
 )
 from traceanalyzer.stats import OUTLIER_EXCESS, OUTLIER_Z, robust_z
+from traceanalyzer.steps.phases import PHASES, STEADY_PHASES
 from traceanalyzer.store import Store
 from traceanalyzer.vocabulary import (
     AI_CORE_FREQ_PROCESS,
@@ -107,6 +108,7 @@ from traceanalyzer.vocabulary import (
     CAPTURE_WINDOW,
     COMMUNICATION_PROCESSES,
     COMPILE_API,
+    COMPILE_CALLS,
     COMPUTE_TASK_TYPES,
     COPY_TASK_NAMES,
     COPY_TASK_TYPES,
@@ -174,6 +176,8 @@ __all__ = [
     "host_calls",
     "in_steps",
     "per_step_figure",
+    "PHASES",
+    "STEADY_PHASES",
     "phase_at",
     "phase_windows",
     "phases_in",
@@ -202,6 +206,7 @@ __all__ = [
     "AI_CORE_FREQ_PROCESS",
     "ALLOC_APIS",
     "COMPILE_API",
+    "COMPILE_CALLS",
     "DISPATCH_LATENCY_US",
     "FREE_APIS",
     "PAUSE_MS",

@@ -36,7 +36,7 @@ from traceanalyzer.vocabulary import (
     CANN_PROCESS,
     CAPTURE_BEGIN_API,
     CAPTURE_END_API,
-    COMPILE_API,
+    COMPILE_CALLS,
     DEVICE_PROCESSES,
     DISPATCH_LATENCY_US,
     FREE_APIS,
@@ -139,10 +139,9 @@ def host_bound_gaps(store: Store, rank: int, tasks: pl.DataFrame) -> pl.DataFram
     interval = ["rank", "session", "start_ns", "end_ns"]
     syncs = cann.filter(pl.col("api_name").is_in(list(SYNC_APIS))).select(interval).collect()
     other = union_intervals(
-        cann.filter(
-            pl.col("api_name").is_in([*ALLOC_APIS, *FREE_APIS])
-            | pl.col("api_name").str.contains(COMPILE_API)
-        ).select(interval)
+        cann.filter(pl.col("api_name").is_in([*COMPILE_CALLS, *ALLOC_APIS, *FREE_APIS])).select(
+            interval
+        )
     ).collect()
     calls = cann.filter(
         pl.col("api_name").str.contains(CAPTURE_BEGIN_API)
@@ -225,7 +224,7 @@ def summarize_rank(store: Store, rank: int, sizes: TopSizes) -> dict[str, pl.Dat
     )
     csv_only = step_times.filter(~pl.col("session").is_in(list(with_tasks)))
     if not csv_only.is_empty():
-        csv_rows = _from_step_trace(csv_only, windows).select(STEP_COLUMNS)
+        csv_rows = _from_step_trace(csv_only, windows, sessions).select(STEP_COLUMNS)
         measured = pl.concat([measured.select(STEP_COLUMNS), csv_rows], how="vertical_relaxed")
     comm_ops = store.table("comm_ops").filter(pl.col("rank") == rank).collect()
     return {
@@ -294,10 +293,22 @@ def _measured(
     )
 
 
-def _from_step_trace(step_times: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
+def _from_step_trace(
+    step_times: pl.DataFrame, windows: pl.DataFrame, sessions: pl.DataFrame
+) -> pl.DataFrame:
     """Sessions with a step breakdown but no device tasks: the export's rows, for its steps
     (a ProfilerStep by its number, the session row as the session's one window)."""
-    own = windows.filter(pl.col("step_source") == CHECKED_ONE_BY_ONE)
+    whole = sessions.select(
+        "session",
+        pl.lit(None, dtype=pl.Int64).alias("step"),
+        pl.col("start_ns").cast(pl.Int64),
+        pl.col("end_ns").cast(pl.Int64),
+        pl.lit("session").alias("step_source"),
+    )
+    own = pl.concat(
+        [windows.filter(pl.col("step_source") == CHECKED_ONE_BY_ONE), whole],
+        how="diagonal_relaxed",
+    )
     rows = from_step_trace(step_times, own)
     return rows.join(
         own.select("session", "step", *STEP_META),

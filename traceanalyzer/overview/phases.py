@@ -101,6 +101,7 @@ def _timeline(windows: pl.DataFrame) -> list[dict[str, Any]]:
     merged. A rank of more than :data:`TIMELINE_RUNS` runs is drawn at that resolution: its
     time cut into as many equal slots, each of the phase that holds most of it."""
     out = []
+    windows = windows.filter(pl.col("start_ns").is_not_null())  # placed in time
     for rank in sorted(windows["rank"].unique().to_list())[:TIMELINE_RANKS]:
         part = windows.filter(pl.col("rank") == rank).sort("start_ns")
         origin = int(part["start_ns"].min())  # type: ignore[arg-type]
