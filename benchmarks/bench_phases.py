@@ -1,6 +1,8 @@
-"""How often the derived phase of an iteration is the serving generator's, over a matrix.
+"""How often the derived phase of an iteration is the serving generator's, over a matrix; and
+what deriving the steps costs a whole run.
 
     python benchmarks/bench_phases.py [--iterations 16] [--limit N]
+    python benchmarks/bench_phases.py --cost [--mb 200] [--repeat 3]
 
 Every combination of marker style (python functions, scopes, annotation, legacy annotation,
 ProfilerStep, none, and two mixes), graph mode, attention-kernel style and traffic (plain,
@@ -8,6 +10,11 @@ speculative, without shapes, dummy batches with idle gaps, several prompts unchu
 batch with small chunks): one rank each, generated, ingested, and its steps derived at the
 default parameters. Prints the counts of right, unknown and wrong labels, the profiles whose
 windows do not match the generator's iterations, and the commonest misses (docs/serving.md §5).
+
+``--cost``: cold ``traceanalyzer run``s of one ``--mb`` MB rank (``inference-baseline`` with
+``tp_comm=1``, the benchmark rank of docs/benchmarks/compare.md, and a ``serving`` rank of the
+same size), each timed from outside; the run's own "steps of ... in X s" line gives the
+derivation's time inside the same run, so the figure is a same-run share.
 """
 
 from __future__ import annotations
@@ -15,8 +22,13 @@ from __future__ import annotations
 import argparse
 import collections
 import itertools
+import os
+import re
 import shutil
+import subprocess
+import sys
 import tempfile
+import time
 from pathlib import Path
 
 import polars as pl
@@ -58,11 +70,47 @@ def truth(knobs: dict) -> list[str]:
     return phases
 
 
+CACHE = Path(os.environ.get("TRACEANALYZER_BENCH_CACHE", "/tmp/traceanalyzer-bench"))
+STEPS_LINE = re.compile(r"steps of \d+ ranks? in ([0-9.]+) s")
+
+
+def cost(mb: int, repeat: int) -> None:
+    cli = Path(sys.executable).with_name("traceanalyzer")
+    for scenario, knobs in (("inference-baseline", {"tp_comm": 1}), ("serving", {})):
+        rank = CACHE / f"phases_{scenario}_{mb}mb"
+        if not rank.is_dir():
+            generate(scenario, rank, ranks=1, target_mb=mb, **knobs)
+        shares = []
+        for _ in range(repeat):
+            out = Path(tempfile.mkdtemp(prefix="bench-phases-run-"))
+            started = time.perf_counter()
+            done = subprocess.run(
+                [str(cli), "run", str(rank), "--out", str(out / "o"), "--jobs", "1"],
+                capture_output=True,
+                text=True,
+            )
+            wall = time.perf_counter() - started
+            shutil.rmtree(out, ignore_errors=True)
+            found = STEPS_LINE.search(done.stdout + done.stderr)
+            if found:
+                shares.append((float(found.group(1)), wall))
+        for steps_s, wall in shares:
+            print(
+                f"{scenario} {mb} MB: run {wall:.2f} s, steps {steps_s:.2f} s ({steps_s / wall:.1%})"
+            )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iterations", type=int, default=16)
     parser.add_argument("--limit", type=int, default=None, help="run only the first N cases")
+    parser.add_argument("--cost", action="store_true", help="time the derivation in whole runs")
+    parser.add_argument("--mb", type=int, default=200)
+    parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
+    if args.cost:
+        cost(args.mb, args.repeat)
+        return
     counts: collections.Counter[str] = collections.Counter()
     misses: collections.Counter[tuple] = collections.Counter()
     root = Path(tempfile.mkdtemp(prefix="bench-phases-"))

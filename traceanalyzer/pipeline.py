@@ -22,6 +22,7 @@ from traceanalyzer.ingest import IngestResult, ProgressFn, ingest
 from traceanalyzer.overview.compute import DEFAULT_TOP, TopSizes
 from traceanalyzer.parse.trace_view import DEFAULT_PARSE_MEMORY, ParseMemory
 from traceanalyzer.store import write_atomic_text
+from traceanalyzer.text import count
 
 if TYPE_CHECKING:
     from traceanalyzer.engine import RunResult
@@ -109,7 +110,17 @@ def analyse(
         with outdir.writes(out):
             write_atomic_text(out / "ingest.json", json.dumps(result.to_dict(), indent=1))
             # the steps before the rules: they, the overview and diff read them
-            derive_store(out, executor, step_settings, cache=not force)
+            derived = derive_store(out, executor, step_settings, cache=not force)
+            if log:
+                seconds = time.perf_counter() - started
+                cached = len(derived["ranks"]) - len(derived["computed"])
+                log(
+                    f"steps of {count(len(derived['ranks']), 'rank')} in {seconds:.2f} s"
+                    + (f" ({cached} cached)" if cached else "")
+                )
+                for rank, why in derived["failed"].items():  # its rules derive them again
+                    log(f"steps of rank {rank} could not be derived: {why}")
+            started = time.perf_counter()
             findings = evaluate_store(
                 out,
                 executor,
@@ -160,7 +171,6 @@ def _overview(
 ) -> dict | None:
     """Where the time goes (traceanalyzer.overview), with each finding's cost in it."""
     from traceanalyzer.overview import finding_costs
-    from traceanalyzer.text import count
 
     try:
         document, seconds = _summary(out, executor, top, force)

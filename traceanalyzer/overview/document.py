@@ -160,7 +160,7 @@ def finding_costs(
         occurrences = finding.get("occurrences") or [
             {"ranks": finding.get("ranks", []), "metrics": finding.get("metrics", {})}
         ]
-        cost, window, shares, basis = 0.0, 0, [], ""
+        cost, window, shares, basis, costed = 0.0, 0, [], "", set()
         phases = list(finding.get("phases") or [])
         in_phases = 0  # the time of those phases on the finding's ranks
         for occ in occurrences:
@@ -168,6 +168,7 @@ def finding_costs(
             if not how:
                 continue
             basis = how
+            costed.update(occ.get("ranks", []))
             occ_window = sum(totals.get(r, 0) for r in occ.get("ranks", []))
             if ns is not None:
                 cost += float(ns)
@@ -186,6 +187,7 @@ def finding_costs(
             "cost_ns": cost or None,
             "cost_share": None if share is None else min(share, 1.0),
             "basis": basis,
+            "ranks": sorted(costed),  # whose step time the share is of, and the time summed over
         }
         if phases and cost and in_phases:  # and against the time of the phases it concerns
             out[finding["fingerprint"]]["phases"] = phases

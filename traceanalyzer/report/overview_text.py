@@ -208,16 +208,24 @@ def _clip(text: str, width: int) -> str:
 
 
 def cost_text(cost: Mapping[str, Any] | None) -> str:
-    """``costs 12.3% of step time (1.2 s)`` for one finding's entry of ``summary.overview.costs``,
-    or "" when its metrics did not allow a cost; with the self-check's caveat when the cost
-    lies on ranks whose breakdown the export contradicts."""
+    """One phrasing for every finding's cost (``summary.overview.costs``): the time, summed
+    over which ranks, and its share of which time: ``costs 54.5 ms (74.5% of the 2 ranks' step
+    time, 31.0% of their decode time)``, ``costs 12.3% of rank 3's step time``; "" when the
+    finding's metrics allow no cost. With the self-check's caveat when the cost lies on ranks
+    whose breakdown the export contradicts."""
     cost = cost or {}
     share, ns = cost.get("cost_share"), cost.get("cost_ns")
+    ranks = cost.get("ranks") or []
+    whose = (
+        f"rank {ranks[0]}'s" if len(ranks) == 1 else f"the {len(ranks)} ranks'" if ranks else "the"
+    )
     if share is None:
-        return fmt.duration(ns) if ns else ""
-    text = f"costs {fmt.percent(share)} of step time" + (f" ({fmt.duration(ns)})" if ns else "")
+        return f"costs {fmt.duration(ns)}" + (f" on {whose[:-2]}" if ranks else "") if ns else ""
+    scope = f"{fmt.percent(share)} of {whose} step time"
     if cost.get("phase_share") is not None:
-        text += f", {fmt.percent(cost['phase_share'])} of {'/'.join(cost['phases'])} time"
+        their = "its" if len(ranks) == 1 else "their"
+        scope += f", {fmt.percent(cost['phase_share'])} of {their} {'/'.join(cost['phases'])} time"
+    text = f"costs {fmt.duration(ns)} ({scope})" if ns else f"costs {scope}"
     doubtful = cost.get("unreliable_ranks")
     if doubtful:
         text += (

@@ -119,4 +119,4 @@ def derive_store(
     for stale in (root / TABLES_DIR / TABLE).glob("rank=*"):  # ranks no longer in the store
         if int(stale.name.split("=", 1)[1]) not in ranks:
             shutil.rmtree(stale, ignore_errors=True)
-    return {"failed": failed, "computed": todo}
+    return {"failed": failed, "computed": todo, "ranks": ranks}

@@ -162,6 +162,9 @@ class RankWriter:
         self._compute: list[tuple[int, int]] = []
         self._comm: list[tuple[int, int]] = []
         self._last_device_end: int | None = None
+        # what earlier chunks wrote of the overlap analysis: a kernel of one chunk can run into
+        # the next's time, and torch_npu's Overlap Analysis never counts an instant twice
+        self._written: list[list[tuple[int, int]]] = [[], [], []]  # computing, comm, not overlapped
         # Without a schedule there is one unnamed step covering the whole window.
         self.steps: list[StepTotals] = (
             [] if cfg.schedule else [StepTotals("", cfg.start_ns, cfg.start_ns)]
@@ -778,12 +781,15 @@ class RankWriter:
         compute = _merge(self._compute)
         comm = _merge(self._comm)
         busy = _merge(self._compute + self._comm)
-        for s, e in compute:
-            self._overlap(0, s, e - s, "computing")
-        for s, e in comm:
-            self._overlap(1, s, e - s, "communication")
-        for s, e in _subtract(comm, compute):
-            self._overlap(2, s, e - s, "not_overlapped")
+        # not overlapped: communication that no compute covers, earlier chunks' compute included
+        exposed = _subtract(comm, _merge(compute + self._written[0]))
+        attrs = ("computing", "communication", "not_overlapped")
+        for kind, intervals in enumerate((compute, comm, exposed)):
+            fresh = _subtract(intervals, self._written[kind])
+            for s, e in fresh:
+                self._overlap(kind, s, e - s, attrs[kind])
+            # only the latest intervals can meet the next chunk's
+            self._written[kind] = _merge(self._written[kind] + fresh)[-4:]
         prev = self._last_device_end
         for s, e in busy:
             if prev is not None and s > prev and self._step_of(prev) is self._step_of(s):
