@@ -4,13 +4,20 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
-from traceanalyzer.kit import us
-from traceanalyzer.kit.store_builder import StoreBuilder
-from traceanalyzer.report.overview_timeline import CLASS_COLORS, MAX_RECTS, timeline_svg
+from traceanalyzer.kit import Store, StoreBuilder, us
+from traceanalyzer.overview.timeline import MAX_RECTS, step_timeline
+from traceanalyzer.report.overview_timeline import CLASS_COLORS
+from traceanalyzer.report.overview_timeline import timeline_svg as draw
 
 SVG = "{http://www.w3.org/2000/svg}"
 NASTY = "Mat<Mul> & \"quoted\" 'op'\x01"
 STEP = {"rank": 0, "session": "s0", "step": 7, "start_ns": 0, "end_ns": 1_000_000_000}
+
+
+def timeline_svg(overview: dict, store: Store) -> str | None:
+    """The strip as a run draws it: the overview computes the rectangles, the report draws."""
+    rep = overview["representative"]
+    return draw({"representative": rep and {**rep, "timeline": step_timeline(store, rep)}})
 
 
 def test_names_are_escaped_and_each_task_says_what_it_is() -> None:

@@ -16,6 +16,7 @@ from traceanalyzer.overview.breakdown import computing_ns
 from traceanalyzer.overview.compute import DEFAULT_TOP, TopSizes
 from traceanalyzer.overview.headline import COMPONENTS, headline, mean_components
 from traceanalyzer.overview.phases import iterations, phase_totals, phases_section, whole_session
+from traceanalyzer.overview.timeline import step_timeline
 from traceanalyzer.overview.tops import combined_tops
 from traceanalyzer.store import Store
 
@@ -55,6 +56,7 @@ def overview_document(
         )
         row = pick.row(0, named=True)
         representative = {k: row[k] for k in ("rank", "session", "step", "start_ns", "end_ns")}
+        representative["timeline"] = step_timeline(store, representative)
     cluster = store.table("summary_ranks").collect().sort("rank")
     mean = mean_components(steps) if steps.height else None
     return {

@@ -41,7 +41,7 @@ def overview_figures(inputs: ReportInputs) -> tuple[dict[str, bytes], dict[str, 
     assert overview is not None
     drawers = {
         BREAKDOWN_SVG: lambda: _heatmap_svg(overview),
-        TIMELINE_SVG: lambda: _timeline_svg(overview, inputs),
+        TIMELINE_SVG: lambda: _timeline_svg(overview),
     }
     files: dict[str, bytes] = {}
     errors: dict[str, str] = {}
@@ -62,10 +62,10 @@ def _heatmap_svg(overview: Mapping[str, Any]) -> bytes | None:
     return None if fig is None else fig.to_svg().encode("utf-8")
 
 
-def _timeline_svg(overview: Mapping[str, Any], inputs: ReportInputs) -> bytes | None:
+def _timeline_svg(overview: Mapping[str, Any]) -> bytes | None:
     from traceanalyzer.report.overview_timeline import timeline_svg
 
-    svg = timeline_svg(overview, inputs.store) if inputs.store else None
+    svg = timeline_svg(overview)
     return None if svg is None else svg.encode("utf-8")
 
 
