@@ -10,7 +10,6 @@ import polars as pl
 
 from traceanalyzer.kit import (
     COMMUNICATION_PROCESSES,
-    NOT_HOST_PROCESSES,
     OUTLIER_EXCESS,
     OUTLIER_Z,
     STEADY_PHASES,
@@ -483,32 +482,23 @@ def _judge(ctx: RuleContext, metric: str, times: list[RankTimes]) -> Iterator[Fi
     KeyFigure("steps", "steps", unit="count"),
     KeyFigure("step_ns_mean", "step time (mean)", better="lower", unit="ns"),
     KeyFigure("step_ns_median", "step time (median)", better="lower", unit="ns"),
+    KeyFigure("decode_ns_median", "decode iteration (median)", better="lower", unit="ns"),
+    KeyFigure("prefill_ns_median", "prefill iteration (median)", better="lower", unit="ns"),
 )
 def _key_figures(ctx: RuleContext) -> pl.DataFrame:
-    """Step time per rank from `ProfilerStep#N` host spans; on ranks without them, from the
-    `Stage` column of step_trace_time.csv."""
+    """Per rank, its steady steps (the steps table's: iterations that served the workload, not
+    warm-up, dummy or idle) and their time, and the median decode and prefill iteration: a
+    run with more prefill traffic moves the mean step, not the decode median."""
     steps = (
-        ctx.table("slices")
-        .filter(
-            ~pl.col("process").is_in(NOT_HOST_PROCESSES)
-            & pl.col("name").str.starts_with(STEP_SPAN_PREFIX)
-        )
-        .select("rank", "dur_ns")
-        .collect()
+        phase_windows(ctx)
+        .filter(pl.col("phase").is_in(list(STEADY_PHASES)))
+        .select("rank", "phase", (pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns"))
     )
-    fallback = (
-        ctx.table("step_times")
-        .filter(~pl.col("rank").is_in(steps["rank"].unique().to_list()))
-        .select("rank", pl.col("stage_ns").alias("dur_ns"))
-        .drop_nulls()
-        .collect()
-    )
-    return (
-        pl.concat([steps, fallback])
-        .group_by("rank")
-        .agg(
-            pl.len().alias("steps"),
-            pl.col("dur_ns").mean().alias("step_ns_mean"),
-            pl.col("dur_ns").median().alias("step_ns_median"),
-        )
+    dur = pl.col("dur_ns")
+    return steps.group_by("rank").agg(
+        pl.len().alias("steps"),
+        dur.mean().alias("step_ns_mean"),
+        dur.median().alias("step_ns_median"),
+        dur.filter(pl.col("phase") == "decode").median().alias("decode_ns_median"),
+        dur.filter(pl.col("phase") == "prefill").median().alias("prefill_ns_median"),
     )
