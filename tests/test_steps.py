@@ -191,3 +191,15 @@ def test_diff_tells_a_change_of_mix_from_a_regression() -> None:
     slower_decode = phase_deltas(base, _doc(prefill=(11, 199.0), decode=(89, 36.0)))
     assert not slower_decode.mix_changed and slower_decode.regressed == ["decode"]
     assert "Same mix; a regression per phase: decode slower" in (slower_decode.summary() or "")
+
+
+def test_a_db_export_gives_the_steps_of_its_text_twin(tmp_path: Path) -> None:
+    knobs = {"markers": "python", "dummy_every": 5, **SMALL}
+    for export in ("text", "db"):
+        generate("serving", tmp_path / export / "in", ranks=1, export=export, **knobs)
+        ingest(tmp_path / export / "in", tmp_path / export / "out", jobs=1)
+    columns = ["step", "start_ns", "end_ns", "step_source", "phase", "phase_source", "tokens"]
+    text, db = (
+        steps_of(Store.open(tmp_path / e / "out")).select(*columns, "graph") for e in ("text", "db")
+    )
+    assert text.height == 16 and text.equals(db)

@@ -9,7 +9,6 @@ holds, and a strip of the phases over time (``docs/overview.md``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import polars as pl
@@ -164,8 +163,3 @@ def phases_section(
         "known_share": known / served if served else None,
         "timeline": _timeline(windows),
     }
-
-
-def phase_rows(overview: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    """The overview's phase rows (none for a run made before phases)."""
-    return list((overview.get("phases") or {}).get("rows") or [])

@@ -125,28 +125,37 @@ def overview_section(doc: Mapping[str, Any], figures: Mapping[str, bytes]) -> st
     return "".join(parts)
 
 
-def stacked_bars(overview: Mapping[str, Any]) -> str:
-    """One bar per rank, as long as its mean step, split into its components (HTML: instant,
-    crisp, and each part says its time on hover), with the legend under it."""
-    ranks = overview.get("ranks") or []
+def stacked_bars(
+    overview: Mapping[str, Any],
+    bars: list[tuple[str, Mapping[str, Any]]] | None = None,
+    *,
+    full_width: bool = False,
+    row_class: str = "ov-row",
+) -> str:
+    """One bar per rank (or per ``bars``: label and mean components), as long as its mean step
+    (``full_width``: each as wide as the track, its parts shares), split into its components
+    (HTML: instant, crisp, and each part says its time on hover), with the legend under it."""
+    if bars is None:
+        bars = [(f"rank {r['rank']}", r) for r in overview.get("ranks") or []]
     components = [
-        c for c in overview.get("components") or [] if any(r.get(c["key"]) for r in ranks)
+        c for c in overview.get("components") or [] if any(m.get(c["key"]) for _, m in bars)
     ]
-    longest = max((r.get("step_ns") or 0.0 for r in ranks), default=0.0) or 1.0
+    longest = max((m.get("step_ns") or 0.0 for _, m in bars), default=0.0) or 1.0
     rows = []
-    for r in ranks:
-        step = r.get("step_ns") or 0.0
+    for label, m in bars:
+        step = m.get("step_ns") or 0.0
         parts = "".join(
-            f'<span style="width:{100 * r.get(c["key"], 0.0) / step:.3f}%;'
+            f'<span style="width:{100 * m.get(c["key"], 0.0) / step:.3f}%;'
             f'background:{COLORS[c["key"]]}" title="{esc(c["label"])}: '
-            f'{esc(text.fmt.duration(r.get(c["key"])))} ({esc(text.share(r.get(c["key"], 0.0), step))})">'
+            f'{esc(text.fmt.duration(m.get(c["key"])))} ({esc(text.share(m.get(c["key"], 0.0), step))})">'
             "</span>"
             for c in components
-            if step and r.get(c["key"])
+            if step and m.get(c["key"])
         )
+        width = 100.0 if full_width else 100 * step / longest
         rows.append(
-            f'<div class="ov-row"><span class="ov-rank">rank {esc(r["rank"])}</span>'
-            f'<span class="ov-track"><span class="ov-bar" style="width:{100 * step / longest:.3f}%">'
+            f'<div class="{row_class}"><span class="ov-rank">{esc(label)}</span>'
+            f'<span class="ov-track"><span class="ov-bar" style="width:{width:.3f}%">'
             f'{parts}</span></span><span class="ov-step">{esc(text.fmt.duration(step))}</span></div>'
         )
     legend = "".join(
@@ -168,8 +177,14 @@ def _phases(overview: Mapping[str, Any]) -> str:
         "ran). Hover a block for its time.</figcaption>"
     )
     strip = f'<figure class="ov-bars">{phase_strip(overview)}{caption}</figure>'
+    rows = [(r["phase"], r.get("mean") or {}) for r in text.phase_rows_of(overview)]
+    bars = (
+        f'<figure class="ov-bars">{stacked_bars(overview, rows, full_width=True, row_class="ov-row ov-phase")}'
+        "<figcaption>Each phase's mean iteration split into its components (every bar the "
+        "whole iteration: shares; its time on the right).</figcaption></figure>"
+    )
     muted = f'<p class="small muted">{esc(note)}.</p>' if note else ""
-    return details("By phase", body + muted + strip, open_=True)
+    return details("By phase", bars + body + muted + strip, open_=True)
 
 
 def phase_strip(overview: Mapping[str, Any]) -> str:

@@ -102,12 +102,17 @@ def compact_headers() -> list[str]:
     return ["rank", "steps", "step", *(name for name, _ in COMPACT), "top kernel"]
 
 
+def phase_rows_of(overview: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The overview's phase rows, as findings.json has them (none for a run before phases)."""
+    return list((overview.get("phases") or {}).get("rows") or [])
+
+
 def phase_rows(overview: Mapping[str, Any]) -> list[list[str]]:
     """Per phase: phase, iterations, share of the profile's wall time, p50 and p95 iteration
     time, time per 1k new tokens (where the batch size is known), how the forward ran, then
     each compact group's share of the phase's mean step."""
     rows = []
-    for r in (overview.get("phases") or {}).get("rows") or []:
+    for r in phase_rows_of(overview):
         mean = r.get("mean") or {}
         step = mean.get("step_ns") or 0.0
         per_token = r.get("ns_per_token")
