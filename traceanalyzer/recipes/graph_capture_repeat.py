@@ -7,7 +7,13 @@ import shlex
 from typing import Any
 
 from traceanalyzer.recipes.model import Recipe, RenderedFile, fill, sh_env, template_text
-from traceanalyzer.recipes.params import ANALYSE_PARAM, Param, ParamError, check_no_shell
+from traceanalyzer.recipes.params import (
+    ANALYSE_PARAM,
+    CANN_SET_ENV_PARAM,
+    PYTHON_PARAM,
+    Param,
+    ParamError,
+)
 from traceanalyzer.recipes.seams import SCOPES_EVIDENCE, HookVariant, Seam
 
 NAME = "graph-capture-repeat"
@@ -198,19 +204,8 @@ PARAMS = (
         "per-arm timeout; a timed-out arm is recorded as outcome=hang",
         minimum=60,
     ),
-    Param(
-        "python",
-        "str",
-        "python3",
-        "python of the vLLM environment (PYTHON overrides at run time)",
-        check=check_no_shell,
-    ),
-    Param(
-        "cann_set_env",
-        "str",
-        "/usr/local/Ascend/ascend-toolkit/set_env.sh",
-        "sourced by run.sh when it exists",
-    ),
+    PYTHON_PARAM,
+    CANN_SET_ENV_PARAM,
 )
 
 

@@ -16,9 +16,11 @@ from traceanalyzer.recipes.model import (
 )
 from traceanalyzer.recipes.params import (
     ANALYSE_PARAM,
+    CANN_SET_ENV_PARAM,
+    PYTHON_PARAM,
+    READY_TIMEOUT_PARAM,
     Param,
     ParamError,
-    check_no_shell,
     parse_host_port,
     parse_size_gb,
 )
@@ -242,20 +244,9 @@ PARAMS = (
         "backend module to wrap: auto, kv_transfer (vllm-ascend>=0.18), kvpool (0.13)",
         choices=("auto", "kv_transfer", "kvpool"),
     ),
-    Param("ready_timeout_s", "int", 1800, "how long run.sh waits for /health", minimum=10),
-    Param(
-        "python",
-        "str",
-        "python3",
-        "python of the vLLM environment (PYTHON overrides at run time)",
-        check=check_no_shell,
-    ),
-    Param(
-        "cann_set_env",
-        "str",
-        "/usr/local/Ascend/ascend-toolkit/set_env.sh",
-        "sourced by env.sh when it exists",
-    ),
+    READY_TIMEOUT_PARAM,
+    PYTHON_PARAM,
+    CANN_SET_ENV_PARAM,
 )
 
 

@@ -254,3 +254,22 @@ ANALYSE_PARAM = Param(
     "offline: analyse_flag=False in the workers, parse after the run; inline: parse at profiler stop",
     choices=("offline", "inline"),
 )
+
+
+# Every recipe's environment parameters: which python runs vLLM, and CANN's set_env.sh.
+PYTHON_PARAM = Param(
+    "python",
+    "str",
+    "python3",
+    "python of the vLLM environment (PYTHON overrides at run time)",
+    check=check_no_shell,
+)
+CANN_SET_ENV_PARAM = Param(
+    "cann_set_env",
+    "str",
+    "/usr/local/Ascend/ascend-toolkit/set_env.sh",
+    "sourced by the rendered scripts when it exists",
+)
+READY_TIMEOUT_PARAM = Param(
+    "ready_timeout_s", "int", 1800, "how long run.sh waits for /health", minimum=10
+)

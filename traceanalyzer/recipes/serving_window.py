@@ -23,7 +23,13 @@ from traceanalyzer.recipes.model import (
     sh_env,
     template_text,
 )
-from traceanalyzer.recipes.params import Param, ParamError, check_no_shell
+from traceanalyzer.recipes.params import (
+    CANN_SET_ENV_PARAM,
+    PYTHON_PARAM,
+    READY_TIMEOUT_PARAM,
+    Param,
+    ParamError,
+)
 from traceanalyzer.recipes.seams import SCOPES_EVIDENCE, HookVariant, Seam
 
 NAME = "serving-window"
@@ -121,20 +127,9 @@ PARAMS = (
         "profiler switch: auto (recipe doctor), profiler_config (vllm-ascend>=0.14), env (0.13)",
         choices=("auto", "profiler_config", "env"),
     ),
-    Param("ready_timeout_s", "int", 1800, "how long run.sh waits for /health", minimum=10),
-    Param(
-        "python",
-        "str",
-        "python3",
-        "python of the vLLM environment (PYTHON overrides at run time)",
-        check=check_no_shell,
-    ),
-    Param(
-        "cann_set_env",
-        "str",
-        "/usr/local/Ascend/ascend-toolkit/set_env.sh",
-        "sourced by env.sh when it exists",
-    ),
+    READY_TIMEOUT_PARAM,
+    PYTHON_PARAM,
+    CANN_SET_ENV_PARAM,
 )
 
 
