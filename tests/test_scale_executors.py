@@ -329,5 +329,14 @@ def test_a_real_ray_run_prints_only_progress(tmp_path: Path) -> None:
         timeout=600,
     )
     assert proc.returncode == 0, proc.stderr
-    ours = ("ingesting", "executor:", "[", "evaluating", "steps of", "evaluated", "overview of", "\r")
+    ours = (
+        "ingesting",
+        "executor:",
+        "[",
+        "evaluating",
+        "steps of",
+        "evaluated",
+        "overview of",
+        "\r",
+    )
     assert [line for line in proc.stderr.splitlines() if not line.startswith(ours)] == []
