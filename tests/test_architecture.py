@@ -28,6 +28,7 @@ LAYERS: list[tuple[str, ...]] = [
         "executor",
         "schema",
         "json_shape",
+        "sqlite_ro",
         "outdir",
         "exitcodes",
         "hints",

@@ -440,6 +440,12 @@ def _findings_table(result, out: Path) -> str:  # noqa: ANN001 - engine RunResul
     metavar="SECONDS",
     help="How long to wait for another run that writes the same --out, then give up (exit 2).",
 )
+@click.option(
+    "--follow-links",
+    is_flag=True,
+    help="Also follow the links in PATH that lead out of it (by default they are reported, "
+    "not followed: a collection's link to / or to a sibling folder is not its data).",
+)
 @click.option("--quiet", "-q", is_flag=True, help="Only print the final summary.")
 @click.option(
     "--verbose",
@@ -486,6 +492,7 @@ def _run(
     top_collectives: int,
     annotate: bool,
     lock_wait: float,
+    follow_links: bool,
     quiet: bool,
     verbose: bool,
     fmt: str,
@@ -540,6 +547,7 @@ def _run(
                 memory=memory,
                 top=TopSizes(top_kernels, top_apis, top_collectives),
                 lock_wait=lock_wait,
+                follow_links=follow_links,
             )
         finally:
             progress.close()

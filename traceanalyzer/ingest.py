@@ -198,9 +198,10 @@ def _file_fingerprint(path: Path) -> dict[str, Any]:
 
 def session_fingerprint(session: RankSession) -> dict[str, Any]:
     files: dict[str, Any] = {}
-    candidates = [p for p in session.path.iterdir() if p.is_file() and p.suffix == ".json"]
-    if session.output_dir.is_dir():
-        candidates += [p for p in session.output_dir.iterdir() if p.is_file()]
+    candidates = [p for p in session.path.iterdir() if p.suffix == ".json"]
+    if session.output_dir.is_dir() and session.output_dir not in session.refused:
+        candidates += list(session.output_dir.iterdir())
+    candidates = [p for p in candidates if session.readable(p)]
     for path in sorted(candidates):
         try:
             files[os.path.relpath(path, session.path)] = _file_fingerprint(path)
@@ -310,7 +311,7 @@ class _SideFiles:
         self.comm = [entry for entry in _COMM_FILES if entry[1] not in filled]
         names = [spec.file for spec in self.specs] + [name for name, _, _ in self.comm]
         paths = [session.output_dir / name for name in names]
-        self.size = sum(p.stat().st_size for p in paths if p.is_file())
+        self.size = sum(p.stat().st_size for p in paths if session.readable(p))
 
     def parse(self, threads: int = 1) -> dict[str, list[str]]:
         """Parse every side file, the CSVs on up to ``threads`` threads (the CSV readers, polars
@@ -319,7 +320,7 @@ class _SideFiles:
         present: list[tuple[CsvSpec, Path]] = []
         for spec in self.specs:
             path = self.session.output_dir / spec.file
-            if path.is_file():
+            if self.session.readable(path):
                 present.append((spec, path))
             elif self.filled:
                 continue  # the Db was the source: the file is optional
@@ -351,7 +352,7 @@ class _SideFiles:
                 self.warnings += parsed.warnings
         for name, _table, parser in self.comm:
             path = self.session.output_dir / name
-            if not path.is_file():
+            if not self.session.readable(path):
                 if not self.filled:
                     self.missing.append(name)
                 continue
@@ -463,7 +464,7 @@ def ingest_session(
         trace_path = session.output_dir / TRACE_FILE
         if db:
             pass  # the Db holds the trace's events
-        elif trace_path.is_file():
+        elif session.readable(trace_path):
             _fault_hook(session)
             try:
                 trace = parse_trace_view(trace_path, sink, scratch, threads, memory, trace_read)
@@ -558,7 +559,7 @@ _WORKER_PER_DB_MB = 10
 def input_bytes(session: RankSession) -> int:
     """The size of the session's exported files (what parsing and the rules work through)."""
     try:
-        return sum(p.stat().st_size for p in session.output_dir.iterdir() if p.is_file())
+        return sum(p.stat().st_size for p in session.output_dir.iterdir() if session.readable(p))
     except OSError:  # unreadable: its parse reports why; it weighs nothing here
         return 0
 
@@ -571,7 +572,7 @@ def session_memory_mb(session: RankSession, memory: ParseMemory = DEFAULT_PARSE_
         size_mb = session.db_file.stat().st_size / (1 << 20)
         return round(max(_WORKER_BASE_MB + _WORKER_PER_DB_MB * size_mb, csv_peak))
     trace = session.output_dir / TRACE_FILE
-    if not trace.is_file():
+    if not session.readable(trace):
         return csv_peak
     size_mb = trace.stat().st_size / (1 << 20)
     # Both readers hold the decoded events; DuckDB's buffers come on top, counted when no
@@ -736,6 +737,7 @@ def ingest(
     executor: Executor | None = None,
     memory: ParseMemory = DEFAULT_PARSE_MEMORY,
     lock_wait: float = outdir.LOCK_WAIT_SECONDS,
+    follow_links: bool = False,
 ) -> IngestResult:
     """Discover every rank session under ``root`` and bring the store at ``out`` up to date.
 
@@ -745,6 +747,7 @@ def ingest(
     The output is checked (never inside the input or a rank directory) and locked for the
     ingest (:mod:`traceanalyzer.outdir`), waiting up to ``lock_wait`` seconds for another run
     that holds it (said to ``progress``). Without a rank session, nothing is written.
+    Links that leave ``root`` are followed only with ``follow_links``.
     """
     try:
         if not Path(root).exists():
@@ -752,7 +755,7 @@ def ingest(
         root_path, out_path = input_root(root), Path(out)
         outdir.check_out(out_path, root_path)
         try:
-            found = discover(root_path)
+            found = discover(root_path, follow_links)
         except (FileNotFoundError, NotADirectoryError) as exc:
             raise InputError(str(exc)) from exc
         if not found.sessions:  # nothing to analyse: `out` is left exactly as it was found

@@ -83,7 +83,12 @@ def _integer_token(digits: str) -> int | str:
 
 def load_json(path: Path, max_bytes: int = MAX_BYTES, max_depth: int = MAX_DEPTH) -> Any:
     """Decode ``path`` (see :func:`read_regular_file`); :class:`InputFileError` says why not."""
-    text = read_regular_file(path, max_bytes).decode("utf-8", errors="replace")
+    return loads(read_regular_file(path, max_bytes).decode("utf-8", errors="replace"), max_depth)
+
+
+def loads(text: str, max_depth: int = MAX_DEPTH) -> Any:
+    """Decode the JSON ``text`` of an input (a file's, a database value's), nested at most
+    ``max_depth`` deep; :class:`InputFileError` says why not."""
     try:
         doc = json.loads(text, parse_int=_integer_token)
     except RecursionError as exc:  # the decoder recurses per level: 100,000 levels end here

@@ -54,6 +54,7 @@ def analyse(
     rules: LoadedRules | None = None,
     top: TopSizes = DEFAULT_TOP,
     lock_wait: float = outdir.LOCK_WAIT_SECONDS,
+    follow_links: bool = False,
 ) -> Analysis:
     """Bring the store at ``out`` up to date with ``path``, run the rules, write the reports.
 
@@ -62,7 +63,7 @@ def analyse(
     ``rules``: the rules to run, already loaded (default: load them here from ``rule_dirs`` and
     the config file); they are loaded once and go to evaluation, workers and reports.
     ``top`` sizes the overview's top-N tables. ``lock_wait``: seconds to wait for another run
-    that writes ``out``.
+    that writes ``out``. ``follow_links``: follow the links that leave ``path``.
     """
     from traceanalyzer.engine import write_findings_json
     from traceanalyzer.engine.config import load_run_rules, resolve, run_settings
@@ -89,6 +90,7 @@ def analyse(
             executor=executor,
             memory=memory,
             lock_wait=lock_wait,
+            follow_links=follow_links,
         )
         if not result.outcomes:
             return Analysis(result)

@@ -5,6 +5,13 @@ writes no journal, WAL or shared-memory file next to it. Each table is one plain
 columns needed, read through the ADBC SQLite driver as Arrow columns (no Python object per
 value) that polars adopts; ids become names through ``STRING_IDS`` and the ``ENUM_*`` tables as
 vectorised replacements.
+
+The file is data (:mod:`traceanalyzer.sqlite_ro`): only its real tables are read (a view, a
+virtual table or a generated column is listed as not read), the listing and the small queries
+run under a progress handler with a deadline, text that is not UTF-8 is read with replacement
+characters, and only the ``STRING_IDS`` rows the tables use are read, each text cut at
+:data:`~traceanalyzer.parse.trace_shared.MAX_NAME` characters (:class:`Repairs` says what
+was changed, in the rank's warnings).
 """
 
 from __future__ import annotations
@@ -12,9 +19,13 @@ from __future__ import annotations
 import fcntl
 import os
 import shutil
+import sqlite3
 import struct
 import tempfile
-from functools import cached_property
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from functools import cached_property, partial
 from pathlib import Path
 from typing import Any
 
@@ -23,10 +34,13 @@ import adbc_driver_sqlite
 import polars as pl
 import pyarrow as pa
 
+from traceanalyzer import sqlite_ro
 from traceanalyzer.parse.sink import body_columns
-from traceanalyzer.parse.trace_shared import SENTINELS
+from traceanalyzer.parse.trace_shared import CUT_KEEP, MAX_NAME, SENTINELS, cut_end
 
 I32, I64, F64, STR, CAT = pl.Int32(), pl.Int64(), pl.Float64(), pl.String(), pl.Categorical()
+
+
 _SQL_TYPES = {I64: "INTEGER", F64: "REAL", STR: "TEXT"}
 _POLARS = {"int32": I32, "int64": I64, "double": F64}
 SMALL_ROWS = 1 << 16  # at least the rows of a query that is not a table scan
@@ -42,13 +56,59 @@ class DbUnreadable(Exception):
     """The database cannot be read: not SQLite, damaged, being written, or an unknown schema."""
 
 
+@dataclass
+class Repairs:
+    """What reading a database changed of its values, shared by every connection to it (the
+    readers run side by side) and said once, in the rank's warnings."""
+
+    not_utf8: int = 0  # text values whose invalid bytes were replaced (U+FFFD)
+    cut: set[int] = field(default_factory=set)  # STRING_IDS ids whose text was cut
+    duplicates: set[int] = field(default_factory=set)  # STRING_IDS ids listed more than once
+    refused: str | None = None  # views, virtual tables, generated columns: not read
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add(
+        self, not_utf8: int = 0, cut: Iterable[int] = (), duplicates: Iterable[int] = ()
+    ) -> None:
+        with self._lock:
+            self.not_utf8 += not_utf8
+            self.cut.update(cut)
+            self.duplicates.update(duplicates)
+
+    def warnings(self, path: Path) -> list[str]:
+        said = [self.refused] if self.refused else []
+        if self.not_utf8:
+            said.append(
+                f"{path.name}: {self.not_utf8:,} text value(s) are not UTF-8; read with their "
+                "invalid bytes replaced (U+FFFD)"
+            )
+        if self.cut:
+            said.append(
+                f"{path.name}: {len(self.cut):,} STRING_IDS text(s) over {MAX_NAME:,} characters "
+                "cut to that length (the cut ends with a hash of the whole text)"
+            )
+        if self.duplicates:
+            said.append(
+                f"{path.name}: {len(self.duplicates):,} STRING_IDS id(s) listed more than once; "
+                "the first text of each is used"
+            )
+        return said
+
+
 class Connection:
     """A read-only ADBC connection to one SQLite file: queries come back as Arrow tables, built
     in C without a Python object per value (Python's sqlite3 builds one per value: 2-5x the
     time of a whole scan here)."""
 
-    def __init__(self, path: Path, immutable: bool = True, shown: Path | None = None):
+    def __init__(
+        self,
+        path: Path,
+        immutable: bool = True,
+        shown: Path | None = None,
+        repairs: Repairs | None = None,
+    ):
         self.path = shown or path  # what messages name
+        self.repairs = repairs or Repairs()
         # The input is opened immutable: no lock, no side file, nothing written. A private copy
         # (with a WAL or journal to apply) is opened as SQLite needs, to apply it.
         mode = "?mode=ro&immutable=1" if immutable else ""
@@ -61,22 +121,42 @@ class Connection:
             raise
 
     def arrow(self, sql: str, rows: int | None = None) -> pa.Table:
-        """The result of ``sql``. The driver types each column from the first batch it reads;
-        ``rows`` (at least the result's row count) makes that batch the whole result, so a
-        column null in its first rows and a number later is still typed by its values."""
+        """The result of ``sql``, its text valid UTF-8. The driver types each column from the
+        first batch it reads; ``rows`` (at least the result's row count) makes that batch the
+        whole result, so a column null in its first rows and a number later is still typed by
+        its values."""
         statement = adbc_driver_manager.AdbcStatement(self._connection)
         try:
             if rows is not None:
                 statement.set_options(**{"adbc.sqlite.query.batch_rows": str(max(rows, 1))})
             statement.set_sql_query(sql)
             stream, _ = statement.execute_query()
-            return pa.RecordBatchReader._import_from_c(stream.address).read_all()
+            data = pa.RecordBatchReader._import_from_c(stream.address).read_all()
         except (adbc_driver_manager.Error, pa.ArrowException, OSError) as exc:
             # A page that fails mid-scan surfaces from the stream: as the driver's error or
             # Arrow's (its I/O error is an OSError).
             raise DbUnreadable(f"{self.path}: {_what(exc)} ({_reason(exc)})") from exc
         finally:
             statement.close()
+        return self._valid_text(data)
+
+    def _valid_text(self, data: pa.Table) -> pa.Table:
+        """``data`` with the invalid UTF-8 of its text columns replaced (the driver passes
+        SQLite's bytes on as they are: unchecked, they make Parquet files no reader accepts)."""
+        try:
+            data.validate(full=True)  # checks every string's UTF-8, in C
+            return data
+        except pa.ArrowInvalid:
+            pass
+        for index, column in enumerate(data.columns):
+            if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+                raw = column.cast(pa.large_binary()).to_pylist()
+                text = [None if v is None else v.decode("utf-8", errors="replace") for v in raw]
+                bad = sum(v is not None and v.encode() != r for v, r in zip(text, raw, strict=True))
+                if bad:
+                    self.repairs.add(not_utf8=bad)
+                    data = data.set_column(index, data.field(index), pa.array(text, column.type))
+        return data
 
     def close(self) -> None:
         self._connection.close()
@@ -155,12 +235,15 @@ def _writer_holds_lock(path: Path) -> bool:
     return False
 
 
-def connect_readonly(path: Path, source: Path | None = None) -> Connection:
+def connect_readonly(
+    path: Path, source: Path | None = None, repairs: Repairs | None = None
+) -> Connection:
     """Open ``path`` read-only, without locks or side files (or ``source``, a private copy of
     it, as SQLite needs to apply its side file); raise DbUnreadable naming ``path``."""
     try:
-        con = Connection(source or path, immutable=source in (None, path), shown=path)
-    except adbc_driver_manager.Error as exc:
+        sqlite_ro.regular_file(path)
+        con = Connection(source or path, source in (None, path), path, repairs)
+    except (adbc_driver_manager.Error, sqlite_ro.NotRegularFile) as exc:
         raise DbUnreadable(f"{path}: {_what(exc)} ({_reason(exc)})") from exc
     try:
         con.arrow("PRAGMA query_only = 1")
@@ -171,30 +254,33 @@ def connect_readonly(path: Path, source: Path | None = None) -> Connection:
     return con
 
 
+# STRING_IDS ids looked up per query: an IN list this long parses in milliseconds
+_IDS_PER_QUERY = 50_000
+_TEXT = "CAST(value AS TEXT)"
+
+
 class Db:
     """One open database: its tables and columns, typed scans, and the names of its ids.
     ``path`` is what messages name; ``source`` what is read (a private copy, see
-    :func:`readable_source`)."""
+    :func:`readable_source`); ``repairs`` collects what reading changed, for every connection
+    to the same file."""
 
-    def __init__(self, path: Path, source: Path | None = None):
+    def __init__(self, path: Path, source: Path | None = None, repairs: Repairs | None = None):
         self.path = path
-        self.con = connect_readonly(path, source)
+        self.repairs = repairs or Repairs()
+        self.con = connect_readonly(path, source, self.repairs)
         try:
-            listing = self.con.arrow(
-                "SELECT m.name AS tbl, CAST(c.name AS TEXT) AS col FROM sqlite_master AS m "
-                "LEFT JOIN pragma_table_info(m.name) AS c WHERE m.type IN ('table', 'view')",
-                rows=SMALL_ROWS,
-            )
-        except DbUnreadable:
+            self.small = sqlite_ro.connect(source or path, immutable=source in (None, path))
+            tables = sqlite_ro.tables_of(self.small)
+        except sqlite3.Error as exc:
             self.con.close()
-            raise
-        self.columns: dict[str, set[str]] = {}
-        for table, column in zip(
-            listing["tbl"].to_pylist(), listing["col"].to_pylist(), strict=True
-        ):
-            names = self.columns.setdefault(table, set())
-            if column is not None:
-                names.add(column)
+            raise DbUnreadable(f"{path}: {_what(exc)} ({exc})") from exc
+        self.columns = tables.columns
+        self.repairs.refused = sqlite_ro.refused_note(path, tables)
+        # the STRING_IDS rows looked up so far; the readers' threads (polars runs a map on its
+        # own) look up one at a time
+        self._strings = pl.DataFrame(schema={"id": I64, "value": STR, "json": STR})
+        self._lookup_lock = threading.Lock()
 
     def has(self, table: str) -> bool:
         return table in self.columns
@@ -219,37 +305,93 @@ class Db:
 
     def rows(self, sql: str) -> list[tuple[Any, ...]]:
         """The rows of a small query (a few rows: probes, META_DATA), as Python values."""
-        data = self.con.arrow(sql, rows=SMALL_ROWS)
-        return list(
-            zip(*(data.column(i).to_pylist() for i in range(data.num_columns)), strict=True)
-        )
+        replaced = self.small.text.replaced
+        try:
+            found = self.small.execute(sql)
+        except sqlite3.Error as exc:
+            raise DbUnreadable(f"{self.path}: {_what(exc)} ({exc})") from exc
+        self.repairs.add(not_utf8=self.small.text.replaced - replaced)
+        return found
 
     def value(self, sql: str) -> Any:
         rows = self.rows(sql)
         return rows[0][0] if rows else None
 
-    @cached_property
-    def _strings(self) -> pl.DataFrame:
-        strings = self.scan("STRING_IDS", id=("id", I64), value=("value", STR))
-        return strings.with_columns(json_text(pl.col("value")).alias("json"))
+    def first_row(self, table: str) -> dict[str, Any]:
+        """The first row of ``table`` by column name, a blob as text ({} for an empty table)."""
+        try:
+            row = self.small.first(f'SELECT * FROM "{table}" LIMIT 1')
+        except sqlite3.Error as exc:
+            raise DbUnreadable(f"{self.path}: {_what(exc)} ({exc})") from exc
+        return {
+            name: value.decode("utf-8", errors="replace") if isinstance(value, bytes) else value
+            for name, value in row.items()
+        }
+
+    def _named(self, column: str, ids: pl.Series) -> pl.Series:
+        """``column`` (value or json) of the STRING_IDS rows of ``ids``, the ids not read yet
+        read now: the rows no table uses are never read."""
+        with self._lookup_lock:
+            wanted = ids.drop_nulls().unique()
+            new = wanted.filter(~wanted.is_in(self._strings["id"].implode()))
+            if len(new) and self.has("STRING_IDS"):
+                self._strings = pl.concat([self._strings, self._read_strings(new)])
+            strings = self._strings
+        return ids.replace_strict(strings["id"], strings[column], default=None, return_dtype=STR)
+
+    def _read_strings(self, ids: pl.Series) -> pl.DataFrame:
+        """The texts of ``ids``, each cut at MAX_NAME characters with a hash of the whole text
+        (an absurd name would otherwise be copied into every row that uses it), the first of
+        an id listed twice."""
+        parts = []
+        for start in range(0, len(ids), _IDS_PER_QUERY):
+            listed = ",".join(map(str, ids.slice(start, _IDS_PER_QUERY).to_list()))
+            parts.append(
+                self.con.arrow(
+                    f"SELECT CAST(id AS INTEGER) AS id, CASE WHEN length({_TEXT}) > {MAX_NAME} "
+                    f"THEN substr({_TEXT}, 1, {CUT_KEEP}) ELSE {_TEXT} END AS value, "
+                    f"length({_TEXT}) > {MAX_NAME} AS long "
+                    f"FROM STRING_IDS WHERE id IN ({listed}) ORDER BY rowid",
+                    rows=_IDS_PER_QUERY,
+                )
+            )
+        found = pl.concat(
+            [pl.DataFrame(schema={"id": I64, "value": STR, "long": I64}),
+             *(pl.DataFrame(p).cast({"id": I64, "value": STR, "long": I64}) for p in parts)]
+        )  # fmt: skip
+        repeated = set(found.filter(found["id"].is_duplicated())["id"].to_list())
+        found = found.unique("id", keep="first", maintain_order=True)
+        cut = found.filter(pl.col("long") == 1)["id"].to_list()
+        if cut:
+            ends = {i: self._hash_end(i) for i in cut}
+            found = found.with_columns(
+                pl.when(pl.col("long") == 1)
+                .then(pl.col("value") + pl.col("id").replace_strict(ends, return_dtype=STR))
+                .otherwise(pl.col("value"))
+            )
+        self.repairs.add(cut=set(cut), duplicates=repeated)
+        return found.select("id", "value", json_text(pl.col("value")).alias("json"))
+
+    def _hash_end(self, string_id: int) -> str:
+        """``…[<hash>]`` of the whole text of a long STRING_IDS entry (read alone, once)."""
+        return cut_end(
+            self.value(f"SELECT CAST(value AS BLOB) FROM STRING_IDS WHERE id = {string_id}") or b""
+        )
 
     def text(self, ids: pl.Expr) -> pl.Expr:
         """The STRING_IDS text of an id column."""
-        return ids.replace_strict(
-            self._strings["id"], self._strings["value"], default=None, return_dtype=STR
-        )
+        return ids.map_batches(partial(self._named, "value"), STR, is_elementwise=True)
 
     def quoted(self, ids: pl.Expr) -> pl.Expr:
         """The STRING_IDS text of an id column as a JSON string literal."""
-        return ids.replace_strict(
-            self._strings["id"], self._strings["json"], default=None, return_dtype=STR
-        )
+        return ids.map_batches(partial(self._named, "json"), STR, is_elementwise=True)
 
     def enum(self, table: str, codes: pl.Expr) -> pl.Expr:
         """The name an ``ENUM_*`` table gives a code column (the code as text without one)."""
         if not self.has(table):
             return codes.cast(STR)
         names = self.scan(table, id=("id", I64), name=("name", STR))
+        names = names.unique("id", keep="first", maintain_order=True)
         return codes.replace_strict(names["id"], names["name"], default=None, return_dtype=STR)
 
     @cached_property
@@ -363,6 +505,7 @@ class Db:
 
     def close(self) -> None:
         self.con.close()
+        self.small.close()
 
 
 # COMPUTE_TASK_INFO columns (ids of STRING_IDS unless a number), under the kernels names.

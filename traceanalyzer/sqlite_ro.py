@@ -1,0 +1,130 @@
+"""A SQLite file of an input, opened as data: nothing in it runs, blocks or takes forever.
+
+- Only a regular file is opened (links followed): a FIFO or a device named like a database is
+  refused at once, never handed to SQLite (whose open would wait for a writer).
+- Read-only and immutable (``mode=ro&immutable=1``): no lock, no journal, nothing written.
+- Every query runs under a progress handler with a deadline: past it, SQLite interrupts the
+  query (``sqlite3.OperationalError: interrupted``).
+- Only real tables are read (:func:`tables_of`): a view runs the query its creator wrote (an
+  endless recursive one, say), a virtual table runs a module's code, and a generated column
+  evaluates an expression on every read; their names are listed as refused instead. Triggers
+  only fire on writes, which never happen here.
+- Text that is not UTF-8 is decoded with replacement characters, and counted.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+QUERY_SECONDS = 120.0  # one query of a profiler database; the largest scan takes seconds
+_STEPS = 10_000  # SQLite virtual machine steps between two looks at the clock
+
+
+class NotRegularFile(sqlite3.DatabaseError):
+    """The path is a FIFO, a device, a socket or a directory, not a database file."""
+
+
+@dataclass
+class Tables:
+    """The real tables of a database and their readable columns; what is not read, and why."""
+
+    columns: dict[str, set[str]] = field(default_factory=dict)
+    refused: dict[str, str] = field(default_factory=dict)  # name -> what it is
+
+
+class _Text:
+    """Decodes SQLite text as UTF-8, invalid bytes replaced, and counts the values replaced."""
+
+    def __init__(self) -> None:
+        self.replaced = 0
+
+    def __call__(self, raw: bytes) -> str:
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            self.replaced += 1
+            return raw.decode("utf-8", errors="replace")
+
+
+def regular_file(path: Path) -> None:
+    """Raise :class:`NotRegularFile` unless ``path`` is a regular file (a stat: never blocks)."""
+    if not path.is_file():
+        raise NotRegularFile(f"{path}: not a regular file (a FIFO, device, socket or directory)")
+
+
+def connect(path: Path, seconds: float = QUERY_SECONDS, *, immutable: bool = True) -> Connection:
+    """``path`` opened read-only (``immutable``: without locks or side files), each query
+    interrupted after ``seconds``."""
+    regular_file(path)
+    mode = "?mode=ro&immutable=1" if immutable else "?mode=ro"
+    return Connection(sqlite3.connect(f"{path.resolve().as_uri()}{mode}", uri=True), seconds)
+
+
+class Connection:
+    """A stdlib connection whose queries each have a deadline (see :func:`connect`)."""
+
+    def __init__(self, con: sqlite3.Connection, seconds: float):
+        self._con, self.seconds = con, seconds
+        self.text = _Text()
+        con.text_factory = self.text
+        self._deadline = time.monotonic() + seconds
+        con.set_progress_handler(self._past_deadline, _STEPS)
+        self.execute("PRAGMA query_only = 1")
+
+    def _past_deadline(self) -> bool:
+        return time.monotonic() > self._deadline
+
+    def execute(self, sql: str, parameters: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
+        """Every row of ``sql``, within the deadline (``sqlite3.OperationalError`` past it)."""
+        return self._cursor(sql, parameters).fetchall()
+
+    def first(self, sql: str) -> dict[str, object]:
+        """The first row of ``sql`` by column name ({} without one)."""
+        cursor = self._cursor(sql, ())
+        row = cursor.fetchone()
+        return dict(zip((d[0] for d in cursor.description), row, strict=True)) if row else {}
+
+    def _cursor(self, sql: str, parameters: tuple[object, ...]) -> sqlite3.Cursor:
+        self._deadline = time.monotonic() + self.seconds
+        return self._con.execute(sql, parameters)
+
+    def close(self) -> None:
+        self._con.close()
+
+
+def tables_of(con: Connection) -> Tables:
+    """The database's real tables (not views, virtual tables or SQLite's own) with their
+    stored columns (not generated ones); the rest named in ``refused``."""
+    found = Tables()
+    listed = con.execute(
+        "SELECT type, name, sql LIKE 'CREATE VIRTUAL%' FROM sqlite_master "
+        "WHERE type IN ('table', 'view') AND name NOT LIKE 'sqlite^_%' ESCAPE '^'"
+    )
+    for kind, name, virtual in listed:
+        if kind == "view" or virtual:
+            found.refused[str(name)] = "a virtual table" if virtual else "a view"
+            continue
+        names = found.columns.setdefault(str(name), set())
+        for column, hidden in con.execute(
+            "SELECT name, hidden FROM pragma_table_xinfo(?)", (str(name),)
+        ):
+            if hidden == 2:  # a virtual generated column: computed when read
+                found.refused[f"{name}.{column}"] = "a generated column"
+            else:
+                names.add(str(column))
+    return found
+
+
+def refused_note(path: Path, tables: Tables) -> str | None:
+    """What a database held that is not read, as one warning (None when nothing)."""
+    if not tables.refused:
+        return None
+    listed = ", ".join(f"{name} ({what})" for name, what in sorted(tables.refused.items())[:10])
+    more = f" and {len(tables.refused) - 10} more" if len(tables.refused) > 10 else ""
+    return (
+        f"{path.name}: not read: {listed}{more}; only a database's tables are read (a view, a "
+        "virtual table or a generated column runs code its author wrote)"
+    )
