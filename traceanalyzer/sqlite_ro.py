@@ -7,8 +7,9 @@
   query (``sqlite3.OperationalError: interrupted``).
 - Only real tables are read (:func:`tables_of`): a view runs the query its creator wrote (an
   endless recursive one, say), a virtual table runs a module's code, and a generated column
-  evaluates an expression on every read; their names are listed as refused instead. Triggers
-  only fire on writes, which never happen here.
+  evaluates an expression on every read; their names are listed as refused instead, and an
+  authorizer refuses any query that would read through a view or a virtual table all the
+  same. Triggers only fire on writes, which never happen here.
 - Text that is not UTF-8 is decoded with replacement characters, and counted.
 """
 
@@ -19,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-QUERY_SECONDS = 120.0  # one query of a profiler database; the largest scan takes seconds
+QUERY_SECONDS = 30.0  # one probe of a profiler database (a count, a few rows): milliseconds
 _STEPS = 10_000  # SQLite virtual machine steps between two looks at the clock
 
 
@@ -60,7 +61,9 @@ def connect(path: Path, seconds: float = QUERY_SECONDS, *, immutable: bool = Tru
     interrupted after ``seconds``."""
     regular_file(path)
     mode = "?mode=ro&immutable=1" if immutable else "?mode=ro"
-    return Connection(sqlite3.connect(f"{path.resolve().as_uri()}{mode}", uri=True), seconds)
+    # any thread may query (one at a time: the callers serialise their own use)
+    uri = f"{path.resolve().as_uri()}{mode}"
+    return Connection(sqlite3.connect(uri, uri=True, check_same_thread=False), seconds)
 
 
 class Connection:
@@ -71,11 +74,22 @@ class Connection:
         self.text = _Text()
         con.text_factory = self.text
         self._deadline = time.monotonic() + seconds
+        self.untrusted: set[str] = set()  # virtual tables, once :func:`tables_of` found them
         con.set_progress_handler(self._past_deadline, _STEPS)
+        con.set_authorizer(self._authorize)
         self.execute("PRAGMA query_only = 1")
 
     def _past_deadline(self) -> bool:
         return time.monotonic() > self._deadline
+
+    def _authorize(
+        self, action: int, name: str | None, _: object, __: object, view: str | None
+    ) -> int:
+        """Deny what a view does (SQLite names the view behind an access) and any read of a
+        virtual table: a query that needs either fails before it runs."""
+        if view is not None or (action == sqlite3.SQLITE_READ and name in self.untrusted):
+            return sqlite3.SQLITE_DENY
+        return sqlite3.SQLITE_OK
 
     def execute(self, sql: str, parameters: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
         """Every row of ``sql``, within the deadline (``sqlite3.OperationalError`` past it)."""
@@ -106,6 +120,8 @@ def tables_of(con: Connection) -> Tables:
     for kind, name, virtual in listed:
         if kind == "view" or virtual:
             found.refused[str(name)] = "a virtual table" if virtual else "a view"
+            if virtual:
+                con.untrusted.add(str(name))
             continue
         names = found.columns.setdefault(str(name), set())
         for column, hidden in con.execute(

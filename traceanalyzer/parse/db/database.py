@@ -150,17 +150,25 @@ class Connection:
             pass
         for index, column in enumerate(data.columns):
             if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
-                raw = column.cast(pa.large_binary()).to_pylist()
-                text = [None if v is None else v.decode("utf-8", errors="replace") for v in raw]
-                bad = sum(v is not None and v.encode() != r for v, r in zip(text, raw, strict=True))
+                repaired, bad = _decoded(column)
                 if bad:
                     self.repairs.add(not_utf8=bad)
-                    data = data.set_column(index, data.field(index), pa.array(text, column.type))
+                    data = data.set_column(index, data.field(index).name, repaired)
         return data
 
     def close(self) -> None:
         self._connection.close()
         self._database.close()
+
+
+def _decoded(column: pa.ChunkedArray) -> tuple[pa.Array, int]:
+    """A text column's values decoded as UTF-8, invalid bytes replaced (U+FFFD), and how many
+    values had some (the bytes are viewed, not cast: no pyarrow.compute for a damaged file)."""
+    binary = pa.large_binary() if pa.types.is_large_string(column.type) else pa.binary()
+    raw = [value for chunk in column.chunks for value in chunk.view(binary).to_pylist()]
+    text = [None if value is None else value.decode("utf-8", errors="replace") for value in raw]
+    bad = sum(t is not None and t.encode() != r for t, r in zip(text, raw, strict=True))
+    return pl.Series(text, dtype=STR).to_arrow(), bad
 
 
 def _reason(exc: Exception) -> str:
@@ -275,7 +283,7 @@ class Db:
         except sqlite3.Error as exc:
             self.con.close()
             raise DbUnreadable(f"{path}: {_what(exc)} ({exc})") from exc
-        self.columns = tables.columns
+        self.columns, self._refused = tables.columns, tables.refused
         self.repairs.refused = sqlite_ro.refused_note(path, tables)
         # the STRING_IDS rows looked up so far; the readers' threads (polars runs a map on its
         # own) look up one at a time
@@ -285,13 +293,20 @@ class Db:
     def has(self, table: str) -> bool:
         return table in self.columns
 
+    def refused(self, table: str) -> bool:
+        """Whether ``table`` is there but not read (a view or a virtual table)."""
+        return table in self._refused
+
     def has_column(self, table: str, column: str) -> bool:
         return column in self.columns.get(table, ())
 
     def scan(self, table: str, **columns: tuple[str, pl.DataType]) -> pl.DataFrame:
         """``alias=(column, type)`` of every row of ``table``, in rowid order. A column the
         table lacks (another release) is null; values are cast in SQLite (PYTORCH_API keeps
-        its times as text), so a column always has its type."""
+        its times as text), so a column always has its type. A table that is not there (or
+        not a table) has no rows."""
+        if not self.has(table):
+            return pl.DataFrame(schema={alias: dtype for alias, (_, dtype) in columns.items()})
         exprs = []
         for alias, (column, dtype) in columns.items():
             if column != "rowid" and not self.has_column(table, column):
@@ -334,7 +349,7 @@ class Db:
         with self._lookup_lock:
             wanted = ids.drop_nulls().unique()
             new = wanted.filter(~wanted.is_in(self._strings["id"].implode()))
-            if len(new) and self.has("STRING_IDS"):
+            if len(new) and self.has_column("STRING_IDS", "value"):
                 self._strings = pl.concat([self._strings, self._read_strings(new)])
             strings = self._strings
         return ids.replace_strict(strings["id"], strings[column], default=None, return_dtype=STR)

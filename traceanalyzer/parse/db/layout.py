@@ -54,7 +54,8 @@ def schema_version(db: Db) -> str | None:
 
 
 def check_schema(db: Db, version: str | None) -> None:
-    missing = [t for t in _REQUIRED_TABLES if not db.has(t)]
+    # a required table that is there but not read (a view) still says what the file is
+    missing = [t for t in _REQUIRED_TABLES if not db.has(t) and not db.refused(t)]
     if missing or not any(db.has(t) for t in _EVENT_TABLES):
         raise DbUnreadable(
             f"{db.path}: unknown schema: no {', '.join(missing or _EVENT_TABLES)} table "

@@ -1,0 +1,245 @@
+"""A received collection is data (issue [untrusted-input]): it cannot run code, hang the run,
+exhaust memory, or make the run write where it should not; a damaged value costs that value,
+never the rank or the process. One test per hazard; the fuzzer (tests/fuzz) tries them at
+random."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import polars as pl
+import pytest
+from click.testing import CliRunner, Result
+from fuzz import db_hazards
+
+from traceanalyzer import sqlite_ro
+from traceanalyzer.cli import main
+from traceanalyzer.discover import discover
+from traceanalyzer.parse.db.database import Db
+from traceanalyzer.parse.trace_shared import MAX_NAME
+from traceanalyzer.store import Store
+from traceanalyzer.synth.generate import generate
+
+OUT = "ASCEND_PROFILER_OUTPUT"
+SECONDS = 60  # a case that takes longer hangs
+
+
+@pytest.fixture(scope="module")
+def db_export(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A two-rank Db export (synthetic: the same bytes on every machine)."""
+    root = tmp_path_factory.mktemp("db_export") / "in"
+    generate("inference-baseline", root, ranks=2, export="db")
+    return root
+
+
+@pytest.fixture
+def collection(db_export: Path, tmp_path: Path) -> Path:
+    root = tmp_path / "in"
+    shutil.copytree(db_export, root)
+    return root
+
+
+def _db(root: Path, rank: int = 0) -> Path:
+    return next(root.glob(f"*/{OUT}/ascend_pytorch_profiler_{rank}.db"))
+
+
+@contextlib.contextmanager
+def _within(seconds: float = SECONDS) -> Iterator[None]:
+    """Fail, rather than hang the suite, when the block takes longer than ``seconds``."""
+
+    def over(signum: int, frame: object) -> None:
+        raise TimeoutError(f"over {seconds} s: the run hangs")
+
+    previous = signal.signal(signal.SIGALRM, over)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _run(root: Path, out: Path, *args: str) -> Result:
+    with _within():
+        result = CliRunner().invoke(
+            main, ["run", str(root), "--out", str(out), "--executor", "local", *args]
+        )
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.output
+    assert "Traceback" not in result.output
+    return result
+
+
+def _ingested(result: Result, ranks: int = 2) -> None:
+    assert result.exit_code in (0, 3), result.output
+    assert result.output.count(": ingested (") == ranks, result.output
+
+
+# --------------------------------------------------------------------------- SQLite is data
+
+
+@pytest.mark.parametrize("table", ["TASK", "STRING_IDS", "META_DATA", "CANN_API"])
+def test_a_table_that_is_a_view_over_an_endless_query_is_not_read(
+    collection: Path, tmp_path: Path, table: str
+) -> None:
+    db_hazards.table_as_view(_db(collection), table)
+    result = _run(collection, tmp_path / "out")
+    _ingested(result)
+    assert f"not read: {table} (a view)" in result.output
+
+
+def test_virtual_tables_and_generated_columns_are_not_read(collection: Path, tmp_path) -> None:
+    db_hazards.table_as_virtual(_db(collection), "META_DATA")
+    db_hazards.generated_column(_db(collection))
+    result = _run(collection, tmp_path / "out")
+    _ingested(result)
+    assert "META_DATA (a virtual table)" in result.output
+    assert "TASK.huge (a generated column)" in result.output
+
+
+def test_a_probe_that_runs_too_long_is_interrupted(collection: Path) -> None:
+    """The progress handler's deadline: without it this query runs for days."""
+    con = sqlite_ro.connect(_db(collection), seconds=0.5)
+    started = time.monotonic()
+    with _within(30), pytest.raises(sqlite_ro.sqlite3.OperationalError, match="interrupted"):
+        con.execute(
+            "SELECT sum(a.id + b.id + c.id + d.id + e.id)"
+            " FROM STRING_IDS a, STRING_IDS b, STRING_IDS c, STRING_IDS d, STRING_IDS e"
+        )
+    assert time.monotonic() - started < 5
+
+
+def test_a_query_through_a_view_is_refused_before_it_runs(collection: Path) -> None:
+    db_hazards.table_as_view(_db(collection), "TASK")
+    con = sqlite_ro.connect(_db(collection))
+    with _within(10), pytest.raises(sqlite_ro.sqlite3.DatabaseError, match="not authorized"):
+        con.execute("SELECT count(*) FROM TASK")
+
+
+@pytest.mark.parametrize("name", ["ascend_pytorch_profiler_0.db", "analysis.db"])
+def test_a_fifo_named_as_a_database_is_never_opened(collection: Path, tmp_path, name) -> None:
+    db_hazards.as_fifo(_db(collection).with_name(name))
+    result = _run(collection, tmp_path / "out")
+    assert result.exit_code in (0, 3), result.output
+    assert f"{name}: not a regular file" in result.output
+    assert "rank 1 " in result.output and ": ingested (" in result.output
+
+
+# --------------------------------------------------------------------------- names interned
+
+
+def _peak_mb(root: Path, out: Path) -> float:
+    """Peak RSS of a fresh `run` process, in MB."""
+    probe = (
+        "import re, sys\nfrom traceanalyzer.cli import main\ntry:\n"
+        "    main(sys.argv[1:], prog_name='traceanalyzer')\nfinally:\n"
+        "    status = open('/proc/self/status').read()\n"
+        "    print('VmHWM', re.search(r'VmHWM:\\s+(\\d+)', status).group(1), file=sys.stderr)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe, "run", str(root), "--out", str(out), "-q",
+         "--executor", "local"],
+        capture_output=True, text=True, timeout=SECONDS,
+    )  # fmt: skip
+    assert "Traceback" not in done.stderr, done.stderr
+    return int(re.search(r"VmHWM (\d+)", done.stderr).group(1)) / 1024
+
+
+def test_a_50mb_name_costs_what_the_file_grew_by(collection: Path, tmp_path: Path) -> None:
+    clean = _peak_mb(collection, tmp_path / "clean")
+    said = db_hazards.huge_name(_db(collection), 50 << 20)
+    result = _run(collection, tmp_path / "out")
+    _ingested(result)
+    assert "STRING_IDS text(s) over 4,096 characters cut" in result.output, said
+    names = Store.open(tmp_path / "out").table("slices").select(pl.col("name").str.len_chars())
+    assert names.max().collect().item() <= MAX_NAME + len("AscendCL@")  # a CANN API's name
+    # the file holds the name once: the run may hold it a few times, never once per row
+    assert _peak_mb(collection, tmp_path / "again") < clean + 5 * 50 + 50
+
+
+def test_unused_string_ids_are_never_read(collection: Path) -> None:
+    db_hazards.unused_strings(_db(collection), 200_000)
+    db = Db(_db(collection))
+    try:
+        apis = db.scan("CANN_API", name_id=("name", pl.Int64()))
+        names = apis.select(db.text(pl.col("name_id")))
+    finally:
+        db.close()
+    assert names.null_count().item() == 0
+    assert db._strings.height == apis["name_id"].n_unique()
+
+
+def test_duplicate_ids_and_invalid_utf8_cost_values_not_the_rank(collection, tmp_path) -> None:
+    db_hazards.duplicate_ids(_db(collection))
+    db_hazards.invalid_utf8(_db(collection, 1))
+    result = _run(collection, tmp_path / "out")
+    _ingested(result)
+    assert "STRING_IDS id(s) listed more than once" in result.output
+    assert "not UTF-8; read with their invalid bytes replaced" in result.output
+    store = Store.open(tmp_path / "out")
+    for table in ("slices", "kernels", "threads"):  # every stored text reads back
+        assert store.table(table).collect().height > 0
+    assert "rule failed" not in result.output
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda db: db_hazards.invalid_utf8(db, "HOST_INFO", "hostName"),
+        lambda db: db_hazards.invalid_utf8(db, "META_DATA", "value"),
+        lambda db: db_hazards.meta_value(db, "ENV_VARIABLES", None),
+        lambda db: db_hazards.meta_value(db, "ENV_VARIABLES", b"\x00\xff{"),
+        lambda db: db_hazards.meta_value(db, "parallel_group_info", db_hazards.deep_json(100_000)),
+        lambda db: db_hazards.meta_value(db, "parallel_group_info", '{"g": {"global_ranks": "x"}}'),
+        lambda db: db_hazards.meta_value(db, "SCHEMA_VERSION", b"\xff1.\x00"),
+        lambda db: db_hazards.host_name(db, b"\xff" * 10),
+    ],
+    ids=["host-utf8", "meta-utf8", "env-null", "env-blob", "meta-deep", "meta-type",
+         "version-blob", "host-blob"],
+)  # fmt: skip
+def test_a_bad_session_value_costs_that_value(collection: Path, tmp_path: Path, damage) -> None:
+    damage(_db(collection))
+    result = _run(collection, tmp_path / "out")
+    _ingested(result)
+    assert Store.open(tmp_path / "out").table("sessions").collect().height == 2
+
+
+@pytest.mark.parametrize("damage", [db_hazards.pending_wal, db_hazards.garbage_wal])
+def test_side_files_are_read_in_a_private_copy(collection: Path, tmp_path: Path, damage) -> None:
+    damage(_db(collection))
+    before = sorted(p.name for p in _db(collection).parent.iterdir())
+    result = _run(collection, tmp_path / "out")
+    assert result.exit_code in (0, 3), result.output
+    assert sorted(p.name for p in _db(collection).parent.iterdir()) == before
+
+
+# --------------------------------------------------------------------------- the input tree
+
+
+def test_links_out_of_the_input_are_reported_not_followed(collection: Path, tmp_path) -> None:
+    sibling = tmp_path / "sibling"
+    shutil.copytree(collection, sibling)
+    (collection / "slash").symlink_to("/", target_is_directory=True)
+    (collection / "sibling").symlink_to(sibling, target_is_directory=True)
+    (collection / "loop").symlink_to(collection, target_is_directory=True)
+    result = _run(collection, tmp_path / "out")
+    _ingested(result)  # the two ranks of the input, not the sibling's, not the machine's
+    assert "slash: a link to /, outside the input: not followed" in result.output
+    assert f"a link to {sibling}, outside the input: not followed" in result.output
+
+
+def test_a_thousand_nested_folders_are_walked_without_recursion(collection: Path) -> None:
+    deep = collection
+    for _ in range(1000):  # one level at a time: mkdir(parents=True) recurses too
+        deep = deep / "d"
+        deep.mkdir()
+    shutil.copytree(next(collection.glob("*_ascend_pt")), deep / "deep_ascend_pt")
+    found = discover(collection)
+    assert len(found.sessions) == 3
