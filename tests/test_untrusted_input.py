@@ -6,6 +6,7 @@ random."""
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import shutil
 import signal
@@ -236,10 +237,84 @@ def test_links_out_of_the_input_are_reported_not_followed(collection: Path, tmp_
 
 
 def test_a_thousand_nested_folders_are_walked_without_recursion(collection: Path) -> None:
-    deep = collection
-    for _ in range(1000):  # one level at a time: mkdir(parents=True) recurses too
-        deep = deep / "d"
-        deep.mkdir()
-    shutil.copytree(next(collection.glob("*_ascend_pt")), deep / "deep_ascend_pt")
-    found = discover(collection)
-    assert len(found.sessions) == 3
+    chain = [collection / "d"]
+    for _ in range(999):  # one level at a time: mkdir(parents=True) recurses too
+        chain.append(chain[-1] / "d")
+    for folder in chain:
+        folder.mkdir()
+    shutil.copytree(next(collection.glob("*_ascend_pt")), chain[-1] / "deep_ascend_pt")
+    try:
+        found = discover(collection)
+        assert len(found.sessions) == 3
+    finally:  # shutil.rmtree (and pytest's cleanup) recurse: undone level by level
+        shutil.rmtree(chain[-1] / "deep_ascend_pt")
+        for folder in reversed(chain):
+            folder.rmdir()
+
+
+# --------------------------------------------------------------------------- OUT is ours
+
+
+@pytest.fixture
+def clean_out(db_export: Path, tmp_path: Path) -> Path:
+    out = tmp_path / "out"
+    _ingested(_run(db_export, out))
+    return out
+
+
+def _refused(result: Result, what: str) -> None:
+    assert result.exit_code == 2, result.output
+    assert what in result.output and "choose another --out" in result.output, result.output
+
+
+@pytest.mark.parametrize("name", ["tables", ".lock", "manifest.json", "plots", ".cache"])
+def test_a_link_inside_out_is_refused_never_followed(db_export, clean_out, tmp_path, name) -> None:
+    target = tmp_path / "elsewhere"
+    shutil.copytree(clean_out / "tables", target / "tables")  # another store's tables, say
+    (target / "file").write_text("keep me")
+    victim = target / ("file" if name in (".lock", "manifest.json") else "tables")
+    before = sorted(p.relative_to(target) for p in target.rglob("*"))
+    entry = clean_out / name
+    if entry.is_dir():
+        shutil.rmtree(entry)
+    else:
+        entry.unlink(missing_ok=True)
+    entry.symlink_to(victim)
+    _refused(_run(db_export, clean_out, "--force"), f"{entry}, a symbolic link to {victim}")
+    assert sorted(p.relative_to(target) for p in target.rglob("*")) == before
+    assert (target / "file").read_text() == "keep me"
+
+
+def test_a_link_deep_in_the_store_is_refused(db_export, clean_out, tmp_path) -> None:
+    rank_dir = next((clean_out / "tables" / "slices").glob("rank=*"))
+    shutil.move(rank_dir, tmp_path / "moved")
+    rank_dir.symlink_to(tmp_path / "moved")
+    _refused(_run(db_export, clean_out), "a symbolic link to")
+    assert (tmp_path / "moved").is_dir()
+
+
+@pytest.mark.parametrize(
+    "name", [".lock", "manifest.json", "manifest.journal", ".cache/rules/rank=0.json",
+             ".cache/overview/rank=0.key", "findings.json"],
+)  # fmt: skip
+def test_a_fifo_inside_out_is_refused_never_opened(db_export, clean_out, name) -> None:
+    entry = clean_out / name
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    entry.unlink(missing_ok=True)
+    os.mkfifo(entry)
+    _refused(_run(db_export, clean_out), f"{entry}, a FIFO")
+
+
+def test_a_partition_damaged_mid_file_is_found_by_its_content_hash(db_export, clean_out) -> None:
+    part = max((clean_out / "tables" / "slices").glob("rank=*/session=*/part-0.parquet"),
+               key=lambda p: p.stat().st_size)  # fmt: skip
+    size = part.stat().st_size
+    with open(part, "r+b") as fh:  # the middle, in place: size and footer as they were
+        fh.seek(size // 3)
+        fh.write(bytes(b ^ 0xFF for b in fh.read(64))[:64])
+    result = _run(db_export, clean_out)
+    assert result.exit_code == 0, result.output
+    assert "tables/slices: content differs from the one recorded; ingested again" in result.output
+    assert "rule failed" not in result.output
+    again = _run(db_export, clean_out)  # re-recorded: trusted, and not hashed again
+    assert "ingested again" not in again.output and "(0 cached)" not in again.output

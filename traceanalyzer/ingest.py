@@ -67,8 +67,9 @@ if TYPE_CHECKING:
     from traceanalyzer.parse.db import DbResult
 
 # Bump when parsers change what they write: stored sessions are then re-ingested.
-PARSER_VERSION = 9
+PARSER_VERSION = 10
 _SAMPLE = 1 << 16
+_SCRATCH = ".scratch."  # a session's private folder in OUT while it is ingested
 # Fault injection for tests of crash recovery (never set in normal use): the worker ingesting
 # this rank kills itself with SIGKILL, like the kernel's OOM killer would. With
 # TRACEANALYZER_FAULT_ONCE=<path> it only does so while <path> does not exist (and creates it).
@@ -443,7 +444,7 @@ def ingest_session(
     sink = _PartitionSink(out, session.rank, session.session)
     trace = pool = scratch = None
     try:
-        scratch = Path(tempfile.mkdtemp(dir=out, prefix=".scratch."))
+        scratch = Path(tempfile.mkdtemp(dir=out, prefix=_SCRATCH))
         db = None
         if _source(session) == "db":
             _fault_hook(session)
@@ -781,6 +782,8 @@ def _ingest(
     from traceanalyzer.executor import TaskCrashed, make_executor
 
     manifest = load_manifest(out_path)
+    for scratch in out_path.glob(f"{_SCRATCH}*"):  # a killed run's: nothing reads it now
+        shutil.rmtree(scratch, ignore_errors=True)
 
     # Sessions no longer in the input leave the store, so it always mirrors the input.
     current = {s.key for s in found.sessions}

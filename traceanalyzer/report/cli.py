@@ -27,10 +27,16 @@ def annotate_command(out: Path, rule_dirs: tuple[Path, ...]) -> None:
     from traceanalyzer.report.annotated import annotated_text, write_annotated
     from traceanalyzer.report.inputs import ReportInputs
 
+    from traceanalyzer.outdir import OutputRefused, check_own
+
     if not (out / "findings.json").is_file():
         raise UsageFailure(
             f"{out} is not a run output (no findings.json); run `traceanalyzer run` first"
         )
+    try:
+        check_own(out)  # it writes OUT/annotated/: never through a link planted there
+    except OutputRefused as exc:
+        raise UsageFailure(str(exc)) from None
     rules = load_run_rules(rule_dirs)
     if rules.errors:  # a finding of that rule would be marked as a rule that declares nothing
         raise UsageFailure(str(RulesNotLoaded(rules.errors)))
