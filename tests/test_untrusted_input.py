@@ -6,6 +6,7 @@ random."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import shutil
@@ -318,3 +319,57 @@ def test_a_partition_damaged_mid_file_is_found_by_its_content_hash(db_export, cl
     assert "rule failed" not in result.output
     again = _run(db_export, clean_out)  # re-recorded: trusted, and not hashed again
     assert "ingested again" not in again.output and "(0 cached)" not in again.output
+
+
+# --------------------------------------------------------------------------- no code from data
+
+_PLANTED_RULE = """
+from pathlib import Path
+Path(__file__).with_name("RAN").write_text("the collection's code ran")
+raise SystemExit(0)
+"""
+
+
+@pytest.mark.parametrize("form", ["traceanalyzer.toml", "pyproject.toml", "--config"])
+def test_a_config_inside_the_input_sets_parameters_never_loads_code(
+    collection: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, form: str
+) -> None:
+    (collection / "rules").mkdir()
+    (collection / "rules" / "evil.py").write_text(_PLANTED_RULE)
+    settings = 'rule_dirs = ["rules"]\n[rules.slow-rank]\nmin_ranks = 2\n'
+    if form == "pyproject.toml":
+        settings = settings.replace("[rules.", "[tool.traceanalyzer.rules.")
+        settings = "[tool.traceanalyzer]\n" + settings
+    config = collection / ("pyproject.toml" if form == "pyproject.toml" else "traceanalyzer.toml")
+    config.write_text(settings)
+    monkeypatch.chdir(collection / "rules")  # a cwd inside the input: its config is found
+    args = ["--config", str(config)] if form == "--config" else []
+    if form != "--config":
+        (collection / "rules" / config.name).write_text(settings.replace('"rules"', '"."'))
+        config = collection / "rules" / config.name
+    result = _run(collection, tmp_path / "out", *args)
+    _ingested(result)
+    assert not (collection / "rules" / "RAN").exists()
+    assert f"config: {config} (inside the input {collection}: rule settings only; its " \
+        "rule_dirs are not loaded" in result.output  # fmt: skip
+    doc = json.loads((tmp_path / "out" / "findings.json").read_text())
+    assert doc["summary"]["config_files"] == [str(config)]
+    slow_rank = next(r for r in doc["rules"] if r["name"] == "slow-rank")
+    assert slow_rank["params"]["min_ranks"] == 2  # its parameters do apply
+
+
+def test_a_config_outside_the_input_still_loads_its_rule_dirs(collection, tmp_path, monkeypatch):
+    mine = tmp_path / "mine"
+    (mine / "rules").mkdir(parents=True)
+    (mine / "rules" / "evil.py").write_text(_PLANTED_RULE.replace("raise SystemExit(0)", ""))
+    (mine / "traceanalyzer.toml").write_text('rule_dirs = ["rules"]\n')
+    monkeypatch.chdir(mine)
+    result = _run(collection, tmp_path / "out")
+    _ingested(result)
+    assert (mine / "rules" / "RAN").exists()  # the user's own config: the user's own code
+    assert f"config: {mine / 'traceanalyzer.toml'}\n" in result.output
+
+
+def test_a_run_without_config_says_so(collection: Path, tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert "config: none" in _run(collection, tmp_path / "out", "-q").output

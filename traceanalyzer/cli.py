@@ -575,6 +575,7 @@ def _run(
             for line in _partial_lines(result):
                 click.echo(line)
         click.echo(_findings_table(findings, out))
+        click.echo(analysis.config.describe() if analysis.config else "config: none")
         if findings.overview:
             from traceanalyzer.report.overview_text import overview_table
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from traceanalyzer import outdir
+from traceanalyzer.discover import input_root
 from traceanalyzer.ingest import IngestResult, ProgressFn, ingest
 from traceanalyzer.overview.compute import DEFAULT_TOP, TopSizes
 from traceanalyzer.parse.trace_view import DEFAULT_PARSE_MEMORY, ParseMemory
@@ -25,6 +26,7 @@ from traceanalyzer.store import write_atomic_text
 
 if TYPE_CHECKING:
     from traceanalyzer.engine import RunResult
+    from traceanalyzer.engine.config import AppliedConfig
     from traceanalyzer.engine.loader import LoadedRules
     from traceanalyzer.executor import Executor
     from traceanalyzer.report.terminal import RunReports
@@ -35,6 +37,7 @@ class Analysis:
     ingest: IngestResult
     findings: RunResult | None = None  # None when no rank session could be ingested
     reports: RunReports | None = None
+    config: AppliedConfig | None = None  # the config file applied, if any
 
 
 def analyse(
@@ -66,14 +69,17 @@ def analyse(
     that writes ``out``. ``follow_links``: follow the links that leave ``path``.
     """
     from traceanalyzer.engine import write_findings_json
-    from traceanalyzer.engine.config import load_run_rules, resolve, run_settings
+    from traceanalyzer.engine.config import applied_config, load_run_rules, resolve, run_settings
     from traceanalyzer.engine.findings import add_input_caveats
     from traceanalyzer.engine.loader import RulesNotLoaded
     from traceanalyzer.engine.shards import evaluate_store
     from traceanalyzer.report.terminal import run_reports
 
+    # a config file inside the input sets parameters, never loads its rule code
+    root = input_root(path) if Path(path).exists() else Path(path)
+    config = applied_config(config_path, [root])
     if rules is None:
-        rules = load_run_rules(rule_dirs, config_path)
+        rules = load_run_rules(rule_dirs, config_path, [root])
     # Refused before the ingest writes anything: a rule that does not load, a bad setting.
     overrides = tuple(overrides)
     if rules.errors:
@@ -93,7 +99,7 @@ def analyse(
             follow_links=follow_links,
         )
         if not result.outcomes:
-            return Analysis(result)
+            return Analysis(result, config=config)
         if log:
             log(f"evaluating rules on {len({o.rank for o in result.outcomes})} rank(s) ...")
         started = time.perf_counter()
@@ -115,9 +121,10 @@ def analyse(
             # After the rules, not beside them: on the 200 MB benchmark beside them it saved
             # no time and added 40 MB to the run's peak (docs/benchmarks/compare.md).
             findings.overview = _overview(out, executor, findings, top, force, log)
+            findings.config_files = [str(config.path)] if config else []
             write_findings_json(findings, out)
         reports = run_reports(out, findings, rules.rules, input_root=path)
-    return Analysis(result, findings, reports)
+    return Analysis(result, findings, reports, config)
 
 
 def _incomplete_inputs(result: IngestResult) -> dict[int, list[str]]:

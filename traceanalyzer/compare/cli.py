@@ -88,7 +88,9 @@ def diff_command(
 
     quiet = quiet or fmt == "json"
     try:
-        rules = load_run_rules()  # once: both analyses, if any, and the key figures
+        # once: both analyses, if any, and the key figures; a config inside either side
+        # sets parameters, never loads its rule code
+        rules = load_run_rules(inputs=(base, target))
         if rules.errors:  # key figures without a rule's would read as "unchanged"
             raise RulesNotLoaded(rules.errors)
         base_out = base if is_output_dir(base) else analyse(base, jobs, quiet, rules)

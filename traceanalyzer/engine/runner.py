@@ -203,6 +203,7 @@ class RunResult:
     # findings.json summary.overview: where the time goes (set by the pipeline; see
     # traceanalyzer.overview), shown whether or not a rule fired
     overview: dict[str, Any] | None = None
+    config_files: list[str] = field(default_factory=list)  # the config files the run applied
 
     @property
     def not_evaluated(self) -> list[RuleStatus]:
@@ -259,6 +260,7 @@ class RunResult:
                 "errors": len(self.errors),
                 "fail_on": self.fail_on,
                 "failed": self.failed,
+                "config_files": self.config_files,
                 **({"overview": self.overview} if self.overview is not None else {}),
             },
             "findings": [f.to_dict() for f in self.findings],

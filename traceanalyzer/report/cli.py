@@ -24,10 +24,9 @@ def annotate_command(out: Path, rule_dirs: tuple[Path, ...]) -> None:
     """Write each rank session's timeline (Text or Db) into OUT/annotated/ with the findings' marks on their own tracks."""
     from traceanalyzer.engine.config import load_run_rules
     from traceanalyzer.engine.loader import RulesNotLoaded
+    from traceanalyzer.outdir import OutputRefused, check_own
     from traceanalyzer.report.annotated import annotated_text, write_annotated
     from traceanalyzer.report.inputs import ReportInputs
-
-    from traceanalyzer.outdir import OutputRefused, check_own
 
     if not (out / "findings.json").is_file():
         raise UsageFailure(
