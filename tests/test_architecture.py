@@ -29,6 +29,7 @@ LAYERS: list[tuple[str, ...]] = [
         "schema",
         "json_shape",
         "sqlite_ro",
+        "interrupts",
         "outdir",
         "exitcodes",
         "hints",

@@ -373,3 +373,126 @@ def test_a_config_outside_the_input_still_loads_its_rule_dirs(collection, tmp_pa
 def test_a_run_without_config_says_so(collection: Path, tmp_path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
     assert "config: none" in _run(collection, tmp_path / "out", "-q").output
+
+
+# --------------------------------------------------------------------------- rules cannot end it
+
+
+class _Escape(BaseException):
+    """A BaseException of a rule's own."""
+
+
+_ENDINGS = {
+    "exit-0": "raise SystemExit(0)",
+    "exit-1": "raise SystemExit(1)",
+    "keyboard": "raise KeyboardInterrupt",
+    "base": "raise type('Escape', (BaseException,), {})()",
+}
+
+
+def _ending_rule(folder: Path, ending: str, where: str = "p = ctx.params") -> Path:
+    from traceanalyzer.engine.scaffold import RULE_TEMPLATE
+
+    folder.mkdir(exist_ok=True)
+    source = RULE_TEMPLATE.format(rule_id="TA199", name="ender", summary="Ends.", func="ender")
+    assert where in source
+    (folder / "ender.py").write_text(source.replace(where, _ENDINGS[ending], 1))
+    return folder
+
+
+@pytest.mark.parametrize("executor", ["local", "processes"])
+@pytest.mark.parametrize("ending", list(_ENDINGS))
+def test_a_rule_that_raises_systemexit_or_keyboardinterrupt_is_a_rule_error(
+    db_export: Path, tmp_path: Path, ending: str, executor: str
+) -> None:
+    if executor == "processes" and ending not in ("exit-0", "keyboard"):
+        pytest.skip("one of each kind in a pool is enough: the workers are slow to start")
+    rules = _ending_rule(tmp_path / "rules", ending)
+    out = tmp_path / "out"
+    with _within():
+        result = CliRunner().invoke(
+            main,
+            ["run", str(db_export), "--out", str(out), "--rules", str(rules), "--fail-on", "info",
+             "--executor", executor, "-j", "2"],
+        )  # fmt: skip
+    assert "Traceback" not in result.output
+    assert result.exit_code == 3, result.output  # partial: a rule failed
+    assert "ender" in result.output and "rule failed" in result.output
+    for report in ("findings.json", "report.html", "report.md", "findings.sarif"):
+        assert (out / report).is_file(), report
+    doc = json.loads((out / "findings.json").read_text())
+    assert any(e["name"] == "ender" for e in doc["errors"])
+
+
+def test_a_rule_file_that_exits_at_import_is_a_load_error(db_export, tmp_path) -> None:
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    (rules / "ender.py").write_text("raise SystemExit(0)\n")
+    result = _run(db_export, tmp_path / "out", "--rules", str(rules))
+    assert result.exit_code == 2 and "ender.py: line 1: SystemExit: 0" in result.output, (
+        result.output
+    )
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("ending", list(_ENDINGS))
+def test_a_fixture_that_raises_systemexit_fails_rules_test(tmp_path, monkeypatch, ending) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert CliRunner().invoke(main, ["rules", "new", "ender"]).exit_code == 0
+    fixtures = tmp_path / "traceanalyzer-rules" / "fixtures" / "ender.py"
+    source = fixtures.read_text()
+    marker = '    """'
+    assert marker in source
+    fixtures.write_text(source.replace(marker, f"    {_ENDINGS[ending]}\n{marker}", 1))
+    with _within():
+        result = CliRunner().invoke(main, ["rules", "test"])
+    assert "Traceback" not in result.output
+    assert result.exit_code == 1, result.output
+    assert "FAIL" in result.output and "fixture raised" in result.output, result.output
+
+
+# --------------------------------------------------------------------------- workers die with it
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"  # a zombie has exited, its parent just has not reaped it
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_pool_workers_exit_when_the_run_is_killed(db_export: Path, tmp_path: Path) -> None:
+    rules = tmp_path / "rules"
+    marks = tmp_path / "workers"
+    marks.mkdir()
+    from traceanalyzer.engine.scaffold import RULE_TEMPLATE
+
+    rules.mkdir()
+    stall = (
+        f"import os, time; open(os.path.join({str(marks)!r}, str(os.getpid())), 'w').close(); "
+        "time.sleep(120)"
+    )
+    source = RULE_TEMPLATE.format(rule_id="TA199", name="stall", summary="Stalls.", func="stall")
+    (rules / "stall.py").write_text(source.replace("p = ctx.params", stall, 1))
+    run = subprocess.Popen(
+        [sys.executable, "-c", "from traceanalyzer.cli import entry; entry()", "run",
+         str(db_export), "--out", str(tmp_path / "out"), "--rules", str(rules),
+         "--executor", "processes", "-j", "2", "-q"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + SECONDS
+        while len(list(marks.iterdir())) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        workers = [int(p.name) for p in marks.iterdir()]
+        assert len(workers) == 2 and all(_alive(pid) for pid in workers)
+        run.kill()  # SIGKILL: the driver cannot stop its workers itself
+        run.wait()
+        deadline = time.monotonic() + 10
+        while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not any(_alive(pid) for pid in workers)
+    finally:
+        run.kill()

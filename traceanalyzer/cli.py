@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from traceanalyzer import __version__, process_env
+from traceanalyzer import __version__, interrupts, process_env
 from traceanalyzer.clitypes import ExistingPath
 from traceanalyzer.exitcodes import (
     EXIT_FINDINGS,
@@ -267,7 +267,8 @@ class _LazyGroup(click.Group):
         if not standalone_mode:
             return super().main(*args, standalone_mode=False, **kwargs)
         try:
-            code = super().main(*args, standalone_mode=False, **kwargs)
+            with interrupts.installed():  # rule code's KeyboardInterrupt is not the user's
+                code = super().main(*args, standalone_mode=False, **kwargs)
         except click.ClickException as exc:
             _show(exc)
             sys.exit(exc.exit_code)

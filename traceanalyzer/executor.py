@@ -2,7 +2,8 @@
 
 A generic task runner: ``Executor.map(fn, args)`` runs a top-level function over argument tuples
 and yields each result (or :class:`TaskCrashed`) as it finishes. It knows nothing of traces or
-rules; the project maps rank sessions through it (ingest: one task per rank session; rules: one
+rules (it imports only :mod:`traceanalyzer.interrupts`, so that a worker tells the user's Ctrl-C
+from a task's own KeyboardInterrupt as the driver does); the project maps rank sessions through it (ingest: one task per rank session; rules: one
 task per rank shard, :mod:`traceanalyzer.engine.shards`), so a worker's memory is bounded by one
 task's working set and the driver's by the small results that come back.
 
@@ -20,7 +21,9 @@ Backends (``--executor``):
   that kills the process kills the run (the next run resumes).
 - ``processes``: a ``ProcessPoolExecutor`` with the *spawn* start method -- the driver
   already runs DuckDB/polars thread pools, and a forked child inherits their locks in whatever
-  state they were in (a deadlock, seen in tests). A worker killed by the OOM killer breaks the
+  state they were in (a deadlock, seen in tests). Workers die with the driver (:func:`worker_start`:
+  ``PR_SET_PDEATHSIG`` on Linux, a watch on the parent elsewhere), even when it is killed with
+  SIGKILL and has no chance to stop them. A worker killed by the OOM killer breaks the
   whole pool (``BrokenProcessPool`` for every pending task), so the unfinished tasks are
   resubmitted to a fresh pool, and the tasks that were running when it broke are retried one at
   a time in their own process: only a task that kills its process again is reported as crashed.
@@ -37,7 +40,10 @@ import multiprocessing
 import os
 import shutil
 import signal
+import sys
 import tempfile
+import threading
+import time
 import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
@@ -45,6 +51,8 @@ from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any
+
+from traceanalyzer import interrupts
 
 EXECUTORS: tuple[str, ...] = ("auto", "local", "processes", "ray")
 RAY_INSTALL_HINT = "pip install 'traceanalyzer[ray]'"
@@ -154,6 +162,39 @@ class LocalExecutor(Executor):
 # --------------------------------------------------------------------------------------------
 
 
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+_PARENT_POLL_SECONDS = 1.0
+
+
+def worker_start(parent: int) -> None:
+    """The first thing a worker process does: die with ``parent`` (the driver), however it ends,
+    and tell the user's Ctrl-C from a task's KeyboardInterrupt (:mod:`traceanalyzer.interrupts`)."""
+    interrupts.install()
+    if not _die_with_parent():
+        threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
+    if os.getppid() != parent:  # the driver was gone before the death signal was set
+        os._exit(1)
+
+
+def _die_with_parent() -> bool:
+    """Ask the kernel for SIGKILL when the parent dies (Linux); False where it cannot."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _watch_parent(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(_PARENT_POLL_SECONDS)
+    os._exit(1)  # orphaned: the driver is gone, nobody waits for this work
+
+
 def _tracked(inflight: str, index: int, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
     """Run one task in a pool worker, leaving a marker while it runs.
 
@@ -169,7 +210,8 @@ def _tracked(inflight: str, index: int, fn: Callable[..., Any], args: tuple[Any,
         os.unlink(marker)
 
 
-def _isolated_entry(conn: Any, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
+def _isolated_entry(conn: Any, parent: int, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
+    worker_start(parent)
     try:
         result: Any = fn(*args)
     except Exception as exc:
@@ -214,7 +256,12 @@ class ProcessExecutor(Executor):
         # A map limited in width (``at_most``) never runs on a wider pool.
         if self._pool is None or self._pool_size < size or (at_most and self._pool_size > size):
             self._shutdown(wait=True)
-            kwargs: dict[str, Any] = {"max_workers": size, "mp_context": self._context}
+            kwargs: dict[str, Any] = {
+                "max_workers": size,
+                "mp_context": self._context,
+                "initializer": worker_start,
+                "initargs": (os.getpid(),),
+            }
             if self.max_tasks_per_child:
                 kwargs["max_tasks_per_child"] = self.max_tasks_per_child
             self._pool = ProcessPoolExecutor(**kwargs)
@@ -286,7 +333,7 @@ class ProcessExecutor(Executor):
 
     def _run_isolated(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
         receiver, sender = self._context.Pipe(duplex=False)
-        proc = self._context.Process(target=_isolated_entry, args=(sender, fn, args))
+        proc = self._context.Process(target=_isolated_entry, args=(sender, os.getpid(), fn, args))
         proc.start()
         sender.close()
         try:

@@ -142,30 +142,32 @@ def snapshot(root: Path) -> dict[str, tuple[object, ...]]:
 # --------------------------------------------------------------------------- running the CLI
 
 
-class _Timeout(BaseException):
-    """Raised in the case's run when it is over time (a BaseException: no `except Exception`
-    in the tool may swallow it)."""
-
-
-def _on_alarm(signum: int, frame: object) -> None:
-    raise _Timeout
-
-
 def run_in_process(args: list[str]) -> tuple[int | None, str, list[str]]:
     from click.testing import CliRunner
 
+    from traceanalyzer import interrupts
     from traceanalyzer.cli import main
 
     failures = []
-    previous = signal.signal(signal.SIGALRM, _on_alarm)
+    over: list[bool] = []
+
+    def on_alarm(signum: int, frame: object) -> None:
+        # the case is over time: stop it as Ctrl-C would (nothing in the tool may swallow it;
+        # a rule's own KeyboardInterrupt is another matter, see traceanalyzer.interrupts)
+        over.append(True)
+        interrupts.on_signal(signum, frame)  # type: ignore[arg-type]
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
     signal.setitimer(signal.ITIMER_REAL, CASE_SECONDS)
     try:
         result = CliRunner().invoke(main, args, catch_exceptions=True)
-    except _Timeout:
-        return None, "", [f"over {CASE_SECONDS} s"]
+    except KeyboardInterrupt:
+        result = None
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+    if over or result is None:
+        return None, "", [f"over {CASE_SECONDS} s"]
     output = result.output  # stdout and stderr, interleaved
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         import traceback

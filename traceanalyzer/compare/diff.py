@@ -25,6 +25,7 @@ from traceanalyzer.engine.findings import compress_ranks
 from traceanalyzer.engine.presentation import key_figure_document
 from traceanalyzer.engine.registry import RuleSet
 from traceanalyzer.engine.rule import Params, RuleContext
+from traceanalyzer.interrupts import contained
 from traceanalyzer.store import Store, StoreError
 
 Status = Literal["new", "resolved", "changed", "unchanged"]
@@ -277,7 +278,9 @@ def key_figures_of(out_dir: Path, doc: dict[str, Any], rules: RuleSet | None) ->
         ctx = RuleContext(rule=rule, store=store, params=Params(params))
         try:
             rows = rule.presentation.key_figure_frame(ctx).to_dicts()
-        except Exception:  # a rule that cannot compute them on an old store: no figures
+        except BaseException as exc:  # a rule that cannot compute them on an old store
+            if not contained(exc):
+                raise
             continue
         entries += key_figure_document(rule.id, rule.name, rule.presentation.key_figures, rows)
     return KeyFigures.from_document(entries)

@@ -43,6 +43,7 @@ from traceanalyzer.engine.rule import (
     Rule,
     RuleContext,
 )
+from traceanalyzer.interrupts import contained
 from traceanalyzer.store import Store, write_atomic_text
 
 FINDINGS_FILE = "findings.json"
@@ -130,7 +131,9 @@ def evaluate_rule(
     if rule.presentation.key_figures and outcome.status != "not_evaluated":
         try:
             outcome.key_figures = rule.presentation.key_figure_frame(ctx).to_dicts()
-        except Exception as exc:  # a figure is a nicety: the findings stand without it
+        except BaseException as exc:  # a figure is a nicety: the findings stand without it
+            if not contained(exc):
+                raise
             text = f"{KEY_FIGURES_FAILED}: {type(exc).__name__}: {exc}"
             outcome.notes.append(Note(rule=rule.id, text=text))
     return outcome
@@ -145,7 +148,9 @@ def _detect(ctx: RuleContext) -> RuleOutcome:
         findings = rule.run(ctx)
     except NotEvaluated as exc:
         return RuleOutcome(rule.id, ranks, "not_evaluated", reason=str(exc))
-    except Exception as exc:
+    except BaseException as exc:  # SystemExit, KeyboardInterrupt...: the rule's, not the run's
+        if not contained(exc):
+            raise
         return RuleOutcome(
             rule.id,
             ranks,

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from traceanalyzer.interrupts import contained
 from traceanalyzer.report.inputs import ReportInputs
 from traceanalyzer.report.writer import HTML, ReportFiles, write_reports
 
@@ -53,6 +54,8 @@ def run_reports(
     try:
         inputs = ReportInputs.load(out, result=result, rules=rules, input_root=input_root)
         return RunReports(write_reports(out, inputs=inputs), inputs)
-    except Exception as exc:
+    except BaseException as exc:  # rule code runs in the reports: its SystemExit too
+        if not contained(exc):
+            raise
         files = ReportFiles(errors={HTML: f"{type(exc).__name__}: {exc}"})
         return RunReports(files, None)
