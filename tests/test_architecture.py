@@ -30,6 +30,7 @@ LAYERS: list[tuple[str, ...]] = [
         "json_shape",
         "sqlite_ro",
         "interrupts",
+        "printable",
         "outdir",
         "exitcodes",
         "hints",

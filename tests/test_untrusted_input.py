@@ -496,3 +496,62 @@ def test_pool_workers_exit_when_the_run_is_killed(db_export: Path, tmp_path: Pat
         assert not any(_alive(pid) for pid in workers)
     finally:
         run.kill()
+
+
+# --------------------------------------------------------------------------- printable output
+
+AICPU = Path(__file__).resolve().parents[1] / "sample_traces" / "aicpu_ops"
+# clear the screen, an OSC 8 hyperlink, a bell, a right-to-left override
+HOSTILE = "\x1b[2J\x1b]8;;https://evil.example\x07NonZero\x1b]8;;\x07\x07\u202e"
+CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e]")
+
+
+@pytest.fixture
+def hostile(tmp_path: Path) -> Path:
+    """The AI CPU sample with an op type, a rank dir and a profiler_info field that hold
+    escape sequences (the op type is in the finding's title)."""
+    root = tmp_path / "in"
+    shutil.copytree(AICPU, root)
+    for csv in root.glob(f"*/{OUT}/*.csv"):
+        csv.write_bytes(csv.read_bytes().replace(b"NonZero", HOSTILE.encode()))
+    trace = next(root.glob(f"*/{OUT}/trace_view.json"))
+    escaped = json.dumps("x\r\n" + HOSTILE)[1:-1].replace("x\\r\\n", "\\r\\n")
+    trace.write_text(trace.read_text().replace("NonZero", escaped))
+    rank = next(root.glob("*_ascend_pt"))
+    info = next(rank.glob("profiler_info*.json"))
+    doc = json.loads(info.read_text())
+    doc["torch_npu_version"] = "2.1.0\x1b[31m\r"
+    info.write_text(json.dumps(doc))
+    rank.rename(rank.with_name("\x1b[5m" + rank.name))
+    return root
+
+
+def test_no_control_character_reaches_the_terminal_or_report_md(hostile, tmp_path) -> None:
+    out = tmp_path / "out"
+    for args in ((), ("-q",), ("-v",)):
+        result = _run(hostile, out, *args)
+        assert "aicpu-ops" in result.output and "NonZero" in result.output, result.output
+        assert not CONTROL.findall(result.output), repr(result.output)
+    report = (out / "report.md").read_text()
+    assert "NonZero" in report and not CONTROL.findall(report)
+    html = (out / "report.html").read_text()  # escaped as HTML, and without C0/C1 controls
+    assert "NonZero" in html and not re.findall("[\x00-\x08\x0b-\x1f\x7f-\x9f]", html)
+
+
+def test_diff_of_runs_with_hostile_names_prints_none_of_their_controls(hostile, tmp_path) -> None:
+    _run(hostile, tmp_path / "a")
+    with _within():
+        result = CliRunner().invoke(
+            main, ["diff", str(tmp_path / "a"), str(tmp_path / "a"), "--out", str(tmp_path / "d")]
+        )
+    assert result.exit_code == 0, result.output
+    assert "NonZero" in result.output and not CONTROL.findall(result.output), repr(result.output)
+
+
+def test_query_tables_print_no_controls(hostile, tmp_path) -> None:
+    _run(hostile, tmp_path / "out")
+    result = CliRunner().invoke(
+        main, ["query", str(tmp_path / "out"), "SELECT DISTINCT type FROM kernels"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "NonZero" in result.output and not CONTROL.findall(result.output), repr(result.output)

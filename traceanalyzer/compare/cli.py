@@ -11,6 +11,7 @@ import click
 
 from traceanalyzer.clitypes import ExistingPath
 from traceanalyzer.exitcodes import EXIT_FINDINGS, EXIT_USAGE
+from traceanalyzer.printable import printable
 from traceanalyzer.store import write_atomic_text
 
 if TYPE_CHECKING:
@@ -29,7 +30,7 @@ def analyse(path: Path, jobs: int, quiet: bool, rules: LoadedRules) -> Path:
 
     out = default_out_dir(path)
     if not quiet:
-        click.echo(f"analysing {path} -> {out}", err=True)
+        click.echo(printable(f"analysing {path} -> {out}"), err=True)
     executor = make_executor("auto", jobs=jobs)
     try:
         analysis = analyse_input(path, out, executor=executor, jobs=jobs, rules=rules)
@@ -103,7 +104,7 @@ def diff_command(
         ConfigError,
         RulesNotLoaded,
     ) as exc:
-        click.echo(f"error: {exc}", err=True)
+        click.echo(printable(f"error: {exc}"), err=True)
         sys.exit(EXIT_USAGE)
     result = diff_outputs(base_out, target_out, rules.rules)
     out = out or target_out.parent / f"diff-{base_out.name}-vs-{target_out.name}"
@@ -113,7 +114,7 @@ def diff_command(
     if fmt == "json":
         click.echo(doc, nl=False)
     else:
-        click.echo(render_diff_text(result))
-        click.echo(f"diff report: {out / 'diff.html'}")
+        click.echo(printable(render_diff_text(result), lines=True))
+        click.echo(printable(f"diff report: {out / 'diff.html'}"))
     if fail_on_new and result.has_new:
         sys.exit(EXIT_FINDINGS)

@@ -9,6 +9,7 @@ import click
 
 from traceanalyzer.clitypes import ExistingPath
 from traceanalyzer.exitcodes import EXIT_PARTIAL, UsageFailure
+from traceanalyzer.printable import printable
 
 
 @click.command("annotate")
@@ -41,6 +42,6 @@ def annotate_command(out: Path, rule_dirs: tuple[Path, ...]) -> None:
         raise UsageFailure(str(RulesNotLoaded(rules.errors)))
     inputs = ReportInputs.load(out, rules=rules.rules)
     results = write_annotated(inputs)
-    click.echo(annotated_text(results, out))
+    click.echo(printable(annotated_text(results, out), lines=True))
     if any(r.skipped for r in results):
         sys.exit(EXIT_PARTIAL)
