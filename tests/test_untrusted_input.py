@@ -555,3 +555,65 @@ def test_query_tables_print_no_controls(hostile, tmp_path) -> None:
     )
     assert result.exit_code == 0, result.output
     assert "NonZero" in result.output and not CONTROL.findall(result.output), repr(result.output)
+
+
+# --------------------------------------------------------------------------- diff checks both
+
+
+@pytest.fixture(scope="module")
+def two_runs(db_export: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("two_runs")
+    _ingested(_run(db_export, root / "base"))
+    return root
+
+
+def _set(doc: dict, path: str, value: object) -> None:
+    *parents, last = path.split(".")
+    for key in parents:
+        doc = doc[int(key)] if isinstance(doc, list) else doc[key]
+    doc[last] = value
+
+
+@pytest.mark.parametrize(
+    ("damage", "reason"),
+    [
+        (b"", "not valid JSON"),
+        (b'{"findings": [', "not valid JSON"),
+        (b'{"findings": [], "x": "\xff\xfe"}', "not UTF-8"),
+        (b'{"findings": [], "summary": {"ranks": [0], "x": NaN}}', "NaN is not a JSON number"),
+        (b"[]", "top level: expected an object"),
+        (("findings", "x"), "findings: expected a list"),
+        (("findings", [{"rule": "TA001"}]), "findings[0].fingerprint: missing"),
+        (("findings", [{"fingerprint": 5, "rule": "r", "name": "n"}]), "expected a string"),
+        (("summary.ranks", ["a"]), "summary.ranks: expected an integer"),
+        (("key_figures", [{"name": "n", "figure": "f", "label": "l", "values": [{"rank": "x"}]}]),
+         "key_figures[0].values[0].rank: expected an integer"),
+        (("summary.overview", {"mean": {"step_ns": "fast"}}), "expected a number"),
+    ],
+)  # fmt: skip
+def test_diff_refuses_a_damaged_findings_json(two_runs: Path, tmp_path, damage, reason) -> None:
+    target = tmp_path / "target"
+    shutil.copytree(two_runs / "base", target)
+    findings = target / "findings.json"
+    if isinstance(damage, bytes):
+        findings.write_bytes(damage)
+    else:
+        doc = json.loads(findings.read_text())
+        _set(doc, *damage)
+        findings.write_text(json.dumps(doc))
+    for args in ((two_runs / "base", target), (target, two_runs / "base")):
+        result = CliRunner().invoke(main, ["diff", *map(str, args), "--fail-on-new",
+                                           "--out", str(tmp_path / "d")])  # fmt: skip
+        assert "Traceback" not in result.output
+        assert result.exit_code == 2, result.output
+        assert f"error: {findings}: " in result.output and reason in result.output, result.output
+
+
+def test_diff_refuses_a_findings_json_that_is_a_fifo(two_runs: Path, tmp_path) -> None:
+    target = tmp_path / "target"
+    shutil.copytree(two_runs / "base", target)
+    (target / "findings.json").unlink()
+    os.mkfifo(target / "findings.json")
+    with _within(30):
+        result = CliRunner().invoke(main, ["diff", str(two_runs / "base"), str(target)])
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output

@@ -79,13 +79,13 @@ def diff_command(
     BASE and TARGET are output dirs of `traceanalyzer run`, or trace folders, which are then
     analysed first into their default output dirs.
     """
-    from traceanalyzer.compare.diff import diff_outputs
+    from traceanalyzer.compare.diff import DamagedFindings, diff_outputs
     from traceanalyzer.compare.render import render_diff_html, render_diff_text
     from traceanalyzer.engine.config import ConfigError, load_run_rules
     from traceanalyzer.engine.loader import RulesNotLoaded
     from traceanalyzer.executor import ExecutorError
     from traceanalyzer.ingest import InputError
-    from traceanalyzer.outdir import OutputError, OutputRefused
+    from traceanalyzer.outdir import OutputError, OutputRefused, check_own
 
     quiet = quiet or fmt == "json"
     try:
@@ -96,6 +96,9 @@ def diff_command(
             raise RulesNotLoaded(rules.errors)
         base_out = base if is_output_dir(base) else analyse(base, jobs, quiet, rules)
         target_out = target if is_output_dir(target) else analyse(target, jobs, quiet, rules)
+        for side in (base_out, target_out):
+            check_own(side)  # a run's output, as traceanalyzer left it: no link, no FIFO
+        result = diff_outputs(base_out, target_out, rules.rules)
     except (
         InputError,
         OutputRefused,
@@ -103,10 +106,10 @@ def diff_command(
         ExecutorError,
         ConfigError,
         RulesNotLoaded,
+        DamagedFindings,
     ) as exc:
         click.echo(printable(f"error: {exc}"), err=True)
         sys.exit(EXIT_USAGE)
-    result = diff_outputs(base_out, target_out, rules.rules)
     out = out or target_out.parent / f"diff-{base_out.name}-vs-{target_out.name}"
     doc = json.dumps(result.to_dict(), indent=1) + "\n"
     write_atomic_text(out / "diff.json", doc)

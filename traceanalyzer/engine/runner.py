@@ -15,6 +15,7 @@ The work is split so a later executor (process pool, Ray) can distribute it:
 from __future__ import annotations
 
 import json
+import math
 import traceback
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -474,7 +475,20 @@ def evaluate(
 
 
 def findings_document(result: RunResult) -> str:
-    return json.dumps(result.to_dict(), indent=2, sort_keys=False, default=str) + "\n"
+    """findings.json: JSON without NaN or infinities (null instead), which ``diff`` refuses."""
+    doc = _finite(result.to_dict())
+    return json.dumps(doc, indent=2, sort_keys=False, default=str, allow_nan=False) + "\n"
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every non-finite float replaced by None, however deep."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(item) for item in value]
+    return value
 
 
 def write_findings_json(result: RunResult, out_dir: str | Path) -> Path:
