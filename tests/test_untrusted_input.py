@@ -617,3 +617,35 @@ def test_diff_refuses_a_findings_json_that_is_a_fifo(two_runs: Path, tmp_path) -
     with _within(30):
         result = CliRunner().invoke(main, ["diff", str(two_runs / "base"), str(target)])
     assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+
+
+# --------------------------------------------------------------------------- Text values
+
+HEALTHY = AICPU.parent / "capture_growth_level2"
+
+
+@pytest.mark.parametrize(
+    "row", [b"1,\xff\xfe", b"\xff\xfe,\xc3", "{row},x,\xff,y"], ids=["few", "first", "extra"]
+)
+def test_a_malformed_csv_row_of_invalid_utf8_costs_that_row(tmp_path, row, capfd) -> None:
+    root = tmp_path / "in"
+    shutil.copytree(HEALTHY, root)
+    kernels = next(root.glob(f"*/{OUT}/kernel_details.csv"))
+    lines = kernels.read_bytes().split(b"\n")
+    header, body = lines[0], lines[1:]
+    lines = [header, *body * 20]  # past Arrow's first block: it has written rows already
+    bad = row if isinstance(row, bytes) else row.encode("latin-1").replace(b"{row}", lines[2])
+    lines.insert(len(lines) - 3, bad)
+    kernels.write_bytes(b"\n".join(lines))
+    result = _run(root, tmp_path / "out")
+    assert result.exit_code in (0, 3), result.output
+    assert "kernel_details.csv: line " in result.output and "malformed row" in result.output
+    assert "Exception ignored" not in capfd.readouterr().err
+    kept = Store.open(tmp_path / "out").table("kernels").collect().height
+    rows = sum(bool(line.strip()) for line in lines) - 2  # neither the header nor the bad row
+    assert kept >= rows - 1  # the bad row (and at most one beside it), never the file
+
+
+def test_a_bad_test_only_fault_variable_fails_no_rank(db_export, tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("TRACEANALYZER_FAULT_KILL_RANK", "zero")
+    _ingested(_run(db_export, tmp_path / "out"))

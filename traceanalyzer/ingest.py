@@ -654,9 +654,9 @@ def peak_rss_mb() -> float | None:
 
 def _fault_hook(session: RankSession) -> None:
     """Test-only crash injection (see :data:`FAULT_KILL_RANK`)."""
-    rank = os.environ.get(FAULT_KILL_RANK)
-    if rank is None or int(rank) != session.rank:
-        return
+    rank = os.environ.get(FAULT_KILL_RANK, "")
+    if not rank.strip().lstrip("-").isdigit() or int(rank) != session.rank:
+        return  # unset, or not a rank number: no fault (a typo must not fail every rank)
     once = os.environ.get(FAULT_ONCE)
     if once:
         try:
