@@ -649,3 +649,29 @@ def test_a_malformed_csv_row_of_invalid_utf8_costs_that_row(tmp_path, row, capfd
 def test_a_bad_test_only_fault_variable_fails_no_rank(db_export, tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("TRACEANALYZER_FAULT_KILL_RANK", "zero")
     _ingested(_run(db_export, tmp_path / "out"))
+
+
+# --------------------------------------------------------------------------- a deadline per rank
+
+
+@pytest.mark.parametrize("executor", ["local", "processes"])
+def test_a_read_that_never_ends_fails_its_rank_not_the_run(
+    db_export: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, executor: str
+) -> None:
+    """Without the deadline this run never ends: rank 0's read blocks for good."""
+    monkeypatch.setenv("TRACEANALYZER_FAULT_HANG_RANK", "0")
+    started = time.monotonic()
+    with _within():
+        result = CliRunner().invoke(
+            main,
+            ["run", str(db_export), "--out", str(tmp_path / "out"), "--rank-timeout", "3",
+             "--executor", executor, "-j", "2"],
+        )  # fmt: skip
+    assert time.monotonic() - started < SECONDS
+    assert result.exit_code == 3, result.output  # partial
+    assert "did not finish within 3 s (run --rank-timeout SECONDS gives it longer)" in result.output
+    assert "rank 1 " in result.output and ": ingested (" in result.output
+    assert (tmp_path / "out" / "report.html").is_file()
+    monkeypatch.delenv("TRACEANALYZER_FAULT_HANG_RANK")
+    again = _run(db_export, tmp_path / "out", "-q", "--lock-wait", "0")  # nothing holds OUT
+    assert again.exit_code == 0, again.output

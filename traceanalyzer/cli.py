@@ -455,6 +455,13 @@ def _findings_table(result, out: Path) -> str:  # noqa: ANN001 - engine RunResul
     help="How long to wait for another run that writes the same --out, then give up (exit 2).",
 )
 @click.option(
+    "--rank-timeout",
+    type=click.FloatRange(min=1),
+    metavar="SECONDS",
+    help="How long one rank session may take to read; past it the rank fails, said so, and the "
+    "run goes on (default: 300 s plus 2 s per MB of its files).",
+)
+@click.option(
     "--follow-links",
     is_flag=True,
     help="Also follow the links in PATH that lead out of it (by default they are reported, "
@@ -506,6 +513,7 @@ def _run(
     top_collectives: int,
     annotate: bool,
     lock_wait: float,
+    rank_timeout: float | None,
     follow_links: bool,
     quiet: bool,
     verbose: bool,
@@ -562,6 +570,7 @@ def _run(
                 top=TopSizes(top_kernels, top_apis, top_collectives),
                 lock_wait=lock_wait,
                 follow_links=follow_links,
+                rank_timeout=rank_timeout,
             )
         finally:
             progress.close()

@@ -58,6 +58,7 @@ def analyse(
     top: TopSizes = DEFAULT_TOP,
     lock_wait: float = outdir.LOCK_WAIT_SECONDS,
     follow_links: bool = False,
+    rank_timeout: float | None = None,
 ) -> Analysis:
     """Bring the store at ``out`` up to date with ``path``, run the rules, write the reports.
 
@@ -67,6 +68,7 @@ def analyse(
     the config file); they are loaded once and go to evaluation, workers and reports.
     ``top`` sizes the overview's top-N tables. ``lock_wait``: seconds to wait for another run
     that writes ``out``. ``follow_links``: follow the links that leave ``path``.
+    ``rank_timeout``: seconds a rank session may take to ingest (default: by its size).
     """
     from traceanalyzer.engine import write_findings_json
     from traceanalyzer.engine.config import applied_config, load_run_rules, resolve, run_settings
@@ -97,6 +99,7 @@ def analyse(
             memory=memory,
             lock_wait=lock_wait,
             follow_links=follow_links,
+            rank_timeout=rank_timeout,
         )
         if not result.outcomes:
             return Analysis(result, config=config)
