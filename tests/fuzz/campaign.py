@@ -1,7 +1,8 @@
 """Run fuzz cases: damage a copy of an export, run ``traceanalyzer run`` on it, check the outcome.
 
 A case passes when the run ends with a documented exit code (0-4), prints no Traceback, takes
-at most 60 s, leaves its input byte for byte as it was, never runs code planted in the output,
+at most 60 s, leaves its input and everything beside it but ``OUT`` byte for byte as it was
+(a link planted in OUT may point there), never runs code planted in the output or the input,
 and (cases run in a subprocess, where memory is measured) peaks at no more than 3x the resident
 memory of a clean run of the same export. Most cases run in this process (fast: the imports
 are paid once); every ``subprocess_every``-th runs as a fresh process, which measures memory.
@@ -10,6 +11,7 @@ Case ``i`` of seed ``s`` is the same case on every machine: ``--seed s --only i`
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -26,7 +28,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .damage import INPUT_DAMAGES, OUTPUT_DAMAGES, choose
+from .damage import INPUT_DAMAGES, OUTPUT_DAMAGES, VICTIM, choose
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLES = REPO / "sample_traces"
@@ -51,12 +53,25 @@ finally:
 """
 
 
-def bases() -> list[Path]:
-    """The exports cases damage: every bundled sample, and the real exports when present."""
+def bases(work: Path | None = None) -> list[Path]:
+    """The exports cases damage: every bundled sample, a synthetic Db export (written into
+    ``work``), and the real exports when present."""
     found = sorted(p for p in SAMPLES.iterdir() if p.is_dir())
+    if work is not None:
+        found.append(synthetic_db(work))
     if REAL.is_dir():
         found += sorted(p for p in REAL.iterdir() if p.is_dir())
     return found
+
+
+def synthetic_db(work: Path) -> Path:
+    """A two-rank Db export of the baseline scenario (the bundled samples are Text exports)."""
+    from traceanalyzer.synth.generate import generate
+
+    root = work / "synthetic_db"
+    if not root.is_dir():
+        generate("inference-baseline", root, ranks=2, export="db")
+    return root
 
 
 @dataclass
@@ -120,22 +135,51 @@ def _by(cases: list[Case], key: Callable[[Case], str]) -> dict[str, list[Case]]:
 # --------------------------------------------------------------------------- the input, unchanged
 
 
-def snapshot(root: Path) -> dict[str, tuple[object, ...]]:
-    """Every entry under ``root``, links not followed: kind, and for files size, mtime, hash.
-    Nothing but regular files is opened (a FIFO or a link to a device is recorded, not read)."""
+def _tree(root: Path) -> list[Path]:
+    """Every entry under ``root``, links not followed, parents first; a stack of our own (a
+    damage nests folders past any recursion limit)."""
+    found, stack = [], [root]
+    while stack:
+        folder = stack.pop()
+        try:
+            entries = sorted(os.scandir(folder), key=lambda e: e.name)
+        except OSError:
+            continue
+        for entry in entries:
+            found.append(Path(entry.path))
+            if entry.is_dir(follow_symlinks=False):
+                stack.append(Path(entry.path))
+    return found
+
+
+def remove_tree(root: Path) -> None:
+    """``shutil.rmtree`` without its recursion: deepest entries first."""
+    for path in reversed(_tree(root)):
+        with contextlib.suppress(OSError):
+            path.rmdir() if path.is_dir() and not path.is_symlink() else path.unlink()
+    with contextlib.suppress(OSError):
+        root.rmdir()
+
+
+def snapshot(root: Path, skip: Path | None = None) -> dict[str, tuple[object, ...]]:
+    """Every entry under ``root`` (but ``skip`` and what is in it), links not followed: kind,
+    and for files size, mtime, hash. Nothing but regular files is opened (a FIFO or a link to
+    a device is recorded, not read)."""
     entries: dict[str, tuple[object, ...]] = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in dirnames + filenames:
-            path = Path(dirpath) / name
-            info = path.lstat()
-            rel = path.relative_to(root).as_posix()
-            if stat.S_ISLNK(info.st_mode):
-                entries[rel] = ("link", os.readlink(path))
-            elif stat.S_ISREG(info.st_mode):
-                digest = hashlib.sha256(path.read_bytes()).hexdigest()
-                entries[rel] = ("file", info.st_size, info.st_mtime_ns, digest)
-            else:
-                entries[rel] = ("other", stat.S_IFMT(info.st_mode))
+    for path in _tree(root):
+        if skip is not None and (path == skip or skip in path.parents):
+            continue
+        info = path.lstat()
+        rel = path.relative_to(root).as_posix()
+        if stat.S_ISLNK(info.st_mode):
+            entries[rel] = ("link", os.readlink(path))
+        elif stat.S_ISREG(info.st_mode):
+            digest = hashlib.sha256(path.read_bytes()).hexdigest()
+            entries[rel] = ("file", info.st_size, info.st_mtime_ns, digest)
+        elif stat.S_ISDIR(info.st_mode):
+            entries[rel] = ("dir",)
+        else:
+            entries[rel] = ("other", stat.S_IFMT(info.st_mode))
     return entries
 
 
@@ -209,7 +253,7 @@ def baseline_mb(base: Path, work: Path, executor: str) -> float:
     if key not in _BASELINE_MB:
         out = Path(tempfile.mkdtemp(dir=work, prefix="baseline-"))
         code, output, _, rss = run_subprocess(_args(base, out / "out", executor))
-        shutil.rmtree(out, ignore_errors=True)
+        remove_tree(out)
         if rss is None:
             raise RuntimeError(f"clean run of {base} failed ({code}): {output[-500:]}")
         _BASELINE_MB[key] = rss
@@ -223,14 +267,16 @@ def _args(root: Path, out: Path, executor: str, *extra: str) -> list[str]:
 
 def _damage_input(rng: random.Random, root: Path, case: Case) -> None:
     for _ in range(rng.choice([1, 1, 1, 2, 3])):
-        name, damage = choose(rng, INPUT_DAMAGES)
-        try:
-            done = damage(rng, root)
-        except (OSError, ValueError, RecursionError, IndexError, UnicodeError) as exc:
-            done = f"(could not apply: {type(exc).__name__})"
-        if done:
-            case.kinds.append(name)
-            case.damages.append(done)
+        for _attempt in range(3):  # a damage the export offers nothing for: draw another
+            name, damage = choose(rng, INPUT_DAMAGES)
+            try:
+                done = damage(rng, root)
+            except (OSError, ValueError, RecursionError, IndexError, UnicodeError) as exc:
+                done = f"(could not apply: {type(exc).__name__})"
+            if done:
+                case.kinds.append(name)
+                case.damages.append(done)
+                break
 
 
 def run_case(seed: int, index: int, work: Path, subprocess_every: int, pick: list[Path]) -> Case:
@@ -242,6 +288,8 @@ def run_case(seed: int, index: int, work: Path, subprocess_every: int, pick: lis
     root, out = case_dir / "in", case_dir / "out"
     try:
         shutil.copytree(base, root, symlinks=True)
+        (case_dir / VICTIM).mkdir()
+        (case_dir / VICTIM / "file").write_text("not the run's to write")
         roll = rng.random()
         if roll < 0.12:  # damage a store a clean run wrote, then run again (warm)
             run_in_process(_args(root, out, "local"))
@@ -268,7 +316,7 @@ def run_case(seed: int, index: int, work: Path, subprocess_every: int, pick: lis
             _damage_input(rng, root, case)
         executor = "processes" if in_subprocess and rng.random() < 0.3 else "local"
         extra = ["--format", "json"] if rng.random() < 0.1 else []
-        before = snapshot(root)
+        before = snapshot(case_dir, skip=out)
         started = time.perf_counter()
         if in_subprocess:
             code, output, failures, rss = run_subprocess(_args(root, out, executor, *extra))
@@ -283,8 +331,10 @@ def run_case(seed: int, index: int, work: Path, subprocess_every: int, pick: lis
             case.failures.append(f"Traceback: {output[output.index('Traceback') :][:600]}")
         if case.seconds > CASE_SECONDS:
             case.failures.append(f"took {case.seconds:.0f} s")
-        if snapshot(root) != before:
-            case.failures.append("the input changed")
+        after = snapshot(case_dir, skip=out)
+        if after != before:
+            changed = sorted(set(after.items()) ^ set(before.items()))[:3]
+            case.failures.append(f"the input or a folder beside OUT changed: {changed}")
         if (out / "PWNED").exists() or (case_dir / "PWNED").exists():
             case.failures.append("code planted in the output ran")
         if rss is not None:
@@ -293,7 +343,7 @@ def run_case(seed: int, index: int, work: Path, subprocess_every: int, pick: lis
             if case.rss_ratio > RSS_FACTOR:
                 case.failures.append(f"peak RSS {rss:.0f} MB, {case.rss_ratio}x a clean run")
     finally:
-        shutil.rmtree(case_dir, ignore_errors=True)
+        remove_tree(case_dir)
     return case
 
 
@@ -310,11 +360,11 @@ def run_campaign(
     """``cases`` cases (or the ``only`` ones) of ``seed``; ``work`` holds the case copies;
     ``jobs`` worker processes run cases side by side (each case still in-process in its worker,
     or in a fresh process)."""
-    pick = exports or bases()
     indices = list(only) if only is not None else list(range(cases))
     started = time.perf_counter()
     owned = work is None
     work = Path(tempfile.mkdtemp(prefix="traceanalyzer-fuzz-")) if owned else work
+    pick = exports or bases(work)
     done: list[Case] = []
     try:
         if jobs > 1:
@@ -337,7 +387,7 @@ def run_campaign(
                     on_case(done[-1])
     finally:
         if owned:
-            shutil.rmtree(work, ignore_errors=True)
+            remove_tree(work)
     return Summary(seed, done, time.perf_counter() - started)
 
 
