@@ -154,13 +154,13 @@ def walk_input(
         here = stack.pop()
         try:
             info = here.stat()
+            if (info.st_dev, info.st_ino) in seen:
+                continue
+            seen.add((info.st_dev, info.st_ino))
             with os.scandir(here) as listing:
                 entries = sorted(listing, key=lambda e: e.name)
         except OSError:
             continue
-        if (info.st_dev, info.st_ino) in seen:
-            continue
-        seen.add((info.st_dev, info.st_ino))
         yield here, entries
         below = []
         for entry in enter(here, [e for e in entries if _is_directory(e)]):

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -53,7 +54,7 @@ class _Text:
 def regular_file(path: Path) -> None:
     """Raise :class:`NotRegularFile` unless ``path`` is a regular file (a stat: never blocks)."""
     if not path.is_file():
-        raise NotRegularFile(f"{path}: not a regular file (a FIFO, device, socket or directory)")
+        raise NotRegularFile("not a regular file (a FIFO, device, socket or directory)")
 
 
 def connect(path: Path, seconds: float = QUERY_SECONDS, *, immutable: bool = True) -> Connection:
@@ -100,6 +101,13 @@ class Connection:
         cursor = self._cursor(sql, ())
         row = cursor.fetchone()
         return dict(zip((d[0] for d in cursor.description), row, strict=True)) if row else {}
+
+    def chunks(self, table: str, column: str, row: int, size: int = 1 << 20) -> Iterator[bytes]:
+        """The bytes of one text or blob value, ``size`` at a time (incremental blob I/O: a
+        value of hundreds of MB is never held whole)."""
+        with self._con.blobopen(table, column, row, readonly=True) as blob:
+            while chunk := blob.read(size):
+                yield chunk
 
     def _cursor(self, sql: str, parameters: tuple[object, ...]) -> sqlite3.Cursor:
         self._deadline = time.monotonic() + self.seconds

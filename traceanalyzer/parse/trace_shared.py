@@ -71,16 +71,16 @@ MAX_NAME = 4096
 CUT_KEEP = MAX_NAME - 11  # room for "…[" + 8 hex digits + "]"
 
 
-def cut_end(whole: bytes) -> str:
-    """What ends a name cut to :data:`CUT_KEEP` characters: a hash of the whole name, so two
-    long names stay two."""
-    return f"…[{hashlib.md5(whole).hexdigest()[:8]}]"
+def cut_end(digest: str) -> str:
+    """What ends a name cut to :data:`CUT_KEEP` characters: the MD5 ``digest`` (hex) of the
+    whole name, so two long names stay two."""
+    return f"…[{digest[:8]}]"
 
 
 def cut_name(name: str) -> str:
     if len(name) <= MAX_NAME:
         return name
-    return name[:CUT_KEEP] + cut_end(name.encode("utf-8", "surrogatepass"))
+    return name[:CUT_KEEP] + cut_end(hashlib.md5(name.encode("utf-8", "surrogatepass")).hexdigest())
 
 
 def cut_names_note(count: int) -> str:

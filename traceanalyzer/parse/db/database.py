@@ -17,6 +17,7 @@ was changed, in the rank's warnings).
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
 import shutil
 import sqlite3
@@ -36,14 +37,11 @@ import pyarrow as pa
 
 from traceanalyzer import sqlite_ro
 from traceanalyzer.parse.sink import body_columns
-from traceanalyzer.parse.trace_shared import CUT_KEEP, MAX_NAME, SENTINELS, cut_end
+from traceanalyzer.parse.trace_shared import CUT_KEEP, MAX_NAME, SENTINELS, cut_end, cut_name
 
 I32, I64, F64, STR, CAT = pl.Int32(), pl.Int64(), pl.Float64(), pl.String(), pl.Categorical()
-
-
 _SQL_TYPES = {I64: "INTEGER", F64: "REAL", STR: "TEXT"}
 _POLARS = {"int32": I32, "int64": I64, "double": F64}
-SMALL_ROWS = 1 << 16  # at least the rows of a query that is not a table scan
 MB = float(1 << 20)
 
 
@@ -250,8 +248,11 @@ def connect_readonly(
     it, as SQLite needs to apply its side file); raise DbUnreadable naming ``path``."""
     try:
         sqlite_ro.regular_file(path)
+    except sqlite_ro.NotRegularFile as exc:
+        raise DbUnreadable(f"{path}: {exc}") from exc
+    try:
         con = Connection(source or path, source in (None, path), path, repairs)
-    except (adbc_driver_manager.Error, sqlite_ro.NotRegularFile) as exc:
+    except adbc_driver_manager.Error as exc:
         raise DbUnreadable(f"{path}: {_what(exc)} ({_reason(exc)})") from exc
     try:
         con.arrow("PRAGMA query_only = 1")
@@ -264,7 +265,9 @@ def connect_readonly(
 
 # STRING_IDS ids looked up per query: an IN list this long parses in milliseconds
 _IDS_PER_QUERY = 50_000
-_TEXT = "CAST(value AS TEXT)"
+# More bytes than a text of MAX_NAME characters can have (UTF-8: 4 bytes at most each): a text
+# this long is cut for sure, and read a chunk at a time
+_LONG_BYTES = 4 * MAX_NAME
 
 
 class Db:
@@ -357,41 +360,58 @@ class Db:
     def _read_strings(self, ids: pl.Series) -> pl.DataFrame:
         """The texts of ``ids``, each cut at MAX_NAME characters with a hash of the whole text
         (an absurd name would otherwise be copied into every row that uses it), the first of
-        an id listed twice."""
+        an id listed twice. A text of more bytes than a MAX_NAME-character one can have is
+        never read whole (:meth:`_cut_text`)."""
         parts = []
         for start in range(0, len(ids), _IDS_PER_QUERY):
             listed = ",".join(map(str, ids.slice(start, _IDS_PER_QUERY).to_list()))
             parts.append(
                 self.con.arrow(
-                    f"SELECT CAST(id AS INTEGER) AS id, CASE WHEN length({_TEXT}) > {MAX_NAME} "
-                    f"THEN substr({_TEXT}, 1, {CUT_KEEP}) ELSE {_TEXT} END AS value, "
-                    f"length({_TEXT}) > {MAX_NAME} AS long "
+                    # octet_length: SQLite tells the size without loading the value
+                    f"SELECT CAST(id AS INTEGER) AS id, CASE WHEN octet_length(value) > "
+                    f"{_LONG_BYTES} THEN NULL ELSE CAST(value AS TEXT) END AS value, "
+                    f"octet_length(value) > {_LONG_BYTES} AS long, rowid AS row "
                     f"FROM STRING_IDS WHERE id IN ({listed}) ORDER BY rowid",
                     rows=_IDS_PER_QUERY,
                 )
             )
+        schema = {"id": I64, "value": STR, "long": I64, "row": I64}
         found = pl.concat(
-            [pl.DataFrame(schema={"id": I64, "value": STR, "long": I64}),
-             *(pl.DataFrame(p).cast({"id": I64, "value": STR, "long": I64}) for p in parts)]
-        )  # fmt: skip
+            [pl.DataFrame(schema=schema), *(pl.DataFrame(p).cast(schema) for p in parts)]
+        )
         repeated = set(found.filter(found["id"].is_duplicated())["id"].to_list())
         found = found.unique("id", keep="first", maintain_order=True)
-        cut = found.filter(pl.col("long") == 1)["id"].to_list()
+        long = (pl.col("long") == 1) | (pl.col("value").str.len_chars() > MAX_NAME)
+        cut = {
+            string_id: self._cut_text(string_id, row, value)
+            for string_id, row, value in found.filter(long).select("id", "row", "value").rows()
+        }
         if cut:
-            ends = {i: self._hash_end(i) for i in cut}
             found = found.with_columns(
-                pl.when(pl.col("long") == 1)
-                .then(pl.col("value") + pl.col("id").replace_strict(ends, return_dtype=STR))
+                pl.when(long)
+                .then(pl.col("id").replace_strict(cut, default=None, return_dtype=STR))
                 .otherwise(pl.col("value"))
+                .alias("value")
             )
-        self.repairs.add(cut=set(cut), duplicates=repeated)
+        self.repairs.add(cut=cut, duplicates=repeated)
         return found.select("id", "value", json_text(pl.col("value")).alias("json"))
 
-    def _hash_end(self, string_id: int) -> str:
-        """``…[<hash>]`` of the whole text of a long STRING_IDS entry (read alone, once)."""
-        return cut_end(
-            self.value(f"SELECT CAST(value AS BLOB) FROM STRING_IDS WHERE id = {string_id}") or b""
-        )
+    def _cut_text(self, string_id: int, row: int, value: str | None) -> str:
+        """A long STRING_IDS text cut as :func:`~traceanalyzer.parse.trace_shared.cut_name`
+        cuts a name: ``value`` when it was read (a few KB), else its first bytes and a hash of
+        all of them, read a chunk at a time (a 500 MB name costs a chunk, not 500 MB)."""
+        if value is not None:
+            return cut_name(value)
+        digest, head = hashlib.md5(), b""
+        try:
+            for chunk in self.small.chunks("STRING_IDS", "value", row):
+                digest.update(chunk)
+                head = head or chunk[:_LONG_BYTES]
+        except sqlite3.Error:  # not a rowid table: read whole, once
+            whole = self.value(f"SELECT CAST(value AS BLOB) FROM STRING_IDS WHERE id = {string_id}")
+            digest, head = hashlib.md5(whole or b""), (whole or b"")[:_LONG_BYTES]
+        text = head.decode("utf-8", errors="replace")[:CUT_KEEP]
+        return text + cut_end(digest.hexdigest())
 
     def text(self, ids: pl.Expr) -> pl.Expr:
         """The STRING_IDS text of an id column."""
