@@ -117,6 +117,21 @@ class Summary:
                 for mode, group in _by(self.cases, lambda c: c.mode).items()
             },
             "max_case_seconds": max((c.seconds for c in self.cases), default=0.0),
+            "slowest_cases": [
+                {"index": c.index, "base": c.base, "seconds": c.seconds, "damages": c.damages}
+                for c in sorted(self.cases, key=lambda c: -c.seconds)[:5]
+            ],
+            "largest_rss_cases": [
+                {
+                    "index": c.index,
+                    "base": c.base,
+                    "rss_mb": c.rss_mb,
+                    "ratio": c.rss_ratio,
+                    "damages": c.damages,
+                }
+                for c in sorted(self.cases, key=lambda c: -(c.rss_ratio or 0))[:5]
+                if c.rss_ratio is not None
+            ],
             "mean_case_seconds": round(self.seconds / max(1, len(self.cases)), 3),
             "max_rss_ratio": max(ratios, default=None),
             "max_rss_mb": max((c.rss_mb for c in self.cases if c.rss_mb), default=None),
@@ -295,7 +310,11 @@ def run_case(seed: int, index: int, work: Path, subprocess_every: int, pick: lis
             run_in_process(_args(root, out, "local"))
             for _ in range(rng.choice([1, 2])):
                 name, damage = choose(rng, OUTPUT_DAMAGES)
-                if done := damage(rng, out):
+                try:
+                    done = damage(rng, out)
+                except OSError as exc:  # a first damage left nothing for it (a link, a FIFO)
+                    done = f"(could not apply: {type(exc).__name__})"
+                if done:
                     case.kinds.append(name)
                     case.damages.append(done)
         elif roll < 0.16:  # an --out that cannot be used
