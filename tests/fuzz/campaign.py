@@ -24,12 +24,14 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from .damage import INPUT_DAMAGES, OUTPUT_DAMAGES, VICTIM, choose
 
+_D = TypeVar("_D")
 REPO = Path(__file__).resolve().parents[2]
 SAMPLES = REPO / "sample_traces"
 REAL = REPO.parent / "shared" / "real_traces"  # as tests/conftest.py finds the real exports
@@ -280,10 +282,18 @@ def _args(root: Path, out: Path, executor: str, *extra: str) -> list[str]:
     return ["run", str(root), "--out", str(out), "--executor", executor, *jobs, "-q", *extra]
 
 
-def _damage_input(rng: random.Random, root: Path, case: Case) -> None:
+def _only(damages: dict[str, _D], kinds: Collection[str] | None) -> dict[str, _D]:
+    """``damages`` restricted to ``kinds`` (all of them when none of ``kinds`` is there)."""
+    kept = {name: value for name, value in damages.items() if kinds is None or name in kinds}
+    return kept or damages
+
+
+def _damage_input(
+    rng: random.Random, root: Path, case: Case, kinds: Collection[str] | None
+) -> None:
     for _ in range(rng.choice([1, 1, 1, 2, 3])):
         for _attempt in range(3):  # a damage the export offers nothing for: draw another
-            name, damage = choose(rng, INPUT_DAMAGES)
+            name, damage = choose(rng, _only(INPUT_DAMAGES, kinds))
             try:
                 done = damage(rng, root)
             except (OSError, ValueError, RecursionError, IndexError, UnicodeError) as exc:
@@ -294,7 +304,15 @@ def _damage_input(rng: random.Random, root: Path, case: Case) -> None:
                 break
 
 
-def run_case(seed: int, index: int, work: Path, subprocess_every: int, pick: list[Path]) -> Case:
+def run_case(
+    seed: int,
+    index: int,
+    work: Path,
+    subprocess_every: int,
+    pick: list[Path],
+    kinds: Collection[str] | None = None,
+) -> Case:
+    """Case ``index`` of ``seed`` on one of ``pick``, damaged by ``kinds`` (default: any)."""
     rng = random.Random(f"{seed}:{index}")
     base = rng.choice(pick)
     in_subprocess = subprocess_every > 0 and index % subprocess_every == 0
@@ -309,7 +327,7 @@ def run_case(seed: int, index: int, work: Path, subprocess_every: int, pick: lis
         if roll < 0.12:  # damage a store a clean run wrote, then run again (warm)
             run_in_process(_args(root, out, "local"))
             for _ in range(rng.choice([1, 2])):
-                name, damage = choose(rng, OUTPUT_DAMAGES)
+                name, damage = choose(rng, _only(OUTPUT_DAMAGES, kinds))
                 try:
                     done = damage(rng, out)
                 except OSError as exc:  # a first damage left nothing for it (a link, a FIFO)
@@ -332,7 +350,7 @@ def run_case(seed: int, index: int, work: Path, subprocess_every: int, pick: lis
                 (root / rank.name).symlink_to(case_dir / rank.name, target_is_directory=True)
                 out = case_dir / rank.name / "out"
         else:
-            _damage_input(rng, root, case)
+            _damage_input(rng, root, case, kinds)
         executor = "processes" if in_subprocess and rng.random() < 0.3 else "local"
         extra = ["--format", "json"] if rng.random() < 0.1 else []
         before = snapshot(case_dir, skip=out)
@@ -375,8 +393,11 @@ def run_campaign(
     on_case: Callable[[Case], None] | None = None,
     exports: list[Path] | None = None,
     jobs: int = 1,
+    kinds: Collection[str] | None = None,
 ) -> Summary:
     """``cases`` cases (or the ``only`` ones) of ``seed``; ``work`` holds the case copies;
+    ``exports`` are the exports to damage (default :func:`bases`), ``kinds`` the damages (the
+    names of ``INPUT_DAMAGES`` and ``OUTPUT_DAMAGES``; default all);
     ``jobs`` worker processes run cases side by side (each case still in-process in its worker,
     or in a fresh process)."""
     indices = list(only) if only is not None else list(range(cases))
@@ -393,7 +414,8 @@ def run_campaign(
             context = multiprocessing.get_context("spawn")
             with ProcessPoolExecutor(jobs, mp_context=context) as pool:
                 futures = [
-                    pool.submit(run_case, seed, i, work, subprocess_every, pick) for i in indices
+                    pool.submit(run_case, seed, i, work, subprocess_every, pick, kinds)
+                    for i in indices
                 ]
                 for future in futures:
                     done.append(future.result())
@@ -401,7 +423,7 @@ def run_campaign(
                         on_case(done[-1])
         else:
             for index in indices:
-                done.append(run_case(seed, index, work, subprocess_every, pick))
+                done.append(run_case(seed, index, work, subprocess_every, pick, kinds))
                 if on_case:
                     on_case(done[-1])
     finally:
