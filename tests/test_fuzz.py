@@ -6,7 +6,9 @@ byte-identical and (in a fresh process) at most 3x a clean run's peak memory.
 
 from __future__ import annotations
 
-from fuzz.campaign import REAL, SAMPLES, run_campaign
+from pathlib import Path
+
+from fuzz.campaign import REAL, SAMPLES, run_campaign, synthetic_db
 
 # The smaller exports keep the sample within CI's budget; the long campaign damages them all.
 CI_EXPORTS = [
@@ -16,8 +18,9 @@ CI_EXPORTS = [
 ]  # fmt: skip
 
 
-def test_fuzz_sample() -> None:
-    summary = run_campaign(200, seed=20261201, subprocess_every=25, exports=CI_EXPORTS)
+def test_fuzz_sample(tmp_path: Path) -> None:
+    exports = [*CI_EXPORTS, synthetic_db(tmp_path)]  # a Db export: the samples are Text
+    summary = run_campaign(200, seed=20261201, subprocess_every=25, exports=exports)
     figures = summary.to_dict()
     assert figures["cases"] == 200 and figures["subprocess_cases"] >= 8
     assert not summary.failed, [(c.index, c.damages, c.failures) for c in summary.failed]

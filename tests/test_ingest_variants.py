@@ -630,8 +630,16 @@ def test_discovery_follows_links_once_and_never_loops(tmp_path: Path) -> None:
     (root / "collected" / "r1").symlink_to(elsewhere / "r1_ascend_pt")  # a link into storage
     (root / "collected" / "again").symlink_to(elsewhere)  # the same rank dir, reached twice
     (root / "collected" / "loop").symlink_to(root)  # a link back to an ancestor
-    found = discover(root)
+    (root / "collected" / "r0").symlink_to(root / "r0_ascend_pt")  # inside: followed, once
+    found = discover(root, follow_links=True)
     assert sorted(s.rank for s in found.sessions) == [0, 1]
+    # by default a link that leaves the input is reported, not followed
+    found = discover(root)
+    assert [s.rank for s in found.sessions] == [0]
+    assert sorted(p.path for p in found.problems if "not followed" in p.message) == [
+        str(root / "collected" / "again"),
+        str(root / "collected" / "r1"),
+    ]
 
 
 @pytest.mark.parametrize("content", [b"", b"  \n"])

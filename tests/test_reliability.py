@@ -126,6 +126,9 @@ def test_info_file_linked_to_a_device_is_refused_at_once(collection) -> None:
     info.symlink_to("/dev/urandom")
     found = discover(collection)
     assert len(found.sessions) == 2
+    assert any("/dev/urandom, outside the input: not followed" in p.message for p in found.problems)
+    found = discover(collection, follow_links=True)  # followed, it is still never read
+    assert len(found.sessions) == 2
     assert any("not a regular file" in p.message for p in found.problems)
 
 
@@ -171,10 +174,13 @@ def test_out_inside_a_symlinked_rank_dir_is_refused(tmp_path) -> None:
     root.mkdir()
     (root / rank_dir.name).symlink_to(rank_dir, target_is_directory=True)
     before = sorted(p.name for p in rank_dir.iterdir())
-    result = _run(root, rank_dir / "out")
+    result = _run(root, rank_dir / "out", "--follow-links")
     _no_traceback(result)
     assert result.exit_code == 2 and "never writes into its input" in result.output
     assert sorted(p.name for p in rank_dir.iterdir()) == before
+    # not followed, the link's rank is no input: said, and nothing is analysed
+    result = _run(root, tmp_path / "out")
+    assert result.exit_code == 2 and "outside the input: not followed" in result.output
 
 
 def test_out_under_a_regular_file(collection, tmp_path) -> None:

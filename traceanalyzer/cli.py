@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from traceanalyzer import __version__, process_env
+from traceanalyzer import __version__, interrupts, process_env
 from traceanalyzer.clitypes import ExistingPath
 from traceanalyzer.exitcodes import (
     EXIT_FINDINGS,
@@ -33,6 +33,7 @@ from traceanalyzer.exitcodes import (
     UsageFailure,
 )
 from traceanalyzer.outdir import LOCK_WAIT_SECONDS
+from traceanalyzer.printable import printable
 
 if TYPE_CHECKING:
     from traceanalyzer.engine.runner import RunResult
@@ -40,6 +41,11 @@ if TYPE_CHECKING:
 
 # Before anything imports polars or numpy (every command imports them lazily, below).
 process_env.configure()
+
+
+def _say(text: str, err: bool = False) -> None:
+    """A line (or lines) with text from the input in it, without its control characters."""
+    click.echo(printable(text, lines=True), err=err)
 
 
 class _Progress:
@@ -71,7 +77,10 @@ class _Progress:
         elif event == "session" and outcome is not None:
             # a failure's reason is said once, in the summary under the table
             what = "FAILED (the reason is below)" if outcome.status == "failed" else outcome.status
-            line = f"[{done}/{total}] rank {outcome.rank} {outcome.session}: {what} ({outcome.seconds:.1f} s)"
+            line = printable(
+                f"[{done}/{total}] rank {outcome.rank} {outcome.session}: {what} "
+                f"({outcome.seconds:.1f} s)"
+            )
             with self._lock:
                 self._since = time.monotonic()
                 if not self.tty:
@@ -86,7 +95,7 @@ class _Progress:
             self.close()
         elif event not in ("start", "session"):  # a note from the ingest
             with self._lock:
-                click.echo(("\r\033[K" if self.tty else "") + event, err=True)
+                click.echo(("\r\033[K" if self.tty else "") + printable(event), err=True)
 
     def close(self) -> None:
         """Stop the ticker and end its line (also when the ingest ends with an error or Ctrl-C)."""
@@ -163,7 +172,7 @@ def _summary(result: IngestResult, verbose: bool = False) -> str:
             label = "; ".join(f"rank {rank} {session}" for rank, session in where)
         else:
             label = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {compress_ranks(ranks)}"
-        lines.append(f"  {label}: {note}")
+        lines.append(f"  {label}: {printable(note)}")
     if verbose:
         lines += [f"  {note}" for note in result.generation_notes]
         if result.removed_unlisted:
@@ -173,7 +182,7 @@ def _summary(result: IngestResult, verbose: bool = False) -> str:
             )
     for p in result.discovery.problems:
         where = f" {p.path}:" if p.path else ""
-        lines.append(f"  {p.severity}:{where} {p.message}")
+        lines.append(printable(f"  {p.severity}:{where} {p.message}"))
     ranks = sorted({o.rank for o in result.outcomes})
     lines.append(
         f"{len(ranks)} rank(s), {len(result.outcomes)} session(s), "
@@ -184,6 +193,7 @@ def _summary(result: IngestResult, verbose: bool = False) -> str:
 
 
 def _partial_lines(result: IngestResult) -> list[str]:
+    """What a partial run left out, a line each (text from the input made printable)."""
     lines = [f"FAILED   rank {o.rank} {o.session}: {o.error}" for o in result.failed]
     lines += [
         f"INCOMPLETE rank {o.rank} {o.session}: {', '.join(o.incomplete_files)}"
@@ -196,7 +206,7 @@ def _partial_lines(result: IngestResult) -> list[str]:
         for p in result.discovery.problems
         if p.severity in ("error", "warning")
     ]
-    return lines
+    return [printable(line) for line in lines]
 
 
 # Subcommands live in their subsystems and load on first use, so `--help` and `run` do not pay
@@ -262,7 +272,7 @@ def _show(exc: click.ClickException) -> None:
     ctx = getattr(exc, "ctx", None)
     if ctx is not None:  # a usage error: the command's usage line first, as click does
         click.echo(f"{ctx.get_usage()}\nTry '{ctx.command_path} --help' for help.\n", err=True)
-    click.echo(f"error: {exc.format_message()}", err=True)
+    click.echo(printable(f"error: {exc.format_message()}"), err=True)
 
 
 class _LazyGroup(click.Group):
@@ -271,7 +281,8 @@ class _LazyGroup(click.Group):
         if not standalone_mode:
             return super().main(*args, standalone_mode=False, **kwargs)
         try:
-            code = super().main(*args, standalone_mode=False, **kwargs)
+            with interrupts.installed():  # rule code's KeyboardInterrupt is not the user's
+                code = super().main(*args, standalone_mode=False, **kwargs)
         except click.ClickException as exc:
             _show(exc)
             sys.exit(exc.exit_code)
@@ -326,19 +337,22 @@ def _findings_table(result, out: Path) -> str:  # noqa: ANN001 - engine RunResul
             severity = click.style(severity, fg=_SEVERITY_STYLE.get(f.severity), bold=True)
         cost = cost_text(costs.get(f.fingerprint))
         caveat = "  [on incomplete input: see findings.json caveats]" if f.caveats else ""
-        lines.append(f"{severity}  {f.name:<24} {f.ranks_label:<16} {f.title}{caveat}")
+        title = printable(f.title)
+        lines.append(f"{severity}  {printable(f.name):<24} {f.ranks_label:<16} {title}{caveat}")
         lines[-1] += f" [{cost}]" if cost else ""
     if not result.findings:
         lines.append("no findings")
     for status in result.inconclusive:
-        lines.append(f"{'undecided':<9}  {status.name:<24} {status.reason}")
+        lines.append(printable(f"{'undecided':<9}  {status.name:<24} {status.reason}"))
     for status in result.not_evaluated:
-        lines.append(f"{'skipped':<9}  {status.name:<24} not evaluated: {status.reason}")
+        lines.append(printable(f"{'skipped':<9}  {status.name:<24} not evaluated: {status.reason}"))
     for error in result.errors:
         lines.append(
-            f"{'ERROR':<9}  {error['name'] or error['rule']:<24} rule failed: {error['error']}"
+            printable(
+                f"{'ERROR':<9}  {error['name'] or error['rule']:<24} rule failed: {error['error']}"
+            )
         )
-    lines.append(f"findings: {out / 'findings.json'}")
+    lines.append(printable(f"findings: {out / 'findings.json'}"))
     return "\n".join(lines)
 
 
@@ -444,6 +458,19 @@ def _findings_table(result, out: Path) -> str:  # noqa: ANN001 - engine RunResul
     metavar="SECONDS",
     help="How long to wait for another run that writes the same --out, then give up (exit 2).",
 )
+@click.option(
+    "--rank-timeout",
+    type=click.FloatRange(min=1),
+    metavar="SECONDS",
+    help="How long one rank session may take to read; past it the rank fails, said so, and the "
+    "run goes on (default: 300 s plus 2 s per MB of its files).",
+)
+@click.option(
+    "--follow-links",
+    is_flag=True,
+    help="Also follow the links in PATH that lead out of it (by default they are reported, "
+    "not followed: a collection's link to / or to a sibling folder is not its data).",
+)
 @click.option("--quiet", "-q", is_flag=True, help="Only print the final summary.")
 @click.option(
     "--verbose",
@@ -490,6 +517,8 @@ def _run(
     top_collectives: int,
     annotate: bool,
     lock_wait: float,
+    rank_timeout: float | None,
+    follow_links: bool,
     quiet: bool,
     verbose: bool,
     fmt: str,
@@ -535,7 +564,7 @@ def _run(
                 executor=executor,
                 jobs=jobs,
                 progress=progress,
-                log=(lambda line: click.echo(line, err=True)) if show_progress else None,
+                log=(lambda line: _say(line, err=True)) if show_progress else None,
                 force=force,
                 rule_dirs=rule_dirs,
                 overrides=overrides,
@@ -544,23 +573,23 @@ def _run(
                 memory=memory,
                 top=TopSizes(top_kernels, top_apis, top_collectives),
                 lock_wait=lock_wait,
+                follow_links=follow_links,
+                rank_timeout=rank_timeout,
             )
         finally:
             progress.close()
             executor.close()
     except (InputError, OutputRefused, ExecutorError, ConfigError, RulesNotLoaded) as exc:
-        click.echo(f"error: {exc}", err=True)
+        _say(f"error: {exc}", err=True)
         sys.exit(EXIT_USAGE)
     except OutputError as exc:
-        click.echo(
-            f"error: {exc}; the input is fine: free space or fix --out, then re-run", err=True
-        )
+        _say(f"error: {exc}; the input is fine: free space or fix --out, then re-run", err=True)
         sys.exit(EXIT_OUTPUT)
     result, findings, reports = analysis.ingest, analysis.findings, analysis.reports
     if findings is None or reports is None:
         for p in result.discovery.problems:
-            click.echo(f"error: {p.path}: {p.message}", err=True)
-        click.echo(f"error: {path}: no analysable rank session found", err=True)
+            _say(f"error: {p.path}: {p.message}", err=True)
+        _say(f"error: {path}: no analysable rank session found", err=True)
         sys.exit(EXIT_USAGE)
     if fmt == "json":
         click.echo(json.dumps(findings.to_dict(), indent=1, default=str))
@@ -571,21 +600,22 @@ def _run(
             for line in _partial_lines(result):
                 click.echo(line)
         click.echo(_findings_table(findings, out))
+        _say(analysis.config.describe() if analysis.config else "config: none")
         if findings.overview:
             from traceanalyzer.report.overview_text import overview_table
 
-            click.echo(overview_table(findings.overview, verbose))
+            _say(overview_table(findings.overview, verbose))
         click.echo(reports.closing_text(color=sys.stdout.isatty()))
     if annotate and reports.inputs is not None:
         from traceanalyzer.report.annotated import annotated_text, write_annotated
 
         # after the JSON document, on stderr: stdout stays parseable
-        click.echo(annotated_text(write_annotated(reports.inputs), out), err=fmt == "json")
+        _say(annotated_text(write_annotated(reports.inputs), out), err=fmt == "json")
     if reports.files.unwritable:
         sys.exit(EXIT_OUTPUT)
     if findings.exit_code:
         # the last line says why a CI gate failed (stderr under --format json: stdout is JSON)
-        click.echo(_gate_line(findings), err=fmt == "json")
+        _say(_gate_line(findings), err=fmt == "json")
         sys.exit(EXIT_FINDINGS)
     if result.partial or findings.errors:  # a rule that failed judged nothing: partial
         sys.exit(EXIT_PARTIAL)

@@ -9,18 +9,18 @@ duplicate directories become :class:`Problem` records with the fix.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 import re
 import sqlite3
 from collections import defaultdict
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from traceanalyzer import json_shape
+from traceanalyzer import json_shape, sqlite_ro
 
 OUTPUT_DIR = "ASCEND_PROFILER_OUTPUT"
 TRACE_FILE = "trace_view.json"  # in OUTPUT_DIR
@@ -31,6 +31,7 @@ DB_NAME = re.compile(r"^ascend_pytorch_profiler(?:_(?P<rank>\d+))?\.db$")
 ANALYSIS_DB = "analysis.db"
 _RAW_MARKERS = ("FRAMEWORK",)
 _LINE_CAP = 1 << 20  # characters of a CSV line read to find the device id
+_PROBE_SECONDS = 10.0  # the RANK_DEVICE_MAP probe: one row of a small table
 _NO_DESCEND = {"FRAMEWORK", "logs", OUTPUT_DIR}
 ANALYSE_HINT = (
     'parse it on a CANN host with: python -c "from torch_npu.profiler.profiler import analyse; '
@@ -75,10 +76,16 @@ class RankSession:
     formats: list[str] = field(default_factory=list)
     db_file: Path | None = None  # ascend_pytorch_profiler_{rank}.db
     analysis_db: Path | None = None  # analysis.db (communication and step summaries)
+    # Entries never read: links out of the input, FIFOs, devices (:func:`foreign_entries`)
+    refused: set[Path] = field(default_factory=set)
 
     @property
     def output_dir(self) -> Path:
         return self.path / OUTPUT_DIR
+
+    def readable(self, path: Path) -> bool:
+        """Whether ``path`` (a file of this session) is a regular file it may read."""
+        return path not in self.refused and path.is_file()
 
     @property
     def key(self) -> str:
@@ -89,6 +96,14 @@ class RankSession:
 class Discovery:
     sessions: list[RankSession]
     problems: list[Problem]
+
+
+def _not_followed(path: str, target: str) -> Problem:
+    return Problem(
+        "warning",
+        path,
+        f"a link to {target}, outside the input: not followed (--follow-links follows it)",
+    )
 
 
 def _read_shaped(path: Path, shape: json_shape.Obj, problems: list[Problem]) -> dict[str, Any]:
@@ -107,37 +122,132 @@ def _is_candidate(path: Path, names: list[str]) -> bool:
     return path.name.endswith(_RANK_DIR_SUFFIX) or OUTPUT_DIR in names
 
 
-def _walk(root: Path, limit: int | None = None) -> list[Path]:
-    """The candidate rank directories under ``root``, in walk order; the walk stops at
-    ``limit`` of them."""
-    found: list[Path] = []
-    # Symlinks are followed (collected rank dirs are often links into shared storage), but each
-    # directory is entered once, so a link back to an ancestor cannot loop.
+def _inside(path: str, container: str) -> bool:
+    return path == container or path.startswith(container.rstrip(os.sep) + os.sep)
+
+
+def _leaves(entry: os.DirEntry[str], real_root: str) -> str | None:
+    """Where a link that leaves the input root points (None: not a link, or inside the root)."""
+    if not entry.is_symlink():
+        return None
+    target = os.path.realpath(entry.path)
+    return None if _inside(target, real_root) else target
+
+
+def walk_input(
+    root: Path,
+    enter: Callable[[Path, list[os.DirEntry[str]]], list[os.DirEntry[str]]],
+    problems: list[Problem] | None = None,
+    follow_links: bool = False,
+) -> Iterator[tuple[Path, list[os.DirEntry[str]]]]:
+    """Every directory under ``root`` (itself first) with its entries, depth first by name;
+    ``enter(directory, entries)`` says which of its subdirectories to walk.
+
+    A link inside the input is followed (collected rank dirs are often links), each directory
+    entered once, so a link back to an ancestor cannot loop; a link that leaves the input root
+    is named in ``problems`` and not followed unless ``follow_links``. The walk keeps its own
+    stack: no depth is too deep for it."""
+    real_root = os.path.realpath(root)
     seen: set[tuple[int, int]] = set()
-    for dirpath, dirnames, _files in os.walk(root, followlinks=True):
-        here = Path(dirpath)
+    stack = [root]
+    while stack:
+        here = stack.pop()
         try:
-            stat = here.stat()
+            info = here.stat()
+            if (info.st_dev, info.st_ino) in seen:
+                continue
+            seen.add((info.st_dev, info.st_ino))
+            with os.scandir(here) as listing:
+                entries = sorted(listing, key=lambda e: e.name)
         except OSError:
-            dirnames[:] = []
             continue
-        if (stat.st_dev, stat.st_ino) in seen:
-            dirnames[:] = []
-            continue
-        seen.add((stat.st_dev, stat.st_ino))
-        if _is_candidate(here, dirnames):
+        yield here, entries
+        below = []
+        for entry in enter(here, [e for e in entries if _is_directory(e)]):
+            target = None if follow_links else _leaves(entry, real_root)
+            if target is not None:
+                if problems is not None:
+                    problems.append(_not_followed(entry.path, target))
+                continue
+            below.append(Path(entry.path))
+        stack += reversed(below)  # the first name is walked first
+
+
+def _walk(
+    root: Path,
+    limit: int | None = None,
+    problems: list[Problem] | None = None,
+    follow_links: bool = False,
+) -> list[Path]:
+    """The candidate rank directories under ``root``, in walk order (:func:`walk_input`); the
+    walk stops at ``limit`` of them."""
+    found: list[Path] = []
+
+    def enter(here: Path, subdirs: list[os.DirEntry[str]]) -> list[os.DirEntry[str]]:
+        if _is_candidate(here, [e.name for e in subdirs]):
             found.append(here)
-            if limit is not None and len(found) >= limit:
-                break
-            dirnames[:] = []  # a rank dir never contains another rank dir
+            return []  # a rank dir never contains another rank dir
+        return [
+            e
+            for e in subdirs
+            if e.name not in _NO_DESCEND and not e.name.startswith(("PROF_", "."))
+        ]
+
+    for _ in walk_input(root, enter, problems, follow_links):
+        if limit is not None and len(found) >= limit:
+            break
+    return found[:limit] if limit is not None else found
+
+
+def _is_directory(entry: os.DirEntry[str]) -> bool:
+    try:
+        return entry.is_dir()  # a link to a directory too
+    except OSError:
+        return False
+
+
+def foreign_entries(
+    path: Path, real_root: str, follow_links: bool, problems: list[Problem]
+) -> set[Path]:
+    """The entries of a rank dir and of its ASCEND_PROFILER_OUTPUT/ that are never read, each
+    named in ``problems``: links that leave the input root (unless ``follow_links``) and what is
+    neither a regular file nor a directory (a FIFO, a device, a socket: opening one can block
+    the run, or read without end)."""
+    refused: set[Path] = set()
+    for folder in (path, path / OUTPUT_DIR):
+        if folder in refused:
             continue
-        dirnames[:] = sorted(
-            d for d in dirnames if d not in _NO_DESCEND and not d.startswith(("PROF_", "."))
-        )
-    return found
+        try:
+            with os.scandir(folder) as listing:
+                entries = sorted(listing, key=lambda e: e.name)
+        except OSError:
+            continue
+        for entry in entries:
+            target = None if follow_links else _leaves(entry, real_root)
+            if target is not None:
+                problems.append(_not_followed(entry.path, target))
+            elif not _is_directory(entry) and not _is_regular(entry):
+                problems.append(
+                    Problem(
+                        "warning",
+                        entry.path,
+                        "not a regular file (a FIFO, device or socket, or a broken link): not read",
+                    )
+                )
+            else:
+                continue
+            refused.add(Path(entry.path))
+    return refused
 
 
-def _device_id_from_outputs(out_dir: Path) -> int | None:
+def _is_regular(entry: os.DirEntry[str]) -> bool:
+    try:
+        return entry.is_file()  # a stat: never blocks on a FIFO
+    except OSError:
+        return False
+
+
+def _device_id_from_outputs(out_dir: Path, refused: set[Path]) -> int | None:
     """Device id from the first data row of a CSV that carries it (G3+ files, memory files)."""
     probes = (
         ("kernel_details.csv", "Device_id"),
@@ -147,7 +257,7 @@ def _device_id_from_outputs(out_dir: Path) -> int | None:
     )
     for name, column in probes:
         path = out_dir / name
-        if not path.is_file():
+        if path in refused or not path.is_file():
             continue
         try:
             with open(path, encoding="utf-8", errors="replace", newline="") as fh:
@@ -163,8 +273,8 @@ def _device_id_from_outputs(out_dir: Path) -> int | None:
     return None
 
 
-def _pick_info_file(path: Path) -> Path | None:
-    infos = sorted(p for p in path.iterdir() if _INFO_NAME.match(p.name))
+def _pick_info_file(path: Path, refused: set[Path]) -> Path | None:
+    infos = sorted(p for p in path.iterdir() if _INFO_NAME.match(p.name) and p not in refused)
     return infos[0] if infos else None
 
 
@@ -180,8 +290,8 @@ def _dir_ts_ns(name: str) -> int | None:
     return int(when.timestamp()) * 1_000_000_000 + int(ts[14:17]) * 1_000_000
 
 
-def _load_session(path: Path, problems: list[Problem]) -> RankSession:
-    info_file = _pick_info_file(path)
+def _load_session(path: Path, problems: list[Problem], refused: set[Path]) -> RankSession:
+    info_file = _pick_info_file(path, refused)
     info: dict[str, Any] = {}
     if info_file is not None:
         info = _read_shaped(info_file, json_shape.PROFILER_INFO, problems)
@@ -190,7 +300,7 @@ def _load_session(path: Path, problems: list[Problem]) -> RankSession:
             Problem("warning", str(path), "no profiler_info*.json; rank taken from other sources")
         )
 
-    formats, db_file, analysis_db = _formats(path / OUTPUT_DIR)
+    formats, db_file, analysis_db = _formats(path / OUTPUT_DIR, refused)
     rank, source = None, "unknown"
     if isinstance(info.get("rank_id"), int):  # conformed: an int, or dropped
         rank, source = info["rank_id"], "profiler_info"
@@ -203,7 +313,7 @@ def _load_session(path: Path, problems: list[Problem]) -> RankSession:
         and m.group("rank")
     ):
         rank, source = int(m.group("rank")), "file_name"
-    device_id = _device_id_from_outputs(path / OUTPUT_DIR)
+    device_id = _device_id_from_outputs(path / OUTPUT_DIR, refused)
     if db_file is not None and (rank is None or device_id is None):
         db_rank, db_device = _rank_device_map(db_file)
         if rank is None and db_rank is not None:
@@ -230,7 +340,7 @@ def _load_session(path: Path, problems: list[Problem]) -> RankSession:
 
     metadata: dict[str, Any] = {}
     meta_file = path / "profiler_metadata.json"
-    if meta_file.exists():
+    if meta_file.exists() and meta_file not in refused:
         metadata = _read_shaped(meta_file, json_shape.PROFILER_METADATA, problems)
 
     name_match = _DIR_NAME.match(path.name)
@@ -254,32 +364,38 @@ def _load_session(path: Path, problems: list[Problem]) -> RankSession:
         formats=formats,
         db_file=db_file,
         analysis_db=analysis_db,
+        refused=refused,
     )
 
 
 def _rank_device_map(db_file: Path) -> tuple[int | None, int | None]:
     """(rank, device) from the database's RANK_DEVICE_MAP; (None, None) when it cannot tell.
 
-    Opened as the reader opens it (read-only, immutable: no lock, nothing written beside it);
-    an unreadable file is the reader's to report.
+    Opened as the reader opens it (read-only, immutable: no lock, nothing written beside it;
+    a table, not a view, within a deadline); an unreadable file is the reader's to report.
     """
     try:
-        uri = f"{db_file.resolve().as_uri()}?mode=ro&immutable=1"
-        with contextlib.closing(sqlite3.connect(uri, uri=True)) as con:
-            row = con.execute("SELECT rankId, deviceId FROM RANK_DEVICE_MAP LIMIT 1").fetchone()
+        con = sqlite_ro.connect(db_file, _PROBE_SECONDS)
+        try:
+            if "RANK_DEVICE_MAP" not in sqlite_ro.tables_of(con).columns:
+                return None, None
+            rows = con.execute("SELECT rankId, deviceId FROM RANK_DEVICE_MAP LIMIT 1")
+        finally:
+            con.close()
     except sqlite3.Error:
         return None, None
-    rank, device = row or (None, None)
+    rank, device = rows[0] if rows else (None, None)
     return _id_or_none(rank), _id_or_none(device)
 
 
 def _id_or_none(value: object) -> int | None:
-    return value if isinstance(value, int) and value >= 0 else None
+    return value if isinstance(value, int) and 0 <= value < 1 << 31 else None
 
 
-def _formats(out: Path) -> tuple[list[str], Path | None, Path | None]:
+def _formats(out: Path, refused: set[Path]) -> tuple[list[str], Path | None, Path | None]:
     """The export formats in ``out`` (text, db), its profiler database and its analysis.db."""
-    names = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
+    files = sorted(p for p in out.iterdir() if p not in refused) if out.is_dir() else []
+    names = [p.name for p in files if p.is_file()]
     formats = ["text"] if any(n.endswith((".csv", ".json")) for n in names) else []
     dbs = [n for n in names if DB_NAME.match(n)]
     if dbs:
@@ -301,10 +417,12 @@ def _session_ids(sessions: list[RankSession], root: Path) -> None:
         s.session = base
 
 
-def _classify_unusable(path: Path) -> Problem | None:
+def _classify_unusable(path: Path, refused: set[Path]) -> Problem | None:
     out = path / OUTPUT_DIR
+    if out in refused:
+        return Problem("error", str(path), f"{OUTPUT_DIR}/ is not read (see the warning above)")
     if out.is_dir():
-        names = {p.name for p in out.iterdir()}
+        names = {p.name for p in out.iterdir() if p not in refused and p.is_file()}
         if any(n.endswith((".csv", ".json")) or DB_NAME.match(n) for n in names):
             return None
         if ANALYSIS_DB in names:
@@ -403,16 +521,21 @@ def only_session(root: str | os.PathLike[str]) -> RankSession | None:
     try:
         root_path = input_root(root)
         found = _walk(root_path, limit=2) if root_path.is_dir() else []
-        if len(found) != 1 or _classify_unusable(found[0]) is not None:
+        if len(found) != 1:
             return None
-        return _load_session(found[0], [])
+        problems: list[Problem] = []
+        refused = foreign_entries(found[0], os.path.realpath(root_path), False, problems)
+        if problems or _classify_unusable(found[0], refused) is not None:
+            return None
+        return _load_session(found[0], [], refused)
     except OSError:
         return None
 
 
-def discover(root: str | os.PathLike[str]) -> Discovery:
+def discover(root: str | os.PathLike[str], follow_links: bool = False) -> Discovery:
     """Find every rank session under ``root`` (which may itself be a rank directory, or a file
-    or ``ASCEND_PROFILER_OUTPUT/`` inside one)."""
+    or ``ASCEND_PROFILER_OUTPUT/`` inside one). Links that leave ``root`` are reported, and
+    followed only with ``follow_links``."""
     root_path = input_root(root)
     if not root_path.exists():
         raise FileNotFoundError(f"{root}: no such file or directory")
@@ -422,16 +545,18 @@ def discover(root: str | os.PathLike[str]) -> Discovery:
         )
     problems: list[Problem] = []
     sessions: list[RankSession] = []
-    for path in _walk(root_path):
+    real_root = os.path.realpath(root_path)
+    for path in _walk(root_path, problems=problems, follow_links=follow_links):
         try:
-            unusable = _classify_unusable(path)
+            refused = foreign_entries(path, real_root, follow_links, problems)
+            unusable = _classify_unusable(path, refused)
         except OSError as exc:
             problems.append(Problem("error", str(path), f"unreadable directory ({exc})"))
             continue
         if unusable is not None:
             problems.append(unusable)
             continue
-        sessions.append(_load_session(path, problems))
+        sessions.append(_load_session(path, problems, refused))
     if not sessions and not problems:
         problems.append(
             Problem("error", str(root_path), f"no *_ascend_pt or {OUTPUT_DIR}/ directory found")

@@ -2,9 +2,16 @@
 
 A generic task runner: ``Executor.map(fn, args)`` runs a top-level function over argument tuples
 and yields each result (or :class:`TaskCrashed`) as it finishes. It knows nothing of traces or
-rules; the project maps rank sessions through it (ingest: one task per rank session; rules: one
+rules (it imports only :mod:`traceanalyzer.interrupts`, so that a worker tells the user's Ctrl-C
+from a task's own KeyboardInterrupt as the driver does); the project maps rank sessions through it (ingest: one task per rank session; rules: one
 task per rank shard, :mod:`traceanalyzer.engine.shards`), so a worker's memory is bounded by one
 task's working set and the driver's by the small results that come back.
+
+A task may be given a deadline (``map(..., timeouts=)``): past it, it is reported as
+:class:`TaskCrashed` (``timed_out``), never waited for, and the map goes on: ``processes``
+kills its worker (and runs the tasks that shared the broken pool again, each alone), ``ray``
+ends its worker from inside, ``local`` leaves the task's thread behind (nothing can stop a read
+stuck in a C library; the run no longer waits for it).
 
 An executor states what callers need to know to size their tasks, instead of callers asking
 for its name: :attr:`Executor.parallel` (tasks run side by side), :attr:`Executor.shares_memory`
@@ -20,7 +27,9 @@ Backends (``--executor``):
   that kills the process kills the run (the next run resumes).
 - ``processes``: a ``ProcessPoolExecutor`` with the *spawn* start method -- the driver
   already runs DuckDB/polars thread pools, and a forked child inherits their locks in whatever
-  state they were in (a deadlock, seen in tests). A worker killed by the OOM killer breaks the
+  state they were in (a deadlock, seen in tests). Workers die with the driver (:func:`worker_start`:
+  ``PR_SET_PDEATHSIG`` on Linux, a watch on the parent elsewhere), even when it is killed with
+  SIGKILL and has no chance to stop them. A worker killed by the OOM killer breaks the
   whole pool (``BrokenProcessPool`` for every pending task), so the unfinished tasks are
   resubmitted to a fresh pool, and the tasks that were running when it broke are retried one at
   a time in their own process: only a task that kills its process again is reported as crashed.
@@ -37,14 +46,19 @@ import multiprocessing
 import os
 import shutil
 import signal
+import sys
 import tempfile
+import threading
+import time
 import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any
+
+from traceanalyzer import interrupts
 
 EXECUTORS: tuple[str, ...] = ("auto", "local", "processes", "ray")
 RAY_INSTALL_HINT = "pip install 'traceanalyzer[ray]'"
@@ -57,12 +71,21 @@ class ExecutorError(Exception):
 
 @dataclass(frozen=True)
 class TaskCrashed:
-    """A task did not return: its worker died (OOM kill, segfault, lost node) or it raised."""
+    """A task did not return: its worker died (OOM kill, segfault, lost node), it raised, or it
+    ran past its deadline (``timed_out``)."""
 
     reason: str
+    timed_out: bool = False
 
     def __str__(self) -> str:
         return self.reason
+
+
+def _timed_out(seconds: float) -> TaskCrashed:
+    return TaskCrashed(f"did not finish within {seconds:.0f} s: stopped", timed_out=True)
+
+
+_POLL_SECONDS = 0.5  # how often a map looks for a task past its deadline
 
 
 MapResult = Iterator[tuple[int, Any]]
@@ -90,9 +113,12 @@ class Executor(ABC):
         args: Sequence[tuple[Any, ...]],
         labels: Sequence[str] | None = None,
         width: int | None = None,
+        timeouts: Sequence[float] | None = None,
     ) -> MapResult:
         """``width``: at most this many tasks at once, below ``jobs`` (the process pool honours
-        it; ``local`` runs one at a time anyway; Ray schedules by its own resources)."""
+        it; ``local`` runs one at a time anyway; Ray schedules by its own resources).
+        ``timeouts``: each task's deadline in seconds, from when it starts (see the module
+        doc)."""
 
     def threads_per_task(self, side_by_side: int) -> int:
         """Threads a task may use when ``side_by_side`` tasks run at once: this machine's cores
@@ -140,18 +166,77 @@ class LocalExecutor(Executor):
         args: Sequence[tuple[Any, ...]],
         labels: Sequence[str] | None = None,
         width: int | None = None,
+        timeouts: Sequence[float] | None = None,
     ) -> MapResult:
         for index, task_args in enumerate(args):
-            try:
-                result = fn(*task_args)
-            except Exception as exc:
-                result = TaskCrashed(f"{type(exc).__name__}: {exc}")
-            yield index, result
+            if timeouts is None:
+                yield index, _called(fn, task_args)
+            else:
+                yield index, _within(timeouts[index], fn, task_args)
+
+
+def _called(fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+    try:
+        return fn(*args)
+    except Exception as exc:
+        return TaskCrashed(f"{type(exc).__name__}: {exc}")
+
+
+def _within(seconds: float, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+    """``fn(*args)`` on a thread of its own, waited for ``seconds`` at most (then left running,
+    and reported as timed out)."""
+    done: list[Any] = []
+    worker = threading.Thread(target=lambda: done.append(_called(fn, args)), daemon=True)
+    worker.start()
+    worker.join(seconds)
+    return done[0] if done else _timed_out(seconds)
+
+
+def _ended_within(seconds: float, fn: Callable[..., Any], *args: Any) -> Any:
+    """A Ray task with a deadline: its result, or a timeout report, after which the worker
+    process ends itself (its task's thread cannot be stopped otherwise)."""
+    result = _within(seconds, fn, args)
+    if isinstance(result, TaskCrashed) and result.timed_out:
+        threading.Timer(_POLL_SECONDS * 4, os._exit, (1,)).start()  # once Ray has the result
+    return result
 
 
 # --------------------------------------------------------------------------------------------
 # processes
 # --------------------------------------------------------------------------------------------
+
+
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+_PARENT_POLL_SECONDS = 1.0
+
+
+def worker_start(parent: int) -> None:
+    """The first thing a worker process does: die with ``parent`` (the driver), however it ends,
+    and tell the user's Ctrl-C from a task's KeyboardInterrupt (:mod:`traceanalyzer.interrupts`)."""
+    interrupts.install()
+    if not _die_with_parent():
+        threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
+    if os.getppid() != parent:  # the driver was gone before the death signal was set
+        os._exit(1)
+
+
+def _die_with_parent() -> bool:
+    """Ask the kernel for SIGKILL when the parent dies (Linux); False where it cannot."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _watch_parent(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(_PARENT_POLL_SECONDS)
+    os._exit(1)  # orphaned: the driver is gone, nobody waits for this work
 
 
 def _tracked(inflight: str, index: int, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
@@ -169,7 +254,35 @@ def _tracked(inflight: str, index: int, fn: Callable[..., Any], args: tuple[Any,
         os.unlink(marker)
 
 
-def _isolated_entry(conn: Any, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
+def _running(inflight: str) -> list[int]:
+    """The tasks whose markers are in ``inflight``: they were running."""
+    return sorted(
+        int(name[len(_INFLIGHT_PREFIX) :])
+        for name in os.listdir(inflight)
+        if name.startswith(_INFLIGHT_PREFIX)
+    )
+
+
+def _stop_overdue(inflight: str, timeouts: Sequence[float]) -> set[int]:
+    """Kill the worker of every task running past its deadline (its marker is as old as the
+    task, and holds the worker's pid); return those tasks. The pool breaks, and says so."""
+    stopped = set()
+    for index in _running(inflight):
+        marker = os.path.join(inflight, f"{_INFLIGHT_PREFIX}{index}")
+        try:
+            started = os.stat(marker).st_mtime
+            if time.time() - started <= timeouts[index]:
+                continue
+            with open(marker) as fh:
+                os.kill(int(fh.read()), signal.SIGKILL)
+        except (OSError, ValueError):  # it just finished, or the marker is half written
+            continue
+        stopped.add(index)
+    return stopped
+
+
+def _isolated_entry(conn: Any, parent: int, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
+    worker_start(parent)
     try:
         result: Any = fn(*args)
     except Exception as exc:
@@ -214,7 +327,12 @@ class ProcessExecutor(Executor):
         # A map limited in width (``at_most``) never runs on a wider pool.
         if self._pool is None or self._pool_size < size or (at_most and self._pool_size > size):
             self._shutdown(wait=True)
-            kwargs: dict[str, Any] = {"max_workers": size, "mp_context": self._context}
+            kwargs: dict[str, Any] = {
+                "max_workers": size,
+                "mp_context": self._context,
+                "initializer": worker_start,
+                "initargs": (os.getpid(),),
+            }
             if self.max_tasks_per_child:
                 kwargs["max_tasks_per_child"] = self.max_tasks_per_child
             self._pool = ProcessPoolExecutor(**kwargs)
@@ -241,8 +359,10 @@ class ProcessExecutor(Executor):
         args: Sequence[tuple[Any, ...]],
         labels: Sequence[str] | None = None,
         width: int | None = None,
+        timeouts: Sequence[float] | None = None,
     ) -> MapResult:
         pending = set(range(len(args)))
+        overdue: set[int] = set()  # killed past their deadline: reported, never run again
         while pending:
             inflight = tempfile.mkdtemp(prefix="traceanalyzer-inflight-")
             broken = False
@@ -252,22 +372,23 @@ class ProcessExecutor(Executor):
                 futures: dict[Future[Any], int] = {
                     pool.submit(_tracked, inflight, i, fn, args[i]): i for i in sorted(pending)
                 }
-                for future in as_completed(futures):
-                    index = futures[future]
-                    try:
-                        result = future.result()
-                    except BrokenProcessPool:
-                        broken = True
-                        continue  # every unfinished task lands here; sorted out below
-                    except Exception as exc:  # the task raised, or its arguments did not pickle
-                        result = TaskCrashed(f"{type(exc).__name__}: {exc}")
-                    pending.discard(index)
-                    yield index, result
-                suspects = sorted(
-                    int(name[len(_INFLIGHT_PREFIX) :])
-                    for name in os.listdir(inflight)
-                    if name.startswith(_INFLIGHT_PREFIX)
-                )
+                waiting = set(futures)
+                while waiting:
+                    done, waiting = wait(waiting, _POLL_SECONDS, FIRST_COMPLETED)
+                    if timeouts is not None:
+                        overdue |= _stop_overdue(inflight, timeouts)
+                    for future in done:
+                        index = futures[future]
+                        try:
+                            result = future.result()
+                        except BrokenProcessPool:
+                            broken = True
+                            continue  # every unfinished task lands here; sorted out below
+                        except Exception as exc:  # the task raised, or its args did not pickle
+                            result = TaskCrashed(f"{type(exc).__name__}: {exc}")
+                        pending.discard(index)
+                        yield index, result
+                suspects = _running(inflight)
             except BaseException:  # Ctrl-C, or the consumer stopped early: leave no workers
                 self._shutdown(wait=False)
                 raise
@@ -277,19 +398,29 @@ class ProcessExecutor(Executor):
                 continue
             self._shutdown(wait=False)
             self.restarts += 1
+            for index in sorted(overdue & pending):
+                pending.discard(index)
+                yield index, _timed_out(timeouts[index] if timeouts else 0)
             suspects = [i for i in suspects if i in pending] or sorted(pending)[:1]
             # Each task that was running when the pool broke runs alone once more: only the one
             # that kills its own process again is reported; the innocent ones just finish.
             for index in suspects:
                 pending.discard(index)
-                yield index, self._run_isolated(fn, args[index])
+                timeout = timeouts[index] if timeouts is not None else None
+                yield index, self._run_isolated(fn, args[index], timeout)
 
-    def _run_isolated(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+    def _run_isolated(
+        self, fn: Callable[..., Any], args: tuple[Any, ...], timeout: float | None = None
+    ) -> Any:
         receiver, sender = self._context.Pipe(duplex=False)
-        proc = self._context.Process(target=_isolated_entry, args=(sender, fn, args))
+        proc = self._context.Process(target=_isolated_entry, args=(sender, os.getpid(), fn, args))
         proc.start()
         sender.close()
         try:
+            if not receiver.poll(timeout):
+                proc.kill()
+                proc.join()
+                return _timed_out(timeout or 0)
             result = receiver.recv()  # before join(): a large result would block the child
         except EOFError:
             result = None
@@ -368,13 +499,20 @@ class RayExecutor(Executor):
         args: Sequence[tuple[Any, ...]],
         labels: Sequence[str] | None = None,
         width: int | None = None,
+        timeouts: Sequence[float] | None = None,
     ) -> MapResult:
         if not args:
             return
         self._ensure()
         ray = self.ray
-        remote = self._remote_fn(fn)
-        refs = {remote.remote(*task_args): i for i, task_args in enumerate(args)}
+        if timeouts is None:
+            remote = self._remote_fn(fn)
+            refs = {remote.remote(*task_args): i for i, task_args in enumerate(args)}
+        else:  # the deadline is kept by the task itself: Ray does not say when a task starts
+            remote = self._remote_fn(_ended_within)
+            refs = {
+                remote.remote(timeouts[i], fn, *task_args): i for i, task_args in enumerate(args)
+            }
         try:
             while refs:
                 ready, _ = ray.wait(list(refs), num_returns=1)
@@ -460,8 +598,9 @@ class AutoExecutor(Executor):
         args: Sequence[tuple[Any, ...]],
         labels: Sequence[str] | None = None,
         width: int | None = None,
+        timeouts: Sequence[float] | None = None,
     ) -> MapResult:
-        return self._executor(len(args)).map(fn, args, labels, width)
+        return self._executor(len(args)).map(fn, args, labels, width, timeouts)
 
     def close(self) -> None:
         if self.chosen is not None:

@@ -23,6 +23,7 @@ import os
 import shutil
 import signal
 import tempfile
+import threading
 import time
 import traceback
 from collections.abc import Callable, Iterable
@@ -67,13 +68,34 @@ if TYPE_CHECKING:
     from traceanalyzer.parse.db import DbResult
 
 # Bump when parsers change what they write: stored sessions are then re-ingested.
-PARSER_VERSION = 9
+PARSER_VERSION = 10
 _SAMPLE = 1 << 16
+_SCRATCH = ".scratch."  # a session's private folder in OUT while it is ingested
+# A session's deadline: this much, plus this much per MB of its files (a 200 MB rank takes
+# seconds; a 2 GB one salvaged by DuckDB, minutes), or run --rank-timeout. Past it the session
+# fails, said so: a read that never ends (a file on a mount that hangs) costs that rank.
+RANK_SECONDS = 300.0
+RANK_SECONDS_PER_MB = 2.0
+# for the session to fail by itself, before its worker is stopped: a quarter of its deadline,
+# 30 s at most
+_STOP_GRACE = 0.25
+_STOP_GRACE_SECONDS = 30.0
+
+
+def _too_long(seconds: float) -> str:
+    return (
+        f"did not finish within {seconds:.0f} s (run --rank-timeout SECONDS gives it longer): "
+        "a file of it reads too slowly, or not at all (a mount that hangs?)"
+    )
+
+
 # Fault injection for tests of crash recovery (never set in normal use): the worker ingesting
 # this rank kills itself with SIGKILL, like the kernel's OOM killer would. With
 # TRACEANALYZER_FAULT_ONCE=<path> it only does so while <path> does not exist (and creates it).
 FAULT_KILL_RANK = "TRACEANALYZER_FAULT_KILL_RANK"
 FAULT_ONCE = "TRACEANALYZER_FAULT_ONCE"
+# ... and the worker ingesting this rank blocks, as a read stuck in a library would.
+FAULT_HANG_RANK = "TRACEANALYZER_FAULT_HANG_RANK"
 # `text` or `db`: the source to read when a rank has both formats (default: db, see _source).
 PREFER_FORMAT = "TRACEANALYZER_PREFER_FORMAT"
 
@@ -198,9 +220,10 @@ def _file_fingerprint(path: Path) -> dict[str, Any]:
 
 def session_fingerprint(session: RankSession) -> dict[str, Any]:
     files: dict[str, Any] = {}
-    candidates = [p for p in session.path.iterdir() if p.is_file() and p.suffix == ".json"]
-    if session.output_dir.is_dir():
-        candidates += [p for p in session.output_dir.iterdir() if p.is_file()]
+    candidates = [p for p in session.path.iterdir() if p.suffix == ".json"]
+    if session.output_dir.is_dir() and session.output_dir not in session.refused:
+        candidates += list(session.output_dir.iterdir())
+    candidates = [p for p in candidates if session.readable(p)]
     for path in sorted(candidates):
         try:
             files[os.path.relpath(path, session.path)] = _file_fingerprint(path)
@@ -213,13 +236,21 @@ def session_fingerprint(session: RankSession) -> dict[str, Any]:
 
 
 class _PartitionSink:
-    """Writes each table of one session straight into its store partition."""
+    """Writes each table of one session straight into its store partition, for ``seconds`` at
+    most: a session past them stores nothing more, and fails."""
 
-    def __init__(self, out: Path, rank: int, session: str):
+    def __init__(self, out: Path, rank: int, session: str, seconds: float | None = None):
         self.out, self.rank, self.session = out, rank, session
+        self.seconds = seconds
+        self.deadline = time.monotonic() + seconds if seconds is not None else None
         self.rows: dict[str, int] = {}
 
+    def _in_time(self) -> None:
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            raise RankFailed(_too_long(self.seconds or 0))
+
     def arrow(self, table: str, data: pa.Table) -> int:
+        self._in_time()
         body = conform_body(table, data)
         commit_partition(
             self.out,
@@ -232,6 +263,7 @@ class _PartitionSink:
         return body.num_rows
 
     def batches(self, table: str, tables: Iterable[pa.Table]) -> int:
+        self._in_time()
         count = 0
 
         def write(path: Path) -> None:
@@ -310,7 +342,7 @@ class _SideFiles:
         self.comm = [entry for entry in _COMM_FILES if entry[1] not in filled]
         names = [spec.file for spec in self.specs] + [name for name, _, _ in self.comm]
         paths = [session.output_dir / name for name in names]
-        self.size = sum(p.stat().st_size for p in paths if p.is_file())
+        self.size = sum(p.stat().st_size for p in paths if session.readable(p))
 
     def parse(self, threads: int = 1) -> dict[str, list[str]]:
         """Parse every side file, the CSVs on up to ``threads`` threads (the CSV readers, polars
@@ -319,7 +351,7 @@ class _SideFiles:
         present: list[tuple[CsvSpec, Path]] = []
         for spec in self.specs:
             path = self.session.output_dir / spec.file
-            if path.is_file():
+            if self.session.readable(path):
                 present.append((spec, path))
             elif self.filled:
                 continue  # the Db was the source: the file is optional
@@ -351,7 +383,7 @@ class _SideFiles:
                 self.warnings += parsed.warnings
         for name, _table, parser in self.comm:
             path = self.session.output_dir / name
-            if not path.is_file():
+            if not self.session.readable(path):
                 if not self.filled:
                     self.missing.append(name)
                 continue
@@ -427,9 +459,14 @@ def _read_db(
 
 
 def ingest_session(
-    session: RankSession, out: Path, threads: int = 1, memory: ParseMemory = DEFAULT_PARSE_MEMORY
+    session: RankSession,
+    out: Path,
+    threads: int = 1,
+    memory: ParseMemory = DEFAULT_PARSE_MEMORY,
+    seconds: float | None = None,
 ) -> SessionOutcome:
-    """Parse every file of one rank session into its store partitions. Never raises."""
+    """Parse every file of one rank session into its store partitions, within ``seconds``
+    (the session fails past them, however far it got). Never raises."""
     started = time.perf_counter()
     outcome = SessionOutcome(
         session.rank,
@@ -439,10 +476,10 @@ def ingest_session(
         profiler_level=session.profiler_level,
         formats_present=list(session.formats),
     )
-    sink = _PartitionSink(out, session.rank, session.session)
+    sink = _PartitionSink(out, session.rank, session.session, seconds)
     trace = pool = scratch = None
     try:
-        scratch = Path(tempfile.mkdtemp(dir=out, prefix=".scratch."))
+        scratch = Path(tempfile.mkdtemp(dir=out, prefix=_SCRATCH))
         db = None
         if _source(session) == "db":
             _fault_hook(session)
@@ -463,7 +500,7 @@ def ingest_session(
         trace_path = session.output_dir / TRACE_FILE
         if db:
             pass  # the Db holds the trace's events
-        elif trace_path.is_file():
+        elif session.readable(trace_path):
             _fault_hook(session)
             try:
                 trace = parse_trace_view(trace_path, sink, scratch, threads, memory, trace_read)
@@ -558,7 +595,7 @@ _WORKER_PER_DB_MB = 10
 def input_bytes(session: RankSession) -> int:
     """The size of the session's exported files (what parsing and the rules work through)."""
     try:
-        return sum(p.stat().st_size for p in session.output_dir.iterdir() if p.is_file())
+        return sum(p.stat().st_size for p in session.output_dir.iterdir() if session.readable(p))
     except OSError:  # unreadable: its parse reports why; it weighs nothing here
         return 0
 
@@ -571,7 +608,7 @@ def session_memory_mb(session: RankSession, memory: ParseMemory = DEFAULT_PARSE_
         size_mb = session.db_file.stat().st_size / (1 << 20)
         return round(max(_WORKER_BASE_MB + _WORKER_PER_DB_MB * size_mb, csv_peak))
     trace = session.output_dir / TRACE_FILE
-    if not trace.is_file():
+    if not session.readable(trace):
         return csv_peak
     size_mb = trace.stat().st_size / (1 << 20)
     # Both readers hold the decoded events; DuckDB's buffers come on top, counted when no
@@ -580,6 +617,11 @@ def session_memory_mb(session: RankSession, memory: ParseMemory = DEFAULT_PARSE_
     if not trace_native.available():
         trace_peak += memory.limit_mb(trace)
     return round(max(trace_peak, csv_peak))
+
+
+def session_seconds(session: RankSession) -> float:
+    """The session's deadline, in seconds (see :data:`RANK_SECONDS`)."""
+    return RANK_SECONDS + RANK_SECONDS_PER_MB * input_bytes(session) / (1 << 20)
 
 
 def sessions_that_fit(needs_mb: list[int], jobs: int, available_mb: int | None) -> int:
@@ -651,9 +693,10 @@ def peak_rss_mb() -> float | None:
 
 
 def _fault_hook(session: RankSession) -> None:
-    """Test-only crash injection (see :data:`FAULT_KILL_RANK`)."""
-    rank = os.environ.get(FAULT_KILL_RANK)
-    if rank is None or int(rank) != session.rank:
+    """Test-only crash and hang injection (see :data:`FAULT_KILL_RANK`)."""
+    if _fault_rank(FAULT_HANG_RANK) == session.rank:
+        threading.Event().wait()  # never set: blocks, the GIL released, as a stuck read does
+    if _fault_rank(FAULT_KILL_RANK) != session.rank:
         return
     once = os.environ.get(FAULT_ONCE)
     if once:
@@ -663,6 +706,13 @@ def _fault_hook(session: RankSession) -> None:
             return
         os.close(fd)
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _fault_rank(variable: str) -> int | None:
+    """The rank a fault variable names; None when unset or not a rank number (a typo must not
+    fail every rank)."""
+    rank = os.environ.get(variable, "").strip()
+    return int(rank) if rank.lstrip("-").isdigit() else None
 
 
 def _session_row(
@@ -736,6 +786,8 @@ def ingest(
     executor: Executor | None = None,
     memory: ParseMemory = DEFAULT_PARSE_MEMORY,
     lock_wait: float = outdir.LOCK_WAIT_SECONDS,
+    follow_links: bool = False,
+    rank_timeout: float | None = None,
 ) -> IngestResult:
     """Discover every rank session under ``root`` and bring the store at ``out`` up to date.
 
@@ -745,6 +797,8 @@ def ingest(
     The output is checked (never inside the input or a rank directory) and locked for the
     ingest (:mod:`traceanalyzer.outdir`), waiting up to ``lock_wait`` seconds for another run
     that holds it (said to ``progress``). Without a rank session, nothing is written.
+    Links that leave ``root`` are followed only with ``follow_links``. A session that takes
+    longer than ``rank_timeout`` seconds (default: :func:`session_seconds`) fails, said so.
     """
     try:
         if not Path(root).exists():
@@ -752,7 +806,7 @@ def ingest(
         root_path, out_path = input_root(root), Path(out)
         outdir.check_out(out_path, root_path)
         try:
-            found = discover(root_path)
+            found = discover(root_path, follow_links)
         except (FileNotFoundError, NotADirectoryError) as exc:
             raise InputError(str(exc)) from exc
         if not found.sessions:  # nothing to analyse: `out` is left exactly as it was found
@@ -761,7 +815,7 @@ def ingest(
         total = len(found.sessions)
         say = (lambda note: progress(note, 0, total, None)) if progress else None
         with outdir.locked(out_path, lock_wait, on_wait=say):
-            return _ingest(found, out_path, jobs, progress, force, executor, memory)
+            return _ingest(found, out_path, jobs, progress, force, executor, memory, rank_timeout)
     finally:
         native_scan.drop_ahead()  # a scan started ahead (read_ahead) and not taken: not held
 
@@ -774,10 +828,13 @@ def _ingest(
     force: bool,
     executor: Executor | None,
     memory: ParseMemory,
+    rank_timeout: float | None,
 ) -> IngestResult:
     from traceanalyzer.executor import TaskCrashed, make_executor
 
     manifest = load_manifest(out_path)
+    for scratch in out_path.glob(f"{_SCRATCH}*"):  # a killed run's: nothing reads it now
+        shutil.rmtree(scratch, ignore_errors=True)
 
     # Sessions no longer in the input leave the store, so it always mirrors the input.
     current = {s.key for s in found.sessions}
@@ -858,16 +915,21 @@ def _ingest(
     # e.g. a single 2 GB rank scans on every core
     threads = executor.threads_per_task(side_by_side)
     try:
+        seconds = [rank_timeout or session_seconds(session) for session, _ in todo]
         results = executor.map(
             ingest_session,
-            [(session, out_path, threads, memory) for session, _ in todo],
+            [(s, out_path, threads, memory, t) for (s, _), t in zip(todo, seconds, strict=True)],
             labels=[f"rank {s.rank} {s.session}" for s, _ in todo],
             width=side_by_side,
+            # past its own deadline (above), a session is stopped: a read stuck in a library
+            # never saw it
+            timeouts=[t + min(_STOP_GRACE * t, _STOP_GRACE_SECONDS) for t in seconds],
         )
         for index, result in results:
             session, fingerprint = todo[index]
             if isinstance(result, TaskCrashed):
-                result = _crashed(session, f"worker died: {result}")
+                why = _too_long(seconds[index]) if result.timed_out else f"worker died: {result}"
+                result = _crashed(session, why)
             record(result, fingerprint)
     finally:
         # also on Ctrl-C: everything finished so far is in the manifest for the next run

@@ -11,6 +11,7 @@ keeps the whole document as JSON text).
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import stat
@@ -83,9 +84,20 @@ def _integer_token(digits: str) -> int | str:
 
 def load_json(path: Path, max_bytes: int = MAX_BYTES, max_depth: int = MAX_DEPTH) -> Any:
     """Decode ``path`` (see :func:`read_regular_file`); :class:`InputFileError` says why not."""
-    text = read_regular_file(path, max_bytes).decode("utf-8", errors="replace")
+    return loads(read_regular_file(path, max_bytes).decode("utf-8", errors="replace"), max_depth)
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def loads(text: str, max_depth: int = MAX_DEPTH, *, constants: bool = True) -> Any:
+    """Decode the JSON ``text`` of an input (a file's, a database value's), nested at most
+    ``max_depth`` deep; ``constants=False`` refuses ``NaN`` and ``Infinity``, which JSON does
+    not have. :class:`InputFileError` says why not."""
+    strict = {} if constants else {"parse_constant": _no_constant}
     try:
-        doc = json.loads(text, parse_int=_integer_token)
+        doc = json.loads(text, parse_int=_integer_token, **strict)
     except RecursionError as exc:  # the decoder recurses per level: 100,000 levels end here
         raise InputFileError(f"nested deeper than {max_depth} levels") from exc
     except ValueError as exc:
@@ -122,6 +134,34 @@ def text(value: Any) -> str:
     return value
 
 
+def string(value: Any) -> str:
+    """A string of any length (the file's size bounds it)."""
+    if not isinstance(value, str):
+        raise _Mismatch(f"expected a string, got {_kind(value)}")
+    return value
+
+
+def number(value: Any) -> float | int:
+    """A finite JSON number."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _Mismatch(f"expected a number, got {_kind(value)}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise _Mismatch("expected a finite number")
+    return value
+
+
+def one_of(*choices: str) -> Leaf:
+    """One of the strings ``choices``."""
+
+    def check(value: Any) -> str:
+        if value not in choices:
+            shown = repr(value[:20]) if isinstance(value, str) else _kind(value)
+            raise _Mismatch(f"expected one of {', '.join(choices)}, got {shown}")
+        return value
+
+    return check
+
+
 def integer(low: int, high: int) -> Leaf:
     """An integer in [low, high], written as a JSON number or a string of ASCII digits."""
 
@@ -154,20 +194,41 @@ def list_of(item: Leaf, max_items: int = 1 << 20) -> Leaf:
 
 @dataclass(frozen=True)
 class Obj:
-    """An object with declared ``fields`` (each optional); other keys are kept unchecked, or, with
-    ``values``, every value is checked against that shape (a map keyed by name)."""
+    """An object with declared ``fields`` (each optional, unless ``required``: present and not
+    null); other keys are kept unchecked, or, with ``values``, every value is checked against
+    that shape (a map keyed by name)."""
 
-    fields: Mapping[str, Leaf | Obj] = field(default_factory=dict)
-    values: Leaf | Obj | None = None
+    fields: Mapping[str, Shape] = field(default_factory=dict)
+    values: Shape | None = None
+    required: tuple[str, ...] = ()
 
 
-Shape = Leaf | Obj
+@dataclass(frozen=True)
+class Items:
+    """A list of at most ``max_items`` items, each of shape ``item`` (an object, say)."""
+
+    item: Shape
+    max_items: int = 1 << 24
+
+
+Shape = Leaf | Obj | Items
 
 
 def conform(value: Any, shape: Shape, where: str = "") -> tuple[Any, list[str]]:
     """``value`` with every field that does not fit ``shape`` dropped, and one problem per
     dropped field ("config.experimental_config: expected an object, got a string")."""
     problems: list[str] = []
+    if isinstance(shape, Items):
+        if not isinstance(value, list) or len(value) > shape.max_items:
+            shown = f"{len(value):,} items" if isinstance(value, list) else _kind(value)
+            return None, [f"{where or 'top level'}: expected a list, got {shown}"]
+        items = []
+        for index, item in enumerate(value):
+            fitted, found = conform(item, shape.item, f"{where}[{index}]")
+            problems += found
+            if not found or fitted is not None:
+                items.append(fitted)
+        return items, problems
     if not isinstance(shape, Obj):
         try:
             return shape(value), problems
@@ -175,6 +236,11 @@ def conform(value: Any, shape: Shape, where: str = "") -> tuple[Any, list[str]]:
             return None, [f"{where or 'top level'}: {exc}"]
     if not isinstance(value, dict):
         return None, [f"{where or 'top level'}: expected an object, got {_kind(value)}"]
+    problems += [
+        f"{where}.{key}: missing" if where else f"{key}: missing"
+        for key in shape.required
+        if value.get(key) is None
+    ]
     kept: dict[str, Any] = {}
     for key, item in value.items():
         sub = shape.fields.get(key, shape.values)

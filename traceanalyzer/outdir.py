@@ -5,6 +5,9 @@
 - One run at a time writes an output directory: :func:`locked` holds an ``fcntl`` lock on
   ``OUT/.lock`` for the run (the file says which run: its pid and start time); a second run
   says it waits, waits :data:`LOCK_WAIT_SECONDS` (``run --lock-wait``), then refuses.
+- ``OUT`` is the product's own (:func:`check_own`): a link, a FIFO, a socket or a device
+  anywhere in it was not made by traceanalyzer, which would follow, block on or write through
+  it; the run refuses such an ``OUT`` with what it found, before it reads or writes there.
 - A write that fails (disk full, read-only, permissions) is an :class:`OutputError`, which blames
   the output, never the input; ``run`` exits with its own code for it.
 """
@@ -16,6 +19,7 @@ import datetime
 import errno
 import json
 import os
+import stat
 import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -25,6 +29,7 @@ LOCK_WAIT_SECONDS = 5.0
 # errno values that only writing can cause: reading an input never runs out of space.
 _WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG}
 _WRITE_TEXTS = tuple(os.strerror(e) for e in _WRITE_ERRNOS)
+_NOFOLLOW, _NONBLOCK = getattr(os, "O_NOFOLLOW", 0), getattr(os, "O_NONBLOCK", 0)  # POSIX
 
 # Output dirs this process has locked, with their lock's fd (None: not yet taken, or no locks).
 _held: dict[Path, int | None] = {}
@@ -55,6 +60,61 @@ def check_out(out: Path, root: Path, rank_dirs: Iterable[Path] = ()) -> None:
             )
     if out.exists() and not out.is_dir():
         raise OutputRefused(f"--out {out} exists and is not a directory")
+
+
+def check_own(out: Path) -> None:
+    """Refuse ``out`` when something in it is not what traceanalyzer makes (a directory or a
+    regular file): a symbolic link (the store would write through it, into the input or another
+    store), a FIFO (a read would wait forever), a socket or a device. Entries are looked at,
+    never followed or opened; the walk keeps its own stack (any depth)."""
+    stack = [out]
+    while stack:
+        folder = stack.pop()
+        try:
+            entries = list(os.scandir(folder))
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise OutputRefused(f"--out {out}: cannot read {folder}: {failure_text(exc)}") from exc
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                stack.append(Path(entry.path))
+            elif not entry.is_file(follow_symlinks=False):
+                raise _foreign(out, Path(entry.path))
+
+
+def _foreign(out: Path, path: Path) -> OutputRefused:
+    """The refusal of an output directory that holds ``path``, which traceanalyzer never makes."""
+    mode = os.lstat(path).st_mode
+    if stat.S_ISLNK(mode):
+        kind = f"a symbolic link to {os.readlink(path)}"
+    elif stat.S_ISFIFO(mode):
+        kind = "a FIFO"
+    else:
+        kind = "a socket" if stat.S_ISSOCK(mode) else "a device"
+    return OutputRefused(
+        f"--out {out} holds {path}, {kind}: traceanalyzer never makes one, so this is not its "
+        "output as it left it; remove it, or choose another --out"
+    )
+
+
+def open_own(path: Path, flags: int = os.O_RDONLY, mode: int = 0o644) -> int:
+    """A descriptor of ``path``, a regular file of the output directory: never a link followed
+    (``O_NOFOLLOW``), never a FIFO waited on (opened without blocking, then checked)."""
+    fd = os.open(path, flags | _NOFOLLOW | _NONBLOCK, mode)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, "not a regular file", str(path))
+    if _NONBLOCK:
+        os.set_blocking(fd, True)
+    return fd
+
+
+def read_own(path: Path) -> bytes:
+    """The bytes of ``path``, a regular file of the output directory (see :func:`open_own`)."""
+    fd = open_own(path)
+    with os.fdopen(fd, "rb") as fh:
+        return fh.read()
 
 
 def failure_text(exc: BaseException) -> str:
@@ -131,6 +191,12 @@ def locked(
         yield
         return
     fd = _lock(out, key / LOCK_FILE, wait, on_wait)
+    try:
+        check_own(out)  # under the lock: no other run is writing it now
+    except OutputRefused:
+        if fd is not None:
+            os.close(fd)
+        raise
     scoped = key in _held
     _held[key] = fd
     if scoped:  # the enclosing held_for releases it
@@ -160,8 +226,10 @@ def _lock(out: Path, path: Path, wait: float, on_wait: Callable[[str], None] | N
     except ImportError:  # Windows: no advisory locks; one run at a time is then on the user
         return None
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = open_own(path, os.O_RDWR | os.O_CREAT)
     except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.EINVAL):  # a link, or not a regular file
+            raise _foreign(out, path) from exc
         raise OutputRefused(f"--out {out} is not writable: {failure_text(exc)}") from exc
     deadline = time.monotonic() + wait
     said = False

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from traceanalyzer import outdir
+from traceanalyzer.discover import input_root
 from traceanalyzer.ingest import IngestResult, ProgressFn, ingest
 from traceanalyzer.overview.compute import DEFAULT_TOP, TopSizes
 from traceanalyzer.parse.trace_view import DEFAULT_PARSE_MEMORY, ParseMemory
@@ -26,6 +27,7 @@ from traceanalyzer.text import count
 
 if TYPE_CHECKING:
     from traceanalyzer.engine import RunResult
+    from traceanalyzer.engine.config import AppliedConfig
     from traceanalyzer.engine.loader import LoadedRules
     from traceanalyzer.executor import Executor
     from traceanalyzer.report.terminal import RunReports
@@ -36,6 +38,7 @@ class Analysis:
     ingest: IngestResult
     findings: RunResult | None = None  # None when no rank session could be ingested
     reports: RunReports | None = None
+    config: AppliedConfig | None = None  # the config file applied, if any
 
 
 def analyse(
@@ -55,6 +58,8 @@ def analyse(
     rules: LoadedRules | None = None,
     top: TopSizes = DEFAULT_TOP,
     lock_wait: float = outdir.LOCK_WAIT_SECONDS,
+    follow_links: bool = False,
+    rank_timeout: float | None = None,
 ) -> Analysis:
     """Bring the store at ``out`` up to date with ``path``, run the rules, write the reports.
 
@@ -63,10 +68,12 @@ def analyse(
     ``rules``: the rules to run, already loaded (default: load them here from ``rule_dirs`` and
     the config file); they are loaded once and go to evaluation, workers and reports.
     ``top`` sizes the overview's top-N tables. ``lock_wait``: seconds to wait for another run
-    that writes ``out``.
+    that writes ``out``. ``follow_links``: follow the links that leave ``path``.
+    ``rank_timeout``: seconds a rank session may take to ingest (default: by its size).
     """
     from traceanalyzer.engine import write_findings_json
     from traceanalyzer.engine.config import (
+        applied_config,
         config_table,
         load_run_rules,
         resolve,
@@ -80,8 +87,11 @@ def analyse(
     from traceanalyzer.steps.evidence import NAMESPACE
     from traceanalyzer.steps.run import derive_store, step_params
 
+    # a config file inside the input sets parameters, never loads its rule code
+    root = input_root(path) if Path(path).exists() else Path(path)
+    config = applied_config(config_path, [root])
     if rules is None:
-        rules = load_run_rules(rule_dirs, config_path)
+        rules = load_run_rules(rule_dirs, config_path, [root])
     # Refused before the ingest writes anything: a rule that does not load, a bad setting.
     step_settings, rule_overrides = split_namespace(overrides, NAMESPACE)
     step_settings = {**config_table(config_path, NAMESPACE), **step_settings}
@@ -101,9 +111,11 @@ def analyse(
             executor=executor,
             memory=memory,
             lock_wait=lock_wait,
+            follow_links=follow_links,
+            rank_timeout=rank_timeout,
         )
         if not result.outcomes:
-            return Analysis(result)
+            return Analysis(result, config=config)
         if log:
             log(f"evaluating rules on {len({o.rank for o in result.outcomes})} rank(s) ...")
         started = time.perf_counter()
@@ -137,9 +149,10 @@ def analyse(
             # After the rules, not beside them: on the 200 MB benchmark beside them it saved
             # no time and added 40 MB to the run's peak (docs/benchmarks/compare.md).
             findings.overview = _overview(out, executor, findings, top, force, log)
+            findings.config_files = [str(config.path)] if config else []
             write_findings_json(findings, out)
         reports = run_reports(out, findings, rules.rules, input_root=path)
-    return Analysis(result, findings, reports)
+    return Analysis(result, findings, reports, config)
 
 
 def _incomplete_inputs(result: IngestResult) -> dict[int, list[str]]:

@@ -37,7 +37,7 @@ def start(path: str | os.PathLike[str], out: Path, *, executor: str, force: bool
         if session is None or "db" in session.formats:
             return
         trace = session.output_dir / TRACE_FILE
-        if not trace.is_file() or trace.stat().st_size < MIN_TRACE_BYTES:
+        if not session.readable(trace) or trace.stat().st_size < MIN_TRACE_BYTES:
             return
     except Exception:  # noqa: BLE001 - the ingest looks again, and says what is wrong
         return

@@ -20,13 +20,14 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Callable, Hashable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
 
 import polars as pl
 
+from traceanalyzer import outdir
 from traceanalyzer.schema import DERIVED_TABLES, PART_FILE, TABLES, TABLES_DIR, Table
 
 _T = TypeVar("_T")
@@ -157,7 +158,7 @@ _TAIL = 64 << 10  # the Parquet footer (schema, row groups, statistics) lives at
 
 def _digest(path: Path, tail: bool) -> str:
     digest = hashlib.blake2b(digest_size=16)
-    with open(path, "rb") as fh:
+    with os.fdopen(outdir.open_own(path), "rb") as fh:
         if tail:
             fh.seek(max(0, os.fstat(fh.fileno()).st_size - _TAIL))
         while chunk := fh.read(1 << 20):
@@ -165,8 +166,16 @@ def _digest(path: Path, tail: bool) -> str:
     return digest.hexdigest()
 
 
+def _identity(path: Path) -> dict[str, int]:
+    """The file's inode and status-change time: any write to it changes the second (the kernel
+    keeps it; no tool can set it back), a copy the first."""
+    info = os.stat(path, follow_symlinks=False)
+    return {"ino": info.st_ino, "ctime_ns": info.st_ctime_ns}
+
+
 def describe_partitions(root: Path, rank: int, session: str) -> dict[str, dict[str, Any]]:
-    """Per table of a session: its file's size, content hash and footer hash, for the manifest."""
+    """Per table of a session: its file's size, content hash, footer hash and identity (inode,
+    status-change time), for the manifest."""
     described = {}
     for table in TABLES:
         path = partition_dir(root, table, rank, session) / PART_FILE
@@ -174,32 +183,43 @@ def describe_partitions(root: Path, rank: int, session: str) -> dict[str, dict[s
             "size": path.stat().st_size,
             "blake2b": _digest(path, tail=False),
             "tail": _digest(path, tail=True),
+            **_identity(path),
         }
     return described
 
 
 def verify_partitions(
-    root: Path, rank: int, session: str, recorded: Mapping[str, Any] | None
+    root: Path, rank: int, session: str, recorded: MutableMapping[str, Any] | None
 ) -> str | None:
     """None when every table of the session is the file the manifest recorded, else why not.
 
     Cheap enough for every warm run: the size, the hash of the last 64 KB (a truncated file, or
-    a valid one from another rank, has another footer) and a footer that parses.
+    a valid one from another rank, has another footer), a footer that parses, and the file's
+    identity. A file written since it was recorded (its status-change time moved: damaged in
+    the middle, say, its size and footer intact), or copied, is hashed whole and compared with
+    the recorded hash; a file that passes is recorded with its identity again (in
+    ``recorded``), so it is hashed once.
     """
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    if not recorded:
+    if not recorded or not isinstance(recorded, MutableMapping):
         return "no record of its stored tables"
     for table in TABLES:
         path = partition_dir(root, table, rank, session) / PART_FILE
-        expected = recorded.get(table) or {}
+        expected = recorded.get(table)
+        expected = expected if isinstance(expected, dict) else {}
         try:
             if path.stat().st_size != expected.get("size"):
                 return f"tables/{table}: size differs from the one recorded"
             if _digest(path, tail=True) != expected.get("tail"):
                 return f"tables/{table}: content differs from the one recorded"
             pq.read_metadata(path)
+            identity = _identity(path)
+            if any(expected.get(k) != v for k, v in identity.items()):
+                if _digest(path, tail=False) != expected.get("blake2b"):
+                    return f"tables/{table}: content differs from the one recorded"
+                recorded[table] = {**expected, **identity}
         except (OSError, pa.ArrowException) as exc:
             return f"tables/{table}: unreadable ({exc})"
     return None
@@ -249,7 +269,7 @@ class Manifest:
         if not path.exists():
             return cls()
         try:
-            raw = json.loads(path.read_text("utf-8"))
+            raw = json.loads(outdir.read_own(path).decode("utf-8"))
         except (OSError, ValueError, RecursionError) as exc:  # ValueError: bad JSON or UTF-8
             raise StoreError(f"{path}: unreadable manifest ({exc})") from exc
         if not isinstance(raw, dict) or raw.get("version") != MANIFEST_VERSION:
@@ -276,7 +296,7 @@ def load_manifest(out: Path) -> Manifest:
         manifest = Manifest()
     journal = out / JOURNAL
     if journal.is_file():
-        for line in journal.read_text("utf-8", errors="replace").splitlines():
+        for line in outdir.read_own(journal).decode("utf-8", errors="replace").splitlines():
             try:
                 entry = json.loads(line)
                 manifest.sessions[entry["key"]] = entry["value"]
@@ -305,7 +325,7 @@ def journal_append(out: Path, key: str, value: dict[str, Any]) -> None:
     """Record one finished session (a run that is killed keeps it for the next run)."""
     line = json.dumps({"key": key, "value": value}, sort_keys=True) + "\n"
     # one write() of one line on an O_APPEND fd: a kill leaves at most a torn last line
-    fd = os.open(out / JOURNAL, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = outdir.open_own(out / JOURNAL, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
     try:
         os.write(fd, line.encode("utf-8"))
     finally:

@@ -5,10 +5,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
 import time
 from pathlib import Path
 
-from .campaign import Case, Summary, run_campaign, write_report
+from .campaign import Case, Summary, bases, remove_tree, run_campaign, write_report
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -21,6 +22,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--report", type=Path, help="write the figures as JSON here")
     parser.add_argument("--jobs", type=int, default=1, help="cases run side by side")
+    parser.add_argument(
+        "--exports", nargs="+", help="only these exports (names of bases: synthetic_db, ...)"
+    )
+    parser.add_argument("--damages", nargs="+", help="only these damages (db_damage, out_link...)")
     args = parser.parse_args(argv)
 
     seen: list[Case] = []
@@ -37,9 +42,22 @@ def main(argv: list[str] | None = None) -> int:
             for failure in case.failures:
                 print(f"    {failure[:400]}", flush=True)
 
-    summary = run_campaign(
-        args.cases, args.seed, args.subprocess_every, args.only, on_case=show, jobs=args.jobs
-    )
+    work = Path(tempfile.mkdtemp(prefix="traceanalyzer-fuzz-"))
+    exports = [p for p in bases(work) if not args.exports or p.name in args.exports]
+    try:
+        summary = run_campaign(
+            args.cases,
+            args.seed,
+            args.subprocess_every,
+            args.only,
+            work=work,
+            on_case=show,
+            exports=exports,
+            jobs=args.jobs,
+            kinds=args.damages,
+        )
+    finally:
+        remove_tree(work)
     figures = summary.to_dict()
     if args.report:
         write_report(summary, args.report)

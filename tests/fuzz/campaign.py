@@ -1,7 +1,8 @@
 """Run fuzz cases: damage a copy of an export, run ``traceanalyzer run`` on it, check the outcome.
 
 A case passes when the run ends with a documented exit code (0-4), prints no Traceback, takes
-at most 60 s, leaves its input byte for byte as it was, never runs code planted in the output,
+at most 60 s, leaves its input and everything beside it but ``OUT`` byte for byte as it was
+(a link planted in OUT may point there), never runs code planted in the output or the input,
 and (cases run in a subprocess, where memory is measured) peaks at no more than 3x the resident
 memory of a clean run of the same export. Most cases run in this process (fast: the imports
 are paid once); every ``subprocess_every``-th runs as a fresh process, which measures memory.
@@ -10,6 +11,7 @@ Case ``i`` of seed ``s`` is the same case on every machine: ``--seed s --only i`
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -22,12 +24,14 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
-from .damage import INPUT_DAMAGES, OUTPUT_DAMAGES, choose
+from .damage import INPUT_DAMAGES, OUTPUT_DAMAGES, VICTIM, choose
 
+_D = TypeVar("_D")
 REPO = Path(__file__).resolve().parents[2]
 SAMPLES = REPO / "sample_traces"
 REAL = REPO.parent / "shared" / "real_traces"  # as tests/conftest.py finds the real exports
@@ -51,12 +55,25 @@ finally:
 """
 
 
-def bases() -> list[Path]:
-    """The exports cases damage: every bundled sample, and the real exports when present."""
+def bases(work: Path | None = None) -> list[Path]:
+    """The exports cases damage: every bundled sample, a synthetic Db export (written into
+    ``work``), and the real exports when present."""
     found = sorted(p for p in SAMPLES.iterdir() if p.is_dir())
+    if work is not None:
+        found.append(synthetic_db(work))
     if REAL.is_dir():
         found += sorted(p for p in REAL.iterdir() if p.is_dir())
     return found
+
+
+def synthetic_db(work: Path) -> Path:
+    """A two-rank Db export of the baseline scenario (the bundled samples are Text exports)."""
+    from traceanalyzer.synth.generate import generate
+
+    root = work / "synthetic_db"
+    if not root.is_dir():
+        generate("inference-baseline", root, ranks=2, export="db")
+    return root
 
 
 @dataclass
@@ -102,6 +119,21 @@ class Summary:
                 for mode, group in _by(self.cases, lambda c: c.mode).items()
             },
             "max_case_seconds": max((c.seconds for c in self.cases), default=0.0),
+            "slowest_cases": [
+                {"index": c.index, "base": c.base, "seconds": c.seconds, "damages": c.damages}
+                for c in sorted(self.cases, key=lambda c: -c.seconds)[:5]
+            ],
+            "largest_rss_cases": [
+                {
+                    "index": c.index,
+                    "base": c.base,
+                    "rss_mb": c.rss_mb,
+                    "ratio": c.rss_ratio,
+                    "damages": c.damages,
+                }
+                for c in sorted(self.cases, key=lambda c: -(c.rss_ratio or 0))[:5]
+                if c.rss_ratio is not None
+            ],
             "mean_case_seconds": round(self.seconds / max(1, len(self.cases)), 3),
             "max_rss_ratio": max(ratios, default=None),
             "max_rss_mb": max((c.rss_mb for c in self.cases if c.rss_mb), default=None),
@@ -120,52 +152,83 @@ def _by(cases: list[Case], key: Callable[[Case], str]) -> dict[str, list[Case]]:
 # --------------------------------------------------------------------------- the input, unchanged
 
 
-def snapshot(root: Path) -> dict[str, tuple[object, ...]]:
-    """Every entry under ``root``, links not followed: kind, and for files size, mtime, hash.
-    Nothing but regular files is opened (a FIFO or a link to a device is recorded, not read)."""
+def _tree(root: Path) -> list[Path]:
+    """Every entry under ``root``, links not followed, parents first; a stack of our own (a
+    damage nests folders past any recursion limit)."""
+    found, stack = [], [root]
+    while stack:
+        folder = stack.pop()
+        try:
+            entries = sorted(os.scandir(folder), key=lambda e: e.name)
+        except OSError:
+            continue
+        for entry in entries:
+            found.append(Path(entry.path))
+            if entry.is_dir(follow_symlinks=False):
+                stack.append(Path(entry.path))
+    return found
+
+
+def remove_tree(root: Path) -> None:
+    """``shutil.rmtree`` without its recursion: deepest entries first."""
+    for path in reversed(_tree(root)):
+        with contextlib.suppress(OSError):
+            path.rmdir() if path.is_dir() and not path.is_symlink() else path.unlink()
+    with contextlib.suppress(OSError):
+        root.rmdir()
+
+
+def snapshot(root: Path, skip: Path | None = None) -> dict[str, tuple[object, ...]]:
+    """Every entry under ``root`` (but ``skip`` and what is in it), links not followed: kind,
+    and for files size, mtime, hash. Nothing but regular files is opened (a FIFO or a link to
+    a device is recorded, not read)."""
     entries: dict[str, tuple[object, ...]] = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in dirnames + filenames:
-            path = Path(dirpath) / name
-            info = path.lstat()
-            rel = path.relative_to(root).as_posix()
-            if stat.S_ISLNK(info.st_mode):
-                entries[rel] = ("link", os.readlink(path))
-            elif stat.S_ISREG(info.st_mode):
-                digest = hashlib.sha256(path.read_bytes()).hexdigest()
-                entries[rel] = ("file", info.st_size, info.st_mtime_ns, digest)
-            else:
-                entries[rel] = ("other", stat.S_IFMT(info.st_mode))
+    for path in _tree(root):
+        if skip is not None and (path == skip or skip in path.parents):
+            continue
+        info = path.lstat()
+        rel = path.relative_to(root).as_posix()
+        if stat.S_ISLNK(info.st_mode):
+            entries[rel] = ("link", os.readlink(path))
+        elif stat.S_ISREG(info.st_mode):
+            digest = hashlib.sha256(path.read_bytes()).hexdigest()
+            entries[rel] = ("file", info.st_size, info.st_mtime_ns, digest)
+        elif stat.S_ISDIR(info.st_mode):
+            entries[rel] = ("dir",)
+        else:
+            entries[rel] = ("other", stat.S_IFMT(info.st_mode))
     return entries
 
 
 # --------------------------------------------------------------------------- running the CLI
 
 
-class _Timeout(BaseException):
-    """Raised in the case's run when it is over time (a BaseException: no `except Exception`
-    in the tool may swallow it)."""
-
-
-def _on_alarm(signum: int, frame: object) -> None:
-    raise _Timeout
-
-
 def run_in_process(args: list[str]) -> tuple[int | None, str, list[str]]:
     from click.testing import CliRunner
 
+    from traceanalyzer import interrupts
     from traceanalyzer.cli import main
 
     failures = []
-    previous = signal.signal(signal.SIGALRM, _on_alarm)
+    over: list[bool] = []
+
+    def on_alarm(signum: int, frame: object) -> None:
+        # the case is over time: stop it as Ctrl-C would (nothing in the tool may swallow it;
+        # a rule's own KeyboardInterrupt is another matter, see traceanalyzer.interrupts)
+        over.append(True)
+        interrupts.on_signal(signum, frame)  # type: ignore[arg-type]
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
     signal.setitimer(signal.ITIMER_REAL, CASE_SECONDS)
     try:
         result = CliRunner().invoke(main, args, catch_exceptions=True)
-    except _Timeout:
-        return None, "", [f"over {CASE_SECONDS} s"]
+    except KeyboardInterrupt:
+        result = None
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+    if over or result is None:
+        return None, "", [f"over {CASE_SECONDS} s"]
     output = result.output  # stdout and stderr, interleaved
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         import traceback
@@ -207,7 +270,7 @@ def baseline_mb(base: Path, work: Path, executor: str) -> float:
     if key not in _BASELINE_MB:
         out = Path(tempfile.mkdtemp(dir=work, prefix="baseline-"))
         code, output, _, rss = run_subprocess(_args(base, out / "out", executor))
-        shutil.rmtree(out, ignore_errors=True)
+        remove_tree(out)
         if rss is None:
             raise RuntimeError(f"clean run of {base} failed ({code}): {output[-500:]}")
         _BASELINE_MB[key] = rss
@@ -219,19 +282,37 @@ def _args(root: Path, out: Path, executor: str, *extra: str) -> list[str]:
     return ["run", str(root), "--out", str(out), "--executor", executor, *jobs, "-q", *extra]
 
 
-def _damage_input(rng: random.Random, root: Path, case: Case) -> None:
+def _only(damages: dict[str, _D], kinds: Collection[str] | None) -> dict[str, _D]:
+    """``damages`` restricted to ``kinds`` (all of them when none of ``kinds`` is there)."""
+    kept = {name: value for name, value in damages.items() if kinds is None or name in kinds}
+    return kept or damages
+
+
+def _damage_input(
+    rng: random.Random, root: Path, case: Case, kinds: Collection[str] | None
+) -> None:
     for _ in range(rng.choice([1, 1, 1, 2, 3])):
-        name, damage = choose(rng, INPUT_DAMAGES)
-        try:
-            done = damage(rng, root)
-        except (OSError, ValueError, RecursionError, IndexError, UnicodeError) as exc:
-            done = f"(could not apply: {type(exc).__name__})"
-        if done:
-            case.kinds.append(name)
-            case.damages.append(done)
+        for _attempt in range(3):  # a damage the export offers nothing for: draw another
+            name, damage = choose(rng, _only(INPUT_DAMAGES, kinds))
+            try:
+                done = damage(rng, root)
+            except (OSError, ValueError, RecursionError, IndexError, UnicodeError) as exc:
+                done = f"(could not apply: {type(exc).__name__})"
+            if done:
+                case.kinds.append(name)
+                case.damages.append(done)
+                break
 
 
-def run_case(seed: int, index: int, work: Path, subprocess_every: int, pick: list[Path]) -> Case:
+def run_case(
+    seed: int,
+    index: int,
+    work: Path,
+    subprocess_every: int,
+    pick: list[Path],
+    kinds: Collection[str] | None = None,
+) -> Case:
+    """Case ``index`` of ``seed`` on one of ``pick``, damaged by ``kinds`` (default: any)."""
     rng = random.Random(f"{seed}:{index}")
     base = rng.choice(pick)
     in_subprocess = subprocess_every > 0 and index % subprocess_every == 0
@@ -240,12 +321,18 @@ def run_case(seed: int, index: int, work: Path, subprocess_every: int, pick: lis
     root, out = case_dir / "in", case_dir / "out"
     try:
         shutil.copytree(base, root, symlinks=True)
+        (case_dir / VICTIM).mkdir()
+        (case_dir / VICTIM / "file").write_text("not the run's to write")
         roll = rng.random()
         if roll < 0.12:  # damage a store a clean run wrote, then run again (warm)
             run_in_process(_args(root, out, "local"))
             for _ in range(rng.choice([1, 2])):
-                name, damage = choose(rng, OUTPUT_DAMAGES)
-                if done := damage(rng, out):
+                name, damage = choose(rng, _only(OUTPUT_DAMAGES, kinds))
+                try:
+                    done = damage(rng, out)
+                except OSError as exc:  # a first damage left nothing for it (a link, a FIFO)
+                    done = f"(could not apply: {type(exc).__name__})"
+                if done:
                     case.kinds.append(name)
                     case.damages.append(done)
         elif roll < 0.16:  # an --out that cannot be used
@@ -263,10 +350,10 @@ def run_case(seed: int, index: int, work: Path, subprocess_every: int, pick: lis
                 (root / rank.name).symlink_to(case_dir / rank.name, target_is_directory=True)
                 out = case_dir / rank.name / "out"
         else:
-            _damage_input(rng, root, case)
+            _damage_input(rng, root, case, kinds)
         executor = "processes" if in_subprocess and rng.random() < 0.3 else "local"
         extra = ["--format", "json"] if rng.random() < 0.1 else []
-        before = snapshot(root)
+        before = snapshot(case_dir, skip=out)
         started = time.perf_counter()
         if in_subprocess:
             code, output, failures, rss = run_subprocess(_args(root, out, executor, *extra))
@@ -281,8 +368,10 @@ def run_case(seed: int, index: int, work: Path, subprocess_every: int, pick: lis
             case.failures.append(f"Traceback: {output[output.index('Traceback') :][:600]}")
         if case.seconds > CASE_SECONDS:
             case.failures.append(f"took {case.seconds:.0f} s")
-        if snapshot(root) != before:
-            case.failures.append("the input changed")
+        after = snapshot(case_dir, skip=out)
+        if after != before:
+            changed = sorted(set(after.items()) ^ set(before.items()))[:3]
+            case.failures.append(f"the input or a folder beside OUT changed: {changed}")
         if (out / "PWNED").exists() or (case_dir / "PWNED").exists():
             case.failures.append("code planted in the output ran")
         if rss is not None:
@@ -291,7 +380,7 @@ def run_case(seed: int, index: int, work: Path, subprocess_every: int, pick: lis
             if case.rss_ratio > RSS_FACTOR:
                 case.failures.append(f"peak RSS {rss:.0f} MB, {case.rss_ratio}x a clean run")
     finally:
-        shutil.rmtree(case_dir, ignore_errors=True)
+        remove_tree(case_dir)
     return case
 
 
@@ -304,15 +393,18 @@ def run_campaign(
     on_case: Callable[[Case], None] | None = None,
     exports: list[Path] | None = None,
     jobs: int = 1,
+    kinds: Collection[str] | None = None,
 ) -> Summary:
     """``cases`` cases (or the ``only`` ones) of ``seed``; ``work`` holds the case copies;
+    ``exports`` are the exports to damage (default :func:`bases`), ``kinds`` the damages (the
+    names of ``INPUT_DAMAGES`` and ``OUTPUT_DAMAGES``; default all);
     ``jobs`` worker processes run cases side by side (each case still in-process in its worker,
     or in a fresh process)."""
-    pick = exports or bases()
     indices = list(only) if only is not None else list(range(cases))
     started = time.perf_counter()
     owned = work is None
     work = Path(tempfile.mkdtemp(prefix="traceanalyzer-fuzz-")) if owned else work
+    pick = exports or bases(work)
     done: list[Case] = []
     try:
         if jobs > 1:
@@ -322,7 +414,8 @@ def run_campaign(
             context = multiprocessing.get_context("spawn")
             with ProcessPoolExecutor(jobs, mp_context=context) as pool:
                 futures = [
-                    pool.submit(run_case, seed, i, work, subprocess_every, pick) for i in indices
+                    pool.submit(run_case, seed, i, work, subprocess_every, pick, kinds)
+                    for i in indices
                 ]
                 for future in futures:
                     done.append(future.result())
@@ -330,12 +423,12 @@ def run_campaign(
                         on_case(done[-1])
         else:
             for index in indices:
-                done.append(run_case(seed, index, work, subprocess_every, pick))
+                done.append(run_case(seed, index, work, subprocess_every, pick, kinds))
                 if on_case:
                     on_case(done[-1])
     finally:
         if owned:
-            shutil.rmtree(work, ignore_errors=True)
+            remove_tree(work)
     return Summary(seed, done, time.perf_counter() - started)
 
 

@@ -4,8 +4,11 @@ Every damage takes a seeded ``random.Random`` and the case's input root and retu
 description of what it did (or None when the tree offers nothing it applies to). They are the
 hazards a collection gathered from many hosts really holds: truncations, flipped bytes, JSON of
 the wrong shape, deep nesting, long strings, bad encodings, damaged CSV, empty files, files
-turned into directories, FIFOs and links to devices. ``OUTPUT_DAMAGES`` damage a store written
-by a first, clean run.
+turned into directories, FIFOs and links to devices; and what a collection sent by someone else
+may hold: databases whose tables are views over endless queries, absurd and invalid names,
+side files (``db_damage``), links out of the input and folders nested past any recursion limit
+(``link_hazard``). ``OUTPUT_DAMAGES`` damage a store written by a first, clean run: links,
+FIFOs, a partition damaged in its middle.
 """
 
 from __future__ import annotations
@@ -14,9 +17,12 @@ import json
 import os
 import random
 import shutil
+import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from . import db_hazards
 
 Damage = Callable[[random.Random, Path], "str | None"]
 
@@ -341,6 +347,116 @@ def csv_damage(rng: random.Random, root: Path) -> str | None:
     return f"csv {how} in {_rel(root, path)}"
 
 
+# --------------------------------------------------------------------------- Db exports
+
+DB_GLOB = "*/ASCEND_PROFILER_OUTPUT/ascend_pytorch_profiler*.db"
+
+
+def db_damage(rng: random.Random, root: Path) -> str | None:
+    """One hazard of a received Db export (tests/fuzz/db_hazards.py), on a random database."""
+    dbs = _files(root, DB_GLOB)
+    if not dbs:
+        return None
+    db = rng.choice(dbs)
+    analysis = db.with_name("analysis.db")
+    table = rng.choice(["TASK", "STRING_IDS", "META_DATA", "CANN_API", "PYTORCH_API"])
+    hazards: dict[str, Callable[[], str]] = {
+        "view": lambda: db_hazards.table_as_view(db, table),
+        "virtual": lambda: db_hazards.table_as_virtual(db, rng.choice(["META_DATA", "HOST_INFO"])),
+        "generated": lambda: db_hazards.generated_column(db),
+        "huge name": lambda: db_hazards.huge_name(
+            db, rng.choice([5000, 1 << 20, 5 << 20, 50 << 20])
+        ),
+        "huge frame": lambda: db_hazards.huge_frame(db, rng.choice([1 << 20, 50 << 20])),
+        "unused strings": lambda: db_hazards.unused_strings(db, rng.choice([10_000, 1_000_000])),
+        "invalid utf-8": lambda: db_hazards.invalid_utf8(
+            db,
+            *rng.choice(
+                [
+                    ("STRING_IDS", "value"),
+                    ("HOST_INFO", "hostName"),
+                    ("META_DATA", "value"),
+                    ("ENUM_API_TYPE", "name"),
+                ]
+            ),
+        ),
+        "duplicate ids": lambda: db_hazards.duplicate_ids(db),
+        "meta value": lambda: db_hazards.meta_value(
+            db,
+            rng.choice(["ENV_VARIABLES", "parallel_group_info", "SCHEMA_VERSION", "extra"]),
+            rng.choice(
+                [
+                    None,
+                    b"\x00\xff",
+                    db_hazards.deep_json(100_000),
+                    "{",
+                    5,
+                    1e308,
+                    '{"g": {"global_ranks": ["x"]}}',
+                    INJECTION,
+                ]
+            ),
+        ),
+        "host name": lambda: db_hazards.host_name(
+            db, rng.choice([b"\xff" * 8, None, 7, INJECTION])
+        ),
+        "pending wal": lambda: db_hazards.pending_wal(db),
+        "garbage wal": lambda: db_hazards.garbage_wal(db, rng.choice([0, 32, 1 << 20])),
+        "fifo": lambda: db_hazards.as_fifo(
+            rng.choice([db, analysis] if analysis.exists() else [db])
+        ),
+    }
+    name = rng.choice(sorted(hazards))
+    try:
+        return f"{_rel(root, db)}: {hazards[name]()}"
+    except sqlite3.Error as exc:  # a table this database lacks
+        return f"(could not apply {name}: {exc})"
+
+
+# --------------------------------------------------------------------------- the input tree
+
+
+def link_hazard(rng: random.Random, root: Path) -> str | None:
+    """Links that lead out of the input (to /, to a sibling collection, to a file elsewhere), a
+    loop, and folders nested deeper than any recursion limit."""
+    ranks = sorted(p for p in root.iterdir() if p.is_dir() and not p.is_symlink())
+    if not ranks:
+        return None
+    rank = rng.choice(ranks)
+    how = rng.choice(["slash", "sibling", "file outside", "loop", "deep", "output out"])
+    if how == "slash":
+        (root / "slash").symlink_to("/", target_is_directory=True)
+    elif how == "sibling":
+        sibling = root.parent / "sibling"
+        shutil.copytree(rank, sibling / f"other_{rank.name}", symlinks=True)
+        (root / "sibling").symlink_to(sibling, target_is_directory=True)
+    elif how == "file outside":
+        outside = root.parent / "outside.json"
+        outside.write_text('{"rank_id": 99}')
+        files = _files(rank, "*.json", "ASCEND_PROFILER_OUTPUT/*")
+        if not files:
+            return None
+        target = rng.choice(files)
+        target.unlink()
+        target.symlink_to(outside)
+    elif how == "loop":
+        (rank / "ASCEND_PROFILER_OUTPUT" / "loop").symlink_to(root, target_is_directory=True)
+    elif how == "deep":
+        deep = root / "deep"
+        for _ in range(1200):  # one level at a time: mkdir(parents=True) recurses
+            deep.mkdir()
+            deep = deep / "d"
+        shutil.copytree(rank, deep.parent / f"deep_{rank.name}", symlinks=True)
+    else:
+        output = rank / "ASCEND_PROFILER_OUTPUT"
+        moved = root.parent / f"moved_{rank.name}"
+        if not output.is_dir():
+            return None
+        shutil.move(output, moved)
+        output.symlink_to(moved, target_is_directory=True)
+    return f"{how}: {rank.name}"
+
+
 INPUT_DAMAGES: dict[str, tuple[Damage, int]] = {
     # name: (damage, weight)
     "truncate": (truncate, 10),
@@ -360,6 +476,8 @@ INPUT_DAMAGES: dict[str, tuple[Damage, int]] = {
     "odd_names": (odd_names, 3),
     "top_level": (top_level, 4),
     "csv_damage": (csv_damage, 8),
+    "db_damage": (db_damage, 8),
+    "link_hazard": (link_hazard, 5),
 }
 
 
@@ -428,7 +546,71 @@ def out_planted_pickle(rng: random.Random, out: Path) -> str | None:
     return "plant a pickle in the rule cache"
 
 
+VICTIM = "victim"  # a folder beside OUT and the input: what a link in OUT may point at
+
+
+def out_link(rng: random.Random, out: Path) -> str | None:
+    """An entry of OUT replaced by a link: to the input, to another store, to any file."""
+    victim = out.parent / VICTIM
+    targets = [victim, victim / "file", out.parent / "in", *sorted((out.parent / "in").glob("*"))]
+    parts = _parts(out)
+    entries = [
+        out / n
+        for n in (
+            "tables",
+            ".lock",
+            "manifest.json",
+            "manifest.journal",
+            "plots",
+            ".cache",
+            "findings.json",
+            "report.html",
+        )
+    ]
+    entries += [p.parent.parent for p in parts[:20]]  # a rank's partitions of one table
+    entry, target = rng.choice(entries), rng.choice(targets)
+    if entry.is_dir() and not entry.is_symlink():
+        shutil.rmtree(entry)
+    elif entry.exists() or entry.is_symlink():
+        entry.unlink()
+    entry.symlink_to(target)
+    return f"{_rel(out, entry)} -> {target}"
+
+
+def out_fifo(rng: random.Random, out: Path) -> str | None:
+    """An entry of OUT replaced by a FIFO (a read would wait for a writer forever)."""
+    caches = sorted((out / ".cache").rglob("*")) if (out / ".cache").is_dir() else []
+    files = [
+        out / n
+        for n in (".lock", "manifest.json", "manifest.journal", "findings.json", "ingest.json")
+    ]
+    entry = rng.choice(files + [c for c in caches if c.is_file()] + _parts(out)[:5])
+    entry.unlink(missing_ok=True)
+    os.mkfifo(entry)
+    return f"{_rel(out, entry)} is a FIFO"
+
+
+def out_mid_damage(rng: random.Random, out: Path) -> str | None:
+    """A stored partition damaged in its middle, its size and footer intact."""
+    parts = [p for p in _parts(out) if p.stat().st_size > 2 * (64 << 10) + 256]
+    parts = parts or [p for p in _parts(out) if p.stat().st_size > 1024]
+    if not parts:
+        return None
+    part = rng.choice(parts)
+    size = part.stat().st_size
+    at = rng.randrange(4, max(5, size - (64 << 10) if size > (64 << 10) * 2 else size // 2))
+    with open(part, "r+b") as fh:
+        fh.seek(at)
+        data = fh.read(16)
+        fh.seek(at)
+        fh.write(bytes(b ^ 0x5A for b in data))
+    return f"flip 16 bytes at {at} of {size} in {_rel(out, part)}"
+
+
 OUTPUT_DAMAGES: dict[str, tuple[Damage, int]] = {
+    "out_link": (out_link, 3),
+    "out_fifo": (out_fifo, 2),
+    "out_mid_damage": (out_mid_damage, 2),
     "out_truncate_part": (out_truncate_part, 3),
     "out_swap_parts": (out_swap_parts, 3),
     "out_foreign_part": (out_foreign_part, 2),

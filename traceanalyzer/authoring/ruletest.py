@@ -35,6 +35,7 @@ from traceanalyzer.engine.loader import FIXTURES_DIR, import_file
 from traceanalyzer.engine.registry import RuleSet
 from traceanalyzer.engine.rule import Rule
 from traceanalyzer.engine.runner import KEY_FIGURES_FAILED, RunResult, evaluate
+from traceanalyzer.interrupts import contained
 from traceanalyzer.store import Store
 
 Expectation = Literal["fire", "silent", "inconclusive", "not_evaluated"]
@@ -142,7 +143,9 @@ def run_fixture(rule: Rule, fix: Fixture, *, update_snapshots: bool = False) -> 
         result = evaluate(
             store, rules=RuleSet([rule]), overrides={rule.id: dict(fix.params)}, config_path=False
         )
-    except Exception as exc:  # a broken fixture or a bad parameter override
+    except BaseException as exc:  # a broken fixture or a bad parameter override
+        if not contained(exc):
+            raise
         outcome.passed = False
         problems.append(f"fixture raised {type(exc).__name__}: {exc}")
         return outcome
@@ -209,7 +212,15 @@ def run_rule_fixtures(
     results: list[FixtureResult] = []
     coverage: list[str] = []
     for rule in rules:
-        fixtures = fixtures_for(rule)
+        try:
+            fixtures = fixtures_for(rule)
+        except BaseException as exc:  # a fixture file that fails to import, SystemExit too
+            if not contained(exc):
+                raise
+            coverage.append(
+                f"{rule.name}: fixtures could not be loaded ({type(exc).__name__}: {exc})"
+            )
+            continue
         for kind in ("fire", "silent"):
             count = sum(f.expect == kind for f in fixtures)
             if count < 2:

@@ -11,6 +11,7 @@ import click
 
 from traceanalyzer.clitypes import ExistingPath
 from traceanalyzer.exitcodes import EXIT_FINDINGS, EXIT_USAGE
+from traceanalyzer.printable import printable
 from traceanalyzer.store import write_atomic_text
 
 if TYPE_CHECKING:
@@ -29,7 +30,7 @@ def analyse(path: Path, jobs: int, quiet: bool, rules: LoadedRules) -> Path:
 
     out = default_out_dir(path)
     if not quiet:
-        click.echo(f"analysing {path} -> {out}", err=True)
+        click.echo(printable(f"analysing {path} -> {out}"), err=True)
     executor = make_executor("auto", jobs=jobs)
     try:
         analysis = analyse_input(path, out, executor=executor, jobs=jobs, rules=rules)
@@ -78,21 +79,26 @@ def diff_command(
     BASE and TARGET are output dirs of `traceanalyzer run`, or trace folders, which are then
     analysed first into their default output dirs.
     """
-    from traceanalyzer.compare.diff import diff_outputs
+    from traceanalyzer.compare.diff import DamagedFindings, diff_outputs
     from traceanalyzer.compare.render import render_diff_html, render_diff_text
     from traceanalyzer.engine.config import ConfigError, load_run_rules
     from traceanalyzer.engine.loader import RulesNotLoaded
     from traceanalyzer.executor import ExecutorError
     from traceanalyzer.ingest import InputError
-    from traceanalyzer.outdir import OutputError, OutputRefused
+    from traceanalyzer.outdir import OutputError, OutputRefused, check_own
 
     quiet = quiet or fmt == "json"
     try:
-        rules = load_run_rules()  # once: both analyses, if any, and the key figures
+        # once: both analyses, if any, and the key figures; a config inside either side
+        # sets parameters, never loads its rule code
+        rules = load_run_rules(inputs=(base, target))
         if rules.errors:  # key figures without a rule's would read as "unchanged"
             raise RulesNotLoaded(rules.errors)
         base_out = base if is_output_dir(base) else analyse(base, jobs, quiet, rules)
         target_out = target if is_output_dir(target) else analyse(target, jobs, quiet, rules)
+        for side in (base_out, target_out):
+            check_own(side)  # a run's output, as traceanalyzer left it: no link, no FIFO
+        result = diff_outputs(base_out, target_out, rules.rules)
     except (
         InputError,
         OutputRefused,
@@ -100,10 +106,10 @@ def diff_command(
         ExecutorError,
         ConfigError,
         RulesNotLoaded,
+        DamagedFindings,
     ) as exc:
-        click.echo(f"error: {exc}", err=True)
+        click.echo(printable(f"error: {exc}"), err=True)
         sys.exit(EXIT_USAGE)
-    result = diff_outputs(base_out, target_out, rules.rules)
     out = out or target_out.parent / f"diff-{base_out.name}-vs-{target_out.name}"
     doc = json.dumps(result.to_dict(), indent=1) + "\n"
     write_atomic_text(out / "diff.json", doc)
@@ -111,7 +117,7 @@ def diff_command(
     if fmt == "json":
         click.echo(doc, nl=False)
     else:
-        click.echo(render_diff_text(result))
-        click.echo(f"diff report: {out / 'diff.html'}")
+        click.echo(printable(render_diff_text(result), lines=True))
+        click.echo(printable(f"diff report: {out / 'diff.html'}"))
     if fail_on_new and result.has_new:
         sys.exit(EXIT_FINDINGS)

@@ -21,6 +21,7 @@ from typing import Any
 
 from traceanalyzer.engine.findings import Evidence, Finding, Note
 from traceanalyzer.engine.runner import RuleOutcome
+from traceanalyzer.outdir import read_own
 from traceanalyzer.store import write_atomic_text
 
 CACHE_DIR = Path(".cache") / "rules"
@@ -89,10 +90,9 @@ class OutcomeCache:
     def load(self, rank: int | None) -> RankEntries:
         path = self.path(rank)
         try:
-            # a FIFO or a device planted in the output directory must not block or flood the run
-            if path.exists() and not path.is_file():
-                return RankEntries(rank, problem="not a regular file")
-            text = path.read_text("utf-8", errors="replace")  # bad bytes: corrupt, below
+            # a FIFO, a device or a link planted in the output directory is never followed
+            # or waited on (outdir.open_own)
+            text = read_own(path).decode("utf-8", errors="replace")  # bad bytes: corrupt, below
             doc = json.loads(text)
         except FileNotFoundError:
             return RankEntries(rank)

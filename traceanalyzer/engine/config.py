@@ -17,7 +17,9 @@ iterations and phases are found, ``traceanalyzer.steps.evidence``), and ``--set 
 
 Extra rule folders, loaded after the built-in rules as if given with ``--rules``, are listed at
 the top level (``rule_dirs = ["myrules"]``, or under ``[tool.traceanalyzer]``), relative to the
-config file's folder.
+config file's folder. A config file inside the analysed input (found there because the run
+started inside it, or named with ``--config``) is the input's, not the user's: it may set rule
+parameters, never load code; its ``rule_dirs`` are not loaded (:class:`AppliedConfig`).
 
 ``<rule>`` is a rule id or name. Precedence: parameter defaults < config file < ``--set``.
 Unknown rules and parameters are errors (a typo must not silently run with the default).
@@ -25,6 +27,7 @@ Unknown rules and parameters are errors (a typo must not silently run with the d
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -139,23 +142,70 @@ def config_path_for(config_path: str | Path | None | bool) -> Path | None:
     return Path(config_path)
 
 
-def configured_rule_dirs(config_path: str | Path | None | bool) -> list[Path]:
-    """``rule_dirs`` of the run's config file, resolved against the file's folder."""
+@dataclass(frozen=True)
+class AppliedConfig:
+    """The config file a run applies; ``inside`` is the input it lies in, when it does: then it
+    only sets parameters (rule code is loaded from ``--rules`` or a config outside the input)."""
+
+    path: Path
+    inside: Path | None = None
+
+    def rule_dirs(self) -> list[Path]:
+        """Its ``rule_dirs``, resolved against its folder (none for a config of the input)."""
+        dirs = _config_doc(self.path).get("rule_dirs", [])
+        if isinstance(dirs, str) or not isinstance(dirs, list):
+            raise ConfigError(f"{self.path}: rule_dirs must be a list of folder paths")
+        if not all(isinstance(d, str) for d in dirs):
+            raise ConfigError(f"{self.path}: rule_dirs must be a list of folder paths")
+        return [] if self.inside is not None else [self.path.parent / d for d in dirs]
+
+    def describe(self) -> str:
+        """What the run says of it: ``config: PATH`` and, inside the input, what it may not do."""
+        if self.inside is None:
+            return f"config: {self.path}"
+        ignored = (
+            "; its rule_dirs are not loaded" if _config_doc(self.path).get("rule_dirs") else ""
+        )
+        return (
+            f"config: {self.path} (inside the input {self.inside}: rule settings only{ignored}; "
+            "rule code loads from --rules DIR or a config outside the input)"
+        )
+
+
+def applied_config(
+    config_path: str | Path | None | bool, inputs: Iterable[str | Path] = ()
+) -> AppliedConfig | None:
+    """The config file a run over ``inputs`` applies (:func:`config_path_for`), None without."""
     path = config_path_for(config_path)
     if path is None:
-        return []
-    dirs = _config_doc(path).get("rule_dirs", [])
-    if isinstance(dirs, str) or not all(isinstance(d, str) for d in dirs):
-        raise ConfigError(f"{path}: rule_dirs must be a list of folder paths")
-    return [path.parent / d for d in dirs]
+        return None
+    # where it is found and where it leads (a link in the input to a file elsewhere is still
+    # found in the input, and its rule_dirs would be read relative to it)
+    places = (Path(os.path.abspath(path)), path.resolve())
+    for root in inputs:
+        containers = (Path(os.path.abspath(root)), Path(root).resolve())
+        if any(c == p or c in p.parents for c in containers for p in places):
+            return AppliedConfig(path, Path(root))
+    return AppliedConfig(path)
+
+
+def configured_rule_dirs(
+    config_path: str | Path | None | bool, inputs: Iterable[str | Path] = ()
+) -> list[Path]:
+    """``rule_dirs`` of the run's config file, resolved against the file's folder; none from a
+    config file inside one of ``inputs``."""
+    config = applied_config(config_path, inputs)
+    return config.rule_dirs() if config is not None else []
 
 
 def load_run_rules(
-    rule_dirs: Iterable[str | Path] = (), config_path: str | Path | None | bool = None
+    rule_dirs: Iterable[str | Path] = (),
+    config_path: str | Path | None | bool = None,
+    inputs: Iterable[str | Path] = (),
 ) -> LoadedRules:
     """A run's rules, loaded once: built-in, ``rule_dirs`` (``--rules``), the config file's
-    ``rule_dirs``, then installed rule packs."""
-    return load_rules([*rule_dirs, *configured_rule_dirs(config_path)])
+    ``rule_dirs`` (unless it is inside one of ``inputs``), then installed rule packs."""
+    return load_rules([*rule_dirs, *configured_rule_dirs(config_path, inputs)])
 
 
 def load_config(path: Path) -> RuleSettings:

@@ -35,6 +35,7 @@ import traceanalyzer
 from traceanalyzer.engine.registry import DuplicateRuleError, RuleSet
 from traceanalyzer.engine.rule import Helper, Rule
 from traceanalyzer.hints import path_did_you_mean
+from traceanalyzer.interrupts import contained
 
 ENTRY_POINT_GROUP = "traceanalyzer.rules"
 FIXTURES_DIR = "fixtures"
@@ -198,7 +199,9 @@ def load_folder(folder: Path, loaded: LoadedRules) -> None:
         try:
             digest = _file_digest(path)  # before the import: the code that is about to run
             module = import_file(path)
-        except Exception as exc:
+        except BaseException as exc:  # SystemExit at import is the file's failure too
+            if not contained(exc):
+                raise
             loaded.errors.append(_failure(str(path), exc))
             continue
         found = list(rules_in(module))
@@ -237,7 +240,9 @@ def load_entry_points(loaded: LoadedRules, group: str = ENTRY_POINT_GROUP) -> No
                 load_folder(Path(target), loaded)
                 continue
             _add(loaded, rules_in(target), source)
-        except Exception as exc:
+        except BaseException as exc:
+            if not contained(exc):
+                raise
             loaded.errors.append(_failure(source, exc))
 
 

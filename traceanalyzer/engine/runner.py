@@ -15,6 +15,7 @@ The work is split so a later executor (process pool, Ray) can distribute it:
 from __future__ import annotations
 
 import json
+import math
 import traceback
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -43,6 +44,7 @@ from traceanalyzer.engine.rule import (
     Rule,
     RuleContext,
 )
+from traceanalyzer.interrupts import contained
 from traceanalyzer.store import Store, write_atomic_text
 
 FINDINGS_FILE = "findings.json"
@@ -130,7 +132,9 @@ def evaluate_rule(
     if rule.presentation.key_figures and outcome.status != "not_evaluated":
         try:
             outcome.key_figures = rule.key_figure_frame(ctx).to_dicts()
-        except Exception as exc:  # a figure is a nicety: the findings stand without it
+        except BaseException as exc:  # a figure is a nicety: the findings stand without it
+            if not contained(exc):
+                raise
             text = f"{KEY_FIGURES_FAILED}: {type(exc).__name__}: {exc}"
             outcome.notes.append(Note(rule=rule.id, text=text))
     return outcome
@@ -145,7 +149,9 @@ def _detect(ctx: RuleContext) -> RuleOutcome:
         findings = rule.run(ctx)
     except NotEvaluated as exc:
         return RuleOutcome(rule.id, ranks, "not_evaluated", reason=str(exc))
-    except Exception as exc:
+    except BaseException as exc:  # SystemExit, KeyboardInterrupt...: the rule's, not the run's
+        if not contained(exc):
+            raise
         return RuleOutcome(
             rule.id,
             ranks,
@@ -203,6 +209,7 @@ class RunResult:
     # findings.json summary.overview: where the time goes (set by the pipeline; see
     # traceanalyzer.overview), shown whether or not a rule fired
     overview: dict[str, Any] | None = None
+    config_files: list[str] = field(default_factory=list)  # the config files the run applied
 
     @property
     def not_evaluated(self) -> list[RuleStatus]:
@@ -259,6 +266,7 @@ class RunResult:
                 "errors": len(self.errors),
                 "fail_on": self.fail_on,
                 "failed": self.failed,
+                "config_files": self.config_files,
                 **({"overview": self.overview} if self.overview is not None else {}),
             },
             "findings": [f.to_dict() for f in self.findings],
@@ -467,7 +475,20 @@ def evaluate(
 
 
 def findings_document(result: RunResult) -> str:
-    return json.dumps(result.to_dict(), indent=2, sort_keys=False, default=str) + "\n"
+    """findings.json: JSON without NaN or infinities (null instead), which ``diff`` refuses."""
+    doc = _finite(result.to_dict())
+    return json.dumps(doc, indent=2, sort_keys=False, default=str, allow_nan=False) + "\n"
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every non-finite float replaced by None, however deep."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(item) for item in value]
+    return value
 
 
 def write_findings_json(result: RunResult, out_dir: str | Path) -> Path:

@@ -254,7 +254,7 @@ _REJECT_REASONS = {
 # longest line accepted) keeps a large kernel_details.csv at about 400 MB peak instead of 540.
 _READ_CSV = (
     "SELECT * FROM read_csv($path, header = true, all_varchar = true, delim = ',', quote = '\"', "
-    "escape = '\"', store_rejects = true, max_line_size = 16777216, buffer_size = 33554432)"
+    "escape = '\"', store_rejects = true, max_line_size = 16777216, buffer_size = 33554432{options})"
 )
 
 
@@ -387,9 +387,10 @@ def _parse_plain(path: Path, spec: CsvSpec, sink: TableSink) -> CsvResult:
             read_options=pacsv.ReadOptions(
                 block_size=_ARROW_BLOCK_BYTES, autogenerate_column_names=True, use_threads=False
             ),
-            parse_options=pacsv.ParseOptions(
-                newlines_in_values=True, invalid_row_handler=lambda _row: "error"
-            ),
+            # no invalid_row_handler: a malformed row stops the read (the file goes to DuckDB);
+            # a handler would be given the row decoded as text, which bytes that are not
+            # UTF-8 make raise inside Arrow ("Exception ignored ...")
+            parse_options=pacsv.ParseOptions(newlines_in_values=True),
             convert_options=pacsv.ConvertOptions(
                 column_types=dict.fromkeys(names, pa.string()),
                 null_values=[""],
@@ -426,7 +427,17 @@ def _parse_salvaging(path: Path, spec: CsvSpec, sink: TableSink, db: CsvDatabase
 
     con = db.cursor()
     try:
-        relation = con.sql(_READ_CSV, params={"path": str(path)})
+        try:
+            relation = con.sql(_READ_CSV.format(options=""), params={"path": str(path)})
+        except duckdb.InvalidInputException:
+            # the dialect sniffer gives up on some rows (bytes that are not UTF-8 in a row
+            # with extra fields): without strict mode it reads them, and still rejects the
+            # malformed ones by line; a file with none of our columns is no CSV of ours
+            lenient = _READ_CSV.format(options=", strict_mode = false")
+            relation = con.sql(lenient, params={"path": str(path)})
+            known = {source for col in spec.columns for source in col.sources}
+            if not known & {c.strip() for c in relation.columns}:
+                raise
         result, exprs = _plan(path, spec, list(relation.columns), generated=r"column\d+")
         if not exprs:
             return result

@@ -68,14 +68,19 @@ CURRENT_SORT_INDEX = {
 # multiply memory by the row count. The cut keeps a hash of the whole name, so two long names
 # that share their start stay two processes.
 MAX_NAME = 4096
-_KEEP = MAX_NAME - 11  # room for "…[" + 8 hex digits + "]"
+CUT_KEEP = MAX_NAME - 11  # room for "…[" + 8 hex digits + "]"
+
+
+def cut_end(digest: str) -> str:
+    """What ends a name cut to :data:`CUT_KEEP` characters: the MD5 ``digest`` (hex) of the
+    whole name, so two long names stay two."""
+    return f"…[{digest[:8]}]"
 
 
 def cut_name(name: str) -> str:
     if len(name) <= MAX_NAME:
         return name
-    digest = hashlib.md5(name.encode("utf-8", "surrogatepass")).hexdigest()[:8]
-    return f"{name[:_KEEP]}…[{digest}]"
+    return name[:CUT_KEEP] + cut_end(hashlib.md5(name.encode("utf-8", "surrogatepass")).hexdigest())
 
 
 def cut_names_note(count: int) -> str:

@@ -1,4 +1,8 @@
-"""A query's result as a table (DuckDB's box, as its CLI prints it), CSV, JSON or Parquet."""
+"""A query's result as a table (DuckDB's box, as its CLI prints it), CSV, JSON or Parquet.
+
+The store holds the input's text as it was: the table, and CSV written to a terminal, show it
+without control characters (:func:`~traceanalyzer.printable.printable`); JSON escapes them, and
+files get it as it is."""
 
 from __future__ import annotations
 
@@ -6,10 +10,13 @@ import contextlib
 import csv
 import datetime
 import decimal
+import io
 import json
 import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
+
+from traceanalyzer.printable import printable
 
 if TYPE_CHECKING:  # `query --help` lists FORMATS without loading DuckDB
     import duckdb
@@ -47,12 +54,17 @@ def _write_text(
     relation: duckdb.DuckDBPyRelation, fmt: str, stream: TextIO, width: int | None
 ) -> None:
     if fmt == "table":
-        with contextlib.redirect_stdout(stream):  # show() prints
+        shown = io.StringIO()
+        with contextlib.redirect_stdout(shown):  # show() prints
             relation.show(max_width=width or 1 << 20, max_rows=TABLE_ROWS)
+        stream.write(printable(shown.getvalue(), lines=True))
     elif fmt == "csv":
         writer = csv.writer(stream, lineterminator="\n")
+        rows = relation.iter_rows(_BATCH)
+        if stream.isatty():
+            rows = ([printable(v) if isinstance(v, str) else v for v in row] for row in rows)
         writer.writerow(relation.columns)
-        writer.writerows(relation.iter_rows(_BATCH))
+        writer.writerows(rows)
     else:  # json: an array of objects, one per row, as DuckDB's CLI writes it (.mode json)
         columns, first = relation.columns, True
         stream.write("[")

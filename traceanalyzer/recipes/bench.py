@@ -1,20 +1,25 @@
 """Find and summarise ``vllm bench serve`` result JSON next to profiling data.
 
 ``traceanalyzer run`` can call :func:`find_bench_results` on its input root and show
-:func:`format_bench_table` beside the findings (TTFT/TPOT per arm). Pure stdlib; reads only
+:func:`format_bench_table` beside the findings (TTFT/TPOT per arm). Reads only
 the keys it knows and ignores the rest (the result schema grows between vLLM versions).
+Its files are input: read as :mod:`traceanalyzer.json_shape` reads them, found by a walk
+that never leaves the input.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from traceanalyzer import json_shape
+from traceanalyzer.discover import walk_input
+
 __all__ = ["BenchResult", "load_bench_result", "find_bench_results", "format_bench_table"]
 
+_BENCH_FILE = re.compile(r"bench.*\.json")
 _METRIC = re.compile(r"^(mean|median|std|p\d+(?:\.\d+)?)_(ttft|tpot|itl|e2el)_ms$")
 
 
@@ -34,11 +39,12 @@ class BenchResult:
 
 
 def load_bench_result(path: str | Path, arm: str | None = None) -> BenchResult | None:
-    """Parse one result file; ``None`` if it is not a ``vllm bench serve`` result."""
+    """Parse one result file (a regular file of a bench result's size); ``None`` if it is not
+    a ``vllm bench serve`` result."""
     path = Path(path)
     try:
-        data: Any = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data: Any = json_shape.load_json(path)
+    except json_shape.InputFileError:
         return None
     if not isinstance(data, dict):
         return None
@@ -65,13 +71,15 @@ def load_bench_result(path: str | Path, arm: str | None = None) -> BenchResult |
 
 
 def find_bench_results(root: str | Path) -> list[BenchResult]:
-    """Every ``bench*.json`` below ``root`` that is a bench result, sorted by path."""
-    out = []
-    for path in sorted(Path(root).rglob("bench*.json")):
-        result = load_bench_result(path)
-        if result is not None:
-            out.append(result)
-    return out
+    """Every ``bench*.json`` below ``root`` that is a bench result, sorted by path; the walk
+    stays inside ``root`` (:func:`traceanalyzer.discover.walk_input`)."""
+    found = [
+        Path(entry.path)
+        for _, entries in walk_input(Path(root), lambda _, subdirs: subdirs)
+        for entry in entries
+        if _BENCH_FILE.fullmatch(entry.name)
+    ]
+    return [result for path in sorted(found) if (result := load_bench_result(path)) is not None]
 
 
 def format_bench_table(results: list[BenchResult]) -> str:

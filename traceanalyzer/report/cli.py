@@ -9,6 +9,7 @@ import click
 
 from traceanalyzer.clitypes import ExistingPath
 from traceanalyzer.exitcodes import EXIT_PARTIAL, UsageFailure
+from traceanalyzer.printable import printable
 
 
 @click.command("annotate")
@@ -24,6 +25,7 @@ def annotate_command(out: Path, rule_dirs: tuple[Path, ...]) -> None:
     """Write each rank session's timeline (Text or Db) into OUT/annotated/ with the findings' marks on their own tracks."""
     from traceanalyzer.engine.config import load_run_rules
     from traceanalyzer.engine.loader import RulesNotLoaded
+    from traceanalyzer.outdir import OutputRefused, check_own
     from traceanalyzer.report.annotated import annotated_text, write_annotated
     from traceanalyzer.report.inputs import ReportInputs
 
@@ -31,11 +33,15 @@ def annotate_command(out: Path, rule_dirs: tuple[Path, ...]) -> None:
         raise UsageFailure(
             f"{out} is not a run output (no findings.json); run `traceanalyzer run` first"
         )
+    try:
+        check_own(out)  # it writes OUT/annotated/: never through a link planted there
+    except OutputRefused as exc:
+        raise UsageFailure(str(exc)) from None
     rules = load_run_rules(rule_dirs)
     if rules.errors:  # a finding of that rule would be marked as a rule that declares nothing
         raise UsageFailure(str(RulesNotLoaded(rules.errors)))
     inputs = ReportInputs.load(out, rules=rules.rules)
     results = write_annotated(inputs)
-    click.echo(annotated_text(results, out))
+    click.echo(printable(annotated_text(results, out), lines=True))
     if any(r.skipped for r in results):
         sys.exit(EXIT_PARTIAL)

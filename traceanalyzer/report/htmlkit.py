@@ -13,6 +13,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from traceanalyzer.printable import printable
+
 STYLE = (Path(__file__).with_name("style.css")).read_text("utf-8")
 
 # Marks <body data-images-loaded="N"> once every <img> decoded (naturalWidth > 0), or "error"
@@ -33,8 +35,9 @@ _LONG_NAME = re.compile(r"\S{24,}")
 
 
 def esc(value: Any) -> str:
-    """HTML-escape anything (``None`` -> empty), quotes included."""
-    return "" if value is None else html.escape(str(value), quote=True)
+    """HTML-escape anything (``None`` -> empty), quotes included, without control characters
+    (HTML has no use for them; a line feed is kept)."""
+    return "" if value is None else html.escape(printable(value, lines=True), quote=True)
 
 
 def inline(text: Any) -> str:

@@ -5,7 +5,9 @@ a rule put it in, start a heading or a list, make a link (``javascript:``) or an
 fetch), or inject HTML. :func:`md_inline` keeps the code spans a text has (rules write names in
 backticks) and makes everything else literal:
 
-- line breaks become spaces (a name cannot start a block of its own);
+- control characters are removed and line breaks become spaces
+  (:func:`~traceanalyzer.printable.printable`: a name cannot start a block of its own, nor
+  hold an escape sequence);
 - outside code spans, ``\\ [ ]`` are backslash-escaped (no link, image or reference
   definition can form), and so are a ``<`` that would open a tag or an autolink and an ``&``
   that would form an entity; the file stays readable as plain text (no ``&gt;`` in it);
@@ -21,7 +23,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-_LINE_BREAKS = re.compile(r"\r\n|[\r\n\v\f\x85\u2028\u2029]")
+from traceanalyzer.printable import printable
+
 _TICKS = re.compile(r"`+")
 # what would start a tag or an autolink, or an entity: escaped, the rest stays as written
 # (``p<1e-16``, ``670 µs -> 2.47 ms`` and ``CANN >= 9.1.0`` read as they should)
@@ -40,7 +43,7 @@ def md_inline(value: Any, *, line_start: bool = True) -> str:
 
     ``line_start=False`` for text that never starts a line (a table cell): no block marker can
     form there, so ``1.5 s`` and ``+2.5 s`` stay as written."""
-    text = _LINE_BREAKS.sub(" ", str(value if value is not None else ""))
+    text = printable(value if value is not None else "")
     out: list[str] = []
     position = 0
     while (opening := _TICKS.search(text, position)) is not None:
@@ -66,5 +69,24 @@ def md_inline(value: Any, *, line_start: bool = True) -> str:
 
 
 def md_lines(text: Any) -> list[str]:
-    """Each line of a multi-line text (a finding's message) through :func:`md_inline`."""
-    return [md_inline(line) for line in str(text or "").splitlines()]
+    """Each line of a multi-line text (a finding's message) through :func:`md_inline`; a line
+    break inside a code span (a name that holds one) is a space, not a line of its own."""
+    lines: list[str] = []
+    for line in printable(text or "", lines=True).split("\n"):
+        fence = _open_fence(lines[-1]) if lines else None
+        if fence is not None and fence in _TICKS.findall(line):
+            lines[-1] += " " + line
+        else:
+            lines.append(line)
+    return [md_inline(line) for line in lines]
+
+
+def _open_fence(line: str) -> str | None:
+    """The backtick run of a code span ``line`` opens and does not close, if any."""
+    runs = _TICKS.findall(line)
+    while runs:
+        fence = runs.pop(0)
+        if fence not in runs:
+            return fence
+        runs = runs[runs.index(fence) + 1 :]
+    return None

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from traceanalyzer.report import overview_text as text
 from traceanalyzer.report.htmlkit import details, esc, table
 from traceanalyzer.report.overview_plots import COLORS, PHASE_COLORS
+from traceanalyzer.report.plots import svg_file
 from traceanalyzer.text import count
 
 if TYPE_CHECKING:
@@ -59,14 +60,14 @@ def _heatmap_svg(overview: Mapping[str, Any]) -> bytes | None:
     from traceanalyzer.report.overview_plots import heatmap_figure
 
     fig = heatmap_figure(overview)
-    return None if fig is None else fig.to_svg().encode("utf-8")
+    return None if fig is None else svg_file(fig.to_svg())
 
 
 def _timeline_svg(overview: Mapping[str, Any]) -> bytes | None:
     from traceanalyzer.report.overview_timeline import timeline_svg
 
     svg = timeline_svg(overview)
-    return None if svg is None else svg.encode("utf-8")
+    return None if svg is None else svg_file(svg)
 
 
 def overview_section(doc: Mapping[str, Any], figures: Mapping[str, bytes]) -> str:

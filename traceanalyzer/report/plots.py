@@ -13,6 +13,7 @@ import io
 from typing import TYPE_CHECKING, Any
 
 from traceanalyzer.chart import Chart
+from traceanalyzer.printable import printable
 from traceanalyzer.report.htmlkit import img_png
 from traceanalyzer.report.inputs import ReportInputs
 
@@ -29,7 +30,13 @@ def figure_for(finding: dict[str, Any], inputs: ReportInputs) -> Chart | Figure 
 
 def render(fig: Chart | Figure) -> bytes:
     """The figure as a file: SVG (UTF-8) for a chart, PNG for a matplotlib figure."""
-    return fig.to_svg().encode("utf-8") if isinstance(fig, Chart) else render_png(fig)
+    return svg_file(fig.to_svg()) if isinstance(fig, Chart) else render_png(fig)
+
+
+def svg_file(svg: str) -> bytes:
+    """An SVG as its file's bytes, without the control characters of the names in its text
+    (they come from the input; :func:`~traceanalyzer.printable.printable`)."""
+    return printable(svg, lines=True).encode("utf-8")
 
 
 def extension(data: bytes) -> str:

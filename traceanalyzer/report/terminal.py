@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING
 
 import click
 
+from traceanalyzer.interrupts import contained
+from traceanalyzer.printable import printable
 from traceanalyzer.report.inputs import ReportInputs
 from traceanalyzer.report.writer import HTML, ReportFiles, write_reports
 
@@ -31,12 +33,13 @@ class RunReports:
         if self.inputs is not None and self.inputs.bench:
             from traceanalyzer.recipes.bench import format_bench_table
 
-            lines += ["vllm bench (ms):", format_bench_table(self.inputs.bench)]
+            bench = printable(format_bench_table(self.inputs.bench), lines=True)
+            lines += ["vllm bench (ms):", bench]
         for name, error in self.files.errors.items():
-            lines.append(f"report {name} failed: {error}")
+            lines.append(printable(f"report {name} failed: {error}"))
         html = self.files.html
         if html is not None:
-            where = f"report: {html}"
+            where = printable(f"report: {html}")
             lines.append(click.style(where, bold=True) if color else where)
         return "\n".join(lines)
 
@@ -53,6 +56,8 @@ def run_reports(
     try:
         inputs = ReportInputs.load(out, result=result, rules=rules, input_root=input_root)
         return RunReports(write_reports(out, inputs=inputs), inputs)
-    except Exception as exc:
+    except BaseException as exc:  # rule code runs in the reports: its SystemExit too
+        if not contained(exc):
+            raise
         files = ReportFiles(errors={HTML: f"{type(exc).__name__}: {exc}"})
         return RunReports(files, None)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from traceanalyzer.interrupts import contained
 from traceanalyzer.report.annotations import build_annotations
 from traceanalyzer.report.html_report import render_html
 from traceanalyzer.report.inputs import ReportInputs
@@ -61,7 +62,9 @@ def make_plots(inputs: ReportInputs) -> tuple[dict[str, bytes], dict[str, str]]:
             fig = figure_for(f, inputs)
             if fig is not None:
                 plots[f["fingerprint"]] = render(fig)
-        except Exception as exc:  # a plot is a nicety; the finding text stands without it
+        except BaseException as exc:  # a plot is a nicety; the finding text stands without it
+            if not contained(exc):  # the figure is rule code: SystemExit is its failure too
+                raise
             errors[f"plot {f.get('name')}"] = f"{type(exc).__name__}: {exc}"
     return plots, errors
 
@@ -101,7 +104,9 @@ def write_reports(
         except OSError as exc:  # the output's fault (disk full, permissions), not the report's
             files.errors[name] = f"cannot write {out / name}: {exc.strerror or exc}"
             files.unwritable.append(name)
-        except Exception:
+        except BaseException as exc:  # rule code (captions, marks) runs in the renderers
+            if not contained(exc):
+                raise
             files.errors[name] = traceback.format_exc(limit=3).strip().splitlines()[-1]
 
     attempt(HTML, lambda: render_html(inputs, plots))

@@ -5,16 +5,28 @@ writes no journal, WAL or shared-memory file next to it. Each table is one plain
 columns needed, read through the ADBC SQLite driver as Arrow columns (no Python object per
 value) that polars adopts; ids become names through ``STRING_IDS`` and the ``ENUM_*`` tables as
 vectorised replacements.
+
+The file is data (:mod:`traceanalyzer.sqlite_ro`): only its real tables are read (a view, a
+virtual table or a generated column is listed as not read), the listing and the small queries
+run under a progress handler with a deadline, text that is not UTF-8 is read with replacement
+characters, and only the ``STRING_IDS`` rows the tables use are read, each text cut at
+:data:`~traceanalyzer.parse.trace_shared.MAX_NAME` characters (:class:`Repairs` says what
+was changed, in the rank's warnings).
 """
 
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
 import shutil
+import sqlite3
 import struct
 import tempfile
-from functools import cached_property
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from functools import cached_property, partial
 from pathlib import Path
 from typing import Any
 
@@ -23,13 +35,13 @@ import adbc_driver_sqlite
 import polars as pl
 import pyarrow as pa
 
+from traceanalyzer import sqlite_ro
 from traceanalyzer.parse.sink import body_columns
-from traceanalyzer.parse.trace_shared import SENTINELS
+from traceanalyzer.parse.trace_shared import CUT_KEEP, MAX_NAME, SENTINELS, cut_end, cut_name
 
 I32, I64, F64, STR, CAT = pl.Int32(), pl.Int64(), pl.Float64(), pl.String(), pl.Categorical()
 _SQL_TYPES = {I64: "INTEGER", F64: "REAL", STR: "TEXT"}
 _POLARS = {"int32": I32, "int64": I64, "double": F64}
-SMALL_ROWS = 1 << 16  # at least the rows of a query that is not a table scan
 MB = float(1 << 20)
 
 
@@ -42,13 +54,59 @@ class DbUnreadable(Exception):
     """The database cannot be read: not SQLite, damaged, being written, or an unknown schema."""
 
 
+@dataclass
+class Repairs:
+    """What reading a database changed of its values, shared by every connection to it (the
+    readers run side by side) and said once, in the rank's warnings."""
+
+    not_utf8: int = 0  # text values whose invalid bytes were replaced (U+FFFD)
+    cut: set[int] = field(default_factory=set)  # STRING_IDS ids whose text was cut
+    duplicates: set[int] = field(default_factory=set)  # STRING_IDS ids listed more than once
+    refused: str | None = None  # views, virtual tables, generated columns: not read
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add(
+        self, not_utf8: int = 0, cut: Iterable[int] = (), duplicates: Iterable[int] = ()
+    ) -> None:
+        with self._lock:
+            self.not_utf8 += not_utf8
+            self.cut.update(cut)
+            self.duplicates.update(duplicates)
+
+    def warnings(self, path: Path) -> list[str]:
+        said = [self.refused] if self.refused else []
+        if self.not_utf8:
+            said.append(
+                f"{path.name}: {self.not_utf8:,} text value(s) are not UTF-8; read with their "
+                "invalid bytes replaced (U+FFFD)"
+            )
+        if self.cut:
+            said.append(
+                f"{path.name}: {len(self.cut):,} STRING_IDS text(s) over {MAX_NAME:,} characters "
+                "cut to that length (the cut ends with a hash of the whole text)"
+            )
+        if self.duplicates:
+            said.append(
+                f"{path.name}: {len(self.duplicates):,} STRING_IDS id(s) listed more than once; "
+                "the first text of each is used"
+            )
+        return said
+
+
 class Connection:
     """A read-only ADBC connection to one SQLite file: queries come back as Arrow tables, built
     in C without a Python object per value (Python's sqlite3 builds one per value: 2-5x the
     time of a whole scan here)."""
 
-    def __init__(self, path: Path, immutable: bool = True, shown: Path | None = None):
+    def __init__(
+        self,
+        path: Path,
+        immutable: bool = True,
+        shown: Path | None = None,
+        repairs: Repairs | None = None,
+    ):
         self.path = shown or path  # what messages name
+        self.repairs = repairs or Repairs()
         # The input is opened immutable: no lock, no side file, nothing written. A private copy
         # (with a WAL or journal to apply) is opened as SQLite needs, to apply it.
         mode = "?mode=ro&immutable=1" if immutable else ""
@@ -61,26 +119,54 @@ class Connection:
             raise
 
     def arrow(self, sql: str, rows: int | None = None) -> pa.Table:
-        """The result of ``sql``. The driver types each column from the first batch it reads;
-        ``rows`` (at least the result's row count) makes that batch the whole result, so a
-        column null in its first rows and a number later is still typed by its values."""
+        """The result of ``sql``, its text valid UTF-8. The driver types each column from the
+        first batch it reads; ``rows`` (at least the result's row count) makes that batch the
+        whole result, so a column null in its first rows and a number later is still typed by
+        its values."""
         statement = adbc_driver_manager.AdbcStatement(self._connection)
         try:
             if rows is not None:
                 statement.set_options(**{"adbc.sqlite.query.batch_rows": str(max(rows, 1))})
             statement.set_sql_query(sql)
             stream, _ = statement.execute_query()
-            return pa.RecordBatchReader._import_from_c(stream.address).read_all()
+            data = pa.RecordBatchReader._import_from_c(stream.address).read_all()
         except (adbc_driver_manager.Error, pa.ArrowException, OSError) as exc:
             # A page that fails mid-scan surfaces from the stream: as the driver's error or
             # Arrow's (its I/O error is an OSError).
             raise DbUnreadable(f"{self.path}: {_what(exc)} ({_reason(exc)})") from exc
         finally:
             statement.close()
+        return self._valid_text(data)
+
+    def _valid_text(self, data: pa.Table) -> pa.Table:
+        """``data`` with the invalid UTF-8 of its text columns replaced (the driver passes
+        SQLite's bytes on as they are: unchecked, they make Parquet files no reader accepts)."""
+        try:
+            data.validate(full=True)  # checks every string's UTF-8, in C
+            return data
+        except pa.ArrowInvalid:
+            pass
+        for index, column in enumerate(data.columns):
+            if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+                repaired, bad = _decoded(column)
+                if bad:
+                    self.repairs.add(not_utf8=bad)
+                    data = data.set_column(index, data.field(index).name, repaired)
+        return data
 
     def close(self) -> None:
         self._connection.close()
         self._database.close()
+
+
+def _decoded(column: pa.ChunkedArray) -> tuple[pa.Array, int]:
+    """A text column's values decoded as UTF-8, invalid bytes replaced (U+FFFD), and how many
+    values had some (the bytes are viewed, not cast: no pyarrow.compute for a damaged file)."""
+    binary = pa.large_binary() if pa.types.is_large_string(column.type) else pa.binary()
+    raw = [value for chunk in column.chunks for value in chunk.view(binary).to_pylist()]
+    text = [None if value is None else value.decode("utf-8", errors="replace") for value in raw]
+    bad = sum(t is not None and t.encode() != r for t, r in zip(text, raw, strict=True))
+    return pl.Series(text, dtype=STR).to_arrow(), bad
 
 
 def _reason(exc: Exception) -> str:
@@ -155,11 +241,17 @@ def _writer_holds_lock(path: Path) -> bool:
     return False
 
 
-def connect_readonly(path: Path, source: Path | None = None) -> Connection:
+def connect_readonly(
+    path: Path, source: Path | None = None, repairs: Repairs | None = None
+) -> Connection:
     """Open ``path`` read-only, without locks or side files (or ``source``, a private copy of
     it, as SQLite needs to apply its side file); raise DbUnreadable naming ``path``."""
     try:
-        con = Connection(source or path, immutable=source in (None, path), shown=path)
+        sqlite_ro.regular_file(path)
+    except sqlite_ro.NotRegularFile as exc:
+        raise DbUnreadable(f"{path}: {exc}") from exc
+    try:
+        con = Connection(source or path, source in (None, path), path, repairs)
     except adbc_driver_manager.Error as exc:
         raise DbUnreadable(f"{path}: {_what(exc)} ({_reason(exc)})") from exc
     try:
@@ -171,33 +263,42 @@ def connect_readonly(path: Path, source: Path | None = None) -> Connection:
     return con
 
 
+# STRING_IDS ids looked up per query: an IN list this long parses in milliseconds
+_IDS_PER_QUERY = 50_000
+# More bytes than a text of MAX_NAME characters can have (UTF-8: 4 bytes at most each): a text
+# this long is cut for sure, and read a chunk at a time
+_LONG_BYTES = 4 * MAX_NAME
+
+
 class Db:
     """One open database: its tables and columns, typed scans, and the names of its ids.
     ``path`` is what messages name; ``source`` what is read (a private copy, see
-    :func:`readable_source`)."""
+    :func:`readable_source`); ``repairs`` collects what reading changed, for every connection
+    to the same file."""
 
-    def __init__(self, path: Path, source: Path | None = None):
+    def __init__(self, path: Path, source: Path | None = None, repairs: Repairs | None = None):
         self.path = path
-        self.con = connect_readonly(path, source)
+        self.repairs = repairs or Repairs()
+        self.con = connect_readonly(path, source, self.repairs)
         try:
-            listing = self.con.arrow(
-                "SELECT m.name AS tbl, CAST(c.name AS TEXT) AS col FROM sqlite_master AS m "
-                "LEFT JOIN pragma_table_info(m.name) AS c WHERE m.type IN ('table', 'view')",
-                rows=SMALL_ROWS,
-            )
-        except DbUnreadable:
+            self.small = sqlite_ro.connect(source or path, immutable=source in (None, path))
+            tables = sqlite_ro.tables_of(self.small)
+        except sqlite3.Error as exc:
             self.con.close()
-            raise
-        self.columns: dict[str, set[str]] = {}
-        for table, column in zip(
-            listing["tbl"].to_pylist(), listing["col"].to_pylist(), strict=True
-        ):
-            names = self.columns.setdefault(table, set())
-            if column is not None:
-                names.add(column)
+            raise DbUnreadable(f"{path}: {_what(exc)} ({exc})") from exc
+        self.columns, self._refused = tables.columns, tables.refused
+        self.repairs.refused = sqlite_ro.refused_note(path, tables)
+        # the STRING_IDS rows looked up so far; the readers' threads (polars runs a map on its
+        # own) look up one at a time
+        self._strings = pl.DataFrame(schema={"id": I64, "value": STR, "json": STR})
+        self._lookup_lock = threading.Lock()
 
     def has(self, table: str) -> bool:
         return table in self.columns
+
+    def refused(self, table: str) -> bool:
+        """Whether ``table`` is there but not read (a view or a virtual table)."""
+        return table in self._refused
 
     def has_column(self, table: str, column: str) -> bool:
         return column in self.columns.get(table, ())
@@ -205,7 +306,10 @@ class Db:
     def scan(self, table: str, **columns: tuple[str, pl.DataType]) -> pl.DataFrame:
         """``alias=(column, type)`` of every row of ``table``, in rowid order. A column the
         table lacks (another release) is null; values are cast in SQLite (PYTORCH_API keeps
-        its times as text), so a column always has its type."""
+        its times as text), so a column always has its type. A table that is not there (or
+        not a table) has no rows."""
+        if not self.has(table):
+            return pl.DataFrame(schema={alias: dtype for alias, (_, dtype) in columns.items()})
         exprs = []
         for alias, (column, dtype) in columns.items():
             if column != "rowid" and not self.has_column(table, column):
@@ -219,37 +323,110 @@ class Db:
 
     def rows(self, sql: str) -> list[tuple[Any, ...]]:
         """The rows of a small query (a few rows: probes, META_DATA), as Python values."""
-        data = self.con.arrow(sql, rows=SMALL_ROWS)
-        return list(
-            zip(*(data.column(i).to_pylist() for i in range(data.num_columns)), strict=True)
-        )
+        replaced = self.small.text.replaced
+        try:
+            found = self.small.execute(sql)
+        except sqlite3.Error as exc:
+            raise DbUnreadable(f"{self.path}: {_what(exc)} ({exc})") from exc
+        self.repairs.add(not_utf8=self.small.text.replaced - replaced)
+        return found
 
     def value(self, sql: str) -> Any:
         rows = self.rows(sql)
         return rows[0][0] if rows else None
 
-    @cached_property
-    def _strings(self) -> pl.DataFrame:
-        strings = self.scan("STRING_IDS", id=("id", I64), value=("value", STR))
-        return strings.with_columns(json_text(pl.col("value")).alias("json"))
+    def first_row(self, table: str) -> dict[str, Any]:
+        """The first row of ``table`` by column name, a blob as text ({} for an empty table)."""
+        try:
+            row = self.small.first(f'SELECT * FROM "{table}" LIMIT 1')
+        except sqlite3.Error as exc:
+            raise DbUnreadable(f"{self.path}: {_what(exc)} ({exc})") from exc
+        return {
+            name: value.decode("utf-8", errors="replace") if isinstance(value, bytes) else value
+            for name, value in row.items()
+        }
+
+    def _named(self, column: str, ids: pl.Series) -> pl.Series:
+        """``column`` (value or json) of the STRING_IDS rows of ``ids``, the ids not read yet
+        read now: the rows no table uses are never read."""
+        with self._lookup_lock:
+            wanted = ids.drop_nulls().unique()
+            new = wanted.filter(~wanted.is_in(self._strings["id"].implode()))
+            if len(new) and self.has_column("STRING_IDS", "value"):
+                self._strings = pl.concat([self._strings, self._read_strings(new)])
+            strings = self._strings
+        return ids.replace_strict(strings["id"], strings[column], default=None, return_dtype=STR)
+
+    def _read_strings(self, ids: pl.Series) -> pl.DataFrame:
+        """The texts of ``ids``, each cut at MAX_NAME characters with a hash of the whole text
+        (an absurd name would otherwise be copied into every row that uses it), the first of
+        an id listed twice. A text of more bytes than a MAX_NAME-character one can have is
+        never read whole (:meth:`_cut_text`)."""
+        parts = []
+        for start in range(0, len(ids), _IDS_PER_QUERY):
+            listed = ",".join(map(str, ids.slice(start, _IDS_PER_QUERY).to_list()))
+            parts.append(
+                self.con.arrow(
+                    # octet_length: SQLite tells the size without loading the value
+                    f"SELECT CAST(id AS INTEGER) AS id, CASE WHEN octet_length(value) > "
+                    f"{_LONG_BYTES} THEN NULL ELSE CAST(value AS TEXT) END AS value, "
+                    f"octet_length(value) > {_LONG_BYTES} AS long, rowid AS row "
+                    f"FROM STRING_IDS WHERE id IN ({listed}) ORDER BY rowid",
+                    rows=_IDS_PER_QUERY,
+                )
+            )
+        schema = {"id": I64, "value": STR, "long": I64, "row": I64}
+        found = pl.concat(
+            [pl.DataFrame(schema=schema), *(pl.DataFrame(p).cast(schema) for p in parts)]
+        )
+        repeated = set(found.filter(found["id"].is_duplicated())["id"].to_list())
+        found = found.unique("id", keep="first", maintain_order=True)
+        long = (pl.col("long") == 1) | (pl.col("value").str.len_chars() > MAX_NAME)
+        cut = {
+            string_id: self._cut_text(string_id, row, value)
+            for string_id, row, value in found.filter(long).select("id", "row", "value").rows()
+        }
+        if cut:
+            found = found.with_columns(
+                pl.when(long)
+                .then(pl.col("id").replace_strict(cut, default=None, return_dtype=STR))
+                .otherwise(pl.col("value"))
+                .alias("value")
+            )
+        self.repairs.add(cut=cut, duplicates=repeated)
+        return found.select("id", "value", json_text(pl.col("value")).alias("json"))
+
+    def _cut_text(self, string_id: int, row: int, value: str | None) -> str:
+        """A long STRING_IDS text cut as :func:`~traceanalyzer.parse.trace_shared.cut_name`
+        cuts a name: ``value`` when it was read (a few KB), else its first bytes and a hash of
+        all of them, read a chunk at a time (a 500 MB name costs a chunk, not 500 MB)."""
+        if value is not None:
+            return cut_name(value)
+        digest, head = hashlib.md5(), b""
+        try:
+            for chunk in self.small.chunks("STRING_IDS", "value", row):
+                digest.update(chunk)
+                head = head or chunk[:_LONG_BYTES]
+        except sqlite3.Error:  # not a rowid table: read whole, once
+            whole = self.value(f"SELECT CAST(value AS BLOB) FROM STRING_IDS WHERE id = {string_id}")
+            digest, head = hashlib.md5(whole or b""), (whole or b"")[:_LONG_BYTES]
+        text = head.decode("utf-8", errors="replace")[:CUT_KEEP]
+        return text + cut_end(digest.hexdigest())
 
     def text(self, ids: pl.Expr) -> pl.Expr:
         """The STRING_IDS text of an id column."""
-        return ids.replace_strict(
-            self._strings["id"], self._strings["value"], default=None, return_dtype=STR
-        )
+        return ids.map_batches(partial(self._named, "value"), STR, is_elementwise=True)
 
     def quoted(self, ids: pl.Expr) -> pl.Expr:
         """The STRING_IDS text of an id column as a JSON string literal."""
-        return ids.replace_strict(
-            self._strings["id"], self._strings["json"], default=None, return_dtype=STR
-        )
+        return ids.map_batches(partial(self._named, "json"), STR, is_elementwise=True)
 
     def enum(self, table: str, codes: pl.Expr) -> pl.Expr:
         """The name an ``ENUM_*`` table gives a code column (the code as text without one)."""
         if not self.has(table):
             return codes.cast(STR)
         names = self.scan(table, id=("id", I64), name=("name", STR))
+        names = names.unique("id", keep="first", maintain_order=True)
         return codes.replace_strict(names["id"], names["name"], default=None, return_dtype=STR)
 
     @cached_property
@@ -363,6 +540,7 @@ class Db:
 
     def close(self) -> None:
         self.con.close()
+        self.small.close()
 
 
 # COMPUTE_TASK_INFO columns (ids of STRING_IDS unless a number), under the kernels names.

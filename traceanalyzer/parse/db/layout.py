@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
+from traceanalyzer import json_shape
 from traceanalyzer.parse.db.database import Db, DbUnreadable
 from traceanalyzer.parse.db.result import DbResult
 from traceanalyzer.parse.trace_shared import CURRENT_SORT_INDEX, G2_SORT_INDEX
@@ -15,6 +15,8 @@ KNOWN_SCHEMA_MAJORS = (1,)
 _REQUIRED_TABLES = ("STRING_IDS",)
 _EVENT_TABLES = ("PYTORCH_API", "CANN_API", "TASK")
 
+# META_DATA values that are JSON in every export: one that does not decode is said
+_JSON_KEYS = ("ENV_VARIABLES", "parallel_group_info")
 _CURRENT_HOST_DEVICE = 31  # current msprof writes the host layers' pids with device bits 31
 
 
@@ -48,11 +50,12 @@ class Layout:
 def schema_version(db: Db) -> str | None:
     if not (db.has_column("META_DATA", "name") and db.has_column("META_DATA", "value")):
         return None
-    return db.value("SELECT value FROM META_DATA WHERE name = 'SCHEMA_VERSION'")
+    return db.value("SELECT CAST(value AS TEXT) FROM META_DATA WHERE name = 'SCHEMA_VERSION'")
 
 
 def check_schema(db: Db, version: str | None) -> None:
-    missing = [t for t in _REQUIRED_TABLES if not db.has(t)]
+    # a required table that is there but not read (a view) still says what the file is
+    missing = [t for t in _REQUIRED_TABLES if not db.has(t) and not db.refused(t)]
     if missing or not any(db.has(t) for t in _EVENT_TABLES):
         raise DbUnreadable(
             f"{db.path}: unknown schema: no {', '.join(missing or _EVENT_TABLES)} table "
@@ -85,34 +88,51 @@ def layout_of(db: Db, generation: str) -> Layout:
         ("TASK", "globalPid", 0),
     ):
         if os_pid is None and db.has_column(table, column):
-            os_pid = db.value(f"SELECT {column} >> {shift} FROM {table} LIMIT 1")
+            os_pid = db.value(f"SELECT CAST({column} AS INTEGER) >> {shift} FROM {table} LIMIT 1")
     device = None
-    if db.has_column("TASK", "deviceId"):
-        device = db.value("SELECT deviceId FROM TASK LIMIT 1")
-    if device is None and db.has_column("RANK_DEVICE_MAP", "deviceId"):
-        device = db.value("SELECT deviceId FROM RANK_DEVICE_MAP LIMIT 1")
+    for table in ("TASK", "RANK_DEVICE_MAP"):
+        if device is None and db.has_column(table, "deviceId"):
+            device = db.value(f"SELECT CAST(deviceId AS INTEGER) FROM {table} LIMIT 1")
     comm = "Communication" if generation in ("g3", "current") else "HCCL"
-    return Layout(int(os_pid or 0), int(device or 0), generation, comm)
+    # msprof's pids hold the device in 5 bits and the process id above them
+    return Layout(_within(os_pid, 1 << 31), _within(device, 1 << 5), generation, comm)
+
+
+def _within(value: object, limit: int) -> int:
+    """``value`` when it is an integer in [0, limit), else 0 (a damaged id)."""
+    return value if isinstance(value, int) and 0 <= value < limit else 0
 
 
 def session_facts(db: Db, result: DbResult) -> None:
     """The host and the session's own records (META_DATA, SESSION_TIME_INFO, NPU_INFO); the
-    rank is discovery's (RANK_DEVICE_MAP when nothing else tells it)."""
+    rank is discovery's (RANK_DEVICE_MAP when nothing else tells it). A value that does not
+    decode costs that value, with a warning."""
     if db.has_column("HOST_INFO", "hostName"):
-        result.hostname = db.value("SELECT hostName FROM HOST_INFO LIMIT 1")
+        result.hostname = db.value("SELECT CAST(hostName AS TEXT) FROM HOST_INFO LIMIT 1")
     if db.has_column("META_DATA", "name") and db.has_column("META_DATA", "value"):
         meta = "SELECT CAST(name AS TEXT), CAST(value AS TEXT) FROM META_DATA"
+        decoded: dict[str, object] = {}
         for name, value in db.rows(meta):
-            if str(name).startswith("SCHEMA_VERSION"):
+            if name is None or name.startswith("SCHEMA_VERSION"):
+                continue
+            result.metadata[name] = value
+            if value is None:
                 continue
             try:
-                result.metadata[name] = json.loads(value) if name == "ENV_VARIABLES" else value
-                # torch_npu keeps each profiler_metadata.json key here, its value as JSON.
-                result.profiler_metadata[name] = json.loads(value)
-            except ValueError:
-                result.metadata[name] = value
+                decoded[name] = json_shape.loads(value)
+            except json_shape.InputFileError as exc:
+                if name in _JSON_KEYS or "nested" in str(exc):
+                    result.warnings.append(f"{db.path.name}: META_DATA {name}: {exc}; ignored")
+                continue  # a plain text value: the metadata keeps it as it is
+            if name == "ENV_VARIABLES":
+                result.metadata[name] = decoded[name]
+        # torch_npu keeps each profiler_metadata.json key here, its value as JSON: conformed
+        # as discovery conforms that file's
+        kept, dropped = json_shape.conform(decoded, json_shape.PROFILER_METADATA)
+        result.profiler_metadata = kept
+        result.warnings += [f"{db.path.name}: META_DATA {d}; ignored" for d in dropped]
     if db.has("SESSION_TIME_INFO"):
-        rows = db.con.arrow("SELECT * FROM SESSION_TIME_INFO LIMIT 1").to_pylist()
-        result.metadata |= {f"SESSION_TIME_INFO.{n}": v for n, v in (rows or [{}])[0].items()}
+        row = db.first_row("SESSION_TIME_INFO")
+        result.metadata |= {f"SESSION_TIME_INFO.{n}": v for n, v in row.items()}
     if db.has_column("NPU_INFO", "name"):
-        result.metadata["NPU_INFO"] = db.value("SELECT name FROM NPU_INFO LIMIT 1")
+        result.metadata["NPU_INFO"] = db.value("SELECT CAST(name AS TEXT) FROM NPU_INFO LIMIT 1")

@@ -14,7 +14,7 @@ import pyarrow as pa
 
 from traceanalyzer.parse.db.analysis import analysis_tables
 from traceanalyzer.parse.db.counters import counter_order, counter_table
-from traceanalyzer.parse.db.database import STR, Db, DbUnreadable, readable_source
+from traceanalyzer.parse.db.database import STR, Db, DbUnreadable, Repairs, readable_source
 from traceanalyzer.parse.db.device import api_stats, kernel_table, op_stats, task_time_table
 from traceanalyzer.parse.db.flows import (
     connection_cats_table,
@@ -68,7 +68,8 @@ def parse_db(
         private = scratch or Path(temporary)
         if profiler_db is not None:
             source = _source(profiler_db, private, result)
-            db = Db(profiler_db, source)
+            repairs = Repairs()
+            db = Db(profiler_db, source, repairs)
             try:
                 result.schema_version = schema_version(db)
                 check_schema(db, result.schema_version)
@@ -78,8 +79,9 @@ def parse_db(
                 session_facts(db, result)
             finally:
                 db.close()
-            _profiler_tables(profiler_db, source, layout, sink, result, threads)
+            _profiler_tables(profiler_db, source, repairs, layout, sink, result, threads)
             result.not_collected.sort()  # the readers ran side by side
+            result.warnings += repairs.warnings(profiler_db)
         if analysis_db is not None:
             try:
                 adb = Db(analysis_db, _source(analysis_db, private, result))
@@ -87,6 +89,7 @@ def parse_db(
                     analysis_tables(adb, sink, result)
                 finally:
                     adb.close()
+                result.warnings += adb.repairs.warnings(analysis_db)
             except DbUnreadable as exc:
                 result.warnings.append(f"{exc}; its step and communication tables are empty")
                 result.incomplete.append(f"{analysis_db.name} (unreadable)")
@@ -102,7 +105,13 @@ def _source(path: Path, scratch: Path, result: DbResult) -> Path:
 
 
 def _profiler_tables(
-    path: Path, source: Path, layout: Layout, sink: TableSink, result: DbResult, threads: int
+    path: Path,
+    source: Path,
+    repairs: Repairs,
+    layout: Layout,
+    sink: TableSink,
+    result: DbResult,
+    threads: int,
 ) -> None:
     # Three readers side by side, each on its own connection: the driver steps SQLite and
     # polars computes without the GIL. The device reader keeps TASK for all its tables. A table
@@ -137,7 +146,11 @@ def _profiler_tables(
         return counter_threads, connection_cats_table(db), connection_id_table(db)
 
     (python, op_texts), device_slices, (counter_threads, cats, connection_ids) = _in_parallel(
-        path, source, threads, (lambda db: python_slices(db, layout, result), device, rest)
+        path,
+        source,
+        repairs,
+        threads,
+        (lambda db: python_slices(db, layout, result), device, rest),
     )
     slices = all_slices([python, *device_slices])
     del python, device_slices  # the parts, now chunks of the slices
@@ -188,12 +201,16 @@ def _write(sink: TableSink, table: str, frame: pl.DataFrame, order: pl.Series | 
 
 
 def _in_parallel(
-    path: Path, source: Path, threads: int, jobs: tuple[Callable[[Db], Any], ...]
+    path: Path,
+    source: Path,
+    repairs: Repairs,
+    threads: int,
+    jobs: tuple[Callable[[Db], Any], ...],
 ) -> list[Any]:
     """Each job's result, each run on its own connection to ``path`` (read from ``source``)."""
 
     def run(job: Callable[[Db], Any]) -> Any:
-        db = Db(path, source)
+        db = Db(path, source, repairs)
         try:
             return job(db)
         finally:

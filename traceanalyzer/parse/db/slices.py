@@ -188,7 +188,9 @@ def _shapes_swapped(db: Db) -> bool:
     """torch_npu 2.1-2.5 write the type list into inputShapes and the dims into inputDtypes; a
     shape never holds a letter, so one that does tells the columns are swapped."""
     if not (
-        db.has_column("PYTORCH_API", "inputShapes") and db.has_column("PYTORCH_API", "inputDtypes")
+        db.has_column("PYTORCH_API", "inputShapes")
+        and db.has_column("PYTORCH_API", "inputDtypes")
+        and db.has_column("STRING_IDS", "value")
     ):
         return False
     return bool(
