@@ -392,7 +392,7 @@ _ENDINGS = {
 
 
 def _ending_rule(folder: Path, ending: str, where: str = "p = ctx.params") -> Path:
-    from traceanalyzer.engine.scaffold import RULE_TEMPLATE
+    from traceanalyzer.authoring.scaffold import RULE_TEMPLATE
 
     folder.mkdir(exist_ok=True)
     source = RULE_TEMPLATE.format(rule_id="TA199", name="ender", summary="Ends.", func="ender")
@@ -468,7 +468,7 @@ def test_pool_workers_exit_when_the_run_is_killed(db_export: Path, tmp_path: Pat
     rules = tmp_path / "rules"
     marks = tmp_path / "workers"
     marks.mkdir()
-    from traceanalyzer.engine.scaffold import RULE_TEMPLATE
+    from traceanalyzer.authoring.scaffold import RULE_TEMPLATE
 
     rules.mkdir()
     stall = (
