@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from traceanalyzer.hints import did_you_mean, expected
-from traceanalyzer.synth.scenarios import baseline, capture, device, serving, store
+from traceanalyzer.synth.scenarios import baseline, capture, device, moe, serving, store
 from traceanalyzer.synth.scenarios.timeline import SessionPlan, Timeline
 
 
@@ -106,6 +106,7 @@ SCENARIOS: dict[str, Scenario] = {
     "serving": Scenario(
         "serving", serving.run, serving.KNOBS, serving.HELP, scheduled=serving.scheduled
     ),
+    "moe-ep": Scenario("moe-ep", moe.run, moe.KNOBS, moe.HELP, scheduled=moe.scheduled),
     **{
         name: Scenario(
             name,
