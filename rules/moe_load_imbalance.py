@@ -253,7 +253,8 @@ def _finding(
         )
         lines.append(
             f"Rank {r}: hot in {round(share * f.judged_steps)} of {f.judged_steps} judged steps "
-            f"({share:.0%}; longest run: steps {first}-{last}, {run} steps), there its expert "
+            f"({share:.0%}; longest run of consecutive judged steps: {_run(first, last, run)}), "
+            "there its expert "
             f"compute {fmt.duration(row['hot_expert_ns'])} per layer{tokens}; its device's "
             f"speed {row['speed']:.2f}x its peers' (dense kernels)."
         )
@@ -272,8 +273,9 @@ def _finding(
     advice = EPLB if persistent else CAPACITY
     lines.append(
         ("Persistent" if persistent else "Moving")
-        + f" hot spot (rank {top} hot in {f.hot_share.get(top, 0.0):.0%} of the judged steps; "
-        f"persistent from {p.persistent_share:.0%}): {advice}."
+        + f" hot spot: rank {top} is hot in {f.hot_share.get(top, 0.0):.0%} of the judged steps "
+        f"(persistent from {p.persistent_share:.0%}), so the fix is "
+        + ("EPLB." if persistent else "the token capacity, not a static expert map.")
     )
     return ctx.finding(
         rank=f.hot_ranks,
@@ -308,6 +310,10 @@ def _finding(
         series=_series(f),
         score=f.cost_ns,
     )
+
+
+def _run(first: int, last: int, steps: int) -> str:
+    return f"step {first}" if steps == 1 else f"steps {first}-{last}, {steps} steps"
 
 
 def _op_type(name: str) -> str:

@@ -730,7 +730,9 @@ def _imbalance(
         for r, n in steps.group_by("rank").agg(pl.col("hot_step").sum()).iter_rows()
         if n
     }
-    named = sorted((r for r, s in share.items() if s >= p.min_hot_share), key=lambda r: -share[r])
+    named = sorted(
+        (r for r, s in share.items() if s >= p.min_hot_share), key=lambda r: (-share[r], r)
+    )
     if not named:  # the hot spot moves among many ranks: name the most frequent ones
         top = max(share.values())
         named = sorted(r for r, s in share.items() if s == top)

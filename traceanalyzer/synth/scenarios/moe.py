@@ -29,7 +29,9 @@ rank's trace are those its peers' compute implies. The knobs:
 - decoys: ``slow_rank`` is slow for another reason, ``slow_cause``: ``host`` (its device idles
   ``slow_us`` before the expert compute, waiting for launches), ``throttle`` (every kernel
   ``throttle`` times longer, AI Core frequency lowered) or ``link`` (its exchanges finish
-  ``slow_us`` later: a slow link).
+  ``slow_us`` later: a slow link);
+- ``group_name``: the EP group's name in parallel_group_info (vLLM's ``ep``), ``mc2_group``
+  off leaves out vllm-ascend's ``mc2`` group.
 
 :func:`simulate` is the truth: tests compare the rule's hot rank and cost with it.
 """
@@ -76,13 +78,14 @@ KNOBS = {
     "slow_us": 150.0,
     "throttle": 1.4,
     "group_name": "ep",
+    "mc2_group": True,
 }
 HELP = (
     "MoE serving with expert parallelism: a hot expert rank makes the others wait in the EP "
     "exchange (knobs: iterations, layers, ep, hot_rank=-1 for balanced, skew, persistence, "
     "hot_from, rotate, comm=auto|mc2|alltoall|allgather, mc2_capacity, prefill_every, chunk, "
     "batch, topk, graph, shapes, dummy_ranks, dummy_every, warmup, slow_rank, "
-    "slow_cause=host|throttle|link, slow_us, throttle, group_name)"
+    "slow_cause=host|throttle|link, slow_us, throttle, group_name, mc2_group)"
 )
 PATHS = ("mc2", "alltoall", "allgather")
 CAUSES = ("host", "throttle", "link")
@@ -326,7 +329,7 @@ def _hashes(members: list[int]) -> dict[str, str]:
 def parallel_groups(knobs: dict, world: int, rank: int) -> dict:
     """parallel_group_info as torch_npu records it, vLLM's group names: the EP group
     (``group_name``), vllm-ascend's ``mc2`` group with the same members, the DP group, and the
-    whole world."""
+    whole world (``mc2_group`` off: no mc2 group, as when MC2 is not in use)."""
     members = next(g for g in groups(world, knobs["ep"]) if rank in g)
     h = _hashes(members)
     info = {
@@ -335,6 +338,8 @@ def parallel_groups(knobs: dict, world: int, rank: int) -> dict:
         h["dp"]: ("dp", members),
         "17522688603477080586": ("default_group", list(range(world))),
     }
+    if not knobs["mc2_group"]:
+        del info[h["mc2"]]
     return {
         key: {"group_name": name, "group_rank": ranks.index(rank), "global_ranks": ranks}
         for key, (name, ranks) in info.items()
