@@ -28,14 +28,13 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import polars as pl
 
 from traceanalyzer.engine.params import Param
 from traceanalyzer.engine.rule import RuleContext, helper
 from traceanalyzer.kit.kernels import kernel_tasks
 from traceanalyzer.kit.steps import phase_windows
-from traceanalyzer.primitives import union_intervals
+from traceanalyzer.primitives import covered_fraction, union_intervals
 from traceanalyzer.steps.phases import PHASES, STEADY_PHASES
 from traceanalyzer.vocabulary import (
     COMPUTE_TASK_TYPES,
@@ -207,9 +206,14 @@ def _exchange_paths(ctx: RuleContext) -> pl.DataFrame:
         on=["rank", "session", "name", "start_ns"],
         how="anti",  # an MC2 exchange is a kernel too: it is not compute that hides it
     )
-    exposed = _exposed(ops, compute)
+    covered = covered_fraction(
+        ops.with_row_index("_op"), compute.select("rank", "session", "start_ns", "end_ns"),
+        span_id="_op",
+    )  # fmt: skip
     per_step = (
-        ops.with_columns(exposed.alias("exposed_ns"))
+        covered.with_columns(
+            (pl.col("end_ns") - pl.col("start_ns") - pl.col("covered_ns")).alias("exposed_ns")
+        )
         .group_by("rank", "session", "step")
         .agg(
             pl.col("phase").first(),
@@ -243,36 +247,6 @@ def _steps_tokens(ctx: RuleContext) -> pl.DataFrame:
     from traceanalyzer.steps.tables import steps_of
 
     return steps_of(ctx.store, ctx.ranks).select("rank", "session", "step", "tokens")
-
-
-def _exposed(ops: pl.DataFrame, compute: pl.DataFrame) -> pl.Series:
-    """Per exchange op (in ``ops``' order): its time not covered by any compute kernel of its
-    rank and session (one sweep per session over the merged kernels)."""
-    merged = union_intervals(compute.select("rank", "session", "start_ns", "end_ns"))
-    out = np.zeros(ops.height, dtype=np.int64)
-    index = ops.with_row_index("_i")
-    by_session = {
-        key: (g["start_ns"].to_numpy(), g["end_ns"].to_numpy())
-        for key, g in merged.sort("start_ns").group_by(["rank", "session"])
-    }
-    for key, g in index.group_by(["rank", "session"]):
-        starts, ends = by_session.get(key, (np.array([], np.int64), np.array([], np.int64)))
-        covered_before = np.concatenate([[0], np.cumsum(ends - starts)])
-        for i, s, e in zip(g["_i"], g["start_ns"], g["end_ns"], strict=True):
-            out[i] = (e - s) - _covered(starts, ends, covered_before, s, e)
-    return pl.Series(out)
-
-
-def _covered(starts: np.ndarray, ends: np.ndarray, before: np.ndarray, s: int, e: int) -> int:
-    """Time of the merged, sorted intervals inside [s, e)."""
-    lo = int(np.searchsorted(ends, s, side="right"))  # first interval ending after s
-    hi = int(np.searchsorted(starts, e, side="left"))  # intervals starting before e
-    if hi <= lo:
-        return 0
-    inside = int(before[hi] - before[lo])
-    inside -= max(0, s - int(starts[lo]))  # clip the first and the last
-    inside -= max(0, int(ends[hi - 1]) - e)
-    return max(inside, 0)
 
 
 def _fits(steps: pl.DataFrame) -> pl.DataFrame:
