@@ -97,7 +97,7 @@ def moe_load_imbalance(ctx: RuleContext) -> Iterator[Finding]:
     dummy batches (`_dummy_run`: padding tokens all route to the same experts), warm-up and
     idle steps are left out. Findings are per EP group and phase; a rank is named hot when it
     is hot in at least `min_hot_share` of the judged steps; it fires when the waits are at
-    least `min_share` of the waiting ranks' time in those steps, in at least `min_hot_steps`
+    least `min_wait_share` of the waiting ranks' time in those steps, in at least `min_hot_steps`
     steps. EP groups come from `parallel_group_info` (group names matching `ep_groups`:
     vLLM's `ep`, vllm-ascend's `mc2`), else from the communicator of the exchange collectives
     (communication.json), else all ranks with MoE layers. The finding also says which exchange
@@ -159,7 +159,7 @@ def moe_load_imbalance(ctx: RuleContext) -> Iterator[Finding]:
             f"expert load balanced: {hot.height} hot rank-layers in "
             f"{judged.select('group', 'sidx', 'step', 'layer').unique().height} judged MoE layer "
             f"instances of {len(verdict.groups)} EP group(s), their peers' wait below "
-            f"{ctx.params.min_share:.0%} of their time",
+            f"{ctx.params.min_wait_share:.0%} of their time",
             instances=judged.height,
         )
         return

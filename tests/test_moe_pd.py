@@ -137,3 +137,13 @@ def test_prefill_and_decode_costs_match_the_scenario() -> None:
     assert found["prefill"].metrics["cost_ns"] == pytest.approx(sends, rel=0.05)
     requests = 2  # iterations 0 and 3 of 6 bring a new request (requests_every=3)
     assert found["decode"].metrics["cost_ns"] == pytest.approx(requests * 3000e3, rel=0.2)
+
+
+def test_rules_asking_about_the_expert_load_read_its_parameters() -> None:
+    """A rule's own parameter of the same name would silently change the helper's verdict."""
+    from traceanalyzer.kit.moe import MOE_PARAMS
+
+    users = [r for r in RULES.values() if "moe_imbalance" in r.uses]
+    assert {r.name for r in users} >= {"moe-load-imbalance", "collective-straggler", "slow-rank"}
+    for r in users:
+        assert all(r.params[k] is v for k, v in MOE_PARAMS.items()), r.name

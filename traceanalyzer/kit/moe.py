@@ -91,7 +91,7 @@ MOE_PARAMS = {
     "min_token_excess": Param(
         0.1, "... and, where Input Shapes give routed tokens, gets this share more tokens."
     ),
-    "min_share": Param(
+    "min_wait_share": Param(
         0.02,
         "Report when the others' wait is at least this share of their time in the judged steps.",
     ),
@@ -733,7 +733,7 @@ def _imbalance(
         waiting_ns=step_time,
         waiting_ranks=waiting,
     )
-    return found if found.share >= p.min_share and cost > 0 else None
+    return found if found.share >= p.min_wait_share and cost > 0 else None
 
 
 def _longest_run(steps: pl.DataFrame, rank: int) -> tuple[int, int, int]:
