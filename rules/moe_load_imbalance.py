@@ -174,12 +174,11 @@ def moe_load_imbalance(ctx: RuleContext) -> Iterator[Finding]:
 
 def _per_rank(f: Imbalance) -> pl.DataFrame:
     """Per rank of the group: its median expert compute and routed tokens per MoE layer where
-    it is hot (``hot_*``) and overall, its device speed, and what it waited."""
+    it is hot, and its device speed."""
     return f.instances.group_by("rank").agg(
         pl.col("expert_ns").filter(pl.col("hot")).median().alias("hot_expert_ns"),
         pl.col("tokens").filter(pl.col("hot")).median().alias("hot_tokens"),
         pl.col("speed").first(),
-        pl.col("owned_ns").sum().alias("owned_ns"),
     )
 
 

@@ -147,3 +147,12 @@ def test_rules_asking_about_the_expert_load_read_its_parameters() -> None:
     assert {r.name for r in users} >= {"moe-load-imbalance", "collective-straggler", "slow-rank"}
     for r in users:
         assert all(r.params[k] is v for k, v in MOE_PARAMS.items()), r.name
+
+
+def test_kv_findings_are_the_same_from_a_db_export() -> None:
+    """The connector's python functions and no-forward iterations reach the same tables from
+    ascend_pytorch_profiler_{rank}.db."""
+    knobs = {"iterations": 4, "layers": 4, "overlap": False}
+    text, db = (scenario_store("pd-kv", ranks=2, export=e, **knobs) for e in ("text", "db"))
+    titles = [sorted(f.title for f in _findings(s, "kv-transfer-overlap")) for s in (text, db)]
+    assert titles[0] == titles[1] and len(titles[0]) == 2

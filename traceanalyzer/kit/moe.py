@@ -36,6 +36,7 @@ from traceanalyzer.kit.kernels import kernel_tasks
 from traceanalyzer.kit.steps import phase_windows
 from traceanalyzer.primitives import covered_fraction, union_intervals
 from traceanalyzer.steps.phases import PHASES, STEADY_PHASES
+from traceanalyzer.steps.tables import steps_of
 from traceanalyzer.vocabulary import (
     COMPUTE_TASK_TYPES,
     DEVICE_PROCESSES,
@@ -43,7 +44,6 @@ from traceanalyzer.vocabulary import (
     session_metadata,
 )
 
-PATHS = ("mc2", "alltoall", "allgather")
 PATH_NAMES = {"mc2": "MC2 dispatch/combine", "alltoall": "all-to-all", "allgather": "all-gather"}
 EXCHANGE_PARAMS = {
     "mc2_ops": Param(
@@ -154,7 +154,7 @@ def _in_steps(ctx: RuleContext, frame: pl.DataFrame) -> pl.DataFrame:
             "phase",
             pl.col("start_ns").alias("_ws"),
             pl.col("end_ns").alias("_we"),
-        )  # fmt: skip
+        )
         .sort("_ws")
     )
     if frame.is_empty():
@@ -244,8 +244,6 @@ def _exchange_paths(ctx: RuleContext) -> pl.DataFrame:
 
 
 def _steps_tokens(ctx: RuleContext) -> pl.DataFrame:
-    from traceanalyzer.steps.tables import steps_of
-
     return steps_of(ctx.store, ctx.ranks).select("rank", "session", "step", "tokens")
 
 
@@ -307,7 +305,7 @@ def _ep_groups(ctx: RuleContext, moe_ranks: list[int]) -> list[EpGroup]:
                 continue
             name = str(value.get("group_name") or key)
             labels.setdefault(str(key), name)
-            members = frozenset(int(r) for r in value.get("global_ranks") or [])
+            members = frozenset(r for r in value.get("global_ranks") or [] if isinstance(r, int))
             if re.search(p.ep_groups, name) and len(members & present) >= 2:
                 named.setdefault(members, name)
     if named:
@@ -426,7 +424,7 @@ def _layers(ctx: RuleContext, ops: pl.DataFrame) -> pl.DataFrame:
             pl.col("start_ns").min().alias("first_ns"),
             pl.col("end_ns").max().alias("last_ns"),
             core.any().alias("_core"),
-            # graph-replayed (unknown) on any core kernel: the layer's count is unknown
+            # the layer's count only when every grouped matmul in it has one (not replayed)
             pl.when(core.filter(core).len() == pl.col("tokens").filter(core).count())
             .then(pl.col("tokens").filter(core).max())
             .alias("tokens"),
@@ -448,11 +446,11 @@ def _layers(ctx: RuleContext, ops: pl.DataFrame) -> pl.DataFrame:
             "arrival_ns",
             "exchange_ns",
             "first_ns",
-        )  # fmt: skip
+        )
     )
 
 
-def _speeds(ctx: RuleContext, groups: list[EpGroup], ops: pl.DataFrame) -> dict[int, float]:
+def _speeds(ctx: RuleContext, groups: list[EpGroup]) -> dict[int, float]:
     """Each rank's device speed against its group: the median over the dense kernels its peers
     run too (same step, name and order) of its duration over theirs (median). A throttled rank
     runs every kernel longer; a hot expert rank only its experts."""
@@ -535,7 +533,8 @@ class MoeVerdict:
     no exchange, one rank), ``undecided``: why it could not judge (no step with every rank of a
     group serving); ``rows``: every MoE layer instance of every rank (``sidx``, ``step``,
     ``phase``, ``layer``, ``expert_ns``, ``tokens``, ``speed``, ``wait_ns``, ``owned_ns``,
-    ``hot``, ``judged``, ``group``: the index in ``groups``); ``findings``: the imbalances that pass every threshold."""
+    ``hot``, ``judged``, ``group``: the index in ``groups``); ``findings``: the imbalances
+    that pass every threshold."""
 
     groups: list[EpGroup] = field(default_factory=list)
     rows: pl.DataFrame = field(default_factory=pl.DataFrame)
@@ -543,7 +542,6 @@ class MoeVerdict:
     excluded: dict[str, int] = field(default_factory=dict)  # phase -> instances left out
     unavailable: str | None = None
     undecided: str | None = None
-    notes: list[str] = field(default_factory=list)
 
     @property
     def hot_ranks(self) -> set[int]:
@@ -560,7 +558,7 @@ class MoeVerdict:
                     "session": pl.String,
                     "name": pl.String,
                     "owned_ns": pl.Int64,
-                }  # fmt: skip
+                }
             )
         frames = [f.instances.filter(pl.col("owned_ns") > 0) for f in self.findings]
         return pl.concat(frames).select(
@@ -596,7 +594,7 @@ def _verdict(ctx: RuleContext) -> MoeVerdict:
     groups = _ep_groups(ctx, sorted(layers["rank"].unique().to_list()))
     if not groups:
         return MoeVerdict(unavailable=NO_PEERS)
-    speeds = _speeds(ctx, groups, ops)
+    speeds = _speeds(ctx, groups)
     rows = (
         _in_steps(ctx, layers.rename({"first_ns": "start_ns"}))
         .filter(pl.col("step").is_not_null())
@@ -691,9 +689,9 @@ def _imbalance(
 ) -> Imbalance | None:
     """The imbalance of one group in one phase, when it passes the thresholds."""
     steps = (
-        rows.group_by("sidx", "step", "rank")
-        .agg(pl.col("hot").mean().alias("_hot"), pl.col("layer").count().alias("_layers"))
-        .with_columns((pl.col("_hot") >= 0.5).alias("hot_step"))
+        rows.group_by("sidx", "step", "rank").agg(
+            (pl.col("hot").mean() >= 0.5).alias("hot_step")
+        )  # in most of its layers
     )
     judged_steps = steps.select("sidx", "step").unique().height
     hot_steps = steps.filter(pl.col("hot_step")).select("sidx", "step").unique().height
