@@ -13,6 +13,7 @@ from traceanalyzer.kit import (
     NOT_HOST_PROCESSES,
     Evidence,
     Finding,
+    KeyFigure,
     NotEvaluated,
     Param,
     Requirement,
@@ -171,28 +172,17 @@ def kv_transfer_overlap(ctx: RuleContext) -> Iterator[Finding]:
       `batch_transfer_sync_write`), `mooncake_connector.py` (the decode side's receiving
       thread, `batch_transfer_sync_read`), `model_runner_v1.py` (`kv_connector_no_forward`).
     """
-    p = ctx.params
-    host = ctx.table("slices").filter(~pl.col("process").is_in(NOT_HOST_PROCESSES))
-    spans = (
-        host.filter(
-            pl.col("name").str.contains(p.send_pattern)
-            | pl.col("name").str.contains(p.receive_pattern)
-            | pl.col("name").str.contains(p.no_forward_pattern)
-        )
-        .select("rank", "session", "thread", "name", "start_ns", "end_ns")
-        .collect()
-    )
-    if spans.is_empty():
+    found = ctx.once(_connector)
+    if found is None:
         raise NotEvaluated(
-            f"missing KV connector events (host spans matching send_pattern, receive_pattern "
+            "missing KV connector events (host spans matching send_pattern, receive_pattern "
             f"or no_forward_pattern) (collect with {COLLECT})"
         )
+    sends, reads, waits = found
     windows = analysed_window_ns(ctx)
     steps = phase_windows(ctx)
-    sends = _outer(spans.filter(pl.col("name").str.contains(p.send_pattern)))
-    reads = _outer(spans.filter(pl.col("name").str.contains(p.receive_pattern)))
-    waits = spans.filter(pl.col("name").str.contains(p.no_forward_pattern))
-    for rank in sorted(spans["rank"].unique().to_list()):
+    ranks = pl.concat([f.select("rank") for f in found])["rank"].unique().sort().to_list()
+    for rank in ranks:
         mine = pl.col("rank") == rank
         if not sends.filter(mine).is_empty():
             yield from _prefill_side(ctx, rank, sends.filter(mine), steps.filter(mine), windows)
@@ -206,6 +196,32 @@ def kv_transfer_overlap(ctx: RuleContext) -> Iterator[Finding]:
                 "forward: the decode instance did not wait for them",
                 rank=rank,
             )
+
+
+def _connector(ctx: RuleContext) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame] | None:
+    """The connector's sends and reads (outermost per thread) and no-forward iterations;
+    None when the trace has none of them."""
+    p = ctx.params
+    spans = (
+        ctx.table("slices")
+        .filter(
+            ~pl.col("process").is_in(NOT_HOST_PROCESSES)
+            & (
+                pl.col("name").str.contains(p.send_pattern)
+                | pl.col("name").str.contains(p.receive_pattern)
+                | pl.col("name").str.contains(p.no_forward_pattern)
+            )
+        )
+        .select("rank", "session", "thread", "name", "start_ns", "end_ns")
+        .collect()
+    )
+    if spans.is_empty():
+        return None
+    return (
+        _outer(spans.filter(pl.col("name").str.contains(p.send_pattern))),
+        _outer(spans.filter(pl.col("name").str.contains(p.receive_pattern))),
+        spans.filter(pl.col("name").str.contains(p.no_forward_pattern)),
+    )
 
 
 def _outer(spans: pl.DataFrame) -> pl.DataFrame:
@@ -224,9 +240,11 @@ def _outer(spans: pl.DataFrame) -> pl.DataFrame:
 # --------------------------------------------------------------------------- prefill side
 
 
-def _prefill_side(
-    ctx: RuleContext, rank: int, sends: pl.DataFrame, steps: pl.DataFrame, windows: dict
-) -> Iterator[Finding]:
+def _sent(
+    ctx: RuleContext, rank: int, sends: pl.DataFrame, steps: pl.DataFrame
+) -> tuple[pl.DataFrame, pl.DataFrame, float] | str:
+    """The rank's sends placed in their prefill iterations (``after_ns``, ``blocked_ns``), the
+    iterations' sums, and the prefill iterations' time; or why they cannot be placed."""
     p = ctx.params
     iterations = (
         steps.filter(
@@ -236,12 +254,10 @@ def _prefill_side(
         .sort("start_ns")
     )
     if iterations.is_empty():
-        ctx.inconclusive(
+        return (
             f"rank {rank}: {sends.height} KV sends but no prefill iteration marked on the host "
-            "to place them in",
-            rank=rank,
+            "to place them in"
         )
-        return
     kernels = kernel_tasks(ctx.table("slices"), COMPUTE_TASK_TYPES, ranks=[rank])
     device = (
         _placed(kernels, iterations)
@@ -278,7 +294,7 @@ def _prefill_side(
                 pl.col("start_ns").alias("it_start"),
                 pl.col("end_ns").alias("it_end"),
                 "device_end",
-            ),  # fmt: skip
+            ),
             left_on="_first",
             right_on="it_start",
             by="session",
@@ -296,11 +312,7 @@ def _prefill_side(
         )
     )
     if placed.is_empty():
-        ctx.inconclusive(
-            f"rank {rank}: {sends.height} KV sends, none in a prefill iteration with device work",
-            rank=rank,
-        )
-        return
+        return f"rank {rank}: {sends.height} KV sends, none in a prefill iteration with device work"
     placed = placed.with_columns(_blocked(placed, kernels).alias("blocked_ns"))
     per = (
         placed.group_by("session", "step")
@@ -318,6 +330,18 @@ def _prefill_side(
     prefill_ns = float(
         (iterations["end_ns"] - iterations["start_ns"]).sum()  # type: ignore[operator]
     )
+    return placed, per, prefill_ns
+
+
+def _prefill_side(
+    ctx: RuleContext, rank: int, sends: pl.DataFrame, steps: pl.DataFrame, windows: dict
+) -> Iterator[Finding]:
+    p = ctx.params
+    sent = _sent(ctx, rank, sends, steps)
+    if isinstance(sent, str):
+        ctx.inconclusive(sent, rank=rank)
+        return
+    placed, per, prefill_ns = sent
     after, blocked = float(per["after_ns"].sum()), float(per["blocked_ns"].sum())
     serialized = per.filter(pl.col("after_share") >= p.min_after_share)
     blocking = per.filter(pl.col("blocked_ns") > 0)
@@ -583,3 +607,46 @@ def _waits(waits: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
         .drop("_run")
         .sort("session", "start_ns")
     )
+
+
+# --------------------------------------------------------------------------- presentation
+
+
+@kv_transfer_overlap.key_figures(
+    KeyFigure(
+        "kv_exposed_ns_per_prefill",
+        "KV send time after (or blocking) the forward, per prefill iteration",
+        better="lower",
+        unit="ns",
+    ),
+    KeyFigure(
+        "kv_wait_share", "wall time waiting for KV with no forward", better="lower", unit="ratio"
+    ),
+)
+def _key_figures(ctx: RuleContext) -> pl.DataFrame:
+    """Per rank: the prefill side's exposed send time per iteration, the decode side's share
+    of the wall time in no-forward waits."""
+    found = ctx.once(_connector)
+    schema = {
+        "rank": pl.Int32,
+        "kv_exposed_ns_per_prefill": pl.Float64,
+        "kv_wait_share": pl.Float64,
+    }
+    if found is None:
+        return pl.DataFrame(schema=schema)
+    sends, _reads, waits = found
+    steps, windows = phase_windows(ctx), analysed_window_ns(ctx)
+    rows = []
+    for rank in sorted(set(sends["rank"].to_list()) | set(waits["rank"].to_list())):
+        mine = pl.col("rank") == rank
+        exposed = wait = None
+        if sends.filter(mine).height:
+            sent = _sent(ctx, rank, sends.filter(mine), steps.filter(mine))
+            if not isinstance(sent, str):
+                per = sent[1]
+                exposed = float(per["after_ns"].sum() + per["blocked_ns"].sum()) / per.height
+        if waits.filter(mine).height:
+            periods = _waits(waits.filter(mine), steps.filter(mine))
+            wait = window_share(float(periods["wait_ns"].sum()), windows.get(rank))
+        rows.append({"rank": rank, "kv_exposed_ns_per_prefill": exposed, "kv_wait_share": wait})
+    return pl.DataFrame(rows, schema=schema)
