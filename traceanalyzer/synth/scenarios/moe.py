@@ -136,7 +136,6 @@ class RankIteration:
     graph: bool
     tasks: list[Task] = field(default_factory=list)
     forward_end: int = 0  # when its last forward kernel ends
-    routed: list[int] = field(default_factory=list)  # routed tokens per MoE layer
     hot: int | None = None  # the group's hot rank in this iteration (the truth)
     waits: list[int] = field(default_factory=list)  # its wait in each layer's exchange back
 
@@ -292,7 +291,6 @@ def _group_iteration(knobs: dict, i: int, members: list[int], plan: Plan) -> int
             # a FULL graph replays the capture size's shapes: the real count is in no shape
             rows = capacity if its[r].graph else n
             x = f"{rows},{HIDDEN};{8},{HIDDEN},{INTER * 2};{8}" if knobs["shapes"] else ""
-            its[r].routed.append(n)
             if r == slow and cause == "host":
                 clock[r] += late  # the device idles until the host launches the experts
             if path != "mc2":
