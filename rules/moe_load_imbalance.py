@@ -125,10 +125,9 @@ def moe_load_imbalance(ctx: RuleContext) -> Iterator[Finding]:
     ## Example
     ```
     TA012 moe-load-imbalance [warning] rank 1 (1/4) (decode)
-    rank 1 is the hot expert rank of EP group `ep` (ranks 0-3) in 16 of 16 decode steps: its
-    expert compute 2.0x the group's median per MoE layer (169 µs vs 86 µs), 2.0x the routed
-    tokens; the other 3 ranks wait 330 µs per step each for it in the exchange back (23% of
-    their time)
+    rank 1 is the hot expert rank of EP group `ep` (ranks 0-3) in 8 of 8 decode steps: its
+    expert compute 2.0x the group's median per MoE layer (147 µs vs 74.6 µs); the other 3
+    ranks wait 146 µs per step each for it in the exchange back (18% of their time)
     ```
     Silent on a balanced run (a slow link makes the others wait, but nobody computes longer),
     on a rank that is late for another reason (host-bound launches, a throttled device: its
