@@ -107,6 +107,10 @@ def test_exchange_paths_per_step() -> None:
     assert paths["exchanges"].min() == 4  # two MoE layers, there and back
     assert (paths["exposed_ns"] <= paths["exchange_ns"]).all()
     assert paths["fits"].all()
+    from traceanalyzer.kit import exchange_paths
+
+    assert exchange_paths(store).equals(paths)  # the overview's way in, outside a rule
+    assert exchange_paths(store, ranks=[1])["rank"].unique().to_list() == [1]
 
 
 def test_a_path_that_does_not_fit_its_size_is_flagged() -> None:

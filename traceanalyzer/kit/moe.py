@@ -10,7 +10,8 @@ rank of the group when the last one arrives: a rank whose experts got more token
 longer and the others wait for it there (``serving_profiles.md`` §3).
 
 - :func:`moe_exchange_paths`: which exchange each step used and how much of it was exposed
-  (per rank and step); a step whose path does not fit its size is flagged.
+  (per rank and step); a step whose path does not fit its size is flagged
+  (:func:`exchange_paths`: the same for a store, outside a rule).
 - :func:`moe_imbalance`: per MoE layer instance (the k-th MoE layer of a step, matched across
   the ranks of an EP group) each rank's expert compute, routed tokens and wait in the exchange
   back; the hot ranks and what their peers lose waiting for them. ``moe-load-imbalance``
@@ -25,12 +26,13 @@ the instance), so ranks on different hosts need no common clock.
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from traceanalyzer.engine.params import Param
+from traceanalyzer.engine.params import Param, Params
 from traceanalyzer.engine.rule import RuleContext, helper
 from traceanalyzer.kit.kernels import kernel_tasks
 from traceanalyzer.kit.steps import phase_windows
@@ -43,6 +45,9 @@ from traceanalyzer.vocabulary import (
     HARDWARE_PROCESS,
     session_metadata,
 )
+
+if TYPE_CHECKING:
+    from traceanalyzer.store import Store
 
 PATH_NAMES = {"mc2": "MC2 dispatch/combine", "alltoall": "all-to-all", "allgather": "all-gather"}
 EXCHANGE_PARAMS = {
@@ -188,6 +193,22 @@ def moe_exchange_paths(ctx: RuleContext) -> pl.DataFrame:
     tokens than an all-to-all one, or an all-gather step beside MC2 or all-to-all steps; null
     when the step's tokens are unknown)."""
     return ctx.shared(_exchange_paths, tuple(EXCHANGE_PARAMS))
+
+
+def exchange_paths(
+    store: Store, ranks: Collection[int] | None = None, **patterns: str
+) -> pl.DataFrame:
+    """:func:`moe_exchange_paths` outside a rule (the overview): the same frame for ``ranks``
+    of ``store`` (every rank: None), with ``mc2_ops``, ``alltoall_ops`` and ``allgather_ops``
+    at their defaults unless given."""
+    unknown = sorted(set(patterns) - set(EXCHANGE_PARAMS))
+    if unknown:
+        raise ValueError(f"unknown pattern(s) {unknown}; known: {sorted(EXCHANGE_PARAMS)}")
+    values = {name: patterns.get(name, param.default) for name, param in EXCHANGE_PARAMS.items()}
+    scope = frozenset(ranks) if ranks is not None else None
+    # no rule asks: the derivation reads only the store, the ranks and these patterns
+    ctx = RuleContext(None, store, Params(values), scope)  # type: ignore[arg-type]
+    return _exchange_paths(ctx)
 
 
 def _exchange_paths(ctx: RuleContext) -> pl.DataFrame:
