@@ -27,6 +27,7 @@ from traceanalyzer.kit import (
     analysed_window_ns,
     communication_ops,
     kernel_tasks,
+    moe_imbalance,
     rule,
     session_metadata,
     union_intervals,
@@ -59,7 +60,14 @@ CAUSES = {
         "the collective starts late although its device did no more work: look at what the "
         "host does before it launches the collective on that rank, and at its links",
     ),
+    "moe": (
+        "expert load imbalance",
+        "it is a hot expert rank: its experts get more routed tokens than its peers' and the "
+        "others wait for it in the EP exchange; moe-load-imbalance reports it and counts this "
+        "wait (balance the expert load: EPLB)",
+    ),
 }
+OWNED = 0.5  # share of the wait moe-load-imbalance must own for the cause to be the experts
 
 
 @rule(
@@ -100,6 +108,8 @@ CAUSES = {
         ),
         "op_pattern": Param(r"^hcom_", "Regex on communication op names of collectives."),
     },
+    # a hot expert rank's lateness is moe-load-imbalance's: asked who owns which wait
+    uses=[moe_imbalance],
     requires=[
         AnyOf(
             communication_ops(),
@@ -128,7 +138,10 @@ def collective_straggler(ctx: RuleContext) -> Iterator[Finding]:
     window.
     The finding names the late rank, the ops, the time the others lose per step, and what
     precedes the collective on the late rank compared with its peers (longer compute, device
-    idle while the host lags, or neither).
+    idle while the host lags, or neither). When the late rank is a hot expert rank and the
+    waits are in the EP exchange after its experts (the all-to-all and all-gather paths),
+    `moe-load-imbalance` owns that wait: the cause is the expert load, and this finding's
+    `cost_ns` leaves that part out (`moe_owned_ns`), so the wait is counted once.
 
     ## Why it matters
     In synchronous collectives every rank's step time is the same, so the slow rank does not
@@ -700,7 +713,6 @@ def _finding(ctx: RuleContext, s: Straggler, group: str, kernels: pl.DataFrame) 
     )
     before = preceding(s, kernels)
     cause = cause_of(before, s.lost_ns / max(s.late.height, 1))
-    cause_name, advice = CAUSES[cause]
     lines = [
         f"{s.late.height} of the group's {s.counted} collective instances in which the others "
         f"wait at least {p.min_excess_us:g} µs and {p.min_excess_share:.0%} of their time in the "
@@ -730,6 +742,17 @@ def _finding(ctx: RuleContext, s: Straggler, group: str, kernels: pl.DataFrame) 
         )
     else:
         lines.append("No device kernels before the collectives to compare (the trace has none).")
+    owned = _moe_owned(ctx, s)
+    if owned >= OWNED * s.lost_ns:
+        cause = "moe"
+    cause_name, advice = CAUSES[cause]
+    cost = max(s.lost_ns - owned, 0.0)
+    if owned:
+        lines.append(
+            f"Of the others' wait, {fmt.duration(owned)} (mean over them) is in EP exchanges "
+            f"after rank {s.rank}'s longer expert compute: moe-load-imbalance counts it, this "
+            f"finding's cost is the remaining {fmt.duration(cost)}."
+        )
     lines.append(f"Cause: {cause_name} -- {advice}.")
     their = "its" if len(s.peers) == 1 else "their"
     title = (
@@ -745,8 +768,9 @@ def _finding(ctx: RuleContext, s: Straggler, group: str, kernels: pl.DataFrame) 
         message="\n".join(lines),
         location={"group": s.group, "cause": cause},
         metrics={
-            "cost_ns": s.lost_ns,
-            "cost_share": cost_share,
+            "cost_ns": cost,
+            "cost_share": cost / s.window_ns if s.window_ns else None,
+            "moe_owned_ns": owned,
             "wait_ns_per_step": per_step,
             "late_instances": s.late.height,
             "counted_instances": s.counted,
@@ -770,8 +794,24 @@ def _finding(ctx: RuleContext, s: Straggler, group: str, kernels: pl.DataFrame) 
     )
 
 
+def _moe_owned(ctx: RuleContext, s: Straggler) -> float:
+    """The part of ``s.lost_ns`` (mean over the others) that moe-load-imbalance owns: the
+    peers' waits in EP exchanges it attributes to ``s.rank``'s longer expert compute."""
+    verdict = moe_imbalance(ctx)
+    if s.rank not in verdict.hot_ranks:
+        return 0.0
+    owned = verdict.owned_ops()
+    peers = s.rows.filter(pl.col("rank") != s.rank).select(
+        pl.col("rank").cast(pl.Int32), "session", "name"
+    )
+    total = float(peers.join(owned, on=["rank", "session", "name"])["owned_ns"].sum())
+    return min(total / max(len(s.peers), 1), s.lost_ns)
+
+
 def _headline(cause: str, before: Before | None) -> str:
     """What precedes the collectives on the late rank, in a few words."""
+    if cause == "moe":
+        return "it is a hot expert rank (moe-load-imbalance counts this wait)"
     if cause == "compute" and before is not None:
         top = f" ({before.kernels[0][0]} {signed(before.kernels[0][1] / max(before.instances, 1))})"
         return f"before each it computes {fmt.duration(before.extra_compute_ns)} longer" + (

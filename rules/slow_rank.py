@@ -25,6 +25,7 @@ from traceanalyzer.kit import (
     Requirement,
     RuleContext,
     communication_ops,
+    moe_imbalance,
     phase_windows,
     robust_z,
     rule,
@@ -50,6 +51,12 @@ CAUSES = {
         "congested switch port, or its communication peers arrive late",
     ),
 }
+# the cause when the excess is a hot expert rank's compute (not one of the step's parts)
+MOE_CAUSE = (
+    "expert load imbalance",
+    "it is a hot expert rank: its experts get more routed tokens than its peers'; "
+    "moe-load-imbalance reports it and counts its cost (balance the expert load: EPLB)",
+)
 FIX = (
     "Fix the cause named in the finding on the slow rank itself: compare its device (frequency, "
     "health), its host (CPU binding, load, logging) and its links against a healthy peer. One "
@@ -103,6 +110,8 @@ class RankTimes:
             COMMUNICATION_PROCESSES, "Processes whose tasks are communication (slices source)."
         ),
     },
+    # a hot expert rank's longer compute is moe-load-imbalance's: asked who owns it
+    uses=[moe_imbalance],
     requires=[
         AnyOf(
             Requirement(
@@ -136,7 +145,9 @@ def slow_rank(ctx: RuleContext) -> Iterator[Finding]:
     time, Stage: Free, Preparing and the tail, where the device idles waiting for the host) and
     **waiting in communication** (Communication not overlapped) -- the excess
     over the peers' median is computed, and the part with the largest excess is the cause.
-    Ranks with the same metric and cause are grouped into one finding.
+    Ranks with the same metric and cause are grouped into one finding. A rank whose excess is
+    device compute and that `moe-load-imbalance` names a hot expert rank gets the cause
+    "expert load imbalance" and no cost of its own (`moe_owned_ns`): that finding counts it.
 
     ## Why it matters
     Synchronous collectives make every rank wait for the slowest one: one slow rank out of 64
@@ -412,9 +423,13 @@ def _judge(ctx: RuleContext, metric: str, times: list[RankTimes]) -> Iterator[Fi
             for k, v in t.parts.items()
         }
         cause = max(deltas, key=lambda k: deltas[k])
-        cause_name, advice = CAUSES[cause]
+        # its longer compute is its experts': moe-load-imbalance counts what it costs
+        moe = metric == "step" and cause == "compute" and t.rank in moe_imbalance(ctx).hot_ranks
+        cause_name, advice = MOE_CAUSE if moe else CAUSES[cause]
+        part, cause = cause, "moe" if moe else cause  # part: the step's part that grew
         if metric == "transfer":
             cause_name, advice = "slow transfers", CAUSES["communication"][1]
+        lost = max(t.total - median, 0.0) * t.steps
         breakdown = ", ".join(
             f"{CAUSES[k][0] if metric == 'step' else 'transit'} {fmt.duration(v)} "
             f"({deltas[k] / 1e6:+.3g} ms vs peers)"
@@ -423,7 +438,7 @@ def _judge(ctx: RuleContext, metric: str, times: list[RankTimes]) -> Iterator[Fi
         title = (
             f"rank {t.rank} is slow: {label} {fmt.duration(t.total)} vs peers' median "
             f"{fmt.duration(median)} ({excess:+.0%}, robust z={score:.1f}); cause: {cause_name}"
-            + (f" ({deltas[cause] / 1e6:+.3g} ms per step)" if metric == "step" else "")
+            + (f" ({deltas[part] / 1e6:+.3g} ms per step)" if metric == "step" else "")
         )
         message = "\n".join(
             [
@@ -432,6 +447,7 @@ def _judge(ctx: RuleContext, metric: str, times: list[RankTimes]) -> Iterator[Fi
                 f"{score:.1f} (threshold {p.z_threshold}).",
                 f"Per step on rank {t.rank}: {breakdown}.",
                 f"Cause: {cause_name} -- {advice}.",
+                *([f"moe-load-imbalance counts its cost ({fmt.duration(lost)})."] if moe else []),
             ]
         )
         yield ctx.finding(
@@ -444,8 +460,9 @@ def _judge(ctx: RuleContext, metric: str, times: list[RankTimes]) -> Iterator[Fi
                 "median_ns": t.total,
                 "peers_median_ns": median,
                 # what the rank loses against its peers over its steps (the overview's cost)
-                "cost_ns": max(t.total - median, 0.0) * t.steps,
-                "cost_share": max(t.total - median, 0.0) / t.total if t.total else None,
+                "cost_ns": 0.0 if moe else lost,
+                "cost_share": 0.0 if moe else (lost / t.steps / t.total if t.total else None),
+                "moe_owned_ns": lost if moe else 0.0,
                 "excess": excess,
                 "robust_z": float(score),
                 "steps": t.steps,

@@ -30,7 +30,7 @@ def _fails(*args: str) -> str:
         (["run", SAMPLE, "--fail-onn", "x"], "Did you mean '--fail-on'?"),
         (["run", SAMPLE, "--fail-on", "bad"], "error: Invalid value for '--fail-on'"),
         (["rules", "explain", "slow-rnk"], "error: unknown rule 'slow-rnk'; did you mean 'slow-rank'?"),
-        (["rules", "test", "TA03"], "did you mean 'TA003'?"),
+        (["rules", "test", "TA0003"], "did you mean 'TA003'?"),  # TA03: TA003 or TA013
         (["run", "sample_traces/capture_growth_2rnk"], f"did you mean '{SAMPLE}'?"),
         (["run", SAMPLE, "--rules", "rulez"], "Directory 'rulez' does not exist; did you mean 'rules'?"),
         (["annotate", "sample_tracez"], "did you mean 'sample_traces'?"),

@@ -30,7 +30,7 @@ from typing import Any
 from traceanalyzer import text
 from traceanalyzer.authoring.ruletest import fixture
 from traceanalyzer.chart import PALETTE, Chart, Swatch
-from traceanalyzer.engine.findings import Evidence, Finding
+from traceanalyzer.engine.findings import Evidence, Finding, compress_ranks
 from traceanalyzer.engine.params import Param, Params
 from traceanalyzer.engine.presentation import (
     FigureContext,
@@ -50,6 +50,16 @@ from traceanalyzer.engine.rule import (
 )
 from traceanalyzer.kit.cost import analysed_window_ns, analysed_windows, window_share
 from traceanalyzer.kit.kernels import NOT_KERNEL_PATTERN, kernel_tasks
+from traceanalyzer.kit.moe import (
+    PATH_NAMES,
+    EpGroup,
+    Imbalance,
+    MoeVerdict,
+    exchange_paths,
+    moe_exchange_paths,
+    moe_imbalance,
+    routed_tokens,
+)
 from traceanalyzer.kit.requirements import (
     HOST_MARKED_STEPS,
     api_statistics,
@@ -184,6 +194,15 @@ __all__ = [
     "recurring_calls",
     "steady_key_figures",
     "step_windows",
+    # mixture of experts: EP exchanges, expert load
+    "PATH_NAMES",
+    "EpGroup",
+    "Imbalance",
+    "MoeVerdict",
+    "exchange_paths",
+    "moe_exchange_paths",
+    "moe_imbalance",
+    "routed_tokens",
     # cost, kernels, statistics
     "analysed_window_ns",
     "analysed_windows",
@@ -255,6 +274,7 @@ __all__ = [
     "trend",
     "union_intervals",
     "text",
+    "compress_ranks",
     # fixtures
     "Launch",
     "RankBuilder",  # noqa: F822 - resolved lazily by __getattr__

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from traceanalyzer.hints import did_you_mean, expected
-from traceanalyzer.synth.scenarios import baseline, capture, device, serving, store
+from traceanalyzer.synth.scenarios import baseline, capture, device, moe, pd, serving, store
 from traceanalyzer.synth.scenarios.timeline import SessionPlan, Timeline
 
 
@@ -106,6 +106,8 @@ SCENARIOS: dict[str, Scenario] = {
     "serving": Scenario(
         "serving", serving.run, serving.KNOBS, serving.HELP, scheduled=serving.scheduled
     ),
+    "moe-ep": Scenario("moe-ep", moe.run, moe.KNOBS, moe.HELP, scheduled=moe.scheduled),
+    "pd-kv": Scenario("pd-kv", pd.run, pd.KNOBS, pd.HELP, scheduled=pd.scheduled),
     **{
         name: Scenario(
             name,

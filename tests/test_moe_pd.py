@@ -1,0 +1,162 @@
+"""MoE expert parallelism and PD disaggregation: the rules against the synthetic scenarios'
+truth (which rank is hot, what the others wait), one owner per wait, and the kit's per-step
+EP exchange paths."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+from traceanalyzer.engine import evaluate
+from traceanalyzer.engine.loader import load_rules
+from traceanalyzer.engine.params import Params
+from traceanalyzer.engine.rule import RuleContext
+from traceanalyzer.kit import routed_tokens
+from traceanalyzer.kit.moe import _fits
+from traceanalyzer.synth.fixtures import scenario_store
+from traceanalyzer.synth.scenarios import get_scenario, moe
+
+RULES = {r.name: r for r in load_rules(entry_points=False).rules}
+SMALL = {"iterations": 8, "layers": 2}
+
+
+def _true_wait(knobs: dict, world: int = 4) -> tuple[dict[int, int], int, int]:
+    """From the simulation: in how many served steps each rank is hot, what the others wait
+    for it in the exchanges back (dummy and warm-up steps left out), and the served steps."""
+    plan = moe.simulate(get_scenario("moe-ep").resolve(knobs), world)
+    hot: dict[int, int] = {}
+    wait = served = 0
+    for i in range(len(plan.starts)):
+        its = {r: plan.ranks[r][i] for r in range(world)}
+        if {it.phase for it in its.values()} & {"dummy", "warmup"}:
+            continue
+        served += 1
+        for r, it in its.items():
+            if it.hot is not None and it.hot != r:
+                wait += sum(it.waits)
+            if it.hot == r:
+                hot[r] = hot.get(r, 0) + 1
+    return hot, wait, served
+
+
+def _findings(store, name: str) -> list:
+    return [f for f in evaluate(store).findings if f.name == name]
+
+
+@pytest.mark.parametrize(
+    "knobs",
+    [
+        {},
+        {"comm": "alltoall", "graph": False},
+        {"comm": "allgather", "graph": False, "hot_rank": 3, "skew": 1.6},
+        {"rotate": True},
+        {"persistence": 0.5, "hot_from": 2, "dummy_ranks": "0", "dummy_every": 4},
+    ],
+    ids=["mc2", "alltoall", "allgather", "moving", "window-and-dummies"],
+)
+def test_hot_rank_and_cost_match_the_simulation(knobs: dict) -> None:
+    knobs = {**SMALL, **knobs}
+    found = _findings(scenario_store("moe-ep", ranks=4, **knobs), "moe-load-imbalance")
+    hot, wait, served = _true_wait(knobs)
+    assert len(found) == 1
+    # named: hot in at least min_hot_share (0.2) of the served steps
+    assert found[0].ranks == sorted(r for r, n in hot.items() if n >= 0.2 * served)
+    assert found[0].metrics["cost_ns"] == pytest.approx(wait, rel=0.2)
+
+
+def test_one_owner_for_the_hot_ranks_wait() -> None:
+    """All-to-all path: collective-straggler sees rank 1 late at every combine; the wait is
+    moe-load-imbalance's, the straggler keeps only what the experts do not explain."""
+    knobs = {**SMALL, "comm": "alltoall", "graph": False}
+    result = evaluate(scenario_store("moe-ep", ranks=4, **knobs))
+    by_name = {f.name: f for f in result.findings}
+    moe_cost = by_name["moe-load-imbalance"].metrics["cost_ns"]
+    straggler = by_name["collective-straggler"]
+    assert straggler.location["cause"] == "moe"
+    assert straggler.metrics["moe_owned_ns"] > 0.9 * moe_cost / 3  # mean over the 3 peers
+    assert straggler.metrics["cost_ns"] < 0.05 * moe_cost
+    _, wait, _ = _true_wait(knobs)
+    total = moe_cost + 3 * straggler.metrics["cost_ns"]
+    assert total == pytest.approx(wait, rel=0.2)  # counted once, not twice
+
+
+def test_routed_tokens_counts_like_ep_load_balance() -> None:
+    assert routed_tokens("512,7168;16,7168,4096;16", 2) == 512
+    assert routed_tokens('"256,7168;256,7168;16,7168,4096;16"', 2) == 512  # two x tensors
+    assert routed_tokens("512,7168;;16,7168,4096;16", 2) == 512  # empty inputs skipped
+    assert routed_tokens("512,7168", 2) is None  # one input: nothing to count
+    assert routed_tokens("N/A;16,7168,4096;16", 2) is None
+    assert routed_tokens(None, 2) is None
+
+
+def test_exchange_paths_per_step() -> None:
+    """Decode steps within the MC2 capacity take MC2, prefill chunks all-to-all; each step's
+    exchange time and what of it is exposed."""
+    store = scenario_store("moe-ep", ranks=2, **SMALL, prefill_every=4, graph=False)
+    rule = RULES["moe-load-imbalance"]
+    ctx = RuleContext(rule, store, Params({k: v.default for k, v in rule.params.items()}))
+    from traceanalyzer.kit import moe_exchange_paths
+
+    paths = moe_exchange_paths(ctx)
+    assert paths.columns == [
+        "rank", "session", "step", "phase", "tokens", "path", "paths", "exchanges",
+        "exchange_ns", "exposed_ns", "fits",
+    ]  # fmt: skip
+    by_phase = dict(paths.group_by("phase").agg(pl.col("path").unique()).iter_rows())
+    assert by_phase["decode"] == ["mc2"] and by_phase["prefill"] == ["alltoall"]
+    assert paths["exchanges"].min() == 4  # two MoE layers, there and back
+    assert (paths["exposed_ns"] <= paths["exchange_ns"]).all()
+    assert paths["fits"].all()
+    from traceanalyzer.kit import exchange_paths
+
+    assert exchange_paths(store).equals(paths)  # the overview's way in, outside a rule
+    assert exchange_paths(store, ranks=[1])["rank"].unique().to_list() == [1]
+
+
+def test_a_path_that_does_not_fit_its_size_is_flagged() -> None:
+    steps = pl.DataFrame(
+        {
+            "rank": [0, 0, 0, 0],
+            "path": ["mc2", "mc2", "alltoall", "alltoall"],
+            "tokens": [32, 64, 48, 4096],
+        }
+    )
+    assert _fits(steps)["fits"].to_list() == [True, False, False, True]
+
+
+def test_prefill_and_decode_costs_match_the_scenario() -> None:
+    """Serialized layerwise sends: the prefill side costs every send (all after the forward);
+    the decode side the waits for each new request's KV."""
+    knobs = {"iterations": 6, "layers": 6, "overlap": False}
+    store = scenario_store("pd-kv", ranks=2, **knobs)
+    found = {f.location["side"]: f for f in _findings(store, "kv-transfer-overlap")}
+    sends = (
+        store.table("slices")
+        .filter(pl.col("name").str.contains("batch_transfer_sync_write"))
+        .select((pl.col("end_ns") - pl.col("start_ns")).sum())
+        .collect()
+        .item()
+    )
+    assert found["prefill"].ranks == [0] and found["decode"].ranks == [1]
+    assert found["prefill"].metrics["cost_ns"] == pytest.approx(sends, rel=0.05)
+    requests = 2  # iterations 0 and 3 of 6 bring a new request (requests_every=3)
+    assert found["decode"].metrics["cost_ns"] == pytest.approx(requests * 3000e3, rel=0.2)
+
+
+def test_rules_asking_about_the_expert_load_read_its_parameters() -> None:
+    """A rule's own parameter of the same name would silently change the helper's verdict."""
+    from traceanalyzer.kit.moe import MOE_PARAMS
+
+    users = [r for r in RULES.values() if "moe_imbalance" in r.uses]
+    assert {r.name for r in users} >= {"moe-load-imbalance", "collective-straggler", "slow-rank"}
+    for r in users:
+        assert all(r.params[k] is v for k, v in MOE_PARAMS.items()), r.name
+
+
+def test_kv_findings_are_the_same_from_a_db_export() -> None:
+    """The connector's python functions and no-forward iterations reach the same tables from
+    ascend_pytorch_profiler_{rank}.db."""
+    knobs = {"iterations": 4, "layers": 4, "overlap": False}
+    text, db = (scenario_store("pd-kv", ranks=2, export=e, **knobs) for e in ("text", "db"))
+    titles = [sorted(f.title for f in _findings(s, "kv-transfer-overlap")) for s in (text, db)]
+    assert titles[0] == titles[1] and len(titles[0]) == 2

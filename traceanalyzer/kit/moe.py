@@ -1,0 +1,773 @@
+"""Mixture-of-experts serving with expert parallelism (EP): the exchanges, the expert compute
+per MoE layer and rank, and who waits for whom.
+
+An MoE layer on an EP rank runs: the router (``MoeGatingTopK``), the exchange that sends each
+token to the ranks holding its experts (MC2 ``MoeDistributeDispatch*`` kernels, an all-to-all,
+or an all-gather), the rank's **expert compute** (``MoeInitRouting*``, ``GroupedMatmul``,
+``SwiGlu``, ``MoeTokenUnpermute``, ``MoeFinalizeRouting``), then the exchange back
+(``MoeDistributeCombine*``, an all-to-all, a reduce-scatter). The exchange back ends on every
+rank of the group when the last one arrives: a rank whose experts got more tokens computes
+longer and the others wait for it there (``serving_profiles.md`` §3).
+
+- :func:`moe_exchange_paths`: which exchange each step used and how much of it was exposed
+  (per rank and step); a step whose path does not fit its size is flagged
+  (:func:`exchange_paths`: the same for a store, outside a rule).
+- :func:`moe_imbalance`: per MoE layer instance (the k-th MoE layer of a step, matched across
+  the ranks of an EP group) each rank's expert compute, routed tokens and wait in the exchange
+  back; the hot ranks and what their peers lose waiting for them. ``moe-load-imbalance``
+  reports it; ``collective-straggler`` and ``slow-rank`` ask it who owns a late rank's cost, so
+  one finding counts it.
+
+Everything is read from the store (slices, kernels, steps, session metadata); the wait is
+taken from durations on each rank's own clock (time in the exchange beyond the shortest one of
+the instance), so ranks on different hosts need no common clock.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import polars as pl
+
+from traceanalyzer.engine.params import Param, Params
+from traceanalyzer.engine.rule import RuleContext, helper
+from traceanalyzer.kit.kernels import kernel_tasks
+from traceanalyzer.kit.steps import phase_windows
+from traceanalyzer.primitives import covered_fraction, union_intervals
+from traceanalyzer.steps.phases import PHASES, STEADY_PHASES
+from traceanalyzer.steps.tables import steps_of
+from traceanalyzer.vocabulary import (
+    COMPUTE_TASK_TYPES,
+    DEVICE_PROCESSES,
+    HARDWARE_PROCESS,
+    session_metadata,
+)
+
+if TYPE_CHECKING:
+    from traceanalyzer.store import Store
+
+PATH_NAMES = {"mc2": "MC2 dispatch/combine", "alltoall": "all-to-all", "allgather": "all-gather"}
+EXCHANGE_PARAMS = {
+    "mc2_ops": Param(
+        r"MoeDistribute(?:Dispatch|Combine)",
+        "Regex on device task names of the MC2 exchange (dispatch/combine kernels).",
+    ),
+    "alltoall_ops": Param(
+        r"(?i)^hcom_all_?to_?all", "Regex on collective names of the all-to-all exchange."
+    ),
+    "allgather_ops": Param(
+        r"(?i)^hcom_(?:all_?gather|reduce_?scatter)",
+        "Regex on collective names of the all-gather exchange (all-gather there, "
+        "reduce-scatter back).",
+    ),
+}
+MOE_PARAMS = {
+    **EXCHANGE_PARAMS,
+    "expert_kernels": Param(
+        r"GroupedMatmul|MoeInitRouting|MoeTokenPermute|MoeTokenUnpermute|MoeFinalizeRouting"
+        r"|Swi[Gg]lu",
+        "Regex on kernel names of a rank's expert compute (the grouped matmuls and their "
+        "routing neighbours), counted between two EP exchanges.",
+    ),
+    "expert_core": Param(
+        r"GroupedMatmul",
+        "Regex on kernel names: a stretch between two exchanges is an MoE layer's expert "
+        "compute when it holds one of these.",
+    ),
+    "ep_groups": Param(
+        r"^(?:ep|mc2|exp|moe_ep|ep_group|expert\w*)$",
+        "Regex on parallel_group_info group names of the EP groups (vLLM: `ep`, vllm-ascend: "
+        "`mc2`); without one, the group of the exchange collectives (communication.json).",
+    ),
+    "token_inputs_dropped": Param(
+        2,
+        "Routed tokens of a GroupedMatmul: the first dims of its non-empty Input Shapes but "
+        "the last this many (msprof-analyze ep_load_balance's count).",
+    ),
+    "min_expert_excess": Param(
+        0.15,
+        "A rank is hot in an MoE layer when its expert compute, corrected for its device's "
+        "speed, exceeds the group's median by this share ...",
+    ),
+    "min_expert_excess_us": Param(20.0, "... and by at least this much (µs) ..."),
+    "min_token_excess": Param(
+        0.1, "... and, where Input Shapes give routed tokens, gets this share more tokens."
+    ),
+    "min_wait_share": Param(
+        0.02,
+        "Report when the others' wait is at least this share of their time in the judged steps.",
+    ),
+    "min_hot_steps": Param(2, "... in at least this many steps."),
+    "min_hot_share": Param(
+        0.2, "A rank is named hot when it is hot in at least this share of the judged steps."
+    ),
+}
+# what a step must have served for its MoE layers to say something about the expert load
+JUDGED_PHASES = tuple(STEADY_PHASES)
+NO_EXCHANGE = (
+    "no EP exchange after the expert compute (MC2 dispatch/combine, all-to-all or all-gather "
+    "collectives): not expert-parallel, or the exchange is fused with the experts"
+)
+NO_PEERS = "needs the profiles of at least 2 ranks of an EP group (profile every rank of the group)"
+
+
+# --------------------------------------------------------------------------------------------
+# Exchanges
+# --------------------------------------------------------------------------------------------
+
+
+def _path_of(p: Any) -> pl.Expr:
+    name = pl.col("name")
+    return (
+        pl.when(name.str.contains(p.mc2_ops))
+        .then(pl.lit("mc2"))
+        .when(name.str.contains(p.alltoall_ops))
+        .then(pl.lit("alltoall"))
+        .when(name.str.contains(p.allgather_ops))
+        .then(pl.lit("allgather"))
+    )
+
+
+def _exchange_ops(ctx: RuleContext) -> pl.DataFrame:
+    """EP exchange ops of every rank in scope: rank, session, name, process, thread,
+    start_ns, end_ns, path (MC2 kernels on a compute stream, HCCL ops on their group row)."""
+    p = ctx.params
+    return (
+        ctx.table("slices")
+        .filter(pl.col("process").is_in(DEVICE_PROCESSES) & (pl.col("end_ns") > pl.col("start_ns")))
+        .with_columns(_path_of(p).alias("path"))
+        .filter(pl.col("path").is_not_null())
+        .select("rank", "session", "name", "process", "thread", "start_ns", "end_ns", "path")
+        .unique(["rank", "session", "name", "start_ns"])  # a trace with repeated events
+        .collect()
+        .sort("rank", "session", "start_ns")
+    )
+
+
+def _in_steps(ctx: RuleContext, frame: pl.DataFrame) -> pl.DataFrame:
+    """``frame`` with ``step`` and ``phase`` of the step each row starts in (nulls outside)."""
+    steps = (
+        phase_windows(ctx)
+        .filter(pl.col("step").is_not_null())
+        .select(
+            "rank",
+            "session",
+            "step",
+            "phase",
+            pl.col("start_ns").alias("_ws"),
+            pl.col("end_ns").alias("_we"),
+        )
+        .sort("_ws")
+    )
+    if frame.is_empty():
+        return frame.with_columns(
+            pl.lit(None, pl.Int64).alias("step"), pl.lit(None, pl.String).alias("phase")
+        )
+    joined = frame.sort("start_ns").join_asof(
+        steps.cast({"rank": frame.schema["rank"]}),
+        left_on="start_ns",
+        right_on="_ws",
+        by=["rank", "session"],
+        strategy="backward",
+        check_sortedness=False,
+    )
+    inside = pl.col("start_ns") < pl.col("_we")
+    return joined.with_columns(
+        pl.when(inside).then(pl.col("step")).alias("step"),
+        pl.when(inside).then(pl.col("phase")).alias("phase"),
+    ).drop("_ws", "_we")
+
+
+@helper(params=EXCHANGE_PARAMS)
+def moe_exchange_paths(ctx: RuleContext) -> pl.DataFrame:
+    """Per rank, session and step that ran an EP exchange: ``phase`` and ``tokens`` (the steps
+    table's), ``path`` (``mc2``, ``alltoall`` or ``allgather``; the most used when a step ran
+    several), ``paths`` (all of them, comma-separated), ``exchanges`` (ops), ``exchange_ns``
+    (time in them, overlaps counted once), ``exposed_ns`` (of it, the time no compute kernel
+    ran on any stream of the rank) and ``fits`` (False when the path does not fit the step's
+    size: vllm-ascend takes MC2 up to a token capacity and all-to-all above it, so an
+    all-to-all step with fewer tokens than an MC2 step of the same rank, an MC2 step with more
+    tokens than an all-to-all one, or an all-gather step beside MC2 or all-to-all steps; null
+    when the step's tokens are unknown)."""
+    return ctx.shared(_exchange_paths, tuple(EXCHANGE_PARAMS))
+
+
+def exchange_paths(
+    store: Store, ranks: Collection[int] | None = None, **patterns: str
+) -> pl.DataFrame:
+    """:func:`moe_exchange_paths` outside a rule (the overview): the same frame for ``ranks``
+    of ``store`` (every rank: None), with ``mc2_ops``, ``alltoall_ops`` and ``allgather_ops``
+    at their defaults unless given."""
+    unknown = sorted(set(patterns) - set(EXCHANGE_PARAMS))
+    if unknown:
+        raise ValueError(f"unknown pattern(s) {unknown}; known: {sorted(EXCHANGE_PARAMS)}")
+    values = {name: patterns.get(name, param.default) for name, param in EXCHANGE_PARAMS.items()}
+    scope = frozenset(ranks) if ranks is not None else None
+    # no rule asks: the derivation reads only the store, the ranks and these patterns
+    ctx = RuleContext(None, store, Params(values), scope)  # type: ignore[arg-type]
+    return _exchange_paths(ctx)
+
+
+def _exchange_paths(ctx: RuleContext) -> pl.DataFrame:
+    ops = _in_steps(ctx, _exchange_ops(ctx)).filter(pl.col("step").is_not_null())
+    schema = {
+        "rank": pl.Int32, "session": pl.String, "step": pl.Int64, "phase": pl.String,
+        "tokens": pl.Int64, "path": pl.String, "paths": pl.String, "exchanges": pl.UInt32,
+        "exchange_ns": pl.Int64, "exposed_ns": pl.Int64, "fits": pl.Boolean,
+    }  # fmt: skip
+    if ops.is_empty():
+        return pl.DataFrame(schema=schema)
+    ranks = sorted(ops["rank"].unique().to_list())
+    compute = kernel_tasks(ctx.table("slices"), COMPUTE_TASK_TYPES, ranks=ranks)
+    compute = compute.join(
+        ops.select("rank", "session", "name", "start_ns"),
+        on=["rank", "session", "name", "start_ns"],
+        how="anti",  # an MC2 exchange is a kernel too: it is not compute that hides it
+    )
+    covered = covered_fraction(
+        ops.with_row_index("_op"), compute.select("rank", "session", "start_ns", "end_ns"),
+        span_id="_op",
+    )  # fmt: skip
+    per_step = (
+        covered.with_columns(
+            (pl.col("end_ns") - pl.col("start_ns") - pl.col("covered_ns")).alias("exposed_ns")
+        )
+        .group_by("rank", "session", "step")
+        .agg(
+            pl.col("phase").first(),
+            pl.col("path").mode().sort().first().alias("path"),
+            pl.col("path").unique().sort().str.join(",").alias("paths"),
+            pl.len().alias("exchanges"),
+            pl.col("exposed_ns").sum(),
+        )
+    )
+    spans = union_intervals(
+        ops.select("rank", "session", "step", "start_ns", "end_ns"), by=["rank", "session", "step"]
+    )
+    busy = spans.group_by("rank", "session", "step").agg(
+        (pl.col("end_ns") - pl.col("start_ns")).sum().alias("exchange_ns")
+    )
+    tokens = (
+        ctx.shared(_steps_tokens)
+        .select("rank", "session", "step", "tokens")
+        .cast({"rank": ops.schema["rank"]})
+    )
+    out = (
+        per_step.join(busy, on=["rank", "session", "step"], how="left")
+        .join(tokens, on=["rank", "session", "step"], how="left")
+        .pipe(_fits)
+        .sort("rank", "session", "step")
+    )
+    return out.select(list(schema)).cast(schema)  # type: ignore[arg-type]
+
+
+def _steps_tokens(ctx: RuleContext) -> pl.DataFrame:
+    return steps_of(ctx.store, ctx.ranks).select("rank", "session", "step", "tokens")
+
+
+def _fits(steps: pl.DataFrame) -> pl.DataFrame:
+    """``fits`` (see :func:`moe_exchange_paths`), per rank."""
+    known = pl.col("tokens").is_not_null()
+    bounds = steps.group_by("rank").agg(
+        pl.col("tokens").filter(known & (pl.col("path") == "mc2")).max().alias("_mc2_max"),
+        pl.col("tokens").filter(known & (pl.col("path") == "alltoall")).min().alias("_a2a_min"),
+        pl.col("path").is_in(["mc2", "alltoall"]).any().alias("_routed"),
+    )
+    path, tokens = pl.col("path"), pl.col("tokens")
+    fits = (
+        pl.when(~known)
+        .then(None)
+        .when(path == "mc2")
+        .then(pl.col("_a2a_min").is_null() | (tokens <= pl.col("_a2a_min")))
+        .when(path == "alltoall")
+        .then(pl.col("_mc2_max").is_null() | (tokens >= pl.col("_mc2_max")))
+        .otherwise(~pl.col("_routed"))
+    )
+    return (
+        steps.join(bounds, on="rank", how="left")
+        .with_columns(fits.alias("fits"))
+        .drop("_mc2_max", "_a2a_min", "_routed")
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# EP groups
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EpGroup:
+    """An EP group: its name (as the export names it, else its communicator), its member
+    ranks, and where it was found (``metadata``, ``communication``, ``all``)."""
+
+    name: str
+    members: tuple[int, ...]
+    source: str
+
+
+def _ep_groups(ctx: RuleContext, moe_ranks: list[int]) -> list[EpGroup]:
+    """The EP groups of the ranks that run MoE layers: parallel_group_info groups whose name
+    matches ``ep_groups`` (vLLM's `ep`, vllm-ascend's `mc2`: the same members, counted once);
+    else the communicators of the exchange collectives (communication.json groups, named from
+    parallel_group_info when it lists the communicator); else all those ranks, one group."""
+    p = ctx.params
+    present = set(moe_ranks)
+    named: dict[frozenset[int], str] = {}
+    labels: dict[str, str] = {}
+    for raw in ctx.sessions()["metadata"].to_list():
+        info = session_metadata(raw).get("parallel_group_info")
+        if not isinstance(info, dict):
+            continue
+        for key, value in info.items():
+            if not isinstance(value, dict):
+                continue
+            name = str(value.get("group_name") or key)
+            labels.setdefault(str(key), name)
+            members = frozenset(r for r in value.get("global_ranks") or [] if isinstance(r, int))
+            if re.search(p.ep_groups, name) and len(members & present) >= 2:
+                named.setdefault(members, name)
+    if named:
+        return [EpGroup(n, tuple(sorted(m & present)), "metadata") for m, n in _sorted(named)]
+    comm = (
+        ctx.table("comm_ops")
+        .filter(
+            pl.col("op_name").str.contains(p.alltoall_ops)
+            | pl.col("op_name").str.contains(p.allgather_ops)
+        )
+        .select("rank", "group")
+        .unique()
+        .collect()
+    )
+    found: dict[frozenset[int], str] = {}
+    for (group,), rows in comm.group_by("group"):
+        members = frozenset(int(r) for r in rows["rank"].to_list()) & present
+        if group is not None and len(members) >= 2:
+            found.setdefault(members, labels.get(str(group), str(group)))
+    if found:
+        return [EpGroup(n, tuple(sorted(m)), "communication") for m, n in _sorted(found)]
+    if len(present) >= 2:
+        return [EpGroup("all ranks with MoE layers", tuple(sorted(present)), "all")]
+    return []
+
+
+def _sorted(groups: dict[frozenset[int], str]) -> list[tuple[frozenset[int], str]]:
+    return sorted(groups.items(), key=lambda kv: (min(kv[0]), len(kv[0])))
+
+
+# --------------------------------------------------------------------------------------------
+# Expert compute per MoE layer instance
+# --------------------------------------------------------------------------------------------
+
+
+def routed_tokens(shapes: str | None, dropped: int) -> int | None:
+    """msprof-analyze ep_load_balance's routed tokens of one GroupedMatmul: the sum of the
+    first dims of its non-empty input shapes but the last ``dropped`` (group list and the
+    like); None when it has one input or fewer, or a first dim is no number."""
+    if not shapes:
+        return None
+    parts = [part.strip(' "') for part in shapes.strip('"').split(";")]
+    parts = [part for part in parts if part]
+    if len(parts) <= 1:
+        return None
+    total = 0
+    for part in parts[: max(len(parts) - dropped, 0)]:
+        first = part.split(",")[0].strip()
+        if not first.lstrip("-").isdigit():
+            return None
+        total += int(first)
+    return total
+
+
+def _layers(ctx: RuleContext, ops: pl.DataFrame) -> pl.DataFrame:
+    """One row per (rank, session, MoE layer instance): the stretch of expert kernels before
+    each exchange op that holds a ``expert_core`` kernel. Columns: rank, session, name (the
+    exchange back), path, expert_ns, tokens, arrival_ns (when the rank is ready for the
+    exchange: its start, or its last expert kernel's end if later), exchange_ns (from then to
+    the exchange's end), first_ns (the first expert kernel's start)."""
+    p = ctx.params
+    kernels = (
+        ctx.table("slices")
+        .filter(
+            (pl.col("process") == HARDWARE_PROCESS)
+            & (pl.col("end_ns") > pl.col("start_ns"))
+            & pl.col("name").str.contains(p.expert_kernels)
+            & ~pl.col("name").str.contains(p.mc2_ops)
+        )
+        .select("rank", "session", "name", "start_ns", "end_ns")
+        .unique(["rank", "session", "name", "start_ns"])
+        .collect()
+        .sort("start_ns")
+    )
+    if kernels.is_empty() or ops.is_empty():
+        return pl.DataFrame()
+    shapes = (
+        ctx.table("kernels")
+        .filter(pl.col("name").str.contains(p.expert_core))
+        .select("rank", "session", "name", "start_ns", "model_id", "input_shapes")
+        .unique(["rank", "session", "name", "start_ns"])
+        .collect()
+    )
+    dropped = int(p.token_inputs_dropped)
+    shapes = shapes.with_columns(
+        # a captured graph replays the shapes of its capture size: no count to read there
+        pl.when(pl.col("model_id").is_null())
+        .then(
+            pl.col("input_shapes").map_elements(
+                lambda s: routed_tokens(s, dropped), return_dtype=pl.Int64
+            )
+        )
+        .alias("tokens")
+    ).select("rank", "session", "name", "start_ns", "tokens")
+    # each kernel's exchange: the first op that ends after the kernel starts (an HCCL op on
+    # its own stream may begin before the last expert kernel ends)
+    following = (
+        ops.with_row_index("_x")
+        .select("rank", "session", "_x", pl.col("end_ns").alias("_xe"))
+        .sort("_xe")
+    )
+    placed = kernels.join_asof(
+        following.cast({"rank": kernels.schema["rank"]}),
+        left_on="start_ns",
+        right_on="_xe",
+        by=["rank", "session"],
+        strategy="forward",
+        check_sortedness=False,
+    ).filter(pl.col("_x").is_not_null())
+    placed = placed.join(shapes, on=["rank", "session", "name", "start_ns"], how="left")
+    core = pl.col("name").str.contains(p.expert_core)
+    per = (
+        placed.group_by("rank", "session", "_x")
+        .agg(
+            (pl.col("end_ns") - pl.col("start_ns")).sum().alias("expert_ns"),
+            pl.col("start_ns").min().alias("first_ns"),
+            pl.col("end_ns").max().alias("last_ns"),
+            core.any().alias("_core"),
+            # the layer's count only when every grouped matmul in it has one (not replayed)
+            pl.when(core.filter(core).len() == pl.col("tokens").filter(core).count())
+            .then(pl.col("tokens").filter(core).max())
+            .alias("tokens"),
+        )
+        .filter(pl.col("_core"))
+    )
+    xs = ops.with_row_index("_x").select("_x", "name", "path", "start_ns", "end_ns")
+    return (
+        per.join(xs, on="_x")
+        .with_columns(pl.max_horizontal("start_ns", "last_ns").alias("arrival_ns"))
+        .with_columns((pl.col("end_ns") - pl.col("arrival_ns")).clip(0).alias("exchange_ns"))
+        .select(
+            "rank",
+            "session",
+            "name",
+            "path",
+            "expert_ns",
+            "tokens",
+            "arrival_ns",
+            "exchange_ns",
+            "first_ns",
+        )
+    )
+
+
+def _speeds(ctx: RuleContext, groups: list[EpGroup]) -> dict[int, float]:
+    """Each rank's device speed against its group: the median over the dense kernels its peers
+    run too (same step, name and order) of its duration over theirs (median). A throttled rank
+    runs every kernel longer; a hot expert rank only its experts."""
+    p = ctx.params
+    ranks = sorted({r for g in groups for r in g.members})
+    dense = kernel_tasks(ctx.table("slices"), COMPUTE_TASK_TYPES, ranks=ranks).filter(
+        ~pl.col("name").str.contains(p.expert_kernels) & ~pl.col("name").str.contains(p.mc2_ops)
+    )
+    dense = _in_steps(ctx, dense).filter(pl.col("phase").is_in(JUDGED_PHASES))
+    if dense.is_empty():
+        return {}
+    order = _session_order(ctx)
+    dense = (
+        dense.join(order, on=["rank", "session"])
+        .with_columns(pl.int_range(pl.len()).over("rank", "session", "step", "name").alias("_k"))
+        .with_columns((pl.col("end_ns") - pl.col("start_ns")).alias("dur"))
+    )
+    speeds: dict[int, float] = {}
+    key = ["sidx", "step", "name", "_k"]
+    for g in groups:
+        mine = dense.filter(pl.col("rank").is_in(list(g.members)))
+        ratios = mine.with_columns(
+            (pl.col("dur") / pl.col("dur").median().over(key)).alias("ratio"),
+            pl.col("rank").n_unique().over(key).alias("_n"),
+        ).filter(pl.col("_n") >= 2)
+        for r, value in ratios.group_by("rank").agg(pl.col("ratio").median()).iter_rows():
+            if value is not None and value > 0:
+                speeds[int(r)] = float(value)
+    return speeds
+
+
+def _session_order(ctx: RuleContext) -> pl.DataFrame:
+    """rank, session, sidx: each rank's sessions in time order (the k-th profile of a rank
+    meets the k-th of its peers)."""
+    return ctx.sessions().select(
+        "rank", "session", pl.int_range(pl.len()).over("rank").alias("sidx")
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# The verdict
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Imbalance:
+    """The expert load of one EP group in one phase, where it costs the others."""
+
+    group: EpGroup
+    phase: str | None
+    hot_ranks: list[int]  # named: hot in at least min_hot_share of the judged steps
+    hot_share: dict[int, float]  # rank -> share of the judged steps it is hot in
+    windows: dict[int, tuple[int, int, int]]  # rank -> its longest hot run (first, last, steps)
+    judged_steps: int
+    hot_steps: int  # judged steps with a hot rank
+    instances: pl.DataFrame  # this group and phase's judged rows (see MoeVerdict.rows)
+    cost_ns: float  # the others' wait for the hot ranks, summed over ranks, layers and steps
+    waiting_ns: float  # the waiting ranks' time in the judged steps
+    waiting_ranks: list[int]  # the ranks that waited for a hot one
+
+    @property
+    def hot_rows(self) -> pl.DataFrame:
+        """The named hot ranks' rows of the instances they are hot in."""
+        return self.instances.filter(pl.col("hot") & pl.col("rank").is_in(self.hot_ranks))
+
+    @property
+    def hot_instances(self) -> pl.DataFrame:
+        """Every rank's rows of the instances with a hot rank."""
+        keys = self.instances.filter(pl.col("hot")).select("sidx", "step", "layer").unique()
+        return self.instances.join(keys, on=["sidx", "step", "layer"])
+
+    @property
+    def share(self) -> float:
+        return self.cost_ns / self.waiting_ns if self.waiting_ns else 0.0
+
+
+@dataclass
+class MoeVerdict:
+    """What :func:`moe_imbalance` found. ``unavailable``: why it could not look (no MoE layers,
+    no exchange, one rank), ``undecided``: why it could not judge (no step with every rank of a
+    group serving); ``rows``: every MoE layer instance of every rank (``sidx``, ``step``,
+    ``phase``, ``layer``, ``expert_ns``, ``tokens``, ``speed``, ``wait_ns``, ``owned_ns``,
+    ``hot``, ``judged``, ``group``: the index in ``groups``); ``findings``: the imbalances
+    that pass every threshold."""
+
+    groups: list[EpGroup] = field(default_factory=list)
+    rows: pl.DataFrame = field(default_factory=pl.DataFrame)
+    findings: list[Imbalance] = field(default_factory=list)
+    excluded: dict[str, int] = field(default_factory=dict)  # phase -> instances left out
+    unavailable: str | None = None
+    undecided: str | None = None
+
+    @property
+    def hot_ranks(self) -> set[int]:
+        """The ranks a finding names hot: the cost of their lateness is the imbalance's."""
+        return {r for f in self.findings for r in f.hot_ranks}
+
+    def owned_ops(self) -> pl.DataFrame:
+        """The exchange ops (rank, session, name) in which the reported imbalances own the
+        wait, with ``owned_ns``: another rule that sees those waits refers to them."""
+        if not self.findings:
+            return pl.DataFrame(
+                schema={
+                    "rank": pl.Int32,
+                    "session": pl.String,
+                    "name": pl.String,
+                    "owned_ns": pl.Int64,
+                }
+            )
+        frames = [f.instances.filter(pl.col("owned_ns") > 0) for f in self.findings]
+        return pl.concat(frames).select(
+            pl.col("rank").cast(pl.Int32), "session", "name", pl.col("owned_ns").cast(pl.Int64)
+        )
+
+
+@helper(params=MOE_PARAMS)
+def moe_imbalance(ctx: RuleContext) -> MoeVerdict:
+    """The expert load per MoE layer instance and EP group, and the imbalances that cost the
+    others (see :class:`MoeVerdict`); computed once for every rule that asks with the same
+    parameters."""
+    return ctx.shared(_verdict, tuple(MOE_PARAMS))
+
+
+def _verdict(ctx: RuleContext) -> MoeVerdict:
+    p = ctx.params
+    has_core = (
+        ctx.table("slices")
+        .filter(
+            (pl.col("process") == HARDWARE_PROCESS) & pl.col("name").str.contains(p.expert_core)
+        )
+        .select("rank")
+        .unique()
+        .collect()
+    )
+    if has_core.is_empty():
+        return MoeVerdict(unavailable="no MoE expert kernels (`expert_core`) in the trace")
+    ops = _exchange_ops(ctx)
+    layers = _layers(ctx, ops)
+    if layers.is_empty():
+        return MoeVerdict(unavailable=NO_EXCHANGE)
+    groups = _ep_groups(ctx, sorted(layers["rank"].unique().to_list()))
+    if not groups:
+        return MoeVerdict(unavailable=NO_PEERS)
+    speeds = _speeds(ctx, groups)
+    rows = (
+        _in_steps(ctx, layers.rename({"first_ns": "start_ns"}))
+        .filter(pl.col("step").is_not_null())
+        .join(_session_order(ctx).cast({"rank": layers.schema["rank"]}), on=["rank", "session"])
+        .sort("rank", "session", "start_ns")
+        .with_columns(pl.int_range(pl.len()).over("rank", "session", "step").alias("layer"))
+        .with_columns(
+            pl.col("rank")
+            .replace_strict(speeds, default=1.0, return_dtype=pl.Float64)
+            .alias("speed")
+        )
+    )
+    member_of = {r: i for i, g in enumerate(groups) for r in g.members}
+    rows = rows.filter(pl.col("rank").is_in(list(member_of))).with_columns(
+        pl.col("rank").replace_strict(member_of, return_dtype=pl.Int64).alias("group")
+    )
+    verdict = MoeVerdict(groups=groups)
+    judged = [_judge(p, rows.filter(pl.col("group") == i)) for i in range(len(groups))]
+    verdict.rows = pl.concat([j for j in judged if not j.is_empty()], how="diagonal_relaxed")
+    if verdict.rows.is_empty() or not verdict.rows["judged"].any():
+        left = verdict.rows.height
+        verdict.undecided = (
+            f"no MoE layer to judge: {left} layer instance(s), none with every profiled rank of "
+            "its EP group in a step that served the workload (warm-up, dummy or idle steps are "
+            "left out); profile steps past the start-up with every rank serving"
+        )
+        return verdict
+    left_out = (
+        verdict.rows.filter(~pl.col("judged") & ~pl.col("phase").is_in(JUDGED_PHASES))
+        .select("group", "sidx", "step", "layer", "phase")
+        .unique()
+    )
+    verdict.excluded = {str(k): int(v) for k, v in left_out.group_by("phase").len().iter_rows()}
+    step_ns = (
+        phase_windows(ctx)
+        .filter(pl.col("step").is_not_null())
+        .select("rank", "session", "step", (pl.col("end_ns") - pl.col("start_ns")).alias("step_ns"))
+    )
+    for i, g in enumerate(groups):
+        mine = verdict.rows.filter((pl.col("group") == i) & pl.col("judged"))
+        for phase in _phases(mine):
+            found = _imbalance(p, g, phase, mine.filter(pl.col("iphase") == phase), step_ns)
+            if found is not None:
+                verdict.findings.append(found)
+    return verdict
+
+
+def _phases(rows: pl.DataFrame) -> list[str]:
+    present = set(rows["iphase"].drop_nulls().to_list())
+    return [ph for ph in PHASES if ph in present]
+
+
+def _judge(p: Any, rows: pl.DataFrame) -> pl.DataFrame:
+    """Each instance (sidx, step, layer) of one group: judged when every profiled member has it
+    in a step that served the workload; its hot ranks; each rank's wait and the part the hot
+    ranks' longer expert compute explains (``owned_ns``)."""
+    if rows.is_empty():
+        return rows
+    key = ["sidx", "step", "layer"]
+    present = rows["rank"].n_unique()
+    steady = pl.col("phase").is_in(JUDGED_PHASES)
+    normal = pl.col("expert_ns") / pl.col("speed")
+    over = pl.col("expert_ns") - pl.col("expert_ns").median().over(key)
+    with_tokens = pl.col("tokens").is_not_null().all().over(key)
+    tokens_hot = pl.col("tokens") >= (1 + p.min_token_excess) * pl.col("tokens").median().over(key)
+    hot = (
+        (normal >= (1 + p.min_expert_excess) * normal.median().over(key))
+        & (over >= p.min_expert_excess_us * 1e3)
+        & (~with_tokens | tokens_hot)
+    )
+    judged = (
+        (pl.col("rank").n_unique().over(key) == present) & steady.all().over(key) & (present >= 2)
+    )
+    out = rows.with_columns(
+        judged.alias("judged"),
+        (hot & judged).alias("hot"),
+        # the phase the instance served: the most common among its ranks
+        pl.col("phase").mode().sort().first().over(key).alias("iphase"),
+        (pl.col("exchange_ns") - pl.col("exchange_ns").min().over(key)).clip(0).alias("wait_ns"),
+    )
+    hot_expert = pl.col("expert_ns").filter(pl.col("hot")).max().over(key)
+    return out.with_columns(
+        pl.when(pl.col("judged") & ~pl.col("hot") & hot_expert.is_not_null())
+        .then(pl.min_horizontal("wait_ns", (hot_expert - pl.col("expert_ns")).clip(0)))
+        .otherwise(0)
+        .alias("owned_ns")
+    )
+
+
+def _imbalance(
+    p: Any, g: EpGroup, phase: str, rows: pl.DataFrame, step_ns: pl.DataFrame
+) -> Imbalance | None:
+    """The imbalance of one group in one phase, when it passes the thresholds."""
+    steps = (
+        rows.group_by("sidx", "step", "rank").agg(
+            (pl.col("hot").mean() >= 0.5).alias("hot_step")
+        )  # in most of its layers
+    )
+    judged_steps = steps.select("sidx", "step").unique().height
+    hot_steps = steps.filter(pl.col("hot_step")).select("sidx", "step").unique().height
+    if hot_steps < p.min_hot_steps or not judged_steps:
+        return None
+    share = {
+        int(r): n / judged_steps
+        for r, n in steps.group_by("rank").agg(pl.col("hot_step").sum()).iter_rows()
+        if n
+    }
+    named = sorted(
+        (r for r, s in share.items() if s >= p.min_hot_share), key=lambda r: (-share[r], r)
+    )
+    if not named:  # the hot spot moves among many ranks: name the most frequent ones
+        top = max(share.values())
+        named = sorted(r for r, s in share.items() if s == top)
+    cost = float(rows["owned_ns"].sum())
+    # the ranks that waited for a hot one (all of them when the hot spot moves)
+    waiting = sorted(set(rows.filter(pl.col("owned_ns") > 0)["rank"].to_list()))
+    # their time in the judged steps: what the wait is a share of
+    judged = rows.filter(pl.col("rank").is_in(waiting)).select("rank", "session", "step").unique()
+    step_time = float(
+        judged.join(step_ns.cast({"rank": judged.schema["rank"]}), on=["rank", "session", "step"])[
+            "step_ns"
+        ].sum()
+    )
+    found = Imbalance(
+        group=g,
+        phase=None if phase == "unknown" else phase,
+        hot_ranks=named,
+        hot_share=share,
+        windows={r: _longest_run(steps, r) for r in named},
+        judged_steps=judged_steps,
+        hot_steps=hot_steps,
+        instances=rows,
+        cost_ns=cost,
+        waiting_ns=step_time,
+        waiting_ranks=waiting,
+    )
+    return found if found.share >= p.min_wait_share and cost > 0 else None
+
+
+def _longest_run(steps: pl.DataFrame, rank: int) -> tuple[int, int, int]:
+    """The rank's longest run of consecutive judged steps (of one session) it is hot in:
+    (first step, last step, steps)."""
+    best, first, count, session = (0, 0, 0), 0, 0, None
+    mine = steps.filter(pl.col("rank") == rank).sort("sidx", "step")
+    for sidx, step, hot in mine.select("sidx", "step", "hot_step").iter_rows():
+        if not hot:
+            count = 0
+        elif count and sidx == session:
+            count += 1
+        else:
+            first, count = step, 1
+        session = sidx
+        if count > best[2]:
+            best = (first, step, count)
+    return best
