@@ -286,6 +286,7 @@ def _finding(
             "phase": f.phase or "any",
         },
         phases=[f.phase] if f.phase else [],
+        cost_ranks=f.waiting_ranks,  # the wait is theirs
         metrics={
             "cost_ns": f.cost_ns,
             "cost_share": cost_share,

@@ -113,6 +113,33 @@ def test_exchange_paths_per_step() -> None:
     assert exchange_paths(store, ranks=[1])["rank"].unique().to_list() == [1]
 
 
+def test_the_overview_says_which_exchange_each_phase_used(tmp_path) -> None:
+    """Per phase of an MoE profile: the path of its steps, the time in it and what of it was
+    exposed, the same figures as the kit's; a dense profile has no EP section."""
+    from traceanalyzer.kit import exchange_paths
+    from traceanalyzer.executor import make_executor
+    from traceanalyzer.pipeline import analyse
+    from traceanalyzer.report.overview_text import ep_lines
+    from traceanalyzer.synth.generate import generate
+
+    generate("moe-ep", tmp_path / "in", ranks=2, **SMALL, prefill_every=4, graph=False)
+    with make_executor("local") as executor:
+        result = analyse(tmp_path / "in", tmp_path / "out", executor=executor, config_path=False)
+    overview = result.findings.overview
+    rows = {r["phase"]: r for r in overview["phases"]["rows"]}
+    assert rows["decode"]["ep"]["paths"] == {"mc2": rows["decode"]["ep"]["steps"]}
+    assert set(rows["prefill"]["ep"]["paths"]) == {"alltoall"}
+    from traceanalyzer.store import Store
+
+    paths = exchange_paths(Store.open(tmp_path / "out"))
+    decode = paths.filter(pl.col("phase") == "decode")
+    assert rows["decode"]["ep"]["steps"] == decode.height
+    assert rows["decode"]["ep"]["exposed_ns"] == pytest.approx(decode["exposed_ns"].mean())
+    lines = ep_lines(overview)
+    assert any(line.startswith("decode: MC2 in") for line in lines), lines
+    assert not any(line.startswith("information") for line in lines)  # every path fits
+
+
 def test_a_path_that_does_not_fit_its_size_is_flagged() -> None:
     steps = pl.DataFrame(
         {

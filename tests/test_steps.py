@@ -148,6 +148,8 @@ def test_run_derives_the_steps_once_and_again_when_a_parameter_changes(tmp_path:
     doc = json.loads((out / "findings.json").read_text())
     phases = {r["phase"] for r in doc["summary"]["overview"]["phases"]["rows"]}
     assert {"prefill", "decode", "mixed", "idle"} <= phases
+    assert summary["ep_path"].is_null().all()  # a dense model: no expert exchange
+    assert all(r["ep"] is None for r in doc["summary"]["overview"]["phases"]["rows"])
     key = (out / ".cache" / "steps" / "rank=0.key").read_text()
     _run([str(tmp_path / "in"), "--out", str(out)])
     assert (out / ".cache" / "steps" / "rank=0.key").read_text() == key  # nothing re-derived

@@ -823,6 +823,26 @@ DERIVED_TABLES: dict[str, Table] = {
                 "Which of the three differs most (`Computing`, `Communication(Not Overlapped)`, "
                 "`Overlapped`); null with check_deviation.",
             ),
+            Column(
+                "ep_path",
+                STR,
+                "The expert-parallel exchange the step of an MoE model used: `mc2` (MC2 "
+                "dispatch/combine), `alltoall` or `allgather` (the most used, when several); "
+                "null without expert kernels or without an exchange.",
+            ),
+            Column("ep_exchange_ns", I64, "Time in the step's EP exchanges (overlaps once)."),
+            Column(
+                "ep_exposed_ns",
+                I64,
+                "Of it, the time no compute kernel ran on any stream of the rank.",
+            ),
+            Column(
+                "ep_fits",
+                BOOL,
+                "False when the path does not fit the step's size (vllm-ascend picks MC2 up "
+                "to a token capacity, all-to-all above it): information, not an error; null "
+                "when the step's tokens are unknown.",
+            ),
         ),
         _table(
             "summary_kernels",

@@ -95,6 +95,9 @@ class Finding:
     # the serving phases it concerns (the steps table's: "decode", ...), when only some: empty
     # means it is not tied to a phase (the profile has none known, or it concerns them all)
     phases: list[str] = field(default_factory=list)
+    # whose time the cost is lost from, when not the ranks named (a straggler's cost is the
+    # others' wait): empty means ``ranks``
+    cost_ranks: list[int] = field(default_factory=list)
 
     @property
     def fingerprint(self) -> str:
@@ -147,6 +150,7 @@ class Finding:
             "occurrences": [_clean(o) for o in self.occurrences],
             "caveats": list(self.caveats),
             "phases": list(self.phases),
+            "cost_ranks": list(self.cost_ranks),
         }
 
 
@@ -214,6 +218,7 @@ def group_findings(findings: Iterable[Finding], total_ranks: int | None = None) 
                             "title": m.title,
                             "metrics": m.metrics,
                             "phases": m.phases,
+                            "cost_ranks": m.cost_ranks,
                             # every rank's own per-point data, so reports can plot all ranks
                             "series": m.series,
                         }

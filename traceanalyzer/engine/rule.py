@@ -224,12 +224,14 @@ class RuleContext:
         series: Mapping[str, Sequence[Any]] | None = None,
         score: float = 0.0,
         phases: Sequence[str] = (),
+        cost_ranks: Sequence[int] = (),
     ) -> Finding:
         """A finding of this rule. ``location`` is where the problem is, independent of rank and
         of timestamps (e.g. ``{"span": "batch_get_into_multi_buffers"}``); it makes the fingerprint,
         so the same problem gets the same id on every run and groups across ranks. ``phases``:
         the serving phases it concerns (``kit.phases_in`` of its steps), when it is tied to
-        some."""
+        some. ``cost_ranks``: the ranks whose time ``cost_ns`` was lost from, when they are not
+        the ranks it names (a late rank's cost is the others' wait)."""
         ranks = [rank] if isinstance(rank, int) else list(rank)
         return Finding(
             rule=self.rule.id,
@@ -246,6 +248,7 @@ class RuleContext:
             series={k: list(v) for k, v in (series or {}).items()},
             score=score,
             phases=list(phases),
+            cost_ranks=sorted(int(r) for r in cost_ranks),
         )
 
     def note(self, text: str, *, rank: int | None = None, **metrics: float | int | None) -> None:

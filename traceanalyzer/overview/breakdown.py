@@ -73,9 +73,12 @@ WINDOW_COLUMNS = (
 )  # fmt: skip
 # what a row keeps of its step (the steps table): how the window was found, what it served
 STEP_META = ("step_source", "phase", "phase_source", "phase_reason", "tokens", "graph")
-STEP_COLUMNS = (
+MEASURED_COLUMNS = (
     *WINDOW_COLUMNS, *STEP_META, "source", "check_scope", "check_deviation", "check_component",
 )  # fmt: skip
+# the EP exchange a step of an MoE model used (kit.exchange_paths; nulls elsewhere)
+EP_COLUMNS = ("ep_path", "ep_exchange_ns", "ep_exposed_ns", "ep_fits")
+STEP_COLUMNS = (*MEASURED_COLUMNS, *EP_COLUMNS)  # a summary_steps row
 
 
 def classify_tasks(tasks: pl.DataFrame) -> pl.DataFrame:

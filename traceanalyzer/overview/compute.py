@@ -11,7 +11,9 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from traceanalyzer.kit.moe import MOE_PARAMS, exchange_paths
 from traceanalyzer.overview.breakdown import (
+    MEASURED_COLUMNS,
     STEP_COLUMNS,
     STEP_META,
     breakdown,
@@ -224,8 +226,9 @@ def summarize_rank(store: Store, rank: int, sizes: TopSizes) -> dict[str, pl.Dat
     )
     csv_only = step_times.filter(~pl.col("session").is_in(list(with_tasks)))
     if not csv_only.is_empty():
-        csv_rows = _from_step_trace(csv_only, windows, sessions).select(STEP_COLUMNS)
-        measured = pl.concat([measured.select(STEP_COLUMNS), csv_rows], how="vertical_relaxed")
+        csv_rows = _from_step_trace(csv_only, windows, sessions).select(MEASURED_COLUMNS)
+        measured = pl.concat([measured.select(MEASURED_COLUMNS), csv_rows], how="vertical_relaxed")
+    measured = measured.join(ep_exchanges(store, rank, tasks), on=["session", "step"], how="left")
     comm_ops = store.table("comm_ops").filter(pl.col("rank") == rank).collect()
     return {
         "summary_steps": measured.select(STEP_COLUMNS).sort("session", "start_ns", nulls_last=True),
@@ -233,6 +236,22 @@ def summarize_rank(store: Store, rank: int, sizes: TopSizes) -> dict[str, pl.Dat
         "summary_host_apis": top_host_apis(slices, steps, sizes.host_apis),
         "summary_collectives": top_collectives(comm_ops, tasks, sizes.collectives),
     }
+
+
+def ep_exchanges(store: Store, rank: int, tasks: pl.DataFrame) -> pl.DataFrame:
+    """Per step of an MoE rank (one that ran expert kernels), the EP exchange it used and how
+    much of it no compute hid: session, step and :data:`EP_COLUMNS` (none for a dense model,
+    whose all-gathers are tensor or sequence parallelism, not an expert exchange)."""
+    schema = {"session": pl.String, "step": pl.Int64, "ep_path": pl.String,
+              "ep_exchange_ns": pl.Int64, "ep_exposed_ns": pl.Int64, "ep_fits": pl.Boolean}  # fmt: skip
+    if not tasks["name"].str.contains(MOE_PARAMS["expert_core"].default).any():
+        return pl.DataFrame(schema=schema)
+    paths = exchange_paths(store, [rank])
+    return paths.select(
+        "session", "step", pl.col("path").alias("ep_path"),
+        pl.col("exchange_ns").alias("ep_exchange_ns"),
+        pl.col("exposed_ns").alias("ep_exposed_ns"), pl.col("fits").alias("ep_fits"),
+    ).cast(schema)  # fmt: skip
 
 
 def _measured(

@@ -152,7 +152,8 @@ def finding_costs(
 
     A finding over several ranks costs the sum over its occurrences; its share is that sum over
     the same ranks' total step (window) time. A finding that names its phases also gets
-    ``phase_share``: the cost over those phases' time on its ranks.
+    ``phase_share``: the cost over those phases' time on its ranks. The ranks are the
+    finding's ``cost_ranks`` where it names them (whose time was lost), else its ranks.
     """
     totals = {r["rank"]: r["total_ns"] for r in overview.get("ranks", [])}
     phase_ns = {r["rank"]: r.get("phase_ns") or {} for r in overview.get("ranks", [])}
@@ -160,7 +161,11 @@ def finding_costs(
     out: dict[str, dict[str, Any]] = {}
     for finding in findings:
         occurrences = finding.get("occurrences") or [
-            {"ranks": finding.get("ranks", []), "metrics": finding.get("metrics", {})}
+            {
+                "ranks": finding.get("ranks", []),
+                "cost_ranks": finding.get("cost_ranks", []),
+                "metrics": finding.get("metrics", {}),
+            }
         ]
         cost, window, shares, basis, costed = 0.0, 0, [], "", set()
         phases = list(finding.get("phases") or [])
@@ -170,14 +175,13 @@ def finding_costs(
             if not how:
                 continue
             basis = how
-            costed.update(occ.get("ranks", []))
-            occ_window = sum(totals.get(r, 0) for r in occ.get("ranks", []))
+            lost_on = occ.get("cost_ranks") or occ.get("ranks", [])
+            costed.update(lost_on)
+            occ_window = sum(totals.get(r, 0) for r in lost_on)
             if ns is not None:
                 cost += float(ns)
                 window += occ_window
-                in_phases += sum(
-                    phase_ns.get(r, {}).get(ph, 0) for r in occ.get("ranks", []) for ph in phases
-                )
+                in_phases += sum(phase_ns.get(r, {}).get(ph, 0) for r in lost_on for ph in phases)
             if share is not None:
                 shares.append(float(share))
             elif ns is not None and occ_window:

@@ -85,12 +85,34 @@ def _row(phase: str, part: pl.DataFrame, wall_ns: int, kernels, host_apis) -> di
         "step_source": _counts(part, "step_source"),
         # why, for a phase that could not be told: the commonest reason
         "reason": next(iter(_counts(part, "phase_reason")), None) if phase == UNKNOWN else None,
+        "ep": _ep_exchange(part),
         "top_kernels": combined_tops(
             kernels.filter(pl.col("phase") == phase), ["name", "accelerator"], PHASE_TOP
         ),
         "top_host_apis": combined_tops(
             host_apis.filter(pl.col("phase") == phase), ["kind", "name"], PHASE_TOP
         ),
+    }
+
+
+def _ep_exchange(part: pl.DataFrame) -> dict[str, Any] | None:
+    """The phase's expert-parallel exchange (an MoE model's): steps that ran one, the steps of
+    each path, the mean time in it and its exposed share, the steps whose path does not fit
+    their size; None without any."""
+    if "ep_path" not in part.columns:  # a store before the EP columns
+        return None
+    ran = part.filter(pl.col("ep_path").is_not_null())
+    if ran.is_empty():
+        return None
+    exchange, exposed = int(ran["ep_exchange_ns"].sum()), int(ran["ep_exposed_ns"].sum())
+    return {
+        "steps": ran.height,
+        "paths": _counts(ran, "ep_path"),
+        "exchange_ns": exchange / ran.height,
+        "exposed_ns": exposed / ran.height,
+        "exposed_share": exposed / exchange if exchange else None,
+        "step_share": exposed / int(ran["step_ns"].sum()) if ran["step_ns"].sum() else None,
+        "misfit_steps": int((ran["ep_fits"] == False).sum()),  # noqa: E712 (nulls: unknown)
     }
 
 

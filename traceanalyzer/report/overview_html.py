@@ -169,8 +169,9 @@ def stacked_bars(
 def _phases(overview: Mapping[str, Any]) -> str:
     """The phase table and strip: each kind of iteration on its own, and when each ran."""
     note = text.phase_note(overview)
+    ep = _ep(overview)
     if not text.phases_known(overview):
-        return f'<p class="small muted">{esc(note)}.</p>' if note else ""
+        return (f'<p class="small muted">{esc(note)}.</p>' if note else "") + ep
     headers = text.phase_headers()
     body = table(headers, text.phase_rows(overview), numeric=tuple(range(1, len(headers))))
     caption = (
@@ -185,7 +186,15 @@ def _phases(overview: Mapping[str, Any]) -> str:
         "whole iteration: shares; its time on the right).</figcaption></figure>"
     )
     muted = f'<p class="small muted">{esc(note)}.</p>' if note else ""
-    return details("By phase", bars + body + muted + strip, open_=True)
+    return details("By phase", bars + body + ep + muted + strip, open_=True)
+
+
+def _ep(overview: Mapping[str, Any]) -> str:
+    lines = text.ep_lines(overview)
+    if not lines:
+        return ""
+    items = "".join(f"<li>{esc(line)}</li>" for line in lines)
+    return f'<p class="small">MoE expert exchange by phase:</p><ul class="small">{items}</ul>'
 
 
 def phase_strip(overview: Mapping[str, Any]) -> str:

@@ -146,6 +146,36 @@ def _graph_cell(graph: Mapping[str, int]) -> str:
     return mode if n == total else f"{mode} {fmt.percent(n / total)}"
 
 
+EP_PATH_WORDS = {"mc2": "MC2", "alltoall": "all-to-all", "allgather": "all-gather"}
+
+
+def ep_lines(overview: Mapping[str, Any]) -> list[str]:
+    """Per phase of an MoE model, the EP exchange its steps used and how much of it no compute
+    hid; then the steps whose path does not fit their size, as information."""
+    lines, misfits = [], 0
+    for r in phase_rows_of(overview):
+        ep = r.get("ep")
+        if not ep:
+            continue
+        paths = ", ".join(
+            f"{EP_PATH_WORDS.get(p, p)} in {n} step{'s' if n != 1 else ''}"
+            for p, n in ep["paths"].items()
+        )
+        lines.append(
+            f"{r['phase']}: {paths}; {fmt.duration(ep['exchange_ns'])} of exchange per step, "
+            f"{fmt.percent(ep.get('exposed_share'))} of it exposed "
+            f"({fmt.percent(ep.get('step_share'))} of the step"
+            + ("; MC2 runs as kernels, in the compute column)" if "mc2" in ep["paths"] else ")")
+        )
+        misfits += ep.get("misfit_steps") or 0
+    if misfits:
+        lines.append(
+            f"information: {misfits} step(s) used a path that does not fit their size "
+            "(vllm-ascend takes MC2 up to a token capacity and all-to-all above it)"
+        )
+    return lines
+
+
 def phases_known(overview: Mapping[str, Any]) -> bool:
     """Some iteration's phase was told (else a phase table only says "unknown")."""
     rows = (overview.get("phases") or {}).get("rows") or []
@@ -192,6 +222,10 @@ def overview_table(overview: Mapping[str, Any], verbose: bool = False) -> str:
     if phases_known(overview):
         lines.append("  by phase (wall: share of the profile; p50/p95 per iteration):")
         lines += _aligned(phase_headers(), phase_rows(overview))
+    ep = ep_lines(overview)
+    if ep:
+        lines.append("  MoE expert exchange by phase:")
+        lines += [f"    {line}" for line in ep]
     note = phase_note(overview)
     if note and (verbose or phases_known(overview)):
         lines.append(f"  {note}")
@@ -341,6 +375,8 @@ def overview_markdown(
     lines += md_table(compact_headers(), compact_rows(overview)) + [""]
     if phases_known(overview):
         lines += ["### By phase", ""] + md_table(phase_headers(), phase_rows(overview)) + [""]
+    ep = ep_lines(overview)
+    lines += ["MoE expert exchange by phase:", "", *(f"- {line}" for line in ep), ""] if ep else []
     note = phase_note(overview)
     lines += [note[0].upper() + note[1:] + ".", ""] if note else []
     if len(overview.get("cluster") or []) > 1:
