@@ -116,8 +116,8 @@ def test_exchange_paths_per_step() -> None:
 def test_the_overview_says_which_exchange_each_phase_used(tmp_path) -> None:
     """Per phase of an MoE profile: the path of its steps, the time in it and what of it was
     exposed, the same figures as the kit's; a dense profile has no EP section."""
-    from traceanalyzer.kit import exchange_paths
     from traceanalyzer.executor import make_executor
+    from traceanalyzer.kit import exchange_paths
     from traceanalyzer.pipeline import analyse
     from traceanalyzer.report.overview_text import ep_lines
     from traceanalyzer.synth.generate import generate
