@@ -275,6 +275,12 @@ def test_auto_picks_local_for_small_work_and_a_pool_for_large() -> None:
         assert large.parallel and large.shares_memory
     finally:
         large.close()
+    many = make_executor("auto", jobs=2)  # many small ranks: their fixed costs add up
+    try:
+        assert "at least 32 tasks" in many.plan(tasks=2000, work_bytes=60 << 20)
+        assert many.parallel
+    finally:
+        many.close()
 
 
 def test_run_says_which_executor_it_used_and_why(collection: Path, tmp_path: Path) -> None:

@@ -548,6 +548,10 @@ class RayExecutor(Executor):
 # about 2.5 s on 2 cores) exceeds what parsing side by side saves (a 200 MB trace parses in
 # 1.6 s, on every core, in this process too).
 SMALL_WORK_BYTES = 256 << 20
+# From this many tasks a pool wins however small they are: each rank has a fixed cost of about
+# 0.3 s (its store, its steps, its rules), so with two jobs 2.5 s of start-up pays back from
+# about 17 ranks; twice that to be sure on a busy machine.
+MANY_TASKS = 32
 
 
 class AutoExecutor(Executor):
@@ -556,27 +560,36 @@ class AutoExecutor(Executor):
 
     name = "auto"
 
-    def __init__(self, jobs: int = 1, small_bytes: int = SMALL_WORK_BYTES):
+    def __init__(
+        self, jobs: int = 1, small_bytes: int = SMALL_WORK_BYTES, many_tasks: int = MANY_TASKS
+    ):
         super().__init__(jobs)
         self.small_bytes = small_bytes
+        self.many_tasks = many_tasks
         self.chosen: Executor | None = None
 
     def plan(self, tasks: int, work_bytes: int) -> str:
         if self.chosen is not None:
             return f"{self.chosen.describe()}, chosen earlier in this run"
         work = f"{tasks} task(s), {work_bytes / (1 << 20):.1f} MB of input"
-        if self.jobs == 1 or tasks <= 1 or work_bytes < self.small_bytes:
+        small = work_bytes < self.small_bytes and tasks < self.many_tasks
+        if self.jobs == 1 or tasks <= 1 or small:
             self.chosen = LocalExecutor(self.jobs)
             if self.jobs == 1:
                 return f"local ({work}, one job)"
             if tasks <= 1:
                 return f"local ({work}: nothing to run side by side)"
             return (
-                f"local ({work}, below {self.small_bytes >> 20} MB: a process pool would "
-                "cost more than it saves)"
+                f"local ({work}, below {self.small_bytes >> 20} MB and {self.many_tasks} tasks: "
+                "a process pool would cost more than it saves)"
             )
         self.chosen = ProcessExecutor(self.jobs)
-        return f"{self.chosen.describe()} ({work}, at least {self.small_bytes >> 20} MB)"
+        why = (
+            f"at least {self.small_bytes >> 20} MB"
+            if work_bytes >= self.small_bytes
+            else f"at least {self.many_tasks} tasks, each with a fixed cost"
+        )
+        return f"{self.chosen.describe()} ({work}, {why})"
 
     def _executor(self, tasks: int) -> Executor:
         if self.chosen is None:
