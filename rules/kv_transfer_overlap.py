@@ -24,6 +24,7 @@ from traceanalyzer.kit import (
     outermost,
     phase_windows,
     rule,
+    window_of,
     window_share,
 )
 from traceanalyzer.kit import text as fmt
@@ -578,24 +579,9 @@ def _waits(waits: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
     ordered = steps.sort("session", "start_ns").with_columns(
         (pl.col("phase") != "idle").cum_sum().over("session").alias("_run")
     )
-    marked = (
-        waits.sort("start_ns")
-        .join_asof(
-            ordered.select(
-                "session",
-                "_run",
-                pl.col("start_ns").alias("_ws"),
-                pl.col("end_ns").alias("_we"),
-                "phase",
-            ),
-            left_on="start_ns",
-            right_on="_ws",
-            by="session",
-            strategy="backward",
-            check_sortedness=False,
-        )
-        .filter((pl.col("start_ns") < pl.col("_we")) & (pl.col("phase") == "idle"))
-    )
+    marked = window_of(
+        waits, ordered, by=["session"], keep=["_run", "phase"], bounds=("_ws", "_we")
+    ).filter(pl.col("phase") == "idle")
     return (
         marked.group_by("session", "_run")
         .agg(

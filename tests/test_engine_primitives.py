@@ -27,6 +27,7 @@ from traceanalyzer.primitives import (
     total_length,
     trend,
     union_intervals,
+    window_of,
 )
 
 
@@ -415,3 +416,19 @@ def test_host_launches_without_flows_or_host_calls():
     store = b.store()
     out = host_launches(store.table("slices"))
     assert out.height == 1 and out["link"].to_list() == [None]
+
+
+def test_window_of_gives_each_point_the_window_it_lies_in() -> None:
+    windows = pl.DataFrame(
+        {"rank": [0, 0, 1], "session": ["s"] * 3, "start_ns": [0, 100, 0],
+         "end_ns": [50, 200, 500], "step": [1, 2, 1]}
+    )  # fmt: skip
+    points = pl.DataFrame(
+        {"rank": [0, 0, 0, 1, 0], "session": ["s"] * 5, "start_ns": [120, 10, 60, 300, 200]}
+    )
+    got = window_of(points, windows, keep=["step"], bounds=("ws", "we"))
+    assert got["start_ns"].to_list() == [120, 10, 60, 300, 200]  # the points' order
+    assert got["step"].to_list() == [2, 1, None, 1, None]  # in a gap, at an end: none
+    assert got["ws"].to_list() == [100, 0, None, 0, None]
+    empty = window_of(points.head(0), windows, keep=["step"])
+    assert empty.columns == ["rank", "session", "start_ns", "step"] and empty.is_empty()

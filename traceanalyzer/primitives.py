@@ -261,6 +261,44 @@ def pair_windows(
     return pl.DataFrame(rows, schema=schema).select([*keys, *WINDOW_COLUMNS])
 
 
+def window_of(
+    points: pl.DataFrame,
+    windows: pl.DataFrame,
+    *,
+    at: str = "start_ns",
+    by: Sequence[str] = DEFAULT_KEYS,
+    keep: Sequence[str] = (),
+    bounds: tuple[str, str] | None = None,
+) -> pl.DataFrame:
+    """``points`` with the ``keep`` columns of the window of ``windows`` (``[start_ns,
+    end_ns)``, per ``by`` key, not overlapping) that each point's ``at`` lies in, null where it
+    lies in none; with ``bounds``, that window's start and end too, under those two names. The
+    points keep their order."""
+    added = [*keep, *(bounds or ())]
+    if points.is_empty():
+        types = {**windows.schema, **dict.fromkeys(bounds or (), pl.Int64)}
+        return points.with_columns(pl.lit(None, types[c]).alias(c) for c in added)
+    right = (
+        windows.select(*by, pl.col("start_ns").alias("_ws"), pl.col("end_ns").alias("_we"), *keep)
+        .cast({k: points.schema[k] for k in by})
+        .sort("_ws")
+    )
+    inside = pl.col(at) < pl.col("_we")
+    joined = (
+        points.with_row_index("_row")
+        .sort(at)
+        .join_asof(
+            right, left_on=at, right_on="_ws", by=list(by), strategy="backward",
+            check_sortedness=False,
+        )
+        .with_columns(pl.when(inside).then(pl.col(c)).alias(c) for c in [*keep, "_ws", "_we"])
+        .sort("_row")
+    )  # fmt: skip
+    if bounds:
+        return joined.rename({"_ws": bounds[0], "_we": bounds[1]}).drop("_row")
+    return joined.drop("_row", "_ws", "_we")
+
+
 def count_in_windows(
     windows: pl.DataFrame,
     events: pl.DataFrame | pl.LazyFrame,

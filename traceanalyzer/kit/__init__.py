@@ -105,6 +105,7 @@ from traceanalyzer.primitives import (
     total_length,
     trend,
     union_intervals,
+    window_of,
 )
 from traceanalyzer.stats import OUTLIER_EXCESS, OUTLIER_Z, robust_z
 from traceanalyzer.steps.phases import PHASES, STEADY_PHASES
@@ -273,6 +274,7 @@ __all__ = [
     "total_length",
     "trend",
     "union_intervals",
+    "window_of",
     "text",
     "compress_ranks",
     # fixtures

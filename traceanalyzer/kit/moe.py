@@ -36,7 +36,7 @@ from traceanalyzer.engine.params import Param, Params
 from traceanalyzer.engine.rule import RuleContext, helper
 from traceanalyzer.kit.kernels import kernel_tasks
 from traceanalyzer.kit.steps import phase_windows
-from traceanalyzer.primitives import covered_fraction, union_intervals
+from traceanalyzer.primitives import covered_fraction, union_intervals, window_of
 from traceanalyzer.steps.phases import PHASES, STEADY_PHASES
 from traceanalyzer.steps.tables import steps_of
 from traceanalyzer.vocabulary import (
@@ -149,36 +149,8 @@ def _exchange_ops(ctx: RuleContext) -> pl.DataFrame:
 
 def _in_steps(ctx: RuleContext, frame: pl.DataFrame) -> pl.DataFrame:
     """``frame`` with ``step`` and ``phase`` of the step each row starts in (nulls outside)."""
-    steps = (
-        phase_windows(ctx)
-        .filter(pl.col("step").is_not_null())
-        .select(
-            "rank",
-            "session",
-            "step",
-            "phase",
-            pl.col("start_ns").alias("_ws"),
-            pl.col("end_ns").alias("_we"),
-        )
-        .sort("_ws")
-    )
-    if frame.is_empty():
-        return frame.with_columns(
-            pl.lit(None, pl.Int64).alias("step"), pl.lit(None, pl.String).alias("phase")
-        )
-    joined = frame.sort("start_ns").join_asof(
-        steps.cast({"rank": frame.schema["rank"]}),
-        left_on="start_ns",
-        right_on="_ws",
-        by=["rank", "session"],
-        strategy="backward",
-        check_sortedness=False,
-    )
-    inside = pl.col("start_ns") < pl.col("_we")
-    return joined.with_columns(
-        pl.when(inside).then(pl.col("step")).alias("step"),
-        pl.when(inside).then(pl.col("phase")).alias("phase"),
-    ).drop("_ws", "_we")
+    steps = phase_windows(ctx).filter(pl.col("step").is_not_null())
+    return window_of(frame, steps, keep=["step", "phase"])
 
 
 @helper(params=EXCHANGE_PARAMS)

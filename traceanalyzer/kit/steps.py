@@ -27,6 +27,7 @@ from traceanalyzer.primitives import (
     containing_call,
     overlap_join,
     pair_windows,
+    window_of,
 )
 from traceanalyzer.steps.phases import PHASES, STEADY_PHASES, UNKNOWN_PHASE
 from traceanalyzer.steps.tables import steps_of
@@ -124,26 +125,7 @@ def phase_windows(ctx: RuleContext) -> pl.DataFrame:
 def phase_at(ctx: RuleContext, frame: pl.DataFrame, at: str = "start_ns") -> pl.DataFrame:
     """``frame`` (rank, session, ``at``) with the ``phase`` of the step each row lies in (null
     outside every step)."""
-    steps = phase_windows(ctx).select(
-        "rank", "session", pl.col("start_ns").alias("_ws"), pl.col("end_ns").alias("_we"), "phase"
-    )
-    if frame.is_empty():
-        return frame.with_columns(pl.lit(None, dtype=pl.String).alias("phase"))
-    joined = (
-        frame.with_row_index("_row")
-        .sort(at)
-        .join_asof(
-            steps.sort("_ws"),
-            left_on=at,
-            right_on="_ws",
-            by=["rank", "session"],
-            strategy="backward",
-            check_sortedness=False,
-        )
-        .with_columns(pl.when(pl.col(at) < pl.col("_we")).then(pl.col("phase")).alias("phase"))
-        .sort("_row")
-    )
-    return joined.drop("_row", "_ws", "_we")
+    return window_of(frame, phase_windows(ctx), at=at, keep=["phase"])
 
 
 def host_calls(
