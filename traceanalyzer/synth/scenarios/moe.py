@@ -48,8 +48,8 @@ from traceanalyzer.synth.scenarios.serving import (
     SAMPLER,
     WORKER,
     Iteration,
-    _attention,
-    _ranks,
+    attention_kernel,
+    rank_list,
 )
 from traceanalyzer.synth.scenarios.timeline import Timeline
 
@@ -169,7 +169,7 @@ def _phase(knobs: dict, i: int, rank: int) -> str:
         return "warmup"
     j = i - knobs["warmup"]
     every = knobs["dummy_every"]
-    if every and j % every == every - 1 and rank in _ranks(knobs["dummy_ranks"]):
+    if every and j % every == every - 1 and rank in rank_list(knobs["dummy_ranks"]):
         return "dummy"
     if knobs["prefill_every"] and j % knobs["prefill_every"] == 0:
         return "prefill"
@@ -270,7 +270,7 @@ def _group_iteration(knobs: dict, i: int, members: list[int], plan: Plan) -> int
         routed = _routed(tokens * knobs["topk"], members, hot, skew, rng)
         for r in members:
             it = its[r]
-            attention = _attention(
+            attention = attention_kernel(
                 Iteration("prefill" if it.phase == "prefill" else "decode", it.tokens,
                           it.requests, no_cache=it.phase == "prefill"),
                 "v0.13", it.tokens, it.requests, knobs["shapes"],

@@ -32,8 +32,8 @@ from traceanalyzer.synth.scenarios.serving import (
     SAMPLER,
     WORKER,
     Iteration,
-    _attention,
-    _ranks,
+    attention_kernel,
+    rank_list,
 )
 from traceanalyzer.synth.scenarios.timeline import Timeline
 
@@ -75,7 +75,7 @@ LAYER = (
 
 def _layer(it: Iteration) -> list[KernelSpec]:
     scale = max(1.0, it.tokens / 64)
-    attention = _attention(it, "v0.13", it.tokens, it.requests, True)
+    attention = attention_kernel(it, "v0.13", it.tokens, it.requests, True)
     return [
         replace(attention, dur_us=attention.dur_us * scale**0.8)
         if spec is None
@@ -186,7 +186,7 @@ def _decode(tl: Timeline, knobs: dict) -> None:
 def run(tl: Timeline, knobs: dict) -> None:
     if knobs["mode"] not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}, not {knobs['mode']!r}")
-    if tl.rw.cfg.rank in _ranks(knobs["prefill_ranks"]):
+    if tl.rw.cfg.rank in rank_list(knobs["prefill_ranks"]):
         _prefill(tl, knobs)
     else:
         _decode(tl, knobs)

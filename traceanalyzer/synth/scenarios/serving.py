@@ -77,7 +77,8 @@ class Iteration:
     no_cache: bool = False  # a prefill of new prompts only: the key is the current K
 
 
-def _ranks(text: str) -> set[int]:
+def rank_list(text: str) -> set[int]:
+    """A knob's comma-separated rank numbers (``"0, 3"``) as a set."""
     return {int(r) for r in str(text).replace(" ", "").split(",") if r}
 
 
@@ -95,7 +96,7 @@ def plan(knobs: dict, rank: int = 0) -> list[Iteration]:
         raise ValueError(f"graph must be one of {GRAPHS}, style one of {STYLES}")
     batch, chunk, spec = knobs["batch"], knobs["chunk"], knobs["spec_tokens"]
     out = [Iteration("warmup") for _ in range(knobs["warmup"])]
-    dummy_rank = rank in _ranks(knobs["dummy_ranks"])
+    dummy_rank = rank in rank_list(knobs["dummy_ranks"])
     for i in range(knobs["iterations"]):
         if dummy_rank or (
             knobs["dummy_every"] and i % knobs["dummy_every"] == knobs["dummy_every"] - 1
@@ -119,7 +120,9 @@ def _padded(tokens: int) -> int | None:
     return next((s for s in CAPTURE_SIZES if s >= tokens), None)
 
 
-def _attention(it: Iteration, style: str, tokens: int, requests: int, shapes: bool) -> KernelSpec:
+def attention_kernel(
+    it: Iteration, style: str, tokens: int, requests: int, shapes: bool
+) -> KernelSpec:
     """The attention kernel of one layer for a batch of ``tokens`` over ``requests``."""
     if style == "v0.11" and it.phase in ("decode", "dummy"):
         spec = KernelSpec(
@@ -165,7 +168,7 @@ def _layer(it: Iteration, knobs: dict, tokens: int, requests: int) -> list[Kerne
     out = []
     for spec in ops.DECODE_LAYER:
         if spec.op_type == "FusedInferAttentionScore":
-            attention = _attention(it, knobs["style"], tokens, requests, knobs["shapes"])
+            attention = attention_kernel(it, knobs["style"], tokens, requests, knobs["shapes"])
             out.append(replace(attention, dur_us=attention.dur_us * scale**0.8))
             continue
         rest = spec.shapes.split(";", 1)[1:] if ";" in spec.shapes else []
@@ -219,7 +222,9 @@ def _forward(tl: Timeline, t: int, it: Iteration, knobs: dict) -> int:
         t = _replay(tl, t, captured[:cut])
         attention = replace(
             eager[cut],
-            shapes=_attention(it, knobs["style"], it.tokens, it.requests, knobs["shapes"]).shapes,
+            shapes=attention_kernel(
+                it, knobs["style"], it.tokens, it.requests, knobs["shapes"]
+            ).shapes,
         )
         t = _eager(tl, t, [attention])
         t = _replay(tl, t, captured[cut + 1 :])
