@@ -278,6 +278,13 @@ def fmt_ratio(num: dict, den: dict) -> str:
 
 ANALYSIS = """## Where our run's time goes, and what is left
 
+Since issue #34 the input is the real rank with every file tiled (the side files 30% of the
+trace, as in the real rank), not its trace alone: the run reads 60 MB of CSVs and JSONs more
+than the phases below were measured on (before that change of input), about 0.9 s of one
+core after the trace (docs/benchmarks/ingest.md, "The side files"), and the rules and the
+overview have 94 steps to go through where they had one. The floor reads those files too.
+The phases, as measured on the trace-only input:
+
 A cold run on this input, phase by phase (phase timings of runs on this machine; each phase
 moves by a fifth with the machine's load):
 

@@ -272,8 +272,30 @@ ANALYSIS = """## Reading the figures
   views (as `large_string` every group's text was copied into one buffer first, about 0.1 s of
   this ingest), and no column needs a cast, so pyarrow.compute (50 ms of imports) is never
   loaded. The counters are derived once the slices are written, then the flows and threads
-  while the CSVs and side JSONs are read on a second thread (read alongside the counters, they
+  while small side files are read on a second thread (read alongside the counters, they
   made the ingest no faster and its peak about 25 MB higher).
+- **The side files** (`parse/csv_tables.py`; 60 MB on this input, 30% of the trace as in the
+  real rank: operator_details.csv 39 MB, memory_record 7, kernel_details 6, npu_module_mem 4,
+  operator_memory 3, l2_cache 1, the communication JSONs 1.3). Each CSV is read once, by
+  Arrow's reader in 4 MB batches of text columns (polars adopts them without a copy), and
+  each batch converted by polars and appended to its Parquet file. What the conversion cost
+  was the µs columns (operator_details.csv has six, 80k rows): one polars expression per
+  column evaluated its shared parts once per use, about 1 µs a value. Now a batch's µs
+  columns are converted as one series (the cost was mostly per call), by fast paths: a
+  timestamp's 3 decimals by dropping the dot, a duration of at most 11 whole digits through
+  a double on its first 4 decimals (exact: 15 digits), the rest by the digit groups as before
+  (tests/test_timeutil.py holds them equal on every shape). operator_details.csv: 0.73 s ->
+  0.35 s, all CSVs 1.5 s -> 0.9 s of one core, the tables unchanged row for row (the real
+  export's store and this rank's compared before and after). Side files over 32 MB are read
+  after the trace, one at a time, once the trace parse's freed memory is handed back (gc,
+  the Arrow pool's unused pages): two CSV parses side by side each held a batch's text and
+  its conversion, and that, on top of what the trace parse kept, was the ingest's peak
+  (about 65 MB of it; read alongside the trace's last tables, 20 MB). The price is one core
+  for about 0.3 s where two could share the CSVs on a quiet machine.
+  Measured and not kept: smaller Arrow batches (1 MB: 25 MB lower peak, operator_details.csv
+  2x slower, the per-batch cost dominating), literal replaces instead of the call stacks'
+  regex (1.7x slower), polars' Decimal cast for the µs texts (it rounds at the scale, not the
+  digit rule).
 - **The DuckDB reader** rows are the same ingest with the scanner off: what a machine without
   a C compiler gets, and what reads a damaged file (which it salvages). DuckDB's JSON reader
   hands the events over a batch at a time, split by kind as they come, and the flattened args
@@ -435,8 +457,8 @@ def _render_db(
     lines = [
         "## The Db twin",
         "",
-        f"Input: the real G2 Level1 rank-0 Db export, its event rows repeated as often as the "
-        f"trace's events: a {db_mb:.0f} MB ascend_pytorch_profiler_0.db (ids instead of texts: "
+        f"Input: the real G2 Level1 rank-0 Db export, every table's rows repeated as often as "
+        f"the Text twin's files (each copy shifted and its ids offset): a {db_mb:.0f} MB ascend_pytorch_profiler_0.db (ids instead of texts: "
         f"{db_mb / file_mb:.2f}x the Text twin's trace).",
         "",
         "| case | seconds | CPU seconds | peak RSS (MB) | RSS above imports / Db size "
@@ -471,8 +493,8 @@ def _render_serving(results: list[dict], base_mb: float, serving_mb: float) -> l
         "## A serving rank of the same size",
         "",
         f"Input: `traceanalyzer synth serving --target-mb` (build_serving_input): {serving_mb:.0f} "
-        "MB of files, nearly all of it trace_view.json (prefill, decode, mixed, speculative, "
-        "dummy and idle iterations).",
+        "MB of files (its trace_view.json and a kernel_details.csv of one row per kernel; "
+        "prefill, decode, mixed, speculative, dummy and idle iterations).",
         "",
         "| case | seconds | CPU seconds | peak RSS (MB) | RSS above imports / rank size "
         "| time / its all-files floor |",
