@@ -316,6 +316,8 @@ def _generation(
     return "g2"
 
 
+# Side files larger than this are parsed after the trace, one at a time: two CSV parses side
+# by side each hold a batch's text and its conversion (docs/benchmarks/ingest.md).
 _SIDE_FILES_ALONGSIDE_BYTES = 32 << 20
 _COMM_FILES = (
     ("communication.json", "comm_ops", parse_communication),
@@ -486,11 +488,14 @@ def ingest_session(
             db = _read_db(session, sink, outcome, threads, scratch)
         outcome.source_format = "db" if db else "text"
         # Small side files parse on a thread once the trace parse's memory peak is behind it,
-        # while its last tables are written (parse_trace_view's on_read); large ones (a Level2
-        # kernel_details.csv) after the trace: the two parses' memory never adds up.
+        # while its last tables are written (parse_trace_view's on_read); large ones (a real
+        # rank's are a third of its trace) after the trace, one at a time, once the trace
+        # parse's freed memory is handed back: the parses' memory never adds up (alongside
+        # the last tables, the 200 MB benchmark rank peaked 20 MB higher; two at a time, 65).
         side_files = _SideFiles(session, sink, frozenset(sink.rows) if db else frozenset())
         side: list[Future[dict[str, list[str]]]] = []
-        if side_files.size <= _SIDE_FILES_ALONGSIDE_BYTES and not db:
+        large = side_files.size > _SIDE_FILES_ALONGSIDE_BYTES
+        if not large and not db:
             pool = ThreadPoolExecutor(1)
 
         def trace_read() -> None:
@@ -516,7 +521,9 @@ def ingest_session(
                 raise RankFailed(f"{trace_path}: unreadable ({type(exc).__name__}: {exc})") from exc
         else:
             outcome.missing_files.append(TRACE_FILE)
-        headers = side[0].result() if side else side_files.parse(threads)
+        if large and trace is not None:
+            _release_memory()
+        headers = side[0].result() if side else side_files.parse(1 if large else threads)
         for table in TABLES:
             if table not in sink.rows and table != "sessions":
                 sink.empty(table)

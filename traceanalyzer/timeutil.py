@@ -23,24 +23,69 @@ def us_expr_to_ns(expr: pl.Expr) -> pl.Expr:
     >>> pl.select(us_expr_to_ns(pl.lit("55.1610625"))).item()
     55161
     """
-    s = expr.cast(pl.String).str.strip_chars(_JUNK)
-    s = (
-        pl.when(s.str.to_uppercase().is_in(["", "N/A", "NA", "NAN", "NONE", "NULL", "-"]))
-        .then(None)
-        .otherwise(s)
+    # On the column at once (elementwise, so any batch of it gives the same values): as one
+    # expression, polars evaluated the shared parts (the stripped text, the digit groups) once
+    # per use, 3x the work (docs/benchmarks/ingest.md).
+    return expr.cast(pl.String).map_batches(
+        us_series_to_ns, return_dtype=pl.Int64, is_elementwise=True
     )
-    parts = s.str.extract_groups(r"^([+-]?)(\d*)(?:\.(\d*))?$")
-    sign = pl.when(parts.struct.field("1") == "-").then(-1).otherwise(1)
-    whole = parts.struct.field("2").replace("", "0").cast(pl.Int64, strict=False)
-    frac4 = (
-        (parts.struct.field("3").fill_null("") + "0000")
-        .str.slice(0, 4)
-        .cast(pl.Int64, strict=False)
+
+
+# torch_npu's own shape, exactly 3 decimals: the digits without the dot are the ns. At most
+# 16 whole digits, the 16th below 9, so that they fit in int64 (a 2262 epoch is 9.2e15 µs).
+_THREE_DECIMALS = r"^(?:\d{1,15}|[1-8]\d{15})\.\d{3}$"
+# A duration: at most 11 whole digits, its first 4 decimals (all the rounding looks at) exact
+# through a double: 15 digits, so times 10^4 the double is within 0.25 of their integer.
+_SHORT = r"^\d{1,11}(?:\.\d+)?$"
+_SHORT_DIGITS = r"^(\d{1,11}(?:\.\d{1,4})?)"
+_NULL_WORDS = ["", "N/A", "NA", "NAN", "NONE", "NULL", "-"]
+
+
+def us_series_to_ns(values: pl.Series) -> pl.Series:
+    """:func:`us_expr_to_ns` of a text series: a timestamp's 3-decimal text by dropping its
+    dot, a short duration through a double, the rest (longer decimals, signs, exponents) by
+    their digit groups."""
+    s = values.str.strip_chars(_JUNK)  # a null word is no digits: it takes the general way
+    stamp = s.str.contains(_THREE_DECIMALS)
+    # the whole digits and up to 4 decimals, of a short duration
+    short = pl.select(
+        pl.when(s.str.contains(_SHORT)).then(s.str.extract(_SHORT_DIGITS, 1))
+    ).to_series()
+    tenths = (short.cast(pl.Float64, strict=False) * 10_000).round(0).cast(pl.Int64, strict=False)
+    out = (
+        pl.select(
+            pl.when(stamp)
+            .then(s.str.replace(".", "", literal=True).cast(pl.Int64, strict=False))
+            .otherwise((tenths + 5) // 10)  # half up, as the digit groups' rounding
+        )
+        .to_series()
+        .rename(values.name)
     )
+    rest = (~stamp & short.is_null()).fill_null(False)
+    if rest.any():
+        out = out.scatter(rest.arg_true(), _us_general(s.filter(rest)))
+    return out
+
+
+def _us_general(s: pl.Series) -> pl.Series:
+    """Any µs text (stripped) by its sign, whole and decimal digits, null for a null word; a
+    text that is not plain digits (an exponent) through a double."""
+    s = pl.select(
+        pl.when(s.str.to_uppercase().is_in(_NULL_WORDS)).then(None).otherwise(s)
+    ).to_series()
+    parts = s.str.extract_groups(r"^([+-]?)(\d*)(?:\.(\d*))?$").struct.unnest()
+    frame = pl.DataFrame({"s": s, "sign": parts[:, 0], "whole": parts[:, 1], "frac": parts[:, 2]})
+    sign = pl.when(pl.col("sign") == "-").then(-1).otherwise(1)
+    whole = pl.col("whole").replace("", "0").cast(pl.Int64, strict=False)
+    frac4 = (pl.col("frac").fill_null("") + "0000").str.slice(0, 4).cast(pl.Int64, strict=False)
     exact = sign * (whole * 1000 + (frac4 + 5) // 10)
     # Scientific notation never appears in torch_npu timestamps; keep it usable for durations.
-    scientific = (s.cast(pl.Float64, strict=False) * 1000).round(0).cast(pl.Int64, strict=False)
-    return pl.when(parts.struct.field("2").is_not_null()).then(exact).otherwise(scientific)
+    scientific = (
+        (pl.col("s").cast(pl.Float64, strict=False) * 1000).round(0).cast(pl.Int64, strict=False)
+    )
+    return frame.select(
+        pl.when(pl.col("whole").is_not_null()).then(exact).otherwise(scientific)
+    ).to_series()
 
 
 def duckdb_us_to_ns(col: str) -> str:
