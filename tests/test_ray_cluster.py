@@ -48,6 +48,20 @@ STOP_TIMEOUT = 40.0  # ray start drains its node for up to 30 s on SIGTERM
 CLUSTER_TAG = "TRACEANALYZER_TEST_RAY_CLUSTER"  # inherited by every process of our nodes only
 
 
+# `ray start`, asking the kernel first for SIGTERM when pytest dies (Linux; kept across exec): a
+# killed test run (a CI timeout) still stops its nodes, which `ray start --block` does on SIGTERM.
+_DIE_WITH_PYTEST = """
+import ctypes, os, signal, sys
+try:
+    ctypes.CDLL(None).prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
+except (OSError, AttributeError):
+    pass
+if os.getppid() != int(sys.argv[1]):  # gone before the signal was asked for
+    sys.exit("pytest is gone")
+os.execv(sys.executable, [sys.executable, "-m", "ray.scripts.scripts", *sys.argv[2:]])
+"""
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("", 0))
@@ -74,13 +88,21 @@ def _ray_env(token: str) -> dict[str, str]:
 
 @dataclass
 class Run:
-    """``traceanalyzer run``, as a user runs it, in its own process."""
+    """``traceanalyzer run``, as a user runs it, in its own process; with ``watch``, the
+    workers each node of that cluster starts meanwhile are noted."""
 
     out: Path
     args: tuple[str, ...]
+    watch: Cluster | None = None
     proc: subprocess.Popen[bytes] = field(init=False)
+    before: list[set[int]] = field(init=False)
+
+    @property
+    def log(self) -> Path:
+        return self.out.with_name(f"{self.out.name}.log")
 
     def start(self, collection: Path, env: dict[str, str]) -> Run:
+        self.before = [_workers(node) for node in self.watch.nodes] if self.watch else []
         cli = [sys.executable, "-m", "traceanalyzer.cli", "run", str(collection)]
         with self.log.open("wb") as said:
             self.proc = subprocess.Popen(
@@ -91,19 +113,13 @@ class Run:
             )
         return self
 
-    @property
-    def log(self) -> Path:
-        return self.out.with_name(f"{self.out.name}.log")
-
-    def finish(self, watch: Cluster | None = None) -> list[set[int]]:
-        """Wait for the run to succeed; with ``watch``, return the workers each node of that
-        cluster started meanwhile."""
-        nodes = watch.nodes if watch else []
-        before = [_workers(node) for node in nodes]
+    def finish(self) -> list[set[int]]:
+        """Wait for the run to succeed; return the workers each watched node started."""
+        nodes = self.watch.nodes if self.watch else []
         started: list[set[int]] = [set() for _ in nodes]
         deadline = time.monotonic() + RUN_TIMEOUT
         while self.proc.poll() is None and time.monotonic() < deadline:
-            for seen, node, old in zip(started, nodes, before, strict=True):
+            for seen, node, old in zip(started, nodes, self.before, strict=True):
                 seen |= _workers(node) - old
             time.sleep(0.2)
         if self.proc.poll() is None:
@@ -228,7 +244,7 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
         FAULT_KILL_RANK: str(KILLED),
         FAULT_ONCE: str(marker),
     }
-    ray_start = [sys.executable, "-m", "ray.scripts.scripts", "start", "--block"]
+    ray_start = [sys.executable, "-c", _DIE_WITH_PYTEST, str(os.getpid()), "start", "--block"]
     # docs/scale.md's commands, small for a 2-core machine: one CPU and 80 MB of object store
     # per node, no dashboard, log monitor or autoscaler, and a free port wherever Ray would
     # take a fixed one (another Ray on this machine may hold it).
@@ -325,8 +341,9 @@ def _entries(out: Path) -> list[str]:
 def test_a_two_node_cluster_gives_the_local_results_despite_a_killed_worker(
     local_run: Run, cluster: Cluster, collection: Path, tmp_path: Path
 ) -> None:
-    ray_run = Run(tmp_path / "ray", ("--executor", "ray", "--ray-address", cluster.address))
-    started = ray_run.start(collection, cluster.env).finish(watch=cluster)
+    args = ("--executor", "ray", "--ray-address", cluster.address)
+    ray_run = Run(tmp_path / "ray", args, watch=cluster)
+    started = ray_run.start(collection, cluster.env).finish()
     local_run.finish()
     local, ray = local_run.out, ray_run.out
 
