@@ -68,3 +68,21 @@ def test_many_tiny_tasks_merge_into_a_bounded_svg() -> None:
 def test_no_representative_step_draws_nothing() -> None:
     b = StoreBuilder().session(0, "s0", start_ns=0, end_ns=us(2_000))
     assert timeline_svg({"representative": None}, b.store()) is None
+
+
+def test_tasks_that_start_together_keep_one_order() -> None:
+    """A collective and its first copy start together: the same store always gives the same
+    rectangles in the same order (findings.json is compared across runs and executors)."""
+    b = StoreBuilder().session(0, "s0", start_ns=0, end_ns=us(2_000_000))
+    b.step(0, "s0", 7, start_ns=0, dur_ns=us(1_000_000))
+    for k in range(8):  # several ties, so that an arbitrary order shows
+        start = us(100_000 * (k + 1))
+        b.hccl_task(0, "s0", f"hcom_allReduce__{k}", stream=9, start_ns=start, dur_ns=us(50_000))
+        b.hccl_task(0, "s0", f"Memcpy{k}", stream=9, start_ns=start, dur_ns=us(2_000))
+    store = b.store()
+    orders = {
+        tuple((r[2], r[3], r[6]) for r in step_timeline(store, STEP)["rects"]) for _ in range(20)
+    }
+    assert len(orders) == 1
+    (order,) = orders
+    assert list(order) == sorted(order)  # by start, then end: the copy before its collective

@@ -108,6 +108,7 @@ def test_worker_killed_once_is_retried_in_the_same_run(
     assert (tmp_path / "killed-once").exists()
     assert not result.failed
     assert {o.status for o in result.outcomes} == {"ingested"}
+    assert not list(out.glob(".scratch.*")), "the killed worker's scratch folder is left in OUT"
     code, doc = _run(collection, out, "--executor", "processes", "-j", "2")
     assert code == 0
     assert set(_statuses(out).values()) == {"cached"}

@@ -827,6 +827,11 @@ def ingest(
         native_scan.drop_ahead()  # a scan started ahead (read_ahead) and not taken: not held
 
 
+def _remove_scratch(out_path: Path) -> None:
+    for scratch in out_path.glob(f"{_SCRATCH}*"):
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
 def _ingest(
     found: Discovery,
     out_path: Path,
@@ -840,8 +845,7 @@ def _ingest(
     from traceanalyzer.executor import TaskCrashed, make_executor
 
     manifest = load_manifest(out_path)
-    for scratch in out_path.glob(f"{_SCRATCH}*"):  # a killed run's: nothing reads it now
-        shutil.rmtree(scratch, ignore_errors=True)
+    _remove_scratch(out_path)  # a killed run's: nothing reads it now
 
     # Sessions no longer in the input leave the store, so it always mirrors the input.
     current = {s.key for s in found.sessions}
@@ -932,12 +936,20 @@ def _ingest(
             # never saw it
             timeouts=[t + min(_STOP_GRACE * t, _STOP_GRACE_SECONDS) for t in seconds],
         )
+        left_running = False
         for index, result in results:
             session, fingerprint = todo[index]
             if isinstance(result, TaskCrashed):
+                left_running |= result.timed_out
                 why = _too_long(seconds[index]) if result.timed_out else f"worker died: {result}"
                 result = _crashed(session, why)
             record(result, fingerprint)
+        # Every task has returned, so a scratch folder still here is a dead worker's (one the
+        # OOM killer took, its task retried and done): it may hold a trace's spill, and this
+        # run is its last user. Not when a task was stopped past its deadline: `local` leaves
+        # that task's thread running in it (the next run removes it).
+        if not left_running:
+            _remove_scratch(out_path)
     finally:
         # also on Ctrl-C: everything finished so far is in the manifest for the next run
         with outdir.writes(out_path):

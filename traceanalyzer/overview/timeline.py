@@ -90,7 +90,9 @@ def merge_rects(tasks: pl.DataFrame, ns_per_px: float, limit: int = MAX_RECTS) -
     Within a row and class, a task joins the previous rectangle when the gap between them is
     under the resolution and either of the two is narrower than it; the resolution doubles
     until at most ``limit`` rectangles remain (at worst one per row and class)."""
-    tasks = tasks.sort("row", "cls", "start_ns", "end_ns")
+    # name last: tasks alike in all else still come in one order (the rectangle's name is the
+    # first longest one)
+    tasks = tasks.sort("row", "cls", "start_ns", "end_ns", "name")
     resolution = max(ns_per_px, 1.0)
     while True:
         rects = _merge(tasks, resolution)
@@ -115,8 +117,12 @@ def _merge(tasks: pl.DataFrame, resolution: float) -> pl.DataFrame:
             pl.col("end_ns").max(),
             pl.len().alias("tasks"),
             pl.col("dur").sum().alias("busy_ns"),
-            pl.col("name").sort_by("dur", descending=True).first(),
+            # equal durations: the first name in order wins, never whichever the sort left first
+            pl.col("name").sort_by("dur", descending=True, maintain_order=True).first(),
         )
+        # group_by returns groups in any order, and rectangles of one row and class may start
+        # together (a collective and its first copy): the groups' numbers are the tasks' sorted
+        # order, so the same store always gives the same findings.json
+        .sort("group")
         .drop("group")
-        .sort("row", "cls", "start_ns")
     )
