@@ -278,7 +278,7 @@ def fmt_ratio(num: dict, den: dict) -> str:
 
 ANALYSIS = """## Where our run's time goes, and what is left
 
-Since issue #34 the input is the real rank with every file tiled (the side files 30% of the
+The input is now the real rank with every file tiled (the side files 30% of the
 trace, as in the real rank), not its trace alone: the run reads 60 MB of CSVs and JSONs more
 than the phases below were measured on (before that change of input), about 0.9 s of one
 core after the trace (docs/benchmarks/ingest.md, "The side files"), and the rules and the
