@@ -577,8 +577,9 @@ _RELEASE_AFTER_BYTES = 32 << 20
 
 
 def _release_memory() -> None:
-    """Free the parse's reference cycles and return the Arrow pool's unused pages (mimalloc
-    keeps them otherwise): on the 200 MB rank, 60 MB less held when the rules start."""
+    """Free the parse's reference cycles and hand the Arrow pool's unused pages back (the
+    system allocator's ``malloc_trim``; mimalloc's arenas where a user chose that pool): the
+    rules then start from the libraries, not from the parse's high-water mark."""
     import gc
 
     import pyarrow as pa

@@ -5,6 +5,11 @@
   a row group at a time, so that retention, not the data, set a worker's peak: 1.7x the trace
   instead of 1.5x (docs/benchmarks/ingest.md). One arena, purged by a background thread after
   100 ms, keeps the peak at the data without costing time.
+- **pyarrow's allocator.** pyarrow allocates through its bundled mimalloc by default, which
+  commits whole arena chunks and keeps freed pages for reuse: after the ingest of the 200 MB
+  benchmark rank it held 45 MB more than the system allocator, and the run's peak (the rules'
+  and the overview's queries on top of what the ingest left) was 10% higher, at the same speed
+  (alternated runs; docs/benchmarks/compare.md). The system allocator hands freed pages back.
 - **numpy's BLAS threads.** OpenBLAS starts a thread per core when numpy is imported, and they
   spin waiting for work for a while (0.1 s of a core at the import alone). traceanalyzer does no
   linear algebra worth threads, so on the 200 MB benchmark rank those spinning threads cost
@@ -23,6 +28,7 @@ import os
 POLARS_JEMALLOC_CONF = "narenas:1,background_thread:true,dirty_decay_ms:100,muzzy_decay_ms:0"
 SETTINGS = {
     "_RJEM_MALLOC_CONF": POLARS_JEMALLOC_CONF,  # the name polars' jemalloc build reads
+    "ARROW_DEFAULT_MEMORY_POOL": "system",  # read once, when pyarrow loads
     "OPENBLAS_NUM_THREADS": "1",
 }
 
