@@ -325,6 +325,13 @@ _COMM_FILES = (
 )
 
 
+def _file_size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:  # gone since it was listed: its parse says so
+        return 0
+
+
 class _SideFiles:
     """The CSV and communication JSON files of a session: parsed into ``sink``, with what went
     wrong kept for the outcome (merged after the trace's, so the order never depends on which
@@ -344,7 +351,7 @@ class _SideFiles:
         self.comm = [entry for entry in _COMM_FILES if entry[1] not in filled]
         names = [spec.file for spec in self.specs] + [name for name, _, _ in self.comm]
         paths = [session.output_dir / name for name in names]
-        self.size = sum(p.stat().st_size for p in paths if session.readable(p))
+        self.size = sum(_file_size(p) for p in paths if session.readable(p))
 
     def parse(self, threads: int = 1) -> dict[str, list[str]]:
         """Parse every side file, the CSVs on up to ``threads`` threads (the CSV readers, polars
@@ -371,9 +378,14 @@ class _SideFiles:
                     raise
                 return exc
 
+        # the largest first, so that the last to finish is a small one (results in file order)
+        largest_first = sorted(range(len(present)), key=lambda i: -_file_size(present[i][1]))
+        results: list[CsvResult | Exception] = [Exception()] * len(present)
         try:
             with ThreadPoolExecutor(max(1, min(threads, len(present)))) as pool:
-                results = list(pool.map(parse_one, present))
+                done = pool.map(parse_one, [present[i] for i in largest_first])
+                for i, result in zip(largest_first, done, strict=True):
+                    results[i] = result
         finally:
             csv_db.close()
         for (spec, path), parsed in zip(present, results, strict=True):  # in file order
@@ -489,9 +501,10 @@ def ingest_session(
         outcome.source_format = "db" if db else "text"
         # Small side files parse on a thread once the trace parse's memory peak is behind it,
         # while its last tables are written (parse_trace_view's on_read); large ones (a real
-        # rank's are a third of its trace) after the trace, one at a time, once the trace
-        # parse's freed memory is handed back: the parses' memory never adds up (alongside
-        # the last tables, the 200 MB benchmark rank peaked 20 MB higher; two at a time, 65).
+        # rank's are a third of its trace) after the trace, once the trace parse's freed memory
+        # is handed back: the parses' memory never adds up (alongside the last tables, the
+        # 200 MB benchmark rank peaked 20 MB higher). Two large files at a time stay below the
+        # trace parse's peak since each large buffer is mapped on its own (process_env).
         side_files = _SideFiles(session, sink, frozenset(sink.rows) if db else frozenset())
         side: list[Future[dict[str, list[str]]]] = []
         large = side_files.size > _SIDE_FILES_ALONGSIDE_BYTES
@@ -523,7 +536,7 @@ def ingest_session(
             outcome.missing_files.append(TRACE_FILE)
         if large and trace is not None:
             _release_memory()
-        headers = side[0].result() if side else side_files.parse(1 if large else threads)
+        headers = side[0].result() if side else side_files.parse(threads)
         for table in TABLES:
             if table not in sink.rows and table != "sessions":
                 sink.empty(table)
