@@ -30,6 +30,7 @@ peaks, nothing else.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 
@@ -51,8 +52,7 @@ def configure() -> None:
 
 
 def _mmap_threshold(value: str) -> None:
-    """This process's glibc mmap threshold (elsewhere, or for a value that is no number: no-op)."""
-    try:
+    """This process's glibc mmap threshold (elsewhere a no-op)."""
+    # not glibc (no mallopt), no libc to load, or a value that is no number
+    with contextlib.suppress(AttributeError, OSError, ValueError):
         ctypes.CDLL(None).mallopt(M_MMAP_THRESHOLD, int(value))
-    except (AttributeError, OSError, ValueError):  # not glibc (no mallopt), or no libc to load
-        pass
