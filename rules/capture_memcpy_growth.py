@@ -22,6 +22,7 @@ from traceanalyzer.kit import (
     Param,
     RuleContext,
     api_statistics,
+    cann_calls,
     count_in_windows,
     evidence_marks,
     host_api,
@@ -148,7 +149,7 @@ def capture_memcpy_growth(ctx: RuleContext) -> Iterator[Finding]:
     """
     p = ctx.params
     sessions = ctx.sessions()
-    cann = ctx.table("slices").filter(pl.col("process") == "CANN")
+    cann = cann_calls(ctx).lazy()
     cann_ranks = set(cann.select(pl.col("rank").unique()).collect()["rank"].to_list())
     memcpy = _memcpy_calls(cann, p.memcpy_pattern, p.layer)
     counted = memcpy.group_by("rank").agg(pl.col("api_name").unique().sort())
@@ -439,7 +440,7 @@ def _key_figures(ctx: RuleContext) -> pl.DataFrame:
     """Capture windows per rank, their mean duration and mean memcpy calls, counted exactly as
     the rule counts them (CANN events; null on ranks without capture windows)."""
     p = ctx.params
-    cann = ctx.table("slices").filter(pl.col("process") == "CANN")
+    cann = cann_calls(ctx).lazy()
     windows = _capture_windows(ctx, cann)
     memcpy = _memcpy_calls(cann, p.memcpy_pattern, p.layer)
     counted = count_in_windows(windows, memcpy, window_id="window_id", name="memcpy")

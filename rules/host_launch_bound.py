@@ -34,6 +34,7 @@ from traceanalyzer.kit import (
     Param,
     RuleContext,
     analysed_window_ns,
+    cann_calls,
     capture_windows,
     classify_gaps,
     device_tasks,
@@ -258,16 +259,13 @@ def _judged_streams(ctx: RuleContext) -> _Judged:
         .join(compute, on=[*keys, "stream"])
     )
     occupied = pl.concat([tasks, plane_waits], how="diagonal_relaxed")
-    syncs = (
-        slices.filter((pl.col("process") == CANN_PROCESS) & pl.col("api_name").is_in(p.sync_apis))
-        .select(*keys, "start_ns", "end_ns")
-        .collect()
-    )
+    calls = cann_calls(ctx)
+    syncs = calls.filter(pl.col("api_name").is_in(p.sync_apis)).select(*keys, "start_ns", "end_ns")
     other = union_intervals(
-        slices.filter(
-            (pl.col("process") == CANN_PROCESS) & pl.col("api_name").is_in(p.other_cause_apis)
-        ).select(*keys, "start_ns", "end_ns"),
-    ).collect()
+        calls.filter(pl.col("api_name").is_in(p.other_cause_apis)).select(
+            *keys, "start_ns", "end_ns"
+        ),
+    )
     gaps = classify_gaps(
         stream_gaps(occupied, stream="stream"), syncs, capture_windows(ctx), other,
         min_gap_ns=p.min_gap_us * 1000, max_gap_ns=p.max_gap_ms * 1e6,
