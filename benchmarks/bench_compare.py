@@ -18,6 +18,11 @@ children included):
   done before the clock starts). HTA reads Kineto JSON only (an object with ``traceEvents``,
   numeric ``ts``, the rank in ``distributedInfo``), and torch_npu writes a bare array with
   ``ts`` as text: an HTA-readable copy is written once, outside any timed region, and cached;
+- the serving layer's share of our run, on the serving rank and on a ``synth moe-ep``
+  collection: the steps derivation (engine iterations and their phases) as the run's own log
+  line times it, and the MoE and PD rules and the overview's expert-exchange figures, timed in
+  a fresh process on the run's store right after it (each on a store opened for it alone: no
+  table read is shared with the other rules, as it is in the run, so this overstates);
 - the all-files decode floor of ``bench_ingest.py`` (its case that decodes every file of the rank
   once, ``--floor`` to pick another), imports done before its clock starts.
 
@@ -49,7 +54,7 @@ import time
 from pathlib import Path
 
 from bench_ingest import ALL_FILES_FLOOR, CASES, COLUMNS, REAL_RANK, build_input, run_case
-from bench_inputs import build_serving_input
+from bench_inputs import build_moe_input, build_serving_input
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -59,6 +64,13 @@ HTA = "HTA TraceAnalysis load"
 FLOOR_OUTSIDE = "floor, timed from outside"
 OURS_SERVING = "traceanalyzer run, serving rank"
 FLOOR_SERVING = "floor, serving rank"
+OURS_MOE = "traceanalyzer run, MoE EP collection"
+MOE_RANKS, MOE_RANK_MB = 4, 50
+# The serving layer (the steps table's phases, the MoE and PD rules, the overview's expert
+# exchange) may cost at most this share of a whole run.
+SERVING_LAYER_GOAL = 0.05
+STEPS_LINE = re.compile(r"steps of \d+ ranks? in ([0-9.]+) s")
+MOE_RULES = ("moe-load-imbalance", "kv-transfer-overlap")
 DEFAULT_FLOOR = ALL_FILES_FLOOR
 
 # The goals: anchor time / our run time.
@@ -142,12 +154,57 @@ def hta_input(rank: Path) -> Path:
     return folder
 
 
-def case_ours(rank: Path, tmp: Path) -> dict:
+MOE_PROGRAM = """
+import json, sys, time
+from pathlib import Path
+from traceanalyzer import process_env
+process_env.configure()
+from traceanalyzer.engine.config import resolve, run_settings
+from traceanalyzer.engine.loader import load_rules
+from traceanalyzer.engine.runner import evaluate_rule, store_ranks
+from traceanalyzer.overview.compute import device_tasks, ep_exchanges
+from traceanalyzer.store import RankStore, Store
+root = Path(sys.argv[1])
+rules = load_rules([]).rules
+params = resolve(rules, run_settings((), None)).params
+ranks = store_ranks(Store.open(root))
+started = time.perf_counter()
+for rule in rules.select(sys.argv[2].split(",")):
+    if rule.scope == "rank":
+        for rank in ranks:
+            evaluate_rule(rule, RankStore(root, [rank]), params[rule.id], frozenset({rank}))
+    else:
+        evaluate_rule(rule, RankStore(root, ranks), params[rule.id])  # as the run does
+seconds = time.perf_counter() - started
+for rank in ranks:  # the overview's expert exchange, given the device tasks it reads anyway
+    store = RankStore(root, [rank])
+    tasks = device_tasks(store, [rank])
+    started = time.perf_counter()
+    ep_exchanges(store, rank, tasks)
+    seconds += time.perf_counter() - started
+print("RESULT", json.dumps({"seconds": seconds}))
+"""
+
+
+def case_ours(rank: Path, tmp: Path, moe: bool = False) -> dict:
+    """Our whole run; with ``moe``, also the MoE and PD parts timed on its store after it."""
     argv = [str(BIN / "traceanalyzer"), "run", str(rank), "--out", str(tmp / "out")]
     log = tmp / "log.txt"
     result = run_timed(argv, tmp, log)
     if result["exit_code"] not in (0, 1):  # 1: a finding at or above --fail-on
         return {"failed": failure(result, log)}
+    steps = STEPS_LINE.search(log.read_text())
+    if steps:
+        result["steps_seconds"] = float(steps.group(1))
+    if moe:
+        timed = subprocess.run(
+            [sys.executable, "-c", MOE_PROGRAM, str(tmp / "out"), ",".join(MOE_RULES)],
+            capture_output=True,
+            text=True,
+        )
+        found = re.search(r"^RESULT (.*)$", timed.stdout, re.MULTILINE)
+        if found:
+            result["moe_seconds"] = json.loads(found.group(1))["seconds"]
     rules = re.search(r"evaluated (\d+) rule", log.read_text())
     outputs = sorted(p.name for p in (tmp / "out").iterdir() if p.is_file() and p.name[0] != ".")
     result["did"] = (
@@ -317,6 +374,36 @@ seconds apart from our run, `--pairs`) is the figure to compare across pages, no
 """
 
 
+def serving_layer_lines(results: dict[str, dict]) -> list[str]:
+    """The serving layer's share of each of our runs that says it (goal: SERVING_LAYER_GOAL)."""
+    rows = []
+    for name in (OURS, OURS_SERVING, OURS_MOE):
+        r = results.get(name, {})
+        if "seconds" not in r or "steps_seconds" not in r:
+            continue
+        moe = r.get("moe_seconds")
+        total = r["steps_seconds"] + (moe or 0.0)
+        share = total / r["seconds"]
+        verdict = "met" if share <= SERVING_LAYER_GOAL else "not met"
+        rows.append(
+            f"| {name} | {r['seconds']:.2f} | {r['steps_seconds']:.2f} | "
+            + (f"{moe:.3f}" if moe is not None else "not timed")
+            + f" | {share:.1%} | <= {SERVING_LAYER_GOAL:.0%}: {verdict} |"
+        )
+    if not rows:
+        return []
+    return [
+        "",
+        "The serving layer's share of the run (the steps and their phases, from the run's own "
+        "log line; the MoE and PD rules and the overview's expert exchange, timed on the run's "
+        "store right after it):",
+        "",
+        "| run | seconds | steps and phases (s) | MoE and PD (s) | share | goal |",
+        "|---|---:|---:|---:|---:|---|",
+        *rows,
+    ]
+
+
 def render(results: dict[str, dict], meta: dict) -> str:
     """The Markdown page: the table, the ratios against their goals, the machine and the commands."""
     ours, floor = results[OURS], results[meta["floor"]]
@@ -339,7 +426,8 @@ def render(results: dict[str, dict], meta: dict) -> str:
         f"{trace_mb:.1f} MB trace_view.json, {rank_mb:.1f} MB with its CSV/JSON side files "
         f"({(rank_mb - trace_mb) / trace_mb:.0%} of the trace, as in the real rank), built and "
         "cached by `benchmarks/bench_inputs.py`. The serving rows: a `traceanalyzer synth "
-        f"serving` rank of {meta.get('serving_mb', 0):.1f} MB.",
+        f"serving` rank of {meta.get('serving_mb', 0):.1f} MB; the MoE row: a `traceanalyzer "
+        f"synth moe-ep` collection of {MOE_RANKS} ranks, {meta.get('moe_mb', 0):.1f} MB in all.",
         "",
         "| case | seconds | peak RSS (MB) | RSS / trace size | anchor / our run | goal | what it does in that time |",
         "|---|---:|---:|---:|---:|---:|---|",
@@ -366,6 +454,7 @@ def render(results: dict[str, dict], meta: dict) -> str:
             f"Serving rank: our run / its floor {fmt_ratio(serving, serving_floor)}, its peak RSS "
             f"{serving['peak_rss_mb'] / meta['serving_mb']:.2f}x its files."
         )
+    lines += serving_layer_lines(results)
     outside = results.get(FLOOR_OUTSIDE, {})
     if "seconds" in outside and "seconds" in ours:
         lines.append(
@@ -462,6 +551,7 @@ def main() -> None:
         sys.exit(f"real export not found at {REAL_RANK}")
     rank = build_input(args.mb)
     serving = build_serving_input(args.mb)
+    moe = build_moe_input(MOE_RANKS, MOE_RANK_MB)
     hta_dir = hta_input(rank) if version("HolisticTraceAnalysis") else None
     meta = {
         "mb": args.mb,
@@ -474,6 +564,7 @@ def main() -> None:
         / (1 << 20),
         "rank_mb": sum(p.stat().st_size for p in rank.rglob("*") if p.is_file()) / (1 << 20),
         "serving_mb": sum(p.stat().st_size for p in serving.rglob("*") if p.is_file()) / (1 << 20),
+        "moe_mb": sum(p.stat().st_size for p in moe.rglob("*") if p.is_file()) / (1 << 20),
         "versions": {
             d: version(d)
             for d in ("traceanalyzer", "msprof-analyze", "HolisticTraceAnalysis", "duckdb")
@@ -492,6 +583,7 @@ def main() -> None:
         FLOOR_OUTSIDE: lambda tmp: case_floor_outside(args.floor, rank, tmp),
         OURS_SERVING: lambda tmp: case_ours(serving, tmp),
         FLOOR_SERVING: lambda tmp: case_floor(args.floor, serving),
+        OURS_MOE: lambda tmp: case_ours(moe, tmp, moe=True),
     }
     runs: dict[str, list[dict]] = {name: [] for name in cases}
     quick = [OURS, args.floor, FLOOR_OUTSIDE, OURS_SERVING, FLOOR_SERVING]

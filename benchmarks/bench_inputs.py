@@ -6,6 +6,7 @@
 - :func:`build_db_input`: the real Db export of the same workload, every table's rows repeated
   as often.
 - :func:`build_serving_input`: a ``traceanalyzer synth serving`` rank of the same size.
+- :func:`build_moe_input`: a ``traceanalyzer synth moe-ep`` collection of expert-parallel ranks.
 
 Tile ``k`` of a tiled file is the real one shifted in time by ``k`` spans of the trace (a whole
 number of µs, added to the digits of every timestamp: exact, never through a float) with its
@@ -90,6 +91,18 @@ def build_serving_input(mb: int) -> Path:
         return rank
 
     return _cached(CACHE / f"serving_v{VERSION}_{mb}mb", build)
+
+
+def build_moe_input(ranks: int, mb: int) -> Path:
+    """A ``traceanalyzer synth moe-ep`` collection: ``ranks`` expert-parallel ranks of ``mb`` MB
+    each (one hot expert rank), for the MoE path's share of a run."""
+    from traceanalyzer.synth import generate
+
+    def build(folder: Path) -> Path:
+        generate("moe-ep", folder / "ranks", ranks=ranks, target_mb=mb * (1 << 20) / 1e6)
+        return folder / "ranks"
+
+    return _cached(CACHE / f"moe_v{VERSION}_{ranks}x{mb}mb", build)
 
 
 # --------------------------------------------------------------------------- the template

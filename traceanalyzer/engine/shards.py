@@ -33,6 +33,7 @@ from traceanalyzer.engine.runner import (
     RunResult,
     evaluate,
     evaluate_rule,
+    store_ranks,
 )
 from traceanalyzer.executor import Executor, TaskCrashed
 from traceanalyzer.schema import RULE_INPUT_TABLES
@@ -225,8 +226,11 @@ def evaluate_store(
     """
     root = Path(out)
     loaded = rules if rules is not None else load_rules()
+    # The rules that read every rank get one snapshot of the store, as a rank's rules do: what
+    # a rule's detection and its key figures both derive (ctx.shared) is derived once.
+    every_rank = RankStore(root, store_ranks(Store.open(root)))
     return evaluate(
-        Store.open(root),
+        every_rank,
         rules=loaded,
         rank_map=rank_map_for(executor, root, loaded, cache=cache),
         run_global=global_run_for(root, loaded, cache=cache),

@@ -147,6 +147,11 @@ def _exchange_ops(ctx: RuleContext) -> pl.DataFrame:
     )
 
 
+def _shared_exchange_ops(ctx: RuleContext) -> pl.DataFrame:
+    """:func:`_exchange_ops`, read once for the exchange paths and the imbalance verdict."""
+    return ctx.shared(_exchange_ops, tuple(EXCHANGE_PARAMS))
+
+
 def _in_steps(ctx: RuleContext, frame: pl.DataFrame) -> pl.DataFrame:
     """``frame`` with ``step`` and ``phase`` of the step each row starts in (nulls outside)."""
     steps = phase_windows(ctx).filter(pl.col("step").is_not_null())
@@ -183,8 +188,18 @@ def exchange_paths(
     return _exchange_paths(ctx)
 
 
+def _compute_kernels(ctx: RuleContext) -> pl.DataFrame:
+    """The compute kernels of every rank in scope, read once for the exchange paths and the
+    ranks' speeds (:func:`~traceanalyzer.kit.kernels.kernel_tasks`)."""
+    return ctx.shared(_read_compute_kernels)
+
+
+def _read_compute_kernels(ctx: RuleContext) -> pl.DataFrame:
+    return kernel_tasks(ctx.table("slices"), COMPUTE_TASK_TYPES)
+
+
 def _exchange_paths(ctx: RuleContext) -> pl.DataFrame:
-    ops = _in_steps(ctx, _exchange_ops(ctx)).filter(pl.col("step").is_not_null())
+    ops = _in_steps(ctx, _shared_exchange_ops(ctx)).filter(pl.col("step").is_not_null())
     schema = {
         "rank": pl.Int32, "session": pl.String, "step": pl.Int64, "phase": pl.String,
         "tokens": pl.Int64, "path": pl.String, "paths": pl.String, "exchanges": pl.UInt32,
@@ -193,7 +208,7 @@ def _exchange_paths(ctx: RuleContext) -> pl.DataFrame:
     if ops.is_empty():
         return pl.DataFrame(schema=schema)
     ranks = sorted(ops["rank"].unique().to_list())
-    compute = kernel_tasks(ctx.table("slices"), COMPUTE_TASK_TYPES, ranks=ranks)
+    compute = _compute_kernels(ctx).filter(pl.col("rank").is_in(ranks))
     compute = compute.join(
         ops.select("rank", "session", "name", "start_ns"),
         on=["rank", "session", "name", "start_ns"],
@@ -449,8 +464,10 @@ def _speeds(ctx: RuleContext, groups: list[EpGroup]) -> dict[int, float]:
     runs every kernel longer; a hot expert rank only its experts."""
     p = ctx.params
     ranks = sorted({r for g in groups for r in g.members})
-    dense = kernel_tasks(ctx.table("slices"), COMPUTE_TASK_TYPES, ranks=ranks).filter(
-        ~pl.col("name").str.contains(p.expert_kernels) & ~pl.col("name").str.contains(p.mc2_ops)
+    dense = _compute_kernels(ctx).filter(
+        pl.col("rank").is_in(ranks)
+        & ~pl.col("name").str.contains(p.expert_kernels)
+        & ~pl.col("name").str.contains(p.mc2_ops)
     )
     dense = _in_steps(ctx, dense).filter(pl.col("phase").is_in(JUDGED_PHASES))
     if dense.is_empty():
@@ -580,7 +597,7 @@ def _verdict(ctx: RuleContext) -> MoeVerdict:
     )
     if has_core.is_empty():
         return MoeVerdict(unavailable="no MoE expert kernels (`expert_core`) in the trace")
-    ops = _exchange_ops(ctx)
+    ops = _shared_exchange_ops(ctx)
     layers = _layers(ctx, ops)
     if layers.is_empty():
         return MoeVerdict(unavailable=NO_EXCHANGE)
