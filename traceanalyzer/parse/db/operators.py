@@ -41,16 +41,19 @@ def operator_texts(db: Db, stacks: pl.DataFrame, python: pl.DataFrame) -> Operat
     return OperatorTexts(stacks, dims)
 
 
-def operator_table(slices: pl.DataFrame, links: Links, texts: OperatorTexts) -> pl.DataFrame:
-    ops = (
-        slices.filter(
-            (pl.col("process") == "Python")
-            & (pl.col("cat") == "cpu_op")
-            & ~pl.col("name").cast(STR).str.starts_with(STEP_SPAN_PREFIX)
-        )
-        .select("api_row", "tid", "start_ns", "end_ns", "dur_ns", "name", "callchain", "dims_id")
-        .sort("tid", "start_ns", pl.col("dur_ns"), descending=[False, False, True])
-    )
+def operator_ops(slices: pl.DataFrame) -> pl.DataFrame:
+    """The ops among ``slices`` with what :func:`operator_table` reads of them: taken before the
+    slices are written and let go, so that the table is derived without them in memory."""
+    return slices.filter(
+        (pl.col("process") == "Python")
+        & (pl.col("cat") == "cpu_op")
+        & ~pl.col("name").cast(STR).str.starts_with(STEP_SPAN_PREFIX)
+    ).select("api_row", "tid", "start_ns", "end_ns", "dur_ns", "name", "callchain", "dims_id")
+
+
+def operator_table(ops: pl.DataFrame, links: Links, texts: OperatorTexts) -> pl.DataFrame:
+    """The operators table from :func:`operator_ops`, the links and the ops' texts."""
+    ops = ops.sort("tid", "start_ns", pl.col("dur_ns"), descending=[False, False, True])
     ops = ops.with_columns(pl.Series("depth", _depths(ops), dtype=I64))
     ops = ops.with_columns(pl.int_range(pl.len(), dtype=I64).alias("pos"))
     parents = ops.select(

@@ -33,7 +33,7 @@ from traceanalyzer.parse.db.layout import (
     session_facts,
 )
 from traceanalyzer.parse.db.memory import memory_records, module_memory, op_memory
-from traceanalyzer.parse.db.operators import operator_table
+from traceanalyzer.parse.db.operators import operator_ops, operator_table
 from traceanalyzer.parse.db.result import DbResult
 from traceanalyzer.parse.db.slices import (
     all_slices,
@@ -166,12 +166,16 @@ def _profiler_tables(
     }
     if (slices["process"] == "CANN").any():
         tables["api_stats"] = api_stats(slices, layout)
-    if op_texts is not None:
-        tables["operators"] = operator_table(slices, links, op_texts)
+    ops = operator_ops(slices) if op_texts is not None else None
     _store(sink, result, tables)
-    # The slices last, alone: their row groups' gathers beside the joins above would add up at
-    # the peak (about 25 MB on the benchmark's Db twin), for no time saved on a busy machine.
+    # The slices alone: their row groups' gathers beside the joins above would add up at the
+    # peak (about 25 MB on the benchmark's Db twin), for no time saved on a busy machine. The
+    # operators after them, once they are let go: their call stacks' joins beside the slices
+    # set the Db twin's peak (100 MB above the slices).
     result.rows["slices"] = _write(sink, "slices", slices, slice_order(slices))
+    del slices
+    if ops is not None and op_texts is not None:
+        _store(sink, result, {"operators": operator_table(ops, links, op_texts)})
 
 
 def _store(sink: TableSink, result: DbResult, tables: dict[str, pl.DataFrame | None]) -> None:
