@@ -380,15 +380,9 @@ class _SessionRows(FixtureVerbs):
         self.api("aclrtMemcpyAsync", start_ns=copy.start_ns, dur_ns=copy.dur_ns, thread=thread)
         self.builder.flow(self.rank, self.session, start_ns=copy.start_ns,
                           end_ns=copy.task_start_ns, stream=copy.stream, thread=thread)  # fmt: skip
-        self._device_task(
-            "MEMCPY_ASYNC",
-            copy.stream,
-            copy.task_start_ns,
-            copy.task_dur_ns,
-            task_type=copy.task_type,
-            memcpy_size=copy.size,
-            memcpy_direction=copy.direction,
-        )
+        copied = {"memcpy_size": copy.size, "memcpy_direction": copy.direction}
+        self._device_task("MEMCPY_ASYNC", copy.stream, copy.task_start_ns, copy.task_dur_ns,
+                          task_type=copy.task_type, **copied)  # fmt: skip
 
     def _land_counter(self, sample: facts.CounterSample) -> None:
         self.builder.rows["counters"].append(
