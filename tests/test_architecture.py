@@ -42,7 +42,7 @@ LAYERS: list[tuple[str, ...]] = [
     ),
     ("discover",),
     ("parse",),
-    ("store", "ingest", "read_ahead"),
+    ("store", "store_trace", "ingest", "read_ahead"),
     ("engine",),  # the rule core: rule, params, runner, registry, loader, findings, cache
     ("steps",),  # the engine iterations and their phases, derived before the rules
     ("authoring",),  # the rules CLI, scaffold, fixture runner, rule docs
@@ -228,6 +228,28 @@ class _Blank(dict):
 
     def __missing__(self, key: str) -> str:
         return "x"
+
+
+# The reports render what they are handed (report/inputs.py's ReportData, plain values prepared
+# once): only inputs.py loads and reads the store; writer, terminal and the annotate command run
+# the two steps (load, prepare) and hand the result on.
+REPORT_RUNNERS = {"inputs", "writer", "terminal", "cli", "__init__"}
+NOT_FOR_RENDERERS = {"ReportInputs", "Store", "session_events", "SessionTimeline"}
+
+
+def test_no_report_renderer_calls_back_or_opens_the_store() -> None:
+    hits = []
+    for path in sorted((PACKAGE / "report").glob("*.py")):
+        if path.stem in REPORT_RUNNERS:
+            continue
+        for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+            names = (
+                [a.name for a in node.names] if isinstance(node, ast.ImportFrom) else
+                [node.id] if isinstance(node, ast.Name) else
+                [node.attr] if isinstance(node, ast.Attribute) else []
+            )  # fmt: skip
+            hits += [f"{path.name}:{node.lineno} {n}" for n in names if n in NOT_FOR_RENDERERS]
+    assert not hits, hits
 
 
 def test_no_pickle_in_the_product() -> None:

@@ -1,4 +1,4 @@
-"""StoreBuilder and RankBuilder speak one vocabulary, and both link a task to its host launch."""
+"""StoreBuilder and RankBuilder speak one set of verbs, and both link a task to its host launch."""
 
 from __future__ import annotations
 
@@ -8,36 +8,48 @@ import polars as pl
 import pytest
 
 from traceanalyzer.kit import Launch, RankBuilder, StoreBuilder, host_launches, ingested, us
+from traceanalyzer.kit.fixture_verbs import VERBS, FixtureVerbs
 from traceanalyzer.synth.fmt import EPOCH_NS
 
-# Keywords only one builder has, and why: the store builder writes rows a generator composes
-# from events (their ids, categories and series); the generator writes what files carry.
-ONLY_IN_STORE_BUILDER = {"connection_id", "cat", "process", "series"}
-ONLY_IN_RANK_BUILDER = {"mode", "args"}
+
+def test_the_shared_verbs_are_defined_once() -> None:
+    """One definition per verb (kit/fixture_verbs.py): the rank builder inherits it, and the
+    store builder's takes the rank and session its rows belong to, then the same arguments."""
+    for verb in VERBS:
+        shared = getattr(FixtureVerbs, verb)
+        assert getattr(RankBuilder, verb) is shared, verb
+        in_store = getattr(StoreBuilder, verb)
+        assert in_store.__wrapped__ is shared and in_store.__doc__ == shared.__doc__, verb
+        own, *keywords = inspect.signature(shared).parameters.values()
+        params = list(inspect.signature(in_store).parameters.values())
+        assert [p.name for p in params[:3]] == [own.name, "rank", "session"], verb
+        assert params[3:] == keywords, verb
 
 
-def verbs(cls: type) -> dict[str, inspect.Signature]:
-    return {
-        name: inspect.signature(fn)
-        for name, fn in vars(cls).items()
-        if callable(fn) and not name.startswith("_") and name not in ("store", "write")
-    }
+# What only one side can write, and how the other says so.
+REFUSED = [
+    (lambda: RankBuilder().api("aclrtMemcpy", start_ns=0, dur_ns=1, connection_id=7),
+     r"RankBuilder\.api cannot write connection_id=7: the generator numbers"),
+    (lambda: RankBuilder().span("f", start_ns=0, dur_ns=1, cat="python_function"),
+     r"RankBuilder\.span cannot write cat='python_function'"),
+    (lambda: RankBuilder().counter("HBM", ts_ns=0, value=1.0),
+     r"RankBuilder\.counter cannot write .*'AI Core Freq' counter \(MHz\) only"),
+    (lambda: StoreBuilder().task(0, "s", "EVENT_WAIT", stream=2, start_ns=0, dur_ns=1,
+                                 args={"k": 1}),
+     r"StoreBuilder\.task cannot write args=\{'k': 1\}: the store holds"),
+]  # fmt: skip
 
 
-def test_shared_verbs_take_the_same_arguments() -> None:
-    store_verbs, rank_verbs = verbs(StoreBuilder), verbs(RankBuilder)
-    shared = store_verbs.keys() & rank_verbs.keys()
-    assert {"api", "replay", "span", "step", "task", "kernel", "counter"} <= shared
-    for verb in sorted(shared):
-        # a StoreBuilder verb adds the rank and session its row belongs to, nothing else
-        store = [p for p in store_verbs[verb].parameters.values() if p.name != "self"]
-        assert [p.name for p in store[:2]] == ["rank", "session"], verb
-        store_params = {p.name: p for p in store[2:]}
-        rank_params = {p.name: p for p in rank_verbs[verb].parameters.values() if p.name != "self"}
-        assert store_params.keys() - rank_params.keys() <= ONLY_IN_STORE_BUILDER, verb
-        assert rank_params.keys() - store_params.keys() <= ONLY_IN_RANK_BUILDER, verb
-        for name in store_params.keys() & rank_params.keys():
-            assert store_params[name].kind == rank_params[name].kind, (verb, name)
+@pytest.mark.parametrize(("call", "refused"), REFUSED)
+def test_a_keyword_one_side_cannot_write_is_refused_by_name(call, refused) -> None:  # noqa: ANN001
+    with pytest.raises(ValueError, match=refused):
+        call()
+
+
+def test_a_task_takes_a_connection_id_or_a_launch() -> None:
+    with pytest.raises(ValueError, match="connection_id or a launch"):
+        StoreBuilder().task(0, "s", "X", stream=2, start_ns=0, dur_ns=1, connection_id=1,
+                            launch=Launch(0))  # fmt: skip
 
 
 def test_times_are_exact_int_ns() -> None:

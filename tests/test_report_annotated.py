@@ -57,7 +57,7 @@ def test_each_rank_trace_gets_its_own_findings_on_named_tracks() -> None:
         assert source.parent not in path.parents  # into OUT, never next to the input
         events = check_chrome_trace(json.loads(path.read_bytes()))
         original = json.loads(source.read_bytes())
-        ours = overlay_events(inputs, where=(rank, session))
+        ours = overlay_events(inputs.prepare(figures=False), where=(rank, session))
         # the overlay first, then every event of the trace: the same slices, on the same clock
         assert events[: len(ours)] == ours
         assert _events(events[len(ours) :], "X") == _events(original, "X")
@@ -135,7 +135,7 @@ def test_a_db_session_gets_its_timeline_too(tmp_path: Path) -> None:
 
 def test_the_timeline_streams(tmp_path: Path) -> None:
     """A large session is written a row group at a time, never held whole in Python."""
-    from traceanalyzer.report.store_trace import session_events, write_trace
+    from traceanalyzer.store_trace import session_events, write_trace
 
     out = run_sample("inference_baseline")
     store = ReportInputs.load(out).store

@@ -78,3 +78,29 @@ def test_capture_windows_carry_memcpy_counts() -> None:
     got = [(e["ts"], e["dur"], e["args"]["memcpy_calls"], e["args"]["rank"]) for e in captures]
     assert sorted(got) == sorted(expected)
     assert len(captures) == 44  # 22 captures on each of 2 ranks
+
+
+def test_a_rule_whose_marks_fail_costs_the_overlay_only(tmp_path: Path) -> None:
+    """The marks are gathered before rendering; a rule's failing marks function is said by
+    annotations.json alone, and every other report is written."""
+    import dataclasses
+    import shutil
+
+    from traceanalyzer.engine.loader import load_rules
+    from traceanalyzer.report import write_reports
+
+    out = tmp_path / "out"
+    shutil.copytree(run_sample("store_stall_2rank_rank1_sick"), out)
+
+    def broken(finding):  # noqa: ANN001, ANN202
+        raise RuntimeError("no marks today")
+
+    rules = [
+        dataclasses.replace(r, presentation=dataclasses.replace(r.presentation, marks=broken))
+        if r.name == "store-transfer-stall"
+        else r
+        for r in load_rules().rules
+    ]
+    files = write_reports(out, rules=rules)
+    assert files.errors == {"annotations.json": "RuntimeError: no marks today"}
+    assert {"report.html", "report.md", "findings.sarif"} <= set(files.written)

@@ -67,7 +67,7 @@ def test_script_in_trace_name_stays_text(tmp_path: Path) -> None:
     inputs.findings["findings"][0]["evidence"][0]["name"] = payload
     inputs.findings["findings"][0]["title"] = f"stall in {payload}"
     page = tmp_path / "report.html"
-    page.write_text(render_html(inputs))
+    page.write_text(render_html(inputs.prepare()))
     dom = browse(page, tmp_path, "--dump-dom")
     assert "data-pwned" not in re.search(r"<body[^>]*>", dom).group(0)
     assert dom.count("<script>") == 1  # the report's own image check only

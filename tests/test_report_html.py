@@ -97,9 +97,7 @@ def test_plot_matches_rule() -> None:
     (f,) = findings(out)
     # one line per rank, drawn from every rank's own series (kept in occurrences)
     assert sorted(o["ranks"][0] for o in f["occurrences"] if o.get("series")) == [0, 1]
-    from traceanalyzer.report.plots import figure_for
-
-    svg = ET.fromstring(figure_for(f, ReportInputs.load(out)).to_svg())
+    svg = ET.fromstring(ReportInputs.load(out).figure(f).to_svg())
     left, right = data_groups(svg)
     for axes in (left, right):
         lines = [p for p in axes.iter(f"{SVG}path") if p.get("stroke-linejoin") == "round"]
@@ -111,9 +109,7 @@ def test_plot_matches_rule() -> None:
 def test_stall_gantt_highlights_waits_per_stream() -> None:
     out = run_sample("store_stall_2rank_rank1_sick")
     (f,) = findings(out)
-    from traceanalyzer.report.plots import figure_for
-
-    svg = ET.fromstring(figure_for(f, ReportInputs.load(out)).to_svg())
+    svg = ET.fromstring(ReportInputs.load(out).figure(f).to_svg())
     labels = [t.text for t in svg.iter(f"{SVG}text") if t.get("text-anchor") == "end"]
     assert labels[0].startswith("host: batch_get_into_multi_buffers")
     for stream in (39, 40, 43, 46):

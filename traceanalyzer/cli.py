@@ -606,11 +606,11 @@ def _run(
 
             _say(overview_table(findings.overview, verbose))
         click.echo(reports.closing_text(color=sys.stdout.isatty()))
-    if annotate and reports.inputs is not None:
+    if annotate and reports.report is not None:
         from traceanalyzer.report.annotated import annotated_text, write_annotated
 
         # after the JSON document, on stderr: stdout stays parseable
-        _say(annotated_text(write_annotated(reports.inputs), out), err=fmt == "json")
+        _say(annotated_text(write_annotated(reports.report), out), err=fmt == "json")
     if reports.files.unwritable:
         sys.exit(EXIT_OUTPUT)
     if findings.exit_code:

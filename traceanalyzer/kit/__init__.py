@@ -17,8 +17,9 @@
 - the shared primitives (:mod:`traceanalyzer.primitives`) and text formatting (``text``);
 - fixtures: :func:`fixture`, :class:`StoreBuilder` (canonical rows in memory) and, through real
   files, ``RankBuilder`` and ``ingested`` (loaded on first use: they bring the synthetic
-  generator and the parsers); both builders speak one vocabulary (times as int ns, ``us()`` to
-  write microseconds, :class:`Launch` for a task's host launch).
+  generator and the parsers); both builders speak one set of verbs, defined once in
+  :mod:`traceanalyzer.kit.fixture_verbs` (times as int ns, ``us()`` to write microseconds,
+  :class:`Launch` for a task's host launch).
 
 See docs/writing-rules.md.
 """
@@ -49,6 +50,7 @@ from traceanalyzer.engine.rule import (
     sql_rule,
 )
 from traceanalyzer.kit.cost import analysed_window_ns, analysed_windows, window_share
+from traceanalyzer.kit.fixture_verbs import Launch, us
 from traceanalyzer.kit.kernels import NOT_KERNEL_PATTERN, kernel_tasks
 from traceanalyzer.kit.moe import (
     PATH_NAMES,
@@ -88,7 +90,7 @@ from traceanalyzer.kit.steps import (
     steady_key_figures,
     step_windows,
 )
-from traceanalyzer.kit.store_builder import Launch, StoreBuilder, us
+from traceanalyzer.kit.store_builder import StoreBuilder
 from traceanalyzer.primitives import (
     ApiLayer,
     Trend,

@@ -13,98 +13,60 @@ that works on a fixture works on ingested data::
     b.kernel(0, "s0", stream=2, start_ns=us(300), dur_ns=us(10), launch=Launch(us(150)))
     store = b.store()
 
-The verbs and keywords are those of the synthetic generator's ``RankBuilder``
-(:mod:`traceanalyzer.synth.fixtures`), which writes the same things as real files; a
-``StoreBuilder`` verb only adds the ``rank`` and ``session`` a row belongs to.
+The verbs it shares with the synthetic generator's ``RankBuilder`` (``span``, ``step``, ``api``,
+``replay``, ``task``, ``kernel``, ``memcpy_async``, ``counter``) are defined once, in
+:class:`~traceanalyzer.kit.fixture_verbs.FixtureVerbs`; here they take the ``rank`` and
+``session`` the rows belong to first (:func:`per_session`), and :class:`_SessionRows` lands
+their facts as rows. The other verbs write rows a generator composes from events (``session``,
+``flow``, ``api_stat``, ``hccl_op``, ``hccl_task``, ``comm_op``, ``step_time``).
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
-import operator
 from collections import defaultdict
-from collections.abc import Mapping
-from dataclasses import dataclass
-from decimal import ROUND_HALF_UP, Decimal
-from typing import Any, Literal
+from collections.abc import Callable, Mapping
+from typing import Any, Concatenate, ParamSpec
 
+import traceanalyzer.kit.fixture_verbs as facts
+from traceanalyzer.kit.fixture_verbs import FixtureVerbs, Launch, exact_ns, exact_times
 from traceanalyzer.store import Store
 from traceanalyzer.vocabulary import CANN_PROCESS, HARDWARE_PROCESS
 
 LEVEL_OF_LAYER = {"AscendCL": "acl", "Runtime": "runtime", "Node": "node", "Hccl": "hccl"}
 
-DEFAULT_KERNEL = "aclnnMm_MatMulCommon_MatMulV2"
 MAIN_THREAD = "Thread 1"  # the Python main thread of StoreBuilder fixtures
 CANN_THREAD = "Thread 100"  # where host CANN calls run unless a fixture says otherwise
 
-
-def us(value: float | str) -> int:
-    """Microseconds as written to exact integer nanoseconds: ``us(1100.5) == 1_100_500``,
-    ``us("0.0005") == 1`` (half a ns rounds up). A float counts as its shortest repr, so
-    ``us(0.1)`` is 100 ns, not the binary float times 1000."""
-    if isinstance(value, bool):
-        raise TypeError(f"not a time: {value!r}")
-    ns = Decimal(repr(value) if isinstance(value, float) else value) * 1000
-    return int(ns.to_integral_value(ROUND_HALF_UP))
+P = ParamSpec("P")
 
 
-def exact_ns(value: Any, name: str) -> int:
-    """``value`` as int ns; a float is refused, as it would not be exact (use :func:`us`)."""
-    if isinstance(value, bool):
-        raise TypeError(f"{name} must be int nanoseconds, not {value!r}")
-    try:
-        return operator.index(value)
-    except TypeError:
-        raise TypeError(
-            f"{name} must be int nanoseconds, not {type(value).__name__} {value!r} "
-            "(write us(...) for microseconds)"
-        ) from None
+def per_session(
+    verb: Callable[Concatenate[_SessionRows, P], object],
+) -> Callable[Concatenate[StoreBuilder, int, str, P], StoreBuilder]:
+    """A :class:`FixtureVerbs` verb as a :class:`StoreBuilder` method: the same keywords, after
+    the ``rank`` and ``session`` its rows belong to (its signature and docs are the verb's)."""
 
+    @functools.wraps(verb)
+    def in_session(
+        self: StoreBuilder, rank: int, session: str, *args: P.args, **kwargs: P.kwargs
+    ) -> StoreBuilder:
+        verb(_SessionRows(self, rank, session), *args, **kwargs)
+        return self
 
-def copy_task_type(direction: str) -> str:
-    """The device task type of an async copy: SDMA on the device, PCIe DMA to or from the host."""
-    return "SDMA_SQE" if direction == "device to device" else "PCIE_DMA_SQE"
-
-
-def split_api_name(name: str) -> tuple[str, str]:
-    """``"aclrtMemcpy"`` (AscendCL) or ``"Layer@api"`` -> (layer, api)."""
-    layer, _, api = name.rpartition("@")
-    return layer or "AscendCL", api
-
-
-@dataclass(frozen=True)
-class Launch:
-    """The host launch of a device task (``task(..., launch=Launch(us(150)))``): ``AscendCL@<api>``
-    from ``start_ns`` for ``dur_ns`` around its ``Node@launch``, on ``thread`` (None: the
-    builder's default host thread), linked to the task by the launch's connection id on the task,
-    a HostToDevice flow onto it, or both (``linked_by``; a Level1 export has both)."""
-
-    start_ns: int
-    dur_ns: int = 20_000
-    api: str = "aclnnMm"
-    thread: str | None = None
-    linked_by: Literal["connection_id", "flow", "both"] = "both"
-
-    def __post_init__(self) -> None:
-        exact_ns(self.start_ns, "Launch.start_ns")
-        exact_ns(self.dur_ns, "Launch.dur_ns")
-        if self.linked_by not in ("connection_id", "flow", "both"):
-            raise ValueError(
-                f"linked_by must be connection_id, flow or both, not {self.linked_by!r}"
-            )
-
-    @property
-    def node(self) -> tuple[int, int]:
-        """Start and duration of the ``Node@launch`` inside the API call (where the flow leaves)."""
-        return self.start_ns + self.dur_ns // 4, self.dur_ns // 2
-
-    @property
-    def by_connection_id(self) -> bool:
-        return self.linked_by != "flow"
-
-    @property
-    def by_flow(self) -> bool:
-        return self.linked_by != "connection_id"
+    own, *keywords = inspect.signature(verb).parameters.values()
+    where = [
+        inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=kind)
+        for name, kind in (("rank", "int"), ("session", "str"))
+    ]
+    in_session.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [own.replace(annotation="StoreBuilder"), *where, *keywords],
+        return_annotation="StoreBuilder",
+    )
+    in_session.__qualname__ = f"StoreBuilder.{verb.__name__}"
+    return in_session
 
 
 class StoreBuilder:
@@ -121,7 +83,7 @@ class StoreBuilder:
     ) -> dict[str, Any]:
         seq = self._seq[(rank, session)]
         self._seq[(rank, session)] += 1
-        start, dur = exact_ns(start_ns, "start_ns"), exact_ns(dur_ns, "dur_ns")
+        start, dur = exact_times(start_ns, dur_ns)
         row = {
             "rank": rank,
             "session": session,
@@ -160,65 +122,17 @@ class StoreBuilder:
         )
         return self
 
-    # ---- framework ------------------------------------------------------------------------
-    def span(
-        self,
-        rank: int,
-        session: str,
-        name: str,
-        *,
-        start_ns: int,
-        dur_ns: int,
-        thread: str = MAIN_THREAD,
-        cat: str = "cpu_op",
-    ) -> StoreBuilder:
-        """A Python-side span: a torch op (``cpu_op``), a ``python_function`` or an mstx range."""
-        self._slice(
-            rank, session, start_ns, dur_ns, process="Python", thread=thread, name=name, cat=cat
-        )
-        return self
-
-    def step(
-        self, rank: int, session: str, number: int, *, start_ns: int, dur_ns: int
-    ) -> StoreBuilder:
-        """A ``ProfilerStep#<number>`` window on the main thread."""
-        return self.span(rank, session, f"ProfilerStep#{number}", start_ns=start_ns, dur_ns=dur_ns)
+    # ---- the verbs shared with RankBuilder (kit/fixture_verbs.py) ------------------------
+    span = per_session(FixtureVerbs.span)
+    step = per_session(FixtureVerbs.step)
+    api = per_session(FixtureVerbs.api)
+    replay = per_session(FixtureVerbs.replay)
+    task = per_session(FixtureVerbs.task)
+    kernel = per_session(FixtureVerbs.kernel)
+    memcpy_async = per_session(FixtureVerbs.memcpy_async)
+    counter = per_session(FixtureVerbs.counter)
 
     # ---- CANN -----------------------------------------------------------------------------
-    def api(
-        self,
-        rank: int,
-        session: str,
-        name: str,
-        *,
-        start_ns: int,
-        dur_ns: int,
-        thread: str = CANN_THREAD,
-        connection_id: int | None = None,
-    ) -> StoreBuilder:
-        """A host CANN API call: ``aclrtMemcpy`` (AscendCL) or ``Layer@api`` (``Runtime@MemCopySync``)."""
-        layer, api = split_api_name(name)
-        self._slice(
-            rank,
-            session,
-            start_ns,
-            dur_ns,
-            process=CANN_PROCESS,
-            thread=thread,
-            name=f"{layer}@{api}",
-            api_layer=layer,
-            api_name=api,
-            api_level=LEVEL_OF_LAYER.get(layer),
-            connection_id=connection_id,
-        )
-        return self
-
-    def replay(
-        self, rank: int, session: str, *, start_ns: int, dur_ns: int = 30_000
-    ) -> StoreBuilder:
-        """``AscendCL@aclmdlRIExecuteAsync``: one graph replay (its tasks carry a ``model_id``)."""
-        return self.api(rank, session, "aclmdlRIExecuteAsync", start_ns=start_ns, dur_ns=dur_ns)
-
     def api_stat(
         self, rank: int, session: str, api_name: str, *, count: int, level: str = "acl"
     ) -> StoreBuilder:
@@ -256,163 +170,6 @@ class StoreBuilder:
                 "dst_process": HARDWARE_PROCESS,
                 "dst_thread": f"Stream {stream}",
                 "dst_tid": stream,
-            }
-        )
-        return self
-
-    # ---- device ---------------------------------------------------------------------------
-    def task(
-        self,
-        rank: int,
-        session: str,
-        name: str,
-        *,
-        stream: int,
-        start_ns: int,
-        dur_ns: int,
-        task_type: str | None = None,
-        model_id: int | None = None,
-        connection_id: int | None = None,
-        launch: Launch | None = None,
-    ) -> StoreBuilder:
-        """A device task on ``Ascend Hardware`` stream ``stream`` (``task_type`` defaults to the name;
-        ``model_id``: of a captured graph).
-
-        ``launch`` adds its host launch (:class:`Launch`).
-        """
-        if launch is not None:
-            connection_id = self._launch(rank, session, launch, stream=stream, task_ns=start_ns)
-        self._slice(
-            rank,
-            session,
-            start_ns,
-            dur_ns,
-            process=HARDWARE_PROCESS,
-            thread=f"Stream {stream}",
-            name=name,
-            stream_id=stream,
-            task_type=task_type or name,
-            connection_id=connection_id,
-            model_id=model_id,
-        )
-        return self
-
-    def _launch(
-        self, rank: int, session: str, launch: Launch, *, stream: int, task_ns: int
-    ) -> int | None:
-        """Write a task's host launch; returns the connection id the task carries."""
-        self._connections += 1
-        conn = self._connections
-        thread = launch.thread or CANN_THREAD
-        self.api(rank, session, launch.api, start_ns=launch.start_ns, dur_ns=launch.dur_ns,
-                 thread=thread)  # fmt: skip
-        node_ns, node_dur = launch.node
-        self.api(rank, session, "Node@launch", start_ns=node_ns, dur_ns=node_dur, thread=thread,
-                 connection_id=conn)  # fmt: skip
-        if launch.by_flow:
-            self.flow(rank, session, start_ns=node_ns, end_ns=task_ns, stream=stream, thread=thread)
-        return conn if launch.by_connection_id else None
-
-    def memcpy_async(
-        self,
-        rank: int,
-        session: str,
-        *,
-        stream: int,
-        start_ns: int,
-        task_start_ns: int,
-        task_dur_ns: int,
-        dur_ns: int = 12_000,
-        size: int = 1 << 20,
-        direction: str = "host to device",
-        thread: str = CANN_THREAD,
-    ) -> StoreBuilder:
-        """``aclrtMemcpyAsync`` (at ``start_ns`` on ``thread``) linked by a HostToDevice flow to
-        its MEMCPY_ASYNC copy task on ``stream`` (at ``task_start_ns``)."""
-        self.api(rank, session, "aclrtMemcpyAsync", start_ns=start_ns, dur_ns=dur_ns,
-                 thread=thread)  # fmt: skip
-        self.flow(rank, session, start_ns=start_ns, end_ns=task_start_ns, stream=stream,
-                  thread=thread)  # fmt: skip
-        row = self._slice(
-            rank,
-            session,
-            task_start_ns,
-            task_dur_ns,
-            process=HARDWARE_PROCESS,
-            thread=f"Stream {stream}",
-            name="MEMCPY_ASYNC",
-            stream_id=stream,
-            task_type=copy_task_type(direction),
-        )
-        row.update(memcpy_size=size, memcpy_direction=direction)
-        return self
-
-    def kernel(
-        self,
-        rank: int,
-        session: str,
-        name: str = DEFAULT_KERNEL,
-        *,
-        stream: int = 2,
-        start_ns: int,
-        dur_ns: int,
-        op_type: str = "MatMulV2",
-        core: str = "AI_CORE",
-        input_shapes: str | None = None,
-        input_data_types: str | None = None,
-        model_id: int | None = None,
-        launch: Launch | None = None,
-    ) -> StoreBuilder:
-        """A kernel_details.csv row and its device task on ``Ascend Hardware`` stream ``stream``
-        (``launch``: its host launch, :class:`Launch`)."""
-        self.task(
-            rank,
-            session,
-            name,
-            stream=stream,
-            start_ns=start_ns,
-            dur_ns=dur_ns,
-            task_type=core,
-            model_id=model_id,
-            launch=launch,
-        )
-        self.rows["kernels"].append(
-            {
-                "rank": rank,
-                "session": session,
-                "stream_id": stream,
-                "name": name,
-                "type": op_type,
-                "accelerator_core": core,
-                "start_ns": start_ns,
-                "dur_ns": dur_ns,
-                "input_data_types": input_data_types,
-                "input_shapes": input_shapes,
-            }
-        )
-        return self
-
-    def counter(
-        self,
-        rank: int,
-        session: str,
-        name: str,
-        *,
-        ts_ns: int,
-        value: float,
-        process: str | None = None,
-        series: str = "MHz",
-    ) -> StoreBuilder:
-        """One counter sample (``AI Core Freq`` in MHz by default), held until the next one."""
-        self.rows["counters"].append(
-            {
-                "rank": rank,
-                "session": session,
-                "process": process or name,
-                "name": name,
-                "series": series,
-                "ts_ns": exact_ns(ts_ns, "ts_ns"),
-                "value": float(value),
             }
         )
         return self
@@ -524,3 +281,118 @@ class StoreBuilder:
 
     def store(self) -> Store:
         return Store.from_frames({table: rows for table, rows in self.rows.items() if rows})
+
+
+class _SessionRows(FixtureVerbs):
+    """One rank session of a :class:`StoreBuilder`: how each shared verb's fact lands, as the
+    canonical rows the parsers would have read from the events."""
+
+    def __init__(self, builder: StoreBuilder, rank: int, session: str) -> None:
+        self.builder, self.rank, self.session = builder, rank, session
+
+    def _builder_name(self) -> str:
+        return "StoreBuilder"
+
+    def _slice(self, start_ns: int, dur_ns: int, **values: Any) -> dict[str, Any]:
+        return self.builder._slice(self.rank, self.session, start_ns, dur_ns, **values)
+
+    def _device_task(
+        self, name: str, stream: int, start_ns: int, dur_ns: int, **values: Any
+    ) -> None:
+        """A task on ``Ascend Hardware`` stream ``stream``, as the parsers name its row."""
+        where = {"process": HARDWARE_PROCESS, "thread": f"Stream {stream}", "stream_id": stream}
+        self._slice(start_ns, dur_ns, name=name, **where, **values)
+
+    def _land_span(self, span: facts.Span) -> None:
+        thread = span.thread or MAIN_THREAD
+        self._slice(span.start_ns, span.dur_ns, process="Python", thread=thread, name=span.name,
+                    cat=span.cat)  # fmt: skip
+
+    def _land_step(self, step: facts.Step) -> None:
+        name = f"ProfilerStep#{step.number}"
+        self._land_span(facts.Span(name, step.start_ns, step.dur_ns, MAIN_THREAD, "cpu_op"))
+
+    def _land_api(self, call: facts.ApiCall) -> None:
+        self._slice(
+            call.start_ns,
+            call.dur_ns,
+            process=CANN_PROCESS,
+            thread=call.thread or CANN_THREAD,
+            name=f"{call.layer}@{call.api}",
+            api_layer=call.layer,
+            api_name=call.api,
+            api_level=LEVEL_OF_LAYER.get(call.layer),
+            api_mode=call.mode,
+            connection_id=call.connection_id,
+        )
+
+    def _land_task(self, task: facts.Task) -> None:
+        if task.args is not None:
+            why = "the store holds the columns parsed from them (memcpy_size, ...)"
+            self._cannot("task", "args", task.args, why)
+        connection_id = task.connection_id
+        if task.launch is not None:
+            connection_id = self._launch(task.launch, stream=task.stream, task_ns=task.start_ns)
+        self._device_task(
+            task.name,
+            task.stream,
+            task.start_ns,
+            task.dur_ns,
+            task_type=task.task_type,
+            connection_id=connection_id,
+            model_id=task.model_id,
+        )
+
+    def _launch(self, launch: Launch, *, stream: int, task_ns: int) -> int | None:
+        """Write a task's host launch; returns the connection id the task carries."""
+        self.builder._connections += 1
+        conn = self.builder._connections
+        thread = launch.thread or CANN_THREAD
+        self.api(launch.api, start_ns=launch.start_ns, dur_ns=launch.dur_ns, thread=thread)
+        node_ns, node_dur = launch.node
+        self.api("Node@launch", start_ns=node_ns, dur_ns=node_dur, thread=thread,
+                 connection_id=conn)  # fmt: skip
+        if launch.by_flow:
+            self.builder.flow(self.rank, self.session, start_ns=node_ns, end_ns=task_ns,
+                              stream=stream, thread=thread)  # fmt: skip
+        return conn if launch.by_connection_id else None
+
+    def _land_kernel(self, kernel: facts.Kernel) -> None:
+        self._land_task(facts.Task(kernel.name, kernel.stream, kernel.start_ns, kernel.dur_ns,
+                                   kernel.core, kernel.model_id, launch=kernel.launch))  # fmt: skip
+        self.builder.rows["kernels"].append(
+            {
+                "rank": self.rank,
+                "session": self.session,
+                "stream_id": kernel.stream,
+                "name": kernel.name,
+                "type": kernel.op_type,
+                "accelerator_core": kernel.core,
+                "start_ns": kernel.start_ns,
+                "dur_ns": kernel.dur_ns,
+                "input_data_types": kernel.input_data_types,
+                "input_shapes": kernel.input_shapes,
+            }
+        )
+
+    def _land_memcpy_async(self, copy: facts.MemcpyAsync) -> None:
+        thread = copy.thread or CANN_THREAD
+        self.api("aclrtMemcpyAsync", start_ns=copy.start_ns, dur_ns=copy.dur_ns, thread=thread)
+        self.builder.flow(self.rank, self.session, start_ns=copy.start_ns,
+                          end_ns=copy.task_start_ns, stream=copy.stream, thread=thread)  # fmt: skip
+        copied = {"memcpy_size": copy.size, "memcpy_direction": copy.direction}
+        self._device_task("MEMCPY_ASYNC", copy.stream, copy.task_start_ns, copy.task_dur_ns,
+                          task_type=copy.task_type, **copied)  # fmt: skip
+
+    def _land_counter(self, sample: facts.CounterSample) -> None:
+        self.builder.rows["counters"].append(
+            {
+                "rank": self.rank,
+                "session": self.session,
+                "process": sample.process or sample.name,
+                "name": sample.name,
+                "series": sample.series,
+                "ts_ns": sample.ts_ns,
+                "value": float(sample.value),
+            }
+        )

@@ -1,8 +1,9 @@
 """Reports: findings + store -> terminal, ``report.html``, ``report.md``, ``findings.sarif``,
 ``annotations.json``. Each finding is presented by its own rule (figure, caption, marks).
 
-Every writer reads the same inputs (:class:`ReportInputs`: the findings.json document, ingest.json,
-the store, rule docs), so reports can be regenerated from an output directory alone.
+Every writer renders the same values, prepared once (:class:`ReportInputs` loads the
+findings.json document, ingest.json, the store and the rules; its ``prepare()`` gathers them
+into a ``ReportData``), so reports can be regenerated from an output directory alone.
 """
 
 from __future__ import annotations

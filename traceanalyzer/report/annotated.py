@@ -1,9 +1,11 @@
 """``OUT/annotated/rank=R/<session>/trace_view.json``: each rank session's timeline with its
 findings' marks merged in, to open as is in Perfetto or MindStudio Insight.
 
-The timeline is rebuilt from the store (:mod:`~traceanalyzer.report.store_trace`), so every
+The timeline is rebuilt from the store (:mod:`~traceanalyzer.store_trace`), so every
 session gets one, whatever it was read from: a Text export's trace, a Db export (which has no
-trace_view.json), a damaged trace's salvaged events. The marks are the overlay's
+trace_view.json), a damaged trace's salvaged events. It is handed over as
+:attr:`ReportData.timelines <traceanalyzer.report.inputs.ReportData.timelines>`, each
+session's events streamed as they are written. The marks are the overlay's
 (:func:`~traceanalyzer.report.annotations.overlay_events`: the "traceanalyzer findings" process,
 one named thread per finding), kept to the rank session. The file streams into OUT,
 atomically, never next to the input.
@@ -16,9 +18,9 @@ from functools import partial
 from pathlib import Path
 
 from traceanalyzer.report.annotations import overlay_events
-from traceanalyzer.report.inputs import TRACE_FILE, ReportInputs
-from traceanalyzer.report.store_trace import session_events, write_trace
+from traceanalyzer.report.inputs import TRACE_FILE, ReportData
 from traceanalyzer.store import write_atomic_stream
+from traceanalyzer.store_trace import write_trace
 
 ANNOTATED_DIR = "annotated"
 
@@ -38,20 +40,15 @@ def annotated_path(out: Path, rank: int, session: str) -> Path:
     return out / ANNOTATED_DIR / f"rank={rank}" / session / TRACE_FILE.name
 
 
-def write_annotated(inputs: ReportInputs) -> list[AnnotatedTrace]:
+def write_annotated(report: ReportData) -> list[AnnotatedTrace]:
     """An annotated timeline of every rank session, in ``OUT/annotated/``."""
     results = []
-    store = inputs.store
-    for rank, session in sorted(inputs.session_paths()):
+    for (rank, session), timeline in report.timelines.items():
         result = AnnotatedTrace(rank, session)
         results.append(result)
-        if store is None:
-            result.skipped = f"no store in {inputs.out}"
-            continue
-        target = annotated_path(inputs.out, rank, session)
-        events = overlay_events(inputs, where=(rank, session))
+        target = annotated_path(report.out, rank, session)
+        events = overlay_events(report, where=(rank, session))
         try:
-            timeline = session_events(store, rank, session)
             write_atomic_stream(target, partial(write_trace, extra=events, events=timeline))
         except OSError as exc:
             result.skipped = f"cannot write {target}: {exc.strerror or exc}"

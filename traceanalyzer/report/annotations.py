@@ -16,7 +16,7 @@ from typing import Any
 
 from traceanalyzer.report import fmt
 from traceanalyzer.report.fmt import trace_us
-from traceanalyzer.report.inputs import ReportInputs
+from traceanalyzer.report.inputs import ReportData
 
 PROCESS_NAME = "traceanalyzer findings"
 # A pid no torch_npu export uses (they are OS pids or device ids with high bits): the overlay
@@ -43,7 +43,7 @@ def _meta(tid: int, name: str, args: dict[str, Any]) -> dict[str, Any]:
 
 
 def overlay_events(
-    inputs: ReportInputs, where: tuple[int, str] | None = None
+    report: ReportData, where: tuple[int, str] | None = None
 ) -> list[dict[str, Any]]:
     """The overlay's events: its process, one thread per finding, the findings' marks.
 
@@ -67,8 +67,11 @@ def overlay_events(
             events.append(_meta(tid, "thread_sort_index", {"sort_index": tid}))
         return tracks[index, name]
 
-    for index, f in enumerate(inputs.findings.get("findings", [])):
-        marks = inputs.marks(f)
+    for index, f in enumerate(report.findings.get("findings", [])):
+        view = report.view(f)
+        if view.marks_failed is not None:  # the rule's marks function failed: say so here
+            raise view.marks_failed
+        marks = list(view.marks)
         if where is not None:
             marks = [m for m in marks if (m.rank, m.session) == where]
             if not marks and where[0] not in (f.get("ranks") or ()):
@@ -92,10 +95,10 @@ def overlay_events(
     return events
 
 
-def build_annotations(inputs: ReportInputs) -> dict[str, Any]:
+def build_annotations(report: ReportData) -> dict[str, Any]:
     """The overlay document: ``{"traceEvents": [...], "displayTimeUnit": "ms"}``."""
     return {
-        "traceEvents": overlay_events(inputs),
+        "traceEvents": overlay_events(report),
         "displayTimeUnit": "ms",
-        "otherData": {"generator": "traceanalyzer", "version": inputs.version},
+        "otherData": {"generator": "traceanalyzer", "version": report.version},
     }

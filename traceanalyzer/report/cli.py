@@ -40,8 +40,8 @@ def annotate_command(out: Path, rule_dirs: tuple[Path, ...]) -> None:
     rules = load_run_rules(rule_dirs)
     if rules.errors:  # a finding of that rule would be marked as a rule that declares nothing
         raise UsageFailure(str(RulesNotLoaded(rules.errors)))
-    inputs = ReportInputs.load(out, rules=rules.rules)
-    results = write_annotated(inputs)
+    report = ReportInputs.load(out, rules=rules.rules).prepare(figures=False)
+    results = write_annotated(report)
     click.echo(printable(annotated_text(results, out), lines=True))
     if any(r.skipped for r in results):
         sys.exit(EXIT_PARTIAL)

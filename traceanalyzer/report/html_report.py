@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from traceanalyzer.report import fmt
 from traceanalyzer.report.htmlkit import (
@@ -17,11 +16,14 @@ from traceanalyzer.report.htmlkit import (
     paragraphs,
     table,
 )
-from traceanalyzer.report.inputs import TRACE_FILE, ReportInputs
+from traceanalyzer.report.inputs import TRACE_FILE, ReportData
 from traceanalyzer.report.overview_html import overview_costs, overview_section
 from traceanalyzer.report.overview_text import cost_text
 from traceanalyzer.report.plots import embed
-from traceanalyzer.report.summary import RunSummary, run_summary
+from traceanalyzer.report.summary import RunSummary
+
+if TYPE_CHECKING:
+    from traceanalyzer.recipes.bench import BenchResult
 
 EVIDENCE_SHOWN = 50  # rows in the collapsible table; findings.json keeps them all
 
@@ -31,26 +33,26 @@ def finding_anchor(finding: Mapping[str, Any]) -> str:
 
 
 def render_html(
-    inputs: ReportInputs, plots: Mapping[str, bytes] | None = None, *, now: datetime | None = None
+    report: ReportData, plots: Mapping[str, bytes] | None = None, *, now: datetime | None = None
 ) -> str:
     """The whole page. ``plots`` maps a finding fingerprint (or an overview figure's file name)
     to its figure file (SVG, inlined, or PNG)."""
     from traceanalyzer.overview.document import by_cost
 
     plots = plots or {}
-    doc = inputs.findings
-    summary = run_summary(inputs)
+    doc = report.findings
+    summary = report.summary
     costs = overview_costs(doc)
     findings = by_cost(doc.get("findings", []), costs)
     generated = (now or datetime.now(timezone.utc)).strftime("%Y-%m-%d %H:%M UTC")
     parts = [
         "<header>",
-        f"<h1>traceanalyzer report: {esc(inputs.title)}</h1>",
-        f'<div class="sub">generated {esc(generated)} by traceanalyzer {esc(inputs.version)} '
-        f'&middot; output <span class="mono">{esc(inputs.out)}</span></div>',
+        f"<h1>traceanalyzer report: {esc(report.title)}</h1>",
+        f'<div class="sub">generated {esc(generated)} by traceanalyzer {esc(report.version)} '
+        f'&middot; output <span class="mono">{esc(report.out)}</span></div>',
         "</header>",
         _cards(doc, summary),
-        _bench(inputs),
+        _bench(report.bench),
         overview_section(doc, plots),
         _overview(findings, costs),
     ]
@@ -59,13 +61,13 @@ def render_html(
             f,
             plots.get(f.get("fingerprint", "")),
             costs.get(f.get("fingerprint", "")),
-            inputs.caption(f),
-            functools.partial(inputs.session_start, f),
+            report.view(f).caption,
+            report.view(f).session_starts,
         )
         for f in findings
     ]
-    parts += [_rules_section(doc), _errors_section(doc), _run_section(summary), _footer(inputs)]
-    return page(f"traceanalyzer: {inputs.title}", "".join(parts))
+    parts += [_rules_section(doc), _errors_section(doc), _run_section(summary), _footer()]
+    return page(f"traceanalyzer: {report.title}", "".join(parts))
 
 
 def _cards(doc: Mapping[str, Any], summary: RunSummary) -> str:
@@ -98,8 +100,8 @@ def _ranks_text(ranks: list[int]) -> str:
     return compress_ranks(ranks)
 
 
-def _bench(inputs: ReportInputs) -> str:
-    if not inputs.bench:
+def _bench(bench: list[BenchResult]) -> str:
+    if not bench:
         return ""
 
     def cell(v: float | None) -> str:
@@ -114,7 +116,7 @@ def _bench(inputs: ReportInputs) -> str:
             cell(r.get("tpot")),
             cell(r.get("tpot", "p99")),
         )
-        for r in inputs.bench
+        for r in bench
     ]
     headers = ("arm", "completed", "mean TTFT", "p99 TTFT", "mean TPOT", "p99 TPOT")
     return (
@@ -142,11 +144,11 @@ def _overview(findings: list[Mapping[str, Any]], costs: Mapping[str, Any]) -> st
     )
 
 
-def _metrics(metrics: Mapping[str, Any], origin: Callable[[int], int | None]) -> str:
+def _metrics(metrics: Mapping[str, Any], session_starts: Mapping[str, int]) -> str:
     """Metric cards; a point in time reads from its session's start, the trace clock on hover."""
 
     def value(k: str, v: Any) -> str:
-        start = origin(int(v)) if fmt.is_trace_time(k) and isinstance(v, int) else None
+        start = session_starts.get(k)
         if start is None:
             return f'<div class="v">{esc(fmt.metric(k, v))}</div>'
         return (
@@ -184,7 +186,7 @@ def _finding_section(
     plot: bytes | None,
     cost: Mapping[str, Any] | None = None,
     caption: str = "",
-    origin: Callable[[int], int | None] = lambda _: None,
+    session_starts: Mapping[str, int] | None = None,
 ) -> str:
     sev = f.get("severity", "info")
     parts = [
@@ -202,7 +204,7 @@ def _finding_section(
             for caveat in f.get("caveats") or []
         ),
         f'<div class="message">{paragraphs(f.get("message"))}</div>',
-        _metrics(f.get("metrics") or {}, origin),
+        _metrics(f.get("metrics") or {}, session_starts or {}),
     ]
     if plot:
         alt = f"plot for {f.get('name')}"
@@ -366,7 +368,7 @@ def _run_section(summary: RunSummary) -> str:
     return body
 
 
-def _footer(inputs: ReportInputs) -> str:
+def _footer() -> str:
     files = ("findings.json", "findings.sarif", "annotations.json", "report.md", "ingest.json")
     links = " &middot; ".join(f'<a href="{esc(name)}">{esc(name)}</a>' for name in files)
     return (

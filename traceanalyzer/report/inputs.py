@@ -1,9 +1,25 @@
-"""What every report is built from, loaded once: findings document, ingest summary, store, rules.
+"""What every report is built from, loaded once, and the plain values the renderers are handed.
 
-Reports read the *findings.json document* (a plain dict), not live engine objects, so a report
-can be regenerated from an output directory alone. Each finding is presented by its own rule
-(:meth:`ReportInputs.rule_for`): its figure, caption, marks and documentation; a finding whose
-rule is not loaded gets the defaults (no figure, its evidence as marks).
+Two steps, in one direction:
+
+1. :meth:`ReportInputs.load` reads ``OUT/findings.json`` (a plain dict, not live engine
+   objects, so a report can be regenerated from an output directory alone), ``OUT/ingest.json``,
+   the store and the run's rules.
+2. :meth:`ReportInputs.prepare` gathers, once, all that the renderers read into a
+   :class:`ReportData` of plain values: the findings document (its ``summary.overview`` carries
+   the whole overview, the representative step's timeline included), the run summary, the file
+   each rank session was read from, and per finding what its own rule presents
+   (:class:`FindingView`: its figure's caption, its timeline marks, the session start of each
+   point in time among its metrics), with each finding's figure drawn by its rule
+   (:meth:`ReportInputs.figure`: a figure may read the store, through its ``FigureContext``) as
+   a file's bytes. A finding whose rule is not loaded gets the defaults (no figure, its evidence
+   as marks).
+
+The renderers (``html_report``, ``markdown``, ``sarif``, ``annotations``, ``annotated``, the
+``overview_*`` modules) take a :class:`ReportData` or the findings document: none calls back
+into :class:`ReportInputs` or opens the store. The annotated timelines are the one stream:
+:attr:`ReportData.timelines` hands them each rank session's events as an iterable that reads
+the store a row group at a time as they write it (a trace is never held whole).
 """
 
 from __future__ import annotations
@@ -18,7 +34,12 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from traceanalyzer import __version__
+from traceanalyzer.interrupts import contained
+from traceanalyzer.report import fmt
+from traceanalyzer.report.plots import render
+from traceanalyzer.report.summary import RunSummary, run_summary
 from traceanalyzer.store import Store, StoreError
+from traceanalyzer.store_trace import SessionTimeline
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -32,9 +53,49 @@ TRACE_FILE = Path("ASCEND_PROFILER_OUTPUT") / "trace_view.json"
 DB_FILE_GLOB = "ascend_pytorch_profiler*.db"  # a Db export's profiler database
 
 
+@dataclass(frozen=True)
+class FindingView:
+    """One finding as its rule presents it, gathered before any report is rendered."""
+
+    caption: str = ""  # what the finding's figure shows ("" without a rule or a figure)
+    marks: tuple[Mark, ...] = ()  # its timeline marks (annotations.json, annotated traces)
+    # why there are no marks: the rule's marks function failed (it costs only the overlays)
+    marks_failed: BaseException | None = None
+    # each point in time among its metrics -> the start of the session it falls in
+    session_starts: Mapping[str, int] = field(default_factory=dict)
+
+
+NO_VIEW = FindingView()
+
+
+@dataclass(frozen=True)
+class ReportData:
+    """Everything the renderers read, as values: see :meth:`ReportInputs.prepare`."""
+
+    out: Path
+    title: str
+    version: str
+    findings: dict[str, Any]  # the findings.json document
+    summary: RunSummary
+    bench: list[BenchResult]
+    input_root: Path | None
+    rules: Mapping[str, Rule]  # by id: the run's rules, documented in SARIF
+    views: Mapping[str, FindingView]  # by finding fingerprint
+    # finding fingerprint -> its figure's file (SVG or PNG); figure name -> why it failed
+    figures: Mapping[str, bytes] = field(default_factory=dict)
+    figure_errors: Mapping[str, str] = field(default_factory=dict)
+    # (rank, session) -> the file its events came from (trace_view.json, else its Db or dir)
+    trace_files: Mapping[tuple[int, str], Path] = field(default_factory=dict)
+    # (rank, session) -> its trace events, streamed from the store when iterated
+    timelines: Mapping[tuple[int, str], Iterable[bytes]] = field(default_factory=dict)
+
+    def view(self, finding: Mapping[str, Any]) -> FindingView:
+        return self.views.get(str(finding.get("fingerprint", "")), NO_VIEW)
+
+
 @dataclass
 class ReportInputs:
-    """Everything the report writers need; see :meth:`load`."""
+    """Everything the reports are built from; see :meth:`load`, then :meth:`prepare`."""
 
     out: Path
     findings: dict[str, Any]
@@ -87,6 +148,69 @@ class ReportInputs:
                 inputs.bench = []
         return inputs
 
+    # ---- the one step before rendering --------------------------------------------------
+    def prepare(self, *, figures: bool = True) -> ReportData:
+        """Gather what the renderers read, once (``figures``: draw each finding's figure too;
+        the annotated timelines do not show them)."""
+        findings = self.findings.get("findings", [])
+        drawn, figure_errors = self._figures(findings) if figures else ({}, {})
+        paths = self.session_paths()
+        store = self.store
+        return ReportData(
+            out=self.out,
+            title=self.title,
+            version=__version__,
+            findings=self.findings,
+            summary=run_summary(self.sessions(), self.ingest, self.findings),
+            bench=self.bench,
+            input_root=self.input_root,
+            rules=self.rules,
+            views={str(f.get("fingerprint", "")): self._view(f) for f in findings},
+            figures=drawn,
+            figure_errors=figure_errors,
+            trace_files={key: self._trace_file(path) for key, path in paths.items()},
+            timelines={}
+            if store is None
+            else {key: SessionTimeline(store, *key) for key in sorted(paths)},
+        )
+
+    def _figures(self, findings: list[dict[str, Any]]) -> tuple[dict[str, bytes], dict[str, str]]:
+        """The figure file (SVG, or PNG from matplotlib) per finding fingerprint; a failing
+        figure is reported and the finding shown without it."""
+        drawn: dict[str, bytes] = {}
+        errors: dict[str, str] = {}
+        for f in findings:
+            try:
+                fig = self.figure(f)
+                if fig is not None:
+                    drawn[f["fingerprint"]] = render(fig)
+            except BaseException as exc:  # a plot is a nicety; the finding text stands without it
+                if not contained(exc):  # the figure is rule code: SystemExit is its failure too
+                    raise
+                errors[f"plot {f.get('name')}"] = f"{type(exc).__name__}: {exc}"
+        return drawn, errors
+
+    def _view(self, finding: Mapping[str, Any]) -> FindingView:
+        from traceanalyzer.engine.presentation import Presentation
+
+        rule = self.rules.get(str(finding.get("rule", "")))
+        presentation = rule.presentation if rule is not None else Presentation()
+        marks: tuple[Mark, ...] = ()
+        failed = None
+        try:
+            marks = tuple(presentation.marks_for(finding))
+        except BaseException as exc:  # rule code: it costs the overlays, not the reports
+            if not contained(exc):
+                raise
+            failed = exc
+        starts = {
+            key: start
+            for key, value in (finding.get("metrics") or {}).items()
+            if fmt.is_trace_time(key) and isinstance(value, int)
+            if (start := self._session_start(finding, value)) is not None
+        }
+        return FindingView(presentation.caption, marks, failed, starts)
+
     # ---- derived views ------------------------------------------------------------------
     def sessions(self) -> pl.DataFrame:
         """The store's ``sessions`` table (empty frame without a store)."""
@@ -118,17 +242,15 @@ class ReportInputs:
         except ValueError:  # paths on different drives
             return None
 
-    def trace_file(self, rank: int, session: str) -> Path | None:
-        """The file the rank session's events came from (what SARIF points at): its
+    @staticmethod
+    def _trace_file(path: Path) -> Path:
+        """The file a rank session's events came from (what SARIF points at): its
         ``trace_view.json``, else its Db (a Db export has no trace), else its directory."""
-        path = self.session_paths().get((rank, session))
-        if not path:
-            return None
         if (path / TRACE_FILE).is_file():
             return path / TRACE_FILE
         return next(iter(sorted((path / TRACE_FILE.parent).glob(DB_FILE_GLOB))), path)
 
-    def session_start(self, finding: Mapping[str, Any], ns: int) -> int | None:
+    def _session_start(self, finding: Mapping[str, Any], ns: int) -> int | None:
         """The start of the session a time of ``finding``'s metrics falls in (the latest start
         at or before ``ns`` among the sessions of the ranks that gave the metrics)."""
         frame = self.sessions()
@@ -150,13 +272,10 @@ class ReportInputs:
         ]
         return max(starts, default=None)
 
-    def rule_for(self, finding: Mapping[str, Any]) -> Rule | None:
-        """The loaded rule that made ``finding`` (None when it is not loaded)."""
-        return self.rules.get(str(finding.get("rule", "")))
-
     def figure(self, finding: Mapping[str, Any]) -> Chart | Figure | None:
-        """The finding's figure, drawn by its rule with the parameters it ran with."""
-        rule = self.rule_for(finding)
+        """The finding's figure, drawn by its rule with the parameters it ran with (None when
+        its rule draws none or is not loaded)."""
+        rule = self.rules.get(str(finding.get("rule", "")))
         draw = rule.presentation.figure if rule is not None else None
         if draw is None:
             return None
@@ -166,18 +285,6 @@ class ReportInputs:
         params = self.rule_params(rule.id)
         context = FigureContext({**finding, "params": params}, Params(params), self.store)
         return draw(context)
-
-    def caption(self, finding: Mapping[str, Any]) -> str:
-        """What the finding's figure shows, as its rule says ("" without a rule or figure)."""
-        rule = self.rule_for(finding)
-        return rule.presentation.caption if rule is not None else ""
-
-    def marks(self, finding: Mapping[str, Any]) -> list[Mark]:
-        """The finding's timeline marks: its rule's, or one per evidence row with a start."""
-        from traceanalyzer.engine.presentation import Presentation
-
-        rule = self.rule_for(finding)
-        return (rule.presentation if rule is not None else Presentation()).marks_for(finding)
 
     def rule_params(self, rule_id: str) -> dict[str, Any]:
         """The parameters the rule ran with (from findings.json), so plots match the rule."""
@@ -190,10 +297,6 @@ class ReportInputs:
     def title(self) -> str:
         root = self.input_root or self.out
         return root.name or str(root)
-
-    @property
-    def version(self) -> str:
-        return __version__
 
 
 def _default_rules() -> list[Rule]:

@@ -6,16 +6,14 @@ by :mod:`traceanalyzer.report.mdsafe`, and ``|`` is escaped inside tables.
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from traceanalyzer.report import fmt
-from traceanalyzer.report.inputs import ReportInputs
+from traceanalyzer.report.inputs import ReportData
 from traceanalyzer.report.mdsafe import md_inline, md_lines
 from traceanalyzer.report.overview_html import overview_costs, overview_of
 from traceanalyzer.report.overview_text import cost_text, overview_markdown
-from traceanalyzer.report.summary import run_summary
 
 KEY_METRICS = 8  # metrics listed per finding; the HTML and findings.json have all of them
 
@@ -34,27 +32,27 @@ def md_table(headers: list[str], rows: list[list[Any]]) -> list[str]:
     return out
 
 
-def render_markdown(inputs: ReportInputs, plot_files: Mapping[str, str] | None = None) -> str:
+def render_markdown(report: ReportData, plot_files: Mapping[str, str] | None = None) -> str:
     """``plot_files`` maps a finding fingerprint (or an overview figure's name) to its file's path
     relative to OUT."""
     from traceanalyzer.overview.document import by_cost
 
     plot_files = plot_files or {}
-    doc = inputs.findings
-    summary = run_summary(inputs)
+    doc = report.findings
+    summary = report.summary
     costs = overview_costs(doc)
     findings = by_cost(doc.get("findings", []), costs)
-    lines = [f"# traceanalyzer: {md_text(inputs.title)}", ""]
+    lines = [f"# traceanalyzer: {md_text(report.title)}", ""]
     versions = "; ".join(
         f"{k.replace('_', ' ')} {', '.join(v)}" for k, v in summary.versions.items()
     )
     lines.append(
         f"{_count(len(summary.ranks), 'rank')}, {_count(len(summary.sessions), 'session')}"
         + (f"; {md_text(versions)}" if versions else "")
-        + f"; traceanalyzer {inputs.version}."
+        + f"; traceanalyzer {report.version}."
     )
     lines.append("")
-    if inputs.bench:
+    if report.bench:
         lines += ["## Serving benchmark", ""]
         lines += md_table(
             ["arm", "mean TTFT (ms)", "p99 TTFT (ms)", "mean TPOT (ms)", "p99 TPOT (ms)"],
@@ -71,7 +69,7 @@ def render_markdown(inputs: ReportInputs, plot_files: Mapping[str, str] | None =
                         )
                     ),
                 ]
-                for r in inputs.bench
+                for r in report.bench
             ],
         )
         lines.append("")
@@ -96,9 +94,8 @@ def render_markdown(inputs: ReportInputs, plot_files: Mapping[str, str] | None =
         lines.append("")
     for f in findings:
         plot = plot_files.get(f.get("fingerprint", ""))
-        lines += _finding(
-            f, plot, costs, inputs.caption(f), functools.partial(inputs.session_start, f)
-        )
+        view = report.view(f)
+        lines += _finding(f, plot, costs, view.caption, view.session_starts)
     undecided = [r for r in doc.get("rules", []) if r.get("status") == "inconclusive"]
     if undecided:
         lines += ["## Could not judge", ""]
@@ -132,9 +129,9 @@ def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:,.1f}"
 
 
-def _metric(key: str, value: Any, origin: Callable[[int], int | None]) -> str:
+def _metric(key: str, value: Any, session_starts: Mapping[str, int]) -> str:
     """A point in time from its session's start, with the trace clock after it."""
-    start = origin(value) if fmt.is_trace_time(key) and isinstance(value, int) else None
+    start = session_starts.get(key)
     if start is None:
         return fmt.metric(key, value)
     return f"{fmt.since(value, start)} from session start ({fmt.metric(key, value)})"
@@ -145,7 +142,7 @@ def _finding(
     plot: str | None,
     costs: Mapping[str, Any],
     caption: str = "",
-    origin: Callable[[int], int | None] = lambda _: None,
+    session_starts: Mapping[str, int] | None = None,
 ) -> list[str]:
     cost = cost_text(costs.get(f.get("fingerprint", "")))
     lines = [
@@ -159,7 +156,8 @@ def _finding(
     metrics = list((f.get("metrics") or {}).items())[:KEY_METRICS]
     if metrics:
         lines += md_table(
-            ["metric", "value"], [[fmt.label(k), _metric(k, v, origin)] for k, v in metrics]
+            ["metric", "value"],
+            [[fmt.label(k), _metric(k, v, session_starts or {})] for k, v in metrics],
         )
         lines.append("")
     if plot:

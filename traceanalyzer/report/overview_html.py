@@ -9,16 +9,13 @@ the Markdown report links the same files.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from traceanalyzer.report import overview_text as text
 from traceanalyzer.report.htmlkit import details, esc, table
 from traceanalyzer.report.overview_plots import COLORS, PHASE_COLORS
 from traceanalyzer.report.plots import svg_file
 from traceanalyzer.text import count
-
-if TYPE_CHECKING:
-    from traceanalyzer.report.inputs import ReportInputs
 
 BREAKDOWN_SVG, TIMELINE_SVG = "overview-breakdown.svg", "overview-timeline.svg"
 RANKS_SHOWN = 8  # the per-rank table opens folded beyond this (the heat map shows them all)
@@ -33,10 +30,10 @@ def overview_costs(doc: Mapping[str, Any]) -> dict[str, Any]:
     return (overview_of(doc) or {}).get("costs") or {}
 
 
-def overview_figures(inputs: ReportInputs) -> tuple[dict[str, bytes], dict[str, str]]:
-    """Figure files by name (the heat map's SVG, the timeline's SVG), and what failed to draw
-    (a figure is a nicety; the tables stand)."""
-    overview = overview_of(inputs.findings)
+def overview_figures(doc: Mapping[str, Any]) -> tuple[dict[str, bytes], dict[str, str]]:
+    """The findings document's overview figure files by name (the heat map's SVG, the
+    timeline's SVG), and what failed to draw (a figure is a nicety; the tables stand)."""
+    overview = overview_of(doc)
     if not text.usable(overview):
         return {}, {}
     assert overview is not None

@@ -1,4 +1,5 @@
-"""Each finding's figure, drawn by its own rule (``Rule.figure``), as the bytes of a file.
+"""Each finding's figure, drawn by its own rule (``Rule.figure``; :meth:`ReportInputs.figure
+<traceanalyzer.report.inputs.ReportInputs.figure>`), as the bytes of a file.
 
 A rule draws an SVG :class:`~traceanalyzer.chart.Chart` (``fig.new``): no matplotlib is
 imported, report.html inlines the SVG and report.md links ``plots/<name>-<fp>.svg``. A rule
@@ -10,22 +11,16 @@ inline plotting, and nothing needs a display).
 from __future__ import annotations
 
 import io
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from traceanalyzer.chart import Chart
 from traceanalyzer.printable import printable
 from traceanalyzer.report.htmlkit import img_png
-from traceanalyzer.report.inputs import ReportInputs
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-
-
-def figure_for(finding: dict[str, Any], inputs: ReportInputs) -> Chart | Figure | None:
-    """The finding's figure, or None when its rule draws none or the data is missing."""
-    return inputs.figure(finding)
 
 
 def render(fig: Chart | Figure) -> bytes:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from traceanalyzer.report.inputs import TRACE_FILE, ReportInputs
+from traceanalyzer.report.inputs import TRACE_FILE, ReportData
 from traceanalyzer.report.mdsafe import md_inline, md_lines
 
 if TYPE_CHECKING:
@@ -61,8 +61,7 @@ def _descriptor(rule_id: str, status: dict[str, Any], doc: Rule | None) -> dict[
     return out
 
 
-def _location(inputs: ReportInputs, root: Path | None, rank: int, session: str) -> dict[str, Any]:
-    trace = inputs.trace_file(rank, session)
+def _location(trace: Path | None, root: Path | None, rank: int, session: str) -> dict[str, Any]:
     if trace is None:
         artifact: dict[str, Any] = {"uri": quote(f"{session}/{TRACE_FILE.as_posix()}")}
     elif root is not None:
@@ -92,19 +91,19 @@ def _markdown(message: str, finding: dict[str, Any]) -> str:
     return f"**{md_inline(message)}**\n\n{body}\n\n**Fix:** {md_inline(finding.get('fix'))}"
 
 
-def _rank_sessions(inputs: ReportInputs, finding: dict[str, Any]) -> list[tuple[int, str]]:
+def _rank_sessions(report: ReportData, finding: dict[str, Any]) -> list[tuple[int, str]]:
     """(rank, session) pairs the finding concerns, from evidence then the session list."""
     sessions = set(finding.get("sessions") or [])
     ranks = set(finding.get("ranks") or [])
-    pairs = {(int(r), s) for (r, s) in inputs.session_paths() if r in ranks and s in sessions}
+    pairs = {(int(r), s) for (r, s) in report.trace_files if r in ranks and s in sessions}
     pairs |= {(int(e["rank"]), e["session"]) for e in finding.get("evidence") or []}
     return sorted(pairs)
 
 
-def build_sarif(inputs: ReportInputs) -> dict[str, Any]:
+def build_sarif(report: ReportData) -> dict[str, Any]:
     """The SARIF log as a dict (``json.dumps`` it)."""
-    doc = inputs.findings
-    root = inputs.input_root
+    doc = report.findings
+    root = report.input_root
     statuses = {r["rule"]: r for r in doc.get("rules", [])}
     rule_ids = list(statuses) + [
         f["rule"] for f in doc.get("findings", []) if f["rule"] not in statuses
@@ -112,12 +111,12 @@ def build_sarif(inputs: ReportInputs) -> dict[str, Any]:
     rule_ids = list(dict.fromkeys(rule_ids))
     index = {rid: i for i, rid in enumerate(rule_ids)}
     descriptors = [
-        _descriptor(rid, statuses.get(rid, {}), inputs.rules.get(rid)) for rid in rule_ids
+        _descriptor(rid, statuses.get(rid, {}), report.rules.get(rid)) for rid in rule_ids
     ]
 
     results = []
     for f in doc.get("findings", []):
-        pairs = _rank_sessions(inputs, f)
+        pairs = _rank_sessions(report, f)
         message = f"{f.get('name')} on {f.get('ranks_label')}: {f.get('title')}"
         results.append(
             {
@@ -128,7 +127,10 @@ def build_sarif(inputs: ReportInputs) -> dict[str, Any]:
                     "text": message,
                     "markdown": _markdown(message, f),
                 },
-                "locations": [_location(inputs, root, r, s) for r, s in pairs[:MAX_LOCATIONS]],
+                "locations": [
+                    _location(report.trace_files.get((r, s)), root, r, s)
+                    for r, s in pairs[:MAX_LOCATIONS]
+                ],
                 "partialFingerprints": {FINGERPRINT_KEY: f["fingerprint"]},
                 "properties": {
                     "ranks": f.get("ranks"),
@@ -166,8 +168,8 @@ def build_sarif(inputs: ReportInputs) -> dict[str, Any]:
         "tool": {
             "driver": {
                 "name": "traceanalyzer",
-                "version": inputs.version,
-                "semanticVersion": inputs.version,
+                "version": report.version,
+                "semanticVersion": report.version,
                 "rules": descriptors,
             }
         },

@@ -7,10 +7,12 @@ HTML, Markdown and diff writers share it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from traceanalyzer.report.inputs import ReportInputs
+if TYPE_CHECKING:
+    import polars as pl
 
 
 @dataclass
@@ -52,15 +54,19 @@ class RunSummary:
         return lines
 
 
-def run_summary(inputs: ReportInputs) -> RunSummary:
-    ingest = {(s["rank"], s["session"]): s for s in (inputs.ingest or {}).get("sessions", [])}
+def run_summary(
+    sessions: pl.DataFrame, ingest: Mapping[str, Any] | None, doc: Mapping[str, Any]
+) -> RunSummary:
+    """The summary of the store's ``sessions`` table, ``ingest.json`` and the findings document."""
+    ingest = ingest or {}
+    by_session = {(s["rank"], s["session"]): s for s in ingest.get("sessions", [])}
     rows: list[dict[str, Any]] = []
     seen = set()
-    for row in inputs.sessions().iter_rows(named=True):
+    for row in sessions.iter_rows(named=True):
         key = (row["rank"], row["session"])
         seen.add(key)
-        rows.append({**row, **_ingest_fields(ingest.get(key))})
-    for key, extra in ingest.items():  # failed sessions have no sessions-table row
+        rows.append({**row, **_ingest_fields(by_session.get(key))})
+    for key, extra in by_session.items():  # failed sessions have no sessions-table row
         if key not in seen:
             rows.append({"rank": key[0], "session": key[1], **_ingest_fields(extra)})
     rows.sort(key=lambda r: (r["rank"], r.get("start_ns") or 0))
@@ -69,12 +75,12 @@ def run_summary(inputs: ReportInputs) -> RunSummary:
         values = sorted({str(r[col]) for r in rows if r.get(col)})
         if values:
             versions[col] = values
-    ranks = inputs.findings.get("summary", {}).get("ranks") or sorted({r["rank"] for r in rows})
+    ranks = doc.get("summary", {}).get("ranks") or sorted({r["rank"] for r in rows})
     return RunSummary(
         ranks=list(ranks),
         sessions=rows,
-        problems=list((inputs.ingest or {}).get("problems", [])),
-        notes=list((inputs.ingest or {}).get("notes", [])),
+        problems=list(ingest.get("problems", [])),
+        notes=list(ingest.get("notes", [])),
         versions=versions,
     )
 

@@ -14,7 +14,7 @@ import click
 
 from traceanalyzer.interrupts import contained
 from traceanalyzer.printable import printable
-from traceanalyzer.report.inputs import ReportInputs
+from traceanalyzer.report.inputs import ReportData, ReportInputs
 from traceanalyzer.report.writer import HTML, ReportFiles, write_reports
 
 if TYPE_CHECKING:
@@ -25,15 +25,15 @@ if TYPE_CHECKING:
 @dataclass
 class RunReports:
     files: ReportFiles
-    inputs: ReportInputs | None
+    report: ReportData | None  # what they were rendered from (None: it could not be prepared)
 
     def closing_text(self, color: bool = False) -> str:
         """Bench table (if any), report failures, and the line saying where report.html is."""
         lines = []
-        if self.inputs is not None and self.inputs.bench:
+        if self.report is not None and self.report.bench:
             from traceanalyzer.recipes.bench import format_bench_table
 
-            bench = printable(format_bench_table(self.inputs.bench), lines=True)
+            bench = printable(format_bench_table(self.report.bench), lines=True)
             lines += ["vllm bench (ms):", bench]
         for name, error in self.files.errors.items():
             lines.append(printable(f"report {name} failed: {error}"))
@@ -55,7 +55,8 @@ def run_reports(
     findings); never raises (reports must not fail a run)."""
     try:
         inputs = ReportInputs.load(out, result=result, rules=rules, input_root=input_root)
-        return RunReports(write_reports(out, inputs=inputs), inputs)
+        report = inputs.prepare()
+        return RunReports(write_reports(out, report=report), report)
     except BaseException as exc:  # rule code runs in the reports: its SystemExit too
         if not contained(exc):
             raise

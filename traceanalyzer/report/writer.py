@@ -1,7 +1,9 @@
 """Write every report of a run into OUT, each atomically (temporary file, then rename).
 
-A report that fails to render must not cost the others or the findings: each writer is
-isolated, and failures come back as ``errors`` for ``run`` to print.
+The reports are rendered from one :class:`~traceanalyzer.report.inputs.ReportData`, prepared
+once (the findings' figures drawn in it). A report that fails to render must not cost the
+others or the findings: each writer is isolated, and failures come back as ``errors`` for
+``run`` to print.
 """
 
 from __future__ import annotations
@@ -19,10 +21,10 @@ from typing import TYPE_CHECKING
 from traceanalyzer.interrupts import contained
 from traceanalyzer.report.annotations import build_annotations
 from traceanalyzer.report.html_report import render_html
-from traceanalyzer.report.inputs import ReportInputs
+from traceanalyzer.report.inputs import ReportData, ReportInputs
 from traceanalyzer.report.markdown import render_markdown
 from traceanalyzer.report.overview_html import overview_figures
-from traceanalyzer.report.plots import extension, figure_for, render
+from traceanalyzer.report.plots import extension
 from traceanalyzer.report.sarif import build_sarif
 from traceanalyzer.store import write_atomic_bytes, write_atomic_text
 
@@ -52,45 +54,31 @@ class ReportFiles:
         return self.written.get(HTML)
 
 
-def make_plots(inputs: ReportInputs) -> tuple[dict[str, bytes], dict[str, str]]:
-    """The figure file (SVG, or PNG from matplotlib) per finding fingerprint; a failing plot is
-    reported and the finding shown without it."""
-    plots: dict[str, bytes] = {}
-    errors: dict[str, str] = {}
-    for f in inputs.findings.get("findings", []):
-        try:
-            fig = figure_for(f, inputs)
-            if fig is not None:
-                plots[f["fingerprint"]] = render(fig)
-        except BaseException as exc:  # a plot is a nicety; the finding text stands without it
-            if not contained(exc):  # the figure is rule code: SystemExit is its failure too
-                raise
-            errors[f"plot {f.get('name')}"] = f"{type(exc).__name__}: {exc}"
-    return plots, errors
-
-
 def write_reports(
     out: str | os.PathLike[str],
     *,
     result: RunResult | None = None,
     rules: Iterable[Rule] | None = None,
     input_root: str | os.PathLike[str] | None = None,
-    inputs: ReportInputs | None = None,
+    report: ReportData | None = None,
 ) -> ReportFiles:
-    """Write report.html, report.md (+ plots/), findings.sarif and annotations.json into ``out``."""
+    """Write report.html, report.md (+ plots/), findings.sarif and annotations.json into ``out``
+    (from ``report``, else from OUT's findings, ingest summary and store)."""
     started = time.perf_counter()
     out = Path(out)
     files = ReportFiles()
-    if inputs is None:
+    if report is None:
         inputs = ReportInputs.load(out, result=result, rules=rules, input_root=input_root)
-    plots, files.errors = make_plots(inputs)
+        report = inputs.prepare()
+    files.errors = dict(report.figure_errors)
+    plots = dict(report.figures)
     plot_files: dict[str, str] = {}
-    by_fp = {f["fingerprint"]: f for f in inputs.findings.get("findings", [])}
+    by_fp = {f["fingerprint"]: f for f in report.findings.get("findings", [])}
     for fp, data in plots.items():
         rel = f"{PLOTS_DIR}/{by_fp[fp]['name']}-{fp}.{extension(data)}"
         write_atomic_bytes(out / rel, data)
         plot_files[fp] = rel
-    overview_files, overview_errors = overview_figures(inputs)  # keyed by file name
+    overview_files, overview_errors = overview_figures(report.findings)  # keyed by file name
     files.errors |= overview_errors
     for name, data in overview_files.items():
         write_atomic_bytes(out / PLOTS_DIR / name, data)
@@ -104,15 +92,15 @@ def write_reports(
         except OSError as exc:  # the output's fault (disk full, permissions), not the report's
             files.errors[name] = f"cannot write {out / name}: {exc.strerror or exc}"
             files.unwritable.append(name)
-        except BaseException as exc:  # rule code (captions, marks) runs in the renderers
+        except BaseException as exc:  # e.g. a rule's failed marks: they cost their report only
             if not contained(exc):
                 raise
             files.errors[name] = traceback.format_exc(limit=3).strip().splitlines()[-1]
 
-    attempt(HTML, lambda: render_html(inputs, plots))
-    attempt(MARKDOWN, lambda: render_markdown(inputs, plot_files))
-    attempt(SARIF, lambda: json.dumps(build_sarif(inputs), indent=1) + "\n")
-    attempt(ANNOTATIONS, lambda: json.dumps(build_annotations(inputs), indent=None) + "\n")
+    attempt(HTML, lambda: render_html(report, plots))
+    attempt(MARKDOWN, lambda: render_markdown(report, plot_files))
+    attempt(SARIF, lambda: json.dumps(build_sarif(report), indent=1) + "\n")
+    attempt(ANNOTATIONS, lambda: json.dumps(build_annotations(report), indent=None) + "\n")
     if HTML in files.written and MARKDOWN in files.written:  # no report links an old figure now
         _prune_figures(out / PLOTS_DIR, keep=set(plot_files.values()))
     files.seconds = time.perf_counter() - started

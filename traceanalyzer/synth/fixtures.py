@@ -2,12 +2,13 @@
 
 Times are exact integer nanoseconds from the session start, the fixture epoch
 :data:`~traceanalyzer.synth.fmt.EPOCH_NS` (``1736408883000000.000`` µs), and land on disk as
-exact 3-decimal µs strings; write ``us(1000)`` to give them in microseconds. The verbs and
-keywords are those of :class:`~traceanalyzer.kit.store_builder.StoreBuilder` without its leading
-``rank, session`` (a builder is one rank's session). The builder records calls and replays them
-through the same :class:`RankWriter` the scenarios use, so a fixture has every cross-file
-consistency of a generated run (api_statistic rows for API calls, kernel_details rows for
-kernels, flows...)::
+exact 3-decimal µs strings; write ``us(1000)`` to give them in microseconds. The verbs it
+shares with :class:`~traceanalyzer.kit.store_builder.StoreBuilder` are defined once, in
+:class:`~traceanalyzer.kit.fixture_verbs.FixtureVerbs` (here without the store builder's
+leading ``rank, session``: a builder is one rank's session); this module only says how their
+facts land. The builder records them and replays them through the same :class:`RankWriter`
+the scenarios use, so a fixture has every cross-file consistency of a generated run
+(api_statistic rows for API calls, kernel_details rows for kernels, flows...)::
 
     b = RankBuilder(rank=0)
     b.span("batch_get_into_multi_buffers", start_ns=us(1000), dur_ns=us(2_000_000))
@@ -23,13 +24,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from traceanalyzer.kit.store_builder import (
-    DEFAULT_KERNEL,
-    Launch,
-    copy_task_type,
-    exact_ns,
-    split_api_name,
-)
+import traceanalyzer.kit.fixture_verbs as facts
+from traceanalyzer.kit.fixture_verbs import FixtureVerbs, Launch, exact_ns
 from traceanalyzer.synth.fmt import EPOCH_NS
 from traceanalyzer.synth.profiles import get_generation
 from traceanalyzer.synth.rank import INVALID_MODEL, RankConfig, RankWriter
@@ -39,6 +35,7 @@ if TYPE_CHECKING:
     from traceanalyzer.store import Store
 
 Action = Callable[[RankWriter], None]
+BY_LAUNCH = "the generator numbers the connection ids; link a task to its host call with launch="
 
 
 def at(offset_ns: int, name: str = "start_ns") -> int:
@@ -56,8 +53,14 @@ def thread_id(thread: str | None) -> int | None:
     return int(tid)
 
 
-class RankBuilder:
-    """Records what happened on one rank; :meth:`write` renders a complete ``*_ascend_pt`` dir."""
+class RankBuilder(FixtureVerbs):
+    """Records what happened on one rank; :meth:`write` renders a complete ``*_ascend_pt`` dir.
+
+    The shared verbs (``span``, ``step``, ``api``, ``replay``, ``task``, ``kernel``,
+    ``memcpy_async``, ``counter``) are :class:`FixtureVerbs`'; a host thread left None is the
+    main thread. Only the files have :meth:`capture`, :meth:`collective`, :meth:`metadata` and
+    :meth:`env`.
+    """
 
     def __init__(
         self, rank: int = 0, generation: str = "g2", level: int = 1, *, world: int | None = None
@@ -82,42 +85,7 @@ class RankBuilder:
         self._env.update(variables)
         return self
 
-    # ---- framework --------------------------------------------------------------------
-    def span(
-        self, name: str, *, start_ns: int, dur_ns: int, thread: str | None = None
-    ) -> RankBuilder:
-        """A torch op (``record_function`` -> ``cpu_op``) on ``thread`` (default: the main thread)."""
-        s, d, tid = at(start_ns), exact_ns(dur_ns, "dur_ns"), thread_id(thread)
-        self._actions.append(lambda rw: rw.cpu_op(name, s, d, tid=tid))
-        return self
-
-    def step(self, number: int, *, start_ns: int, dur_ns: int) -> RankBuilder:
-        """A ``ProfilerStep#<number>`` window (adds the Step Id column and a step_trace_time row)."""
-        start = at(start_ns)
-        self._steps.append((number, start, start + exact_ns(dur_ns, "dur_ns")))
-        return self
-
-    # ---- CANN -------------------------------------------------------------------------
-    def api(
-        self,
-        name: str,
-        *,
-        start_ns: int,
-        dur_ns: int,
-        thread: str | None = None,
-        mode: str = "ACL_RTS",
-    ) -> RankBuilder:
-        """A CANN API event: ``aclrtMemcpy`` (AscendCL) or ``Layer@api`` (``Runtime@MemCopySync``)."""
-        layer, api = split_api_name(name)
-        s, d, tid = at(start_ns), exact_ns(dur_ns, "dur_ns"), thread_id(thread)
-        mode = api if layer == "Runtime" and mode == "ACL_RTS" else mode
-        self._actions.append(lambda rw: rw.api(f"{layer}@", api, s, d, tid=tid, mode=mode))
-        return self
-
-    def replay(self, *, start_ns: int, dur_ns: int = 30_000) -> RankBuilder:
-        """``AscendCL@aclmdlRIExecuteAsync``: one graph replay (its tasks carry a ``model_id``)."""
-        return self.api("aclmdlRIExecuteAsync", start_ns=start_ns, dur_ns=dur_ns)
-
+    # ---- what only real files have ----------------------------------------------------
     def capture(
         self,
         *,
@@ -138,66 +106,65 @@ class RankBuilder:
         self.api("aclmdlRICaptureEnd", start_ns=end - 15_000, dur_ns=15_000)
         return self
 
-    # ---- device -----------------------------------------------------------------------
-    def task(
+    def collective(
         self,
-        name: str,
+        op: str = "allReduce",
         *,
-        stream: int,
         start_ns: int,
         dur_ns: int,
-        task_type: str | None = None,
-        model_id: int | None = None,
-        args: dict[str, Any] | None = None,
-        launch: Launch | None = None,
+        stream: int = 4,
+        wait_ns: int = 0,
     ) -> RankBuilder:
-        """A device task without op info (waits, memcpy, records); ``task_type`` defaults to the
-        name, ``args`` go into the HW event (``{"data size(Byte)": 4096}``).
-
-        ``launch`` adds its host launch (:class:`~traceanalyzer.kit.store_builder.Launch`).
-        """
-        s, d = at(start_ns), exact_ns(dur_ns, "dur_ns")
-        model = INVALID_MODEL if model_id is None else model_id
-
-        def write(rw: RankWriter, conn: int | None) -> None:
-            rw.task(stream, name, task_type or name, s, d, conn=conn, extra=args, model_id=model)
-
-        self._actions.append(self._launched(write, name, stream, s, launch))
+        """An HCCL collective (``hcom_<op>_...``) executed on ``stream`` (communication.json entry at
+        Level1+); ``wait_ns``: how long this rank waits inside it for its peers (its first Notify Wait)."""
+        s, d, w = at(start_ns), exact_ns(dur_ns, "dur_ns"), exact_ns(wait_ns, "wait_ns")
+        self._actions.append(lambda rw: rw.collective(op, s, d, stream=stream, wait_ns=w))
         return self
 
-    def kernel(
-        self,
-        name: str = DEFAULT_KERNEL,
-        *,
-        stream: int = 2,
-        start_ns: int,
-        dur_ns: int,
-        op_type: str = "MatMulV2",
-        core: str = "AI_CORE",
-        input_shapes: str | None = None,
-        input_data_types: str | None = None,
-        model_id: int | None = None,
-        launch: Launch | None = None,
-    ) -> RankBuilder:
-        """A kernel (HW slice with op info): also a kernel_details row and an op_statistic entry.
+    # ---- how the shared verbs' facts land: as the events of a Text export -------------
+    def _land_span(self, span: facts.Span) -> None:
+        if span.cat != "cpu_op":
+            self._cannot("span", "cat", span.cat, "the files write torch ops (cpu_op) only")
+        s, d, tid = at(span.start_ns), span.dur_ns, thread_id(span.thread)
+        self._actions.append(lambda rw: rw.cpu_op(span.name, s, d, tid=tid))
 
-        ``launch`` adds its host launch (:class:`~traceanalyzer.kit.store_builder.Launch`; its
-        thread defaults to the main thread): ``AscendCL@<api>`` around ``Node@launch``, linked to
-        the kernel by connection id, HostToDevice flow or both.
-        ``model_id`` marks a kernel of a captured graph (see :meth:`replay`).
-        """
-        s, d = at(start_ns), exact_ns(dur_ns, "dur_ns")
+    def _land_step(self, step: facts.Step) -> None:
+        start = at(step.start_ns)
+        self._steps.append((step.number, start, start + step.dur_ns))
+
+    def _land_api(self, call: facts.ApiCall) -> None:
+        if call.connection_id is not None:
+            self._cannot("api", "connection_id", call.connection_id, BY_LAUNCH)
+        layer, api = call.layer, call.api
+        s, d, tid = at(call.start_ns), call.dur_ns, thread_id(call.thread)
+        mode = call.mode or (api if layer == "Runtime" else "ACL_RTS")
+        self._actions.append(lambda rw: rw.api(f"{layer}@", api, s, d, tid=tid, mode=mode))
+
+    def _land_task(self, task: facts.Task) -> None:
+        if task.connection_id is not None:
+            self._cannot("task", "connection_id", task.connection_id, BY_LAUNCH)
+        s, d = at(task.start_ns), task.dur_ns
+        model = INVALID_MODEL if task.model_id is None else task.model_id
+
+        def write(rw: RankWriter, conn: int | None) -> None:
+            rw.task(task.stream, task.name, task.task_type, s, d, conn=conn, extra=task.args,
+                    model_id=model)  # fmt: skip
+
+        self._actions.append(self._launched(write, task.name, task.stream, s, task.launch))
+
+    def _land_kernel(self, kernel: facts.Kernel) -> None:
+        s, d = at(kernel.start_ns), kernel.dur_ns
         op = {
-            "model_id": INVALID_MODEL if model_id is None else model_id,
-            "in_shapes": input_shapes or "1,4096",
-            "in_types": input_data_types or "DT_BF16",
+            "model_id": INVALID_MODEL if kernel.model_id is None else kernel.model_id,
+            "in_shapes": kernel.input_shapes or "1,4096",
+            "in_types": kernel.input_data_types or "DT_BF16",
         }
 
         def write(rw: RankWriter, conn: int | None) -> None:
-            rw.kernel(stream, name, op_type, core, s, d, conn=conn, **op)
+            rw.kernel(kernel.stream, kernel.name, kernel.op_type, kernel.core, s, d, conn=conn,
+                      **op)  # fmt: skip
 
-        self._actions.append(self._launched(write, name, stream, s, launch))
-        return self
+        self._actions.append(self._launched(write, kernel.name, kernel.stream, s, kernel.launch))
 
     @staticmethod
     def _launched(
@@ -225,59 +192,26 @@ class RankBuilder:
 
         return act
 
-    def memcpy_async(
-        self,
-        *,
-        stream: int,
-        start_ns: int,
-        task_start_ns: int,
-        task_dur_ns: int,
-        dur_ns: int = 12_000,
-        size: int = 1 << 20,
-        direction: str = "host to device",
-        thread: str | None = None,
-    ) -> RankBuilder:
-        """``aclrtMemcpyAsync`` (at ``start_ns`` on ``thread``, default the main thread) linked by
-        a HostToDevice flow to its MEMCPY_ASYNC copy task on ``stream`` (at ``task_start_ns``)."""
-        s, d, tid = at(start_ns), exact_ns(dur_ns, "dur_ns"), thread_id(thread)
-        ts, td = at(task_start_ns, "task_start_ns"), exact_ns(task_dur_ns, "task_dur_ns")
-        task_type = copy_task_type(direction)
+    def _land_memcpy_async(self, copy: facts.MemcpyAsync) -> None:
+        s, d, tid = at(copy.start_ns), copy.dur_ns, thread_id(copy.thread)
+        ts, td, task_type = at(copy.task_start_ns), copy.task_dur_ns, copy.task_type
 
         def act(rw: RankWriter) -> None:
             caller = rw.main_tid if tid is None else tid
             conn = rw.api("AscendCL@", "aclrtMemcpyAsync", s, d, tid=caller)
-            extra = {"data size(Byte)": size, "memcpy direction": direction}
-            rw.task(stream, "MEMCPY_ASYNC", task_type, ts, td, conn=conn, extra=extra)
-            rw.h2d(conn, False, caller, s, rw.hw_pid, stream, ts)
+            extra = {"data size(Byte)": copy.size, "memcpy direction": copy.direction}
+            rw.task(copy.stream, "MEMCPY_ASYNC", task_type, ts, td, conn=conn, extra=extra)
+            rw.h2d(conn, False, caller, s, rw.hw_pid, copy.stream, ts)
 
         self._actions.append(act)
-        return self
 
-    def collective(
-        self,
-        op: str = "allReduce",
-        *,
-        start_ns: int,
-        dur_ns: int,
-        stream: int = 4,
-        wait_ns: int = 0,
-    ) -> RankBuilder:
-        """An HCCL collective (``hcom_<op>_...``) executed on ``stream`` (communication.json entry at
-        Level1+); ``wait_ns``: how long this rank waits inside it for its peers (its first Notify Wait)."""
-        s, d, w = at(start_ns), exact_ns(dur_ns, "dur_ns"), exact_ns(wait_ns, "wait_ns")
-        self._actions.append(lambda rw: rw.collective(op, s, d, stream=stream, wait_ns=w))
-        return self
-
-    def counter(self, name: str, *, ts_ns: int, value: float) -> RankBuilder:
-        """A counter sample, held until the next one; the generator writes the ``AI Core Freq``
-        counter (MHz) only."""
-        if name != AI_CORE_FREQ_PROCESS:
-            raise ValueError(
-                f"RankBuilder writes the {AI_CORE_FREQ_PROCESS!r} counter only, not {name!r}"
-            )
-        ts = at(ts_ns, "ts_ns")
-        self._actions.append(lambda rw: rw.ai_core_freq(ts, int(value)))
-        return self
+    def _land_counter(self, sample: facts.CounterSample) -> None:
+        written = (sample.name, sample.process or sample.name, sample.series)
+        if written != (AI_CORE_FREQ_PROCESS, AI_CORE_FREQ_PROCESS, "MHz"):
+            why = f"the generator writes the {AI_CORE_FREQ_PROCESS!r} counter (MHz) only"
+            self._cannot("counter", "(name, process, series)", written, why)
+        ts = at(sample.ts_ns)
+        self._actions.append(lambda rw: rw.ai_core_freq(ts, int(sample.value)))
 
     # ---- output -----------------------------------------------------------------------
     def write(self, root: Path) -> Path:

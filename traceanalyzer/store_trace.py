@@ -7,13 +7,15 @@ and threads' metadata (``M``) events, ``slices`` the ``X`` and instant events wi
 trace's own clock and pids. Times are written as torch_npu writes them (µs strings with 3
 decimals from int64 ns, integer arithmetic), durations as exact decimal numbers. Events are
 made a row group at a time by polars expressions and written as they are made: the trace is
-never held whole.
+never held whole. The annotated timelines (:mod:`traceanalyzer.report.annotated`) are handed
+each session's events as a :class:`SessionTimeline`.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 import polars as pl
@@ -154,6 +156,19 @@ def session_events(store: Store, rank: int, session: str) -> Iterator[bytes]:
         for batch in store.table(table).filter(where).collect_batches(chunk_size=BATCH_ROWS):
             if batch.height:
                 yield ",".join(events(batch).to_list()).encode("utf-8")
+
+
+@dataclass(frozen=True)
+class SessionTimeline:
+    """A rank session's trace events (:func:`session_events`), read from the store a row group
+    at a time each time they are iterated: what an annotated timeline is handed."""
+
+    store: Store
+    rank: int
+    session: str
+
+    def __iter__(self) -> Iterator[bytes]:
+        return session_events(self.store, self.rank, self.session)
 
 
 def write_trace(fh: BinaryIO, extra: Iterable[dict[str, Any]], events: Iterable[bytes]) -> None:
