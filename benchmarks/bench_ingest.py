@@ -287,11 +287,14 @@ ANALYSIS = """## Reading the figures
   (tests/test_timeutil.py holds them equal on every shape). operator_details.csv: 0.73 s ->
   0.35 s, all CSVs 1.5 s -> 0.9 s of one core, the tables unchanged row for row (the real
   export's store and this rank's compared before and after). Side files over 32 MB are read
-  after the trace, one at a time, once the trace parse's freed memory is handed back (gc,
-  the Arrow pool's unused pages): two CSV parses side by side each held a batch's text and
-  its conversion, and that, on top of what the trace parse kept, was the ingest's peak
-  (about 65 MB of it; read alongside the trace's last tables, 20 MB). The price is one core
-  for about 0.3 s where two could share the CSVs on a quiet machine.
+  after the trace, once the trace parse's freed memory is handed back (gc, the allocator's
+  unused pages), two at a time, the largest first. What the parses freed used to stay in the
+  heap: glibc keeps a freed block below its mmap threshold, and the threshold rises with
+  every large block freed, so operator_details.csv's 4 MB batches grew the heap by 120 MB
+  that only `malloc_trim` gave back, and pyarrow's mimalloc kept its arena pages too. With
+  pyarrow on the system allocator and a fixed 1 MiB mmap threshold (`process_env`: each
+  large buffer mapped on its own and returned when freed) the CSVs peak below the trace
+  parse, two at a time (one at a time, they had peaked 65 MB above it).
   Measured and not kept: smaller Arrow batches (1 MB: 25 MB lower peak, operator_details.csv
   2x slower, the per-batch cost dominating), literal replaces instead of the call stacks'
   regex (1.7x slower), polars' Decimal cast for the µs texts (it rounds at the scale, not the
@@ -318,8 +321,8 @@ ANALYSIS = """## Reading the figures
   before the derivation's other savings, no faster after them, and a peak 45 MB higher
   either way); the CSVs and side JSONs read alongside the scan (the scan slowed by as much
   as they took, and the peak rose 40 MB); jemalloc returning freed memory at once (`dirty_decay_ms:0`: a peak
-  15 MB lower for 0.4 s more CPU); pyarrow's system or jemalloc pool instead of mimalloc
-  (within the noise); minifying the args 16 bytes a step with SSE2, and keeping each thread's
+  15 MB lower for 0.4 s more CPU); pyarrow's jemalloc pool (within the noise of mimalloc;
+  the system pool, with the mmap threshold, is what is kept); minifying the args 16 bytes a step with SSE2, and keeping each thread's
   read window between row groups (no faster: the kernel's copies of the ranges read and the
   page faults of the new text are most of the reread); LZ4 instead of zstd (0.07 s less of
   the encoder's CPU for files 1.3x larger).

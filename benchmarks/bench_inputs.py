@@ -6,6 +6,7 @@
 - :func:`build_db_input`: the real Db export of the same workload, every table's rows repeated
   as often.
 - :func:`build_serving_input`: a ``traceanalyzer synth serving`` rank of the same size.
+- :func:`build_realistic_collection`: that rank copied to make a collection of ranks.
 - :func:`build_moe_input`: a ``traceanalyzer synth moe-ep`` collection of expert-parallel ranks.
 
 Tile ``k`` of a tiled file is the real one shifted in time by ``k`` spans of the trace (a whole
@@ -91,6 +92,28 @@ def build_serving_input(mb: int) -> Path:
         return rank
 
     return _cached(CACHE / f"serving_v{VERSION}_{mb}mb", build)
+
+
+def build_realistic_collection(ranks: int, mb: int) -> Path:
+    """``ranks`` copies of :func:`build_input`'s rank, each its own rank (``profiler_info``'s
+    ``rank_id``), every other file hard-linked: a collection of realistic ranks at no extra
+    bytes on disk (the page cache holds one copy, as a cluster's shared filesystem would not)."""
+    source = build_input(mb)
+    info = source / "profiler_info_0.json"
+
+    def build(folder: Path) -> Path:
+        root = folder / "ranks"
+        for rank in range(ranks):
+            target = root / f"rank{rank}_ascend_pt"
+            shutil.copytree(
+                source, target, copy_function=os.link, ignore=shutil.ignore_patterns(info.name)
+            )
+            doc = json.loads(info.read_text("utf-8"))
+            doc["rank_id"] = rank
+            (target / f"profiler_info_{rank}.json").write_text(json.dumps(doc, indent=4))
+        return root
+
+    return _cached(CACHE / f"real_tiled_v{VERSION}_{mb}mb_x{ranks}", build)
 
 
 def build_moe_input(ranks: int, mb: int) -> Path:

@@ -214,7 +214,17 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--json", type=Path, help="Write all figures here.")
     ap.add_argument("--clean", action="store_true", help="Remove the stores afterwards.")
+    ap.add_argument(
+        "--realistic",
+        type=int,
+        metavar="N",
+        help="Instead of --cases: N copies of the realistic rank (bench_inputs.py: the real "
+        "export with every file tiled, a 200 MB trace) against that rank alone, with processes.",
+    )
     args = ap.parse_args()
+    if args.realistic:
+        realistic(args)
+        return
 
     cases = [tuple(int(x) for x in c.split("x")) for c in args.cases.split(",")]
     args.cache.mkdir(parents=True, exist_ok=True)
@@ -298,6 +308,49 @@ def main() -> None:
             )
             + "\n"
         )
+
+
+def realistic(args: argparse.Namespace, mb: int = 200) -> None:
+    """The scale figures on realistic ranks: N of them against one, each run cold then warm.
+
+    - throughput per core: (N x the rank's MB / cold s) / min(jobs, N), against the single
+      rank's MB / cold s on its one core (goal: within 15%);
+    - per-worker peak: the largest worker's (or the single run's driver) RSS (goal: flat);
+    - warm re-run: the warm run's seconds against the cold run's (goal: a fixed cost, + <= 5%).
+    """
+    from bench_inputs import build_input, build_realistic_collection
+
+    single, many = build_input(mb), build_realistic_collection(args.realistic, mb)
+    args.work.mkdir(parents=True, exist_ok=True)
+    figures: dict[str, Any] = {"ranks": args.realistic, "jobs": args.jobs, "rank_mb": mb}
+    for label, root, executor in (("one", single, "local"), ("many", many, "processes")):
+        read_floor(root)  # the page cache warm, as for the floor
+        out = args.work / f"out-realistic-{label}"
+        shutil.rmtree(out, ignore_errors=True)
+        cold = run_cli(root, out, executor, args.jobs)
+        warm = run_cli(root, out, executor, args.jobs)
+        figures[label] = {
+            "input_mb": round(input_mb(root), 1),
+            "cold": asdict(cold),
+            "warm": asdict(warm),
+            "load_avg_1m": os.getloadavg()[0],
+        }
+        print(json.dumps({label: figures[label]}), file=sys.stderr)
+        if args.clean:
+            shutil.rmtree(out, ignore_errors=True)
+    one, many_ = figures["one"], figures["many"]
+    per_core_one = one["input_mb"] / one["cold"]["wall_s"]
+    per_core_many = many_["input_mb"] / many_["cold"]["wall_s"] / min(args.jobs, args.realistic)
+    worker = many_["cold"]["worker_rss_mb"] or many_["cold"]["driver_rss_mb"]
+    figures["derived"] = {
+        "throughput_per_core_x_single": round(per_core_many / per_core_one, 3),
+        "worker_peak_x_single": round(worker / one["cold"]["driver_rss_mb"], 3),
+        "warm_fraction": round(many_["warm"]["wall_s"] / many_["cold"]["wall_s"], 4),
+        "warm_s_single": one["warm"]["wall_s"],
+    }
+    print(json.dumps(figures["derived"], indent=1))
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=1) + "\n")
 
 
 if __name__ == "__main__":
