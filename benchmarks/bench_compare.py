@@ -401,6 +401,7 @@ def serving_layer_lines(results: dict[str, dict]) -> list[str]:
         "| run | seconds | steps and phases (s) | MoE and PD (s) | share | goal |",
         "|---|---:|---:|---:|---:|---|",
         *rows,
+        "",
     ]
 
 
