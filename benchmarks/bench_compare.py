@@ -335,38 +335,44 @@ def fmt_ratio(num: dict, den: dict) -> str:
 
 ANALYSIS = """## Where our run's time goes, and what is left
 
-The input is now the real rank with every file tiled (the side files 30% of the
-trace, as in the real rank), not its trace alone: the run reads 60 MB of CSVs and JSONs more
-than the phases below were measured on (before that change of input), about 0.9 s of one
-core after the trace (docs/benchmarks/ingest.md, "The side files"), and the rules and the
-overview have 94 steps to go through where they had one. The floor reads those files too.
-The phases, as measured on the trace-only input:
+A cold run on the realistic rank, phase by phase (the run's own `-v` lines, quiet machine,
+three runs; each phase moves by a fifth with the machine's load):
 
-A cold run on this input, phase by phase (phase timings of runs on this machine; each phase
-moves by a fifth with the machine's load):
-
-- **0.45-0.6 s: start-up and the scan beside it.** The interpreter starts and imports polars,
+- **0.37-0.45 s: start-up and the scan beside it.** The interpreter starts and imports polars,
   pyarrow (with numpy), the engine and the rules on one core while the native scanner reads
-  the trace on both (`traceanalyzer/read_ahead.py`: one fresh Text session parsed in this
-  process). The parse takes the scan over when the imports are done; it waits 0.05-0.1 s for
-  its end, the two sharing two cores.
-- **0.9-1.1 s: the rest of the ingest.** One stable lexsort of the slices, then their row
-  groups made by three threads (gathers, each group's args read again from the file, names,
-  CANN layers) while the Parquet encoder writes the one before (`parse/rows.py`
-  `made_ahead`); the counters the same way; then the flows and threads beside the CSVs and
-  side JSONs.
-- **0.45-0.6 s: the 11 rules** on two threads (one rank: a thread per core).
-- **0.2-0.25 s: the overview**, after the rules, then **0.1-0.15 s: the reports** (the
-  overview's timeline strip is most of it: the device tasks of the representative step).
+  the trace on both (`traceanalyzer/read_ahead.py`). The parse takes the scan over when the
+  imports are done.
+- **1.15-1.35 s: the rest of the ingest.** One stable lexsort of the slices, their row groups
+  made by three threads while the Parquet encoder writes the one before (`parse/rows.py`
+  `made_ahead`), the counters, flows and threads; then the 60 MB of side files, two at a
+  time, the largest first (docs/benchmarks/ingest.md, "The side files").
+- **0.1 s: the steps** (engine iterations and their phases), **0.41-0.44 s: the 13 rules**
+  on two threads, **0.26-0.38 s: the overview**, **0.03 s: the reports**.
 
-The run is CPU-bound: about 4.1 s of CPU (0.9 s of it in the kernel: page faults of new
-memory and the wake-ups of polars' and our threads) on two cores, where the floor decodes on
-one. What is left above the floor is polars' work in many small queries (a rule's query costs
-0.1-0.3 ms before it touches a row, and the rules and the overview make about 900 of them),
-the Parquet encoder (0.3 s of CPU) and the imports (0.45 s of CPU). Measured and not kept:
-the overview beside the rules, three or four threads for the rules, one polars thread
-(`POLARS_MAX_THREADS=1`: a fifth less CPU, no faster), other jemalloc decays, the rules' tables
-held decoded in memory (0.08 s faster, 50-125 MB more at the peak).
+The run takes about 3.6 s of CPU on two cores, where the floor decodes on about one.
+
+What this page's input changed, and what was done about it (alternated runs, medians):
+
+- **Memory.** The side files made the run's peak 1.77x the trace (354 MB). Freed memory, not
+  live data, set it: pyarrow's mimalloc kept its arena pages, and glibc kept what the CSV
+  batches freed (its mmap threshold rises with each large block freed: operator_details.csv
+  grew the heap by 120 MB that only `malloc_trim` returned). pyarrow on the system allocator
+  (354 -> 320 MB) with a fixed 1 MiB mmap threshold (-> 306 MB; `process_env.py`), and the
+  overview's top host APIs computed first, while nothing else is held (-> 291-299 MB).
+- **Time.** With the memory back, the large side files parse two at a time instead of one
+  (0.3 s less); the rules read the shard's CANN calls once (`kit.cann_calls`) instead of one
+  scan per kind of call, and the overview once for its three kinds; rules that read every
+  rank now share one snapshot of the store, as a rank's rules do, so their detection and key
+  figures derive once what both need (moe-load-imbalance derived its verdict twice: 0.57 ->
+  0.25 s on the MoE collection).
+
+Left: HTA's load is 3.6x our run where the goal is 4x (our run would need 2.2 s), and on the
+MoE collection (4 small ranks) the serving layer is 15% of the run: the steps derivation's
+fixed cost (about 0.09 s a rank, four scans of the slices for the attention kernels' launches
+among them) and moe-load-imbalance (0.25 s over 4 ranks) are fixed costs that a small rank
+does not amortise. Measured and not kept: LZ4 instead of zstd for the store (no less CPU over
+the whole run), one polars thread (less CPU, slower), dictionary encoding off for the args
+(no faster).
 
 This machine's speed drifts by a quarter within an hour with nothing else running: builds
 compare fairly only in alternated runs of one sitting, and the ratio to the floor (measured

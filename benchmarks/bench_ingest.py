@@ -224,8 +224,10 @@ ANALYSIS = """## Reading the figures
   36, polars 24); the `RSS above imports` column is the memory the work itself takes (with the
   libraries counted, even `read bytes` is 1.5x the file). Every case runs with the library
   settings the CLI sets (`traceanalyzer/process_env.py`: one jemalloc arena for polars, freed
-  memory purged after 100 ms, with jemalloc's defaults the native ingest peaked at 1.7x; one
-  BLAS thread, where numpy's default threads spun for work at import).
+  memory purged after 100 ms, with jemalloc's defaults the native ingest peaked at 1.7x;
+  pyarrow on the system allocator with a fixed 1 MiB mmap threshold, so that a freed large
+  buffer goes back to the system at once; one BLAS thread, where numpy's default threads
+  spun for work at import).
   Memory is flat in the number of ranks (docs/scale.md).
 - **Floors.** The issue's floors are all here, measured in the same run: reading the bytes,
   DuckDB's reader (lazy and materialised), msgspec (bare, and into an Arrow table of the X
@@ -390,8 +392,8 @@ def render(
         "",
         f"Command: `{command}`",
         "",
-        f"Machine: {os.cpu_count()} cores (shared with three other engineers' jobs while measured), "
-        f"Python {platform.python_version()}, {platform.machine()}. "
+        f"Machine: {os.cpu_count()} cores (load average {os.getloadavg()[0]:.1f} as the page was "
+        f"written), Python {platform.python_version()}, {platform.machine()}. "
         f"Input: the real G2 Level1 rank-0 export with every file tiled by one factor "
         f"(benchmarks/bench_inputs.py): a {file_mb:.0f} MB trace_view.json and "
         f"{side_mb:.0f} MB of CSV and communication JSON files beside it "

@@ -38,6 +38,13 @@ DEFAULT_KEYS: tuple[str, ...] = ("rank", "session")
 # --------------------------------------------------------------------------------------------
 
 
+def any_of(patterns: Sequence[str]) -> str:
+    """One regex that matches where any of ``patterns`` does, each in a group of its own (its
+    inline flags stay its own): a column searched once, not once per pattern. None matches
+    nothing."""
+    return "|".join(f"(?:{p})" for p in patterns) if patterns else r"[^\s\S]"
+
+
 def overlap_join(
     spans: Frame,
     tasks: Frame,

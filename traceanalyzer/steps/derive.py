@@ -11,6 +11,7 @@ from __future__ import annotations
 import polars as pl
 
 from traceanalyzer.engine.params import Params
+from traceanalyzer.primitives import any_of
 from traceanalyzer.steps.phases import attention_evidence, classify, marker_counts
 from traceanalyzer.steps.windows import compute_tasks, host_spans, session_windows, window_index
 from traceanalyzer.store import Store
@@ -31,7 +32,7 @@ def _marker_names(p: Params) -> pl.Expr:
         p.draft_function, p.no_forward_function, p.warmup_function,
     )  # fmt: skip
     scopes = [*p.scope_begin, *p.scope_forward, *p.scope_sample, *p.scope_draft]
-    return pl.any_horizontal(*(name.str.contains(x) for x in patterns)) | name.is_in(scopes)
+    return name.str.contains(any_of(patterns)) | name.is_in(scopes)
 
 
 def _launched_attention(store: Store, rank: int, p: Params) -> pl.DataFrame:
@@ -43,9 +44,9 @@ def _launched_attention(store: Store, rank: int, p: Params) -> pl.DataFrame:
             (pl.col("rank") == rank)
             & (
                 pl.col("type").is_in(list(p.attention_types))
-                | pl.col("name").str.contains(p.decode_kernels)
-                | pl.col("name").str.contains(p.prefill_kernels)
-                | pl.col("name").str.contains(p.mixed_kernels)
+                | pl.col("name").str.contains(
+                    any_of((p.decode_kernels, p.prefill_kernels, p.mixed_kernels))
+                )
             )
         )
         .select(
