@@ -94,6 +94,7 @@ from traceanalyzer.kit.store_builder import StoreBuilder
 from traceanalyzer.primitives import (
     ApiLayer,
     Trend,
+    any_of,
     classify_gaps,
     containing_call,
     count_in_windows,
@@ -264,6 +265,7 @@ __all__ = [
     # primitives
     "ApiLayer",
     "Trend",
+    "any_of",
     "classify_gaps",
     "containing_call",
     "count_in_windows",
