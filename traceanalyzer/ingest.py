@@ -316,8 +316,8 @@ def _generation(
     return "g2"
 
 
-# Side files larger than this are parsed after the trace, one at a time: two CSV parses side
-# by side each hold a batch's text and its conversion (docs/benchmarks/ingest.md).
+# Side files larger than this are parsed after the trace, not beside its last tables: each CSV
+# parse holds a batch's text and its conversion (docs/benchmarks/ingest.md).
 _SIDE_FILES_ALONGSIDE_BYTES = 32 << 20
 _COMM_FILES = (
     ("communication.json", "comm_ops", parse_communication),
