@@ -114,3 +114,19 @@ def test_cached_inputs_are_built_once(
     shutil.rmtree(tmp_path / "c")  # a half-built folder (no marker) is built again
     (tmp_path / "c").mkdir()
     assert bench._cached(tmp_path / "c", build) == tmp_path / "c" / "r" and len(calls) == 2
+
+
+def test_a_realistic_collection_is_the_rank_once_per_rank_id(
+    bench: ModuleType, real_g2: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Copies of one rank read as that many ranks, their files hard links to the one rank's."""
+    source = tmp_path / "source" / "bench_ascend_pt"
+    shutil.copytree(_rank0(real_g2), source)
+    monkeypatch.setattr(bench, "CACHE", tmp_path / "cache")
+    monkeypatch.setattr(bench, "build_input", lambda mb: source)
+    root = bench.build_realistic_collection(3, 1)
+    result = ingest(root, tmp_path / "out", jobs=1)
+    assert sorted(o.rank for o in result.outcomes) == [0, 1, 2]
+    assert all(o.status == "ingested" for o in result.outcomes)
+    trace = Path("ASCEND_PROFILER_OUTPUT") / "trace_view.json"
+    assert (root / "rank2_ascend_pt" / trace).stat().st_ino == (source / trace).stat().st_ino
