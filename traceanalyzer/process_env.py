@@ -33,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import sys
 
 POLARS_JEMALLOC_CONF = "narenas:1,background_thread:true,dirty_decay_ms:100,muzzy_decay_ms:0"
 SETTINGS = {
@@ -53,6 +54,8 @@ def configure() -> None:
 
 def _mmap_threshold(value: str) -> None:
     """This process's glibc mmap threshold (elsewhere a no-op)."""
+    if not sys.platform.startswith("linux"):
+        return
     # not glibc (no mallopt), no libc to load, or a value that is no number
-    with contextlib.suppress(AttributeError, OSError, ValueError):
+    with contextlib.suppress(AttributeError, OSError, TypeError, ValueError):
         ctypes.CDLL(None).mallopt(M_MMAP_THRESHOLD, int(value))
