@@ -321,6 +321,12 @@ def test_containing_call_prefers_innermost_then_outermost():
     out = containing_call(points, calls)
     assert out["call"].to_list() == ["inner", "outer", None, "sibling"]
     assert out["call_start_ns"].to_list() == [10, 0, None, 40]
+    # every point held by its latest call, or before any call: the outer calls are not needed
+    held = containing_call(points.with_columns(pl.Series("ts_ns", [15, 45, -5, 5])), calls)
+    assert held["call"].to_list() == ["inner", "sibling", None, "outer"]
+    assert containing_call(points, calls, outer=True)["call"].to_list() == [
+        "outer", "outer", None, "outer"
+    ]  # fmt: skip
 
 
 def launch_store() -> StoreBuilder:

@@ -784,29 +784,41 @@ def containing_call(
     """
     thread = list(_THREAD)
     ordered = points.lazy().with_row_index("_point").sort(at).collect()
-    outer_calls = (
-        outermost(calls.lazy(), by=thread)
-        .rename({"start_ns": "call_start_ns", "end_ns": "call_end_ns"})
-        .sort("call_start_ns")
-        .collect()
-    )
-    tiers = [outer_calls]  # in order of preference: the first that holds the point wins
-    if not outer:
-        inner = calls.lazy().rename({"start_ns": "call_start_ns", "end_ns": "call_end_ns"})
-        tiers.insert(0, inner.sort("call_start_ns").collect())
-    extra = [c for c in outer_calls.columns if c not in thread]
-    # A left as-of join keeps the points' rows in their order, so the tiers line up row by row:
-    # no de-duplication or join back is needed to pick one.
-    frame = ordered
-    for i, candidates in enumerate(tiers):
-        hit = ordered.join_asof(
-            candidates,
+
+    def latest_started(candidates: pl.LazyFrame) -> pl.DataFrame:
+        """Each point's latest call of ``candidates`` started at or before it, in the points'
+        order (a left as-of join keeps it: the tiers line up row by row, no join back)."""
+        ordered_calls = (
+            candidates.rename({"start_ns": "call_start_ns", "end_ns": "call_end_ns"})
+            .sort("call_start_ns")
+            .collect()
+        )
+        return ordered.join_asof(
+            ordered_calls,
             left_on=at,
             right_on="call_start_ns",
             by=thread,
             strategy="backward",
             check_sortedness=False,
         )
+
+    def outer_tier() -> pl.DataFrame:
+        return latest_started(outermost(calls.lazy(), by=thread))
+
+    # in order of preference: the first that holds the point wins
+    tiers = [outer_tier() if outer else latest_started(calls.lazy())]
+    extra = [c for c in tiers[0].columns if c not in ordered.columns]
+    # A point the latest call before it does not hold may lie in an outer call; where every
+    # point is held or has no call before it (the outer calls are some of the calls), the outer
+    # tier would pick nothing, and is not derived.
+    first_held = (pl.col("call_end_ns") >= pl.col(at)).fill_null(False)
+    if (
+        not outer
+        and tiers[0].select((pl.col("call_start_ns").is_not_null() & ~first_held).any()).item()
+    ):
+        tiers.append(outer_tier())
+    frame = ordered
+    for i, hit in enumerate(tiers):
         frame = frame.hstack(hit.select(pl.col(c).alias(f"{c}#{i}") for c in extra))
     holds = [pl.col(f"call_end_ns#{i}") >= pl.col(at) for i in range(len(tiers))]
 
