@@ -380,12 +380,11 @@ class _SideFiles:
 
         # the largest first, so that the last to finish is a small one (results in file order)
         largest_first = sorted(range(len(present)), key=lambda i: -_file_size(present[i][1]))
-        results: list[CsvResult | Exception] = [Exception()] * len(present)
         try:
             with ThreadPoolExecutor(max(1, min(threads, len(present)))) as pool:
                 done = pool.map(parse_one, [present[i] for i in largest_first])
-                for i, result in zip(largest_first, done, strict=True):
-                    results[i] = result
+                by_position = dict(zip(largest_first, done, strict=True))
+            results = [by_position[i] for i in range(len(present))]
         finally:
             csv_db.close()
         for (spec, path), parsed in zip(present, results, strict=True):  # in file order
