@@ -276,6 +276,47 @@ def test_partial_preconditions_are_reported_when_sharded():
     assert status.reason.startswith("not evaluated (on ranks 1): missing CANN runtime events")
 
 
+def undecided_rule(texts):
+    """Says "could not judge" on every rank, in ``texts[rank]`` (``{rank}`` filled in)."""
+
+    def body(ctx):
+        sessions = ctx.table("sessions").select("rank").collect()
+        for rank in sorted(set(sessions["rank"].to_list())):
+            ctx.inconclusive(texts[rank].format(rank=rank), rank=rank)
+        return []
+
+    body.__doc__ = DOC
+    return rule(id="TA906", name="undecided", severity="info", summary="Cannot judge.")(body)
+
+
+@pytest.mark.parametrize("shard_by_rank", [False, True])
+def test_could_not_judge_names_each_text_once_with_its_ranks(shard_by_rank):
+    """A note that starts with its own rank ("rank 3: ...", "rank 3 stream 2: ...") is grouped
+    without it, so the reason reads once for all the ranks; the notes keep their full text."""
+    stream = "rank {rank} stream 2: every step is warm-up"
+    texts = [stream, stream, stream, "rank 1: no steady step", "rank {rank}: no steady step"]
+    texts += ["rank 40: a rank that is not its own", "only {rank} captures"]
+    result = run(undecided_rule(texts), st=store(ranks=range(7)), shard_by_rank=shard_by_rank)
+    status = result.rules[0]
+    assert status.status == "inconclusive"
+    assert status.reason == (
+        "could not judge ranks 0-2: stream 2: every step is warm-up; "
+        "could not judge rank 3: rank 1: no steady step; "  # another rank's name is kept
+        "could not judge rank 4: no steady step; "
+        "could not judge rank 5: rank 40: a rank that is not its own; "
+        "could not judge rank 6: only 6 captures"
+    )
+    doc = result.to_dict()
+    assert doc["inconclusive"] == [{"rule": "TA906", "name": "undecided", "reason": status.reason}]
+    notes = doc["rules"][0]["notes"]  # each note as the rule wrote it, with its rank
+    assert [(n["rank"], n["text"]) for n in notes][:4] == [
+        (0, "rank 0 stream 2: every step is warm-up"),
+        (1, "rank 1 stream 2: every step is warm-up"),
+        (2, "rank 2 stream 2: every step is warm-up"),
+        (3, "rank 1: no steady step"),
+    ]
+
+
 def test_fail_on_and_exit_code():
     r = long_calls_rule()
     assert run(r).exit_code == 0  # default never fails on findings

@@ -330,10 +330,16 @@ def _reduce_rule(
 
 
 def _undecided_reason(notes: Sequence[Note]) -> str:
-    """``could not judge rank 0: only 22 captures ...`` (identical texts grouped over ranks)."""
+    """``could not judge rank 0: only 22 captures ...`` (identical texts grouped over ranks).
+
+    A text that starts with its own rank (``rank 3: ...``, ``rank 3 stream 2: ...``) is grouped
+    without it: ``could not judge ranks 0-39: stream 2: ...`` names the ranks already. The notes
+    themselves (findings.json) keep their full text.
+    """
     by_text: dict[str, list[int]] = {}
     for note in notes:
-        by_text.setdefault(note.text, []).extend([] if note.rank is None else [note.rank])
+        text = note.text if note.rank is None else _without_own_rank(note.text, note.rank)
+        by_text.setdefault(text, []).extend([] if note.rank is None else [note.rank])
     parts = []
     for text, ranks in by_text.items():
         where = ""
@@ -343,6 +349,14 @@ def _undecided_reason(notes: Sequence[Note]) -> str:
             )
         parts.append(f"could not judge{where}: {text}")
     return "; ".join(parts)
+
+
+def _without_own_rank(text: str, rank: int) -> str:
+    """``text`` without a leading ``rank N: `` or ``rank N `` naming ``rank`` itself."""
+    for prefix in (f"rank {rank}: ", f"rank {rank} "):
+        if text.startswith(prefix) and text[len(prefix) :].strip():
+            return text[len(prefix) :]
+    return text
 
 
 def _on_ranks(outcomes: Sequence[RuleOutcome], shards: int) -> str:
