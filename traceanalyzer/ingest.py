@@ -26,7 +26,7 @@ import tempfile
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -52,11 +52,15 @@ from traceanalyzer.parse.sink import body_columns, conform_body, table_from_rows
 from traceanalyzer.parse.trace_view import DEFAULT_PARSE_MEMORY, ParseMemory, parse_trace_view
 from traceanalyzer.schema import TABLES
 from traceanalyzer.store import (
+    Manifest,
+    commit_group,
     commit_partition,
     describe_partitions,
     fold_journal,
+    group_name,
     journal_append,
     load_manifest,
+    remove_group,
     remove_session,
     remove_unlisted,
     verify_partitions,
@@ -293,6 +297,38 @@ class _PartitionSink:
         self.arrow(table, pa.table({name: pa.nulls(0, typ) for name, typ in body_columns(table)}))
 
 
+class _BufferedSink(_PartitionSink):
+    """Holds each table of one small session in memory, for its rank group to write with the
+    group's other sessions (:func:`ingest_group`): a small session's tables are a few hundred
+    KB, and its own files would be mostly Parquet footers."""
+
+    def __init__(self, out: Path, rank: int, session: str, seconds: float | None = None):
+        super().__init__(out, rank, session, seconds)
+        self.parts: dict[str, list[pa.Table]] = {}
+
+    def arrow(self, table: str, data: pa.Table) -> int:
+        return self.batches(table, [data])
+
+    def batches(self, table: str, tables: Iterable[pa.Table]) -> int:
+        self._in_time()
+        self.parts[table] = [conform_body(table, part) for part in tables]
+        self.rows[table] = sum(part.num_rows for part in self.parts[table])
+        return self.rows[table]
+
+    def keyed(self, table: str) -> list[pa.Table]:
+        """The session's parts of ``table`` with its rank and session as columns, typed as the
+        table's canonical columns (every session of a group then has one schema)."""
+        schema = pa.schema([pa.field(c.name, c.type) for c in TABLES[table].columns])
+        keyed = []
+        for part in self.parts.get(table, []):
+            rows = part.num_rows
+            rank = pa.repeat(pa.scalar(self.rank, pa.int32()), rows)
+            session = pa.repeat(pa.scalar(self.session, pa.string()), rows)
+            part = part.add_column(0, "rank", rank).add_column(1, "session", session)
+            keyed.append(part.select(schema.names).cast(schema))
+        return keyed
+
+
 def _generation(
     session: RankSession,
     headers: dict[str, list[str]],
@@ -477,9 +513,10 @@ def ingest_session(
     threads: int = 1,
     memory: ParseMemory = DEFAULT_PARSE_MEMORY,
     seconds: float | None = None,
+    sink: _PartitionSink | None = None,
 ) -> SessionOutcome:
-    """Parse every file of one rank session into its store partitions, within ``seconds``
-    (the session fails past them, however far it got). Never raises."""
+    """Parse every file of one rank session into its store partitions (or into ``sink``),
+    within ``seconds`` (the session fails past them, however far it got). Never raises."""
     started = time.perf_counter()
     outcome = SessionOutcome(
         session.rank,
@@ -489,7 +526,8 @@ def ingest_session(
         profiler_level=session.profiler_level,
         formats_present=list(session.formats),
     )
-    sink = _PartitionSink(out, session.rank, session.session, seconds)
+    if sink is None:
+        sink = _PartitionSink(out, session.rank, session.session, seconds)
     trace = pool = scratch = None
     try:
         scratch = Path(tempfile.mkdtemp(dir=out, prefix=_SCRATCH))
@@ -560,17 +598,8 @@ def ingest_session(
             ]
         sink.arrow("sessions", _session_row(session, trace, outcome, db))
         outcome.rows = dict(sink.rows)
-    except RankFailed as exc:  # the input's fault, said in full by the message
-        outcome.status = "failed"
-        outcome.error = str(exc)
     except Exception as exc:
-        outcome.status = "failed"
-        if outdir.is_output_failure(exc, out):
-            outcome.output_error = True
-            outcome.error = f"cannot write the output {out}: {outdir.failure_text(exc)}"
-        else:
-            outcome.error = f"{type(exc).__name__}: {exc}"
-            outcome.traceback = traceback.format_exc(limit=5)
+        _failed(outcome, exc, out)
     finally:
         if pool:
             pool.shutdown(wait=True)  # a failed trace still waits for the side files' writes
@@ -581,6 +610,67 @@ def ingest_session(
     if input_bytes(session) >= _RELEASE_AFTER_BYTES:
         _release_memory()
     return outcome
+
+
+def _failed(outcome: SessionOutcome, exc: Exception, out: Path) -> None:
+    """Mark ``outcome`` failed by ``exc``: the input's fault (``RankFailed``, said in full by
+    its message), the output's (disk full...), or a bug (with its traceback)."""
+    outcome.status = "failed"
+    if isinstance(exc, RankFailed):
+        outcome.error = str(exc)
+    elif outdir.is_output_failure(exc, out):
+        outcome.output_error = True
+        outcome.error = f"cannot write the output {out}: {outdir.failure_text(exc)}"
+    else:
+        outcome.error = f"{type(exc).__name__}: {exc}"
+        outcome.traceback = traceback.format_exc(limit=5)
+
+
+def ingest_group(
+    sessions: list[RankSession],
+    out: Path,
+    group: str,
+    threads: int = 1,
+    memory: ParseMemory = DEFAULT_PARSE_MEMORY,
+    seconds: list[float | None] | None = None,
+) -> list[SessionOutcome]:
+    """Ingest a rank group's small sessions, one after the other, and store them together: one
+    file per table (``store.commit_group``). A session that fails is left out of the files,
+    the others are stored. Never raises."""
+    limits = seconds or [None] * len(sessions)
+    outcomes, sinks = [], []
+    for session, limit in zip(sessions, limits, strict=True):
+        sink = _BufferedSink(out, session.rank, session.session, limit)
+        outcomes.append(ingest_session(session, out, threads, memory, limit, sink=sink))
+        if outcomes[-1].status != "failed":
+            sinks.append(sink)
+    try:
+        for table in TABLES:
+            parts = [part for sink in sinks for part in sink.keyed(table)]
+            schema = pa.schema([pa.field(c.name, c.type) for c in TABLES[table].columns])
+            body = pa.concat_tables(parts) if parts else schema.empty_table()
+            commit_group(
+                out, table, group, lambda p, b=body: pq.write_table(b, p, **write_options(b.schema))
+            )
+    except Exception as exc:  # nothing of the group is stored: every session fails
+        for outcome in outcomes:
+            if outcome.status != "failed":
+                _failed(outcome, exc, out)
+    return outcomes
+
+
+def ingest_unit(
+    sessions: list[RankSession],
+    out: Path,
+    group: str | None,
+    threads: int,
+    memory: ParseMemory,
+    seconds: list[float | None],
+) -> list[SessionOutcome]:
+    """The worker task: a session stored on its own (``group`` None), or a rank group's."""
+    if group is None:
+        return [ingest_session(sessions[0], out, threads, memory, seconds[0])]
+    return ingest_group(sessions, out, group, threads, memory, seconds)
 
 
 # After a session this large, what its parse freed is handed back to the system, so the rules
@@ -840,6 +930,118 @@ def ingest(
         native_scan.drop_ahead()  # a scan started ahead (read_ahead) and not taken: not held
 
 
+# Many small ranks are stored, and analysed, in rank groups (store.rank_shards): a rank of a few
+# hundred KB costs more in fixed costs (its files, its tasks, each map's queries) than in
+# parsing. A rank of at most SMALL_RANK_BYTES of exported files is small; a collection with at
+# least GROUP_FROM_RANKS of them packs them, in rank order, into groups of about an eighth of
+# them (a pool of up to eight workers stays busy), GROUP_RANKS and GROUP_BYTES at most. The
+# plan depends on the input alone, never on the executor: every backend stores and judges the
+# same shards, so their findings agree.
+SMALL_RANK_BYTES = 4 << 20
+GROUP_FROM_RANKS = 32
+GROUP_RANKS = 64
+GROUP_BYTES = 64 << 20
+_GROUPS_AT_LEAST = 8
+
+
+def plan_groups(sessions: Iterable[RankSession], sizes: Mapping[str, int]) -> dict[str, str]:
+    """The rank group of each session stored in one (session key -> group name); sessions not
+    named are stored on their own. ``sizes``: each session's input bytes, by key."""
+    by_rank: dict[int, list[RankSession]] = {}
+    for session in sessions:
+        by_rank.setdefault(session.rank, []).append(session)
+    weight = {rank: sum(sizes[s.key] for s in members) for rank, members in by_rank.items()}
+    small = [rank for rank in sorted(by_rank) if weight[rank] <= SMALL_RANK_BYTES]
+    if len(small) < GROUP_FROM_RANKS:
+        return {}
+    most = min(GROUP_RANKS, -(-len(small) // _GROUPS_AT_LEAST))
+    groups: list[list[int]] = [[]]
+    held = 0
+    for rank in small:
+        if groups[-1] and (len(groups[-1]) >= most or held + weight[rank] > GROUP_BYTES):
+            groups.append([])
+            held = 0
+        groups[-1].append(rank)
+        held += weight[rank]
+    return {
+        session.key: group_name(ranks)
+        for ranks in groups
+        if len(ranks) > 1  # a group of one rank is that rank stored on its own
+        for rank in ranks
+        for session in by_rank[rank]
+    }
+
+
+def _units(
+    sessions: Iterable[RankSession], groups: Mapping[str, str]
+) -> list[tuple[str | None, list[RankSession]]]:
+    """What ingest runs as one task, in discovery order: each session stored on its own
+    (``None``), and each rank group with its sessions."""
+    units: list[tuple[str | None, list[RankSession]]] = []
+    members: dict[str, list[RankSession]] = {}
+    for session in sessions:
+        group = groups.get(session.key)
+        if group is None:
+            units.append((None, [session]))
+        elif group in members:
+            members[group].append(session)
+        else:
+            members[group] = [session]
+            units.append((group, members[group]))
+    return units
+
+
+def _recorded_groups(manifest: Manifest) -> dict[str, set[str]]:
+    """The session keys the manifest records in each rank group."""
+    groups: dict[str, set[str]] = {}
+    for key, entry in manifest.sessions.items():
+        group = entry.get("group")
+        if isinstance(group, str):
+            groups.setdefault(group, set()).add(key)
+    return groups
+
+
+def _drop_group(out: Path, manifest: Manifest, group: str) -> None:
+    """Forget a rank group: its files and its sessions' entries (they are ingested again)."""
+    remove_group(out, group)
+    for key in [k for k, v in manifest.sessions.items() if v.get("group") == group]:
+        del manifest.sessions[key]
+
+
+def _stored_unit(
+    out: Path,
+    manifest: Manifest,
+    group: str | None,
+    members: list[RankSession],
+    fingerprints: Mapping[str, dict[str, Any]],
+    recorded: Mapping[str, set[str]],
+) -> tuple[list[SessionOutcome] | None, str | None]:
+    """The outcomes of a unit the store holds as its input is now (the same files, stored the
+    same way: alone, or in a group of the same sessions), or None and why it is not (None
+    when it was never stored)."""
+    entries = [manifest.sessions.get(session.key) for session in members]
+    if any(entry is None for entry in entries):
+        return None, None
+    stored_in = {entry.get("group") for entry in entries if entry}
+    keys = {session.key for session in members}
+    if stored_in != {group} or (group is not None and recorded.get(group) != keys):
+        return None, None  # stored otherwise: a group of other ranks, or alone
+    if any(
+        entry.get("fingerprint") != fingerprints[session.key]
+        for session, entry in zip(members, entries, strict=True)
+        if entry
+    ):
+        return None, None
+    first = members[0]
+    damaged = verify_partitions(
+        out, first.rank, first.session, entries[0].get("partitions") if entries[0] else None, group
+    )
+    cached = [_cached_outcome(entry) for entry in entries if entry]
+    if damaged is None and all(outcome is not None for outcome in cached):
+        return [outcome for outcome in cached if outcome is not None], None
+    return None, damaged or "its manifest entry is not a record of an ingest"
+
+
 def _remove_scratch(out_path: Path) -> None:
     for scratch in out_path.glob(f"{_SCRATCH}*"):
         shutil.rmtree(scratch, ignore_errors=True)
@@ -860,35 +1062,53 @@ def _ingest(
     manifest = load_manifest(out_path)
     _remove_scratch(out_path)  # a killed run's: nothing reads it now
 
-    # Sessions no longer in the input leave the store, so it always mirrors the input.
+    # Sessions no longer in the input leave the store, so it always mirrors the input (a group
+    # with them: its other sessions are ingested again, in the groups planned now).
     current = {s.key for s in found.sessions}
     for key in [k for k in manifest.sessions if k not in current]:
-        rank, _, session = key.partition("/")
-        remove_session(out_path, int(rank), session)
-        del manifest.sessions[key]
+        if key not in manifest.sessions:
+            continue  # its group's, dropped with it
+        group = manifest.sessions[key].get("group")
+        if isinstance(group, str):
+            _drop_group(out_path, manifest, group)
+        else:
+            rank, _, session = key.partition("/")
+            remove_session(out_path, int(rank), session)
+            del manifest.sessions[key]
     with outdir.writes(out_path):
         fold_journal(out_path, manifest)
         # What the manifest does not list is not ours to read (another collection written
         # here, a killed run's leftovers): the rules would analyse it as if it were this input.
-        unlisted = remove_unlisted(out_path, manifest.sessions)
+        unlisted = remove_unlisted(out_path, manifest.sessions, _recorded_groups(manifest))
 
+    sizes = {session.key: input_bytes(session) for session in found.sessions}
+    units = _units(found.sessions, plan_groups(found.sessions, sizes))
+    fingerprints = {session.key: session_fingerprint(session) for session in found.sessions}
     outcomes: list[SessionOutcome] = []
-    todo: list[tuple[RankSession, dict[str, Any]]] = []
+    todo: list[tuple[str | None, list[RankSession]]] = []
     notes = []  # why stored sessions are ingested again, for the progress
-    for session in found.sessions:
-        fingerprint = session_fingerprint(session)
-        entry = manifest.sessions.get(session.key)
-        if not force and entry and entry.get("fingerprint") == fingerprint:
-            damaged = verify_partitions(
-                out_path, session.rank, session.session, entry.get("partitions")
-            )
-            cached = _cached_outcome(entry)
-            if damaged is None and cached is not None:
-                outcomes.append(cached)
-                continue
-            why = damaged or "its manifest entry is not a record of an ingest"
-            notes.append(f"rank {session.rank} {session.session}: {why}; ingested again")
-        todo.append((session, fingerprint))
+    recorded = _recorded_groups(manifest)
+    for group, members in units:
+        if force:
+            todo.append((group, members))
+            continue
+        cached, why = _stored_unit(out_path, manifest, group, members, fingerprints, recorded)
+        if cached is not None:
+            outcomes += cached
+            continue
+        if why:
+            where = f"ranks {group}" if group else f"rank {members[0].rank} {members[0].session}"
+            notes.append(f"{where}: {why}; ingested again")
+        todo.append((group, members))
+    # what the sessions ingested again were stored in goes first: a group they left, or their
+    # own partitions when they now join a group
+    for group, members in todo:
+        for session in members:
+            old = manifest.sessions.get(session.key, {}).get("group")
+            if isinstance(old, str):
+                _drop_group(out_path, manifest, old)
+            elif group is not None:
+                remove_session(out_path, session.rank, session.session)
     total = len(found.sessions)
     done = len(outcomes)
     if progress:
@@ -896,7 +1116,9 @@ def _ingest(
         for note in notes:
             progress(note, done, total, None)
 
-    def record(outcome: SessionOutcome, fingerprint: dict[str, Any]) -> None:
+    described: dict[str, dict[str, Any]] = {}  # a group's files, described once for its sessions
+
+    def record(outcome: SessionOutcome, group: str | None) -> None:
         nonlocal done
         if outcome.output_error:  # disk full or the like: no later session would fare better
             raise outdir.OutputError(outcome.error)
@@ -904,59 +1126,88 @@ def _ingest(
         outcomes.append(outcome)
         if outcome.status == "failed":
             # a failed (or killed) session may have left some partitions: drop them all, so the
-            # rules never analyse half a rank, and the next run ingests it again
-            remove_session(out_path, outcome.rank, outcome.session)
+            # rules never analyse half a rank, and the next run ingests it again (a group's
+            # files never hold a failed session)
+            if group is None:
+                remove_session(out_path, outcome.rank, outcome.session)
             manifest.sessions.pop(outcome.key, None)
         else:
             with outdir.writes(out_path):
-                partitions = describe_partitions(out_path, outcome.rank, outcome.session)
+                if group is None:
+                    partitions = describe_partitions(out_path, outcome.rank, outcome.session)
+                else:
+                    if group not in described:
+                        described[group] = describe_partitions(
+                            out_path, outcome.rank, outcome.session, group
+                        )
+                    partitions = described[group]
             value = {
-                "fingerprint": fingerprint,
+                "fingerprint": fingerprints[outcome.key],
                 "outcome": asdict(outcome),
                 "partitions": partitions,
             }
+            if group is not None:
+                value["group"] = group
             manifest.sessions[outcome.key] = value
             with outdir.writes(out_path):
                 journal_append(out_path, outcome.key, value)
         if progress:
             progress("session", done, total, outcome)
 
-    reads_traces = any(_source(session) == "text" for session, _ in todo)
+    reads_traces = any(_source(s) == "text" for _, members in todo for s in members)
     if reads_traces and progress and (note := trace_native.unavailable_note()):
         progress(note, done, total, None)
     owned = executor is None
     if executor is None:
         executor = make_executor("auto", jobs=jobs)
     # all sessions, cached ones too: the rules map over every rank with the same executor
-    executor_note = executor.plan(len(found.sessions), sum(map(input_bytes, found.sessions)))
+    executor_note = executor.plan(len(found.sessions), sum(sizes.values()))
     if progress:
         progress(f"executor: {executor_note}", done, total, None)
     side_by_side = min(executor.jobs, len(todo)) if executor.parallel else 1
     if executor.shares_memory and side_by_side > 1:
-        side_by_side, note = _fit_in_memory([s for s, _ in todo], side_by_side, memory)
+        largest = [max(members, key=lambda s: sizes[s.key]) for _, members in todo]
+        side_by_side, note = _fit_in_memory(largest, side_by_side, memory)
         if note and progress:
             progress(note, done, total, None)
     # e.g. a single 2 GB rank scans on every core
     threads = executor.threads_per_task(side_by_side)
     try:
-        seconds = [rank_timeout or session_seconds(session) for session, _ in todo]
+        seconds = [[rank_timeout or session_seconds(s) for s in members] for _, members in todo]
         results = executor.map(
-            ingest_session,
-            [(s, out_path, threads, memory, t) for (s, _), t in zip(todo, seconds, strict=True)],
-            labels=[f"rank {s.rank} {s.session}" for s, _ in todo],
+            ingest_unit,
+            [
+                (members, out_path, group, threads, memory, limits)
+                for (group, members), limits in zip(todo, seconds, strict=True)
+            ],
+            labels=[
+                f"ranks {group} ({len(members)} sessions)"
+                if group
+                else f"rank {members[0].rank} {members[0].session}"
+                for group, members in todo
+            ],
             width=side_by_side,
             # past its own deadline (above), a session is stopped: a read stuck in a library
             # never saw it
-            timeouts=[t + min(_STOP_GRACE * t, _STOP_GRACE_SECONDS) for t in seconds],
+            timeouts=[
+                sum(t + min(_STOP_GRACE * t, _STOP_GRACE_SECONDS) for t in limits)
+                for limits in seconds
+            ],
         )
         left_running = False
         for index, result in results:
-            session, fingerprint = todo[index]
+            group, members = todo[index]
             if isinstance(result, TaskCrashed):
                 left_running |= result.timed_out
-                why = _too_long(seconds[index]) if result.timed_out else f"worker died: {result}"
-                result = _crashed(session, why)
-            record(result, fingerprint)
+                if result.timed_out:
+                    why = _too_long(sum(seconds[index]))
+                else:
+                    why = f"worker died: {result}"
+                if group is not None:  # what the dead worker wrote of the group is not kept
+                    remove_group(out_path, group)
+                result = [_crashed(session, why) for session in members]
+            for outcome in result:
+                record(outcome, group)
         # Every task has returned, so a scratch folder still here is a dead worker's (one the
         # OOM killer took, its task retried and done): it may hold a trace's spill, and this
         # run is its last user. Not when a task was stopped past its deadline: `local` leaves

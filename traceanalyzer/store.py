@@ -4,8 +4,12 @@ Layout of an output directory ``OUT``::
 
     OUT/manifest.json                                  # per-session input fingerprints and row counts
     OUT/manifest.journal                               # sessions finished since (one JSON line each)
-    OUT/tables/<table>/rank=<r>/session=<s>/part-0.parquet
+    OUT/tables/<table>/rank=<r>/session=<s>/part-0.parquet    # a rank stored on its own
+    OUT/tables/<table>/group=<lo>-<hi>/part-0.parquet          # small ranks stored together
 
+A rank group holds many small ranks in one file per table, ``rank`` and ``session`` as columns
+(its ranks are listed in the manifest): thousands of ranks of a few hundred KB each would
+otherwise make tens of thousands of files, most of their bytes Parquet footers and directories.
 Every partition is written to a temporary name and renamed into place, so a killed writer never
 leaves a half-written partition behind; the manifest entry of a session is only updated after all
 its partitions are in place, which is what makes re-runs resumable.
@@ -20,7 +24,7 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Callable, Hashable, Iterable, Mapping, MutableMapping
+from collections.abc import Callable, Hashable, Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
@@ -45,6 +49,30 @@ class StoreError(Exception):
 
 def partition_dir(root: Path, table: str, rank: int, session: str) -> Path:
     return root / TABLES_DIR / table / f"rank={rank}" / f"session={session}"
+
+
+GROUP_PREFIX = "group="
+
+
+def group_name(ranks: Iterable[int]) -> str:
+    """The name of the group of ``ranks`` (``<lowest>-<highest>``): groups are runs of ranks in
+    rank order, so two groups of one plan never share a name."""
+    ordered = sorted(ranks)
+    return f"{ordered[0]}-{ordered[-1]}"
+
+
+def group_dir(root: Path, table: str, group: str) -> Path:
+    return root / TABLES_DIR / table / f"{GROUP_PREFIX}{group}"
+
+
+_GROUP_NAME = re.compile(r"group=(-?[0-9]{1,10})-(-?[0-9]{1,10})")
+
+
+def _group_span(directory: Path) -> tuple[int, int] | None:
+    """The lowest and highest rank a group directory's name says it holds, or None when the
+    name is not a group's."""
+    match = _GROUP_NAME.fullmatch(directory.name)
+    return (int(match[1]), int(match[2])) if match else None
 
 
 @functools.cache
@@ -94,14 +122,21 @@ def commit_partition(
     staging directory is then renamed into place, so readers never see a half-written partition.
     Partition columns are not in the file (Hive style); they come back from the path.
     """
-    target = partition_dir(root, table, rank, session)
+    _commit_dir(partition_dir(root, table, rank, session), write)
+
+
+def commit_group(root: Path, table: str, group: str, write: Callable[[Path], None]) -> None:
+    """Replace a rank group's file of ``table`` atomically, as :func:`commit_partition` does;
+    ``rank`` and ``session`` are columns of the file."""
+    _commit_dir(group_dir(root, table, group), write)
+
+
+def _commit_dir(target: Path, write: Callable[[Path], None]) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(
-        tempfile.mkdtemp(dir=target.parent, prefix=f".session={session}.", suffix=".tmp")
-    )
+    staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp"))
     try:
         shareable(staging, directory=True)
-        write(staging / "part-0.parquet")
+        write(staging / PART_FILE)
         if target.exists():
             trash = Path(tempfile.mkdtemp(dir=target.parent, prefix=".trash."))
             os.replace(target, trash / "old")
@@ -114,32 +149,68 @@ def commit_partition(
         raise
 
 
-def write_derived_table(root: Path, table: str, rank: int, frame: Any) -> None:
-    """Replace every partition of the derived ``table`` for ``rank`` with ``frame`` (a polars
-    frame with a ``session`` column: one partition per session, in the table's columns)."""
+def shard_label(shard: Sequence[int]) -> str:
+    """The directory name of a shard's partitions in a table: ``rank=R`` for a rank stored on
+    its own, ``group=<lo>-<hi>`` for a group of several (:func:`rank_shards`)."""
+    return f"rank={shard[0]}" if len(shard) == 1 else GROUP_PREFIX + group_name(shard)
+
+
+def write_derived_table(root: Path, table: str, shard: Sequence[int], frame: Any) -> None:
+    """Replace the derived ``table``'s partitions of ``shard`` (its ranks, :func:`rank_shards`)
+    with ``frame`` (a polars frame with ``session``, and ``rank`` when the shard has several):
+    a rank on its own gets one partition per session, a group one file."""
     from traceanalyzer.schema import DERIVED_TABLES
 
-    shutil.rmtree(root / TABLES_DIR / table / f"rank={rank}", ignore_errors=True)
+    shutil.rmtree(root / TABLES_DIR / table / shard_label(shard), ignore_errors=True)
     spec = DERIVED_TABLES[table]
-    columns = [c.name for c in spec.columns if c.name not in ("rank", "session")]
     schema = spec.polars_schema
+    if len(shard) > 1:
+        data = frame.select(pl.col(c.name).cast(schema[c.name]) for c in spec.columns)
+        commit_group(root, table, group_name(shard), data.write_parquet)
+        return
+    columns = [c.name for c in spec.columns if c.name not in ("rank", "session")]
     for (session,), part in frame.group_by("session", maintain_order=True):
         data = part.select(pl.col(c).cast(schema[c]) for c in columns)
-        commit_partition(root, table, rank, str(session), data.write_parquet)
+        commit_partition(root, table, shard[0], str(session), data.write_parquet)
 
 
-def derived_key_path(root: Path, table: str, rank: int) -> Path:
-    """Where the key of ``rank``'s derived ``table`` is kept: what it was derived from."""
-    return root / DERIVED_KEYS_DIR / table / f"rank={rank}.key"
+def remove_stale_shards(root: Path, table: str, shards: Iterable[Sequence[int]]) -> None:
+    """Remove ``table``'s partitions of every rank or group that is not one of ``shards``."""
+    keep = {shard_label(shard) for shard in shards}
+    base = root / TABLES_DIR / table
+    for stale in [*base.glob("rank=*"), *base.glob(f"{GROUP_PREFIX}*")]:
+        if stale.name not in keep:
+            _remove(stale)
 
 
-def derived_key(root: Path, table: str, rank: int) -> str | None:
-    """The key ``rank``'s derived ``table`` was last written with, or None (not derived, or
+def derived_key_path(root: Path, table: str, shard: Sequence[int]) -> Path:
+    """Where the key of ``shard``'s derived ``table`` is kept: what it was derived from."""
+    return root / DERIVED_KEYS_DIR / table / f"{shard_label(shard)}.key"
+
+
+def derived_key(root: Path, table: str, shard: Sequence[int]) -> str | None:
+    """The key ``shard``'s derived ``table`` was last written with, or None (not derived, or
     derived by a reader, not stored)."""
     try:
-        return derived_key_path(root, table, rank).read_text("utf-8")
+        return derived_key_path(root, table, shard).read_text("utf-8")
     except OSError:
         return None
+
+
+def rank_shards(root: Path, ranks: Iterable[int]) -> list[tuple[int, ...]]:
+    """``ranks`` as the shards every map after ingest runs on, in rank order: each group the
+    manifest records (its ranks), and every other rank on its own."""
+    wanted = set(ranks)
+    groups: dict[str, set[int]] = {}
+    for key, entry in load_manifest(root).sessions.items():
+        group = entry.get("group")
+        rank = int(key.partition("/")[0])
+        if isinstance(group, str) and rank in wanted:
+            groups.setdefault(group, set()).add(rank)
+    grouped = {rank for members in groups.values() for rank in members}
+    shards = [tuple(sorted(members)) for members in groups.values()]
+    shards += [(rank,) for rank in wanted - grouped]
+    return sorted(shards)
 
 
 def partition_exists(root: Path, table: str, rank: int, session: str) -> bool:
@@ -149,6 +220,17 @@ def partition_exists(root: Path, table: str, rank: int, session: str) -> bool:
 def remove_session(root: Path, rank: int, session: str) -> None:
     for table in TABLES:
         shutil.rmtree(partition_dir(root, table, rank, session), ignore_errors=True)
+
+
+def remove_group(root: Path, group: str) -> None:
+    for table in TABLES:
+        shutil.rmtree(group_dir(root, table, group), ignore_errors=True)
+
+
+def _stored_file(root: Path, table: str, rank: int, session: str, group: str | None) -> Path:
+    """Where a session's rows of ``table`` are: its own partition, or its group's file."""
+    where = group_dir(root, table, group) if group else partition_dir(root, table, rank, session)
+    return where / PART_FILE
 
 
 # --------------------------------------------------------------------------- verification
@@ -173,12 +255,14 @@ def _identity(path: Path) -> dict[str, int]:
     return {"ino": info.st_ino, "ctime_ns": info.st_ctime_ns}
 
 
-def describe_partitions(root: Path, rank: int, session: str) -> dict[str, dict[str, Any]]:
-    """Per table of a session: its file's size, content hash, footer hash and identity (inode,
-    status-change time), for the manifest."""
+def describe_partitions(
+    root: Path, rank: int, session: str, group: str | None = None
+) -> dict[str, dict[str, Any]]:
+    """Per table of a session (stored on its own, or in ``group``): its file's size, content
+    hash, footer hash and identity (inode, status-change time), for the manifest."""
     described = {}
     for table in TABLES:
-        path = partition_dir(root, table, rank, session) / PART_FILE
+        path = _stored_file(root, table, rank, session, group)
         described[table] = {
             "size": path.stat().st_size,
             "blake2b": _digest(path, tail=False),
@@ -189,7 +273,11 @@ def describe_partitions(root: Path, rank: int, session: str) -> dict[str, dict[s
 
 
 def verify_partitions(
-    root: Path, rank: int, session: str, recorded: MutableMapping[str, Any] | None
+    root: Path,
+    rank: int,
+    session: str,
+    recorded: MutableMapping[str, Any] | None,
+    group: str | None = None,
 ) -> str | None:
     """None when every table of the session is the file the manifest recorded, else why not.
 
@@ -206,7 +294,7 @@ def verify_partitions(
     if not recorded or not isinstance(recorded, MutableMapping):
         return "no record of its stored tables"
     for table in TABLES:
-        path = partition_dir(root, table, rank, session) / PART_FILE
+        path = _stored_file(root, table, rank, session, group)
         expected = recorded.get(table)
         expected = expected if isinstance(expected, dict) else {}
         try:
@@ -225,16 +313,23 @@ def verify_partitions(
     return None
 
 
-def remove_unlisted(root: Path, listed: Iterable[str]) -> list[str]:
-    """Remove every partition whose "<rank>/<session>" is not in ``listed`` (left by another
-    collection written to the same directory, or by a killed run), leftover staging directories
-    and any link (the store never makes one: a link is someone else's data); returns the keys
-    removed."""
-    keep, removed = set(listed), set()
+def remove_unlisted(root: Path, listed: Iterable[str], groups: Iterable[str] = ()) -> list[str]:
+    """Remove every partition whose "<rank>/<session>" is not in ``listed`` and every group
+    not in ``groups`` (left by another collection written to the same directory, or by a
+    killed run), leftover staging directories and any link (the store never makes one: a link
+    is someone else's data); returns the keys (and ``group=`` names) removed."""
+    keep, keep_groups, removed = set(listed), set(groups), set()
     for table_dir in sorted(root / TABLES_DIR / table for table in TABLES):
         if table_dir.is_symlink() or table_dir.exists() and not table_dir.is_dir():
             _remove(table_dir)
             continue
+        for leftover in [*table_dir.glob(f".{GROUP_PREFIX}*"), *table_dir.glob(".trash.*")]:
+            _remove(leftover)  # a group's staging or trash, of an interrupted write
+        for group in sorted(table_dir.glob(f"{GROUP_PREFIX}*")):
+            name = group.name.removeprefix(GROUP_PREFIX)
+            if group.is_symlink() or not group.is_dir() or name not in keep_groups:
+                removed.add(group.name)
+                _remove(group)
         for rank_dir in sorted(table_dir.glob("rank=*")):
             if rank_dir.is_symlink() or not rank_dir.is_dir():
                 removed.add(rank_dir.name)
@@ -397,21 +492,42 @@ class Store:
             return _empty_frame(name).lazy()
         schema = _empty_frame(name).schema
         keys = {"rank": pl.Int32, "session": pl.String}
-        lf = pl.scan_parquet(
-            files,
-            hive_partitioning=True,
-            hive_schema=keys,
-            # a column the schema gained since a partition was written reads as nulls
-            schema={c: t for c, t in schema.items() if c not in keys},
-            missing_columns="insert",
-            extra_columns="ignore",
-        )
-        return lf.select([pl.col(c).cast(t) for c, t in schema.items()])
+        alone = [f for f in files if not _in_group(f)]
+        grouped = [f for f in files if _in_group(f)]
+        scans = []
+        if alone:
+            scans.append(
+                pl.scan_parquet(
+                    alone,
+                    hive_partitioning=True,
+                    hive_schema=keys,
+                    # a column the schema gained since a partition was written reads as nulls
+                    schema={c: t for c, t in schema.items() if c not in keys},
+                    missing_columns="insert",
+                    extra_columns="ignore",
+                )
+            )
+        if grouped:  # the keys are columns of a group's file
+            scans.append(
+                pl.scan_parquet(
+                    grouped,
+                    hive_partitioning=False,
+                    schema=dict(schema),
+                    missing_columns="insert",
+                    extra_columns="ignore",
+                )
+            )
+        frames = [lf.select([pl.col(c).cast(t) for c, t in schema.items()]) for lf in scans]
+        return frames[0] if len(frames) == 1 else pl.concat(frames, how="vertical")
 
     def _files(self, name: str) -> list[Path]:
         if self.root is None:
             return []
-        return sorted((self.root / TABLES_DIR / name).glob("rank=*/session=*/part-0.parquet"))
+        base = self.root / TABLES_DIR / name
+        return [
+            *sorted(base.glob(f"rank=*/session=*/{PART_FILE}")),
+            *sorted(base.glob(f"{GROUP_PREFIX}*/{PART_FILE}")),
+        ]
 
     def rows(self, name: str) -> int:
         return int(self.table(name).select(pl.len()).collect().item())
@@ -437,6 +553,11 @@ class Store:
 # trace whose events repeat is a few MB on disk and ~130 MB in memory).
 IN_MEMORY_TABLE_ROWS = 32_000
 IN_MEMORY_SHARD_ROWS = 100_000  # all of a shard's tables held in memory
+
+
+def _in_group(path: Path) -> bool:
+    """Whether a partition file is a rank group's (its keys are columns, not its path)."""
+    return path.parent.name.startswith(GROUP_PREFIX)
 
 
 def _rows_in(files: Iterable[Path]) -> int:
@@ -474,7 +595,10 @@ class RankStore(Store):
     def table(self, name: str) -> pl.LazyFrame:
         if name not in self._tables:
             frame = super().table(name)
-            size = _rows_in(self._files(name))
+            files = self._files(name)
+            if any(map(_in_group, files)):  # a group holds other ranks too
+                frame = frame.filter(pl.col("rank").is_in(self.shard))
+            size = _rows_in(files)
             if size <= IN_MEMORY_TABLE_ROWS and self._held + size <= IN_MEMORY_SHARD_ROWS:
                 # Opening and decoding Parquet costs ~1.5 ms a query, most of a small
                 # rank's rule time: a small table is decoded once and queried in memory.
@@ -492,8 +616,17 @@ class RankStore(Store):
         if self.root is None:
             return []
         base = self.root / TABLES_DIR / name
-        return sorted(
-            path
-            for rank in self.shard
-            for path in base.glob(f"rank={rank}/session=*/part-0.parquet")
+        alone = sorted(
+            path for rank in self.shard for path in base.glob(f"rank={rank}/session=*/{PART_FILE}")
         )
+        return alone + [group / PART_FILE for group in self._groups(base)]
+
+    def _groups(self, base: Path) -> list[Path]:
+        """The group directories of a table that may hold a rank of the shard."""
+        found = []
+        for group in sorted(base.glob(f"{GROUP_PREFIX}*")):
+            span = _group_span(group)
+            holds = span and any(span[0] <= rank <= span[1] for rank in self.shard)
+            if holds and (group / PART_FILE).is_file():
+                found.append(group)
+        return found

@@ -1,8 +1,9 @@
-"""The rule outcome cache: ``OUT/.cache/rules/rank=R.json``, and ``global.json`` for the rules
-that read every rank at once.
+"""The rule outcome cache: ``OUT/.cache/rules/rank=R.json`` (``group=LO-HI.json`` for a rank
+group, :func:`traceanalyzer.store.rank_shards`), and ``global.json`` for the rules that read
+every rank at once.
 
-One file per rank (a shared filesystem prefers few files), holding one entry per rule: the
-rule's outcome on that rank shard (or on all ranks), as plain JSON (never pickle: the output directory may sit on
+One file per shard (a shared filesystem prefers few files), holding one entry per rule: the
+rule's outcome on that shard (or on all ranks), as plain JSON (never pickle: the output directory may sit on
 a shared filesystem, and unpickling a planted file runs its code). An entry's key is a hash of
 what the outcome depends on -- the rule's code digest, its effective parameters and the rank's
 input fingerprints (every rank's, for a global rule) -- so a warm re-run evaluates only the rules and ranks whose code,
@@ -22,7 +23,9 @@ from typing import Any
 from traceanalyzer.engine.findings import Evidence, Finding, Note
 from traceanalyzer.engine.runner import RuleOutcome
 from traceanalyzer.outdir import read_own
-from traceanalyzer.store import write_atomic_text
+from traceanalyzer.store import group_name, shard_label, write_atomic_text
+
+Shard = tuple[int, ...]
 
 CACHE_DIR = Path(".cache") / "rules"
 FORMAT = "traceanalyzer.rule-outcomes/1"
@@ -71,11 +74,15 @@ def _plain(value: Any) -> Any:
 
 @dataclass
 class RankEntries:
-    """The cached entries of one rank as read (rule id -> raw entry), and why a file was not."""
+    """The cached entries of one shard as read (rule id -> raw entry), and why a file was not."""
 
-    rank: int | None  # None: the global rules' file
+    shard: Shard | None  # None: the global rules' file
     entries: dict[str, Any] = field(default_factory=dict)
     problem: str | None = None  # the whole file was ignored: unreadable, corrupt, not ours
+
+
+def _shard(shard: Shard | int | None) -> Shard | None:
+    return (shard,) if isinstance(shard, int) else shard
 
 
 class OutcomeCache:
@@ -84,34 +91,38 @@ class OutcomeCache:
     def __init__(self, root: Path):
         self.root = Path(root)
 
-    def path(self, rank: int | None) -> Path:
-        return self.root / CACHE_DIR / ("global.json" if rank is None else f"rank={rank}.json")
+    def path(self, shard: Shard | int | None) -> Path:
+        """The file of ``shard`` (its ranks; a rank; None: the global rules')."""
+        shard = _shard(shard)
+        name = "global.json" if shard is None else f"{shard_label(shard)}.json"
+        return self.root / CACHE_DIR / name
 
-    def load(self, rank: int | None) -> RankEntries:
-        path = self.path(rank)
+    def load(self, shard: Shard | int | None) -> RankEntries:
+        shard = _shard(shard)
+        path = self.path(shard)
         try:
             # a FIFO, a device or a link planted in the output directory is never followed
             # or waited on (outdir.open_own)
             text = read_own(path).decode("utf-8", errors="replace")  # bad bytes: corrupt, below
             doc = json.loads(text)
         except FileNotFoundError:
-            return RankEntries(rank)
+            return RankEntries(shard)
         except OSError as exc:
-            return RankEntries(rank, problem=f"unreadable ({exc.strerror or exc})")
+            return RankEntries(shard, problem=f"unreadable ({exc.strerror or exc})")
         except (ValueError, RecursionError) as exc:
-            return RankEntries(rank, problem=f"corrupt ({type(exc).__name__})")
+            return RankEntries(shard, problem=f"corrupt ({type(exc).__name__})")
         if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-            return RankEntries(rank, problem="not a traceanalyzer outcome file")
+            return RankEntries(shard, problem="not a traceanalyzer outcome file")
         entries = doc.get("rules")
         if not isinstance(entries, dict):
-            return RankEntries(rank, problem="corrupt (no rules)")
-        return RankEntries(rank, entries)
+            return RankEntries(shard, problem="corrupt (no rules)")
+        return RankEntries(shard, entries)
 
     def lookup(self, cached: RankEntries, rule_id: str, key: str) -> RuleOutcome | Note | None:
         """The cached outcome of ``rule_id``; None when there is none for ``key``; a :class:`Note`
         saying why the entry (or the whole file) was ignored."""
         if cached.problem:
-            return self._ignored(cached.rank, rule_id, cached.problem)
+            return self._ignored(cached.shard, rule_id, cached.problem)
         entry = cached.entries.get(rule_id)
         if entry is None:
             return None
@@ -120,10 +131,10 @@ class OutcomeCache:
                 return None  # code, parameters or inputs changed: evaluate again
             outcome = outcome_from_json(entry["outcome"])
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            return self._ignored(cached.rank, rule_id, f"corrupt ({type(exc).__name__}: {exc})")
-        scope = None if cached.rank is None else frozenset({cached.rank})
+            return self._ignored(cached.shard, rule_id, f"corrupt ({type(exc).__name__}: {exc})")
+        scope = None if cached.shard is None else frozenset(cached.shard)
         if outcome.rule != rule_id or outcome.ranks != scope:
-            return self._ignored(cached.rank, rule_id, "written for another rule or rank")
+            return self._ignored(cached.shard, rule_id, "written for another rule or rank")
         return outcome
 
     def save(self, cached: RankEntries, outcomes: Mapping[str, tuple[str, RuleOutcome]]) -> None:
@@ -136,10 +147,14 @@ class OutcomeCache:
             else:
                 entries[rule_id] = {"key": key, "outcome": outcome_to_json(outcome)}
         doc = {"format": FORMAT, "rules": entries}
-        write_atomic_text(self.path(cached.rank), json.dumps(doc, default=_plain))
+        write_atomic_text(self.path(cached.shard), json.dumps(doc, default=_plain))
 
-    def _ignored(self, rank: int | None, rule_id: str, why: str) -> Note:
-        where = self.path(rank).relative_to(self.root)
-        scope = "all ranks" if rank is None else f"rank {rank}"
+    def _ignored(self, shard: Shard | None, rule_id: str, why: str) -> Note:
+        where = self.path(shard).relative_to(self.root)
+        if shard is None:
+            scope = "all ranks"
+        else:
+            scope = f"rank {shard[0]}" if len(shard) == 1 else f"ranks {group_name(shard)}"
         text = f"{scope}: cached outcome in {where} ignored, {why}; evaluated again"
+        rank = shard[0] if shard is not None and len(shard) == 1 else None
         return Note(rule=rule_id, rank=rank, text=text)

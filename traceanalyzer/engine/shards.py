@@ -1,8 +1,9 @@
 """Rank-scoped rules evaluated one rank shard per task, on any executor, with an outcome cache.
 
-- **map**: one task per rank evaluates the ``scope="rank"`` rules that rank needs on a store
-  restricted to its partitions (:func:`evaluate_rank`); only :class:`RuleOutcome` objects
-  (findings, notes, key figures) come back, never tables.
+- **map**: one task per shard (a rank, or a group of small ranks stored together,
+  :func:`traceanalyzer.store.rank_shards`) evaluates the ``scope="rank"`` rules it needs on a
+  store restricted to its partitions (:func:`evaluate_shard`); only :class:`RuleOutcome`
+  objects (findings, notes, key figures) come back, never tables.
 - **reduce**, in the driver: grouping the per-rank findings and the ``scope="global"`` rules,
   which read only the columns they need, lazily, from the store
   (:func:`traceanalyzer.engine.runner.evaluate`).
@@ -11,7 +12,7 @@ Rules are loaded once per run, by the driver. A task carries where they came fro
 (:class:`~traceanalyzer.engine.loader.RuleSource`) and their code digests: a worker in this
 process uses the driver's very rule objects, a worker process loads the same files once, and a
 rule file edited since the driver loaded it is reported rather than evaluated with other code.
-Each rule's outcome on each rank is cached (:mod:`traceanalyzer.engine.cache`).
+Each rule's outcome on each shard is cached (:mod:`traceanalyzer.engine.cache`).
 """
 
 from __future__ import annotations
@@ -37,7 +38,14 @@ from traceanalyzer.engine.runner import (
 )
 from traceanalyzer.executor import Executor, TaskCrashed
 from traceanalyzer.schema import RULE_INPUT_TABLES
-from traceanalyzer.store import RankStore, Store, derived_key, load_manifest
+from traceanalyzer.store import (
+    RankStore,
+    Store,
+    derived_key,
+    group_name,
+    load_manifest,
+    rank_shards,
+)
 
 Digests = tuple[tuple[str, str], ...]  # (rule id, code digest), sorted
 
@@ -70,26 +78,27 @@ def _rules_for(source: RuleSource, digests: Digests) -> RuleSet:
     return _RULE_SETS[source, digests]
 
 
-def evaluate_rank(
+def evaluate_shard(
     store_root: str,
     source: RuleSource,
     digests: Digests,
     rule_ids: tuple[str, ...],
     params: Mapping[str, Mapping[str, Any]],
-    rank: int,
+    shard: tuple[int, ...],
     threads: int = 1,
 ) -> list[RuleOutcome]:
-    """Evaluate rank-scoped rules on one rank's shard; returns small RuleOutcome objects.
+    """Evaluate rank-scoped rules on one shard (a rank, or a rank group, evaluated at once);
+    returns small RuleOutcome objects.
 
     With ``threads`` > 1 the rules run side by side: most of a rule's time is in polars, which
     releases the GIL, and each rule has a context of its own (the outcomes keep rule order).
     """
     rules = _rules_for(source, digests)
-    store = RankStore(Path(store_root), [rank])
-    shard = frozenset({rank})
+    store = RankStore(Path(store_root), shard)
+    ranks = frozenset(shard)
 
     def one(rid: str) -> RuleOutcome:
-        return evaluate_rule(rules.get(rid), store, params[rid], shard)
+        return evaluate_rule(rules.get(rid), store, params[rid], ranks)
 
     if threads <= 1 or len(rule_ids) <= 1:
         return [one(rid) for rid in rule_ids]
@@ -97,19 +106,29 @@ def evaluate_rank(
         return list(pool.map(one, rule_ids))
 
 
-def _rank_inputs(store_root: Path) -> dict[int, dict[str, Any]]:
-    """Each rank's input fingerprints, from the manifest ({} for a rank ingested otherwise),
+Shard = tuple[int, ...]
+
+
+def _shard_inputs(store_root: Path, shards: Sequence[Shard]) -> dict[Shard, dict[str, Any]]:
+    """Each shard's input fingerprints, from the manifest ({} for ranks ingested otherwise),
     with the keys of the tables derived for it before the rules (its steps)."""
     by_rank: dict[int, dict[str, Any]] = {}
     for key, entry in load_manifest(store_root).sessions.items():
         rank, _, session = key.partition("/")
         by_rank.setdefault(int(rank), {})[session] = entry.get("fingerprint")
-    for rank, inputs in by_rank.items():
+    inputs: dict[Shard, dict[str, Any]] = {}
+    for shard in shards:
+        if not all(by_rank.get(rank) for rank in shard):
+            continue  # not ingested through the manifest: nothing to key on
+        found: dict[str, Any] = (
+            dict(by_rank[shard[0]]) if len(shard) == 1 else {str(r): by_rank[r] for r in shard}
+        )
         for table in RULE_INPUT_TABLES:  # none stored: derived from the inputs at the defaults
-            key = derived_key(store_root, table, rank)
+            key = derived_key(store_root, table, shard)
             if key is not None:
-                inputs[f"derived:{table}"] = key
-    return by_rank
+                found[f"derived:{table}"] = key
+        inputs[shard] = found
+    return inputs
 
 
 def rank_map_for(
@@ -135,48 +154,52 @@ def rank_map_for(
         rules: Sequence[Rule], params: Mapping[str, Mapping[str, Any]], ranks: Sequence[int]
     ) -> Iterator[RuleOutcome]:
         shipped = {r.id: dict(params[r.id]) for r in rules}
-        inputs = _rank_inputs(store_root) if cache else {}
-        done: dict[tuple[int, str], RuleOutcome] = {}
-        notes: dict[tuple[int, str], list[Note]] = {}
-        keys: dict[tuple[int, str], str] = {}
-        cached: dict[int, RankEntries] = {}
-        for rank in ranks:
-            if not inputs.get(rank):
-                continue  # not ingested through the manifest: nothing to key on
-            cached[rank] = outcome_cache.load(rank)
+        shards = rank_shards(store_root, ranks)
+        inputs = _shard_inputs(store_root, shards) if cache else {}
+        done: dict[tuple[Shard, str], RuleOutcome] = {}
+        notes: dict[tuple[Shard, str], list[Note]] = {}
+        keys: dict[tuple[Shard, str], str] = {}
+        cached: dict[Shard, RankEntries] = {}
+        for shard in shards:
+            if shard not in inputs:
+                continue
+            cached[shard] = outcome_cache.load(shard)
             for r in rules:
-                keys[rank, r.id] = outcome_key(by_id[r.id], shipped[r.id], inputs[rank])
-                hit = outcome_cache.lookup(cached[rank], r.id, keys[rank, r.id])
+                keys[shard, r.id] = outcome_key(by_id[r.id], shipped[r.id], inputs[shard])
+                hit = outcome_cache.lookup(cached[shard], r.id, keys[shard, r.id])
                 if isinstance(hit, RuleOutcome):
-                    done[rank, r.id] = hit
+                    done[shard, r.id] = hit
                 elif hit is not None:
-                    notes.setdefault((rank, r.id), []).append(hit)
+                    notes.setdefault((shard, r.id), []).append(hit)
         todo = [
-            (rank, tuple(r.id for r in rules if (rank, r.id) not in done))
-            for rank in ranks
-            if any((rank, r.id) not in done for r in rules)
+            (shard, tuple(r.id for r in rules if (shard, r.id) not in done))
+            for shard in shards
+            if any((shard, r.id) not in done for r in rules)
         ]
         threads = executor.threads_per_task(len(todo))
         tasks = [
-            (str(store_root), source, digests, ids, {i: shipped[i] for i in ids}, rank, threads)
-            for rank, ids in todo
+            (str(store_root), source, digests, ids, {i: shipped[i] for i in ids}, shard, threads)
+            for shard, ids in todo
         ]
-        for position, result in executor.map(evaluate_rank, tasks):
-            rank, ids = todo[position]
+        for position, result in executor.map(evaluate_shard, tasks):
+            shard, ids = todo[position]
             if isinstance(result, TaskCrashed):
+                where = f"rank {shard[0]}" if len(shard) == 1 else f"ranks {group_name(shard)}"
                 result = [
-                    RuleOutcome(rid, frozenset({rank}), "error", error=f"rank {rank}: {result}")
+                    RuleOutcome(rid, frozenset(shard), "error", error=f"{where}: {result}")
                     for rid in ids
                 ]
             for outcome in result:
-                done[rank, outcome.rule] = outcome
-            if rank in cached:
-                outcome_cache.save(cached[rank], {o.rule: (keys[rank, o.rule], o) for o in result})
+                done[shard, outcome.rule] = outcome
+            if shard in cached:
+                outcome_cache.save(
+                    cached[shard], {o.rule: (keys[shard, o.rule], o) for o in result}
+                )
         # rank order, not completion order: notes and statuses read the same on every backend
-        for rank in ranks:
+        for shard in shards:
             for r in rules:
-                outcome = done[rank, r.id]
-                outcome.notes = [*notes.get((rank, r.id), []), *outcome.notes]
+                outcome = done[shard, r.id]
+                outcome.notes = [*notes.get((shard, r.id), []), *outcome.notes]
                 yield outcome
 
     return rank_map
@@ -194,10 +217,11 @@ def global_run_for(
     outcome_cache = OutcomeCache(store_root)
 
     def run_global(rule: Rule, store: Store, params: Mapping[str, Any]) -> RuleOutcome:
-        inputs = _rank_inputs(store_root) if cache else {}
-        if not inputs or not all(inputs.values()):
+        shards = rank_shards(store_root, store_ranks(store)) if cache else []
+        inputs = _shard_inputs(store_root, shards)
+        if not shards or len(inputs) < len(shards):
             return evaluate_rule(rule, store, params)  # a rank not ingested through the manifest
-        every_rank = {str(rank): inputs[rank] for rank in sorted(inputs)}
+        every_rank = {",".join(map(str, shard)): inputs[shard] for shard in shards}
         key = outcome_key(by_id[rule.id], dict(params), every_rank)
         cached = outcome_cache.load(None)
         hit = outcome_cache.lookup(cached, rule.id, key)

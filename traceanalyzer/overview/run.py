@@ -21,9 +21,20 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import polars as pl
+
 from traceanalyzer.overview.cluster import cluster_rows
 from traceanalyzer.overview.compute import DEFAULT_TOP, TopSizes, summarize_rank
-from traceanalyzer.store import TABLES_DIR, RankStore, Store, write_atomic_text, write_derived_table
+from traceanalyzer.store import (
+    TABLES_DIR,
+    RankStore,
+    Store,
+    rank_shards,
+    remove_stale_shards,
+    shard_label,
+    write_atomic_text,
+    write_derived_table,
+)
 
 if TYPE_CHECKING:
     from traceanalyzer.executor import Executor
@@ -33,12 +44,18 @@ RANK_TABLES = ("summary_steps", "summary_kernels", "summary_host_apis", "summary
 CLUSTER_TABLE = "summary_ranks"
 
 
-def overview_rank(store_root: str, rank: int, sizes: Mapping[str, int]) -> int:
-    """The worker task: the rank's summary tables, written into the store; returns their rows."""
+def overview_shard(store_root: str, shard: tuple[int, ...], sizes: Mapping[str, int]) -> int:
+    """The worker task: the summary tables of a shard's ranks (one rank, or a rank group),
+    written into the store; returns their rows."""
     root = Path(store_root)
-    frames = summarize_rank(RankStore(root, [rank]), rank, TopSizes(**sizes))
+    store, top = RankStore(root, shard), TopSizes(**sizes)
+    by_table: dict[str, list[pl.DataFrame]] = {}
+    for rank in shard:
+        for table, frame in summarize_rank(store, rank, top).items():
+            by_table.setdefault(table, []).append(frame.with_columns(rank=pl.lit(rank, pl.Int32)))
+    frames = {table: pl.concat(parts, how="diagonal_relaxed") for table, parts in by_table.items()}
     for table, frame in frames.items():
-        write_derived_table(root, table, rank, frame)
+        write_derived_table(root, table, shard, frame)
     return sum(f.height for f in frames.values())
 
 
@@ -51,26 +68,36 @@ def _code_digest() -> str:
     return digest.hexdigest()
 
 
-def _rank_keys(root: Path, ranks: list[int], sizes: TopSizes) -> dict[int, str]:
+def _shard_keys(
+    root: Path, shards: list[tuple[int, ...]], sizes: TopSizes
+) -> dict[tuple[int, ...], str]:
     from traceanalyzer.store import load_manifest
 
     code = _code_digest()
     sessions = load_manifest(root).sessions
     keys = {}
-    for rank in ranks:
-        inputs = {k: v.get("fingerprint") for k, v in sessions.items() if k.startswith(f"{rank}/")}
+    for shard in shards:
+        inputs = {
+            k: v.get("fingerprint")
+            for k, v in sessions.items()
+            if int(k.partition("/")[0]) in shard
+        }
         if inputs:
             doc = {"code": code, "inputs": inputs, "sizes": asdict(sizes)}
-            keys[rank] = hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
+            keys[shard] = hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
     return keys
 
 
-def _cached(root: Path, rank: int, key: str) -> bool:
+def _key_path(root: Path, shard: tuple[int, ...]) -> Path:
+    return root / CACHE_DIR / f"{shard_label(shard)}.key"
+
+
+def _cached(root: Path, shard: tuple[int, ...], key: str) -> bool:
     try:
-        stored = (root / CACHE_DIR / f"rank={rank}.key").read_text("utf-8")
+        stored = _key_path(root, shard).read_text("utf-8")
     except OSError:
         return False
-    return stored == key and (root / TABLES_DIR / "summary_steps" / f"rank={rank}").is_dir()
+    return stored == key and (root / TABLES_DIR / "summary_steps" / shard_label(shard)).is_dir()
 
 
 def summarize_store(
@@ -82,28 +109,29 @@ def summarize_store(
 
     root = Path(out)
     ranks = store_ranks(Store.open(root))
-    keys = _rank_keys(root, ranks, sizes) if cache else {}
-    todo = [r for r in ranks if not (r in keys and _cached(root, r, keys[r]))]
+    shards = rank_shards(root, ranks)
+    keys = _shard_keys(root, shards, sizes) if cache else {}
+    todo = [shard for shard in shards if not (shard in keys and _cached(root, shard, keys[shard]))]
     failed: dict[int, str] = {}
-    tasks = [(str(root), rank, asdict(sizes)) for rank in todo]
-    for index, result in executor.map(overview_rank, tasks):
-        rank = todo[index]
-        if isinstance(result, TaskCrashed):  # say so, and show nothing stale for the rank
-            failed[rank] = str(result)
-            (root / CACHE_DIR / f"rank={rank}.key").unlink(missing_ok=True)
+    tasks = [(str(root), shard, asdict(sizes)) for shard in todo]
+    for index, result in executor.map(overview_shard, tasks):
+        shard = todo[index]
+        if isinstance(result, TaskCrashed):  # say so, and show nothing stale for the ranks
+            failed.update(dict.fromkeys(shard, str(result)))
+            _key_path(root, shard).unlink(missing_ok=True)
             for table in RANK_TABLES:
-                shutil.rmtree(root / TABLES_DIR / table / f"rank={rank}", ignore_errors=True)
-        elif rank in keys:
-            write_atomic_text(root / CACHE_DIR / f"rank={rank}.key", keys[rank])
-    for table in (*RANK_TABLES, CLUSTER_TABLE):  # ranks no longer in the store
-        for stale in (root / TABLES_DIR / table).glob("rank=*"):
-            if int(stale.name.split("=", 1)[1]) not in ranks:
-                shutil.rmtree(stale, ignore_errors=True)
+                shutil.rmtree(root / TABLES_DIR / table / shard_label(shard), ignore_errors=True)
+        elif shard in keys:
+            write_atomic_text(_key_path(root, shard), keys[shard])
+    for table in (*RANK_TABLES, CLUSTER_TABLE):  # ranks no longer in the store, or regrouped
+        remove_stale_shards(root, table, shards)
     store = Store.open(root)
     rows = cluster_rows(
         store.table("summary_steps").collect(), store.table("summary_kernels").collect()
     )
     shutil.rmtree(root / TABLES_DIR / CLUSTER_TABLE, ignore_errors=True)
-    for (rank,), part in rows.group_by("rank"):
-        write_derived_table(root, CLUSTER_TABLE, int(rank), part)  # type: ignore[arg-type]
-    return {"failed": failed, "computed": todo}
+    for shard in shards:
+        part = rows.filter(pl.col("rank").is_in(shard))
+        if not part.is_empty():
+            write_derived_table(root, CLUSTER_TABLE, shard, part)
+    return {"failed": failed, "computed": [rank for shard in todo for rank in shard]}

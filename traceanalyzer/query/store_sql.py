@@ -32,6 +32,7 @@ from traceanalyzer.schema import (
     Column,
     Table,
 )
+from traceanalyzer.store import GROUP_PREFIX
 
 STORE_TABLES: dict[str, Table] = {**TABLES, **DERIVED_TABLES}
 SQL_TYPES = {I32: "INTEGER", I64: "BIGINT", F64: "DOUBLE", STR: "VARCHAR", BOOL: "BOOLEAN"}
@@ -43,8 +44,13 @@ class QueryError(Exception):
 
 
 def partition_files(out: Path, table: str) -> list[Path]:
-    """The Parquet partitions of ``table`` in the store at ``out``, in rank and session order."""
-    return sorted((out / TABLES_DIR / table).glob(f"rank=*/session=*/{PART_FILE}"))
+    """The Parquet partitions of ``table`` in the store at ``out``, in rank and session order,
+    then the rank groups' files (``rank`` and ``session`` are their columns)."""
+    base = out / TABLES_DIR / table
+    return [
+        *sorted(base.glob(f"rank=*/session=*/{PART_FILE}")),
+        *sorted(base.glob(f"{GROUP_PREFIX}*/{PART_FILE}")),
+    ]
 
 
 def check_run_output(out: Path) -> None:
@@ -134,14 +140,21 @@ def _view_sql(connection: duckdb.DuckDBPyConnection, out: Path, table: Table) ->
     files = partition_files(out, table.name)
     if not files:
         return f"SELECT {', '.join(_column(c, 'NULL') for c in table.columns)} LIMIT 0"
-    paths = ", ".join(_literal(str(f)) for f in files)
-    source = (
-        f"read_parquet([{paths}], hive_partitioning = true, union_by_name = true, "
-        "hive_types = {'rank': INTEGER, 'session': VARCHAR})"
-    )
-    present = set(connection.sql(f"SELECT * FROM {source}").columns)
-    columns = [_column(c, f'"{c.name}"' if c.name in present else "NULL") for c in table.columns]
-    return f"SELECT {', '.join(columns)} FROM {source}"
+    alone = [f for f in files if not f.parent.name.startswith(GROUP_PREFIX)]
+    grouped = [f for f in files if f.parent.name.startswith(GROUP_PREFIX)]
+    selects = []
+    for paths, hive in ((alone, "true"), (grouped, "false")):
+        if not paths:
+            continue
+        listed = ", ".join(_literal(str(f)) for f in paths)
+        source = f"read_parquet([{listed}], hive_partitioning = {hive}, union_by_name = true"
+        source += ", hive_types = {'rank': INTEGER, 'session': VARCHAR})" if hive == "true" else ")"
+        present = set(connection.sql(f"SELECT * FROM {source}").columns)
+        columns = [
+            _column(c, f'"{c.name}"' if c.name in present else "NULL") for c in table.columns
+        ]
+        selects.append(f"SELECT {', '.join(columns)} FROM {source}")
+    return " UNION ALL ".join(selects)
 
 
 def _column(column: Column, value: str) -> str:

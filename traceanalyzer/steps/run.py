@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import polars as pl
+
 from traceanalyzer.engine.config import ConfigError
 from traceanalyzer.engine.params import ParamError, Params
 from traceanalyzer.steps.derive import derive_rank
@@ -25,6 +27,9 @@ from traceanalyzer.store import (
     derived_key,
     derived_key_path,
     load_manifest,
+    rank_shards,
+    remove_stale_shards,
+    shard_label,
     write_atomic_text,
     write_derived_table,
 )
@@ -58,11 +63,18 @@ def step_params(values: Mapping[str, Any] | None = None) -> Params:
     return Params(resolved)
 
 
-def steps_rank(store_root: str, rank: int, values: Mapping[str, Any]) -> int:
-    """The worker task: the rank's steps, written into the store; returns their count."""
+def steps_shard(store_root: str, shard: tuple[int, ...], values: Mapping[str, Any]) -> int:
+    """The worker task: the steps of a shard's ranks (one rank, or a rank group), written into
+    the store; returns their count."""
     root = Path(store_root)
-    frame = derive_rank(RankStore(root, [rank]), rank, step_params(values))
-    write_derived_table(root, TABLE, rank, frame)
+    store, params = RankStore(root, shard), step_params(values)
+    frame = pl.concat(
+        [
+            derive_rank(store, rank, params).with_columns(rank=pl.lit(rank, pl.Int32))
+            for rank in shard
+        ]
+    )
+    write_derived_table(root, TABLE, shard, frame)
     return frame.height
 
 
@@ -89,34 +101,41 @@ def derive_store(
     step_params(values)  # a bad setting stops the run here, before any worker
     root = Path(out)
     ranks = store_ranks(Store.open(root))
+    shards = rank_shards(root, ranks)
     code, sessions = _code_digest(), load_manifest(root).sessions
     keys = {}
-    for rank in ranks:
-        inputs = {k: v.get("fingerprint") for k, v in sessions.items() if k.startswith(f"{rank}/")}
+    for shard in shards:
+        inputs = {
+            k: v.get("fingerprint")
+            for k, v in sessions.items()
+            if int(k.partition("/")[0]) in shard
+        }
         doc = {"code": code, "inputs": inputs, "params": dict(values or {})}
-        keys[rank] = hashlib.sha256(
+        keys[shard] = hashlib.sha256(
             json.dumps(doc, sort_keys=True, default=str).encode()
         ).hexdigest()
     todo = [
-        r
-        for r in ranks
+        shard
+        for shard in shards
         if not (
             cache
-            and derived_key(root, TABLE, r) == keys[r]
-            and (root / TABLES_DIR / TABLE / f"rank={r}").is_dir()
+            and derived_key(root, TABLE, shard) == keys[shard]
+            and (root / TABLES_DIR / TABLE / shard_label(shard)).is_dir()
         )
     ]
     failed: dict[int, str] = {}
-    tasks = [(str(root), rank, dict(values or {})) for rank in todo]
-    for index, result in executor.map(steps_rank, tasks):
-        rank = todo[index]
+    tasks = [(str(root), shard, dict(values or {})) for shard in todo]
+    for index, result in executor.map(steps_shard, tasks):
+        shard = todo[index]
         if isinstance(result, TaskCrashed):  # no stale steps: the rules then derive them
-            failed[rank] = str(result)
-            derived_key_path(root, TABLE, rank).unlink(missing_ok=True)
-            shutil.rmtree(root / TABLES_DIR / TABLE / f"rank={rank}", ignore_errors=True)
+            failed.update(dict.fromkeys(shard, str(result)))
+            derived_key_path(root, TABLE, shard).unlink(missing_ok=True)
+            shutil.rmtree(root / TABLES_DIR / TABLE / shard_label(shard), ignore_errors=True)
         else:
-            write_atomic_text(derived_key_path(root, TABLE, rank), keys[rank])
-    for stale in (root / TABLES_DIR / TABLE).glob("rank=*"):  # ranks no longer in the store
-        if int(stale.name.split("=", 1)[1]) not in ranks:
-            shutil.rmtree(stale, ignore_errors=True)
-    return {"failed": failed, "computed": todo, "ranks": ranks}
+            write_atomic_text(derived_key_path(root, TABLE, shard), keys[shard])
+    remove_stale_shards(root, TABLE, shards)  # ranks no longer in the store, or regrouped
+    return {
+        "failed": failed,
+        "computed": [rank for shard in todo for rank in shard],
+        "ranks": ranks,
+    }
