@@ -112,7 +112,10 @@ def test_a_changed_parameter_re_evaluates_only_that_rule(warm: tuple[Path, dict]
     overrides = ["store-transfer-stall.min_fraction=0.999"]
     changed = evaluate_store(out, executor, load_rules(), overrides=overrides, config_path=False)
     assert not [f for f in changed.findings if f.rule == STALL]
-    assert sorted((task[5], task[3]) for task in executor.tasks) == [((0,), (STALL,)), ((1,), (STALL,))]
+    assert sorted((task[5], task[3]) for task in executor.tasks) == [
+        ((0,), (STALL,)),
+        ((1,), (STALL,)),
+    ]
     executor.tasks.clear()
     evaluate_store(out, executor, load_rules(), overrides=overrides, config_path=False)
     assert executor.tasks == []  # all cached now, the other rules' entries kept

@@ -59,7 +59,8 @@ class Table:
 
 I32, I64, F64, STR, BOOL = pa.int32(), pa.int64(), pa.float64(), pa.string(), pa.bool_()
 
-# Where a table's rows are: OUT/<TABLES_DIR>/<table>/rank=<rank>/session=<session>/<PART_FILE>
+# Where a table's rows are: OUT/<TABLES_DIR>/<table>/rank=<rank>/session=<session>/<PART_FILE>,
+# or OUT/<TABLES_DIR>/<table>/group=<lo>-<hi>/<PART_FILE> for a rank group (store.py)
 TABLES_DIR = "tables"
 PART_FILE = "part-0.parquet"
 
@@ -931,7 +932,10 @@ def render_markdown() -> str:
         "",
         (__doc__ or "").split("\n\n", 1)[1].strip(),
         "",
-        "Layout: `OUT/tables/<table>/rank=<rank>/session=<session>/part-0.parquet` (Hive partitions).",
+        "Layout: `OUT/tables/<table>/rank=<rank>/session=<session>/part-0.parquet` (Hive partitions);",
+        "a collection of many small ranks stores them in rank groups instead,",
+        "`OUT/tables/<table>/group=<lo>-<hi>/part-0.parquet`, with `rank` and `session` as columns",
+        "(read those files with `hive_partitioning=False`; `open_store` and `query` read both).",
         "Query with `pl.scan_parquet('OUT/tables/slices/**/*.parquet', hive_partitioning=True)`,",
         "DuckDB `read_parquet('OUT/tables/slices/**/*.parquet', hive_partitioning=true)`,",
         "`traceanalyzer.open_store('OUT').table('slices')`, or in SQL from the shell:",

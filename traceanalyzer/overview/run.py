@@ -1,14 +1,15 @@
-"""Compute the overview of a store: one task per rank on the executor, then the cluster rows.
+"""Compute the overview of a store: one task per shard on the executor, then the cluster rows.
 
-- **map**: :func:`overview_rank` runs in a worker on the rank's shard of the store (the same
-  :class:`~traceanalyzer.store.RankStore` the rank rules read) and writes the rank's
+- **map**: :func:`overview_shard` runs in a worker on a shard of the store (a rank, or a rank
+  group: the same :class:`~traceanalyzer.store.RankStore` the rank rules read) and writes its
   ``summary_steps``/``summary_kernels``/``summary_host_apis``/``summary_collectives``
   partitions; only a row count comes back.
 - **reduce**, in the driver: ``summary_ranks`` (one row per rank, outliers flagged) from the
   small per-rank tables, and the ``summary.overview`` section of findings.json.
 
-A rank whose inputs, the overview's code and the top-N sizes are unchanged since the last run is
-not recomputed (``OUT/.cache/overview/rank=R.key``), like the rules' per-rank cache.
+A shard whose inputs, the overview's code and the top-N sizes are unchanged since the last run
+is not recomputed (``OUT/.cache/overview/rank=R.key``, ``group=LO-HI.key``), like the rules'
+per-shard cache.
 """
 
 from __future__ import annotations

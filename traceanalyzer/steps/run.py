@@ -1,6 +1,7 @@
-"""Derive a store's ``steps`` table: one task per rank on the executor, before the rules.
+"""Derive a store's ``steps`` table: one task per shard (a rank, or a rank group,
+``store.rank_shards``) on the executor, before the rules.
 
-A rank whose inputs, the derivation's code and its parameters are unchanged since the last run
+A shard whose inputs, the derivation's code and its parameters are unchanged since the last run
 is not derived again (``store.derived_key``, like the overview's cache); the key is also what
 the rules' outcome cache sees of the steps, so a rule whose steps changed runs again.
 """
