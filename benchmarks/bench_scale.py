@@ -115,9 +115,9 @@ def input_mb(root: Path) -> float:
 
 def tree_size(root: Path) -> dict[str, int]:
     """Files and directories under ``root`` (itself counted), their size on disk as ``du``
-    gives it (st_blocks x 512 of every file and directory, a hard-linked file once) and the
-    files' apparent bytes (st_size)."""
-    files = dirs = on_disk = apparent = 0
+    gives it (st_blocks x 512 of every file and directory, a hard-linked file once; the
+    directories' share apart: a block each) and the files' apparent bytes (st_size)."""
+    files = dirs = on_disk = dirs_on_disk = apparent = 0
     seen: set[tuple[int, int]] = set()
     for here, _, names in os.walk(root):
         for path, is_dir in [(here, True)] + [(os.path.join(here, n), False) for n in names]:
@@ -127,8 +127,15 @@ def tree_size(root: Path) -> dict[str, int]:
                 continue
             seen.add((st.st_dev, st.st_ino))
             on_disk += st.st_blocks * 512
+            dirs_on_disk += st.st_blocks * 512 if is_dir else 0
             apparent += 0 if is_dir else st.st_size
-    return {"files": files, "dirs": dirs, "on_disk_bytes": on_disk, "apparent_bytes": apparent}
+    return {
+        "files": files,
+        "dirs": dirs,
+        "on_disk_bytes": on_disk,
+        "dirs_on_disk_bytes": dirs_on_disk,
+        "apparent_bytes": apparent,
+    }
 
 
 def read_floor(root: Path) -> float:
@@ -171,14 +178,18 @@ t0, c0 = time.perf_counter(), cpu()
 for path in traces:
     con.execute("CREATE OR REPLACE TABLE t AS SELECT * FROM read_json(" + quoted(path)
                 + ", format='array', columns=" + columns + ")")
+t1 = time.perf_counter()
 for path in csvs:
     con.execute("CREATE OR REPLACE TABLE c AS SELECT * FROM read_csv(" + quoted(path)
                 + ", all_varchar = true)")
+t2 = time.perf_counter()
 for path in sides:
     with open(path, 'rb') as fh:
         json.loads(fh.read())
-print('RESULT', json.dumps({'seconds': time.perf_counter() - t0, 'cpu_seconds': cpu() - c0,
-      'traces': len(traces), 'csvs': len(csvs), 'side_jsons': len(sides)}))
+t3 = time.perf_counter()
+print('RESULT', json.dumps({'seconds': t3 - t0, 'cpu_seconds': cpu() - c0, 'traces_s': t1 - t0,
+      'csvs_s': t2 - t1, 'side_jsons_s': t3 - t2, 'traces': len(traces), 'csvs': len(csvs),
+      'side_jsons': len(sides)}))
 """
 
 
@@ -193,9 +204,7 @@ def decode_floor(root: Path) -> dict[str, Any]:
         raise RuntimeError(f"the decode floor failed: {proc.stderr.strip()[-2000:]}")
     line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
     result = json.loads(line[len("RESULT ") :])
-    result["seconds"] = round(result["seconds"], 3)
-    result["cpu_seconds"] = round(result["cpu_seconds"], 3)
-    return result
+    return {k: round(v, 3) if isinstance(v, float) else v for k, v in result.items()}
 
 
 # --------------------------------------------------------------------------- measuring
@@ -554,7 +563,13 @@ def small(args: argparse.Namespace) -> dict[str, Any]:
         "store_x_input_on_disk": round(stores["n"]["on_disk_bytes"] / inp["on_disk_bytes"], 3),
         "store_x_input_apparent": round(stores["n"]["apparent_bytes"] / inp["apparent_bytes"], 3),
         "store_files": stores["n"]["files"],
+        "store_dirs": stores["n"]["dirs"],
         "store_files_per_rank": round(stores["n"]["files"] / n, 2),
+        "store_dirs_per_rank": round(stores["n"]["dirs"] / n, 2),
+        # a directory takes a block: the store's on-disk bytes that are directories
+        "store_dirs_share_on_disk": round(
+            stores["n"]["dirs_on_disk_bytes"] / stores["n"]["on_disk_bytes"], 3
+        ),
         "table_files_per_rank": round(tables["n"]["files"] / n, 2),
         "input_files_per_rank": round(inp["files"] / n, 2),
         "warm_fraction": round(warm.wall_s / cold.wall_s, 4),

@@ -47,6 +47,7 @@ def test_tree_size_counts_files_dirs_and_a_hard_link_once(
     assert (size["files"], size["dirs"], size["apparent_bytes"]) == (2, 2, 5000)
     blocks = sum(p.stat().st_blocks * 512 for p in (tmp_path / "t", tmp_path / "t" / "d"))
     assert size["on_disk_bytes"] == blocks + (tmp_path / "t" / "b").stat().st_blocks * 512
+    assert size["dirs_on_disk_bytes"] == blocks
 
 
 def test_small_ranks_publish_the_floor_ratio_fixed_cost_and_store_size(
@@ -58,6 +59,7 @@ def test_small_ranks_publish_the_floor_ratio_fixed_cost_and_store_size(
     figures = json.loads(out.read_text())
     assert (figures["ranks"], figures["quarter_ranks"]) == (8, 2)
     assert figures["floor"]["traces"] == 8 and figures["floor"]["seconds"] > 0
+    assert {"traces_s", "csvs_s", "side_jsons_s"} <= set(figures["floor"])
     floor = figures["floor"]
     assert figures["input"]["files"] == floor["traces"] + floor["csvs"] + floor["side_jsons"]
     for run in ("cold", "warm", "quarter_cold"):
@@ -75,7 +77,10 @@ def test_small_ranks_publish_the_floor_ratio_fixed_cost_and_store_size(
         "store_x_input_on_disk",
         "store_x_input_apparent",
         "store_files",
+        "store_dirs",
         "store_files_per_rank",
+        "store_dirs_per_rank",
+        "store_dirs_share_on_disk",
     ):
         assert isinstance(derived[key], int | float), key
     stages = {"steps", "rules", "overview", "ingest_and_rest", "ingest_tasks"}
