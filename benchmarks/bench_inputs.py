@@ -8,6 +8,8 @@
 - :func:`build_serving_input`: a ``traceanalyzer synth serving`` rank of the same size.
 - :func:`build_realistic_collection`: that rank copied to make a collection of ranks.
 - :func:`build_moe_input`: a ``traceanalyzer synth moe-ep`` collection of expert-parallel ranks.
+- :func:`build_small_collection`: many small ``traceanalyzer synth inference-baseline`` ranks
+  (about 120 KB each), for the per-rank fixed cost of a run.
 
 Tile ``k`` of a tiled file is the real one shifted in time by ``k`` spans of the trace (a whole
 number of µs, added to the digits of every timestamp: exact, never through a float) with its
@@ -126,6 +128,50 @@ def build_moe_input(ranks: int, mb: int) -> Path:
         return folder / "ranks"
 
     return _cached(CACHE / f"moe_v{VERSION}_{ranks}x{mb}mb", build)
+
+
+SMALL_SCENARIO = "inference-baseline"
+# 4 steps of one layer: about 120 KB of files per rank (more at thousands of ranks, as every
+# rank's profiler_metadata.json lists the whole group)
+SMALL_KNOBS = {"steps": 4, "layers": 1}
+
+
+def _rank_id(rank: Path) -> int:
+    """The rank id a synth rank directory's ``profiler_info_<rank>.json`` names."""
+    (info,) = rank.glob("profiler_info_*.json")
+    return int(info.stem.rsplit("_", 1)[1])
+
+
+def build_small_collection(ranks: int, of: int | None = None) -> Path:
+    """A collection of ``ranks`` small ranks (``traceanalyzer synth inference-baseline`` with
+    :data:`SMALL_KNOBS`), cached. With ``of``: ranks 0 to ``ranks - 1`` of the ``of``-rank
+    collection, their files hard-linked (the same bytes per rank, so that two sizes of
+    collection differ only in how many ranks they hold). Generating takes about 5 ms a rank,
+    so every rank is generated (each its own trace and ids), none copied. Checked: discovery
+    finds ``ranks`` distinct ranks."""
+    from traceanalyzer.discover import discover
+    from traceanalyzer.synth import generate
+
+    if of is not None and not 1 <= ranks <= of:
+        raise ValueError(f"a subset of 1 to {of} ranks, not {ranks}")
+
+    def build(folder: Path) -> Path:
+        root = folder / "ranks"
+        if of is None or of == ranks:
+            generate(SMALL_SCENARIO, root, ranks=ranks, **SMALL_KNOBS)
+        else:
+            source = build_small_collection(of)
+            root.mkdir()
+            for rank in sorted(source.iterdir()):
+                if _rank_id(rank) < ranks:
+                    shutil.copytree(rank, root / rank.name, copy_function=os.link)
+        found = {s.rank for s in discover(root).sessions}
+        if found != set(range(ranks)):
+            raise RuntimeError(f"{root}: discovery found {len(found)} ranks, not {ranks}")
+        return root
+
+    name = f"small_v{VERSION}_{ranks}" + (f"_of{of}" if of not in (None, ranks) else "")
+    return _cached(CACHE / name, build)
 
 
 # --------------------------------------------------------------------------- the template

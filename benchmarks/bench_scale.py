@@ -16,6 +16,12 @@ Usage (the figures in docs/scale.md)::
         --cases 8x50,32x50,64x50,1x200 --executors processes,ray --jobs 2 \\
         --json docs/scale-bench.json
 
+The fixed cost of a rank (``--small N``: N small synthetic ranks, ~120 KB each, with the
+default executor; the all-files decode of them all is the floor; N/4 of the same ranks give
+the cost per rank; the store's files and size on disk are counted against the input's)::
+
+    python benchmarks/bench_scale.py --small 2000 --jobs 2 --json /tmp/small-2000.json --clean
+
 Needs psutil (installed with ``traceanalyzer[ray]``; else ``pip install psutil``). The 64x50
 case writes ~3.6 GB of input and ~1 GB of store: check ``df -h`` first; ``--clean`` removes the
 stores afterwards (the input cache is kept for re-runs).
@@ -26,6 +32,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -52,6 +60,9 @@ class Sample:
     workers_seen: int = 0
     ingest_task_s: float = 0.0  # sum of the per-session ingest seconds (single-threaded work)
     statuses: dict[str, int] = field(default_factory=dict)
+    cpu_s: float | None = None  # user + system CPU of the run and the workers it waited for
+    executor: str = ""  # the executor the run says it chose (not quiet runs only)
+    stages: dict[str, float] = field(default_factory=dict)  # seconds the run log prints per stage
 
 
 @dataclass
@@ -102,6 +113,31 @@ def input_mb(root: Path) -> float:
     return sum(p.stat().st_size for p in root.rglob("*") if p.is_file()) / 1e6
 
 
+def tree_size(root: Path) -> dict[str, int]:
+    """Files and directories under ``root`` (itself counted), their size on disk as ``du``
+    gives it (st_blocks x 512 of every file and directory, a hard-linked file once; the
+    directories' share apart: a block each) and the files' apparent bytes (st_size)."""
+    files = dirs = on_disk = dirs_on_disk = apparent = 0
+    seen: set[tuple[int, int]] = set()
+    for here, _, names in os.walk(root):
+        for path, is_dir in [(here, True)] + [(os.path.join(here, n), False) for n in names]:
+            st = os.lstat(path)
+            dirs, files = dirs + is_dir, files + (not is_dir)
+            if (st.st_dev, st.st_ino) in seen:
+                continue
+            seen.add((st.st_dev, st.st_ino))
+            on_disk += st.st_blocks * 512
+            dirs_on_disk += st.st_blocks * 512 if is_dir else 0
+            apparent += 0 if is_dir else st.st_size
+    return {
+        "files": files,
+        "dirs": dirs,
+        "on_disk_bytes": on_disk,
+        "dirs_on_disk_bytes": dirs_on_disk,
+        "apparent_bytes": apparent,
+    }
+
+
 def read_floor(root: Path) -> float:
     """Seconds to read every byte under ``root`` once."""
     started = time.perf_counter()
@@ -111,6 +147,64 @@ def read_floor(root: Path) -> float:
                 while fh.read(8 << 20):
                     pass
     return time.perf_counter() - started
+
+
+# The all-files decode of a whole collection in one process (bench_ingest.py's floor, for
+# every rank): each trace_view.json by DuckDB's reader with bench_ingest's COLUMNS, each CSV as
+# text columns, every other JSON (the side files, profiler_info, profiler_metadata) by
+# json.loads; one connection, each table replaced by the next. The files are listed and the
+# libraries imported before the clock starts.
+DECODE_FLOOR = """
+import json, os, resource, sys, time
+import duckdb
+root, columns = sys.argv[1], sys.argv[2]
+def cpu():
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+def quoted(path):
+    return "'" + path.replace("'", "''") + "'"
+traces, csvs, sides = [], [], []
+for here, _, names in sorted(os.walk(root)):
+    for name in sorted(names):
+        path = os.path.join(here, name)
+        if name == 'trace_view.json':
+            traces.append(path)
+        elif name.endswith('.csv'):
+            csvs.append(path)
+        elif name.endswith('.json'):
+            sides.append(path)
+con = duckdb.connect()
+t0, c0 = time.perf_counter(), cpu()
+for path in traces:
+    con.execute("CREATE OR REPLACE TABLE t AS SELECT * FROM read_json(" + quoted(path)
+                + ", format='array', columns=" + columns + ")")
+t1 = time.perf_counter()
+for path in csvs:
+    con.execute("CREATE OR REPLACE TABLE c AS SELECT * FROM read_csv(" + quoted(path)
+                + ", all_varchar = true)")
+t2 = time.perf_counter()
+for path in sides:
+    with open(path, 'rb') as fh:
+        json.loads(fh.read())
+t3 = time.perf_counter()
+print('RESULT', json.dumps({'seconds': t3 - t0, 'cpu_seconds': cpu() - c0, 'traces_s': t1 - t0,
+      'csvs_s': t2 - t1, 'side_jsons_s': t3 - t2, 'traces': len(traces), 'csvs': len(csvs),
+      'side_jsons': len(sides)}))
+"""
+
+
+def decode_floor(root: Path) -> dict[str, Any]:
+    """Seconds (and CPU seconds) of the all-files decode of every rank under ``root``."""
+    from bench_ingest import COLUMNS
+
+    proc = subprocess.run(
+        [sys.executable, "-c", DECODE_FLOOR, str(root), COLUMNS], capture_output=True, text=True
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"the decode floor failed: {proc.stderr.strip()[-2000:]}")
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
+    result = json.loads(line[len("RESULT ") :])
+    return {k: round(v, 3) if isinstance(v, float) else v for k, v in result.items()}
 
 
 # --------------------------------------------------------------------------- measuring
@@ -147,15 +241,35 @@ class RssPoller(threading.Thread):
             self.stop.wait(0.05)
 
 
-def run_cli(root: Path, out: Path, executor: str, jobs: int) -> Sample:
+# The run log's lines that time a stage (the ingest's is what the wall time leaves).
+STAGE_LINES = {
+    "steps": re.compile(r"^steps of \d+ ranks? in ([\d.]+) s", re.M),
+    "rules": re.compile(r"^evaluated \d+ rule\(s\) in ([\d.]+) s", re.M),
+    "overview": re.compile(r"^overview of \d+ ranks? in ([\d.]+) s", re.M),
+}
+EXECUTOR_LINE = re.compile(r"^executor: (\S+)", re.M)
+
+
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run_cli(root: Path, out: Path, executor: str | None, jobs: int, quiet: bool = True) -> Sample:
+    """One ``traceanalyzer run`` (``executor`` None: the CLI's default). Not ``quiet``: the run
+    logs its stages, read into ``stages`` and ``executor``."""
     cmd = [sys.executable, "-m", "traceanalyzer.cli", "run", str(root), "--out", str(out)]
-    cmd += ["--executor", executor, "-j", str(jobs), "-q", "--format", "json"]
+    cmd += ["--executor", executor] if executor else []
+    # a JSON run logs nothing: not quiet, the terminal report (stdout, thrown away) it is
+    cmd += ["-j", str(jobs)] + (["-q", "--format", "json"] if quiet else [])
+    cpu0 = children_cpu()
     started = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     poller = RssPoller(proc.pid)
     poller.start()
     _, err = proc.communicate()
     wall = time.perf_counter() - started
+    cpu = children_cpu() - cpu0  # the workers count where the run waited for them (not Ray's)
     poller.stop.set()
     poller.join()
     if proc.returncode not in (0, 1):
@@ -170,6 +284,11 @@ def run_cli(root: Path, out: Path, executor: str, jobs: int) -> Sample:
                 if s.get("peak_rss_mb"):
                     reported.append(s["peak_rss_mb"])
     mb = 1 / 2**20
+    log = err.decode(errors="replace")
+    stages = {
+        stage: float(m[1]) for stage, pattern in STAGE_LINES.items() if (m := pattern.search(log))
+    }
+    chosen = EXECUTOR_LINE.search(log)
     return Sample(
         wall_s=round(wall, 2),
         driver_rss_mb=round(poller.driver * mb, 1),
@@ -180,6 +299,9 @@ def run_cli(root: Path, out: Path, executor: str, jobs: int) -> Sample:
         workers_seen=len(poller.workers),
         ingest_task_s=round(task_s, 2),
         statuses=statuses,
+        cpu_s=round(cpu, 2),
+        executor=chosen[1] if chosen else "",
+        stages=stages,
     )
 
 
@@ -205,7 +327,7 @@ def table(cases: list[Case], floors: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--cache", type=Path, default=Path("/tmp/ta-bench/cache"))
     ap.add_argument("--work", type=Path, default=Path("/tmp/ta-bench/work"))
@@ -221,9 +343,23 @@ def main() -> None:
         help="Instead of --cases: N copies of the realistic rank (bench_inputs.py: the real "
         "export with every file tiled, a 200 MB trace) against that rank alone, with processes.",
     )
-    args = ap.parse_args()
+    ap.add_argument(
+        "--small",
+        type=int,
+        metavar="N",
+        help="Instead of --cases: N small ranks (bench_inputs.py: synth inference-baseline, 4 "
+        "steps of 1 layer, ~120 KB each) with the default executor, against the all-files "
+        "decode of them all; the per-rank fixed cost from N and N/4 ranks; the store's files "
+        "and size against the input's.",
+    )
+    args = ap.parse_args(argv)
     if args.realistic:
         realistic(args)
+        return
+    if args.small is not None:
+        if args.small < 2:
+            ap.error("--small needs at least 2 ranks (its fixed cost compares N with N/4)")
+        small(args)
         return
 
     cases = [tuple(int(x) for x in c.split("x")) for c in args.cases.split(",")]
@@ -351,6 +487,102 @@ def realistic(args: argparse.Namespace, mb: int = 200) -> None:
     print(json.dumps(figures["derived"], indent=1))
     if args.json:
         args.json.write_text(json.dumps(figures, indent=1) + "\n")
+
+
+def _stages(sample: Sample) -> dict[str, float]:
+    """The run's seconds by stage: those its log prints, and the ingest as what is left of the
+    wall time (so it also holds the start-up, discovery and the reports)."""
+    stages = {k: sample.stages[k] for k in STAGE_LINES if k in sample.stages}
+    stages["ingest_and_rest"] = round(sample.wall_s - sum(stages.values()), 3)
+    stages["ingest_tasks"] = sample.ingest_task_s  # the sessions' own seconds, summed
+    return stages
+
+
+def small(args: argparse.Namespace) -> dict[str, Any]:
+    """The fixed cost of a rank: N small ranks run cold, then warm, against the all-files
+    decode floor of them all (goal: cold <= 5x the floor); N/4 of the same ranks run cold, for
+    the cost per rank (the slope) and the run's own (the intercept); the store's files and
+    size on disk against the input's (goal: <= 1.5x)."""
+    from bench_inputs import build_small_collection
+
+    n = args.small
+    quarter = max(1, n // 4)  # fewer than n: n >= 2
+    root, part = build_small_collection(n), build_small_collection(quarter, of=n)
+    args.work.mkdir(parents=True, exist_ok=True)
+    figures: dict[str, Any] = {
+        "ranks": n,
+        "quarter_ranks": quarter,
+        "jobs": args.jobs,
+        "cpus": os.cpu_count(),
+        "executor": "default (auto)",
+        "input": {"root": str(root), **tree_size(root)},
+    }
+    read_floor(root)  # the page cache warm, for the floor and the runs alike
+    figures["floor"] = decode_floor(root)
+    print(json.dumps({"floor": figures["floor"]}), file=sys.stderr)
+    outs = {label: args.work / f"out-small-{label}" for label in ("n", "quarter")}
+    for out in outs.values():
+        shutil.rmtree(out, ignore_errors=True)
+    read_floor(part)
+    runs = {"quarter_cold": run_cli(part, outs["quarter"], None, args.jobs, quiet=False)}
+    runs["cold"] = run_cli(root, outs["n"], None, args.jobs, quiet=False)
+    runs["warm"] = run_cli(root, outs["n"], None, args.jobs, quiet=False)
+    for label, sample in runs.items():
+        figures[label] = asdict(sample)
+        print(json.dumps({label: figures[label]}), file=sys.stderr)
+        if sample.exit_code not in (0, 1) or set(sample.statuses) - {"ingested", "cached"}:
+            raise RuntimeError(f"the {label} run failed: {figures[label]}")
+    figures["load_avg_1m"] = os.getloadavg()[0]
+    stores = {label: tree_size(out) for label, out in outs.items()}
+    tables = {label: tree_size(out / "tables") for label, out in outs.items()}
+    figures["store"] = {"all": stores["n"], "tables": tables["n"]}
+    figures["quarter_store"] = {"all": stores["quarter"], "tables": tables["quarter"]}
+    if args.clean:
+        for out in outs.values():
+            shutil.rmtree(out, ignore_errors=True)
+
+    cold, warm, q = runs["cold"], runs["warm"], runs["quarter_cold"]
+    floor_s, inp = figures["floor"]["seconds"], figures["input"]
+    slope = (cold.wall_s - q.wall_s) / (n - quarter)
+    stages, q_stages = _stages(cold), _stages(q)
+    figures["stages_s"] = stages
+    figures["quarter_stages_s"] = q_stages
+    figures["derived"] = {
+        "cold_x_floor": round(cold.wall_s / floor_s, 2),  # goal <= 5
+        "warm_x_floor": round(warm.wall_s / floor_s, 2),
+        "floor_s_per_rank": round(floor_s / n, 5),
+        "cold_s_per_rank": round(cold.wall_s / n, 5),
+        # the fixed cost: from the cold runs of N and N/4 ranks
+        "per_rank_s": round(slope, 5),
+        "intercept_s": round(cold.wall_s - slope * n, 3),
+        "stage_s_per_rank": {k: round(v / n, 5) for k, v in stages.items()},
+        "stage_slope_s_per_rank": {
+            k: round((v - q_stages.get(k, 0.0)) / (n - quarter), 5) for k, v in stages.items()
+        },
+        # goal <= 1.5 on disk
+        "store_x_input_on_disk": round(stores["n"]["on_disk_bytes"] / inp["on_disk_bytes"], 3),
+        "store_x_input_apparent": round(stores["n"]["apparent_bytes"] / inp["apparent_bytes"], 3),
+        "store_files": stores["n"]["files"],
+        "store_dirs": stores["n"]["dirs"],
+        "store_files_per_rank": round(stores["n"]["files"] / n, 2),
+        "store_dirs_per_rank": round(stores["n"]["dirs"] / n, 2),
+        # a directory takes a block: the store's on-disk bytes that are directories
+        "store_dirs_share_on_disk": round(
+            stores["n"]["dirs_on_disk_bytes"] / stores["n"]["on_disk_bytes"], 3
+        ),
+        "table_files_per_rank": round(tables["n"]["files"] / n, 2),
+        "input_files_per_rank": round(inp["files"] / n, 2),
+        "warm_fraction": round(warm.wall_s / cold.wall_s, 4),
+    }
+    d = figures["derived"]
+    figures["goals"] = {
+        "cold <= 5x floor": d["cold_x_floor"] <= 5,
+        "store on disk <= 1.5x input": d["store_x_input_on_disk"] <= 1.5,
+    }
+    print(json.dumps({k: figures[k] for k in ("derived", "goals")}, indent=1))
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=1) + "\n")
+    return figures
 
 
 if __name__ == "__main__":
