@@ -488,3 +488,15 @@ def test_every_finding_states_its_cost_one_way(sample: str, tmp_path: Path) -> N
         assert not text or COST_PHRASE.match(text), (finding["name"], text)
         if text:
             assert f"[{text}]" in result.output  # the terminal line says the same
+
+
+def test_the_terminal_shows_the_outliers_and_the_slowest_of_many_ranks() -> None:
+    from traceanalyzer.report.overview_text import TERMINAL_RANKS, overview_table, terminal_ranks
+
+    ranks = [{"rank": r, "steps": 4, "step_ns": 1000.0 + r} for r in range(TERMINAL_RANKS + 4)]
+    overview = {"ranks": ranks, "cluster": [{"rank": 0, "outlier": True}]}
+    shown = terminal_ranks(overview)
+    assert shown is not None and len(shown) == TERMINAL_RANKS
+    assert 0 in shown and max(r["rank"] for r in ranks) in shown and 1 not in shown
+    assert terminal_ranks({"ranks": ranks[:TERMINAL_RANKS]}) is None
+    assert "... and 4 more ranks" in overview_table({**overview, "mean": {"step_ns": 1.0}})

@@ -5,7 +5,7 @@ Both read findings.json's ``summary.overview`` (see ``docs/overview.md``), as pl
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from traceanalyzer.engine.findings import compress_ranks
@@ -85,11 +85,16 @@ def check_warning(overview: Mapping[str, Any] | None) -> str | None:
     )
 
 
-def compact_rows(overview: Mapping[str, Any]) -> list[list[str]]:
-    """Per rank: rank, steps, mean step time, then each compact group's share of the step."""
+def compact_rows(
+    overview: Mapping[str, Any], only: Collection[int] | None = None
+) -> list[list[str]]:
+    """Per rank (of ``only``, when given): rank, steps, mean step time, then each compact
+    group's share of the step."""
     top = {c["rank"]: c.get("top_kernel") for c in overview.get("cluster") or []}
     rows = []
     for r in overview.get("ranks") or []:
+        if only is not None and r["rank"] not in only:
+            continue
         step = r.get("step_ns") or 0.0
         cells = [share(sum(r.get(k, 0.0) for k in keys), step) for _, keys in COMPACT]
         rows.append(
@@ -218,7 +223,14 @@ def overview_table(overview: Mapping[str, Any], verbose: bool = False) -> str:
     lines = ["where the time goes (mean per step; share of the step):"]
     if overview.get("headline"):
         lines.append(f"  {overview['headline']}")
-    lines += _aligned(compact_headers(), compact_rows(overview), last_clip=40)
+    shown = terminal_ranks(overview)
+    lines += _aligned(compact_headers(), compact_rows(overview, shown), last_clip=40)
+    if shown is not None:
+        hidden = len(overview.get("ranks") or []) - len(shown)
+        lines.append(
+            f"  ... and {hidden} more ranks: shown are the outliers, then the slowest mean "
+            "steps; every rank is in report.md"
+        )
     if phases_known(overview):
         lines.append("  by phase (wall: share of the profile; p50/p95 per iteration):")
         lines += _aligned(phase_headers(), phase_rows(overview))
@@ -240,6 +252,22 @@ def overview_table(overview: Mapping[str, Any], verbose: bool = False) -> str:
         what = count(len(outliers), "outlier rank").split(" ", 1)[1]
         lines.append(f"  {what} by mean step time (robust z > 3.5): {ranks}")
     return "\n".join(lines)
+
+
+# A terminal shows this many ranks' rows at most (a cluster's thousand ranks would bury the
+# findings above); the reports show them all.
+TERMINAL_RANKS = 16
+
+
+def terminal_ranks(overview: Mapping[str, Any]) -> set[int] | None:
+    """The ranks the terminal's table shows (None: every one): the outliers, then the slowest
+    mean steps, :data:`TERMINAL_RANKS` in all."""
+    ranks = overview.get("ranks") or []
+    if len(ranks) <= TERMINAL_RANKS:
+        return None
+    outliers = [c["rank"] for c in overview.get("cluster") or [] if c.get("outlier")]
+    slowest = [r["rank"] for r in sorted(ranks, key=lambda r: -(r.get("step_ns") or 0.0))]
+    return set(list(dict.fromkeys([*outliers, *slowest]))[:TERMINAL_RANKS])
 
 
 def _clip(text: str, width: int) -> str:
