@@ -160,3 +160,34 @@ def test_a_failed_rank_leaves_its_group_stored(
     assert statuses[1] == "failed" and all(v != "failed" for r, v in statuses.items() if r != 1)
     assert 1 not in set(_table(out, "slices")["rank"])
     assert {0, 2, 3} <= set(_table(out, "slices")["rank"])
+
+
+def test_a_damaged_group_file_is_ingested_again(
+    collection: Path, tmp_path: Path, grouped: None
+) -> None:
+    out = tmp_path / "out"
+    first = _answer(_run(collection, out)[1])
+    damaged = out / TABLES_DIR / "slices" / "group=4-7" / "part-0.parquet"
+    damaged.write_bytes(damaged.read_bytes()[:-100])
+    result = CliRunner().invoke(main, ["run", str(collection), "--out", str(out)])
+    assert "ranks 4-7: tables/slices: size differs from the one recorded; ingested again" in (
+        result.output
+    )
+    statuses = {
+        s["rank"]: s["status"] for s in json.loads((out / "ingest.json").read_text())["sessions"]
+    }
+    assert [statuses[r] for r in range(RANKS)] == ["cached"] * 4 + ["ingested"] * 4
+    assert _answer(json.loads((out / "findings.json").read_text())) == first
+
+
+def test_a_worker_killed_in_a_group_is_survived(
+    collection: Path, alone: Path, tmp_path: Path, grouped: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(ingest_module.FAULT_KILL_RANK, "5")
+    monkeypatch.setenv(ingest_module.FAULT_ONCE, str(tmp_path / "killed-once"))
+    out = tmp_path / "out"
+    code, doc = _run(collection, out, "--executor", "processes", "-j", "2")
+    assert (tmp_path / "killed-once").exists() and code == 0
+    assert _answer(doc) == _answer(json.loads((alone / "findings.json").read_text()))
+    for name in ("slices", "steps", "summary_steps"):
+        assert _table(out, name).equals(_table(alone, name)), name
