@@ -73,7 +73,8 @@ def steps_shard(store_root: str, shard: tuple[int, ...], values: Mapping[str, An
         [
             derive_rank(store, rank, params).with_columns(rank=pl.lit(rank, pl.Int32))
             for rank in shard
-        ]
+        ],
+        how="vertical_relaxed",  # a rank without steps may type a column otherwise
     )
     write_derived_table(root, TABLE, shard, frame)
     return frame.height
