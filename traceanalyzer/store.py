@@ -155,6 +155,11 @@ def shard_label(shard: Sequence[int]) -> str:
     return f"rank={shard[0]}" if len(shard) == 1 else GROUP_PREFIX + group_name(shard)
 
 
+def shard_words(shard: Sequence[int]) -> str:
+    """A shard as a message names it: ``rank 3``, ``ranks 0-49``."""
+    return f"rank {shard[0]}" if len(shard) == 1 else f"ranks {group_name(shard)}"
+
+
 def write_derived_table(root: Path, table: str, shard: Sequence[int], frame: Any) -> None:
     """Replace the derived ``table``'s partitions of ``shard`` (its ranks, :func:`rank_shards`)
     with ``frame`` (a polars frame with ``session``, and ``rank`` when the shard has several):

@@ -23,7 +23,7 @@ from typing import Any
 from traceanalyzer.engine.findings import Evidence, Finding, Note
 from traceanalyzer.engine.runner import RuleOutcome
 from traceanalyzer.outdir import read_own
-from traceanalyzer.store import group_name, shard_label, write_atomic_text
+from traceanalyzer.store import shard_label, shard_words, write_atomic_text
 
 Shard = tuple[int, ...]
 
@@ -151,10 +151,7 @@ class OutcomeCache:
 
     def _ignored(self, shard: Shard | None, rule_id: str, why: str) -> Note:
         where = self.path(shard).relative_to(self.root)
-        if shard is None:
-            scope = "all ranks"
-        else:
-            scope = f"rank {shard[0]}" if len(shard) == 1 else f"ranks {group_name(shard)}"
+        scope = "all ranks" if shard is None else shard_words(shard)
         text = f"{scope}: cached outcome in {where} ignored, {why}; evaluated again"
         rank = shard[0] if shard is not None and len(shard) == 1 else None
         return Note(rule=rule_id, rank=rank, text=text)

@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from traceanalyzer.engine.cache import OutcomeCache, RankEntries, outcome_key
+from traceanalyzer.engine.cache import OutcomeCache, RankEntries, Shard, outcome_key
 from traceanalyzer.engine.findings import Note
 from traceanalyzer.engine.loader import LoadedRules, RuleSource, load_rules
 from traceanalyzer.engine.registry import RuleSet
@@ -42,9 +42,9 @@ from traceanalyzer.store import (
     RankStore,
     Store,
     derived_key,
-    group_name,
     load_manifest,
     rank_shards,
+    shard_words,
 )
 
 Digests = tuple[tuple[str, str], ...]  # (rule id, code digest), sorted
@@ -104,9 +104,6 @@ def evaluate_shard(
         return [one(rid) for rid in rule_ids]
     with ThreadPoolExecutor(min(threads, len(rule_ids))) as pool:
         return list(pool.map(one, rule_ids))
-
-
-Shard = tuple[int, ...]
 
 
 def _shard_inputs(store_root: Path, shards: Sequence[Shard]) -> dict[Shard, dict[str, Any]]:
@@ -184,9 +181,10 @@ def rank_map_for(
         for position, result in executor.map(evaluate_shard, tasks):
             shard, ids = todo[position]
             if isinstance(result, TaskCrashed):
-                where = f"rank {shard[0]}" if len(shard) == 1 else f"ranks {group_name(shard)}"
                 result = [
-                    RuleOutcome(rid, frozenset(shard), "error", error=f"{where}: {result}")
+                    RuleOutcome(
+                        rid, frozenset(shard), "error", error=f"{shard_words(shard)}: {result}"
+                    )
                     for rid in ids
                 ]
             for outcome in result:
