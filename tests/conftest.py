@@ -45,3 +45,19 @@ def real_g2_db_store(real_g2_db: Path, tmp_path_factory: pytest.TempPathFactory)
     result = ingest(real_g2_db, out, jobs=1)
     assert not result.partial, result.to_dict()
     return out
+
+
+STALLED_RANKS, SICK_RANKS = 8, "2,5"
+
+
+@pytest.fixture(scope="session")
+def stalled_collection(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Eight small store-stall ranks; ranks 2 and 5 stall (read-only: tests copy it to change
+    it)."""
+    from traceanalyzer.synth import generate
+
+    root = tmp_path_factory.mktemp("stalled") / "in"
+    generate(
+        "store-stall", root, ranks=STALLED_RANKS, sick=SICK_RANKS, steps_before=1, steps_after=1
+    )
+    return root

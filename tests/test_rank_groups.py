@@ -9,6 +9,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 from click.testing import CliRunner
+from conftest import STALLED_RANKS as RANKS
 
 from traceanalyzer import ingest as ingest_module
 from traceanalyzer.cli import main
@@ -16,18 +17,12 @@ from traceanalyzer.discover import discover
 from traceanalyzer.ingest import input_bytes, plan_groups
 from traceanalyzer.schema import DERIVED_TABLES, TABLES, TABLES_DIR
 from traceanalyzer.store import RankStore, Store, rank_shards
-from traceanalyzer.synth import generate
-
-RANKS = 8
-SICK = "2,5"
 
 
 @pytest.fixture(scope="module")
-def collection(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def collection(stalled_collection: Path) -> Path:
     """Eight small store-stall ranks; ranks 2 and 5 stall."""
-    root = tmp_path_factory.mktemp("groups") / "in"
-    generate("store-stall", root, ranks=RANKS, sick=SICK, steps_before=1, steps_after=1)
-    return root
+    return stalled_collection
 
 
 @pytest.fixture

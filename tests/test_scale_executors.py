@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from conftest import STALLED_RANKS as RANKS
 
 from traceanalyzer.cli import EXIT_PARTIAL, main
 from traceanalyzer.executor import (
@@ -22,18 +23,12 @@ from traceanalyzer.executor import (
 )
 from traceanalyzer.ingest import FAULT_KILL_RANK, FAULT_ONCE, ingest
 from traceanalyzer.store import Store
-from traceanalyzer.synth import generate
-
-RANKS = 8
-SICK = "2,5"
 
 
 @pytest.fixture(scope="module")
-def collection(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def collection(stalled_collection: Path) -> Path:
     """Eight small store-stall ranks; ranks 2 and 5 stall."""
-    root = tmp_path_factory.mktemp("collection") / "in"
-    generate("store-stall", root, ranks=RANKS, sick=SICK, steps_before=1, steps_after=1)
-    return root
+    return stalled_collection
 
 
 @pytest.fixture(scope="module")
