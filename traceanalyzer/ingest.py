@@ -1019,26 +1019,26 @@ def _stored_unit(
     """The outcomes of a unit the store holds as its input is now (the same files, stored the
     same way: alone, or in a group of the same sessions), or None and why it is not (None
     when it was never stored)."""
-    entries = [manifest.sessions.get(session.key) for session in members]
-    if any(entry is None for entry in entries):
+    found = [manifest.sessions.get(session.key) for session in members]
+    if any(entry is None for entry in found):
         return None, None
-    stored_in = {entry.get("group") for entry in entries if entry}
+    entries: list[dict[str, Any]] = [entry for entry in found if entry is not None]
     keys = {session.key for session in members}
-    if stored_in != {group} or (group is not None and recorded.get(group) != keys):
+    if {entry.get("group") for entry in entries} != {group} or (
+        group is not None and recorded.get(group) != keys
+    ):
         return None, None  # stored otherwise: a group of other ranks, or alone
     if any(
         entry.get("fingerprint") != fingerprints[session.key]
         for session, entry in zip(members, entries, strict=True)
-        if entry
     ):
         return None, None
     first = members[0]
-    damaged = verify_partitions(
-        out, first.rank, first.session, entries[0].get("partitions") if entries[0] else None, group
-    )
-    cached = [_cached_outcome(entry) for entry in entries if entry]
-    if damaged is None and all(outcome is not None for outcome in cached):
-        return [outcome for outcome in cached if outcome is not None], None
+    damaged = verify_partitions(out, first.rank, first.session, entries[0].get("partitions"), group)
+    cached = [_cached_outcome(entry) for entry in entries]
+    outcomes = [outcome for outcome in cached if outcome is not None]
+    if damaged is None and len(outcomes) == len(cached):
+        return outcomes, None
     return None, damaged or "its manifest entry is not a record of an ingest"
 
 

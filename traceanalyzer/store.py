@@ -202,12 +202,16 @@ def derived_key(root: Path, table: str, shard: Sequence[int]) -> str | None:
         return None
 
 
-def rank_shards(root: Path, ranks: Iterable[int]) -> list[tuple[int, ...]]:
+def rank_shards(
+    root: Path, ranks: Iterable[int], sessions: Mapping[str, Any] | None = None
+) -> list[tuple[int, ...]]:
     """``ranks`` as the shards every map after ingest runs on, in rank order: each group the
-    manifest records (its ranks), and every other rank on its own."""
+    manifest records (its ranks), and every other rank on its own. ``sessions``: the
+    manifest's, when the caller has read it already."""
     wanted = set(ranks)
     groups: dict[str, set[int]] = {}
-    for key, entry in load_manifest(root).sessions.items():
+    recorded = load_manifest(root).sessions if sessions is None else sessions
+    for key, entry in recorded.items():
         group = entry.get("group")
         rank = int(key.partition("/")[0])
         if isinstance(group, str) and rank in wanted:
@@ -216,6 +220,16 @@ def rank_shards(root: Path, ranks: Iterable[int]) -> list[tuple[int, ...]]:
     shards = [tuple(sorted(members)) for members in groups.values()]
     shards += [(rank,) for rank in wanted - grouped]
     return sorted(shards)
+
+
+def shard_fingerprints(sessions: Mapping[str, Any], shard: Sequence[int]) -> dict[str, Any]:
+    """The input fingerprint of each session of ``shard``'s ranks, by session key, from the
+    manifest's ``sessions``: what a table derived for the shard is derived from."""
+    return {
+        key: entry.get("fingerprint")
+        for key, entry in sessions.items()
+        if int(key.partition("/")[0]) in shard
+    }
 
 
 def partition_exists(root: Path, table: str, rank: int, session: str) -> bool:

@@ -81,24 +81,18 @@ class RankEntries:
     problem: str | None = None  # the whole file was ignored: unreadable, corrupt, not ours
 
 
-def _shard(shard: Shard | int | None) -> Shard | None:
-    return (shard,) if isinstance(shard, int) else shard
-
-
 class OutcomeCache:
     """Read and write cached outcomes under ``root`` (an output directory)."""
 
     def __init__(self, root: Path):
         self.root = Path(root)
 
-    def path(self, shard: Shard | int | None) -> Path:
-        """The file of ``shard`` (its ranks; a rank; None: the global rules')."""
-        shard = _shard(shard)
+    def path(self, shard: Shard | None) -> Path:
+        """The file of ``shard`` (its ranks; None: the global rules')."""
         name = "global.json" if shard is None else f"{shard_label(shard)}.json"
         return self.root / CACHE_DIR / name
 
-    def load(self, shard: Shard | int | None) -> RankEntries:
-        shard = _shard(shard)
+    def load(self, shard: Shard | None) -> RankEntries:
         path = self.path(shard)
         try:
             # a FIFO, a device or a link planted in the output directory is never followed

@@ -106,11 +106,14 @@ def evaluate_shard(
         return list(pool.map(one, rule_ids))
 
 
-def _shard_inputs(store_root: Path, shards: Sequence[Shard]) -> dict[Shard, dict[str, Any]]:
-    """Each shard's input fingerprints, from the manifest ({} for ranks ingested otherwise),
-    with the keys of the tables derived for it before the rules (its steps)."""
+def _shard_inputs(
+    store_root: Path, sessions: Mapping[str, Any], shards: Sequence[Shard]
+) -> dict[Shard, dict[str, Any]]:
+    """Each shard's input fingerprints, from the manifest's ``sessions`` (none for ranks
+    ingested otherwise), with the keys of the tables derived for it before the rules (its
+    steps)."""
     by_rank: dict[int, dict[str, Any]] = {}
-    for key, entry in load_manifest(store_root).sessions.items():
+    for key, entry in sessions.items():
         rank, _, session = key.partition("/")
         by_rank.setdefault(int(rank), {})[session] = entry.get("fingerprint")
     inputs: dict[Shard, dict[str, Any]] = {}
@@ -151,8 +154,9 @@ def rank_map_for(
         rules: Sequence[Rule], params: Mapping[str, Mapping[str, Any]], ranks: Sequence[int]
     ) -> Iterator[RuleOutcome]:
         shipped = {r.id: dict(params[r.id]) for r in rules}
-        shards = rank_shards(store_root, ranks)
-        inputs = _shard_inputs(store_root, shards) if cache else {}
+        sessions = load_manifest(store_root).sessions
+        shards = rank_shards(store_root, ranks, sessions)
+        inputs = _shard_inputs(store_root, sessions, shards) if cache else {}
         done: dict[tuple[Shard, str], RuleOutcome] = {}
         notes: dict[tuple[Shard, str], list[Note]] = {}
         keys: dict[tuple[Shard, str], str] = {}
@@ -215,8 +219,9 @@ def global_run_for(
     outcome_cache = OutcomeCache(store_root)
 
     def run_global(rule: Rule, store: Store, params: Mapping[str, Any]) -> RuleOutcome:
-        shards = rank_shards(store_root, store_ranks(store)) if cache else []
-        inputs = _shard_inputs(store_root, shards)
+        sessions = load_manifest(store_root).sessions if cache else {}
+        shards = rank_shards(store_root, store_ranks(store), sessions) if cache else []
+        inputs = _shard_inputs(store_root, sessions, shards)
         if not shards or len(inputs) < len(shards):
             return evaluate_rule(rule, store, params)  # a rank not ingested through the manifest
         every_rank = {",".join(map(str, shard)): inputs[shard] for shard in shards}

@@ -30,8 +30,10 @@ from traceanalyzer.store import (
     TABLES_DIR,
     RankStore,
     Store,
+    load_manifest,
     rank_shards,
     remove_stale_shards,
+    shard_fingerprints,
     shard_label,
     write_atomic_text,
     write_derived_table,
@@ -70,19 +72,12 @@ def _code_digest() -> str:
 
 
 def _shard_keys(
-    root: Path, shards: list[tuple[int, ...]], sizes: TopSizes
+    shards: list[tuple[int, ...]], sessions: Mapping[str, Any], sizes: TopSizes
 ) -> dict[tuple[int, ...], str]:
-    from traceanalyzer.store import load_manifest
-
     code = _code_digest()
-    sessions = load_manifest(root).sessions
     keys = {}
     for shard in shards:
-        inputs = {
-            k: v.get("fingerprint")
-            for k, v in sessions.items()
-            if int(k.partition("/")[0]) in shard
-        }
+        inputs = shard_fingerprints(sessions, shard)
         if inputs:
             doc = {"code": code, "inputs": inputs, "sizes": asdict(sizes)}
             keys[shard] = hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
@@ -110,8 +105,9 @@ def summarize_store(
 
     root = Path(out)
     ranks = store_ranks(Store.open(root))
-    shards = rank_shards(root, ranks)
-    keys = _shard_keys(root, shards, sizes) if cache else {}
+    sessions = load_manifest(root).sessions
+    shards = rank_shards(root, ranks, sessions)
+    keys = _shard_keys(shards, sessions, sizes) if cache else {}
     todo = [shard for shard in shards if not (shard in keys and _cached(root, shard, keys[shard]))]
     failed: dict[int, str] = {}
     tasks = [(str(root), shard, asdict(sizes)) for shard in todo]

@@ -30,6 +30,7 @@ from traceanalyzer.store import (
     load_manifest,
     rank_shards,
     remove_stale_shards,
+    shard_fingerprints,
     shard_label,
     write_atomic_text,
     write_derived_table,
@@ -103,15 +104,11 @@ def derive_store(
     step_params(values)  # a bad setting stops the run here, before any worker
     root = Path(out)
     ranks = store_ranks(Store.open(root))
-    shards = rank_shards(root, ranks)
     code, sessions = _code_digest(), load_manifest(root).sessions
+    shards = rank_shards(root, ranks, sessions)
     keys = {}
     for shard in shards:
-        inputs = {
-            k: v.get("fingerprint")
-            for k, v in sessions.items()
-            if int(k.partition("/")[0]) in shard
-        }
+        inputs = shard_fingerprints(sessions, shard)
         doc = {"code": code, "inputs": inputs, "params": dict(values or {})}
         keys[shard] = hashlib.sha256(
             json.dumps(doc, sort_keys=True, default=str).encode()
