@@ -607,6 +607,35 @@ def test_committed_frames_in_a_wal_are_read_and_the_input_stays_untouched(
     assert _listing(rank) == before  # the copy took the WAL; the input is as it was
 
 
+def test_an_unfinished_transaction_in_a_journal_is_rolled_back(
+    real_g2_db: Path, tmp_path: Path
+) -> None:
+    """A hot -journal (a writer killed mid-transaction, its pages already spilled into the file)
+    is rolled back in the private copy: the uncommitted rename is not read."""
+    rank = tmp_path / "in" / "rank0_ascend_pt"
+    shutil.copytree(real_g2_db / "rank0_ascend_pt", rank)
+    db = next((rank / OUT).glob("ascend_pytorch_profiler_*.db"))
+    work = tmp_path / "work"
+    work.mkdir()
+    shutil.copyfile(db, work / db.name)
+    con = sqlite3.connect(work / db.name, isolation_level=None)
+    con.execute("PRAGMA journal_mode=DELETE")  # the real export is in WAL mode
+    con.execute("PRAGMA cache_size=1")  # spill the changed pages into the file before commit
+    con.execute("BEGIN")
+    con.execute("UPDATE STRING_IDS SET value = 'never_committed'")
+    shutil.copyfile(work / db.name, db)
+    shutil.copyfile(work / (db.name + "-journal"), db.with_name(db.name + "-journal"))
+    con.close()
+    assert db.with_name(db.name + "-journal").stat().st_size > 0
+    before = _listing(rank)
+    (outcome,) = ingest(rank, tmp_path / "out").outcomes
+    assert outcome.status == "ingested", outcome.error
+    assert any("-journal" in n and "rolled back" in n for n in outcome.notes), outcome.notes
+    kernels = Store.open(tmp_path / "out").table("kernels").collect()
+    assert "never_committed" not in kernels["name"].to_list() and kernels.height
+    assert _listing(rank) == before
+
+
 def test_only_a_live_writer_fails_the_rank(real_g2_db: Path, tmp_path: Path) -> None:
     import subprocess
     import sys

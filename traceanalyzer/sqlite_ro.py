@@ -57,13 +57,12 @@ def regular_file(path: Path) -> None:
         raise NotRegularFile("not a regular file (a FIFO, device, socket or directory)")
 
 
-def connect(path: Path, seconds: float = QUERY_SECONDS, *, immutable: bool = True) -> Connection:
-    """``path`` opened read-only (``immutable``: without locks or side files), each query
+def connect(path: Path, seconds: float = QUERY_SECONDS) -> Connection:
+    """``path`` opened read-only and immutable (without locks or side files), each query
     interrupted after ``seconds``."""
     regular_file(path)
-    mode = "?mode=ro&immutable=1" if immutable else "?mode=ro"
     # any thread may query (one at a time: the callers serialise their own use)
-    uri = f"{path.resolve().as_uri()}{mode}"
+    uri = f"{path.resolve().as_uri()}?mode=ro&immutable=1"
     return Connection(sqlite3.connect(uri, uri=True, check_same_thread=False), seconds)
 
 

@@ -98,19 +98,12 @@ class Connection:
     in C without a Python object per value (Python's sqlite3 builds one per value: 2-5x the
     time of a whole scan here)."""
 
-    def __init__(
-        self,
-        path: Path,
-        immutable: bool = True,
-        shown: Path | None = None,
-        repairs: Repairs | None = None,
-    ):
+    def __init__(self, path: Path, shown: Path | None = None, repairs: Repairs | None = None):
         self.path = shown or path  # what messages name
         self.repairs = repairs or Repairs()
-        # The input is opened immutable: no lock, no side file, nothing written. A private copy
-        # (with a WAL or journal to apply) is opened as SQLite needs, to apply it.
-        mode = "?mode=ro&immutable=1" if immutable else ""
-        uri = f"{path.resolve().as_uri()}{mode}"
+        # Immutable: no lock, no side file, nothing written (a private copy is settled first,
+        # see readable_source).
+        uri = f"{path.resolve().as_uri()}?mode=ro&immutable=1"
         self._database = adbc_driver_sqlite.connect(uri)
         try:
             self._connection = adbc_driver_manager.AdbcConnection(self._database)
@@ -198,6 +191,11 @@ def readable_source(path: Path, scratch: Path) -> tuple[Path, str | None]:
     database and its side file are copied into ``scratch``, where SQLite applies the WAL's
     committed frames (or rolls the journal back) in the copy; the input is never written to.
     Only a writer that holds its lock now (a live profiler export) makes the file unreadable.
+
+    The copy is settled by one connection before any reader opens it: its WAL checkpointed
+    into it (or its journal rolled back) and the side file gone. So readers open it immutable,
+    like the input; several connections opening a WAL at once race for its recovery lock and
+    lose with "database is locked" under load.
     """
     sides = [path.with_name(path.name + s) for s in _SIDE_FILES]
     present = [s for s in sides if s.is_file() and s.stat().st_size > 0]
@@ -212,12 +210,27 @@ def readable_source(path: Path, scratch: Path) -> tuple[Path, str | None]:
     shutil.copyfile(path, copy)
     for side in present:
         shutil.copyfile(side, copy.with_name(copy.name + side.name[len(path.name) :]))
+    _settle(path, copy)
     what = (
         "committed transactions in its -wal"
         if present[0].name.endswith("-wal")
         else ("an unfinished transaction in its -journal (rolled back)")
     )
     return copy, f"{path.name}: read with {what}, applied in a private copy"
+
+
+def _settle(path: Path, copy: Path) -> None:
+    """Apply ``copy``'s side file to it and remove the side file: a read rolls a hot journal
+    back, leaving WAL mode checkpoints the WAL (raise DbUnreadable naming ``path``)."""
+    try:
+        con = sqlite3.connect(copy, timeout=sqlite_ro.QUERY_SECONDS, isolation_level=None)
+        try:
+            con.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            con.execute("PRAGMA journal_mode=DELETE").fetchone()
+        finally:
+            con.close()
+    except sqlite3.Error as exc:
+        raise DbUnreadable(f"{path}: {_what(exc)} ({exc})") from exc
 
 
 def _writer_holds_lock(path: Path) -> bool:
@@ -251,7 +264,7 @@ def connect_readonly(
     except sqlite_ro.NotRegularFile as exc:
         raise DbUnreadable(f"{path}: {exc}") from exc
     try:
-        con = Connection(source or path, source in (None, path), path, repairs)
+        con = Connection(source or path, path, repairs)
     except adbc_driver_manager.Error as exc:
         raise DbUnreadable(f"{path}: {_what(exc)} ({_reason(exc)})") from exc
     try:
@@ -281,7 +294,7 @@ class Db:
         self.repairs = repairs or Repairs()
         self.con = connect_readonly(path, source, self.repairs)
         try:
-            self.small = sqlite_ro.connect(source or path, immutable=source in (None, path))
+            self.small = sqlite_ro.connect(source or path)
             tables = sqlite_ro.tables_of(self.small)
         except sqlite3.Error as exc:
             self.con.close()
