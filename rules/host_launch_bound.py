@@ -39,7 +39,7 @@ from traceanalyzer.kit import (
     classify_gaps,
     device_tasks,
     host_api,
-    host_launches,
+    launched_tasks,
     phase_at,
     phase_windows,
     phases_in,
@@ -238,9 +238,7 @@ class _Judged:
 def _judged_streams(ctx: RuleContext) -> _Judged:
     p = ctx.params
     slices = ctx.table("slices")
-    launches = host_launches(slices, ctx.table("flows"), replay_apis=p.replay_apis).filter(
-        ~pl.col("name").is_in(p.marker_tasks)
-    )
+    launches = launched_tasks(ctx, p.replay_apis).filter(~pl.col("name").is_in(p.marker_tasks))
     keys = ["rank", "session"]
     compute = (
         launches.filter(pl.col("task_type").is_in(p.compute_task_types))

@@ -719,13 +719,12 @@ def host_launches(
         .select(*_THREAD, "name", "api_layer", "api_name", "connection_id", "start_ns", "end_ns")
         .collect()
     )
-    calls = _with_launch_op(calls)
 
     def cpu_ops(threads: pl.DataFrame) -> pl.DataFrame:
         """The torch ops on ``threads``: only where a flow starts (most are never read)."""
         ops = frame.filter(pl.col("cat") == "cpu_op").join(threads.lazy(), on=_THREAD, how="semi")
         return ops.select(
-            *_THREAD, "name", pl.col("name").alias("launch_op"), "start_ns", "end_ns"
+            *_THREAD, "name", pl.lit(None, dtype=pl.String).alias("api_layer"), "start_ns", "end_ns"
         ).collect()
 
     flow_frame = None if flows is None else flows.lazy()
@@ -746,26 +745,29 @@ def host_launches(
         if todo.is_empty():
             break
     best = pl.concat(found, how="vertical_relaxed")
+    launched = tasks.join(best, on="_task", how="left")
     return (
-        tasks.join(best, on="_task", how="left")
+        _with_launch_op(launched, calls, host_process)
         .sort([*keys, "stream", "start_ns", "_task"])
-        .drop("_task", "_stream_thread")
+        .drop("_task", "_stream_thread", "_launch_layer")
     )
 
 
 def _as_launch(calls: pl.DataFrame) -> pl.DataFrame:
-    """Host calls renamed to the launch columns (``launch_op`` must already be there)."""
+    """Host calls renamed to the launch columns (``launch_op`` the call itself until
+    :func:`_with_launch_op`; ``_launch_layer`` its ``api_layer``)."""
     return calls.select(
         pl.col("name").alias("launch_name"),
-        "launch_op",
+        pl.col("name").alias("launch_op"),
         pl.col("start_ns").alias("launch_start_ns"),
         pl.col("end_ns").alias("launch_end_ns"),
         pl.col("thread").alias("launch_thread"),
+        pl.col("api_layer").alias("_launch_layer"),
     )
 
 
 def _link(found: pl.DataFrame, link: str) -> pl.DataFrame:
-    return found.select("_task", *LAUNCH_COLUMNS, link=pl.lit(link))
+    return found.select("_task", *LAUNCH_COLUMNS, "_launch_layer", link=pl.lit(link))
 
 
 def containing_call(
@@ -831,18 +833,35 @@ def containing_call(
     return frame.select(*ordered.columns, *map(pick, extra)).sort("_point").drop("_point")
 
 
-def _with_launch_op(calls: pl.DataFrame) -> pl.DataFrame:
-    """Add ``launch_op``: for a ``Node@launch`` the AscendCL op around it, else the call's name."""
+def _with_launch_op(launched: pl.DataFrame, calls: pl.DataFrame, host_process: str) -> pl.DataFrame:
+    """``launch_op`` of the tasks a ``Node@launch`` launched: the AscendCL op around it (else
+    the call's name, as for every other launch). Looked up for those launches only, not for
+    every host call: most calls launch nothing."""
+    is_node = pl.col("_launch_layer") == "Node"
+    nodes = launched.filter(is_node)
+    if nodes.is_empty():
+        return launched
     ops = calls.filter(pl.col("api_layer") == "AscendCL").select(
         *_THREAD, pl.col("name").alias("_op"), "start_ns", "end_ns"
     )
-    around = containing_call(calls.with_columns(pl.col("start_ns").alias("_at")), ops, at="_at")
-    return around.select(
-        *calls.columns,
-        pl.when(pl.col("api_layer") == "Node")
-        .then(pl.col("_op").fill_null(pl.col("name")))
-        .otherwise(pl.col("name"))
-        .alias("launch_op"),
+    points = nodes.select(
+        "_task",
+        "rank",
+        "session",
+        pl.lit(host_process, dtype=pl.String).alias("process"),
+        pl.col("launch_thread").alias("thread"),
+        pl.col("launch_start_ns").alias("_at"),
+    )
+    around = containing_call(points, ops, at="_at").select("_task", "_op")
+    return (
+        launched.join(around, on="_task", how="left")
+        .with_columns(
+            pl.when(is_node)
+            .then(pl.col("_op").fill_null(pl.col("launch_name")))
+            .otherwise(pl.col("launch_op"))
+            .alias("launch_op")
+        )
+        .drop("_op")
     )
 
 

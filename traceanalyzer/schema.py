@@ -772,6 +772,37 @@ DERIVED_TABLES: dict[str, Table] = {
             ),
         ),
         _table(
+            "launches",
+            "Each device task with the host call that launched it (launch columns null when no "
+            "link is found); derived before the rules, which, like the overview, read their "
+            "launches from it.",
+            "derived: slices (device tasks, CANN calls, torch ops), flows "
+            "(`primitives.host_launches`)",
+            Column("stream", I64, "The task's device stream (the slices' `stream_id`)."),
+            Column("start_ns", I64, "Task start."),
+            Column("end_ns", I64, "Task end."),
+            Column("name", STR, "Task name."),
+            Column("task_type", STR, "Task type (`AI_CORE`, `EVENT_WAIT_SQE`, ...)."),
+            Column("task_id", I64, "Task id."),
+            Column("model_id", I64, "Captured graph's model id (null outside graphs)."),
+            Column("connection_id", I64, "The task's `connection_id`."),
+            Column("launch_name", STR, "The launching host call, e.g. `Node@launch`."),
+            Column(
+                "launch_op",
+                STR,
+                "The AscendCL op around a `Node@launch` (e.g. `AscendCL@aclnnMm`), else the call.",
+            ),
+            Column("launch_start_ns", I64, "Launching call's start."),
+            Column("launch_end_ns", I64, "Launching call's end."),
+            Column("launch_thread", STR, "Launching call's thread."),
+            Column(
+                "link",
+                STR,
+                "How the task was linked: `graph_replay`, `connection_id`, `HostToDevice`, "
+                "`launch_flow` or `async_npu` (null: not linked).",
+            ),
+        ),
+        _table(
             "summary_steps",
             "Where each step's time goes: its wall time split into components that sum to it.",
             "derived: slices (device tasks, ProfilerStep#N), kernels, flows; step_times to check",
@@ -920,7 +951,7 @@ DERIVED_TABLES: dict[str, Table] = {
 
 # the derived tables the rules read: derived before them, per rank, and what each was derived
 # from (its key, store.derived_key) is part of a rule outcome's cache key
-RULE_INPUT_TABLES = ("steps",)
+RULE_INPUT_TABLES = ("steps", "launches")
 
 
 def render_markdown() -> str:

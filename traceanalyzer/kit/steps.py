@@ -25,16 +25,19 @@ from traceanalyzer.kit.cost import analysed_window_ns, window_share
 from traceanalyzer.kit.requirements import HOST_MARKED_STEPS
 from traceanalyzer.primitives import (
     containing_call,
+    host_launches,
     overlap_join,
     pair_windows,
     window_of,
 )
+from traceanalyzer.steps.launches import launches_of
 from traceanalyzer.steps.phases import PHASES, STEADY_PHASES, UNKNOWN_PHASE
 from traceanalyzer.steps.tables import steps_of
 from traceanalyzer.vocabulary import (
     CANN_PROCESS,
     CAPTURE_BEGIN_API,
     CAPTURE_END_API,
+    GRAPH_REPLAY_APIS,
     PYTHON_PROCESS,
     STEP_SPAN_PREFIX,
 )
@@ -141,6 +144,21 @@ def cann_calls(ctx: RuleContext) -> pl.DataFrame:
     start_ns, end_ns, dur_ns. Read once for all the rules that ask: filter it, rather than
     scan the slices for the calls of each kind (a scan each took four times as long)."""
     return ctx.shared(_read_cann_calls)
+
+
+def launched_tasks(
+    ctx: RuleContext, replay_apis: Sequence[str] = GRAPH_REPLAY_APIS
+) -> pl.DataFrame:
+    """Every device task of the shard with the host call that launched it
+    (:func:`~traceanalyzer.primitives.host_launches`): the store's ``launches`` table, derived
+    once before the rules; linked again here only when ``replay_apis`` are not the default."""
+    if tuple(replay_apis) == GRAPH_REPLAY_APIS:
+        return launches_of(ctx.store, ctx.ranks if ctx.ranks is not None else _every_rank(ctx))
+    return host_launches(ctx.table("slices"), ctx.table("flows"), replay_apis=replay_apis)
+
+
+def _every_rank(ctx: RuleContext) -> list[int]:
+    return ctx.sessions()["rank"].unique().sort().to_list()
 
 
 def _read_cann_calls(ctx: RuleContext) -> pl.DataFrame:

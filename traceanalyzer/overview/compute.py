@@ -24,12 +24,12 @@ from traceanalyzer.overview.breakdown import (
 from traceanalyzer.overview.tops import top_collectives, top_host_apis, top_kernels
 from traceanalyzer.primitives import (
     classify_gaps,
-    host_launches,
     pair_windows,
     stream_gaps,
     union_intervals,
 )
 from traceanalyzer.schema import COMPONENT_NAMES
+from traceanalyzer.steps.launches import launches_of
 from traceanalyzer.steps.phases import IDLE_PHASE
 from traceanalyzer.steps.tables import steps_of
 from traceanalyzer.store import Store
@@ -43,7 +43,6 @@ from traceanalyzer.vocabulary import (
     DISPATCH_LATENCY_US,
     FREE_APIS,
     HARDWARE_PROCESS,
-    HOST_PROCESSES,
     PAUSE_MS,
     SYNC_APIS,
 )
@@ -108,27 +107,16 @@ def host_bound_gaps(store: Store, rank: int, tasks: pl.DataFrame) -> pl.DataFram
     shorter than the dispatch latency, pauses, gaps in a graph capture and gaps whose next task
     has no known launch are not.
 
-    Only the tasks after a gap are looked up, with the host calls and flows that can link them
-    (the calls with their connection ids, the flows ending at their start): a tenth of a rank's
-    tasks, and the same links as looking up every task. ``tasks``: :func:`device_tasks`.
+    The launches are the rules' (the ``launches`` table, derived once before them).
+    ``tasks``: :func:`device_tasks`.
     """
     hardware = tasks.filter(
         (pl.col("process") == HARDWARE_PROCESS) & pl.col("stream_id").is_not_null()
     ).select(SLICE_COLUMNS)
     after_gap = stream_gaps(hardware)
-    flows = (
-        store.table("flows")
-        .filter((pl.col("rank") == rank) & pl.col("end_ns").is_in(after_gap["start_ns"].implode()))
-        .collect()
-    )
-    slices = store.table("slices").filter(pl.col("rank") == rank)
-    hosts = slices.filter(pl.col("process").is_in(HOST_PROCESSES))
-    if after_gap["connection_id"].is_not_null().all() and after_gap["model_id"].is_null().all():
-        ids = after_gap["connection_id"].unique().implode()
-        hosts = hosts.filter(pl.col("connection_id").is_in(ids))
     task = ["session", "stream", "start_ns", "end_ns", "name"]
-    launches = host_launches(
-        pl.concat([after_gap.select(SLICE_COLUMNS), hosts.select(SLICE_COLUMNS).collect()]), flows
+    launches = launches_of(store, [rank]).filter(
+        pl.col("start_ns").is_in(after_gap["start_ns"].implode())
     )
     launched = after_gap.join(
         launches.select(*task, "launch_start_ns", "launch_end_ns", "link").unique(
@@ -137,6 +125,7 @@ def host_bound_gaps(store: Store, rank: int, tasks: pl.DataFrame) -> pl.DataFram
         on=task,
         how="inner",
     )
+    slices = store.table("slices").filter(pl.col("rank") == rank)
     interval = ["rank", "session", "start_ns", "end_ns"]
     # one read of the CANN calls for the three kinds of call below (a scan each took 3x longer)
     cann = (

@@ -1,9 +1,9 @@
-"""Derive a store's ``steps`` table: one task per shard (a rank, or a rank group,
-``store.rank_shards``) on the executor, before the rules.
+"""Derive a store's ``steps`` and ``launches`` tables: one task per shard (a rank, or a rank
+group, ``store.rank_shards``) on the executor, before the rules.
 
 A shard whose inputs, the derivation's code and its parameters are unchanged since the last run
 is not derived again (``store.derived_key``, like the overview's cache); the key is also what
-the rules' outcome cache sees of the steps, so a rule whose steps changed runs again.
+the rules' outcome cache sees of the derived tables, so a rule whose steps changed runs again.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import polars as pl
 
 from traceanalyzer.engine.config import ConfigError
 from traceanalyzer.engine.params import ParamError, Params
+from traceanalyzer.steps import launches
 from traceanalyzer.steps.derive import derive_rank
 from traceanalyzer.steps.evidence import NAMESPACE, STEP_PARAMS, default_params
 from traceanalyzer.store import (
@@ -40,6 +41,8 @@ if TYPE_CHECKING:
     from traceanalyzer.executor import Executor
 
 TABLE = "steps"
+# every table a shard's task derives, each under the same key
+DERIVED = (TABLE, launches.TABLE)
 
 
 class StepSettingError(ConfigError):
@@ -66,10 +69,11 @@ def step_params(values: Mapping[str, Any] | None = None) -> Params:
 
 
 def steps_shard(store_root: str, shard: tuple[int, ...], values: Mapping[str, Any]) -> int:
-    """The worker task: the steps of a shard's ranks (one rank, or a rank group), written into
-    the store; returns their count."""
+    """The worker task: the launches and steps of a shard's ranks (one rank, or a rank group),
+    written into the store; returns the count of steps."""
     root = Path(store_root)
     store, params = RankStore(root, shard), step_params(values)
+    write_derived_table(root, launches.TABLE, shard, launches.derive_launches(store, shard))
     frame = pl.concat(
         [
             derive_rank(store, rank, params).with_columns(rank=pl.lit(rank, pl.Int32))
@@ -97,7 +101,8 @@ def derive_store(
     *,
     cache: bool = True,
 ) -> dict[str, Any]:
-    """Bring the store's ``steps`` table up to date; returns what failed, by rank."""
+    """Bring the store's ``steps`` and ``launches`` tables up to date; returns what failed, by
+    rank."""
     from traceanalyzer.engine.runner import store_ranks
     from traceanalyzer.executor import TaskCrashed
 
@@ -113,12 +118,13 @@ def derive_store(
         keys[shard] = hashlib.sha256(
             json.dumps(doc, sort_keys=True, default=str).encode()
         ).hexdigest()
+    # (a shard without device tasks has no launches files: the steps' files stand for both)
     todo = [
         shard
         for shard in shards
         if not (
             cache
-            and derived_key(root, TABLE, shard) == keys[shard]
+            and all(derived_key(root, table, shard) == keys[shard] for table in DERIVED)
             and (root / TABLES_DIR / TABLE / shard_label(shard)).is_dir()
         )
     ]
@@ -126,13 +132,17 @@ def derive_store(
     tasks = [(str(root), shard, dict(values or {})) for shard in todo]
     for index, result in executor.map(steps_shard, tasks):
         shard = todo[index]
-        if isinstance(result, TaskCrashed):  # no stale steps: the rules then derive them
+        crashed = isinstance(result, TaskCrashed)
+        if crashed:
             failed.update(dict.fromkeys(shard, str(result)))
-            derived_key_path(root, TABLE, shard).unlink(missing_ok=True)
-            shutil.rmtree(root / TABLES_DIR / TABLE / shard_label(shard), ignore_errors=True)
-        else:
-            write_atomic_text(derived_key_path(root, TABLE, shard), keys[shard])
-    remove_stale_shards(root, TABLE, shards)  # ranks no longer in the store, or regrouped
+        for table in DERIVED:
+            if crashed:  # nothing stale: the rules then derive them
+                derived_key_path(root, table, shard).unlink(missing_ok=True)
+                shutil.rmtree(root / TABLES_DIR / table / shard_label(shard), ignore_errors=True)
+            else:
+                write_atomic_text(derived_key_path(root, table, shard), keys[shard])
+    for table in DERIVED:  # ranks no longer in the store, or regrouped
+        remove_stale_shards(root, table, shards)
     return {
         "failed": failed,
         "computed": [rank for shard in todo for rank in shard],

@@ -1,0 +1,46 @@
+"""The ``launches`` derived table: each device task with the host call that launched it.
+
+Linking a task to its launch (:func:`~traceanalyzer.primitives.host_launches`) reads every
+device task, host call and flow of a rank: host-launch-bound and the overview's host-bound idle
+both need it, and each derived it on its own. It is derived once per shard before the rules,
+beside the steps (``steps/run.py``), at the default graph-replay calls; a rule whose
+parameters differ derives its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+import polars as pl
+
+from traceanalyzer.primitives import host_launches
+from traceanalyzer.store import Store
+
+TABLE = "launches"
+# host_launches' own order, kept by the stored files (a stable sort on read restores it)
+ORDER = ["rank", "session", "stream", "start_ns"]
+
+
+def derive_launches(store: Store, ranks: Collection[int]) -> pl.DataFrame:
+    """The launches of ``ranks``' device tasks (every column of the ``launches`` table)."""
+    in_ranks = pl.col("rank").is_in(sorted(ranks))
+    return host_launches(
+        store.table("slices").filter(in_ranks), store.table("flows").filter(in_ranks)
+    )
+
+
+def launches_of(store: Store, ranks: Collection[int]) -> pl.DataFrame:
+    """The launches of ``ranks``: the store's ``launches`` table, derived here for a rank it has
+    none for (a fixture's store, or one written before launches were derived), once per store."""
+    stored = store.table(TABLE).filter(pl.col("rank").is_in(sorted(ranks))).collect()
+    missing = sorted(set(ranks) - set(stored["rank"].unique().to_list()))
+    derived = [
+        store.memo((TABLE, rank), lambda rank=rank: derive_launches(store, [rank]))
+        for rank in missing
+    ]
+    frames = [stored, *(d for d in derived if d.height)]
+    if len(frames) == 1:
+        return stored.sort(ORDER, maintain_order=True)
+    return pl.concat([f.select(stored.columns) for f in frames], how="vertical_relaxed").sort(
+        ORDER, maintain_order=True
+    )
