@@ -766,6 +766,15 @@ def _as_launch(calls: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+# what each link returns (_link)
+_LINK_SCHEMA = {
+    "_task": pl.UInt32,
+    **dict.fromkeys(("launch_name", "launch_op"), pl.String),
+    **dict.fromkeys(("launch_start_ns", "launch_end_ns"), pl.Int64),
+    **dict.fromkeys(("launch_thread", "_launch_layer", "link"), pl.String),
+}
+
+
 def _link(found: pl.DataFrame, link: str) -> pl.DataFrame:
     return found.select("_task", *LAUNCH_COLUMNS, "_launch_layer", link=pl.lit(link))
 
@@ -916,6 +925,8 @@ def _flow_links(
     # events repeat (merged or tiled copies) would otherwise join every copy to every copy.
     at_task = ["rank", "session", "_stream_thread", "start_ns"]
     linked = tasks.join(ends.unique(at_task, keep="first", maintain_order=True), on=at_task)
+    if linked.is_empty():  # no call read: the tasks connection ids leave are seldom flow-linked
+        return pl.DataFrame(schema=_LINK_SCHEMA)
     calls = calls_on(linked.select(_THREAD).unique())
     launches = pl.concat([calls.select(*_THREAD), _as_launch(calls)], how="horizontal").rename(
         {"launch_start_ns": "start_ns", "launch_end_ns": "end_ns"}

@@ -12,6 +12,7 @@ import hashlib
 import json
 import shutil
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -73,15 +74,23 @@ def steps_shard(store_root: str, shard: tuple[int, ...], values: Mapping[str, An
     written into the store; returns the count of steps."""
     root = Path(store_root)
     store, params = RankStore(root, shard), step_params(values)
-    write_derived_table(root, launches.TABLE, shard, launches.derive_launches(store, shard))
-    frame = pl.concat(
-        [
-            derive_rank(store, rank, params).with_columns(rank=pl.lit(rank, pl.Int32))
-            for rank in shard
-        ],
-        how="vertical_relaxed",  # a rank without steps may type a column otherwise
-    )
-    write_derived_table(root, TABLE, shard, frame)
+    # The two share no result: the launches on a second thread (each derivation leaves a core
+    # idle between its queries).
+    with ThreadPoolExecutor(1) as beside:
+        launched = beside.submit(
+            lambda: write_derived_table(
+                root, launches.TABLE, shard, launches.derive_launches(store, shard)
+            )
+        )
+        frame = pl.concat(
+            [
+                derive_rank(store, rank, params).with_columns(rank=pl.lit(rank, pl.Int32))
+                for rank in shard
+            ],
+            how="vertical_relaxed",  # a rank without steps may type a column otherwise
+        )
+        write_derived_table(root, TABLE, shard, frame)
+        launched.result()
     return frame.height
 
 
