@@ -60,7 +60,7 @@ def _read_slices(store: Store, rank: int, p: Params) -> pl.LazyFrame:
     the attention kernels' tasks), the CANN calls that capture or replay a graph or carry a
     connection id (a kernel's launch), and the host spans named like a marker; only the columns
     it reads."""
-    slices = store.table("slices").filter(pl.col("rank") == rank)
+    slices = store.scan("slices").filter(pl.col("rank") == rank)
     launch = (pl.col("process") == CANN_PROCESS) & pl.col("connection_id").is_not_null()
     wanted = (
         (pl.col("process") == HARDWARE_PROCESS)
@@ -78,7 +78,7 @@ def _launched_attention(
     time, else their device start. ``slices``: the rank's slices as the derivation read them
     (:func:`_read_slices`); ``replays``: its graph replays (session, ``_replay``, in order)."""
     kernels = (
-        store.table("kernels")
+        store.scan("kernels")  # one query of a few columns: not held in memory whole
         .filter(
             (pl.col("rank") == rank)
             & (
