@@ -36,7 +36,7 @@ from traceanalyzer.engine.params import Param, Params
 from traceanalyzer.engine.rule import RuleContext, helper
 from traceanalyzer.kit.kernels import kernel_tasks
 from traceanalyzer.kit.steps import phase_windows
-from traceanalyzer.primitives import covered_fraction, union_intervals, window_of
+from traceanalyzer.primitives import any_of, covered_fraction, union_intervals, window_of
 from traceanalyzer.steps.phases import PHASES, STEADY_PHASES
 from traceanalyzer.steps.tables import steps_of
 from traceanalyzer.vocabulary import (
@@ -516,8 +516,7 @@ def _speeds(ctx: RuleContext, groups: list[EpGroup]) -> dict[int, float]:
     ranks = sorted({r for g in groups for r in g.members})
     dense = _compute_kernels(ctx).filter(
         pl.col("rank").is_in(ranks)
-        & ~pl.col("name").str.contains(p.expert_kernels)
-        & ~pl.col("name").str.contains(p.mc2_ops)
+        & ~pl.col("name").str.contains(any_of((p.expert_kernels, p.mc2_ops)))
     )
     dense = _in_steps(ctx, dense).filter(pl.col("phase").is_in(JUDGED_PHASES))
     if dense.is_empty():
@@ -532,15 +531,10 @@ def _speeds(ctx: RuleContext, groups: list[EpGroup]) -> dict[int, float]:
     key = ["sidx", "step", "name", "_k"]
     for g in groups:
         mine = dense.filter(pl.col("rank").is_in(list(g.members)))
-        # each kernel's peers: one aggregate per key, joined back (not a window over each)
-        peers = mine.group_by(key).agg(
-            pl.col("dur").median().alias("_median"), pl.col("rank").n_unique().alias("_n")
-        )
-        ratios = (
-            mine.join(peers, on=key, nulls_equal=True)
-            .filter(pl.col("_n") >= 2)
-            .with_columns((pl.col("dur") / pl.col("_median")).alias("ratio"))
-        )
+        ratios = mine.with_columns(
+            (pl.col("dur") / pl.col("dur").median().over(key)).alias("ratio"),
+            pl.col("rank").n_unique().over(key).alias("_n"),
+        ).filter(pl.col("_n") >= 2)
         for r, value in ratios.group_by("rank").agg(pl.col("ratio").median()).iter_rows():
             if value is not None and value > 0:
                 speeds[int(r)] = float(value)
