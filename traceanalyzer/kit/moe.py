@@ -171,6 +171,8 @@ def _exchange_ops_in(device: pl.DataFrame, p: Any) -> pl.DataFrame:
     row)."""
     return (
         device.lazy()
+        # the few exchange ops first, then their path
+        .filter(pl.col("name").str.contains(any_of((p.mc2_ops, p.alltoall_ops, p.allgather_ops))))
         .with_columns(_path_of(p).alias("path"))
         .filter(pl.col("path").is_not_null())
         .select("rank", "session", "name", "process", "thread", "start_ns", "end_ns", "path")

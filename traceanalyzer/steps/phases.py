@@ -119,10 +119,14 @@ def attention_evidence(kernels: pl.DataFrame, windows: pl.DataFrame, p: Params) 
         _block_table_rows, return_dtype=pl.Int64
     )
     eager = pl.col("model_id").is_null()
-    attention = attention.with_columns(
+    # once per distinct inputs (a model's attention kernels share a few), not once per kernel
+    inputs = ["input_shapes", "input_data_types"]
+    tables = attention.select(inputs).unique().with_columns(table.alias("B"))
+    attention = attention.join(
+        tables, on=inputs, how="left", nulls_equal=True, maintain_order="left"
+    ).with_columns(
         query.list.first().cast(pl.Int64, strict=False).alias("T"),
         (key == query).fill_null(False).alias("no_cache"),
-        table.alias("B"),
         eager.alias("eager"),
     )
     owned = window_index(attention.rename({"launch_ns": "_at"}), windows, at="_at")
