@@ -548,6 +548,11 @@ class Store:
             *sorted(base.glob(f"{GROUP_PREFIX}*/{PART_FILE}")),
         ]
 
+    def scan(self, name: str) -> pl.LazyFrame:
+        """The table, as :meth:`table`, but never decoded whole to be held in memory: for a
+        derivation's one query of a few of its columns."""
+        return Store.table(self, name)
+
     def rows(self, name: str) -> int:
         return int(self.table(name).select(pl.len()).collect().item())
 
@@ -625,6 +630,14 @@ class RankStore(Store):
                 self._held += size
             self._tables[name] = frame
         return self._tables[name]
+
+    def scan(self, name: str) -> pl.LazyFrame:
+        if name in self._tables:  # held already (or scanned, when large)
+            return self._tables[name]
+        frame = super().table(name)
+        if any(map(_in_group, self._files(name))):  # a group holds other ranks too
+            frame = frame.filter(pl.col("rank").is_in(self.shard))
+        return frame
 
     def sessions(self) -> pl.DataFrame:
         if self._sessions is None:

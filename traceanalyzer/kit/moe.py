@@ -36,7 +36,7 @@ from traceanalyzer.engine.params import Param, Params
 from traceanalyzer.engine.rule import RuleContext, helper
 from traceanalyzer.kit.kernels import kernel_tasks
 from traceanalyzer.kit.steps import phase_windows
-from traceanalyzer.primitives import covered_fraction, union_intervals, window_of
+from traceanalyzer.primitives import any_of, covered_fraction, union_intervals, window_of
 from traceanalyzer.steps.phases import PHASES, STEADY_PHASES
 from traceanalyzer.steps.tables import steps_of
 from traceanalyzer.vocabulary import (
@@ -131,13 +131,48 @@ def _path_of(p: Any) -> pl.Expr:
     )
 
 
-def _exchange_ops(ctx: RuleContext) -> pl.DataFrame:
-    """EP exchange ops of every rank in scope: rank, session, name, process, thread,
-    start_ns, end_ns, path (MC2 kernels on a compute stream, HCCL ops on their group row)."""
-    p = ctx.params
+# the device tasks' columns read here: the exchanges', the compute kernels' and the experts'
+DEVICE_COLUMNS = (
+    "rank", "session", "process", "thread", "name", "task_type", "stream_id", "start_ns", "end_ns",
+)  # fmt: skip
+
+
+def device_slices(slices: pl.LazyFrame) -> pl.DataFrame:
+    """The device tasks (device and communication processes, ``end_ns > start_ns``) of
+    ``slices``, in their order, with :data:`DEVICE_COLUMNS`: what the exchanges, the compute
+    kernels and the expert kernels are read from."""
     return (
-        ctx.table("slices")
-        .filter(pl.col("process").is_in(DEVICE_PROCESSES) & (pl.col("end_ns") > pl.col("start_ns")))
+        slices.filter(
+            pl.col("process").is_in(DEVICE_PROCESSES) & (pl.col("end_ns") > pl.col("start_ns"))
+        )
+        .select(DEVICE_COLUMNS)
+        .collect()
+    )
+
+
+def _device_tasks(ctx: RuleContext) -> pl.DataFrame:
+    """:func:`device_slices` of every rank in scope, read once (one scan of the slices) for the
+    exchanges, the compute kernels and the expert kernels."""
+    return ctx.shared(_read_device_tasks)
+
+
+def _read_device_tasks(ctx: RuleContext) -> pl.DataFrame:
+    return device_slices(ctx.table("slices"))
+
+
+def _exchange_ops(ctx: RuleContext) -> pl.DataFrame:
+    """EP exchange ops of every rank in scope (:func:`_exchange_ops_in`)."""
+    return _exchange_ops_in(_device_tasks(ctx), ctx.params)
+
+
+def _exchange_ops_in(device: pl.DataFrame, p: Any) -> pl.DataFrame:
+    """EP exchange ops of ``device`` (:func:`device_slices`): rank, session, name, process,
+    thread, start_ns, end_ns, path (MC2 kernels on a compute stream, HCCL ops on their group
+    row)."""
+    return (
+        device.lazy()
+        # the few exchange ops first, then their path
+        .filter(pl.col("name").str.contains(any_of((p.mc2_ops, p.alltoall_ops, p.allgather_ops))))
         .with_columns(_path_of(p).alias("path"))
         .filter(pl.col("path").is_not_null())
         .select("rank", "session", "name", "process", "thread", "start_ns", "end_ns", "path")
@@ -173,11 +208,15 @@ def moe_exchange_paths(ctx: RuleContext) -> pl.DataFrame:
 
 
 def exchange_paths(
-    store: Store, ranks: Collection[int] | None = None, **patterns: str
+    store: Store,
+    ranks: Collection[int] | None = None,
+    device: pl.DataFrame | None = None,
+    **patterns: str,
 ) -> pl.DataFrame:
     """:func:`moe_exchange_paths` outside a rule (the overview): the same frame for ``ranks``
     of ``store`` (every rank: None), with ``mc2_ops``, ``alltoall_ops`` and ``allgather_ops``
-    at their defaults unless given."""
+    at their defaults unless given. ``device``: those ranks' device tasks when the caller read
+    them already (:func:`device_slices`' rows, any further columns), else read here."""
     unknown = sorted(set(patterns) - set(EXCHANGE_PARAMS))
     if unknown:
         raise ValueError(f"unknown pattern(s) {unknown}; known: {sorted(EXCHANGE_PARAMS)}")
@@ -185,7 +224,10 @@ def exchange_paths(
     scope = frozenset(ranks) if ranks is not None else None
     # no rule asks: the derivation reads only the store, the ranks and these patterns
     ctx = RuleContext(None, store, Params(values), scope)  # type: ignore[arg-type]
-    return _exchange_paths(ctx)
+    if device is None:
+        return _exchange_paths(ctx)
+    device = device.select(DEVICE_COLUMNS)
+    return _paths(ctx, _exchange_ops_in(device, ctx.params), _compute_kernels_in(device))
 
 
 def _compute_kernels(ctx: RuleContext) -> pl.DataFrame:
@@ -195,11 +237,21 @@ def _compute_kernels(ctx: RuleContext) -> pl.DataFrame:
 
 
 def _read_compute_kernels(ctx: RuleContext) -> pl.DataFrame:
-    return kernel_tasks(ctx.table("slices"), COMPUTE_TASK_TYPES)
+    return _compute_kernels_in(_device_tasks(ctx))
+
+
+def _compute_kernels_in(device: pl.DataFrame) -> pl.DataFrame:
+    """The compute kernels among ``device`` (:func:`device_slices`)."""
+    return kernel_tasks(device.lazy(), COMPUTE_TASK_TYPES)
 
 
 def _exchange_paths(ctx: RuleContext) -> pl.DataFrame:
-    ops = _in_steps(ctx, _shared_exchange_ops(ctx)).filter(pl.col("step").is_not_null())
+    return _paths(ctx, _shared_exchange_ops(ctx), _compute_kernels(ctx))
+
+
+def _paths(ctx: RuleContext, exchanges: pl.DataFrame, kernels: pl.DataFrame) -> pl.DataFrame:
+    """:func:`moe_exchange_paths` from the exchange ops and the compute kernels."""
+    ops = _in_steps(ctx, exchanges).filter(pl.col("step").is_not_null())
     schema = {
         "rank": pl.Int32, "session": pl.String, "step": pl.Int64, "phase": pl.String,
         "tokens": pl.Int64, "path": pl.String, "paths": pl.String, "exchanges": pl.UInt32,
@@ -208,7 +260,7 @@ def _exchange_paths(ctx: RuleContext) -> pl.DataFrame:
     if ops.is_empty():
         return pl.DataFrame(schema=schema)
     ranks = sorted(ops["rank"].unique().to_list())
-    compute = _compute_kernels(ctx).filter(pl.col("rank").is_in(ranks))
+    compute = kernels.filter(pl.col("rank").is_in(ranks))
     compute = compute.join(
         ops.select("rank", "session", "name", "start_ns"),
         on=["rank", "session", "name", "start_ns"],
@@ -376,10 +428,10 @@ def _layers(ctx: RuleContext, ops: pl.DataFrame) -> pl.DataFrame:
     the exchange's end), first_ns (the first expert kernel's start)."""
     p = ctx.params
     kernels = (
-        ctx.table("slices")
+        _device_tasks(ctx)
+        .lazy()
         .filter(
             (pl.col("process") == HARDWARE_PROCESS)
-            & (pl.col("end_ns") > pl.col("start_ns"))
             & pl.col("name").str.contains(p.expert_kernels)
             & ~pl.col("name").str.contains(p.mc2_ops)
         )
@@ -466,8 +518,7 @@ def _speeds(ctx: RuleContext, groups: list[EpGroup]) -> dict[int, float]:
     ranks = sorted({r for g in groups for r in g.members})
     dense = _compute_kernels(ctx).filter(
         pl.col("rank").is_in(ranks)
-        & ~pl.col("name").str.contains(p.expert_kernels)
-        & ~pl.col("name").str.contains(p.mc2_ops)
+        & ~pl.col("name").str.contains(any_of((p.expert_kernels, p.mc2_ops)))
     )
     dense = _in_steps(ctx, dense).filter(pl.col("phase").is_in(JUDGED_PHASES))
     if dense.is_empty():

@@ -13,10 +13,21 @@ import polars as pl
 from traceanalyzer.engine.params import Params
 from traceanalyzer.primitives import any_of
 from traceanalyzer.steps.phases import attention_evidence, classify, marker_counts
-from traceanalyzer.steps.windows import compute_tasks, host_spans, session_windows, window_index
+from traceanalyzer.steps.windows import (
+    compute_tasks,
+    host_spans,
+    is_host_span,
+    session_windows,
+    window_index,
+)
 from traceanalyzer.store import Store
 from traceanalyzer.vocabulary import CANN_PROCESS, HARDWARE_PROCESS
 
+# the slices' columns the derivation reads
+SLICE_COLUMNS = (
+    "session", "process", "thread", "name", "cat", "start_ns", "end_ns", "dur_ns", "stream_id",
+    "task_type", "model_id", "connection_id", "api_name",
+)  # fmt: skip
 STEP_COLUMNS = (
     "session", "step", "start_ns", "end_ns", "step_ns", "step_source", "phase", "phase_source",
     "phase_reason", "tokens", "requests", "graph",
@@ -35,11 +46,39 @@ def _marker_names(p: Params) -> pl.Expr:
     return name.str.contains(any_of(patterns)) | name.is_in(scopes)
 
 
-def _launched_attention(store: Store, rank: int, p: Params) -> pl.DataFrame:
+def _graph_calls(p: Params) -> pl.Expr:
+    """The CANN calls that open a graph capture or replay a graph."""
+    api = pl.col("api_name")
+    return (pl.col("process") == CANN_PROCESS) & (
+        api.str.contains(p.capture_begin) | api.is_in(list(p.replay_apis))
+    )
+
+
+def _read_slices(store: Store, rank: int, p: Params) -> pl.LazyFrame:
+    """The rank's slices the derivation reads, from one scan of the table (each of its reads
+    filters this frame in memory, in the table's order): every device task (the compute tasks,
+    the attention kernels' tasks), the CANN calls that capture or replay a graph or carry a
+    connection id (a kernel's launch), and the host spans named like a marker; only the columns
+    it reads."""
+    slices = store.scan("slices").filter(pl.col("rank") == rank)
+    launch = (pl.col("process") == CANN_PROCESS) & pl.col("connection_id").is_not_null()
+    wanted = (
+        (pl.col("process") == HARDWARE_PROCESS)
+        | _graph_calls(p)
+        | launch
+        | (is_host_span() & _marker_names(p))
+    )
+    return slices.filter(wanted).select(SLICE_COLUMNS).collect().lazy()
+
+
+def _launched_attention(
+    store: Store, rank: int, slices: pl.LazyFrame, replays: pl.DataFrame, p: Params
+) -> pl.DataFrame:
     """The attention kernels (and the signature kernels) with ``launch_ns``: their launch's host
-    time, else their device start."""
+    time, else their device start. ``slices``: the rank's slices as the derivation read them
+    (:func:`_read_slices`); ``replays``: its graph replays (session, ``_replay``, in order)."""
     kernels = (
-        store.table("kernels")
+        store.scan("kernels")  # one query of a few columns: not held in memory whole
         .filter(
             (pl.col("rank") == rank)
             & (
@@ -63,7 +102,6 @@ def _launched_attention(store: Store, rank: int, p: Params) -> pl.DataFrame:
     )
     if kernels.is_empty():
         return kernels.with_columns(pl.lit(None, dtype=pl.Int64).alias("launch_ns"))
-    slices = store.table("slices").filter(pl.col("rank") == rank)
     tasks = (
         slices.filter(
             (pl.col("process") == HARDWARE_PROCESS)
@@ -84,14 +122,6 @@ def _launched_attention(store: Store, rank: int, p: Params) -> pl.DataFrame:
         .collect()
     )
     kernels = kernels.join(calls, on=["session", "connection_id"], how="left")
-    replays = (
-        slices.filter(
-            (pl.col("process") == CANN_PROCESS) & pl.col("api_name").is_in(list(p.replay_apis))
-        )
-        .select("session", pl.col("start_ns").alias("_replay"))
-        .collect()
-        .sort("_replay")
-    )
     if not replays.is_empty():
         kernels = kernels.sort("start_ns").join_asof(
             replays,
@@ -112,7 +142,7 @@ def _launched_attention(store: Store, rank: int, p: Params) -> pl.DataFrame:
 
 def derive_rank(store: Store, rank: int, p: Params) -> pl.DataFrame:
     """Every step of ``rank``'s sessions (:data:`STEP_COLUMNS`), in time order."""
-    slices = store.table("slices").filter(pl.col("rank") == rank)
+    slices = _read_slices(store, rank, p)
     sessions = store.table("sessions").filter(pl.col("rank") == rank).collect()
     host = (
         host_spans(slices)
@@ -122,16 +152,11 @@ def derive_rank(store: Store, rank: int, p: Params) -> pl.DataFrame:
     )
     tasks = compute_tasks(slices)
     windows = session_windows(host, tasks, sessions, p).with_row_index("_w")
-    cann = (
-        slices.filter(
-            (pl.col("process") == CANN_PROCESS)
-            & (
-                pl.col("api_name").str.contains(p.capture_begin)
-                | pl.col("api_name").is_in(list(p.replay_apis))
-            )
-        )
-        .select("session", "api_name", "start_ns")
-        .collect()
+    cann = slices.filter(_graph_calls(p)).select("session", "api_name", "start_ns").collect()
+    replays = (
+        cann.filter(pl.col("api_name").is_in(list(p.replay_apis)))
+        .select("session", pl.col("start_ns").alias("_replay"))
+        .sort("_replay")
     )
     # Device bursts begin when the device starts: a host marker or launch just before one
     # belongs to it, and so does a kernel's launch (their device start places them).
@@ -145,7 +170,7 @@ def derive_rank(store: Store, rank: int, p: Params) -> pl.DataFrame:
     )
     evidence = marker_counts(host_windows, host, cann, p)
     bursts = windows.filter(device)["session"].unique()
-    kernels = _launched_attention(store, rank, p).with_columns(
+    kernels = _launched_attention(store, rank, slices, replays, p).with_columns(
         pl.when(pl.col("session").is_in(bursts.implode()))
         .then(pl.col("start_ns"))
         .otherwise(pl.col("launch_ns"))

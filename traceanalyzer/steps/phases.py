@@ -36,8 +36,16 @@ PHASE_SOURCES = ("annotation", "shapes", "kernels", "none")
 STEADY_PHASES = ("prefill", "decode", "mixed", "spec_decode", "unknown")
 
 
-def _count(points: pl.DataFrame, windows: pl.DataFrame, name: str) -> pl.DataFrame:
-    return window_index(points, windows).group_by("_w").agg(pl.len().alias(name))
+def _counts(
+    points: pl.DataFrame, windows: pl.DataFrame, kinds: dict[str, pl.Expr], at: str = "start_ns"
+) -> pl.DataFrame:
+    """Per window (``_w``): how many of the ``points`` (session, ``at``) that lie in it are of
+    each kind (a column each); the points are placed once for every kind."""
+    flagged = points.select(
+        "session", at, *(where.fill_null(False).alias(c) for c, where in kinds.items())
+    )
+    placed = window_index(flagged, windows, at=at)
+    return placed.group_by("_w").agg(pl.col(c).sum() for c in kinds)
 
 
 def marker_counts(
@@ -55,18 +63,17 @@ def marker_counts(
         "n_no_forward": name.str.contains(p.no_forward_function),
         "n_warmup_fn": python & name.str.contains(p.warmup_function),
     }
-    counts = windows.select("_w")
-    for column, where in markers.items():
-        found = host.filter(where).select("session", "start_ns")
-        counts = counts.join(_count(found, windows, column), on="_w", how="left")
     api = pl.col("api_name")
-    for column, where in {
+    calls = {
         "n_capture": api.str.contains(p.capture_begin),
         "n_replay": api.is_in(list(p.replay_apis)),
-    }.items():
-        found = cann.filter(where).select("session", "start_ns")
-        counts = counts.join(_count(found, windows, column), on="_w", how="left")
-    counts = counts.with_columns(pl.exclude("_w").fill_null(0))
+    }
+    counts = (
+        windows.select("_w")
+        .join(_counts(host, windows, markers), on="_w", how="left")
+        .join(_counts(cann, windows, calls), on="_w", how="left")
+        .with_columns(pl.exclude("_w").fill_null(0))
+    )
     notes = host.filter(annotation_match(p)).select("session", "start_ns", "name")
     owned = window_index(notes, windows).unique("_w", keep="first")
     full, detailed, legacy = (
@@ -112,10 +119,14 @@ def attention_evidence(kernels: pl.DataFrame, windows: pl.DataFrame, p: Params) 
         _block_table_rows, return_dtype=pl.Int64
     )
     eager = pl.col("model_id").is_null()
-    attention = attention.with_columns(
+    # once per distinct inputs (a model's attention kernels share a few), not once per kernel
+    inputs = ["input_shapes", "input_data_types"]
+    tables = attention.select(inputs).unique().with_columns(table.alias("B"))
+    attention = attention.join(
+        tables, on=inputs, how="left", nulls_equal=True, maintain_order="left"
+    ).with_columns(
         query.list.first().cast(pl.Int64, strict=False).alias("T"),
         (key == query).fill_null(False).alias("no_cache"),
-        table.alias("B"),
         eager.alias("eager"),
     )
     owned = window_index(attention.rename({"launch_ns": "_at"}), windows, at="_at")
@@ -135,19 +146,21 @@ def attention_evidence(kernels: pl.DataFrame, windows: pl.DataFrame, p: Params) 
             (pl.col("T") / pl.col("B")).drop_nulls().mode().max().alias("graph_ratio"),
         )
     )
-    names = kernels.select("session", "name", pl.col("launch_ns").alias("_at"))
-    signatures = windows.select("_w")
-    for column, pattern in (
-        ("n_decode_kernels", p.decode_kernels),
-        ("n_prefill_kernels", p.prefill_kernels),
-        ("n_mixed_kernels", p.mixed_kernels),
-    ):
-        hits = window_index(names.filter(pl.col("name").str.contains(pattern)), windows, at="_at")
-        signatures = signatures.join(
-            hits.group_by("_w").agg(pl.len().alias(column)), on="_w", how="left"
-        )
+    name = pl.col("name")
+    signatures = _counts(
+        kernels.rename({"launch_ns": "_at"}),
+        windows,
+        {
+            "n_decode_kernels": name.str.contains(p.decode_kernels),
+            "n_prefill_kernels": name.str.contains(p.prefill_kernels),
+            "n_mixed_kernels": name.str.contains(p.mixed_kernels),
+        },
+        at="_at",
+    )
     return (
-        signatures.join(shape_stats, on="_w", how="left")
+        windows.select("_w")
+        .join(signatures, on="_w", how="left")
+        .join(shape_stats, on="_w", how="left")
         .join(graph, on="_w", how="left")
         .with_columns(
             pl.col("n_decode_kernels", "n_prefill_kernels", "n_mixed_kernels", "n_attn_eager",

@@ -36,9 +36,15 @@ WINDOW_SCHEMA = {
 SOURCES = ("profiler_step", "annotation", "scope", "python_function", "device_activity")
 
 
+def is_host_span() -> pl.Expr:
+    """Whether a slice is one of the framework's host spans (torch ops, python functions, mstx
+    ranges, user scopes)."""
+    return ~pl.col("process").is_in(NOT_HOST_PROCESSES) & (pl.col("dur_ns") >= 0)
+
+
 def host_spans(slices: pl.LazyFrame) -> pl.LazyFrame:
     """The framework's host spans (torch ops, python functions, mstx ranges, user scopes)."""
-    return slices.filter(~pl.col("process").is_in(NOT_HOST_PROCESSES) & (pl.col("dur_ns") >= 0))
+    return slices.filter(is_host_span())
 
 
 def annotation_match(p: Params) -> pl.Expr:
