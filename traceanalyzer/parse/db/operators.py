@@ -21,7 +21,6 @@ import polars as pl
 
 from traceanalyzer.parse.csv_tables import canonical_text
 from traceanalyzer.parse.db.database import I64, STR, Db, conform, schema_of
-from traceanalyzer.parse.db.flows import Links
 from traceanalyzer.vocabulary import STEP_SPAN_PREFIX
 
 
@@ -51,8 +50,10 @@ def operator_ops(slices: pl.DataFrame) -> pl.DataFrame:
     ).select("api_row", "tid", "start_ns", "end_ns", "dur_ns", "name", "callchain", "dims_id")
 
 
-def operator_table(ops: pl.DataFrame, links: Links, texts: OperatorTexts) -> pl.DataFrame:
-    """The operators table from :func:`operator_ops`, the links and the ops' texts."""
+def operator_table(ops: pl.DataFrame, launched: pl.DataFrame, texts: OperatorTexts) -> pl.DataFrame:
+    """The operators table from :func:`operator_ops`, the device tasks they launched
+    (:meth:`~traceanalyzer.parse.db.flows.Links.launched`) and the ops' texts, but for their call stacks
+    (:func:`with_operator_stacks`)."""
     ops = ops.sort("tid", "start_ns", pl.col("dur_ns"), descending=[False, False, True])
     ops = ops.with_columns(pl.Series("depth", _depths(ops), dtype=I64))
     ops = ops.with_columns(pl.int_range(pl.len(), dtype=I64).alias("pos"))
@@ -72,7 +73,7 @@ def operator_table(ops: pl.DataFrame, links: Links, texts: OperatorTexts) -> pl.
         )
         .drop("parent_depth", "parent_pos")
     )
-    launched = links.launched().select(
+    launched = launched.select(
         "api_row",
         pl.col("dur_ns").alias("task_ns"),
         pl.when(pl.col("task_type") == "AI_CORE")
@@ -88,14 +89,11 @@ def operator_table(ops: pl.DataFrame, links: Links, texts: OperatorTexts) -> pl.
     ops = ops.join(children, left_on="api_row", right_on="parent", how="left")
     totals = _subtree_sums(ops, ("task_ns", "aicore_ns"))
     ops = ops.join(totals, on="api_row", how="left")
-    stacks = texts.stacks.with_columns(
-        pl.col("stack").str.json_decode(STR).str.replace_all(r";?\r?\n", "\n").alias("stack")
-    )
-    ops = ops.join(stacks, on="callchain", how="left").join(texts.dims, on="dims_id", how="left")
+    ops = ops.join(texts.dims, on="dims_id", how="left")
     table = ops.sort("start_ns", "dur_ns", "tid", descending=[False, True, False]).select(
         pl.col("name").cast(STR),
         canonical_text(pl.col("dims").str.replace_all("\r\n", "\n"), "text").alias("input_shapes"),
-        pl.col("stack").alias("call_stack"),
+        "callchain",  # its call stack is added as the rows are written (with_operator_stacks)
         (pl.col("dur_ns") - pl.col("children_ns").fill_null(0)).alias("host_self_ns"),
         pl.col("dur_ns").alias("host_total_ns"),
         pl.col("task_ns").alias("device_self_ns"),
@@ -103,7 +101,19 @@ def operator_table(ops: pl.DataFrame, links: Links, texts: OperatorTexts) -> pl.
         pl.col("aicore_ns").alias("device_self_aicore_ns"),
         pl.col("aicore_ns_total").alias("device_total_aicore_ns"),
     )
-    return conform(table, schema_of("operators"))
+    return conform(table, schema_of("operators", callchain=I64))
+
+
+def with_operator_stacks(part: pl.DataFrame, stacks: pl.DataFrame) -> pl.DataFrame:
+    """``part`` (rows of :func:`operator_table`) with each op's call stack (``stacks``:
+    callchain → the trace's `Call stack` JSON literal) as operator_details.csv shows it: added
+    a row group at a time, so that the ops' stacks (the table's largest column) are not made
+    for all of them beside the ones held for the slices."""
+    stacks = part.select("callchain").join(
+        stacks, on="callchain", how="left", maintain_order="left"
+    )
+    stack = stacks["stack"].str.json_decode(STR).str.replace_all(r";?\r?\n", "\n")
+    return part.with_columns(stack.alias("call_stack"))
 
 
 def _depths(ops: pl.DataFrame) -> np.ndarray:

@@ -33,7 +33,7 @@ from traceanalyzer.parse.db.layout import (
     session_facts,
 )
 from traceanalyzer.parse.db.memory import memory_records, module_memory, op_memory
-from traceanalyzer.parse.db.operators import operator_ops, operator_table
+from traceanalyzer.parse.db.operators import operator_ops, operator_table, with_operator_stacks
 from traceanalyzer.parse.db.result import DbResult
 from traceanalyzer.parse.db.slices import (
     all_slices,
@@ -44,6 +44,7 @@ from traceanalyzer.parse.db.slices import (
     python_slices,
     slice_order,
     task_slices,
+    with_call_stacks,
 )
 from traceanalyzer.parse.rows import ROW_GROUP_ROWS, made_ahead
 from traceanalyzer.parse.sink import TableSink, arrow_table, body_columns
@@ -166,16 +167,28 @@ def _profiler_tables(
     }
     if (slices["process"] == "CANN").any():
         tables["api_stats"] = api_stats(slices, layout)
-    ops = operator_ops(slices) if op_texts is not None else None
+    # What the operators read of the slices and links, taken before the slices are written
+    # and let go (the links' ends are slices columns).
+    ops = launched = None
+    if op_texts is not None:
+        ops, launched = operator_ops(slices), links.launched()
     _store(sink, result, tables)
+    del tables, links
     # The slices alone: their row groups' gathers beside the joins above would add up at the
     # peak (about 25 MB on the benchmark's Db twin), for no time saved on a busy machine. The
-    # operators after them, once they are let go: their call stacks' joins beside the slices
-    # set the Db twin's peak (100 MB above the slices).
-    result.rows["slices"] = _write(sink, "slices", slices, slice_order(slices))
-    del slices
-    if ops is not None and op_texts is not None:
-        _store(sink, result, {"operators": operator_table(ops, links, op_texts)})
+    # torch ops' call stacks are added to their args a row group at a time (with_call_stacks),
+    # and to the operators after the slices, once those are let go.
+    order = slice_order(slices)
+    spliced = partial(with_call_stacks, stacks=op_texts.stacks) if op_texts is not None else None
+    result.rows["slices"] = _write(sink, "slices", slices, order, spliced, ("callchain",))
+    del slices, order
+    if ops is not None and launched is not None and op_texts is not None:
+        operators = operator_table(ops, launched, op_texts)
+        del ops, launched
+        stacks = partial(with_operator_stacks, stacks=op_texts.stacks)
+        result.rows["operators"] = _write(
+            sink, "operators", operators, None, stacks, ("callchain",)
+        )
 
 
 def _store(sink: TableSink, result: DbResult, tables: dict[str, pl.DataFrame | None]) -> None:
@@ -185,20 +198,36 @@ def _store(sink: TableSink, result: DbResult, tables: dict[str, pl.DataFrame | N
             result.rows[name] = _write(sink, name, frame, None)
 
 
-def _write(sink: TableSink, table: str, frame: pl.DataFrame, order: pl.Series | None) -> int:
+def _write(
+    sink: TableSink,
+    table: str,
+    frame: pl.DataFrame,
+    order: pl.Series | None,
+    finish: Callable[[pl.DataFrame], pl.DataFrame] | None = None,
+    working: tuple[str, ...] = (),
+) -> int:
     """Store ``frame`` (in ``order``, a permutation of its rows, when given), gathered and
     converted to Arrow a row group at a time: a sorted copy of a large table, or its Arrow
-    copy (text columns are converted), would double its memory. The reader's working columns
-    (not in the table's schema) are not gathered."""
+    copy (text columns are converted), would double its memory. ``finish`` completes each
+    row group (the columns made only as they are written, from the ``working`` ones); the
+    reader's other working columns (not in the table's schema) are not gathered."""
     canonical = {name for name, _ in body_columns(table)}
-    frame = frame.select(c for c in frame.columns if c in canonical)
+    kept = canonical | set(working if finish else ())
+    frame = frame.select(c for c in frame.columns if c in kept)
+
+    def done(rows: pl.DataFrame) -> pa.Table:
+        if finish is not None:
+            rows = finish(rows)
+            rows = rows.select(c for c in rows.columns if c in canonical)
+        return arrow_table(rows)
+
     if order is None and frame.height <= ROW_GROUP_ROWS:
-        return sink.arrow(table, arrow_table(frame))
+        return sink.arrow(table, done(frame))
 
     def part(start: int) -> pa.Table:
         if order is None:
-            return arrow_table(frame.slice(start, ROW_GROUP_ROWS))
-        return arrow_table(frame[order.slice(start, ROW_GROUP_ROWS)])
+            return done(frame.slice(start, ROW_GROUP_ROWS))
+        return done(frame[order.slice(start, ROW_GROUP_ROWS)])
 
     makers = (partial(part, start) for start in range(0, frame.height, ROW_GROUP_ROWS))
     return sink.batches(table, made_ahead(makers))
