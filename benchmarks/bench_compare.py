@@ -55,6 +55,7 @@ from pathlib import Path
 
 from bench_ingest import ALL_FILES_FLOOR, CASES, COLUMNS, REAL_RANK, build_input, run_case
 from bench_inputs import build_moe_input, build_serving_input
+from bench_phases import STEPS_LINE
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -69,7 +70,6 @@ MOE_RANKS, MOE_RANK_MB = 4, 50
 # The serving layer (the steps table's phases, the MoE and PD rules, the overview's expert
 # exchange) may cost at most this share of a whole run.
 SERVING_LAYER_GOAL = 0.05
-STEPS_LINE = re.compile(r"steps of \d+ ranks? in ([0-9.]+) s")
 MOE_RULES = ("moe-load-imbalance", "kv-transfer-overlap")
 DEFAULT_FLOOR = ALL_FILES_FLOOR
 

@@ -13,8 +13,8 @@ windows do not match the generator's iterations, and the commonest misses (docs/
 
 ``--cost``: cold ``traceanalyzer run``s of one ``--mb`` MB rank (``inference-baseline`` with
 ``tp_comm=1``, the benchmark rank of docs/benchmarks/compare.md, and a ``serving`` rank of the
-same size), each timed from outside; the run's own "steps of ... in X s" line gives the
-derivation's time inside the same run, so the figure is a same-run share.
+same size), each timed from outside; the run's own "steps and launches ... (the steps X s)" line gives
+the derivation's time inside the same run, so the figure is a same-run share.
 """
 
 from __future__ import annotations
@@ -71,7 +71,8 @@ def truth(knobs: dict) -> list[str]:
 
 
 CACHE = Path(os.environ.get("TRACEANALYZER_BENCH_CACHE", "/tmp/traceanalyzer-bench"))
-STEPS_LINE = re.compile(r"steps of \d+ ranks? in ([0-9.]+) s")
+# the run's own log line: "steps and launches of N ranks in X s (the steps Y s)"
+STEPS_LINE = re.compile(r"steps and launches of \d+ ranks? in [0-9.]+ s \(the steps ([0-9.]+) s")
 
 
 def cost(mb: int, repeat: int) -> None:

@@ -243,7 +243,7 @@ class RssPoller(threading.Thread):
 
 # The run log's lines that time a stage (the ingest's is what the wall time leaves).
 STAGE_LINES = {
-    "steps": re.compile(r"^steps of \d+ ranks? in ([\d.]+) s", re.M),
+    "steps": re.compile(r"^steps and launches of \d+ ranks? in ([\d.]+) s", re.M),
     "rules": re.compile(r"^evaluated \d+ rule\(s\) in ([\d.]+) s", re.M),
     "overview": re.compile(r"^overview of \d+ ranks? in ([\d.]+) s", re.M),
 }

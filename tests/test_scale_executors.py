@@ -336,7 +336,7 @@ def test_a_real_ray_run_prints_only_progress(tmp_path: Path) -> None:
         "executor:",
         "[",
         "evaluating",
-        "steps of",
+        "steps and launches of",
         "evaluated",
         "overview of",
         "\r",

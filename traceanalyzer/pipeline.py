@@ -127,8 +127,9 @@ def analyse(
                 seconds = time.perf_counter() - started
                 cached = len(derived["ranks"]) - len(derived["computed"])
                 log(
-                    f"steps of {count(len(derived['ranks']), 'rank')} in {seconds:.2f} s"
-                    + (f" ({cached} cached)" if cached else "")
+                    f"steps and launches of {count(len(derived['ranks']), 'rank')} in "
+                    f"{seconds:.2f} s (the steps {derived['steps_seconds']:.2f} s"
+                    + (f", {cached} cached)" if cached else ")")
                 )
                 for rank, why in derived["failed"].items():  # its rules derive them again
                     log(f"steps of rank {rank} could not be derived: {why}")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -69,9 +70,12 @@ def step_params(values: Mapping[str, Any] | None = None) -> Params:
     return Params(resolved)
 
 
-def steps_shard(store_root: str, shard: tuple[int, ...], values: Mapping[str, Any]) -> int:
+def steps_shard(
+    store_root: str, shard: tuple[int, ...], values: Mapping[str, Any]
+) -> dict[str, float]:
     """The worker task: the launches and steps of a shard's ranks (one rank, or a rank group),
-    written into the store; returns the count of steps."""
+    written into the store; returns the count of steps and the seconds the steps took (the
+    serving layer's cost: the launches only moved here from the rules and the overview)."""
     root = Path(store_root)
     store, params = RankStore(root, shard), step_params(values)
     # The two share no result: the launches on a second thread (each derivation leaves a core
@@ -82,6 +86,7 @@ def steps_shard(store_root: str, shard: tuple[int, ...], values: Mapping[str, An
                 root, launches.TABLE, shard, launches.derive_launches(store, shard)
             )
         )
+        started = time.perf_counter()
         frame = pl.concat(
             [
                 derive_rank(store, rank, params).with_columns(rank=pl.lit(rank, pl.Int32))
@@ -90,8 +95,9 @@ def steps_shard(store_root: str, shard: tuple[int, ...], values: Mapping[str, An
             how="vertical_relaxed",  # a rank without steps may type a column otherwise
         )
         write_derived_table(root, TABLE, shard, frame)
+        seconds = time.perf_counter() - started
         launched.result()
-    return frame.height
+    return {"steps": frame.height, "steps_seconds": seconds}
 
 
 def _code_digest() -> str:
@@ -111,7 +117,7 @@ def derive_store(
     cache: bool = True,
 ) -> dict[str, Any]:
     """Bring the store's ``steps`` and ``launches`` tables up to date; returns what failed, by
-    rank."""
+    rank, and the seconds the steps took, summed over the shards derived."""
     from traceanalyzer.engine.runner import store_ranks
     from traceanalyzer.executor import TaskCrashed
 
@@ -138,12 +144,15 @@ def derive_store(
         )
     ]
     failed: dict[int, str] = {}
+    steps_seconds = 0.0
     tasks = [(str(root), shard, dict(values or {})) for shard in todo]
     for index, result in executor.map(steps_shard, tasks):
         shard = todo[index]
         crashed = isinstance(result, TaskCrashed)
         if crashed:
             failed.update(dict.fromkeys(shard, str(result)))
+        else:
+            steps_seconds += result["steps_seconds"]
         for table in DERIVED:
             if crashed:  # nothing stale: the rules then derive them
                 derived_key_path(root, table, shard).unlink(missing_ok=True)
@@ -156,4 +165,5 @@ def derive_store(
         "failed": failed,
         "computed": [rank for shard in todo for rank in shard],
         "ranks": ranks,
+        "steps_seconds": steps_seconds,
     }
