@@ -21,6 +21,22 @@ def test_each_setting_is_applied_unless_the_user_set_it(monkeypatch: pytest.Monk
     assert os.environ["OPENBLAS_NUM_THREADS"] == "1"
 
 
+def test_polars_own_allocator_default_inherited_from_a_parent_is_no_user_setting(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    ours = process_env.SETTINGS["_RJEM_MALLOC_CONF"]
+    # a parent that imported polars (before or after configuring) passes on its default
+    for inherited, expected in [
+        (process_env.POLARS_IMPORT_JEMALLOC_CONF, ours),
+        (f"{process_env.POLARS_IMPORT_JEMALLOC_CONF},{ours}", ours),
+        (f"{process_env.POLARS_IMPORT_JEMALLOC_CONF},narenas:4", f"{ours},narenas:4"),
+        ("narenas:4", "narenas:4"),  # the user's own, untouched
+    ]:
+        monkeypatch.setenv("_RJEM_MALLOC_CONF", inherited)
+        process_env.configure()
+        assert os.environ["_RJEM_MALLOC_CONF"] == expected
+
+
 def test_a_threshold_that_is_no_number_is_left_to_glibc(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "lots")
     process_env.configure()  # no raise: glibc ignores it too

@@ -4,7 +4,11 @@
   in one arena per CPU (times four) for ten seconds. The native trace reader allocates and frees
   a row group at a time, so that retention, not the data, set a worker's peak: 1.7x the trace
   instead of 1.5x (docs/benchmarks/ingest.md). One arena, purged by a background thread after
-  100 ms, keeps the peak at the data without costing time.
+  100 ms, keeps the peak at the data without costing time. Importing polars writes its own
+  default into the environment (``POLARS_IMPORT_JEMALLOC_CONF``), so a CLI started by a process
+  that imported polars (a notebook's ``!traceanalyzer run``, a script, the benchmarks) inherits
+  it: that is no user's choice, and ours goes before what the user added to it. Inherited as
+  if set, it raised the benchmark rank's peak from 1.3-1.4x the trace to 1.65x.
 - **pyarrow's allocator.** pyarrow allocates through its bundled mimalloc by default, which
   commits whole arena chunks and keeps freed pages for reuse: after the ingest of the 200 MB
   benchmark rank it held 45 MB more than the system allocator, and the run's peak (the rules'
@@ -42,11 +46,20 @@ SETTINGS = {
     "MALLOC_MMAP_THRESHOLD_": str(1 << 20),  # glibc, when a process starts
     "OPENBLAS_NUM_THREADS": "1",
 }
+# what ``import polars`` (1.x-2.x) puts first in _RJEM_MALLOC_CONF, before a value already set
+POLARS_IMPORT_JEMALLOC_CONF = "dirty_decay_ms:500,muzzy_decay_ms:1000"
 M_MMAP_THRESHOLD = -3  # mallopt's parameter number (malloc.h)
 
 
 def configure() -> None:
-    """Apply :data:`SETTINGS`, each unless the environment already sets it."""
+    """Apply :data:`SETTINGS`, each unless the environment already sets it (polars' own
+    jemalloc default, inherited from a parent that imported polars, is not a setting)."""
+    jemalloc = os.environ.get("_RJEM_MALLOC_CONF")
+    if jemalloc is not None and jemalloc.startswith(POLARS_IMPORT_JEMALLOC_CONF):
+        added = jemalloc[len(POLARS_IMPORT_JEMALLOC_CONF) :].lstrip(",")
+        # jemalloc reads the options in order: the last of a name wins, so the user's stay last
+        mine = SETTINGS["_RJEM_MALLOC_CONF"]
+        os.environ["_RJEM_MALLOC_CONF"] = mine + ("," + added if added and added != mine else "")
     for name, value in SETTINGS.items():
         os.environ.setdefault(name, value)
     _mmap_threshold(os.environ["MALLOC_MMAP_THRESHOLD_"])
