@@ -553,7 +553,19 @@ def main() -> None:
     parser.add_argument(
         "--preliminary", action="store_true", help="mark the page as measured on a busy machine"
     )
+    parser.add_argument(
+        "--render",
+        type=Path,
+        metavar="JSON",
+        help="render the page again from a run's measures (the JSON written beside the page), "
+        "with this script's text, measuring nothing",
+    )
     args = parser.parse_args()
+    measures = args.out.with_suffix(".json")
+    if args.render:
+        saved = json.loads(args.render.read_text())
+        args.out.write_text(render(saved["results"], saved["meta"]))
+        return
     if not REAL_RANK.is_dir():
         sys.exit(f"real export not found at {REAL_RANK}")
     rank = build_input(args.mb)
@@ -606,6 +618,7 @@ def main() -> None:
     text = render(results, meta)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text)
+    measures.write_text(json.dumps({"results": results, "meta": meta}, indent=1) + "\n")
     print(textwrap.indent(text, "  "))
 
 
