@@ -8,7 +8,7 @@
   default into the environment (``POLARS_IMPORT_JEMALLOC_CONF``), so a CLI started by a process
   that imported polars (a notebook's ``!traceanalyzer run``, a script, the benchmarks) inherits
   it: that is no user's choice, and ours goes before what the user added to it. Inherited as
-  if set, it raised the benchmark rank's peak from 1.3-1.4x the trace to 1.65x.
+  if set, it raised the benchmark rank's peak from 1.3-1.4x the trace to 1.6-1.7x.
 - **pyarrow's allocator.** pyarrow allocates through its bundled mimalloc by default, which
   commits whole arena chunks and keeps freed pages for reuse: after the ingest of the 200 MB
   benchmark rank it held 45 MB more than the system allocator, and the run's peak (the rules'

@@ -637,14 +637,8 @@ def moe_imbalance(ctx: RuleContext) -> MoeVerdict:
 
 def _verdict(ctx: RuleContext) -> MoeVerdict:
     p = ctx.params
-    has_core = (
-        ctx.table("slices")
-        .filter(
-            (pl.col("process") == HARDWARE_PROCESS) & pl.col("name").str.contains(p.expert_core)
-        )
-        .select("rank")
-        .unique()
-        .collect()
+    has_core = _device_tasks(ctx).filter(
+        (pl.col("process") == HARDWARE_PROCESS) & pl.col("name").str.contains(p.expert_core)
     )
     if has_core.is_empty():
         return MoeVerdict(unavailable="no MoE expert kernels (`expert_core`) in the trace")
