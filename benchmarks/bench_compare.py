@@ -1,6 +1,10 @@
 """Our whole cold `run` against the peers' tools on the same large rank, side by side.
 
     python benchmarks/bench_compare.py [--mb 200] [--repeat 3] [--out docs/benchmarks/compare.md]
+    python benchmarks/bench_compare.py --render docs/benchmarks/compare.json   # text only
+
+The measures are saved beside the page (``compare.json``): ``--render`` writes the page again
+from them with this script's text, measuring nothing.
 
 The input is the rank that ``bench_inputs.py`` builds (the real G2 Level1 rank-0 export with
 EVERY file tiled by one factor to a ``--mb`` MB trace_view.json, the side files keeping their
