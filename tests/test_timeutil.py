@@ -9,7 +9,7 @@ import re
 
 import polars as pl
 
-from traceanalyzer.timeutil import us_expr_to_ns, us_series_to_ns
+from traceanalyzer.timeutil import duckdb_us_to_ns, us_expr_to_ns, us_series_to_ns
 
 _NULL_WORDS = {"", "N/A", "NA", "NAN", "NONE", "NULL", "-"}
 
@@ -73,3 +73,13 @@ def test_the_expression_is_the_series_function_in_any_frame() -> None:
     eager = frame.select(us_expr_to_ns(pl.col("t")))["t"]
     lazy = frame.lazy().select(us_expr_to_ns(pl.col("t"))).collect()["t"]
     assert eager.to_list() == lazy.to_list() == us_series_to_ns(frame["t"]).to_list()
+
+
+def test_a_value_beyond_int64_ns_is_null_in_duckdb_as_in_polars() -> None:
+    import duckdb
+
+    # (these failed DuckDB's whole read with a conversion error)
+    texts = ["9223372036854774.9999", "9999999999999999.9999", "99999999999999999999999", "12.5"]
+    got = [duckdb.sql(f"SELECT {duckdb_us_to_ns(repr(t))}").fetchall()[0][0] for t in texts]
+    assert got == us_series_to_ns(pl.Series(texts)).to_list()
+    assert got == [9223372036854775000, None, None, 12500]

@@ -39,6 +39,8 @@ _THREE_DECIMALS = r"^(?:\d{1,15}|[1-8]\d{15})\.\d{3}$"
 _SHORT = r"^\d{1,11}(?:\.\d+)?$"
 _SHORT_DIGITS = r"^(\d{1,11}(?:\.\d{1,4})?)"
 _NULL_WORDS = ["", "N/A", "NA", "NAN", "NONE", "NULL", "-"]
+# The most whole µs whose ns (and any decimals) fit in int64, as the C scanner's bound.
+INT64_WHOLE_US = (2**63 - 1000) // 1000
 
 
 def us_series_to_ns(values: pl.Series) -> pl.Series:
@@ -88,7 +90,7 @@ def _us_general(s: pl.Series) -> pl.Series:
         (pl.col("s").cast(pl.Float64, strict=False) * 1000).round(0).cast(pl.Int64, strict=False)
     )
     digits = pl.col("whole").is_not_null()
-    fits = whole <= (2**63 - 1000) // 1000  # beyond int64's ns (year 2262): no time, null
+    fits = whole <= INT64_WHOLE_US  # beyond int64's ns (year 2262): no time, null
     return frame.select(
         pl.when(digits & fits).then(exact).when(digits).then(None).otherwise(scientific)
     ).to_series()
@@ -104,7 +106,11 @@ def duckdb_us_to_ns(col: str) -> str:
     sign = f"(CASE WHEN starts_with({c}, '-') THEN -1 ELSE 1 END)"
     whole = f"abs(TRY_CAST(coalesce(nullif(split_part({c}, '.', 1), ''), '0') AS HUGEINT))"
     frac4 = f"TRY_CAST(rpad(left(split_part({c}, '.', 2), 4), 4, '0') AS HUGEINT)"
-    general = f"CAST({sign} * ({whole} * 1000 + ({frac4} + 5) // 10) AS BIGINT)"
+    # beyond int64's ns: null, as the polars and C conversions (a CAST would fail the file)
+    general = (
+        f"(CASE WHEN {whole} <= {INT64_WHOLE_US} "
+        f"THEN CAST({sign} * ({whole} * 1000 + ({frac4} + 5) // 10) AS BIGINT) END)"
+    )
     # A CASE, not coalesce(fast, general): DuckDB evaluates a CASE branch only for the rows that
     # take it, and every coalesce argument for all rows (3x slower on a 200 MB trace).
     return (
