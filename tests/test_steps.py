@@ -16,6 +16,8 @@ import pytest
 from click.testing import CliRunner
 
 from traceanalyzer.ingest import ingest
+from traceanalyzer.steps.derive import derive_ranks
+from traceanalyzer.steps.evidence import default_params
 from traceanalyzer.steps.tables import steps_of
 from traceanalyzer.store import Store
 from traceanalyzer.synth import generate
@@ -205,3 +207,42 @@ def test_a_db_export_gives_the_steps_of_its_text_twin(tmp_path: Path) -> None:
         steps_of(Store.open(tmp_path / e / "out")).select(*columns, "graph") for e in ("text", "db")
     )
     assert text.height == 16 and text.equals(db)
+
+
+def test_ranks_derived_together_give_what_each_gives_alone(tmp_path: Path) -> None:
+    """One derivation over several ranks (a steps task's batch), each framed by its own
+    source; two ranks whose sessions share a name are derived apart, to the same steps."""
+    tables: dict[str, list[pl.DataFrame]] = {"slices": [], "kernels": [], "sessions": []}
+    styles = ("python", "annotation", "none", "profiler_step")
+    for rank, markers in enumerate(styles):
+        generate("serving", tmp_path / markers / "in", ranks=1, markers=markers, dummy_every=5, **SMALL)
+        ingest(tmp_path / markers / "in", tmp_path / markers / "out", jobs=1)
+        store = Store.open(tmp_path / markers / "out")
+        for name, frames in tables.items():
+            frames.append(store.table(name).collect().with_columns(rank=pl.lit(rank, pl.Int32)))
+    shared = Store.from_frames({name: pl.concat(frames) for name, frames in tables.items()})
+    assert shared.table("sessions").collect()["session"].n_unique() == 1  # one name, four ranks
+    renamed = Store.from_frames(
+        {
+            name: pl.concat(frames).with_columns(
+                pl.format("{}-{}", "session", "rank").alias("session")
+            )
+            for name, frames in tables.items()
+        }
+    )
+    params = default_params()
+    for store in (shared, renamed):
+        together = derive_ranks(store, range(len(styles)), params)
+        alone = pl.concat([derive_ranks(store, [rank], params) for rank in range(len(styles))])
+        assert together.equals(alone)
+        sources = (
+            together.filter(pl.col("step_source") != "gap")
+            .group_by("rank")
+            .agg(pl.col("step_source").unique())
+        )
+        assert sources.sort("rank")["step_source"].to_list() == [
+            ["python_function"],
+            ["annotation"],
+            ["device_activity"],
+            ["profiler_step"],
+        ]

@@ -232,6 +232,16 @@ def shard_fingerprints(sessions: Mapping[str, Any], shard: Sequence[int]) -> dic
     }
 
 
+def shard_input_bytes(sessions: Mapping[str, Any], shard: Sequence[int]) -> int:
+    """The size of the files ``shard``'s sessions were ingested from, by their fingerprints."""
+    total = 0
+    for fingerprint in shard_fingerprints(sessions, shard).values():
+        files = fingerprint.get("files") if isinstance(fingerprint, Mapping) else None
+        for entry in (files or {}).values():
+            total += int(entry.get("size") or 0) if isinstance(entry, Mapping) else 0
+    return total
+
+
 def partition_exists(root: Path, table: str, rank: int, session: str) -> bool:
     return (partition_dir(root, table, rank, session) / "part-0.parquet").is_file()
 

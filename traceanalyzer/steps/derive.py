@@ -1,12 +1,17 @@
-"""The steps of one rank: its iteration windows, each with its phase and the evidence for it.
+"""The steps of ranks: their iteration windows, each with its phase and the evidence for it.
 
 Reads only the store's tables (slices, kernels, sessions): the host spans that mark iterations
 and phases, the CANN calls that capture and replay graphs, the compute tasks and the attention
 kernels with the host time that launched each (``connection_id`` to its launch; a graph's
 kernels to the replay before them; else their device start).
+
+Every query runs over all the ranks asked for at once (each is by session or over session):
+polars' fixed cost per query, most of a small rank's derivation, is paid once for them all.
 """
 
 from __future__ import annotations
+
+from collections.abc import Collection
 
 import polars as pl
 
@@ -25,7 +30,7 @@ from traceanalyzer.vocabulary import CANN_PROCESS, HARDWARE_PROCESS
 
 # the slices' columns the derivation reads
 SLICE_COLUMNS = (
-    "session", "process", "thread", "name", "cat", "start_ns", "end_ns", "dur_ns", "stream_id",
+    "rank", "session", "process", "thread", "name", "cat", "start_ns", "end_ns", "dur_ns", "stream_id",
     "task_type", "model_id", "connection_id", "api_name",
 )  # fmt: skip
 STEP_COLUMNS = (
@@ -54,13 +59,13 @@ def _graph_calls(p: Params) -> pl.Expr:
     )
 
 
-def _read_slices(store: Store, rank: int, p: Params) -> pl.LazyFrame:
-    """The rank's slices the derivation reads, from one scan of the table (each of its reads
+def _read_slices(store: Store, ranks: list[int], p: Params) -> pl.LazyFrame:
+    """The ranks' slices the derivation reads, from one scan of the table (each of its reads
     filters this frame in memory, in the table's order): every device task (the compute tasks,
     the attention kernels' tasks), the CANN calls that capture or replay a graph or carry a
     connection id (a kernel's launch), and the host spans named like a marker; only the columns
     it reads."""
-    slices = store.scan("slices").filter(pl.col("rank") == rank)
+    slices = store.scan("slices").filter(pl.col("rank").is_in(ranks))
     launch = (pl.col("process") == CANN_PROCESS) & pl.col("connection_id").is_not_null()
     wanted = (
         (pl.col("process") == HARDWARE_PROCESS)
@@ -72,15 +77,15 @@ def _read_slices(store: Store, rank: int, p: Params) -> pl.LazyFrame:
 
 
 def _launched_attention(
-    store: Store, rank: int, slices: pl.LazyFrame, replays: pl.DataFrame, p: Params
+    store: Store, ranks: list[int], slices: pl.LazyFrame, replays: pl.DataFrame, p: Params
 ) -> pl.DataFrame:
     """The attention kernels (and the signature kernels) with ``launch_ns``: their launch's host
     time, else their device start. ``slices``: the rank's slices as the derivation read them
-    (:func:`_read_slices`); ``replays``: its graph replays (session, ``_replay``, in order)."""
+    (:func:`_read_slices`); ``replays``: their graph replays (session, ``_replay``, in order)."""
     kernels = (
         store.scan("kernels")  # one query of a few columns: not held in memory whole
         .filter(
-            (pl.col("rank") == rank)
+            pl.col("rank").is_in(ranks)
             & (
                 pl.col("type").is_in(list(p.attention_types))
                 | pl.col("name").str.contains(
@@ -140,10 +145,35 @@ def _launched_attention(
     )
 
 
-def derive_rank(store: Store, rank: int, p: Params) -> pl.DataFrame:
-    """Every step of ``rank``'s sessions (:data:`STEP_COLUMNS`), in time order."""
-    slices = _read_slices(store, rank, p)
-    sessions = store.table("sessions").filter(pl.col("rank") == rank).collect()
+def derive_ranks(store: Store, ranks: Collection[int], p: Params) -> pl.DataFrame:
+    """Every step of ``ranks``' sessions (``rank`` and :data:`STEP_COLUMNS`), in time order."""
+    wanted = sorted(ranks)
+    sessions = store.table("sessions").filter(pl.col("rank").is_in(wanted)).collect()
+    slices = _read_slices(store, wanted, p)
+    if len(wanted) == 1:
+        steps = _derive(store, wanted, slices, sessions, p)
+        return steps.select(pl.lit(wanted[0], pl.Int32).alias("rank"), pl.all())
+    owners = pl.concat(
+        [sessions.select("session", "rank"), slices.select("session", "rank").unique().collect()],
+        how="vertical_relaxed",
+    ).unique()
+    if owners["session"].n_unique() < owners.height:
+        # two ranks with sessions of one name (exports of two hosts): each on its own
+        return pl.concat(
+            [derive_ranks(store, [rank], p) for rank in wanted], how="vertical_relaxed"
+        )
+    steps = _derive(store, wanted, slices, sessions, p)
+    return (
+        steps.join(owners, on="session", how="left")
+        .select("rank", *STEP_COLUMNS)
+        .sort("rank", "session", "start_ns")
+    )
+
+
+def _derive(
+    store: Store, ranks: list[int], slices: pl.LazyFrame, sessions: pl.DataFrame, p: Params
+) -> pl.DataFrame:
+    """The steps of ``ranks``, no two of which have a session of one name, by session."""
     host = (
         host_spans(slices)
         .filter(_marker_names(p))
@@ -170,7 +200,7 @@ def derive_rank(store: Store, rank: int, p: Params) -> pl.DataFrame:
     )
     evidence = marker_counts(host_windows, host, cann, p)
     bursts = windows.filter(device)["session"].unique()
-    kernels = _launched_attention(store, rank, slices, replays, p).with_columns(
+    kernels = _launched_attention(store, ranks, slices, replays, p).with_columns(
         pl.when(pl.col("session").is_in(bursts.implode()))
         .then(pl.col("start_ns"))
         .otherwise(pl.col("launch_ns"))

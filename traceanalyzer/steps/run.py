@@ -12,7 +12,7 @@ import hashlib
 import json
 import shutil
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,8 +21,9 @@ import polars as pl
 
 from traceanalyzer.engine.config import ConfigError
 from traceanalyzer.engine.params import ParamError, Params
+from traceanalyzer.executor import SMALL_WORK_BYTES
 from traceanalyzer.steps import launches
-from traceanalyzer.steps.derive import derive_rank
+from traceanalyzer.steps.derive import derive_ranks
 from traceanalyzer.steps.evidence import NAMESPACE, STEP_PARAMS, default_params
 from traceanalyzer.store import (
     TABLES_DIR,
@@ -34,6 +35,7 @@ from traceanalyzer.store import (
     rank_shards,
     remove_stale_shards,
     shard_fingerprints,
+    shard_input_bytes,
     shard_label,
     write_atomic_text,
     write_derived_table,
@@ -45,6 +47,8 @@ if TYPE_CHECKING:
 TABLE = "steps"
 # every table a shard's task derives, each under the same key
 DERIVED = (TABLE, launches.TABLE)
+# a steps task's input at most (the auto executor's bound for work in one process)
+BATCH_BYTES = SMALL_WORK_BYTES
 
 
 class StepSettingError(ConfigError):
@@ -70,34 +74,54 @@ def step_params(values: Mapping[str, Any] | None = None) -> Params:
     return Params(resolved)
 
 
-def steps_shard(
-    store_root: str, shard: tuple[int, ...], values: Mapping[str, Any]
+def steps_shards(
+    store_root: str, shards: Sequence[tuple[int, ...]], values: Mapping[str, Any]
 ) -> dict[str, float]:
-    """The worker task: the launches and steps of a shard's ranks (one rank, or a rank group),
-    written into the store; returns the count of steps and the seconds the steps took (the
-    serving layer's cost: the launches only moved here from the rules and the overview)."""
+    """The worker task: the launches and steps of ``shards`` (each one rank, or a rank group),
+    derived for all their ranks at once and written shard by shard into the store; returns the
+    count of steps and the seconds the steps took (the serving layer's cost: the launches only
+    moved here from the rules and the overview)."""
     root = Path(store_root)
-    store, params = RankStore(root, shard), step_params(values)
+    ranks = sorted({rank for shard in shards for rank in shard})
+    store, params = RankStore(root, ranks), step_params(values)
+
+    def each_shard(table: str, frame: pl.DataFrame) -> None:
+        for shard in shards:
+            write_derived_table(root, table, shard, frame.filter(pl.col("rank").is_in(shard)))
+
     # The two share no result: the launches on a second thread (each derivation leaves a core
     # idle between its queries).
     with ThreadPoolExecutor(1) as beside:
         launched = beside.submit(
-            lambda: write_derived_table(
-                root, launches.TABLE, shard, launches.derive_launches(store, shard)
-            )
+            lambda: each_shard(launches.TABLE, launches.derive_launches(store, ranks))
         )
         started = time.perf_counter()
-        frame = pl.concat(
-            [
-                derive_rank(store, rank, params).with_columns(rank=pl.lit(rank, pl.Int32))
-                for rank in shard
-            ],
-            how="vertical_relaxed",  # a rank without steps may type a column otherwise
-        )
-        write_derived_table(root, TABLE, shard, frame)
+        frame = derive_ranks(store, ranks, params)
+        each_shard(TABLE, frame)
         seconds = time.perf_counter() - started
         launched.result()
     return {"steps": frame.height, "steps_seconds": seconds}
+
+
+def _batches(
+    shards: list[tuple[int, ...]], sessions: Mapping[str, Any], executor: Executor
+) -> list[list[tuple[int, ...]]]:
+    """``shards`` as the steps' tasks: in rank order, as few as the executor's workers allow
+    (a task's queries cost the same for one rank as for many), none over ``BATCH_BYTES`` of
+    input (what a task holds grows with it)."""
+    size = {shard: shard_input_bytes(sessions, shard) for shard in shards}
+    workers = executor.jobs if executor.parallel else 1
+    count = min(len(shards), max(workers, -(-sum(size.values()) // BATCH_BYTES)))
+    target = sum(size.values()) / max(1, count)
+    batches: list[list[tuple[int, ...]]] = [[]]
+    held = 0
+    for shard in shards:
+        if batches[-1] and (held + size[shard] > BATCH_BYTES or held >= target):
+            batches.append([])
+            held = 0
+        batches[-1].append(shard)
+        held += size[shard]
+    return batches
 
 
 def _code_digest() -> str:
@@ -145,20 +169,23 @@ def derive_store(
     ]
     failed: dict[int, str] = {}
     steps_seconds = 0.0
-    tasks = [(str(root), shard, dict(values or {})) for shard in todo]
-    for index, result in executor.map(steps_shard, tasks):
-        shard = todo[index]
+    batches = _batches(todo, sessions, executor) if todo else []
+    tasks = [(str(root), batch, dict(values or {})) for batch in batches]
+    for index, result in executor.map(steps_shards, tasks):
         crashed = isinstance(result, TaskCrashed)
-        if crashed:
-            failed.update(dict.fromkeys(shard, str(result)))
-        else:
+        if not crashed:
             steps_seconds += result["steps_seconds"]
-        for table in DERIVED:
-            if crashed:  # nothing stale: the rules then derive them
-                derived_key_path(root, table, shard).unlink(missing_ok=True)
-                shutil.rmtree(root / TABLES_DIR / table / shard_label(shard), ignore_errors=True)
-            else:
-                write_atomic_text(derived_key_path(root, table, shard), keys[shard])
+        for shard in batches[index]:
+            if crashed:
+                failed.update(dict.fromkeys(shard, str(result)))
+            for table in DERIVED:
+                if crashed:  # nothing stale: the rules then derive them
+                    derived_key_path(root, table, shard).unlink(missing_ok=True)
+                    shutil.rmtree(
+                        root / TABLES_DIR / table / shard_label(shard), ignore_errors=True
+                    )
+                else:
+                    write_atomic_text(derived_key_path(root, table, shard), keys[shard])
     for table in DERIVED:  # ranks no longer in the store, or regrouped
         remove_stale_shards(root, table, shards)
     return {

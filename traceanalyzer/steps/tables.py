@@ -6,7 +6,7 @@ from collections.abc import Collection
 
 import polars as pl
 
-from traceanalyzer.steps.derive import derive_rank
+from traceanalyzer.steps.derive import derive_ranks
 from traceanalyzer.steps.evidence import default_params
 from traceanalyzer.store import Store
 
@@ -22,11 +22,7 @@ def steps_of(store: Store, ranks: Collection[int] | None = None) -> pl.DataFrame
     wanted = set(ranks) if ranks is not None else set(store.sessions()["rank"].to_list())
     missing = sorted(wanted - set(steps["rank"].unique().to_list()))
     derived = [
-        store.memo(("steps", rank), lambda rank=rank: _derived(store, rank)) for rank in missing
+        store.memo(("steps", rank), lambda rank=rank: derive_ranks(store, [rank], default_params()))
+        for rank in missing
     ]
     return pl.concat([steps, *derived], how="vertical_relaxed").sort("rank", "session", "start_ns")
-
-
-def _derived(store: Store, rank: int) -> pl.DataFrame:
-    steps = derive_rank(store, rank, default_params())
-    return steps.select(pl.lit(rank, dtype=pl.Int32).alias("rank"), pl.all())

@@ -138,10 +138,17 @@ def _with_standalone(cores: pl.DataFrame, host: pl.DataFrame, p: Params) -> pl.D
     return pl.concat([cores, _outside(alone, cores)])
 
 
+def _of_sessions(host: pl.DataFrame, cores: pl.DataFrame) -> pl.DataFrame:
+    """The host spans of the sessions that have ``cores``: a source that needs them frames no
+    other session's iterations."""
+    return host.filter(pl.col("session").is_in(cores["session"].unique().implode()))
+
+
 def _annotated(host: pl.DataFrame, p: Params) -> pl.DataFrame:
     cores = _spans(host, annotation_match(p))
     if cores.is_empty():
         return pl.DataFrame(schema=WINDOW_SCHEMA)
+    host = _of_sessions(host, cores)
     return _cores_and_samples(
         _with_standalone(cores, host, p), _sample_spans(host, p), "annotation"
     )
@@ -151,6 +158,7 @@ def _scoped(host: pl.DataFrame, p: Params) -> pl.DataFrame:
     cores = _spans(host, pl.col("name").is_in(list(p.scope_begin)))
     if cores.is_empty():
         return pl.DataFrame(schema=WINDOW_SCHEMA)
+    host = _of_sessions(host, cores)
     inside = _spans(host, pl.col("name").is_in([*p.scope_forward, *p.scope_draft]))
     closing = pl.concat([inside, _sample_spans(host, p)])
     return _cores_and_samples(_with_standalone(cores, host, p), closing, "scope")
@@ -217,24 +225,17 @@ def session_windows(
     """Every session's iteration windows (``step`` numbered, ``step_source`` named) and the idle
     gaps between them. ``host``: the sessions' host spans; ``tasks``: their compute tasks;
     ``sessions``: session, start_ns, end_ns."""
-    found = []
-    for (session,), spans in host.group_by("session", maintain_order=True):
-        for derive in (_profiler_steps, _annotated, _scoped, _python_functions):
-            windows = derive(spans, p)
-            if not windows.is_empty():
-                found.append(windows)
-                break
-        else:
-            bursts = _device_bursts(tasks.filter(pl.col("session") == session), p)
-            if not bursts.is_empty():
-                found.append(bursts)
-    have = {w["session"][0] for w in found}
-    for (session,), part in tasks.group_by("session"):
-        if session not in have:
-            found.append(_device_bursts(part, p))
-            have.add(session)
+    # Each source frames every session still without windows at once; a session takes the
+    # first that frames it (each source reads its sessions apart: by session, over session).
+    found, have = [], pl.Series("session", [], pl.String)
+    for derive in (_profiler_steps, _annotated, _scoped, _python_functions, _device_bursts):
+        rest = tasks if derive is _device_bursts else host
+        windows = derive(rest.filter(~pl.col("session").is_in(have.implode())), p)
+        if not windows.is_empty():
+            found.append(windows)
+            have = pl.concat([have, windows["session"].unique()])
     whole = sessions.filter(
-        ~pl.col("session").is_in(list(have)) & (pl.col("end_ns") > pl.col("start_ns"))
+        ~pl.col("session").is_in(have.implode()) & (pl.col("end_ns") > pl.col("start_ns"))
     ).select(
         "session",
         pl.lit(None, dtype=pl.Int64).alias("step"),
