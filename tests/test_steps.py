@@ -215,7 +215,9 @@ def test_ranks_derived_together_give_what_each_gives_alone(tmp_path: Path) -> No
     tables: dict[str, list[pl.DataFrame]] = {"slices": [], "kernels": [], "sessions": []}
     styles = ("python", "annotation", "none", "profiler_step")
     for rank, markers in enumerate(styles):
-        generate("serving", tmp_path / markers / "in", ranks=1, markers=markers, dummy_every=5, **SMALL)
+        generate(
+            "serving", tmp_path / markers / "in", ranks=1, markers=markers, dummy_every=5, **SMALL
+        )
         ingest(tmp_path / markers / "in", tmp_path / markers / "out", jobs=1)
         store = Store.open(tmp_path / markers / "out")
         for name, frames in tables.items():
