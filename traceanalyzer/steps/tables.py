@@ -14,7 +14,13 @@ from traceanalyzer.store import Store
 def steps_of(store: Store, ranks: Collection[int] | None = None) -> pl.DataFrame:
     """The steps of ``ranks`` (every rank: None), rank first: the store's ``steps`` table,
     derived here at the default parameters for a rank it has none for (a fixture's store, or
-    one written before steps were derived), once per store."""
+    one written before steps were derived), once per store; read once per store and ranks (a
+    snapshot store keeps it: the rules, the exchange paths and the overview ask again)."""
+    key = ("steps_of", None if ranks is None else tuple(sorted(ranks)))
+    return store.memo(key, lambda: _read(store, ranks))
+
+
+def _read(store: Store, ranks: Collection[int] | None) -> pl.DataFrame:
     frame = store.table("steps")
     if ranks is not None:
         frame = frame.filter(pl.col("rank").is_in(sorted(ranks)))
