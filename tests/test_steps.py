@@ -248,3 +248,27 @@ def test_ranks_derived_together_give_what_each_gives_alone(tmp_path: Path) -> No
             ["device_activity"],
             ["profiler_step"],
         ]
+
+
+def test_the_steps_tasks_are_as_few_as_the_workers_and_none_too_large() -> None:
+    """One task in this process, one per worker in a pool; a task never holds more than
+    BATCH_BYTES of input (a rank larger than that is a task of its own)."""
+    from types import SimpleNamespace
+
+    from traceanalyzer.steps.run import BATCH_BYTES, _batches
+
+    mb = 1 << 20
+
+    def sessions(*sizes: int) -> dict:
+        return {
+            f"{rank}/s{rank}": {"fingerprint": {"files": {"trace_view.json": {"size": size}}}}
+            for rank, size in enumerate(sizes)
+        }
+
+    local, pool = SimpleNamespace(jobs=2, parallel=False), SimpleNamespace(jobs=2, parallel=True)
+    shards = [(r,) for r in range(4)]
+    assert _batches(shards, sessions(*[50 * mb] * 4), local) == [shards]
+    assert _batches(shards, sessions(*[50 * mb] * 4), pool) == [shards[:2], shards[2:]]
+    large = _batches(shards, sessions(BATCH_BYTES, 10 * mb, 10 * mb, BATCH_BYTES), local)
+    assert large == [[(0,)], [(1,), (2,)], [(3,)]]
+    assert _batches(shards[:1], sessions(50 * mb), pool) == [shards[:1]]

@@ -30,8 +30,8 @@ from traceanalyzer.vocabulary import CANN_PROCESS, HARDWARE_PROCESS
 
 # the slices' columns the derivation reads
 SLICE_COLUMNS = (
-    "rank", "session", "process", "thread", "name", "cat", "start_ns", "end_ns", "dur_ns", "stream_id",
-    "task_type", "model_id", "connection_id", "api_name",
+    "rank", "session", "process", "thread", "name", "cat", "start_ns", "end_ns", "dur_ns",
+    "stream_id", "task_type", "model_id", "connection_id", "api_name",
 )  # fmt: skip
 STEP_COLUMNS = (
     "session", "step", "start_ns", "end_ns", "step_ns", "step_source", "phase", "phase_source",
@@ -80,7 +80,7 @@ def _launched_attention(
     store: Store, ranks: list[int], slices: pl.LazyFrame, replays: pl.DataFrame, p: Params
 ) -> pl.DataFrame:
     """The attention kernels (and the signature kernels) with ``launch_ns``: their launch's host
-    time, else their device start. ``slices``: the rank's slices as the derivation read them
+    time, else their device start. ``slices``: the ranks' slices as the derivation read them
     (:func:`_read_slices`); ``replays``: their graph replays (session, ``_replay``, in order)."""
     kernels = (
         store.scan("kernels")  # one query of a few columns: not held in memory whole
