@@ -170,6 +170,7 @@ from traceanalyzer.engine.config import resolve, run_settings
 from traceanalyzer.engine.loader import load_rules
 from traceanalyzer.engine.runner import evaluate_rule, store_ranks
 from traceanalyzer.overview.compute import device_tasks, ep_exchanges
+from traceanalyzer.steps.tables import steps_of
 from traceanalyzer.store import RankStore, Store
 root = Path(sys.argv[1])
 rules = load_rules([]).rules
@@ -183,9 +184,9 @@ for rule in rules.select(sys.argv[2].split(",")):
     else:
         evaluate_rule(rule, RankStore(root, ranks), params[rule.id])  # as the run does
 seconds = time.perf_counter() - started
-for rank in ranks:  # the overview's expert exchange, given the device tasks it reads anyway
-    store = RankStore(root, [rank])
-    tasks = device_tasks(store, [rank])
+for rank in ranks:  # the overview's expert exchange, given the device tasks and steps it reads
+    store = RankStore(root, [rank])  # anyway (summarize_rank, before its expert exchange)
+    tasks, _ = device_tasks(store, [rank]), steps_of(store, [rank])
     started = time.perf_counter()
     ep_exchanges(store, rank, tasks)
     seconds += time.perf_counter() - started
