@@ -104,10 +104,12 @@ def _batches(
     """``shards`` as the steps' tasks: in rank order, as few as the executor's workers allow
     (a task's queries cost the same for one rank as for many), none over ``BATCH_BYTES`` of
     input (what a task holds grows with it)."""
+    if not shards:
+        return []
     size = {shard: shard_input_bytes(sessions, shard) for shard in shards}
     workers = executor.jobs if executor.parallel else 1
     count = min(len(shards), max(workers, -(-sum(size.values()) // BATCH_BYTES)))
-    target = sum(size.values()) / max(1, count)
+    target = sum(size.values()) / count
     batches: list[list[tuple[int, ...]]] = [[]]
     held = 0
     for shard in shards:
@@ -164,7 +166,7 @@ def derive_store(
     ]
     failed: dict[int, str] = {}
     steps_seconds = 0.0
-    batches = _batches(todo, sessions, executor) if todo else []
+    batches = _batches(todo, sessions, executor)
     tasks = [(str(root), batch, dict(values or {})) for batch in batches]
     for index, result in executor.map(steps_shards, tasks):
         crashed = isinstance(result, TaskCrashed)
