@@ -511,36 +511,40 @@ def _layers(ctx: RuleContext, ops: pl.DataFrame) -> pl.DataFrame:
 
 
 def _speeds(ctx: RuleContext, groups: list[EpGroup]) -> dict[int, float]:
-    """Each rank's device speed against its group: the median over the dense kernels its peers
-    run too (same step, name and order) of its duration over theirs (median). A throttled rank
-    runs every kernel longer; a hot expert rank only its experts."""
+    """Each rank's device speed against its group: the median, over the dense kernels of a name
+    that every peer runs as often in the same step, of the rank's time in them over the peers'
+    (median). A throttled rank runs every kernel longer; a hot expert rank only its experts.
+    Summed per step and name first: the tens of thousands of kernels become a few thousand
+    rows, and a rank with a kernel more or less in a step is not matched there."""
     p = ctx.params
-    ranks = sorted({r for g in groups for r in g.members})
+    member_of = {r: i for i, g in enumerate(groups) for r in g.members}
     dense = _compute_kernels(ctx).filter(
-        pl.col("rank").is_in(ranks)
+        pl.col("rank").is_in(list(member_of))
         & ~pl.col("name").str.contains(any_of((p.expert_kernels, p.mc2_ops)))
     )
     dense = _in_steps(ctx, dense).filter(pl.col("phase").is_in(JUDGED_PHASES))
     if dense.is_empty():
         return {}
-    order = _session_order(ctx)
-    dense = (
-        dense.join(order, on=["rank", "session"])
-        .with_columns(pl.int_range(pl.len()).over("rank", "session", "step", "name").alias("_k"))
-        .with_columns((pl.col("end_ns") - pl.col("start_ns")).alias("dur"))
-    )
-    speeds: dict[int, float] = {}
-    key = ["sidx", "step", "name", "_k"]
-    for g in groups:
-        mine = dense.filter(pl.col("rank").is_in(list(g.members)))
-        ratios = mine.with_columns(
+    key = ["group", "sidx", "step", "name"]
+    ratios = (
+        dense.join(_session_order(ctx), on=["rank", "session"])
+        .group_by("rank", "sidx", "step", "name")
+        .agg((pl.col("end_ns") - pl.col("start_ns")).sum().alias("dur"), pl.len().alias("n"))
+        .with_columns(
+            pl.col("rank").replace_strict(member_of, return_dtype=pl.Int64).alias("group")
+        )
+        .with_columns(
             (pl.col("dur") / pl.col("dur").median().over(key)).alias("ratio"),
-            pl.col("rank").n_unique().over(key).alias("_n"),
-        ).filter(pl.col("_n") >= 2)
-        for r, value in ratios.group_by("rank").agg(pl.col("ratio").median()).iter_rows():
-            if value is not None and value > 0:
-                speeds[int(r)] = float(value)
-    return speeds
+            pl.col("rank").n_unique().over(key).alias("_ranks"),
+            pl.col("n").n_unique().over(key).alias("_counts"),
+        )
+        .filter((pl.col("_ranks") >= 2) & (pl.col("_counts") == 1))
+        .group_by("rank")
+        .agg(pl.col("ratio").median())
+    )
+    return {
+        int(r): float(value) for r, value in ratios.iter_rows() if value is not None and value > 0
+    }
 
 
 def _session_order(ctx: RuleContext) -> pl.DataFrame:
