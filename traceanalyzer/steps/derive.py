@@ -17,6 +17,7 @@ import polars as pl
 
 from traceanalyzer.engine.params import Params
 from traceanalyzer.primitives import any_of
+from traceanalyzer.steps.launches import derive_launches, launches_of
 from traceanalyzer.steps.phases import attention_evidence, classify, marker_counts
 from traceanalyzer.steps.windows import (
     compute_tasks,
@@ -26,7 +27,7 @@ from traceanalyzer.steps.windows import (
     window_index,
 )
 from traceanalyzer.store import Store
-from traceanalyzer.vocabulary import CANN_PROCESS, HARDWARE_PROCESS
+from traceanalyzer.vocabulary import CANN_PROCESS, GRAPH_REPLAY_APIS, HARDWARE_PROCESS
 
 # the slices' columns the derivation reads
 SLICE_COLUMNS = (
@@ -62,26 +63,29 @@ def _graph_calls(p: Params) -> pl.Expr:
 def _read_slices(store: Store, ranks: list[int], p: Params) -> pl.LazyFrame:
     """The ranks' slices the derivation reads, from one scan of the table (each of its reads
     filters this frame in memory, in the table's order): every device task (the compute tasks,
-    the attention kernels' tasks), the CANN calls that capture or replay a graph or carry a
-    connection id (a kernel's launch), and the host spans named like a marker; only the columns
-    it reads."""
+    the attention kernels' tasks), the CANN calls that capture or replay a graph, and the host
+    spans named like a marker; only the columns it reads. (A kernel's launch is the
+    ``launches`` table's: the CANN calls that launch kernels, most of a rank's, are not read.)"""
     slices = store.scan("slices").filter(pl.col("rank").is_in(ranks))
-    launch = (pl.col("process") == CANN_PROCESS) & pl.col("connection_id").is_not_null()
     wanted = (
         (pl.col("process") == HARDWARE_PROCESS)
         | _graph_calls(p)
-        | launch
         | (is_host_span() & _marker_names(p))
     )
     return slices.filter(wanted).select(SLICE_COLUMNS).collect().lazy()
 
 
+# the links that place a kernel's launch on the host: a graph replay, or its own launch call
+# (a flow's torch op is only a lower bound of it)
+HOST_LINKS = ("graph_replay", "connection_id")
+
+
 def _launched_attention(
-    store: Store, ranks: list[int], slices: pl.LazyFrame, replays: pl.DataFrame, p: Params
+    store: Store, ranks: list[int], launches: pl.DataFrame, p: Params
 ) -> pl.DataFrame:
     """The attention kernels (and the signature kernels) with ``launch_ns``: their launch's host
-    time, else their device start. ``slices``: the ranks' slices as the derivation read them
-    (:func:`_read_slices`); ``replays``: their graph replays (session, ``_replay``, in order)."""
+    time (a graph's kernel: the replay before it), else their device start. ``launches``: the
+    ranks' device tasks with their launches (``launches`` table)."""
     kernels = (
         store.scan("kernels")  # one query of a few columns: not held in memory whole
         .filter(
@@ -107,51 +111,48 @@ def _launched_attention(
     )
     if kernels.is_empty():
         return kernels.with_columns(pl.lit(None, dtype=pl.Int64).alias("launch_ns"))
-    tasks = (
-        slices.filter(
-            (pl.col("process") == HARDWARE_PROCESS)
-            & pl.col("start_ns").is_in(kernels["start_ns"].implode())
+    # a graph's kernel was launched when the graph was replayed, not when it was captured
+    host_link = (
+        pl.when(pl.col("model_id").is_not_null())
+        .then(pl.col("link") == "graph_replay")
+        .otherwise(pl.col("link").is_in(HOST_LINKS))
+    )
+    keys = ["session", "stream_id", "start_ns"]
+    linked = (
+        launches.lazy()
+        .filter(
+            pl.col("rank").is_in(ranks) & pl.col("start_ns").is_in(kernels["start_ns"].implode())
         )
-        .select("session", "stream_id", "start_ns", "connection_id")
-        .unique(["session", "stream_id", "start_ns"], keep="first")
+        .filter(host_link)
+        .select(
+            "session",
+            pl.col("stream").alias("stream_id"),
+            "start_ns",
+            pl.col("launch_start_ns").alias("launch_ns"),
+        )
+        .unique(keys, keep="first")
         .collect()
     )
-    kernels = kernels.join(tasks, on=["session", "stream_id", "start_ns"], how="left")
-    calls = (
-        slices.filter(
-            (pl.col("process") == CANN_PROCESS)
-            & pl.col("connection_id").is_in(kernels["connection_id"].drop_nulls().implode())
-        )
-        .group_by("session", "connection_id")
-        .agg(pl.col("start_ns").max().alias("_launch"))  # the innermost call: Node@launch
-        .collect()
-    )
-    kernels = kernels.join(calls, on=["session", "connection_id"], how="left")
-    if not replays.is_empty():
-        kernels = kernels.sort("start_ns").join_asof(
-            replays,
-            left_on="start_ns",
-            right_on="_replay",
-            by="session",
-            strategy="backward",
-            check_sortedness=False,
-        )
-    else:
-        kernels = kernels.with_columns(pl.lit(None, dtype=pl.Int64).alias("_replay"))
-    graph = pl.col("model_id").is_not_null()
-    launch = pl.when(graph).then(pl.col("_replay")).otherwise(pl.col("_launch"))
-    return kernels.with_columns(pl.coalesce(launch, pl.col("start_ns")).alias("launch_ns")).drop(
-        "_launch", "_replay", "connection_id"
+    return kernels.join(linked, on=keys, how="left").with_columns(
+        pl.coalesce("launch_ns", "start_ns").alias("launch_ns")
     )
 
 
-def derive_ranks(store: Store, ranks: Collection[int], p: Params) -> pl.DataFrame:
-    """Every step of ``ranks``' sessions (``rank`` and :data:`STEP_COLUMNS`), in time order."""
+def derive_ranks(
+    store: Store, ranks: Collection[int], p: Params, launches: pl.DataFrame | None = None
+) -> pl.DataFrame:
+    """Every step of ``ranks``' sessions (``rank`` and :data:`STEP_COLUMNS`), in time order.
+    ``launches``: the ranks' launches when the caller derived them (at the default graph-replay
+    calls), else read from the store (derived there if it has none)."""
     wanted = sorted(ranks)
+    if tuple(p.replay_apis) != GRAPH_REPLAY_APIS:
+        launches = derive_launches(store, wanted, p.replay_apis)
+    elif launches is None:
+        launches = launches_of(store, wanted)
     sessions = store.table("sessions").filter(pl.col("rank").is_in(wanted)).collect()
     slices = _read_slices(store, wanted, p)
     if len(wanted) == 1:
-        steps = _derive(store, wanted, slices, sessions, p)
+        steps = _derive(store, wanted, slices, sessions, launches, p)
         return steps.select(pl.lit(wanted[0], pl.Int32).alias("rank"), pl.all())
     owners = pl.concat(
         [sessions.select("session", "rank"), slices.select("session", "rank").unique().collect()],
@@ -160,9 +161,10 @@ def derive_ranks(store: Store, ranks: Collection[int], p: Params) -> pl.DataFram
     if owners["session"].n_unique() < owners.height:
         # two ranks with sessions of one name (exports of two hosts): each on its own
         return pl.concat(
-            [derive_ranks(store, [rank], p) for rank in wanted], how="vertical_relaxed"
+            [derive_ranks(store, [rank], p, launches) for rank in wanted],
+            how="vertical_relaxed",
         )
-    steps = _derive(store, wanted, slices, sessions, p)
+    steps = _derive(store, wanted, slices, sessions, launches, p)
     return (
         steps.join(owners, on="session", how="left")
         .select("rank", *STEP_COLUMNS)
@@ -171,7 +173,12 @@ def derive_ranks(store: Store, ranks: Collection[int], p: Params) -> pl.DataFram
 
 
 def _derive(
-    store: Store, ranks: list[int], slices: pl.LazyFrame, sessions: pl.DataFrame, p: Params
+    store: Store,
+    ranks: list[int],
+    slices: pl.LazyFrame,
+    sessions: pl.DataFrame,
+    launches: pl.DataFrame,
+    p: Params,
 ) -> pl.DataFrame:
     """The steps of ``ranks``, no two of which have a session of one name, by session."""
     host = (
@@ -183,11 +190,6 @@ def _derive(
     tasks = compute_tasks(slices)
     windows = session_windows(host, tasks, sessions, p).with_row_index("_w")
     cann = slices.filter(_graph_calls(p)).select("session", "api_name", "start_ns").collect()
-    replays = (
-        cann.filter(pl.col("api_name").is_in(list(p.replay_apis)))
-        .select("session", pl.col("start_ns").alias("_replay"))
-        .sort("_replay")
-    )
     # Device bursts begin when the device starts: a host marker or launch just before one
     # belongs to it, and so does a kernel's launch (their device start places them).
     device = pl.col("step_source") == "device_activity"
@@ -200,7 +202,7 @@ def _derive(
     )
     evidence = marker_counts(host_windows, host, cann, p)
     bursts = windows.filter(device)["session"].unique()
-    kernels = _launched_attention(store, ranks, slices, replays, p).with_columns(
+    kernels = _launched_attention(store, ranks, launches, p).with_columns(
         pl.when(pl.col("session").is_in(bursts.implode()))
         .then(pl.col("start_ns"))
         .otherwise(pl.col("launch_ns"))

@@ -9,23 +9,29 @@ parameters differ derives its own.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 
 import polars as pl
 
 from traceanalyzer.primitives import host_launches
 from traceanalyzer.store import Store
+from traceanalyzer.vocabulary import GRAPH_REPLAY_APIS
 
 TABLE = "launches"
 # host_launches' own order, kept by the stored files (a stable sort on read restores it)
 ORDER = ["rank", "session", "stream", "start_ns"]
 
 
-def derive_launches(store: Store, ranks: Collection[int]) -> pl.DataFrame:
-    """The launches of ``ranks``' device tasks (every column of the ``launches`` table)."""
+def derive_launches(
+    store: Store, ranks: Collection[int], replay_apis: Sequence[str] = GRAPH_REPLAY_APIS
+) -> pl.DataFrame:
+    """The launches of ``ranks``' device tasks (every column of the ``launches`` table), a graph's
+    tasks by the last of ``replay_apis`` before them."""
     in_ranks = pl.col("rank").is_in(sorted(ranks))
     return host_launches(
-        store.table("slices").filter(in_ranks), store.table("flows").filter(in_ranks)
+        store.table("slices").filter(in_ranks),
+        store.table("flows").filter(in_ranks),
+        replay_apis=replay_apis,
     )
 
 
