@@ -13,7 +13,7 @@ windows do not match the generator's iterations, and the commonest misses (docs/
 
 ``--cost``: cold ``traceanalyzer run``s of one ``--mb`` MB rank (``inference-baseline`` with
 ``tp_comm=1``, the benchmark rank of docs/benchmarks/compare.md, and a ``serving`` rank of the
-same size), each timed from outside; the run's own line "steps and launches ... (the steps X
+same size), each timed from outside; the run's own line "steps and launches ... (the steps and their EP exchanges X
 s)" gives the derivation's time inside the same run, so the figure is a same-run share.
 """
 
@@ -72,7 +72,9 @@ def truth(knobs: dict) -> list[str]:
 
 CACHE = Path(os.environ.get("TRACEANALYZER_BENCH_CACHE", "/tmp/traceanalyzer-bench"))
 # the run's own log line: "steps and launches of N ranks in X s (the steps Y s)"
-STEPS_LINE = re.compile(r"steps and launches of \d+ ranks? in [0-9.]+ s \(the steps ([0-9.]+) s")
+STEPS_LINE = re.compile(
+    r"steps and launches of \d+ ranks? in [0-9.]+ s \(the steps and their EP exchanges ([0-9.]+) s"
+)
 
 
 def cost(mb: int, repeat: int) -> None:

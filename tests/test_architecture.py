@@ -39,6 +39,7 @@ LAYERS: list[tuple[str, ...]] = [
         "stats",
         "chart",
         "primitives",
+        "kernels",
     ),
     ("discover",),
     ("parse",),

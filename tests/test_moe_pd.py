@@ -12,7 +12,7 @@ from traceanalyzer.engine.loader import load_rules
 from traceanalyzer.engine.params import Params
 from traceanalyzer.engine.rule import RuleContext
 from traceanalyzer.kit import routed_tokens
-from traceanalyzer.kit.moe import _fits
+from traceanalyzer.steps.exchanges import fits
 from traceanalyzer.synth.fixtures import scenario_store
 from traceanalyzer.synth.scenarios import get_scenario, moe
 
@@ -148,7 +148,7 @@ def test_a_path_that_does_not_fit_its_size_is_flagged() -> None:
             "tokens": [32, 64, 48, 4096],
         }
     )
-    assert _fits(steps)["fits"].to_list() == [True, False, False, True]
+    assert fits(steps)["fits"].to_list() == [True, False, False, True]
 
 
 def test_prefill_and_decode_costs_match_the_scenario() -> None:

@@ -128,7 +128,7 @@ def analyse(
                 cached = len(derived["ranks"]) - len(derived["computed"])
                 log(
                     f"steps and launches of {count(len(derived['ranks']), 'rank')} in "
-                    f"{seconds:.2f} s (the steps {derived['steps_seconds']:.2f} s"
+                    f"{seconds:.2f} s (the steps and their EP exchanges {derived['steps_seconds']:.2f} s"
                     + (f", {cached} cached)" if cached else ")")
                 )
                 for rank, why in derived["failed"].items():  # its rules derive them again

@@ -803,6 +803,33 @@ DERIVED_TABLES: dict[str, Table] = {
             ),
         ),
         _table(
+            "exchanges",
+            "Per step of an MoE rank that ran an expert-parallel (EP) exchange: which one, the "
+            "time in it and what of it no compute hid; derived before the rules at the default "
+            "patterns (`moe-load-imbalance`'s `mc2_ops`, `alltoall_ops`, `allgather_ops`), "
+            "read by the rule and the overview.",
+            "derived: slices (device tasks), steps (`steps/exchanges.py`)",
+            Column("step", I64, "The step (the `steps` table's)."),
+            Column("phase", STR, "The step's phase."),
+            Column("tokens", I64, "The step's new tokens (null when unknown)."),
+            Column(
+                "path",
+                STR,
+                "`mc2` (MoeDistributeDispatch/Combine), `alltoall` or `allgather`: the most "
+                "used when the step ran several.",
+            ),
+            Column("paths", STR, "Every path the step used, comma-separated."),
+            Column("exchanges", I64, "Exchange ops in the step."),
+            Column("exchange_ns", I64, "Time in them (overlaps counted once)."),
+            Column("exposed_ns", I64, "Of it, the time no compute kernel ran on any stream."),
+            Column(
+                "fits",
+                BOOL,
+                "False when the path does not fit the step's size (vllm-ascend takes MC2 up to "
+                "a token capacity, all-to-all above it); null when the tokens are unknown.",
+            ),
+        ),
+        _table(
             "summary_steps",
             "Where each step's time goes: its wall time split into components that sum to it.",
             "derived: slices (device tasks, ProfilerStep#N), kernels, flows; step_times to check",
@@ -951,7 +978,7 @@ DERIVED_TABLES: dict[str, Table] = {
 
 # the derived tables the rules read: derived before them, per rank, and what each was derived
 # from (its key, store.derived_key) is part of a rule outcome's cache key
-RULE_INPUT_TABLES = ("steps", "launches")
+RULE_INPUT_TABLES = ("steps", "launches", "exchanges")
 
 
 def render_markdown() -> str:

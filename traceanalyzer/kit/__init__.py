@@ -49,9 +49,9 @@ from traceanalyzer.engine.rule import (
     rule,
     sql_rule,
 )
+from traceanalyzer.kernels import NOT_KERNEL_PATTERN, kernel_tasks
 from traceanalyzer.kit.cost import analysed_window_ns, analysed_windows, window_share
 from traceanalyzer.kit.fixture_verbs import Launch, us
-from traceanalyzer.kit.kernels import NOT_KERNEL_PATTERN, kernel_tasks
 from traceanalyzer.kit.moe import (
     PATH_NAMES,
     EpGroup,

@@ -32,16 +32,21 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from traceanalyzer.engine.params import Param, Params
+from traceanalyzer.engine.params import Param
 from traceanalyzer.engine.rule import RuleContext, helper
-from traceanalyzer.kit.kernels import kernel_tasks
 from traceanalyzer.kit.steps import phase_windows
-from traceanalyzer.primitives import any_of, covered_fraction, union_intervals, window_of
+from traceanalyzer.primitives import any_of, window_of
+from traceanalyzer.steps.exchanges import (
+    EXCHANGE_PARAMS,
+    compute_kernels_in,
+    device_slices,
+    exchange_ops_in,
+    exchange_paths_in,
+    exchanges_of,
+)
 from traceanalyzer.steps.phases import PHASES, STEADY_PHASES
 from traceanalyzer.steps.tables import steps_of
 from traceanalyzer.vocabulary import (
-    COMPUTE_TASK_TYPES,
-    DEVICE_PROCESSES,
     HARDWARE_PROCESS,
     session_metadata,
 )
@@ -50,20 +55,6 @@ if TYPE_CHECKING:
     from traceanalyzer.store import Store
 
 PATH_NAMES = {"mc2": "MC2 dispatch/combine", "alltoall": "all-to-all", "allgather": "all-gather"}
-EXCHANGE_PARAMS = {
-    "mc2_ops": Param(
-        r"MoeDistribute(?:Dispatch|Combine)",
-        "Regex on device task names of the MC2 exchange (dispatch/combine kernels).",
-    ),
-    "alltoall_ops": Param(
-        r"(?i)^hcom_all_?to_?all", "Regex on collective names of the all-to-all exchange."
-    ),
-    "allgather_ops": Param(
-        r"(?i)^hcom_(?:all_?gather|reduce_?scatter)",
-        "Regex on collective names of the all-gather exchange (all-gather there, "
-        "reduce-scatter back).",
-    ),
-}
 MOE_PARAMS = {
     **EXCHANGE_PARAMS,
     "expert_kernels": Param(
@@ -119,40 +110,9 @@ NO_PEERS = "needs the profiles of at least 2 ranks of an EP group (profile every
 # --------------------------------------------------------------------------------------------
 
 
-def _path_of(p: Any) -> pl.Expr:
-    name = pl.col("name")
-    return (
-        pl.when(name.str.contains(p.mc2_ops))
-        .then(pl.lit("mc2"))
-        .when(name.str.contains(p.alltoall_ops))
-        .then(pl.lit("alltoall"))
-        .when(name.str.contains(p.allgather_ops))
-        .then(pl.lit("allgather"))
-    )
-
-
-# the device tasks' columns read here: the exchanges', the compute kernels' and the experts'
-DEVICE_COLUMNS = (
-    "rank", "session", "process", "thread", "name", "task_type", "stream_id", "start_ns", "end_ns",
-)  # fmt: skip
-
-
-def device_slices(slices: pl.LazyFrame) -> pl.DataFrame:
-    """The device tasks (device and communication processes, ``end_ns > start_ns``) of
-    ``slices``, in their order, with :data:`DEVICE_COLUMNS`: what the exchanges, the compute
-    kernels and the expert kernels are read from."""
-    return (
-        slices.filter(
-            pl.col("process").is_in(DEVICE_PROCESSES) & (pl.col("end_ns") > pl.col("start_ns"))
-        )
-        .select(DEVICE_COLUMNS)
-        .collect()
-    )
-
-
 def _device_tasks(ctx: RuleContext) -> pl.DataFrame:
-    """:func:`device_slices` of every rank in scope, read once (one scan of the slices) for the
-    exchanges, the compute kernels and the expert kernels."""
+    """:func:`~traceanalyzer.steps.exchanges.device_slices` of every rank in scope, read once
+    (one scan of the slices) for the exchanges, the compute kernels and the expert kernels."""
     return ctx.shared(_read_device_tasks)
 
 
@@ -161,25 +121,8 @@ def _read_device_tasks(ctx: RuleContext) -> pl.DataFrame:
 
 
 def _exchange_ops(ctx: RuleContext) -> pl.DataFrame:
-    """EP exchange ops of every rank in scope (:func:`_exchange_ops_in`)."""
-    return _exchange_ops_in(_device_tasks(ctx), ctx.params)
-
-
-def _exchange_ops_in(device: pl.DataFrame, p: Any) -> pl.DataFrame:
-    """EP exchange ops of ``device`` (:func:`device_slices`): rank, session, name, process,
-    thread, start_ns, end_ns, path (MC2 kernels on a compute stream, HCCL ops on their group
-    row)."""
-    return (
-        device.lazy()
-        # the few exchange ops first, then their path
-        .filter(pl.col("name").str.contains(any_of((p.mc2_ops, p.alltoall_ops, p.allgather_ops))))
-        .with_columns(_path_of(p).alias("path"))
-        .filter(pl.col("path").is_not_null())
-        .select("rank", "session", "name", "process", "thread", "start_ns", "end_ns", "path")
-        .unique(["rank", "session", "name", "start_ns"])  # a trace with repeated events
-        .collect()
-        .sort("rank", "session", "start_ns")
-    )
+    """EP exchange ops of every rank in scope (``steps.exchanges.exchange_ops_in``)."""
+    return exchange_ops_in(_device_tasks(ctx), ctx.params)
 
 
 def _shared_exchange_ops(ctx: RuleContext) -> pl.DataFrame:
@@ -193,143 +136,41 @@ def _in_steps(ctx: RuleContext, frame: pl.DataFrame) -> pl.DataFrame:
     return window_of(frame, steps, keep=["step", "phase"])
 
 
+def _at_defaults(p: Any) -> bool:
+    return all(getattr(p, name) == param.default for name, param in EXCHANGE_PARAMS.items())
+
+
 @helper(params=EXCHANGE_PARAMS)
 def moe_exchange_paths(ctx: RuleContext) -> pl.DataFrame:
-    """Per rank, session and step that ran an EP exchange: ``phase`` and ``tokens`` (the steps
-    table's), ``path`` (``mc2``, ``alltoall`` or ``allgather``; the most used when a step ran
-    several), ``paths`` (all of them, comma-separated), ``exchanges`` (ops), ``exchange_ns``
-    (time in them, overlaps counted once), ``exposed_ns`` (of it, the time no compute kernel
-    ran on any stream of the rank) and ``fits`` (False when the path does not fit the step's
-    size: vllm-ascend takes MC2 up to a token capacity and all-to-all above it, so an
-    all-to-all step with fewer tokens than an MC2 step of the same rank, an MC2 step with more
-    tokens than an all-to-all one, or an all-gather step beside MC2 or all-to-all steps; null
-    when the step's tokens are unknown)."""
+    """Per rank, session and step that ran an EP exchange: which exchange it used and how much
+    of it no compute hid (the ``exchanges`` table's columns, ``steps.exchanges``): read from the
+    store at the default patterns, else derived for these."""
     return ctx.shared(_exchange_paths, tuple(EXCHANGE_PARAMS))
 
 
-def exchange_paths(
-    store: Store,
-    ranks: Collection[int] | None = None,
-    device: pl.DataFrame | None = None,
-    **patterns: str,
-) -> pl.DataFrame:
-    """:func:`moe_exchange_paths` outside a rule (the overview): the same frame for ``ranks``
-    of ``store`` (every rank: None), with ``mc2_ops``, ``alltoall_ops`` and ``allgather_ops``
-    at their defaults unless given. ``device``: those ranks' device tasks when the caller read
-    them already (:func:`device_slices`' rows, any further columns), else read here."""
-    unknown = sorted(set(patterns) - set(EXCHANGE_PARAMS))
-    if unknown:
-        raise ValueError(f"unknown pattern(s) {unknown}; known: {sorted(EXCHANGE_PARAMS)}")
-    values = {name: patterns.get(name, param.default) for name, param in EXCHANGE_PARAMS.items()}
-    scope = frozenset(ranks) if ranks is not None else None
-    # no rule asks: the derivation reads only the store, the ranks and these patterns
-    ctx = RuleContext(None, store, Params(values), scope)  # type: ignore[arg-type]
-    if device is None:
-        return _exchange_paths(ctx)
-    device = device.select(DEVICE_COLUMNS)
-    return _paths(ctx, _exchange_ops_in(device, ctx.params), _compute_kernels_in(device))
+def exchange_paths(store: Store, ranks: Collection[int] | None = None) -> pl.DataFrame:
+    """:func:`moe_exchange_paths` outside a rule (the overview), at the default patterns: the
+    same frame for ``ranks`` of ``store`` (every rank: None)."""
+    wanted = ranks if ranks is not None else store.sessions()["rank"].unique().to_list()
+    return exchanges_of(store, wanted)
 
 
 def _compute_kernels(ctx: RuleContext) -> pl.DataFrame:
     """The compute kernels of every rank in scope, read once for the exchange paths and the
-    ranks' speeds (:func:`~traceanalyzer.kit.kernels.kernel_tasks`)."""
+    ranks' speeds (:func:`~traceanalyzer.kernels.kernel_tasks`)."""
     return ctx.shared(_read_compute_kernels)
 
 
 def _read_compute_kernels(ctx: RuleContext) -> pl.DataFrame:
-    return _compute_kernels_in(_device_tasks(ctx))
-
-
-def _compute_kernels_in(device: pl.DataFrame) -> pl.DataFrame:
-    """The compute kernels among ``device`` (:func:`device_slices`)."""
-    return kernel_tasks(device.lazy(), COMPUTE_TASK_TYPES)
+    return compute_kernels_in(_device_tasks(ctx))
 
 
 def _exchange_paths(ctx: RuleContext) -> pl.DataFrame:
-    return _paths(ctx, _shared_exchange_ops(ctx), _compute_kernels(ctx))
-
-
-def _paths(ctx: RuleContext, exchanges: pl.DataFrame, kernels: pl.DataFrame) -> pl.DataFrame:
-    """:func:`moe_exchange_paths` from the exchange ops and the compute kernels."""
-    ops = _in_steps(ctx, exchanges).filter(pl.col("step").is_not_null())
-    schema = {
-        "rank": pl.Int32, "session": pl.String, "step": pl.Int64, "phase": pl.String,
-        "tokens": pl.Int64, "path": pl.String, "paths": pl.String, "exchanges": pl.UInt32,
-        "exchange_ns": pl.Int64, "exposed_ns": pl.Int64, "fits": pl.Boolean,
-    }  # fmt: skip
-    if ops.is_empty():
-        return pl.DataFrame(schema=schema)
-    ranks = sorted(ops["rank"].unique().to_list())
-    compute = kernels.filter(pl.col("rank").is_in(ranks))
-    compute = compute.join(
-        ops.select("rank", "session", "name", "start_ns"),
-        on=["rank", "session", "name", "start_ns"],
-        how="anti",  # an MC2 exchange is a kernel too: it is not compute that hides it
-    )
-    covered = covered_fraction(
-        ops.with_row_index("_op"), compute.select("rank", "session", "start_ns", "end_ns"),
-        span_id="_op",
-    )  # fmt: skip
-    per_step = (
-        covered.with_columns(
-            (pl.col("end_ns") - pl.col("start_ns") - pl.col("covered_ns")).alias("exposed_ns")
-        )
-        .group_by("rank", "session", "step")
-        .agg(
-            pl.col("phase").first(),
-            pl.col("path").mode().sort().first().alias("path"),
-            pl.col("path").unique().sort().str.join(",").alias("paths"),
-            pl.len().alias("exchanges"),
-            pl.col("exposed_ns").sum(),
-        )
-    )
-    spans = union_intervals(
-        ops.select("rank", "session", "step", "start_ns", "end_ns"), by=["rank", "session", "step"]
-    )
-    busy = spans.group_by("rank", "session", "step").agg(
-        (pl.col("end_ns") - pl.col("start_ns")).sum().alias("exchange_ns")
-    )
-    tokens = (
-        ctx.shared(_steps_tokens)
-        .select("rank", "session", "step", "tokens")
-        .cast({"rank": ops.schema["rank"]})
-    )
-    out = (
-        per_step.join(busy, on=["rank", "session", "step"], how="left")
-        .join(tokens, on=["rank", "session", "step"], how="left")
-        .pipe(_fits)
-        .sort("rank", "session", "step")
-    )
-    return out.select(list(schema)).cast(schema)  # type: ignore[arg-type]
-
-
-def _steps_tokens(ctx: RuleContext) -> pl.DataFrame:
-    return steps_of(ctx.store, ctx.ranks).select("rank", "session", "step", "tokens")
-
-
-def _fits(steps: pl.DataFrame) -> pl.DataFrame:
-    """``fits`` (see :func:`moe_exchange_paths`), per rank."""
-    known = pl.col("tokens").is_not_null()
-    bounds = steps.group_by("rank").agg(
-        pl.col("tokens").filter(known & (pl.col("path") == "mc2")).max().alias("_mc2_max"),
-        pl.col("tokens").filter(known & (pl.col("path") == "alltoall")).min().alias("_a2a_min"),
-        pl.col("path").is_in(["mc2", "alltoall"]).any().alias("_routed"),
-    )
-    path, tokens = pl.col("path"), pl.col("tokens")
-    fits = (
-        pl.when(~known)
-        .then(None)
-        .when(path == "mc2")
-        .then(pl.col("_a2a_min").is_null() | (tokens <= pl.col("_a2a_min")))
-        .when(path == "alltoall")
-        .then(pl.col("_mc2_max").is_null() | (tokens >= pl.col("_mc2_max")))
-        .otherwise(~pl.col("_routed"))
-    )
-    return (
-        steps.join(bounds, on="rank", how="left")
-        .with_columns(fits.alias("fits"))
-        .drop("_mc2_max", "_a2a_min", "_routed")
-    )
+    ranks = ctx.sessions()["rank"].unique().to_list()
+    if _at_defaults(ctx.params):
+        return exchanges_of(ctx.store, ranks)
+    steps = steps_of(ctx.store, ranks)
+    return exchange_paths_in(_shared_exchange_ops(ctx), _compute_kernels(ctx), steps)
 
 
 # --------------------------------------------------------------------------------------------

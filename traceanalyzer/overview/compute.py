@@ -243,7 +243,7 @@ def ep_exchanges(store: Store, rank: int, tasks: pl.DataFrame) -> pl.DataFrame:
               "ep_exchange_ns": pl.Int64, "ep_exposed_ns": pl.Int64, "ep_fits": pl.Boolean}  # fmt: skip
     if not tasks["name"].str.contains(MOE_PARAMS["expert_core"].default).any():
         return pl.DataFrame(schema=schema)
-    paths = exchange_paths(store, [rank], device=tasks)  # its device tasks, read once
+    paths = exchange_paths(store, [rank])  # derived beside the steps
     return paths.select(
         "session", "step", pl.col("path").alias("ep_path"),
         pl.col("exchange_ns").alias("ep_exchange_ns"),

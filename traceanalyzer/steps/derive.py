@@ -27,7 +27,11 @@ from traceanalyzer.steps.windows import (
     window_index,
 )
 from traceanalyzer.store import Store
-from traceanalyzer.vocabulary import CANN_PROCESS, GRAPH_REPLAY_APIS, HARDWARE_PROCESS
+from traceanalyzer.vocabulary import (
+    CANN_PROCESS,
+    DEVICE_PROCESSES,
+    GRAPH_REPLAY_APIS,
+)
 
 # the slices' columns the derivation reads
 SLICE_COLUMNS = (
@@ -60,15 +64,15 @@ def _graph_calls(p: Params) -> pl.Expr:
     )
 
 
-def _read_slices(store: Store, ranks: list[int], p: Params) -> pl.LazyFrame:
+def read_slices(store: Store, ranks: Collection[int], p: Params) -> pl.LazyFrame:
     """The ranks' slices the derivation reads, from one scan of the table (each of its reads
-    filters this frame in memory, in the table's order): every device task (the compute tasks,
-    the attention kernels' tasks), the CANN calls that capture or replay a graph, and the host
+    filters this frame in memory, in the table's order): every device task (the compute tasks;
+    the communication ops, for the EP exchanges of ``steps.exchanges``), the CANN calls that capture or replay a graph, and the host
     spans named like a marker; only the columns it reads. (A kernel's launch is the
     ``launches`` table's: the CANN calls that launch kernels, most of a rank's, are not read.)"""
-    slices = store.scan("slices").filter(pl.col("rank").is_in(ranks))
+    slices = store.scan("slices").filter(pl.col("rank").is_in(sorted(ranks)))
     wanted = (
-        (pl.col("process") == HARDWARE_PROCESS)
+        pl.col("process").is_in(DEVICE_PROCESSES)
         | _graph_calls(p)
         | (is_host_span() & _marker_names(p))
     )
@@ -139,18 +143,24 @@ def _launched_attention(
 
 
 def derive_ranks(
-    store: Store, ranks: Collection[int], p: Params, launches: pl.DataFrame | None = None
+    store: Store,
+    ranks: Collection[int],
+    p: Params,
+    launches: pl.DataFrame | None = None,
+    slices: pl.LazyFrame | None = None,
 ) -> pl.DataFrame:
     """Every step of ``ranks``' sessions (``rank`` and :data:`STEP_COLUMNS`), in time order.
     ``launches``: the ranks' launches when the caller derived them (at the default graph-replay
-    calls), else read from the store (derived there if it has none)."""
+    calls), else read from the store (derived there if it has none); ``slices``: what
+    :func:`read_slices` gives, when the caller read it (it reads the device tasks too)."""
     wanted = sorted(ranks)
     if tuple(p.replay_apis) != GRAPH_REPLAY_APIS:
         launches = derive_launches(store, wanted, p.replay_apis)
     elif launches is None:
         launches = launches_of(store, wanted)
     sessions = store.table("sessions").filter(pl.col("rank").is_in(wanted)).collect()
-    slices = _read_slices(store, wanted, p)
+    if slices is None:
+        slices = read_slices(store, wanted, p)
     if len(wanted) == 1:
         steps = _derive(store, wanted, slices, sessions, launches, p)
         return steps.select(pl.lit(wanted[0], pl.Int32).alias("rank"), pl.all())
@@ -161,7 +171,10 @@ def derive_ranks(
     if owners["session"].n_unique() < owners.height:
         # two ranks with sessions of one name (exports of two hosts): each on its own
         return pl.concat(
-            [derive_ranks(store, [rank], p, launches) for rank in wanted],
+            [
+                derive_ranks(store, [rank], p, launches, slices.filter(pl.col("rank") == rank))
+                for rank in wanted
+            ],
             how="vertical_relaxed",
         )
     steps = _derive(store, wanted, slices, sessions, launches, p)

@@ -21,9 +21,10 @@ import polars as pl
 from traceanalyzer.engine.config import ConfigError
 from traceanalyzer.engine.params import ParamError, Params
 from traceanalyzer.executor import SMALL_WORK_BYTES
-from traceanalyzer.steps import launches
-from traceanalyzer.steps.derive import derive_ranks
+from traceanalyzer.steps import exchanges, launches
+from traceanalyzer.steps.derive import derive_ranks, read_slices
 from traceanalyzer.steps.evidence import NAMESPACE, STEP_PARAMS, default_params
+from traceanalyzer.steps.exchanges import device_slices
 from traceanalyzer.store import (
     TABLES_DIR,
     RankStore,
@@ -45,7 +46,7 @@ if TYPE_CHECKING:
 
 TABLE = "steps"
 # every table a shard's task derives, each under the same key
-DERIVED = (TABLE, launches.TABLE)
+DERIVED = (TABLE, launches.TABLE, exchanges.TABLE)
 # a steps task's input at most (the auto executor's bound for work in one process)
 BATCH_BYTES = SMALL_WORK_BYTES
 
@@ -94,8 +95,10 @@ def steps_shards(
     found = launches.derive_launches(store, ranks)
     each_shard(launches.TABLE, found)
     started = time.perf_counter()
-    frame = derive_ranks(store, ranks, params, found)
+    slices = read_slices(store, ranks, params)
+    frame = derive_ranks(store, ranks, params, found, slices)
     each_shard(TABLE, frame)
+    each_shard(exchanges.TABLE, exchanges.derive_exchanges(device_slices(slices), frame))
     seconds = time.perf_counter() - started
     return {"steps": frame.height, "steps_seconds": seconds}
 
