@@ -1,8 +1,8 @@
 """The analysed window of each rank: the time a finding's cost is a share of (``cost_share``).
 
-It is the profiled steps (``ProfilerStep#N`` spans, which do not nest) where the rank has them,
-else its sessions from first to last event. One definition, so every rule's ``cost_share`` places
-in the same step breakdown.
+It is the profiled steps (``ProfilerStep#N`` spans, which do not nest: the steps table's
+``profiler_step`` windows) where the rank has them, else its sessions from first to last event.
+One definition, so every rule's ``cost_share`` places in the same step breakdown.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import polars as pl
 
 from traceanalyzer.engine.rule import RuleContext
-from traceanalyzer.vocabulary import STEP_SPAN_PREFIX
+from traceanalyzer.steps.tables import steps_of
 
 WINDOW_SCHEMA = {"rank": pl.Int32, "session": pl.String, "start_ns": pl.Int64, "end_ns": pl.Int64}
 
@@ -22,10 +22,11 @@ def analysed_windows(ctx: RuleContext) -> pl.DataFrame:
 
 def _analysed_windows(ctx: RuleContext) -> pl.DataFrame:
     steps = (
-        ctx.table("slices")
-        .filter(pl.col("name").str.starts_with(STEP_SPAN_PREFIX) & (pl.col("dur_ns") > 0))
+        steps_of(ctx.store, ctx.ranks)
+        .filter(
+            (pl.col("step_source") == "profiler_step") & (pl.col("end_ns") > pl.col("start_ns"))
+        )
         .select("rank", "session", "start_ns", "end_ns")
-        .collect()
         .cast(WINDOW_SCHEMA)  # type: ignore[arg-type]
     )
     with_steps = steps["rank"].unique().to_list()
