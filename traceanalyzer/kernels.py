@@ -41,11 +41,10 @@ def kernel_tasks(
         frame = frame.filter(pl.col("rank").is_in(list(ranks)))
     tasks = frame.select(*KERNEL_COLUMNS, "task_type").collect()
     typed = pl.col("task_type").is_in(list(kernel_types))
-    kernels = tasks.filter(typed)
     sessions = ["rank", "session"]
-    if kernels.select(sessions).n_unique() == tasks.select(sessions).n_unique():
+    if tasks.group_by(sessions).agg(typed.any().alias("_typed"))["_typed"].all():
         # every session has typed tasks: none is told by its name (the usual export)
-        return kernels.select(KERNEL_COLUMNS).sort("start_ns")
+        return tasks.filter(typed).select(KERNEL_COLUMNS).sort("start_ns")
     not_kernel = pl.any_horizontal(
         pl.col(c).is_in([*WAIT_TASK_TYPES, *WAIT_TASK_NAMES, *COPY_TASK_NAMES, *COPY_TASK_TYPES])
         | pl.col(c).str.contains(not_kernel_pattern)
