@@ -111,6 +111,11 @@ def test_exchange_paths_per_step() -> None:
 
     assert exchange_paths(store).equals(paths)  # the overview's way in, outside a rule
     assert exchange_paths(store, ranks=[1])["rank"].unique().to_list() == [1]
+    # other patterns than the table's: the rule derives its own, from the same device tasks
+    values = {k: v.default for k, v in rule.params.items()}
+    values["mc2_ops"] = r"MoeDistribute(?:Dispatch|Combine)\w*"
+    own = moe_exchange_paths(RuleContext(rule, store, Params(values)))
+    assert own.equals(paths)
 
 
 def test_the_overview_says_which_exchange_each_phase_used(tmp_path) -> None:

@@ -1,9 +1,9 @@
 """The steps of ranks: their iteration windows, each with its phase and the evidence for it.
 
-Reads only the store's tables (slices, kernels, sessions): the host spans that mark iterations
-and phases, the CANN calls that capture and replay graphs, the compute tasks and the attention
-kernels with the host time that launched each (``connection_id`` to its launch; a graph's
-kernels to the replay before them; else their device start).
+Reads only the store's tables (slices, kernels, sessions, launches): the host spans that mark
+iterations and phases, the CANN calls that capture and replay graphs, the compute tasks and the
+attention kernels with the host time that launched each (the ``launches`` table's call; a
+graph's kernels: the replay before them; else their device start).
 
 Every query runs over all the ranks asked for at once (each is by session or over session):
 polars' fixed cost per query, most of a small rank's derivation, is paid once for them all.
@@ -36,7 +36,7 @@ from traceanalyzer.vocabulary import (
 # the slices' columns the derivation reads
 SLICE_COLUMNS = (
     "rank", "session", "process", "thread", "name", "cat", "start_ns", "end_ns", "dur_ns",
-    "stream_id", "task_type", "model_id", "connection_id", "api_name",
+    "stream_id", "task_type", "model_id", "api_name",
 )  # fmt: skip
 STEP_COLUMNS = (
     "session", "step", "start_ns", "end_ns", "step_ns", "step_source", "phase", "phase_source",
@@ -67,9 +67,10 @@ def _graph_calls(p: Params) -> pl.Expr:
 def read_slices(store: Store, ranks: Collection[int], p: Params) -> pl.LazyFrame:
     """The ranks' slices the derivation reads, from one scan of the table (each of its reads
     filters this frame in memory, in the table's order): every device task (the compute tasks;
-    the communication ops, for the EP exchanges of ``steps.exchanges``), the CANN calls that capture or replay a graph, and the host
-    spans named like a marker; only the columns it reads. (A kernel's launch is the
-    ``launches`` table's: the CANN calls that launch kernels, most of a rank's, are not read.)"""
+    the communication ops too, for the EP exchanges of ``steps.exchanges``), the CANN calls that
+    capture or replay a graph, and the host spans named like a marker; only the columns it
+    reads. (A kernel's launch is the ``launches`` table's: the CANN calls that launch kernels,
+    most of a rank's slices, are not read.)"""
     slices = store.scan("slices").filter(pl.col("rank").is_in(sorted(ranks)))
     wanted = (
         pl.col("process").is_in(DEVICE_PROCESSES)

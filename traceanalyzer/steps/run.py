@@ -1,4 +1,4 @@
-"""Derive a store's ``steps`` and ``launches`` tables: one task per shard (a rank, or a rank
+"""Derive a store's ``steps``, ``exchanges`` and ``launches`` tables: one task per shard (a rank, or a rank
 group, ``store.rank_shards``) on the executor, before the rules.
 
 A shard whose inputs, the derivation's code and its parameters are unchanged since the last run
@@ -77,10 +77,10 @@ def step_params(values: Mapping[str, Any] | None = None) -> Params:
 def steps_shards(
     store_root: str, shards: Sequence[tuple[int, ...]], values: Mapping[str, Any]
 ) -> dict[str, float]:
-    """The worker task: the launches and steps of ``shards`` (each one rank, or a rank group),
-    derived for all their ranks at once and written shard by shard into the store; returns the
-    count of steps and the seconds the steps took (the serving layer's cost: the launches only
-    moved here from the rules and the overview)."""
+    """The worker task: the launches, steps and EP exchanges of ``shards`` (each one rank, or a
+    rank group), derived for all their ranks at once and written shard by shard into the store;
+    returns the count of steps and the seconds the steps and exchanges took (the serving layer's
+    cost: the launches only moved here from the rules and the overview)."""
     root = Path(store_root)
     ranks = sorted({rank for shard in shards for rank in shard})
     store, params = RankStore(root, ranks), step_params(values)
@@ -142,8 +142,9 @@ def derive_store(
     *,
     cache: bool = True,
 ) -> dict[str, Any]:
-    """Bring the store's ``steps`` and ``launches`` tables up to date; returns what failed, by
-    rank, and the seconds the steps took, summed over the shards derived."""
+    """Bring the store's ``steps``, ``exchanges`` and ``launches`` tables up to date; returns
+    what failed, by rank, and the seconds the steps and exchanges took, summed over the shards
+    derived."""
     from traceanalyzer.engine.runner import store_ranks
     from traceanalyzer.executor import TaskCrashed
 
