@@ -374,29 +374,27 @@ What this page's input changed, and what was done about it (alternated runs, med
   figures derive once what both need (moe-load-imbalance derived its verdict twice: 0.57 ->
   0.25 s on the MoE collection).
 
-The previous page's session, what changed and what it measured:
+This page's session, what changed (the MoE collection's serving layer 10.7% -> 8.2%; each
+step timed alone in one process, alternated with the code before it):
 
-- **The peak came back under 1.5x.** The previous page's run and today's first one peaked
-  at 290 and 325-341 MB (1.46x and 1.71x the trace); launched from a shell, the same code
-  peaked at 259-277 MB. The benchmark (which imports polars) passed polars' own jemalloc
-  default (`dirty_decay_ms:500`) to the CLI in `_RJEM_MALLOC_CONF`, and the CLI took it for the
-  user's setting and kept it: freed memory stayed resident for half a second. It is no
-  setting: the CLI now puts its own before whatever was added to it (`process_env.py`), as a
-  notebook's `!traceanalyzer run` needs too. The peak is now 1.3-1.4x the trace.
-- **The CSVs' µs columns convert in a third of the time.** Each way of reading a µs text
-  (a timestamp's 3 decimals, a short duration through a double, the digit groups) now runs
-  on the rows that take it only: a timestamp column no longer runs the duration's regexes and
-  double for every row (a column of a million timestamps: 189 -> 69 ms).
-- **The steps are timed apart from the launches.** The run's log line gives both (`steps and
-  launches of N ranks in X s (the steps Y s)`): the launches were moved beside the steps from
-  the rules and the overview, and are not serving-layer work.
-- **The machine drifted by half within that page's run** (the floor took 1.46-1.52 s in the
-  first round, 1.01-1.10 s in the last, and 0.84 s an hour before): every figure is the best
-  of its rounds. HTA's and ours both came from the last round (9.87 s against 2.27 s: 4.4x);
-  the page measured an hour before, on a faster spell and before the two changes above, gave
-  3.9x (7.12 s against 1.82 s). The goal is met, at its edge.
+- **The EP exchanges derive once, beside the steps.** The `exchanges` table
+  (`steps/exchanges.py`): each MoE step's exchange path, the time in it and what of it no
+  compute hid, derived in the steps' task for all its ranks at once, from the device tasks
+  the steps read anyway. moe-load-imbalance and the overview read it at the default patterns
+  (a rule with other patterns derives its own). The overview's expert exchange computed it per
+  rank: 80 -> 13 ms over the 4 MoE ranks; the derivation adds about 45 ms to the steps' task,
+  and its time counts in the steps' column.
+- **The steps read a kernel's launch from the launches table,** derived first in the same
+  task, instead of reading the rank's CANN launch calls again (179k of the MoE collection's
+  600k slices) and joining them: 160 -> 135 ms over the 4 ranks.
+- **A rank's speed from its dense kernels' time per step and kernel name** (a few thousand
+  sums instead of every kernel matched by its order): 29 -> 16 ms.
+- **The analysed window** (what a cost is a share of) reads the steps table's
+  `profiler_step` windows instead of scanning every slice's name: 15 ms a scope.
+- Every finding, key figure and overview of the real G2 Text and Db exports, the tiled rank,
+  the serving rank and the MoE collection is the same as before these changes, field by field.
 
-This page's session, what changed and what it measured (in one process, alternated rounds):
+The previous page's session, what changed and what it measured (in one process, alternated rounds):
 
 - **The serving layer's share is met on a single rank: 3.9% on the tiled rank, 4.6% on the
   serving rank** (6.2% and 7.5% on the last page). Two changes:
@@ -419,20 +417,21 @@ This page's session, what changed and what it measured (in one process, alternat
 
 Left:
 
-- **The MoE collection's serving layer: 10.7%, against 5%** (14.5% on the last page). The
-  steps cost 0.25 s over the 4 ranks. moe-load-imbalance costs about 0.2 s even with its reads
-  shared with the other rules (its device tasks, the compute kernels, the MoE layers, the
-  ranks' speeds, the exchange paths, each 20-35 ms). The overview's expert exchange costs
-  0.09 s, about 23 ms a rank: it computes per rank the exchange paths that the rule computes
-  for every rank. One derivation of the exchange paths before the rules, beside the steps as
-  the launches are, would pay that once.
-- **HTA's ratio follows the machine's state** (4.4x and 3.2x on two pages of the same code
-  path): on a slow spell our two-core run slows with the floor, and HTA's one-core parse does
-  not.
+- **The MoE collection's serving layer: 8.2%, against 5%.** The steps and exchanges cost
+  0.17-0.19 s over the 4 ranks: the slices' read 45 ms, about 200 small queries 85 ms, the
+  exchanges 45 ms. moe-load-imbalance costs about 0.15 s (its read of the device tasks 20 ms,
+  the MoE layers, the ranks' speeds) and kv-transfer-overlap 0.03 s to say it cannot judge
+  (its probe's regex over each rank's slice names). Each of the rule's some 250 polars queries
+  costs 0.3-0.8 ms whatever its rows: fewer, larger queries are what is left (the MoE layers
+  and the speeds' sums derived beside the exchanges would halve the rule).
+- **HTA's ratio follows the machine's state** (4.4x, 3.2x and now 3.8x on three pages): on a
+  slow spell our two-core run slows with the floor, and HTA's one-core parse does not.
+- **The serving rank's peak is 2.2x its files** (the realistic rank's, 1.41x, meets 1.5x): it
+  is set while the trace's flows are derived.
 
 Measured and not kept: LZ4 instead of zstd for the store (no less CPU over the whole run), one
-polars thread (less CPU, slower), dictionary encoding off for the args (no faster); this
-session: the steps' slices read as three narrower queries (1.6x slower than the one scan), and
+polars thread (less CPU, slower), dictionary encoding off for the args (no faster); the
+previous session: the steps' slices read as three narrower queries (1.6x slower than the one scan), and
 the ranks' speeds grouped on hashed kernel names (no faster).
 
 This machine's speed drifts by a quarter within an hour with nothing else running: builds
