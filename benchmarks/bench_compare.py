@@ -375,7 +375,7 @@ What this page's input changed, and what was done about it (alternated runs, med
   0.25 s on the MoE collection).
 
 This page's session, what changed (the MoE collection's serving layer 10.7% -> 8.2%; each
-step timed alone in one process, alternated with the code before it):
+step timed in one process, on the code before it and after it):
 
 - **The EP exchanges derive once, beside the steps.** The `exchanges` table
   (`steps/exchanges.py`): each MoE step's exchange path, the time in it and what of it no

@@ -13,8 +13,9 @@ windows do not match the generator's iterations, and the commonest misses (docs/
 
 ``--cost``: cold ``traceanalyzer run``s of one ``--mb`` MB rank (``inference-baseline`` with
 ``tp_comm=1``, the benchmark rank of docs/benchmarks/compare.md, and a ``serving`` rank of the
-same size), each timed from outside; the run's own line "steps and launches ... (the steps and their EP exchanges X
-s)" gives the derivation's time inside the same run, so the figure is a same-run share.
+same size), each timed from outside; the run's own line "steps and launches ... (the steps and
+their EP exchanges X s)" gives the derivation's time inside the same run, so the figure is a
+same-run share.
 """
 
 from __future__ import annotations

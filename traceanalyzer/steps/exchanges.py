@@ -179,13 +179,11 @@ def fits(steps: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def derive_exchanges(
-    device: pl.DataFrame, steps: pl.DataFrame, p: Params = DEFAULTS
-) -> pl.DataFrame:
+def derive_exchanges(device: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
     """The ``exchanges`` rows of the ranks of ``device`` (their device tasks: at least
-    :data:`DEVICE_COLUMNS`) and ``steps`` (their steps), at ``p``'s patterns."""
+    :data:`DEVICE_COLUMNS`) and ``steps`` (their steps), at the default patterns."""
     device = device.select(DEVICE_COLUMNS)
-    return exchange_paths_in(exchange_ops_in(device, p), compute_kernels_in(device), steps)
+    return exchange_paths_in(exchange_ops_in(device, DEFAULTS), compute_kernels_in(device), steps)
 
 
 def exchanges_of(store: Store, ranks: Collection[int]) -> pl.DataFrame:
