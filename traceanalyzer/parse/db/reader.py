@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import tempfile
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -114,8 +114,8 @@ def _profiler_tables(
     result: DbResult,
     threads: int,
 ) -> None:
-    # Three readers side by side, each on its own connection: the driver steps SQLite and
-    # polars computes without the GIL. The device reader keeps TASK for all its tables. A table
+    # Readers side by side, each on its own connection: the driver steps SQLite and polars
+    # computes without the GIL. The device reader keeps TASK for all its tables. A table
     # nothing else needs is written where it is made, so that it is not held until the end.
     def device(db: Db) -> list[pl.DataFrame | None]:
         kernels = kernel_table(db, layout, result)
@@ -133,7 +133,7 @@ def _profiler_tables(
             overlap_slices(db, layout, result),
         ]
 
-    def rest(db: Db) -> tuple[pl.DataFrame, pl.DataFrame | None, pl.DataFrame]:
+    def rest(db: Db) -> pl.DataFrame:
         counters = counter_table(db, layout, result)
         memory = {
             "memory_records": memory_records(db, result),
@@ -143,52 +143,58 @@ def _profiler_tables(
         result.rows["counters"] = _write(sink, "counters", counters, counter_order(counters))
         _store(sink, result, memory)
         counter_threads = counters.select("process", "pid", "tid").unique()
-        counter_threads = counter_threads.with_columns(pl.col("process").cast(STR))
-        return counter_threads, connection_cats_table(db), connection_id_table(db)
+        return counter_threads.with_columns(pl.col("process").cast(STR))
 
-    (python, op_texts), device_slices, (counter_threads, cats, connection_ids) = _in_parallel(
-        path,
-        source,
-        repairs,
-        threads,
-        (lambda db: python_slices(db, layout, result), device, rest),
-    )
-    slices = all_slices([python, *device_slices])
-    del python, device_slices  # the parts, now chunks of the slices
-    links = link_table(layout, slices, python_links(slices, connection_ids), cats)
-    if slices.height:
-        result.start_ns = slices["start_ns"].min()
-        result.end_ns = slices["end_ns"].max()
-    processes = pl.concat([slices["process"].cast(STR), counter_threads["process"]]).unique()
-    result.processes = sorted(processes.to_list())
-    tables: dict[str, pl.DataFrame | None] = {
-        "flows": flow_table(layout, links),
-        "threads": thread_table(layout, slices, counter_threads),
-    }
-    if (slices["process"] == "CANN").any():
-        tables["api_stats"] = api_stats(slices, layout)
-    # What the operators read of the slices and links, taken before the slices are written
-    # and let go (the links' ends are slices columns).
-    ops = launched = None
-    if op_texts is not None:
-        ops, launched = operator_ops(slices), links.launched()
-    _store(sink, result, tables)
-    del tables, links
-    # The slices alone: their row groups' gathers beside the joins above would add up at the
-    # peak (about 25 MB on the benchmark's Db twin), for no time saved on a busy machine. The
-    # torch ops' call stacks are added to their args a row group at a time (with_call_stacks),
-    # and to the operators after the slices, once those are let go.
-    order = slice_order(slices)
-    spliced = partial(with_call_stacks, stacks=op_texts.stacks) if op_texts is not None else None
-    result.rows["slices"] = _write(sink, "slices", slices, order, spliced, ("callchain",))
-    del slices, order
-    if ops is not None and launched is not None and op_texts is not None:
-        operators = operator_table(ops, launched, op_texts)
-        del ops, launched
-        stacks = partial(with_operator_stacks, stacks=op_texts.stacks)
-        result.rows["operators"] = _write(
-            sink, "operators", operators, None, stacks, ("callchain",)
+    def python(db: Db) -> tuple[Any, pl.DataFrame | None, pl.DataFrame]:
+        return python_slices(db, layout, result), connection_cats_table(db), connection_id_table(db)
+
+    with _Readers(path, source, repairs, threads) as readers:
+        slices_read = readers.submit(python), readers.submit(device)
+        ((python_part, op_texts), cats, connection_ids), device_parts = (
+            done.result() for done in slices_read
         )
+        slices = all_slices([python_part, *device_parts])
+        del python_part, device_parts  # the parts, now chunks of the slices
+        links = link_table(layout, slices, python_links(slices, connection_ids), cats)
+        if slices.height:
+            result.start_ns = slices["start_ns"].min()
+            result.end_ns = slices["end_ns"].max()
+        tables: dict[str, pl.DataFrame | None] = {"flows": flow_table(layout, links)}
+        if (slices["process"] == "CANN").any():
+            tables["api_stats"] = api_stats(slices, layout)
+        # What the operators and threads read of the slices and links, taken before the slices
+        # are written and let go (the links' ends are slices columns).
+        ops = launched = None
+        if op_texts is not None:
+            ops, launched = operator_ops(slices), links.launched()
+        slice_threads = slices.select("process", "pid", "tid", "thread", "cat").unique()
+        _store(sink, result, tables)
+        del tables, links
+        # The slices' row groups are gathered once the joins above are let go (beside them
+        # they added about 25 MB at the peak). The counters and memory are read and written
+        # beside the slices' writing, which needs nothing of them: earlier, beside the joins
+        # and the slices' sort, they added 60 MB at the peak; after it, 0.15 s to the Db
+        # twin's 1.9 s. The torch ops' call stacks are added to their args a row group at a
+        # time (with_call_stacks), and to the operators after the slices, once those are let go.
+        order = slice_order(slices)
+        counters_read = readers.submit(rest)
+        spliced = (
+            partial(with_call_stacks, stacks=op_texts.stacks) if op_texts is not None else None
+        )
+        result.rows["slices"] = _write(sink, "slices", slices, order, spliced, ("callchain",))
+        del slices, order
+        if ops is not None and launched is not None and op_texts is not None:
+            operators = operator_table(ops, launched, op_texts)
+            del ops, launched
+            stacks = partial(with_operator_stacks, stacks=op_texts.stacks)
+            result.rows["operators"] = _write(
+                sink, "operators", operators, None, stacks, ("callchain",)
+            )
+        counter_threads = counters_read.result()
+    threads_table = thread_table(layout, slice_threads, counter_threads)
+    _store(sink, result, {"threads": threads_table})
+    processes = pl.concat([slice_threads["process"].cast(STR), counter_threads["process"]])
+    result.processes = sorted(processes.unique().to_list())
 
 
 def _store(sink: TableSink, result: DbResult, tables: dict[str, pl.DataFrame | None]) -> None:
@@ -233,23 +239,34 @@ def _write(
     return sink.batches(table, made_ahead(makers))
 
 
-def _in_parallel(
-    path: Path,
-    source: Path,
-    repairs: Repairs,
-    threads: int,
-    jobs: tuple[Callable[[Db], Any], ...],
-) -> list[Any]:
-    """Each job's result, each run on its own connection to ``path`` (read from ``source``)."""
+class _Readers:
+    """Jobs each run on its own connection to ``path`` (read from ``source``): on up to
+    ``threads`` threads side by side, in the order submitted, else each where it is submitted."""
 
-    def run(job: Callable[[Db], Any]) -> Any:
-        db = Db(path, source, repairs)
+    def __init__(self, path: Path, source: Path, repairs: Repairs, threads: int):
+        self._connect = partial(Db, path, source, repairs)
+        self._pool = ThreadPoolExecutor(threads) if threads > 1 else None
+
+    def _run(self, job: Callable[[Db], Any]) -> Any:
+        db = self._connect()
         try:
             return job(db)
         finally:
             db.close()
 
-    if threads <= 1:
-        return [run(job) for job in jobs]
-    with ThreadPoolExecutor(min(threads, len(jobs))) as pool:
-        return list(pool.map(run, jobs))
+    def submit(self, job: Callable[[Db], Any]) -> Future[Any]:
+        if self._pool is not None:
+            return self._pool.submit(self._run, job)
+        done: Future[Any] = Future()
+        try:
+            done.set_result(self._run(job))
+        except BaseException as exc:  # noqa: BLE001 - raised where its result is asked for
+            done.set_exception(exc)
+        return done
+
+    def __enter__(self) -> _Readers:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
