@@ -123,6 +123,10 @@ def _pmu_extra(db: Db) -> pl.DataFrame:
         metric_id=("name", I64),
         value=("value", F64),
     )
+    if pmu.is_empty():
+        return empty
+    # Named once per metric, not per row: a task has a row per metric (27 on Level1).
+    ids = pmu.select(pl.col("metric_id").unique(maintain_order=True))
     metric = db.text(pl.col("metric_id"))
     metric = (
         pl.when(metric.is_in(list(_PMU_RENAMED)))
@@ -131,11 +135,17 @@ def _pmu_extra(db: Db) -> pl.DataFrame:
         .then(metric + "(us)")
         .otherwise(metric)
     )
-    if pmu.is_empty():
-        return empty
-    wide = pmu.with_columns(metric.alias("metric")).pivot(
-        on="metric", index="global_task_id", values="value", aggregate_function="first"
-    )
+    names = ids.with_columns(metric.alias("metric"))
+    if names["metric"].is_null().any() or names["metric"].is_duplicated().any():
+        # two ids of one name (or none): their values are one key, the first one kept
+        pmu = pmu.join(names, on="metric_id", maintain_order="left")
+        key = "metric"
+    else:
+        pmu = pmu.with_columns(pl.col("metric_id").cast(STR))
+        key = "metric_id"
+    wide = pmu.pivot(on=key, index="global_task_id", values="value", aggregate_function="first")
+    if key == "metric_id":
+        wide = wide.rename(dict(zip(names["metric_id"].cast(STR), names["metric"], strict=True)))
     metrics = pl.struct(pl.exclude("global_task_id")).struct.json_encode()
     return wide.select("global_task_id", metrics.alias("extra"))
 
