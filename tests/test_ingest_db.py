@@ -531,6 +531,27 @@ def test_every_compute_task_info_row_is_a_kernel(real_g2_db: Path, tmp_path: Pat
     assert hardware.select(pl.len()).collect().item() == tasks
 
 
+def test_two_pmu_metric_ids_of_one_name_are_one_key(real_g2_db: Path, tmp_path: Path) -> None:
+    """`aicore_time` is named `aicore_time(us)`, as `aic_total_time` is: a task with both keeps
+    the first, as kernel_details.csv has one such column."""
+    rank = tmp_path / "in" / "rank0_ascend_pt"
+    shutil.copytree(real_g2_db / "rank0_ascend_pt", rank)
+    con = sqlite3.connect(next((rank / OUT).glob("*_0.db")))
+    (metric,) = con.execute("SELECT id FROM STRING_IDS WHERE value = 'aic_total_time'").fetchone()
+    (task,) = con.execute(
+        f"SELECT globalTaskId FROM TASK_PMU_INFO WHERE name = {metric} LIMIT 1"
+    ).fetchone()
+    con.execute("INSERT INTO STRING_IDS VALUES (999999, 'aicore_time')")
+    con.execute(f"INSERT INTO TASK_PMU_INFO VALUES ({task}, 999999, 123456.0)")
+    con.commit()
+    con.close()
+    ingest(rank, tmp_path / "out")
+    extras = Store.open(tmp_path / "out").table("kernels").select("extra").collect()["extra"]
+    decoded = [json.loads(e) for e in extras.drop_nulls()]
+    assert decoded and all(list(d).count("aicore_time(us)") == 1 for d in decoded)
+    assert not any(d["aicore_time(us)"] == 123456.0 for d in decoded)
+
+
 def test_op_statistics_are_the_same_figures_every_time() -> None:
     """The share of each op type comes from integer sums: group order must not move its bits."""
     from traceanalyzer.parse.db.device import op_stats as _op_stats
