@@ -176,13 +176,19 @@ root = Path(sys.argv[1])
 rules = load_rules([]).rules
 params = resolve(rules, run_settings((), None)).params
 ranks = store_ranks(Store.open(root))
-started = time.perf_counter()
-for rule in rules.select(sys.argv[2].split(",")):
+timed = sys.argv[2].split(",")
+def evaluate(rule):
     if rule.scope == "rank":
         for rank in ranks:
             evaluate_rule(rule, RankStore(root, [rank]), params[rule.id], frozenset({rank}))
     else:
         evaluate_rule(rule, RankStore(root, ranks), params[rule.id])  # as the run does
+for rule in rules:  # the other rules first, off the clock: the run's process has run them too
+    if rule.id not in timed and rule.name not in timed:
+        evaluate(rule)
+started = time.perf_counter()
+for rule in rules.select(timed):
+    evaluate(rule)
 seconds = time.perf_counter() - started
 for rank in ranks:  # the overview's expert exchange, given the device tasks and steps it reads
     store = RankStore(root, [rank])  # anyway (summarize_rank, before its expert exchange)

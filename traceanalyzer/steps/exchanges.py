@@ -183,7 +183,10 @@ def derive_exchanges(device: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
     """The ``exchanges`` rows of the ranks of ``device`` (their device tasks: at least
     :data:`DEVICE_COLUMNS`) and ``steps`` (their steps), at the default patterns."""
     device = device.select(DEVICE_COLUMNS)
-    return exchange_paths_in(exchange_ops_in(device, DEFAULTS), compute_kernels_in(device), steps)
+    ops = exchange_ops_in(device, DEFAULTS)
+    if ops.is_empty():  # not an MoE rank: no compute kernels to read
+        return pl.DataFrame(schema=SCHEMA)
+    return exchange_paths_in(ops, compute_kernels_in(device), steps)
 
 
 def exchanges_of(store: Store, ranks: Collection[int]) -> pl.DataFrame:
