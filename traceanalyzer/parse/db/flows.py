@@ -169,8 +169,9 @@ def _connection_cats(
 def thread_table(
     layout: Layout, slices: pl.DataFrame, counter_threads: pl.DataFrame
 ) -> pl.DataFrame:
-    """Every (pid, tid) with events (``counter_threads``: the counters' process, pid and tid),
-    named and sorted as the Text export's M events name them."""
+    """Every (pid, tid) with events (``slices``: the slices' process, pid, tid, thread and cat,
+    each row or only the distinct ones; ``counter_threads``: the counters' process, pid and
+    tid), named and sorted as the Text export's M events name them."""
     used = pl.concat(
         [
             slices.select(
