@@ -197,7 +197,8 @@ def collective_straggler(ctx: RuleContext) -> Iterator[Finding]:
         for s in stragglers(ops, p, window, name):
             by_rank.setdefault(s.rank, []).append(s)
         for rank, found in by_rank.items():
-            if sum(s.lost_ns for s in found) > sum(s.lost_ns for s in best.get(rank, [])):
+            # in whole ns: two sources of the same waits tie, and the trace's own tasks speak
+            if round(_lost(found)) > round(_lost(best.get(rank, []))):
                 best[rank] = found
     if not best:
         ctx.note(
@@ -493,6 +494,10 @@ def counts(p: Any) -> pl.Expr:
     ).alias("counts")
 
 
+def _lost(found: list[Straggler]) -> float:
+    return sum(s.lost_ns for s in found)
+
+
 def stragglers(ops: pl.DataFrame, p: Any, window: dict[int, int], source: str) -> list[Straggler]:
     """The late ranks that pass every threshold, per group."""
     per_rank = instances(ops)
@@ -511,6 +516,9 @@ def stragglers(ops: pl.DataFrame, p: Any, window: dict[int, int], source: str) -
             pl.col("late_wait_ns").first(),
         )
         .with_columns(counts(p))
+        # in a fixed order: the float sums below, and so which source speaks, are the same
+        # every run
+        .sort(INSTANCE_KEY)
     )
     out = []
     for (group,), g in summary.group_by("group", maintain_order=True):
@@ -518,7 +526,7 @@ def stragglers(ops: pl.DataFrame, p: Any, window: dict[int, int], source: str) -
         if counted.is_empty():
             continue
         group_ranks = sorted(per_rank.filter(pl.col("group") == group)["rank"].unique().to_list())
-        for (late_rank,), late in counted.group_by("late_rank"):
+        for (late_rank,), late in counted.group_by("late_rank", maintain_order=True):
             others = [r for r in group_ranks if r != late_rank]
             windows = [window[r] for r in others if r in window]
             s = Straggler(
