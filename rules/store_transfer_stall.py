@@ -36,6 +36,7 @@ from traceanalyzer.kit import (
     outermost,
     overlap_join,
     phase_at,
+    phase_windows,
     phases_in,
     rule,
     session_metadata,
@@ -178,32 +179,11 @@ def store_transfer_stall(ctx: RuleContext) -> Iterator[Finding]:
       HCCL plane tasks (`Notify_Wait`), HostToDevice flows.
     """
     p = ctx.params
-    tasks = ctx.table("slices").filter(
-        pl.col("process").is_in(DEVICE_PROCESSES) & pl.col("stream_id").is_not_null()
-    )
-    waits = (
-        tasks.filter(
-            pl.col("task_type").is_in(p.wait_task_types) | pl.col("name").is_in(p.wait_names)
-        )
-        .select(
-            "rank",
-            "session",
-            # Renamed so the span's own process/thread (same names) cannot shadow them in the join.
-            pl.col("process").alias("wait_process"),
-            pl.col("thread").alias("wait_thread"),
-            "stream_id",
-            pl.col("name").alias("wait_name"),
-            "task_type",
-            "start_ns",
-            "end_ns",
-        )
-        .collect()
-    )
-    launches = _launches(ctx)
-    copies = _copies(ctx, tasks, launches)
     spans = ctx.once(_transfer_spans)
     if spans.is_empty():
-        raise NotEvaluated(_no_spans_reason(ctx, copies, waits))
+        raise NotEvaluated(_no_spans_reason(ctx))
+    waits, launches = _waits(ctx), _launches(ctx)
+    copies = _copies(ctx, launches)
     threads = _transfer_threads(spans, copies)
     spans = _from_first_launch(spans, threads, copies, launches)
     own = _own_streams(spans, threads, copies, launches)
@@ -248,6 +228,36 @@ def store_transfer_stall(ctx: RuleContext) -> Iterator[Finding]:
         yield _finding(
             ctx, int(rank), str(transfer), group, stalled, per_stream, stalls, own, threads
         )
+
+
+def _device_tasks(ctx: RuleContext) -> pl.LazyFrame:
+    """The shard's device tasks on a stream: what the waits and the copies are read from."""
+    return ctx.table("slices").filter(
+        pl.col("process").is_in(DEVICE_PROCESSES) & pl.col("stream_id").is_not_null()
+    )
+
+
+def _waits(ctx: RuleContext) -> pl.DataFrame:
+    """Cross-stream waits (`wait_task_types`/`wait_names`): rank, session, wait_process,
+    wait_thread, stream_id, wait_name, task_type, start_ns, end_ns."""
+    p = ctx.params
+    return (
+        _device_tasks(ctx)
+        .filter(pl.col("task_type").is_in(p.wait_task_types) | pl.col("name").is_in(p.wait_names))
+        .select(
+            "rank",
+            "session",
+            # Renamed so the span's own process/thread (same names) cannot shadow them in the join.
+            pl.col("process").alias("wait_process"),
+            pl.col("thread").alias("wait_thread"),
+            "stream_id",
+            pl.col("name").alias("wait_name"),
+            "task_type",
+            "start_ns",
+            "end_ns",
+        )
+        .collect()
+    )
 
 
 def _transfer_spans(ctx: RuleContext) -> pl.DataFrame:
@@ -336,13 +346,14 @@ def _launches(ctx: RuleContext) -> pl.DataFrame:
     )
 
 
-def _copies(ctx: RuleContext, tasks: pl.LazyFrame, launches: pl.DataFrame) -> pl.DataFrame:
+def _copies(ctx: RuleContext, launches: pl.DataFrame) -> pl.DataFrame:
     """Copy tasks (`own_task_names`/`own_task_types`): rank, session, stream_id, start_ns, end_ns,
     issuer. `issuer` is the host thread whose flow lands on the copy (one row per issuing thread),
     null when no flow does."""
     p = ctx.params
     copies = (
-        tasks.filter(
+        _device_tasks(ctx)
+        .filter(
             pl.col("name").is_in(p.own_task_names) | pl.col("task_type").is_in(p.own_task_types)
         )
         .select("rank", "session", "stream_id", "start_ns", "end_ns")
@@ -468,18 +479,18 @@ def _own_streams(
     ).unique()
 
 
-def _no_spans_reason(ctx: RuleContext, copies: pl.DataFrame, waits: pl.DataFrame) -> str:
+def _no_spans_reason(ctx: RuleContext) -> str:
     """NO_SPANS; under `auto`, plus the sessions that look like a profile wrapped around one
-    transfer call, with the setting that evaluates them. Never a finding: only the user knows."""
+    transfer call, with the setting that evaluates them. Never a finding: only the user knows.
+    (The copies and waits are read only when a session has no steps: most have.)"""
     p = ctx.params
     if p.span_source != "auto":
         return NO_SPANS
     stepped = set(
-        ctx.table("slices")
-        .filter(pl.col("name").str.starts_with("ProfilerStep#"))
+        phase_windows(ctx)
+        .filter(pl.col("step_source") == "profiler_step")
         .select("rank", "session")
         .unique()
-        .collect()
         .iter_rows()
     ) | set(
         ctx.table("step_times")
@@ -489,14 +500,17 @@ def _no_spans_reason(ctx: RuleContext, copies: pl.DataFrame, waits: pl.DataFrame
         .collect()
         .iter_rows()
     )
-    looks = [
-        look
+    unstepped = [
+        row
         for row in ctx.sessions().iter_rows(named=True)
         if (row["rank"], row["session"]) not in stepped
         and row["start_ns"] is not None
         and row["end_ns"] is not None
-        and (look := _looks_like_one_transfer(p, row, copies, waits))
     ]
+    if not unstepped:
+        return NO_SPANS
+    copies, waits = _copies(ctx, _launches(ctx)), _waits(ctx)
+    looks = [look for row in unstepped if (look := _looks_like_one_transfer(p, row, copies, waits))]
     if not looks:
         return NO_SPANS
     more = (
