@@ -780,7 +780,12 @@ def _link(found: pl.DataFrame, link: str) -> pl.DataFrame:
 
 
 def containing_call(
-    points: Frame, calls: Frame, *, at: str = "ts_ns", outer: bool = False
+    points: Frame,
+    calls: Frame,
+    *,
+    at: str = "ts_ns",
+    outer: bool = False,
+    outer_calls: Frame | None = None,
 ) -> pl.DataFrame:
     """For each point (timestamp column ``at`` on a host thread), the innermost call around it.
 
@@ -791,7 +796,9 @@ def containing_call(
     ``Node@launch``): the latest call that started at or before the point holds it, unless it
     ended first, and then the outermost call around the point does. ``outer`` asks for the
     outermost call around the point instead (``aten::item`` rather than the
-    ``aten::_local_scalar_dense`` inside it).
+    ``aten::_local_scalar_dense`` inside it). ``outer_calls``: ``outermost(calls)`` by thread,
+    when the caller holds it (a rule that asks for both the inner and the outer call of the
+    same calls derives it once); derived here otherwise.
     """
     thread = list(_THREAD)
     ordered = points.lazy().with_row_index("_point").sort(at).collect()
@@ -814,7 +821,8 @@ def containing_call(
         )
 
     def outer_tier() -> pl.DataFrame:
-        return latest_started(outermost(calls.lazy(), by=thread))
+        tier = outer_calls if outer_calls is not None else outermost(calls.lazy(), by=thread)
+        return latest_started(tier.lazy())
 
     # in order of preference: the first that holds the point wins
     tiers = [outer_tier() if outer else latest_started(calls.lazy())]

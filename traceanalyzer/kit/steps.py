@@ -26,6 +26,7 @@ from traceanalyzer.kit.requirements import HOST_MARKED_STEPS
 from traceanalyzer.primitives import (
     containing_call,
     host_launches,
+    outermost,
     overlap_join,
     pair_windows,
     window_of,
@@ -202,11 +203,17 @@ def call_sites(ctx: RuleContext, calls: pl.DataFrame) -> pl.DataFrame:
 
     A call on the task-queue thread sits in the ``Dequeue@op`` of the op it runs for.
     """
-    ops = ctx.shared(_site_ops)
+    ops, outer_ops = ctx.shared(_site_ops), ctx.shared(_outer_site_ops)
     points = calls.with_columns(pl.col("start_ns").alias("_at"))
-    inner = containing_call(points, ops, at="_at")["_op"]
-    outer = containing_call(points, ops, at="_at", outer=True)["_op"]
+    inner = containing_call(points, ops, at="_at", outer_calls=outer_ops)["_op"]
+    outer = containing_call(points, ops, at="_at", outer=True, outer_calls=outer_ops)["_op"]
     return calls.with_columns(site=outer, site_op=inner)
+
+
+def _outer_site_ops(ctx: RuleContext) -> pl.DataFrame:
+    """The outermost of :func:`_site_ops` on each thread, in start order."""
+    thread = ("rank", "session", "process", "thread")
+    return outermost(ctx.shared(_site_ops), by=thread).sort("start_ns")
 
 
 def _site_ops(ctx: RuleContext) -> pl.DataFrame:
@@ -227,6 +234,7 @@ def _site_ops(ctx: RuleContext) -> pl.DataFrame:
             "end_ns",
         )
         .with_columns(pl.lit(CANN_PROCESS).alias("process"))  # CANN threads are the OS threads
+        .sort("start_ns")  # each lookup of a call around a point then finds them in order
         .collect()
     )
 
