@@ -149,13 +149,10 @@ def capture_memcpy_growth(ctx: RuleContext) -> Iterator[Finding]:
     """
     p = ctx.params
     sessions = ctx.sessions()
-    cann = cann_calls(ctx).lazy()
-    cann_ranks = set(cann.select(pl.col("rank").unique()).collect()["rank"].to_list())
-    memcpy = _memcpy_calls(cann, p.memcpy_pattern, p.layer)
+    cann_ranks = set(cann_calls(ctx)["rank"].unique().to_list())
+    memcpy, series = ctx.once(_counted)
     counted = memcpy.group_by("rank").agg(pl.col("api_name").unique().sort())
     counted_names = dict(zip(counted["rank"].to_list(), counted["api_name"].to_list(), strict=True))
-    windows = _capture_windows(ctx, cann)
-    series = count_in_windows(windows, memcpy, window_id="window_id", name="memcpy_calls")
 
     stats_ranks = sorted(
         set(ctx.table("api_stats").select(pl.col("rank").unique()).collect()["rank"].to_list())
@@ -173,6 +170,16 @@ def capture_memcpy_growth(ctx: RuleContext) -> Iterator[Finding]:
     for rank in stats_ranks:
         points, names = _api_stats_series(ctx, rank, sessions)
         yield from _judge(ctx, rank, points, names, source="api_stats")
+
+
+def _counted(ctx: RuleContext) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The memcpy calls, and the capture windows with the count of them in each
+    (``memcpy_calls``): detection and key figures count them once."""
+    p = ctx.params
+    cann = cann_calls(ctx).lazy()
+    memcpy = _memcpy_calls(cann, p.memcpy_pattern, p.layer)
+    windows = _capture_windows(ctx, cann)
+    return memcpy, count_in_windows(windows, memcpy, window_id="window_id", name="memcpy_calls")
 
 
 def _memcpy_calls(cann: pl.LazyFrame, pattern: str, layer: ApiLayer) -> pl.DataFrame:
@@ -439,15 +446,11 @@ def _figure(fig: FigureContext) -> Chart | None:
 def _key_figures(ctx: RuleContext) -> pl.DataFrame:
     """Capture windows per rank, their mean duration and mean memcpy calls, counted exactly as
     the rule counts them (CANN events; null on ranks without capture windows)."""
-    p = ctx.params
-    cann = cann_calls(ctx).lazy()
-    windows = _capture_windows(ctx, cann)
-    memcpy = _memcpy_calls(cann, p.memcpy_pattern, p.layer)
-    counted = count_in_windows(windows, memcpy, window_id="window_id", name="memcpy")
+    _, counted = ctx.once(_counted)
     return counted.group_by("rank").agg(
         pl.len().alias("captures"),
         pl.col("dur_ns").mean().alias("capture_ns_mean"),
-        pl.col("memcpy").mean().alias("memcpy_per_capture"),
+        pl.col("memcpy_calls").mean().alias("memcpy_per_capture"),
     )
 
 
