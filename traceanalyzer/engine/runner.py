@@ -92,12 +92,18 @@ def _requirement_gap(store: Store, req: Requirement, ranks: frozenset[int] | Non
 
 
 def _probe(store: Store, req: Requirement, ranks: frozenset[int] | None) -> pl.DataFrame:
-    """One row: how many rows of ``req``'s data the shard has, and which columns have values."""
+    """One row: whether the shard has ``req``'s data (``_rows``: 0 when not), and which columns
+    have values. A row with every column set is looked for first: the scan stops there, where
+    counting every row read them all (twice as long, most probes being met)."""
     frame = store.table(req.table)
     if ranks is not None:
         frame = frame.filter(pl.col("rank").is_in(sorted(ranks)))
     if req.where is not None:
         frame = frame.filter(req.where)
+    complete = pl.all_horizontal(pl.lit(True), *(pl.col(c).is_not_null() for c in req.columns))
+    shown = list(req.columns) or ["session"]  # every table has it
+    if frame.filter(complete).select(shown).head(1).collect().height:
+        return pl.DataFrame({"_rows": [1], **{c: [True] for c in req.columns}})
     return frame.select(
         pl.len().alias("_rows"), *[pl.col(c).is_not_null().any().alias(c) for c in req.columns]
     ).collect()
