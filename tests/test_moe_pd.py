@@ -215,3 +215,49 @@ def test_the_straggler_source_is_the_same_every_run() -> None:
     for _ in range(3):
         (finding,) = evaluate_rule(rule, store).findings
         assert "waits from Notify Wait tasks" in finding.message
+
+
+def test_the_stored_moe_layers_are_what_the_rule_derives(tmp_path) -> None:
+    """The moe_layers and moe_dense tables the steps' task stores (at the default patterns) give
+    the verdict the rule derives from the device tasks with other patterns that match the same
+    kernels; a rank the tables hold no row for is not derived again."""
+    from traceanalyzer.executor import make_executor
+    from traceanalyzer.kit import moe_imbalance
+    from traceanalyzer.pipeline import analyse
+    from traceanalyzer.steps.moe_layers import DENSE, LAYERS, moe_tables_of
+    from traceanalyzer.store import RankStore, Store, derived_ranks
+    from traceanalyzer.synth.generate import generate
+
+    generate("moe-ep", tmp_path / "in", ranks=4, **SMALL, prefill_every=4, graph=False)
+    with make_executor("local") as executor:
+        analyse(tmp_path / "in", tmp_path / "out", executor=executor, config_path=False)
+    root = tmp_path / "out"
+    ranks = [0, 1, 2, 3]
+    assert derived_ranks(root, LAYERS, ranks) == set(ranks)
+    stored = {t: Store.open(root).table(t).collect() for t in (LAYERS, DENSE)}
+    assert stored[LAYERS]["rank"].unique().sort().to_list() == ranks
+    assert stored[DENSE].height > 0
+    rule = RULES["moe-load-imbalance"]
+    defaults = {k: v.default for k, v in rule.params.items()}
+    other = {**defaults, "expert_core": r"GroupedMatmul|NoSuchKernel"}
+    verdicts = [
+        moe_imbalance(RuleContext(rule, RankStore(root, ranks), Params(values)))
+        for values in (defaults, other)
+    ]
+    assert verdicts[0].rows.height > 0
+    assert (
+        verdicts[0]
+        .rows.sort("rank", "sidx", "step", "layer")
+        .equals(verdicts[1].rows.sort("rank", "sidx", "step", "layer"))
+    )
+    assert [f.cost_ns for f in verdicts[0].findings] == [f.cost_ns for f in verdicts[1].findings]
+    # fixtures' stores (nothing stored) derive the same tables
+    in_memory = Store.from_frames(
+        {
+            "slices": Store.open(root).table("slices").collect(),
+            "kernels": Store.open(root).table("kernels").collect(),
+            "sessions": Store.open(root).table("sessions").collect(),
+        }
+    )
+    derived = moe_tables_of(in_memory, ranks)
+    assert derived[LAYERS].sort("rank", "first_ns").equals(stored[LAYERS].sort("rank", "first_ns"))

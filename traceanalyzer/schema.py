@@ -830,6 +830,46 @@ DERIVED_TABLES: dict[str, Table] = {
             ),
         ),
         _table(
+            "moe_layers",
+            "Per MoE layer instance of an expert-parallel rank: the stretch of expert kernels "
+            "before an EP exchange op that holds a grouped matmul, and when the rank arrived "
+            "at the exchange; derived before the rules at the default patterns "
+            "(`moe-load-imbalance`'s `expert_kernels`, `expert_core`, `mc2_ops`, "
+            "`alltoall_ops`, `allgather_ops`, `token_inputs_dropped`), read by the rule.",
+            "derived: slices (device tasks), kernels (grouped matmuls' input shapes) "
+            "(`steps/moe_layers.py`)",
+            Column("name", STR, "The exchange op after the expert kernels (the exchange back)."),
+            Column("path", STR, "Its path: `mc2`, `alltoall` or `allgather`."),
+            Column("expert_ns", I64, "Time in the layer's expert kernels."),
+            Column(
+                "tokens",
+                I64,
+                "Routed tokens (msprof-analyze ep_load_balance's count) when every grouped "
+                "matmul of the layer has input shapes and is not a graph's replay; else null.",
+            ),
+            Column(
+                "arrival_ns",
+                I64,
+                "When the rank was ready for the exchange: its start, or the last expert "
+                "kernel's end if later.",
+            ),
+            Column("exchange_ns", I64, "From the arrival to the exchange's end."),
+            Column("first_ns", I64, "The first expert kernel's start."),
+        ),
+        _table(
+            "moe_dense",
+            "Per step of a rank with MoE layers and kernel name: the time of the compute "
+            "kernels that are neither expert kernels nor MC2 exchanges, what a rank's device "
+            "speed is compared on; derived before the rules at the default patterns, read by "
+            "`moe-load-imbalance`.",
+            "derived: slices (device tasks), steps (`steps/moe_layers.py`)",
+            Column("step", I64, "The step the kernels start in (the `steps` table's)."),
+            Column("phase", STR, "The step's phase."),
+            Column("name", STR, "Kernel name."),
+            Column("dur_ns", I64, "Their time in the step."),
+            Column("kernels", I64, "How many ran in the step."),
+        ),
+        _table(
             "summary_steps",
             "Where each step's time goes: its wall time split into components that sum to it.",
             "derived: slices (device tasks, ProfilerStep#N), kernels, flows; step_times to check",
@@ -978,7 +1018,7 @@ DERIVED_TABLES: dict[str, Table] = {
 
 # the derived tables the rules read: derived before them, per rank, and what each was derived
 # from (its key, store.derived_key) is part of a rule outcome's cache key
-RULE_INPUT_TABLES = ("steps", "launches", "exchanges")
+RULE_INPUT_TABLES = ("steps", "launches", "exchanges", "moe_layers", "moe_dense")
 
 
 def render_markdown() -> str:

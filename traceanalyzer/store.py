@@ -66,6 +66,7 @@ def group_dir(root: Path, table: str, group: str) -> Path:
 
 
 _GROUP_NAME = re.compile(r"group=(-?[0-9]{1,10})-(-?[0-9]{1,10})")
+_RANK_LABEL = re.compile(r"rank=(-?[0-9]{1,10})")
 
 
 def _group_span(directory: Path) -> tuple[int, int] | None:
@@ -200,6 +201,21 @@ def derived_key(root: Path, table: str, shard: Sequence[int]) -> str | None:
         return derived_key_path(root, table, shard).read_text("utf-8")
     except OSError:
         return None
+
+
+def derived_ranks(root: Path | None, table: str, ranks: Iterable[int]) -> set[int]:
+    """Of ``ranks``, those whose shard's derived ``table`` is stored (its key written after it
+    was derived): a rank there without rows has none, and need not be derived again."""
+    if root is None:
+        return set()
+    spans = []
+    for key in (root / DERIVED_KEYS_DIR / table).glob("*.key"):
+        label = Path(key.name.removesuffix(".key"))
+        if alone := _RANK_LABEL.fullmatch(label.name):
+            spans.append((int(alone[1]), int(alone[1])))
+        elif span := _group_span(label):
+            spans.append(span)
+    return {rank for rank in ranks if any(lo <= rank <= hi for lo, hi in spans)}
 
 
 def rank_shards(

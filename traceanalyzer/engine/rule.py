@@ -202,6 +202,12 @@ class RuleContext:
         narrowed = RuleContext(self.rule, self.store, Params(values), self.ranks)
         return self.store.memo(key, lambda: compute(narrowed))
 
+    def scope_ranks(self) -> list[int]:
+        """The ranks in scope, in order: ``ranks``, else every rank with a session."""
+        if self.ranks is not None:
+            return sorted(self.ranks)
+        return self.sessions()["rank"].unique().sort().to_list()
+
     def sessions(self) -> pl.DataFrame:
         """Sessions in scope, ordered by rank then start time."""
         sessions = self.store.sessions()

@@ -60,7 +60,6 @@ from traceanalyzer.kit.moe import (
     exchange_paths,
     moe_exchange_paths,
     moe_imbalance,
-    routed_tokens,
 )
 from traceanalyzer.kit.requirements import (
     HOST_MARKED_STEPS,
@@ -113,6 +112,7 @@ from traceanalyzer.primitives import (
     window_of,
 )
 from traceanalyzer.stats import OUTLIER_EXCESS, OUTLIER_Z, robust_z
+from traceanalyzer.steps.moe_layers import routed_tokens
 from traceanalyzer.steps.phases import PHASES, STEADY_PHASES
 from traceanalyzer.store import Store
 from traceanalyzer.vocabulary import (

@@ -18,8 +18,10 @@ longer and the others wait for it there (``serving_profiles.md`` §3).
   reports it; ``collective-straggler`` and ``slow-rank`` ask it who owns a late rank's cost, so
   one finding counts it.
 
-Everything is read from the store (slices, kernels, steps, session metadata); the wait is
-taken from durations on each rank's own clock (time in the exchange beyond the shortest one of
+Everything is read from the store: at the default patterns, the MoE layer instances and the
+dense kernels' time per step that the steps' task derived (``steps.moe_layers``), else the
+slices and kernels; the steps and the session metadata. The wait is taken from durations on
+each rank's own clock (time in the exchange beyond the shortest one of
 the instance), so ranks on different hosts need no common clock.
 """
 
@@ -35,7 +37,7 @@ import polars as pl
 from traceanalyzer.engine.params import Param
 from traceanalyzer.engine.rule import RuleContext, helper
 from traceanalyzer.kit.steps import phase_windows
-from traceanalyzer.primitives import any_of, window_of
+from traceanalyzer.primitives import window_of
 from traceanalyzer.steps.exchanges import (
     EXCHANGE_PARAMS,
     compute_kernels_in,
@@ -43,6 +45,16 @@ from traceanalyzer.steps.exchanges import (
     exchange_ops_in,
     exchange_paths_in,
     exchanges_of,
+)
+from traceanalyzer.steps.moe_layers import (
+    DENSE,
+    DERIVED_PARAMS,
+    LAYER_PARAMS,
+    LAYERS,
+    dense_in,
+    expert_shapes,
+    layers_in,
+    moe_tables_of,
 )
 from traceanalyzer.steps.phases import PHASES, STEADY_PHASES
 from traceanalyzer.steps.tables import steps_of
@@ -57,27 +69,14 @@ if TYPE_CHECKING:
 PATH_NAMES = {"mc2": "MC2 dispatch/combine", "alltoall": "all-to-all", "allgather": "all-gather"}
 MOE_PARAMS = {
     **EXCHANGE_PARAMS,
-    "expert_kernels": Param(
-        r"GroupedMatmul|MoeInitRouting|MoeTokenPermute|MoeTokenUnpermute|MoeFinalizeRouting"
-        r"|Swi[Gg]lu",
-        "Regex on kernel names of a rank's expert compute (the grouped matmuls and their "
-        "routing neighbours), counted between two EP exchanges.",
-    ),
-    "expert_core": Param(
-        r"GroupedMatmul",
-        "Regex on kernel names: a stretch between two exchanges is an MoE layer's expert "
-        "compute when it holds one of these.",
-    ),
+    "expert_kernels": LAYER_PARAMS["expert_kernels"],
+    "expert_core": LAYER_PARAMS["expert_core"],
     "ep_groups": Param(
         r"^(?:ep|mc2|exp|moe_ep|ep_group|expert\w*)$",
         "Regex on parallel_group_info group names of the EP groups (vLLM: `ep`, vllm-ascend: "
         "`mc2`); without one, the group of the exchange collectives (communication.json).",
     ),
-    "token_inputs_dropped": Param(
-        2,
-        "Routed tokens of a GroupedMatmul: the first dims of its non-empty Input Shapes but "
-        "the last this many (msprof-analyze ep_load_balance's count).",
-    ),
+    "token_inputs_dropped": LAYER_PARAMS["token_inputs_dropped"],
     "min_expert_excess": Param(
         0.15,
         "A rank is hot in an MoE layer when its expert compute, corrected for its device's "
@@ -166,7 +165,7 @@ def _read_compute_kernels(ctx: RuleContext) -> pl.DataFrame:
 
 
 def _exchange_paths(ctx: RuleContext) -> pl.DataFrame:
-    ranks = ctx.sessions()["rank"].unique().to_list()
+    ranks = ctx.scope_ranks()
     if _at_defaults(ctx.params):
         return exchanges_of(ctx.store, ranks)
     steps = steps_of(ctx.store, ranks)
@@ -242,113 +241,27 @@ def _sorted(groups: dict[frozenset[int], str]) -> list[tuple[frozenset[int], str
 # --------------------------------------------------------------------------------------------
 
 
-def routed_tokens(shapes: str | None, dropped: int) -> int | None:
-    """msprof-analyze ep_load_balance's routed tokens of one GroupedMatmul: the sum of the
-    first dims of its non-empty input shapes but the last ``dropped`` (group list and the
-    like); None when it has one input or fewer, or a first dim is no number."""
-    if not shapes:
-        return None
-    parts = [part.strip(' "') for part in shapes.strip('"').split(";")]
-    parts = [part for part in parts if part]
-    if len(parts) <= 1:
-        return None
-    total = 0
-    for part in parts[: max(len(parts) - dropped, 0)]:
-        first = part.split(",")[0].strip()
-        if not first.lstrip("-").isdigit():
-            return None
-        total += int(first)
-    return total
-
-
-def _layers(ctx: RuleContext, ops: pl.DataFrame) -> pl.DataFrame:
-    """One row per (rank, session, MoE layer instance): the stretch of expert kernels before
-    each exchange op that holds a ``expert_core`` kernel. Columns: rank, session, name (the
-    exchange back), path, expert_ns, tokens, arrival_ns (when the rank is ready for the
-    exchange: its start, or its last expert kernel's end if later), exchange_ns (from then to
-    the exchange's end), first_ns (the first expert kernel's start)."""
+def _layers(ctx: RuleContext) -> pl.DataFrame:
+    """The MoE layer instances of every rank in scope (``steps.moe_layers.layers_in``): the
+    store's ``moe_layers`` table at the default patterns, else derived for these."""
     p = ctx.params
-    kernels = (
-        _device_tasks(ctx)
-        .lazy()
-        .filter(
-            (pl.col("process") == HARDWARE_PROCESS)
-            & pl.col("name").str.contains(p.expert_kernels)
-            & ~pl.col("name").str.contains(p.mc2_ops)
-        )
-        .select("rank", "session", "name", "start_ns", "end_ns")
-        .unique(["rank", "session", "name", "start_ns"])
-        .collect()
-        .sort("start_ns")
-    )
-    if kernels.is_empty() or ops.is_empty():
-        return pl.DataFrame()
-    shapes = (
-        ctx.table("kernels")
-        .filter(pl.col("name").str.contains(p.expert_core))
-        .select("rank", "session", "name", "start_ns", "model_id", "input_shapes")
-        .unique(["rank", "session", "name", "start_ns"])
-        .collect()
-    )
-    dropped = int(p.token_inputs_dropped)
-    shapes = shapes.with_columns(
-        # a captured graph replays the shapes of its capture size: no count to read there
-        pl.when(pl.col("model_id").is_null())
-        .then(
-            pl.col("input_shapes").map_elements(
-                lambda s: routed_tokens(s, dropped), return_dtype=pl.Int64
-            )
-        )
-        .alias("tokens")
-    ).select("rank", "session", "name", "start_ns", "tokens")
-    # each kernel's exchange: the first op that ends after the kernel starts (an HCCL op on
-    # its own stream may begin before the last expert kernel ends)
-    following = (
-        ops.with_row_index("_x")
-        .select("rank", "session", "_x", pl.col("end_ns").alias("_xe"))
-        .sort("_xe")
-    )
-    placed = kernels.join_asof(
-        following.cast({"rank": kernels.schema["rank"]}),
-        left_on="start_ns",
-        right_on="_xe",
-        by=["rank", "session"],
-        strategy="forward",
-        check_sortedness=False,
-    ).filter(pl.col("_x").is_not_null())
-    placed = placed.join(shapes, on=["rank", "session", "name", "start_ns"], how="left")
-    core = pl.col("name").str.contains(p.expert_core)
-    per = (
-        placed.group_by("rank", "session", "_x")
-        .agg(
-            (pl.col("end_ns") - pl.col("start_ns")).sum().alias("expert_ns"),
-            pl.col("start_ns").min().alias("first_ns"),
-            pl.col("end_ns").max().alias("last_ns"),
-            core.any().alias("_core"),
-            # the layer's count only when every grouped matmul in it has one (not replayed)
-            pl.when(core.filter(core).len() == pl.col("tokens").filter(core).count())
-            .then(pl.col("tokens").filter(core).max())
-            .alias("tokens"),
-        )
-        .filter(pl.col("_core"))
-    )
-    xs = ops.with_row_index("_x").select("_x", "name", "path", "start_ns", "end_ns")
-    return (
-        per.join(xs, on="_x")
-        .with_columns(pl.max_horizontal("start_ns", "last_ns").alias("arrival_ns"))
-        .with_columns((pl.col("end_ns") - pl.col("arrival_ns")).clip(0).alias("exchange_ns"))
-        .select(
-            "rank",
-            "session",
-            "name",
-            "path",
-            "expert_ns",
-            "tokens",
-            "arrival_ns",
-            "exchange_ns",
-            "first_ns",
-        )
-    )
+    if _layers_at_defaults(p):
+        return _moe_tables(ctx)[LAYERS]
+    shapes = expert_shapes(ctx.table("kernels"), p)
+    return layers_in(_device_tasks(ctx), _shared_exchange_ops(ctx), shapes, p)
+
+
+def _moe_tables(ctx: RuleContext) -> dict[str, pl.DataFrame]:
+    """The ``moe_layers`` and ``moe_dense`` tables of every rank in scope, read once."""
+    return ctx.shared(_read_moe_tables)
+
+
+def _read_moe_tables(ctx: RuleContext) -> dict[str, pl.DataFrame]:
+    return moe_tables_of(ctx.store, ctx.scope_ranks())
+
+
+def _layers_at_defaults(p: Any) -> bool:
+    return all(getattr(p, name) == param.default for name, param in DERIVED_PARAMS.items())
 
 
 def _speeds(ctx: RuleContext, groups: list[EpGroup]) -> dict[int, float]:
@@ -359,25 +272,25 @@ def _speeds(ctx: RuleContext, groups: list[EpGroup]) -> dict[int, float]:
     rows, and a rank with a kernel more or less in a step is not matched there."""
     p = ctx.params
     member_of = {r: i for i, g in enumerate(groups) for r in g.members}
-    dense = _compute_kernels(ctx).filter(
-        pl.col("rank").is_in(list(member_of))
-        & ~pl.col("name").str.contains(any_of((p.expert_kernels, p.mc2_ops)))
-    )
-    dense = _in_steps(ctx, dense).filter(pl.col("phase").is_in(JUDGED_PHASES))
+    members = pl.col("rank").is_in(list(member_of))
+    if _layers_at_defaults(p):
+        per_step = _moe_tables(ctx)[DENSE]
+    else:
+        per_step = dense_in(_compute_kernels(ctx).filter(members), phase_windows(ctx), p)
+    dense = per_step.filter(members & pl.col("phase").is_in(JUDGED_PHASES))
     if dense.is_empty():
         return {}
     key = ["group", "sidx", "step", "name"]
+    order = _session_order(ctx).cast({"rank": dense.schema["rank"]})
     ratios = (
-        dense.join(_session_order(ctx), on=["rank", "session"])
-        .group_by("rank", "sidx", "step", "name")
-        .agg((pl.col("end_ns") - pl.col("start_ns")).sum().alias("dur"), pl.len().alias("n"))
+        dense.join(order, on=["rank", "session"])
         .with_columns(
             pl.col("rank").replace_strict(member_of, return_dtype=pl.Int64).alias("group")
         )
         .with_columns(
-            (pl.col("dur") / pl.col("dur").median().over(key)).alias("ratio"),
+            (pl.col("dur_ns") / pl.col("dur_ns").median().over(key)).alias("ratio"),
             pl.col("rank").n_unique().over(key).alias("_ranks"),
-            pl.col("n").n_unique().over(key).alias("_counts"),
+            pl.col("kernels").n_unique().over(key).alias("_counts"),
         )
         .filter((pl.col("_ranks") >= 2) & (pl.col("_counts") == 1))
         .group_by("rank")
@@ -482,14 +395,13 @@ def moe_imbalance(ctx: RuleContext) -> MoeVerdict:
 
 def _verdict(ctx: RuleContext) -> MoeVerdict:
     p = ctx.params
-    has_core = _device_tasks(ctx).filter(
-        (pl.col("process") == HARDWARE_PROCESS) & pl.col("name").str.contains(p.expert_core)
-    )
-    if has_core.is_empty():
-        return MoeVerdict(unavailable="no MoE expert kernels (`expert_core`) in the trace")
-    ops = _shared_exchange_ops(ctx)
-    layers = _layers(ctx, ops)
+    layers = _layers(ctx)
     if layers.is_empty():
+        has_core = _device_tasks(ctx).filter(
+            (pl.col("process") == HARDWARE_PROCESS) & pl.col("name").str.contains(p.expert_core)
+        )
+        if has_core.is_empty():
+            return MoeVerdict(unavailable="no MoE expert kernels (`expert_core`) in the trace")
         return MoeVerdict(unavailable=NO_EXCHANGE)
     groups = _ep_groups(ctx, sorted(layers["rank"].unique().to_list()))
     if not groups:

@@ -154,12 +154,8 @@ def launched_tasks(
     (:func:`~traceanalyzer.primitives.host_launches`): the store's ``launches`` table, derived
     once before the rules; linked again here only when ``replay_apis`` are not the default."""
     if tuple(replay_apis) == GRAPH_REPLAY_APIS:
-        return launches_of(ctx.store, ctx.ranks if ctx.ranks is not None else _every_rank(ctx))
+        return launches_of(ctx.store, ctx.scope_ranks())
     return host_launches(ctx.table("slices"), ctx.table("flows"), replay_apis=replay_apis)
-
-
-def _every_rank(ctx: RuleContext) -> list[int]:
-    return ctx.sessions()["rank"].unique().sort().to_list()
 
 
 def _read_cann_calls(ctx: RuleContext) -> pl.DataFrame:

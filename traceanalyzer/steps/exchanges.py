@@ -179,14 +179,23 @@ def fits(steps: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def derive_exchanges(device: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
-    """The ``exchanges`` rows of the ranks of ``device`` (their device tasks: at least
-    :data:`DEVICE_COLUMNS`) and ``steps`` (their steps), at the default patterns."""
+def exchange_inputs(device: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame | None]:
+    """The EP exchange ops of ``device`` (device tasks: at least :data:`DEVICE_COLUMNS`) at the
+    default patterns, and its compute kernels (None without an exchange op: not an MoE rank, no
+    compute kernels to read)."""
     device = device.select(DEVICE_COLUMNS)
     ops = exchange_ops_in(device, DEFAULTS)
-    if ops.is_empty():  # not an MoE rank: no compute kernels to read
+    return ops, None if ops.is_empty() else compute_kernels_in(device)
+
+
+def derive_exchanges(
+    ops: pl.DataFrame, compute: pl.DataFrame | None, steps: pl.DataFrame
+) -> pl.DataFrame:
+    """The ``exchanges`` rows at the default patterns of ranks with these exchange ops and
+    compute kernels (:func:`exchange_inputs`) and ``steps`` (their steps)."""
+    if compute is None:
         return pl.DataFrame(schema=SCHEMA)
-    return exchange_paths_in(ops, compute_kernels_in(device), steps)
+    return exchange_paths_in(ops, compute, steps)
 
 
 def exchanges_of(store: Store, ranks: Collection[int]) -> pl.DataFrame:
@@ -200,7 +209,7 @@ def exchanges_of(store: Store, ranks: Collection[int]) -> pl.DataFrame:
 
     def derive(rank: int) -> pl.DataFrame:
         device = device_slices(store.scan("slices").filter(pl.col("rank") == rank))
-        return derive_exchanges(device, steps_of(store, [rank]))
+        return derive_exchanges(*exchange_inputs(device), steps_of(store, [rank]))
 
     derived = [store.memo((TABLE, rank), lambda rank=rank: derive(rank)) for rank in missing]
     frames = [stored.select(list(SCHEMA)).cast(SCHEMA), *derived]  # type: ignore[arg-type]

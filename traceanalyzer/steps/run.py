@@ -21,7 +21,7 @@ import polars as pl
 from traceanalyzer.engine.config import ConfigError
 from traceanalyzer.engine.params import ParamError, Params
 from traceanalyzer.executor import SMALL_WORK_BYTES
-from traceanalyzer.steps import exchanges, launches
+from traceanalyzer.steps import exchanges, launches, moe_layers
 from traceanalyzer.steps.derive import derive_ranks, read_slices
 from traceanalyzer.steps.evidence import NAMESPACE, STEP_PARAMS, default_params
 from traceanalyzer.steps.exchanges import device_slices
@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 
 TABLE = "steps"
 # every table a shard's task derives, each under the same key
-DERIVED = (TABLE, launches.TABLE, exchanges.TABLE)
+DERIVED = (TABLE, launches.TABLE, exchanges.TABLE, moe_layers.LAYERS, moe_layers.DENSE)
 # a steps task's input at most (the auto executor's bound for work in one process)
 BATCH_BYTES = SMALL_WORK_BYTES
 
@@ -101,7 +101,11 @@ def steps_shards(
     started = time.perf_counter()
     frame = derive_ranks(store, ranks, params, found, slices)
     each_shard(TABLE, frame)
-    each_shard(exchanges.TABLE, exchanges.derive_exchanges(device_slices(slices), frame))
+    device = device_slices(slices)
+    ops, compute = exchanges.exchange_inputs(device)
+    each_shard(exchanges.TABLE, exchanges.derive_exchanges(ops, compute, frame))
+    for table, rows in moe_layers.derive_moe(store, device, ops, compute, frame).items():
+        each_shard(table, rows)
     seconds = time.perf_counter() - started
     return {"steps": frame.height, "steps_seconds": seconds}
 
