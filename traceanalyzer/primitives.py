@@ -670,14 +670,11 @@ def host_launches(
     device_process: str = HARDWARE_PROCESS,
     host_process: str = CANN_PROCESS,
     replay_apis: Sequence[str] = GRAPH_REPLAY_APIS,
-    torch_ops: pl.DataFrame | pl.LazyFrame | None = None,
 ) -> pl.DataFrame:
     """Each device task joined to the host call that launched it (launch columns null when unknown).
 
     ``slices`` is the store's slices table (device tasks and host calls), ``flows`` its flows
-    table; ``torch_ops``: the slices the torch ops are read from, when ``slices`` holds only the
-    device tasks and host calls (a caller that read those once for other uses too).
-    Links, in order of trust (the ``link`` column says which one was used):
+    table. Links, in order of trust (the ``link`` column says which one was used):
 
     - ``graph_replay``: a task of a captured graph (``model_id`` set) runs when the host replays
       the graph, so its launch is the last ``replay_apis`` call (``aclmdlRIExecuteAsync``) that
@@ -723,13 +720,9 @@ def host_launches(
         .collect()
     )
 
-    op_frame = frame if torch_ops is None else torch_ops.lazy()
-
     def cpu_ops(threads: pl.DataFrame) -> pl.DataFrame:
         """The torch ops on ``threads``: only where a flow starts (most are never read)."""
-        ops = op_frame.filter(pl.col("cat") == "cpu_op").join(
-            threads.lazy(), on=_THREAD, how="semi"
-        )
+        ops = frame.filter(pl.col("cat") == "cpu_op").join(threads.lazy(), on=_THREAD, how="semi")
         return ops.select(
             *_THREAD, "name", pl.lit(None, dtype=pl.String).alias("api_layer"), "start_ns", "end_ns"
         ).collect()

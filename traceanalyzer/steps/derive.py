@@ -33,10 +33,10 @@ from traceanalyzer.vocabulary import (
     GRAPH_REPLAY_APIS,
 )
 
-# the slices' columns the derivation reads, and the launches' links (``launches``)
+# the slices' columns the derivation reads
 SLICE_COLUMNS = (
     "rank", "session", "process", "thread", "name", "cat", "start_ns", "end_ns", "dur_ns",
-    "stream_id", "task_type", "task_id", "model_id", "connection_id", "api_layer", "api_name",
+    "stream_id", "task_type", "model_id", "api_name",
 )  # fmt: skip
 STEP_COLUMNS = (
     "session", "step", "start_ns", "end_ns", "step_ns", "step_source", "phase", "phase_source",
@@ -65,15 +65,17 @@ def _graph_calls(p: Params) -> pl.Expr:
 
 
 def read_slices(store: Store, ranks: Collection[int], p: Params) -> pl.LazyFrame:
-    """The ranks' slices the steps' task reads, from one scan of the table (each of its reads
+    """The ranks' slices the derivation reads, from one scan of the table (each of its reads
     filters this frame in memory, in the table's order): every device task (the compute tasks;
-    the communication ops too, for the EP exchanges of ``steps.exchanges``), every CANN call
-    (those that capture or replay a graph; the launches link the device tasks to the rest), and
-    the host spans named like a marker; only the columns they read. One scan costs what either
-    read alone did: a scan decodes the filter's columns of every slice whatever it keeps."""
+    the communication ops too, for the EP exchanges of ``steps.exchanges``), the CANN calls that
+    capture or replay a graph, and the host spans named like a marker; only the columns it
+    reads. (A kernel's launch is the ``launches`` table's: the CANN calls that launch kernels,
+    most of a rank's slices, are not read.)"""
     slices = store.scan("slices").filter(pl.col("rank").is_in(sorted(ranks)))
-    wanted = pl.col("process").is_in([*DEVICE_PROCESSES, CANN_PROCESS]) | (
-        is_host_span() & _marker_names(p)
+    wanted = (
+        pl.col("process").is_in(DEVICE_PROCESSES)
+        | _graph_calls(p)
+        | (is_host_span() & _marker_names(p))
     )
     return slices.filter(wanted).select(SLICE_COLUMNS).collect().lazy()
 

@@ -23,21 +23,15 @@ ORDER = ["rank", "session", "stream", "start_ns"]
 
 
 def derive_launches(
-    store: Store,
-    ranks: Collection[int],
-    replay_apis: Sequence[str] = GRAPH_REPLAY_APIS,
-    slices: pl.LazyFrame | None = None,
+    store: Store, ranks: Collection[int], replay_apis: Sequence[str] = GRAPH_REPLAY_APIS
 ) -> pl.DataFrame:
     """The launches of ``ranks``' device tasks (every column of the ``launches`` table), a graph's
-    tasks by the last of ``replay_apis`` before them. ``slices``: the ranks' device tasks and
-    CANN calls when the caller read them (the steps' task reads them once for both)."""
+    tasks by the last of ``replay_apis`` before them."""
     in_ranks = pl.col("rank").is_in(sorted(ranks))
-    table = store.table("slices").filter(in_ranks)
     return host_launches(
-        table if slices is None else slices,
+        store.table("slices").filter(in_ranks),
         store.table("flows").filter(in_ranks),
         replay_apis=replay_apis,
-        torch_ops=None if slices is None else table,
     )
 
 
