@@ -21,8 +21,8 @@ longer and the others wait for it there (``serving_profiles.md`` §3).
 Everything is read from the store: at the default patterns, the MoE layer instances and the
 dense kernels' time per step that the steps' task derived (``steps.moe_layers``), else the
 slices and kernels; the steps and the session metadata. The wait is taken from durations on
-each rank's own clock (time in the exchange beyond the shortest one of
-the instance), so ranks on different hosts need no common clock.
+each rank's own clock (time in the exchange beyond the shortest one of the instance), so ranks
+on different hosts need no common clock.
 """
 
 from __future__ import annotations

@@ -202,7 +202,7 @@ def derive_moe(
     tasks), at the default patterns; ``ops``: their EP exchange ops; ``compute``: their compute
     kernels (None where no rank has an exchange op: no MoE layer, nothing read)."""
     empty = {LAYERS: pl.DataFrame(schema=LAYER_SCHEMA), DENSE: pl.DataFrame(schema=DENSE_SCHEMA)}
-    if ops.is_empty() or compute is None:
+    if compute is None:
         return empty
     moe_ranks = sorted(ops["rank"].unique().to_list())
     shapes = expert_shapes(store.scan("kernels").filter(pl.col("rank").is_in(moe_ranks)), DEFAULTS)
