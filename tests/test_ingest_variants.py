@@ -763,3 +763,26 @@ def test_run_summary_is_a_table_with_notes_grouped_across_ranks(tmp_path: Path) 
     ]
     assert all(s["not_in_generation"] == ["task_time.csv"] for s in doc["sessions"])
     assert all("task_time" not in " ".join(s["not_collected"]) for s in doc["sessions"])
+
+
+def test_only_pids_whose_events_go_unnamed_are_warned_of(tmp_path: Path) -> None:
+    """A Level0 export's CANN layer has labels and thread names but no process_name, and only
+    starts HostToDevice flows (the real Level0 export): nothing the rules read goes unnamed, so
+    nothing is said. Slices of a pid with no metadata at all are named 'pid <n>' and said."""
+    full = json.loads(_g2_trace())
+    cann_meta = [e for e in full if e["ph"] == "M" and e["pid"] == CANN_PID]
+    level0 = [e for e in full if e["pid"] != CANN_PID]
+    level0 += [e for e in cann_meta if e["name"] != "process_name"]
+    flow = {"ph": "s", "name": "HostToDevice9", "cat": "HostToDevice", "id": "9"}
+    level0.append({**flow, "pid": CANN_PID, "tid": 77, "ts": f"{T0}.300"})
+    stray = _x("orphan", 4242, 1, f"{T0}.400", 1.0)
+    for name, events, said in (("quiet", level0, False), ("stray", [*level0, stray], True)):
+        root = tmp_path / name
+        _write_rank(root, "r_ascend_pt", _info(0), {"trace_view.json": json.dumps(events)})
+        result = ingest(root, tmp_path / f"{name}-out")
+        warned = [w for w in result.outcomes[0].warnings if "no process_name" in w]
+        assert bool(warned) is said, warned
+        if said:
+            assert warned[0].startswith("1 pids with events")
+            slices = Store.open(tmp_path / f"{name}-out").table("slices").collect()
+            assert "pid 4242" in set(slices["process"])

@@ -127,6 +127,9 @@ def derive_tables(
     25 MB higher (docs/benchmarks/ingest.md).
     """
     names = _Names(events.others)
+    # the pids with slices or counters, before those are freed: a pid with neither (a Level0
+    # export's CANN layer, which only starts its HostToDevice flows) names nothing rules read
+    with_events = pl.concat([events.slices.select("pid"), events.counters.select("pid")]).unique()
     _write_slices(events, names, sink, result)
     used_by_counters = _write_counters(events, names, sink, result)
     if on_read:
@@ -134,9 +137,12 @@ def derive_tables(
     _write_others(events, names, sink, result, used_by_counters)
     if names.cut:
         result.warnings.append(cut_names_note(names.cut))
-    unnamed = names.procs.filter(pl.col("process_name").is_null()).height
+    named = names.procs.filter(pl.col("process_name").is_not_null()).select("pid")
+    unnamed = with_events.join(named, on="pid", how="anti").height
     if unnamed:
-        result.warnings.append(f"{unnamed} pids have no process_name metadata; named 'pid <n>'")
+        result.warnings.append(
+            f"{unnamed} pids with events have no process_name metadata; named 'pid <n>'"
+        )
     result.processes = sorted(names.procs["process_name"].drop_nulls().unique().to_list())
     return result
 
