@@ -353,8 +353,8 @@ def fmt_ratio(num: dict, den: dict) -> str:
 
 ANALYSIS = """## Where our run's time goes, and what is left
 
-A cold run on the realistic rank, phase by phase (the run's own `-v` lines, quiet machine,
-three runs, an earlier session's code; each phase moves by a fifth with the machine's load):
+A cold run on the realistic rank, phase by phase (the run's own `-v` lines, an earlier
+session's quiet machine; each phase moves by a fifth with the machine's load):
 
 - **0.37-0.45 s: start-up and the scan beside it.** The interpreter starts and imports polars,
   pyarrow (with numpy), the engine and the rules on one core while the native scanner reads
@@ -364,89 +364,70 @@ three runs, an earlier session's code; each phase moves by a fifth with the mach
   made by three threads while the Parquet encoder writes the one before (`parse/rows.py`
   `made_ahead`), the counters, flows and threads; then the 60 MB of side files, two at a
   time, the largest first (docs/benchmarks/ingest.md, "The side files").
-- **0.1 s: the steps** (engine iterations and their phases), **0.41-0.44 s: the 13 rules**
-  on two threads, **0.26-0.38 s: the overview**, **0.03 s: the reports**.
+- **0.2-0.3 s: the launches and the steps** (engine iterations and their phases), **0.3-0.4 s:
+  the 13 rules** on two threads, **0.26-0.38 s: the overview**, **0.03 s: the reports**.
 
 The run takes about 3.6 s of CPU on two cores, where the floor decodes on about one.
 
-What this page's input changed, and what was done about it (alternated runs, medians):
+This page's session, what changed (each step timed in one process on the code before and
+after it, alternated; every finding, key figure, overview and store table of the 13 samples,
+17 synthetic scenarios, the real G2 Text and Db exports, the tiled rank, the serving rank and
+the MoE collection compared with the session's first code: the same, but for the fix below):
 
-- **Memory.** The side files made the run's peak 1.77x the trace (354 MB). Freed memory, not
-  live data, set it: pyarrow's mimalloc kept its arena pages, and glibc kept what the CSV
-  batches freed (its mmap threshold rises with each large block freed: operator_details.csv
-  grew the heap by 120 MB that only `malloc_trim` returned). pyarrow on the system allocator
-  (354 -> 320 MB) with a fixed 1 MiB mmap threshold (-> 306 MB; `process_env.py`), and the
-  overview's top host APIs computed first, while nothing else is held (-> 291-299 MB).
-- **Time.** With the memory back, the large side files parse two at a time instead of one
-  (0.3 s less); the rules read the shard's CANN calls once (`kit.cann_calls`) instead of one
-  scan per kind of call, and the overview once for its three kinds; rules that read every
-  rank now share one snapshot of the store, as a rank's rules do, so their detection and key
-  figures derive once what both need (moe-load-imbalance derived its verdict twice: 0.57 ->
-  0.25 s on the MoE collection).
+- **The MoE layers derive once, beside the exchanges.** The steps' task also derives the
+  `moe_layers` table (each MoE layer instance's expert compute, routed tokens and arrival at
+  the exchange back) and the `moe_dense` table (the dense kernels' time per step and name,
+  what a rank's device speed is compared on), from the device tasks, exchange ops and compute
+  kernels it holds for the exchanges (`steps/moe_layers.py`). moe-load-imbalance reads them at
+  its default patterns and reads no device task: its verdict 145 -> 24 ms over the MoE
+  collection's 4 ranks. The derivation adds about 40 ms to the steps' task, counted in the
+  steps' column.
+- **A rule that cannot judge no longer reads what it would judge with.** store-transfer-stall
+  looks for transfer spans first, and reads the waits, copies and launches only when there is
+  one, or a session without steps to hint at: 96 -> 30 ms on the realistic rank, which has
+  none.
+- **sync-in-step's call sites:** the torch ops sorted once and their outermost derived once
+  per shard, where the inner and the outer lookup each derived them: 141 -> 76 ms.
+- **Preconditions:** a probe looks for one complete row first and counts the rows only when
+  there is none: 4.7 -> 1.6 ms a probe, about 30 probes a run.
+- capture-memcpy-growth counts its capture windows once for detection and key figures.
+- **Fixed: collective-straggler named either source run to run** (Notify Wait tasks or
+  communication.json) when both held the same waits: the waits per instance were summed in
+  the order a group_by returned them, and a last-bit difference decided. They are summed in a
+  fixed order and compared in whole ns; on a tie the trace's own tasks speak.
+- **The MoE and PD column** times the rules on the stores the run evaluates them on (one
+  snapshot per rank for the rank rules, one of every rank for the others, shared with the
+  rules before them), where each rule had a store of its own.
 
-This page's session, what changed (the MoE collection's serving layer 10.7% -> 8.2%; each
-step timed in one process, on the code before it and after it):
+Tried and not kept: one read of the slices for the launches and the steps (69 + 56 ms of
+reads -> 52 ms on the MoE collection, but no faster once split between the two, and 56 MB more
+at the collection's peak: the allocator kept the read's pages while the launches' inputs were
+copied from it); the exchanges' hidden time from prefix sums of the compute's union instead of
+an overlap join (4x slower: the union's sort); the derived tables written on two threads (a
+quarter of their 20 ms).
 
-- **The EP exchanges derive once, beside the steps.** The `exchanges` table
-  (`steps/exchanges.py`): each MoE step's exchange path, the time in it and what of it no
-  compute hid, derived in the steps' task for all its ranks at once, from the device tasks
-  the steps read anyway. moe-load-imbalance and the overview read it at the default patterns
-  (a rule with other patterns derives its own). The overview's expert exchange computed it per
-  rank: 80 -> 13 ms over the 4 MoE ranks; the derivation adds about 45 ms to the steps' task,
-  and its time counts in the steps' column.
-- **The steps read a kernel's launch from the launches table,** derived first in the same
-  task, instead of reading the rank's CANN launch calls again (179k of the MoE collection's
-  600k slices) and joining them: 160 -> 135 ms over the 4 ranks.
-- **A rank's speed from its dense kernels' time per step and kernel name** (a few thousand
-  sums instead of every kernel matched by its order): 29 -> 16 ms.
-- **The analysed window** (what a cost is a share of) reads the steps table's
-  `profiler_step` windows instead of scanning every slice's name: 15 ms a scope.
-- Every finding, key figure and overview of the real G2 Text and Db exports, the tiled rank,
-  the serving rank and the MoE collection is the same as before these changes, field by field.
-
-The previous page's session, what changed and what it measured (in one process, alternated rounds):
-
-- **The serving layer's share is met on a single rank: 3.9% on the tiled rank, 4.6% on the
-  serving rank** (6.2% and 7.5% on the last page). Two changes:
-  - **The steps of a task's ranks derive in one pass.** Every query of the derivation is by
-    session or over session, so a task now derives all its shards' ranks at once, and the
-    shards go to as few tasks as the executor has workers (one, in this process), none over
-    256 MB of input. polars' fixed cost (about 180 queries) is paid once a task: on the MoE
-    collection's 4 ranks the steps took 0.43-0.49 s one rank at a time and 0.19 s at once,
-    the same tables.
-  - **The steps are timed alone.** The launches ran beside the steps on a second thread. On
-    two cores that saved nothing (both took 0.37-0.41 s, one after the other 0.36-0.44 s), and
-    the steps' seconds counted the launches' contention. They now run one after the other.
-- **The steps table is read once per store and ranks.** The overview's expert exchange read it
-  twice a rank: 0.14 -> 0.095 s over the 4 MoE ranks. The MoE column now times the overview's
-  expert exchange with the steps read before its clock, as the overview holds them by then.
-- **The machine was slow, and its work on two cores slowed most.** The floor took 1.5-2.6 s
-  where the last page's took 1.01 s. HTA's single-threaded parse barely moved (9.87 -> 10.76 s)
-  and our run, on two cores, slowed with the floor (2.27 -> 3.36 s): HTA's ratio fell to 3.2x.
-  The ratios to the floor, measured seconds apart, held (2.2x; 2.3x on the last page).
+The previous pages' sessions: the EP exchanges derived beside the steps (the overview's expert
+exchange 80 -> 13 ms over the 4 MoE ranks), the steps reading a kernel's launch from the
+launches table (160 -> 135 ms), a rank's speed from per-step sums (29 -> 16 ms), the steps of a
+task's ranks derived in one pass (polars' fixed cost, about 180 queries, paid once a task: 0.43
+-> 0.19 s on the 4 MoE ranks) and timed apart from the launches.
 
 Left:
 
-- **The MoE collection's serving layer: 8.2%, against 5%.** The steps and exchanges cost
-  0.17-0.19 s over the 4 ranks: the slices' read 45 ms, about 200 small queries 85 ms, the
-  exchanges 45 ms. moe-load-imbalance costs about 0.15 s (its read of the device tasks 20 ms,
-  the MoE layers, the ranks' speeds) and kv-transfer-overlap 0.03 s to say it cannot judge
-  (its probe's regex over each rank's slice names). Each of the rule's some 250 polars queries
-  costs 0.3-0.8 ms whatever its rows: fewer, larger queries are what is left (the MoE layers
-  and the speeds' sums derived beside the exchanges would halve the rule).
-- **HTA's ratio follows the machine's state** (4.4x, 3.2x and now 3.8x on three pages): on a
-  slow spell our two-core run slows with the floor, and HTA's one-core parse does not.
-- **The serving rank's peak is 2.2x its files** (the realistic rank's, 1.41x, meets 1.5x): it
-  is set while the trace's flows are derived.
+- **HTA's ratio follows the machine's state** (4.4x, 3.2x, 3.8x, 3.9x on the last four pages):
+  on a slow spell our two-core run slows with the floor, and HTA's one-core parse does not.
+- **The serving rank's peak is 2.2x its files** (the realistic rank's meets 1.5x): it is set
+  while the trace's flows are derived.
 
-Measured and not kept: LZ4 instead of zstd for the store (no less CPU over the whole run), one
-polars thread (less CPU, slower), dictionary encoding off for the args (no faster); the
-previous session: the steps' slices read as three narrower queries (1.6x slower than the one scan), and
-the ranks' speeds grouped on hashed kernel names (no faster).
+Measured and not kept on earlier pages: LZ4 instead of zstd for the store (no less CPU over the
+whole run), one polars thread (less CPU, slower), dictionary encoding off for the args (no
+faster), the steps' slices read as three narrower queries (1.6x slower than the one scan), the
+ranks' speeds grouped on hashed kernel names (no faster).
 
-This machine's speed drifts by a quarter within an hour with nothing else running: builds
-compare fairly only in alternated runs of one sitting, and the ratio to the floor (measured
-seconds apart from our run, `--pairs`) is the figure to compare across pages, not the seconds.
+This machine's speed drifts by a quarter or more within an hour with nothing else running:
+builds compare fairly only in alternated runs of one sitting, and the ratio to the floor
+(measured seconds apart from our run, `--pairs`) is the figure to compare across pages, not
+the seconds.
 """
 
 
