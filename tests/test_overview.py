@@ -187,6 +187,36 @@ def test_without_device_tasks_step_trace_time_is_the_source() -> None:
     assert row["idle_other_ns"] == 600 * US
 
 
+def test_kernel_details_name_the_top_kernels_of_a_session_without_its_trace() -> None:
+    """A session whose trace_view.json was lost (or unreadable) has no device tasks: the
+    compute kernels kernel_details.csv lists name its top kernels, the rest (HCCL) do not."""
+    row = {"rank": 0, "session": "s0", "type": "MatMulV3"}
+    kernels = [
+        {
+            **row,
+            "name": "MatMul_1",
+            "accelerator_core": "AI_CORE",
+            "start_ns": us(t),
+            "dur_ns": us(90),
+        }
+        for t in (100, 300)
+    ]
+    kernels.append(
+        {**row, "name": "hcom_allReduce_", "accelerator_core": "HCCL", "start_ns": us(500),
+         "dur_ns": us(400)}
+    )  # fmt: skip
+    store = Store.from_frames(
+        {
+            "sessions": [{"rank": 0, "session": "s0", "start_ns": 0, "end_ns": us(1_000)}],
+            "kernels": kernels,
+        }
+    )
+    tops = summarize_rank(store, 0, TopSizes())["summary_kernels"]
+    whole = tops.filter(pl.col("phase") == "all")
+    assert whole["name"].to_list() == ["MatMul_1"]
+    assert whole.row(0, named=True)["total_ns"] == us(180)
+
+
 # --------------------------------------------------------------------------------------------
 # Synthetic scenarios and the real export
 # --------------------------------------------------------------------------------------------

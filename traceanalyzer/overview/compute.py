@@ -227,9 +227,17 @@ def summarize_rank(store: Store, rank: int, sizes: TopSizes) -> dict[str, pl.Dat
         measured = pl.concat([measured.select(MEASURED_COLUMNS), csv_rows], how="vertical_relaxed")
     measured = measured.join(ep_exchanges(store, rank, tasks), on=["session", "step"], how="left")
     comm_ops = store.table("comm_ops").filter(pl.col("rank") == rank).collect()
+    listed = None  # kernel_details' kernels, where a session has no device task of its own
+    if not set(sessions["session"].to_list()) <= with_tasks:
+        listed = (
+            store.table("kernels")
+            .filter((pl.col("rank") == rank) & ~pl.col("session").is_in(list(with_tasks)))
+            .select("session", "name", "accelerator_core", "start_ns", "dur_ns")
+            .collect()
+        )
     return {
         "summary_steps": measured.select(STEP_COLUMNS).sort("session", "start_ns", nulls_last=True),
-        "summary_kernels": top_kernels(tasks, steps, sizes.kernels),
+        "summary_kernels": top_kernels(tasks, steps, sizes.kernels, listed),
         "summary_host_apis": host_apis,
         "summary_collectives": top_collectives(comm_ops, tasks, sizes.collectives),
     }

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 
 import polars as pl
 
-from traceanalyzer.overview.breakdown import COMPUTE_CLASSES
+from traceanalyzer.overview.breakdown import ACCELERATORS, COMPUTE_CLASSES
 from traceanalyzer.vocabulary import CANN_PROCESS, COMMUNICATION_PROCESSES, STEP_SPAN_PREFIX
 
 PYTHON_OP_CATEGORY = "cpu_op"  # torch ops (aten::*, npu::*) on the Python side
@@ -54,15 +54,24 @@ def _stats(frame: pl.DataFrame, by: list[str], whole: pl.DataFrame, n: int) -> p
     )
 
 
-def top_kernels(tasks: pl.DataFrame, steps: pl.DataFrame, n: int) -> pl.DataFrame:
+def top_kernels(
+    tasks: pl.DataFrame, steps: pl.DataFrame, n: int, listed: pl.DataFrame | None = None
+) -> pl.DataFrame:
     """Compute tasks (classified device tasks) by total device time, over the session and per
-    phase; share of all compute there."""
-    kernels = tasks.filter(pl.col("cls").is_in(COMPUTE_CLASSES)).with_columns(
-        pl.coalesce("accelerator", "task_type").alias("accelerator")
+    phase; share of all compute there. ``listed``: the kernels kernel_details.csv lists
+    (session, name, accelerator_core, start_ns, dur_ns) of the sessions without device tasks
+    (their trace lost or unreadable): their compute kernels stand in for them."""
+    columns = ["session", "name", "accelerator", "start_ns", "dur_ns"]
+    kernels = (
+        tasks.filter(pl.col("cls").is_in(COMPUTE_CLASSES))
+        .with_columns(pl.coalesce("accelerator", "task_type").alias("accelerator"))
+        .select(columns)
     )
-    kernels = by_phase(
-        kernels.select("session", "name", "accelerator", "start_ns", "dur_ns"), steps
-    )
+    if listed is not None and not listed.is_empty():
+        compute = listed.filter(pl.col("accelerator_core").is_in(list(ACCELERATORS)))
+        compute = compute.rename({"accelerator_core": "accelerator"}).select(columns)
+        kernels = pl.concat([kernels, compute], how="vertical_relaxed")
+    kernels = by_phase(kernels, steps)
     whole = kernels.group_by("session", "phase").agg(pl.col("dur_ns").sum().alias("whole_ns"))
     return _stats(kernels, ["name", "accelerator"], whole, n)
 
