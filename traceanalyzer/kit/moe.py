@@ -40,7 +40,6 @@ from traceanalyzer.kit.steps import phase_windows
 from traceanalyzer.primitives import window_of
 from traceanalyzer.steps.exchanges import (
     EXCHANGE_PARAMS,
-    compute_kernels_in,
     device_slices,
     exchange_ops_in,
     exchange_paths_in,
@@ -58,6 +57,7 @@ from traceanalyzer.steps.moe_layers import (
 )
 from traceanalyzer.steps.phases import PHASES, STEADY_PHASES
 from traceanalyzer.steps.tables import steps_of
+from traceanalyzer.steps.windows import compute_tasks
 from traceanalyzer.vocabulary import (
     HARDWARE_PROCESS,
     session_metadata,
@@ -161,7 +161,7 @@ def _compute_kernels(ctx: RuleContext) -> pl.DataFrame:
 
 
 def _read_compute_kernels(ctx: RuleContext) -> pl.DataFrame:
-    return compute_kernels_in(_device_tasks(ctx))
+    return compute_tasks(_device_tasks(ctx).lazy())
 
 
 def _exchange_paths(ctx: RuleContext) -> pl.DataFrame:

@@ -149,11 +149,14 @@ def derive_ranks(
     p: Params,
     launches: pl.DataFrame | None = None,
     slices: pl.LazyFrame | None = None,
+    compute: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
     """Every step of ``ranks``' sessions (``rank`` and :data:`STEP_COLUMNS`), in time order.
     ``launches``: the ranks' launches when the caller derived them (at the default graph-replay
     calls), else read from the store (derived there if it has none); ``slices``: what
-    :func:`read_slices` gives, when the caller read it (it reads the device tasks too)."""
+    :func:`read_slices` gives, when the caller read it (it reads the device tasks too);
+    ``compute``: the compute kernels of those slices (:func:`compute_tasks`), when the caller
+    derived them (the EP exchanges read them too)."""
     wanted = sorted(ranks)
     if tuple(p.replay_apis) != GRAPH_REPLAY_APIS:
         launches = derive_launches(store, wanted, p.replay_apis)
@@ -162,8 +165,10 @@ def derive_ranks(
     sessions = store.table("sessions").filter(pl.col("rank").is_in(wanted)).collect()
     if slices is None:
         slices = read_slices(store, wanted, p)
+    if compute is None:
+        compute = compute_tasks(slices)
     if len(wanted) == 1:
-        steps = _derive(store, wanted, slices, sessions, launches, p)
+        steps = _derive(store, wanted, slices, sessions, launches, compute, p)
         return steps.select(pl.lit(wanted[0], pl.Int32).alias("rank"), pl.all())
     owners = pl.concat(
         [sessions.select("session", "rank"), slices.select("session", "rank").unique().collect()],
@@ -173,12 +178,19 @@ def derive_ranks(
         # two ranks with sessions of one name (exports of two hosts): each on its own
         return pl.concat(
             [
-                derive_ranks(store, [rank], p, launches, slices.filter(pl.col("rank") == rank))
+                derive_ranks(
+                    store,
+                    [rank],
+                    p,
+                    launches,
+                    slices.filter(pl.col("rank") == rank),
+                    compute.filter(pl.col("rank") == rank),
+                )
                 for rank in wanted
             ],
             how="vertical_relaxed",
         )
-    steps = _derive(store, wanted, slices, sessions, launches, p)
+    steps = _derive(store, wanted, slices, sessions, launches, compute, p)
     return (
         steps.join(owners, on="session", how="left")
         .select("rank", *STEP_COLUMNS)
@@ -192,16 +204,17 @@ def _derive(
     slices: pl.LazyFrame,
     sessions: pl.DataFrame,
     launches: pl.DataFrame,
+    tasks: pl.DataFrame,
     p: Params,
 ) -> pl.DataFrame:
-    """The steps of ``ranks``, no two of which have a session of one name, by session."""
+    """The steps of ``ranks``, no two of which have a session of one name, by session;
+    ``tasks``: their compute kernels."""
     host = (
         host_spans(slices)
         .filter(_marker_names(p))
         .select("session", "thread", "name", "cat", "start_ns", "end_ns")
         .collect()
     )
-    tasks = compute_tasks(slices)
     windows = session_windows(host, tasks, sessions, p).with_row_index("_w")
     cann = slices.filter(_graph_calls(p)).select("session", "api_name", "start_ns").collect()
     # Device bursts begin when the device starts: a host marker or launch just before one

@@ -19,10 +19,10 @@ from typing import Any
 import polars as pl
 
 from traceanalyzer.engine.params import Param, Params
-from traceanalyzer.kernels import kernel_tasks
 from traceanalyzer.primitives import any_of, covered_fraction, union_intervals, window_of
+from traceanalyzer.steps.windows import compute_tasks
 from traceanalyzer.store import Store
-from traceanalyzer.vocabulary import COMPUTE_TASK_TYPES, DEVICE_PROCESSES
+from traceanalyzer.vocabulary import DEVICE_PROCESSES
 
 TABLE = "exchanges"
 EXCHANGE_PARAMS = {
@@ -91,11 +91,6 @@ def exchange_ops_in(device: pl.DataFrame, p: Any) -> pl.DataFrame:
         .collect()
         .sort("rank", "session", "start_ns")
     )
-
-
-def compute_kernels_in(device: pl.DataFrame) -> pl.DataFrame:
-    """The compute kernels among ``device`` (:func:`device_slices`)."""
-    return kernel_tasks(device.lazy(), COMPUTE_TASK_TYPES)
 
 
 def exchange_paths_in(
@@ -185,7 +180,7 @@ def exchange_inputs(device: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame | 
     compute kernels to read)."""
     device = device.select(DEVICE_COLUMNS)
     ops = exchange_ops_in(device, DEFAULTS)
-    return ops, None if ops.is_empty() else compute_kernels_in(device)
+    return ops, None if ops.is_empty() else compute_tasks(device.lazy())
 
 
 def derive_exchanges(

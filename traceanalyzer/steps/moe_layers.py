@@ -177,7 +177,7 @@ def dense_in(compute: pl.DataFrame, steps: pl.DataFrame, p: Any) -> pl.DataFrame
     """Per rank, session, step and kernel name (:data:`DENSE_SCHEMA`): the time (``dur_ns``)
     and count (``kernels``) of the compute kernels that are neither expert kernels nor MC2
     exchanges and start in the step (its ``phase`` too). ``compute``: the compute kernels
-    (:func:`~traceanalyzer.steps.exchanges.compute_kernels_in`); ``steps``: the ranks' steps."""
+    (:func:`~traceanalyzer.steps.windows.compute_tasks`); ``steps``: the ranks' steps."""
     dense = compute.filter(~pl.col("name").str.contains(any_of((p.expert_kernels, p.mc2_ops))))
     windows = steps.filter(pl.col("step").is_not_null())
     placed = window_of(dense, windows, keep=["step", "phase"]).filter(pl.col("step").is_not_null())

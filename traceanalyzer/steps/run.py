@@ -25,6 +25,7 @@ from traceanalyzer.steps import exchanges, launches, moe_layers
 from traceanalyzer.steps.derive import derive_ranks, read_slices
 from traceanalyzer.steps.evidence import NAMESPACE, STEP_PARAMS, default_params
 from traceanalyzer.steps.exchanges import device_slices
+from traceanalyzer.steps.windows import compute_tasks
 from traceanalyzer.store import (
     TABLES_DIR,
     RankStore,
@@ -98,12 +99,14 @@ def steps_shards(
     each_shard(launches.TABLE, found)
     started = time.perf_counter()
     slices = read_slices(store, ranks, params)
-    frame = derive_ranks(store, ranks, params, found, slices)
+    compute = compute_tasks(slices)  # the steps' and the EP exchanges'
+    frame = derive_ranks(store, ranks, params, found, slices, compute)
     each_shard(TABLE, frame)
     device = device_slices(slices)
-    ops, compute = exchanges.exchange_inputs(device)
-    each_shard(exchanges.TABLE, exchanges.derive_exchanges(ops, compute, frame))
-    for table, rows in moe_layers.derive_moe(store, device, ops, compute, frame).items():
+    ops = exchanges.exchange_ops_in(device, exchanges.DEFAULTS)
+    moe = None if ops.is_empty() else compute  # not an MoE rank: nothing more to derive
+    each_shard(exchanges.TABLE, exchanges.derive_exchanges(ops, moe, frame))
+    for table, rows in moe_layers.derive_moe(store, device, ops, moe, frame).items():
         each_shard(table, rows)
     seconds = time.perf_counter() - started
     return {"steps": frame.height, "steps_seconds": seconds}

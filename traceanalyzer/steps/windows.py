@@ -23,8 +23,9 @@ from __future__ import annotations
 import polars as pl
 
 from traceanalyzer.engine.params import Params
+from traceanalyzer.kernels import kernel_tasks
 from traceanalyzer.primitives import outermost
-from traceanalyzer.vocabulary import COMPUTE_TASK_TYPES, HARDWARE_PROCESS, NOT_HOST_PROCESSES
+from traceanalyzer.vocabulary import COMPUTE_TASK_TYPES, NOT_HOST_PROCESSES
 
 WINDOW_SCHEMA = {
     "session": pl.String,
@@ -207,16 +208,10 @@ def _device_bursts(tasks: pl.DataFrame, p: Params) -> pl.DataFrame:
 
 
 def compute_tasks(slices: pl.LazyFrame) -> pl.DataFrame:
-    """The device's compute tasks (kernels) of the sessions: session, name, start and end."""
-    return (
-        slices.filter(
-            (pl.col("process") == HARDWARE_PROCESS)
-            & pl.col("task_type").is_in(list(COMPUTE_TASK_TYPES))
-            & (pl.col("end_ns") > pl.col("start_ns"))
-        )
-        .select("session", "name", "start_ns", "end_ns", "model_id")
-        .collect()
-    )
+    """The device's compute tasks (kernels) of the sessions, in time order
+    (:func:`~traceanalyzer.kernels.kernel_tasks`: rank, session, name, stream_id, start_ns,
+    end_ns)."""
+    return kernel_tasks(slices, COMPUTE_TASK_TYPES)
 
 
 def session_windows(
