@@ -51,6 +51,7 @@ import os
 import platform
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -305,13 +306,25 @@ def case_floor_outside(name: str, rank: Path, tmp: Path) -> dict:
 
 
 def best(runs: list[dict]) -> dict:
-    """Best time (noise only ever adds), worst peak RSS; the first failure if any run failed."""
+    """Best time (noise only ever adds), worst peak RSS; the first failure if any run failed.
+    Our runs' serving-layer shares, one per run (``serving_shares``): a share is a ratio of two
+    parts of one run, which a busy spell slows unequally, so the fastest run's share is no
+    better an estimate than another's; the page gives their median and range."""
     bad = [r for r in runs if "seconds" not in r]
     if bad:
         return bad[0]
     result = dict(min(runs, key=lambda r: r["seconds"]))
     result["peak_rss_mb"] = max(r["peak_rss_mb"] for r in runs)
+    shares = [serving_share(r) for r in runs if "steps_seconds" in r]
+    if shares:
+        result["serving_shares"] = shares
     return result
+
+
+def serving_share(run: dict) -> float:
+    """The serving layer's share of one of our runs: its steps, and its MoE and PD rules where
+    they were timed."""
+    return (run["steps_seconds"] + (run.get("moe_seconds") or 0.0)) / run["seconds"]
 
 
 def machine() -> dict:
@@ -414,8 +427,15 @@ task's ranks derived in one pass (polars' fixed cost, about 180 queries, paid on
 
 Left:
 
-- **HTA's ratio follows the machine's state** (4.4x, 3.2x, 3.8x, 3.9x on the last four pages):
-  on a slow spell our two-core run slows with the floor, and HTA's one-core parse does not.
+- **The MoE collection's serving layer: not met on this machine** (the median of its runs'
+  shares above; 4.8-6.9% run to run on a noisy spell of this Intel machine, where the last page,
+  on an AMD one, measured 7.1% on the code before this session's). The steps' task now holds
+  the MoE layers' derivation too (about 40 ms); what is left is about 200 small queries over
+  the 4 ranks (polars' fixed cost), the one scan of their 600k slices (its predicate's regex
+  and string comparisons on every row: 50 ms), and 16 small Parquet files written (20 ms).
+- **HTA's ratio follows the machine's state** (4.4x, 3.2x, 3.8x, 3.9x, 3.5x on the last five
+  pages): on a slow spell our two-core run slows with the floor, and HTA's one-core parse does
+  not.
 - **The serving rank's peak is 2.2x its files** (the realistic rank's meets 1.5x): it is set
   while the trace's flows are derived.
 
@@ -439,13 +459,15 @@ def serving_layer_lines(results: dict[str, dict]) -> list[str]:
         if "seconds" not in r or "steps_seconds" not in r:
             continue
         moe = r.get("moe_seconds")
-        total = r["steps_seconds"] + (moe or 0.0)
-        share = total / r["seconds"]
+        shares = r.get("serving_shares") or [serving_share(r)]
+        share = statistics.median(shares)
         verdict = "met" if share <= SERVING_LAYER_GOAL else "not met"
+        spread = f" ({min(shares):.1%}-{max(shares):.1%})" if len(shares) > 1 else ""
         rows.append(
             f"| {name} | {r['seconds']:.2f} | {r['steps_seconds']:.2f} | "
             + (f"{moe:.3f}" if moe is not None else "not timed")
-            + f" | {share:.1%} | <= {SERVING_LAYER_GOAL:.0%}: {verdict} |"
+            + f" | {serving_share(r):.1%} | {share:.1%}{spread} | "
+            f"<= {SERVING_LAYER_GOAL:.0%}: {verdict} |"
         )
     if not rows:
         return []
@@ -453,10 +475,13 @@ def serving_layer_lines(results: dict[str, dict]) -> list[str]:
         "",
         "The serving layer's share of the run (the steps and their phases, from the run's own "
         "log line; the MoE and PD rules and the overview's expert exchange, timed on the run's "
-        "store right after it):",
+        "store right after it), in the fastest run and the median over every run of the case "
+        "(with their range): a share is a ratio of two parts of one run, which a busy spell "
+        "slows unequally; the goal is judged on the median:",
         "",
-        "| run | seconds | steps and phases (s) | MoE and PD (s) | share | goal |",
-        "|---|---:|---:|---:|---:|---|",
+        "| run | seconds | steps and phases (s) | MoE and PD (s) | share (fastest run) | share "
+        "(median of the runs) | goal |",
+        "|---|---:|---:|---:|---:|---:|---|",
         *rows,
         "",
     ]
