@@ -20,7 +20,7 @@ from traceanalyzer.vocabulary import (
 )
 
 # Runtime tasks that are no kernel: records, notifies, DMA and profiler markers.
-NOT_KERNEL_PATTERN = r"RECORD|NOTIFY|Notify|SDMA|DMA|PROFILING|PLACE_HOLDER|Write Value|WAIT"
+NOT_KERNEL_PATTERN = r"RECORD|NOTIFY|Notify|SDMA|DMA|MEMCPY|PROFILING|PLACE_HOLDER|Write Value|WAIT"
 KERNEL_COLUMNS = ("rank", "session", "name", "stream_id", "start_ns", "end_ns")
 
 
