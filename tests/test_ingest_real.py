@@ -54,12 +54,22 @@ def test_row_counts_match_independent_count(real_g2: Path, real_g2_store: Path) 
         assert rows["sessions"] == 1
 
 
-def test_slices_are_stored_in_time_order_parents_first(real_g2_store: Path) -> None:
-    """In file order (what a reader sees without sorting): by start, then the longer first."""
+def test_slices_are_stored_by_process_in_time_order_parents_first(real_g2_store: Path) -> None:
+    """In file order (what a reader sees without sorting): grouped by process, by start within
+    it, the longer first; each row group holds few processes, and says which (its statistics),
+    so that a scan of one process skips the others' row groups."""
+    import pyarrow.parquet as pq
+
     for part in sorted((real_g2_store / "tables" / "slices").glob("**/*.parquet")):
-        got = pl.read_parquet(part, columns=["start_ns", "dur_ns"])
-        expected = got.sort(["start_ns", "dur_ns"], descending=[False, True], maintain_order=True)
+        got = pl.read_parquet(part, columns=["process", "start_ns", "dur_ns"])
+        expected = got.sort(
+            ["process", "start_ns", "dur_ns"], descending=[False, False, True], maintain_order=True
+        )
         assert got.equals(expected), part
+        meta = pq.ParquetFile(part).metadata
+        column = meta.schema.names.index("process")
+        stats = [meta.row_group(i).column(column).statistics for i in range(meta.num_row_groups)]
+        assert all(s is not None and s.has_min_max for s in stats), part
 
 
 def test_every_timestamp_exact_to_the_ns(real_g2: Path, real_g2_store: Path) -> None:

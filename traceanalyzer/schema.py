@@ -138,7 +138,9 @@ TABLES: dict[str, Table] = {
         ),
         _table(
             "slices",
-            "Complete (X) and instant (i/I) events from trace_view.json, with well-known args flattened.",
+            "Complete (X) and instant (i/I) events from trace_view.json, with well-known args "
+            "flattened; stored grouped by process (by its name), in time order within it "
+            "(parents first), so that a scan of one process skips the others' row groups.",
             "trace_view.json",
             Column("ph", STR, "Event phase: `X` (complete) or `i`/`I` (instant, dur_ns = 0)."),
             Column("process", STR, "Process name (from M metadata)."),

@@ -344,18 +344,21 @@ def _flat_rows(flat: pl.DataFrame, rows: int, python: np.ndarray) -> np.ndarray:
 def _slice_groups(
     events: TraceEvents, names: _Names, span: _Span
 ) -> Iterator[Callable[[], pa.Table]]:
-    """The slices table a row group at a time, in time order (parents before children): a
+    """The slices table a row group at a time, grouped by process (a scan of one process
+    skips the others' row groups), in time order within it (parents before children): a
     maker per group, which gathers its rows, then its text, names and flattened args."""
     slices = events.slices
+    key, named = names.keyed(slices)
+    process = named["process"].cast(pl.String).rank("dense").gather(key)  # by name, as the Db
     by = [
+        pl.lit(process),
         pl.col("ts"),
         pl.col("dur_ns"),
         pl.col("pid"),
         pl.col("tid"),
         events.by_text("slices", "name"),
     ]
-    descending = [False, True, False, False, False]  # parents before their children
-    key, named = names.keyed(slices)
+    descending = [False, False, True, False, False, False]  # parents before their children
     python = (named["process"] == PYTHON_PROCESS).to_numpy()[key.to_numpy()]
     flat_at = pl.Series(_flat_rows(events.flat, slices.height, python))
     flat = pl.concat([events.flat.drop("row"), events.flat.drop("row").clear(1)])

@@ -74,9 +74,12 @@ def all_slices(parts: list[pl.DataFrame | None]) -> pl.DataFrame:
 
 
 def slice_order(slices: pl.DataFrame) -> pl.Series:
-    """trace_view.json's order: by time, parents (longer) before children."""
+    """The slices table's order, the Text derivation's: grouped by process (by its name), by
+    time within it, parents (longer) before children."""
     return stable_order(
-        slices, ["start_ns", "dur_ns", "pid", "tid", "name"], [False, True, False, False, False]
+        slices,
+        ["process", "start_ns", "dur_ns", "pid", "tid", "name"],
+        [False, False, True, False, False, False],
     )
 
 
