@@ -36,8 +36,9 @@ def body_columns(table: str) -> list[tuple[str, pa.DataType]]:
 WRITE_OPTIONS = {"compression": "zstd", "store_schema": False}
 
 
-# The text columns whose rows are written grouped (slices: by process, then in time order):
-# their min/max let a scan of one process skip the other processes' row groups.
+# The text columns a table's rows may be grouped by (the slices are, by process, then in time
+# order): their min/max let a scan of one process skip the others' row groups. Where a table's
+# rows are not grouped by them, their min/max cost little (a dictionary's) and prune nothing.
 GROUPED_TEXT = ("process",)
 
 
