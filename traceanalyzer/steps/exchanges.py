@@ -174,13 +174,17 @@ def fits(steps: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def exchange_inputs(device: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame | None]:
+def exchange_inputs(
+    device: pl.DataFrame, compute: pl.DataFrame | None = None
+) -> tuple[pl.DataFrame, pl.DataFrame | None]:
     """The EP exchange ops of ``device`` (device tasks: at least :data:`DEVICE_COLUMNS`) at the
-    default patterns, and its compute kernels (None without an exchange op: not an MoE rank, no
-    compute kernels to read)."""
+    default patterns, and its compute kernels (``compute`` when the caller derived them, else
+    derived here; None without an exchange op: not an MoE rank, nothing more to derive)."""
     device = device.select(DEVICE_COLUMNS)
     ops = exchange_ops_in(device, DEFAULTS)
-    return ops, None if ops.is_empty() else compute_tasks(device.lazy())
+    if ops.is_empty():
+        return ops, None
+    return ops, compute if compute is not None else compute_tasks(device.lazy())
 
 
 def derive_exchanges(

@@ -103,8 +103,7 @@ def steps_shards(
     frame = derive_ranks(store, ranks, params, found, slices, compute)
     each_shard(TABLE, frame)
     device = device_slices(slices)
-    ops = exchanges.exchange_ops_in(device, exchanges.DEFAULTS)
-    moe = None if ops.is_empty() else compute  # not an MoE rank: nothing more to derive
+    ops, moe = exchanges.exchange_inputs(device, compute)
     each_shard(exchanges.TABLE, exchanges.derive_exchanges(ops, moe, frame))
     for table, rows in moe_layers.derive_moe(store, device, ops, moe, frame).items():
         each_shard(table, rows)
