@@ -94,7 +94,8 @@ def _requirement_gap(store: Store, req: Requirement, ranks: frozenset[int] | Non
 def _probe(store: Store, req: Requirement, ranks: frozenset[int] | None) -> pl.DataFrame:
     """One row: whether the shard has ``req``'s data (``_rows``: 0 when not), and which columns
     have values. A row with every column set is looked for first: the scan stops there, where
-    counting every row read them all (twice as long, most probes being met)."""
+    counting every row read them all (twice as long, most probes being met); a probe not met
+    then counts, to say which column is missing (two scans, where one was)."""
     frame = store.table(req.table)
     if ranks is not None:
         frame = frame.filter(pl.col("rank").is_in(sorted(ranks)))
