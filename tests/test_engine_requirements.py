@@ -79,3 +79,21 @@ def test_each_requirement_looks_at_its_own_rows():
         )
         == []
     )
+
+
+def test_a_probe_tells_no_rows_from_a_column_without_values():
+    def store_of(*model_ids: int | None):
+        b = StoreBuilder().session(0, "s", start_ns=0, end_ns=us(1_000))
+        for i, model_id in enumerate(model_ids):
+            b.task(0, "s", "MatMulV2", stream=2, start_ns=us(10 + 10 * i), dur_ns=us(5),
+                   model_id=model_id)  # fmt: skip
+        return b.store()
+
+    in_graphs = needs(device_tasks(columns=("model_id",)))
+    assert precondition_gaps(in_graphs, store_of(7)) == []
+    # the first row lacks the column, a later one has it: met
+    assert precondition_gaps(in_graphs, store_of(None, None, 7)) == []
+    [no_values] = precondition_gaps(in_graphs, store_of(None, None))
+    assert "[no values in column(s) model_id]" in no_values
+    [no_rows] = precondition_gaps(in_graphs, store_of())
+    assert no_rows.startswith("missing device tasks") and "no values" not in no_rows

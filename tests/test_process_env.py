@@ -19,6 +19,7 @@ def test_each_setting_is_applied_unless_the_user_set_it(monkeypatch: pytest.Monk
     assert os.environ["ARROW_DEFAULT_MEMORY_POOL"] == "jemalloc"
     assert os.environ["MALLOC_MMAP_THRESHOLD_"] == str(1 << 20)
     assert os.environ["OPENBLAS_NUM_THREADS"] == "1"
+    assert os.environ["POLARS_ENGINE_AFFINITY"] == "in-memory"
 
 
 def test_polars_own_allocator_default_inherited_from_a_parent_is_no_user_setting(
@@ -51,3 +52,12 @@ def test_the_cli_runs_pyarrow_on_the_system_allocator() -> None:
         [sys.executable, "-c", program], capture_output=True, text=True, env=env, check=True
     )
     assert done.stdout.strip() == "system"
+
+
+def test_the_cli_runs_polars_queries_in_memory() -> None:
+    program = "import traceanalyzer.cli, polars._plr as plr; print(plr.get_engine_affinity())"
+    env = {k: v for k, v in os.environ.items() if k != "POLARS_ENGINE_AFFINITY"}
+    done = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, env=env, check=True
+    )
+    assert done.stdout.strip() == "in-memory"

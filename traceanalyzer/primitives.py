@@ -663,6 +663,19 @@ _LAYER_PREFERENCE = {"Node": 0, "Model": 1, "AscendCL": 2, "Hccl": 3, "Communica
 _THREAD = ("rank", "session", "process", "thread")
 
 
+def host_calls(
+    slices: pl.DataFrame | pl.LazyFrame, host_process: str = CANN_PROCESS
+) -> pl.DataFrame:
+    """The host calls of ``slices`` that device tasks are linked to (:func:`host_launches`): the
+    ``host_process``'s, with their thread, names, connection id and times."""
+    frame = slices.lazy() if isinstance(slices, pl.DataFrame) else slices
+    return (
+        frame.filter(pl.col("process") == host_process)
+        .select(*_THREAD, "name", "api_layer", "api_name", "connection_id", "start_ns", "end_ns")
+        .collect()
+    )
+
+
 def host_launches(
     slices: pl.DataFrame | pl.LazyFrame,
     flows: pl.DataFrame | pl.LazyFrame | None = None,
@@ -670,11 +683,12 @@ def host_launches(
     device_process: str = HARDWARE_PROCESS,
     host_process: str = CANN_PROCESS,
     replay_apis: Sequence[str] = GRAPH_REPLAY_APIS,
+    calls: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
     """Each device task joined to the host call that launched it (launch columns null when unknown).
 
     ``slices`` is the store's slices table (device tasks and host calls), ``flows`` its flows
-    table. Links, in order of trust (the ``link`` column says which one was used):
+    table, ``calls`` its :func:`host_calls` when the caller read them (else read here). Links, in order of trust (the ``link`` column says which one was used):
 
     - ``graph_replay``: a task of a captured graph (``model_id`` set) runs when the host replays
       the graph, so its launch is the last ``replay_apis`` call (``aclmdlRIExecuteAsync``) that
@@ -714,11 +728,8 @@ def host_launches(
         .with_row_index("_task")
         .collect()
     )
-    calls = (
-        frame.filter(pl.col("process") == host_process)
-        .select(*_THREAD, "name", "api_layer", "api_name", "connection_id", "start_ns", "end_ns")
-        .collect()
-    )
+    if calls is None:
+        calls = host_calls(frame, host_process)
 
     def cpu_ops(threads: pl.DataFrame) -> pl.DataFrame:
         """The torch ops on ``threads``: only where a flow starts (most are never read)."""

@@ -21,6 +21,14 @@
   buffer on its own and returns it when freed: the ingest peaked at 257 MB instead of 305-329,
   at the same speed. Children read ``MALLOC_MMAP_THRESHOLD_`` when they start; this process
   has started, so :func:`configure` sets it with ``mallopt`` too.
+- **polars' engine.** polars 2 runs a lazy query on its streaming engine unless told otherwise
+  (``POLARS_ENGINE_AFFINITY``, read when polars loads). The analysis after the ingest is
+  thousands of queries over frames held in memory or a few columns of a rank's tables, where
+  the streaming engine's set-up costs more than it streams: a window join of 91k kernels took
+  7.9 ms on it and 4.4 ms in memory, a three-step query of 16 rows 0.37 and 0.19 ms. On the
+  MoE benchmark collection the rules took 0.8 s instead of 0.9, the overview 0.6 instead of
+  0.7, at a lower peak (277 MB, 295 before); the ingest, which writes through its own sinks,
+  took as long.
 - **numpy's BLAS threads.** OpenBLAS starts a thread per core when numpy is imported, and they
   spin waiting for work for a while (0.1 s of a core at the import alone). traceanalyzer does no
   linear algebra worth threads, so on the 200 MB benchmark rank those spinning threads cost
@@ -45,6 +53,7 @@ SETTINGS = {
     "ARROW_DEFAULT_MEMORY_POOL": "system",  # read once, when pyarrow loads
     "MALLOC_MMAP_THRESHOLD_": str(1 << 20),  # glibc, when a process starts
     "OPENBLAS_NUM_THREADS": "1",
+    "POLARS_ENGINE_AFFINITY": "in-memory",  # read once, when polars loads
 }
 # what ``import polars`` (1.x-2.x) puts first in _RJEM_MALLOC_CONF, before a value already set
 POLARS_IMPORT_JEMALLOC_CONF = "dirty_decay_ms:500,muzzy_decay_ms:1000"

@@ -18,6 +18,7 @@ Conventions:
 
 from __future__ import annotations
 
+import functools
 import sys
 from dataclasses import dataclass
 from typing import Any
@@ -47,6 +48,11 @@ class Table:
     def polars_schema(self) -> dict[str, Any]:
         """Column name -> polars dtype, made without pyarrow's table constructors (building an
         empty Arrow table imports pandas: a quarter of a second of every run that reads it)."""
+        return dict(self._polars_dtypes)
+
+    @functools.cached_property
+    def _polars_dtypes(self) -> dict[str, Any]:
+        # once per table: every open of a table asks (comparing Arrow types is not free)
         import polars as pl
 
         dtypes = {I32: pl.Int32, I64: pl.Int64, F64: pl.Float64, STR: pl.String, BOOL: pl.Boolean}

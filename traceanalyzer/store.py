@@ -175,7 +175,7 @@ def write_derived_table(root: Path, table: str, shard: Sequence[int], frame: Any
         commit_group(root, table, group_name(shard), data.write_parquet)
         return
     columns = [c.name for c in spec.columns if c.name not in ("rank", "session")]
-    for (session,), part in frame.group_by("session", maintain_order=True):
+    for (session,), part in frame.partition_by("session", as_dict=True).items():
         data = part.select(pl.col(c).cast(schema[c]) for c in columns)
         commit_partition(root, table, shard[0], str(session), data.write_parquet)
 
@@ -485,6 +485,41 @@ def _empty_frame(table: str) -> pl.DataFrame:
     return pl.DataFrame(schema=_known(table).polars_schema)
 
 
+def _scan_files(name: str, files: Sequence[Path]) -> pl.LazyFrame:
+    """Table ``name`` of the partition files ``files``, in the canonical schema."""
+    schema = _known(name).polars_schema
+    if not files:
+        return pl.LazyFrame(schema=schema)
+    keys = {"rank": pl.Int32, "session": pl.String}
+    alone = [f for f in files if not _in_group(f)]
+    grouped = [f for f in files if _in_group(f)]
+    scans = []
+    if alone:
+        scans.append(
+            pl.scan_parquet(
+                alone,
+                hive_partitioning=True,
+                hive_schema=keys,
+                # a column the schema gained since a partition was written reads as nulls
+                schema={c: t for c, t in schema.items() if c not in keys},
+                missing_columns="insert",
+                extra_columns="ignore",
+            )
+        )
+    if grouped:  # the keys are columns of a group's file
+        scans.append(
+            pl.scan_parquet(
+                grouped,
+                hive_partitioning=False,
+                schema=schema,
+                missing_columns="insert",
+                extra_columns="ignore",
+            )
+        )
+    frames = [lf.select([pl.col(c).cast(t) for c, t in schema.items()]) for lf in scans]
+    return frames[0] if len(frames) == 1 else pl.concat(frames, how="vertical")
+
+
 class Store:
     """Read access to a store. ``table(name)`` returns a lazy, canonical-schema frame.
 
@@ -532,38 +567,7 @@ class Store:
         _known(name)
         if name in self._frames:
             return self._frames[name].lazy()
-        files = self._files(name)
-        if not files:
-            return _empty_frame(name).lazy()
-        schema = _empty_frame(name).schema
-        keys = {"rank": pl.Int32, "session": pl.String}
-        alone = [f for f in files if not _in_group(f)]
-        grouped = [f for f in files if _in_group(f)]
-        scans = []
-        if alone:
-            scans.append(
-                pl.scan_parquet(
-                    alone,
-                    hive_partitioning=True,
-                    hive_schema=keys,
-                    # a column the schema gained since a partition was written reads as nulls
-                    schema={c: t for c, t in schema.items() if c not in keys},
-                    missing_columns="insert",
-                    extra_columns="ignore",
-                )
-            )
-        if grouped:  # the keys are columns of a group's file
-            scans.append(
-                pl.scan_parquet(
-                    grouped,
-                    hive_partitioning=False,
-                    schema=dict(schema),
-                    missing_columns="insert",
-                    extra_columns="ignore",
-                )
-            )
-        frames = [lf.select([pl.col(c).cast(t) for c, t in schema.items()]) for lf in scans]
-        return frames[0] if len(frames) == 1 else pl.concat(frames, how="vertical")
+        return _scan_files(name, self._files(name))
 
     def _files(self, name: str) -> list[Path]:
         if self.root is None:
@@ -644,10 +648,7 @@ class RankStore(Store):
 
     def table(self, name: str) -> pl.LazyFrame:
         if name not in self._tables:
-            frame = super().table(name)
-            files = self._files(name)
-            if any(map(_in_group, files)):  # a group holds other ranks too
-                frame = frame.filter(pl.col("rank").is_in(self.shard))
+            frame, files = self._scan_shard(name)
             size = _rows_in(files)
             if size <= IN_MEMORY_TABLE_ROWS and self._held + size <= IN_MEMORY_SHARD_ROWS:
                 # Opening and decoding Parquet costs ~1.5 ms a query, most of a small
@@ -660,10 +661,15 @@ class RankStore(Store):
     def scan(self, name: str) -> pl.LazyFrame:
         if name in self._tables:  # held already (or scanned, when large)
             return self._tables[name]
-        frame = super().table(name)
-        if any(map(_in_group, self._files(name))):  # a group holds other ranks too
+        return self._scan_shard(name)[0]
+
+    def _scan_shard(self, name: str) -> tuple[pl.LazyFrame, list[Path]]:
+        """The shard's rows of table ``name``, and the files they are read from."""
+        files = self._files(name)
+        frame = _scan_files(name, files)
+        if any(map(_in_group, files)):  # a group holds other ranks too
             frame = frame.filter(pl.col("rank").is_in(self.shard))
-        return frame
+        return frame, files
 
     def sessions(self) -> pl.DataFrame:
         if self._sessions is None:

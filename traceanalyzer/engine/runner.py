@@ -93,17 +93,24 @@ def _requirement_gap(store: Store, req: Requirement, ranks: frozenset[int] | Non
 
 def _probe(store: Store, req: Requirement, ranks: frozenset[int] | None) -> pl.DataFrame:
     """One row: whether the shard has ``req``'s data (``_rows``: 0 when not), and which columns
-    have values. A row with every column set is looked for first: the scan stops there, where
-    counting every row read them all (twice as long, most probes being met); a probe not met
-    then counts, to say which column is missing (two scans, where one was)."""
+    have values. Each scan stops at the row it looks for, where counting read every row: the
+    first row of the data (none: not met, in one scan, the commonest way to miss), then, when
+    that one lacks a column, the first complete row; only data with no complete row is counted,
+    to say which column is missing."""
     frame = store.table(req.table)
     if ranks is not None:
         frame = frame.filter(pl.col("rank").is_in(sorted(ranks)))
     if req.where is not None:
         frame = frame.filter(req.where)
-    complete = pl.all_horizontal(pl.lit(True), *(pl.col(c).is_not_null() for c in req.columns))
     shown = list(req.columns) or ["session"]  # every table has it
-    if frame.filter(complete).select(shown).head(1).collect().height:
+    first = frame.select(shown).head(1).collect()
+    if first.is_empty():
+        return pl.DataFrame({"_rows": [0], **{c: [False] for c in req.columns}})
+    complete = pl.all_horizontal(pl.lit(True), *(pl.col(c).is_not_null() for c in req.columns))
+    if (
+        first.select(complete).item()
+        or frame.filter(complete).select(shown).head(1).collect().height
+    ):
         return pl.DataFrame({"_rows": [1], **{c: [True] for c in req.columns}})
     return frame.select(
         pl.len().alias("_rows"), *[pl.col(c).is_not_null().any().alias(c) for c in req.columns]

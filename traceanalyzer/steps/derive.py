@@ -64,7 +64,9 @@ def _graph_calls(p: Params) -> pl.Expr:
     )
 
 
-def read_slices(store: Store, ranks: Collection[int], p: Params) -> pl.LazyFrame:
+def read_slices(
+    store: Store, ranks: Collection[int], p: Params, calls: pl.DataFrame | None = None
+) -> pl.LazyFrame:
     """The ranks' slices the derivation reads (each of its reads filters this frame in memory):
     every device task (the compute tasks; the communication ops too, for the EP exchanges of
     ``steps.exchanges``), the CANN calls that capture or replay a graph, and the host spans
@@ -72,14 +74,29 @@ def read_slices(store: Store, ranks: Collection[int], p: Params) -> pl.LazyFrame
     kernel's launch is the ``launches`` table's: the CANN calls that launch kernels, most of
     a rank's slices, are not read.) Each kind is a scan of its own, side by side: the table is
     grouped by process, so each reads only its processes' row groups (one scan of every row
-    group for all three took half as long again)."""
+    group for all three took half as long again). ``calls``: the ranks' CANN calls
+    (``launches.host_calls``) when the caller holds them: the graph calls are taken from them,
+    not scanned again."""
     slices = store.scan("slices").filter(pl.col("rank").is_in(sorted(ranks)))
-    kinds = (
-        pl.col("process").is_in(DEVICE_PROCESSES),
-        _graph_calls(p),
-        is_host_span() & _marker_names(p),
-    )
-    return pl.concat([slices.filter(kind).select(SLICE_COLUMNS) for kind in kinds]).collect().lazy()
+    schema = slices.select(SLICE_COLUMNS).collect_schema()
+    kinds = [
+        slices.filter(kind).select(SLICE_COLUMNS)
+        for kind in (pl.col("process").is_in(DEVICE_PROCESSES), is_host_span() & _marker_names(p))
+    ]
+    if calls is None:
+        graph = slices.filter(_graph_calls(p))
+    else:
+        graph = (
+            calls.lazy()
+            .filter(_graph_calls(p))
+            .with_columns(
+                pl.lit(None, dtype).alias(c)
+                for c, dtype in schema.items()
+                if c not in calls.columns
+            )
+        )
+    kinds.insert(1, graph.select(SLICE_COLUMNS).cast(dict(schema)))
+    return pl.concat(kinds).collect().lazy()
 
 
 # the links that place a kernel's launch on the host: a graph replay, or its own launch call

@@ -13,6 +13,7 @@ from collections.abc import Collection, Sequence
 
 import polars as pl
 
+from traceanalyzer import primitives
 from traceanalyzer.primitives import host_launches
 from traceanalyzer.store import Store
 from traceanalyzer.vocabulary import GRAPH_REPLAY_APIS
@@ -23,16 +24,27 @@ ORDER = ["rank", "session", "stream", "start_ns"]
 
 
 def derive_launches(
-    store: Store, ranks: Collection[int], replay_apis: Sequence[str] = GRAPH_REPLAY_APIS
+    store: Store,
+    ranks: Collection[int],
+    replay_apis: Sequence[str] = GRAPH_REPLAY_APIS,
+    calls: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
     """The launches of ``ranks``' device tasks (every column of the ``launches`` table), a graph's
-    tasks by the last of ``replay_apis`` before them."""
+    tasks by the last of ``replay_apis`` before them; ``calls``: the ranks' :func:`host_calls`,
+    when the caller read them."""
     in_ranks = pl.col("rank").is_in(sorted(ranks))
     return host_launches(
         store.table("slices").filter(in_ranks),
         store.table("flows").filter(in_ranks),
         replay_apis=replay_apis,
+        calls=calls,
     )
+
+
+def host_calls(store: Store, ranks: Collection[int]) -> pl.DataFrame:
+    """The CANN calls of ``ranks`` that the launches link tasks to
+    (:func:`~traceanalyzer.primitives.host_calls`)."""
+    return primitives.host_calls(store.table("slices").filter(pl.col("rank").is_in(sorted(ranks))))
 
 
 def launches_of(store: Store, ranks: Collection[int]) -> pl.DataFrame:

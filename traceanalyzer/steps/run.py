@@ -95,10 +95,12 @@ def steps_shards(
     # The launches first: the steps read their kernels' launches from them. (One read of the
     # slices for both, split at once, took no less time and added a fifth to the task's peak:
     # the allocator held the read's pages while the launches' inputs were copied from it.)
-    found = launches.derive_launches(store, ranks)
+    calls = launches.host_calls(store, ranks)  # the graph calls of the steps are some of them
+    found = launches.derive_launches(store, ranks, calls=calls)
     each_shard(launches.TABLE, found)
     started = time.perf_counter()
-    slices = read_slices(store, ranks, params)
+    slices = read_slices(store, ranks, params, calls)
+    del calls
     compute = compute_tasks(slices)  # the steps' and the EP exchanges'
     frame = derive_ranks(store, ranks, params, found, slices, compute)
     each_shard(TABLE, frame)
