@@ -232,16 +232,26 @@ def classify(frame: pl.DataFrame, p: Params) -> pl.DataFrame:
         (c("n_decode_kernels") > 0, decode_or_spec(), "kernels", pl.lit("decode attention kernels")),
         (graph_only, decode_or_spec(), "kernels", pl.lit("a FULL graph replay: uniform decode batches only")),
     ]  # fmt: skip
-    phase = pl.lit("unknown")
-    source = pl.lit("none")
-    reason = _unknown_reason(p)
-    for when, what, where, why in reversed(rules):
-        phase = pl.when(when.fill_null(False)).then(what).otherwise(phase)
-        source = pl.when(when.fill_null(False)).then(pl.lit(where)).otherwise(source)
-        reason = pl.when(when.fill_null(False)).then(why).otherwise(reason)
+    # the first rule that holds, by its index: each condition is evaluated once (three chains
+    # of every condition, one per column, took most of the derivation's time on few steps)
+    first = pl.when(rules[0][0].fill_null(False)).then(0)
+    for index, (when, *_) in enumerate(rules[1:], start=1):
+        first = first.when(when.fill_null(False)).then(index)
+    frame = frame.with_columns(first.alias("_rule"))
+
+    def pick(values: list[pl.Expr], otherwise: pl.Expr) -> pl.Expr:
+        picked = pl.when(c("_rule") == 0).then(values[0])
+        for index, value in enumerate(values[1:], start=1):
+            picked = picked.when(c("_rule") == index).then(value)
+        return picked.otherwise(otherwise)
+
     frame = frame.with_columns(
-        phase.alias("phase"), source.alias("phase_source"), reason.alias("phase_reason")
-    )
+        pick([what for _, what, _, _ in rules], pl.lit("unknown")).alias("phase"),
+        c("_rule").replace_strict(
+            list(range(len(rules))), [where for _, _, where, _ in rules], default="none"
+        ).alias("phase_source"),
+        pick([why for *_, why in rules], _unknown_reason(p)).alias("phase_reason"),
+    ).drop("_rule")
     # Decodes run on from step to step (continuous batching): a batch of more tokens than
     # requests right after decoding holds those decodes and a prefill chunk.
     before = c("phase").shift(1).over("session", order_by="start_ns")
