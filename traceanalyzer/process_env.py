@@ -25,10 +25,11 @@
   (``POLARS_ENGINE_AFFINITY``, read when polars loads). The analysis after the ingest is
   thousands of queries over frames held in memory or a few columns of a rank's tables, where
   the streaming engine's set-up costs more than it streams: a window join of 91k kernels took
-  7.9 ms on it and 4.4 ms in memory, a three-step query of 16 rows 0.37 and 0.19 ms. On the
-  MoE benchmark collection the rules took 0.8 s instead of 0.9, the overview 0.6 instead of
-  0.7, at a lower peak (277 MB, 295 before); the ingest, which writes through its own sinks,
-  took as long.
+  7.9 ms on it and 4.4 ms in memory, a three-step query of 16 rows 0.37 and 0.19 ms. The
+  realistic benchmark rank's whole run took 3.9 s instead of 4.1 (6.1 s of CPU, 6.4 before);
+  on the MoE benchmark collection the rules took 0.8 s instead of 0.9 and the overview 0.6
+  instead of 0.7, at a lower peak (277 MB, 295 before); the Db twin's run and the ingest
+  alone took as long (medians of alternated runs).
 - **numpy's BLAS threads.** OpenBLAS starts a thread per core when numpy is imported, and they
   spin waiting for work for a while (0.1 s of a core at the import alone). traceanalyzer does no
   linear algebra worth threads, so on the 200 MB benchmark rank those spinning threads cost
