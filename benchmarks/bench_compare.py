@@ -385,65 +385,58 @@ The run takes about 3.6 s of CPU on two cores, where the floor decodes on about 
 This page's session, what changed (each step timed in one process on the code before and
 after it, alternated; every finding, key figure, overview and store table of the 13 samples,
 17 synthetic scenarios, the real G2 Text and Db exports, the tiled rank, the serving rank and
-the MoE collection compared with the session's first code: the same, but for the fix below):
+the MoE collection compared with the session's first code: the same):
 
-- **The slices are stored grouped by process** (by its name, in Text and Db alike; in time
-  order within it), with min/max of `process` per row group: a scan of one process now reads
-  only its row groups (the device tasks 22 -> 4 ms, the CANN calls 20 -> 5 ms on the
-  realistic rank; its slices file 7 -> 4 MB). Most reads of the steps, the launches, the rules
-  and the overview are of one process: the realistic rank's whole run 5.6 -> 5.2 s of CPU
-  (medians of 6 alternated runs). The steps read their device tasks, graph calls and marker
-  spans by a scan each, side by side, each of its own row groups (one scan of every row group
-  took half as long again).
-- **The MoE layers derive once, beside the exchanges.** The steps' task also derives the
-  `moe_layers` table (each MoE layer instance's expert compute, routed tokens and arrival at
-  the exchange back) and the `moe_dense` table (the dense kernels' time per step and name,
-  what a rank's device speed is compared on), from the device tasks, exchange ops and compute
-  kernels it holds for the exchanges (`steps/moe_layers.py`). moe-load-imbalance reads them at
-  its default patterns and reads no device task: its verdict 145 -> 24 ms over the MoE
-  collection's 4 ranks. The derivation adds about 40 ms to the steps' task, counted in the
-  steps' column.
-- **A rule that cannot judge no longer reads what it would judge with.** store-transfer-stall
-  looks for transfer spans first, and reads the waits, copies and launches only when there is
-  one, or a session without steps to hint at: 96 -> 30 ms on the realistic rank, which has
-  none.
-- **sync-in-step's call sites:** the torch ops sorted once and their outermost derived once
-  per shard, where the inner and the outer lookup each derived them: 141 -> 76 ms.
-- **Preconditions:** a probe looks for one complete row first and counts the rows only when
-  there is none: 4.7 -> 1.6 ms a probe, about 30 probes a run.
-- capture-memcpy-growth counts its capture windows once for detection and key figures.
-- **Fixed: collective-straggler named either source run to run** (Notify Wait tasks or
-  communication.json) when both held the same waits: the waits per instance were summed in
-  the order a group_by returned them, and a last-bit difference decided. They are summed in a
-  fixed order and compared in whole ns; on a tie the trace's own tasks speak.
-- **The MoE and PD column** times the rules on the stores the run evaluates them on (one
-  snapshot per rank for the rank rules, one of every rank for the others, shared with the
-  rules before them), where each rule had a store of its own.
+- **polars runs our lazy queries in memory** (`POLARS_ENGINE_AFFINITY=in-memory`, set with
+  the other library settings in `traceanalyzer/process_env.py`, unless the user set it).
+  polars 2 runs a lazy query on its streaming engine by default, and after the ingest our
+  queries are thousands over frames held in memory or a few columns of a rank: a window join
+  of 91k kernels took 7.9 ms streaming and 4.4 ms in memory. The realistic rank's whole run
+  4.1 -> 3.9 s (6.4 -> 6.1 s of CPU); on the MoE collection the rules 0.9 -> 0.8 s and the
+  overview 0.7 -> 0.6 s, its peak 295 -> 277 MB; the Db twin's run as fast.
+- **A precondition with no rows at all is told in one scan** (the first row of its data
+  first, then the first complete one; only data without a complete row is counted):
+  kv-transfer-overlap on the MoE collection, which has no KV connector, 23 -> 13 ms.
+- **A table opens on one listing of its files**, without an empty frame built to learn its
+  schema: a small table's first read 1.9 -> 1.2 ms, a few dozen a run.
+- **The steps take their graph calls from the CANN calls the launches read** (one scan of the
+  CANN process fewer in the steps' task).
+- **The phase rules are each evaluated once**: the first that holds is found by index and
+  picks the phase, its source and its reason, where three chains evaluated every condition
+  (7.8 -> 6.4 ms on the MoE collection's 64 steps).
 
-Tried and not kept: one read of the slices for the launches and the steps (69 + 56 ms of
-reads -> 52 ms on the MoE collection, but no faster once split between the two, and 56 MB more
-at the collection's peak: the allocator kept the read's pages while the launches' inputs were
-copied from it); the exchanges' hidden time from prefix sums of the compute's union instead of
-an overlap join (4x slower: the union's sort); the derived tables written on two threads (a
-quarter of their 20 ms).
+Tried and not kept: the device tasks read once for the launches and the steps (no faster, the
+steps' task 14 MB higher: the launches then hold them); the derived tables written by pyarrow
+(2.5 ms of 38 over 16 files); the kernels' session and name as categoricals for the
+derivation's joins (1-2 ms an operation; every reader of the steps would have to cast);
+evaluating the steps' independent parts on a second thread (no faster: their queries already
+use both cores 1.4x).
 
-The previous pages' sessions: the EP exchanges derived beside the steps (the overview's expert
-exchange 80 -> 13 ms over the 4 MoE ranks), the steps reading a kernel's launch from the
-launches table (160 -> 135 ms), a rank's speed from per-step sums (29 -> 16 ms), the steps of a
-task's ranks derived in one pass (polars' fixed cost, about 180 queries, paid once a task: 0.43
--> 0.19 s on the 4 MoE ranks) and timed apart from the launches.
+The previous pages' sessions: the slices stored grouped by process, with min/max of `process`
+per row group (a one-process scan reads only its row groups: the device tasks 22 -> 4 ms, the
+CANN calls 20 -> 5 ms on the realistic rank); the MoE layers derived once beside the exchanges
+(`moe_layers`, `moe_dense`: moe-load-imbalance's verdict 145 -> 24 ms over the 4 MoE ranks);
+store-transfer-stall looking for transfer spans first (96 -> 30 ms where there are none);
+sync-in-step's call sites derived once (141 -> 76 ms); a met precondition probe stopping at
+its first complete row (4.7 -> 1.6 ms); collective-straggler's source fixed run to run; the EP
+exchanges derived beside the steps (the overview's expert exchange 80 -> 13 ms over the 4 MoE
+ranks); the steps reading a kernel's launch from the launches table (160 -> 135 ms); the steps
+of a task's ranks derived in one pass (0.43 -> 0.19 s on the 4 MoE ranks).
 
 Left:
 
-- **The MoE collection's serving layer: not met on this machine** (the median of its runs'
-  shares above; 4.8-6.9% run to run on a noisy spell of this Intel machine, where the last page,
-  on an AMD one, measured 7.1% on the code before this session's). The steps' task now holds
-  the MoE layers' derivation too (about 40 ms); what is left is about 200 small queries over
-  the 4 ranks (polars' fixed cost), the one scan of their 600k slices (its predicate's regex
-  and string comparisons on every row: 50 ms), and 16 small Parquet files written (20 ms).
-- **HTA's ratio follows the machine's state** (4.4x, 3.2x, 3.8x, 3.9x, 3.5x on the last five
-  pages): on a slow spell our two-core run slows with the floor, and HTA's one-core parse does
-  not.
+- **The MoE collection's serving layer is at the goal, not under it with room**: the median of
+  its runs' shares above, 4.5-6.2% run to run over this page's and the last (the whole run got
+  faster too, so the share fell less than the serving layer's time). The steps' task holds
+  about 400 polars operations over the 4 ranks: reads of their device tasks and marker spans
+  (30 ms), about 20 passes over their 90k device tasks (regexes on kernel names, joins and
+  group-bys keyed on the session's name), 16 small Parquet files written with an atomic rename
+  each (about 2.4 ms a file), and polars' fixed cost on the rest. What would cut it by a
+  third: the sessions as integer keys inside the derivation, and the phases' per-window
+  evidence in one pass.
+- **HTA's ratio follows the machine's state** (4.4x, 3.2x, 3.8x, 3.9x, 3.5x, 4.6x on the last
+  six pages): on a slow spell our two-core run slows with the floor, and HTA's one-core parse
+  does not.
 - **The serving rank's peak is 2.2x its files** (the realistic rank's meets 1.5x): it is set
   while the trace's flows are derived.
 
