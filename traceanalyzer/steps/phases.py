@@ -247,9 +247,11 @@ def classify(frame: pl.DataFrame, p: Params) -> pl.DataFrame:
 
     frame = frame.with_columns(
         pick([what for _, what, _, _ in rules], pl.lit("unknown")).alias("phase"),
-        c("_rule").replace_strict(
+        c("_rule")
+        .replace_strict(
             list(range(len(rules))), [where for _, _, where, _ in rules], default="none"
-        ).alias("phase_source"),
+        )
+        .alias("phase_source"),
         pick([why for *_, why in rules], _unknown_reason(p)).alias("phase_reason"),
     ).drop("_rule")
     # Decodes run on from step to step (continuous batching): a batch of more tokens than
