@@ -688,7 +688,8 @@ def host_launches(
     """Each device task joined to the host call that launched it (launch columns null when unknown).
 
     ``slices`` is the store's slices table (device tasks and host calls), ``flows`` its flows
-    table, ``calls`` its :func:`host_calls` when the caller read them (else read here). Links, in order of trust (the ``link`` column says which one was used):
+    table, ``calls`` its :func:`host_calls` when the caller read them (else read here). Links,
+    in order of trust (the ``link`` column says which one was used):
 
     - ``graph_replay``: a task of a captured graph (``model_id`` set) runs when the host replays
       the graph, so its launch is the last ``replay_apis`` call (``aclmdlRIExecuteAsync``) that
