@@ -78,25 +78,14 @@ def read_slices(
     (``launches.host_calls``) when the caller holds them: the graph calls are taken from them,
     not scanned again."""
     slices = store.scan("slices").filter(pl.col("rank").is_in(sorted(ranks)))
-    schema = slices.select(SLICE_COLUMNS).collect_schema()
-    kinds = [
-        slices.filter(kind).select(SLICE_COLUMNS)
-        for kind in (pl.col("process").is_in(DEVICE_PROCESSES), is_host_span() & _marker_names(p))
-    ]
-    if calls is None:
-        graph = slices.filter(_graph_calls(p))
-    else:
-        graph = (
-            calls.lazy()
-            .filter(_graph_calls(p))
-            .with_columns(
-                pl.lit(None, dtype).alias(c)
-                for c, dtype in schema.items()
-                if c not in calls.columns
-            )
-        )
-    kinds.insert(1, graph.select(SLICE_COLUMNS).cast(dict(schema)))
-    return pl.concat(kinds).collect().lazy()
+    graph = slices if calls is None else calls.lazy()  # the calls lack the tasks' columns
+    kinds = (
+        slices.filter(pl.col("process").is_in(DEVICE_PROCESSES)),
+        graph.filter(_graph_calls(p)),
+        slices.filter(is_host_span() & _marker_names(p)),
+    )
+    read = [kind.select(c for c in SLICE_COLUMNS if c in kind.collect_schema()) for kind in kinds]
+    return pl.concat(read, how="diagonal_relaxed").collect().lazy()  # nulls where a kind has none
 
 
 # the links that place a kernel's launch on the host: a graph replay, or its own launch call
