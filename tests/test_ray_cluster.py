@@ -5,7 +5,9 @@ The cluster is started as docs/scale.md tells a user to: ``ray start --head`` an
 machine, one CPU each, the input and OUT on a filesystem both see). The worker that ingests
 rank :data:`KILLED` is SIGKILLed once (the ingest fault hook, armed in the nodes' environment,
 which their workers inherit): Ray must retry it, and the run must still equal the local one, in
-findings.json, ingest statuses, every table's rows, the reports and the files left in OUT.
+findings.json, ingest statuses, every table's rows, the reports and the files left in OUT. The
+nodes start without the CLI's library settings (:mod:`traceanalyzer.process_env`): the job's
+workers must get them from the driver.
 
 Skipped when Ray is not installed (``pip install 'traceanalyzer[ray]'``). Nothing here uses the
 network beyond this machine's own address, and nothing outlives the test: each node's processes
@@ -35,6 +37,7 @@ from typing import Any
 import pytest
 
 from traceanalyzer.ingest import FAULT_KILL_RANK, FAULT_ONCE
+from traceanalyzer.process_env import SETTINGS
 
 if importlib.util.find_spec("ray") is None:  # found, not imported: the test never imports Ray
     pytest.skip("Ray is not installed: pip install 'traceanalyzer[ray]'", allow_module_level=True)
@@ -113,14 +116,16 @@ class Run:
             )
         return self
 
-    def finish(self) -> list[set[int]]:
-        """Wait for the run to succeed; return the workers each watched node started."""
+    def finish(self) -> list[dict[int, dict[str, str]]]:
+        """Wait for the run to succeed; return the workers each watched node started, each
+        with the library settings (:data:`SETTINGS`) in its environment."""
         nodes = self.watch.nodes if self.watch else []
-        started: list[set[int]] = [set() for _ in nodes]
+        started: list[dict[int, dict[str, str]]] = [{} for _ in nodes]
         deadline = time.monotonic() + RUN_TIMEOUT
         while self.proc.poll() is None and time.monotonic() < deadline:
             for seen, node, old in zip(started, nodes, self.before, strict=True):
-                seen |= _workers(node) - old
+                for pid in _workers(node) - old - seen.keys():
+                    seen[pid] = _settings(pid)
             time.sleep(0.2)
         if self.proc.poll() is None:
             self.proc.kill()
@@ -166,6 +171,15 @@ def _workers(node: subprocess.Popen[bytes]) -> set[int]:
     except psutil.Error:  # the node is gone: the run's assertions say so
         pass
     return found
+
+
+def _settings(pid: int) -> dict[str, str]:
+    """The library settings in a process's environment (none if it is gone already)."""
+    try:
+        environ = psutil.Process(pid).environ()
+    except psutil.Error:
+        return {}
+    return {name: environ[name] for name in SETTINGS if name in environ}
 
 
 def _wait_for(node: subprocess.Popen[bytes], log: Path, pattern: str) -> re.Match[str]:
@@ -236,7 +250,8 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
     token = secrets.token_hex(32)
     marker = tmp_path / "killed-once"
     node_env = {
-        **_ray_env(token),
+        # the nodes start without the CLI's library settings: the job must bring them
+        **{k: v for k, v in _ray_env(token).items() if k not in SETTINGS},
         CLUSTER_TAG: tag,
         # A node's workers inherit its raylet's environment: the fault reaches rank KILLED
         # wherever Ray runs it, and the marker (on the filesystem both nodes see) makes it
@@ -350,8 +365,11 @@ def test_a_two_node_cluster_gives_the_local_results_despite_a_killed_worker(
     assert cluster.killed_marker.exists(), "the fault hook did not fire: no worker was killed"
     assert all(node.poll() is None for node in cluster.nodes), "a node went down during the run"
     # A node starts workers for the tasks it is given (the head one more when the driver
-    # joins): the second node's show that the work was spread over both.
+    # joins): the second node's show that the work was spread over both. Those of the job
+    # carry the driver's library settings, which their nodes lack.
     assert all(started), f"workers started per node: {started}"
+    for node_workers in started:
+        assert any(got.keys() == SETTINGS.keys() for got in node_workers.values()), started
     executor = json.loads((ray / "ingest.json").read_text())["executor"]
     assert executor.startswith(f"ray ({cluster.address})"), executor
 

@@ -3,9 +3,11 @@
 A generic task runner: ``Executor.map(fn, args)`` runs a top-level function over argument tuples
 and yields each result (or :class:`TaskCrashed`) as it finishes. It knows nothing of traces or
 rules (it imports only :mod:`traceanalyzer.interrupts`, so that a worker tells the user's Ctrl-C
-from a task's own KeyboardInterrupt as the driver does); the project maps rank sessions through it (ingest: one task per rank session; rules: one
-task per rank shard, :mod:`traceanalyzer.engine.shards`), so a worker's memory is bounded by one
-task's working set and the driver's by the small results that come back.
+from a task's own KeyboardInterrupt as the driver does, and :mod:`traceanalyzer.process_env`,
+whose library settings a joined Ray cluster's workers are given); the project maps rank
+sessions through it (ingest: one task per rank session; rules: one task per rank shard,
+:mod:`traceanalyzer.engine.shards`), so a worker's memory is bounded by one task's working set
+and the driver's by the small results that come back.
 
 A task may be given a deadline (``map(..., timeouts=)``): past it, it is reported as
 :class:`TaskCrashed` (``timed_out``), never waited for, and the map goes on: ``processes``
@@ -36,6 +38,9 @@ Backends (``--executor``):
 - ``ray``: one Ray task per rank (``pip install 'traceanalyzer[ray]'``). ``--ray-address``
   joins a running cluster (``auto`` or ``HOST:PORT``); without it Ray starts locally with
   ``--jobs`` CPUs. Ray retries a task whose worker or node died once, then reports it crashed.
+  A joined cluster's workers start from their node's environment, not this process's: the job
+  carries this process's library settings (:func:`traceanalyzer.process_env.in_effect`) as
+  its ``runtime_env``, so they allocate and query as a local run does.
   The store path must be visible to every node (a shared filesystem; see ``docs/scale.md``).
 """
 
@@ -58,7 +63,7 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any
 
-from traceanalyzer import interrupts
+from traceanalyzer import interrupts, process_env
 
 EXECUTORS: tuple[str, ...] = ("auto", "local", "processes", "ray")
 RAY_INSTALL_HINT = "pip install 'traceanalyzer[ray]'"
@@ -471,7 +476,12 @@ class RayExecutor(Executor):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 if self.address:
-                    ray.init(address=self.address, log_to_driver=False, logging_level=logging.ERROR)
+                    ray.init(
+                        address=self.address,
+                        runtime_env={"env_vars": process_env.in_effect()},
+                        log_to_driver=False,
+                        logging_level=logging.ERROR,
+                    )
                 else:
                     ray.init(
                         num_cpus=self.jobs,

@@ -36,7 +36,9 @@
   0.4 s of CPU taken from the parse on two cores; one BLAS thread costs none.
 
 The libraries read these settings once, when they load, so :func:`configure` runs at the top
-of the CLI (worker processes inherit the environment). A value the user set wins. A notebook
+of the CLI (worker processes inherit the environment). A value the user set wins. The workers
+of a Ray cluster the CLI joins start from their node's environment instead, so the executor
+hands them this process's values (:func:`in_effect`) with the job. A notebook
 that imported polars or numpy before traceanalyzer keeps their defaults: slower and higher
 peaks, nothing else.
 """
@@ -73,6 +75,12 @@ def configure() -> None:
     for name, value in SETTINGS.items():
         os.environ.setdefault(name, value)
     _mmap_threshold(os.environ["MALLOC_MMAP_THRESHOLD_"])
+
+
+def in_effect() -> dict[str, str]:
+    """This process's value of each of :data:`SETTINGS` (the user's, or ours once
+    :func:`configure` ran): what a worker started elsewhere needs to behave alike."""
+    return {name: os.environ[name] for name in SETTINGS if name in os.environ}
 
 
 def _mmap_threshold(value: str) -> None:
