@@ -38,9 +38,9 @@
 The libraries read these settings once, when they load, so :func:`configure` runs at the top
 of the CLI (worker processes inherit the environment). A value the user set wins. The workers
 of a Ray cluster the CLI joins start from their node's environment instead, so the executor
-hands them this process's values (:func:`in_effect`) with the job. A notebook
-that imported polars or numpy before traceanalyzer keeps their defaults: slower and higher
-peaks, nothing else.
+hands them this process's values (:func:`in_effect`) with the job. A notebook that imported
+polars or numpy before traceanalyzer keeps their defaults: slower and higher peaks, nothing
+else.
 """
 
 from __future__ import annotations
