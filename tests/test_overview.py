@@ -15,12 +15,14 @@ import pytest
 from click.testing import CliRunner
 from report_support import SAMPLES, run_sample
 
+from traceanalyzer.compare.overview_diff import overview_deltas
 from traceanalyzer.kit import us
 from traceanalyzer.kit.store_builder import StoreBuilder
 from traceanalyzer.overview import TopSizes, by_cost, finding_costs
-from traceanalyzer.overview.breakdown import computing_ns
+from traceanalyzer.overview.breakdown import UNMEASURED, computing_ns
 from traceanalyzer.overview.cluster import cluster_rows
 from traceanalyzer.overview.compute import summarize_rank
+from traceanalyzer.report.overview_text import overview_markdown, overview_table
 from traceanalyzer.schema import COMPONENT_NAMES
 from traceanalyzer.store import Store
 
@@ -530,3 +532,36 @@ def test_the_terminal_shows_the_outliers_and_the_slowest_of_many_ranks() -> None
     assert 0 in shown and max(r["rank"] for r in ranks) in shown and 1 not in shown
     assert terminal_ranks({"ranks": ranks[:TERMINAL_RANKS]}) is None
     assert "... and 4 more ranks" in overview_table({**overview, "mean": {"step_ns": 1.0}})
+
+
+def test_a_level0_trace_says_idle_sync_was_not_measured() -> None:
+    """A Level0 Text export records no CANN layer: its launches are known (HostToDevice flows)
+    but no synchronisation is, so idle sync is "n/a" with the reason and where its time went,
+    not a measured 0, as sync-in-step says "not evaluated"; a Level1 sample measures it."""
+
+    def run(name: str) -> dict:
+        return json.loads((run_sample(name) / "findings.json").read_text())
+
+    level0 = run("inference_baseline_g3_level0")
+    overview = level0["summary"]["overview"]
+    why = UNMEASURED["idle_sync_ns"]
+    assert overview["unmeasured"] == {"idle_sync_ns": {"ranks": [0], "reason": why}}
+    assert overview["ranks"][0]["unmeasured"] == ["idle_sync_ns"]
+    assert all(r["unmeasured"] == ["idle_sync_ns"] for r in overview["phases"]["rows"])
+    table = overview_table(overview)
+    header, row = (line.split() for line in table.splitlines()[2:4])
+    assert row[header.index("sync") - 1] == "n/a"  # the header's "idle sync" is two words
+    assert f"idle sync not measured on rank 0: {why}" in table
+    md = "\n".join(overview_markdown(overview, lambda h, rows: [str(h), *map(str, rows)], {}))
+    assert "'idle: after a host synchronisation', 'n/a', 'n/a'" in md
+    assert f"- Idle sync not measured on rank 0: {why}." in md
+    sync_rule = next(r for r in level0["rules"] if r["name"] == "sync-in-step")
+    assert sync_rule["status"] == "not_evaluated"
+
+    level1 = run("inference_baseline")
+    overview1 = level1["summary"]["overview"]
+    assert overview1["unmeasured"] == {} and overview1["ranks"][0]["unmeasured"] == []
+    assert "not measured" not in overview_table(overview1)
+    # diff: a zero nobody measured is no base to compare with
+    sync = next(d for d in overview_deltas(level0, level1) if d.key == "idle_sync_ns")
+    assert sync.base is None and sync.target is not None and sync.change is None

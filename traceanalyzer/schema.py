@@ -931,6 +931,14 @@ DERIVED_TABLES: dict[str, Table] = {
                 "`Overlapped`); null with check_deviation.",
             ),
             Column(
+                "syncs_seen",
+                BOOL,
+                "Whether the step's session recorded its host's CANN calls: false for a Level0 "
+                "Text export (no CANN layer), where idle after a host synchronisation cannot be "
+                "told from idle waiting for a launch and is in idle_host_ns (idle_sync_ns is "
+                "then 0, not measured).",
+            ),
+            Column(
                 "ep_path",
                 STR,
                 "The expert-parallel exchange the step of an MoE model used: `mc2` (MC2 "

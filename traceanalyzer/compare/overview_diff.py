@@ -8,6 +8,7 @@ from typing import Any
 
 from traceanalyzer.report import fmt
 from traceanalyzer.report.htmlkit import esc, table
+from traceanalyzer.report.overview_text import unmeasured_everywhere
 
 STEP = ("step_ns", "step time")
 # time the step loses: less of it is better (compute is neutral: less may mean less work done)
@@ -64,13 +65,19 @@ def _overview(doc: Mapping[str, Any]) -> Mapping[str, Any]:
 
 def overview_deltas(base: Mapping[str, Any], target: Mapping[str, Any]) -> list[ComponentDelta]:
     """Mean step and every component, from two findings.json documents ([] when neither has an
-    overview; a side without one shows n/a)."""
+    overview; a side without one, or that measured a component on no rank, shows n/a: a
+    Level0 run's idle sync is not a zero to compare with)."""
     b, t = _overview(base), _overview(target)
     if not (b or t):
         return []
     components = (b or t).get("components") or []
     keys = [STEP, *((c["key"], c["label"]) for c in components)]
-    bm, tm = b.get("mean") or {}, t.get("mean") or {}
+
+    def means(side: Mapping[str, Any]) -> dict[str, Any]:
+        missing = unmeasured_everywhere(side) if side else set()
+        return {k: v for k, v in (side.get("mean") or {}).items() if k not in missing}
+
+    bm, tm = means(b), means(t)
     return [ComponentDelta(k, label, bm.get(k), tm.get(k)) for k, label in keys]
 
 

@@ -76,9 +76,26 @@ STEP_META = ("step_source", "phase", "phase_source", "phase_reason", "tokens", "
 MEASURED_COLUMNS = (
     *WINDOW_COLUMNS, *STEP_META, "source", "check_scope", "check_deviation", "check_component",
 )  # fmt: skip
+# whether the step's session recorded its host's CANN calls, so that idle after a host
+# synchronisation was told from idle waiting for a launch (a Level0 Text export records none)
+SYNCS_SEEN = "syncs_seen"
 # the EP exchange a step of an MoE model used (kit.exchange_paths; nulls elsewhere)
 EP_COLUMNS = ("ep_path", "ep_exchange_ns", "ep_exposed_ns", "ep_fits")
-STEP_COLUMNS = (*MEASURED_COLUMNS, *EP_COLUMNS)  # a summary_steps row
+STEP_COLUMNS = (*MEASURED_COLUMNS, SYNCS_SEEN, *EP_COLUMNS)  # a summary_steps row
+# Why a component can be unmeasured in some steps (each step says so in its columns): the
+# breakdown still sums to the step, with the time in another component, which this says.
+UNMEASURED = {
+    "idle_sync_ns": "no CANN API events (a Level0 export records none), so the device's idle "
+    "after a host synchronisation is in idle host; collect with profiler_level=Level1 to tell "
+    "them apart",
+}
+
+
+def unmeasured(steps: pl.DataFrame) -> list[str]:
+    """The components (keys of :data:`UNMEASURED`) that some of ``steps`` (summary_steps
+    rows) could not measure."""
+    seen = steps.get_column(SYNCS_SEEN, default=None)
+    return ["idle_sync_ns"] if seen is not None and not seen.fill_null(True).all() else []
 
 
 def classify_tasks(tasks: pl.DataFrame) -> pl.DataFrame:

@@ -16,6 +16,7 @@ from traceanalyzer.overview.breakdown import (
     MEASURED_COLUMNS,
     STEP_COLUMNS,
     STEP_META,
+    SYNCS_SEEN,
     breakdown,
     check_against_step_trace,
     classify_tasks,
@@ -97,7 +98,22 @@ def device_tasks(store: Store, ranks: list[int], where: pl.Expr | None = None) -
     return classify_tasks(tasks.with_columns(found["accelerator"]))
 
 
-def host_bound_gaps(store: Store, rank: int, tasks: pl.DataFrame) -> pl.DataFrame:
+def rank_cann_calls(store: Store, rank: int) -> pl.DataFrame:
+    """The rank's CANN API calls (rank, session, start_ns, end_ns, thread, api_name): the host
+    calls that tell a launch-bound gap from one after a synchronisation, read once for the
+    three kinds :func:`host_bound_gaps` looks for (a scan each took 3x longer). A Level0 Text
+    export records none."""
+    return (
+        store.table("slices")
+        .filter((pl.col("rank") == rank) & (pl.col("process") == CANN_PROCESS))
+        .select("rank", "session", "start_ns", "end_ns", "thread", "api_name")
+        .collect()
+    )
+
+
+def host_bound_gaps(
+    store: Store, rank: int, tasks: pl.DataFrame, cann: pl.DataFrame
+) -> pl.DataFrame:
     """Stream gaps the host caused: session, ``cls`` (``host_gap``: launch-bound, ``sync_gap``:
     after a host synchronisation), start_ns, end_ns.
 
@@ -108,7 +124,9 @@ def host_bound_gaps(store: Store, rank: int, tasks: pl.DataFrame) -> pl.DataFram
     has no known launch are not.
 
     The launches are the rules' (the ``launches`` table, derived once before them).
-    ``tasks``: :func:`device_tasks`.
+    ``tasks``: :func:`device_tasks`; ``cann``: :func:`rank_cann_calls` (without them, at
+    Level0, nothing tells a synchronisation's gap: it counts as launch-bound, and the summary
+    says that idle sync was not measured).
     """
     hardware = tasks.filter(
         (pl.col("process") == HARDWARE_PROCESS) & pl.col("stream_id").is_not_null()
@@ -125,14 +143,7 @@ def host_bound_gaps(store: Store, rank: int, tasks: pl.DataFrame) -> pl.DataFram
         on=task,
         how="inner",
     )
-    slices = store.table("slices").filter(pl.col("rank") == rank)
     interval = ["rank", "session", "start_ns", "end_ns"]
-    # one read of the CANN calls for the three kinds of call below (a scan each took 3x longer)
-    cann = (
-        slices.filter(pl.col("process") == CANN_PROCESS)
-        .select(*interval, "thread", "api_name")
-        .collect()
-    )
     syncs = cann.filter(pl.col("api_name").is_in(list(SYNC_APIS))).select(interval)
     other = union_intervals(
         cann.filter(pl.col("api_name").is_in([*COMPILE_CALLS, *ALLOC_APIS, *FREE_APIS])).select(
@@ -215,7 +226,8 @@ def summarize_rank(store: Store, rank: int, sizes: TopSizes) -> dict[str, pl.Dat
     tasks = device_tasks(store, ranks)
     step_times = store.table("step_times").filter(pl.col("rank") == rank).collect()
     with_tasks = set(tasks["session"].unique().to_list())
-    gaps = host_bound_gaps(store, rank, tasks)
+    cann = rank_cann_calls(store, rank)
+    gaps = host_bound_gaps(store, rank, tasks, cann)
     interval_columns = ["session", "cls", "start_ns", "end_ns"]
     intervals = pl.concat([tasks.select(interval_columns), gaps.select(interval_columns)])
     measured = _measured(
@@ -225,7 +237,11 @@ def summarize_rank(store: Store, rank: int, sizes: TopSizes) -> dict[str, pl.Dat
     if not csv_only.is_empty():
         csv_rows = _from_step_trace(csv_only, windows, sessions).select(MEASURED_COLUMNS)
         measured = pl.concat([measured.select(MEASURED_COLUMNS), csv_rows], how="vertical_relaxed")
-    measured = measured.join(ep_exchanges(store, rank, tasks), on=["session", "step"], how="left")
+    # a session without CANN calls shows no synchronisation: its idle sync is not measured
+    synced = cann["session"].unique().implode()
+    measured = measured.with_columns(pl.col("session").is_in(synced).alias(SYNCS_SEEN)).join(
+        ep_exchanges(store, rank, tasks), on=["session", "step"], how="left"
+    )
     comm_ops = store.table("comm_ops").filter(pl.col("rank") == rank).collect()
     listed = None  # kernel_details' kernels, where a session has no device task of its own
     if not set(sessions["session"].to_list()) <= with_tasks:

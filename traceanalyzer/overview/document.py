@@ -12,7 +12,7 @@ from typing import Any
 
 import polars as pl
 
-from traceanalyzer.overview.breakdown import computing_ns
+from traceanalyzer.overview.breakdown import UNMEASURED, computing_ns, unmeasured
 from traceanalyzer.overview.compute import DEFAULT_TOP, TopSizes
 from traceanalyzer.overview.headline import COMPONENTS, headline, mean_components
 from traceanalyzer.overview.phases import iterations, phase_totals, phases_section, whole_session
@@ -45,6 +45,7 @@ def overview_document(
                 "total_ns": int(part["step_ns"].sum()),
                 "phase_ns": phase_totals(part),
                 "sources": sorted(set(part["source"].to_list())),
+                "unmeasured": unmeasured(part),
                 **means,
             }
         )
@@ -62,6 +63,11 @@ def overview_document(
     return {
         "schema_version": SCHEMA_VERSION,
         "components": [{"key": k, "label": label, "group": g} for k, label, g in COMPONENTS],
+        "unmeasured": {
+            key: {"ranks": [r["rank"] for r in ranks if key in r["unmeasured"]], "reason": why}
+            for key, why in UNMEASURED.items()
+            if any(key in r["unmeasured"] for r in ranks)
+        },
         "source": {
             "breakdown": sorted(set(steps["source"].to_list())),
             **self_check(windows, _source_formats(store)),

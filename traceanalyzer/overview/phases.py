@@ -13,6 +13,7 @@ from typing import Any
 
 import polars as pl
 
+from traceanalyzer.overview.breakdown import unmeasured
 from traceanalyzer.overview.headline import headline, mean_components
 from traceanalyzer.overview.tops import ALL_PHASES, combined_tops
 from traceanalyzer.steps.phases import IDLE_PHASE as IDLE  # a window, not an iteration
@@ -75,6 +76,7 @@ def _row(phase: str, part: pl.DataFrame, wall_ns: int, kernels, host_apis) -> di
         "p50_ns": float(durations.quantile(0.5, "nearest") or 0.0),
         "p95_ns": float(durations.quantile(0.95, "nearest") or 0.0),
         "mean": means,
+        "unmeasured": unmeasured(part),
         "headline": None if phase == IDLE else headline(means),
         "tokens": tokens,
         "tokens_steps": known.height,

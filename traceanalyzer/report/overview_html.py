@@ -112,6 +112,10 @@ def overview_section(doc: Mapping[str, Any], figures: Mapping[str, bytes]) -> st
     ranks = table(text.compact_headers(), text.compact_rows(overview), numeric=tuple(range(1, 10)))
     many = len(overview["ranks"]) > RANKS_SHOWN
     parts.append(details(f"Per rank ({len(overview['ranks'])})", ranks, open_=not many))
+    parts += [
+        f'<p class="small muted">{esc(note[0].upper() + note[1:])}.</p>'
+        for note in text.unmeasured_notes(overview)
+    ]
     parts.append(_phases(overview))
     parts.append(_cluster(overview))
     for index, (title, (headers, rows)) in enumerate(text.top_rows(overview).items()):

@@ -42,6 +42,38 @@ def share(part: float, whole: float) -> str:
     return fmt.percent(part / whole) if whole else "n/a"
 
 
+def group_share(
+    mean: Mapping[str, Any], keys: tuple[str, ...], step: float, missing: Collection[str]
+) -> str:
+    """A compact group's share of the step; "n/a" when none of its components was measured
+    (``missing``: the row's ``unmeasured`` keys)."""
+    if all(k in missing for k in keys):
+        return "n/a"
+    return share(sum(mean.get(k, 0.0) for k in keys), step)
+
+
+def unmeasured_everywhere(overview: Mapping[str, Any]) -> set[str]:
+    """The components no rank measured: they have no mean (their time is in another one, which
+    :func:`unmeasured_notes` names)."""
+    ranks = len(overview.get("ranks") or [])
+    return {
+        key
+        for key, what in (overview.get("unmeasured") or {}).items()
+        if len(what.get("ranks") or []) == ranks
+    }
+
+
+def unmeasured_notes(overview: Mapping[str, Any]) -> list[str]:
+    """Per component some ranks could not measure: which ranks, why, and where its time is."""
+    names = {k: name for name, keys in COMPACT for k in keys}
+    notes = []
+    for key, what in (overview.get("unmeasured") or {}).items():
+        ranks = what.get("ranks") or []
+        where = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {compress_ranks(ranks)}"
+        notes.append(f"{names.get(key, key)} not measured on {where}: {what.get('reason')}")
+    return notes
+
+
 def source_line(overview: Mapping[str, Any]) -> str:
     """Which data the breakdown comes from, and how it compares with the export's own step
     breakdown (step_trace_time.csv, analysis.db StepTraceTime)."""
@@ -96,7 +128,8 @@ def compact_rows(
         if only is not None and r["rank"] not in only:
             continue
         step = r.get("step_ns") or 0.0
-        cells = [share(sum(r.get(k, 0.0) for k in keys), step) for _, keys in COMPACT]
+        missing = r.get("unmeasured") or ()
+        cells = [group_share(r, keys, step, missing) for _, keys in COMPACT]
         rows.append(
             [str(r["rank"]), str(r["steps"]), fmt.duration(step), *cells, top.get(r["rank"]) or ""]
         )
@@ -130,7 +163,7 @@ def phase_rows(overview: Mapping[str, Any]) -> list[list[str]]:
                 fmt.duration(r.get("p95_ns")),
                 fmt.duration(per_token * 1000) if per_token else "",
                 _graph_cell(r.get("graph") or {}),
-                *(share(sum(mean.get(k, 0.0) for k in keys), step) for _, keys in COMPACT),
+                *(group_share(mean, keys, step, r.get("unmeasured") or ()) for _, keys in COMPACT),
             ]
         )
     return rows
@@ -234,6 +267,7 @@ def overview_table(overview: Mapping[str, Any], verbose: bool = False) -> str:
     if phases_known(overview):
         lines.append("  by phase (wall: share of the profile; p50/p95 per iteration):")
         lines += _aligned(phase_headers(), phase_rows(overview))
+    lines += [f"  {note}" for note in unmeasured_notes(overview)]
     ep = ep_lines(overview)
     if ep:
         lines.append("  MoE expert exchange by phase:")
@@ -305,8 +339,15 @@ def component_rows(overview: Mapping[str, Any]) -> list[list[str]]:
     """Every component, mean per step over every rank's steps, with its share."""
     mean = overview.get("mean") or {}
     step = mean.get("step_ns") or 0.0
+    missing = unmeasured_everywhere(overview)
     return [
-        [c["label"], fmt.duration(mean.get(c["key"], 0.0)), share(mean.get(c["key"], 0.0), step)]
+        [c["label"], "n/a", "n/a"]
+        if c["key"] in missing
+        else [
+            c["label"],
+            fmt.duration(mean.get(c["key"], 0.0)),
+            share(mean.get(c["key"], 0.0), step),
+        ]
         for c in overview.get("components") or []
     ]
 
@@ -401,6 +442,8 @@ def overview_markdown(
     lines += [*figures, ""] if figures else []
     lines += md_table(["component", "per step", "share"], component_rows(overview)) + [""]
     lines += md_table(compact_headers(), compact_rows(overview)) + [""]
+    notes = unmeasured_notes(overview)
+    lines += [*(f"- {note[0].upper()}{note[1:]}." for note in notes), ""] if notes else []
     if phases_known(overview):
         lines += ["### By phase", ""] + md_table(phase_headers(), phase_rows(overview)) + [""]
     ep = ep_lines(overview)
