@@ -534,26 +534,32 @@ def test_the_terminal_shows_the_outliers_and_the_slowest_of_many_ranks() -> None
     assert "... and 4 more ranks" in overview_table({**overview, "mean": {"step_ns": 1.0}})
 
 
-def test_a_level0_trace_says_idle_sync_was_not_measured() -> None:
+def test_a_level0_trace_says_what_it_could_not_measure() -> None:
     """A Level0 Text export records no CANN layer: its launches are known (HostToDevice flows)
     but no synchronisation is, so idle sync is "n/a" with the reason and where its time went,
-    not a measured 0, as sync-in-step says "not evaluated"; a Level1 sample measures it."""
+    not a measured 0, as sync-in-step says "not evaluated"; and its kernel_details.csv writes
+    N/A for the Accelerator Core, so AI Vector compute is not told from AI Core either. A
+    Level1 sample measures both."""
 
     def run(name: str) -> dict:
         return json.loads((run_sample(name) / "findings.json").read_text())
 
     level0 = run("inference_baseline_g3_level0")
     overview = level0["summary"]["overview"]
-    why = UNMEASURED["idle_sync_ns"]
-    assert overview["unmeasured"] == {"idle_sync_ns": {"ranks": [0], "reason": why}}
-    assert overview["ranks"][0]["unmeasured"] == ["idle_sync_ns"]
-    assert all(r["unmeasured"] == ["idle_sync_ns"] for r in overview["phases"]["rows"])
+    keys = ["compute_ai_vector_ns", "idle_sync_ns"]
+    assert overview["unmeasured"] == {k: {"ranks": [0], "reason": UNMEASURED[k]} for k in keys}
+    assert overview["ranks"][0]["unmeasured"] == keys
+    assert all(r["unmeasured"] == keys for r in overview["phases"]["rows"])
     table = overview_table(overview)
     header, row = (line.split() for line in table.splitlines()[2:4])
     assert row[header.index("sync") - 1] == "n/a"  # the header's "idle sync" is two words
+    assert row[header.index("compute")] != "n/a"  # the AI Core part of it is measured
+    why = UNMEASURED["idle_sync_ns"]
     assert f"idle sync not measured on rank 0: {why}" in table
+    assert "compute: AI Vector not measured on rank 0: " in table
     md = "\n".join(overview_markdown(overview, lambda h, rows: [str(h), *map(str, rows)], {}))
     assert "'idle: after a host synchronisation', 'n/a', 'n/a'" in md
+    assert "'compute: AI Vector', 'n/a', 'n/a'" in md
     assert f"- Idle sync not measured on rank 0: {why}." in md
     sync_rule = next(r for r in level0["rules"] if r["name"] == "sync-in-step")
     assert sync_rule["status"] == "not_evaluated"

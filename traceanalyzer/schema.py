@@ -931,12 +931,14 @@ DERIVED_TABLES: dict[str, Table] = {
                 "`Overlapped`); null with check_deviation.",
             ),
             Column(
-                "syncs_seen",
-                BOOL,
-                "Whether the step's session recorded its host's CANN calls: false for a Level0 "
-                "Text export (no CANN layer), where idle after a host synchronisation cannot be "
-                "told from idle waiting for a launch and is in idle_host_ns (idle_sync_ns is "
-                "then 0, not measured).",
+                "unmeasured",
+                STR,
+                "The components the step's data could not measure, comma-separated (null: "
+                "none), their time being in another one: `compute_ai_vector_ns` when no "
+                "compute task says AI Vector apart from AI Core (a Level0 export's "
+                "kernel_details.csv writes N/A, and a G2 trace says AI_CORE for both: the "
+                "time is in compute_ai_core_ns), `idle_sync_ns` when the session recorded no "
+                "CANN call (a Level0 Text export: the time is in idle_host_ns).",
             ),
             Column(
                 "ep_path",

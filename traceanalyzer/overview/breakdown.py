@@ -61,6 +61,8 @@ COMPUTE_COMPONENTS: dict[str, str] = {
     "compute_other": "compute_other_ns",
 }
 COMPUTE_CLASSES = tuple(COMPUTE_COMPONENTS)
+# the trace's task types that say AI Vector (a G2 trace says AI_CORE for both kinds of core)
+VECTOR_TASK_TYPES = tuple(k for k, v in ACCELERATORS.items() if v == "ai_vector")
 # task types that run kernels on an accelerator whose name is not in ACCELERATORS
 OTHER_COMPUTE_TASKS = ("FFTS_PLUS", "KERNEL_AICORE", "KERNEL_AIVEC", "KERNEL_AICPU", "MIX")
 CLASSES = (*COMPUTE_CLASSES, "comm", "device_other", "wait", "host_gap", "sync_gap")
@@ -76,15 +78,17 @@ STEP_META = ("step_source", "phase", "phase_source", "phase_reason", "tokens", "
 MEASURED_COLUMNS = (
     *WINDOW_COLUMNS, *STEP_META, "source", "check_scope", "check_deviation", "check_component",
 )  # fmt: skip
-# whether the step's session recorded its host's CANN calls, so that idle after a host
-# synchronisation was told from idle waiting for a launch (a Level0 Text export records none)
-SYNCS_SEEN = "syncs_seen"
+# the components a step could not measure (comma-separated keys of UNMEASURED; null: none)
+UNMEASURED_COLUMN = "unmeasured"
 # the EP exchange a step of an MoE model used (kit.exchange_paths; nulls elsewhere)
 EP_COLUMNS = ("ep_path", "ep_exchange_ns", "ep_exposed_ns", "ep_fits")
-STEP_COLUMNS = (*MEASURED_COLUMNS, SYNCS_SEEN, *EP_COLUMNS)  # a summary_steps row
-# Why a component can be unmeasured in some steps (each step says so in its columns): the
-# breakdown still sums to the step, with the time in another component, which this says.
+STEP_COLUMNS = (*MEASURED_COLUMNS, UNMEASURED_COLUMN, *EP_COLUMNS)  # a summary_steps row
+# Why a component can be unmeasured in a step, and where its time is then: the breakdown still
+# sums to the step, so an unmeasured component's time is in another one, which this says.
 UNMEASURED = {
+    "compute_ai_vector_ns": "kernel_details.csv gives no Accelerator Core (a Level0 export "
+    "writes N/A) and the trace's Task Type calls AI Vector kernels AI_CORE, so their compute "
+    "is in AI Core; collect with profiler_level=Level1 to tell them apart",
     "idle_sync_ns": "no CANN API events (a Level0 export records none), so the device's idle "
     "after a host synchronisation is in idle host; collect with profiler_level=Level1 to tell "
     "them apart",
@@ -92,10 +96,12 @@ UNMEASURED = {
 
 
 def unmeasured(steps: pl.DataFrame) -> list[str]:
-    """The components (keys of :data:`UNMEASURED`) that some of ``steps`` (summary_steps
-    rows) could not measure."""
-    seen = steps.get_column(SYNCS_SEEN, default=None)
-    return ["idle_sync_ns"] if seen is not None and not seen.fill_null(True).all() else []
+    """The components (keys of :data:`UNMEASURED`, in its order) that some of ``steps``
+    (summary_steps rows) could not measure."""
+    if UNMEASURED_COLUMN not in steps.columns:  # a store before the column
+        return []
+    said = set(steps[UNMEASURED_COLUMN].drop_nulls().str.split(",").explode().to_list())
+    return [key for key in UNMEASURED if key in said]
 
 
 def classify_tasks(tasks: pl.DataFrame) -> pl.DataFrame:

@@ -13,10 +13,12 @@ import polars as pl
 
 from traceanalyzer.kit.moe import MOE_PARAMS, exchange_paths
 from traceanalyzer.overview.breakdown import (
+    COMPUTE_CLASSES,
     MEASURED_COLUMNS,
     STEP_COLUMNS,
     STEP_META,
-    SYNCS_SEEN,
+    UNMEASURED_COLUMN,
+    VECTOR_TASK_TYPES,
     breakdown,
     check_against_step_trace,
     classify_tasks,
@@ -237,9 +239,7 @@ def summarize_rank(store: Store, rank: int, sizes: TopSizes) -> dict[str, pl.Dat
     if not csv_only.is_empty():
         csv_rows = _from_step_trace(csv_only, windows, sessions).select(MEASURED_COLUMNS)
         measured = pl.concat([measured.select(MEASURED_COLUMNS), csv_rows], how="vertical_relaxed")
-    # a session without CANN calls shows no synchronisation: its idle sync is not measured
-    synced = cann["session"].unique().implode()
-    measured = measured.with_columns(pl.col("session").is_in(synced).alias(SYNCS_SEEN)).join(
+    measured = measured.join(_unmeasured(sessions, tasks, cann), on="session", how="left").join(
         ep_exchanges(store, rank, tasks), on=["session", "step"], how="left"
     )
     comm_ops = store.table("comm_ops").filter(pl.col("rank") == rank).collect()
@@ -257,6 +257,34 @@ def summarize_rank(store: Store, rank: int, sizes: TopSizes) -> dict[str, pl.Dat
         "summary_host_apis": host_apis,
         "summary_collectives": top_collectives(comm_ops, tasks, sizes.collectives),
     }
+
+
+def _unmeasured(sessions: pl.DataFrame, tasks: pl.DataFrame, cann: pl.DataFrame) -> pl.DataFrame:
+    """Per session (session, :data:`UNMEASURED_COLUMN`), the components its data cannot
+    measure: AI Vector compute when no compute task's accelerator says AI Vector apart from
+    AI Core (kernel_details' Accelerator Core, or the trace's Task Type), idle sync when it
+    recorded no CANN call (so no synchronisation)."""
+    compute = tasks.filter(pl.col("cls").is_in(COMPUTE_CLASSES))
+    told = compute.filter(
+        pl.col("accelerator").is_not_null() | pl.col("task_type").is_in(VECTOR_TASK_TYPES)
+    )
+    blind = {
+        "compute_ai_vector_ns": set(compute["session"]) - set(told["session"]),
+        "idle_sync_ns": set(sessions["session"]) - set(cann["session"]),
+    }
+    return sessions.select(
+        "session",
+        pl.concat_str(
+            *(
+                pl.when(pl.col("session").is_in(list(missing))).then(pl.lit(key))
+                for key, missing in blind.items()
+            ),
+            separator=",",
+            ignore_nulls=True,
+        )
+        .replace("", None)
+        .alias(UNMEASURED_COLUMN),
+    )
 
 
 def ep_exchanges(store: Store, rank: int, tasks: pl.DataFrame) -> pl.DataFrame:

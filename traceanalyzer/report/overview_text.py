@@ -65,7 +65,9 @@ def unmeasured_everywhere(overview: Mapping[str, Any]) -> set[str]:
 
 def unmeasured_notes(overview: Mapping[str, Any]) -> list[str]:
     """Per component some ranks could not measure: which ranks, why, and where its time is."""
-    names = {k: name for name, keys in COMPACT for k in keys}
+    # a column's name where the column is the component alone, else the component's label
+    names = {c["key"]: c["label"] for c in overview.get("components") or []}
+    names |= {keys[0]: name for name, keys in COMPACT if len(keys) == 1}
     notes = []
     for key, what in (overview.get("unmeasured") or {}).items():
         ranks = what.get("ranks") or []
