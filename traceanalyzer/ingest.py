@@ -261,7 +261,7 @@ class _PartitionSink:
             table,
             self.rank,
             self.session,
-            lambda p: pq.write_table(body, p, **write_options(body.schema)),
+            lambda p: pq.write_table(body, p, **write_options(table, body.schema)),
         )
         self.rows[table] = body.num_rows
         return body.num_rows
@@ -277,14 +277,16 @@ class _PartitionSink:
                 for part in tables:
                     body = conform_body(table, part)
                     if writer is None:  # the first part's schema: names may be dictionaries
-                        writer = pq.ParquetWriter(path, body.schema, **write_options(body.schema))
+                        writer = pq.ParquetWriter(
+                            path, body.schema, **write_options(table, body.schema)
+                        )
                     if body.schema != writer.schema:  # a part typed otherwise than the first
                         body = body.cast(writer.schema)
                     writer.write_table(body)
                     count += body.num_rows
                 if writer is None:
                     empty = pa.schema([pa.field(name, typ) for name, typ in body_columns(table)])
-                    writer = pq.ParquetWriter(path, empty, **write_options(empty))
+                    writer = pq.ParquetWriter(path, empty, **write_options(table, empty))
             finally:
                 if writer is not None:
                     writer.close()
@@ -650,7 +652,10 @@ def ingest_group(
             schema = pa.schema([pa.field(c.name, c.type) for c in TABLES[table].columns])
             body = pa.concat_tables(parts) if parts else schema.empty_table()
             commit_group(
-                out, table, group, lambda p, b=body: pq.write_table(b, p, **write_options(b.schema))
+                out,
+                table,
+                group,
+                lambda p, b=body, t=table: pq.write_table(b, p, **write_options(t, b.schema)),
             )
     except Exception as exc:  # nothing of the group is stored: every session fails
         for outcome in outcomes:

@@ -211,7 +211,9 @@ TABLES: dict[str, Table] = {
         ),
         _table(
             "counters",
-            "Counter (C) events: one row per (event, series).",
+            "Counter (C) events: one row per (event, series); stored grouped by process and "
+            "counter name, in time order within them, so that a scan of one counter skips the "
+            "others' row groups.",
             "trace_view.json C events",
             Column("process", STR, "Process name (`AI Core Freq`, `NPU MEM`, `HBM`, ...)."),
             Column("pid", I64, "Raw pid (joining only)."),

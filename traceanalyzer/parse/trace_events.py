@@ -382,8 +382,9 @@ def _slice_groups(
 
 
 def _counter_groups(events: TraceEvents, names: _Names) -> Iterator[Callable[[], pa.Table]]:
-    """The counters table a row group at a time: one row per sample, in time order (a maker
-    per group).
+    """The counters table a row group at a time: one row per sample, by process and counter,
+    each in time order (a maker per group), so that a read of one counter decodes only its
+    row groups (:data:`~traceanalyzer.parse.sink.GROUPED_TEXT`).
 
     A sample's counter columns are gathered per row group (and per sort key), never for every
     sample at once: that copy would be most of the counters' memory.
@@ -396,7 +397,8 @@ def _counter_groups(events: TraceEvents, names: _Names) -> Iterator[Callable[[],
 
     key, named = names.keyed(counters, thread_names=False)
     name_key = counters.select(events.by_text("counters", "name")).to_series()
-    by = [of_counter(counters["ts_ns"]), of_counter(name_key),
+    process_key = named["process"].cast(pl.String).rank("dense").gather(key)
+    by = [of_counter(process_key), of_counter(name_key), of_counter(counters["ts_ns"]),
           events.by_text("samples", "series"), of_counter(counters["pid"])]  # fmt: skip
 
     def make(rows: pl.Series) -> pa.Table:
@@ -405,7 +407,7 @@ def _counter_groups(events: TraceEvents, names: _Names) -> Iterator[Callable[[],
         part = part.with_columns(*counters[counter], *named[key.gather(counter)])
         return events.to_arrow(part, "counters", "samples")
 
-    for rows in _sorted_groups(events.samples, by, [False] * 4, _COUNTER_GROUP):
+    for rows in _sorted_groups(events.samples, by, [False] * len(by), _COUNTER_GROUP):
         yield functools.partial(make, rows)
 
 

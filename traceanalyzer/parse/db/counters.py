@@ -146,4 +146,4 @@ def counter_table(db: Db, layout: Layout, result: DbResult) -> pl.DataFrame:
 
 
 def counter_order(counters: pl.DataFrame) -> pl.Series:
-    return stable_order(counters, ["ts_ns", "name", "series", "pid"])
+    return stable_order(counters, ["process", "name", "ts_ns", "series", "pid"])
