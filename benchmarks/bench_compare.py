@@ -382,39 +382,36 @@ session's quiet machine; each phase moves by a fifth with the machine's load):
 
 The run takes about 3.6 s of CPU on two cores, where the floor decodes on about one.
 
-This page's session, what changed (each step timed in one process on the code before and
-after it, alternated; every finding, key figure, overview and store table of the 13 samples,
-17 synthetic scenarios, the real G2 Text and Db exports, the tiled rank, the serving rank and
-the MoE collection compared with the session's first code: the same):
+This page's session, what changed (each timed on the code before and after it, alternated;
+every finding, key figure, overview and store table of the 13 samples, 17 synthetic
+scenarios, the real G2 Text and Db exports, the tiled rank, the serving rank and the MoE
+collection compared with the session's first code: the same, but for the overview's new
+`unmeasured` column and keys):
 
-- **polars runs our lazy queries in memory** (`POLARS_ENGINE_AFFINITY=in-memory`, set with
-  the other library settings in `traceanalyzer/process_env.py`, unless the user set it).
-  polars 2 runs a lazy query on its streaming engine by default, and after the ingest our
-  queries are thousands over frames held in memory or a few columns of a rank: a window join
-  of 91k kernels took 7.9 ms streaming and 4.4 ms in memory. The realistic rank's whole run
-  4.1 -> 3.9 s (6.4 -> 6.1 s of CPU); on the MoE collection the rules 0.9 -> 0.8 s and the
-  overview 0.7 -> 0.6 s, its peak 295 -> 277 MB; the Db twin's run as fast.
-- **A precondition with no rows at all is told in one scan** (the first row of its data
-  first, then the first complete one; only data without a complete row is counted):
-  kv-transfer-overlap on the MoE collection, which has no KV connector, 23 -> 13 ms.
-- **A table opens on one listing of its files**, without an empty frame built to learn its
-  schema: a small table's first read 1.9 -> 1.2 ms, a few dozen a run.
-- **The steps take their graph calls from the CANN calls the launches read** (one scan of the
-  CANN process fewer in the steps' task).
-- **The phase rules are each evaluated once**: the first that holds is found by index and
-  picks the phase, its source and its reason, where three chains evaluated every condition
-  (7.8 -> 6.4 ms on the MoE collection's 64 steps).
+- **The counters are stored by process and counter name**, in time order within them, with
+  min/max of both names per row group (Text and Db alike), where they were in time order
+  across every counter: a read of one counter decodes only its row groups. AI Core Freq's
+  188 samples among the realistic rank's 675k: 8.5 -> 2.5 ms; aicore-freq-throttle 30 -> 16
+  ms; the ingest as fast.
+- **Parquet dictionaries for text columns only**: times and ids are mostly distinct, so a row
+  group's dictionary of them was as large as its values. The realistic rank's store 9.6 -> 7.5
+  MB, the ingest as fast (16 alternated runs each).
+- Not of this page's cases: a Ray cluster joined with `--ray-address` now gets the CLI's
+  library settings (polars' in-memory engine among them) with the job; the overview says
+  which components a Level0 export cannot measure instead of printing 0 (docs/overview.md).
 
-Tried and not kept: the device tasks read once for the launches and the steps (no faster, the
-steps' task 14 MB higher: the launches then hold them); the derived tables written by pyarrow
-(2.5 ms of 38 over 16 files); the kernels' session and name as categoricals for the
-derivation's joins (1-2 ms an operation; every reader of the steps would have to cast);
-evaluating the steps' independent parts on a second thread (no faster: their queries already
-use both cores 1.4x).
+Tried and not kept: the exchanges' exposed time through the union's length before each bound
+(two as-of joins keyed by session) instead of the overlap join: 50 ms instead of 13 on the MoE
+collection's 512 exchange ops against 91k kernels; the sessions as integer codes inside the
+steps' derivation (every read re-keyed, the outputs decoded): no faster, the re-keying costs
+what the keyed operations save; the overview's host API names as categoricals (the cast alone
+10 ms of 50).
 
-The previous pages' sessions: the slices stored grouped by process, with min/max of `process`
-per row group (a one-process scan reads only its row groups: the device tasks 22 -> 4 ms, the
-CANN calls 20 -> 5 ms on the realistic rank); the MoE layers derived once beside the exchanges
+The previous pages' sessions: polars' lazy queries in memory instead of its streaming engine
+(the realistic rank's run 4.1 -> 3.9 s); a precondition with no rows told in one scan; a table
+opened on one listing of its files; the phase rules evaluated once each; the slices stored
+grouped by process, with min/max of `process` per row group (a one-process scan reads only its
+row groups: the device tasks 22 -> 4 ms, the CANN calls 20 -> 5 ms on the realistic rank); the MoE layers derived once beside the exchanges
 (`moe_layers`, `moe_dense`: moe-load-imbalance's verdict 145 -> 24 ms over the 4 MoE ranks);
 store-transfer-stall looking for transfer spans first (96 -> 30 ms where there are none);
 sync-in-step's call sites derived once (141 -> 76 ms); a met precondition probe stopping at
@@ -425,18 +422,17 @@ of a task's ranks derived in one pass (0.43 -> 0.19 s on the 4 MoE ranks).
 
 Left:
 
-- **The MoE collection's serving layer is at the goal, not under it with room**: the median of
-  its runs' shares above, 4.5-6.2% run to run over this page's and the last (the whole run got
-  faster too, so the share fell less than the serving layer's time). The steps' task holds
-  about 400 polars operations over the 4 ranks: reads of their device tasks and marker spans
-  (30 ms), about 20 passes over their 90k device tasks (regexes on kernel names, joins and
-  group-bys keyed on the session's name), 16 small Parquet files written with an atomic rename
-  each (about 2.4 ms a file), and polars' fixed cost on the rest. What would cut it by a
-  third: the sessions as integer keys inside the derivation, and the phases' per-window
-  evidence in one pass.
-- **HTA's ratio follows the machine's state** (4.4x, 3.2x, 3.8x, 3.9x, 3.5x, 4.6x on the last
-  six pages): on a slow spell our two-core run slows with the floor, and HTA's one-core parse
-  does not.
+- **The MoE collection's serving layer is at the goal with little room**: 4.6% (4.6-4.7%) on
+  this page, 4.5-6.2% run to run over the last three. The steps' task is about 360 polars
+  operations and 190 ms over the 4 ranks, none large: reading the slices it needs (29 ms: the
+  device tasks 10, the marker regex over 265k host spans 14, the graph calls 5), the attention
+  kernels' scan (9), the MoE layers' read (7), the exchanges' overlap partition (7) and
+  anti-join (7), 16 small Parquet files (about 1.1 ms each), and polars' fixed cost on the
+  rest; keyed by session names, each costs about twice what an integer key would, but
+  re-keying costs as much (tried, above).
+- **HTA's ratio follows the machine's state** (4.4x, 3.2x, 3.8x, 3.9x, 3.5x, 4.6x, 3.6x, 4.5x
+  on the last eight pages): on a slow spell our two-core run slows with the floor, and HTA's
+  one-core parse does not.
 - **The serving rank's peak is 2.2x its files** (the realistic rank's meets 1.5x): it is set
   while the trace's flows are derived.
 
