@@ -86,9 +86,9 @@ STEP_COLUMNS = (*MEASURED_COLUMNS, UNMEASURED_COLUMN, *EP_COLUMNS)  # a summary_
 # Why a component can be unmeasured in a step, and where its time is then: the breakdown still
 # sums to the step, so an unmeasured component's time is in another one, which this says.
 UNMEASURED = {
-    "compute_ai_vector_ns": "kernel_details.csv gives no Accelerator Core (a Level0 export "
-    "writes N/A) and the trace's Task Type calls AI Vector kernels AI_CORE, so their compute "
-    "is in AI Core; collect with profiler_level=Level1 to tell them apart",
+    "compute_ai_vector_ns": "no Accelerator Core from kernel_details.csv (absent, or N/A as a "
+    "Level0 export writes it) and the trace's Task Type calls AI Vector kernels AI_CORE, so "
+    "their compute is in AI Core; collect with profiler_level=Level1 to tell them apart",
     "idle_sync_ns": "no CANN API events (a Level0 export records none), so the device's idle "
     "after a host synchronisation is in idle host; collect with profiler_level=Level1 to tell "
     "them apart",
