@@ -32,13 +32,12 @@ from traceanalyzer.primitives import (
     union_intervals,
 )
 from traceanalyzer.schema import COMPONENT_NAMES
-from traceanalyzer.steps.launches import launches_of
+from traceanalyzer.steps.launches import host_calls, launches_of
 from traceanalyzer.steps.phases import IDLE_PHASE
 from traceanalyzer.steps.tables import steps_of
 from traceanalyzer.store import Store
 from traceanalyzer.vocabulary import (
     ALLOC_APIS,
-    CANN_PROCESS,
     CAPTURE_BEGIN_API,
     CAPTURE_END_API,
     COMPILE_CALLS,
@@ -100,19 +99,6 @@ def device_tasks(store: Store, ranks: list[int], where: pl.Expr | None = None) -
     return classify_tasks(tasks.with_columns(found["accelerator"]))
 
 
-def rank_cann_calls(store: Store, rank: int) -> pl.DataFrame:
-    """The rank's CANN API calls (rank, session, start_ns, end_ns, thread, api_name): the host
-    calls that tell a launch-bound gap from one after a synchronisation, read once for the
-    three kinds :func:`host_bound_gaps` looks for (a scan each took 3x longer). A Level0 Text
-    export records none."""
-    return (
-        store.table("slices")
-        .filter((pl.col("rank") == rank) & (pl.col("process") == CANN_PROCESS))
-        .select("rank", "session", "start_ns", "end_ns", "thread", "api_name")
-        .collect()
-    )
-
-
 def host_bound_gaps(
     store: Store, rank: int, tasks: pl.DataFrame, cann: pl.DataFrame
 ) -> pl.DataFrame:
@@ -126,9 +112,10 @@ def host_bound_gaps(
     has no known launch are not.
 
     The launches are the rules' (the ``launches`` table, derived once before them).
-    ``tasks``: :func:`device_tasks`; ``cann``: :func:`rank_cann_calls` (without them, at
-    Level0, nothing tells a synchronisation's gap: it counts as launch-bound, and the summary
-    says that idle sync was not measured).
+    ``tasks``: :func:`device_tasks`; ``cann``: the rank's CANN calls (``launches.host_calls``,
+    read once for the three kinds of call below: a scan each took 3x longer; at Level0 there are
+    none, nothing tells a synchronisation's gap, it counts as launch-bound, and the summary says
+    that idle sync was not measured).
     """
     hardware = tasks.filter(
         (pl.col("process") == HARDWARE_PROCESS) & pl.col("stream_id").is_not_null()
@@ -228,7 +215,7 @@ def summarize_rank(store: Store, rank: int, sizes: TopSizes) -> dict[str, pl.Dat
     tasks = device_tasks(store, ranks)
     step_times = store.table("step_times").filter(pl.col("rank") == rank).collect()
     with_tasks = set(tasks["session"].unique().to_list())
-    cann = rank_cann_calls(store, rank)
+    cann = host_calls(store, ranks)
     gaps = host_bound_gaps(store, rank, tasks, cann)
     interval_columns = ["session", "cls", "start_ns", "end_ns"]
     intervals = pl.concat([tasks.select(interval_columns), gaps.select(interval_columns)])

@@ -341,6 +341,12 @@ def _flat_rows(flat: pl.DataFrame, rows: int, python: np.ndarray) -> np.ndarray:
     return at
 
 
+def _by_process(key: pl.Series, named: pl.DataFrame) -> pl.Series:
+    """Each row's process as a sort key that sorts as its name does (as the Db reader sorts):
+    ``key`` and ``named`` from :meth:`_Names.keyed`, the names ranked once, not once a row."""
+    return named["process"].cast(pl.String).rank("dense").gather(key)
+
+
 def _slice_groups(
     events: TraceEvents, names: _Names, span: _Span
 ) -> Iterator[Callable[[], pa.Table]]:
@@ -349,7 +355,7 @@ def _slice_groups(
     maker per group, which gathers its rows, then its text, names and flattened args."""
     slices = events.slices
     key, named = names.keyed(slices)
-    process = named["process"].cast(pl.String).rank("dense").gather(key)  # by name, as the Db
+    process = _by_process(key, named)
     by = [
         pl.lit(process),
         pl.col("ts"),
@@ -397,8 +403,7 @@ def _counter_groups(events: TraceEvents, names: _Names) -> Iterator[Callable[[],
 
     key, named = names.keyed(counters, thread_names=False)
     name_key = counters.select(events.by_text("counters", "name")).to_series()
-    process_key = named["process"].cast(pl.String).rank("dense").gather(key)
-    by = [of_counter(process_key), of_counter(name_key), of_counter(counters["ts_ns"]),
+    by = [of_counter(_by_process(key, named)), of_counter(name_key), of_counter(counters["ts_ns"]),
           events.by_text("samples", "series"), of_counter(counters["pid"])]  # fmt: skip
 
     def make(rows: pl.Series) -> pa.Table:
