@@ -93,8 +93,13 @@ FIX = {
         ),
         "min_share": Param(
             0.05,
-            "Report when the cost is at least this share of the prefill iterations' time "
-            "(prefill side) or of the wall time (decode side).",
+            "Prefill side: report when the cost is at least this share of the prefill "
+            "iterations' time.",
+        ),
+        "min_wait_share": Param(
+            0.02,
+            "Decode side: report when the waits for KV are at least this share of the wall "
+            "time (every ms of it is added to the waiting requests' TTFT).",
         ),
         "min_iterations": Param(
             2, "... in at least this many prefill iterations, or no-forward waits."
@@ -128,15 +133,16 @@ def kv_transfer_overlap(ctx: RuleContext) -> Iterator[Finding]:
       (serialized). A send on the forward's own thread (`forward_function`) **blocks it**: the
       device idles while it runs (the time no compute kernel covers).
     - **Decode side**: iterations that run no forward because their requests wait for KV
-      (`kv_connector_no_forward`; the steps table labels them `idle`), merged into waits from
-      the first to the last of a run between two forwards, and their share of the wall time;
-      the pulls (`receive_pattern`: `batch_transfer_sync_read` on the receiving thread) during
-      them are shown.
+      (`kv_connector_no_forward`; the steps table labels them `idle`). The engine loops such
+      iterations every few ms while the pull runs, so a **wait** is the whole window from the
+      first of them to the start of the forward that follows (the KV has arrived), the idle
+      gaps between them included; the pulls (`receive_pattern`: `batch_transfer_sync_read` on
+      the receiving thread) during it are shown.
     `cost_ns` is, on the prefill side, the send time after the end of its iteration's device
     work plus the device time blocked by sends on the forward thread; on the decode side, the
     time of the waits; per rank (the finding sums its ranks). It fires when the cost is at
-    least `min_share` of the prefill iterations' time or of the decode wall time, in at least
-    `min_iterations` iterations or waits.
+    least `min_share` of the prefill iterations' time, or `min_wait_share` of the decode
+    instance's wall time, in at least `min_iterations` iterations or waits.
 
     ## Why it matters
     On the prefill instance the request's TTFT includes its KV transfer: sends that start only
@@ -493,11 +499,11 @@ def _decode_side(
     wall = windows.get(rank)
     cost = float(periods["wait_ns"].sum()) if periods.height else 0.0
     share = window_share(cost, wall) or 0.0
-    if share < p.min_share or periods.height < p.min_iterations:
+    if share < p.min_wait_share or periods.height < p.min_iterations:
         ctx.note(
             f"rank {rank}: {waits.height} iterations without a forward in {periods.height} "
-            f"wait(s) for KV, {fmt.duration(cost)}: {share:.1%} of the wall time (min_share "
-            f"{p.min_share:.0%}, min_iterations {p.min_iterations})",
+            f"wait(s) for KV, {fmt.duration(cost)}: {share:.1%} of the wall time "
+            f"(min_wait_share {p.min_wait_share:.0%}, min_iterations {p.min_iterations})",
             rank=rank,
             cost_share=share,
         )
@@ -573,24 +579,31 @@ def _decode_side(
 
 
 def _waits(waits: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
-    """The no-forward iterations merged into waits: from the first to the last of the idle
-    steps between two iterations that ran something (the gaps between them, too short to be
-    steps of their own, are waiting as well). session, start_ns, end_ns, wait_ns, iterations."""
+    """The no-forward iterations merged into waits for KV: each from the first no-forward
+    iteration of a run of idle steps to the start of the forward that follows it (the KV has
+    arrived), the idle gaps between them included: the engine loops without a forward every
+    few ms while the pull runs, and all of that time the requests wait. A run the profile ends
+    in ends with its last idle step. session, start_ns, end_ns, wait_ns, iterations."""
     ordered = steps.sort("session", "start_ns").with_columns(
         (pl.col("phase") != "idle").cum_sum().over("session").alias("_run")
     )
+    # the forward that ends a run: the next run's first step
+    forwards = (
+        ordered.filter(pl.col("phase") != "idle")
+        .select("session", (pl.col("_run") - 1).alias("_run"), pl.col("start_ns").alias("_next"))
+    )
+    last_idle = ordered.group_by("session", "_run").agg(pl.col("end_ns").max().alias("_last"))
     marked = window_of(
         waits, ordered, by=["session"], keep=["_run", "phase"], bounds=("_ws", "_we")
     ).filter(pl.col("phase") == "idle")
     return (
         marked.group_by("session", "_run")
-        .agg(
-            pl.col("_ws").min().alias("start_ns"),
-            pl.col("_we").max().alias("end_ns"),
-            pl.len().alias("iterations"),
-        )
+        .agg(pl.col("_ws").min().alias("start_ns"), pl.len().alias("iterations"))
+        .join(forwards, on=["session", "_run"], how="left")
+        .join(last_idle, on=["session", "_run"], how="left")
+        .with_columns(pl.coalesce("_next", "_last").alias("end_ns"))
         .with_columns((pl.col("end_ns") - pl.col("start_ns")).alias("wait_ns"))
-        .drop("_run")
+        .select("session", "start_ns", "end_ns", "wait_ns", "iterations")
         .sort("session", "start_ns")
     )
 

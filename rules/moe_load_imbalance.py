@@ -267,6 +267,7 @@ def _finding(
         f"each, {f.share:.1%} of their time in those steps"
         + (f", {cost_share:.1%} of their analysed window." if cost_share is not None else ".")
     )
+    lines.append(_evidence_line(f, p.routed_count_paths))
     lines += _path_lines(paths, f)
     advice = EPLB if persistent else CAPACITY
     lines.append(
@@ -309,6 +310,26 @@ def _finding(
         series=_series(f),
         score=f.cost_ns,
     )
+
+
+def _evidence_line(f: Imbalance, routed_paths: tuple[str, ...]) -> str:
+    """Which evidence named the hot ranks: routed token counts, or the time alone (and why)."""
+    if f.by_tokens:
+        return (
+            "Evidence: the routed tokens (the grouped matmuls' Input Shapes on the "
+            f"{', '.join(PATH_NAMES.get(x, x) for x in routed_paths)} path) and the expert "
+            "compute time."
+        )
+    hot_paths = sorted(set(f.hot_rows["path"].drop_nulls().to_list()))
+    capacity = [PATH_NAMES.get(x, x) for x in hot_paths if x not in routed_paths]
+    why = (
+        f"on the {', '.join(capacity)} path the grouped matmuls are shaped by the dispatch "
+        "capacity, the same on every rank, not by the routed tokens"
+        if capacity
+        else "no routed token count in the shapes (a replayed graph's shapes are its capture "
+        "size's; or no Input Shapes: collect profiler_level=Level1)"
+    )
+    return f"Evidence: the expert compute time and the peers' waits alone ({why})."
 
 
 def _run(first: int, last: int, steps: int) -> str:

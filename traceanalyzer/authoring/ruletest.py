@@ -52,6 +52,8 @@ class Fixture:
     params: Mapping[str, Any] = field(default_factory=dict)
     ranks: tuple[int, ...] | None = None  # the ranks the grouped finding must name
     contains: tuple[str, ...] = ()  # substrings the finding text (or reason) must contain
+    # the first finding's metrics: name -> (expected value, relative tolerance)
+    metrics: Mapping[str, tuple[float, float]] = field(default_factory=dict)
     snapshot: bool = True
     doc: str = ""
 
@@ -63,9 +65,12 @@ def fixture(
     ranks: Sequence[int] | None = None,
     contains: str | Sequence[str] = (),
     reason: str | None = None,
+    metrics: Mapping[str, tuple[float, float]] | None = None,
     snapshot: bool = True,
 ) -> Callable[[Callable[[], Store]], Fixture]:
-    """Declare a fixture function (it returns a :class:`Store`)."""
+    """Declare a fixture function (it returns a :class:`Store`). ``metrics``: what the first
+    finding's metrics must be, each ``name: (value, relative tolerance)`` (a cost within 20%
+    of the truth the fixture was built with: ``{"cost_ns": (24e6, 0.2)}``)."""
     if expect not in ("fire", "silent", "inconclusive", "not_evaluated"):
         raise ValueError(
             f"expect must be fire, silent, inconclusive or not_evaluated, not {expect!r}"
@@ -82,6 +87,7 @@ def fixture(
             params=dict(params or {}),
             ranks=tuple(ranks) if ranks is not None else None,
             contains=needles,
+            metrics=dict(metrics or {}),
             snapshot=snapshot and expect == "fire",
             doc=(build.__doc__ or "").strip().splitlines()[0] if build.__doc__ else "",
         )
@@ -157,8 +163,11 @@ def run_fixture(rule: Rule, fix: Fixture, *, update_snapshots: bool = False) -> 
         if not result.findings:
             why = f": {status.reason}" if status.reason else ""
             problems.append(f"expected a finding, rule was {status.status}{why}")
-        elif fix.ranks is not None and result.findings[0].ranks != list(fix.ranks):
-            problems.append(f"expected ranks {list(fix.ranks)}, got {result.findings[0].ranks}")
+        else:
+            first = result.findings[0]
+            if fix.ranks is not None and first.ranks != list(fix.ranks):
+                problems.append(f"expected ranks {list(fix.ranks)}, got {first.ranks}")
+            problems += _metric_problems(first.metrics, fix.metrics)
     elif fix.expect == "silent":
         if status.status != "clean":
             detail = f"{len(result.findings)} finding(s)" if result.findings else status.reason
@@ -177,6 +186,22 @@ def run_fixture(rule: Rule, fix: Fixture, *, update_snapshots: bool = False) -> 
         _check_snapshot(outcome, text, update_snapshots)
     outcome.passed = not problems
     return outcome
+
+
+def _metric_problems(
+    got: Mapping[str, Any], expected: Mapping[str, tuple[float, float]]
+) -> list[str]:
+    """Each expected metric missing, or off its value by more than its relative tolerance."""
+    problems = []
+    for name, (value, tolerance) in expected.items():
+        seen = got.get(name)
+        if not isinstance(seen, int | float):
+            problems.append(f"metric {name!r} missing (got {seen!r})")
+        elif abs(seen - value) > tolerance * abs(value):
+            problems.append(
+                f"metric {name!r} is {seen:g}, not within {tolerance:.0%} of {value:g}"
+            )
+    return problems
 
 
 def _check_snapshot(outcome: FixtureResult, text: str, update: bool) -> None:

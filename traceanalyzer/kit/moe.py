@@ -86,6 +86,13 @@ MOE_PARAMS = {
     "min_token_excess": Param(
         0.1, "... and, where Input Shapes give routed tokens, gets this share more tokens."
     ),
+    "routed_count_paths": Param(
+        ("alltoall",),
+        "Exchange paths whose grouped matmuls are shaped by the tokens routed to the rank (the "
+        "all-to-all delivers exactly those). On MC2 the dispatch output, which the grouped "
+        "matmul reads, is sized by the dispatch capacity, the same on every rank: there the "
+        "load is judged by the expert compute time and the peers' waits alone.",
+    ),
     "min_wait_share": Param(
         0.02,
         "Report when the others' wait is at least this share of their time in the judged steps.",
@@ -345,6 +352,12 @@ class Imbalance:
     def share(self) -> float:
         return self.cost_ns / self.waiting_ns if self.waiting_ns else 0.0
 
+    @property
+    def by_tokens(self) -> bool:
+        """Whether routed token counts took part in naming the hot ranks (else the expert
+        compute time and the peers' waits alone did)."""
+        return bool(self.hot_rows["by_tokens"].any())
+
 
 @dataclass
 class MoeVerdict:
@@ -470,7 +483,14 @@ def _judge(p: Any, rows: pl.DataFrame) -> pl.DataFrame:
     steady = pl.col("phase").is_in(JUDGED_PHASES)
     normal = pl.col("expert_ns") / pl.col("speed")
     over = pl.col("expert_ns") - pl.col("expert_ns").median().over(key)
-    with_tokens = pl.col("tokens").is_not_null().all().over(key)
+    # a shape's first dim is a routed count only on the paths that deliver exactly the routed
+    # tokens; elsewhere it is a capacity, and counts equal on every rank tell nothing either
+    rows = rows.with_columns(
+        pl.when(pl.col("path").is_in(list(p.routed_count_paths))).then(pl.col("tokens"))
+    )
+    with_tokens = pl.col("tokens").is_not_null().all().over(key) & (
+        pl.col("tokens").n_unique().over(key) > 1
+    )
     tokens_hot = pl.col("tokens") >= (1 + p.min_token_excess) * pl.col("tokens").median().over(key)
     hot = (
         (normal >= (1 + p.min_expert_excess) * normal.median().over(key))
@@ -483,6 +503,7 @@ def _judge(p: Any, rows: pl.DataFrame) -> pl.DataFrame:
     out = rows.with_columns(
         judged.alias("judged"),
         (hot & judged).alias("hot"),
+        with_tokens.alias("by_tokens"),
         # the phase the instance served: the most common among its ranks
         pl.col("phase").mode().sort().first().over(key).alias("iphase"),
         (pl.col("exchange_ns") - pl.col("exchange_ns").min().over(key)).clip(0).alias("wait_ns"),

@@ -122,11 +122,18 @@ def attention_evidence(kernels: pl.DataFrame, windows: pl.DataFrame, p: Params) 
     # once per distinct inputs (a model's attention kernels share a few), not once per kernel
     inputs = ["input_shapes", "input_data_types"]
     tables = attention.select(inputs).unique().with_columns(table.alias("B"))
+    # Without a cache the key is the current K, ``T,Nkv,D``: its first dim is the query's T
+    # whatever the head counts (GQA/MQA have fewer key heads); a cache view's first dim is the
+    # number of blocks, and a paged state passes a block table (PrefillNoCache has none).
+    key_tokens = key.list.first().cast(pl.Int64, strict=False)
     attention = attention.join(
         tables, on=inputs, how="left", nulls_equal=True, maintain_order="left"
     ).with_columns(
         query.list.first().cast(pl.Int64, strict=False).alias("T"),
-        (key == query).fill_null(False).alias("no_cache"),
+        ((key_tokens == query.list.first().cast(pl.Int64, strict=False)) & pl.col("B").is_null())
+        .fill_null(False)
+        .alias("no_cache"),
+        key.list.join(",").alias("key_shape"),
         eager.alias("eager"),
     )
     owned = window_index(attention.rename({"launch_ns": "_at"}), windows, at="_at")
@@ -135,6 +142,7 @@ def attention_evidence(kernels: pl.DataFrame, windows: pl.DataFrame, p: Params) 
         pl.col("T").drop_nulls().mode().max().alias("T"),
         pl.col("B").drop_nulls().mode().max().alias("B"),
         pl.col("no_cache").any().alias("no_cache"),
+        pl.col("key_shape").drop_nulls().mode().sort().first().alias("key_shape"),
         pl.len().alias("n_attn_eager"),
     )
     # a graph's shapes are its capture size's: padded, but tokens per request stay uniform
@@ -202,7 +210,20 @@ def classify(frame: pl.DataFrame, p: Params) -> pl.DataFrame:
     # every request 1 + k tokens (k of 1..7 drafts): a prompt chunk beside decodes or a few
     # equal prompts give such a ratio only by chance
     ratio = T / B
-    uniform_drafts = (B > 1) & (T % B == 0) & (ratio >= 2) & (ratio <= 8)
+    per_request = (B >= 1) & (T % B == 0) & (ratio >= 2) & (ratio <= 8)
+    uniform_drafts = (B > 1) & per_request
+    # The session's 1 + k (num_speculative_tokens is fixed per server): the tokens per request
+    # of its drafted batches of several requests, so that a drafted batch of one request is
+    # judged by the same k (a one-request prefill of T tokens is drafted after too).
+    session_ratio = (
+        ratio.filter(drafted & uniform_drafts & ~c("no_cache")).mode().min().over("session")
+    )
+    drafted_uniform = (
+        drafted
+        & per_request
+        & ~c("no_cache")
+        & (session_ratio.is_null() | (ratio == session_ratio))
+    )
 
     def decode_or_spec() -> pl.Expr:
         return pl.when(drafted).then(pl.lit("spec_decode")).otherwise(pl.lit("decode"))
@@ -222,7 +243,9 @@ def classify(frame: pl.DataFrame, p: Params) -> pl.DataFrame:
         (new.is_not_null() & (new > 0) & (cached > 0), pl.lit("mixed"), "annotation", pl.lit("step annotation: new and cached requests")),
         # the main model replays a graph of 1 + k tokens per request; an eager drafter beside it
         ((c("graph_ratio") >= 2) & (c("n_attn_graph") >= c("n_attn_eager")), pl.lit("spec_decode"), "kernels", pl.format("a graph replay of {} tokens per request: 1 + draft tokens verified", c("graph_ratio"))),
-        (shaped & c("no_cache"), pl.lit("prefill"), "shapes", pl.lit("attention key shaped like its query: prefill without cache")),
+        (shaped & c("no_cache"), pl.lit("prefill"), "shapes", pl.format("attention key {} of the query's {} tokens and no block table: prefill without cache", c("key_shape"), T)),
+        # the drafter's evidence decides before any token count, for one request too
+        (shaped & drafted_uniform, pl.lit("spec_decode"), "shapes", pl.format("a drafter beside {} tokens over {} requests, {} each: 1 + draft tokens verified", T, B, T // B)),
         (shaped & B.is_not_null() & (T == B), decode_or_spec(), "shapes", pl.format("attention query of {} tokens for {} requests: one token each", T, B)),
         (shaped & (B == 1) & (T > 1), pl.lit("prefill"), "shapes", pl.format("attention query of {} tokens for one request", T)),
         (shaped & uniform_drafts, pl.lit("spec_decode"), "shapes", pl.format("{} tokens over {} requests, {} each: 1 + draft tokens verified", T, B, T // B)),
@@ -314,10 +337,15 @@ def classify(frame: pl.DataFrame, p: Params) -> pl.DataFrame:
 
 def _unknown_reason(p: Params) -> pl.Expr:
     c = pl.col
+    key = pl.when(c("key_shape").is_not_null()).then(pl.format(", key {}", c("key_shape"))).otherwise(pl.lit(""))
     return (
         pl.when(c("T").is_not_null() & c("B").is_not_null())
         .then(pl.format("{} tokens over {} requests: a prefill of several prompts or a mixed batch; the shapes cannot tell", c("T"), c("B")))
-        .when(c("n_attn_eager") + c("n_attn_graph") > 0)
-        .then(pl.lit("attention kernels without usable input shapes (collect profiler_level=Level1 for kernel_details.csv shapes)"))
+        .when(c("T").is_not_null())
+        .then(pl.format("attention query of {} tokens{}, no block table (requests unknown) and no key of the query's tokens: the shapes cannot tell the phase", c("T"), key))
+        .when(c("n_attn_eager") > 0)
+        .then(pl.lit("eager attention kernels without input shapes (collect profiler_level=Level1 for kernel_details.csv shapes)"))
+        .when(c("n_attn_graph") > 0)
+        .then(pl.lit("attention only inside a graph replay, whose shapes are its capture size's, and no FULL replay to tell decode"))
         .otherwise(pl.lit("no serving evidence: no vLLM annotation, scopes, python functions or attention kernels"))
     )  # fmt: skip

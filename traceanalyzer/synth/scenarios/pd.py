@@ -49,12 +49,14 @@ KNOBS = {
     "batch": 16,
     "requests_every": 3,
     "pull_us": 3000.0,
+    "loop_us": 110.0,
     "connector_events": True,
 }
 HELP = (
     "PD disaggregation: prefill instances push (layerwise) or decode instances pull the KV "
     "cache (knobs: iterations, layers, prefill_ranks, mode=push|pull, overlap, blocking, chunk, "
-    "send_us, batch, requests_every, pull_us, connector_events=0 writes no connector calls)"
+    "send_us, batch, requests_every, pull_us, loop_us: the engine's pace between iterations "
+    "without a forward, connector_events=0 writes no connector calls)"
 )
 MODES = ("push", "pull")
 LAYERWISE = "vllm_ascend/distributed/kv_transfer/kv_p2p/mooncake_layerwise_connector.py"
@@ -169,7 +171,7 @@ def _decode(tl: Timeline, knobs: dict) -> None:
                         rw.python_function(f"{RUNNER}(1874): kv_connector_no_forward", s + 4 * US,
                                            dur - 8 * US)  # fmt: skip
                     _executed(tl, s, s + dur)
-                    tl.t = s + dur + ops.jitter(rng, 110)
+                    tl.t = s + dur + ops.jitter(rng, knobs["loop_us"])
                 rw.flush()
         it = Iteration("decode", knobs["batch"], knobs["batch"])
         start = tl.t
