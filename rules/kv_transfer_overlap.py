@@ -588,9 +588,8 @@ def _waits(waits: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
         (pl.col("phase") != "idle").cum_sum().over("session").alias("_run")
     )
     # the forward that ends a run: the next run's first step
-    forwards = (
-        ordered.filter(pl.col("phase") != "idle")
-        .select("session", (pl.col("_run") - 1).alias("_run"), pl.col("start_ns").alias("_next"))
+    forwards = ordered.filter(pl.col("phase") != "idle").select(
+        "session", (pl.col("_run") - 1).alias("_run"), pl.col("start_ns").alias("_next")
     )
     last_idle = ordered.group_by("session", "_run").agg(pl.col("end_ns").max().alias("_last"))
     marked = window_of(

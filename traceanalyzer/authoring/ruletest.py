@@ -198,9 +198,7 @@ def _metric_problems(
         if not isinstance(seen, int | float):
             problems.append(f"metric {name!r} missing (got {seen!r})")
         elif abs(seen - value) > tolerance * abs(value):
-            problems.append(
-                f"metric {name!r} is {seen:g}, not within {tolerance:.0%} of {value:g}"
-            )
+            problems.append(f"metric {name!r} is {seen:g}, not within {tolerance:.0%} of {value:g}")
     return problems
 
 

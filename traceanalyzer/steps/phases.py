@@ -337,7 +337,11 @@ def classify(frame: pl.DataFrame, p: Params) -> pl.DataFrame:
 
 def _unknown_reason(p: Params) -> pl.Expr:
     c = pl.col
-    key = pl.when(c("key_shape").is_not_null()).then(pl.format(", key {}", c("key_shape"))).otherwise(pl.lit(""))
+    key = (
+        pl.when(c("key_shape").is_not_null())
+        .then(pl.format(", key {}", c("key_shape")))
+        .otherwise(pl.lit(""))
+    )
     return (
         pl.when(c("T").is_not_null() & c("B").is_not_null())
         .then(pl.format("{} tokens over {} requests: a prefill of several prompts or a mixed batch; the shapes cannot tell", c("T"), c("B")))
