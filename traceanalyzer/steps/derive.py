@@ -253,16 +253,21 @@ def _derive(
         .alias("end_ns")
     )
     sampling = pl.col("name").str.contains(p.sampler_kernels)
+    verifying = pl.col("name").str.contains(p.verify_kernels)
     compute = (
         window_index(tasks.select("session", "name", "start_ns"), reach)
         .group_by("_w")
-        .agg(pl.len().alias("n_compute"), sampling.sum().alias("n_sampler"))
+        .agg(
+            pl.len().alias("n_compute"),
+            sampling.sum().alias("n_sampler"),
+            verifying.sum().alias("n_verify"),
+        )
     )
     frame = (
         windows.join(evidence, on="_w", how="left")
         .join(attention, on="_w", how="left")
         .join(compute, on="_w", how="left")
-        .with_columns(pl.col("n_compute", "n_sampler").fill_null(0))
+        .with_columns(pl.col("n_compute", "n_sampler", "n_verify").fill_null(0))
     )
     steps = classify(frame, p).with_columns(
         (pl.col("end_ns") - pl.col("start_ns")).alias("step_ns")

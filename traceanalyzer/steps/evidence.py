@@ -123,9 +123,15 @@ STEP_PARAMS: dict[str, Param] = {
         "splitfuse).",
     ),
     "sampler_kernels": Param(
-        r"ArgMax|TopK|Sort|Multinomial|Exponential|RejectionSampl|Sampl",
+        r"ArgMax|TopK|Sort|Multinomial|Exponential|RejectionSampl|Sampl|(?i:rejection_\w*sample)",
         "Regex on kernel names of sampling: a decode-like step without any, among steps that "
         "have them, is a dummy batch (it does not sample).",
+    ),
+    "verify_kernels": Param(
+        r"(?i)rejection_\w*sample|RejectionSampl",
+        "Regex on kernel names of the rejection sampler, which verifies draft tokens (vllm-ascend "
+        "runs it instead of the plain sampler whenever the batch holds drafts: "
+        "AscendRejectionSampler, its Triton kernels rejection_*sample*).",
     ),
     "replay_apis": Param(
         GRAPH_REPLAY_APIS, "Host calls that replay a captured graph (aclgraph / NPUGraph)."

@@ -114,23 +114,34 @@ def attention_evidence(kernels: pl.DataFrame, windows: pl.DataFrame, p: Params) 
     query, key = _dims(pl.col("input_shapes"), 0), _dims(pl.col("input_shapes"), 1)
     types = pl.col("input_data_types").str.split(";")
     shapes = pl.col("input_shapes").str.split(";")
-    # the block table: the first two-dim int32 input
-    table = pl.struct(shapes.alias("s"), types.alias("t")).map_elements(
-        _block_table_rows, return_dtype=pl.Int64
+    batch = pl.struct(shapes.alias("s"), types.alias("t")).map_elements(
+        _batch_inputs,
+        return_dtype=pl.Struct({"table_rows": pl.Int64, "seq_lengths": pl.Int64}),
     )
     eager = pl.col("model_id").is_null()
     # once per distinct inputs (a model's attention kernels share a few), not once per kernel
     inputs = ["input_shapes", "input_data_types"]
-    tables = attention.select(inputs).unique().with_columns(table.alias("B"))
+    tables = (
+        attention.select(inputs)
+        .unique()
+        .with_columns(batch.alias("_batch"))
+        .unnest("_batch")
+        .with_columns(
+            pl.col("table_rows").is_not_null().alias("block_table"),
+            pl.coalesce("table_rows", "seq_lengths").alias("B"),
+        )
+        .drop("table_rows", "seq_lengths")
+    )
     # Without a cache the key is the current K, ``T,Nkv,D``: its first dim is the query's T
-    # whatever the head counts (GQA/MQA have fewer key heads); a cache view's first dim is the
-    # number of blocks, and a paged state passes a block table (PrefillNoCache has none).
+    # whatever the head counts (GQA/MQA have fewer key heads), and no block table is passed
+    # (PrefillNoCache); every other state reads a paged cache view through a block table.
     key_tokens = key.list.first().cast(pl.Int64, strict=False)
+    query_tokens = query.list.first().cast(pl.Int64, strict=False)
     attention = attention.join(
         tables, on=inputs, how="left", nulls_equal=True, maintain_order="left"
     ).with_columns(
-        query.list.first().cast(pl.Int64, strict=False).alias("T"),
-        ((key_tokens == query.list.first().cast(pl.Int64, strict=False)) & pl.col("B").is_null())
+        query_tokens.alias("T"),
+        ((key_tokens == query_tokens) & ~pl.col("block_table").fill_null(False))
         .fill_null(False)
         .alias("no_cache"),
         key.list.join(",").alias("key_shape"),
@@ -178,12 +189,22 @@ def attention_evidence(kernels: pl.DataFrame, windows: pl.DataFrame, p: Params) 
     )  # fmt: skip
 
 
-def _block_table_rows(row: dict) -> int | None:
+def _batch_inputs(row: dict) -> dict[str, int | None]:
+    """The requests an attention kernel's inputs tell: ``table_rows``, the rows of its block
+    table (the first two-dim INT32 input: ``B,max_blocks``); ``seq_lengths``, the dim of its
+    first one-dim INT64 input (FIA's ``actual_seq_lengths``, ``[B]``, passed in every state).
+    An absent optional input is an empty field of Input Shapes, its type DT_UNDEFINED."""
+    rows = lengths = None
     for shape, dtype in zip(row["s"] or [], row["t"] or [], strict=False):
-        dims = shape.strip('" ').split(",")
-        if len(dims) == 2 and "INT32" in dtype.upper() and dims[0].strip().isdigit():
-            return int(dims[0])
-    return None
+        dims = [d.strip() for d in shape.strip('" ').split(",")]
+        if not dims[0].isdigit():
+            continue
+        kind = dtype.strip().upper()
+        if rows is None and len(dims) == 2 and kind.endswith("INT32"):
+            rows = int(dims[0])
+        elif lengths is None and len(dims) == 1 and kind.endswith("INT64"):
+            lengths = int(dims[0])
+    return {"table_rows": rows, "seq_lengths": lengths}
 
 
 def classify(frame: pl.DataFrame, p: Params) -> pl.DataFrame:
@@ -224,6 +245,8 @@ def classify(frame: pl.DataFrame, p: Params) -> pl.DataFrame:
         & ~c("no_cache")
         & (session_ratio.is_null() | (ratio == session_ratio))
     )
+    # the rejection sampler runs only when the batch holds draft tokens to verify
+    verified = (c("n_verify") > 0) & per_request & ~c("no_cache")
 
     def decode_or_spec() -> pl.Expr:
         return pl.when(drafted).then(pl.lit("spec_decode")).otherwise(pl.lit("decode"))
@@ -245,6 +268,7 @@ def classify(frame: pl.DataFrame, p: Params) -> pl.DataFrame:
         ((c("graph_ratio") >= 2) & (c("n_attn_graph") >= c("n_attn_eager")), pl.lit("spec_decode"), "kernels", pl.format("a graph replay of {} tokens per request: 1 + draft tokens verified", c("graph_ratio"))),
         (shaped & c("no_cache"), pl.lit("prefill"), "shapes", pl.format("attention key {} of the query's {} tokens and no block table: prefill without cache", c("key_shape"), T)),
         # the drafter's evidence decides before any token count, for one request too
+        (shaped & verified, pl.lit("spec_decode"), "shapes", pl.format("draft tokens verified (rejection sampler) in {} tokens over {} requests, {} each", T, B, T // B)),
         (shaped & drafted_uniform, pl.lit("spec_decode"), "shapes", pl.format("a drafter beside {} tokens over {} requests, {} each: 1 + draft tokens verified", T, B, T // B)),
         (shaped & B.is_not_null() & (T == B), decode_or_spec(), "shapes", pl.format("attention query of {} tokens for {} requests: one token each", T, B)),
         (shaped & (B == 1) & (T > 1), pl.lit("prefill"), "shapes", pl.format("attention query of {} tokens for one request", T)),
