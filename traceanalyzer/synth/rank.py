@@ -507,11 +507,11 @@ class RankWriter:
             row += [core, csv_ts(start), dur / 1000, None, block_dim, 0]
             if self.gen.has_op_state:
                 row.append("NO")
-            n_in = in_shapes.count(";") + 1
             row += [
                 f'"{in_shapes}"',
                 in_types,
-                ";".join([formats] * n_in),
+                # an absent optional input has no dims and the NULL format (msprof)
+                ";".join(formats if part else "NULL" for part in in_shapes.split(";")),
                 f'"{out_shapes}"',
                 out_types,
                 formats,

@@ -104,7 +104,10 @@ ADD = _k("Add", "Add", "AI_VECTOR_CORE")
 GATING = _k("MoeGatingTopK", "MoeGatingTopK", "AI_VECTOR_CORE")
 PERMUTE = _k("MoeTokenPermute", "MoeTokenPermute", "AI_VECTOR_CORE")
 INIT_ROUTING = _k("MoeInitRoutingV2", "MoeInitRoutingV2", "AI_VECTOR_CORE")
-GMM = _k("GroupedMatmulV4", "GroupedMatmul")
+GMM = replace(
+    _k("GroupedMatmulV4", "GroupedMatmul"),
+    dtypes=";".join(["DT_BF16", "DT_BF16", *["DT_UNDEFINED"] * 5, "INT64", "DT_UNDEFINED"]),
+)
 SWIGLU = _k("SwiGlu", "SwiGlu", "AI_VECTOR_CORE")
 UNPERMUTE = _k("MoeTokenUnpermute", "MoeTokenUnpermute", "AI_VECTOR_CORE")
 DISPATCH = _k("MoeDistributeDispatchV2", "MoeDistributeDispatchV2", "MIX_AIV")
@@ -112,6 +115,30 @@ COMBINE = _k("MoeDistributeCombineV2", "MoeDistributeCombineV2", "MIX_AIV")
 # the exchange there and back on each path (MC2 kernels, or HCCL ops on the comm stream)
 EXCHANGES = {"mc2": (DISPATCH, COMBINE), "alltoall": ("alltoallv", "alltoallv"),
              "allgather": ("allGather", "reduceScatter")}  # fmt: skip
+
+
+LOCAL_EXPERTS = 8
+
+
+def _gmm_rows(path: str, graph: bool, tokens: int, ep: int, topk: int, routed: int) -> int:
+    """The first dim of a GroupedMatmul's ``x`` on each path (``docs/serving.md``, MoE): only
+    the all-to-all delivers exactly the routed rows; MC2's dispatch output is sized by its
+    capacity, ``global_bs * min(local experts, top-k)`` with ``global_bs = bs * ep`` (op-plugin
+    ``MoeDistributeDispatchV2KernelOpApi.cpp``), and the all-gather path's ``init_routing``
+    output by every gathered token times top-k (``MoeInitRoutingV2KernelNpuOpApi.cpp``): the
+    same on every rank, whatever the routing. A replayed graph holds its capture's shapes."""
+    if path == "mc2" or graph:
+        return tokens * ep * min(LOCAL_EXPERTS, topk)
+    if path == "allgather":
+        return tokens * ep * topk
+    return routed
+
+
+def _gmm_shapes(rows: int, k: int, n: int) -> str:
+    """A GroupedMatmul's Input Shapes, its nine input slots in the op's order (x; weight; bias;
+    scale; offset; antiquant_scale; antiquant_offset; group_list; per_token_scale), an absent
+    one empty (ops-transformer ``grouped_matmul_def.cpp``; msprof writes no dims for it)."""
+    return f"{rows},{k};{LOCAL_EXPERTS},{k},{n};;;;;;{LOCAL_EXPERTS};"
 
 
 @dataclass
@@ -287,17 +314,15 @@ def _group_iteration(knobs: dict, i: int, members: list[int], plan: Plan) -> int
         exchange(there, 25 + 0.01 * tokens)
         for r in members:
             n = routed[r]
-            capacity = tokens * knobs["topk"]
-            # a FULL graph replays the capture size's shapes: the real count is in no shape
-            rows = capacity if its[r].graph else n
-            x = f"{rows},{HIDDEN};{8},{HIDDEN},{INTER * 2};{8}" if knobs["shapes"] else ""
+            rows = _gmm_rows(path, its[r].graph, tokens, len(members), knobs["topk"], n)
+            x = _gmm_shapes(rows, HIDDEN, INTER * 2) if knobs["shapes"] else ""
             if r == slow and cause == "host":
                 clock[r] += late  # the device idles until the host launches the experts
             if path != "mc2":
                 run(r, INIT_ROUTING, 5 + 0.01 * n)
             run(r, GMM, 20 + 0.12 * n, x)
             run(r, SWIGLU, 3 + 0.01 * n)
-            run(r, GMM, 15 + 0.08 * n, x.replace(f"{HIDDEN},{INTER * 2}", f"{INTER},{HIDDEN}"))
+            run(r, GMM, 15 + 0.08 * n, _gmm_shapes(rows, INTER, HIDDEN) if knobs["shapes"] else "")
             if path == "allgather":
                 run(r, UNPERMUTE, 5 + 0.01 * n)
         waits = exchange(back, 25 + 0.01 * tokens)
