@@ -103,9 +103,15 @@ STEP_PARAMS: dict[str, Param] = {
     ),
     # ---- phases ----------------------------------------------------------------------------
     "attention_types": Param(
-        ("FusedInferAttentionScore", "FusedInferAttentionScoreV2", "IncreFlashAttention"),
+        (
+            "FusedInferAttentionScore",
+            "FusedInferAttentionScoreV2",
+            "IncreFlashAttention",
+            "SparseFlashAttention",
+        ),
         "kernel_details `Type` of the attention kernels whose input shapes tell the phase "
-        "(query T,N,D first; a block table B,blocks among the int32 inputs).",
+        "(the query's first dim is T; the block table, the first two-dim INT32 input, or "
+        "actual_seq_lengths, the first one-dim INT64 input, gives the requests B).",
     ),
     "decode_kernels": Param(
         r"PagedAttention|MlaProlog",

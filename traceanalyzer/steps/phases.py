@@ -239,14 +239,17 @@ def classify(frame: pl.DataFrame, p: Params) -> pl.DataFrame:
     session_ratio = (
         ratio.filter(drafted & uniform_drafts & ~c("no_cache")).mode().min().over("session")
     )
+    # the rejection sampler runs only when the batch holds draft tokens to verify: where a
+    # session shows it, a step without it verified nothing
+    verified = (c("n_verify") > 0) & per_request & ~c("no_cache")
+    session_verifies = (c("n_verify") > 0).any().over("session")
     drafted_uniform = (
         drafted
         & per_request
         & ~c("no_cache")
+        & ~session_verifies
         & (session_ratio.is_null() | (ratio == session_ratio))
     )
-    # the rejection sampler runs only when the batch holds draft tokens to verify
-    verified = (c("n_verify") > 0) & per_request & ~c("no_cache")
 
     def decode_or_spec() -> pl.Expr:
         return pl.when(drafted).then(pl.lit("spec_decode")).otherwise(pl.lit("decode"))

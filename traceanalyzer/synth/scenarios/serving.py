@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from traceanalyzer.synth import ops
+from traceanalyzer.synth import conformance, ops
 from traceanalyzer.synth.ops import MS, US, KernelSpec
 from traceanalyzer.synth.scenarios.timeline import Timeline
 
@@ -45,6 +45,8 @@ KNOBS = {
     "dummy_every": 0,
     "graph": "full_and_piecewise",
     "style": "v0.13",
+    "heads": "mha",
+    "prefix_hit": False,
     "markers": "python",
     "shapes": True,
     "idle_every": 0,
@@ -55,14 +57,15 @@ HELP = (
     "a vLLM server under traffic: prefill, decode, mixed (chunked prefill), speculative, dummy "
     "and idle iterations (knobs: iterations, layers, prefill_every, chunk, prompts, batch, "
     "chunked, spec_tokens, dummy_ranks, dummy_every, graph=full_and_piecewise|piecewise|eager, "
-    "style=v0.13|v0.11, markers=python,scopes,annotation,legacy,profiler_step,none, shapes, "
-    "idle_every, idle_ms, warmup)"
+    "style=v0.13|v0.11|mla|sfa, heads=mha|gqa|mqa, prefix_hit: prefills read a cached prefix, "
+    "markers=python,scopes,annotation,legacy,profiler_step,none, shapes, idle_every, idle_ms, "
+    "warmup)"
 )
 GRAPHS = ("full_and_piecewise", "piecewise", "eager")
-STYLES = ("v0.13", "v0.11")
+STYLES = tuple(conformance.STYLE_CASES)
 MARKERS = ("python", "scopes", "annotation", "legacy", "profiler_step", "none")
 CAPTURE_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
-HEADS, HEAD_DIM, BLOCKS, BLOCK_SIZE = 8, 128, 1024, 128
+HEAD_DIM, BLOCKS, BLOCK_SIZE, MAX_BLOCKS = 128, 1024, 128, 256
 RUNNER = "vllm_ascend/worker/model_runner_v1.py"
 WORKER = "vllm_ascend/worker/worker.py"
 
@@ -92,8 +95,15 @@ def markers(knobs: dict) -> set[str]:
 
 def plan(knobs: dict, rank: int = 0) -> list[Iteration]:
     """The iterations of ``rank``, in order (the generator's truth)."""
-    if knobs["graph"] not in GRAPHS or knobs["style"] not in STYLES:
-        raise ValueError(f"graph must be one of {GRAPHS}, style one of {STYLES}")
+    if (
+        knobs["graph"] not in GRAPHS
+        or knobs["style"] not in STYLES
+        or knobs["heads"] not in conformance.HEADS
+    ):
+        raise ValueError(
+            f"graph must be one of {GRAPHS}, style one of {STYLES}, heads one of "
+            f"{tuple(conformance.HEADS)}"
+        )
     batch, chunk, spec = knobs["batch"], knobs["chunk"], knobs["spec_tokens"]
     out = [Iteration("warmup") for _ in range(knobs["warmup"])]
     dummy_rank = rank in rank_list(knobs["dummy_ranks"])
@@ -107,7 +117,9 @@ def plan(knobs: dict, rank: int = 0) -> list[Iteration]:
                 out.append(Iteration("mixed", batch + chunk, batch + 1))
             else:
                 prompts = knobs["prompts"]
-                out.append(Iteration("prefill", chunk * prompts, prompts, no_cache=True))
+                out.append(
+                    Iteration("prefill", chunk * prompts, prompts, no_cache=not knobs["prefix_hit"])
+                )
         elif batch:
             out.append(Iteration("spec_decode" if spec else "decode", batch * (1 + spec), batch))
         if knobs["idle_every"] and (i + 1) % knobs["idle_every"] == 0:
@@ -120,45 +132,29 @@ def _padded(tokens: int) -> int | None:
     return next((s for s in CAPTURE_SIZES if s >= tokens), None)
 
 
+def batch_kind(it: Iteration) -> str:
+    """What kind of batch an iteration's attention runs (a key of the conformance table's
+    styles): a dummy batch runs like a decode."""
+    if it.phase == "prefill":
+        return "prefill_no_cache" if it.no_cache else "prefill_chunk"
+    if it.phase in ("mixed", "spec_decode"):
+        return it.phase
+    return "decode"
+
+
 def attention_kernel(
-    it: Iteration, style: str, tokens: int, requests: int, shapes: bool
+    it: Iteration, style: str, tokens: int, requests: int, shapes: bool, heads: str = "mha"
 ) -> KernelSpec:
-    """The attention kernel of one layer for a batch of ``tokens`` over ``requests``."""
-    if style == "v0.11" and it.phase in ("decode", "dummy"):
-        spec = KernelSpec(
-            "atb::_npu_paged_attention",
-            "PagedAttentionMaskNdKernel",
-            "PagedAttention",
-            "AI_CORE",
-            30.0,
-        )
-        shape = (
-            f"{requests},{HEADS},{HEAD_DIM};{BLOCKS},{BLOCK_SIZE},{HEADS * HEAD_DIM};{requests},64"
-        )
-        return replace(spec, shapes=shape if shapes else "", dtypes="BF16;BF16;INT32")
-    if style == "v0.11" and it.phase == "prefill":
-        spec = KernelSpec(
-            "atb::_npu_flash_attention",
-            "UnpadFlashAttentionBF16NdKernel",
-            "FlashAttention",
-            "AI_CORE",
-            80.0,
-        )
-        return replace(spec, shapes=f"{tokens},{HEADS},{HEAD_DIM}" if shapes else "", dtypes="BF16")
-    spec = KernelSpec(
-        "aclnnFusedInferAttentionScoreV3",
-        "aclnnFusedInferAttentionScoreV3_FusedInferAttentionScore_FusedInferAttentionScore",
-        "FusedInferAttentionScore",
-        "MIX_AIC",
-        40.0,
-    )
-    query = f"{tokens},{HEADS},{HEAD_DIM}"
-    if it.no_cache:
-        shape, types = f"{query};{query};{query};2048,2048", "BF16;BF16;BF16;BOOL"
-    else:
-        cache = f"{BLOCKS},{BLOCK_SIZE},{HEADS * HEAD_DIM}"
-        shape, types = f"{query};{cache};{cache};{requests},64", "BF16;BF16;BF16;INT32"
-    return replace(spec, shapes=shape if shapes else "", dtypes=types)
+    """The attention kernel of one layer for a batch of ``tokens`` over ``requests``, as the
+    conformance table's case for the style and the batch writes it (``synth/conformance.py``:
+    every row read from the vllm-ascend, op-plugin and msprof sources)."""
+    case = conformance.case_for(style, batch_kind(it))
+    n_q, n_kv = conformance.HEADS[heads]
+    dims = conformance.Dims(tokens, requests, n_q, n_kv, HEAD_DIM, BLOCKS, BLOCK_SIZE, MAX_BLOCKS)
+    written, types = case.shapes(dims)
+    dur = {"PagedAttentionMaskNdKernel": 30.0, "UnpadFlashAttentionBF16NdKernel": 80.0}
+    spec = KernelSpec(case.api, case.name, case.op_type, case.core, dur.get(case.op_type, 40.0))
+    return replace(spec, shapes=written if shapes else "", dtypes=types)
 
 
 def _layer(it: Iteration, knobs: dict, tokens: int, requests: int) -> list[KernelSpec]:
@@ -168,7 +164,9 @@ def _layer(it: Iteration, knobs: dict, tokens: int, requests: int) -> list[Kerne
     out = []
     for spec in ops.DECODE_LAYER:
         if spec.op_type == "FusedInferAttentionScore":
-            attention = attention_kernel(it, knobs["style"], tokens, requests, knobs["shapes"])
+            attention = attention_kernel(
+                it, knobs["style"], tokens, requests, knobs["shapes"], knobs["heads"]
+            )
             out.append(replace(attention, dur_us=attention.dur_us * scale**0.8))
             continue
         rest = spec.shapes.split(";", 1)[1:] if ";" in spec.shapes else []
@@ -223,7 +221,7 @@ def _forward(tl: Timeline, t: int, it: Iteration, knobs: dict) -> int:
         attention = replace(
             eager[cut],
             shapes=attention_kernel(
-                it, knobs["style"], it.tokens, it.requests, knobs["shapes"]
+                it, knobs["style"], it.tokens, it.requests, knobs["shapes"], knobs["heads"]
             ).shapes,
         )
         t = _eager(tl, t, [attention])
@@ -234,6 +232,32 @@ def _forward(tl: Timeline, t: int, it: Iteration, knobs: dict) -> int:
 SAMPLER = KernelSpec(
     "aclnnArgMax", "aclnnArgMax_ArgMaxV2_ArgMaxV2", "ArgMaxV2", "AI_VECTOR_CORE", 12.0, "16,151936"
 )
+
+
+# the rejection sampler's Triton kernel (vllm-ascend ops/triton/reject_sample.py; a Triton
+# kernel is named by its function)
+REJECTION_SAMPLER = KernelSpec(
+    "rejection_greedy_sample_triton",
+    "rejection_greedy_sample_triton",
+    "rejection_greedy_sample_triton",
+    "AI_VECTOR_CORE",
+    6.0,
+    "16,3",
+)
+PROPOSER = "vllm_ascend/spec_decode/llm_base_proposer.py"
+
+
+def _draft(tl: Timeline, t: int, it: Iteration, knobs: dict) -> int:
+    """The drafter (MTP, one layer) in ``sample_tokens``: a speculative config runs it after
+    every forward step, prefill too (``propose_draft_token_ids``); its first pass over the
+    step's own tokens, in the step's attention state, then ``spec_tokens`` - 1 passes of one
+    token per request (``llm_base_proposer.py`` ``_run_merged_draft``)."""
+    one_layer = {**knobs, "layers": 1}
+    t = _eager(tl, t, _layer(it, one_layer, it.tokens, it.requests))
+    step = Iteration("decode", it.requests, it.requests)
+    for _ in range(knobs["spec_tokens"] - 1):
+        t = _eager(tl, t, _layer(step, one_layer, it.requests, it.requests))
+    return t
 
 
 def _span(
@@ -290,30 +314,22 @@ def _iteration(tl: Timeline, it: Iteration, knobs: dict, kinds: set[str]) -> tup
         rw.cpu_op(
             f"execute_new_{new}_cached_{it.requests - new}", t - 2 * US, executed - t + 1 * US
         )
-    # sampling: the sampler kernel, then the token fetch waits for the device
+    # sampling: the sampler kernel (the rejection sampler's too where the batch verifies draft
+    # tokens), then the token fetch waits for the device
     s = executed + ops.jitter(rng, 20)
     sampled = ops.launch_kernel(rw, rng, tl.dev, s + 10 * US, SAMPLER)
+    if it.phase == "spec_decode":
+        sampled = ops.launch_kernel(rw, rng, tl.dev, sampled, REJECTION_SAMPLER)
     sampled = ops.synchronize(rw, sampled, tl.dev.idle_at())
     copy = ops.jitter(rng, 25)
     rw.api("AscendCL@", "aclrtMemcpy", sampled + 2 * US, copy)
     sampled += copy + 4 * US
     _span(tl, kinds, "sample_token", None, s + 5 * US, sampled)
     end = sampled
-    if it.phase == "spec_decode":
+    if knobs["spec_tokens"]:
         draft = end + ops.jitter(rng, 10)
-        drafter = Iteration("decode", it.requests, it.requests)
-        drafted = _eager(
-            tl, draft, _layer(drafter, {**knobs, "layers": 1}, it.requests, it.requests)
-        )
-        drafted = ops.synchronize(rw, drafted, tl.dev.idle_at())
-        _span(
-            tl,
-            kinds,
-            "draft_token",
-            "vllm_ascend/spec_decode/llm_base_proposer.py(718): _propose",
-            draft,
-            drafted,
-        )
+        drafted = ops.synchronize(rw, _draft(tl, draft, it, knobs), tl.dev.idle_at())
+        _span(tl, kinds, "draft_token", f"{PROPOSER}(718): _propose", draft, drafted)
         end = drafted
     end += 5 * US
     _span(tl, kinds, "", f"{RUNNER}(2240): sample_tokens", s, end)
