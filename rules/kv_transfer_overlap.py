@@ -34,6 +34,9 @@ RECEIVE = r"batch_transfer_(?:sync|async)_read|transfer_sync_read|pull_blocks"
 NO_FORWARD = r"kv_connector_no_forward"
 # the iterations whose KV a prefill instance sends (a prefill without a known phase too)
 PREFILL_PHASES = ("prefill", "mixed", "unknown")
+# the steps a decode instance's wait for KV is made of: no-forward iterations, the gaps between
+# them, and the dummy batches a data-parallel engine runs after each
+WAIT_PHASES = ("idle", "dummy")
 COLLECT = (
     "the Python tracer on the prefill and decode workers (with_modules or with_stack, "
     "vllm-ascend's default; not torch_profiler_with_stack=false), so the KV connector's "
@@ -582,19 +585,22 @@ def _waits(waits: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
     """The no-forward iterations merged into waits for KV: each from the first no-forward
     iteration of a run of idle steps to the start of the forward that follows it (the KV has
     arrived), the idle gaps between them included: the engine loops without a forward every
-    few ms while the pull runs, and all of that time the requests wait. A run the profile ends
-    in ends with its last idle step. session, start_ns, end_ns, wait_ns, iterations."""
+    few ms while the pull runs (a data-parallel engine a dummy batch after each), and all of
+    that time the requests wait. A run the profile ends in ends with its last step. session, start_ns, end_ns, wait_ns, iterations."""
+    # a run ends at a forward that serves requests: with data parallelism a dummy batch
+    # follows each no-forward iteration (execute_dummy_batch), and it is part of the wait
+    serving = ~pl.col("phase").is_in(WAIT_PHASES)
     ordered = steps.sort("session", "start_ns").with_columns(
-        (pl.col("phase") != "idle").cum_sum().over("session").alias("_run")
+        serving.cum_sum().over("session").alias("_run")
     )
     # the forward that ends a run: the next run's first step
-    forwards = ordered.filter(pl.col("phase") != "idle").select(
+    forwards = ordered.filter(serving).select(
         "session", (pl.col("_run") - 1).alias("_run"), pl.col("start_ns").alias("_next")
     )
     last_idle = ordered.group_by("session", "_run").agg(pl.col("end_ns").max().alias("_last"))
     marked = window_of(
         waits, ordered, by=["session"], keep=["_run", "phase"], bounds=("_ws", "_we")
-    ).filter(pl.col("phase") == "idle")
+    ).filter(pl.col("phase").is_in(WAIT_PHASES))
     return (
         marked.group_by("session", "_run")
         .agg(pl.col("_ws").min().alias("start_ns"), pl.len().alias("iterations"))

@@ -50,13 +50,15 @@ KNOBS = {
     "requests_every": 3,
     "pull_us": 3000.0,
     "loop_us": 110.0,
+    "dp_dummy": False,
     "connector_events": True,
 }
 HELP = (
     "PD disaggregation: prefill instances push (layerwise) or decode instances pull the KV "
     "cache (knobs: iterations, layers, prefill_ranks, mode=push|pull, overlap, blocking, chunk, "
     "send_us, batch, requests_every, pull_us, loop_us: the engine's pace between iterations "
-    "without a forward, connector_events=0 writes no connector calls)"
+    "without a forward, dp_dummy: a data-parallel engine runs a dummy batch after each, "
+    "connector_events=0 writes no connector calls)"
 )
 MODES = ("push", "pull")
 LAYERWISE = "vllm_ascend/distributed/kv_transfer/kv_p2p/mooncake_layerwise_connector.py"
@@ -97,6 +99,20 @@ def _sample(tl: Timeline, t: int) -> int:
     rw.python_function(f"{RUNNER}(2240): sample_tokens", s, end - s)
     rw.python_function(f"{WORKER}(693): sample_tokens", s - 3 * US, end - s + 6 * US)
     return end + 3 * US
+
+
+def _dummy(tl: Timeline, t: int, knobs: dict) -> int:
+    """A data-parallel engine's dummy batch after a step without work of its own
+    (``execute_dummy_batch`` -> ``_dummy_run``): one layer's forward, no sampling."""
+    rw, rng = tl.rw, tl.rng
+    start = t
+    it = Iteration("decode", knobs["batch"], knobs["batch"])
+    for spec in _layer(it):
+        t = ops.launch_kernel(rw, rng, tl.dev, t, spec, host_us=8)
+    t = ops.synchronize(rw, t, tl.dev.idle_at())
+    rw.python_function(f"{RUNNER}(3139): _dummy_run", start, t - start)
+    rw.python_function(f"{WORKER}(1048): execute_dummy_batch", start - 2 * US, t - start + 4 * US)
+    return t + 2 * US
 
 
 def _executed(tl: Timeline, start: int, end: int) -> None:
@@ -171,7 +187,10 @@ def _decode(tl: Timeline, knobs: dict) -> None:
                         rw.python_function(f"{RUNNER}(1874): kv_connector_no_forward", s + 4 * US,
                                            dur - 8 * US)  # fmt: skip
                     _executed(tl, s, s + dur)
-                    tl.t = s + dur + ops.jitter(rng, knobs["loop_us"])
+                    t = s + dur
+                    if knobs["dp_dummy"]:  # DPEngineCoreProc: execute_dummy_batch
+                        t = _dummy(tl, t + ops.jitter(rng, 30), knobs)
+                    tl.t = t + ops.jitter(rng, knobs["loop_us"])
                 rw.flush()
         it = Iteration("decode", knobs["batch"], knobs["batch"])
         start = tl.t
