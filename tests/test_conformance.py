@@ -46,6 +46,7 @@ RUNS: dict[str, list[tuple[str, dict, tuple[str, ...]]]] = {
     "fia-spec-one-request": [
         ("piecewise", {"spec_tokens": 1, "batch": 1, "heads": "gqa"}, ("spec_decode",)),
         ("eager", {"spec_tokens": 1, "batch": 1, **NO_CHUNKS}, ("spec_decode",)),
+        ("eager", {"spec_tokens": 1, "batch": 1, "markers": "scopes"}, ("spec_decode",)),
     ],
     "fia-spec-full": [("full_and_piecewise", {"spec_tokens": 1}, ("spec_decode",))],
     "mla-prefill": [("eager", {"style": "mla", **NO_CHUNKS}, ("prefill_no_cache",))],
@@ -57,7 +58,6 @@ RUNS: dict[str, list[tuple[str, dict, tuple[str, ...]]]] = {
     "sfa-decode": [("piecewise", {"style": "sfa"}, ("decode",))],
     "sfa-prefill-chunk": [("eager", {"style": "sfa", **NO_CHUNKS}, ("prefill_no_cache",))],
 }
-# the prefill iterations of the profiles above: the phase their first run must derive too
 ROWS = [(key, i) for key, runs in RUNS.items() for i in range(len(runs))]
 
 

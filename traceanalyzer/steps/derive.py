@@ -243,7 +243,13 @@ def _derive(
         .otherwise(pl.col("launch_ns"))
         .alias("launch_ns")
     )
-    attention = attention_evidence(kernels, windows, p)
+    sampling = pl.col("name").str.contains(p.sampler_kernels)
+    sampled_at = (
+        window_index(tasks.filter(sampling).select("session", "start_ns"), windows)
+        .group_by("_w")
+        .agg(pl.col("start_ns").min().alias("sampled_at"))
+    )
+    attention = attention_evidence(kernels, windows, p, sampled_at)
     # a window's compute: the kernels that start from its beginning to the next window's
     reach = windows.with_columns(
         pl.col("start_ns")
@@ -252,7 +258,6 @@ def _derive(
         .fill_null(pl.col("end_ns"))
         .alias("end_ns")
     )
-    sampling = pl.col("name").str.contains(p.sampler_kernels)
     verifying = pl.col("name").str.contains(p.verify_kernels)
     compute = (
         window_index(tasks.select("session", "name", "start_ns"), reach)

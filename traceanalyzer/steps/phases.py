@@ -105,11 +105,15 @@ def _dims(shape: pl.Expr, index: int) -> pl.Expr:
     )
 
 
-def attention_evidence(kernels: pl.DataFrame, windows: pl.DataFrame, p: Params) -> pl.DataFrame:
+def attention_evidence(
+    kernels: pl.DataFrame, windows: pl.DataFrame, p: Params, sampled_at: pl.DataFrame
+) -> pl.DataFrame:
     """Per window (``_w``), from its attention kernels (``kernels``: the kernels table's rows
     with ``launch_ns``, the host time that launched each, else its device start): the tokens T
     and requests B of the eager ones' shapes (the most common values), whether one ran without
-    a cache, how many ran in a captured graph, and the decode / prefill / mixed signatures."""
+    a cache, how many ran in a captured graph, how many ran after the window's first sampler
+    kernel (``sampled_at``: a drafter's forward, which runs in ``sample_tokens``), and the
+    decode / prefill / mixed signatures."""
     attention = kernels.filter(pl.col("type").is_in(list(p.attention_types)))
     query, key = _dims(pl.col("input_shapes"), 0), _dims(pl.col("input_shapes"), 1)
     types = pl.col("input_data_types").str.split(";")
@@ -148,6 +152,16 @@ def attention_evidence(kernels: pl.DataFrame, windows: pl.DataFrame, p: Params) 
         eager.alias("eager"),
     )
     owned = window_index(attention.rename({"launch_ns": "_at"}), windows, at="_at")
+    drafter = (
+        owned.join(sampled_at, on="_w")
+        .filter(pl.col("start_ns") > pl.col("sampled_at"))
+        .group_by("_w")
+        .agg(pl.len().alias("n_attn_drafter"))
+    )
+    # the step's own attention: the drafter's, after the sampler, has shapes of its own
+    owned = owned.join(sampled_at, on="_w", how="left").filter(
+        pl.col("sampled_at").is_null() | (pl.col("start_ns") <= pl.col("sampled_at"))
+    )
     eager_rows = owned.filter(pl.col("eager"))
     shape_stats = eager_rows.group_by("_w").agg(
         pl.col("T").drop_nulls().mode().max().alias("T"),
@@ -181,9 +195,10 @@ def attention_evidence(kernels: pl.DataFrame, windows: pl.DataFrame, p: Params) 
         .join(signatures, on="_w", how="left")
         .join(shape_stats, on="_w", how="left")
         .join(graph, on="_w", how="left")
+        .join(drafter, on="_w", how="left")
         .with_columns(
             pl.col("n_decode_kernels", "n_prefill_kernels", "n_mixed_kernels", "n_attn_eager",
-                   "n_attn_graph").fill_null(0),
+                   "n_attn_graph", "n_attn_drafter").fill_null(0),
             pl.col("no_cache").fill_null(False),
         )
     )  # fmt: skip
@@ -221,7 +236,8 @@ def classify(frame: pl.DataFrame, p: Params) -> pl.DataFrame:
     dummy = (c("n_dummy") > 0) & (c("n_sample") == 0) & (c("n_execute") <= c("n_dummy"))
     runs = c("step_source").is_in(["annotation", "scope", "python_function"])
     no_forward = (c("n_no_forward") > 0) | (runs & (c("n_compute") == 0))
-    drafted = c("n_draft") > 0
+    # a drafter: its markers, or attention kernels after the step's sampler (sample_tokens)
+    drafted = (c("n_draft") > 0) | (c("n_attn_drafter") > 0)
     ctx, gen = c("ctx_reqs"), c("gen_reqs")
     said = ctx.is_not_null() & gen.is_not_null()
     new, cached = c("new_reqs"), c("cached_reqs")
