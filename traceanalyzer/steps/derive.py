@@ -96,7 +96,7 @@ HOST_LINKS = ("graph_replay", "connection_id")
 def _launched_attention(
     store: Store, ranks: list[int], launches: pl.DataFrame, p: Params
 ) -> pl.DataFrame:
-    """The attention kernels (and the signature kernels) with ``launch_ns``: their launch's host
+    """The attention kernels (and the signature and sampler kernels) with ``launch_ns``: their launch's host
     time (a graph's kernel: the replay before it), else their device start. ``launches``: the
     ranks' device tasks with their launches (``launches`` table)."""
     kernels = (
@@ -106,7 +106,9 @@ def _launched_attention(
             & (
                 pl.col("type").is_in(list(p.attention_types))
                 | pl.col("name").str.contains(
-                    any_of((p.decode_kernels, p.prefill_kernels, p.mixed_kernels))
+                    any_of(
+                        (p.decode_kernels, p.prefill_kernels, p.mixed_kernels, p.sampler_kernels)
+                    )
                 )
             )
         )
@@ -243,13 +245,7 @@ def _derive(
         .otherwise(pl.col("launch_ns"))
         .alias("launch_ns")
     )
-    sampling = pl.col("name").str.contains(p.sampler_kernels)
-    sampled_at = (
-        window_index(tasks.filter(sampling).select("session", "start_ns"), windows)
-        .group_by("_w")
-        .agg(pl.col("start_ns").min().alias("sampled_at"))
-    )
-    attention = attention_evidence(kernels, windows, p, sampled_at)
+    attention = attention_evidence(kernels, windows, p)
     # a window's compute: the kernels that start from its beginning to the next window's
     reach = windows.with_columns(
         pl.col("start_ns")
@@ -258,6 +254,7 @@ def _derive(
         .fill_null(pl.col("end_ns"))
         .alias("end_ns")
     )
+    sampling = pl.col("name").str.contains(p.sampler_kernels)
     verifying = pl.col("name").str.contains(p.verify_kernels)
     compute = (
         window_index(tasks.select("session", "name", "start_ns"), reach)

@@ -129,9 +129,12 @@ STEP_PARAMS: dict[str, Param] = {
         "splitfuse).",
     ),
     "sampler_kernels": Param(
-        r"ArgMax|TopK|Sort|Multinomial|Exponential|RejectionSampl|Sampl|(?i:rejection_\w*sample)",
-        "Regex on kernel names of sampling: a decode-like step without any, among steps that "
-        "have them, is a dummy batch (it does not sample).",
+        r"ArgMax|(?:^|_|aclnn)TopK|ApplyTopKTopP|Sort|Multinomial|Exponential|RejectionSampl"
+        r"|Sampl|(?i:rejection_\w*sample)",
+        "Regex on kernel names of sampling (vllm-ascend's sampler: ArgMaxV2, npu_top_k_top_p, "
+        "the exponential draw; MoE routing's MoeGatingTopK is no sampler): a decode-like step "
+        "without any, among steps that have them, is a dummy batch (it does not sample); the "
+        "attention after the first is a drafter's.",
     ),
     "verify_kernels": Param(
         r"(?i)rejection_\w*sample|RejectionSampl",

@@ -105,15 +105,13 @@ def _dims(shape: pl.Expr, index: int) -> pl.Expr:
     )
 
 
-def attention_evidence(
-    kernels: pl.DataFrame, windows: pl.DataFrame, p: Params, sampled_at: pl.DataFrame
-) -> pl.DataFrame:
+def attention_evidence(kernels: pl.DataFrame, windows: pl.DataFrame, p: Params) -> pl.DataFrame:
     """Per window (``_w``), from its attention kernels (``kernels``: the kernels table's rows
     with ``launch_ns``, the host time that launched each, else its device start): the tokens T
     and requests B of the eager ones' shapes (the most common values), whether one ran without
-    a cache, how many ran in a captured graph, how many ran after the window's first sampler
-    kernel (``sampled_at``: a drafter's forward, which runs in ``sample_tokens``), and the
-    decode / prefill / mixed signatures."""
+    a cache, how many ran in a captured graph, how many were launched after the window's first
+    sampler kernel (a drafter's forward, which runs in ``sample_tokens``; ``kernels`` holds the
+    sampler kernels too), and the decode / prefill / mixed signatures."""
     attention = kernels.filter(pl.col("type").is_in(list(p.attention_types)))
     query, key = _dims(pl.col("input_shapes"), 0), _dims(pl.col("input_shapes"), 1)
     types = pl.col("input_data_types").str.split(";")
@@ -152,16 +150,28 @@ def attention_evidence(
         eager.alias("eager"),
     )
     owned = window_index(attention.rename({"launch_ns": "_at"}), windows, at="_at")
-    drafter = (
-        owned.join(sampled_at, on="_w")
-        .filter(pl.col("start_ns") > pl.col("sampled_at"))
+    # The drafter runs in sample_tokens, after the step's sampler: attention kernels that start
+    # on the device after the window's first sampler kernel that follows the window's own
+    # attention (a sampler placed here by its device start may be the step before's).
+    first_attention = owned.group_by("_w").agg(pl.col("start_ns").min().alias("_first"))
+    sampled_at = (
+        window_index(
+            kernels.filter(pl.col("name").str.contains(p.sampler_kernels)).rename(
+                {"launch_ns": "_at"}
+            ),
+            windows,
+            at="_at",
+        )
+        .join(first_attention, on="_w")
+        .filter(pl.col("start_ns") > pl.col("_first"))
         .group_by("_w")
-        .agg(pl.len().alias("n_attn_drafter"))
+        .agg(pl.col("start_ns").min().alias("_sampled"))
     )
+    owned = owned.join(sampled_at, on="_w", how="left")
+    after_sampling = pl.col("_sampled").is_not_null() & (pl.col("start_ns") > pl.col("_sampled"))
+    drafter = owned.filter(after_sampling).group_by("_w").agg(pl.len().alias("n_attn_drafter"))
     # the step's own attention: the drafter's, after the sampler, has shapes of its own
-    owned = owned.join(sampled_at, on="_w", how="left").filter(
-        pl.col("sampled_at").is_null() | (pl.col("start_ns") <= pl.col("sampled_at"))
-    )
+    owned = owned.filter(~after_sampling)
     eager_rows = owned.filter(pl.col("eager"))
     shape_stats = eager_rows.group_by("_w").agg(
         pl.col("T").drop_nulls().mode().max().alias("T"),
