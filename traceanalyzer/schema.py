@@ -690,6 +690,35 @@ DB_SOURCES: dict[str, dict[str, str]] = {
 # (`traceanalyzer/steps/`, before the rules, which read them) and the overview
 # (`traceanalyzer/overview/`, after) write them per rank, and notebooks read them through
 # `Store.table` like any other. Ingest neither writes nor checks them.
+# what a step's graph replay ran at against its real batch (the `steps` table's, copied into
+# summary_steps)
+_GRAPH_SIZE_COLUMNS = (
+    Column(
+        "graph_size",
+        I64,
+        "The capture size a graph replay ran at: the token dim of the replayed kernels (null "
+        "for an eager step, or without kernel_details.csv shapes).",
+    ),
+    Column(
+        "batch",
+        I64,
+        "The real requests of the batch, from the strongest evidence: the annotation, the eager "
+        "attention's shapes, or the sampler's argmax rows (outside the graph, on the real "
+        "batch); null when nothing tells (no shapes: collect profiler_level=Level1).",
+    ),
+    Column(
+        "batch_source",
+        STR,
+        "What told `batch`: `annotation`, `attention` or `sampler` (null with `batch`).",
+    ),
+    Column(
+        "padded_tokens",
+        I64,
+        "Tokens the replay computed beyond the real ones: `graph_size` minus the batch's "
+        "1 + k tokens per request (FULL), minus the eager attention's tokens (piecewise); 0 "
+        "for an eager step; null when unknown.",
+    ),
+)
 _COMPONENT_COLUMNS = (
     Column(
         "compute_ai_core_ns", I64, "Compute on AI Core (cube), not overlapped by communication."
@@ -780,6 +809,7 @@ DERIVED_TABLES: dict[str, Table] = {
                 "How the forward ran: `full` (one graph replay), `piecewise` (graph pieces with "
                 "eager attention), `eager`; null without compute.",
             ),
+            *_GRAPH_SIZE_COLUMNS,
         ),
         _table(
             "launches",
@@ -905,6 +935,7 @@ DERIVED_TABLES: dict[str, Table] = {
             Column("phase_reason", STR, "The evidence in words (the `steps` table's column)."),
             Column("tokens", I64, "New tokens in the batch (null when unknown)."),
             Column("graph", STR, "`full`, `piecewise` or `eager` (null without compute)."),
+            *_GRAPH_SIZE_COLUMNS,
             Column(
                 "source",
                 STR,

@@ -24,7 +24,15 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Callable, Hashable, Iterable, Mapping, MutableMapping, Sequence
+from collections.abc import (
+    Callable,
+    Collection,
+    Hashable,
+    Iterable,
+    Mapping,
+    MutableMapping,
+    Sequence,
+)
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
@@ -520,6 +528,13 @@ def _scan_files(name: str, files: Sequence[Path]) -> pl.LazyFrame:
     return frames[0] if len(frames) == 1 else pl.concat(frames, how="vertical")
 
 
+# The readers of derived tables, registered by the layer that derives them (above this one):
+# a derived table's stored rows, or its rows derived in-process where the store has none (a
+# fixture's store, or one written before the table existed). ``(store, ranks or None: every
+# rank) -> rows``.
+DERIVED_READERS: dict[str, Callable[[Store, Collection[int] | None], pl.DataFrame]] = {}
+
+
 class Store:
     """Read access to a store. ``table(name)`` returns a lazy, canonical-schema frame.
 
@@ -577,6 +592,15 @@ class Store:
             *sorted(base.glob(f"rank=*/session=*/{PART_FILE}")),
             *sorted(base.glob(f"{GROUP_PREFIX}*/{PART_FILE}")),
         ]
+
+    def derived(self, name: str, ranks: Collection[int] | None = None) -> pl.LazyFrame:
+        """A derived table of ``ranks`` (every rank: None) through its registered reader (see
+        :data:`DERIVED_READERS`), else as stored."""
+        reader = DERIVED_READERS.get(name)
+        if reader is not None:
+            return reader(self, ranks).lazy()
+        frame = self.table(name)
+        return frame if ranks is None else frame.filter(pl.col("rank").is_in(sorted(ranks)))
 
     def scan(self, name: str) -> pl.LazyFrame:
         """The table, as :meth:`table`, but never decoded whole to be held in memory: for a

@@ -45,7 +45,7 @@ from traceanalyzer.engine.presentation import (
     MarksFn,
     Presentation,
 )
-from traceanalyzer.schema import TABLES
+from traceanalyzer.schema import DERIVED_TABLES, TABLES
 
 _T = TypeVar("_T")
 
@@ -328,10 +328,11 @@ class Rule:
             problems.append(f"docstring lacks heading(s): {', '.join('## ' + h for h in missing)}")
         for pre in self.requires:
             for req in pre.alternatives if isinstance(pre, AnyOf) else (pre,):
-                if req.table not in TABLES:
+                table = TABLES.get(req.table) or DERIVED_TABLES.get(req.table)
+                if table is None:
                     problems.append(f"requires unknown table {req.table!r}")
                     continue
-                unknown = set(req.columns) - set(TABLES[req.table].column_names)
+                unknown = set(req.columns) - set(table.column_names)
                 if unknown:
                     problems.append(f"requires unknown column(s) {sorted(unknown)} of {req.table}")
         if problems:

@@ -97,9 +97,7 @@ def _probe(store: Store, req: Requirement, ranks: frozenset[int] | None) -> pl.D
     first row of the data (none: not met, in one scan, the commonest way to miss), then, when
     that one lacks a column, the first complete row; only data with no complete row is counted,
     to say which column is missing."""
-    frame = store.table(req.table)
-    if ranks is not None:
-        frame = frame.filter(pl.col("rank").is_in(sorted(ranks)))
+    frame = store.derived(req.table, ranks)
     if req.where is not None:
         frame = frame.filter(req.where)
     shown = list(req.columns) or ["session"]  # every table has it

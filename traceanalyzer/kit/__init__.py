@@ -87,6 +87,7 @@ from traceanalyzer.kit.steps import (
     phase_windows,
     phases_in,
     recurring_calls,
+    serving_steps,
     steady_key_figures,
     step_windows,
 )
@@ -198,6 +199,7 @@ __all__ = [
     "STEADY_PHASES",
     "phase_at",
     "phase_windows",
+    "serving_steps",
     "phases_in",
     "recurring_calls",
     "steady_key_figures",

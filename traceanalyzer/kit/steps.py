@@ -123,6 +123,13 @@ def phase_windows(ctx: RuleContext) -> pl.DataFrame:
     )
 
 
+def serving_steps(ctx: RuleContext) -> pl.DataFrame:
+    """Every step of the ranks in scope with every column of the ``steps`` table (the phase and
+    its evidence, tokens, requests, how the forward ran: ``graph``, ``graph_size``, ``batch``,
+    ``padded_tokens``), in time order per rank and session."""
+    return steps_of(ctx.store, ctx.ranks)
+
+
 def phase_at(ctx: RuleContext, frame: pl.DataFrame, at: str = "start_ns") -> pl.DataFrame:
     """``frame`` (rank, session, ``at``) with the ``phase`` of the step each row lies in (null
     outside every step)."""

@@ -74,7 +74,10 @@ WINDOW_COLUMNS = (
     *COMPONENT_NAMES,
 )  # fmt: skip
 # what a row keeps of its step (the steps table): how the window was found, what it served
-STEP_META = ("step_source", "phase", "phase_source", "phase_reason", "tokens", "graph")
+STEP_META = (
+    "step_source", "phase", "phase_source", "phase_reason", "tokens", "graph", "graph_size",
+    "batch", "batch_source", "padded_tokens",
+)  # fmt: skip
 MEASURED_COLUMNS = (
     *WINDOW_COLUMNS, *STEP_META, "source", "check_scope", "check_deviation", "check_component",
 )  # fmt: skip

@@ -40,7 +40,8 @@ SLICE_COLUMNS = (
 )  # fmt: skip
 STEP_COLUMNS = (
     "session", "step", "start_ns", "end_ns", "step_ns", "step_source", "phase", "phase_source",
-    "phase_reason", "tokens", "requests", "graph",
+    "phase_reason", "tokens", "requests", "graph", "graph_size", "batch", "batch_source",
+    "padded_tokens",
 )  # fmt: skip
 
 
@@ -96,7 +97,8 @@ HOST_LINKS = ("graph_replay", "connection_id")
 def _launched_attention(
     store: Store, ranks: list[int], launches: pl.DataFrame, p: Params
 ) -> pl.DataFrame:
-    """The attention kernels (and the signature and sampler kernels) with ``launch_ns``: their launch's host
+    """The attention kernels (and the signature and sampler kernels, and the replayed kernels
+    that carry the token count) with ``launch_ns``: their launch's host
     time (a graph's kernel: the replay before it), else their device start. ``launches``: the
     ranks' device tasks with their launches (``launches`` table)."""
     kernels = (
@@ -110,6 +112,7 @@ def _launched_attention(
                         (p.decode_kernels, p.prefill_kernels, p.mixed_kernels, p.sampler_kernels)
                     )
                 )
+                | (pl.col("model_id").is_not_null() & pl.col("type").is_in(list(p.token_kernels)))
             )
         )
         .select(

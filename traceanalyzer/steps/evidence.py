@@ -142,6 +142,31 @@ STEP_PARAMS: dict[str, Param] = {
         "runs it instead of the plain sampler whenever the batch holds drafts: "
         "AscendRejectionSampler, its Triton kernels rejection_*sample*).",
     ),
+    "token_kernels": Param(
+        (
+            "MatMulV2",
+            "MatMulV3",
+            "MatMul",
+            "QuantBatchMatmulV3",
+            "QuantBatchMatmulV4",
+            "WeightQuantBatchMatmulV2",
+            "RmsNorm",
+            "AddRmsNorm",
+            "AddRmsNormBias",
+            "FusedInferAttentionScore",
+            "SparseFlashAttention",
+        ),
+        "kernel_details `Type` of the kernels whose first input's first dim is the batch's "
+        "token count (the hidden states, `T,H`; the attention query): in a graph replay, the "
+        "capture size the graph ran at (graph_size).",
+    ),
+    "batch_kernels": Param(
+        r"ArgMax",
+        "Regex on kernel names whose first input's first dim is the batch's real requests: the "
+        "sampler's argmax over the `B,V` logits, which runs outside the graph on the real "
+        "batch (model_runner_v1.py: logits of hidden_states[logits_indices]; the sampler "
+        "slices logits[:num_reqs]).",
+    ),
     "replay_apis": Param(
         GRAPH_REPLAY_APIS, "Host calls that replay a captured graph (aclgraph / NPUGraph)."
     ),

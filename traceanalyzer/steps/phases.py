@@ -169,7 +169,11 @@ def attention_evidence(kernels: pl.DataFrame, windows: pl.DataFrame, p: Params) 
     )
     owned = owned.join(sampled_at, on="_w", how="left")
     after_sampling = pl.col("_sampled").is_not_null() & (pl.col("start_ns") > pl.col("_sampled"))
-    drafter = owned.filter(after_sampling).group_by("_w").agg(pl.len().alias("n_attn_drafter"))
+    drafter = (
+        owned.filter(after_sampling)
+        .group_by("_w")
+        .agg(pl.len().alias("n_attn_drafter"), pl.col("start_ns").min().alias("_drafted"))
+    )
     # the step's own attention: the drafter's, after the sampler, has shapes of its own
     owned = owned.filter(~after_sampling)
     eager_rows = owned.filter(pl.col("eager"))
@@ -189,6 +193,7 @@ def attention_evidence(kernels: pl.DataFrame, windows: pl.DataFrame, p: Params) 
             (pl.col("T") / pl.col("B")).drop_nulls().mode().max().alias("graph_ratio"),
         )
     )
+    sizes = _batch_sizes(kernels, windows, p, drafter.select("_w", "_drafted"))
     name = pl.col("name")
     signatures = _counts(
         kernels.rename({"launch_ns": "_at"}),
@@ -206,12 +211,51 @@ def attention_evidence(kernels: pl.DataFrame, windows: pl.DataFrame, p: Params) 
         .join(shape_stats, on="_w", how="left")
         .join(graph, on="_w", how="left")
         .join(drafter, on="_w", how="left")
+        .join(sizes, on="_w", how="left")
         .with_columns(
             pl.col("n_decode_kernels", "n_prefill_kernels", "n_mixed_kernels", "n_attn_eager",
                    "n_attn_graph", "n_attn_drafter").fill_null(0),
             pl.col("no_cache").fill_null(False),
         )
     )  # fmt: skip
+
+
+def _first_dim(shapes: pl.Expr) -> pl.Expr:
+    """The first dim of a kernel's first input (Input Shapes), as a number."""
+    return _dims(shapes, 0).list.first().cast(pl.Int64, strict=False)
+
+
+def _batch_sizes(
+    kernels: pl.DataFrame, windows: pl.DataFrame, p: Params, drafted: pl.DataFrame
+) -> pl.DataFrame:
+    """Per window (``_w``): ``replayed_tokens``, the token dim of the kernels a graph replayed
+    (the most common: the capture size), and ``sampled_rows``, the requests the sampler's
+    argmax ran on before the drafter started (``drafted``: ``_drafted``, its first attention;
+    the fewest rows: a verifying step's target argmax runs on the draft tokens, its bonus
+    argmax on the requests)."""
+    replayed = kernels.filter(
+        pl.col("model_id").is_not_null() & pl.col("type").is_in(list(p.token_kernels))
+    ).rename({"launch_ns": "_at"})
+    graph_size = (
+        window_index(replayed, windows, at="_at")
+        .with_columns(_first_dim(pl.col("input_shapes")).alias("_size"))
+        .group_by("_w")
+        .agg(pl.col("_size").drop_nulls().mode().max().alias("replayed_tokens"))
+    )
+    argmax = kernels.filter(pl.col("name").str.contains(p.batch_kernels)).rename(
+        {"launch_ns": "_at"}
+    )
+    rows = (
+        window_index(argmax, windows, at="_at")
+        .join(drafted, on="_w", how="left")
+        .filter(pl.col("_drafted").is_null() | (pl.col("start_ns") < pl.col("_drafted")))
+        .with_columns(_first_dim(pl.col("input_shapes")).alias("_rows"))
+        .group_by("_w")
+        .agg(pl.col("_rows").drop_nulls().min().alias("sampled_rows"))
+    )
+    return (
+        windows.select("_w").join(graph_size, on="_w", how="left").join(rows, on="_w", how="left")
+    )
 
 
 def _batch_inputs(row: dict) -> dict[str, int | None]:
@@ -381,10 +425,59 @@ def classify(frame: pl.DataFrame, p: Params) -> pl.DataFrame:
         .then(pl.lit("eager"))
     )
     idle = c("phase").is_in(["idle", "warmup"])
-    return frame.with_columns(
+    frame = frame.with_columns(
         pl.when(idle).then(None).otherwise(tokens).alias("tokens"),
         pl.when(idle).then(None).otherwise(requests).alias("requests"),
         graph.alias("graph"),
+    )
+    return _graph_sizes(frame)
+
+
+def _graph_sizes(frame: pl.DataFrame) -> pl.DataFrame:
+    """``graph_size`` (the capture size a replay ran at), ``batch`` (the real requests, from the
+    strongest evidence: the annotation, the eager attention's shapes, the sampler's rows, which
+    run outside the graph on the real batch; ``batch_source`` says which) and
+    ``padded_tokens`` (the tokens the replay computed beyond the real ones: the capture size
+    minus the batch's 1 + k tokens each in a FULL replay, minus the eager attention's tokens in
+    a piecewise one; none in an eager step)."""
+    c = pl.col
+    served = c("phase").is_in(["prefill", "decode", "mixed", "spec_decode", "unknown"])
+    replayed = c("graph").is_in(["full", "piecewise"])
+    shaped_batch = pl.when(c("n_attn_eager") > 0).then(c("B"))
+    batch_source = (
+        pl.when(~served)
+        .then(None)
+        .when(c("requests").is_not_null() & (c("phase_source") == "annotation"))
+        .then(pl.lit("annotation"))
+        .when(c("requests").is_not_null() | shaped_batch.is_not_null())
+        .then(pl.lit("attention"))
+        .when(c("sampled_rows").is_not_null())
+        .then(pl.lit("sampler"))
+    )
+    batch = (
+        pl.when(c("batch_source") == "annotation")
+        .then(c("requests"))
+        .when(c("batch_source") == "attention")
+        .then(pl.coalesce("requests", shaped_batch))
+        .when(c("batch_source") == "sampler")
+        .then(c("sampled_rows"))
+    )
+    per_request = c("graph_ratio").fill_null(1.0)
+    padded = (
+        pl.when(c("graph") == "full")
+        .then(c("graph_size") - (c("batch") * per_request).round().cast(pl.Int64))
+        .when(c("graph") == "piecewise")
+        .then(c("graph_size") - c("T"))
+        .when(c("graph") == "eager")
+        .then(pl.lit(0, dtype=pl.Int64))
+    )
+    return (
+        frame.with_columns(
+            pl.when(replayed & served).then(c("replayed_tokens")).alias("graph_size"),
+            batch_source.alias("batch_source"),
+        )
+        .with_columns(batch.alias("batch"))
+        .with_columns(pl.when(served).then(padded.clip(0)).alias("padded_tokens"))
     )
 
 

@@ -8,7 +8,7 @@ import polars as pl
 
 from traceanalyzer.steps.derive import derive_ranks
 from traceanalyzer.steps.evidence import default_params
-from traceanalyzer.store import Store
+from traceanalyzer.store import DERIVED_READERS, Store
 
 
 def steps_of(store: Store, ranks: Collection[int] | None = None) -> pl.DataFrame:
@@ -32,3 +32,6 @@ def _read(store: Store, ranks: Collection[int] | None) -> pl.DataFrame:
         for rank in missing
     ]
     return pl.concat([steps, *derived], how="vertical_relaxed").sort("rank", "session", "start_ns")
+
+
+DERIVED_READERS["steps"] = steps_of

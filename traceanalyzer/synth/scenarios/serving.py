@@ -52,6 +52,11 @@ KNOBS = {
     "idle_every": 0,
     "idle_ms": 5.0,
     "warmup": 0,
+    "capture_sizes": "1,2,4,8,16,32,64,128,256,512",
+    "padding": True,
+    "batches": "",
+    "slow_layer": -1,
+    "slow_layer_factor": 2.0,
 }
 HELP = (
     "a vLLM server under traffic: prefill, decode, mixed (chunked prefill), speculative, dummy "
@@ -59,12 +64,13 @@ HELP = (
     "chunked, spec_tokens, dummy_ranks, dummy_every, graph=full_and_piecewise|piecewise|eager, "
     "style=v0.13|v0.11|mla|sfa, heads=mha|gqa|mqa, prefix_hit: prefills read a cached prefix, "
     "markers=python,scopes,annotation,legacy,profiler_step,none, shapes, idle_every, idle_ms, "
-    "warmup)"
+    "warmup, capture_sizes: the graph sizes captured, padding: a batch pads to the next size "
+    "(off: one between sizes runs eager), batches: decode batch sizes to cycle through, "
+    "slow_layer and slow_layer_factor: one decoder layer's kernels slower)"
 )
 GRAPHS = ("full_and_piecewise", "piecewise", "eager")
 STYLES = tuple(conformance.STYLE_CASES)
 MARKERS = ("python", "scopes", "annotation", "legacy", "profiler_step", "none")
-CAPTURE_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 HEAD_DIM, BLOCKS, BLOCK_SIZE, MAX_BLOCKS = 128, 1024, 128, 256
 RUNNER = "vllm_ascend/worker/model_runner_v1.py"
 WORKER = "vllm_ascend/worker/worker.py"
@@ -105,6 +111,7 @@ def plan(knobs: dict, rank: int = 0) -> list[Iteration]:
             f"{tuple(conformance.HEADS)}"
         )
     batch, chunk, spec = knobs["batch"], knobs["chunk"], knobs["spec_tokens"]
+    batches = sorted_sizes(knobs["batches"], keep_order=True)
     out = [Iteration("warmup") for _ in range(knobs["warmup"])]
     dummy_rank = rank in rank_list(knobs["dummy_ranks"])
     for i in range(knobs["iterations"]):
@@ -121,15 +128,27 @@ def plan(knobs: dict, rank: int = 0) -> list[Iteration]:
                     Iteration("prefill", chunk * prompts, prompts, no_cache=not knobs["prefix_hit"])
                 )
         elif batch:
-            out.append(Iteration("spec_decode" if spec else "decode", batch * (1 + spec), batch))
+            b = batches[i % len(batches)] if batches else batch
+            out.append(Iteration("spec_decode" if spec else "decode", b * (1 + spec), b))
         if knobs["idle_every"] and (i + 1) % knobs["idle_every"] == 0:
             out.append(Iteration("idle"))
     return out
 
 
-def _padded(tokens: int) -> int | None:
-    """The capture size a batch of ``tokens`` runs in, or None (larger: eager)."""
-    return next((s for s in CAPTURE_SIZES if s >= tokens), None)
+def sorted_sizes(text: object, keep_order: bool = False) -> list[int]:
+    """A knob's comma-separated sizes (``"1, 2, 4"``), sorted unless ``keep_order``."""
+    sizes = [int(x) for x in str(text).replace(" ", "").split(",") if x]
+    return sizes if keep_order else sorted(set(sizes))
+
+
+def padded(tokens: int, knobs: dict) -> int | None:
+    """The capture size a batch of ``tokens`` replays (vLLM's dispatcher): the next captured
+    size, or with padding off only its own; None above the largest (or between sizes without
+    padding): the batch runs eagerly."""
+    sizes = sorted_sizes(knobs["capture_sizes"])
+    if not knobs["padding"]:
+        return tokens if tokens in sizes else None
+    return next((s for s in sizes if s >= tokens), None)
 
 
 def batch_kind(it: Iteration) -> str:
@@ -177,6 +196,13 @@ def _layer(it: Iteration, knobs: dict, tokens: int, requests: int) -> list[Kerne
     return out
 
 
+def _slowed(kernels: list[KernelSpec], layer: int, knobs: dict) -> list[KernelSpec]:
+    """Layer ``layer``'s kernels, ``slow_layer_factor`` times longer if it is ``slow_layer``."""
+    if layer != knobs["slow_layer"]:
+        return kernels
+    return [replace(k, dur_us=k.dur_us * knobs["slow_layer_factor"]) for k in kernels]
+
+
 def _replay(tl: Timeline, t: int, kernels: list[KernelSpec]) -> int:
     """One graph replay: ``aclmdlRIExecuteAsync`` queues the captured kernels (model id set)."""
     rw, rng, dev = tl.rw, tl.rng, tl.dev
@@ -202,19 +228,23 @@ def _eager(tl: Timeline, t: int, kernels: list[KernelSpec]) -> int:
 
 def _forward(tl: Timeline, t: int, it: Iteration, knobs: dict) -> int:
     """The forward's launches: a FULL graph, graph pieces with eager attention, or eager."""
-    padded = _padded(it.tokens)
+    size = padded(it.tokens, knobs)
     uniform = it.phase in ("decode", "spec_decode", "dummy")
     mode = knobs["graph"]
-    tokens = padded if padded is not None and mode != "eager" else it.tokens
+    tokens = size if size is not None and mode != "eager" else it.tokens
     # a uniform batch's graph is captured for whole requests of 1 + k tokens each
     requests = tokens // (it.tokens // it.requests) if uniform and it.requests else it.requests
-    layers = [_layer(it, knobs, tokens, requests) for _ in range(knobs["layers"])]
-    if mode == "eager" or padded is None:
+    layers = [
+        _slowed(_layer(it, knobs, tokens, requests), i, knobs) for i in range(knobs["layers"])
+    ]
+    if mode == "eager" or size is None:
         return _eager(tl, t, [k for layer in layers for k in layer])
     if mode == "full_and_piecewise" and uniform:
         return _replay(tl, t, [k for layer in layers for k in layer])
     # piecewise: the graph pieces between attentions, each attention eager with real shapes
-    real = [_layer(it, knobs, tokens, it.requests) for _ in range(knobs["layers"])]
+    real = [
+        _slowed(_layer(it, knobs, tokens, it.requests), i, knobs) for i in range(knobs["layers"])
+    ]
     for captured, eager in zip(layers, real, strict=True):
         cut = next(i for i, k in enumerate(captured) if "ttention" in k.name)
         t = _replay(tl, t, captured[:cut])
@@ -229,8 +259,14 @@ def _forward(tl: Timeline, t: int, it: Iteration, knobs: dict) -> int:
     return t
 
 
+VOCAB = 151936
 SAMPLER = KernelSpec(
-    "aclnnArgMax", "aclnnArgMax_ArgMaxV2_ArgMaxV2", "ArgMaxV2", "AI_VECTOR_CORE", 12.0, "16,151936"
+    "aclnnArgMax",
+    "aclnnArgMax_ArgMaxV2_ArgMaxV2",
+    "ArgMaxV2",
+    "AI_VECTOR_CORE",
+    12.0,
+    f"16,{VOCAB}",
 )
 
 
@@ -317,7 +353,9 @@ def _iteration(tl: Timeline, it: Iteration, knobs: dict, kinds: set[str]) -> tup
     # sampling: the sampler kernel (the rejection sampler's too where the batch verifies draft
     # tokens), then the token fetch waits for the device
     s = executed + ops.jitter(rng, 20)
-    sampled = ops.launch_kernel(rw, rng, tl.dev, s + 10 * US, SAMPLER)
+    # the sampler's argmax runs outside the graph on the real batch's logits, [B, vocab]
+    sampler = replace(SAMPLER, shapes=f"{it.requests},{VOCAB}")
+    sampled = ops.launch_kernel(rw, rng, tl.dev, s + 10 * US, sampler)
     if it.phase == "spec_decode":
         sampled = ops.launch_kernel(rw, rng, tl.dev, sampled, REJECTION_SAMPLER)
     sampled = ops.synchronize(rw, sampled, tl.dev.idle_at())
