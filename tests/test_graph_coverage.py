@@ -26,7 +26,9 @@ def _run(tmp: Path, **knobs: object) -> tuple[Store, pl.DataFrame, list[serving.
     ingest(tmp / "in", tmp / "out", jobs=1)
     store = Store.open(tmp / "out")
     steps = steps_of(store, [0]).filter(pl.col("step_source") != "gap")
-    plan = [it for it in serving.plan({**serving.KNOBS, **DECODE, **knobs}, 0) if it.phase != "idle"]
+    plan = [
+        it for it in serving.plan({**serving.KNOBS, **DECODE, **knobs}, 0) if it.phase != "idle"
+    ]
     return store, steps, plan
 
 
