@@ -7,12 +7,15 @@ from collections.abc import Iterator
 import polars as pl
 
 from traceanalyzer.kit import (
+    COMPUTE_TASK_TYPES,
     Evidence,
     Finding,
     KeyFigure,
     Param,
     RuleContext,
     analysed_window_ns,
+    covered_fraction,
+    kernel_tasks,
     phases,
     rule,
     serving_steps,
@@ -109,7 +112,7 @@ def graph_fallback(ctx: RuleContext) -> Iterator[Finding]:
     steps = serving_steps(ctx).filter(pl.col("phase").is_in(DECODE) & pl.col("graph").is_not_null())
     windows = analysed_window_ns(ctx)
     for (rank,), mine in steps.group_by("rank", maintain_order=True):
-        found = _fell_out(mine)
+        found = _fell_out(_with_busy(ctx, int(rank), mine))
         if isinstance(found, str):
             ctx.note(f"rank {rank}: {found}", rank=rank)
             continue
@@ -129,10 +132,20 @@ def graph_fallback(ctx: RuleContext) -> Iterator[Finding]:
         yield _finding(ctx, int(rank), fell, replays, mine, cost, share, windows.get(rank))
 
 
+def _with_busy(ctx: RuleContext, rank: int, steps: pl.DataFrame) -> pl.DataFrame:
+    """The steps with ``busy_ns``: the time compute kernels ran in each (a graph replay runs
+    the same kernels as an eager iteration of its size, without the host's launches)."""
+    kernels = kernel_tasks(ctx.table("slices"), COMPUTE_TASK_TYPES, ranks=[rank])
+    covered = covered_fraction(
+        steps.with_row_index("_step"), kernels, span_id="_step", on=("rank", "session")
+    )
+    return covered.rename({"covered_ns": "busy_ns"}).drop("_step", "covered_fraction")
+
+
 def _fell_out(steps: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame] | str:
     """The decode iterations of one rank that fell out of the FULL graph, each with its
-    ``estimate_ns`` (a replay at its batch) and ``excess_ns``; and the replays' median time per
-    captured size. Or why there is nothing to judge."""
+    ``estimate_ns`` (a replay at its batch) and ``excess_ns``; and the replays' median time and
+    overhead (time beyond their kernels') per captured size. Or why there is nothing to judge."""
     full = steps.filter(pl.col("graph") == "full")
     fell = steps.filter(pl.col("graph") != "full")
     if full.is_empty():
@@ -143,43 +156,38 @@ def _fell_out(steps: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame] | str:
         )
     if fell.is_empty():
         return f"all {full.height} decode iterations replay the FULL graph"
+    per_size = [
+        pl.col("step_ns").median().alias("replay_ns"),
+        (pl.col("step_ns") - pl.col("busy_ns")).median().alias("overhead_ns"),
+        pl.len().alias("replays"),
+    ]
     replays = (
         full.filter(pl.col("graph_size").is_not_null())
         .group_by("graph_size")
-        .agg(pl.col("step_ns").median().alias("replay_ns"), pl.len().alias("replays"))
+        .agg(per_size)
         .sort("graph_size")
     )
-    if replays.is_empty():
-        replays = pl.DataFrame(
-            {
-                "graph_size": [None],
-                "replay_ns": [float(full["step_ns"].median())],
-                "replays": [full.height],
-            },  # type: ignore[arg-type]
-            schema={"graph_size": pl.Int64, "replay_ns": pl.Float64, "replays": pl.UInt32},
-        )
-    sizes = replays["graph_size"].to_list()
-    times = replays["replay_ns"].to_list()
-    estimate = [_replay_estimate(b, sizes, times) for b in fell["batch"].to_list()]
+    if replays.is_empty():  # no shapes: every replay as one size
+        replays = full.select(pl.lit(None, dtype=pl.Int64).alias("graph_size"), *per_size)
+    rows = replays.rows(named=True)
+    estimate = [
+        _replay_estimate(b, busy, rows) for b, busy in fell.select("batch", "busy_ns").iter_rows()
+    ]
     fell = fell.with_columns(pl.Series("estimate_ns", estimate, dtype=pl.Float64)).with_columns(
         (pl.col("step_ns") - pl.col("estimate_ns")).clip(0).alias("excess_ns")
     )
     return fell, replays
 
 
-def _replay_estimate(batch: int | None, sizes: list, times: list[float]) -> float:
-    """A replay's time at ``batch`` from the replays per captured size: the smallest size that
-    holds it; above the largest, the line through the two largest (never falling); a batch not
-    known: the median replay of the largest size."""
-    known = [(s, t) for s, t in zip(sizes, times, strict=True) if s is not None]
-    if batch is None or not known:
-        return times[-1]
-    for size, time in known:
-        if size >= batch:
-            return time
-    (s1, t1), (s2, t2) = (known[-2], known[-1]) if len(known) > 1 else (known[-1], known[-1])
-    slope = max(0.0, (t2 - t1) / (s2 - s1)) if s2 != s1 else 0.0
-    return t2 + slope * (batch - s2)
+def _replay_estimate(batch: int | None, busy_ns: int, replays: list[dict]) -> float:
+    """What a replay of a fell-out iteration would take, from the session's own replays
+    (``replays``: per captured size, its median iteration and its overhead beyond its kernels):
+    a batch a replayed size holds replays the smallest such size; one above the largest (or of
+    unknown size) runs its own kernels (``busy_ns``) plus the largest size's overhead."""
+    for replay in replays:
+        if batch is not None and replay["graph_size"] is not None and replay["graph_size"] >= batch:
+            return float(replay["replay_ns"])
+    return float(busy_ns) + max(float(replays[-1]["overhead_ns"] or 0.0), 0.0)
 
 
 def _finding(
@@ -218,7 +226,9 @@ def _finding(
     )
     per_size = ", ".join(
         f"{int(s)}: {fmt.duration(t)} ({n})"
-        for s, t, n in replays.drop_nulls("graph_size").iter_rows()
+        for s, t, n in replays.drop_nulls("graph_size")
+        .select("graph_size", "replay_ns", "replays")
+        .iter_rows()
     )
     lines = [
         f"{decode.height - fell.height} decode iterations replay the FULL graph at captured "

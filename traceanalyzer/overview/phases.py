@@ -88,6 +88,7 @@ def _row(phase: str, part: pl.DataFrame, wall_ns: int, kernels, host_apis) -> di
         # why, for a phase that could not be told: the commonest reason
         "reason": next(iter(_counts(part, "phase_reason")), None) if phase == UNKNOWN else None,
         "ep": _ep_exchange(part),
+        "graphs": _graphs(part),
         "top_kernels": combined_tops(
             kernels.filter(pl.col("phase") == phase), ["name", "accelerator"], PHASE_TOP
         ),
@@ -95,6 +96,31 @@ def _row(phase: str, part: pl.DataFrame, wall_ns: int, kernels, host_apis) -> di
             host_apis.filter(pl.col("phase") == phase), ["kind", "name"], PHASE_TOP
         ),
     }
+
+
+def _graphs(part: pl.DataFrame) -> dict[str, Any] | None:
+    """The phase's graph replays: the capture sizes they ran at and the real batches seen
+    (value -> steps), and the share of the replayed tokens that were padding; None without a
+    replay of a known size (a store before graph sizes, eager steps)."""
+    if "graph_size" not in part.columns:
+        return None
+    replayed = part.filter(pl.col("graph_size").is_not_null())
+    if replayed.is_empty():
+        return None
+    padded = replayed.filter(pl.col("padded_tokens").is_not_null())
+    size = int(padded["graph_size"].sum()) if padded.height else 0
+    return {
+        "steps": replayed.height,
+        "capture_sizes": _sorted_counts(replayed, "graph_size"),
+        "batches": _sorted_counts(part, "batch"),
+        "padded_share": int(padded["padded_tokens"].sum()) / size if size else None,
+    }
+
+
+def _sorted_counts(part: pl.DataFrame, column: str) -> dict[str, int]:
+    """Value -> steps of a numeric column, in the values' order."""
+    values = part[column].drop_nulls().value_counts().sort(column)
+    return {str(v): int(n) for v, n in values.iter_rows()}
 
 
 def _ep_exchange(part: pl.DataFrame) -> dict[str, Any] | None:

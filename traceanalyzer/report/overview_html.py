@@ -191,11 +191,15 @@ def _phases(overview: Mapping[str, Any]) -> str:
 
 
 def _ep(overview: Mapping[str, Any]) -> str:
-    lines = text.ep_lines(overview)
-    if not lines:
-        return ""
-    items = "".join(f"<li>{esc(line)}</li>" for line in lines)
-    return f'<p class="small">MoE expert exchange by phase:</p><ul class="small">{items}</ul>'
+    out = []
+    for title, lines in (
+        ("Graph replays by phase", text.graph_lines(overview)),
+        ("MoE expert exchange by phase", text.ep_lines(overview)),
+    ):
+        if lines:
+            items = "".join(f"<li>{esc(line)}</li>" for line in lines)
+            out.append(f'<p class="small">{title}:</p><ul class="small">{items}</ul>')
+    return "".join(out)
 
 
 def phase_strip(overview: Mapping[str, Any]) -> str:

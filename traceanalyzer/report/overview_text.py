@@ -216,6 +216,31 @@ def ep_lines(overview: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def graph_lines(overview: Mapping[str, Any]) -> list[str]:
+    """Per phase with graph replays: the capture sizes they ran at against the real batches
+    seen, and how much of the replayed work was padding."""
+    lines = []
+    for r in phase_rows_of(overview):
+        graphs = r.get("graphs")
+        if not graphs:
+            continue
+        sizes = _counted(graphs.get("capture_sizes") or {})
+        batches = _counted(graphs.get("batches") or {})
+        lines.append(
+            f"{r['phase']}: {graphs['steps']} replays at capture sizes {sizes}"
+            + (f" for real batches {batches}" if batches else " (real batches unknown)")
+            + f"; padding {fmt.percent(graphs.get('padded_share'))} of the replayed tokens"
+        )
+    return lines
+
+
+def _counted(counts: Mapping[str, int], shown: int = 8) -> str:
+    """``16 (x3), 32 (x5)``: values with their steps, the first ``shown``."""
+    items = [f"{v} (x{n})" if n > 1 else v for v, n in counts.items()]
+    more = f", ... {len(items) - shown} more" if len(items) > shown else ""
+    return ", ".join(items[:shown]) + more
+
+
 def phases_known(overview: Mapping[str, Any]) -> bool:
     """Some iteration's phase was told (else a phase table only says "unknown")."""
     rows = (overview.get("phases") or {}).get("rows") or []
@@ -270,6 +295,10 @@ def overview_table(overview: Mapping[str, Any], verbose: bool = False) -> str:
         lines.append("  by phase (wall: share of the profile; p50/p95 per iteration):")
         lines += _aligned(phase_headers(), phase_rows(overview))
     lines += [f"  {note}" for note in unmeasured_notes(overview)]
+    graphs = graph_lines(overview)
+    if graphs:
+        lines.append("  graph replays by phase:")
+        lines += [f"    {line}" for line in graphs]
     ep = ep_lines(overview)
     if ep:
         lines.append("  MoE expert exchange by phase:")
@@ -448,6 +477,10 @@ def overview_markdown(
     lines += [*(f"- {note[0].upper()}{note[1:]}." for note in notes), ""] if notes else []
     if phases_known(overview):
         lines += ["### By phase", ""] + md_table(phase_headers(), phase_rows(overview)) + [""]
+    graphs = graph_lines(overview)
+    lines += (
+        ["Graph replays by phase:", "", *(f"- {line}" for line in graphs), ""] if graphs else []
+    )
     ep = ep_lines(overview)
     lines += ["MoE expert exchange by phase:", "", *(f"- {line}" for line in ep), ""] if ep else []
     note = phase_note(overview)
