@@ -75,3 +75,39 @@ def test_fallen_out_batches_and_their_cost_against_a_covered_twin(tmp_path: Path
     assert set(sick_steps["graph"][i] for i in fell) == {"eager"}
     assert set(twin_steps["graph"][i] for i in fell) == {"full"}
     assert found["cost_ns"] == pytest.approx(truth, rel=0.25)
+
+
+@pytest.mark.parametrize("graph", ["full_and_piecewise", "piecewise", "eager"])
+def test_each_decoder_kernel_gets_its_layer(tmp_path: Path, graph: str) -> None:
+    """The generator writes each layer's nine kernels in order: the cut at the attention (the
+    layer's fourth) gives every one of them its layer, eager or replayed alike; the sampler
+    after the layers is in none, and the slow layer is named in the overview."""
+    generate(
+        "serving", tmp_path / "in", ranks=1, iterations=8, layers=4, graph=graph,
+        slow_layer=2, markers="python",
+    )  # fmt: skip
+    from traceanalyzer.executor import LocalExecutor
+    from traceanalyzer.pipeline import analyse
+
+    analyse(tmp_path / "in", tmp_path / "out", executor=LocalExecutor())
+    store = Store.open(tmp_path / "out")
+    layered = store.table("kernel_layers").collect().sort("start_ns")
+    per_layer = len(serving.ops.DECODE_LAYER)
+    checked = 0
+    for (_, _), part in layered.group_by("session", "step", maintain_order=True):
+        decoder = part.filter(pl.col("module") != "sampling")
+        truth = [i // per_layer for i in range(decoder.height)]
+        assert decoder["layer"].to_list() == truth, decoder.select("name", "layer")
+        checked += decoder.height
+        assert (
+            part.filter(pl.col("module") == "sampling")["layer"].null_count()
+            == part.filter(pl.col("module") == "sampling").height
+        )
+    assert checked >= 8 * 4 * per_layer
+    import json
+
+    rows = json.loads((tmp_path / "out" / "findings.json").read_text())["summary"]["overview"][
+        "phases"
+    ]["rows"]
+    decode = next(r for r in rows if r["phase"] == "decode")
+    assert [s["layer"] for s in decode["layers"]["slow_layers"]] == [2]

@@ -910,6 +910,36 @@ DERIVED_TABLES: dict[str, Table] = {
             Column("kernels", I64, "How many ran in the step."),
         ),
         _table(
+            "kernel_layers",
+            "Each device kernel (and communication op) of the sessions whose iterations run an "
+            "attention kernel, with its step, decoder layer and module: the layers cut at the "
+            "attention each layer runs once, eager or replayed alike (`steps/layers.py`, "
+            "docs/serving.md); joins `kernels` and `slices` on rank, session, stream_id and "
+            "start_ns.",
+            "derived: slices (device tasks), steps (`steps/layers.py`)",
+            Column("stream_id", I64, "The kernel's stream."),
+            Column("start_ns", I64, "Kernel start."),
+            Column("end_ns", I64, "Kernel end."),
+            Column("name", STR, "Kernel name."),
+            Column("step", I64, "The step it starts in (the `steps` table's)."),
+            Column("phase", STR, "The step's phase."),
+            Column(
+                "layer",
+                I64,
+                "The decoder layer, from 0 in each iteration; null outside the repeated block "
+                "(the embedding before it; the final norm, the LM head, the sampler and a "
+                "drafter after it).",
+            ),
+            Column(
+                "module",
+                STR,
+                "`attention` (with its KV-cache write and rope), `linear`, `moe_experts`, "
+                "`moe_routing` (routing and the EP exchange), `norm`, `activation`, `tp_comm`, "
+                "`sampling` (the sampler, and the final norm and LM head after the last layer), "
+                "`other`.",
+            ),
+        ),
+        _table(
             "summary_steps",
             "Where each step's time goes: its wall time split into components that sum to it.",
             "derived: slices (device tasks, ProfilerStep#N), kernels, flows; step_times to check",

@@ -15,7 +15,13 @@ import polars as pl
 from traceanalyzer.overview.breakdown import UNMEASURED, computing_ns, unmeasured
 from traceanalyzer.overview.compute import DEFAULT_TOP, TopSizes
 from traceanalyzer.overview.headline import COMPONENTS, headline, mean_components
-from traceanalyzer.overview.phases import iterations, phase_totals, phases_section, whole_session
+from traceanalyzer.overview.phases import (
+    iterations,
+    layer_times,
+    phase_totals,
+    phases_section,
+    whole_session,
+)
 from traceanalyzer.overview.timeline import step_timeline
 from traceanalyzer.overview.tops import combined_tops
 from traceanalyzer.store import Store
@@ -91,7 +97,7 @@ def overview_document(
             sizes.collectives,
             extra=[pl.col("wait_ns").sum(), pl.col("transit_ns").sum()],
         ),
-        "phases": phases_section(windows, kernels, host_apis),
+        "phases": phases_section(windows, kernels, host_apis, layer_times(store)),
         "sizes": asdict(sizes),
         "failed": {str(k): v for k, v in (failed or {}).items()},
         "costs": {},

@@ -19,6 +19,7 @@ from traceanalyzer.overview.tops import ALL_PHASES, combined_tops
 from traceanalyzer.steps.phases import IDLE_PHASE as IDLE  # a window, not an iteration
 from traceanalyzer.steps.phases import PHASES
 from traceanalyzer.steps.phases import UNKNOWN_PHASE as UNKNOWN
+from traceanalyzer.store import Store
 
 PHASE_TOP = 5  # rows of each phase's top tables
 TIMELINE_RANKS = 8  # ranks on the phase strip (the first ones; the table has every rank)
@@ -62,7 +63,64 @@ def _counts(part: pl.DataFrame, column: str) -> dict[str, int]:
     return {str(v): int(n) for v, n in values.iter_rows()}
 
 
-def _row(phase: str, part: pl.DataFrame, wall_ns: int, kernels, host_apis) -> dict[str, Any]:
+# a decoder layer this much slower than the median of its peers (the layers of its kind: MoE
+# or dense), and by this much, is named in the layer profile
+SLOW_LAYER_RATIO, SLOW_LAYER_NS = 1.3, 5_000
+
+
+def layer_times(store: Store) -> pl.DataFrame:
+    """Per phase, decoder layer (null: outside the layers) and module: the kernels' time and
+    the steps it is over (``kernel_layers``; no rows for a store without layers)."""
+    table = store.table("kernel_layers")
+    steps = table.group_by("phase").agg(
+        pl.struct("rank", "session", "step").n_unique().alias("steps")
+    )
+    return (
+        table.group_by("phase", "layer", "module")
+        .agg((pl.col("end_ns") - pl.col("start_ns")).sum().alias("dur_ns"))
+        .join(steps, on="phase")
+        .collect()
+    )
+
+
+def _layers(times: pl.DataFrame) -> dict[str, Any] | None:
+    """One phase's module and layer profile: the mean time per step of each module, and of
+    each decoder layer, with the layers much slower than their peers named; None without
+    layers."""
+    if times.is_empty():
+        return None
+    steps = int(times["steps"].max())  # type: ignore[arg-type]
+    modules = times.group_by("module").agg(pl.col("dur_ns").sum()).sort("dur_ns", descending=True)
+    layered = times.filter(pl.col("layer").is_not_null())
+    per_layer = (
+        layered.group_by("layer")
+        .agg(
+            (pl.col("dur_ns").sum() / steps).alias("ns"),
+            (pl.col("module") == "moe_experts").any().alias("moe"),
+        )
+        .sort("layer")
+    )
+    peers = pl.col("ns").median().over("moe")
+    slow = per_layer.with_columns(peers.alias("peers_ns")).filter(
+        (pl.col("ns") >= SLOW_LAYER_RATIO * pl.col("peers_ns"))
+        & (pl.col("ns") - pl.col("peers_ns") >= SLOW_LAYER_NS)
+    )
+    return {
+        "steps": steps,
+        "module_ns": {str(m): float(ns) / steps for m, ns in modules.iter_rows()},
+        "layers": per_layer.height,
+        "layer_ns": [float(ns) for ns in per_layer["ns"].to_list()],
+        "moe_layers": [int(x) for x in per_layer.filter(pl.col("moe"))["layer"].to_list()],
+        "slow_layers": [
+            {"layer": int(r["layer"]), "ns": float(r["ns"]), "peers_ns": float(r["peers_ns"])}
+            for r in slow.iter_rows(named=True)
+        ],
+    }
+
+
+def _row(
+    phase: str, part: pl.DataFrame, wall_ns: int, kernels, host_apis, layers: pl.DataFrame
+) -> dict[str, Any]:
     durations = part["step_ns"]
     known = part.filter(pl.col("tokens").is_not_null()) if "tokens" in part.columns else part[:0]
     tokens = int(known["tokens"].sum()) if known.height else None
@@ -89,6 +147,7 @@ def _row(phase: str, part: pl.DataFrame, wall_ns: int, kernels, host_apis) -> di
         "reason": next(iter(_counts(part, "phase_reason")), None) if phase == UNKNOWN else None,
         "ep": _ep_exchange(part),
         "graphs": _graphs(part),
+        "layers": _layers(layers.filter(pl.col("phase") == phase)),
         "top_kernels": combined_tops(
             kernels.filter(pl.col("phase") == phase), ["name", "accelerator"], PHASE_TOP
         ),
@@ -189,7 +248,10 @@ def _resampled(runs: list[list[Any]], span: int) -> list[list[Any]]:
 
 
 def phases_section(
-    windows: pl.DataFrame, kernels: pl.DataFrame, host_apis: pl.DataFrame
+    windows: pl.DataFrame,
+    kernels: pl.DataFrame,
+    host_apis: pl.DataFrame,
+    layers: pl.DataFrame | None = None,
 ) -> dict[str, Any]:
     """``summary.overview.phases`` from the store's summary tables: one row per phase present
     (in :data:`~traceanalyzer.steps.phases.PHASES` order), what share of the iteration time
@@ -202,8 +264,11 @@ def phases_section(
         t if "phase" in t.columns else t.with_columns(pl.lit(ALL_PHASES).alias("phase"))
         for t in (kernels, host_apis)
     )
+    if layers is None:
+        layers = pl.DataFrame(schema={"phase": pl.String, "layer": pl.Int64, "module": pl.String,
+                                      "dur_ns": pl.Int64, "steps": pl.UInt32})  # fmt: skip
     rows = [
-        _row(phase, windows.filter(pl.col("phase") == phase), wall, kernels, host_apis)
+        _row(phase, windows.filter(pl.col("phase") == phase), wall, kernels, host_apis, layers)
         for phase in _ordered(windows["phase"].unique().to_list())
     ]
     served = sum(r["total_ns"] for r in rows if r["phase"] != IDLE)

@@ -194,6 +194,7 @@ def _ep(overview: Mapping[str, Any]) -> str:
     out = []
     for title, lines in (
         ("Graph replays by phase", text.graph_lines(overview)),
+        ("Modules and decoder layers by phase", text.layer_lines(overview)),
         ("MoE expert exchange by phase", text.ep_lines(overview)),
     ):
         if lines:

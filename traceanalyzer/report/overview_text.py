@@ -234,6 +234,41 @@ def graph_lines(overview: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+MODULE_WORDS = {
+    "attention": "attention", "linear": "linear", "moe_experts": "MoE experts",
+    "moe_routing": "MoE routing/exchange", "norm": "norm", "activation": "activation",
+    "tp_comm": "TP comm", "sampling": "sampling/logits", "other": "other",
+}  # fmt: skip
+
+
+def layer_lines(overview: Mapping[str, Any]) -> list[str]:
+    """Per phase with decoder layers: where its kernels' time goes by module, its layers'
+    time, and a layer much slower than its peers."""
+    lines = []
+    for r in phase_rows_of(overview):
+        layers = r.get("layers")
+        if not layers:
+            continue
+        module_ns = layers.get("module_ns") or {}
+        total = sum(module_ns.values()) or 1.0
+        modules = ", ".join(
+            f"{MODULE_WORDS.get(m, m)} {fmt.percent(ns / total)}"
+            for m, ns in list(module_ns.items())[:5]
+        )
+        times = sorted(layers.get("layer_ns") or [])
+        median = times[len(times) // 2] if times else None
+        slow = "; ".join(
+            f"layer {s['layer']} takes {fmt.duration(s['ns'])}, "
+            f"{s['ns'] / s['peers_ns']:.1f}x its peers' {fmt.duration(s['peers_ns'])}"
+            for s in layers.get("slow_layers") or []
+        )
+        lines.append(
+            f"{r['phase']}: {modules}; {layers['layers']} layers, {fmt.duration(median)} each "
+            "per iteration (median)" + (f"; {slow}" if slow else "")
+        )
+    return lines
+
+
 def _counted(counts: Mapping[str, int], shown: int = 8) -> str:
     """``16 (x3), 32 (x5)``: values with their steps, the first ``shown``."""
     items = [f"{v} (x{n})" if n > 1 else v for v, n in counts.items()]
@@ -299,6 +334,10 @@ def overview_table(overview: Mapping[str, Any], verbose: bool = False) -> str:
     if graphs:
         lines.append("  graph replays by phase:")
         lines += [f"    {line}" for line in graphs]
+    layered = layer_lines(overview)
+    if layered:
+        lines.append("  modules and decoder layers by phase:")
+        lines += [f"    {line}" for line in layered]
     ep = ep_lines(overview)
     if ep:
         lines.append("  MoE expert exchange by phase:")
@@ -480,6 +519,12 @@ def overview_markdown(
     graphs = graph_lines(overview)
     lines += (
         ["Graph replays by phase:", "", *(f"- {line}" for line in graphs), ""] if graphs else []
+    )
+    layered = layer_lines(overview)
+    lines += (
+        ["Modules and decoder layers by phase:", "", *(f"- {line}" for line in layered), ""]
+        if layered
+        else []
     )
     ep = ep_lines(overview)
     lines += ["MoE expert exchange by phase:", "", *(f"- {line}" for line in ep), ""] if ep else []
