@@ -181,6 +181,7 @@ def attention_evidence(kernels: pl.DataFrame, windows: pl.DataFrame, p: Params) 
         pl.col("T").drop_nulls().mode().max().alias("T"),
         pl.col("B").drop_nulls().mode().max().alias("B"),
         pl.col("no_cache").any().alias("no_cache"),
+        pl.col("block_table").fill_null(False).any().alias("block_table"),
         pl.col("key_shape").drop_nulls().mode().sort().first().alias("key_shape"),
         pl.len().alias("n_attn_eager"),
     )
@@ -490,9 +491,9 @@ def _unknown_reason(p: Params) -> pl.Expr:
     )
     return (
         pl.when(c("T").is_not_null() & c("B").is_not_null())
-        .then(pl.format("{} tokens over {} requests: a prefill of several prompts or a mixed batch; the shapes cannot tell", c("T"), c("B")))
+        .then(pl.format("T = {}, B = {} ({}){}: more tokens than requests, a prefill of several prompts with cached prefixes or a mixed batch; the kernel holds no per-request lengths to tell", c("T"), c("B"), pl.when(c("block_table")).then(pl.lit("block table")).otherwise(pl.lit("actual_seq_lengths, no block table")), key))
         .when(c("T").is_not_null())
-        .then(pl.format("attention query of {} tokens{}, no block table (requests unknown) and no key of the query's tokens: the shapes cannot tell the phase", c("T"), key))
+        .then(pl.format("T = {}, no requests in the shapes (no block table, no actual_seq_lengths){}: the shapes cannot tell the phase", c("T"), key))
         .when(c("n_attn_eager") > 0)
         .then(pl.lit("eager attention kernels without input shapes (collect profiler_level=Level1 for kernel_details.csv shapes)"))
         .when(c("n_attn_graph") > 0)
