@@ -109,9 +109,10 @@ def attention_evidence(kernels: pl.DataFrame, windows: pl.DataFrame, p: Params) 
     """Per window (``_w``), from its attention kernels (``kernels``: the kernels table's rows
     with ``launch_ns``, the host time that launched each, else its device start): the tokens T
     and requests B of the eager ones' shapes (the most common values), whether one ran without
-    a cache, how many ran in a captured graph, how many were launched after the window's first
-    sampler kernel (a drafter's forward, which runs in ``sample_tokens``; ``kernels`` holds the
-    sampler kernels too), and the decode / prefill / mixed signatures."""
+    a cache, how many ran in a captured graph, how many started after the step's sampler (a
+    drafter's forward, which runs in ``sample_tokens``; ``kernels`` holds the sampler kernels
+    too), the replays' token dim and the sampler's rows (:func:`_batch_sizes`), and the decode /
+    prefill / mixed signatures."""
     attention = kernels.filter(pl.col("type").is_in(list(p.attention_types)))
     query, key = _dims(pl.col("input_shapes"), 0), _dims(pl.col("input_shapes"), 1)
     types = pl.col("input_data_types").str.split(";")
