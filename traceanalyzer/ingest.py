@@ -890,8 +890,15 @@ _STORED_OUTCOME = json_shape.Obj(
     {
         "rows": json_shape.Obj(values=json_shape.integer(0, (1 << 63) - 1)),
         **dict.fromkeys(
-            ("missing_files", "not_collected", "not_in_generation", "incomplete_files",
-             "warnings", "notes", "formats_present"),
+            (
+                "missing_files",
+                "not_collected",
+                "not_in_generation",
+                "incomplete_files",
+                "warnings",
+                "notes",
+                "formats_present",
+            ),
             _TEXTS,
         ),  # fmt: skip
         **_OPTIONAL_TEXT,

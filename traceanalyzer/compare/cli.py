@@ -79,13 +79,14 @@ def diff_command(
     BASE and TARGET are output dirs of `traceanalyzer run`, or trace folders, which are then
     analysed first into their default output dirs.
     """
-    from traceanalyzer.compare.diff import DamagedFindings, diff_outputs
+    from traceanalyzer.compare.diff import diff_outputs
     from traceanalyzer.compare.render import render_diff_html, render_diff_text
     from traceanalyzer.engine.config import ConfigError, load_run_rules
     from traceanalyzer.engine.loader import RulesNotLoaded
     from traceanalyzer.executor import ExecutorError
     from traceanalyzer.ingest import InputError
     from traceanalyzer.outdir import OutputError, OutputRefused, check_own
+    from traceanalyzer.report.documents import DamagedDocument
 
     quiet = quiet or fmt == "json"
     try:
@@ -106,7 +107,7 @@ def diff_command(
         ExecutorError,
         ConfigError,
         RulesNotLoaded,
-        DamagedFindings,
+        DamagedDocument,
     ) as exc:
         click.echo(printable(f"error: {exc}"), err=True)
         sys.exit(EXIT_USAGE)
