@@ -287,3 +287,38 @@ def test_an_interrupted_query_is_exit_130_and_leaves_nothing(sent_out, tmp_path,
     assert time.monotonic() - stopped < 5
     assert "Traceback" not in err and "interrupted" in err
     assert list(scratch.iterdir()) == []
+
+
+# --------------------------------------------------------------------------- a warm run of it
+
+
+def _manifest(out: Path) -> dict:
+    return json.loads((out / "manifest.json").read_text())
+
+
+def test_a_manifest_group_that_is_a_path_removes_nothing_outside_out(received, tmp_path) -> None:
+    """A recorded group names the folders the upkeep removes: `x/../../../../victim` (with a
+    planted `group=x`) made a warm run delete a folder beside OUT."""
+    victim = _victim(tmp_path)
+    before = _snapshot(victim)
+    doc = _manifest(received)
+    entry = next(iter(doc["sessions"].values()))
+    doc["sessions"]["0/gone"] = {**entry, "group": "x/../../../../victim"}
+    (received / "manifest.json").write_text(json.dumps(doc))
+    (received / "tables" / "slices" / "group=x").mkdir()
+    result = _run(SAMPLES / "capture_growth_2rank", received)
+    assert result.exit_code == 0, result.output
+    assert _snapshot(victim) == before
+
+
+def test_a_crafted_cached_outcome_is_not_reported(received) -> None:
+    """A manifest entry whose outcome has values of the wrong type, or names another session,
+    is no record: the session is ingested again, and the summary prints its own."""
+    doc = _manifest(received)
+    key, entry = next(iter(doc["sessions"].items()))
+    entry["outcome"].update(rows="many", session="../../x", warnings=[5])
+    (received / "manifest.json").write_text(json.dumps(doc))
+    result = _run(SAMPLES / "capture_growth_2rank", received)
+    assert result.exit_code == 0, result.output
+    assert "1 cached" in result.output and "../../x" not in result.output
+    assert key.split("/", 1)[1] in result.output
