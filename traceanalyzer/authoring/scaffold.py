@@ -254,7 +254,7 @@ def scaffold_rule(
     rule_file = folder / f"{module}.py"
     fixture_file = folder / FIXTURES_DIR / f"{module}.py"
     for path in (rule_file, fixture_file):
-        if path.exists():
+        if path.exists() or path.is_symlink():
             raise FileExistsError(f"{path} already exists")
     values = {
         "name": name,
@@ -264,6 +264,9 @@ def scaffold_rule(
         "folder": folder,
     }
     fixture_file.parent.mkdir(parents=True, exist_ok=True)
-    rule_file.write_text(RULE_TEMPLATE.format(**values), "utf-8")
-    fixture_file.write_text(FIXTURE_TEMPLATE.format(**values), "utf-8")
+    for path, template in ((rule_file, RULE_TEMPLATE), (fixture_file, FIXTURE_TEMPLATE)):
+        # "x": created, never opened if it exists, nor through a link (a dangling one too,
+        # which exists() does not see)
+        with open(path, "x", encoding="utf-8") as fh:
+            fh.write(template.format(**values))
     return rule_file, fixture_file
