@@ -227,14 +227,17 @@ _DECLARED_ID = re.compile(r"""\bid\s*=\s*["']([A-Z]{2,4}\d{3,4})["']""")
 
 
 def declared_ids(folders: Iterable[Path]) -> set[str]:
-    """Rule ids written in the rule files of ``folders``, even in files that do not load."""
-    return {
-        match.group(1)
-        for folder in folders
-        if folder.is_dir()
-        for path in rule_files(folder)
-        for match in _DECLARED_ID.finditer(path.read_text("utf-8", errors="replace"))
-    }
+    """Rule ids written in the rule files of ``folders``, even in files that do not load (a
+    file that cannot be read, a dangling link say, declares none)."""
+    ids = set()
+    for folder in folders:
+        for path in rule_files(folder) if folder.is_dir() else ():
+            try:
+                text = path.read_text("utf-8", errors="replace")
+            except OSError:
+                continue
+            ids.update(match.group(1) for match in _DECLARED_ID.finditer(text))
+    return ids
 
 
 def next_rule_id(taken: Iterable[str]) -> str:
