@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from writer_support import plant, user_state
 
 from traceanalyzer import __version__
 from traceanalyzer.recipes import ParamError, RenderError, list_recipes, render
@@ -294,29 +295,20 @@ def test_parsers() -> None:
     assert parse_size_gb("7") == 7
 
 
-def _user_folder(out: Path) -> dict[str, str]:
-    """A folder of the user's: a git checkout's `.git`, a file and a subfolder of theirs."""
-    files = {".git/HEAD": "ref: refs/heads/main\n", "mydata.txt": "mine", "sub/notes.md": "# x"}
-    for rel, text in files.items():
-        (out / rel).parent.mkdir(parents=True, exist_ok=True)
-        (out / rel).write_text(text)
-    return files
-
-
 @pytest.mark.parametrize("force", [False, True])
 def test_a_folder_holding_anything_else_is_refused_even_with_force(tmp_path, force) -> None:
     """`recipe render ... --out . --force` in a git checkout deleted `.git` and every file."""
     out = tmp_path / "o"
-    files = _user_folder(out)
+    before = plant(out)
     with pytest.raises(RenderError, match=r"holds \.git/, mydata\.txt, sub/: not files a recipe"):
         render("serving-window", out, force=force)
-    assert {str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()} == set(files)
-    assert all((out / rel).read_text() == text for rel, text in files.items())
+    assert {str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()} == set(before)
+    assert user_state(out) == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["o"]  # no temp dirs left
 
 
 def test_out_dot_in_a_checkout_keeps_git(tmp_path: Path, monkeypatch) -> None:
-    _user_folder(tmp_path)
+    plant(tmp_path)
     monkeypatch.chdir(tmp_path)
     res = CliRunner().invoke(recipe_group, ["render", "serving-window", "--out", ".", "--force"])
     assert res.exit_code == 2 and "holds .git/, mydata.txt, sub/" in res.output, res.output

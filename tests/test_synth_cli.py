@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from writer_support import plant, user_state
 
 from traceanalyzer.cli import main
 from traceanalyzer.ingest import ingest
@@ -153,15 +154,6 @@ def test_export_db_of_a_generation_without_one_is_a_usage_error(tmp_path: Path) 
     assert not list(tmp_path.iterdir())
 
 
-def _user_files(out: Path) -> dict[str, str]:
-    """A user's file, subfolder and git-like `.git` in --out, which synth must leave alone."""
-    files = {".git/HEAD": "ref: refs/heads/main\n", "mydata.txt": "mine", "sub/notes.md": "# x"}
-    for rel, text in files.items():
-        (out / rel).parent.mkdir(parents=True, exist_ok=True)
-        (out / rel).write_text(text)
-    return files
-
-
 def _rank_dirs(out: Path) -> list[str]:
     return sorted(p.name for p in out.iterdir() if p.name.endswith("_ascend_pt"))
 
@@ -170,7 +162,7 @@ def test_a_second_scenario_never_mixes_into_an_out_with_ranks(tmp_path: Path) ->
     """`synth moe-ep --ranks 4` then `synth store-stall --ranks 1` into one folder gave a mixed
     collection, with no word: refused, or with --force only synth's rank dirs replaced."""
     out = tmp_path / "out"
-    files = _user_files(out)
+    user = plant(out)
     small = ["--set", "steps_before=1", "--set", "steps_after=1"]
     first = CliRunner().invoke(main, ["synth", "inference-baseline", "--ranks", "2",
                                       "--set", "steps=1", "--out", str(out)])  # fmt: skip
@@ -187,7 +179,7 @@ def test_a_second_scenario_never_mixes_into_an_out_with_ranks(tmp_path: Path) ->
     assert replaced.exit_code == 0, replaced.output
     after = _rank_dirs(out)
     assert [Path(line).name for line in replaced.output.split()] == after and len(after) == 1
-    assert all((out / rel).read_text() == text for rel, text in files.items())
+    assert user_state(out) == user
     foreign = out / "job_ascend_pt" / "ASCEND_PROFILER_OUTPUT"
     foreign.mkdir(parents=True)
     refused = CliRunner().invoke(

@@ -7,39 +7,21 @@ session."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 
 import polars as pl
 import pytest
 from click.testing import CliRunner, Result
+from test_untrusted_input import _within
 
 from traceanalyzer.cli import main
 from traceanalyzer.store import Store
 
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
-SECONDS = 60  # a case that takes longer hangs
-
-
-@contextlib.contextmanager
-def _within(seconds: float = SECONDS) -> Iterator[None]:
-    """Fail, rather than hang the suite, when the block takes longer than ``seconds``."""
-
-    def over(signum: int, frame: object) -> None:
-        raise TimeoutError(f"over {seconds} s: it hangs")
-
-    previous = signal.signal(signal.SIGALRM, over)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 def _cli(*args: object) -> Result:

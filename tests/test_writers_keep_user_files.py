@@ -10,34 +10,22 @@ import shutil
 from pathlib import Path
 
 import pytest
+import writer_support
 from click.testing import CliRunner, Result
 
 from traceanalyzer.cli import main
 
 SAMPLE = Path(__file__).resolve().parents[1] / "sample_traces" / "capture_growth_2rank"
-USER_FILES = {
-    ".git/HEAD": "ref: refs/heads/main\n",
-    ".git/objects/ab/cdef": "blob",
-    "mydata.txt": "mine",
-    "sub/notes.md": "# notes",
-    "plots/mychart.png": "not a run's figure",
-}
+# plots/: a run prunes its own old figures there, never a file of the user's
+USER_FILES = {**writer_support.USER_FILES, "plots/mychart.png": "not a run's figure"}
 
 
 def _plant(folder: Path) -> dict[str, tuple[str, int]]:
-    for rel, text in USER_FILES.items():
-        (folder / rel).parent.mkdir(parents=True, exist_ok=True)
-        (folder / rel).write_text(text)
-    return _user_state(folder)
+    return writer_support.plant(folder, USER_FILES)
 
 
 def _user_state(folder: Path) -> dict[str, tuple[str, int]]:
-    """The user's files: their text and mtime (what a rewrite changes)."""
-    return {
-        rel: ((folder / rel).read_text(), (folder / rel).stat().st_mtime_ns)
-        for rel in USER_FILES
-        if (folder / rel).is_file()
-    }
+    return writer_support.user_state(folder, USER_FILES)
 
 
 def _cli(*args: object) -> Result:
