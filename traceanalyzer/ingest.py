@@ -880,28 +880,19 @@ def _session_row(
 ProgressFn = Callable[[str, int, int, SessionOutcome | None], None]
 
 
-_TEXTS = json_shape.list_of(json_shape.string)
-_OPTIONAL_TEXT = {
-    name: json_shape.string
-    for name in ("error", "traceback", "generation", "profiler_level", "trace_reader",
-                 "source_format", "db_schema_version")
-}  # fmt: skip
+_OUTCOME_TEXT_LISTS = (
+    "missing_files", "not_collected", "not_in_generation", "incomplete_files", "warnings",
+    "notes", "formats_present",
+)  # fmt: skip
+_OUTCOME_TEXTS = (
+    "error", "traceback", "generation", "profiler_level", "trace_reader", "source_format",
+    "db_schema_version",
+)  # fmt: skip
 _STORED_OUTCOME = json_shape.Obj(
     {
         "rows": json_shape.Obj(values=json_shape.integer(0, (1 << 63) - 1)),
-        **dict.fromkeys(
-            (
-                "missing_files",
-                "not_collected",
-                "not_in_generation",
-                "incomplete_files",
-                "warnings",
-                "notes",
-                "formats_present",
-            ),
-            _TEXTS,
-        ),  # fmt: skip
-        **_OPTIONAL_TEXT,
+        **dict.fromkeys(_OUTCOME_TEXT_LISTS, json_shape.list_of(json_shape.string)),
+        **dict.fromkeys(_OUTCOME_TEXTS, json_shape.string),
         "seconds": json_shape.number,
         "peak_rss_mb": json_shape.number,
     }

@@ -449,15 +449,15 @@ def load_manifest(out: Path) -> Manifest:
     manifest.sessions = {
         key: value
         for key, value in manifest.sessions.items()
-        if is_session_key(key)
+        if _is_session_key(key)
         and isinstance(value, dict)
         and isinstance(value.get("outcome"), dict)
-        and (value.get("group") is None or is_group_name(value.get("group")))
+        and (value.get("group") is None or _is_group_name(value.get("group")))
     }
     return manifest
 
 
-def is_session_key(key: object) -> bool:
+def _is_session_key(key: object) -> bool:
     """Whether ``key`` is a ``"<rank>/<session>"`` discovery could have made (it names paths
     in the store: never one outside it)."""
     if not isinstance(key, str):
@@ -466,7 +466,7 @@ def is_session_key(key: object) -> bool:
     return bool(_RANK.fullmatch(rank)) and is_session_id(session)
 
 
-def is_group_name(name: object) -> bool:
+def _is_group_name(name: object) -> bool:
     """Whether ``name`` is a rank group's name (:func:`group_name`): ``<lowest>-<highest>``."""
     return isinstance(name, str) and _GROUP_NAME.fullmatch(GROUP_PREFIX + name) is not None
 
