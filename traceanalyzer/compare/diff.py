@@ -13,7 +13,8 @@ store, with the parameters that run recorded.
 Both findings.json files are checked before anything is compared
 (:func:`~traceanalyzer.report.documents.read_findings`): a regular file, UTF-8, JSON without
 NaN, and every field the comparison reads of the type it must have; a damaged one (an empty
-file, which a full disk leaves, say) is refused with the reason (:class:`~traceanalyzer.report.documents.DamagedDocument`).
+file, which a full disk leaves, say) is refused with the reason
+(:class:`~traceanalyzer.report.documents.DamagedDocument`).
 """
 
 from __future__ import annotations
