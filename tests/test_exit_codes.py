@@ -26,7 +26,7 @@ def test_recipe_render_into_a_non_empty_folder_is_a_usage_error(tmp_path: Path) 
         main, ["recipe", "render", "graph-capture-repeat", "--out", str(tmp_path)]
     )
     assert result.exit_code == EXIT_USAGE, result.output
-    assert "not empty" in result.output
+    assert "holds keep.txt: not files a recipe writes" in result.output
     assert (tmp_path / "keep.txt").read_text() == "mine"
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from writer_support import plant, user_state
 
 from traceanalyzer import __version__
 from traceanalyzer.recipes import ParamError, RenderError, list_recipes, render
@@ -294,17 +295,57 @@ def test_parsers() -> None:
     assert parse_size_gb("7") == 7
 
 
-def test_refuses_non_empty_out_without_force(tmp_path: Path) -> None:
+@pytest.mark.parametrize("force", [False, True])
+def test_a_folder_holding_anything_else_is_refused_even_with_force(tmp_path, force) -> None:
+    """`recipe render ... --out . --force` in a git checkout deleted `.git` and every file."""
     out = tmp_path / "o"
-    out.mkdir()
-    (out / "keep.txt").write_text("mine")
-    with pytest.raises(RenderError, match="not empty; pass --force"):
-        render("graph-capture-repeat", out)
-    assert (out / "keep.txt").read_text() == "mine"
-    render("graph-capture-repeat", out, force=True)
-    assert not (out / "keep.txt").exists()
-    assert (out / "run.sh").is_file()
+    before = plant(out)
+    with pytest.raises(RenderError, match=r"holds \.git/, mydata\.txt, sub/: not files a recipe"):
+        render("serving-window", out, force=force)
+    assert {str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()} == set(before)
+    assert user_state(out) == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["o"]  # no temp dirs left
+
+
+def test_out_dot_in_a_checkout_keeps_git(tmp_path: Path, monkeypatch) -> None:
+    plant(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    res = CliRunner().invoke(recipe_group, ["render", "serving-window", "--out", ".", "--force"])
+    assert res.exit_code == 2 and "holds .git/, mydata.txt, sub/" in res.output, res.output
+    assert (tmp_path / ".git" / "HEAD").is_file() and (tmp_path / "mydata.txt").is_file()
+
+
+def test_force_replaces_a_rendered_recipe_file_by_file(tmp_path: Path, monkeypatch) -> None:
+    """A folder of another recipe's files: replaced, its files the new one does not write
+    removed (and its folders left empty); the folder itself stays, the shell may be in it."""
+    out = tmp_path / "o"
+    render("mooncake-store-transfer", out)
+    with pytest.raises(RenderError, match="not empty .*pass --force"):
+        render("graph-capture-repeat", out)
+    monkeypatch.chdir(out)
+    inode = out.stat().st_ino
+    render("graph-capture-repeat", ".", force=True)
+    assert out.stat().st_ino == inode
+    written = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
+    assert written == sorted(render("graph-capture-repeat", tmp_path / "fresh").files)
+    assert not (out / "ta_store_hooks").exists() and not (out / "bench.sh").exists()
+    assert os.access(out / "run.sh", os.X_OK)
+    (out / "profiling_data" / "sync").mkdir(parents=True)  # run.sh ran: the user's results
+    with pytest.raises(RenderError, match="holds profiling_data/"):
+        render("graph-capture-repeat", out, force=True)
+    assert (out / "profiling_data" / "sync").is_dir()
+
+
+def test_a_link_named_like_a_recipe_file_is_in_the_way(tmp_path: Path) -> None:
+    out = tmp_path / "o"
+    render("serving-window", out)
+    target = tmp_path / "elsewhere.sh"
+    target.write_text("keep")
+    (out / "run.sh").unlink()
+    (out / "run.sh").symlink_to(target)
+    with pytest.raises(RenderError, match="holds run.sh"):
+        render("serving-window", out, force=True)
+    assert target.read_text() == "keep"
 
 
 def test_empty_out_is_fine(tmp_path: Path) -> None:

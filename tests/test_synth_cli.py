@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from writer_support import plant, user_state
 
 from traceanalyzer.cli import main
 from traceanalyzer.ingest import ingest
@@ -151,3 +152,48 @@ def test_export_db_of_a_generation_without_one_is_a_usage_error(tmp_path: Path) 
     )
     assert res.exit_code == 2 and "no Db export" in res.output
     assert not list(tmp_path.iterdir())
+
+
+def _rank_dirs(out: Path) -> list[str]:
+    return sorted(p.name for p in out.iterdir() if p.name.endswith("_ascend_pt"))
+
+
+def test_a_second_scenario_never_mixes_into_an_out_with_ranks(tmp_path: Path) -> None:
+    """`synth moe-ep --ranks 4` then `synth store-stall --ranks 1` into one folder gave a mixed
+    collection, with no word: refused, or with --force only synth's rank dirs replaced."""
+    out = tmp_path / "out"
+    user = plant(out)
+    small = ["--set", "steps_before=1", "--set", "steps_after=1"]
+    first = CliRunner().invoke(main, ["synth", "inference-baseline", "--ranks", "2",
+                                      "--set", "steps=1", "--out", str(out)])  # fmt: skip
+    assert first.exit_code == 0, first.output
+    before = _rank_dirs(out)
+    assert len(before) == 2
+    refused = CliRunner().invoke(main, ["synth", "store-stall", "--out", str(out), *small])
+    assert refused.exit_code == 2, refused.output
+    assert "already holds 2 rank director(ies)" in refused.output and before[0] in refused.output
+    assert _rank_dirs(out) == before
+    replaced = CliRunner().invoke(
+        main, ["synth", "store-stall", "--out", str(out), "--force", "--seed", "1", *small]
+    )
+    assert replaced.exit_code == 0, replaced.output
+    after = _rank_dirs(out)
+    assert [Path(line).name for line in replaced.output.split()] == after and len(after) == 1
+    assert user_state(out) == user
+    foreign = out / "job_ascend_pt" / "ASCEND_PROFILER_OUTPUT"
+    foreign.mkdir(parents=True)
+    refused = CliRunner().invoke(
+        main, ["synth", "store-stall", "--out", str(out), "--force", *small]
+    )
+    assert refused.exit_code == 2 and "synth did not write (job_ascend_pt)" in refused.output
+    assert foreign.is_dir() and _rank_dirs(out) == sorted([*after, "job_ascend_pt"])
+
+
+def test_an_invalid_knob_removes_nothing_even_with_force(tmp_path: Path) -> None:
+    first = CliRunner().invoke(synth_command, ["inference-baseline", "--set", "steps=1",
+                                               "--out", str(tmp_path)])  # fmt: skip
+    assert first.exit_code == 0
+    before = _rank_dirs(tmp_path)
+    res = CliRunner().invoke(synth_command, ["store-stall", "--set", "spans=x", "--force",
+                                             "--out", str(tmp_path)])  # fmt: skip
+    assert res.exit_code == 2 and _rank_dirs(tmp_path) == before

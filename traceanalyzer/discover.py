@@ -404,17 +404,53 @@ def _formats(out: Path, refused: set[Path]) -> tuple[list[str], Path | None, Pat
     return formats, out / dbs[0] if dbs else None, analysis
 
 
+# A session id names a store partition (`session=<id>`) and an annotated trace's folder: a file
+# name of these characters, never a path, within any file system's name limit.
+SESSION_ID = re.compile(r"[A-Za-z0-9_.-]{1,200}")
+_SESSION_ID_CUT = 180  # a longer directory name keeps this much, then its suffix
+
+
+def is_session_id(text: object) -> bool:
+    """Whether ``text`` is a session id discovery could have made: a name, never a path."""
+    return isinstance(text, str) and bool(SESSION_ID.fullmatch(text)) and text.strip(".") != ""
+
+
 def _session_ids(sessions: list[RankSession], root: Path) -> None:
-    """Session id = directory name, made unique (and Hive-path safe) when names repeat."""
+    """Session id = directory name, when that is a safe id and no other rank directory has it.
+
+    Otherwise (characters a Hive path or a file name cannot hold, a name too long, a name
+    two directories share) the cleaned name gets a suffix derived from the directory's path
+    relative to ``root``, so ids are deterministic; any id still taken (two cleaned names that
+    meet) gets a counter as well, in path order: unique by construction."""
     counts: dict[str, int] = defaultdict(int)
     for s in sessions:
         counts[s.path.name] += 1
-    for s in sessions:
-        base = re.sub(r"[^A-Za-z0-9_.-]", "_", s.path.name)
-        if counts[s.path.name] > 1:
-            rel = os.path.relpath(s.path, root)
-            base = f"{base}-{hashlib.blake2b(rel.encode(), digest_size=4).hexdigest()}"
-        s.session = base
+    wanted: dict[int, str] = {}
+    for index, s in enumerate(sessions):
+        name = s.path.name
+        if is_session_id(name) and counts[name] == 1:
+            wanted[index] = name
+            continue
+        rel = os.path.relpath(s.path, root).encode("utf-8", "surrogateescape")
+        suffix = hashlib.blake2b(rel, digest_size=4).hexdigest()
+        wanted[index] = f"{re.sub(r'[^A-Za-z0-9_.-]', '_', name)[:_SESSION_ID_CUT]}-{suffix}"
+    repeats = defaultdict(list)
+    for index, session_id in wanted.items():
+        repeats[session_id].append(index)
+    taken = set(wanted.values())
+    for session_id, indices in repeats.items():
+        if len(indices) == 1:
+            continue
+        for n, index in enumerate(sorted(indices, key=lambda i: str(sessions[i].path))):
+            if n == 0:
+                continue  # the first in path order keeps the id
+            count = n + 1
+            while f"{session_id}-{count}" in taken:
+                count += 1
+            wanted[index] = f"{session_id}-{count}"
+            taken.add(wanted[index])
+    for index, s in enumerate(sessions):
+        s.session = wanted[index]
 
 
 def _classify_unusable(path: Path, refused: set[Path]) -> Problem | None:

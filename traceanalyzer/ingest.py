@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from traceanalyzer import outdir
+from traceanalyzer import json_shape, outdir
 from traceanalyzer.discover import TRACE_FILE, Discovery, RankSession, discover, input_root
 from traceanalyzer.hints import path_did_you_mean
 from traceanalyzer.parse import native_scan, trace_native
@@ -880,10 +880,37 @@ def _session_row(
 ProgressFn = Callable[[str, int, int, SessionOutcome | None], None]
 
 
-def _cached_outcome(entry: dict[str, Any]) -> SessionOutcome | None:
-    """The outcome a manifest entry recorded, or None when it is not one (hand-edited...)."""
+_OUTCOME_TEXT_LISTS = (
+    "missing_files", "not_collected", "not_in_generation", "incomplete_files", "warnings",
+    "notes", "formats_present",
+)  # fmt: skip
+_OUTCOME_TEXTS = (
+    "error", "traceback", "generation", "profiler_level", "trace_reader", "source_format",
+    "db_schema_version",
+)  # fmt: skip
+_STORED_OUTCOME = json_shape.Obj(
+    {
+        "rows": json_shape.Obj(values=json_shape.integer(0, (1 << 63) - 1)),
+        **dict.fromkeys(_OUTCOME_TEXT_LISTS, json_shape.list_of(json_shape.string)),
+        **dict.fromkeys(_OUTCOME_TEXTS, json_shape.string),
+        "seconds": json_shape.number,
+        "peak_rss_mb": json_shape.number,
+    }
+)
+"""What a manifest entry's ``outcome`` must be to be reported as the session's (an OUT someone
+sent is data: a value of another type would fail the summary, not the session)."""
+
+
+def _cached_outcome(entry: dict[str, Any], session: RankSession) -> SessionOutcome | None:
+    """The outcome a manifest entry recorded for ``session``, or None when it is not one
+    (hand-edited, another tool's). Its rank, session id and path are the session's own: what
+    a manifest says of them is never used."""
+    _, problems = json_shape.conform(entry.get("outcome"), _STORED_OUTCOME)
+    if problems:
+        return None
+    own = {"rank": session.rank, "session": session.session, "path": str(session.path)}
     try:
-        return SessionOutcome(**{**entry["outcome"], "status": "cached"})
+        return SessionOutcome(**{**entry["outcome"], **own, "status": "cached"})
     except (KeyError, TypeError):
         return None
 
@@ -1040,7 +1067,7 @@ def _stored_unit(
         return None, None
     first = members[0]
     damaged = verify_partitions(out, first.rank, first.session, entries[0].get("partitions"), group)
-    cached = [_cached_outcome(entry) for entry in entries]
+    cached = [_cached_outcome(entry, s) for entry, s in zip(entries, members, strict=True)]
     outcomes = [outcome for outcome in cached if outcome is not None]
     if damaged is None and len(outcomes) == len(cached):
         return outcomes, None

@@ -162,6 +162,18 @@ def one_of(*choices: str) -> Leaf:
     return check
 
 
+def name_of(valid: Callable[[str], bool], what: str) -> Leaf:
+    """A string that ``valid`` accepts; ``what`` says what it must be ("a session id")."""
+
+    def check(value: Any) -> str:
+        if not isinstance(value, str) or not valid(value):
+            shown = repr(value[:40]) if isinstance(value, str) else _kind(value)
+            raise _Mismatch(f"expected {what}, got {shown}")
+        return value
+
+    return check
+
+
 def integer(low: int, high: int) -> Leaf:
     """An integer in [low, high], written as a JSON number or a string of ASCII digits."""
 

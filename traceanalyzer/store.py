@@ -40,6 +40,7 @@ from typing import Any, BinaryIO, TypeVar
 import polars as pl
 
 from traceanalyzer import outdir
+from traceanalyzer.discover import is_session_id
 from traceanalyzer.schema import DERIVED_TABLES, PART_FILE, TABLES, TABLES_DIR, Table
 
 _T = TypeVar("_T")
@@ -48,7 +49,7 @@ MANIFEST = "manifest.json"
 DERIVED_KEYS_DIR = ".cache"  # OUT/.cache/<derived table>/rank=R.key
 MANIFEST_VERSION = 1
 JOURNAL = "manifest.journal"
-_SESSION_KEY = re.compile(r"-?[0-9]{1,10}/[A-Za-z0-9_.-]+")  # "<rank>/<session>", as discovered
+_RANK = re.compile(r"-?[0-9]{1,10}")
 
 
 class StoreError(Exception):
@@ -451,16 +452,31 @@ def load_manifest(out: Path) -> Manifest:
             except (json.JSONDecodeError, KeyError, TypeError):
                 continue
     # An entry of another shape (hand-edited, another tool's) is no record of anything; its key
-    # names partition paths, so it must be one discovery could have made.
+    # and its group name paths the store reads and removes, so they must be names discovery
+    # and the ingest could have made, never paths (a group of "x/../../.." would leave OUT).
     manifest.sessions = {
         key: value
         for key, value in manifest.sessions.items()
-        if isinstance(key, str)
-        and _SESSION_KEY.fullmatch(key)
+        if _is_session_key(key)
         and isinstance(value, dict)
         and isinstance(value.get("outcome"), dict)
+        and (value.get("group") is None or _is_group_name(value.get("group")))
     }
     return manifest
+
+
+def _is_session_key(key: object) -> bool:
+    """Whether ``key`` is a ``"<rank>/<session>"`` discovery could have made (it names paths
+    in the store: never one outside it)."""
+    if not isinstance(key, str):
+        return False
+    rank, _, session = key.partition("/")
+    return bool(_RANK.fullmatch(rank)) and is_session_id(session)
+
+
+def _is_group_name(name: object) -> bool:
+    """Whether ``name`` is a rank group's name (:func:`group_name`): ``<lowest>-<highest>``."""
+    return isinstance(name, str) and _GROUP_NAME.fullmatch(GROUP_PREFIX + name) is not None
 
 
 def fold_journal(out: Path, manifest: Manifest) -> None:

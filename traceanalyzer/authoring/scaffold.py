@@ -227,14 +227,17 @@ _DECLARED_ID = re.compile(r"""\bid\s*=\s*["']([A-Z]{2,4}\d{3,4})["']""")
 
 
 def declared_ids(folders: Iterable[Path]) -> set[str]:
-    """Rule ids written in the rule files of ``folders``, even in files that do not load."""
-    return {
-        match.group(1)
-        for folder in folders
-        if folder.is_dir()
-        for path in rule_files(folder)
-        for match in _DECLARED_ID.finditer(path.read_text("utf-8", errors="replace"))
-    }
+    """Rule ids written in the rule files of ``folders``, even in files that do not load (a
+    file that cannot be read, a dangling link say, declares none)."""
+    ids = set()
+    for folder in folders:
+        for path in rule_files(folder) if folder.is_dir() else ():
+            try:
+                text = path.read_text("utf-8", errors="replace")
+            except OSError:
+                continue
+            ids.update(match.group(1) for match in _DECLARED_ID.finditer(text))
+    return ids
 
 
 def next_rule_id(taken: Iterable[str]) -> str:
@@ -254,7 +257,7 @@ def scaffold_rule(
     rule_file = folder / f"{module}.py"
     fixture_file = folder / FIXTURES_DIR / f"{module}.py"
     for path in (rule_file, fixture_file):
-        if path.exists():
+        if path.exists() or path.is_symlink():
             raise FileExistsError(f"{path} already exists")
     values = {
         "name": name,
@@ -264,6 +267,9 @@ def scaffold_rule(
         "folder": folder,
     }
     fixture_file.parent.mkdir(parents=True, exist_ok=True)
-    rule_file.write_text(RULE_TEMPLATE.format(**values), "utf-8")
-    fixture_file.write_text(FIXTURE_TEMPLATE.format(**values), "utf-8")
+    for path, template in ((rule_file, RULE_TEMPLATE), (fixture_file, FIXTURE_TEMPLATE)):
+        # "x": created, never opened if it exists, nor through a link (a dangling one too,
+        # which exists() does not see)
+        with open(path, "x", encoding="utf-8") as fh:
+            fh.write(template.format(**values))
     return rule_file, fixture_file

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import click
 
 from traceanalyzer.clitypes import ExistingPath
-from traceanalyzer.exitcodes import EXIT_FINDINGS, EXIT_USAGE
+from traceanalyzer.exitcodes import EXIT_FINDINGS, EXIT_OUTPUT, EXIT_USAGE
 from traceanalyzer.printable import printable
 from traceanalyzer.store import write_atomic_text
 
@@ -79,16 +79,23 @@ def diff_command(
     BASE and TARGET are output dirs of `traceanalyzer run`, or trace folders, which are then
     analysed first into their default output dirs.
     """
-    from traceanalyzer.compare.diff import DamagedFindings, diff_outputs
+    from traceanalyzer.compare.diff import diff_outputs
     from traceanalyzer.compare.render import render_diff_html, render_diff_text
     from traceanalyzer.engine.config import ConfigError, load_run_rules
     from traceanalyzer.engine.loader import RulesNotLoaded
     from traceanalyzer.executor import ExecutorError
     from traceanalyzer.ingest import InputError
-    from traceanalyzer.outdir import OutputError, OutputRefused, check_own
+    from traceanalyzer.outdir import OutputError, OutputRefused, check_out, check_own, writes
+    from traceanalyzer.report.documents import DamagedDocument
 
     quiet = quiet or fmt == "json"
     try:
+        if out is not None:  # refused before any work: never into a trace folder it reads
+            for side in (base, target):
+                if not is_output_dir(side):
+                    check_out(out, side)
+            if out.exists() and not out.is_dir():
+                raise OutputRefused(f"--out {out} exists and is not a directory")
         # once: both analyses, if any, and the key figures; a config inside either side
         # sets parameters, never loads its rule code
         rules = load_run_rules(inputs=(base, target))
@@ -106,14 +113,19 @@ def diff_command(
         ExecutorError,
         ConfigError,
         RulesNotLoaded,
-        DamagedFindings,
+        DamagedDocument,
     ) as exc:
         click.echo(printable(f"error: {exc}"), err=True)
         sys.exit(EXIT_USAGE)
     out = out or target_out.parent / f"diff-{base_out.name}-vs-{target_out.name}"
     doc = json.dumps(result.to_dict(), indent=1) + "\n"
-    write_atomic_text(out / "diff.json", doc)
-    write_atomic_text(out / "diff.html", render_diff_html(result, out))
+    try:
+        with writes(out):
+            write_atomic_text(out / "diff.json", doc)
+            write_atomic_text(out / "diff.html", render_diff_html(result, out))
+    except OutputError as exc:
+        click.echo(printable(f"error: {exc}"), err=True)
+        sys.exit(EXIT_OUTPUT)
     if fmt == "json":
         click.echo(doc, nl=False)
     else:

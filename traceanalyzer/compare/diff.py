@@ -10,10 +10,11 @@ parameters and kept in findings.json; a finding carries the deltas of its rule's
 output directory written before findings.json had them, the loaded rules compute them from its
 store, with the parameters that run recorded.
 
-Both findings.json files are checked before anything is compared (:func:`read_findings`): a
-regular file, UTF-8, JSON without NaN, and every field the comparison reads of the type it
-must have; a damaged one (an empty file, which a full disk leaves, say) is refused with the
-reason (:class:`DamagedFindings`).
+Both findings.json files are checked before anything is compared
+(:func:`~traceanalyzer.report.documents.read_findings`): a regular file, UTF-8, JSON without
+NaN, and every field the comparison reads of the type it must have; a damaged one (an empty
+file, which a full disk leaves, say) is refused with the reason
+(:class:`~traceanalyzer.report.documents.DamagedDocument`).
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from traceanalyzer import json_shape
 from traceanalyzer.compare.overview_diff import ComponentDelta, overview_deltas
 from traceanalyzer.compare.phase_diff import PhaseDiff, phase_deltas
 from traceanalyzer.engine.findings import compress_ranks
@@ -33,84 +33,11 @@ from traceanalyzer.engine.presentation import key_figure_document
 from traceanalyzer.engine.registry import RuleSet
 from traceanalyzer.engine.rule import RuleContext
 from traceanalyzer.interrupts import contained
+from traceanalyzer.report.documents import read_findings
 from traceanalyzer.store import Store, StoreError
 
 Status = Literal["new", "resolved", "changed", "unchanged"]
 REL_TOLERANCE = 0.01  # metric changes below 1% are noise, not "changed"
-FINDINGS_MAX_BYTES = 1 << 30
-_RANKS = json_shape.list_of(json_shape.integer(-1, (1 << 31) - 1))
-_FINDING = json_shape.Obj(
-    {
-        "fingerprint": json_shape.string,
-        "rule": json_shape.string,
-        "name": json_shape.string,
-        "severity": json_shape.one_of("info", "warning", "error"),
-        "ranks": _RANKS,
-        "ranks_label": json_shape.string,
-        "title": json_shape.string,
-        "metrics": json_shape.Obj(),
-    },
-    required=("fingerprint", "rule", "name"),
-)
-_KEY_FIGURE = json_shape.Obj(
-    {
-        "name": json_shape.string,
-        "figure": json_shape.string,
-        "label": json_shape.string,
-        "better": json_shape.one_of("lower", "higher"),
-        "unit": json_shape.string,
-        "values": json_shape.Items(
-            json_shape.Obj(
-                {"rank": json_shape.integer(-1, (1 << 31) - 1), "value": json_shape.number},
-                required=("rank",),
-            )
-        ),
-    },
-    required=("name", "figure", "label"),
-)
-_OVERVIEW = json_shape.Obj(
-    {
-        "mean": json_shape.Obj(values=json_shape.number),
-        "components": json_shape.Items(
-            json_shape.Obj(
-                {"key": json_shape.string, "label": json_shape.string}, required=("key", "label")
-            )
-        ),
-    }
-)
-FINDINGS_DOCUMENT = json_shape.Obj(
-    {
-        "findings": json_shape.Items(_FINDING),
-        "key_figures": json_shape.Items(_KEY_FIGURE),
-        "summary": json_shape.Obj({"ranks": _RANKS, "overview": _OVERVIEW}),
-        "rules": json_shape.Items(
-            json_shape.Obj({"rule": json_shape.string, "params": json_shape.Obj()})
-        ),
-    }
-)
-"""What ``diff`` reads of a findings.json, and the type each field must have."""
-
-
-class DamagedFindings(ValueError):
-    """A findings.json that cannot be compared: says which file and why."""
-
-
-def read_findings(out_dir: Path) -> dict[str, Any]:
-    """``out_dir``'s findings.json, checked (see the module doc); :class:`DamagedFindings`
-    says why it cannot be compared."""
-    path = out_dir / "findings.json"
-    try:
-        text = json_shape.read_regular_file(path, FINDINGS_MAX_BYTES).decode("utf-8")
-        doc = json_shape.loads(text, constants=False)
-    except UnicodeDecodeError as exc:
-        raise DamagedFindings(f"{path}: not UTF-8 ({exc.reason} at byte {exc.start})") from None
-    except json_shape.InputFileError as exc:
-        raise DamagedFindings(f"{path}: {exc}") from None
-    _, problems = json_shape.conform(doc, FINDINGS_DOCUMENT)
-    if problems:
-        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-        raise DamagedFindings(f"{path}: damaged: {problems[0]}{more}")
-    return doc
 
 
 @dataclass(frozen=True)

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import shutil
+import signal
 import sys
+import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
+from traceanalyzer import interrupts
 from traceanalyzer.clitypes import ExistingPath
 from traceanalyzer.exitcodes import EXIT_OUTPUT, UsageFailure
 from traceanalyzer.query.formats import FORMATS
@@ -65,15 +69,53 @@ def query_command(
             )
         if fmt == "parquet" and output is None:
             raise UsageFailure("--format parquet writes a file: add --output FILE")
-        if output is not None and output.resolve().is_relative_to(out.resolve()):
-            raise UsageFailure(
-                f"--output {output} is inside the run output {out}, which query never writes"
-            )
-        query = open_query(out, sql)
+        if output is not None:
+            output = output.resolve()  # the one file the connection may write, by this name
+            if output.is_relative_to(out.resolve()):
+                raise UsageFailure(
+                    f"--output {output} is inside the run output {out}, which query never writes"
+                )
+        query = open_query(out, sql, output)
     except QueryError as exc:
         raise UsageFailure(str(exc)) from None
     with query:
-        _write(query.relation, fmt, output)
+        _interruptible(query.connection, lambda: _write(query.relation, fmt, output))
+
+
+def _interruptible(connection: duckdb.DuckDBPyConnection, work: Callable[[], None]) -> None:
+    """``work()`` on a thread while this one waits for it, so Ctrl-C (or SIGTERM) stops the
+    query at once (DuckDB looks at signals only now and then): the query is interrupted, its
+    connection closed and its spill folder removed by the caller, exit 130, no Traceback."""
+    failed: list[BaseException] = []
+    done = threading.Event()  # waited on, not join()ed: an interrupted join() loses the thread
+
+    def run() -> None:
+        try:
+            work()
+        except BaseException as exc:  # handed to the waiting thread
+            failed.append(exc)
+        finally:
+            done.set()
+
+    worker = threading.Thread(target=run, name="query", daemon=True)
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, interrupts.on_signal) if main else None
+    try:
+        worker.start()
+        while not done.wait(0.1):
+            pass
+    except KeyboardInterrupt:
+        connection.interrupt()
+        done.wait(_STOP_SECONDS)
+        raise
+    finally:
+        if main:
+            signal.signal(signal.SIGTERM, previous)
+    if failed:
+        raise failed[0]
+
+
+_STOP_SECONDS = 10.0  # how long an interrupted query may take to stop before the process ends
 
 
 def _write(relation: duckdb.DuckDBPyRelation, fmt: str, output: Path | None) -> None:
@@ -101,7 +143,10 @@ def _table_list(out: Path) -> str:
 
     lines = []
     for table in STORE_TABLES.values():
-        rows = sum(pq.read_metadata(f).num_rows for f in partition_files(out, table.name))
+        try:
+            rows = sum(pq.read_metadata(f).num_rows for f in partition_files(out, table.name))
+        except (OSError, ValueError) as exc:  # ArrowInvalid is a ValueError: a damaged footer
+            raise UsageFailure(f"table {table.name}: unreadable partitions: {exc}") from None
         lines.append(f"{table.name} ({rows:,} rows): {table.doc}")
         width = max(len(c.name) for c in table.columns)
         lines += [f"  {c.name:<{width}}  {SQL_TYPES[c.type]:<7}  {c.doc}" for c in table.columns]

@@ -1,15 +1,25 @@
 """A run's store as DuckDB SQL: one view per table, named like it, over its Parquet partitions
 with ``rank`` and ``session`` as columns, in an in-memory database.
 
-Read-only by construction: the database is in memory, the views only read the partitions, and
-only a single query statement runs (``SELECT``, ``WITH``, ``FROM``, ``DESCRIBE``, ``SHOW``,
-``SUMMARIZE``); anything else (``COPY``, ``CREATE``, ``ATTACH``, ``SET``, ``PRAGMA``,
-``EXPLAIN ANALYZE``...) is refused before it runs. DuckDB spills to a temporary folder of its
-own, never beside the store.
+Read-only and offline by construction: the database is in memory, the views only read the
+partitions, and only a single query statement runs (``SELECT``, ``WITH``, ``FROM``,
+``DESCRIBE``, ``SHOW``, ``SUMMARIZE``); anything else (``COPY``, ``CREATE``, ``ATTACH``,
+``SET``, ``PRAGMA``, ``EXPLAIN ANALYZE``...) is refused before it runs. The connection has no
+access outside the store's ``tables/`` (and the ``--output`` file): extensions are never
+installed nor loaded, no file elsewhere or URL is read (``read_json('https://...')``,
+``read_csv('/etc/passwd')``), and the settings are locked. The store is checked first as
+``run`` checks its OUT (:func:`~traceanalyzer.outdir.check_own`): a FIFO among the partitions
+is refused, never waited on. DuckDB spills to a temporary folder of its own, never beside the
+store, made only when it spills and removed with the connection; a query killed while it
+spilled leaves its folder to the next query, which removes it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import re
+import secrets
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -18,6 +28,7 @@ from pathlib import Path
 import duckdb
 
 from traceanalyzer.hints import did_you_mean
+from traceanalyzer.outdir import OutputRefused, check_own
 from traceanalyzer.parse.duckdb_connect import quiet
 from traceanalyzer.schema import (
     BOOL,
@@ -54,11 +65,17 @@ def partition_files(out: Path, table: str) -> list[Path]:
 
 
 def check_run_output(out: Path) -> None:
+    """Refuse ``out`` unless it is a store as ``run`` leaves it: its ``tables/``, and no link,
+    FIFO, socket or device anywhere in it (a FIFO among the partitions would hang the query)."""
     if not (out / TABLES_DIR).is_dir():
         raise QueryError(
             f"{out} is not a run output (no {TABLES_DIR}/ folder): "
             f"`traceanalyzer run PATH --out {out}` makes one"
         )
+    try:
+        check_own(out)
+    except OutputRefused as exc:
+        raise QueryError(str(exc)) from None
 
 
 @dataclass
@@ -71,7 +88,9 @@ class StoreQuery:
     spill: Path
 
     def close(self) -> None:
-        self.connection.close()
+        # still busy: an interrupted query that did not stop in time (the process ends anyway)
+        with contextlib.suppress(duckdb.Error):
+            self.connection.close()
         shutil.rmtree(self.spill, ignore_errors=True)
 
     def __enter__(self) -> StoreQuery:
@@ -81,16 +100,65 @@ class StoreQuery:
         self.close()
 
 
-def open_query(out: Path, sql: str) -> StoreQuery:
-    """Bind ``sql`` over the store at ``out``; raises :class:`QueryError` with DuckDB's reason."""
-    check_run_output(out)
-    spill = Path(tempfile.mkdtemp(prefix="traceanalyzer-query-"))
-    connection = quiet(duckdb.connect(":memory:", config={"temp_directory": str(spill)}))
+_SPILL_PREFIX = "traceanalyzer-query-"
+_SPILL_NAME = re.compile(re.escape(_SPILL_PREFIX) + r"([0-9]+)-[0-9a-f]+")
+
+
+def _remove_dead_spills(parent: Path) -> None:
+    """Remove the spill folders of queries that were killed (their process is gone)."""
+    if os.name != "posix":  # elsewhere os.kill(pid, 0) would end that process, not probe it
+        return
     try:
+        entries = list(os.scandir(parent))
+    except OSError:
+        return
+    for entry in entries:
+        match = _SPILL_NAME.fullmatch(entry.name)
+        if not match or not entry.is_dir(follow_symlinks=False):
+            continue
+        try:
+            if entry.stat(follow_symlinks=False).st_uid != os.getuid():
+                continue  # another user's query
+            os.kill(int(match[1]), 0)
+        except ProcessLookupError:
+            shutil.rmtree(entry.path, ignore_errors=True)
+        except OSError:  # alive (another user's process), or not ours to look at
+            continue
+
+
+def _offline(connection: duckdb.DuckDBPyConnection, out: Path, output: Path | None) -> None:
+    """No access but to the store's tables (and the ``output`` file), settings locked."""
+    connection.execute("SET allowed_directories = [$1]", [f"{out / TABLES_DIR}{os.sep}"])
+    if output is not None:
+        connection.execute("SET allowed_paths = [$1]", [str(output)])
+    connection.execute("SET enable_external_access = false")
+    connection.execute("SET lock_configuration = true")
+
+
+def open_query(out: Path, sql: str, output: Path | None = None) -> StoreQuery:
+    """Bind ``sql`` over the store at ``out``; raises :class:`QueryError` with DuckDB's reason.
+    ``output``: the one file the result may be written to (DuckDB writes Parquet and CSV
+    itself)."""
+    check_run_output(out)
+    out = out.resolve()  # the files' paths and the allowed directory alike
+    parent = Path(tempfile.gettempdir())
+    _remove_dead_spills(parent)
+    spill = parent / f"{_SPILL_PREFIX}{os.getpid()}-{secrets.token_hex(4)}"
+    config = {
+        "temp_directory": str(spill),  # made by DuckDB when it spills, removed on close
+        "autoinstall_known_extensions": False,
+        "autoload_known_extensions": False,
+    }
+    connection = quiet(duckdb.connect(":memory:", config=config))
+    try:
+        _offline(connection, out, output)
         _check_one_query(connection, sql)
         named = _tables_named(connection, sql)
         for name in sorted(named & STORE_TABLES.keys()):
-            view = _view_sql(connection, out, STORE_TABLES[name])
+            try:
+                view = _view_sql(connection, out, STORE_TABLES[name])
+            except duckdb.Error as exc:  # a damaged partition
+                raise QueryError(f"table {name}: unreadable partitions: {exc}") from None
             connection.execute(f'CREATE VIEW "{name}" AS {view}')
         try:
             relation = connection.sql(sql)

@@ -71,7 +71,11 @@ def show_cmd(name: str) -> None:
     metavar="KEY=VALUE",
     help="override a parameter (repeatable)",
 )
-@click.option("--force", is_flag=True, help="replace a non-empty --out")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="replace a rendered recipe in --out (a folder holding anything else is refused)",
+)
 def render_cmd(name: str, out: str, assignments: tuple[str, ...], force: bool) -> None:
     """Write NAME as a self-contained folder with run.sh, scripts and configs."""
     _recipe_or_fail(name)

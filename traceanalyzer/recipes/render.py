@@ -2,20 +2,23 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import os
+import secrets
 import shutil
 import stat
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from traceanalyzer import __version__
 from traceanalyzer.recipes.model import Recipe, RenderedFile
 from traceanalyzer.recipes.params import ParamError, resolve_params
-from traceanalyzer.recipes.registry import get_recipe
+from traceanalyzer.recipes.registry import RECIPES, get_recipe
 
 __all__ = ["RenderError", "Rendered", "resolve", "build_files", "render"]
 
@@ -23,7 +26,7 @@ MANIFEST = "recipe.json"
 
 
 class RenderError(RuntimeError):
-    """The output folder cannot be written (exists and is not empty, ...)."""
+    """The output folder cannot be written (holds files of the user's, ...)."""
 
 
 @dataclass(frozen=True)
@@ -78,6 +81,63 @@ def _write_tree(root: Path, files: Mapping[str, RenderedFile]) -> None:
             path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
 
 
+@functools.cache
+def recipe_files() -> frozenset[str]:
+    """Every file a bundled recipe writes (relative paths; they do not depend on parameters):
+    what ``--force`` may replace or remove in a folder a recipe was rendered into."""
+    names: set[str] = set()
+    for name in RECIPES:
+        recipe = get_recipe(name)
+        names.update(build_files(recipe, resolve(recipe, {})))
+    return frozenset(names)
+
+
+def _in_the_way(out: Path, own: frozenset[str]) -> list[str]:
+    """What ``out`` holds that no recipe writes (``.git``, ``mydata.txt``, ``sub/``, a run's
+    ``profiling_data/``): names relative to ``out``, a folder with a ``/``. Entries are looked
+    at, never followed: a link is in the way, even one named like a recipe's file."""
+    own_dirs = {str(parent) for rel in own for parent in PurePosixPath(rel).parents} - {"."}
+    found = []
+    stack = [""]
+    while stack:
+        rel_dir = stack.pop()
+        with os.scandir(out / rel_dir) as entries:
+            for entry in entries:
+                rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
+                if entry.is_dir(follow_symlinks=False):
+                    if rel in own_dirs:
+                        stack.append(rel)
+                    else:
+                        found.append(rel + "/")
+                elif rel not in own or not entry.is_file(follow_symlinks=False):
+                    found.append(rel)
+    return sorted(found)
+
+
+def _write_in_place(out: Path, files: Mapping[str, RenderedFile], own: frozenset[str]) -> None:
+    """Replace the recipe files of ``out`` (already checked: it holds nothing else), each one
+    atomically; a recipe file the new render does not write is removed, then any of the
+    recipes' folders left empty. ``out`` itself stays (it may be the shell's current folder)."""
+    for rel, f in sorted(files.items()):
+        path = out / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp-{secrets.token_hex(4)}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o777 if f.executable else 0o666)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(f.text)
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+    for rel in sorted(own - files.keys()):
+        (out / rel).unlink(missing_ok=True)
+    for folder in sorted({p for rel in own for p in PurePosixPath(rel).parents}, reverse=True):
+        if str(folder) != "." and (out / folder).is_dir():
+            with contextlib.suppress(OSError):  # not empty: it holds the new render's files
+                (out / folder).rmdir()
+
+
 def render(
     name: str,
     out: str | os.PathLike[str],
@@ -86,9 +146,12 @@ def render(
 ) -> Rendered:
     """Render recipe ``name`` into ``out``.
 
-    Parameters are validated before anything is written. The folder is written to a temporary
-    sibling and renamed into place, so ``out`` is either the old folder or the complete new
-    one. A non-empty ``out`` is only replaced with ``force=True``.
+    Parameters are validated before anything is written. A new ``out`` is written to a
+    temporary sibling and renamed into place, so it is either absent or complete. An existing
+    ``out`` that holds anything but the files a recipe writes (``.git``, the user's files, a
+    run's ``profiling_data/``) is refused, naming what is in the way, with ``force`` or
+    without: nothing else is ever deleted. One that holds a rendered recipe is replaced, file
+    by file, only with ``force=True``.
     """
     recipe = get_recipe(name)
     values = resolve(recipe, overrides or {})
@@ -96,26 +159,28 @@ def render(
     out = Path(out).absolute()
     if out.exists() and not out.is_dir():
         raise RenderError(f"{out} exists and is not a directory")
-    if out.is_dir() and any(out.iterdir()) and not force:
-        raise RenderError(f"{out} is not empty; pass --force to replace it")
+    if out.is_dir():
+        own = recipe_files() | files.keys()
+        try:
+            in_the_way = _in_the_way(out, own)
+        except OSError as exc:
+            raise RenderError(f"{out} cannot be read: {exc.strerror or exc}") from None
+        if in_the_way:
+            shown = ", ".join(in_the_way[:8]) + (", ..." if len(in_the_way) > 8 else "")
+            raise RenderError(
+                f"{out} holds {shown}: not files a recipe writes, and --force replaces only "
+                "those; move them, or render into another folder"
+            )
+        if any(out.iterdir()) and not force:
+            raise RenderError(f"{out} is not empty (a rendered recipe); pass --force to replace it")
+        _write_in_place(out, files, own)
+        return Rendered(recipe=name, out=out, values=values, files=tuple(sorted(files)))
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     try:
         _write_tree(tmp, files)
         tmp.chmod(0o755)
-        old: Path | None = None
-        if out.is_dir():
-            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
-            old.rmdir()
-            out.rename(old)
-        try:
-            tmp.rename(out)
-        except OSError:
-            if old is not None:
-                old.rename(out)
-            raise
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+        tmp.rename(out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
+from traceanalyzer.interrupts import contained
 from traceanalyzer.report.annotations import overlay_events
 from traceanalyzer.report.inputs import TRACE_FILE, ReportData
 from traceanalyzer.store import write_atomic_stream
@@ -47,7 +48,13 @@ def write_annotated(report: ReportData) -> list[AnnotatedTrace]:
         result = AnnotatedTrace(rank, session)
         results.append(result)
         target = annotated_path(report.out, rank, session)
-        events = overlay_events(report, where=(rank, session))
+        try:
+            events = overlay_events(report, where=(rank, session))
+        except BaseException as exc:  # a rule's marks, over a finding's values: rule code
+            if not contained(exc):
+                raise
+            result.skipped = f"a finding's marks failed ({type(exc).__name__}: {exc})"
+            continue
         try:
             write_atomic_stream(target, partial(write_trace, extra=events, events=timeline))
         except OSError as exc:

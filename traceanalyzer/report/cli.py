@@ -27,20 +27,24 @@ def annotate_command(out: Path, rule_dirs: tuple[Path, ...]) -> None:
     from traceanalyzer.engine.loader import RulesNotLoaded
     from traceanalyzer.outdir import OutputRefused, check_own
     from traceanalyzer.report.annotated import annotated_text, write_annotated
+    from traceanalyzer.report.documents import DamagedDocument
     from traceanalyzer.report.inputs import ReportInputs
 
-    if not (out / "findings.json").is_file():
-        raise UsageFailure(
-            f"{out} is not a run output (no findings.json); run `traceanalyzer run` first"
-        )
     try:
         check_own(out)  # it writes OUT/annotated/: never through a link planted there
     except OutputRefused as exc:
         raise UsageFailure(str(exc)) from None
+    if not (out / "findings.json").is_file():
+        raise UsageFailure(
+            f"{out} is not a run output (no findings.json); run `traceanalyzer run` first"
+        )
     rules = load_run_rules(rule_dirs)
     if rules.errors:  # a finding of that rule would be marked as a rule that declares nothing
         raise UsageFailure(str(RulesNotLoaded(rules.errors)))
-    report = ReportInputs.load(out, rules=rules.rules).prepare(figures=False)
+    try:  # an OUT someone sent is data: its documents and session ids are checked first
+        report = ReportInputs.load(out, rules=rules.rules).prepare(figures=False)
+    except DamagedDocument as exc:
+        raise UsageFailure(str(exc)) from None
     results = write_annotated(report)
     click.echo(printable(annotated_text(results, out), lines=True))
     if any(r.skipped for r in results):

@@ -34,10 +34,13 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from traceanalyzer import __version__
+from traceanalyzer.discover import is_session_id
 from traceanalyzer.interrupts import contained
 from traceanalyzer.report import fmt
+from traceanalyzer.report.documents import DamagedDocument, read_findings, read_ingest
 from traceanalyzer.report.plots import render
 from traceanalyzer.report.summary import RunSummary, run_summary
+from traceanalyzer.schema import TABLES_DIR
 from traceanalyzer.store import Store, StoreError
 from traceanalyzer.store_trace import SessionTimeline
 
@@ -119,27 +122,32 @@ class ReportInputs:
 
         ``rules`` are the run's rules: they present their findings (figures, marks) and document
         themselves in SARIF and the HTML; without them the built-in rules and installed rule
-        packs are loaded. ``input_root`` is where ``vllm bench`` result JSON is looked for; it defaults
-        to the common parent of the rank directories.
+        packs are loaded. ``input_root`` is the input, where ``vllm bench`` result JSON is looked
+        for; without it, the common parent of the rank directories names the report, and
+        nothing is walked (the store's paths are data: ``/x_ascend_pt`` would walk the machine).
+        A findings.json, ingest.json or sessions table that does not fit what a run writes is
+        :class:`~traceanalyzer.report.documents.DamagedDocument`.
         """
         out = Path(out)
         if result is not None:
             from traceanalyzer.engine.runner import findings_document
 
             doc = json.loads(findings_document(result))
-        else:
-            doc = json.loads((out / "findings.json").read_text("utf-8"))
-        ingest_path = out / "ingest.json"
-        ingest = json.loads(ingest_path.read_text("utf-8")) if ingest_path.is_file() else None
+        else:  # an output folder, perhaps one someone sent: checked before it is used
+            doc = read_findings(out)
+        ingest = read_ingest(out)
         try:
             store: Store | None = Store.open(out)
         except StoreError:
             store = None
         inputs = cls(out=out, findings=doc, ingest=ingest, store=store)
+        inputs.sessions()  # checked now: its ids name the folders annotate writes
         inputs.rules = {rule.id: rule for rule in (_default_rules() if rules is None else rules)}
-        root = Path(input_root) if input_root is not None else inputs.common_root()
-        inputs.input_root = root
-        if root is not None and root.is_dir():
+        if input_root is None:  # the rank directories' parent, for the title: never walked
+            inputs.input_root = inputs.common_root()
+            return inputs
+        inputs.input_root = root = Path(input_root)
+        if root.is_dir():
             from traceanalyzer.recipes.bench import find_bench_results
 
             try:
@@ -213,14 +221,27 @@ class ReportInputs:
 
     # ---- derived views ------------------------------------------------------------------
     def sessions(self) -> pl.DataFrame:
-        """The store's ``sessions`` table (empty frame without a store)."""
+        """The store's ``sessions`` table (empty frame without a store); raises
+        :class:`DamagedDocument` when it cannot be read, or holds a session id that is not
+        one (a path: ``../../x``, ``/x``)."""
         if self._sessions is None:
             if self.store is None:
                 self._sessions = pl.DataFrame(
                     schema={"rank": pl.Int32, "session": pl.String, "path": pl.String}
                 )
-            else:
-                self._sessions = self.store.sessions()
+                return self._sessions
+            where = self.out / TABLES_DIR / "sessions"
+            try:
+                sessions = self.store.sessions()
+            except (OSError, pl.exceptions.PolarsError) as exc:
+                raise DamagedDocument(f"{where}: unreadable ({exc})") from None
+            for session in sessions["session"]:
+                if not is_session_id(session):
+                    raise DamagedDocument(
+                        f"{where}: damaged: {str(session)[:80]!r} is not a session id (a "
+                        "name, never a path): not a store as traceanalyzer writes it"
+                    )
+            self._sessions = sessions
         return self._sessions
 
     def session_paths(self) -> dict[tuple[int, str], Path]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import time
 import traceback
 from collections.abc import Iterable
@@ -107,7 +108,9 @@ def write_reports(
     return files
 
 
-_FIGURE_SUFFIXES = (".svg", ".png")
+# The names of the figures a run writes: a finding's (its rule's name, its fingerprint), the
+# overview's. Only those are pruned: any other file in plots/ is not the run's to remove.
+_FIGURE_NAME = re.compile(r"(?:.+-[0-9a-f]{16}\.(?:svg|png)|overview-[a-z]+\.svg)")
 
 
 def _prune_figures(plots_dir: Path, keep: set[str]) -> None:
@@ -117,7 +120,7 @@ def _prune_figures(plots_dir: Path, keep: set[str]) -> None:
         stale = [
             p
             for p in plots_dir.iterdir()
-            if p.suffix in _FIGURE_SUFFIXES and f"{PLOTS_DIR}/{p.name}" not in keep
+            if _FIGURE_NAME.fullmatch(p.name) and f"{PLOTS_DIR}/{p.name}" not in keep
         ]
     except OSError:  # no plots/ yet, or unreadable: nothing to prune
         return

@@ -76,6 +76,12 @@ def _parse_sets(values: tuple[str, ...]) -> dict[str, str]:
 @click.option(
     "--set", "sets", multiple=True, metavar="KNOB=VALUE", help="Scenario knob; repeatable."
 )
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Replace the rank directories synth wrote in --out before (other files stay; a rank "
+    "directory synth did not write is refused).",
+)
 def synth_command(
     scenario: str,
     out: Path,
@@ -87,8 +93,12 @@ def synth_command(
     profile_style: str | None,
     export: str,
     sets: tuple[str, ...],
+    force: bool,
 ) -> None:
-    """Write SCENARIO as complete *_ascend_pt rank directories under --out."""
+    """Write SCENARIO as complete *_ascend_pt rank directories under --out.
+
+    An --out that holds rank directories already is refused (the next run would read one mixed
+    collection); --force replaces those synth wrote. Nothing else in --out is touched."""
     if scenario not in SCENARIOS:
         raise click.UsageError(
             f"unknown scenario {scenario!r}"
@@ -110,6 +120,7 @@ def synth_command(
             level=level,
             target_mb=target_mb,
             export=export,
+            force=force,
             **knobs,
         )
     except (KeyError, ValueError) as exc:

@@ -99,14 +99,17 @@ def rank_dir_name(host: str, ospid: int, start_ns: int) -> str:
     return f"{host}_{ospid}_{stamp}{(start_ns // 1_000_000) % 1000:03d}_ascend_pt"
 
 
+def check_export(generation: Generation, export: tuple[str, ...]) -> None:
+    """Refuse a Db export of a generation that had none."""
+    if "db" in export and not generation.db_export:
+        raise ValueError(f"generation {generation.name} has no Db export (choose g2 or later)")
+
+
 class RankWriter:
     """Writes one ``*_ascend_pt`` directory; see the module docstring."""
 
     def __init__(self, root: Path, cfg: RankConfig) -> None:
-        if "db" in cfg.export and not cfg.generation.db_export:
-            raise ValueError(
-                f"generation {cfg.generation.name} has no Db export (choose g2 or later)"
-            )
+        check_export(cfg.generation, cfg.export)
         self.cfg = cfg
         self.gen = cfg.generation
         self.level = cfg.level
