@@ -1,0 +1,126 @@
+"""What ``diff``'s explanation reads of one run's store, each per phase of its iterations.
+
+Nothing is derived twice: the iterations and their breakdown are the overview's
+(``summary_steps``), the device tasks and their class the overview's (``device_tasks``), the
+phase of a task or a host call the phase of the iteration it starts in (``window_of``, as the
+overview's top tables place them). Never a trace file: only the store ``run`` wrote.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+
+from traceanalyzer.overview.compute import device_tasks
+from traceanalyzer.overview.tops import COLLECTIVE_KIND, PYTHON_OP_CATEGORY
+from traceanalyzer.primitives import window_of
+from traceanalyzer.schema import COMPONENT_NAMES
+from traceanalyzer.steps.phases import IDLE_PHASE, UNKNOWN_PHASE
+from traceanalyzer.store import Store
+from traceanalyzer.vocabulary import CANN_PROCESS, STEP_SPAN_PREFIX
+
+PYTHON_FUNCTION_CATEGORY = "python_function"  # the Python tracer's spans
+# a Python tracer span names its line (`runner.py(1838): execute_model`): another version of
+# the file moves it, the function is the same
+SOURCE_LINE = r"\(\d+\)"
+# kernel_details.csv columns that place a kernel in the model, when the store has them
+MODULE_COLUMNS = ("module", "layer")
+KEYS = ["rank", "session"]
+
+
+@dataclass(frozen=True)
+class RunTables:
+    """One run's iterations (``steps``: summary_steps rows but idle gaps, with ``phase``), its
+    device tasks that start in them (``tasks``: name, ``cls``, model_id, phase, graph, op type,
+    input shape, and the module columns the store has), and its host calls per phase
+    (``host``: phase, kind, name, api_name, calls, total_ns)."""
+
+    steps: pl.DataFrame
+    tasks: pl.DataFrame
+    host: pl.DataFrame
+    modules: tuple[str, ...] = ()
+
+
+def read_run(out_dir: Path) -> RunTables:
+    """The tables of ``out_dir``'s store (:class:`~traceanalyzer.store.StoreError` when there
+    is none)."""
+    store = Store.open(out_dir)
+    steps = (
+        store.table("summary_steps")
+        .filter(pl.col("phase").fill_null(UNKNOWN_PHASE) != IDLE_PHASE)
+        .select(*KEYS, "step", "start_ns", "end_ns", "step_ns", *COMPONENT_NAMES,
+                pl.col("phase").fill_null(UNKNOWN_PHASE), "graph")
+        .collect()
+    )  # fmt: skip
+    ranks = steps["rank"].unique().to_list()
+    windows = steps.select(*KEYS, "start_ns", "end_ns", "phase", "graph")
+    kernel_columns = store.table("kernels").collect_schema().names()
+    modules = tuple(c for c in MODULE_COLUMNS if c in kernel_columns)
+    tasks = _tasks(store, ranks, windows, modules)
+    return RunTables(steps, tasks, _host(store, ranks, windows), modules)
+
+
+def _tasks(
+    store: Store, ranks: list[int], windows: pl.DataFrame, modules: tuple[str, ...]
+) -> pl.DataFrame:
+    tasks = device_tasks(store, ranks).select(
+        *KEYS, "stream_id", "start_ns", "dur_ns", "name", "cls", "model_id", "task_type"
+    )
+    placed = window_of(tasks, windows, keep=["phase", "graph"]).filter(
+        pl.col("phase").is_not_null()
+    )
+    # the op type and input shape of each kernel: kernel_details' row of the task that starts
+    # at that instant on that stream (as the overview finds its accelerator)
+    keys = [*KEYS, "stream_id", "start_ns"]
+    listed = (
+        store.table("kernels")
+        .filter(pl.col("rank").is_in(ranks))
+        .select(*keys, pl.col("type").alias("op_type"),
+                pl.col("input_shapes").alias("shape"), *modules)
+        .unique(keys, keep="first")
+        .collect()
+    )  # fmt: skip
+    return placed.join(listed, on=keys, how="left").with_columns(
+        pl.when(pl.col("cls") == "comm")
+        .then(pl.col("name").str.extract(COLLECTIVE_KIND, 1).fill_null(pl.col("name")))
+        .otherwise(pl.col("name"))
+        .alias("name")
+    )
+
+
+def _host(store: Store, ranks: list[int], windows: pl.DataFrame) -> pl.DataFrame:
+    """CANN calls, torch ops and Python tracer spans per phase: calls and total time."""
+    calls = (
+        store.table("slices")
+        .filter(
+            pl.col("rank").is_in(ranks)
+            & (
+                (pl.col("process") == CANN_PROCESS)
+                | (pl.col("cat") == PYTHON_FUNCTION_CATEGORY)
+                | (
+                    (pl.col("cat") == PYTHON_OP_CATEGORY)
+                    & ~pl.col("name").str.starts_with(STEP_SPAN_PREFIX)
+                )
+            )
+        )
+        .select(
+            *KEYS,
+            "start_ns",
+            "dur_ns",
+            "api_name",
+            pl.when(pl.col("process") == CANN_PROCESS)
+            .then(pl.lit("CANN"))
+            .otherwise(pl.lit("Python"))
+            .alias("kind"),
+            pl.col("name").str.replace_all(SOURCE_LINE, ""),
+        )
+        .collect()
+    )
+    placed = window_of(calls, windows, keep=["phase"]).filter(pl.col("phase").is_not_null())
+    return placed.group_by("phase", "kind", "name").agg(
+        pl.col("api_name").first(),
+        pl.len().alias("calls"),
+        pl.col("dur_ns").sum().alias("total_ns"),
+    )
