@@ -36,6 +36,7 @@ from traceanalyzer.compare.run_tables import RunTables
 from traceanalyzer.overview.breakdown import COMPUTE_CLASSES
 from traceanalyzer.overview.headline import COMPONENTS, HEADLINE_PARTS
 from traceanalyzer.report import fmt
+from traceanalyzer.steps.phases import PHASES
 from traceanalyzer.vocabulary import GRAPH_REPLAY_APIS, SYNC_APIS
 
 KINDS = ("kernel", "host", "sync", "comm", "graph", "copy", "idle")
@@ -159,9 +160,9 @@ class Explanation:
             return f"{self.phase}: unchanged, nothing to explain."
         change = self.change_ns
         rel = f", {change / self.base_ns * 100:+.1f}%" if self.base_ns else ""
-        head = f"{self.phase} {_signed(change)} per iteration ({fmt.duration(self.base_ns)} -> "
+        head = f"{self.phase} {signed(change)} per iteration ({fmt.duration(self.base_ns)} -> "
         head += f"{fmt.duration(self.target_ns)}{rel})"
-        top = ", ".join(f"{c.what} {_signed(c.delta_ns)}" for c in self.contributions[:3])
+        top = ", ".join(f"{c.what} {signed(c.delta_ns)}" for c in self.contributions[:3])
         if self.within_noise:
             return f"{head}: within the iterations' noise (±{fmt.duration(self.noise_ns)}); {top}."
         return f"{head}: {top}."
@@ -180,14 +181,19 @@ class Explanation:
         }
 
 
-def _signed(ns: float) -> str:
+def signed(ns: float) -> str:
+    """``+84.1 µs``, ``-2.3 ms``: a change of time."""
     return ("+" if ns >= 0 else "-") + fmt.duration(abs(ns))
 
 
 def explain_phases(base: RunTables, target: RunTables) -> dict[str, Explanation]:
     """An explanation for every phase both runs have iterations of."""
     phases = set(base.steps["phase"].unique()) & set(target.steps["phase"].unique())
-    return {p: explain_phase(p, base, target) for p in sorted(phases)}
+    order = {p: i for i, p in enumerate(PHASES)}
+    return {
+        p: explain_phase(p, base, target)
+        for p in sorted(phases, key=lambda p: (order.get(p, len(order)), p))
+    }
 
 
 def explain_phase(phase: str, base: RunTables, target: RunTables) -> Explanation:
@@ -287,7 +293,10 @@ def _part(key: str, delta: float, b: _Phase, t: _Phase) -> Contribution:
         ut = t.usage(t.tasks.filter(pl.col("cls") == cls), "name")
     elif kind in ("host", "sync"):
         sync = pl.col("api_name").is_in(list(SYNC_APIS)) & (pl.col("kind") == "CANN")
-        pick = sync if kind == "sync" else ~sync.fill_null(False)
+        # the kinds of host call both runs recorded: one without Python tracer events has
+        # every Python function "gone"
+        both = set(b.host["kind"]) & set(t.host["kind"])
+        pick = (sync if kind == "sync" else ~sync.fill_null(False)) & pl.col("kind").is_in(both)
         ub, ut = b.usage(b.host.filter(pick), "name"), t.usage(t.host.filter(pick), "name")
     else:
         return Contribution(label, kind, delta, extra=extra)

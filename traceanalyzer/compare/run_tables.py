@@ -22,9 +22,10 @@ from traceanalyzer.store import Store
 from traceanalyzer.vocabulary import CANN_PROCESS, STEP_SPAN_PREFIX
 
 PYTHON_FUNCTION_CATEGORY = "python_function"  # the Python tracer's spans
-# a Python tracer span names its line (`runner.py(1838): execute_model`): another version of
-# the file moves it, the function is the same
-SOURCE_LINE = r"\(\d+\)"
+# what a Python tracer span's name says of one process only: the line of its file
+# (`runner.py(1838): execute_model`, which another version moves) and an object's address
+# (`<built-in method format of str object at 0xfffcc49e9d50>`)
+PER_PROCESS_NAME = r"\(\d+\)| at 0x[0-9a-fA-F]+"
 # kernel_details.csv columns that place a kernel in the model, when the store has them
 MODULE_COLUMNS = ("module", "layer")
 KEYS = ["rank", "session"]
@@ -91,7 +92,8 @@ def _tasks(
 
 
 def _host(store: Store, ranks: list[int], windows: pl.DataFrame) -> pl.DataFrame:
-    """CANN calls, torch ops and Python tracer spans per phase: calls and total time."""
+    """CANN calls (kind ``CANN``), torch ops (``op``) and Python tracer spans (``Python``)
+    per phase: calls and total time."""
     calls = (
         store.table("slices")
         .filter(
@@ -112,9 +114,11 @@ def _host(store: Store, ranks: list[int], windows: pl.DataFrame) -> pl.DataFrame
             "api_name",
             pl.when(pl.col("process") == CANN_PROCESS)
             .then(pl.lit("CANN"))
+            .when(pl.col("cat") == PYTHON_OP_CATEGORY)
+            .then(pl.lit("op"))
             .otherwise(pl.lit("Python"))
             .alias("kind"),
-            pl.col("name").str.replace_all(SOURCE_LINE, ""),
+            pl.col("name").str.replace_all(PER_PROCESS_NAME, ""),
         )
         .collect()
     )
