@@ -43,7 +43,7 @@ POST_NORM = KernelSpec(
 )
 # one kernel for both, a little faster than the two (one read of the hidden state)
 ADD_RMS_NORM = KernelSpec(
-    "aclnnAddRmsNorm", "aclnnAddRmsNorm_AddRmsNorm_AddRmsNorm", "AddRmsNorm", "AI_VECTOR_CORE", 6.5
+    "aclnnAddRmsNorm", "aclnnAddRmsNorm_AddRmsNorm_AddRmsNorm", "AddRmsNorm", "AI_VECTOR_CORE", 5.0
 )
 
 
