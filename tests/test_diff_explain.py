@@ -398,3 +398,31 @@ def test_settings_are_compared_rank_by_rank() -> None:
          "ranks": [0, 1]},
     ]  # fmt: skip
     assert settings_changed(base, base) == []
+
+
+def test_a_store_that_cannot_be_read_is_said_not_explained(tmp_path: Path) -> None:
+    """An output dir whose store is gone or damaged still gets its findings compared; the
+    explanation and the settings say why they are missing."""
+    from traceanalyzer.compare.render import render_diff_text
+
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    shutil.copy(run("base") / "findings.json", bare)
+    damaged = tmp_path / "damaged"
+    shutil.copytree(run("base"), damaged)
+    for part in (damaged / "tables" / "summary_steps").rglob("*.parquet"):
+        part.write_bytes(part.read_bytes()[:100])
+    for side in (bare, damaged):
+        result = diff_outputs(run("base"), side)
+        assert (
+            result.phases.explain_error
+            and "a store could not be read" in result.phases.explain_error
+        )
+        assert result.settings_changed is None
+        doc = result.to_dict()
+        assert doc["phases"]["explain_error"] and all(
+            r["explain"] == [] for r in doc["phases"]["rows"]
+        )
+        text = render_diff_text(result)
+        assert "why each phase changed: not explained: a store could not be read" in text
+        assert "settings and versions: not compared" in text

@@ -231,8 +231,9 @@ class DiffResult:
     target_ranks: list[int] = field(default_factory=list)
     overview: list[ComponentDelta] = field(default_factory=list)  # where the time goes
     phases: PhaseDiff = field(default_factory=lambda: PhaseDiff([]))  # and per serving phase
-    # the environment, profiler settings and versions that differ (compare/settings_diff.py)
-    settings_changed: list[dict[str, Any]] = field(default_factory=list)
+    # the environment, profiler settings and versions that differ (compare/settings_diff.py);
+    # None: not compared (a store that cannot be read)
+    settings_changed: list[dict[str, Any]] | None = None
 
     def by_status(self, status: Status) -> list[FindingChange]:
         return [c for c in self.changes if c.status == status]
@@ -422,7 +423,7 @@ def diff_outputs(
     order = {"new": 0, "changed": 1, "resolved": 2, "unchanged": 3}
     changes.sort(key=lambda c: (order[c.status], c.rule))
     phases = phase_deltas(base_doc, target_doc)
-    settings: list[dict[str, Any]] = []
+    settings = None
     try:
         tables = read_run(base), read_run(target)
         settings = settings_changed(run_settings(base), run_settings(target))

@@ -76,7 +76,12 @@ def _value(value: Any) -> str:
     return "(not recorded)" if value is None else str(value)
 
 
-def settings_text(settings: list[dict[str, Any]]) -> list[str]:
+NOT_COMPARED = "not compared (a store could not be read)"
+
+
+def settings_text(settings: list[dict[str, Any]] | None) -> list[str]:
+    if settings is None:
+        return [f"settings and versions: {NOT_COMPARED}"]
     if not settings:
         return ["settings and versions: unchanged"]
     lines = ["settings changed (base -> target):"]
@@ -102,41 +107,44 @@ def waterfall_phases(phases: PhaseDiff) -> list[str]:
 
 def waterfall_chart(explanation: Explanation) -> Chart:
     """Base mean iteration, each contribution as a step (red: slower, green: faster), target."""
-    items = [i for i in explanation.items() if i["what"] != UNEXPLAINED]
-    rest = [i for i in explanation.items() if i["what"] == UNEXPLAINED and i["delta_ns"]]
-    steps = [(i["what"], i["delta_ns"]) for i in items[:WATERFALL_ROWS]]
-    if len(items) > WATERFALL_ROWS:
+    items = explanation.items()
+    named = [(i["what"], i["delta_ns"]) for i in items if i["what"] != UNEXPLAINED]
+    steps = named[:WATERFALL_ROWS]
+    if len(named) > WATERFALL_ROWS:
         steps.append(
-            (
-                f"the other {len(items) - WATERFALL_ROWS}",
-                sum(i["delta_ns"] for i in items[WATERFALL_ROWS:]),
-            )
+            (f"the other {len(named) - WATERFALL_ROWS}", sum(d for _, d in named[WATERFALL_ROWS:]))
         )
-    steps += [(UNEXPLAINED, i["delta_ns"]) for i in rest]
+    steps += [
+        (i["what"], i["delta_ns"]) for i in items if i["what"] == UNEXPLAINED and i["delta_ns"]
+    ]
     base, target = explanation.base_ns, explanation.target_ns
     scale, unit = (1e6, "ms") if max(base, target) >= 1e6 else (1e3, "µs")
-    rows = len(steps) + 2
-    chart = Chart(7.5, 0.9 + 0.3 * rows)
-    (ax,) = chart.axes
-    running, levels = base, [base, target]
-    bars: list[tuple[float, float, float, str]] = []  # y, from, to, colour
-    for y, (_, delta) in zip(range(rows - 2, 0, -1), steps, strict=True):
-        bars.append((y, running, running + delta, SLOWER if delta > 0 else FASTER))
+    # rows from the top: the base, each step, the target
+    top = len(steps) + 1
+    levels, running = [base, target], base
+    moves = []  # y, from, to
+    for y, (_, delta) in zip(range(top - 1, 0, -1), steps, strict=True):
+        moves.append((y, running, running + delta))
         running += delta
         levels.append(running)
-    spread = max(levels) - min(levels)
-    lo = max(0.0, min(levels) - (spread or 0.05 * base))
-    bars = [(rows - 1, lo, base, TOTAL), *bars, (0, lo, target, TOTAL)]
-    for y, start, end, colour in bars:
+    spread = max(levels) - min(levels) or 0.05 * base
+    lo = max(0.0, min(levels) - spread)  # the axis starts near the steps, not at 0
+
+    chart = Chart(7.5, 0.9 + 0.3 * (top + 1))
+    (ax,) = chart.axes
+
+    def bar(y: float, start: float, end: float, colour: str) -> None:
         left, width = min(start, end) / scale, max(abs(end - start), 1e-9) / scale
         ax.broken_barh([(left, width)], (y - 0.35, 0.7), facecolors=colour)
-    for y, (_, delta) in zip(range(rows - 2, 0, -1), steps, strict=True):
-        end = max(b[1:3] for b in bars if b[0] == y)
-        ax.text(max(end) / scale, y, f" {signed(delta)}", fontsize=8, va="center")
-    labels = ["target", *reversed([what for what, _ in steps]), "base"]
-    ax.set_yticks(range(rows), labels, fontsize=8)
-    ax.set_xlim(lo / scale, (max(levels) + 0.25 * (spread or 0.05 * base)) / scale)
-    ax.set_ylim(-0.6, rows - 0.4)
+
+    bar(top, lo, base, TOTAL)
+    bar(0, lo, target, TOTAL)
+    for y, start, end in moves:
+        bar(y, start, end, SLOWER if end > start else FASTER)
+        ax.text(max(start, end) / scale, y, f" {signed(end - start)}", fontsize=8, va="center")
+    ax.set_yticks(range(top + 1), ["target", *reversed([w for w, _ in steps]), "base"], fontsize=8)
+    ax.set_xlim(lo / scale, (max(levels) + 0.25 * spread) / scale)
+    ax.set_ylim(-0.6, top + 0.6)
     ax.set_xlabel(f"mean iteration ({unit}; the axis starts at {fmt.duration(lo)})")
     ax.set_title(
         f"{explanation.phase}: {fmt.duration(base)} -> {fmt.duration(target)} per iteration "
@@ -179,7 +187,9 @@ def explain_html(phases: PhaseDiff, svgs: Mapping[str, str]) -> str:
     return "".join(parts)
 
 
-def settings_html(settings: list[dict[str, Any]]) -> str:
+def settings_html(settings: list[dict[str, Any]] | None) -> str:
+    if settings is None:
+        return f"<h2>Settings and versions</h2><p>{esc(NOT_COMPARED)}</p>"
     if not settings:
         return "<h2>Settings and versions</h2><p>Unchanged.</p>"
     rows = [
@@ -207,7 +217,9 @@ def explain_markdown(phases: PhaseDiff, plot_files: Mapping[str, str]) -> list[s
     return lines
 
 
-def settings_markdown(settings: list[dict[str, Any]]) -> list[str]:
+def settings_markdown(settings: list[dict[str, Any]] | None) -> list[str]:
+    if settings is None:
+        return ["## Settings and versions", "", NOT_COMPARED, ""]
     if not settings:
         return ["## Settings and versions", "", "Unchanged.", ""]
     rows = [
