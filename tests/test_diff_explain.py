@@ -339,6 +339,23 @@ def test_a_launch_bound_iteration_names_the_host_function_that_grew() -> None:
     assert top["evidence"]["target"]["mean_ns"] == 70_000
 
 
+def test_without_cann_calls_an_item_still_names_a_sync() -> None:
+    """A Level0 export records no CANN call: the idle after an ``.item()`` is counted as
+    waiting on the host, and the torch op that waited still makes it a sync."""
+    kernels = [("a", "MatMulV2", 30_000)]
+    base = tables(kernels, idle_host_ns=10_000, host=[("op", "aten::mm", 1, 5_000)])
+    target = tables(
+        kernels, idle_host_ns=40_000,
+        host=[("op", "aten::mm", 1, 5_000), ("op", "aten::_local_scalar_dense", 1, 30_000)],
+    )  # fmt: skip
+    (top, _) = explain_phase("decode", base, target).items()
+    assert (top["kind"], top["what"], top["delta_ns"]) == (
+        "sync",
+        "aten::_local_scalar_dense",
+        30_000,
+    )
+
+
 def test_a_graph_mode_change_in_part_of_the_iterations() -> None:
     kernels = [("a", "MatMulV2", 30_000)]
     full = tables(kernels, steps=4, graph="full")

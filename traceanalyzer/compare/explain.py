@@ -68,6 +68,9 @@ FUSION_SPAN = 6  # most kernels between two neighbours that one new kernel can s
 NOISE_SIGMAS = 2.0  # the change's noise: this many standard errors of the difference of means
 DETAIL_ROWS = 3  # a kernel contribution's (name, input shape) rows
 MODULE_ROWS = 10  # modules listed per phase
+# torch ops that wait for the device (`.item()`): where the export records no CANN call
+# (Level0) the idle after them is counted as waiting on the host, and they still name a sync
+SYNC_TORCH_OPS = ("aten::item", "aten::_local_scalar_dense")
 GRAPH_TOKENS = r"^(\d+)"  # a graph kernel's first input's leading dim: the captured tokens
 LABELS = {key: label for key, label, _ in COMPONENTS}
 KERNELS_RELAUNCHED = "kernels launched otherwise (in a graph in one run, eagerly in the other)"
@@ -303,6 +306,8 @@ def _part(key: str, delta: float, b: _Phase, t: _Phase) -> Contribution:
     culprit = _culprit(ub, ut, delta)
     if culprit is None:
         return Contribution(label, kind, delta, extra=extra)
+    if kind == "host" and culprit in SYNC_TORCH_OPS:
+        kind = "sync"
     return Contribution(culprit, kind, delta, ub.get(culprit), ut.get(culprit), extra)
 
 
