@@ -217,8 +217,8 @@ def render_diff_markdown(diff: DiffResult, plot_files: Mapping[str, str]) -> str
     lines = [
         "# traceanalyzer diff",
         "",
-        f"- base: `{md_text(str(diff.base))}`",
-        f"- target: `{md_text(str(diff.target))}`",
+        "- " + md_text(f"base: `{diff.base}`"),
+        "- " + md_text(f"target: `{diff.target}`"),
         f"- findings: {counts}",
         *(f"- note: {md_text(note)}" for note in diff.rank_notes),
         "",
