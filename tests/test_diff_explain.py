@@ -314,7 +314,7 @@ def test_the_kernel_change_is_also_given_per_module() -> None:
     base = tables([("a", "MatMulV2", 30_000), ("b", "MatMulV2", 30_000)], module=True)
     target = tables([("a", "MatMulV2", 30_000), ("b", "MatMulV2", 40_000)], module=True)
     modules = explain_phase("decode", base, target).to_dict()["modules"]
-    assert modules == [{"column": "module", "module": "layers.1", "base_ns": 30_000,
+    assert modules == [{"column": "module", "value": "layers.1", "base_ns": 30_000,
                         "target_ns": 40_000, "delta_ns": 10_000}]  # fmt: skip
     plain = explain_phase("decode", tables([("a", "MatMulV2", 1)]), tables([("a", "MatMulV2", 2)]))
     assert plain.to_dict()["modules"] == []  # a store without the column

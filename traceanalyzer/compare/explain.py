@@ -32,7 +32,7 @@ from typing import Any
 
 import polars as pl
 
-from traceanalyzer.compare.run_tables import RunTables
+from traceanalyzer.compare.run_tables import GRAPH_SIZE, RunTables
 from traceanalyzer.overview.breakdown import COMPUTE_CLASSES
 from traceanalyzer.overview.headline import COMPONENTS, HEADLINE_PARTS
 from traceanalyzer.report import fmt
@@ -267,6 +267,21 @@ class _Phase:
             for k, c, s in frame.select(by, "calls", "total_ns").iter_rows()
         }
 
+    def graph_tokens(self, kernels: pl.DataFrame) -> int | None:
+        """The tokens the phase's captured graphs are shaped for, the commonest: its steps'
+        ``graph_size`` where the store has it; in a store written before it, the leading dim
+        of the graph kernels' first input (None: no graph kernel with shapes)."""
+        if GRAPH_SIZE in self.steps.columns:
+            sizes = self.steps[GRAPH_SIZE].drop_nulls()
+        else:
+            sizes = (
+                kernels.filter(pl.col("model_id").is_not_null())
+                .select(pl.col("shape").str.extract(GRAPH_TOKENS, 1).cast(pl.Int64, strict=False))
+                .to_series()
+                .drop_nulls()
+            )
+        return None if sizes.is_empty() else int(sizes.mode().sort()[0])
+
     def compute(self) -> pl.DataFrame:
         return self.tasks.filter(pl.col("cls").is_in(COMPUTE_CLASSES)).with_columns(
             pl.coalesce("op_type", "name").alias("op")
@@ -378,19 +393,6 @@ def _modes_text(modes: Mapping[str, float]) -> str:
     return ", ".join(f"{m} {fmt.percent(s)}" for m, s in ordered)
 
 
-def _graph_tokens(kernels: pl.DataFrame) -> int | None:
-    """The tokens the phase's captured graph is shaped for: the commonest leading dim of its
-    kernels' first input (None: no graph kernel with shapes)."""
-    dims = (
-        kernels.filter(pl.col("model_id").is_not_null())
-        .select(pl.col("shape").str.extract(GRAPH_TOKENS, 1).cast(pl.Int64, strict=False))
-        .drop_nulls()
-    )
-    if dims.is_empty():
-        return None
-    return int(dims.to_series().mode().sort()[0])
-
-
 # ---------------------------------------------------------------------------- kernels
 
 
@@ -402,7 +404,7 @@ def _kernels(
     same kernel launched otherwise takes another time, and the graph mode is why)."""
     kb, kt = b.compute(), t.compute()
     out: list[Contribution] = []
-    tokens_b, tokens_t = _graph_tokens(kb), _graph_tokens(kt)
+    tokens_b, tokens_t = b.graph_tokens(kb), t.graph_tokens(kt)
     if tokens_b is not None and tokens_t is not None and tokens_b != tokens_t:
         graph = pl.col("model_id").is_not_null()
         gb, gt = b.usage(kb.filter(graph), "cls"), t.usage(kt.filter(graph), "cls")
@@ -616,15 +618,15 @@ def _group_contribution(
 def _modules(
     b: _Phase, t: _Phase, base_columns: Sequence[str], target_columns: Sequence[str]
 ) -> list[dict[str, Any]]:
-    """Kernel time per iteration by module (kernel_details' module or layer column, when both
-    runs' stores have it), the rows that moved most."""
+    """Kernel time per iteration by module and by decoder layer (where both runs' stores
+    place kernels in the model), the rows that moved most."""
     rows = []
     for column in [c for c in base_columns if c in target_columns]:
         ub = b.usage(b.compute().filter(pl.col(column).is_not_null()), column)
         ut = t.usage(t.compute().filter(pl.col(column).is_not_null()), column)
         for value in {*ub, *ut}:
             bu, tu = ub.get(value, NONE), ut.get(value, NONE)
-            rows.append({"column": column, "module": value, "base_ns": bu.total_ns,
+            rows.append({"column": column, "value": value, "base_ns": bu.total_ns,
                          "target_ns": tu.total_ns, "delta_ns": tu.total_ns - bu.total_ns})  # fmt: skip
-    rows.sort(key=lambda r: (-abs(r["delta_ns"]), str(r["module"])))
+    rows.sort(key=lambda r: (-abs(r["delta_ns"]), r["column"], str(r["value"])))
     return [r for r in rows if r["delta_ns"]][:MODULE_ROWS]

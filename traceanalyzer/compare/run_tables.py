@@ -26,9 +26,14 @@ PYTHON_FUNCTION_CATEGORY = "python_function"  # the Python tracer's spans
 # (`runner.py(1838): execute_model`, which another version moves) and an object's address
 # (`<built-in method format of str object at 0xfffcc49e9d50>`)
 PER_PROCESS_NAME = r"\(\d+\)| at 0x[0-9a-fA-F]+"
-# kernel_details.csv columns that place a kernel in the model, when the store has them
+# what places a kernel in the model, where the store has it: the derived table of each
+# kernel's decoder layer and module, else the columns of kernel_details' table
+LAYERS_TABLE = "kernel_layers"
 MODULE_COLUMNS = ("module", "layer")
+# the capture size a step's graph replay ran at, where the steps have it
+GRAPH_SIZE = "graph_size"
 KEYS = ["rank", "session"]
+TASK_KEYS = [*KEYS, "stream_id", "start_ns"]
 
 
 @dataclass(frozen=True)
@@ -41,54 +46,63 @@ class RunTables:
     steps: pl.DataFrame
     tasks: pl.DataFrame
     host: pl.DataFrame
-    modules: tuple[str, ...] = ()
+    modules: tuple[str, ...] = ()  # the columns of ``tasks`` that place a kernel in the model
 
 
 def read_run(out_dir: Path) -> RunTables:
     """The tables of ``out_dir``'s store (:class:`~traceanalyzer.store.StoreError` when there
     is none)."""
     store = Store.open(out_dir)
+    summary = store.table("summary_steps")
+    graph_size = [GRAPH_SIZE] if GRAPH_SIZE in summary.collect_schema().names() else []
     steps = (
-        store.table("summary_steps")
-        .filter(pl.col("phase").fill_null(UNKNOWN_PHASE) != IDLE_PHASE)
+        summary.filter(pl.col("phase").fill_null(UNKNOWN_PHASE) != IDLE_PHASE)
         .select(*KEYS, "step", "start_ns", "end_ns", "step_ns", *COMPONENT_NAMES,
-                pl.col("phase").fill_null(UNKNOWN_PHASE), "graph")
+                pl.col("phase").fill_null(UNKNOWN_PHASE), "graph", *graph_size)
         .collect()
     )  # fmt: skip
     ranks = steps["rank"].unique().to_list()
     windows = steps.select(*KEYS, "start_ns", "end_ns", "phase", "graph")
-    kernel_columns = store.table("kernels").collect_schema().names()
-    modules = tuple(c for c in MODULE_COLUMNS if c in kernel_columns)
-    tasks = _tasks(store, ranks, windows, modules)
+    tasks, modules = _tasks(store, ranks, windows)
     return RunTables(steps, tasks, _host(store, ranks, windows), modules)
 
 
 def _tasks(
-    store: Store, ranks: list[int], windows: pl.DataFrame, modules: tuple[str, ...]
-) -> pl.DataFrame:
+    store: Store, ranks: list[int], windows: pl.DataFrame
+) -> tuple[pl.DataFrame, tuple[str, ...]]:
+    """The device tasks in the iterations, and the columns that place them in the model."""
     tasks = device_tasks(store, ranks).select(
-        *KEYS, "stream_id", "start_ns", "dur_ns", "name", "cls", "model_id", "task_type"
+        *TASK_KEYS, "dur_ns", "name", "cls", "model_id", "task_type"
     )
     placed = window_of(tasks, windows, keep=["phase", "graph"]).filter(
         pl.col("phase").is_not_null()
     )
     # the op type and input shape of each kernel: kernel_details' row of the task that starts
     # at that instant on that stream (as the overview finds its accelerator)
-    keys = [*KEYS, "stream_id", "start_ns"]
+    kernels = store.table("kernels").filter(pl.col("rank").is_in(ranks))
+    in_kernels = [c for c in MODULE_COLUMNS if c in kernels.collect_schema().names()]
     listed = (
-        store.table("kernels")
-        .filter(pl.col("rank").is_in(ranks))
-        .select(*keys, pl.col("type").alias("op_type"),
-                pl.col("input_shapes").alias("shape"), *modules)
-        .unique(keys, keep="first")
+        kernels.select(*TASK_KEYS, pl.col("type").alias("op_type"),
+                       pl.col("input_shapes").alias("shape"), *in_kernels)
+        .unique(TASK_KEYS, keep="first")
         .collect()
     )  # fmt: skip
-    return placed.join(listed, on=keys, how="left").with_columns(
+    placed = placed.join(listed, on=TASK_KEYS, how="left")
+    modules: tuple[str, ...] = tuple(in_kernels)
+    if LAYERS_TABLE in store.table_names and not in_kernels:
+        layers = store.table(LAYERS_TABLE).filter(pl.col("rank").is_in(ranks))
+        modules = tuple(c for c in MODULE_COLUMNS if c in layers.collect_schema().names())
+        placed = placed.join(
+            layers.select(*TASK_KEYS, *modules).unique(TASK_KEYS, keep="first").collect(),
+            on=TASK_KEYS,
+            how="left",
+        )
+    return placed.with_columns(
         pl.when(pl.col("cls") == "comm")
         .then(pl.col("name").str.extract(COLLECTIVE_KIND, 1).fill_null(pl.col("name")))
         .otherwise(pl.col("name"))
         .alias("name")
-    )
+    ), modules
 
 
 def _host(store: Store, ranks: list[int], windows: pl.DataFrame) -> pl.DataFrame:
