@@ -1,8 +1,9 @@
 """``diff`` explains a change: runs that differ by one known cause (synth serving's cause knobs,
 ``synth/scenarios/causes.py``), and the explanation must name that cause, with its size.
 
-Every pair shares one base: 8 layers, a post-attention norm after the residual Add (so that a
-fused AddRmsNorm has its two kernels to replace), everything else at serving's defaults.
+Every pair shares one base: 8 layers, decode batches of 64, a post-attention norm after the
+residual Add (so that a fused AddRmsNorm has its two kernels to replace), everything else at
+serving's defaults.
 """
 
 from __future__ import annotations
@@ -24,14 +25,15 @@ from traceanalyzer.compare.run_tables import RunTables
 from traceanalyzer.compare.settings_diff import settings_changed, settings_of
 from traceanalyzer.synth.ops import DECODE_LAYER
 
-BASE = {"layers": 8, "add_norm": "separate"}
+# a decode batch of 64: its kernels take their typical time (a smaller batch's are shorter)
+BASE = {"layers": 8, "add_norm": "separate", "batch": 64}
 CAUSES: dict[str, dict[str, Any]] = {
     "base": {},
     "slow_matmul": {"slow_op": "MatMulV2", "slow_factor": 1.3},
     "new_sync": {"step_syncs": 1},
     "fused": {"add_norm": "fused"},
     "eager": {"graph": "eager"},
-    "graph_size": {"batch": 100},  # decode graphs captured for 128 tokens, not 16
+    "graph_size": {"batch": 100},  # decode graphs captured for 128 tokens, not 64
     "mix": {"prefill_every": 2},
     "settings": {"env": "TASK_QUEUE_ENABLE=2"},
     "rerun": {"seed": 1},
@@ -142,7 +144,7 @@ def test_a_change_of_graph_mode_is_its_own_contribution() -> None:
 def test_a_change_of_graph_size_is_its_own_contribution() -> None:
     row = phase_row("graph_size", "decode")
     top = named(row)[0]
-    assert top["kind"] == "graph" and top["what"] == "graph size 16 -> 128 tokens"
+    assert top["kind"] == "graph" and top["what"] == "graph size 64 -> 128 tokens"
     assert top["delta_ns"] == pytest.approx(row["explanation"]["change_ns"], rel=0.2)
     assert_sums_to_the_change(row)
 
