@@ -21,6 +21,7 @@ from click.testing import CliRunner
 
 from traceanalyzer.compare.diff import diff_outputs
 from traceanalyzer.compare.explain import UNEXPLAINED, explain_phase
+from traceanalyzer.compare.explain_render import modules_text
 from traceanalyzer.compare.run_tables import RunTables
 from traceanalyzer.compare.settings_diff import settings_changed, settings_of
 from traceanalyzer.synth.ops import DECODE_LAYER
@@ -318,6 +319,7 @@ def test_the_kernel_change_is_also_given_per_module() -> None:
     modules = explain_phase("decode", base, target).to_dict()["modules"]
     assert modules == [{"column": "module", "value": "layers.1", "base_ns": 30_000,
                         "target_ns": 40_000, "delta_ns": 10_000}]  # fmt: skip
+    assert modules_text(modules) == "by module: layers.1 +10 µs"
     plain = explain_phase("decode", tables([("a", "MatMulV2", 1)]), tables([("a", "MatMulV2", 2)]))
     assert plain.to_dict()["modules"] == []  # a store without the column
 

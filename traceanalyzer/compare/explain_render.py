@@ -17,6 +17,7 @@ from traceanalyzer.report.markdown import md_table, md_text
 TEXT_ROWS = 5  # contributions per phase in the terminal (diff.json and the reports have all)
 WATERFALL_ROWS = 8  # contributions drawn one by one; the rest is one bar
 WATERFALL_VERDICTS = ("regressed", "improved")  # the phases that get a waterfall
+MODULE_WORDS = 3  # modules (and layers) the terminal and the reports name per phase
 SLOWER, FASTER, TOTAL = "#dc2626", "#16a34a", "#64748b"
 
 
@@ -69,7 +70,20 @@ def explain_text(phases: PhaseDiff) -> list[str]:
             )
         if len(items) > TEXT_ROWS:
             lines.append(f"    ... {len(items) - TEXT_ROWS} more in diff.json")
+        if explanation.modules:
+            lines.append(f"    {modules_text(explanation.modules)}")
     return lines
+
+
+def modules_text(modules: list[dict[str, Any]]) -> str:
+    """``by module: linear +290 µs; by layer: 1 +73.6 µs, 0 +72.4 µs``: the kernel time that
+    moved most per module and per decoder layer (:data:`MODULE_WORDS` of each)."""
+    parts = []
+    for column in dict.fromkeys(m["column"] for m in modules):
+        moved = [m for m in modules if m["column"] == column][:MODULE_WORDS]
+        said = ", ".join(f"{m['value']} {signed(m['delta_ns'])}" for m in moved)
+        parts.append(f"by {column}: {said}")
+    return "; ".join(parts)
 
 
 def _value(value: Any) -> str:
@@ -184,6 +198,8 @@ def explain_html(phases: PhaseDiff, svgs: Mapping[str, str]) -> str:
             parts.append(f'<div class="figure">{svgs[phase]}</div>')
         if not explanation.unchanged:
             parts.append(table(HEADERS, _rows(explanation), numeric=(2, 3)))
+        if explanation.modules:
+            parts.append(f'<p class="small">{esc(modules_text(explanation.modules))}</p>')
     return "".join(parts)
 
 
@@ -214,6 +230,8 @@ def explain_markdown(phases: PhaseDiff, plot_files: Mapping[str, str]) -> list[s
             lines += [f"![{md_text(phase)} waterfall]({plot_files[phase]})", ""]
         if not explanation.unchanged:
             lines += [*md_table(HEADERS, _rows(explanation)), ""]
+        if explanation.modules:
+            lines += [md_text(modules_text(explanation.modules)), ""]
     return lines
 
 
