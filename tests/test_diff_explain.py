@@ -341,6 +341,10 @@ def test_a_launch_bound_iteration_names_the_host_function_that_grew() -> None:
     (top, _) = explain_phase("decode", base, target).items()
     assert (top["kind"], top["what"], top["delta_ns"]) == ("host", "_prepare_inputs", 50_000)
     assert top["evidence"]["target"]["mean_ns"] == 70_000
+    assert top["evidence"]["moved"] == [
+        {"what": "_prepare_inputs", "delta_ns": 50_000},
+        {"what": "execute_model", "delta_ns": 50_000},
+    ]
 
 
 def test_without_cann_calls_an_item_still_names_a_sync() -> None:
@@ -447,3 +451,26 @@ def test_a_store_that_cannot_be_read_is_said_not_explained(tmp_path: Path) -> No
         text = render_diff_text(result)
         assert "why each phase changed: not explained: a store could not be read" in text
         assert "settings and versions: not compared" in text
+
+
+def test_a_phase_without_a_verdict_gets_its_waterfall_when_it_moved() -> None:
+    """A profile whose phase is not told (a ProfilerStep loop) gets no verdict, and still a
+    waterfall when its mean iteration moved by the verdict's 5%, beyond its noise; a single
+    iteration (no noise to judge by) does not."""
+    from traceanalyzer.compare.explain import Explanation
+    from traceanalyzer.compare.explain_render import waterfall_phases
+    from traceanalyzer.compare.phase_diff import PhaseDelta, PhaseDiff
+
+    def row(phase: str, steps: int) -> PhaseDelta:
+        return PhaseDelta(phase, steps, steps, None, None, 1e6, 1.2e6, 1e6, 1.2e6, 1e6, 1.2e6)
+
+    def explained(phase: str, noise: float | None) -> Explanation:
+        return Explanation(phase, 1e6, 1.2e6, noise, [], 2e5)
+
+    diff = PhaseDiff(
+        [row("unknown", 7), row("warmup", 1), row("prefill", 7)],
+        {"unknown": explained("unknown", 1e4), "warmup": explained("warmup", None),
+         "prefill": explained("prefill", 3e5)},
+    )  # fmt: skip
+    assert [r.verdict for r in diff.rows] == ["too few", "too few", "regressed"]
+    assert waterfall_phases(diff) == ["unknown", "prefill"]

@@ -318,24 +318,37 @@ def _part(key: str, delta: float, b: _Phase, t: _Phase) -> Contribution:
         ub, ut = b.usage(b.host.filter(pick), "name"), t.usage(t.host.filter(pick), "name")
     else:
         return Contribution(label, kind, delta, extra=extra)
-    culprit = _culprit(ub, ut, delta)
+    grown = _moved(ub, ut, delta)
+    culprit = _culprit(ub, ut, grown)
     if culprit is None:
         return Contribution(label, kind, delta, extra=extra)
+    # what else moved the same way: one call named, a host that slowed everywhere still shows
+    extra["moved"] = [{"what": n, "delta_ns": m if delta >= 0 else -m}
+                      for n, m in list(grown.items())[:DETAIL_ROWS + 2]]  # fmt: skip
     if kind == "host" and culprit in SYNC_TORCH_OPS:
         kind = "sync"
     return Contribution(culprit, kind, delta, ub.get(culprit), ut.get(culprit), extra)
 
 
-def _culprit(base: Mapping[str, Usage], target: Mapping[str, Usage], delta: float) -> str | None:
-    """What moved most in the direction of ``delta``; of the things that moved about as much
-    (:data:`INNERMOST_SHARE`), the shortest per call: a host function's time includes the
-    calls inside it, and the innermost one names the cause."""
+def _moved(
+    base: Mapping[str, Usage], target: Mapping[str, Usage], delta: float
+) -> dict[str, float]:
+    """Each thing's change of time per iteration in the direction of ``delta``, those that
+    moved that way, most first."""
     sign = 1.0 if delta >= 0 else -1.0
     moved = {
         name: sign * ((target.get(name) or NONE).total_ns - (base.get(name) or NONE).total_ns)
         for name in {*base, *target}
     }
-    grown = {name: m for name, m in moved.items() if m > 0}
+    return dict(sorted(((n, m) for n, m in moved.items() if m > 0), key=lambda nm: (-nm[1], nm[0])))
+
+
+def _culprit(
+    base: Mapping[str, Usage], target: Mapping[str, Usage], grown: Mapping[str, float]
+) -> str | None:
+    """What moved most; of the things that moved about as much (:data:`INNERMOST_SHARE`), the
+    shortest per call: a host function's time includes the calls inside it, and the innermost
+    one names the cause."""
     if not grown:
         return None
     most = max(grown.values())

@@ -9,7 +9,7 @@ from typing import Any
 
 from traceanalyzer.chart import Chart
 from traceanalyzer.compare.explain import UNEXPLAINED, Explanation, signed
-from traceanalyzer.compare.phase_diff import PhaseDiff
+from traceanalyzer.compare.phase_diff import PHASE_CHANGE, PhaseDiff
 from traceanalyzer.report import fmt
 from traceanalyzer.report.htmlkit import esc, table
 from traceanalyzer.report.markdown import md_table, md_text
@@ -109,14 +109,23 @@ def settings_text(settings: list[dict[str, Any]] | None) -> list[str]:
 
 
 def waterfall_phases(phases: PhaseDiff) -> list[str]:
-    """The phases that get a waterfall: regressed or improved, with something to explain."""
-    return [
-        r.phase
-        for r in phases.rows
-        if r.verdict in WATERFALL_VERDICTS
-        and r.phase in phases.explanations
-        and not phases.explanations[r.phase].unchanged
-    ]
+    """The phases that get a waterfall: regressed or improved; or, where no verdict could be
+    given (a phase not told, fewer than 3 iterations), a mean iteration that moved by the
+    verdict's threshold and beyond its noise."""
+    out = []
+    for row in phases.rows:
+        explained = phases.explanations.get(row.phase)
+        if explained is None or explained.unchanged:
+            continue
+        moved = (
+            explained.base_ns
+            and abs(explained.change_ns) >= PHASE_CHANGE * explained.base_ns
+            and explained.noise_ns is not None  # at least 2 iterations on each side
+            and not explained.within_noise
+        )
+        if row.verdict in WATERFALL_VERDICTS or (row.verdict == "too few" and moved):
+            out.append(row.phase)
+    return out
 
 
 def waterfall_chart(explanation: Explanation) -> Chart:
