@@ -20,7 +20,7 @@ import pytest
 from click.testing import CliRunner
 
 from traceanalyzer.compare.diff import diff_outputs
-from traceanalyzer.compare.explain import UNEXPLAINED, explain_phase
+from traceanalyzer.compare.explain import KINDS, UNEXPLAINED, explain_phase
 from traceanalyzer.compare.explain_render import modules_text
 from traceanalyzer.compare.run_tables import RunTables
 from traceanalyzer.compare.settings_diff import settings_changed, settings_of
@@ -87,6 +87,7 @@ def assert_sums_to_the_change(row: dict[str, Any]) -> None:
     assert sum(c["delta_ns"] for c in row["explain"]) == pytest.approx(change, abs=1.0)
     assert sum(c["delta_ns"] for c in named(row)) == pytest.approx(change, rel=0.10)
     assert row["explain"][-1]["what"] == UNEXPLAINED
+    assert {c["kind"] for c in named(row)} <= set(KINDS)
     deltas = [abs(c["delta_ns"]) for c in named(row)]
     assert deltas == sorted(deltas, reverse=True)
 

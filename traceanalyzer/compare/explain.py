@@ -16,10 +16,12 @@ phase's mean iteration exactly; each part is then named:
   synchronising API that grew, exposed communication by the collective, copies and stream
   waits by the task;
 - a change of graph mode (full, piecewise, eager) takes the idle time the launches cost
-  (:data:`GRAPH_PARTS`) as its own contribution, and a change of graph size (the tokens a
-  captured graph's kernels are shaped for) the time of the graph's kernels.
+  (:data:`GRAPH_PARTS`) and the change of the kernels now launched otherwise as its own
+  contribution, and a change of graph size (the capture size the replays ran at) the time of
+  the graph's kernels.
 
-Every number is per iteration of the phase, target minus base.
+Every number is per iteration of the phase, target minus base; the kernel time per module and
+decoder layer comes beside it where the stores place kernels in the model.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from traceanalyzer.report import fmt
 from traceanalyzer.steps.phases import PHASES
 from traceanalyzer.vocabulary import GRAPH_REPLAY_APIS, SYNC_APIS
 
-KINDS = ("kernel", "host", "sync", "comm", "graph", "copy", "idle")
+KINDS = ("kernel", "host", "sync", "comm", "graph", "copy", "idle")  # of a contribution
 UNEXPLAINED = "unexplained"
 COMPUTE_PART = "compute"  # the headline part the kernels split
 # the kind of each other part, by its first component
@@ -446,8 +448,7 @@ def _kernels(
         )
         target = ut.get(op) or NONE
         status = "new" if op not in ub else "gone" if op not in ut else "changed"
-        extra = {"status": status, "matched_by": kinds.get(op, "name"),
-                 "kernels": _detail(b, t, kb, kt, op)}  # fmt: skip
+        extra = {"status": status, "matched_by": kinds.get(op, "name")}
         ops.append(Contribution(op, "kernel", target.total_ns - base.total_ns, base, target, extra))
     ops.sort(key=lambda c: -abs(c.delta_ns))
     relaunched = _relaunched(kb, kt, ops) if graph_changed else []
@@ -455,6 +456,8 @@ def _kernels(
     floor = max(KERNEL_MIN_SHARE * abs(change), 0.5)
     listed = [c for c in ops[:TOP_KERNELS] if abs(c.delta_ns) >= floor]
     others = [c for c in ops if c not in listed]
+    for c in listed:
+        c.extra["kernels"] = _detail(b, t, kb, kt, c.what)
     if others and any(c.delta_ns for c in others):
         ob, ot = _sum(c.base or NONE for c in others), _sum(c.target or NONE for c in others)
         out.append(
@@ -513,7 +516,7 @@ def _detail(
     by_shape = {k.split("\x00", 1)[1]: k for k in ut if k not in ub}
     for k in [k for k in ub if k not in ut]:
         shape = k.split("\x00", 1)[1]
-        pairs.append((k, by_shape.pop(shape, None)) if shape in by_shape else (k, None))
+        pairs.append((k, by_shape.pop(shape, None)))
     pairs += [(None, k) for k in by_shape.values()]
     rows = []
     for kb_, kt_ in pairs:
