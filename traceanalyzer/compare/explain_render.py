@@ -61,7 +61,7 @@ def explain_text(phases: PhaseDiff) -> list[str]:
     lines = ["why each phase changed (per iteration, target - base, largest first):"]
     for explanation in phases.explanations.values():
         lines.append(f"  {explanation.summary()}")
-        items = [i for i in explanation.items() if i["what"] != UNEXPLAINED or i["delta_ns"]]
+        items = _shown(explanation)
         for item in items[:TEXT_ROWS]:
             said = "" if item["what"] == UNEXPLAINED else f": {evidence_text(item)}"
             lines.append(
@@ -185,10 +185,15 @@ def waterfalls(phases: PhaseDiff) -> dict[str, str]:
 # ---------------------------------------------------------------------------- html, markdown
 
 
+def _shown(explanation: Explanation) -> list[dict[str, Any]]:
+    """The contributions, and the rest when there is one."""
+    return [i for i in explanation.items() if i["what"] != UNEXPLAINED or i["delta_ns"]]
+
+
 def _rows(explanation: Explanation) -> list[list[Any]]:
     return [
         [item["what"], item["kind"], signed(item["delta_ns"]), _share(item), evidence_text(item)]
-        for item in explanation.items()
+        for item in _shown(explanation)
     ]
 
 
