@@ -24,13 +24,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-import polars as pl
-
 from traceanalyzer import json_shape
 from traceanalyzer.compare.explain import explain_phases
 from traceanalyzer.compare.overview_diff import ComponentDelta, overview_deltas
 from traceanalyzer.compare.phase_diff import PhaseDiff, phase_deltas
-from traceanalyzer.compare.run_tables import read_run
+from traceanalyzer.compare.run_tables import UNREADABLE, read_run
 from traceanalyzer.compare.settings_diff import run_settings, settings_changed
 from traceanalyzer.engine.findings import compress_ranks
 from traceanalyzer.engine.params import Params
@@ -428,7 +426,7 @@ def diff_outputs(
         tables = read_run(base), read_run(target)
         settings = settings_changed(run_settings(base), run_settings(target))
         phases = replace(phases, explanations=explain_phases(*tables))
-    except (StoreError, pl.exceptions.PolarsError, OSError) as exc:
+    except UNREADABLE as exc:
         phases = replace(phases, explain_error=f"not explained: a store could not be read: {exc}")
     return DiffResult(
         base=base,

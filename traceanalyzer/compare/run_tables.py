@@ -18,7 +18,7 @@ from traceanalyzer.overview.tops import COLLECTIVE_KIND, PYTHON_OP_CATEGORY
 from traceanalyzer.primitives import window_of
 from traceanalyzer.schema import COMPONENT_NAMES
 from traceanalyzer.steps.phases import IDLE_PHASE, UNKNOWN_PHASE
-from traceanalyzer.store import Store
+from traceanalyzer.store import Store, StoreError
 from traceanalyzer.vocabulary import CANN_PROCESS, STEP_SPAN_PREFIX
 
 PYTHON_FUNCTION_CATEGORY = "python_function"  # the Python tracer's spans
@@ -33,6 +33,8 @@ MODULE_COLUMNS = ("module", "layer")
 # the capture size a step's graph replay ran at, where the steps have it
 GRAPH_SIZE = "graph_size"
 KEYS = ["rank", "session"]
+# what reading a store can raise: none (StoreError), a damaged Parquet file, an unreadable one
+UNREADABLE = (StoreError, pl.exceptions.PolarsError, OSError)
 TASK_KEYS = [*KEYS, "stream_id", "start_ns"]
 
 
