@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 from traceanalyzer import json_shape
-from traceanalyzer.compare.explain import explain_phases
 from traceanalyzer.compare.overview_diff import ComponentDelta, overview_deltas
 from traceanalyzer.compare.phase_diff import PhaseDiff, phase_deltas
 from traceanalyzer.compare.run_tables import UNREADABLE, read_run
@@ -425,7 +424,7 @@ def diff_outputs(
     try:
         tables = read_run(base), read_run(target)
         settings = settings_changed(run_settings(base), run_settings(target))
-        phases = replace(phases, explanations=explain_phases(*tables))
+        phases = phases.explained(*tables)
     except UNREADABLE as exc:
         phases = replace(phases, explain_error=f"not explained: a store could not be read: {exc}")
     return DiffResult(

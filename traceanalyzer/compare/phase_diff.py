@@ -10,10 +10,11 @@ a mix change; a slower decode under the same mix is a decode regression.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from traceanalyzer.compare.explain import Explanation, signed
+from traceanalyzer.compare.explain import Explanation, explain_phases, signed
+from traceanalyzer.compare.run_tables import RunTables
 from traceanalyzer.report import fmt
 from traceanalyzer.report.htmlkit import esc, table
 
@@ -99,6 +100,10 @@ class PhaseDiff:
     @property
     def improved(self) -> list[str]:
         return [r.phase for r in self.rows if r.verdict == "improved"]
+
+    def explained(self, base: RunTables, target: RunTables) -> PhaseDiff:
+        """This diff with each phase's change explained from the two runs' tables."""
+        return replace(self, explanations=explain_phases(base, target))
 
     def mean_change(self) -> dict[str, float] | None:
         """The mean iteration's change split into the mix's part (phases weighing more or less,
