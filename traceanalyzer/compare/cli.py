@@ -18,6 +18,9 @@ if TYPE_CHECKING:
     from traceanalyzer.engine.loader import LoadedRules
 
 
+PLOTS = "plots"  # the waterfalls diff.md shows, beside it
+
+
 def is_output_dir(path: Path) -> bool:
     return (path / "findings.json").is_file()
 
@@ -47,7 +50,7 @@ def analyse(path: Path, jobs: int, quiet: bool, rules: LoadedRules) -> Path:
 @click.option(
     "--out",
     type=click.Path(path_type=Path),
-    help="Where to write diff.html and diff.json (default: a sibling of TARGET's output, `diff-<base>-vs-<target>`).",
+    help="Where to write diff.html, diff.md and diff.json (default: a sibling of TARGET's output, `diff-<base>-vs-<target>`).",
 )
 @click.option(
     "--fail-on-new",
@@ -80,7 +83,12 @@ def diff_command(
     analysed first into their default output dirs.
     """
     from traceanalyzer.compare.diff import diff_outputs
-    from traceanalyzer.compare.render import render_diff_html, render_diff_text
+    from traceanalyzer.compare.explain_render import waterfalls
+    from traceanalyzer.compare.render import (
+        render_diff_html,
+        render_diff_markdown,
+        render_diff_text,
+    )
     from traceanalyzer.engine.config import ConfigError, load_run_rules
     from traceanalyzer.engine.loader import RulesNotLoaded
     from traceanalyzer.executor import ExecutorError
@@ -119,10 +127,15 @@ def diff_command(
         sys.exit(EXIT_USAGE)
     out = out or target_out.parent / f"diff-{base_out.name}-vs-{target_out.name}"
     doc = json.dumps(result.to_dict(), indent=1) + "\n"
+    svgs = waterfalls(result.phases)
+    plot_files = {phase: f"{PLOTS}/waterfall-{phase}.svg" for phase in svgs}
     try:
         with writes(out):
             write_atomic_text(out / "diff.json", doc)
-            write_atomic_text(out / "diff.html", render_diff_html(result, out))
+            for phase, svg in svgs.items():
+                write_atomic_text(out / plot_files[phase], svg)
+            write_atomic_text(out / "diff.html", render_diff_html(result, out, svgs=svgs))
+            write_atomic_text(out / "diff.md", render_diff_markdown(result, plot_files) + "\n")
     except OutputError as exc:
         click.echo(printable(f"error: {exc}"), err=True)
         sys.exit(EXIT_OUTPUT)

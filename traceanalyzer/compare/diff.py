@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
 from traceanalyzer.compare.overview_diff import ComponentDelta, overview_deltas
 from traceanalyzer.compare.phase_diff import PhaseDiff, phase_deltas
+from traceanalyzer.compare.run_tables import UNREADABLE, read_run
+from traceanalyzer.compare.settings_diff import run_settings, settings_changed
 from traceanalyzer.engine.findings import compress_ranks
 from traceanalyzer.engine.params import Params
 from traceanalyzer.engine.presentation import key_figure_document
@@ -153,6 +155,9 @@ class DiffResult:
     target_ranks: list[int] = field(default_factory=list)
     overview: list[ComponentDelta] = field(default_factory=list)  # where the time goes
     phases: PhaseDiff = field(default_factory=lambda: PhaseDiff([]))  # and per serving phase
+    # the environment, profiler settings and versions that differ (compare/settings_diff.py);
+    # None: not compared (a store that cannot be read)
+    settings_changed: list[dict[str, Any]] | None = None
 
     def by_status(self, status: Status) -> list[FindingChange]:
         return [c for c in self.changes if c.status == status]
@@ -193,6 +198,7 @@ class DiffResult:
             "overview": [d.to_dict() for d in self.overview],
             "phases": self.phases.to_dict(),
             "mix_changed": self.phases.mix_changed,
+            "settings_changed": self.settings_changed,
         }
 
 
@@ -340,6 +346,14 @@ def diff_outputs(
             )
     order = {"new": 0, "changed": 1, "resolved": 2, "unchanged": 3}
     changes.sort(key=lambda c: (order[c.status], c.rule))
+    phases = phase_deltas(base_doc, target_doc)
+    settings = None
+    try:
+        tables = read_run(base), read_run(target)
+        settings = settings_changed(run_settings(base), run_settings(target))
+        phases = phases.explained(*tables)
+    except UNREADABLE as exc:
+        phases = replace(phases, explain_error=f"not explained: a store could not be read: {exc}")
     return DiffResult(
         base=base,
         target=target,
@@ -348,7 +362,8 @@ def diff_outputs(
         base_ranks=list(base_doc.get("summary", {}).get("ranks") or []),
         target_ranks=list(target_doc.get("summary", {}).get("ranks") or []),
         overview=overview_deltas(base_doc, target_doc),
-        phases=phase_deltas(base_doc, target_doc),
+        phases=phases,
+        settings_changed=settings,
     )
 
 

@@ -10,9 +10,11 @@ a mix change; a slower decode under the same mix is a decode regression.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from traceanalyzer.compare.explain import Explanation, explain_phases, signed
+from traceanalyzer.compare.run_tables import RunTables
 from traceanalyzer.report import fmt
 from traceanalyzer.report.htmlkit import esc, table
 
@@ -83,6 +85,9 @@ class PhaseDelta:
 @dataclass(frozen=True)
 class PhaseDiff:
     rows: list[PhaseDelta]
+    # per phase both runs have: its change split into contributions (compare/explain.py)
+    explanations: Mapping[str, Explanation] = field(default_factory=dict)
+    explain_error: str | None = None  # why there are none (a store that cannot be read)
 
     @property
     def mix_changed(self) -> bool:
@@ -95,6 +100,28 @@ class PhaseDiff:
     @property
     def improved(self) -> list[str]:
         return [r.phase for r in self.rows if r.verdict == "improved"]
+
+    def explained(self, base: RunTables, target: RunTables) -> PhaseDiff:
+        """This diff with each phase's change explained from the two runs' tables."""
+        return replace(self, explanations=explain_phases(base, target))
+
+    def mean_change(self) -> dict[str, float] | None:
+        """The mean iteration's change split into the mix's part (phases weighing more or less,
+        at the base's time of each) and the phases' own (each phase's change, at the target's
+        weight): ``base_ns``, ``target_ns``, ``mix_ns``, ``phases_ns`` (None: no iterations)."""
+        rows = [r for r in self.rows if r.phase not in NOT_ITERATIONS]
+        if not any(r.base_share for r in rows) or not any(r.target_share for r in rows):
+            return None
+        mix = within = base = target = 0.0
+        for r in rows:
+            wb, wt = r.base_share or 0.0, r.target_share or 0.0
+            mb, mt = r.base_mean_ns or 0.0, r.target_mean_ns or 0.0
+            base, target = base + wb * mb, target + wt * mt
+            if r.base_steps and r.target_steps:
+                mix, within = mix + (wt - wb) * mb, within + wt * (mt - mb)
+            else:  # a phase one run lacks weighs in or out whole
+                mix += wt * mt - wb * mb
+        return {"base_ns": base, "target_ns": target, "mix_ns": mix, "phases_ns": within}
 
     def summary(self) -> str | None:
         """One sentence: what changed, phase by phase (None: no phase on either side)."""
@@ -118,7 +145,14 @@ class PhaseDiff:
                     )
                 )
         if mix and not parts:
-            return f"The mix changed ({mix} of the iterations); no phase is slower or faster."
+            split = self.mean_change()
+            why = (
+                f" The mean iteration's {signed(split['target_ns'] - split['base_ns'])} is the "
+                f"mix ({signed(split['mix_ns'])}), not the phases ({signed(split['phases_ns'])})."
+                if split
+                else ""
+            )
+            return f"The mix changed ({mix} of the iterations); no phase is slower or faster.{why}"
         if mix:
             return f"The mix changed ({mix} of the iterations), and " + "; ".join(parts) + "."
         if parts:
@@ -126,9 +160,20 @@ class PhaseDiff:
             return f"Same mix; a {what} per phase: " + "; ".join(parts) + "."
         return "Same mix, and no phase is slower or faster."
 
+    def row_dict(self, row: PhaseDelta) -> dict[str, Any]:
+        """A row of ``phases.rows``, with ``explain`` (the contributions; [] for a phase one
+        run lacks, or that did not change) and ``explanation`` (what they split)."""
+        explained = self.explanations.get(row.phase)
+        return row.to_dict() | {
+            "explain": explained.items() if explained else [],
+            "explanation": explained.to_dict() if explained else None,
+        }
+
     def to_dict(self) -> dict[str, Any]:
         return {
-            "rows": [r.to_dict() for r in self.rows],
+            "rows": [self.row_dict(r) for r in self.rows],
+            "mean_change": self.mean_change(),
+            "explain_error": self.explain_error,
             "mix_changed": self.mix_changed,
             "regressed": self.regressed,
             "improved": self.improved,

@@ -3,15 +3,26 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 
 from traceanalyzer import text
 from traceanalyzer.compare.diff import Delta, DiffResult, FindingChange
+from traceanalyzer.compare.explain_render import (
+    explain_html,
+    explain_markdown,
+    explain_text,
+    settings_html,
+    settings_markdown,
+    settings_text,
+    waterfalls,
+)
 from traceanalyzer.compare.overview_diff import overview_diff_html, overview_diff_text
 from traceanalyzer.compare.phase_diff import phase_diff_html, phase_diff_text
 from traceanalyzer.report import fmt
 from traceanalyzer.report.htmlkit import chip, esc, inline, page, table
+from traceanalyzer.report.markdown import md_table, md_text
 
 STATUS_KIND = {"new": "error", "resolved": "clean", "changed": "warning", "unchanged": "plain"}
 
@@ -62,6 +73,8 @@ def render_diff_text(diff: DiffResult) -> str:
                 lines.append(f"            {d.label}: {delta_text(d)}  [{d.scope}]")
     lines += overview_diff_text(diff.overview)
     lines += phase_diff_text(diff.phases)
+    lines += explain_text(diff.phases)
+    lines += settings_text(diff.settings_changed)
     moved = [d for d in diff.figures if d.change]
     if moved:
         lines.append("key figures that moved (per rank):")
@@ -135,7 +148,14 @@ def _link(from_dir: Path, to: Path) -> str:
         return to.resolve().as_uri()
 
 
-def render_diff_html(diff: DiffResult, out_dir: Path, *, now: datetime | None = None) -> str:
+def render_diff_html(
+    diff: DiffResult,
+    out_dir: Path,
+    *,
+    now: datetime | None = None,
+    svgs: Mapping[str, str] | None = None,
+) -> str:
+    """diff.html; ``svgs``: each phase's waterfall (:func:`waterfalls`, drawn here when None)."""
     generated = (now or datetime.now(timezone.utc)).strftime("%Y-%m-%d %H:%M UTC")
     counts = " ".join(
         chip(f"{len(diff.by_status(s))} {s}", STATUS_KIND[s])
@@ -154,6 +174,8 @@ def render_diff_html(diff: DiffResult, out_dir: Path, *, now: datetime | None = 
         *(f'<p class="note">{esc(note)}</p>' for note in diff.rank_notes),
         overview_diff_html(diff.overview),
         phase_diff_html(diff.phases),
+        explain_html(diff.phases, waterfalls(diff.phases) if svgs is None else svgs),
+        settings_html(diff.settings_changed),
         "<h2>Findings</h2>",
     ]
     if not diff.changes:
@@ -184,3 +206,41 @@ def render_diff_html(diff: DiffResult, out_dir: Path, *, now: datetime | None = 
     else:
         parts.append("<p>No key figure could be computed on either side.</p>")
     return page("traceanalyzer diff", "".join(parts))
+
+
+def render_diff_markdown(diff: DiffResult, plot_files: Mapping[str, str]) -> str:
+    """diff.md: what changed, to paste into an issue; ``plot_files``: phase -> its waterfall's
+    path from diff.md."""
+    counts = ", ".join(
+        f"{len(diff.by_status(s))} {s}" for s in ("new", "resolved", "changed", "unchanged")
+    )
+    lines = [
+        "# traceanalyzer diff",
+        "",
+        "- " + md_text(f"base: `{diff.base}`"),
+        "- " + md_text(f"target: `{diff.target}`"),
+        f"- findings: {counts}",
+        *(f"- note: {md_text(note)}" for note in diff.rank_notes),
+        "",
+    ]
+    if diff.changes:
+        rows = [
+            [c.status, c.name, ", ".join(map(str, c.current.get("ranks") or [])),
+             c.current.get("title", "")]
+            for c in diff.changes
+        ]  # fmt: skip
+        lines += ["## Findings", "", *md_table(["status", "rule", "ranks", "title"], rows), ""]
+    if diff.phases.rows:
+        rows = [
+            [r.phase, f"{r.base_steps} -> {r.target_steps}",
+             f"{fmt.duration(r.base_p50_ns)} -> {fmt.duration(r.target_p50_ns)}",
+             f"{fmt.duration(r.base_mean_ns)} -> {fmt.duration(r.target_mean_ns)}", r.verdict]
+            for r in diff.phases.rows
+        ]  # fmt: skip
+        headers = ["phase", "iterations", "median", "mean", "verdict"]
+        lines += ["## By phase", "", *md_table(headers, rows), ""]
+        summary = diff.phases.summary()
+        lines += [md_text(summary), ""] if summary else []
+    lines += explain_markdown(diff.phases, plot_files)
+    lines += settings_markdown(diff.settings_changed)
+    return "\n".join(lines)

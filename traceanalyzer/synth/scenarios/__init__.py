@@ -13,7 +13,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from traceanalyzer.hints import did_you_mean, expected
-from traceanalyzer.synth.scenarios import baseline, capture, device, moe, pd, serving, store
+from traceanalyzer.synth.scenarios import (
+    baseline,
+    capture,
+    causes,
+    device,
+    moe,
+    pd,
+    serving,
+    store,
+)
 from traceanalyzer.synth.scenarios.timeline import SessionPlan, Timeline
 
 
@@ -104,7 +113,11 @@ SCENARIOS: dict[str, Scenario] = {
         "debug-settings", device.run_risky, device.RISKY_KNOBS, device.RISKY_HELP
     ),
     "serving": Scenario(
-        "serving", serving.run, serving.KNOBS, serving.HELP, scheduled=serving.scheduled
+        "serving",
+        causes.with_causes(serving.run),
+        {**serving.KNOBS, **causes.KNOBS},
+        serving.HELP + causes.HELP,
+        scheduled=serving.scheduled,
     ),
     "moe-ep": Scenario("moe-ep", moe.run, moe.KNOBS, moe.HELP, scheduled=moe.scheduled),
     "pd-kv": Scenario("pd-kv", pd.run, pd.KNOBS, pd.HELP, scheduled=pd.scheduled),

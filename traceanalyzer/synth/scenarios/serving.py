@@ -30,6 +30,7 @@ from dataclasses import dataclass, replace
 
 from traceanalyzer.synth import conformance, ops
 from traceanalyzer.synth.ops import MS, US, KernelSpec
+from traceanalyzer.synth.scenarios import causes
 from traceanalyzer.synth.scenarios.timeline import Timeline
 
 KNOBS = {
@@ -183,7 +184,7 @@ def _layer(it: Iteration, knobs: dict, tokens: int, requests: int) -> list[Kerne
     graph replay leaves out."""
     scale = max(0.25, tokens / 64)
     out = []
-    for spec in ops.DECODE_LAYER:
+    for spec in causes.layer(knobs):
         if spec.op_type == "FusedInferAttentionScore":
             attention = attention_kernel(
                 it, knobs["style"], tokens, requests, knobs["shapes"], knobs["heads"]
@@ -332,7 +333,7 @@ def _iteration(tl: Timeline, it: Iteration, knobs: dict, kinds: set[str]) -> tup
         _span(tl, kinds, "", f"{WORKER}(1048): execute_dummy_batch", start - 2 * US, t + 2 * US)
         return start, t + 2 * US
     prepared = t + ops.jitter(rng, 180)
-    forward = _forward(tl, prepared, it, knobs)
+    forward = causes.after_forward(tl, _forward(tl, prepared, it, knobs), knobs)
     posted = forward + ops.jitter(rng, 40)
     _span(tl, kinds, "prepare input", None, t, prepared)
     _span(tl, kinds, "forward", None, prepared, forward)
