@@ -40,6 +40,7 @@ LAYERS: list[tuple[str, ...]] = [
         "chart",
         "primitives",
         "kernels",
+        "codekey",
     ),
     ("discover",),
     ("parse",),

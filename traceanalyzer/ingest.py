@@ -17,6 +17,7 @@ a warning, and a file that lost data is listed in ``incomplete_files`` (the run 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -36,6 +37,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from traceanalyzer import json_shape, outdir
+from traceanalyzer.codekey import ROOT, closure, files_digest
 from traceanalyzer.discover import TRACE_FILE, Discovery, RankSession, discover, input_root
 from traceanalyzer.hints import path_did_you_mean
 from traceanalyzer.parse import native_scan, trace_native
@@ -71,8 +73,8 @@ if TYPE_CHECKING:
     from traceanalyzer.executor import Executor
     from traceanalyzer.parse.db import DbResult
 
-# Bump when parsers change what they write: stored sessions are then re-ingested.
-PARSER_VERSION = 10
+# The native scanner's source: its build is part of the code that parses a trace.
+NATIVE_SOURCES = ("parse/_trace_scan.c",)
 _SAMPLE = 1 << 16
 _SCRATCH = ".scratch."  # a session's private folder in OUT while it is ingested
 # A session's deadline: this much, plus this much per MB of its files (a 200 MB rank takes
@@ -233,7 +235,16 @@ def session_fingerprint(session: RankSession) -> dict[str, Any]:
             files[os.path.relpath(path, session.path)] = _file_fingerprint(path)
         except OSError as exc:  # unreadable: never cached, the parse says why
             files[os.path.relpath(path, session.path)] = {"error": str(exc), "at": time.time()}
-    return {"parser_version": PARSER_VERSION, "files": files}
+    return {"parser_version": parser_key(), "files": files}
+
+
+@functools.cache
+def parser_key() -> str:
+    """The key of the code that writes a session's tables (this module's import closure in the
+    package and the native scanner's source): a session stored by other code is ingested
+    again, never trusted (no version to bump by hand)."""
+    native = [ROOT / name for name in NATIVE_SOURCES if (ROOT / name).is_file()]
+    return files_digest([*closure(__name__), *native])
 
 
 # --------------------------------------------------------------------------- one session

@@ -427,7 +427,14 @@ class Manifest:
         return cls(sessions=sessions if isinstance(sessions, dict) else {})
 
     def save(self, root: Path) -> None:
-        doc = {"version": MANIFEST_VERSION, "sessions": self.sessions}
+        from traceanalyzer import __version__
+
+        # which code wrote the store (what is trusted of it is decided by the code keys)
+        doc = {
+            "version": MANIFEST_VERSION,
+            "written_by": f"traceanalyzer {__version__}",
+            "sessions": self.sessions,
+        }
         write_atomic_text(root / MANIFEST, json.dumps(doc, indent=1, sort_keys=True))
 
 

@@ -17,7 +17,6 @@ process loads exactly the same rules (rule objects hold functions; they are not 
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import importlib.util
 import marshal
@@ -32,6 +31,7 @@ from types import ModuleType
 from typing import Any
 
 import traceanalyzer
+from traceanalyzer.codekey import code_key, source_imports
 from traceanalyzer.engine.registry import DuplicateRuleError, RuleSet
 from traceanalyzer.engine.rule import Helper, Rule
 from traceanalyzer.hints import path_did_you_mean
@@ -149,23 +149,16 @@ def _failure(source: str, exc: BaseException) -> LoadError:
     return LoadError(source, f"{line}{type(exc).__name__}: {exc}", traceback.format_exc())
 
 
-@functools.cache
 def _engine_digest() -> str:
-    """Our version and the code every rule runs on (the engine, the kit's helpers and what they
-    build on), hashed once per process."""
-    digest = hashlib.sha256(traceanalyzer.__version__.encode())
-    package = Path(traceanalyzer.__file__).parent
-    shared = [package / f"{name}.py" for name in ("vocabulary", "primitives", "stats", "text")]
-    code = [*(package / "engine").glob("*.py"), *(package / "kit").glob("*.py"), *shared]
-    for path in sorted(code):
-        digest.update(path.name.encode())
-        digest.update(path.read_bytes())
-    return digest.hexdigest()
+    """The code every rule runs on: the engine, the kit and all they import in the package."""
+    return code_key("traceanalyzer.kit", "traceanalyzer.engine.runner")
 
 
 def _file_digest(path: Path) -> str:
-    """A rule file with the helper files (``_*.py``) beside it, which it may import."""
+    """A rule file with the helper files (``_*.py``) beside it, which it may import, and the
+    package modules it imports (with all they import)."""
     digest = hashlib.sha256(_engine_digest().encode())
+    digest.update(code_key(*source_imports(path)).encode())
     for item in [path, *sorted(p for p in path.parent.glob("_*.py") if p != path)]:
         digest.update(item.name.encode())
         digest.update(item.read_bytes())

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from traceanalyzer.codekey import code_key
 from traceanalyzer.overview.cluster import cluster_rows
 from traceanalyzer.overview.compute import DEFAULT_TOP, TopSizes, summarize_rank
 from traceanalyzer.store import (
@@ -63,12 +64,9 @@ def overview_shard(store_root: str, shard: tuple[int, ...], sizes: Mapping[str, 
 
 
 def _code_digest() -> str:
-    from traceanalyzer import __version__
-
-    digest = hashlib.sha256(__version__.encode())
-    for path in sorted(Path(__file__).parent.glob("*.py")):
-        digest.update(path.name.encode() + path.read_bytes())
-    return digest.hexdigest()
+    """The key of the code the overview's task runs: its whole import closure in the package
+    (the steps, ``classify_gaps``, the kit's MoE verdict it reads)."""
+    return code_key(__name__)
 
 
 def _shard_keys(

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from traceanalyzer.codekey import code_key
 from traceanalyzer.engine.config import ConfigError
 from traceanalyzer.engine.params import ParamError, Params
 from traceanalyzer.executor import SMALL_WORK_BYTES
@@ -140,12 +141,8 @@ def _batches(
 
 
 def _code_digest() -> str:
-    from traceanalyzer import __version__
-
-    digest = hashlib.sha256(__version__.encode())
-    for path in sorted(Path(__file__).parent.glob("*.py")):
-        digest.update(path.name.encode() + path.read_bytes())
-    return digest.hexdigest()
+    """The key of the code the steps' task runs: its whole import closure in the package."""
+    return code_key(__name__)
 
 
 def derive_store(

@@ -1,0 +1,85 @@
+"""Cache keys that cannot go stale: a result's key covers the code that made it, its whole import
+closure inside the package, so a helper changed deep in it re-derives everything above it."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from traceanalyzer.codekey import ROOT, closure, closure_key, code_key
+from traceanalyzer.synth import generate
+
+RULES = ROOT.parent / "rules"
+# the derivations whose results are cached, and a helper deep in all of them
+CACHED = ("traceanalyzer.steps.run", "traceanalyzer.overview.run", "traceanalyzer.kit")
+
+
+def _copy(tmp: Path) -> Path:
+    """The package and the built-in rules, copied where a test may change them."""
+    root = tmp / "pkg"
+    shutil.copytree(ROOT, root / "traceanalyzer", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(RULES, root / "rules", ignore=shutil.ignore_patterns("__pycache__"))
+    return root
+
+
+def test_the_closure_holds_what_the_code_runs() -> None:
+    for name in CACHED:
+        files = {p.relative_to(ROOT).as_posix() for p in closure(name)}
+        assert {"primitives.py", "kernels.py", "steps/phases.py"} <= files, name
+    assert "overview/run.py" not in {p.relative_to(ROOT).as_posix() for p in closure(CACHED[0])}
+
+
+def test_a_helper_changed_deep_in_the_closure_changes_every_key_above_it(tmp_path: Path) -> None:
+    package = _copy(tmp_path) / "traceanalyzer"
+    before = {name: closure_key([name], package) for name in (*CACHED, "traceanalyzer.printable")}
+    assert before == {n: code_key(n) for n in before}  # the copy keys as the package does
+    helper = package / "primitives.py"
+    helper.write_text(helper.read_text("utf-8") + "\n# classify_gaps changed\n", "utf-8")
+    after = {name: closure_key([name], package) for name in before}
+    assert all(after[name] != before[name] for name in CACHED)
+    assert after["traceanalyzer.printable"] == before["traceanalyzer.printable"]  # not above it
+
+
+def _run(root: Path | None, inputs: Path, out: Path) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(root)} if root else dict(os.environ)
+    code = "import sys; from traceanalyzer.cli import main; sys.exit(main())"
+    done = subprocess.run(
+        [sys.executable, "-c", code, "run", str(inputs), "--out", str(out), "-q"],
+        env=env,
+        cwd=out.parent,  # not the checkout: its package would shadow PYTHONPATH's
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode in (0, 1), done.stderr
+    return json.loads((out / "findings.json").read_text("utf-8"))
+
+
+def _host_bound(doc: dict) -> tuple:
+    """What host-launch-bound and the overview say of the host-bound idle time."""
+    rule = next(r for r in doc["rules"] if r["name"] == "host-launch-bound")
+    findings = [f for f in doc["findings"] if f["name"] == "host-launch-bound"]
+    idle = doc["summary"]["overview"]["mean"]["idle_host_ns"]
+    return rule["status"], [f["metrics"].get("cost_ns") for f in findings], round(idle)
+
+
+def test_an_out_of_other_code_gives_one_consistent_report(tmp_path: Path) -> None:
+    """An OUT written by this code, run again by code whose classify_gaps counts no gap as
+    host-bound, says what a cold run of the changed code says: the rule and the overview agree
+    (a stale cached breakdown beside a re-evaluated rule contradicted itself)."""
+    generate("slow-host-decode", tmp_path / "in", ranks=1, steps=4, layers=2)
+    first = _run(None, tmp_path / "in", tmp_path / "out")
+    root = _copy(tmp_path)
+    helper = root / "traceanalyzer" / "primitives.py"
+    source = helper.read_text("utf-8")
+    late = 'late = pl.col("launch_end_ns") > pl.col("prev_end_ns")'
+    assert late in source
+    helper.write_text(source.replace(late, "late = pl.lit(False)"), "utf-8")
+    warm = _run(root, tmp_path / "in", tmp_path / "out")
+    cold = _run(root, tmp_path / "in", tmp_path / "cold")
+    assert _host_bound(first) != _host_bound(cold)  # the change matters
+    assert _host_bound(warm) == _host_bound(cold)

@@ -1,0 +1,114 @@
+"""The key of the code a result was made by: a module's import closure inside the package.
+
+A cached result (a derived table, an overview shard, a rule's outcome, an ingested session) is
+valid only while the code that made it is the same. Hand-kept file lists go stale (the steps
+ran ``primitives`` and ``kernels``, which their key did not hash), so the key is derived from
+the code itself: the module's source and the source of every package module it imports,
+directly or through others (``import``, ``from ... import``, relative imports, and
+``importlib.import_module("traceanalyzer...")`` with a literal name), with the package version.
+Change a helper deep in the closure and every key above it changes.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import hashlib
+from pathlib import Path
+
+import traceanalyzer
+
+PACKAGE = "traceanalyzer"
+ROOT = Path(traceanalyzer.__file__).parent
+
+
+def module_file(name: str, root: Path = ROOT) -> Path | None:
+    """The source file of package module ``name`` (``traceanalyzer.steps.run``), or None."""
+    parts = name.split(".")
+    if parts[0] != PACKAGE:
+        return None
+    base = root.joinpath(*parts[1:])
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _imported(source: str, name: str, is_package: bool) -> set[str]:
+    """The package modules a module's source imports (names, possibly of non-modules: a
+    ``from a import b`` yields ``a`` and ``a.b``; :func:`module_file` tells which exist)."""
+    found: set[str] = set()
+    package = name if is_package else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                anchor = package.split(".")
+                anchor = anchor[: len(anchor) - (node.level - 1)]
+                base = ".".join([*anchor, node.module] if node.module else anchor)
+            else:
+                base = node.module or ""
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)
+        elif (
+            isinstance(node, ast.Call)
+            and getattr(node.func, "attr", getattr(node.func, "id", "")) == "import_module"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):
+            found.add(node.args[0].value)
+    return {m for m in found if m == PACKAGE or m.startswith(PACKAGE + ".")}
+
+
+def closure(name: str, root: Path = ROOT) -> list[Path]:
+    """The source files of ``name`` and of every package module it imports, transitively, in
+    a stable order (each once; a package's ``__init__`` with the module under it)."""
+    seen: dict[str, Path] = {}
+    todo = [name]
+    while todo:
+        current = todo.pop()
+        path = module_file(current, root)
+        if path is None or current in seen:
+            continue
+        seen[current] = path
+        # a module's packages are imported with it
+        parent = current.rpartition(".")[0]
+        if parent:
+            todo.append(parent)
+        source = path.read_text("utf-8")
+        todo += sorted(_imported(source, current, path.name == "__init__.py"))
+    return [seen[n] for n in sorted(seen)]
+
+
+def files_digest(paths: list[Path], root: Path = ROOT) -> str:
+    """The package version and the given files' package-relative names and bytes, hashed."""
+    digest = hashlib.sha256(traceanalyzer.__version__.encode())
+    for path in paths:
+        try:
+            shown = path.relative_to(root).as_posix()
+        except ValueError:
+            shown = path.name
+        digest.update(shown.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+@functools.cache
+def code_key(*names: str) -> str:
+    """The key of the code of the package modules ``names`` and all they import (once per
+    process: the code does not change under a running process)."""
+    return closure_key(names, ROOT)
+
+
+def closure_key(names: tuple[str, ...] | list[str], root: Path) -> str:
+    """:func:`code_key` of a package tree at ``root`` (a test's copy)."""
+    paths: dict[Path, None] = {}
+    for name in names:
+        paths.update(dict.fromkeys(closure(name, root)))
+    return files_digest(sorted(paths), root)
+
+
+def source_imports(path: Path) -> list[str]:
+    """The package modules a file outside the package (a rule file) imports."""
+    return sorted(_imported(path.read_text("utf-8"), "rule", False))
