@@ -13,7 +13,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from traceanalyzer.hints import did_you_mean, expected
-from traceanalyzer.synth.scenarios import baseline, capture, device, moe, pd, serving, store
+from traceanalyzer.synth.scenarios import (
+    baseline,
+    capture,
+    device,
+    memory,
+    moe,
+    pd,
+    serving,
+    store,
+)
 from traceanalyzer.synth.scenarios.timeline import SessionPlan, Timeline
 
 
@@ -108,6 +117,19 @@ SCENARIOS: dict[str, Scenario] = {
     ),
     "moe-ep": Scenario("moe-ep", moe.run, moe.KNOBS, moe.HELP, scheduled=moe.scheduled),
     "pd-kv": Scenario("pd-kv", pd.run, pd.KNOBS, pd.HELP, scheduled=pd.scheduled),
+    "memory": Scenario(
+        "memory", memory.run, memory.KNOBS, memory.HELP, scheduled=serving.scheduled
+    ),
+    **{
+        name: Scenario(
+            name,
+            memory.run,
+            {**memory.KNOBS, **sick},
+            f"{help_} (memory knobs; `memory` is the healthy twin)",
+            scheduled=serving.scheduled,
+        )
+        for name, (sick, help_) in memory.SICK_KNOBS.items()
+    },
     **{
         name: Scenario(
             name,
