@@ -52,6 +52,7 @@ from traceanalyzer.engine.rule import (
 from traceanalyzer.kernels import NOT_KERNEL_PATTERN, kernel_tasks
 from traceanalyzer.kit.cost import analysed_window_ns, analysed_windows, window_share
 from traceanalyzer.kit.fixture_verbs import Launch, us
+from traceanalyzer.kit.memory import Growth, baseline_growth, device_memory, memory_records
 from traceanalyzer.kit.moe import (
     PATH_NAMES,
     EpGroup,
@@ -91,6 +92,15 @@ from traceanalyzer.kit.steps import (
     step_windows,
 )
 from traceanalyzer.kit.store_builder import StoreBuilder
+from traceanalyzer.memory import (
+    APP,
+    GE,
+    NO_CAPACITY,
+    PTA,
+    RankMemory,
+    capacity_mb,
+    steady_steps,
+)
 from traceanalyzer.primitives import (
     ApiLayer,
     Trend,
@@ -202,6 +212,18 @@ __all__ = [
     "recurring_calls",
     "steady_key_figures",
     "step_windows",
+    # device memory (profile_memory=True)
+    "APP",
+    "GE",
+    "NO_CAPACITY",
+    "PTA",
+    "Growth",
+    "RankMemory",
+    "baseline_growth",
+    "capacity_mb",
+    "device_memory",
+    "memory_records",
+    "steady_steps",
     # mixture of experts: EP exchanges, expert load
     "PATH_NAMES",
     "EpGroup",

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from traceanalyzer.kit.fixture_verbs import MEMORY_STREAM_PTR as STREAM_PTR
 from traceanalyzer.synth.fmt import csv_ts
 from traceanalyzer.synth.tables import CsvFile
 
@@ -28,7 +29,6 @@ if TYPE_CHECKING:
 
 MB = 1 << 20  # memory_record.csv's "MB" is 2^20 bytes (the Db records bytes)
 SEGMENT = 2 * MB  # torch's allocator rounds a large block's segment up to 2 MiB
-STREAM_PTR = 897357296  # the allocating stream (the real G2 export's)
 APP_PERIOD_NS = 20_000_000  # msprof samples NPU_MEM about every 20 ms
 OTHER_PROCESSES = 256 * MB  # NPU_MEM `device` rows: the whole device, other processes too
 DEVICE_LAG_NS = 234_000  # msprof samples the device's memory this long after the process's
@@ -137,14 +137,16 @@ class CachingAllocator:
     """torch_npu's caching allocator (PTA), GE's, and the process's other device memory, as
     a profile records them. A block is served from the cache while the reserved segments hold
     it; beyond them (or with ``new_segment``: a request no cached block fits) the allocator
-    reserves a new segment from the driver. ``allocated``: what the process held before the
-    profile began (the weights)."""
+    reserves a new segment from the driver. ``allocated`` (the weights), ``ge`` and
+    ``outside``: what the process held before the profile began."""
 
-    def __init__(self, rw: RankWriter, *, allocated: int = 0, outside: int = 0) -> None:
+    def __init__(
+        self, rw: RankWriter, *, allocated: int = 0, outside: int = 0, ge: Totals | None = None
+    ) -> None:
         self.rw = rw
         self.allocated = allocated
         self.reserved = _segments(allocated)
-        self.ge = Totals(0, 0, None)
+        self.ge = ge or Totals(0, 0, None)
         self.outside = outside  # HCCL buffers, the runtime's workspaces: neither allocator's
         self._live: dict[int, OperatorMemory] = {}
         self._next = 0
@@ -177,12 +179,10 @@ class CachingAllocator:
             OperatorMemory(op.name, op.size, op.alloc_ns, op.at_alloc, ts, self._pta())
         )
 
-    def ge_totals(self, ts: int, allocated: int, reserved: int) -> None:
-        """GE's allocator holds ``allocated`` of ``reserved`` bytes from ``ts``."""
-        self.ge = Totals(allocated, reserved, None)
+    def ge_record(self, ts: int) -> None:
+        """GE's allocator records its totals at ``ts``."""
         self.rw.memory_record(Record("GE", ts, self.ge, None))
         self._sum(ts)
-        self._history.append((ts, *self._held()))
 
     def grow_outside(self, ts: int, size: int) -> None:
         """Device memory outside both allocators grows by ``size`` at ``ts`` (an HCCL buffer)."""

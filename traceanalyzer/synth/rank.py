@@ -744,34 +744,42 @@ class RankWriter:
         """A tensor's allocation and release (an operator_memory.csv row)."""
         self._operator_memory.append(row)
 
+    @property
+    def _profile_memory(self) -> bool:
+        return self._memory is not None or bool(self._memory_records)
+
     def _memory_samples(self, end: int) -> list[Record]:
-        """The process's device memory (APP) as msprof samples it, every 20 ms: NPU_MEM's
-        ``app`` and ``device`` rows (the trace's `NPU MEM` counters, in KB), memory_record.csv's
-        APP rows."""
-        model = self._memory
-        if model is None:
-            return []
-        app = []
-        for ts in range(self.cfg.start_ns, end + 1, APP_PERIOD_NS):
-            used = sum(model.held_at(ts))
-            app.append(Record("APP", ts, Totals(None, used, None), None))
+        """The process's device memory (APP): the records given, and what the model held every
+        20 ms as msprof samples it; in the trace as `NPU MEM` counters (KB) with the whole
+        device's (NPU_MEM's ``app`` and ``device`` rows in a Db)."""
+        app = [r for r in self._memory_records if r.component == "APP"]
+        if self._memory is not None:
+            for ts in range(self.cfg.start_ns, end + 1, APP_PERIOD_NS):
+                used = sum(self._memory.held_at(ts))
+                app.append(Record("APP", ts, Totals(None, used, None), None))
+        app.sort(key=lambda r: r.ts)
+        for r in app:
+            used = r.totals.reserved
             # msprof reads the device's a little after the process's
-            for who, at, total in (
-                ("APP", ts, used),
-                ("Device", ts + DEVICE_LAG_NS, used + OTHER_PROCESSES),
+            for who, ts, total in (
+                ("APP", r.ts, used),
+                ("Device", r.ts + DEVICE_LAG_NS, used + OTHER_PROCESSES),
             ):
                 for series, value in (("DDR", 0), ("HBM", total), ("Memory", total)):
-                    self.tv.counter("NPU MEM", f"{who}/{series}", at, f'"KB": {value / 1024!r}')
+                    self.tv.counter("NPU MEM", f"{who}/{series}", ts, f'"KB": {value / 1024!r}')
                 if self.db:
-                    self.db.npu_mem(who.lower(), at, total)
+                    self.db.npu_mem(who.lower(), ts, total)
         return app
 
     def _write_memory(self, text: Path, app: list[Record]) -> None:
         """memory_record.csv, operator_memory.csv and their Db tables."""
-        if self._memory is None:
+        if not self._profile_memory:
             return
-        self._memory.close()
-        records = sorted(self._memory_records, key=lambda r: r.ts)
+        if self._memory is not None:
+            self._memory.close()
+        records = sorted(
+            (r for r in self._memory_records if r.component != "APP"), key=lambda r: r.ts
+        )
         write_memory_record(text / "memory_record.csv", self.cfg.dev, app, records)
         write_operator_memory(text / "operator_memory.csv", self.cfg.dev, self._operator_memory)
         if self.db:
@@ -977,7 +985,7 @@ class RankWriter:
                 "skip_first": 0,
             },
             "record_shapes": False,
-            "profile_memory": self._memory is not None,
+            "profile_memory": self._profile_memory,
             "with_stack": False,
             "with_flops": False,
             "with_modules": False,

@@ -24,7 +24,7 @@ Each variant adds one behaviour to the healthy ``memory``:
 
 from __future__ import annotations
 
-from traceanalyzer.synth.memory import MB, CachingAllocator
+from traceanalyzer.synth.memory import MB, CachingAllocator, Totals
 from traceanalyzer.synth.ops import US
 from traceanalyzer.synth.scenarios import serving
 from traceanalyzer.synth.scenarios.timeline import Timeline
@@ -85,10 +85,15 @@ ACTIVATION_OP = "aten::empty_strided"
 def run(tl: Timeline, knobs: dict) -> None:
     rw = tl.rw
     outside = int((knobs["hccl_mb"] + MODULE_RESERVED_MB["RUNTIME"]) * MB)
-    memory = CachingAllocator(rw, allocated=int(knobs["weights_gb"] * GB), outside=outside)
-    t = tl.t
     ge = int(knobs["ge_mb"] * MB)
-    memory.ge_totals(t, ge, ge + GE_SLACK)
+    memory = CachingAllocator(
+        rw,
+        allocated=int(knobs["weights_gb"] * GB),
+        outside=outside,
+        ge=Totals(ge, ge + GE_SLACK, None),
+    )
+    t = tl.t
+    memory.ge_record(t)
     if knobs["kv_cache_gb"] > 0:
         memory.alloc(t + 10 * US, KV_CACHE_OP, int(knobs["kv_cache_gb"] * GB))
     fragmented = knobs["fragment_gb"] > 0

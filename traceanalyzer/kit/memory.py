@@ -1,0 +1,130 @@
+"""Device memory for rules: the memory stage's tables (:mod:`traceanalyzer.memory`), the
+device's capacity as a parameter, and the trend of a baseline across steady iterations.
+
+A rule that reads memory declares ``uses=[device_memory]`` (its ``capacity_gb`` parameter) and
+``requires=[memory_records()]``; :func:`baseline_growth` is memory-growth's test, shared with
+its key figures.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from traceanalyzer.engine.rule import Requirement, RuleContext, helper
+from traceanalyzer.memory import COLLECT_WITH, MEMORY_PARAMS, MISSING, RankMemory, memory_of
+from traceanalyzer.primitives import Trend, trend
+from traceanalyzer.text import p_value
+
+MAX_POINTS = 1000  # a longer series is trended in this many bins (the tests are O(n^2))
+
+
+@helper(params=MEMORY_PARAMS)
+def device_memory(ctx: RuleContext) -> RankMemory:
+    """The memory of the ranks in scope (:class:`~traceanalyzer.memory.RankMemory`), derived
+    once per store; the rule's ``capacity_gb`` is the device's capacity (0: unknown)."""
+    return memory_of(ctx.store, ctx.ranks)
+
+
+def memory_records() -> Requirement:
+    """The allocators' records (memory_record.csv, Db MEMORY_RECORD / NPU_MEM): not evaluated
+    without them, "missing memory_record (collect with profile_memory=True)"."""
+    return Requirement("memory_records", ("ts_ns",), what=MISSING, collect_with=COLLECT_WITH)
+
+
+@dataclass(frozen=True)
+class Growth:
+    """How a baseline moved across steady iterations (MB, seconds from the first iteration)."""
+
+    iterations: int
+    first_ns: int
+    last_ns: int
+    start_mb: float
+    end_mb: float
+    over_time: Trend  # Theil-Sen slope in MB/s, Mann-Kendall over the whole window
+    per_iteration_mb: float  # Theil-Sen slope per iteration
+    late: Trend  # the later half alone, per iteration
+    giveback: float  # the largest fall from a running high, as a share of the rise (0: none)
+
+    @property
+    def grown_mb(self) -> float:
+        """What the robust slope says the window grew by."""
+        return self.per_iteration_mb * (self.iterations - 1)
+
+    def verdict(self, p: Any) -> str | None:
+        """None when the baseline grows as a leak does, else why not (in words): a significant
+        upward trend (``alpha``) of at least ``min_growth_mb`` that the later half keeps up
+        (``late_alpha``, ``late_share`` of the slope: not warm-up growth that plateaus) and
+        never gives back more than ``max_giveback`` of (not a sawtooth)."""
+        mk = self.over_time.mk.p_increasing
+        if mk >= p.alpha:
+            return f"no upward trend (Mann-Kendall {p_value(mk)}, alpha {p.alpha:g})"
+        if self.per_iteration_mb <= 0:
+            return (
+                f"most iterations keep it level (Theil-Sen slope 0; Mann-Kendall {p_value(mk)}): "
+                "its growth is confined to a few iterations"
+            )
+        if self.grown_mb < p.min_growth_mb:
+            return f"grew {self.grown_mb:.1f} MB, below min_growth_mb ({p.min_growth_mb:g})"
+        if (
+            self.late.mk.p_increasing >= p.late_alpha
+            or self.late.slope < p.late_share * self.per_iteration_mb
+        ):
+            return (
+                "the growth stops: the later half's slope is "
+                f"{self.late.slope:.3g} MB/iteration against {self.per_iteration_mb:.3g} overall "
+                f"(Mann-Kendall {p_value(self.late.mk.p_increasing)}): warm-up that plateaus"
+            )
+        if self.giveback > p.max_giveback:
+            return f"it returns toward its baseline (gives back {self.giveback:.0%} of its rise)"
+        return None
+
+
+def _binned(steps: pl.DataFrame) -> pl.DataFrame:
+    """At most :data:`MAX_POINTS` rows: consecutive iterations binned, each bin its lowest
+    baseline (still a baseline) at its first iteration's start and index."""
+    steps = steps.with_row_index("_i")
+    if steps.height <= MAX_POINTS:
+        return steps
+    size = -(-steps.height // MAX_POINTS)
+    return (
+        steps.group_by((pl.col("_i") // size).alias("_bin"), maintain_order=True)
+        .agg(pl.col("_i").first(), pl.col("start_ns").first(), pl.col("baseline_mb").min())
+        .drop("_bin")
+    )
+
+
+def _giveback(values: np.ndarray) -> float:
+    rise = float(values.max() - values[0])
+    if rise <= 0:
+        return 0.0
+    fall = float((np.maximum.accumulate(values) - values).max())
+    return fall / rise
+
+
+def baseline_growth(steps: pl.DataFrame) -> Growth | None:
+    """The trend of ``steps``' ``baseline_mb`` (one series of one session's steady windows, in
+    time order; ``start_ns``); None without two iterations."""
+    steps = steps.drop_nulls("baseline_mb")
+    if steps.height < 2:
+        return None
+    points = _binned(steps)
+    y = points["baseline_mb"].to_numpy().astype(float)
+    t0 = int(steps["start_ns"][0])
+    seconds = (points["start_ns"].to_numpy() - t0) / 1e9
+    index = points["_i"].to_numpy().astype(float)
+    half = len(y) // 2
+    return Growth(
+        iterations=steps.height,
+        first_ns=t0,
+        last_ns=int(steps["end_ns"][-1]),
+        start_mb=float(y[0]),
+        end_mb=float(y[-1]),
+        over_time=trend(y, seconds),
+        per_iteration_mb=trend(y, index).slope,
+        late=trend(y[half:], index[half:]),
+        giveback=_giveback(y),
+    )
