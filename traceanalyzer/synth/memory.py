@@ -18,14 +18,11 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from traceanalyzer.kit.fixture_verbs import MEMORY_STREAM_PTR as STREAM_PTR
 from traceanalyzer.synth.fmt import csv_ts
 from traceanalyzer.synth.tables import CsvFile
-
-if TYPE_CHECKING:
-    from traceanalyzer.synth.rank import RankWriter
 
 MB = 1 << 20  # memory_record.csv's "MB" is 2^20 bytes (the Db records bytes)
 SEGMENT = 2 * MB  # torch's allocator rounds a large block's segment up to 2 MiB
@@ -129,6 +126,16 @@ def write_operator_memory(path: Path, device: int, rows: list[OperatorMemory]) -
     f.close()
 
 
+class MemorySink(Protocol):
+    """Where the model's records go (a :class:`~traceanalyzer.synth.rank.RankWriter`)."""
+
+    def memory_model(self, model: CachingAllocator) -> None: ...
+
+    def memory_record(self, record: Record) -> None: ...
+
+    def operator_memory(self, row: OperatorMemory) -> None: ...
+
+
 def _segments(size: int) -> int:
     return -(-size // SEGMENT) * SEGMENT
 
@@ -141,7 +148,7 @@ class CachingAllocator:
     ``outside``: what the process held before the profile began."""
 
     def __init__(
-        self, rw: RankWriter, *, allocated: int = 0, outside: int = 0, ge: Totals | None = None
+        self, rw: MemorySink, *, allocated: int = 0, outside: int = 0, ge: Totals | None = None
     ) -> None:
         self.rw = rw
         self.allocated = allocated
