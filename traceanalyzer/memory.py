@@ -21,17 +21,22 @@ What it derives, per rank (:class:`RankMemory`):
   peak, and the segments the allocator took from (and gave back to) the driver in it;
 - ``modules``: each CANN module's peak reserved memory, and what it held first and last;
 - ``unfreed``: the allocations never released in the profile (operator_memory), largest first,
-  or, without operator_memory, the rises of PTA's allocated memory that never came back.
+  or, without operator_memory, the rises of PTA's allocated memory that never came back;
+- ``timeline``: each line (PTA allocated and reserved, GE allocated, APP) over time, its lowest
+  and highest value in each of :data:`TIMELINE_SLOTS` equal slots of the rank's records.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import polars as pl
 
-from traceanalyzer.engine.params import Param
+from traceanalyzer.engine.config import ConfigError, namespace_params
+from traceanalyzer.engine.params import Param, Params
+from traceanalyzer.engine.rule import Rule
 from traceanalyzer.primitives import window_of
 from traceanalyzer.steps.phases import STEADY_PHASES
 from traceanalyzer.steps.tables import steps_of
@@ -47,6 +52,7 @@ COMPONENTS = (PTA, GE, PTA_GE, APP)  # in the order the reports list them
 # the process holds outside both (APP - PTA reserved - GE reserved, named APP: it is the part
 # of APP no allocator explains).
 SERIES = (PTA, GE, APP)
+TIMELINE_SLOTS = 400  # slots of a rank's memory timeline (the report's figure)
 MB = 1 << 20  # memory_record.csv's "MB" (the Db records bytes; the store keeps MB)
 GB_MB = 1024.0
 
@@ -75,10 +81,33 @@ class RankMemory:
     steps: pl.DataFrame
     modules: pl.DataFrame
     unfreed: pl.DataFrame
+    timeline: pl.DataFrame
 
     @property
     def empty(self) -> bool:
         return self.levels.is_empty()
+
+
+class MemorySettingError(ConfigError):
+    """A ``memory.NAME`` setting names no parameter or has a bad value."""
+
+
+def memory_params(values: Mapping[str, Any] | None = None) -> Params:
+    """The run's memory settings: defaults overlaid with ``values`` (``--set memory.X=...``,
+    ``[memory]`` of the config file)."""
+    return namespace_params(NAMESPACE, MEMORY_PARAMS, values, MemorySettingError)
+
+
+def rule_overrides(rules: Iterable[Rule], values: Mapping[str, Any]) -> list[str]:
+    """``RULE.NAME=VALUE`` for every rule that reads the setting ``NAME`` of :data:`MEMORY_PARAMS`
+    (through the kit's ``device_memory``): what ``memory.NAME`` given for the run sets for
+    each of them (``--set RULE.NAME`` after it still wins)."""
+    return [
+        f"{rule.name}.{name}={value}"
+        for rule in rules
+        for name, value in values.items()
+        if rule.params.get(name) is MEMORY_PARAMS.get(name)
+    ]
 
 
 def capacity_mb(capacity_gb: float) -> float | None:
@@ -132,6 +161,7 @@ def derive(store: Store, ranks: Collection[int] | None = None) -> RankMemory:
         steps=_step_memory(series, records, windows),
         modules=_modules(store, where),
         unfreed=_unfreed(store, where, records),
+        timeline=_timeline(records),
     )
 
 
@@ -362,6 +392,40 @@ def _unfreed(store: Store, where: pl.Expr, records: pl.DataFrame) -> pl.DataFram
     )  # fmt: skip
     return pl.concat([ops, rises]).sort(
         "rank", "session", "size_mb", "alloc_ns", descending=[False, False, True, False]
+    )
+
+
+def _timeline(records: pl.DataFrame) -> pl.DataFrame:
+    """rank, session, line, ts_ns (slot start), min_mb, max_mb: every line's values in
+    :data:`TIMELINE_SLOTS` equal slots of the rank's recorded time (a slot without a record
+    has no row: the value held on)."""
+    lines = pl.concat(
+        [
+            records.filter(pl.col("component") == component).select(
+                "rank", "session", pl.lit(line).alias("line"), "ts_ns",
+                pl.col(value).alias("value_mb"),
+            )
+            for line, component, value in (
+                ("PTA allocated", PTA, "allocated_mb"),
+                ("PTA reserved", PTA, "reserved_mb"),
+                ("GE allocated", GE, "allocated_mb"),
+                ("APP", APP, "reserved_mb"),
+            )
+        ]
+    ).drop_nulls("value_mb")  # fmt: skip
+    first = pl.col("ts_ns").min().over("rank")
+    width = ((pl.col("ts_ns").max().over("rank") - first) // TIMELINE_SLOTS + 1).alias("_w")
+    return (
+        lines.with_columns(first.alias("_t0"), width)
+        .with_columns(
+            (
+                pl.col("_t0") + (pl.col("ts_ns") - pl.col("_t0")) // pl.col("_w") * pl.col("_w")
+            ).alias("slot")
+        )
+        .group_by("rank", "session", "line", "slot")
+        .agg(pl.col("value_mb").min().alias("min_mb"), pl.col("value_mb").max().alias("max_mb"))
+        .rename({"slot": "ts_ns"})
+        .sort("rank", "session", "line", "ts_ns")
     )
 
 

@@ -26,6 +26,7 @@ import polars as pl
 
 from traceanalyzer.overview.cluster import cluster_rows
 from traceanalyzer.overview.compute import DEFAULT_TOP, TopSizes, summarize_rank
+from traceanalyzer.overview.memory import TABLES as MEMORY_TABLES
 from traceanalyzer.store import (
     TABLES_DIR,
     RankStore,
@@ -43,7 +44,13 @@ if TYPE_CHECKING:
     from traceanalyzer.executor import Executor
 
 CACHE_DIR = Path(".cache") / "overview"
-RANK_TABLES = ("summary_steps", "summary_kernels", "summary_host_apis", "summary_collectives")
+RANK_TABLES = (
+    "summary_steps",
+    "summary_kernels",
+    "summary_host_apis",
+    "summary_collectives",
+    *MEMORY_TABLES,
+)
 CLUSTER_TABLE = "summary_ranks"
 
 
@@ -63,10 +70,11 @@ def overview_shard(store_root: str, shard: tuple[int, ...], sizes: Mapping[str, 
 
 
 def _code_digest() -> str:
-    from traceanalyzer import __version__
+    from traceanalyzer import __version__, memory
 
     digest = hashlib.sha256(__version__.encode())
-    for path in sorted(Path(__file__).parent.glob("*.py")):
+    # the overview's modules and the memory stage it summarises
+    for path in [*sorted(Path(__file__).parent.glob("*.py")), Path(memory.__file__)]:
         digest.update(path.name.encode() + path.read_bytes())
     return digest.hexdigest()
 
