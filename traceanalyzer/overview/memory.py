@@ -78,7 +78,9 @@ def memory_section(store: Store, capacity_gb: float = 0.0) -> dict[str, Any]:
     the peaks per phase and batch size; the timeline of the ranks that hold the most."""
     capacity = capacity_mb(capacity_gb)
     levels = store.table("summary_memory").collect()
-    if levels.is_empty():
+    # npu_module_mem.csv comes at every profiler level; without the allocators' records there
+    # is no peak, no split and no timeline to show
+    if levels.filter(pl.col("source") == "memory_record").is_empty():
         return {"ranks": [], "reason": NOT_COLLECTED, "capacity_mb": capacity}
     steps = store.table("summary_memory_steps").collect()
     static = store.table("summary_memory_static").collect()
