@@ -28,12 +28,12 @@ from traceanalyzer.kit import (
     session_metadata,
     spearman,
     steady_steps,
+    step_series,
     text,
     trend,
 )
 
 EXPANDABLE = "expandable_segments:True"
-FIGURE_POINTS = 400
 WORST_SHOWN = 5
 
 
@@ -298,7 +298,11 @@ def _finding(
         },
         evidence=_evidence(rank, session, steps),
         fix=_fix(_alloc_conf(ctx, rank)),
-        series=_series(steps),
+        series=step_series(
+            steps,
+            allocated_mb=pl.col("peak_mb"),
+            reserved_mb=pl.col("peak_mb") + pl.col("gap_at_peak_mb"),
+        ),
         phases=phases_in(steps),
         score=w.gap_mb,
     )
@@ -323,16 +327,6 @@ def _evidence(rank: int, session: str, steps: pl.DataFrame) -> list[Evidence]:
         )
         for s in worst.head(WORST_SHOWN).iter_rows(named=True)
     ]
-
-
-def _series(steps: pl.DataFrame) -> dict[str, list[Any]]:
-    pick = np.unique(np.linspace(0, steps.height - 1, min(steps.height, FIGURE_POINTS)).astype(int))
-    shown = steps[pick.tolist()]
-    return {
-        "start_ns": shown["start_ns"].to_list(),
-        "allocated_mb": shown["peak_mb"].to_list(),
-        "reserved_mb": (shown["peak_mb"] + shown["gap_at_peak_mb"]).to_list(),
-    }
 
 
 @memory_fragmentation.figure(

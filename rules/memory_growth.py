@@ -28,6 +28,7 @@ from traceanalyzer.kit import (
     phases_in,
     rule,
     steady_steps,
+    step_series,
     text,
 )
 
@@ -59,7 +60,6 @@ FIX = {
     ),
 }
 NEVER_FREED_SHOWN = 5
-FIGURE_POINTS = 400
 
 
 @rule(
@@ -315,7 +315,7 @@ def _finding(
         evidence=_evidence(rank, session, component, steps, never),
         fix=FIX[component],
         severity=severity,
-        series=_series(steps),
+        series=step_series(steps, baseline_mb=pl.col("baseline_mb"), peak_mb=pl.col("peak_mb")),
         phases=phases_in(steps),
         score=rate,
     )
@@ -356,17 +356,6 @@ def _evidence(
             )
         )
     return out
-
-
-def _series(steps: pl.DataFrame) -> dict[str, list[Any]]:
-    """Each steady iteration's baseline and peak (at most FIGURE_POINTS, evenly picked)."""
-    pick = np.unique(np.linspace(0, steps.height - 1, min(steps.height, FIGURE_POINTS)).astype(int))
-    shown = steps[pick.tolist()]
-    return {
-        "start_ns": shown["start_ns"].to_list(),
-        "baseline_mb": shown["baseline_mb"].to_list(),
-        "peak_mb": shown["peak_mb"].to_list(),
-    }
 
 
 @memory_growth.figure(

@@ -158,7 +158,7 @@ def derive(store: Store, ranks: Collection[int] | None = None) -> RankMemory:
     return RankMemory(
         levels=_levels(records, outside),
         outside=outside,
-        steps=_step_memory(series, records, windows),
+        steps=_step_memory(series, windows),
         modules=_modules(store, where),
         unfreed=_unfreed(store, where, records),
         timeline=_timeline(records),
@@ -247,16 +247,22 @@ def _outside(records: pl.DataFrame) -> pl.DataFrame:
 
 def _series(records: pl.DataFrame, outside: pl.DataFrame) -> pl.DataFrame:
     """The values a step's baseline is taken of (rank, session, series, ts_ns, value_mb):
-    PTA's and GE's allocated memory, and the process's memory outside both (APP)."""
+    PTA's and GE's allocated memory, and the process's memory outside both (APP); PTA's rows
+    with its reserved memory and how much it moved (``_delta``: the allocator went to the
+    driver)."""
     allocators = records.filter(pl.col("component").is_in([PTA, GE])).select(
         "rank", "session", pl.col("component").alias("series"), "ts_ns",
         pl.col("allocated_mb").alias("value_mb"),
+        pl.when(pl.col("component") == PTA).then(pl.col("reserved_mb")).alias("reserved_mb"),
+        pl.when(pl.col("component") == PTA)
+        .then(pl.col("reserved_mb").diff().over("rank", "session", "component"))
+        .alias("_delta"),
     )  # fmt: skip
     rest = outside.filter(pl.col("outside_mb").is_not_null()).select(
         "rank", "session", pl.lit(APP).alias("series"), "ts_ns",
         pl.col("outside_mb").alias("value_mb"),
     )  # fmt: skip
-    return pl.concat([allocators, rest]).drop_nulls("value_mb")
+    return pl.concat([allocators, rest], how="diagonal").drop_nulls("value_mb")
 
 
 # --------------------------------------------------------------------------------------------
@@ -266,9 +272,7 @@ def _series(records: pl.DataFrame, outside: pl.DataFrame) -> pl.DataFrame:
 STEP_KEYS = ("rank", "session", "step", "start_ns", "end_ns", "step_ns", "phase", "tokens")
 
 
-def _step_memory(
-    series: pl.DataFrame, records: pl.DataFrame, windows: pl.DataFrame
-) -> pl.DataFrame:
+def _step_memory(series: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
     """Per window and series: the value held when it opened and every value inside it, as the
     window's ``baseline_mb`` (lowest) and ``peak_mb`` (highest); for PTA, ``reserved_peak_mb``,
     ``gap_at_peak_mb`` (reserved - allocated at the allocated peak), ``segment_allocs`` and
@@ -283,27 +287,16 @@ def _step_memory(
     if series.is_empty() or windows.is_empty():
         return pl.DataFrame(schema=schema)
     windows = windows.sort("rank", "session", "start_ns").with_row_index("_w")
-    pta = records.filter(pl.col("component") == PTA).select(
-        "rank", "session", "ts_ns", "reserved_mb",
-        pl.col("reserved_mb").diff().over("rank", "session").alias("_delta"),
-    )  # fmt: skip
-    values = series.join(
-        pta.select("rank", "session", "ts_ns", "reserved_mb", "_delta").with_columns(
-            pl.lit(PTA).alias("series")
-        ),
-        on=["rank", "session", "series", "ts_ns"],
-        how="left",
-    ).unique(["rank", "session", "series", "ts_ns"], keep="last", maintain_order=True)
-    inside = window_of(values, windows, at="ts_ns", by=("rank", "session"), keep=["_w"]).drop_nulls(
+    inside = window_of(series, windows, at="ts_ns", by=("rank", "session"), keep=["_w"]).drop_nulls(
         "_w"
     )
     # the value each series held when the window opened
     opened = (
         windows.select("rank", "session", "_w", pl.col("start_ns").alias("ts_ns"))
-        .join(values.select("series").unique(), how="cross")
+        .join(series.select("series").unique(), how="cross")
         .sort("ts_ns")
         .join_asof(
-            values.drop("_delta").sort("ts_ns"),
+            series.drop("_delta").sort("ts_ns"),
             on="ts_ns",
             by=["rank", "session", "series"],
             strategy="backward",

@@ -52,7 +52,13 @@ from traceanalyzer.engine.rule import (
 from traceanalyzer.kernels import NOT_KERNEL_PATTERN, kernel_tasks
 from traceanalyzer.kit.cost import analysed_window_ns, analysed_windows, window_share
 from traceanalyzer.kit.fixture_verbs import Launch, us
-from traceanalyzer.kit.memory import Growth, baseline_growth, device_memory, memory_records
+from traceanalyzer.kit.memory import (
+    Growth,
+    baseline_growth,
+    device_memory,
+    memory_records,
+    step_series,
+)
 from traceanalyzer.kit.moe import (
     PATH_NAMES,
     EpGroup,
@@ -224,6 +230,7 @@ __all__ = [
     "device_memory",
     "memory_records",
     "steady_steps",
+    "step_series",
     # mixture of experts: EP exchanges, expert load
     "PATH_NAMES",
     "EpGroup",

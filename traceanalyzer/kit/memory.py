@@ -20,6 +20,7 @@ from traceanalyzer.primitives import Trend, trend
 from traceanalyzer.text import p_value
 
 MAX_POINTS = 1000  # a longer series is trended in this many bins (the tests are O(n^2))
+FIGURE_POINTS = 400  # steps a finding's series keeps for its figure
 
 
 @helper(params=MEMORY_PARAMS)
@@ -128,3 +129,11 @@ def baseline_growth(steps: pl.DataFrame) -> Growth | None:
         late=trend(y[half:], index[half:]),
         giveback=_giveback(y),
     )
+
+
+def step_series(steps: pl.DataFrame, **columns: pl.Expr) -> dict[str, list[Any]]:
+    """A finding's ``series`` of steps (``start_ns`` and each of ``columns``): at most
+    :data:`FIGURE_POINTS` of them, evenly picked, the first and last included."""
+    pick = np.unique(np.linspace(0, steps.height - 1, min(steps.height, FIGURE_POINTS)).astype(int))
+    shown = steps[pick.tolist()].select("start_ns", **columns)
+    return {name: shown[name].to_list() for name in shown.columns}
