@@ -83,7 +83,7 @@ def analyse(
     from traceanalyzer.engine.findings import add_input_caveats
     from traceanalyzer.engine.loader import RulesNotLoaded
     from traceanalyzer.engine.shards import evaluate_store
-    from traceanalyzer.memory import NAMESPACE as MEMORY
+    from traceanalyzer.memory import NAMESPACE as MEMORY_NAMESPACE
     from traceanalyzer.memory import memory_params, rule_overrides
     from traceanalyzer.report.terminal import run_reports
     from traceanalyzer.steps.evidence import NAMESPACE
@@ -97,11 +97,11 @@ def analyse(
     # Refused before the ingest writes anything: a rule that does not load, a bad setting.
     step_settings, rest = split_namespace(overrides, NAMESPACE)
     step_settings = {**config_table(config_path, NAMESPACE), **step_settings}
-    memory_settings, rest = split_namespace(rest, MEMORY)
-    memory_settings = {**config_table(config_path, MEMORY), **memory_settings}
+    memory_settings, rest = split_namespace(rest, MEMORY_NAMESPACE)
+    memory_settings = {**config_table(config_path, MEMORY_NAMESPACE), **memory_settings}
     if rules.errors:
         raise RulesNotLoaded(rules.errors)
-    memory = memory_params(memory_settings)
+    device = memory_params(memory_settings)  # `memory` is the parse's budget
     # `memory.capacity_gb` is every memory rule's too (a rule's own setting after it wins)
     overrides = (*rule_overrides(rules.rules, memory_settings), *rest)
     resolve(rules.rules, run_settings(overrides, config_path))
@@ -156,7 +156,7 @@ def analyse(
             # After the rules, not beside them: on the 200 MB benchmark beside them it saved
             # no time and added 40 MB to the run's peak (docs/benchmarks/compare.md).
             findings.overview = _overview(
-                out, executor, findings, top, force, log, memory.capacity_gb
+                out, executor, findings, top, force, log, device.capacity_gb
             )
             findings.config_files = [str(config.path)] if config else []
             write_findings_json(findings, out)
