@@ -11,8 +11,10 @@ import polars as pl
 from traceanalyzer.kit import (
     APP,
     GE,
+    MB_BYTES,
     NO_CAPACITY,
     PTA,
+    SERIES,
     Evidence,
     FigureContext,
     Finding,
@@ -32,7 +34,6 @@ from traceanalyzer.kit import (
     text,
 )
 
-MB = 1 << 20
 WHAT = {
     PTA: "torch's caching allocator (PTA)",
     GE: "GE's allocator (GE)",
@@ -80,14 +81,14 @@ NEVER_FREED_SHOWN = 5
         ),
         "late_share": Param(
             0.5,
-            "... and the later half keeps growing, at least this share of the overall slope "
-            "(warm-up growth that plateaus is silent) ...",
+            "... and the later half keeps growing, its Theil-Sen slope at least this share of "
+            "the whole's (warm-up growth that plateaus is silent) ...",
         ),
-        "late_alpha": Param(0.05, "... with its own Mann-Kendall p below this ..."),
-        "max_giveback": Param(
+        "min_kept": Param(
             0.5,
-            "... and it never falls back by more than this share of its rise (a sawtooth that "
-            "returns to its baseline is silent).",
+            "... and the later half keeps it: its lowest tenth at least this share of the "
+            "growth the slope gives it by then (a sawtooth that returns to its baseline is "
+            "silent).",
         ),
         "error_within_h": Param(
             24.0, "Severity error when the device runs out within this many hours at the rate."
@@ -107,8 +108,9 @@ def memory_growth(ctx: RuleContext) -> Iterator[Finding]:
     outside both (`APP`: APP - PTA reserved - GE reserved, the HCCL buffers and workspaces torch
     does not see). It fires when the baselines trend up (Mann-Kendall p < `alpha`, Theil-Sen
     growth at least `min_growth_mb`), the later half of the iterations keeps growing
-    (`late_alpha`, at least `late_share` of the slope) and the baseline never falls back by more
-    than `max_giveback` of its rise. It reports the rate (`rate_bytes_per_s`,
+    (its slope at least `late_share` of the whole's) and keeps what it grew (the later half's
+    lowest tenth at least `min_kept` of the growth the slope gives it by then: a leak under a
+    sawtooth still fires). It reports the rate (`rate_bytes_per_s`,
     `bytes_per_iteration`), the time until the device's capacity is reached at that rate
     (`time_to_oom_s`, from the process's memory in use; null when the capacity is unknown: no
     export records it, set `capacity_gb` or `memory.capacity_gb`), and, for PTA, the operators
@@ -149,7 +151,7 @@ def memory_growth(ctx: RuleContext) -> Iterator[Finding]:
     p = ctx.params
     for (rank, session), _ in memory.levels.group_by("rank", "session", maintain_order=True):
         judged = False
-        for component in (PTA, GE, APP):
+        for component in SERIES:
             steps = _steady(memory, int(rank), str(session), component)
             if steps.height < p.min_iterations:
                 continue
@@ -164,7 +166,7 @@ def memory_growth(ctx: RuleContext) -> Iterator[Finding]:
                 ctx.note(f"rank {rank}: {component} baseline: {why}", rank=int(rank))
         if not judged:
             most = max(
-                (_steady(memory, int(rank), str(session), c).height for c in (PTA, GE, APP)),
+                (_steady(memory, int(rank), str(session), c).height for c in SERIES),
                 default=0,
             )
             ctx.inconclusive(
@@ -301,8 +303,8 @@ def _finding(
         location={"component": component},
         metrics={
             "component": component,  # type: ignore[dict-item]
-            "rate_bytes_per_s": rate * MB,
-            "bytes_per_iteration": per_iteration * MB,
+            "rate_bytes_per_s": rate * MB_BYTES,
+            "bytes_per_iteration": per_iteration * MB_BYTES,
             "time_to_oom_s": oom_s,
             "iterations": growth.iterations,
             "baseline_start_mb": growth.start_mb,
@@ -371,7 +373,7 @@ def _figure(fig: FigureContext) -> Any:
     seconds = [(t - t0) / 1e9 for t in series["start_ns"]]
     ax.plot(seconds, series["peak_mb"], color="#9ca3af", linewidth=1, label="peak")
     ax.plot(seconds, series["baseline_mb"], marker="o", markersize=3, label="baseline")
-    rate = (fig.finding["metrics"].get("rate_bytes_per_s") or 0.0) / MB
+    rate = (fig.finding["metrics"].get("rate_bytes_per_s") or 0.0) / MB_BYTES
     intercept = float(np.median(np.asarray(series["baseline_mb"]) - rate * np.asarray(seconds)))
     ax.plot(
         [seconds[0], seconds[-1]],

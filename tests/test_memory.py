@@ -297,3 +297,20 @@ def test_without_operator_memory_the_rises_that_stay_are_the_static_allocations(
         ("6144.0 MB held", 6144.0, "memory_record"),
         ("8.0 MB held", 8.0, "memory_record"),
     ]
+
+
+def test_app_alone_is_all_outside_torch() -> None:
+    """A session torch recorded nothing of (APP samples only): its growth is the process's,
+    outside torch, and memory-growth judges it."""
+    b = StoreBuilder().session(0, "s", start_ns=0, end_ns=us(12 * 20_000))
+    for number in range(1, 13):
+        b.step(0, "s", number, start_ns=us((number - 1) * 20_000), dur_ns=us(19_900))
+        b.memory(
+            0, "s", "APP", ts_ns=us((number - 1) * 20_000 + 100), reserved_mb=2_000.0 + 8 * number
+        )
+    memory = memory_of(b.store())
+    assert memory.outside["outside_mb"].to_list()[:2] == [2_008.0, 2_016.0]
+    from traceanalyzer.engine import evaluate
+
+    (finding,) = [f for f in evaluate(b.store()).findings if f.name == "memory-growth"]
+    assert finding.metrics["component"] == "APP"

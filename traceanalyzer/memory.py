@@ -53,7 +53,7 @@ COMPONENTS = (PTA, GE, PTA_GE, APP)  # in the order the reports list them
 # of APP no allocator explains).
 SERIES = (PTA, GE, APP)
 TIMELINE_SLOTS = 400  # slots of a rank's memory timeline (the report's figure)
-MB = 1 << 20  # memory_record.csv's "MB" (the Db records bytes; the store keeps MB)
+MB_BYTES = 1 << 20  # memory_record.csv's "MB" (the Db records bytes; the store keeps MB)
 GB_MB = 1024.0
 
 MEMORY_PARAMS: dict[str, Param] = {
@@ -82,10 +82,6 @@ class RankMemory:
     modules: pl.DataFrame
     unfreed: pl.DataFrame
     timeline: pl.DataFrame
-
-    @property
-    def empty(self) -> bool:
-        return self.levels.is_empty()
 
 
 class MemorySettingError(ConfigError):
@@ -230,13 +226,17 @@ def _outside(records: pl.DataFrame) -> pl.DataFrame:
     """At every APP sample: the process's memory (``app_mb``), PTA's and GE's reserved memory
     held then, what lies outside torch (``outside_torch_mb``: APP - PTA reserved, GE included)
     and outside both allocators (``outside_mb``). A sample before the first PTA record has no
-    split (null)."""
+    split (null); in a session torch recorded nothing of, all of APP is outside it."""
     app = records.filter(pl.col("component") == APP).select(
         "rank", "session", "ts_ns", pl.col("reserved_mb").alias("app_mb")
     )
     pta = records.filter(pl.col("component") == PTA)
     ge = records.filter(pl.col("component") == GE)
     held = _held(ge, _held(pta, app, "reserved_mb", "pta_reserved_mb"), "reserved_mb", "ge_mb")
+    untracked = ~pl.col("session").is_in(pta["session"].unique().implode())
+    held = held.with_columns(
+        pl.when(untracked).then(0.0).otherwise(pl.col("pta_reserved_mb")).alias("pta_reserved_mb")
+    )
     return held.with_columns(
         (pl.col("app_mb") - pl.col("pta_reserved_mb")).alias("outside_torch_mb"),
         (pl.col("app_mb") - pl.col("pta_reserved_mb") - pl.col("ge_mb").fill_null(0.0)).alias(
@@ -427,9 +427,3 @@ def steady_steps(memory: RankMemory, series: str) -> pl.DataFrame:
     return memory.steps.filter(pl.col("steady") & (pl.col("series") == series)).sort(
         "rank", "session", "start_ns"
     )
-
-
-def components_present(memory: RankMemory) -> Iterable[str]:
-    """The components recorded, in :data:`COMPONENTS` order."""
-    present = set(memory.levels["component"].to_list())
-    return [c for c in COMPONENTS if c in present] + sorted(present - set(COMPONENTS))

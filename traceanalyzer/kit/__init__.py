@@ -101,8 +101,10 @@ from traceanalyzer.kit.store_builder import StoreBuilder
 from traceanalyzer.memory import (
     APP,
     GE,
+    MB_BYTES,
     NO_CAPACITY,
     PTA,
+    SERIES,
     RankMemory,
     capacity_mb,
     steady_steps,
@@ -221,8 +223,10 @@ __all__ = [
     # device memory (profile_memory=True)
     "APP",
     "GE",
+    "MB_BYTES",
     "NO_CAPACITY",
     "PTA",
+    "SERIES",
     "Growth",
     "RankMemory",
     "baseline_growth",

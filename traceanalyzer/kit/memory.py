@@ -47,8 +47,10 @@ class Growth:
     end_mb: float
     over_time: Trend  # Theil-Sen slope in MB/s, Mann-Kendall over the whole window
     per_iteration_mb: float  # Theil-Sen slope per iteration
-    late: Trend  # the later half alone, per iteration
-    giveback: float  # the largest fall from a running high, as a share of the rise (0: none)
+    late: Trend  # the later half alone, per iteration (its Theil-Sen slope)
+    # the later half's lowest tenth above the start, as a share of what the slope had added by
+    # the half: ~1 for a leak (a sawtooth on it too), ~0 for a sawtooth back to its baseline
+    kept: float
 
     @property
     def grown_mb(self) -> float:
@@ -58,8 +60,9 @@ class Growth:
     def verdict(self, p: Any) -> str | None:
         """None when the baseline grows as a leak does, else why not (in words): a significant
         upward trend (``alpha``) of at least ``min_growth_mb`` that the later half keeps up
-        (``late_alpha``, ``late_share`` of the slope: not warm-up growth that plateaus) and
-        never gives back more than ``max_giveback`` of (not a sawtooth)."""
+        (``late_share`` of the slope: not warm-up growth that plateaus) and
+        that keeps ``min_kept`` of it through the later half (not a sawtooth back to its
+        baseline)."""
         mk = self.over_time.mk.p_increasing
         if mk >= p.alpha:
             return f"no upward trend (Mann-Kendall {p_value(mk)}, alpha {p.alpha:g})"
@@ -70,17 +73,17 @@ class Growth:
             )
         if self.grown_mb < p.min_growth_mb:
             return f"grew {self.grown_mb:.1f} MB, below min_growth_mb ({p.min_growth_mb:g})"
-        if (
-            self.late.mk.p_increasing >= p.late_alpha
-            or self.late.slope < p.late_share * self.per_iteration_mb
-        ):
+        if self.late.slope < p.late_share * self.per_iteration_mb:
             return (
                 "the growth stops: the later half's slope is "
                 f"{self.late.slope:.3g} MB/iteration against {self.per_iteration_mb:.3g} overall "
-                f"(Mann-Kendall {p_value(self.late.mk.p_increasing)}): warm-up that plateaus"
+                f"(late_share {p.late_share:.0%}): warm-up that plateaus"
             )
-        if self.giveback > p.max_giveback:
-            return f"it returns toward its baseline (gives back {self.giveback:.0%} of its rise)"
+        if self.kept < p.min_kept:
+            return (
+                f"it returns toward its baseline: the later half's lowest tenth keeps "
+                f"{self.kept:.0%} of the growth the slope gives it (min_kept {p.min_kept:.0%})"
+            )
         return None
 
 
@@ -98,12 +101,14 @@ def _binned(steps: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _giveback(values: np.ndarray) -> float:
-    rise = float(values.max() - values[0])
-    if rise <= 0:
+def _kept(values: np.ndarray, index: np.ndarray, slope: float) -> float:
+    """What the later half keeps of the growth: its lowest tenth above the first value, over
+    what ``slope`` had added by the half (robust to a few dips; 0 without growth)."""
+    half = len(values) // 2
+    expected = slope * (index[half] - index[0])
+    if expected <= 0:
         return 0.0
-    fall = float((np.maximum.accumulate(values) - values).max())
-    return fall / rise
+    return float(np.quantile(values[half:], 0.1) - values[0]) / expected
 
 
 def baseline_growth(steps: pl.DataFrame) -> Growth | None:
@@ -118,6 +123,7 @@ def baseline_growth(steps: pl.DataFrame) -> Growth | None:
     seconds = (points["start_ns"].to_numpy() - t0) / 1e9
     index = points["_i"].to_numpy().astype(float)
     half = len(y) // 2
+    per_iteration = trend(y, index).slope
     return Growth(
         iterations=steps.height,
         first_ns=t0,
@@ -125,9 +131,9 @@ def baseline_growth(steps: pl.DataFrame) -> Growth | None:
         start_mb=float(y[0]),
         end_mb=float(y[-1]),
         over_time=trend(y, seconds),
-        per_iteration_mb=trend(y, index).slope,
+        per_iteration_mb=per_iteration,
         late=trend(y[half:], index[half:]),
-        giveback=_giveback(y),
+        kept=_kept(y, index, per_iteration),
     )
 
 
