@@ -196,7 +196,7 @@ def _in_use_mb(memory: RankMemory, rank: int, session: str) -> float | None:
 
 def _never_freed(memory: RankMemory, rank: int, session: str, growth: Growth) -> pl.DataFrame:
     """The operators whose allocations in the window were never freed: name, count, total MB,
-    first allocation; the most memory first."""
+    first allocation; the most allocations first (a leak allocates in every iteration)."""
     return (
         memory.unfreed.filter(
             (pl.col("rank") == rank)
@@ -210,7 +210,7 @@ def _never_freed(memory: RankMemory, rank: int, session: str, growth: Growth) ->
             pl.col("size_mb").sum().alias("total_mb"),
             pl.col("alloc_ns").min().alias("first_ns"),
         )
-        .sort("total_mb", "name", descending=[True, False])
+        .sort("count", "total_mb", "name", descending=[True, True, False])
     )
 
 
