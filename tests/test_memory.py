@@ -314,3 +314,24 @@ def test_app_alone_is_all_outside_torch() -> None:
 
     (finding,) = [f for f in evaluate(b.store()).findings if f.name == "memory-growth"]
     assert finding.metrics["component"] == "APP"
+
+
+def test_a_long_profiles_timeline_keeps_600_runs_at_most() -> None:
+    """4,000 windows alternating decode and idle are drawn at the phase strip's resolution."""
+    from traceanalyzer.overview.memory import _lanes
+    from traceanalyzer.overview.phases import TIMELINE_RUNS
+
+    n = 4_000
+    steps = pl.DataFrame(
+        {
+            "rank": [0] * n,
+            "session": ["s"] * n,
+            "start_ns": [i * 1_000 for i in range(n)],
+            "end_ns": [(i + 1) * 1_000 for i in range(n)],
+            "phase": ["decode" if i % 2 else "idle" for i in range(n)],
+        }
+    )
+    timeline = pl.DataFrame({"line": ["APP"], "ts_ns": [0], "min_mb": [1.0], "max_mb": [2.0]})
+    lane = _lanes(0, timeline, steps)
+    assert 0 < len(lane["runs"]) <= TIMELINE_RUNS
+    assert lane["runs"][-1][1] == n * 1_000

@@ -26,6 +26,8 @@ from traceanalyzer.memory import (
     capacity_mb,
     memory_of,
 )
+from traceanalyzer.overview.phases import TIMELINE_RUNS
+from traceanalyzer.overview.phases import _resampled as resampled_runs
 from traceanalyzer.primitives import theil_sen_slope
 from traceanalyzer.steps.phases import IDLE_PHASE, PHASES
 from traceanalyzer.store import Store
@@ -222,7 +224,9 @@ def _phases(steps: pl.DataFrame) -> list[dict[str, Any]]:
 
 def _lanes(rank: int, timeline: pl.DataFrame, steps: pl.DataFrame) -> dict[str, Any]:
     """One rank's figure: each line's [t, min, max] in ns from the rank's first record, and
-    its windows as [start, end, phase] on the same clock."""
+    its windows as [start, end, phase] on the same clock (neighbours of one phase merged; past
+    :data:`~traceanalyzer.overview.phases.TIMELINE_RUNS` runs, as many slots of the phase that
+    holds most of each)."""
     origin = int(timeline["ts_ns"].min()) if timeline.height else 0  # type: ignore[arg-type]
     lines = {
         str(line): [
@@ -242,4 +246,7 @@ def _lanes(rank: int, timeline: pl.DataFrame, steps: pl.DataFrame) -> dict[str, 
             runs[-1][1] = end - origin
         else:
             runs.append([start - origin, end - origin, phase])
+    span = max((end for _, end, _ in runs), default=0)
+    if len(runs) > TIMELINE_RUNS and span > 0:  # as the phase strip draws a long profile
+        runs = resampled_runs(runs, span)
     return {"rank": rank, "lines": lines, "runs": runs}
