@@ -39,6 +39,11 @@ WHAT = {
     GE: "GE's allocator (GE)",
     APP: "the process's device memory outside torch and GE (APP - PTA reserved - GE reserved)",
 }
+SHORT = {
+    PTA: "PTA allocated memory",
+    GE: "GE allocated memory",
+    APP: "APP memory outside torch",
+}
 FIX = {
     PTA: (
         "Find what keeps a reference every iteration: the operators never freed below allocate "
@@ -266,7 +271,7 @@ def _finding(
     modules = _module_growth(memory, rank, session) if component == APP else []
     where = f"; never freed: {text.join(freed_text, 3)}" if freed_text else ""
     title = (
-        f"{component} {'allocated ' if component != APP else ''}memory grows "
+        f"{SHORT[component]} grows "
         f"{text.megabytes(per_iteration)} per iteration ({text.megabytes(rate)}/s) across "
         f"{growth.iterations} steady iterations{where}; "
         + (
@@ -280,9 +285,9 @@ def _finding(
         f"every steady iteration: its baseline (the lowest it held in each iteration) grew from "
         f"{text.megabytes(growth.start_mb)} to {text.megabytes(growth.end_mb)} over "
         f"{growth.iterations} iterations ({text.duration(span_ns)}; Mann-Kendall "
-        f"{text.p_value(growth.over_time.mk.p_increasing)}), and its later half grows as fast "
-        f"({text.megabytes(growth.late.slope)} per iteration): not warm-up that plateaus, not a "
-        "sawtooth. Warm-up, dummy and idle windows are left out.",
+        f"{text.p_value(growth.over_time.mk.p_increasing)}), and its later half still grows "
+        f"({text.megabytes(growth.late.slope)} per iteration) and keeps it: not warm-up that "
+        "plateaus, not a sawtooth. Warm-up, dummy and idle windows are left out.",
         f"At {text.megabytes(rate)}/s, {oom}.",
     ]
     if freed_text:
