@@ -259,6 +259,20 @@ def test_the_capacity_setting_gives_headroom_and_time_to_oom(tmp_path: Path) -> 
     assert bad.exit_code == 2 and "did you mean 'capacity_gb'" in bad.output
 
 
+def test_the_config_files_memory_table_sets_the_capacity(tmp_path: Path) -> None:
+    generate("memory", tmp_path / "in", iterations=8)
+    config = tmp_path / "traceanalyzer.toml"
+    config.write_text("[memory]\ncapacity_gb = 32\n", encoding="utf-8")
+    doc, _ = _run(tmp_path / "in", tmp_path / "out", "--config", str(config))
+    assert _memory(doc)["capacity_mb"] == 32 * 1024
+    params = {r["name"]: r["params"] for r in doc["rules"]}
+    assert (
+        params["memory-growth"]["capacity_gb"]
+        == params["memory-fragmentation"]["capacity_gb"]
+        == 32
+    )
+
+
 def test_a_profile_without_memory_says_how_to_collect_it(tmp_path: Path) -> None:
     generate("inference-baseline", tmp_path / "in", steps=2, layers=1)
     doc, terminal = _run(tmp_path / "in", tmp_path / "out")
