@@ -28,6 +28,7 @@ from traceanalyzer.kit import (
     session_metadata,
     spearman,
     steady_steps,
+    step_seconds,
     step_series,
     text,
     trend,
@@ -335,11 +336,10 @@ def _evidence(rank: int, session: str, steps: pl.DataFrame) -> list[Evidence]:
 )
 def _figure(fig: FigureContext) -> Any:
     series = fig.finding.get("series") or {}
-    if not series.get("start_ns"):
+    seconds = step_seconds(series)
+    if not seconds:
         return None
     figure, (ax,) = fig.new(7.5, 2.8)
-    t0 = series["start_ns"][0]
-    seconds = [(t - t0) / 1e9 for t in series["start_ns"]]
     ax.fill_between(
         seconds, series["reserved_mb"], series["allocated_mb"], color="#f59e0b", alpha=0.3
     )

@@ -30,6 +30,7 @@ from traceanalyzer.kit import (
     phases_in,
     rule,
     steady_steps,
+    step_seconds,
     step_series,
     text,
 )
@@ -371,11 +372,10 @@ def _evidence(
 )
 def _figure(fig: FigureContext) -> Any:
     series = fig.finding.get("series") or {}
-    if not series.get("start_ns"):
+    seconds = step_seconds(series)
+    if not seconds:
         return None
     figure, (ax,) = fig.new(7.5, 2.8)
-    t0 = series["start_ns"][0]
-    seconds = [(t - t0) / 1e9 for t in series["start_ns"]]
     ax.plot(seconds, series["peak_mb"], color="#9ca3af", linewidth=1, label="peak")
     ax.plot(seconds, series["baseline_mb"], marker="o", markersize=3, label="baseline")
     rate = (fig.finding["metrics"].get("rate_bytes_per_s") or 0.0) / MB_BYTES

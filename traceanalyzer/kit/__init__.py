@@ -57,6 +57,7 @@ from traceanalyzer.kit.memory import (
     baseline_growth,
     device_memory,
     memory_records,
+    step_seconds,
     step_series,
 )
 from traceanalyzer.kit.moe import (
@@ -234,6 +235,7 @@ __all__ = [
     "device_memory",
     "memory_records",
     "steady_steps",
+    "step_seconds",
     "step_series",
     # mixture of experts: EP exchanges, expert load
     "PATH_NAMES",

@@ -8,6 +8,7 @@ its key figures.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -143,3 +144,10 @@ def step_series(steps: pl.DataFrame, **columns: pl.Expr) -> dict[str, list[Any]]
     pick = np.unique(np.linspace(0, steps.height - 1, min(steps.height, FIGURE_POINTS)).astype(int))
     shown = steps[pick.tolist()].select("start_ns", **columns)
     return {name: shown[name].to_list() for name in shown.columns}
+
+
+def step_seconds(series: Mapping[str, Any]) -> list[float]:
+    """The seconds of each step of a :func:`step_series` from the first (none without steps):
+    the x axis of the memory rules' figures."""
+    starts = series.get("start_ns") or []
+    return [(t - starts[0]) / 1e9 for t in starts]
