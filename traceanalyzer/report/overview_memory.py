@@ -30,12 +30,13 @@ LINE_COLORS = {
 }
 
 
-def memory_of(overview: Mapping[str, Any] | None) -> Mapping[str, Any]:
+def _section(overview: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    """findings.json's summary.overview.memory ({} for a run before it)."""
     return (overview or {}).get("memory") or {}
 
 
 def _ranks(overview: Mapping[str, Any] | None) -> list[Mapping[str, Any]]:
-    return list(memory_of(overview).get("ranks") or [])
+    return list(_section(overview).get("ranks") or [])
 
 
 def _peak(rank: Mapping[str, Any], component: str, what: str) -> float | None:
@@ -118,7 +119,7 @@ def phase_rows(overview: Mapping[str, Any], limit: int | None = None) -> list[li
 def notes(overview: Mapping[str, Any], limit: int | None = None) -> list[str]:
     """The capacity (or why it is unknown) and the largest allocations never freed (of the
     ``limit`` ranks that hold the most, when given)."""
-    memory = memory_of(overview)
+    memory = _section(overview)
     out = []
     if memory.get("capacity_mb") is None:
         out.append(
@@ -171,7 +172,7 @@ def memory_markdown(
     plot_files: Mapping[str, str],
 ) -> list[str]:
     """report.md's "Device memory" section."""
-    memory = memory_of(overview)
+    memory = _section(overview)
     if not memory:
         return []
     lines = ["### Device memory", ""]
@@ -190,7 +191,7 @@ def memory_markdown(
 
 def memory_html(overview: Mapping[str, Any], figures: Mapping[str, bytes]) -> str:
     """report.html's device memory section: the table, each drawn rank's timeline, the phases."""
-    memory = memory_of(overview)
+    memory = _section(overview)
     if not memory:
         return ""
     if not memory.get("ranks"):
@@ -218,7 +219,7 @@ def memory_figures(overview: Mapping[str, Any] | None) -> dict[str, bytes]:
     """One SVG per drawn rank (``memory-timeline-rank<R>.svg``)."""
     return {
         f"{SVG_PREFIX}{lane['rank']}.svg": svg_file(chart.to_svg())
-        for lane in memory_of(overview).get("timeline") or []
+        for lane in _section(overview).get("timeline") or []
         if (chart := timeline_chart(lane)) is not None
     }
 
