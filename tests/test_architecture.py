@@ -46,7 +46,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("parse",),
     ("store", "store_trace", "ingest", "read_ahead"),
     ("engine",),  # the rule core: rule, params, runner, registry, loader, findings, cache
-    ("steps",),  # the engine iterations and their phases, derived before the rules
+    ("steps", "memory"),  # the engine iterations and their phases, the device memory per step
     ("authoring",),  # the rules CLI, scaffold, fixture runner, rule docs
     ("kit",),  # the rule author's surface and helpers
     ("overview", "synth", "recipes"),

@@ -136,3 +136,31 @@ def test_the_same_calls_give_the_same_rows_on_both_builders() -> None:
     assert rows == _rows(through_files.table("slices"), EPOCH_NS)
     flows = [s.table("flows").collect().height for s in (in_memory, through_files)]
     assert flows == [2, 2]  # the copy's and the launch's HostToDevice flows
+
+
+def test_the_memory_verb_gives_the_same_records_on_both_builders() -> None:
+    """A memory_record row lands in the store as ingest reads it from memory_record.csv: the
+    torch rows with their active total and stream, GE and APP without."""
+    records = [
+        ("PTA", {"ts_ns": us(10), "allocated_mb": 1187.9814453125, "reserved_mb": 1452.0}),
+        ("GE", {"ts_ns": us(11), "allocated_mb": 73.0625, "reserved_mb": 74.75}),
+        ("PTA+GE", {"ts_ns": us(11), "allocated_mb": 1261.0439453125, "reserved_mb": 1526.75}),
+        ("APP", {"ts_ns": us(20), "reserved_mb": 2113.73046875}),
+    ]
+    store_builder = StoreBuilder().session(0, "s", start_ns=0, end_ns=us(1_000))
+    rank_builder = RankBuilder(rank=0)
+    for component, kwargs in records:
+        store_builder.memory(0, "s", component, **kwargs)
+        rank_builder.memory(component, **kwargs)
+    columns = ["component", "ts_ns", "total_allocated_mb", "total_reserved_mb",
+               "total_active_mb", "stream_ptr", "device_type"]  # fmt: skip
+
+    def rows(store, epoch: int) -> list[tuple]:  # noqa: ANN001
+        frame = store.table("memory_records").with_columns(pl.col("ts_ns") - epoch)
+        return sorted(frame.select(columns).collect().iter_rows(), key=str)
+
+    in_memory = rows(store_builder.store(), 0)
+    assert len(in_memory) == 4
+    assert in_memory == rows(ingested(rank_builder), EPOCH_NS)
+    with pytest.raises(ValueError, match="APP records reserved_mb only"):
+        StoreBuilder().memory(0, "s", "APP", ts_ns=0, reserved_mb=1.0, allocated_mb=1.0)

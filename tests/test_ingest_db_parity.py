@@ -28,6 +28,13 @@ SESSIONS = {
     "g2-level1-store": ("store-stall", "g2", 1, 2, {"sick": "1"}),
     "current-level2": ("inference-baseline", "current", 2, 2, {"steps": 2, "tp_comm": 1}),
     "g3-level0": ("inference-baseline", "g3", 0, 1, {"steps": 2}),
+    "g2-level1-memory": (
+        "memory-sawtooth",
+        "g2",
+        1,
+        1,
+        {"iterations": 8, "leak_mb": 2.0, "markers": "scopes"},
+    ),
 }
 
 # Canonical tables only a Text export fills: no Db table holds them.
@@ -221,5 +228,7 @@ def test_the_tables_are_not_empty(stores) -> None:
         expected |= {"api_stats", "op_stats"}
     if knobs.get("tp_comm") or session.endswith("store"):
         expected |= {"comm_ops", "comm_links"}
+    if session.endswith("memory"):
+        expected |= {"memory_records", "op_memory"}
     empty = {name for name in expected if text.table(name).collect().is_empty()}
     assert not empty

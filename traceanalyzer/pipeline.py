@@ -83,6 +83,8 @@ def analyse(
     from traceanalyzer.engine.findings import add_input_caveats
     from traceanalyzer.engine.loader import RulesNotLoaded
     from traceanalyzer.engine.shards import evaluate_store
+    from traceanalyzer.memory import NAMESPACE as MEMORY_NAMESPACE
+    from traceanalyzer.memory import memory_params, rule_overrides
     from traceanalyzer.report.terminal import run_reports
     from traceanalyzer.steps.evidence import NAMESPACE
     from traceanalyzer.steps.run import derive_store, step_params
@@ -93,11 +95,15 @@ def analyse(
     if rules is None:
         rules = load_run_rules(rule_dirs, config_path, [root])
     # Refused before the ingest writes anything: a rule that does not load, a bad setting.
-    step_settings, rule_overrides = split_namespace(overrides, NAMESPACE)
+    step_settings, rest = split_namespace(overrides, NAMESPACE)
     step_settings = {**config_table(config_path, NAMESPACE), **step_settings}
-    overrides = tuple(rule_overrides)
+    memory_settings, rest = split_namespace(rest, MEMORY_NAMESPACE)
+    memory_settings = {**config_table(config_path, MEMORY_NAMESPACE), **memory_settings}
     if rules.errors:
         raise RulesNotLoaded(rules.errors)
+    device = memory_params(memory_settings)  # `memory` is the parse's budget
+    # `memory.capacity_gb` is every memory rule's too (a rule's own setting after it wins)
+    overrides = (*rule_overrides(rules.rules, memory_settings), *rest)
     resolve(rules.rules, run_settings(overrides, config_path))
     step_params(step_settings)
     # The ingest checks and locks `out`; the lock is then held until the reports are written.
@@ -149,7 +155,9 @@ def analyse(
             add_input_caveats(findings.findings, _incomplete_inputs(result))
             # After the rules, not beside them: on the 200 MB benchmark beside them it saved
             # no time and added 40 MB to the run's peak (docs/benchmarks/compare.md).
-            findings.overview = _overview(out, executor, findings, top, force, log)
+            findings.overview = _overview(
+                out, executor, findings, top, force, log, device.capacity_gb
+            )
             findings.config_files = [str(config.path)] if config else []
             write_findings_json(findings, out)
         reports = run_reports(out, findings, rules.rules, input_root=path)
@@ -164,14 +172,16 @@ def _incomplete_inputs(result: IngestResult) -> dict[int, list[str]]:
     return {rank: files for rank, files in incomplete.items() if files}
 
 
-def _summary(out: Path, executor: Executor, top: TopSizes, force: bool) -> tuple[dict, float]:
+def _summary(
+    out: Path, executor: Executor, top: TopSizes, force: bool, capacity_gb: float
+) -> tuple[dict, float]:
     """The overview document without the findings' costs, and the seconds it took."""
     from traceanalyzer.overview import overview_document, summarize_store
     from traceanalyzer.store import Store
 
     started = time.perf_counter()
     done = summarize_store(out, executor, top, cache=not force)
-    document = overview_document(Store.open(out), top, done["failed"])
+    document = overview_document(Store.open(out), top, done["failed"], capacity_gb)
     return document, time.perf_counter() - started
 
 
@@ -182,12 +192,14 @@ def _overview(
     top: TopSizes,
     force: bool,
     log: Callable[[str], None] | None,
+    capacity_gb: float,
 ) -> dict | None:
-    """Where the time goes (traceanalyzer.overview), with each finding's cost in it."""
+    """Where the time goes (traceanalyzer.overview), with each finding's cost in it, and the
+    device memory (``capacity_gb``: the device's, 0 when unknown)."""
     from traceanalyzer.overview import finding_costs
 
     try:
-        document, seconds = _summary(out, executor, top, force)
+        document, seconds = _summary(out, executor, top, force, capacity_gb)
         document["costs"] = finding_costs([f.to_dict() for f in findings.findings], document)
     except Exception as exc:  # the overview is context: its failure must not cost the findings
         if log:

@@ -1093,6 +1093,95 @@ DERIVED_TABLES: dict[str, Table] = {
                 "step_z above the outlier threshold (3.5) and 10% above the median.",
             ),
         ),
+        _table(
+            "summary_memory",
+            "Device memory per component (profile_memory=True): the peaks of torch's allocator "
+            "(PTA), GE's, their sum and the process's (APP), exactly as recorded, and each CANN "
+            "module's (docs/overview.md).",
+            "derived: memory_records, module_memory (`traceanalyzer/memory.py`)",
+            Column(
+                "source",
+                STR,
+                "`memory_record` (memory_record.csv, Db MEMORY_RECORD / NPU_MEM) or "
+                "`npu_module_mem` (npu_module_mem.csv, NPU_MODULE_MEM: modules that held any).",
+            ),
+            Column("component", STR, "`PTA`, `GE`, `PTA+GE`, `APP`; or the module (`HCCL`, ...)."),
+            Column("samples", I64, "Records of the component (null for a module)."),
+            Column("first_ns", I64, "First record."),
+            Column("last_ns", I64, "Last record."),
+            Column("peak_allocated_mb", F64, "Highest Total Allocated(MB) (null for APP)."),
+            Column("peak_allocated_ns", I64, "When it was first reached."),
+            Column(
+                "reserved_at_peak_allocated_mb",
+                F64,
+                "Total Reserved(MB) then: reserved - allocated is what the cache held unused.",
+            ),
+            Column("peak_reserved_mb", F64, "Highest Total Reserved(MB) (a module's reserved)."),
+            Column("peak_reserved_ns", I64, "When it was first reached."),
+            Column("first_allocated_mb", F64, "Allocated at the first record."),
+            Column("last_allocated_mb", F64, "Allocated at the last record."),
+            Column("first_reserved_mb", F64, "Reserved at the first record."),
+            Column("last_reserved_mb", F64, "Reserved at the last record."),
+            Column(
+                "outside_torch_mb",
+                F64,
+                "APP's row: APP - PTA reserved at APP's peak (HCCL buffers, workspaces, GE).",
+            ),
+        ),
+        _table(
+            "summary_memory_steps",
+            "Device memory per step window (the `steps` table's) and series: the lowest value "
+            "held in it (the baseline memory-growth trends) and the highest.",
+            "derived: memory_records, steps (`traceanalyzer/memory.py`)",
+            Column("step", I64, "The step (null for an idle gap)."),
+            Column("start_ns", I64, "Window start."),
+            Column("end_ns", I64, "Window end."),
+            Column("phase", STR, "The step's phase."),
+            Column("tokens", I64, "The step's new tokens (null when unknown)."),
+            Column(
+                "series",
+                STR,
+                "`PTA` and `GE` (allocated), `APP` (APP - PTA reserved - GE reserved: outside both).",
+            ),
+            Column(
+                "baseline_mb",
+                F64,
+                "Lowest value held in the window (the one held at its start included).",
+            ),
+            Column("peak_mb", F64, "Highest value."),
+            Column("reserved_peak_mb", F64, "PTA: highest reserved in the window."),
+            Column(
+                "gap_at_peak_mb", F64, "PTA: reserved - allocated at the window's allocated peak."
+            ),
+            Column(
+                "segment_allocs", I64, "PTA: records whose reserved memory rose (new segments)."
+            ),
+            Column("segment_frees", I64, "PTA: records whose reserved memory fell (handed back)."),
+        ),
+        _table(
+            "summary_memory_timeline",
+            "Device memory over time for the report's figure: each line's lowest and highest "
+            "value in at most 400 equal slots of the rank's recorded time.",
+            "derived: memory_records (`traceanalyzer/memory.py`)",
+            Column("line", STR, "`PTA allocated`, `PTA reserved`, `GE allocated`, `APP`."),
+            Column("ts_ns", I64, "Slot start."),
+            Column("min_mb", F64, "Lowest value held in the slot."),
+            Column("max_mb", F64, "Highest value held in the slot."),
+        ),
+        _table(
+            "summary_memory_static",
+            "The allocations never freed in the profile (a KV-cache pool made at start-up, a "
+            "leak), by what allocated them, the most memory first (5 per session): "
+            "operator_memory.csv's, or the rises of PTA's allocated memory that never came back "
+            "(without operator_memory).",
+            "derived: op_memory, memory_records (`traceanalyzer/memory.py`)",
+            Column("name", STR, "The allocating operator (`aten::zeros`), or `N MB held`."),
+            Column("count", I64, "Its allocations never freed."),
+            Column("size_mb", F64, "Their size in all."),
+            Column("largest_mb", F64, "The largest of them."),
+            Column("alloc_ns", I64, "When the first was allocated."),
+            Column("source", STR, "`operator_memory` or `memory_record`."),
+        ),
     )
 }
 

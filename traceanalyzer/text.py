@@ -16,6 +16,17 @@ def duration(ns: float | None) -> str:
     return f"{ns / 1e3:.2g} µs"
 
 
+def megabytes(mb: float | None) -> str:
+    """Device memory as the exports count it (MB of 2^20 bytes): ``1452.0`` -> ``1.42 GB``,
+    ``73.06`` -> ``73.1 MB``, ``0.5`` -> ``512 KB``."""
+    if mb is None or (isinstance(mb, float) and not math.isfinite(mb)):
+        return "n/a"
+    for unit, scale in (("TB", 1024.0**2), ("GB", 1024.0), ("MB", 1.0)):
+        if abs(mb) >= scale:
+            return f"{mb / scale:.3g} {unit}"
+    return f"{mb * 1024:.3g} KB"
+
+
 P_FLOOR = 1e-16  # below this the normal approximations behind our p-values mean nothing
 
 

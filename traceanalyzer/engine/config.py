@@ -13,7 +13,8 @@ Config file, searched in the working directory when not given (first match wins)
 - ``pyproject.toml`` with the same tables under ``[tool.traceanalyzer.rules.<rule>]``.
 
 Parameter sets that are no rule have a top-level table of their own (``[steps]``: how engine
-iterations and phases are found, ``traceanalyzer.steps.evidence``), and ``--set steps.NAME=...``.
+iterations and phases are found, ``traceanalyzer.steps.evidence``; ``[memory]``: the device's
+capacity, ``traceanalyzer.memory``), and ``--set steps.NAME=...``, ``--set memory.NAME=...``.
 
 Extra rule folders, loaded after the built-in rules as if given with ``--rules``, are listed at
 the top level (``rule_dirs = ["myrules"]``, or under ``[tool.traceanalyzer]``), relative to the
@@ -40,7 +41,7 @@ else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
 from traceanalyzer.engine.loader import LoadedRules, load_rules
-from traceanalyzer.engine.params import Param, ParamError
+from traceanalyzer.engine.params import Param, ParamError, Params
 from traceanalyzer.engine.registry import RuleSet, UnknownRuleError
 from traceanalyzer.engine.rule import Rule
 from traceanalyzer.hints import did_you_mean
@@ -93,6 +94,29 @@ def split_namespace(options: Iterable[str], namespace: str) -> tuple[dict[str, s
         else:
             rest.append(option)
     return mine, rest
+
+
+def namespace_params(
+    namespace: str,
+    specs: Mapping[str, Param],
+    values: Mapping[str, Any] | None,
+    error: type[ConfigError] = ConfigError,
+) -> Params:
+    """A parameter set that is no rule's (``steps``, ``memory``): the defaults of ``specs``
+    overlaid with ``values`` (``--set NAMESPACE.NAME=...``, the config file's ``[NAMESPACE]``),
+    each coerced to its declared type; an unknown name or a bad value raises ``error``."""
+    resolved = {name: spec.default for name, spec in specs.items()}
+    for name, raw in (values or {}).items():
+        spec = specs.get(name)
+        if spec is None:
+            raise error(
+                f"{namespace} has no parameter {name!r}" + (did_you_mean(name, specs) or "")
+            )
+        try:
+            resolved[name] = spec.coerce(raw)
+        except ParamError as exc:
+            raise error(f"{namespace}.{name}: {exc}") from None
+    return Params(resolved)
 
 
 def config_table(config_path: str | Path | None | bool, name: str) -> dict[str, Any]:

@@ -52,6 +52,14 @@ from traceanalyzer.engine.rule import (
 from traceanalyzer.kernels import NOT_KERNEL_PATTERN, kernel_tasks
 from traceanalyzer.kit.cost import analysed_window_ns, analysed_windows, window_share
 from traceanalyzer.kit.fixture_verbs import Launch, us
+from traceanalyzer.kit.memory import (
+    Growth,
+    baseline_growth,
+    device_memory,
+    memory_records,
+    step_seconds,
+    step_series,
+)
 from traceanalyzer.kit.moe import (
     PATH_NAMES,
     EpGroup,
@@ -92,6 +100,17 @@ from traceanalyzer.kit.steps import (
     step_windows,
 )
 from traceanalyzer.kit.store_builder import StoreBuilder
+from traceanalyzer.memory import (
+    APP,
+    GE,
+    MB_BYTES,
+    NO_CAPACITY,
+    PTA,
+    SERIES,
+    RankMemory,
+    capacity_mb,
+    steady_steps,
+)
 from traceanalyzer.primitives import (
     ApiLayer,
     Trend,
@@ -204,6 +223,22 @@ __all__ = [
     "recurring_calls",
     "steady_key_figures",
     "step_windows",
+    # device memory (profile_memory=True)
+    "APP",
+    "GE",
+    "MB_BYTES",
+    "NO_CAPACITY",
+    "PTA",
+    "SERIES",
+    "Growth",
+    "RankMemory",
+    "baseline_growth",
+    "capacity_mb",
+    "device_memory",
+    "memory_records",
+    "steady_steps",
+    "step_seconds",
+    "step_series",
     # mixture of experts: EP exchanges, expert load
     "PATH_NAMES",
     "EpGroup",

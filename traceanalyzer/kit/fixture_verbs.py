@@ -1,5 +1,5 @@
 """The verbs both fixture builders speak, defined once: ``span``, ``step``, ``api``, ``replay``,
-``task``, ``kernel``, ``memcpy_async`` and ``counter``.
+``task``, ``kernel``, ``memcpy_async``, ``counter`` and ``memory``.
 
 :class:`FixtureVerbs` holds each verb's signature, defaults, documentation and argument checks
 (times are exact int ns, ``us()`` writes microseconds; :class:`Launch` is a task's host launch),
@@ -180,6 +180,17 @@ class CounterSample:
     series: str
 
 
+@dataclass(frozen=True)
+class MemoryRecord:
+    component: str
+    ts_ns: int
+    allocated_mb: float | None  # None for APP: the process's memory is reserved only
+    reserved_mb: float
+
+
+MEMORY_COMPONENTS = ("PTA", "GE", "PTA+GE", "APP")  # memory_record.csv's components
+MEMORY_STREAM_PTR = 897357296  # the allocating stream of torch's records (the real G2 export's)
+
 V = TypeVar("V", bound="FixtureVerbs")
 
 
@@ -323,6 +334,26 @@ class FixtureVerbs(ABC):
         self._land_counter(CounterSample(name, exact_ns(ts_ns, "ts_ns"), value, process, series))
         return self
 
+    def memory(
+        self: V,
+        component: str,
+        *,
+        ts_ns: int,
+        reserved_mb: float,
+        allocated_mb: float | None = None,
+    ) -> V:
+        """One memory_record.csv row (``profile_memory=True``): ``component``'s totals after an
+        allocator event, in MB of 2^20 bytes: ``PTA`` (torch's caching allocator), ``GE``,
+        ``PTA+GE`` with ``allocated_mb`` and ``reserved_mb``; ``APP`` (the process's device
+        memory, as msprof samples it) with ``reserved_mb`` only."""
+        if component not in MEMORY_COMPONENTS:
+            raise ValueError(f"component must be one of {', '.join(MEMORY_COMPONENTS)}")
+        if (component == "APP") != (allocated_mb is None):
+            raise ValueError("APP records reserved_mb only; PTA, GE and PTA+GE allocated_mb too")
+        ts = exact_ns(ts_ns, "ts_ns")
+        self._land_memory(MemoryRecord(component, ts, allocated_mb, reserved_mb))
+        return self
+
     # ---- how a fact lands: the one thing the builders do differently --------------------
     @abstractmethod
     def _land_span(self, span: Span) -> None: ...
@@ -344,6 +375,9 @@ class FixtureVerbs(ABC):
 
     @abstractmethod
     def _land_counter(self, sample: CounterSample) -> None: ...
+
+    @abstractmethod
+    def _land_memory(self, record: MemoryRecord) -> None: ...
 
     def _cannot(self, verb: str, keyword: str, value: Any, why: str) -> NoReturn:
         """Refuse a keyword this builder cannot write (the other builder can)."""

@@ -14,7 +14,7 @@ that works on a fixture works on ingested data::
     store = b.store()
 
 The verbs it shares with the synthetic generator's ``RankBuilder`` (``span``, ``step``, ``api``,
-``replay``, ``task``, ``kernel``, ``memcpy_async``, ``counter``) are defined once, in
+``replay``, ``task``, ``kernel``, ``memcpy_async``, ``counter``, ``memory``) are defined once, in
 :class:`~traceanalyzer.kit.fixture_verbs.FixtureVerbs`; here they take the ``rank`` and
 ``session`` the rows belong to first (:func:`per_session`), and :class:`_SessionRows` lands
 their facts as rows. The other verbs write rows a generator composes from events (``session``,
@@ -131,6 +131,7 @@ class StoreBuilder:
     kernel = per_session(FixtureVerbs.kernel)
     memcpy_async = per_session(FixtureVerbs.memcpy_async)
     counter = per_session(FixtureVerbs.counter)
+    memory = per_session(FixtureVerbs.memory)
 
     # ---- CANN -----------------------------------------------------------------------------
     def api_stat(
@@ -383,6 +384,22 @@ class _SessionRows(FixtureVerbs):
         copied = {"memcpy_size": copy.size, "memcpy_direction": copy.direction}
         self._device_task("MEMCPY_ASYNC", copy.stream, copy.task_start_ns, copy.task_dur_ns,
                           task_type=copy.task_type, **copied)  # fmt: skip
+
+    def _land_memory(self, record: facts.MemoryRecord) -> None:
+        torch = record.component in ("PTA", "PTA+GE")  # the rows with a stream and active total
+        self.builder.rows["memory_records"].append(
+            {
+                "rank": self.rank,
+                "session": self.session,
+                "component": record.component,
+                "ts_ns": record.ts_ns,
+                "total_allocated_mb": record.allocated_mb,
+                "total_reserved_mb": float(record.reserved_mb),
+                "total_active_mb": record.allocated_mb if torch else None,
+                "stream_ptr": facts.MEMORY_STREAM_PTR if torch else None,
+                "device_type": f"NPU:{self.rank}",
+            }
+        )
 
     def _land_counter(self, sample: facts.CounterSample) -> None:
         self.builder.rows["counters"].append(

@@ -24,6 +24,7 @@ from traceanalyzer.overview.breakdown import (
     classify_tasks,
     from_step_trace,
 )
+from traceanalyzer.overview.memory import memory_tables
 from traceanalyzer.overview.tops import top_collectives, top_host_apis, top_kernels
 from traceanalyzer.primitives import (
     classify_gaps,
@@ -243,6 +244,7 @@ def summarize_rank(store: Store, rank: int, sizes: TopSizes) -> dict[str, pl.Dat
         "summary_kernels": top_kernels(tasks, steps, sizes.kernels, listed),
         "summary_host_apis": host_apis,
         "summary_collectives": top_collectives(comm_ops, tasks, sizes.collectives),
+        **memory_tables(store, rank),
     }
 
 

@@ -15,6 +15,7 @@ import polars as pl
 from traceanalyzer.overview.breakdown import UNMEASURED, computing_ns, unmeasured
 from traceanalyzer.overview.compute import DEFAULT_TOP, TopSizes
 from traceanalyzer.overview.headline import COMPONENTS, headline, mean_components
+from traceanalyzer.overview.memory import memory_section
 from traceanalyzer.overview.phases import (
     iterations,
     layer_times,
@@ -34,9 +35,13 @@ STEP_REFERENCE = {"text": "step_trace_time.csv", "db": "analysis.db StepTraceTim
 
 
 def overview_document(
-    store: Store, sizes: TopSizes = DEFAULT_TOP, failed: Mapping[int, str] | None = None
+    store: Store,
+    sizes: TopSizes = DEFAULT_TOP,
+    failed: Mapping[int, str] | None = None,
+    capacity_gb: float = 0.0,
 ) -> dict[str, Any]:
-    """Everything the reports show of the overview, from the store's summary tables."""
+    """Everything the reports show of the overview, from the store's summary tables;
+    ``capacity_gb``: the device's memory (``memory.capacity_gb``; 0: unknown)."""
     windows = store.table("summary_steps").collect().sort("rank", "session", "start_ns")
     kernels = store.table("summary_kernels").collect()
     host_apis = store.table("summary_host_apis").collect()
@@ -98,6 +103,7 @@ def overview_document(
             extra=[pl.col("wait_ns").sum(), pl.col("transit_ns").sum()],
         ),
         "phases": phases_section(windows, kernels, host_apis, layer_times(store)),
+        "memory": memory_section(store, capacity_gb),
         "sizes": asdict(sizes),
         "failed": {str(k): v for k, v in (failed or {}).items()},
         "costs": {},

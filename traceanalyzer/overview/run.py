@@ -27,6 +27,7 @@ import polars as pl
 from traceanalyzer.codekey import code_key
 from traceanalyzer.overview.cluster import cluster_rows
 from traceanalyzer.overview.compute import DEFAULT_TOP, TopSizes, summarize_rank
+from traceanalyzer.overview.memory import TABLES as MEMORY_TABLES
 from traceanalyzer.store import (
     TABLES_DIR,
     RankStore,
@@ -44,7 +45,13 @@ if TYPE_CHECKING:
     from traceanalyzer.executor import Executor
 
 CACHE_DIR = Path(".cache") / "overview"
-RANK_TABLES = ("summary_steps", "summary_kernels", "summary_host_apis", "summary_collectives")
+RANK_TABLES = (
+    "summary_steps",
+    "summary_kernels",
+    "summary_host_apis",
+    "summary_collectives",
+    *MEMORY_TABLES,
+)
 CLUSTER_TABLE = "summary_ranks"
 
 

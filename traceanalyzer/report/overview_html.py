@@ -13,6 +13,7 @@ from typing import Any
 
 from traceanalyzer.report import overview_text as text
 from traceanalyzer.report.htmlkit import details, esc, table
+from traceanalyzer.report.overview_memory import memory_figures, memory_html
 from traceanalyzer.report.overview_plots import COLORS, PHASE_COLORS
 from traceanalyzer.report.plots import svg_file
 from traceanalyzer.text import count
@@ -50,6 +51,10 @@ def overview_figures(doc: Mapping[str, Any]) -> tuple[dict[str, bytes], dict[str
                 files[name] = data
         except Exception as exc:
             errors[f"plot {name}"] = f"{type(exc).__name__}: {exc}"
+    try:
+        files |= memory_figures(overview)
+    except Exception as exc:
+        errors["plot memory timeline"] = f"{type(exc).__name__}: {exc}"
     return files, errors
 
 
@@ -123,6 +128,7 @@ def overview_section(doc: Mapping[str, Any], figures: Mapping[str, bytes]) -> st
             numeric = tuple(i for i, h in enumerate(headers) if h not in text.TEXT_COLUMNS)
             body = table(headers, rows, numeric=numeric)
             parts.append(details(f"{title} ({len(rows)})", body, open_=index == 0))
+    parts.append(memory_html(overview, figures))
     parts.append("</section>")
     return "".join(parts)
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from traceanalyzer.engine.findings import compress_ranks
 from traceanalyzer.report import fmt
+from traceanalyzer.report.overview_memory import memory_lines, memory_markdown
 from traceanalyzer.text import count
 
 # the compact columns: component groups of the breakdown (keys summed), in bar order
@@ -355,6 +356,7 @@ def overview_table(overview: Mapping[str, Any], verbose: bool = False) -> str:
         ranks = compress_ranks(outliers)
         what = count(len(outliers), "outlier rank").split(" ", 1)[1]
         lines.append(f"  {what} by mean step time (robust z > 3.5): {ranks}")
+    lines += memory_lines(overview)
     return "\n".join(lines)
 
 
@@ -536,4 +538,5 @@ def overview_markdown(
     for title, (headers, rows) in top_rows(overview).items():
         if rows:
             lines += [f"### {title}", ""] + md_table(headers, rows) + [""]
+    lines += memory_markdown(overview, md_table, plot_files)
     return lines

@@ -19,12 +19,12 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from traceanalyzer.codekey import code_key
-from traceanalyzer.engine.config import ConfigError
-from traceanalyzer.engine.params import ParamError, Params
+from traceanalyzer.engine.config import ConfigError, namespace_params
+from traceanalyzer.engine.params import Params
 from traceanalyzer.executor import SMALL_WORK_BYTES
 from traceanalyzer.steps import exchanges, launches, layers, moe_layers
 from traceanalyzer.steps.derive import derive_ranks, read_slices
-from traceanalyzer.steps.evidence import NAMESPACE, STEP_PARAMS, default_params
+from traceanalyzer.steps.evidence import NAMESPACE, STEP_PARAMS
 from traceanalyzer.steps.exchanges import device_slices
 from traceanalyzer.steps.windows import compute_tasks
 from traceanalyzer.store import (
@@ -62,20 +62,7 @@ class StepSettingError(ConfigError):
 def step_params(values: Mapping[str, Any] | None = None) -> Params:
     """The derivation's parameters: defaults overlaid with ``values`` (``--set steps.X=...``,
     ``[steps]`` of the config file), each coerced to its declared type."""
-    from traceanalyzer.hints import did_you_mean
-
-    resolved = dict(default_params())
-    for name, raw in (values or {}).items():
-        spec = STEP_PARAMS.get(name)
-        if spec is None:
-            raise StepSettingError(
-                f"{NAMESPACE} has no parameter {name!r}" + (did_you_mean(name, STEP_PARAMS) or "")
-            )
-        try:
-            resolved[name] = spec.coerce(raw)
-        except ParamError as exc:
-            raise StepSettingError(f"{NAMESPACE}.{name}: {exc}") from None
-    return Params(resolved)
+    return namespace_params(NAMESPACE, STEP_PARAMS, values, StepSettingError)
 
 
 def steps_shards(

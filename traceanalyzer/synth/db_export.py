@@ -26,10 +26,12 @@ from collections.abc import Callable, Iterable, Sequence
 from functools import lru_cache
 from pathlib import Path
 
+from traceanalyzer.synth.memory import OperatorMemory, Record
 from traceanalyzer.synth.profiles import Generation
 
 SCHEMA_VERSION = "1.0.0"
 FRAMEWORK_STRING_BASE = 1 << 28  # torch_npu numbers its strings from here, msprof from 0
+MEMORY_STRING_BASE = 1 << 29  # ... and its memory records' (components, operator names) from here
 NONE = 4294967295  # msprof's "no value" (model id, context id, rank)
 
 # ENUM_API_TYPE: the CANN API levels (5500 is `communication` from G3 on) and PYTORCH_API kinds.
@@ -343,6 +345,7 @@ class DbExport:
         self.rows = _Rows(self.con)
         self.msprof = _Strings(self.rows, 0)
         self.framework = _Strings(self.rows, FRAMEWORK_STRING_BASE)
+        self.memory = _Strings(self.rows, MEMORY_STRING_BASE)
         self._task_ids = 0
         self._comm_ops: dict[str, int] = {}  # op name -> opId
         self._links = 0  # CONNECTION_IDS ids
@@ -626,6 +629,56 @@ class DbExport:
         self.rows.add(
             "INSERT INTO NPU_MODULE_MEM VALUES (?, ?, ?, ?)",
             (module, ts, int(reserved) if reserved.is_integer() else reserved, self.device),
+        )
+
+    def memory_record(self, record: Record) -> None:
+        """A MEMORY_RECORD row (PTA, GE, PTA+GE totals in bytes)."""
+        t = record.totals
+        self.rows.add(
+            "INSERT INTO MEMORY_RECORD VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (
+                self.memory(record.component),
+                record.ts,
+                t.allocated,
+                t.reserved,
+                t.active,
+                record.stream_ptr,
+                self.device,
+            ),
+        )
+
+    def op_memory(self, op: OperatorMemory) -> None:
+        """An OP_MEMORY row: a tensor's allocation and, when freed, its release (bytes, ns)."""
+        a, b = op.at_alloc, op.at_release
+        released = op.release_ns is not None and b is not None
+        dur = op.release_ns - op.alloc_ns if op.release_ns is not None else None
+        self.rows.add(
+            f"INSERT INTO OP_MEMORY VALUES ({', '.join('?' * 15)})",
+            (
+                self.memory(op.name),
+                op.size,
+                op.alloc_ns,
+                op.release_ns,
+                op.release_ns,
+                dur,
+                dur,
+                a.allocated,
+                a.reserved,
+                a.active,
+                b.allocated if released and b else None,
+                b.reserved if released and b else None,
+                b.active if released and b else None,
+                op.stream_ptr,
+                self.device,
+            ),
+        )
+
+    def npu_mem(self, kind: str, ts: int, used: int) -> None:
+        """An NPU_MEM sample: the process's (``app``) or the whole device's (``device``) memory,
+        all of it HBM."""
+        self.rows.add(
+            "INSERT INTO NPU_MEM VALUES (?, ?, ?, ?, ?)",
+            (self.msprof(kind), 0, used, ts, self.device),
         )
 
     def step(self, number: int, start: int, end: int) -> None:

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import traceanalyzer.kit.fixture_verbs as facts
 from traceanalyzer.kit.fixture_verbs import FixtureVerbs, Launch, exact_ns
 from traceanalyzer.synth.fmt import EPOCH_NS
+from traceanalyzer.synth.memory import MB, STREAM_PTR, Record, Totals
 from traceanalyzer.synth.profiles import get_generation
 from traceanalyzer.synth.rank import INVALID_MODEL, RankConfig, RankWriter
 from traceanalyzer.vocabulary import AI_CORE_FREQ_PROCESS
@@ -212,6 +213,18 @@ class RankBuilder(FixtureVerbs):
             self._cannot("counter", "(name, process, series)", written, why)
         ts = at(sample.ts_ns)
         self._actions.append(lambda rw: rw.ai_core_freq(ts, int(sample.value)))
+
+    def _land_memory(self, record: facts.MemoryRecord) -> None:
+        ts = at(record.ts_ns)
+        torch = record.component in ("PTA", "PTA+GE")
+
+        def bytes_(mb: float | None) -> int | None:
+            return None if mb is None else round(mb * MB)
+
+        allocated = bytes_(record.allocated_mb)
+        totals = Totals(allocated, round(record.reserved_mb * MB), allocated if torch else None)
+        row = Record(record.component, ts, totals, STREAM_PTR if torch else None)
+        self._actions.append(lambda rw: rw.memory_record(row))
 
     # ---- output -----------------------------------------------------------------------
     def write(self, root: Path) -> Path:

@@ -30,6 +30,17 @@ from traceanalyzer.synth.comm import (
 )
 from traceanalyzer.synth.db_export import KERNEL_TASK_TYPE, DbExport
 from traceanalyzer.synth.fmt import csv_ts, js
+from traceanalyzer.synth.memory import (
+    APP_PERIOD_NS,
+    DEVICE_LAG_NS,
+    OTHER_PROCESSES,
+    CachingAllocator,
+    OperatorMemory,
+    Record,
+    Totals,
+    write_memory_record,
+    write_operator_memory,
+)
 from traceanalyzer.synth.profiles import (
     G1_METRIC_COLUMNS,
     PIPE_UTILIZATION_COLUMNS,
@@ -179,6 +190,11 @@ class RankWriter:
         self.last_ts = cfg.start_ns
         self.counts: dict[str, int] = {}  # what was generated, for round-trip checks
         self._freq: list[tuple[int, int]] = []  # AI Core Freq changes (ts, MHz)
+        # profile_memory=True: the allocators' records and the tensors' (memory_record.csv,
+        # operator_memory.csv), from the device memory model a scenario drives
+        self._memory: CachingAllocator | None = None
+        self._memory_records: list[Record] = []
+        self._operator_memory: list[OperatorMemory] = []
 
     # ---- ids ------------------------------------------------------------------
     def next_conn(self) -> int:
@@ -716,6 +732,65 @@ class RankWriter:
         self._freq.append((ts, mhz))
         self._touch(ts, ts)
 
+    # ---- device memory (profile_memory=True) -------------------------------------
+    def memory_model(self, model: CachingAllocator) -> None:
+        """Record the device memory ``model`` drives: the profile collects memory from now on
+        (its APP samples and npu_module_mem.csv follow the model)."""
+        self._memory = model
+
+    def memory_record(self, record: Record) -> None:
+        """An allocator's totals after an event (a memory_record.csv row)."""
+        self._memory_records.append(record)
+        self._touch(record.ts, record.ts)
+
+    def operator_memory(self, row: OperatorMemory) -> None:
+        """A tensor's allocation and release (an operator_memory.csv row)."""
+        self._operator_memory.append(row)
+
+    @property
+    def _profile_memory(self) -> bool:
+        return self._memory is not None or bool(self._memory_records)
+
+    def _memory_samples(self, end: int) -> list[Record]:
+        """The process's device memory (APP): the records given, and what the model held every
+        20 ms as msprof samples it; in the trace as `NPU MEM` counters (KB) with the whole
+        device's (NPU_MEM's ``app`` and ``device`` rows in a Db)."""
+        app = [r for r in self._memory_records if r.component == "APP"]
+        if self._memory is not None:
+            for ts in range(self.cfg.start_ns, end + 1, APP_PERIOD_NS):
+                used = sum(self._memory.held_at(ts))
+                app.append(Record("APP", ts, Totals(None, used, None), None))
+        app.sort(key=lambda r: r.ts)
+        for r in app:
+            used = r.totals.reserved
+            # msprof reads the device's a little after the process's
+            for who, ts, total in (
+                ("APP", r.ts, used),
+                ("Device", r.ts + DEVICE_LAG_NS, used + OTHER_PROCESSES),
+            ):
+                for series, value in (("DDR", 0), ("HBM", total), ("Memory", total)):
+                    self.tv.counter("NPU MEM", f"{who}/{series}", ts, f'"KB": {value / 1024!r}')
+                if self.db:
+                    self.db.npu_mem(who.lower(), ts, total)
+        return app
+
+    def _write_memory(self, text: Path, app: list[Record]) -> None:
+        """memory_record.csv, operator_memory.csv and their Db tables."""
+        if not self._profile_memory:
+            return
+        if self._memory is not None:
+            self._memory.close()
+        records = sorted(
+            (r for r in self._memory_records if r.component != "APP"), key=lambda r: r.ts
+        )
+        write_memory_record(text / "memory_record.csv", self.cfg.dev, app, records)
+        write_operator_memory(text / "operator_memory.csv", self.cfg.dev, self._operator_memory)
+        if self.db:
+            for r in records:
+                self.db.memory_record(r)
+            for op in self._operator_memory:
+                self.db.op_memory(op)
+
     # ---- chunk flush ------------------------------------------------------------
     def flush(self) -> None:
         """Close the current chunk: overlap slices, kernel_details rows, time-sorted msprof events."""
@@ -830,6 +905,7 @@ class RankWriter:
         self.tv.counter("AI Core Freq", "AI Core Freq", end, f'"MHz": {last}', whole_us=True)
         if self.db:
             self.db.ai_core_freq(end // 1000 * 1000, last)
+        app_memory = self._memory_samples(end)
         self.tv.flush_chunk()
         text = self.text_out
         self.tv.write(text / "trace_view.json")
@@ -842,7 +918,9 @@ class RankWriter:
             self.steps[0].end = end
         step_rows = step_trace_rows(self.gen, cfg.dev, self.steps)
         write_step_trace(text / "step_trace_time.csv", self.gen, step_rows)
-        module_mem = module_mem_samples(cfg.start_ns, end)
+        self._write_memory(text, app_memory)
+        levels = None if self._memory is None else self._memory.held_at
+        module_mem = module_mem_samples(cfg.start_ns, end, levels)
         write_module_mem(text / "npu_module_mem.csv", self.gen, cfg.dev, module_mem)
         communication = None
         if self.level > 0:
@@ -910,7 +988,7 @@ class RankWriter:
                 "skip_first": 0,
             },
             "record_shapes": False,
-            "profile_memory": False,
+            "profile_memory": self._profile_memory,
             "with_stack": False,
             "with_flops": False,
             "with_modules": False,

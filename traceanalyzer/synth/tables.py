@@ -10,6 +10,7 @@ verbatim (LF). Headers per generation and level follow the format reference §2.
 from __future__ import annotations
 
 import csv
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -351,10 +352,25 @@ MODULE_RESERVED_MB = {
 MODULE_MEM_PERIOD_NS = 20_000_000  # msprof samples it about every 20 ms
 
 
-def module_mem_samples(start_ns: int, end_ns: int) -> list[tuple[str, int, float]]:
-    """npu_module_mem.csv's samples, component by component: (component, ts ns, reserved MB)."""
+def module_mem_samples(
+    start_ns: int,
+    end_ns: int,
+    held: Callable[[int], tuple[int, int, int]] | None = None,
+) -> list[tuple[str, int, float]]:
+    """npu_module_mem.csv's samples, component by component: (component, ts ns, reserved MB).
+    ``held``: the device memory model's (PTA reserved, GE reserved, outside both) bytes at a
+    time, which the APP, GE and HCCL modules then follow (the runtime keeps its own)."""
     times = [*range(start_ns, end_ns, MODULE_MEM_PERIOD_NS), end_ns]
-    return [(c, ts, mb) for c, mb in MODULE_RESERVED_MB.items() for ts in times]
+    if held is None:
+        return [(c, ts, mb) for c, mb in MODULE_RESERVED_MB.items() for ts in times]
+    runtime = MODULE_RESERVED_MB["RUNTIME"]
+    out = []
+    for component, mb in MODULE_RESERVED_MB.items():
+        for ts in times:
+            pta, ge, outside = (b / (1 << 20) for b in held(ts))
+            level = {"APP": pta, "GE": ge, "HCCL": outside - runtime}.get(component, mb)
+            out.append((component, ts, level))
+    return out
 
 
 def write_module_mem(

@@ -18,6 +18,7 @@ from traceanalyzer.synth.scenarios import (
     capture,
     causes,
     device,
+    memory,
     moe,
     pd,
     serving,
@@ -121,6 +122,19 @@ SCENARIOS: dict[str, Scenario] = {
     ),
     "moe-ep": Scenario("moe-ep", moe.run, moe.KNOBS, moe.HELP, scheduled=moe.scheduled),
     "pd-kv": Scenario("pd-kv", pd.run, pd.KNOBS, pd.HELP, scheduled=pd.scheduled),
+    "memory": Scenario(
+        "memory", memory.run, memory.KNOBS, memory.HELP, scheduled=serving.scheduled
+    ),
+    **{
+        name: Scenario(
+            name,
+            memory.run,
+            {**memory.KNOBS, **sick},
+            f"{help_} (memory knobs; `memory` is the healthy twin)",
+            scheduled=serving.scheduled,
+        )
+        for name, (sick, help_) in memory.SICK_KNOBS.items()
+    },
     **{
         name: Scenario(
             name,

@@ -26,6 +26,7 @@ Each iteration is what vllm-ascend's worker runs for one scheduler step (``servi
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from traceanalyzer.synth import conformance, ops
@@ -378,7 +379,11 @@ def _iteration(tl: Timeline, it: Iteration, knobs: dict, kinds: set[str]) -> tup
     return start, end + 3 * US
 
 
-def run(tl: Timeline, knobs: dict) -> None:
+def run(
+    tl: Timeline, knobs: dict, each: Callable[[Iteration, int, int], None] | None = None
+) -> None:
+    """Run the iterations of :func:`plan`; ``each`` is told every one that ran, with its host
+    start and end (what else it did: the ``memory`` scenarios' allocations)."""
     kinds = markers(knobs)
     iterations = plan(knobs, tl.rw.cfg.rank)
     opened: int | None = None
@@ -388,6 +393,8 @@ def run(tl: Timeline, knobs: dict) -> None:
             tl.t += int(knobs["idle_ms"] * MS)
             continue
         start, end = _iteration(tl, it, knobs, kinds)
+        if each is not None:
+            each(it, start, end)
         # msMonitor: a step from one execute_model to the next (a dummy batch runs none)
         if "profiler_step" in kinds and it.phase != "dummy":
             if opened is not None:
