@@ -11,9 +11,9 @@ Change a helper deep in the closure and every key above it changes.
 
 from __future__ import annotations
 
-import ast
 import functools
 import hashlib
+import re
 from pathlib import Path
 
 import traceanalyzer
@@ -24,14 +24,29 @@ ROOT = Path(traceanalyzer.__file__).parent
 
 def module_file(name: str, root: Path = ROOT) -> Path | None:
     """The source file of package module ``name`` (``traceanalyzer.steps.run``), or None."""
-    parts = name.split(".")
-    if parts[0] != PACKAGE:
-        return None
-    base = root.joinpath(*parts[1:])
-    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
-        if candidate.is_file():
-            return candidate
-    return None
+    return _modules(root).get(name)
+
+
+@functools.cache
+def _modules(root: Path) -> dict[str, Path]:
+    """Every module of the package tree at ``root``, by name (one listing, not a look-up per
+    imported name)."""
+    found = {}
+    for path in root.rglob("*.py"):
+        parts = path.relative_to(root).with_suffix("").parts
+        if "__pycache__" in parts:
+            continue
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        found[".".join((PACKAGE, *parts))] = path
+    return found
+
+
+# import statements, read as text (parsing every module of the closure took a second): a
+# ``from a import (b, c)`` may span lines; names inside strings or comments only widen the key
+_FROM = re.compile(r"^[ \t]*from[ \t]+([.\w]+)[ \t]+import[ \t]+(\([^)]*\)|[^\n#]+)", re.M)
+_IMPORT = re.compile(r"^[ \t]*import[ \t]+([\w.][\w., \t]*)", re.M)
+_DYNAMIC = re.compile(r"import_module\(\s*[\"'](traceanalyzer[\w.]*)[\"']")
 
 
 def _imported(source: str, name: str, is_package: bool) -> set[str]:
@@ -39,27 +54,28 @@ def _imported(source: str, name: str, is_package: bool) -> set[str]:
     ``from a import b`` yields ``a`` and ``a.b``; :func:`module_file` tells which exist)."""
     found: set[str] = set()
     package = name if is_package else name.rpartition(".")[0]
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                anchor = package.split(".")
-                anchor = anchor[: len(anchor) - (node.level - 1)]
-                base = ".".join([*anchor, node.module] if node.module else anchor)
-            else:
-                base = node.module or ""
-            found.add(base)
-            found.update(f"{base}.{alias.name}" for alias in node.names)
-        elif (
-            isinstance(node, ast.Call)
-            and getattr(node.func, "attr", getattr(node.func, "id", "")) == "import_module"
-            and node.args
-            and isinstance(node.args[0], ast.Constant)
-            and isinstance(node.args[0].value, str)
-        ):
-            found.add(node.args[0].value)
+    for base, names in _FROM.findall(source):
+        level = len(base) - len(base.lstrip("."))
+        if level:
+            anchor = package.split(".")
+            anchor = anchor[: len(anchor) - (level - 1)]
+            base = ".".join([*anchor, base[level:]] if base[level:] else anchor)
+        found.add(base)
+        for item in names.strip("()").replace("\n", ",").split(","):
+            word = item.split("#")[0].split(" as ")[0].strip()
+            if word.isidentifier():
+                found.add(f"{base}.{word}")
+    for names in _IMPORT.findall(source):
+        found.update(item.split(" as ")[0].strip() for item in names.split(","))
+    found.update(_DYNAMIC.findall(source))
     return {m for m in found if m == PACKAGE or m.startswith(PACKAGE + ".")}
+
+
+@functools.cache
+def _imports_of(path: Path, name: str) -> list[str]:
+    """:func:`_imported` of one module's file, read once per process (the closures of several
+    keys share most modules)."""
+    return sorted(_imported(path.read_text("utf-8"), name, path.name == "__init__.py"))
 
 
 def closure(name: str, root: Path = ROOT) -> list[Path]:
@@ -77,8 +93,7 @@ def closure(name: str, root: Path = ROOT) -> list[Path]:
         parent = current.rpartition(".")[0]
         if parent:
             todo.append(parent)
-        source = path.read_text("utf-8")
-        todo += sorted(_imported(source, current, path.name == "__init__.py"))
+        todo += _imports_of(path, current)
     return [seen[n] for n in sorted(seen)]
 
 
