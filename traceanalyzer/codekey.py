@@ -78,7 +78,8 @@ def _imports_of(path: Path, name: str) -> list[str]:
     return sorted(_imported(path.read_text("utf-8"), name, path.name == "__init__.py"))
 
 
-def closure(name: str, root: Path = ROOT) -> list[Path]:
+@functools.cache
+def closure(name: str, root: Path = ROOT) -> tuple[Path, ...]:
     """The source files of ``name`` and of every package module it imports, transitively, in
     a stable order (each once; a package's ``__init__`` with the module under it)."""
     seen: dict[str, Path] = {}
@@ -94,19 +95,29 @@ def closure(name: str, root: Path = ROOT) -> list[Path]:
         if parent:
             todo.append(parent)
         todo += _imports_of(path, current)
-    return [seen[n] for n in sorted(seen)]
+    return tuple(seen[n] for n in sorted(seen))
 
 
-def files_digest(paths: list[Path], root: Path = ROOT) -> str:
-    """The package version and the given files' package-relative names and bytes, hashed."""
+def files_digest(paths: list[Path] | tuple[Path, ...], root: Path = ROOT) -> str:
+    """The package version and the given files' package-relative names and contents, hashed."""
     digest = hashlib.sha256(traceanalyzer.__version__.encode())
     for path in paths:
         try:
             shown = path.relative_to(root).as_posix()
         except ValueError:
             shown = path.name
-        digest.update(shown.encode() + b"\0" + path.read_bytes())
+        stat = path.stat()
+        digest.update(
+            shown.encode() + b"\0" + _content_digest(path, stat.st_mtime_ns, stat.st_size)
+        )
     return digest.hexdigest()
+
+
+@functools.cache
+def _content_digest(path: Path, mtime_ns: int, size: int) -> bytes:
+    """One file's contents, hashed once per process while it is unchanged (the keys of a run's
+    rules share most of their files)."""
+    return hashlib.sha256(path.read_bytes()).digest()
 
 
 @functools.cache
