@@ -31,7 +31,7 @@ def fingerprint(rule_id: str, location: Mapping[str, Any]) -> str:
     return hashlib.sha256(key.encode("utf-8")).hexdigest()[:16]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Evidence:
     """One row that backs a finding, pointing at a place in the timeline."""
 
