@@ -493,30 +493,29 @@ def _finding(
     for g in worst.iter_rows(named=True):
         evidence.append(
             Evidence(
-                rank,
-                g["session"],
-                f"idle before {g['name']}",
-                HARDWARE_PROCESS,
-                f"Stream {stream}",
-                stream,
-                g["prev_end_ns"],
-                g["gap_ns"],
-                f"after {g['prev_name']}; launch {g['launch_op']} ended "
+                rank=rank,
+                session=g["session"],
+                name=f"idle before {g['name']}",
+                process=HARDWARE_PROCESS,
+                thread=f"Stream {stream}",
+                stream=stream,
+                start_ns=g["prev_end_ns"],
+                dur_ns=g["gap_ns"],
+                detail=f"after {g['prev_name']}; launch {g['launch_op']} ended "
                 f"{text.duration(g['late_ns'])} after the stream went idle",
-            )  # fmt: skip
+            )
         )
         evidence.append(
             Evidence(
-                rank,
-                g["session"],
-                g["launch_op"],
-                CANN_PROCESS,
-                g["launch_thread"],
-                None,
-                g["launch_start_ns"],
-                g["launch_end_ns"] - g["launch_start_ns"],
-                f"late launch of {g['name']} ({g['launch_name']})",
-            )  # fmt: skip
+                rank=rank,
+                session=g["session"],
+                name=g["launch_op"],
+                process=CANN_PROCESS,
+                thread=g["launch_thread"],
+                start_ns=g["launch_start_ns"],
+                dur_ns=g["launch_end_ns"] - g["launch_start_ns"],
+                detail=f"late launch of {g['name']} ({g['launch_name']})",
+            )
         )
     shown = gaps.sort("gap_ns", descending=True).head(SERIES_POINTS).sort("start_ns")
     origin = int(gaps["prev_end_ns"].min()) if gaps.height else 0

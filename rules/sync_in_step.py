@@ -274,29 +274,26 @@ def _finding(
         site = s["site"] if s["site_op"] in (None, s["site"]) else f"{s['site']} ({s['site_op']})"
         evidence.append(
             Evidence(
-                rank,
-                s["session"],
-                " + ".join(s["apis"]),
-                CANN_PROCESS,
-                s["thread"],
-                None,
-                s["sync_start_ns"],
-                s["sync_end_ns"] - s["sync_start_ns"],
-                f"step {s['step']}, call site {site}; host blocked {text.duration(s['blocked_ns'])}",
-            )  # fmt: skip
+                rank=rank,
+                session=s["session"],
+                name=" + ".join(s["apis"]),
+                process=CANN_PROCESS,
+                thread=s["thread"],
+                start_ns=s["sync_start_ns"],
+                dur_ns=s["sync_end_ns"] - s["sync_start_ns"],
+                detail=f"step {s['step']}, call site {site}; host blocked {text.duration(s['blocked_ns'])}",
+            )
         )
         evidence.append(
             Evidence(
-                rank,
-                s["session"],
-                "device idle after sync",
-                HARDWARE_PROCESS,
-                None,
-                None,
-                s["idle_start_ns"],
-                s["idle_ns"],
-                f"costs {text.duration(s['cost_ns'])} (idle capped by the time the host was blocked)",
-            )  # fmt: skip
+                rank=rank,
+                session=s["session"],
+                name="device idle after sync",
+                process=HARDWARE_PROCESS,
+                start_ns=s["idle_start_ns"],
+                dur_ns=s["idle_ns"],
+                detail=f"costs {text.duration(s['cost_ns'])} (idle capped by the time the host was blocked)",
+            )
         )
     per_step = (
         steps.select("step")

@@ -47,7 +47,10 @@ def _rule():  # noqa: ANN202 - a Rule
             title="slow",
             message="slow",
             location={"thing": "x"},
-            evidence=[Evidence(0, "s0", "a", start_ns=5, dur_ns=2), Evidence(0, "s0", "b")],
+            evidence=[
+                Evidence(rank=0, session="s0", name="a", start_ns=5, dur_ns=2),
+                Evidence(rank=0, session="s0", name="b"),
+            ],
         )
 
     return slow_thing

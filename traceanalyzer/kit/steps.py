@@ -344,15 +344,14 @@ class SteadyUse:
         """The longest calls, with their step and call site."""
         return [
             Evidence(
-                self.rank,
-                c["session"],
-                c["name"],
-                CANN_PROCESS,
-                c["thread"],
-                None,
-                c["start_ns"],
-                c["dur_ns"],
-                f"step {c['step']}, call site {c['site'] or 'no torch op'}",
+                rank=self.rank,
+                session=c["session"],
+                name=c["name"],
+                process=CANN_PROCESS,
+                thread=c["thread"],
+                start_ns=c["start_ns"],
+                dur_ns=c["dur_ns"],
+                detail=f"step {c['step']}, call site {c['site'] or 'no torch op'}",
             )  # fmt: skip
             for c in self.calls.sort("dur_ns", descending=True).head(limit).iter_rows(named=True)
         ]
