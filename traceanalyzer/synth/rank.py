@@ -585,30 +585,8 @@ class RankWriter:
             task_id = self.next_task_id(stream)
             for ctx, peer in enumerate(peers):
                 plane = ctx % 8
-                self.tv.comm_task(
-                    plane,
-                    "Memcpy",
-                    t,
-                    transit // len(peers),
-                    stream,
-                    task_id,
-                    ctx * 2,
-                    self.cfg.rank,
-                    peer,
-                    size,
-                    "SDMA",
-                    "HCCS",
-                    "18446744073709551615",
-                    108.46,
-                    18.9,
-                    "INVALID_TYPE",
-                )
-                copy = self._hw_task(
-                    stream, "SDMA", "SDMA", "SDMA", t, transit // len(peers), task_id, conn,
-                    INVALID_MODEL, ctx * 2, depth=1,
-                )  # fmt: skip
-                self._db_plane_task(copy, name, "Memcpy", plane, peer, size, "SDMA", "HCCS", None)
-                t += transit // len(peers)
+                # each plane first waits for its peer's notify (the first one for the late
+                # peer), then moves its data
                 wait = wait_ns if ctx == 0 else 20
                 self.tv.comm_task(
                     plane,
@@ -644,6 +622,30 @@ class RankWriter:
                     60 + ctx * 8,
                 )
                 t += wait
+                self.tv.comm_task(
+                    plane,
+                    "Memcpy",
+                    t,
+                    transit // len(peers),
+                    stream,
+                    task_id,
+                    ctx * 2,
+                    self.cfg.rank,
+                    peer,
+                    size,
+                    "SDMA",
+                    "HCCS",
+                    "18446744073709551615",
+                    108.46,
+                    18.9,
+                    "INVALID_TYPE",
+                )
+                copy = self._hw_task(
+                    stream, "SDMA", "SDMA", "SDMA", t, transit // len(peers), task_id, conn,
+                    INVALID_MODEL, ctx * 2, depth=1,
+                )  # fmt: skip
+                self._db_plane_task(copy, name, "Memcpy", plane, peer, size, "SDMA", "HCCS", None)
+                t += transit // len(peers)
             # msprof alone records the op itself as one more task over its steps on the
             # stream (the trace draws it on the communication process), undescribed, typed
             # AI_CORE (real G2 export), with the op's connection.
@@ -673,7 +675,7 @@ class RankWriter:
         step = self._step_of(start)
         key = f"step{step.step}" if step is not None else "step"
         self._collectives.setdefault(key, []).append(
-            CollectiveRecord(name, start, dur, transit, wait_ns, wait_ns // 2, size)
+            CollectiveRecord(name, start, dur, transit, wait_ns, wait_ns, size)
         )
         return name
 
