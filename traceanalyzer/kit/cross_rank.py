@@ -198,7 +198,9 @@ def align(collectives: pl.DataFrame, steps: pl.DataFrame, sessions: pl.DataFrame
     )
     ops = ops.with_columns(
         pl.when(outside).then(beyond.cast(pl.Int32)).otherwise(late).alias("late_rank"),
-        pl.when(outside).then(pl.col("wait_ns")).otherwise(pl.col("wait_ns") - least)
+        pl.when(outside)
+        .then(pl.col("wait_ns"))
+        .otherwise(pl.col("wait_ns") - least)
         .alias("skew_ns"),
         pl.col("rank").min().over(key).alias("_ref"),
         pl.col("rank").n_unique().over(key).alias("peers"),
@@ -316,3 +318,37 @@ def alignment(ctx: RuleContext) -> Alignment:
 def _alignment(ctx: RuleContext) -> Alignment:
     ranks = ctx.scope_ranks()
     return align(collectives_of(ctx.store, ranks), steps_of(ctx.store, ranks), ctx.sessions())
+
+
+SPLIT_FIGURES = {
+    "arrival_ns": "collective_arrival_ns",
+    "transfer_ns": "collective_transfer_ns",
+    "idle_ns": "collective_idle_ns",
+}
+
+
+def collective_split(ctx: RuleContext) -> pl.DataFrame:
+    """Per rank in scope: its collectives' time per step (mean over its iterations) waiting for
+    the last rank, moving data and with no task running (``collective_arrival_ns``,
+    ``collective_transfer_ns``, ``collective_idle_ns``)."""
+    ranks = ctx.scope_ranks()
+    steps = (
+        steps_of(ctx.store, ranks)
+        .filter(pl.col("step").is_not_null())
+        .group_by("rank")
+        .agg(pl.len().alias("_steps"))
+        .cast({"rank": pl.Int32})
+    )
+    ops = collectives_of(ctx.store, ranks).filter(pl.col("step").is_not_null())
+    return (
+        ops.group_by("rank")
+        .agg(pl.col(list(SPLIT_FIGURES)).sum())
+        .join(steps, on="rank")
+        .select(
+            "rank",
+            *(
+                (pl.col(column) / pl.col("_steps")).alias(name)
+                for column, name in SPLIT_FIGURES.items()
+            ),
+        )
+    )
