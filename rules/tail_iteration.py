@@ -20,6 +20,7 @@ from traceanalyzer.kit import (
     analysed_window_ns,
     collective_split,
     compress_ranks,
+    moe_imbalance,
     phases,
     rule,
     tail_iterations,
@@ -68,7 +69,8 @@ FIXES = {
     "waited on (its root) and what it did: a host function (Python frames, a compile, a GC), "
     "a synchronisation, a slow kernel, or its own communication.",
     fix="Fix the root rank's late work named in the finding: the others only wait for it.",
-    uses=[tail_iterations],
+    # a hot expert rank's lateness is moe-load-imbalance's: asked who owns which tail
+    uses=[tail_iterations, moe_imbalance],
     requires=[phases(*STEADY_PHASES)],
 )
 def tail_iteration(ctx: RuleContext) -> Iterator[Finding]:
@@ -102,7 +104,8 @@ def tail_iteration(ctx: RuleContext) -> Iterator[Finding]:
     beyond the phase's median, summed), `what_if_ns` (their time had the root not been late),
     `waiting_ranks` and `wait_ns` (the others' wait for the root, mean over them, summed).
     This finding owns the waits inside its tail iterations: `collective-straggler` leaves
-    them out.
+    them out; a tail whose root is a hot expert rank in that step is `moe-load-imbalance`'s
+    (left out here); `slow-rank` compares median step times, which tails do not move.
 
     ## Why it matters
     In DP+EP serving every rank meets every other in each MoE layer's exchange, so one rank's
@@ -141,7 +144,10 @@ def tail_iteration(ctx: RuleContext) -> Iterator[Finding]:
     """
     verdict = tail_iterations(ctx)
     for phase, why in sorted(verdict.skipped.items()):
-        ctx.note(f"{phase}: not judged: {why}")
+        if verdict.judged:
+            ctx.note(f"{phase}: not judged: {why}")
+        else:  # no phase could be judged: "could not judge", never "clean"
+            ctx.inconclusive(f"{phase}: not judged: {why}")
     if verdict.shared:
         by_phase: dict[str, list[float]] = {}
         for _, phase, excess in verdict.shared:
@@ -153,17 +159,41 @@ def tail_iteration(ctx: RuleContext) -> Iterator[Finding]:
                 "alike, no rank late for the others (a bigger batch or a slow link): no root",
                 iterations=len(excesses),
             )
-    if not verdict.tails:
+    tails = _not_moe(ctx, verdict.tails)
+    if not tails:
         judged = ", ".join(f"{n} {ph}" for ph, n in sorted(verdict.judged.items()))
         if judged:
             ctx.note(f"no tail iteration with a root among {judged} iterations")
         return
     windows = analysed_window_ns(ctx)
     groups: dict[tuple[int, str], list[Tail]] = {}
-    for t in verdict.tails:
+    for t in tails:
         groups.setdefault((t.root, t.cause), []).append(t)
     for (root, cause), tails in sorted(groups.items()):
         yield _finding(ctx, root, cause, tails, verdict.judged, windows)
+
+
+def _not_moe(ctx: RuleContext, tails: list[Tail]) -> list[Tail]:
+    """``tails`` less those whose root is a hot expert rank in that iteration's step:
+    moe-load-imbalance owns that wait (its finding names the rank and the expert load)."""
+    moe = moe_imbalance(ctx)
+    if not moe.findings or not tails:
+        return tails
+    hot = {
+        (int(r), str(s), int(n))
+        for f in moe.findings
+        for r, s, n in f.hot_rows.select("rank", "session", "step").iter_rows()
+    }
+    kept = [
+        t for t in tails
+        if (t.root, t.windows.get(t.root, ("",))[0], t.steps.get(t.root, -1)) not in hot
+    ]  # fmt: skip
+    if len(kept) < len(tails):
+        ctx.note(
+            f"{len(tails) - len(kept)} tail iteration(s) whose root is a hot expert rank left "
+            "out: moe-load-imbalance owns their waits"
+        )
+    return kept
 
 
 def _what(tails: list[Tail]) -> tuple[str, str]:
@@ -259,15 +289,14 @@ def _finding(
             f"Meanwhile on rank {root}: {CAUSE_TEXT[cause]} ({_late_text(cause, what, name)})."
         )
     for t in tails[:EVIDENCE_TAILS]:
-        span = t.windows.get(on) or next(iter(t.windows.values()))
         work = t.work
         doing = (
-            f"{work.name or work.what} {fmt.duration(work.dur_ns)}" if work is not None else "n/a"
+            f": {work.name or work.what} {fmt.duration(work.dur_ns)}" if work is not None else ""
         )
         lines.append(
-            f"- iteration at {span[1]} ns ({t.phase}): {fmt.duration(t.iteration_ns)} "
-            f"(+{fmt.duration(t.excess_ns)}); root late by {fmt.duration(t.lateness_ns)}; "
-            f"{doing}"
+            f"- step {t.steps.get(on, '?')} of rank {on} ({t.phase}): "
+            f"{fmt.duration(t.iteration_ns)} (+{fmt.duration(t.excess_ns)}), rank {root} late "
+            f"by {fmt.duration(t.lateness_ns)}{doing}"
         )
     window = sum(windows.get(r, 0) for r in [on])
     return ctx.finding(

@@ -33,7 +33,7 @@ from typing import Any, Concatenate, ParamSpec
 import traceanalyzer.kit.fixture_verbs as facts
 from traceanalyzer.kit.fixture_verbs import FixtureVerbs, Launch, exact_ns, exact_times
 from traceanalyzer.store import Store
-from traceanalyzer.vocabulary import CANN_PROCESS, HARDWARE_PROCESS
+from traceanalyzer.vocabulary import CANN_PROCESS, HARDWARE_PROCESS, PYTHON_GC_PROCESS
 
 LEVEL_OF_LAYER = {"AscendCL": "acl", "Runtime": "runtime", "Node": "node", "Hccl": "hccl"}
 
@@ -197,6 +197,13 @@ class StoreBuilder:
             name=name,
             connection_id=connection_id,
         )
+        return self
+
+    def gc(self, rank: int, session: str, *, start_ns: int, dur_ns: int) -> StoreBuilder:
+        """A garbage collection torch_npu recorded (``gc_detect_threshold``): the ``Python GC``
+        process's ``GC`` event."""
+        self._slice(rank, session, start_ns, dur_ns, process=PYTHON_GC_PROCESS,
+                    thread=MAIN_THREAD, name="GC", cat="GC")  # fmt: skip
         return self
 
     def hccl_task(

@@ -118,6 +118,7 @@ class Tail:
     median_ns: float  # its phase's median iteration
     lateness_ns: float  # the others' wait for the root (a rank alone: the excess)
     windows: dict[int, tuple[str, int, int]]  # rank -> (session, start, end) of the iteration
+    steps: dict[int, int]  # rank -> its step (the steps table's number) that is the iteration
     waits: dict[int, float]  # waiting rank -> its wait beyond the last arrivers
     late_op: dict[str, Any] | None = None  # the root's collective it was late at
     work: LateWork | None = None
@@ -230,6 +231,7 @@ def _verdict(ctx: RuleContext) -> TailVerdict:
             int(r): (str(s), int(a), int(b))
             for r, s, a, b in mine.select("rank", "session", "start_ns", "end_ns").iter_rows()
         }
+        numbers = {int(r): int(n) for r, n in mine.select("rank", "step").iter_rows()}
         excess = row["iteration_ns"] - row["median_ns"]
         if row["ranks"] > 1 or row["root"] is not None:
             lateness = float(row["root_wait_ns"] or 0.0)
@@ -253,6 +255,7 @@ def _verdict(ctx: RuleContext) -> TailVerdict:
                 median_ns=float(row["median_ns"]),
                 lateness_ns=lateness,
                 windows=windows,
+                steps=numbers,
                 waits={r: w for r, w in rank_wait.items() if r != root and w > 0},
             )
         )
