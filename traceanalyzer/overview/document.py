@@ -13,6 +13,7 @@ from typing import Any
 import polars as pl
 
 from traceanalyzer.overview.breakdown import UNMEASURED, computing_ns, unmeasured
+from traceanalyzer.overview.collectives import collectives_section
 from traceanalyzer.overview.compute import DEFAULT_TOP, TopSizes
 from traceanalyzer.overview.headline import COMPONENTS, headline, mean_components
 from traceanalyzer.overview.phases import (
@@ -98,6 +99,7 @@ def overview_document(
             extra=[pl.col("wait_ns").sum(), pl.col("transit_ns").sum()],
         ),
         "phases": phases_section(windows, kernels, host_apis, layer_times(store)),
+        "collectives": collectives_section(store),
         "sizes": asdict(sizes),
         "failed": {str(k): v for k, v in (failed or {}).items()},
         "costs": {},
