@@ -51,7 +51,7 @@ def _op_info(op: CollectiveRecord, peers: int) -> dict:
     wait = op.wait / 1e6
     sync = op.sync / 1e6
     size_mb = op.size / 1e6 * peers
-    bw = round(size_mb / transit / 1000, 4) if transit else 0
+    bw = round(size_mb / transit, 4) if transit else 0  # MB per ms is GB/s
     bandwidth = {}
     for t in TRANSPORTS:
         bandwidth[t] = _zero_bw(True)
@@ -126,7 +126,7 @@ def _matrix_links(op: CollectiveRecord, rank: int, group: list[int], with_name: 
             "Transport Type": "LOCAL" if local else "HCCS",
             "Transit Size(MB)": size,
             "Transit Time(ms)": ms,
-            "Bandwidth(GB/s)": round(size / ms / 1000, 4) if ms else 0,
+            "Bandwidth(GB/s)": round(size / ms, 4) if ms else 0,
         }
         if with_name:
             link["Op Name"] = op.name
