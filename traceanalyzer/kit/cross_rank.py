@@ -130,15 +130,16 @@ def _by_order(ops: pl.DataFrame) -> tuple[pl.DataFrame, dict[tuple[int, str, int
     )
     shifts: dict[tuple[int, str, int], int] = {}
     for (sidx, group), part in ordered.group_by("sidx", "group", maintain_order=True):
-        ranks = sorted(part["rank"].unique().to_list())
+        by_rank = part.partition_by("rank", as_dict=True)
+        ranks = sorted(key[0] for key in by_rank)
         if len(ranks) < 2:
             continue
-        ref = part.filter(pl.col("rank") == ranks[0])
+        ref = by_rank[(ranks[0],)]
         per_step = ref.group_by("step").len()["len"].median() if ref.height else None
         limit = int(min(MAX_SHIFT, 3 * (per_step or 20), ref.height))
         ref_ends, ref_kinds = ref["end_ns"].to_numpy(), ref["_kind"].to_numpy()
         for rank in ranks[1:]:
-            mine = part.filter(pl.col("rank") == rank)
+            mine = by_rank[(rank,)]
             shift = _best_shift(
                 mine["end_ns"].to_numpy(), mine["_kind"].to_numpy(), ref_ends, ref_kinds,
                 min(limit, mine.height),

@@ -26,7 +26,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import polars as pl
 
 from traceanalyzer.engine.params import Param
@@ -40,7 +39,7 @@ from traceanalyzer.kit.cross_rank import (
     rank_waits,
 )
 from traceanalyzer.primitives import union_intervals
-from traceanalyzer.stats import robust_z
+from traceanalyzer.stats import MAD_SCALE, MEANAD_SCALE
 from traceanalyzer.steps.collectives import MC2_PATTERN, collectives_of
 from traceanalyzer.steps.phases import STEADY_PHASES
 from traceanalyzer.steps.tables import steps_of
@@ -192,38 +191,45 @@ def _verdict(ctx: RuleContext) -> TailVerdict:
     verdict = TailVerdict(alignment=al)
     if per_rank.is_empty():
         return verdict
-    its = per_rank.group_by(ITERATION_KEY).agg(
-        pl.col("step_ns").median().alias("iteration_ns"),
-        pl.col("phase").mode().sort().first(),
-        pl.col("rank").n_unique().alias("ranks"),
+    # each group of ranks that meet (a rank alone is a group) is judged against its own
+    # iterations of the phase: "ref:sidx" of the iteration key
+    its = (
+        per_rank.group_by(ITERATION_KEY)
+        .agg(
+            pl.col("step_ns").median().alias("iteration_ns"),
+            pl.col("phase").mode().sort().first(),
+            pl.col("rank").n_unique().alias("ranks"),
+        )
+        .with_columns(pl.col(ITERATION_KEY).str.replace(r":[^:]*$", "").alias("_group"))
     )
-    roots = iteration_roots(al)
-    waits = rank_waits(al)
-    candidates = []
-    for (phase,), part in its.group_by("phase", maintain_order=True):
-        phase = str(phase)
-        if part.height < p.min_iterations:
+    scored = _scored(p, its)
+    per_group = scored.group_by("phase", "_group").agg(
+        pl.col("_n").first(), pl.col("_tail").sum().alias("_tails")
+    )
+    enough = pl.col("_n") >= p.min_iterations
+    two_kinds = pl.col("_tails") > p.max_tail_share * pl.col("_n")
+    for (phase,), part in per_group.group_by("phase", maintain_order=True):
+        phase, judged = str(phase), part.filter(enough)
+        if judged.is_empty():
             verdict.skipped[phase] = (
-                f"{part.height} iteration(s), fewer than {p.min_iterations} (min_iterations)"
+                f"{int(part['_n'].max())} iteration(s) at most per group of ranks, fewer than "
+                f"{p.min_iterations} (min_iterations)"
             )
             continue
-        times = part["iteration_ns"].to_numpy()
-        median = float(np.median(times))
-        z = robust_z(times)
-        floor = max(p.min_excess * median, p.min_excess_us * 1e3)
-        tail = (z > p.tail_z) & (times - median >= floor)
-        verdict.judged[phase] = part.height
-        if tail.sum() > p.max_tail_share * part.height:
+        verdict.judged[phase] = int(judged["_n"].sum())
+        mixed = judged.filter(two_kinds)
+        if mixed.height:
             verdict.skipped[phase] = (
-                f"{int(tail.sum())} of {part.height} iterations beyond the median: two kinds of "
-                f"iteration, not tails (max_tail_share {p.max_tail_share:.0%})"
+                f"{int(mixed['_tails'].sum())} of {int(mixed['_n'].sum())} iterations beyond "
+                f"the median: two kinds of iteration, not tails (max_tail_share "
+                f"{p.max_tail_share:.0%})"
             )
-            continue
-        picked = part.filter(pl.Series(tail)).with_columns(pl.lit(median).alias("median_ns"))
-        candidates.append(picked)
-    if not candidates:
+    kept = per_group.filter(enough & ~two_kinds).select("phase", "_group")
+    candidates = scored.filter(pl.col("_tail")).join(kept, on=["phase", "_group"])
+    if candidates.is_empty():
         return verdict
-    picked = pl.concat(candidates).join(roots, on=ITERATION_KEY, how="left")
+    picked = candidates.join(iteration_roots(al), on=ITERATION_KEY, how="left")
+    waits = rank_waits(al)
     profiled = set(ranks)
     for row in picked.sort("phase", ITERATION_KEY).iter_rows(named=True):
         mine = per_rank.filter(pl.col(ITERATION_KEY) == row[ITERATION_KEY])
@@ -262,6 +268,28 @@ def _verdict(ctx: RuleContext) -> TailVerdict:
     _late_ops(verdict.tails, al)
     _late_work(ctx, verdict.tails, per_rank)
     return verdict
+
+
+def _scored(p: Any, its: pl.DataFrame) -> pl.DataFrame:
+    """``its`` with, per group of ranks and phase, ``median_ns``, ``_n`` (its iterations) and
+    ``_tail``: the iteration's robust z-score (median/MAD, the mean-AD fallback of
+    :func:`~traceanalyzer.stats.robust_z`) above ``tail_z`` and its excess above the floor."""
+    by = ["_group", "phase"]
+    median = pl.col("iteration_ns").median().over(by)
+    deviation = pl.col("iteration_ns") - pl.col("median_ns")
+    mad = deviation.abs().median().over(by)
+    mean_ad = deviation.abs().mean().over(by)
+    z = (
+        pl.when(mad > 0)
+        .then(MAD_SCALE * deviation / mad)
+        .when(mean_ad > 0)
+        .then(deviation / (MEANAD_SCALE * mean_ad))
+        .otherwise(0.0)
+    )
+    floor = pl.max_horizontal(p.min_excess * pl.col("median_ns"), pl.lit(p.min_excess_us * 1e3))
+    return its.with_columns(median.alias("median_ns"), pl.len().over(by).alias("_n")).with_columns(
+        ((z > p.tail_z) & (deviation >= floor)).alias("_tail")
+    )
 
 
 def _late_ops(tails: list[Tail], al: Alignment) -> None:
