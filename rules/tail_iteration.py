@@ -28,7 +28,7 @@ from traceanalyzer.kit import (
 )
 from traceanalyzer.kit import text as fmt
 
-EVIDENCE_TAILS, WAITERS_SHOWN = 4, 3
+EVIDENCE_TAILS, WAITERS_SHOWN, CHAINS_SHOWN = 4, 3, 8
 CAUSE_TEXT = {
     "host": "its host was busy elsewhere while its device waited",
     "device": "a kernel ran longer than it usually does",
@@ -170,7 +170,8 @@ def tail_iteration(ctx: RuleContext) -> Iterator[Finding]:
     for t in tails:
         groups.setdefault((t.root, t.cause), []).append(t)
     for (root, cause), tails in sorted(groups.items()):
-        yield _finding(ctx, root, cause, tails, verdict.judged, windows)
+        offsets = verdict.alignment.offsets if verdict.alignment else {}
+        yield _finding(ctx, root, cause, tails, verdict.judged, windows, offsets)
 
 
 def _not_moe(ctx: RuleContext, tails: list[Tail]) -> list[Tail]:
@@ -235,6 +236,7 @@ def _finding(
     tails: list[Tail],
     judged: dict[str, int],
     windows: dict[int, int],
+    offsets: dict[int, int],
 ) -> Finding:
     tails = sorted(tails, key=lambda t: t.windows.get(root, next(iter(t.windows.values())))[1])
     phase_names = sorted({t.phase for t in tails})
@@ -321,7 +323,7 @@ def _finding(
         },
         evidence=list(_evidence(tails, root, on)),
         fix=f"On rank {root}: {_fix(cause, what)}.",
-        series=_series(tails, on),
+        series=_series(tails, on, offsets),
         score=cost,
         phases=phase_names,
         cost_ranks=[on],
@@ -356,12 +358,29 @@ def _evidence(tails: list[Tail], root: int, on: int) -> Iterable[Evidence]:
             )  # fmt: skip
 
 
-def _series(tails: list[Tail], on: int) -> dict[str, list[Any]]:
+def _series(tails: list[Tail], on: int, offsets: dict[int, int]) -> dict[str, list[Any]]:
+    """Per tail its times (the figure), and ``chain``: per waiting rank its wait in the
+    collective the root was late at, and the root's late work on that rank's clock (the
+    overlay's arrows)."""
+    chain = []
+    for t in tails:
+        work = t.work
+        for rank, op in sorted(t.waiter_ops.items())[:CHAINS_SHOWN]:
+            seen = None  # the root's late work, on the waiting rank's clock
+            if work is not None and rank in offsets and work.rank in offsets:
+                seen = work.start_ns + offsets[work.rank] - offsets[rank]
+            chain.append(
+                [rank, op["session"], op["name"], op["start_ns"], op["end_ns"] - op["start_ns"],
+                 seen, work.dur_ns if work else None, work.name or work.what if work else None,
+                 work.rank if work else None, work.session if work else None,
+                 work.start_ns if work else None]
+            )  # fmt: skip
     return {
         "start_ns": [(t.windows.get(on) or next(iter(t.windows.values())))[1] for t in tails],
         "iteration_ns": [t.iteration_ns for t in tails],
         "median_ns": [t.median_ns for t in tails],
         "lateness_ns": [t.lateness_ns for t in tails],
+        "chain": chain,
     }
 
 
@@ -388,17 +407,49 @@ def _figure(fig: FigureContext) -> Any:
 
 @tail_iteration.marks
 def _marks(finding: dict[str, Any]) -> Iterable[Mark]:
-    """The evidence, with the chain of waits: an arrow from each waiting rank's iteration to
-    the root's late work."""
-    evidence = [e for e in finding.get("evidence") or [] if e.get("start_ns") is not None]
-    for e in evidence:
-        late = (e.get("detail") or "").startswith("late work")
+    """The evidence, and the chain of waits: on the root, an arrow from its late work to the
+    collective it was late at; on each waiting rank, its wait in that collective with an arrow
+    to the root's late work drawn on that rank's clock (its own trace), and one to the root's
+    own mark (the overlay of every rank)."""
+    chain = (finding.get("series") or {}).get("chain") or []
+    waiters: dict[tuple[Any, Any], list[int]] = {}  # the root's late work -> who waited for it
+    for link in chain:
+        waiters.setdefault((link[8], link[10]), []).append(int(link[0]))
+    then: dict[int, str] = {}  # rank -> the arrow from its latest late work to its collective
+    for e in finding.get("evidence") or []:
+        if e.get("start_ns") is None:
+            continue
+        detail = e.get("detail") or ""
+        key, flows_in, flows_out = (e["rank"], e["start_ns"]), [], []
+        if detail.startswith("late work"):
+            flows_in = [f"work:{key[0]}:{key[1]}:{w}" for w in waiters.get(key, [])]
+            then[key[0]] = f"then:{key[0]}:{key[1]}"
+            flows_out = [then[key[0]]]
+        elif detail.startswith("arrives last") and key[0] in then:
+            flows_in = [then.pop(key[0])]
         yield Mark(
             rank=int(e["rank"]), session=str(e.get("session") or ""), name=e.get("name") or "",
             start_ns=int(e["start_ns"]), dur_ns=e.get("dur_ns"),
-            track="root's late work" if late else "waits",
-            args={"detail": e.get("detail")},
+            track="root's late work" if detail.startswith("late work") else "waits",
+            args={"detail": detail}, flows_in=tuple(flows_in), flows_out=tuple(flows_out),
         )  # fmt: skip
+    for i, link in enumerate(chain):
+        rank, session, name, start, dur, seen, work_dur, work_name, root, _, work_start = link
+        here = f"chain:{i}"
+        flows_out = [here] + (
+            [f"work:{root}:{work_start}:{rank}"] if work_start is not None else []
+        )
+        yield Mark(
+            rank=int(rank), session=str(session), name=f"waits in {name}", start_ns=int(start),
+            dur_ns=dur, track="waits for the root", args={"root": root},
+            flows_out=tuple(flows_out),
+        )  # fmt: skip
+        if seen is not None:
+            yield Mark(
+                rank=int(rank), session=str(session),
+                name=f"rank {root}: {work_name} (its clock, aligned)", start_ns=int(seen),
+                dur_ns=work_dur, track="the root's late work", flows_in=(here,),
+            )  # fmt: skip
 
 
 @tail_iteration.key_figures(

@@ -131,3 +131,27 @@ def test_a_slowdown_every_rank_shares_has_no_root(tmp_path: Path) -> None:
     assert not result.findings
     (status,) = result.rules
     assert any("no rank late for the others" in n.text for n in status.notes)
+
+
+def test_the_overlay_draws_the_chain_of_waits(tmp_path: Path) -> None:
+    """Each waiting rank's trace gets an arrow from its wait to the root's late work drawn on
+    its own clock; the root's, one from its late work to the collective it was late at."""
+    from types import SimpleNamespace
+
+    from traceanalyzer.report.annotations import overlay_events
+
+    store = moe_store(tmp_path, comm="alltoall", tail_rank=1, tail_at="4,9", tail_cause="gc")
+    (found,) = _tail(store)
+    finding = found.to_dict()
+    rule = next(r for r in RULES.rules if r.name == "tail-iteration")
+    marks = list(rule.presentation.marks_for(finding))
+    view = SimpleNamespace(marks=marks, marks_failed=None)
+    report = SimpleNamespace(findings={"findings": [finding]}, view=lambda f: view)
+    sessions = {m.rank: m.session for m in marks}
+    for rank in range(4):
+        events = overlay_events(report, where=(rank, sessions[rank]))
+        arrows = [e for e in events if e.get("cat") == "chain of waits"]
+        assert len(arrows) == 4  # two tails: two arrows, each an `s` and an `f`
+        assert sorted(e["ph"] for e in arrows) == ["f", "f", "s", "s"]
+    every = [e for e in overlay_events(report) if e.get("cat") == "chain of waits"]
+    assert {e["id"] for e in every if e["id"].startswith("work:")}  # across ranks, in one file

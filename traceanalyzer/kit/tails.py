@@ -120,6 +120,8 @@ class Tail:
     steps: dict[int, int]  # rank -> its step (the steps table's number) that is the iteration
     waits: dict[int, float]  # waiting rank -> its wait beyond the last arrivers
     late_op: dict[str, Any] | None = None  # the root's collective it was late at
+    # waiting rank -> its op of that collective (session, name, start_ns, end_ns, skew_ns)
+    waiter_ops: dict[int, dict[str, Any]] = field(default_factory=dict)
     work: LateWork | None = None
 
     @property
@@ -309,6 +311,15 @@ def _late_ops(tails: list[Tail], al: Alignment) -> None:
         if mine.is_empty():
             continue
         op = mine.row(0, named=True)
+        instance = late.filter(
+            (pl.col("sidx") == op["sidx"]) & (pl.col("group") == op["group"])
+            & (pl.col("match") == op["match"]) & (pl.col("rank") != t.root)
+        )  # fmt: skip
+        t.waiter_ops = {
+            int(w["rank"]): {k: w[k] for k in ("session", "name", "start_ns", "end_ns", "skew_ns")}
+            for w in instance.iter_rows(named=True)
+            if w["skew_ns"] > 0
+        }
         before = al.ops.filter(
             (pl.col("rank") == on) & (pl.col("session") == op["session"])
             & (pl.col("end_ns") <= op["start_ns"])
