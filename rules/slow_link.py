@@ -122,7 +122,7 @@ def slow_link(ctx: RuleContext) -> Iterator[Finding]:
     - HCCL `hccn_tool` link statistics.
     """
     p = ctx.params
-    links = _links(ctx)
+    links = ctx.once(_links)
     if links.is_empty():
         ctx.note(
             f"no transfer of at least {p.min_size_mb:g} MB on a link to another rank "
@@ -219,6 +219,8 @@ def _from_matrix(ctx: RuleContext, min_mb: float) -> pl.DataFrame:
 
 def _from_tasks(ctx: RuleContext, min_mb: float, listed: list[int]) -> pl.DataFrame:
     """The planes' transfer tasks of the ranks without communication_matrix.json."""
+    if set(ctx.scope_ranks()) <= set(listed):
+        return pl.DataFrame()
     return (
         ctx.table("slices")
         .filter(
@@ -334,7 +336,7 @@ def _finding(
 )
 def _key_figures(ctx: RuleContext) -> pl.DataFrame:
     """Per rank (a link's source): its links' slowest and median bandwidth on large transfers."""
-    links = _links(ctx).with_columns((pl.col("size_mb") / (pl.col("time_ns") / 1e6)).alias("gbps"))
+    links = ctx.once(_links).with_columns((pl.col("size_mb") / (pl.col("time_ns") / 1e6)).alias("gbps"))
     return links.group_by(pl.col("src_rank").cast(pl.Int32).alias("rank")).agg(
         pl.col("gbps").min().alias("link_gbps_min"),
         pl.col("gbps").median().alias("link_gbps_median"),

@@ -166,6 +166,8 @@ def align(collectives: pl.DataFrame, steps: pl.DataFrame, sessions: pl.DataFrame
     the ``collectives`` table of the ranks; ``steps``: their steps; ``sessions``: their
     sessions (rank, session, start_ns)."""
     order = session_order(sessions)
+    if collectives["rank"].n_unique() < 2:  # no rank meets another
+        return Alignment(ops=_empty_ops(collectives), iterations=_own_iterations(steps, order))
     ops = (
         collectives.cast({"rank": pl.Int32})
         .join(order, on=["rank", "session"])
