@@ -62,7 +62,7 @@ SCHEMA = {
     "source": pl.String,
 }  # fmt: skip
 SPLIT = ("arrival_ns", "transfer_ns", "other_ns", "idle_ns")
-_KEYS = ["rank", "session", "_op"]
+_KEYS = ["_op"]  # an op of the ranks derived together: its row in their ops
 
 
 def _clip(frame: pl.DataFrame, lo: str, hi: str) -> pl.DataFrame:
