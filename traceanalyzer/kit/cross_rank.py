@@ -330,10 +330,28 @@ SPLIT_FIGURES = {
 }
 
 
+def with_skews(collectives: pl.DataFrame, found: Alignment) -> pl.DataFrame:
+    """``collectives`` with the ops nothing splits on their rank (an MC2 kernel) split by the
+    peers' comparison: ``arrival_ns`` its wait beyond the instance's last arriver, ``other_ns``
+    the rest of the op (the data moving, and the kernel's own work)."""
+    if found.ops.is_empty():
+        return collectives
+    keys = ["rank", "session", "name", "start_ns"]
+    skews = found.ops.filter(pl.col("source") == "kernel").select(*keys, "skew_ns")
+    split = collectives.cast({"rank": pl.Int32}).join(skews, on=keys, how="left")
+    elapse = pl.col("end_ns") - pl.col("start_ns")
+    kernel = pl.col("arrival_ns").is_null() & pl.col("skew_ns").is_not_null()
+    return split.with_columns(
+        pl.when(kernel).then(pl.col("skew_ns")).otherwise(pl.col("arrival_ns")).alias("arrival_ns"),
+        pl.when(kernel).then(elapse - pl.col("skew_ns")).otherwise(pl.col("other_ns"))
+        .alias("other_ns"),
+    ).drop("skew_ns")  # fmt: skip
+
+
 def collective_split(ctx: RuleContext) -> pl.DataFrame:
     """Per rank in scope: its collectives' time per step (mean over its iterations) waiting for
     the last rank, moving data and with no task running (``collective_arrival_ns``,
-    ``collective_transfer_ns``, ``collective_idle_ns``)."""
+    ``collective_transfer_ns``, ``collective_idle_ns``; null where nothing measured it)."""
     ranks = ctx.scope_ranks()
     steps = (
         steps_of(ctx.store, ranks)
@@ -342,10 +360,15 @@ def collective_split(ctx: RuleContext) -> pl.DataFrame:
         .agg(pl.len().alias("_steps"))
         .cast({"rank": pl.Int32})
     )
-    ops = collectives_of(ctx.store, ranks).filter(pl.col("step").is_not_null())
+    ops = with_skews(collectives_of(ctx.store, ranks), alignment(ctx))
+    measured = {
+        c: pl.when(pl.col(c).is_not_null().any()).then(pl.col(c).sum()) for c in SPLIT_FIGURES
+    }
     return (
-        ops.group_by("rank")
-        .agg(pl.col(list(SPLIT_FIGURES)).sum())
+        ops.filter(pl.col("step").is_not_null())
+        .cast({"rank": pl.Int32})
+        .group_by("rank")
+        .agg(expr.alias(c) for c, expr in measured.items())
         .join(steps, on="rank")
         .select(
             "rank",

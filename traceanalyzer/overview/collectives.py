@@ -13,7 +13,13 @@ from typing import Any
 
 import polars as pl
 
-from traceanalyzer.kit.cross_rank import ITERATION_KEY, align, iteration_roots
+from traceanalyzer.kit.cross_rank import (
+    ITERATION_KEY,
+    Alignment,
+    align,
+    iteration_roots,
+    with_skews,
+)
 from traceanalyzer.steps.collectives import SPLIT, collectives_of
 from traceanalyzer.steps.tables import steps_of
 from traceanalyzer.store import Store
@@ -32,7 +38,10 @@ def _per_step(ops: pl.DataFrame, steps: pl.DataFrame, by: list[str]) -> pl.DataF
     )
     sums = ops.group_by(by).agg(
         (pl.col("end_ns") - pl.col("start_ns")).sum().alias("collective_ns"),
-        *(pl.col(c).sum() for c in (*SPLIT, "export_idle_ns")),
+        *(
+            pl.when(pl.col(c).is_not_null().any()).then(pl.col(c).sum()).alias(c)
+            for c in (*SPLIT, "export_idle_ns")
+        ),
         pl.col("source").value_counts(sort=True).alias("_sources"),
     )
     return (
@@ -61,14 +70,15 @@ def collectives_section(store: Store) -> dict[str, Any] | None:
         .cast({"rank": pl.Int32})
         .select("rank", "session", "step", "phase", "step_ns")
     )
-    placed = ops.filter(pl.col("step").is_not_null())
+    found = align(ops, steps_of(store), store.sessions())
+    placed = with_skews(ops, found).filter(pl.col("step").is_not_null())
     phases = _per_step(placed, steps, ["phase"])
     ranks = _per_step(placed, steps, ["rank"])
     return {
         "phases": phases.to_dicts(),
         "ranks": ranks.drop("ranks").to_dicts(),
         "export_idle": _export_idle(ops, set(steps["rank"].unique().to_list())),
-        "critical_path": _critical_path(store, ops, steps),
+        "critical_path": _critical_path(found, steps),
     }
 
 
@@ -97,10 +107,9 @@ def _export_idle(ops: pl.DataFrame, profiled: set[int]) -> dict[str, Any] | None
     }
 
 
-def _critical_path(store: Store, ops: pl.DataFrame, steps: pl.DataFrame) -> dict[str, Any] | None:
+def _critical_path(alignment: Alignment, steps: pl.DataFrame) -> dict[str, Any] | None:
     """Per iteration of ranks that meet in collectives: the rank it waited on last (the root);
     the share of iterations each rank is the root of, and the roots in time order."""
-    alignment = align(ops, steps_of(store), store.sessions())
     if not alignment.multi_rank:
         return None
     roots = iteration_roots(alignment)
