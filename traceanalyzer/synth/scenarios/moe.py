@@ -41,7 +41,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from random import Random
 
-from traceanalyzer.synth.ops import GRAPH_MODEL_ID, MS, US, KernelSpec
+from traceanalyzer.synth.ops import GRAPH_MODEL_ID, MS, STALL_CAUSES, US, KernelSpec, host_stall
 from traceanalyzer.synth.rank import INVALID_MODEL, RankWriter
 from traceanalyzer.synth.scenarios.serving import (
     RUNNER,
@@ -104,7 +104,6 @@ HELP = (
 )
 PATHS = ("mc2", "alltoall", "allgather")
 CAUSES = ("host", "throttle", "link")
-TAIL_CAUSES = ("host", "compile", "gc", "sync", "device")
 HIDDEN, INTER = 7168, 2048
 NOMINAL_MHZ = 1800
 COMM_STREAM = 4
@@ -280,8 +279,8 @@ def simulate(knobs: dict, world: int) -> Plan:
     """Every rank's iterations, simulated group by group (see the module docstring)."""
     if knobs["slow_cause"] not in CAUSES:
         raise ValueError(f"slow_cause must be one of {', '.join(CAUSES)}")
-    if knobs["tail_cause"] not in TAIL_CAUSES:
-        raise ValueError(f"tail_cause must be one of {', '.join(TAIL_CAUSES)}")
+    if knobs["tail_cause"] not in STALL_CAUSES:
+        raise ValueError(f"tail_cause must be one of {', '.join(STALL_CAUSES)}")
     total = knobs["warmup"] + knobs["iterations"]
     plan = Plan([], {r: [] for r in range(world)})
     start = 0
@@ -459,35 +458,12 @@ def _profile_from(knobs: dict) -> dict[int, int]:
     return out
 
 
-# what the host does while the device waits for it, by cause: Python frames (outermost first)
-STALL_FRAMES = {
-    "host": (f"{RUNNER}(1502): _prepare_inputs", f"{RUNNER}(1187): _update_states"),
-    "compile": ("triton/runtime/jit.py(612): run", "triton/compiler/compiler.py(295): compile"),
-}
-
-
-def _stall(rw: RankWriter, at: int, dur: int, cause: str) -> None:
-    """The late rank's host work before the forward (see :data:`TAIL_CAUSES`)."""
-    if cause in STALL_FRAMES:
-        for depth, frame in enumerate(STALL_FRAMES[cause]):
-            rw.python_function(frame, at + depth * US, dur - 2 * depth * US)
-    elif cause == "gc":
-        rw.gc(at, dur)
-    elif cause == "sync":  # `.item()` on a tensor a long copy on another stream still fills
-        conn = rw.api("AscendCL@", "aclrtMemcpyAsync", at, 8 * US)
-        rw.task(3, "MEMCPY_ASYNC", "PCIE_DMA_SQE", at + 10 * US, dur - 20 * US, conn=conn,
-                extra={"data size(Byte)": 64 << 20, "memcpy direction": "device to host"})  # fmt: skip
-        rw.cpu_op("aten::_local_scalar_dense", at + 12 * US, dur - 14 * US)
-        rw.cpu_op("aten::item", at + 10 * US, dur - 10 * US)
-        rw.api("AscendCL@", "aclrtSynchronizeStream", at + 14 * US, dur - 18 * US)
-
-
 def _iteration(rw: RankWriter, s: int, it: RankIteration) -> None:
     """One rank's iteration from ``s``: host markers, launches (or a graph replay), tasks."""
     host = s + 10 * US
     if it.stall is not None:
         at, dur, cause = it.stall
-        _stall(rw, s + at - 5 * US, dur, cause)
+        host_stall(rw, s + at - 5 * US, dur, cause)
         host += dur
     if it.graph:
         rw.api("AscendCL@", "aclmdlRIExecuteAsync", host, 30 * US, mode="ACL_RTS")
