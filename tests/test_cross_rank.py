@@ -22,18 +22,23 @@ RULES = load_rules(entry_points=False)
 MOE = {"iterations": 12, "layers": 2, "hot_rank": -1}
 
 
-def moe_store(tmp: Path, **knobs: object) -> Store:
-    """Four ranks of ``moe-ep`` (``MOE`` and ``knobs``), ingested and derived as a run does:
-    the rules read them as a run's snapshot store (each derivation read once)."""
+def derived_store(tmp: Path, scenario: str, ranks: int, **knobs: object) -> Store:
+    """``ranks`` ranks of ``scenario``, ingested and derived as a run does: the rules read them
+    as a run's snapshot store (each derivation read once)."""
     from traceanalyzer.executor import LocalExecutor
     from traceanalyzer.ingest import ingest
     from traceanalyzer.steps.run import derive_store
     from traceanalyzer.synth.generate import generate
 
-    generate("moe-ep", tmp / "in", ranks=4, **{**MOE, **knobs})
+    generate(scenario, tmp / "in", ranks=ranks, **knobs)
     ingest(tmp / "in", tmp / "out")
     derive_store(tmp / "out", LocalExecutor())
-    return RankStore(tmp / "out", range(4))
+    return RankStore(tmp / "out", range(ranks))
+
+
+def moe_store(tmp: Path, **knobs: object) -> Store:
+    """Four ranks of ``moe-ep`` (``MOE`` and ``knobs``)."""
+    return derived_store(tmp, "moe-ep", 4, **{**MOE, **knobs})
 
 
 def _split_sums(ops: pl.DataFrame) -> None:
@@ -155,3 +160,25 @@ def test_the_overlay_draws_the_chain_of_waits(tmp_path: Path) -> None:
         assert sorted(e["ph"] for e in arrows) == ["f", "f", "s", "s"]
     every = [e for e in overlay_events(report) if e.get("cat") == "chain of waits"]
     assert {e["id"] for e in every if e["id"].startswith("work:")}  # across ranks, in one file
+
+
+def test_a_rank_alone_has_tails_without_waiters(tmp_path: Path) -> None:
+    """One rank (inference-baseline): steps 5 and 15 late by 2 ms of garbage collection."""
+    store = derived_store(
+        tmp_path, "inference-baseline", 1, steps=20, layers=2, tail_at="5,15", tail_cause="gc"
+    )
+    (found,) = _tail(store)
+    m = found.metrics
+    assert (m["root_rank"], m["cause"], m["late_work"], m["waiting_ranks"]) == (0, "host", "gc", [])
+    assert m["cost_ns"] == pytest.approx(4e6, rel=0.25)
+
+
+def test_ranks_alone_slow_at_once_have_no_root(tmp_path: Path) -> None:
+    """Three ranks that share no collective, each late at the same steps at the same time:
+    a slowdown they all shared, no rank's own."""
+    store = derived_store(
+        tmp_path, "inference-baseline", 3, steps=20, layers=2, tail_at="5,15", tail_cause="gc"
+    )
+    result = evaluate(store, rules=RULES, select=["tail-iteration"])
+    assert not result.findings
+    assert any("no rank late for the others" in n.text for n in result.rules[0].notes)

@@ -267,9 +267,29 @@ def _verdict(ctx: RuleContext) -> TailVerdict:
                 waits={r: w for r, w in rank_wait.items() if r != root and w > 0},
             )
         )
+    verdict.tails = _not_at_once(verdict, per_rank)
     _late_ops(verdict.tails, al)
     _late_work(ctx, verdict.tails, per_rank)
     return verdict
+
+
+def _not_at_once(verdict: TailVerdict, per_rank: pl.DataFrame) -> list[Tail]:
+    """The tails of ranks alone (that share no collective), less those at the same time as a
+    tail of most of the other ranks alone: a slowdown they all shared (a bigger batch on every
+    data-parallel engine), no rank's own (moved to ``shared``)."""
+    alone = [t for t in verdict.tails if not t.waits and len(t.windows) == 1]
+    matched = set(verdict.alignment.ops["rank"].to_list()) if verdict.alignment else set()
+    ranks = len(set(per_rank["rank"].to_list()) - matched)
+    if len(alone) < 2 or ranks < 2:
+        return verdict.tails
+    spans = [(t, *next(iter(t.windows.values()))[1:], t.root) for t in alone]
+    shared = set()
+    for t, start, end, rank in spans:
+        others = {r for _, a, b, r in spans if r != rank and a < end and b > start}
+        if len(others) >= max(1, (ranks - 1) / 2):
+            shared.add(id(t))
+            verdict.shared.append((t.iteration, t.phase, t.excess_ns))
+    return [t for t in verdict.tails if id(t) not in shared]
 
 
 def _scored(p: Any, its: pl.DataFrame) -> pl.DataFrame:
