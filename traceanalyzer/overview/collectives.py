@@ -57,6 +57,14 @@ def _per_step(ops: pl.DataFrame, steps: pl.DataFrame, by: list[str]) -> pl.DataF
 
 
 def collectives_section(store: Store) -> dict[str, Any] | None:
+    """:func:`section`, or ``{"error": ...}`` when it fails: the rest of the overview stands."""
+    try:
+        return section(store)
+    except Exception as exc:  # noqa: BLE001 - one part of the picture, not the picture
+        return {"error": f"{type(exc).__name__}: {exc}"}
+
+
+def section(store: Store) -> dict[str, Any] | None:
     """``summary.overview.collectives``: ``phases`` and ``ranks`` (per step: ``collective_ns``
     and its split ``arrival_ns``, ``transfer_ns``, ``other_ns``, ``idle_ns``, the export's own
     ``export_idle_ns``), ``export_idle`` (communication.json's Idle Time and what the trace

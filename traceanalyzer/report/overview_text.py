@@ -240,6 +240,8 @@ def collective_lines(overview: Mapping[str, Any]) -> list[str]:
     """Per phase, where the collectives' time per step goes; what communication.json calls
     idle; which rank the iterations waited on (``summary.overview.collectives``)."""
     section = overview.get("collectives") or {}
+    if section.get("error"):
+        return [f"not computed: {section['error']}"]
     lines = [
         f"{r['phase']}: {fmt.duration(r['collective_ns'])} of collectives per step: {_split(r)}"
         for r in section.get("phases") or []
