@@ -182,3 +182,18 @@ def test_ranks_alone_slow_at_once_have_no_root(tmp_path: Path) -> None:
     result = evaluate(store, rules=RULES, select=["tail-iteration"])
     assert not result.findings
     assert any("no rank late for the others" in n.text for n in result.rules[0].notes)
+
+
+def test_the_collectives_section_fails_alone(
+    real_g2_store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A failure in the collectives' section is said there; the rest of the overview stands."""
+    from traceanalyzer.overview import collectives
+
+    def broken(store: Store) -> None:
+        raise ValueError("no such column")
+
+    monkeypatch.setattr(collectives, "section", broken)
+    found = collectives.collectives_section(Store.open(real_g2_store))
+    assert found == {"error": "ValueError: no such column"}
+    assert collective_lines({"collectives": found}) == ["not computed: ValueError: no such column"]
