@@ -31,7 +31,16 @@ rank's trace are those its peers' compute implies. The knobs:
   ``throttle`` times longer, AI Core frequency lowered) or ``link`` (its exchanges finish
   ``slow_us`` later: a slow link);
 - ``group_name``: the EP group's name in parallel_group_info (vLLM's ``ep``), ``mc2_group``
-  off leaves out vllm-ascend's ``mc2`` group.
+  off leaves out vllm-ascend's ``mc2`` group;
+- tail iterations: ``tail_rank`` is late by ``tail_ms`` in the iterations ``tail_at`` (from 0),
+  ``tail_cause``: its host busy before the forward (``host``: Python frames, ``compile``: a
+  Triton compile, ``gc``, ``sync``: ``.item()`` behind a long copy), or ``device`` (a matmul of
+  layer ``tail_layer`` that much longer); every other rank waits for it in the next exchange;
+- decoys: ``shared_at`` makes every rank ``shared_factor`` slower in those iterations (a bigger
+  batch: no late rank), ``slow_link`` (``A-B`` or ``all``) makes that link's transfers
+  ``link_factor`` slower (every exchange ends later on every rank; ``comm=auto`` then runs the
+  all-to-all, whose links the export tells); ``profile_from`` (``R:N``) starts rank R's profile N
+  iterations later than the others'.
 
 :func:`simulate` is the truth: tests compare the rule's hot rank and cost with it.
 """
@@ -99,7 +108,7 @@ HELP = (
     "iterations: tail_rank is late in the iterations tail_at by tail_ms, tail_cause="
     "host|compile|gc|sync|device (device: a kernel of layer tail_layer); decoys: shared_at "
     "makes every rank shared_factor slower there (a bigger batch), slow_link=A-B (or all) "
-    "makes that link's transfers link_factor slower; profile_from=R:N starts rank R's profile "
+    "makes that link's transfers link_factor slower (comm=auto then runs all-to-all); profile_from=R:N starts rank R's profile "
     "N iterations later)"
 )
 PATHS = ("mc2", "alltoall", "allgather")
@@ -203,6 +212,10 @@ def groups(world: int, ep: int) -> list[list[int]]:
 
 
 def _path(knobs: dict, tokens: int) -> str:
+    if knobs["comm"] == "auto" and str(knobs["slow_link"]).strip():
+        # MC2 moves its data inside its kernels, where no link is told: a slow link is seen
+        # through the collectives' links (communication_matrix.json, the planes' transfers)
+        return "alltoall"
     if knobs["comm"] == "auto":
         return "mc2" if tokens <= knobs["mc2_capacity"] else "alltoall"
     if knobs["comm"] not in PATHS:
