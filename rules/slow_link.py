@@ -336,7 +336,9 @@ def _finding(
 )
 def _key_figures(ctx: RuleContext) -> pl.DataFrame:
     """Per rank (a link's source): its links' slowest and median bandwidth on large transfers."""
-    links = ctx.once(_links).with_columns((pl.col("size_mb") / (pl.col("time_ns") / 1e6)).alias("gbps"))
+    links = ctx.once(_links).with_columns(
+        (pl.col("size_mb") / (pl.col("time_ns") / 1e6)).alias("gbps")
+    )
     return links.group_by(pl.col("src_rank").cast(pl.Int32).alias("rank")).agg(
         pl.col("gbps").min().alias("link_gbps_min"),
         pl.col("gbps").median().alias("link_gbps_median"),

@@ -169,8 +169,8 @@ def tail_iteration(ctx: RuleContext) -> Iterator[Finding]:
     groups: dict[tuple[int, str], list[Tail]] = {}
     for t in tails:
         groups.setdefault((t.root, t.cause), []).append(t)
+    offsets = verdict.alignment.offsets if verdict.alignment else {}
     for (root, cause), tails in sorted(groups.items()):
-        offsets = verdict.alignment.offsets if verdict.alignment else {}
         yield _finding(ctx, root, cause, tails, verdict.judged, windows, offsets)
 
 
@@ -300,7 +300,6 @@ def _finding(
             f"{fmt.duration(t.iteration_ns)} (+{fmt.duration(t.excess_ns)}), rank {root} late "
             f"by {fmt.duration(t.lateness_ns)}{doing}"
         )
-    window = sum(windows.get(r, 0) for r in [on])
     return ctx.finding(
         rank=root if profiled else on,
         sessions=sorted({s[0] for s in spans}),
@@ -315,7 +314,7 @@ def _finding(
             "windows": [[s[1], s[2]] for s in spans],
             "tail_iterations": len(tails),
             "cost_ns": cost,
-            "cost_share": window_share(cost, window),
+            "cost_share": window_share(cost, windows.get(on)),
             "what_if_ns": what_if,
             "median_ns": median,
             "wait_ns": wait_total,

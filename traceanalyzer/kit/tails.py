@@ -264,7 +264,10 @@ def _verdict(ctx: RuleContext) -> TailVerdict:
                 lateness_ns=lateness,
                 windows=windows,
                 steps=numbers,
-                waits={r: w for r, w in rank_wait.items() if r != root and w > 0},
+                # the ranks that waited for it (not the jitter of the others)
+                waits={
+                    r: w for r, w in rank_wait.items() if r != root and w >= EXPLAINS * lateness
+                },
             )
         )
     verdict.tails = _not_at_once(verdict, per_rank)
