@@ -284,8 +284,8 @@ def collectives_of(store: Store, ranks: Collection[int] | None = None) -> pl.Dat
 
     wanted = sorted(ranks) if ranks is not None else store.sessions()["rank"].unique().to_list()
     stored = store.table(TABLE).filter(pl.col("rank").is_in(wanted)).collect()
-    missing = sorted(set(wanted) - derived_ranks(store.root, TABLE, wanted))
-    missing = [r for r in missing if r not in set(stored["rank"].unique().to_list())]
+    have = derived_ranks(store.root, TABLE, wanted) | set(stored["rank"].unique().to_list())
+    missing = sorted(set(wanted) - have)
 
     def derive(rank: int) -> pl.DataFrame:
         device = device_slices(store.scan("slices").filter(pl.col("rank") == rank))
