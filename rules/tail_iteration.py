@@ -17,6 +17,7 @@ from traceanalyzer.kit import (
     Mark,
     RuleContext,
     Tail,
+    TailVerdict,
     analysed_window_ns,
     collective_split,
     compress_ranks,
@@ -142,7 +143,7 @@ def tail_iteration(ctx: RuleContext) -> Iterator[Finding]:
       into transfer, arrival skew and host skew).
     - HTA critical path analysis (single-rank); msprof-analyze `slow_rank` (step times only).
     """
-    verdict = tail_iterations(ctx)
+    verdict = ctx.once(_verdict)
     for phase, why in sorted(verdict.skipped.items()):
         if verdict.judged:
             ctx.note(f"{phase}: not judged: {why}")
@@ -172,6 +173,12 @@ def tail_iteration(ctx: RuleContext) -> Iterator[Finding]:
     offsets = verdict.alignment.offsets if verdict.alignment else {}
     for (root, cause), tails in sorted(groups.items()):
         yield _finding(ctx, root, cause, tails, verdict.judged, windows, offsets)
+
+
+def _verdict(ctx: RuleContext) -> TailVerdict:
+    """The tails, once for the detection and the key figures (a fixture's store keeps
+    nothing)."""
+    return tail_iterations(ctx)
 
 
 def _not_moe(ctx: RuleContext, tails: list[Tail]) -> list[Tail]:
@@ -477,7 +484,7 @@ def _marks(finding: dict[str, Any]) -> Iterable[Mark]:
 )
 def _key_figures(ctx: RuleContext) -> pl.DataFrame:
     """Per rank: the tails it is the root of and their cost; its collectives' split per step."""
-    verdict = tail_iterations(ctx)
+    verdict = ctx.once(_verdict)
     roots: dict[int, list[float]] = {}
     for t in verdict.tails:
         roots.setdefault(t.root, []).append(t.excess_ns)

@@ -61,6 +61,9 @@ class Alignment:
     iterations: pl.DataFrame
     offsets: dict[int, int] = field(default_factory=dict)
     shifts: dict[tuple[int, str, int], int] = field(default_factory=dict)
+    # what it was aligned from: every collective and step of the ranks
+    collectives: pl.DataFrame = field(default_factory=pl.DataFrame)
+    steps: pl.DataFrame = field(default_factory=pl.DataFrame)
 
     @property
     def multi_rank(self) -> bool:
@@ -167,7 +170,10 @@ def align(collectives: pl.DataFrame, steps: pl.DataFrame, sessions: pl.DataFrame
     sessions (rank, session, start_ns)."""
     order = session_order(sessions)
     if collectives["rank"].n_unique() < 2:  # no rank meets another
-        return Alignment(ops=_empty_ops(collectives), iterations=_own_iterations(steps, order))
+        return Alignment(
+            ops=_empty_ops(collectives), iterations=_own_iterations(steps, order),
+            collectives=collectives, steps=steps,
+        )  # fmt: skip
     ops = (
         collectives.cast({"rank": pl.Int32})
         .join(order, on=["rank", "session"])
@@ -188,7 +194,10 @@ def align(collectives: pl.DataFrame, steps: pl.DataFrame, sessions: pl.DataFrame
     )
     ops = ops.filter(valid)
     if ops.is_empty():
-        return Alignment(ops=_empty_ops(collectives), iterations=_own_iterations(steps, order))
+        return Alignment(
+            ops=_empty_ops(collectives), iterations=_own_iterations(steps, order),
+            collectives=collectives, steps=steps,
+        )  # fmt: skip
     least = pl.col("wait_ns").min().over(key)
     late = pl.col("rank").sort_by("wait_ns", "rank").first().over(key)
     # the last profiled arriver itself waited on a plane to a rank outside the profile: that
@@ -245,6 +254,8 @@ def align(collectives: pl.DataFrame, steps: pl.DataFrame, sessions: pl.DataFrame
         iterations=iterations,
         offsets={int(r): int(o) for r, o in offsets.iter_rows()},
         shifts=shifts,
+        collectives=collectives,
+        steps=steps,
     )
 
 
@@ -352,15 +363,14 @@ def collective_split(ctx: RuleContext) -> pl.DataFrame:
     """Per rank in scope: its collectives' time per step (mean over its iterations) waiting for
     the last rank, moving data and with no task running (``collective_arrival_ns``,
     ``collective_transfer_ns``, ``collective_idle_ns``; null where nothing measured it)."""
-    ranks = ctx.scope_ranks()
+    found = alignment(ctx)
     steps = (
-        steps_of(ctx.store, ranks)
-        .filter(pl.col("step").is_not_null())
+        found.steps.filter(pl.col("step").is_not_null())
         .group_by("rank")
         .agg(pl.len().alias("_steps"))
         .cast({"rank": pl.Int32})
     )
-    ops = with_skews(collectives_of(ctx.store, ranks), alignment(ctx))
+    ops = with_skews(found.collectives, found)
     measured = {
         c: pl.when(pl.col(c).is_not_null().any()).then(pl.col(c).sum()) for c in SPLIT_FIGURES
     }

@@ -40,9 +40,8 @@ from traceanalyzer.kit.cross_rank import (
 )
 from traceanalyzer.primitives import union_intervals
 from traceanalyzer.stats import MAD_SCALE, MEANAD_SCALE
-from traceanalyzer.steps.collectives import MC2_PATTERN, collectives_of
+from traceanalyzer.steps.collectives import MC2_PATTERN
 from traceanalyzer.steps.phases import STEADY_PHASES
-from traceanalyzer.steps.tables import steps_of
 from traceanalyzer.vocabulary import (
     CANN_PROCESS,
     COMPILE_CALLS,
@@ -189,7 +188,7 @@ def _verdict(ctx: RuleContext) -> TailVerdict:
     p = ctx.params
     ranks = ctx.scope_ranks()
     al = alignment(ctx)
-    per_rank = _iterations(steps_of(ctx.store, ranks), al)
+    per_rank = _iterations(al.steps, al)
     verdict = TailVerdict(alignment=al)
     if per_rank.is_empty():
         return verdict
@@ -272,7 +271,7 @@ def _verdict(ctx: RuleContext) -> TailVerdict:
         )
     verdict.tails = _not_at_once(verdict, per_rank)
     _late_ops(verdict.tails, al)
-    _late_work(ctx, verdict.tails, per_rank)
+    _late_work(ctx, verdict.tails, al)
     return verdict
 
 
@@ -364,7 +363,7 @@ def _late_window(t: Tail) -> tuple[str, int, int] | None:
     return t.windows.get(t.root)
 
 
-def _late_work(ctx: RuleContext, tails: list[Tail], per_rank: pl.DataFrame) -> None:
+def _late_work(ctx: RuleContext, tails: list[Tail], al: Alignment) -> None:
     """What each profiled root did in its late window (:class:`LateWork`)."""
     p = ctx.params
     windows = {id(t): _late_window(t) for t in tails if t.profiled}
@@ -378,7 +377,7 @@ def _late_work(ctx: RuleContext, tails: list[Tail], per_rank: pl.DataFrame) -> N
     typical = kernels.group_by("rank", "name").agg(
         (pl.col("end_ns") - pl.col("start_ns")).median().alias("_typical")
     )
-    ops = collectives_of(ctx.store, roots)
+    ops = al.collectives.filter(pl.col("rank").is_in(roots))
     host = _host_spans(ctx, roots, [w for w in windows.values()])
     for t in tails:
         window = windows.get(id(t))
