@@ -30,7 +30,9 @@ from traceanalyzer.kit import (
     moe_imbalance,
     rule,
     session_metadata,
+    tail_iterations,
     union_intervals,
+    window_of,
 )
 from traceanalyzer.kit import text as fmt
 
@@ -108,8 +110,9 @@ OWNED = 0.5  # share of the wait moe-load-imbalance must own for the cause to be
         ),
         "op_pattern": Param(r"^hcom_", "Regex on communication op names of collectives."),
     },
-    # a hot expert rank's lateness is moe-load-imbalance's: asked who owns which wait
-    uses=[moe_imbalance],
+    # a hot expert rank's lateness is moe-load-imbalance's, a tail iteration's waits are
+    # tail-iteration's: asked who owns which wait
+    uses=[moe_imbalance, tail_iterations],
     requires=[
         AnyOf(
             communication_ops(),
@@ -141,7 +144,10 @@ def collective_straggler(ctx: RuleContext) -> Iterator[Finding]:
     idle while the host lags, or neither). When the late rank is a hot expert rank and the
     waits are in the EP exchange after its experts (the all-to-all and all-gather paths),
     `moe-load-imbalance` owns that wait: the cause is the expert load, and this finding's
-    `cost_ns` leaves that part out (`moe_owned_ns`), so the wait is counted once.
+    `cost_ns` leaves that part out (`moe_owned_ns`), so the wait is counted once. The
+    collectives of a tail iteration (`tail-iteration`: a few iterations much slower than their
+    phase's typical, followed to the rank the others waited on) are left out: that finding
+    owns their waits.
 
     ## Why it matters
     In synchronous collectives every rank's step time is the same, so the slow rank does not
@@ -185,6 +191,14 @@ def collective_straggler(ctx: RuleContext) -> Iterator[Finding]:
         sources.append(("communication.json", ctx.once(_from_communication)))
     if len(sources) == 2:  # name the trace's groups (`Group 0 Communication`) by their hash
         sources[0] = (sources[0][0], _same_groups(sources[0][1], sources[1][1]))
+    owned = tail_iterations(ctx).owned()
+    kept = [(name, *_not_owned(ops, owned)) for name, ops in sources]
+    sources = [(name, ops) for name, ops, _ in kept]
+    if left := max((n for _, _, n in kept), default=0):
+        ctx.note(
+            f"{left} collective instance(s) in tail iterations left out: tail-iteration owns "
+            "their waits"
+        )
     usable = [(name, ops) for name, ops in sources if _comparable(ops)]
     if not usable:
         raise NotEvaluated(NOT_ENOUGH)
@@ -406,6 +420,21 @@ def _assign_waits(windows: pl.DataFrame, linked: pl.DataFrame, waits: pl.DataFra
     return matched.select(
         "op_id", "start_ns", pl.min_horizontal("end_ns", "op_end").alias("end_ns")
     )
+
+
+def _not_owned(ops: pl.DataFrame, owned: pl.DataFrame) -> tuple[pl.DataFrame, int]:
+    """``ops`` less the instances that lie in a tail iteration (``owned``: its windows on every
+    rank), and how many: tail-iteration owns those waits, and reports the rank the others
+    waited on there."""
+    if owned.is_empty() or ops.is_empty():
+        return ops, 0
+    inside = window_of(
+        ops.select("rank", "session", *INSTANCE_KEY, "start_ns").cast({"rank": pl.Int32}),
+        owned.with_columns(pl.lit(True).alias("_owned")),
+        keep=["_owned"],
+    )
+    taken = inside.filter(pl.col("_owned").fill_null(False)).select(INSTANCE_KEY).unique()
+    return ops.join(taken, on=list(INSTANCE_KEY), how="anti"), taken.height
 
 
 def _same_groups(tasks: pl.DataFrame, comm: pl.DataFrame) -> pl.DataFrame:

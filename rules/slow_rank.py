@@ -148,6 +148,8 @@ def slow_rank(ctx: RuleContext) -> Iterator[Finding]:
     Ranks with the same metric and cause are grouped into one finding. A rank whose excess is
     device compute and that `moe-load-imbalance` names a hot expert rank gets the cause
     "expert load imbalance" and no cost of its own (`moe_owned_ns`): that finding counts it.
+    It compares medians, which a few much slower iterations do not move: those are
+    `tail-iteration`'s, which follows each to the rank the others waited on.
 
     ## Why it matters
     Synchronous collectives make every rank wait for the slowest one: one slow rank out of 64

@@ -940,6 +940,54 @@ DERIVED_TABLES: dict[str, Table] = {
             ),
         ),
         _table(
+            "collectives",
+            "Every collective of a rank (HCCL ops, MC2 exchange kernels) with its time split "
+            "into what it waited for, what it moved and where nothing ran; the four parts sum "
+            "to the op's time (`steps/collectives.py`, docs/overview.md); derived before the "
+            "rules, read by them and the overview.",
+            "derived: slices (HCCL / Communication ops and plane tasks; MC2 kernels), "
+            "comm_ops (communication.json), steps",
+            Column("step", I64, "The step it starts in (the `steps` table's; null outside)."),
+            Column("phase", STR, "The step's phase."),
+            Column(
+                "group",
+                STR,
+                "Its group: the HCCL row (`Group 0 Communication`), communication.json's group "
+                "hash for an op only it lists, `MC2` for an exchange kernel.",
+            ),
+            Column("name", STR, "Op name (`hcom_allReduce__586_0_1`, the MC2 kernel's)."),
+            Column("kind", STR, "`allReduce`, `allGather`, ..., `MoeDistributeDispatch`."),
+            Column("start_ns", I64, "Op start on this rank."),
+            Column("end_ns", I64, "Op end."),
+            Column(
+                "arrival_ns",
+                I64,
+                "Waiting for the last rank to arrive: the waits before the op's first transfer, "
+                "on any plane (null: nothing splits it, an MC2 kernel).",
+            ),
+            Column("transfer_ns", I64, "The transfers: the data moving (overlaps once)."),
+            Column("other_ns", I64, "The rest of the protocol: waits and signals after it."),
+            Column("idle_ns", I64, "Time inside the op in which none of its tasks ran."),
+            Column(
+                "export_idle_ns",
+                I64,
+                "communication.json's own Idle Time for the op (null: not listed there); it "
+                "counts what the planes it does not read do as idle.",
+            ),
+            Column(
+                "waited_for",
+                I64,
+                "The peer rank (`dst rank`) of the op's longest wait before its first transfer, "
+                "when at least 50 µs (null: none, or not told).",
+            ),
+            Column(
+                "source",
+                STR,
+                "What split it: `tasks` (the trace's plane tasks), `communication.json`, "
+                "`kernel` (an MC2 kernel: not split) or `op` (nothing: not split).",
+            ),
+        ),
+        _table(
             "summary_steps",
             "Where each step's time goes: its wall time split into components that sum to it.",
             "derived: slices (device tasks, ProfilerStep#N), kernels, flows; step_times to check",
@@ -1188,7 +1236,7 @@ DERIVED_TABLES: dict[str, Table] = {
 
 # the derived tables the rules read: derived before them, per rank, and what each was derived
 # from (its key, store.derived_key) is part of a rule outcome's cache key
-RULE_INPUT_TABLES = ("steps", "launches", "exchanges", "moe_layers", "moe_dense")
+RULE_INPUT_TABLES = ("steps", "launches", "exchanges", "moe_layers", "moe_dense", "collectives")
 
 
 def render_markdown() -> str:

@@ -68,6 +68,8 @@ class Mark:
 
     ``track`` None puts it on the finding's own track; another name gives it a track of its own
     under the finding. ``category`` is the Chrome-trace ``cat`` (filterable in Perfetto).
+    ``flows_out`` / ``flows_in``: ids of arrows that leave / reach this mark (an arrow is drawn
+    where both its ends are in the same trace: a chain of waits from one rank to another).
     """
 
     rank: int
@@ -78,6 +80,8 @@ class Mark:
     track: str | None = None
     args: dict[str, Any] = field(default_factory=dict)
     category: str = "evidence"
+    flows_out: tuple[str, ...] = ()
+    flows_in: tuple[str, ...] = ()
 
 
 @dataclass

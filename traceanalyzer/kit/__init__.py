@@ -51,6 +51,13 @@ from traceanalyzer.engine.rule import (
 )
 from traceanalyzer.kernels import NOT_KERNEL_PATTERN, kernel_tasks
 from traceanalyzer.kit.cost import analysed_window_ns, analysed_windows, window_share
+from traceanalyzer.kit.cross_rank import (
+    Alignment,
+    alignment,
+    collective_split,
+    iteration_roots,
+    rank_waits,
+)
 from traceanalyzer.kit.fixture_verbs import Launch, us
 from traceanalyzer.kit.memory import (
     Growth,
@@ -100,6 +107,7 @@ from traceanalyzer.kit.steps import (
     step_windows,
 )
 from traceanalyzer.kit.store_builder import StoreBuilder
+from traceanalyzer.kit.tails import LateWork, Tail, TailVerdict, tail_iterations
 from traceanalyzer.memory import (
     APP,
     GE,
@@ -248,6 +256,16 @@ __all__ = [
     "moe_exchange_paths",
     "moe_imbalance",
     "routed_tokens",
+    # ranks that meet in collectives: iterations aligned, roots, tails
+    "Alignment",
+    "LateWork",
+    "Tail",
+    "TailVerdict",
+    "alignment",
+    "collective_split",
+    "iteration_roots",
+    "rank_waits",
+    "tail_iterations",
     # cost, kernels, statistics
     "analysed_window_ns",
     "analysed_windows",

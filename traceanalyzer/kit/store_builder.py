@@ -33,7 +33,7 @@ from typing import Any, Concatenate, ParamSpec
 import traceanalyzer.kit.fixture_verbs as facts
 from traceanalyzer.kit.fixture_verbs import FixtureVerbs, Launch, exact_ns, exact_times
 from traceanalyzer.store import Store
-from traceanalyzer.vocabulary import CANN_PROCESS, HARDWARE_PROCESS
+from traceanalyzer.vocabulary import CANN_PROCESS, HARDWARE_PROCESS, PYTHON_GC_PROCESS
 
 LEVEL_OF_LAYER = {"AscendCL": "acl", "Runtime": "runtime", "Node": "node", "Hccl": "hccl"}
 
@@ -200,21 +200,70 @@ class StoreBuilder:
         )
         return self
 
+    def gc(self, rank: int, session: str, *, start_ns: int, dur_ns: int) -> StoreBuilder:
+        """A garbage collection torch_npu recorded (``gc_detect_threshold``): the ``Python GC``
+        process's ``GC`` event."""
+        self._slice(rank, session, start_ns, dur_ns, process=PYTHON_GC_PROCESS,
+                    thread=MAIN_THREAD, name="GC", cat="GC")  # fmt: skip
+        return self
+
     def hccl_task(
-        self, rank: int, session: str, name: str, *, stream: int, start_ns: int, dur_ns: int
+        self,
+        rank: int,
+        session: str,
+        name: str,
+        *,
+        stream: int,
+        start_ns: int,
+        dur_ns: int,
+        plane: int = 0,
+        args: Mapping[str, Any] | None = None,
     ) -> StoreBuilder:
-        """A small HCCL task on a communication plane (``Notify_Wait``, ``Memcpy``, ...) for ``stream``."""
+        """A small HCCL task on communication plane ``plane`` (``Notify_Wait``, ``Memcpy``, ...)
+        for ``stream``; ``args`` as the trace writes them (``{"dst rank": 1, "size(Byte)": n,
+        "link type": "HCCS"}``: the size also in ``memcpy_size``)."""
         self._slice(
             rank,
             session,
             start_ns,
             dur_ns,
             process="HCCL",
-            thread="Plane 0",
+            thread=f"Plane {plane}",
             name=name,
             stream_id=stream,
             task_type=name,
+            args=None if args is None else json.dumps(dict(args)),
+            memcpy_size=None if args is None else args.get("size(Byte)"),
         )
+        return self
+
+    def comm_link(
+        self,
+        rank: int,
+        session: str,
+        step: str,
+        op_key: str,
+        *,
+        src_rank: int,
+        dst_rank: int,
+        transit_size_mb: float,
+        transit_ns: int,
+        transport_type: str = "HCCS",
+        op_name: str | None = None,
+        group: str | None = None,
+    ) -> StoreBuilder:
+        """One communication_matrix.json link entry (``allreduce-top1`` with its ``op_name``, or
+        ``allreduce-total`` without)."""
+        self.rows["comm_links"].append(
+            {
+                "rank": rank, "session": session, "step": step, "kind": "collective",
+                "op_key": op_key, "group": group, "src_rank": src_rank, "dst_rank": dst_rank,
+                "transport_type": transport_type, "transit_size_mb": transit_size_mb,
+                "transit_ns": exact_ns(transit_ns, "transit_ns"),
+                "bandwidth_gbps": transit_size_mb / (transit_ns / 1e6) if transit_ns else 0.0,
+                "op_name": op_name,
+            }
+        )  # fmt: skip
         return self
 
     def comm_op(

@@ -13,6 +13,7 @@ from typing import Any
 import polars as pl
 
 from traceanalyzer.overview.breakdown import UNMEASURED, computing_ns, unmeasured
+from traceanalyzer.overview.collectives import collectives_section
 from traceanalyzer.overview.compute import DEFAULT_TOP, TopSizes
 from traceanalyzer.overview.headline import COMPONENTS, headline, mean_components
 from traceanalyzer.overview.memory import memory_section
@@ -104,6 +105,7 @@ def overview_document(
         ),
         "phases": phases_section(windows, kernels, host_apis, layer_times(store)),
         "memory": memory_section(store, capacity_gb),
+        "collectives": collectives_section(store),
         "sizes": asdict(sizes),
         "failed": {str(k): v for k, v in (failed or {}).items()},
         "costs": {},

@@ -67,6 +67,7 @@ def overlay_events(
             events.append(_meta(tid, "thread_sort_index", {"sort_index": tid}))
         return tracks[index, name]
 
+    arrows: dict[str, list[dict[str, Any]]] = {}  # flow id -> its ends, "s" first
     for index, f in enumerate(report.findings.get("findings", [])):
         view = report.view(f)
         if view.marks_failed is not None:  # the rule's marks function failed: say so here
@@ -92,7 +93,21 @@ def overlay_events(
             }
             tid = track(index, f, mark.track)
             events.append(_slice(tid, mark.name, mark.start_ns, mark.dur_ns, mark.category, args))
+            for ph, ids in (("s", mark.flows_out), ("f", mark.flows_in)):
+                for flow in ids:
+                    arrows.setdefault(flow, []).append(_flow(ph, flow, tid, mark.start_ns))
+    # an arrow both of whose ends are here (a rank's own trace holds only its marks)
+    for ends in arrows.values():
+        if sorted(e["ph"] for e in ends) == ["f", "s"]:
+            events += sorted(ends, key=lambda e: e["ph"] != "s")
     return events
+
+
+def _flow(ph: str, flow: str, tid: int, start_ns: int) -> dict[str, Any]:
+    """One end of an arrow between two marks, bound to the mark's slice at its start."""
+    end = {"ph": ph, "pid": PID, "tid": tid, "name": "waits for", "cat": "chain of waits",
+           "id": flow, "ts": trace_us(start_ns)}  # fmt: skip
+    return {**end, "bp": "e"} if ph == "f" else end
 
 
 def build_annotations(report: ReportData) -> dict[str, Any]:

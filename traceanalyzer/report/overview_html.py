@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from traceanalyzer.chart import PALETTE
 from traceanalyzer.report import overview_text as text
 from traceanalyzer.report.htmlkit import details, esc, table
 from traceanalyzer.report.overview_memory import memory_figures, memory_html
@@ -122,6 +123,7 @@ def overview_section(doc: Mapping[str, Any], figures: Mapping[str, bytes]) -> st
         for note in text.unmeasured_notes(overview)
     ]
     parts.append(_phases(overview))
+    parts.append(_collectives(overview))
     parts.append(_cluster(overview))
     for index, (title, (headers, rows)) in enumerate(text.top_rows(overview).items()):
         if rows:
@@ -235,6 +237,59 @@ def phase_strip(overview: Mapping[str, Any]) -> str:
         for p in seen
     )
     return "".join(rows) + f'<div class="ov-legend">{legend}</div>'
+
+
+def _collectives(overview: Mapping[str, Any]) -> str:
+    """Where the collectives' time goes, and the strip of each iteration's root rank."""
+    lines = text.collective_lines(overview)
+    if not lines:
+        return ""
+    items = "".join(f"<li>{esc(line)}</li>" for line in lines)
+    body = f'<ul class="small">{items}</ul>' + root_strip(overview)
+    ranks = text.collective_rank_rows(overview)
+    if ranks:
+        body += table(text.COLLECTIVE_HEADERS, ranks, numeric=(1, 2, 3, 4, 5))
+    return details("Collectives and the critical path", body, open_=True)
+
+
+def _root_colour(rank: int | None) -> str:
+    return "#e5e7eb" if rank is None else PALETTE[rank % len(PALETTE)]
+
+
+def root_strip(overview: Mapping[str, Any]) -> str:
+    """Per root rank, the share of the iterations the others waited on it last (a bar), and
+    the iterations in time order coloured by their root (grey: balanced)."""
+    path = (overview.get("collectives") or {}).get("critical_path") or {}
+    if not path.get("roots"):
+        return ""
+    rows = []
+    for r in path["roots"]:
+        outside = " (not in the profile)" if r.get("outside") else ""
+        rows.append(
+            f'<div class="ov-row"><span class="ov-rank">rank {esc(r["rank"])}</span>'
+            f'<span class="ov-track"><span class="ov-bar" style="width:{100 * r["share"]:.3f}%;'
+            f'background:{_root_colour(r["rank"])}" title="rank {esc(r["rank"])}{outside}: root '
+            f"of {esc(r['iterations'])} iterations, {esc(text.fmt.duration(r['wait_ns']))} "
+            f'waited"></span></span><span class="ov-step">{esc(text.fmt.percent(r["share"]))}'
+            "</span></div>"
+        )
+    sequence = path.get("sequence") or []
+    width = 100 / max(len(sequence), 1)
+    blocks = "".join(
+        f'<span style="left:{i * width:.3f}%;width:{width:.3f}%;background:{_root_colour(root)}" '
+        f'title="iteration {i + 1}: {"balanced" if root is None else f"waited on rank {root}"}">'
+        "</span>"
+        for i, root in enumerate(sequence)
+    )
+    rows.append(
+        '<div class="ov-row ov-lane"><span class="ov-rank">iterations</span>'
+        f'<span class="ov-track ov-strip">{blocks}</span><span class="ov-step"></span></div>'
+    )
+    caption = (
+        "<figcaption>The rank each iteration waited on last (its root): the share of the "
+        "iterations per rank, then the iterations in time order (grey: balanced).</figcaption>"
+    )
+    return f'<figure class="ov-bars">{"".join(rows)}{caption}</figure>'
 
 
 def _cluster(overview: Mapping[str, Any]) -> str:

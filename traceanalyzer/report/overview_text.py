@@ -11,7 +11,7 @@ from typing import Any
 from traceanalyzer.engine.findings import compress_ranks
 from traceanalyzer.report import fmt
 from traceanalyzer.report.overview_memory import memory_lines, memory_markdown
-from traceanalyzer.text import count
+from traceanalyzer.text import count, join
 
 # the compact columns: component groups of the breakdown (keys summed), in bar order
 COMPACT: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -217,6 +217,86 @@ def ep_lines(overview: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+# the export's Idle Time is said to be something else when the trace's idle is below this share
+EXPORT_IDLE_EXPLAINED = 0.5
+SPLIT_WORDS = (
+    ("arrival_ns", "waiting for the last rank"),
+    ("transfer_ns", "moving data"),
+    ("other_ns", "the rest of the protocol"),
+    ("idle_ns", "idle (no task)"),
+)
+
+
+def _split(row: Mapping[str, Any]) -> str:
+    whole = row.get("collective_ns") or 0.0
+    parts = [
+        f"{share(row.get(key) or 0.0, whole)} {words}"
+        for key, words in SPLIT_WORDS
+        if row.get(key) is not None and row.get(key)
+    ]
+    return ", ".join(parts) if parts else "not split (no plane task, no communication.json)"
+
+
+def collective_lines(overview: Mapping[str, Any]) -> list[str]:
+    """Per phase, where the collectives' time per step goes; what communication.json calls
+    idle; which rank the iterations waited on (``summary.overview.collectives``)."""
+    section = overview.get("collectives") or {}
+    if section.get("error"):
+        return [f"not computed: {section['error']}"]
+    lines = [
+        f"{r['phase']}: {fmt.duration(r['collective_ns'])} of collectives per step: {_split(r)}"
+        for r in section.get("phases") or []
+    ]
+    idle = section.get("export_idle")
+    if (
+        idle
+        and idle.get("idle_ns")
+        and idle.get("traced_idle_ns") is not None
+        and idle["traced_idle_ns"] < EXPORT_IDLE_EXPLAINED * idle["idle_ns"]
+    ):
+        peers = [int(p) for p in idle.get("peers") or {}]
+        outside = set(idle.get("outside") or [])
+        named = ", ".join(f"{p}{' (not in the profile)' if p in outside else ''}" for p in peers)
+        lines.append(
+            f"information: communication.json counts {fmt.duration(idle['idle_ns'])} of the "
+            f"collectives as Idle Time; the trace shows {fmt.duration(idle['traced_idle_ns'])} "
+            "with no task running: the rest are waits on other planes"
+            + (f", for rank {named}" if named else "")
+            + ", counted here as waiting for the last rank"
+        )
+    path = section.get("critical_path")
+    if path and path.get("iterations"):
+        n = path["iterations"]
+        roots = [
+            f"rank {r['rank']}{' (not in the profile)' if r.get('outside') else ''} in "
+            f"{r['iterations']} ({fmt.percent(r['share'])}, {fmt.duration(r['wait_ns'])} waited)"
+            for r in path.get("roots") or []
+        ]
+        lines.append(
+            f"critical path: of {count(n, 'iteration')} across the ranks, the others waited "
+            f"last on {join(roots, 6) if roots else 'no rank'}; "
+            f"{path.get('balanced', 0)} balanced"
+        )
+    return lines
+
+
+COLLECTIVE_HEADERS = ["rank", "per step", "arrival", "transfer", "other", "idle", "source"]
+
+
+def collective_rank_rows(overview: Mapping[str, Any]) -> list[list[str]]:
+    """Per rank: its collectives' time per step and the split's shares of it."""
+    rows = []
+    for r in (overview.get("collectives") or {}).get("ranks") or []:
+        whole = r.get("collective_ns") or 0.0
+        rows.append(
+            [str(r["rank"]), fmt.duration(whole)]
+            + [share(r.get(k) or 0.0, whole) if r.get(k) is not None else "n/a"
+               for k, _ in SPLIT_WORDS]
+            + [str(r.get("source") or "")]
+        )  # fmt: skip
+    return rows
+
+
 def graph_lines(overview: Mapping[str, Any]) -> list[str]:
     """Per phase with graph replays: the capture sizes they ran at against the real batches
     seen, and how much of the replayed work was padding."""
@@ -343,6 +423,10 @@ def overview_table(overview: Mapping[str, Any], verbose: bool = False) -> str:
     if ep:
         lines.append("  MoE expert exchange by phase:")
         lines += [f"    {line}" for line in ep]
+    collectives = collective_lines(overview)
+    if collectives:
+        lines.append("  collectives by phase (where their time goes) and the critical path:")
+        lines += [f"    {line}" for line in collectives]
     note = phase_note(overview)
     if note and (verbose or phases_known(overview)):
         lines.append(f"  {note}")
@@ -530,6 +614,11 @@ def overview_markdown(
     )
     ep = ep_lines(overview)
     lines += ["MoE expert exchange by phase:", "", *(f"- {line}" for line in ep), ""] if ep else []
+    collectives = collective_lines(overview)
+    if collectives:
+        lines += ["Collectives by phase and the critical path:", ""]
+        lines += [*(f"- {line}" for line in collectives), ""]
+        lines += md_table(COLLECTIVE_HEADERS, collective_rank_rows(overview)) + [""]
     note = phase_note(overview)
     lines += [note[0].upper() + note[1:] + ".", ""] if note else []
     if len(overview.get("cluster") or []) > 1:

@@ -22,7 +22,7 @@ from traceanalyzer.codekey import code_key
 from traceanalyzer.engine.config import ConfigError, namespace_params
 from traceanalyzer.engine.params import Params
 from traceanalyzer.executor import SMALL_WORK_BYTES
-from traceanalyzer.steps import exchanges, launches, layers, moe_layers
+from traceanalyzer.steps import collectives, exchanges, launches, layers, moe_layers
 from traceanalyzer.steps.derive import derive_ranks, read_slices
 from traceanalyzer.steps.evidence import NAMESPACE, STEP_PARAMS
 from traceanalyzer.steps.exchanges import device_slices
@@ -50,6 +50,7 @@ TABLE = "steps"
 # every table a shard's task derives, each under the same key
 DERIVED = (
     TABLE, launches.TABLE, exchanges.TABLE, moe_layers.LAYERS, moe_layers.DENSE, layers.TABLE,
+    collectives.TABLE,
 )  # fmt: skip
 # a steps task's input at most (the auto executor's bound for work in one process)
 BATCH_BYTES = SMALL_WORK_BYTES
@@ -100,6 +101,8 @@ def steps_shards(
     for table, rows in moe_layers.derive_moe(store, device, ops, moe, frame).items():
         each_shard(table, rows)
     each_shard(layers.TABLE, layers.derive_layers(compute, device, frame))
+    mc2 = ops.filter(pl.col("path") == "mc2")
+    each_shard(collectives.TABLE, collectives.derive_collectives(store, device, mc2, frame))
     seconds = time.perf_counter() - started
     return {"steps": frame.height, "steps_seconds": seconds}
 

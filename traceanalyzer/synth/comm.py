@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 TRANSPORTS = ("RDMA", "HCCS", "PCIE", "SDMA", "SIO")
@@ -30,6 +30,7 @@ class CollectiveRecord:
     wait: int
     sync: int
     size: int  # bytes sent per peer link
+    link_factor: dict[int, float] = field(default_factory=dict)  # peer -> slower transfer
 
 
 def _zero_bw(full: bool) -> dict:
@@ -50,7 +51,7 @@ def _op_info(op: CollectiveRecord, peers: int) -> dict:
     wait = op.wait / 1e6
     sync = op.sync / 1e6
     size_mb = op.size / 1e6 * peers
-    bw = round(size_mb / transit / 1000, 4) if transit else 0
+    bw = round(size_mb / transit, 4) if transit else 0  # MB per ms is GB/s
     bandwidth = {}
     for t in TRANSPORTS:
         bandwidth[t] = _zero_bw(True)
@@ -115,16 +116,17 @@ def _total(infos: list[dict]) -> dict:
 
 
 def _matrix_links(op: CollectiveRecord, rank: int, group: list[int], with_name: bool) -> dict:
+    """Each link of the op (a slow one's transfer ``link_factor`` times longer)."""
     out = {}
     for peer in group:
         local = peer == rank
         size = op.size / 1e6
-        ms = op.transit / 1e6 / (20 if local else 1)
+        ms = op.transit * op.link_factor.get(peer, 1.0) / 1e6 / (20 if local else 1)
         link = {
             "Transport Type": "LOCAL" if local else "HCCS",
             "Transit Size(MB)": size,
             "Transit Time(ms)": ms,
-            "Bandwidth(GB/s)": round(size / ms / 1000, 4) if ms else 0,
+            "Bandwidth(GB/s)": round(size / ms, 4) if ms else 0,
         }
         if with_name:
             link["Op Name"] = op.name
@@ -165,14 +167,21 @@ def communication_documents(
                 mcoll[f"{typ}-{label}@{group_hash}"] = _matrix_links(
                     picks[label], rank, group, True
                 )
+            transit = sum(o.transit for o in tops)
+            peers_slow = {p for o in tops for p in o.link_factor}
             agg = CollectiveRecord(
                 typ,
                 ranked[0].start,
                 sum(o.dur for o in tops),
-                sum(o.transit for o in tops),
+                transit,
                 0,
                 0,
                 sum(o.size for o in tops),
+                {
+                    p: sum(o.transit * o.link_factor.get(p, 1.0) for o in tops) / transit
+                    for p in peers_slow
+                    if transit
+                },
             )
             mcoll[f"{typ}-total@{group_hash}"] = _matrix_links(agg, rank, group, False)
             for label in ("bottom2", "bottom3"):

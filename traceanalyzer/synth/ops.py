@@ -213,6 +213,36 @@ def synchronize(
     return end
 
 
+# what a host does while its device waits for it, by cause: Python frames (outermost first)
+STALL_FRAMES = {
+    "host": (
+        "vllm_ascend/worker/model_runner_v1.py(1502): _prepare_inputs",
+        "vllm_ascend/worker/model_runner_v1.py(1187): _update_states",
+    ),
+    "compile": ("triton/runtime/jit.py(612): run", "triton/compiler/compiler.py(295): compile"),
+}
+STALL_CAUSES = ("host", "compile", "gc", "sync", "device")  # device: a kernel runs longer
+
+
+def host_stall(rw: RankWriter, at: int, dur: int, cause: str) -> None:
+    """The host busy for ``dur`` from ``at`` while its device waits (a tail iteration's late
+    work): Python frames (``host``), a Triton compile (``compile``), a garbage collection
+    (``gc``), or ``.item()`` blocked in a stream synchronisation behind a long copy on another
+    stream (``sync``)."""
+    if cause in STALL_FRAMES:
+        for depth, frame in enumerate(STALL_FRAMES[cause]):
+            rw.python_function(frame, at + depth * US, dur - 2 * depth * US)
+    elif cause == "gc":
+        rw.gc(at, dur)
+    elif cause == "sync":
+        conn = rw.api("AscendCL@", "aclrtMemcpyAsync", at, 8 * US)
+        rw.task(3, "MEMCPY_ASYNC", "PCIE_DMA_SQE", at + 10 * US, dur - 20 * US, conn=conn,
+                extra={"data size(Byte)": 64 << 20, "memcpy direction": "device to host"})  # fmt: skip
+        rw.cpu_op("aten::_local_scalar_dense", at + 12 * US, dur - 14 * US)
+        rw.cpu_op("aten::item", at + 10 * US, dur - 10 * US)
+        rw.api("AscendCL@", "aclrtSynchronizeStream", at + 14 * US, dur - 18 * US)
+
+
 @dataclass(frozen=True)
 class DecodeKnobs:
     """How decode steps run and the host-side pathologies they carry (defaults: healthy eager).
@@ -254,14 +284,23 @@ def decode_step(
     stream: int = 2,
     knobs: DecodeKnobs = DecodeKnobs(),
     extra: tuple[KernelSpec, ...] = (),
+    stall: tuple[int, str] | None = None,
 ) -> int:
     """One ProfilerStep of decoding: layers of kernels (+ ``extra`` kernels per layer, + an
-    all-reduce per layer with TP), then a sync.
+    all-reduce per layer with TP), then a sync. ``stall`` (ns, cause): the step is late by
+    that much, its host busy before its first launch (:func:`host_stall`) or, ``device``, its
+    first matmul that much longer.
 
     The closing ``aclrtSynchronizeStream`` is the per-step token fetch every decoder has.
     """
     rw.begin_step(number, t)
     t += jitter(rng, 30)
+    slow_ns = 0
+    if stall is not None and stall[1] == "device":
+        slow_ns = stall[0]
+    elif stall is not None:
+        host_stall(rw, t, stall[0], stall[1])
+        t += stall[0]
     churn = knobs.warmup_only <= 0 or number <= knobs.warmup_only
     if knobs.graph:
         t = graph_replay(rw, rng, dev, t, layers, stream, knobs.kernel_scale)
@@ -272,9 +311,13 @@ def decode_step(
             compile_ns = (
                 int(knobs.compile_us * US) if churn and i == 0 and layer < knobs.compiles else 0
             )
+            scale = knobs.kernel_scale
+            if slow_ns and spec.op_type.startswith("MatMul"):  # the late kernel, once
+                scale *= 1 + slow_ns / (spec.dur_us * US * scale)
+                slow_ns = 0
             t = launch_kernel(
                 rw, rng, dev, t, spec, stream, host_us=knobs.host_us, compile_ns=compile_ns,
-                kernel_scale=knobs.kernel_scale,
+                kernel_scale=scale,
             )  # fmt: skip
         if allreduce:
             t = allreduce_eager(rw, rng, dev, t, stream, comm_stream)

@@ -17,7 +17,7 @@ import json
 import shutil
 import tempfile
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from functools import partial
@@ -308,6 +308,11 @@ class RankWriter:
         self._touch(start, start + dur)
         return self._python_ids
 
+    def gc(self, start: int, dur: int) -> None:
+        """A garbage collection on the host (trace only: the Db export has no table for it)."""
+        self.tv.gc(start, dur)
+        self._touch(start, start + dur)
+
     def enqueue(self, op: str, start: int, dur: int, deq_start: int, deq_dur: int) -> None:
         """torch_npu task-queue hand-over: Enqueue on the caller, Dequeue@op on the consumer thread."""
         self._corr += 1
@@ -557,12 +562,14 @@ class RankWriter:
         wait_ns: int = 0,
         size: int = 2_064_384,
         host_dur: int = 90_000,
+        slow_peers: Mapping[int, float] | None = None,
     ) -> str:
         """An HCCL collective launched from the host and executed on ``stream``.
 
         Emits the HCCL-layer launch (``Hccl@Launch_Ffts``/``Communication@…``) with its HostToDevice flow, the
         big op on the communication process, its plane tasks and HW tasks (Level1+), a kernel_details row with
         the collective Accelerator Core, a Communication Overlap slice and a communication.json record.
+        ``slow_peers``: peer -> how many times longer its plane's transfer takes (a slow link).
         """
         self._hccl_index += 1
         name = f"hcom_{op}__{586 + self.cfg.rank}_{self._hccl_index}_1"
@@ -600,34 +607,14 @@ class RankWriter:
         transit = max(dur - wait_ns, 1000) // 2
         if self.level > 0:
             peers = [p for p in self.cfg.group if p != self.cfg.rank] or [1]
+            factor = {p: (slow_peers or {}).get(p, 1.0) for p in peers}
+            share = transit / sum(factor.values())  # one nominal link's part of the transit
             t = start
             task_id = self.next_task_id(stream)
             for ctx, peer in enumerate(peers):
                 plane = ctx % 8
-                self.tv.comm_task(
-                    plane,
-                    "Memcpy",
-                    t,
-                    transit // len(peers),
-                    stream,
-                    task_id,
-                    ctx * 2,
-                    self.cfg.rank,
-                    peer,
-                    size,
-                    "SDMA",
-                    "HCCS",
-                    "18446744073709551615",
-                    108.46,
-                    18.9,
-                    "INVALID_TYPE",
-                )
-                copy = self._hw_task(
-                    stream, "SDMA", "SDMA", "SDMA", t, transit // len(peers), task_id, conn,
-                    INVALID_MODEL, ctx * 2, depth=1,
-                )  # fmt: skip
-                self._db_plane_task(copy, name, "Memcpy", plane, peer, size, "SDMA", "HCCS", None)
-                t += transit // len(peers)
+                # each plane first waits for its peer's notify (the first one for the late
+                # peer), then moves its data
                 wait = wait_ns if ctx == 0 else 20
                 self.tv.comm_task(
                     plane,
@@ -663,6 +650,31 @@ class RankWriter:
                     60 + ctx * 8,
                 )
                 t += wait
+                moved = int(share * factor[peer])
+                self.tv.comm_task(
+                    plane,
+                    "Memcpy",
+                    t,
+                    moved,
+                    stream,
+                    task_id,
+                    ctx * 2,
+                    self.cfg.rank,
+                    peer,
+                    size,
+                    "SDMA",
+                    "HCCS",
+                    "18446744073709551615",
+                    108.46,
+                    18.9,
+                    "INVALID_TYPE",
+                )
+                copy = self._hw_task(
+                    stream, "SDMA", "SDMA", "SDMA", t, moved, task_id, conn,
+                    INVALID_MODEL, ctx * 2, depth=1,
+                )  # fmt: skip
+                self._db_plane_task(copy, name, "Memcpy", plane, peer, size, "SDMA", "HCCS", None)
+                t += moved
             # msprof alone records the op itself as one more task over its steps on the
             # stream (the trace draws it on the communication process), undescribed, typed
             # AI_CORE (real G2 export), with the op's connection.
@@ -692,7 +704,16 @@ class RankWriter:
         step = self._step_of(start)
         key = f"step{step.step}" if step is not None else "step"
         self._collectives.setdefault(key, []).append(
-            CollectiveRecord(name, start, dur, transit, wait_ns, wait_ns // 2, size)
+            CollectiveRecord(
+                name,
+                start,
+                dur,
+                transit,
+                wait_ns,
+                wait_ns,
+                size,
+                {p: f for p, f in (slow_peers or {}).items() if f != 1.0},
+            )  # fmt: skip
         )
         return name
 

@@ -42,6 +42,7 @@ class TraceView:
         self.hw_streams: set[int] = set()
         self.comm_tids: set[int] = set()
         self.used: set[str] = set()  # msprof process names that carry events
+        self.gc_pid: int | None = None  # the Python GC process, once a collection is recorded
 
     @property
     def size(self) -> int:
@@ -76,6 +77,15 @@ class TraceView:
             '{"ph": "X", "name": %s, "pid": %d, "tid": %d, "ts": "%s", "dur": %s, '
             '"cat": "python_function", "args": {"Python id": %d, "Python parent id": %d}}'
             % (js(name), self.python_pid, tid, ts_us(start), dur_us(dur), python_id, parent_id)
+        )
+
+    def gc(self, start: int, dur: int) -> None:
+        """A garbage collection torch_npu saw (``gc_detect_threshold``): an ``X`` event of cat
+        ``GC`` on the ``Python GC`` process (pid ``(ospid << 10) | (1 << 5) | device``)."""
+        self.gc_pid = (self.ospid << 10) | (1 << 5) | self.device
+        self._fw_ops.add(
+            '{"ph": "X", "name": "GC", "pid": %d, "tid": %d, "ts": "%s", "dur": %s, "cat": "GC", '
+            '"args": {}}' % (self.gc_pid, self.ospid, ts_us(start), dur_us(dur))
         )
 
     def enqueue(self, tid: int, corr: int, start: int, dur: int) -> None:
@@ -332,6 +342,18 @@ class TraceView:
                 '{"ph": "M", "name": "thread_sort_index", "pid": %d, "tid": %d, "args": {"sort_index": %d}}'
                 % (p, tid, sort)
             )
+        if self.gc_pid is not None:
+            g = self.gc_pid
+            out += [
+                '{"ph": "M", "name": "process_name", "pid": %d, "tid": 0, "args": {"name": '
+                '"Python GC"}}' % g,
+                '{"ph": "M", "name": "process_labels", "pid": %d, "tid": 0, "args": {"labels": '
+                '"CPU"}}' % g,
+                '{"ph": "M", "name": "process_sort_index", "pid": %d, "tid": 0, "args": '
+                '{"sort_index": 1}}' % g,
+                '{"ph": "M", "name": "thread_name", "pid": %d, "tid": %d, "args": {"name": '
+                '"Thread %d"}}' % (g, self.ospid, self.ospid),
+            ]
         return out
 
     def _ms_meta(

@@ -14,21 +14,28 @@ healthy twin (the baseline itself, or ``graph=1``):
   ``warmup_only=N`` keeps them to the first N steps (the decoy).
 - ``online-compile``: ops recompiled in every step (``aclopCompileAndExecute`` +
   ``opCompile`` of 2 ms); ``warmup_only=N`` keeps them to warm-up.
+
+``tail_at`` makes a few steps late by ``tail_ms`` (``tail_cause``): a single rank's tail
+iterations (``tail-iteration`` without waiters).
 """
 
 from __future__ import annotations
 
 from dataclasses import fields
 
-from traceanalyzer.synth.ops import DecodeKnobs
+from traceanalyzer.synth.ops import MS, STALL_CAUSES, DecodeKnobs
 from traceanalyzer.synth.scenarios.timeline import Timeline
 
 DECODE_KNOBS = {f.name: f.default for f in fields(DecodeKnobs)}
-KNOBS = {"steps": 8, "layers": 4, "tp_comm": 0, **DECODE_KNOBS}
+KNOBS = {
+    "steps": 8, "layers": 4, "tp_comm": 0, **DECODE_KNOBS,
+    "tail_at": "", "tail_ms": 2.0, "tail_cause": "host",
+}  # fmt: skip
 HELP = (
     "plain decode steps (knobs: steps, layers, tp_comm=1 adds an all-reduce per layer; decode "
     "knobs host_us, kernel_scale, graph, syncs, sync_gap_us, allocs, alloc_us, compiles, compile_us, "
-    "warmup_only add host-side pathologies)"
+    "warmup_only add host-side pathologies; tail_at: the steps (from 0) late by tail_ms, "
+    "tail_cause=host|compile|gc|sync|device)"
 )
 SICK_KNOBS = {
     "slow-host-decode": ({"host_us": 120.0}, "eager decode whose host takes 120 µs per op"),
@@ -45,5 +52,9 @@ def run(tl: Timeline, knobs: dict) -> None:
     tl.layers = knobs["layers"]
     tl.allreduce = bool(knobs["tp_comm"])
     tl.knobs = DecodeKnobs(**{k: knobs[k] for k in DECODE_KNOBS})
-    for _ in range(knobs["steps"]):
-        tl.decode()
+    if knobs["tail_cause"] not in STALL_CAUSES:
+        raise ValueError(f"tail_cause must be one of {', '.join(STALL_CAUSES)}")
+    tails = {int(x) for x in str(knobs["tail_at"]).replace(" ", "").split(",") if x}
+    stall = (int(knobs["tail_ms"] * MS), knobs["tail_cause"])
+    for i in range(knobs["steps"]):
+        tl.decode(stall if i in tails else None)

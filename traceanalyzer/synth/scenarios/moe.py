@@ -31,7 +31,16 @@ rank's trace are those its peers' compute implies. The knobs:
   ``throttle`` times longer, AI Core frequency lowered) or ``link`` (its exchanges finish
   ``slow_us`` later: a slow link);
 - ``group_name``: the EP group's name in parallel_group_info (vLLM's ``ep``), ``mc2_group``
-  off leaves out vllm-ascend's ``mc2`` group.
+  off leaves out vllm-ascend's ``mc2`` group;
+- tail iterations: ``tail_rank`` is late by ``tail_ms`` in the iterations ``tail_at`` (from 0),
+  ``tail_cause``: its host busy before the forward (``host``: Python frames, ``compile``: a
+  Triton compile, ``gc``, ``sync``: ``.item()`` behind a long copy), or ``device`` (a matmul of
+  layer ``tail_layer`` that much longer); every other rank waits for it in the next exchange;
+- decoys: ``shared_at`` makes every rank ``shared_factor`` slower in those iterations (a bigger
+  batch: no late rank), ``slow_link`` (``A-B`` or ``all``) makes that link's transfers
+  ``link_factor`` slower (every exchange ends later on every rank; ``comm=auto`` then runs the
+  all-to-all, whose links the export tells); ``profile_from`` (``R:N``) starts rank R's profile N
+  iterations later than the others'.
 
 :func:`simulate` is the truth: tests compare the rule's hot rank and cost with it.
 """
@@ -41,7 +50,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from random import Random
 
-from traceanalyzer.synth.ops import GRAPH_MODEL_ID, MS, US, KernelSpec
+from traceanalyzer.synth.ops import GRAPH_MODEL_ID, MS, STALL_CAUSES, US, KernelSpec, host_stall
 from traceanalyzer.synth.rank import INVALID_MODEL, RankWriter
 from traceanalyzer.synth.scenarios.serving import (
     RUNNER,
@@ -79,13 +88,28 @@ KNOBS = {
     "throttle": 1.4,
     "group_name": "ep",
     "mc2_group": True,
+    "tail_rank": -1,
+    "tail_at": "",
+    "tail_ms": 2.0,
+    "tail_cause": "host",
+    "tail_layer": 1,
+    "shared_at": "",
+    "shared_factor": 1.6,
+    "slow_link": "",
+    "link_factor": 4.0,
+    "profile_from": "",
 }
 HELP = (
     "MoE serving with expert parallelism: a hot expert rank makes the others wait in the EP "
     "exchange (knobs: iterations, layers, ep, hot_rank=-1 for balanced, skew, persistence, "
     "hot_from, rotate, comm=auto|mc2|alltoall|allgather, mc2_capacity, prefill_every, chunk, "
     "batch, topk, graph, shapes, dummy_ranks, dummy_every, warmup, slow_rank, "
-    "slow_cause=host|throttle|link, slow_us, throttle, group_name, mc2_group)"
+    "slow_cause=host|throttle|link, slow_us, throttle, group_name, mc2_group; tail "
+    "iterations: tail_rank is late in the iterations tail_at by tail_ms, tail_cause="
+    "host|compile|gc|sync|device (device: a kernel of layer tail_layer); decoys: shared_at "
+    "makes every rank shared_factor slower there (a bigger batch), slow_link=A-B (or all) "
+    "makes that link's transfers link_factor slower (comm=auto then runs all-to-all); profile_from=R:N starts rank R's profile "
+    "N iterations later)"
 )
 PATHS = ("mc2", "alltoall", "allgather")
 CAUSES = ("host", "throttle", "link")
@@ -150,6 +174,7 @@ class Task:
     dur: int
     shapes: str = ""
     wait: int = 0  # a collective's wait for its peers
+    slow: dict[int, float] = field(default_factory=dict)  # a collective's slow links' factors
 
 
 @dataclass
@@ -165,6 +190,9 @@ class RankIteration:
     forward_end: int = 0  # when its last forward kernel ends
     hot: int | None = None  # the group's hot rank in this iteration (the truth)
     waits: list[int] = field(default_factory=list)  # its wait in each layer's exchange back
+    # a tail iteration's late work on its rank: (start, duration, cause), from the iteration's
+    # start (host causes: the device idles until the host is back)
+    stall: tuple[int, int, str] | None = None
 
 
 @dataclass
@@ -184,6 +212,10 @@ def groups(world: int, ep: int) -> list[list[int]]:
 
 
 def _path(knobs: dict, tokens: int) -> str:
+    if knobs["comm"] == "auto" and str(knobs["slow_link"]).strip():
+        # MC2 moves its data inside its kernels, where no link is told: a slow link is seen
+        # through the collectives' links (communication_matrix.json, the planes' transfers)
+        return "alltoall"
     if knobs["comm"] == "auto":
         return "mc2" if tokens <= knobs["mc2_capacity"] else "alltoall"
     if knobs["comm"] not in PATHS:
@@ -238,10 +270,30 @@ def _dur(rng: Random, us: float, speed: float) -> int:
     return max(int(us * speed * rng.uniform(0.95, 1.05) * 100), 1) * 10
 
 
+def numbers(text: object) -> set[int]:
+    """A knob's comma-separated numbers (``"3, 9"``) as a set."""
+    return {int(x) for x in str(text).replace(" ", "").split(",") if x}
+
+
+def slow_link(knobs: dict, world: int) -> dict[int, dict[int, float]]:
+    """rank -> {peer: factor} of the slow links (``slow_link``: ``A-B``, or ``all``)."""
+    text, factor = str(knobs["slow_link"]).strip(), knobs["link_factor"]
+    if not text:
+        return {}
+    if text == "all":
+        return {r: {p: factor for p in range(world) if p != r} for r in range(world)}
+    a, _, b = text.partition("-")
+    if not (a.isdigit() and b.isdigit()) or int(a) == int(b):
+        raise ValueError(f"slow_link must be A-B (two ranks) or all, not {text!r}")
+    return {int(a): {int(b): factor}, int(b): {int(a): factor}}
+
+
 def simulate(knobs: dict, world: int) -> Plan:
     """Every rank's iterations, simulated group by group (see the module docstring)."""
     if knobs["slow_cause"] not in CAUSES:
         raise ValueError(f"slow_cause must be one of {', '.join(CAUSES)}")
+    if knobs["tail_cause"] not in STALL_CAUSES:
+        raise ValueError(f"tail_cause must be one of {', '.join(STALL_CAUSES)}")
     total = knobs["warmup"] + knobs["iterations"]
     plan = Plan([], {r: [] for r in range(world)})
     start = 0
@@ -264,36 +316,58 @@ def _group_iteration(knobs: dict, i: int, members: list[int], plan: Plan) -> int
     graph = knobs["graph"] and not prefill and "warmup" not in phases
     hot, skew = _hot(knobs, i, members, phases)
     slow, cause = knobs["slow_rank"], knobs["slow_cause"]
-    speed = {r: knobs["throttle"] if (r == slow and cause == "throttle") else 1.0 for r in members}
+    j = i - knobs["warmup"]
+    bigger = knobs["shared_factor"] if j in numbers(knobs["shared_at"]) else 1.0
+    speed = {
+        r: (knobs["throttle"] if (r == slow and cause == "throttle") else 1.0) * bigger
+        for r in members
+    }
     late = int(knobs["slow_us"] * US)
+    tail = knobs["tail_rank"] if j in numbers(knobs["tail_at"]) else None
+    tail = tail if tail in members and "warmup" not in phases else None
+    stall = int(knobs["tail_ms"] * MS)
+    links = slow_link(knobs, max(max(members) + 1, len(members)))
     its = {}
     for r, phase in zip(members, phases, strict=True):
         t, reqs = (tokens, 1) if phase == "prefill" else (knobs["batch"], knobs["batch"])
         its[r] = RankIteration(phase, t, reqs, path, graph, hot=hot)
     clock = {r: 15 * US for r in members}
+    if tail is not None and knobs["tail_cause"] != "device":
+        # the host is busy elsewhere before the forward: the device idles until it launches
+        its[tail].stall = (clock[tail], stall, knobs["tail_cause"])
+        clock[tail] += stall
     scale = max(1.0, tokens / 64)
     there, back = EXCHANGES[path]
 
-    def run(r: int, spec: KernelSpec, us: float, shapes: str = "") -> None:
-        dur = _dur(rng, us, speed[r])
+    def run(r: int, spec: KernelSpec, us: float, shapes: str = "", extra: int = 0) -> None:
+        dur = _dur(rng, us, speed[r]) + extra
         its[r].tasks.append(Task(spec, clock[r], dur, shapes))
         clock[r] += dur + 1 * US
 
     def exchange(spec: KernelSpec | str, transfer_us: float) -> dict[int, int]:
         """Every rank enters when its work is done; all leave when the last is in (and the
-        data has moved); a slow link delays the exit of the rank behind it."""
+        data has moved, over the slowest link); a slow rank's link delays its own exit."""
         last = max(clock.values())
         transfer = _dur(rng, transfer_us, 1.0)
+        slowest = max((f for r in members for f in links.get(r, {}).values()), default=1.0)
         waits = {}
         for r in members:
             extra = late if (r == slow and cause == "link") else 0
-            end = last + transfer + extra
+            end = last + int(transfer * slowest) + extra
             waits[r] = last - clock[r]
-            its[r].tasks.append(Task(spec, clock[r], end - clock[r], wait=waits[r]))
+            slow_peers = {p: f for p, f in links.get(r, {}).items() if p in members}
+            its[r].tasks.append(
+                Task(spec, clock[r], end - clock[r], wait=waits[r], slow=slow_peers)
+            )
             clock[r] = end + 2 * US
         return waits
 
-    for _layer in range(knobs["layers"]):
+    for layer in range(knobs["layers"]):
+        slow_kernel = (
+            stall
+            if tail is not None and knobs["tail_cause"] == "device" and layer == knobs["tail_layer"]
+            else 0
+        )
         routed = _routed(tokens * knobs["topk"], members, hot, skew, rng)
         for r in members:
             it = its[r]
@@ -303,7 +377,7 @@ def _group_iteration(knobs: dict, i: int, members: list[int], plan: Plan) -> int
                 "v0.13", it.tokens, it.requests, knobs["shapes"],
             )  # fmt: skip
             run(r, RMSNORM, 6 * scale**0.5)
-            run(r, MATMUL, 30 * scale)
+            run(r, MATMUL, 30 * scale, extra=slow_kernel if r == tail else 0)
             run(r, attention, 40 * scale**0.8, attention.shapes)
             run(r, MATMUL, 20 * scale)
             run(r, ADD, 3)
@@ -380,15 +454,30 @@ def run(tl: Timeline, knobs: dict) -> None:
     base = tl.t
     if knobs["slow_rank"] == rank and knobs["slow_cause"] == "throttle":
         rw.ai_core_freq(base, int(NOMINAL_MHZ / knobs["throttle"]))
-    for start, it in zip(plan.starts, plan.ranks[rank], strict=True):
+    skip = _profile_from(knobs).get(rank, 0)
+    for start, it in list(zip(plan.starts, plan.ranks[rank], strict=True))[skip:]:
         _iteration(rw, base + start, it)
         rw.flush()
     tl.t = base + plan.starts[-1] + 2 * MS
 
 
+def _profile_from(knobs: dict) -> dict[int, int]:
+    """rank -> iterations its profile leaves out at the start (``profile_from``: ``R:N,...``)."""
+    out = {}
+    for item in str(knobs["profile_from"]).replace(" ", "").split(","):
+        if item:
+            rank, _, n = item.partition(":")
+            out[int(rank)] = int(n)
+    return out
+
+
 def _iteration(rw: RankWriter, s: int, it: RankIteration) -> None:
     """One rank's iteration from ``s``: host markers, launches (or a graph replay), tasks."""
     host = s + 10 * US
+    if it.stall is not None:
+        at, dur, cause = it.stall
+        host_stall(rw, s + at - 5 * US, dur, cause)
+        host += dur
     if it.graph:
         rw.api("AscendCL@", "aclmdlRIExecuteAsync", host, 30 * US, mode="ACL_RTS")
         rw.cpu_op("acl_graph_replay", host - 2 * US, 34 * US)
@@ -400,7 +489,7 @@ def _iteration(rw: RankWriter, s: int, it: RankIteration) -> None:
             rw.collective(
                 task.spec, start, task.dur, host_tid=rw.main_tid, stream=COMM_STREAM,
                 host_start=launch if launch is not None else start - 20 * US, host_dur=15 * US,
-                wait_ns=task.wait, count=it.tokens * HIDDEN,
+                wait_ns=task.wait, count=it.tokens * HIDDEN, slow_peers=task.slow,
             )  # fmt: skip
             host = max(host, (launch or host) + 16 * US)
             continue

@@ -36,8 +36,9 @@ class Timeline:
     allreduce: bool = False
     knobs: ops.DecodeKnobs = field(default_factory=ops.DecodeKnobs)
 
-    def decode(self) -> None:
-        """One decode step; without a profiler schedule the same work runs without ProfilerStep."""
+    def decode(self, stall: tuple[int, str] | None = None) -> None:
+        """One decode step (late by ``stall``, see :func:`~traceanalyzer.synth.ops.decode_step`);
+        without a profiler schedule the same work runs without ProfilerStep."""
         if self.rw.cfg.schedule:
             self.t = ops.decode_step(
                 self.rw,
@@ -48,6 +49,7 @@ class Timeline:
                 layers=self.layers,
                 allreduce=self.allreduce,
                 knobs=self.knobs,
+                stall=stall,
             )
             self.step += 1
             return
