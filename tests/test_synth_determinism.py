@@ -62,6 +62,24 @@ def test_bytes_do_not_depend_on_hash_seed(tmp_path: Path) -> None:
     assert outs[0] == outs[1]
 
 
+def test_synth_imports_no_dataframe_library() -> None:
+    """Writing an export needs no analysis stack: synth importing polars or pandas (through the kit,
+    the engine, ...) costs ~70 MB before a byte is written, and brings back the kit <-> synth cycle."""
+    code = (
+        "import sys, traceanalyzer.synth; "
+        "print(sorted(m for m in ('polars', 'pandas', 'pyarrow', 'traceanalyzer.kit', "
+        "'traceanalyzer.engine') if m in sys.modules))"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", code],
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).parents[1],
+    )
+    assert res.stdout.strip() == "[]"
+
+
 def test_target_mb_streams_with_little_memory(tmp_path: Path) -> None:
     """20 MB of trace in a child process: size near the target, peak RSS far below the output size.
 

@@ -214,8 +214,9 @@ def derived_key(root: Path, table: str, shard: Sequence[int]) -> str | None:
 
 def derived_ranks(root: Path | None, table: str, ranks: Iterable[int]) -> set[int]:
     """Of ``ranks``, those whose shard's derived ``table`` is stored (its key written after it
-    was derived): a rank there without rows has none, and need not be derived again."""
-    if root is None:
+    was derived): a rank there without rows has none, and need not be derived again. Keys
+    without the table's folder (removed by hand, or an OUT copied without it) count for none."""
+    if root is None or not (root / TABLES_DIR / table).is_dir():
         return set()
     spans = []
     for key in (root / DERIVED_KEYS_DIR / table).glob("*.key"):
@@ -549,6 +550,31 @@ def _scan_files(name: str, files: Sequence[Path]) -> pl.LazyFrame:
         )
     frames = [lf.select([pl.col(c).cast(t) for c, t in schema.items()]) for lf in scans]
     return frames[0] if len(frames) == 1 else pl.concat(frames, how="vertical")
+
+
+def stored_or_derived(
+    store: Store,
+    table: str,
+    ranks: Collection[int] | None,
+    derive: Callable[[int], pl.DataFrame],
+    schema: Mapping[str, Any] | None = None,
+) -> pl.DataFrame:
+    """The one reader of a derived table: the rows of ``ranks`` (every rank: None) the store
+    holds, and for a rank it holds no derivation of (a fixture's store, or one written before
+    the table existed; a rank derived to no rows is derived) ``derive(rank)``, once per store.
+    In ``schema``'s columns and types when given, else the stored table's."""
+    wanted = sorted(ranks) if ranks is not None else sorted(set(store.sessions()["rank"]))
+    stored = store.table(table).filter(pl.col("rank").is_in(wanted)).collect()
+    if schema is not None:
+        stored = stored.select(list(schema)).cast(schema)  # type: ignore[arg-type]
+    have = derived_ranks(store.root, table, wanted) | set(stored["rank"].unique().to_list())
+    derived = [
+        store.memo((table, rank), lambda rank=rank: derive(rank))
+        for rank in wanted
+        if rank not in have
+    ]
+    frames = [stored, *(d.select(stored.columns) for d in derived if d.height)]
+    return frames[0] if len(frames) == 1 else pl.concat(frames, how="vertical_relaxed")
 
 
 # The readers of derived tables, registered by the layer that derives them (above this one):

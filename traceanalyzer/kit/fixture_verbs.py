@@ -189,7 +189,6 @@ class MemoryRecord:
 
 
 MEMORY_COMPONENTS = ("PTA", "GE", "PTA+GE", "APP")  # memory_record.csv's components
-MEMORY_STREAM_PTR = 897357296  # the allocating stream of torch's records (the real G2 export's)
 
 V = TypeVar("V", bound="FixtureVerbs")
 

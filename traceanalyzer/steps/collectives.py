@@ -33,7 +33,7 @@ from collections.abc import Collection
 import polars as pl
 
 from traceanalyzer.primitives import union_intervals, window_of
-from traceanalyzer.store import DERIVED_READERS, Store, derived_ranks
+from traceanalyzer.store import DERIVED_READERS, Store, stored_or_derived
 from traceanalyzer.vocabulary import (
     COMMUNICATION_PROCESSES,
     HARDWARE_PROCESS,
@@ -282,19 +282,14 @@ def collectives_of(store: Store, ranks: Collection[int] | None = None) -> pl.Dat
     from traceanalyzer.steps.exchanges import DEFAULTS, device_slices, exchange_ops_in
     from traceanalyzer.steps.tables import steps_of
 
-    wanted = sorted(ranks) if ranks is not None else store.sessions()["rank"].unique().to_list()
-    stored = store.table(TABLE).filter(pl.col("rank").is_in(wanted)).collect()
-    have = derived_ranks(store.root, TABLE, wanted) | set(stored["rank"].unique().to_list())
-    missing = sorted(set(wanted) - have)
-
     def derive(rank: int) -> pl.DataFrame:
         device = device_slices(store.scan("slices").filter(pl.col("rank") == rank))
         mc2 = exchange_ops_in(device, DEFAULTS).filter(pl.col("path") == "mc2")
         return derive_collectives(store, device, mc2, steps_of(store, [rank]))
 
-    derived = [store.memo((TABLE, rank), lambda rank=rank: derive(rank)) for rank in missing]
-    frames = [stored.select(list(SCHEMA)).cast(SCHEMA), *derived]  # type: ignore[arg-type]
-    return pl.concat(frames).sort("rank", "session", "start_ns")
+    return stored_or_derived(store, TABLE, ranks, derive, SCHEMA).sort(
+        "rank", "session", "start_ns"
+    )
 
 
 DERIVED_READERS[TABLE] = collectives_of

@@ -21,7 +21,7 @@ import polars as pl
 from traceanalyzer.engine.params import Param, Params
 from traceanalyzer.primitives import any_of, covered_fraction, union_intervals, window_of
 from traceanalyzer.steps.windows import compute_tasks
-from traceanalyzer.store import Store
+from traceanalyzer.store import DERIVED_READERS, Store, stored_or_derived
 from traceanalyzer.vocabulary import DEVICE_PROCESSES
 
 TABLE = "exchanges"
@@ -199,17 +199,15 @@ def derive_exchanges(
 
 def exchanges_of(store: Store, ranks: Collection[int]) -> pl.DataFrame:
     """The exchanges of ``ranks`` at the default patterns: the store's ``exchanges`` table,
-    derived here for a rank it has none for (a fixture's store, one written before they were
-    derived, or a rank without an exchange: derived again, to no rows), once per store."""
+    derived here for a rank it has none for (a fixture's store, or one written before they were
+    derived), once per store."""
     from traceanalyzer.steps.tables import steps_of
-
-    stored = store.table(TABLE).filter(pl.col("rank").is_in(sorted(ranks))).collect()
-    missing = sorted(set(ranks) - set(stored["rank"].unique().to_list()))
 
     def derive(rank: int) -> pl.DataFrame:
         device = device_slices(store.scan("slices").filter(pl.col("rank") == rank))
         return derive_exchanges(*exchange_inputs(device), steps_of(store, [rank]))
 
-    derived = [store.memo((TABLE, rank), lambda rank=rank: derive(rank)) for rank in missing]
-    frames = [stored.select(list(SCHEMA)).cast(SCHEMA), *derived]  # type: ignore[arg-type]
-    return pl.concat(frames).sort("rank", "session", "step")
+    return stored_or_derived(store, TABLE, ranks, derive, SCHEMA).sort("rank", "session", "step")
+
+
+DERIVED_READERS[TABLE] = exchanges_of

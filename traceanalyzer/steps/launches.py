@@ -15,7 +15,7 @@ import polars as pl
 
 from traceanalyzer import primitives
 from traceanalyzer.primitives import host_launches
-from traceanalyzer.store import Store
+from traceanalyzer.store import DERIVED_READERS, Store, stored_or_derived
 from traceanalyzer.vocabulary import GRAPH_REPLAY_APIS
 
 TABLE = "launches"
@@ -50,15 +50,9 @@ def host_calls(store: Store, ranks: Collection[int]) -> pl.DataFrame:
 def launches_of(store: Store, ranks: Collection[int]) -> pl.DataFrame:
     """The launches of ``ranks``: the store's ``launches`` table, derived here for a rank it has
     none for (a fixture's store, or one written before launches were derived), once per store."""
-    stored = store.table(TABLE).filter(pl.col("rank").is_in(sorted(ranks))).collect()
-    missing = sorted(set(ranks) - set(stored["rank"].unique().to_list()))
-    derived = [
-        store.memo((TABLE, rank), lambda rank=rank: derive_launches(store, [rank]))
-        for rank in missing
-    ]
-    frames = [stored, *(d for d in derived if d.height)]
-    if len(frames) == 1:
-        return stored.sort(ORDER, maintain_order=True)
-    return pl.concat([f.select(stored.columns) for f in frames], how="vertical_relaxed").sort(
+    return stored_or_derived(store, TABLE, ranks, lambda rank: derive_launches(store, [rank])).sort(
         ORDER, maintain_order=True
     )
+
+
+DERIVED_READERS[TABLE] = launches_of

@@ -22,12 +22,14 @@ after the last layer), other.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Collection
 from typing import Any
 
 import polars as pl
 
 from traceanalyzer.engine.params import Param, Params
 from traceanalyzer.primitives import window_of
+from traceanalyzer.store import DERIVED_READERS, Store, stored_or_derived
 from traceanalyzer.vocabulary import COMMUNICATION_PROCESSES
 
 TABLE = "kernel_layers"
@@ -235,3 +237,20 @@ def _layer_lead(seq: pl.DataFrame) -> pl.DataFrame:
     return pl.DataFrame(
         rows, schema={"rank": seq.schema["rank"], "session": pl.String, "_lead": pl.Int64}
     )
+
+
+def kernel_layers_of(store: Store, ranks: Collection[int] | None = None) -> pl.DataFrame:
+    """The ``kernel_layers`` rows of ``ranks`` (every rank: None): the store's, derived here at
+    the default patterns for a rank it was not derived for, once per store."""
+    from traceanalyzer.steps.exchanges import device_slices
+    from traceanalyzer.steps.tables import steps_of
+    from traceanalyzer.steps.windows import compute_tasks
+
+    def derive(rank: int) -> pl.DataFrame:
+        slices = store.scan("slices").filter(pl.col("rank") == rank)
+        return derive_layers(compute_tasks(slices), device_slices(slices), steps_of(store, [rank]))
+
+    return stored_or_derived(store, TABLE, ranks, derive, SCHEMA)
+
+
+DERIVED_READERS[TABLE] = kernel_layers_of

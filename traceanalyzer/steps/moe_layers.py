@@ -26,7 +26,7 @@ import polars as pl
 from traceanalyzer.engine.params import Param, Params
 from traceanalyzer.primitives import any_of, window_of
 from traceanalyzer.steps.exchanges import EXCHANGE_PARAMS, device_slices, exchange_inputs
-from traceanalyzer.store import Store, derived_ranks
+from traceanalyzer.store import DERIVED_READERS, Store, stored_or_derived
 from traceanalyzer.vocabulary import HARDWARE_PROCESS
 
 LAYERS, DENSE = "moe_layers", "moe_dense"
@@ -219,25 +219,26 @@ def derive_moe(
 def moe_tables_of(store: Store, ranks: Collection[int]) -> dict[str, pl.DataFrame]:
     """The ``moe_layers`` and ``moe_dense`` rows of ``ranks`` at the default patterns: the
     store's tables, derived here for a rank they were not derived for (a fixture's store, or
-    one written before they were), once per store."""
+    one written before they were), once per store (both tables at once)."""
     from traceanalyzer.steps.tables import steps_of
-
-    wanted = sorted(ranks)
-    stored = {
-        LAYERS: store.table(LAYERS).filter(pl.col("rank").is_in(wanted)).collect(),
-        DENSE: store.table(DENSE).filter(pl.col("rank").is_in(wanted)).collect(),
-    }
-    missing = sorted(set(wanted) - derived_ranks(store.root, LAYERS, wanted))
 
     def derive(rank: int) -> dict[str, pl.DataFrame]:
         device = device_slices(store.scan("slices").filter(pl.col("rank") == rank))
         return derive_moe(store, device, *exchange_inputs(device), steps_of(store, [rank]))
 
-    derived = [store.memo((LAYERS, rank), lambda rank=rank: derive(rank)) for rank in missing]
+    def both(rank: int) -> dict[str, pl.DataFrame]:
+        return store.memo((LAYERS, "both", rank), lambda: derive(rank))
+
     schemas = {LAYERS: LAYER_SCHEMA, DENSE: DENSE_SCHEMA}
     return {
-        table: pl.concat(
-            [stored[table].select(list(schema)).cast(schema), *(d[table] for d in derived)]  # type: ignore[arg-type]
-        )
+        table: stored_or_derived(store, table, ranks, lambda rank, t=table: both(rank)[t], schema)
         for table, schema in schemas.items()
     }
+
+
+DERIVED_READERS[LAYERS] = lambda store, ranks: moe_tables_of(store, _every(store, ranks))[LAYERS]
+DERIVED_READERS[DENSE] = lambda store, ranks: moe_tables_of(store, _every(store, ranks))[DENSE]
+
+
+def _every(store: Store, ranks: Collection[int] | None) -> list[int]:
+    return sorted(ranks) if ranks is not None else sorted(set(store.sessions()["rank"]))

@@ -8,7 +8,7 @@ import polars as pl
 
 from traceanalyzer.steps.derive import derive_ranks
 from traceanalyzer.steps.evidence import default_params
-from traceanalyzer.store import DERIVED_READERS, Store
+from traceanalyzer.store import DERIVED_READERS, Store, stored_or_derived
 
 
 def steps_of(store: Store, ranks: Collection[int] | None = None) -> pl.DataFrame:
@@ -21,17 +21,9 @@ def steps_of(store: Store, ranks: Collection[int] | None = None) -> pl.DataFrame
 
 
 def _read(store: Store, ranks: Collection[int] | None) -> pl.DataFrame:
-    frame = store.table("steps")
-    if ranks is not None:
-        frame = frame.filter(pl.col("rank").is_in(sorted(ranks)))
-    steps = frame.collect()
-    wanted = set(ranks) if ranks is not None else set(store.sessions()["rank"].to_list())
-    missing = sorted(wanted - set(steps["rank"].unique().to_list()))
-    derived = [
-        store.memo(("steps", rank), lambda rank=rank: derive_ranks(store, [rank], default_params()))
-        for rank in missing
-    ]
-    return pl.concat([steps, *derived], how="vertical_relaxed").sort("rank", "session", "start_ns")
+    return stored_or_derived(
+        store, "steps", ranks, lambda rank: derive_ranks(store, [rank], default_params())
+    ).sort("rank", "session", "start_ns")
 
 
 DERIVED_READERS["steps"] = steps_of
