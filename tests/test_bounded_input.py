@@ -1,0 +1,74 @@
+"""Round 3 of the hazards of a received collection (issue [untrusted-input-2]): nothing in it
+takes unbounded time or memory, garbage times never become findings, and no name or
+environment value that can be wrong ends in a Traceback. One test per hazard; the fuzzer
+(tests/fuzz) tries them at random."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from traceanalyzer.discover import discover
+
+OUT = "ASCEND_PROFILER_OUTPUT"
+
+
+def _rank_dir(root: Path, name: str, info: dict | None = None, files: dict | None = None) -> Path:
+    """A rank directory with an empty trace and the given info and output files."""
+    rank = root / name
+    (rank / OUT).mkdir(parents=True)
+    (rank / OUT / "trace_view.json").write_text("[]")
+    if info is not None:
+        (rank / "profiler_info_0.json").write_text(json.dumps(info))
+    for file, text in (files or {}).items():
+        (rank / OUT / file).write_text(text)
+    return rank
+
+
+# --------------------------------------------------------------------------- discovery
+
+
+def test_an_absurd_rank_id_costs_no_memory(tmp_path: Path) -> None:
+    """Before, missing-rank detection built the set of 2**31 expected ranks: 4.6 GB, then a
+    MemoryError that lost every rank."""
+    _rank_dir(tmp_path, "a_ascend_pt", {"rank_id": 2147483647})
+    started = time.monotonic()
+    found = discover(tmp_path)
+    assert time.monotonic() - started < 5
+    assert [s.rank for s in found.sessions] == [2147483647]
+    (missing,) = [p.message for p in found.problems if "missing ranks" in p.message]
+    assert missing.startswith("missing ranks: 0, 1, 2,") and missing.endswith(
+        " ... (2147483647 of 2147483648 expected)"
+    )
+
+
+def test_missing_ranks_count_the_parallel_groups_too(tmp_path: Path) -> None:
+    groups = {"tp": {"group_name": "tp", "global_ranks": [0, 1, 2, 5]}}
+    rank = _rank_dir(tmp_path, "a_ascend_pt", {"rank_id": 2})
+    (rank / "profiler_metadata.json").write_text(json.dumps({"parallel_group_info": groups}))
+    (missing,) = [p.message for p in discover(tmp_path).problems if "missing" in p.message]
+    assert missing == "missing ranks: 0, 1, 5 (3 of 4 expected)"
+
+
+@pytest.mark.parametrize(
+    "digits",
+    ["9" * 5000, "99999999999", "٣"],  # 5,000 digits; past int32; an Arabic-Indic digit
+    ids=["5000-digits", "past-int32", "not-ascii"],
+)
+def test_a_device_id_that_is_no_id_is_ignored(tmp_path: Path, digits: str) -> None:
+    """Before, a 5,000-digit Device_id raised ValueError from int(): a Traceback, every rank
+    lost."""
+    csv = f"Device_id,Name\n{digits},kernel\n"
+    _rank_dir(tmp_path, "a_ascend_pt", files={"kernel_details.csv": csv})
+    (session,) = discover(tmp_path).sessions
+    assert session.device_id is None and session.rank == -1
+
+
+def test_digits_in_names_that_are_no_rank_or_pid_are_ignored(tmp_path: Path) -> None:
+    rank = _rank_dir(tmp_path, f"host_{'9' * 200}_20250109074803000_ascend_pt")
+    (rank / f"profiler_info_{'7' * 200}.json").write_text("{}")
+    (session,) = discover(tmp_path).sessions
+    assert session.os_pid is None and session.rank == -1 and session.rank_source == "unknown"
