@@ -10,7 +10,9 @@ import time
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
+from traceanalyzer.cli import main
 from traceanalyzer.discover import discover
 
 OUT = "ASCEND_PROFILER_OUTPUT"
@@ -72,3 +74,23 @@ def test_digits_in_names_that_are_no_rank_or_pid_are_ignored(tmp_path: Path) -> 
     (rank / f"profiler_info_{'7' * 200}.json").write_text("{}")
     (session,) = discover(tmp_path).sessions
     assert session.os_pid is None and session.rank == -1 and session.rank_source == "unknown"
+
+
+# --------------------------------------------------------------------------- names
+
+
+def test_rules_new_refuses_a_name_too_long_for_a_file(tmp_path: Path) -> None:
+    """Before, 300 characters gave OSError (File name too long) as a Traceback."""
+    result = CliRunner().invoke(main, ["rules", "new", "a" * 300, "--rules", str(tmp_path / "r")])
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    assert "300 characters: use at most 64" in result.output
+    assert not (tmp_path / "r").exists()
+
+
+def test_rules_new_says_why_it_cannot_write(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("")
+    result = CliRunner().invoke(
+        main, ["rules", "new", "slow-x", "--rules", str(tmp_path / "file" / "r")]
+    )
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    assert f"error: cannot write the rule into {tmp_path / 'file' / 'r'}: " in result.output

@@ -249,7 +249,8 @@ def next_rule_id(taken: Iterable[str]) -> str:
 def scaffold_rule(
     name: str, folder: Path, *, rule_id: str | None = None, taken_ids: Iterable[str] = ()
 ) -> tuple[Path, Path]:
-    """Write ``folder/<name>.py`` and ``folder/fixtures/<name>.py``; refuse to overwrite."""
+    """Write ``folder/<name>.py`` and ``folder/fixtures/<name>.py``; refuse to overwrite. A
+    write that fails (OSError) leaves neither."""
     module = name.replace("-", "_")
     rule_file = folder / f"{module}.py"
     fixture_file = folder / FIXTURES_DIR / f"{module}.py"
@@ -263,7 +264,11 @@ def scaffold_rule(
         "summary": "Host API calls matching a pattern take too long.",
         "folder": folder,
     }
-    fixture_file.parent.mkdir(parents=True, exist_ok=True)
-    rule_file.write_text(RULE_TEMPLATE.format(**values), "utf-8")
-    fixture_file.write_text(FIXTURE_TEMPLATE.format(**values), "utf-8")
+    try:
+        fixture_file.parent.mkdir(parents=True, exist_ok=True)
+        rule_file.write_text(RULE_TEMPLATE.format(**values), "utf-8")
+        fixture_file.write_text(FIXTURE_TEMPLATE.format(**values), "utf-8")
+    except OSError:
+        rule_file.unlink(missing_ok=True)
+        raise
     return rule_file, fixture_file
