@@ -5,8 +5,11 @@ environment value that can be wrong ends in a Traceback. One test per hazard; th
 
 from __future__ import annotations
 
+import contextlib
 import json
+import signal
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -94,3 +97,74 @@ def test_rules_new_says_why_it_cannot_write(tmp_path: Path) -> None:
     )
     assert result.exit_code == 2 and "Traceback" not in result.output, result.output
     assert f"error: cannot write the rule into {tmp_path / 'file' / 'r'}: " in result.output
+
+
+# --------------------------------------------------------------------------- patterns
+
+
+@contextlib.contextmanager
+def _within(seconds: float) -> Iterator[None]:
+    """Fail, rather than hang the suite, when the block takes longer than ``seconds``."""
+
+    def over(signum: int, frame: object) -> None:
+        raise TimeoutError(f"over {seconds} s: it hangs")
+
+    previous = signal.signal(signal.SIGALRM, over)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def test_a_backtracking_pattern_parameter_ends_at_once() -> None:
+    """A config file inside the collection set ``ep_groups = "^(a|a)*$"``: against a group name
+    of 41 characters, Python's ``re`` never ended, and neither did the run."""
+    from traceanalyzer.engine.loader import load_rules
+    from traceanalyzer.engine.params import Params
+    from traceanalyzer.engine.rule import RuleContext
+    from traceanalyzer.kit import StoreBuilder
+    from traceanalyzer.kit.moe import _ep_groups
+
+    groups = {"x": {"group_name": "a" * 40 + "b", "global_ranks": [0, 1]}}
+    store = StoreBuilder()
+    for rank in (0, 1):
+        store.session(
+            rank, f"s{rank}", start_ns=0, end_ns=10, metadata={"parallel_group_info": groups}
+        )
+    rule = load_rules(entry_points=False).rules.get("moe-load-imbalance")
+    values = {name: param.default for name, param in rule.params.items()}
+    ctx = RuleContext(rule, store.store(), Params({**values, "ep_groups": "^(a|a)*$"}))
+    with _within(10):
+        found = _ep_groups(ctx, [0, 1])
+    assert all(group.source != "metadata" for group in found)
+    ctx = RuleContext(rule, store.store(), Params({**values, "ep_groups": "^a+b$"}))
+    assert [(g.name, g.source) for g in _ep_groups(ctx, [0, 1])] == [("a" * 40 + "b", "metadata")]
+
+
+def test_first_match_is_a_search() -> None:
+    from traceanalyzer.kit import first_match
+
+    assert first_match("b(c)", "abcd") == "bc"
+    assert first_match("^x", "abc") is None
+    with _within(10):
+        assert first_match("^(a|a)*$", "a" * 10_000 + "b") is None
+
+
+# --------------------------------------------------------------------------- shares
+
+
+def test_no_finding_states_a_share_outside_0_to_100_percent() -> None:
+    from traceanalyzer.engine.findings import Finding
+    from traceanalyzer.kit import window_share
+
+    metrics = {"cost_share": 621333.0, "stream_share": -0.5, "phase_share": float("nan"),
+               "cost_ns": -5, "shares": 7}  # fmt: skip
+    finding = Finding(rule="TA100", name="r", severity="error", ranks=[0], sessions=["s"],
+                      title="t", message="m", fix="f", metrics=metrics)  # fmt: skip
+    written = finding.to_dict()["metrics"]
+    assert written == {"cost_share": 1.0, "stream_share": 0.0, "phase_share": None,
+                       "cost_ns": -5, "shares": 7}  # fmt: skip
+    assert window_share(5.0, -10) is None and window_share(-5.0, 10) == 0.0
+    assert window_share(50.0, 10) == 1.0 and window_share(5.0, 10) == 0.5

@@ -61,6 +61,7 @@ from traceanalyzer.kit.moe import (
     moe_exchange_paths,
     moe_imbalance,
 )
+from traceanalyzer.kit.patterns import first_match
 from traceanalyzer.kit.requirements import (
     HOST_MARKED_STEPS,
     api_statistics,
@@ -283,6 +284,7 @@ __all__ = [
     "trend",
     "union_intervals",
     "window_of",
+    "first_match",  # a pattern parameter on one text, in linear time
     "text",
     "compress_ranks",
     # fixtures
