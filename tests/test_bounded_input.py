@@ -9,7 +9,7 @@ import contextlib
 import json
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import pytest
@@ -168,3 +168,57 @@ def test_no_finding_states_a_share_outside_0_to_100_percent() -> None:
                        "cost_ns": -5, "shares": 7}  # fmt: skip
     assert window_share(5.0, -10) is None and window_share(-5.0, 10) == 0.0
     assert window_share(50.0, 10) == 1.0 and window_share(5.0, 10) == 0.5
+
+
+# --------------------------------------------------------------------------- CSV width
+
+SAMPLE = Path(__file__).resolve().parents[1] / "sample_traces" / "inference_baseline"
+
+
+class _CountingSink:
+    def arrow(self, table: str, data: object) -> int:
+        return data.num_rows  # type: ignore[attr-defined]
+
+    def batches(self, table: str, tables: Iterable) -> int:
+        return sum(part.num_rows for part in tables)
+
+
+def _kernels(tmp_path: Path, edit: Callable[[list[str]], list[str]]) -> Path:
+    source = next(SAMPLE.glob(f"*/{OUT}/kernel_details.csv"))
+    path = tmp_path / "kernel_details.csv"
+    path.write_text("\n".join(edit(source.read_text().split("\n"))))
+    return path
+
+
+def test_a_csv_of_100001_columns_is_refused_naming_the_file(tmp_path: Path) -> None:
+    """Before, DuckDB's reader aborted the process (std::bad_alloc, exit 134) and Arrow's took
+    1.4 GB for a 2 MB file."""
+    from traceanalyzer.parse.csv_tables import SPECS, CsvRefused, parse_csv
+
+    path = _kernels(tmp_path, lambda lines: [lines[0] + ",c" * 100_001, *lines[1:]])
+    spec = next(s for s in SPECS if s.file == "kernel_details.csv")
+    with pytest.raises(CsvRefused, match=r"100,04\d columns in its header, more than the 2,048"):
+        parse_csv(path, spec, _CountingSink())
+
+
+def test_rows_of_many_extra_fields_cost_those_rows_in_no_time(tmp_path: Path) -> None:
+    """Before, DuckDB recorded a reject per extra field, in time growing faster than their
+    number: these two rows took about a minute (two of 100,000 extra fields ran past the
+    rank's 300 s deadline, at 3 GB)."""
+    from traceanalyzer.parse.csv_tables import SPECS, parse_csv
+
+    def widen(lines: list[str]) -> list[str]:
+        lines[3] += ",1" * 30_000
+        lines[5] = "x," * 30_000
+        return lines
+
+    path = _kernels(tmp_path, widen)
+    spec = next(s for s in SPECS if s.file == "kernel_details.csv")
+    rows = sum(bool(line) for line in path.read_text().split("\n")) - 1
+    started = time.monotonic()
+    result = parse_csv(path, spec, _CountingSink())
+    assert time.monotonic() - started < 10
+    assert result.rows == rows - 2
+    assert result.warnings == [
+        f"{path}: lines 4, 6: malformed rows skipped (wrong number of fields: too many)"
+    ]

@@ -376,11 +376,17 @@ class _SideFiles:
     finished first)."""
 
     def __init__(
-        self, session: RankSession, sink: _PartitionSink, filled: frozenset[str] = frozenset()
+        self,
+        session: RankSession,
+        sink: _PartitionSink,
+        scratch: Path,
+        filled: frozenset[str] = frozenset(),
     ):
         """``filled``: tables already read from the Db; their files are not read, and the
-        files of the other tables are optional (the Db was the session's source)."""
+        files of the other tables are optional (the Db was the session's source). ``scratch``
+        takes the private copies of damaged files."""
         self.session, self.sink, self.filled = session, sink, filled
+        self.scratch = scratch
         self.missing: list[str] = []
         self.not_collected: list[CsvSpec] = []
         self.warnings: list[str] = []
@@ -406,7 +412,7 @@ class _SideFiles:
                 self.not_collected.append(spec)
             else:
                 self.missing.append(spec.file)
-        csv_db = CsvDatabase()
+        csv_db = CsvDatabase(self.scratch)
 
         def parse_one(item: tuple[CsvSpec, Path]) -> CsvResult | Exception:
             try:
@@ -544,7 +550,7 @@ def ingest_session(
         # is handed back: the parses' memory never adds up (alongside the last tables, the
         # 200 MB benchmark rank peaked 20 MB higher). Two large files at a time stay below the
         # trace parse's peak since each large buffer is mapped on its own (process_env).
-        side_files = _SideFiles(session, sink, frozenset(sink.rows) if db else frozenset())
+        side_files = _SideFiles(session, sink, scratch, frozenset(sink.rows) if db else frozenset())
         side: list[Future[dict[str, list[str]]]] = []
         large = side_files.size > _SIDE_FILES_ALONGSIDE_BYTES
         if not large and not db:
