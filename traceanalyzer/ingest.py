@@ -49,6 +49,7 @@ from traceanalyzer.parse.csv_tables import (
     parse_csv,
 )
 from traceanalyzer.parse.sink import body_columns, conform_body, table_from_rows, write_options
+from traceanalyzer.parse.times import Tally, checked_arrow
 from traceanalyzer.parse.trace_view import DEFAULT_PARSE_MEMORY, ParseMemory, parse_trace_view
 from traceanalyzer.schema import TABLES
 from traceanalyzer.store import (
@@ -248,14 +249,20 @@ class _PartitionSink:
         self.seconds = seconds
         self.deadline = time.monotonic() + seconds if seconds is not None else None
         self.rows: dict[str, int] = {}
+        # what no table stores: impossible times (parse/times.py), said in the rank's warnings
+        self.impossible = Tally()
 
     def _in_time(self) -> None:
         if self.deadline is not None and time.monotonic() > self.deadline:
             raise RankFailed(_too_long(self.seconds or 0))
 
+    def _body(self, table: str, data: pa.Table) -> pa.Table:
+        """``data`` in the table's columns, without impossible times."""
+        return checked_arrow(table, conform_body(table, data), self.impossible)
+
     def arrow(self, table: str, data: pa.Table) -> int:
         self._in_time()
-        body = conform_body(table, data)
+        body = self._body(table, data)
         commit_partition(
             self.out,
             table,
@@ -275,7 +282,7 @@ class _PartitionSink:
             writer = None
             try:
                 for part in tables:
-                    body = conform_body(table, part)
+                    body = self._body(table, part)
                     if writer is None:  # the first part's schema: names may be dictionaries
                         writer = pq.ParquetWriter(
                             path, body.schema, **write_options(table, body.schema)
@@ -313,7 +320,7 @@ class _BufferedSink(_PartitionSink):
 
     def batches(self, table: str, tables: Iterable[pa.Table]) -> int:
         self._in_time()
-        self.parts[table] = [conform_body(table, part) for part in tables]
+        self.parts[table] = [self._body(table, part) for part in tables]
         self.rows[table] = sum(part.num_rows for part in self.parts[table])
         return self.rows[table]
 
@@ -605,6 +612,7 @@ def ingest_session(
                 if settings.get(setting) is True and not sink.rows.get(table)
             ]
         sink.arrow("sessions", _session_row(session, trace, outcome, db))
+        outcome.warnings += sink.impossible.notes(_table_sources(session, db))
         outcome.rows = dict(sink.rows)
     except Exception as exc:
         _failed(outcome, exc, out)
@@ -618,6 +626,16 @@ def ingest_session(
     if input_bytes(session) >= _RELEASE_AFTER_BYTES:
         _release_memory()
     return outcome
+
+
+def _table_sources(session: RankSession, db: DbResult | None) -> dict[str, str]:
+    """The file each table of ``session`` was read from (the Db's tables from the Db), for the
+    notes that name it."""
+    info = session.info_file.name if session.info_file else session.path.name
+    sources = {"sessions": info} | dict.fromkeys(("slices", "counters", "flows"), TRACE_FILE)
+    sources |= {spec.table: spec.file for spec in SPECS}
+    sources |= {table: name for name, table, _ in _COMM_FILES}
+    return sources | (db.sources if db else {})
 
 
 def _failed(outcome: SessionOutcome, exc: Exception, out: Path) -> None:

@@ -10,8 +10,9 @@ Why DuckDB here: it decodes every event into typed columns on every core (chunks
 strict scanner refuses, a piece at a time.
 
 Exactness: ``ts`` is read as text (a JSON string as is, an integer's exact digits) and converted
-from its decimal digits, never through float64. ``dur`` is a float µs in every generation;
-``round(dur * 1000)`` is exact to the ns for any duration below ~100 days.
+from its decimal digits, never through float64. ``dur`` is a float µs in every generation, read
+as text too and converted through a double (exact to the ns below ~100 days); one that is no
+number is null, as in the C scanner, and the derivation drops its event with a note.
 """
 
 from __future__ import annotations
@@ -43,13 +44,13 @@ from traceanalyzer.parse.trace_shared import (
     SENTINELS,
     TraceResult,
 )
-from traceanalyzer.timeutil import duckdb_float_us_to_ns, duckdb_us_to_ns
+from traceanalyzer.timeutil import duckdb_duration_us_to_ns, duckdb_us_to_ns
 from traceanalyzer.vocabulary import PYTHON_PROCESS
 
 _SQL_SENTINELS = "(" + ", ".join(str(v) for v in SENTINELS) + ")"
 _COLUMNS = (
     "{ph: 'VARCHAR', name: 'VARCHAR', pid: 'VARCHAR', tid: 'VARCHAR', ts: 'VARCHAR', "
-    "dur: 'DOUBLE', cat: 'VARCHAR', id: 'VARCHAR', args: 'JSON'}"
+    "dur: 'VARCHAR', cat: 'VARCHAR', id: 'VARCHAR', args: 'JSON'}"
 )
 
 
@@ -108,7 +109,7 @@ def _scan(paths: list[Path]) -> str:
     return (
         "SELECT ph, name, TRY_CAST(pid AS BIGINT) AS pid, TRY_CAST(tid AS BIGINT) AS tid, cat, "
         f"id, {duckdb_us_to_ns('ts')} AS ts, "
-        f"{duckdb_float_us_to_ns('coalesce(dur, 0)')} AS dur_ns, CAST(args AS VARCHAR) AS args "
+        f"{duckdb_duration_us_to_ns('dur')} AS dur_ns, CAST(args AS VARCHAR) AS args "
         # The default maximum_object_size (16 MB per event) also bounds the reader's buffers;
         # raising it multiplies peak memory.
         f"FROM read_json({files}, format = 'array', columns = {_COLUMNS})"
