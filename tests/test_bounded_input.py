@@ -7,7 +7,11 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import re
+import shutil
 import signal
+import sqlite3
 import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -17,6 +21,7 @@ from click.testing import CliRunner
 
 from traceanalyzer.cli import main
 from traceanalyzer.discover import discover
+from traceanalyzer.store import Store
 
 OUT = "ASCEND_PROFILER_OUTPUT"
 
@@ -222,3 +227,110 @@ def test_rows_of_many_extra_fields_cost_those_rows_in_no_time(tmp_path: Path) ->
     assert result.warnings == [
         f"{path}: lines 4, 6: malformed rows skipped (wrong number of fields: too many)"
     ]
+
+
+# --------------------------------------------------------------------------- garbage times
+
+
+@pytest.fixture(scope="module")
+def db_export(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A two-rank Db export (synthetic: the same bytes on every machine)."""
+    from traceanalyzer.synth.generate import generate
+
+    root = tmp_path_factory.mktemp("db_export") / "in"
+    generate("inference-baseline", root, ranks=2, export="db")
+    return root
+
+
+def _damaged_db(db_export: Path, tmp_path: Path, sql: str) -> Path:
+    root = tmp_path / "in"
+    shutil.copytree(db_export, root)
+    db = next(root.glob(f"*/{OUT}/ascend_pytorch_profiler_0.db"))
+    with contextlib.closing(sqlite3.connect(db)) as con:
+        con.execute(sql)
+        con.commit()
+    return root
+
+
+@pytest.mark.parametrize(
+    ("sql", "dropped"),
+    [
+        # SQLite hands a REAL of 1e300 in an INTEGER column over as int64's largest
+        ("UPDATE TASK SET startNs = 1e300 WHERE rowid = (SELECT min(rowid) FROM TASK)", 1),
+        ("UPDATE TASK SET endNs = startNs - 1000000 WHERE rowid % 3 = 0", None),
+    ],
+    ids=["start-1e300", "end-before-start"],
+)
+def test_garbage_db_times_never_become_findings(db_export, tmp_path, sql, dropped) -> None:
+    """Before: ``error host-launch-bound ... 62133300% of its -7.49e+09 s span idle``, exit 1
+    under --fail-on error, and every share of the overview off."""
+    root = _damaged_db(db_export, tmp_path, sql)
+    out = tmp_path / "out"
+    result = CliRunner().invoke(
+        main, ["run", str(root), "--out", str(out), "--executor", "local", "--fail-on", "error"]
+    )
+    assert result.exit_code == 0 and "Traceback" not in result.output, result.output
+    note = re.search(
+        r"ascend_pytorch_profiler_0\.db: slices: (\d+) row\(s\) with an impossible time dropped "
+        r"\(dur_ns not a duration of 0 to 7 days: \d+",
+        result.output,
+    )
+    assert note and (dropped is None or int(note[1]) == dropped), result.output
+    assert "ascend_pytorch_profiler_0.db: kernels: " in result.output
+    document = json.loads((out / "findings.json").read_text())
+    shares = [
+        value
+        for finding in document["findings"]
+        for key, value in finding["metrics"].items()
+        if key.endswith("share") and isinstance(value, (int, float))
+    ]
+    assert all(0 <= share <= 1 for share in shares)
+    sessions = Store.open(out).table("sessions").collect()
+    assert (sessions["end_ns"] > sessions["start_ns"]).all()
+    assert (sessions["end_ns"] - sessions["start_ns"]).max() < 10**12  # not 1.7e18
+    for rank in document["summary"]["overview"]["ranks"]:
+        assert 0 <= rank["total_ns"] < 10**12
+
+
+# --------------------------------------------------------------------------- paths
+
+GBK = os.fsdecode(b"\xca\xfd\xbe\xdd")  # 数据 in GBK: no UTF-8
+
+
+@pytest.mark.parametrize("native", ["1", "0"], ids=["native", "duckdb"])
+def test_a_collection_under_a_folder_named_in_gbk_is_analysed(
+    tmp_path: Path, db_export: Path, monkeypatch: pytest.MonkeyPatch, native: str
+) -> None:
+    """Before, every rank failed with UnicodeEncodeError (the store's path column, Arrow's and
+    DuckDB's file names) and report.html and report.md could not be written."""
+    monkeypatch.setenv("TRACEANALYZER_NATIVE", native)
+    root = tmp_path / "in" / GBK
+    shutil.copytree(SAMPLE, root / "text")
+    shutil.copytree(db_export, root / "db")
+    kernels = next(root.glob(f"text/*/{OUT}/kernel_details.csv"))
+    lines = kernels.read_bytes().split(b"\n")
+    kernels.write_bytes(b"\n".join([*lines[:3], b"1,2,3", *lines[3:]]))  # read by DuckDB
+    out = tmp_path / "out"
+    result = CliRunner().invoke(main, ["run", str(tmp_path / "in"), "--out", str(out)])
+    assert result.exit_code in (0, 3) and "Traceback" not in result.output, result.output
+    assert result.output.count(": ingested (") == 3, result.output
+    assert "kernel_details.csv: line 4: malformed row skipped" in result.output
+    shown = str(tmp_path / "in" / "\\xca\\xfd\\xbe\\xdd")
+    paths = Store.open(out).table("sessions").collect()["path"].to_list()
+    assert paths and all(path.startswith(shown) for path in paths)
+    assert "report report" not in result.output  # (report.html failed: UnicodeEncodeError)
+    assert (out / "report.html").is_file() and (out / "report.md").is_file()
+
+
+def test_an_out_named_in_gbk_is_refused_and_the_default_out_is_utf8(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from traceanalyzer.discover import default_out_dir
+
+    root = tmp_path / GBK
+    shutil.copytree(SAMPLE, root)
+    result = CliRunner().invoke(main, ["run", str(root), "--out", str(tmp_path / f"o{GBK}")])
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    assert "its name is not UTF-8 text" in result.output and not (tmp_path / f"o{GBK}").exists()
+    monkeypatch.chdir(tmp_path)
+    assert default_out_dir(root) == tmp_path / "traceanalyzer-out" / "\\xca\\xfd\\xbe\\xdd"

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from traceanalyzer import json_shape, sqlite_ro
+from traceanalyzer.printable import valid_text
 
 OUTPUT_DIR = "ASCEND_PROFILER_OUTPUT"
 TRACE_FILE = "trace_view.json"  # in OUTPUT_DIR
@@ -424,7 +425,7 @@ def _session_ids(sessions: list[RankSession], root: Path) -> None:
         base = re.sub(r"[^A-Za-z0-9_.-]", "_", s.path.name)
         if counts[s.path.name] > 1:
             rel = os.path.relpath(s.path, root)
-            base = f"{base}-{hashlib.blake2b(rel.encode(), digest_size=4).hexdigest()}"
+            base = f"{base}-{hashlib.blake2b(os.fsencode(rel), digest_size=4).hexdigest()}"
         s.session = base
 
 
@@ -537,9 +538,10 @@ def default_out_dir(root: str | os.PathLike[str]) -> Path:
     """Outside the input tree: ./traceanalyzer-out/<name>, or a sibling when cwd is inside root."""
     root = input_root(root)
     cwd = Path.cwd().resolve()
+    name = valid_text(root.name)  # a name in GBK, say, as \\xNN: the store's need UTF-8
     if cwd == root or root in cwd.parents:
-        return root.parent / f"{root.name}-traceanalyzer"
-    return cwd / "traceanalyzer-out" / root.name
+        return root.parent / f"{name}-traceanalyzer"
+    return cwd / "traceanalyzer-out" / name
 
 
 def only_session(root: str | os.PathLike[str]) -> RankSession | None:

@@ -51,6 +51,7 @@ from traceanalyzer.parse.csv_tables import (
 from traceanalyzer.parse.sink import body_columns, conform_body, table_from_rows, write_options
 from traceanalyzer.parse.times import Tally, checked_arrow
 from traceanalyzer.parse.trace_view import DEFAULT_PARSE_MEMORY, ParseMemory, parse_trace_view
+from traceanalyzer.printable import path_text
 from traceanalyzer.schema import TABLES
 from traceanalyzer.store import (
     Manifest,
@@ -536,7 +537,7 @@ def ingest_session(
     outcome = SessionOutcome(
         session.rank,
         session.session,
-        str(session.path),
+        path_text(session.path),
         "ingested",
         profiler_level=session.profiler_level,
         formats_present=list(session.formats),
@@ -860,7 +861,9 @@ def _session_row(
     """The session's row, from ``db`` when the Db export was read, else from ``trace`` (the
     trace's result, None without one)."""
     files = (
-        sorted(p.name for p in session.output_dir.iterdir()) if session.output_dir.is_dir() else []
+        sorted(path_text(p.name) for p in session.output_dir.iterdir())
+        if session.output_dir.is_dir()
+        else []
     )
     metadata = dict(session.metadata)
     if db is not None:
@@ -877,7 +880,7 @@ def _session_row(
     else:
         device_id = session.device_id
     row = {
-        "path": str(session.path),
+        "path": path_text(session.path),
         "start_ns": trace.start_ns if trace and trace.start_ns is not None else session.order_ns,
         "end_ns": trace.end_ns if trace and trace.end_ns is not None else session.end_ns,
         "profiler_level": session.profiler_level,
@@ -913,7 +916,7 @@ def _cached_outcome(entry: dict[str, Any]) -> SessionOutcome | None:
 
 
 def _crashed(session: RankSession, error: str) -> SessionOutcome:
-    return SessionOutcome(session.rank, session.session, str(session.path), "failed", error=error)
+    return SessionOutcome(session.rank, session.session, path_text(session.path), "failed", error=error)
 
 
 def ingest(

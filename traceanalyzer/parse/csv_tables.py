@@ -417,72 +417,78 @@ def _parse_plain(path: Path, spec: CsvSpec, sink: TableSink) -> CsvResult:
     if not header:
         raise _NotPlain
     names = [f"f{i}" for i in range(len(header))]
-    try:
-        reader = pacsv.open_csv(
-            path,
-            read_options=pacsv.ReadOptions(
-                block_size=_ARROW_BLOCK_BYTES, autogenerate_column_names=True, use_threads=False
-            ),
-            # no invalid_row_handler: a malformed row stops the read (the file goes to DuckDB);
-            # a handler would be given the row decoded as text, which bytes that are not
-            # UTF-8 make raise inside Arrow ("Exception ignored ...")
-            parse_options=pacsv.ParseOptions(newlines_in_values=True),
-            convert_options=pacsv.ConvertOptions(
-                column_types=dict.fromkeys(names, pa.string()),
-                null_values=[""],
-                strings_can_be_null=True,
-                quoted_strings_can_be_null=False,
-            ),
-        )
-    except pa.ArrowInvalid as exc:
-        raise _NotPlain from exc
-    result, exprs = _plan(path, spec, header)
-    if not exprs.columns:
-        return result
+    # opened by its bytes: pyarrow takes a name as UTF-8 text, which a folder's need not be
+    with pa.OSFile(os.fsencode(path)) as source:
+        try:
+            reader = pacsv.open_csv(
+                source,
+                read_options=pacsv.ReadOptions(
+                    block_size=_ARROW_BLOCK_BYTES, autogenerate_column_names=True, use_threads=False
+                ),
+                # no invalid_row_handler: a malformed row stops the read (the file goes to
+                # DuckDB); a handler would be given the row decoded as text, which bytes that
+                # are not UTF-8 make raise inside Arrow ("Exception ignored ...")
+                parse_options=pacsv.ParseOptions(newlines_in_values=True),
+                convert_options=pacsv.ConvertOptions(
+                    column_types=dict.fromkeys(names, pa.string()),
+                    null_values=[""],
+                    strings_can_be_null=True,
+                    quoted_strings_can_be_null=False,
+                ),
+            )
+        except pa.ArrowInvalid as exc:
+            raise _NotPlain from exc
+        result, exprs = _plan(path, spec, header)
+        if not exprs.columns:
+            return result
 
-    def batches() -> Iterator[pa.Table]:
-        first = True
-        while True:
-            try:
-                batch = reader.read_next_batch()
-            except StopIteration:
-                return
-            except pa.ArrowInvalid as exc:
-                raise _NotPlain from exc
-            if first:  # the header row
-                batch, first = batch.slice(1), False
-            yield _converted(batch, exprs)
+        def batches() -> Iterator[pa.Table]:
+            first = True
+            while True:
+                try:
+                    batch = reader.read_next_batch()
+                except StopIteration:
+                    return
+                except pa.ArrowInvalid as exc:
+                    raise _NotPlain from exc
+                if first:  # the header row
+                    batch, first = batch.slice(1), False
+                yield _converted(batch, exprs)
 
-    result.rows = sink.batches(spec.table, batches())
+        result.rows = sink.batches(spec.table, batches())
     return result
 
 
 def _parse_salvaging(path: Path, spec: CsvSpec, sink: TableSink, db: CsvDatabase) -> CsvResult:
     """``path`` read by DuckDB: malformed rows are skipped and reported by line."""
+    from traceanalyzer.parse.duckdb_connect import duckdb_name
+
     wide, source = _without_wide_rows(path, db.scratch)
     try:
-        return _read_salvaging(path, source, spec, sink, db, wide)
+        with duckdb_name(source) as name:
+            return _read_salvaging(path, name, spec, sink, db, wide)
     finally:
         if source != path:
             source.unlink(missing_ok=True)
 
 
 def _read_salvaging(
-    path: Path, source: Path, spec: CsvSpec, sink: TableSink, db: CsvDatabase, wide: list[int]
+    path: Path, name: str, spec: CsvSpec, sink: TableSink, db: CsvDatabase, wide: list[int]
 ) -> CsvResult:
-    """``source`` (``path`` or its copy without the ``wide`` rows) read by DuckDB."""
+    """The file DuckDB opens as ``name`` (``path``, or its copy without the ``wide`` rows) read
+    by DuckDB."""
     import duckdb
 
     con = db.cursor()
     try:
         try:
-            relation = con.sql(_READ_CSV.format(options=""), params={"path": str(source)})
+            relation = con.sql(_READ_CSV.format(options=""), params={"path": name})
         except duckdb.InvalidInputException:
             # the dialect sniffer gives up on some rows (bytes that are not UTF-8 in a row
             # with extra fields): without strict mode it reads them, and still rejects the
             # malformed ones by line; a file with none of our columns is no CSV of ours
             lenient = _READ_CSV.format(options=", strict_mode = false")
-            relation = con.sql(lenient, params={"path": str(source)})
+            relation = con.sql(lenient, params={"path": name})
             known = {source for col in spec.columns for source in col.sources}
             if not known & {c.strip() for c in relation.columns}:
                 raise

@@ -27,7 +27,7 @@ import duckdb
 import polars as pl
 import pyarrow as pa
 
-from traceanalyzer.parse.duckdb_connect import connect_duckdb
+from traceanalyzer.parse.duckdb_connect import connect_duckdb, duckdb_name
 from traceanalyzer.parse.json_array import (
     EVENT_BOUNDARY,
     array_body,
@@ -370,7 +370,8 @@ def _load_trace(
             for chunk in chunks or ():
                 chunk.unlink(missing_ok=True)
     try:
-        decoded = _decode(con, _scan([path]))
+        with duckdb_name(path) as name:
+            decoded = _decode(con, _scan([Path(name)]))
     except duckdb.OutOfMemoryException:
         raise
     except duckdb.Error as exc:
