@@ -916,7 +916,9 @@ def _cached_outcome(entry: dict[str, Any]) -> SessionOutcome | None:
 
 
 def _crashed(session: RankSession, error: str) -> SessionOutcome:
-    return SessionOutcome(session.rank, session.session, path_text(session.path), "failed", error=error)
+    return SessionOutcome(
+        session.rank, session.session, path_text(session.path), "failed", error=error
+    )
 
 
 def ingest(
