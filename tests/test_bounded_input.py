@@ -334,3 +334,22 @@ def test_an_out_named_in_gbk_is_refused_and_the_default_out_is_utf8(
     assert "its name is not UTF-8 text" in result.output and not (tmp_path / f"o{GBK}").exists()
     monkeypatch.chdir(tmp_path)
     assert default_out_dir(root) == tmp_path / "traceanalyzer-out" / "\\xca\\xfd\\xbe\\xdd"
+
+
+@pytest.mark.parametrize(
+    "pattern", ["(", "(?=a)", "(a{1000}){1000}"], ids=["unclosed", "lookaround", "too-big"]
+)
+def test_a_pattern_the_rules_cannot_match_is_refused_upfront(tmp_path: Path, pattern: str) -> None:
+    """Before, a bad step pattern made the steps of every rank "could not be derived" and the
+    run went on (exit 0) without them; a bad rule pattern failed the rule on every rank."""
+    root = tmp_path / "in"
+    shutil.copytree(SAMPLE, root)
+    config = root / "traceanalyzer.toml"
+    config.write_text(f"[steps]\nstep_pattern = {json.dumps(pattern)}\n")
+    result = CliRunner().invoke(
+        main, ["run", str(root), "--out", str(tmp_path / "out"), "--config", str(config)]
+    )
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    assert (
+        f"steps.step_pattern: {pattern!r} is not a pattern the rules can match (" in result.output
+    )
