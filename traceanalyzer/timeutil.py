@@ -174,10 +174,27 @@ def duckdb_duration_us_to_ns(col: str) -> str:
 
 
 def float_us_to_ns(expr: pl.Expr) -> pl.Expr:
-    """A float µs duration column as int64 ns, rounded to the nearest ns."""
-    return (expr * 1000).round(0).cast(pl.Int64)
+    """A float µs duration column as int64 ns, rounded to the nearest ns (:func:`_float_to_ns`)."""
+    return _float_to_ns(expr, 1000)
 
 
 def float_ms_to_ns(expr: pl.Expr) -> pl.Expr:
-    """A float ms duration column as int64 ns, rounded to the nearest ns."""
-    return (expr * 1_000_000).round(0).cast(pl.Int64)
+    """A float ms duration column as int64 ns, rounded to the nearest ns (:func:`_float_to_ns`)."""
+    return _float_to_ns(expr, 1_000_000)
+
+
+# What a float that is no int64 ns becomes (inf, NaN, 1e300): a time no table keeps, so
+# parse/times.py drops or clears it with the other impossible times, and says so (a cast to
+# int64 failed the rank).
+NO_NS = -(2**63)
+
+
+def _float_to_ns(expr: pl.Expr, scale: int) -> pl.Expr:
+    ns = (expr * scale).round(0)
+    fits = ns.abs() < 2.0**63  # (false for NaN)
+    return (
+        pl.when(fits)
+        .then(ns.cast(pl.Int64, strict=False))
+        .when(expr.is_not_null())
+        .then(pl.lit(NO_NS, pl.Int64))
+    )
