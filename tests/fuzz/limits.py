@@ -232,11 +232,11 @@ TRACE_TABLES = ("slices", "counters", "flows", "threads")
 
 def readers_disagree(root: Path) -> list[str]:
     """For each trace under ``root`` the native scanner reads: where its tables and notes
-    differ from the DuckDB reader's (nothing when they agree, or the scanner is not built)."""
+    differ from the DuckDB reader's (nothing when they agree, or the scanner is not built);
+    and a trace only one of them could read."""
     import polars as pl
 
-    from traceanalyzer.ingest import _PartitionSink
-    from traceanalyzer.parse import trace_native, trace_view
+    from traceanalyzer.parse import trace_native
 
     if not trace_native.available():
         return []
@@ -244,44 +244,53 @@ def readers_disagree(root: Path) -> list[str]:
     for trace in _files(root, "**/ASCEND_PROFILER_OUTPUT/trace_view.json"):
         if trace.stat().st_size > 64 << 20:
             continue
+        where = trace.relative_to(root)
         with tempfile.TemporaryDirectory(prefix="readers-") as scratch:
-            results, tables = {}, {}
-            for native in ("1", "0"):
-                previous = os.environ.get("TRACEANALYZER_NATIVE")
-                os.environ["TRACEANALYZER_NATIVE"] = native
-                out = Path(scratch) / native
-                try:
-                    results[native] = trace_view.parse_trace_view(
-                        trace, _PartitionSink(out, 0, "s"), Path(scratch) / "tmp", threads=2
-                    )
-                except Exception as exc:  # noqa: BLE001 - a reader's failure is the finding
-                    found.append(
-                        f"{trace.name}: reader {native} raised {type(exc).__name__}: {exc}"
-                    )
-                    break
-                finally:
-                    if previous is None:
-                        os.environ.pop("TRACEANALYZER_NATIVE", None)
-                    else:
-                        os.environ["TRACEANALYZER_NATIVE"] = previous
-                tables[native] = {
-                    t: pl.read_parquet(
-                        out / "tables" / t / "rank=0" / "session=s" / "part-0.parquet"
-                    )
-                    for t in TRACE_TABLES
-                }
-            if len(results) < 2 or results["1"].reader != "native":
-                continue  # the scanner refused it: DuckDB alone reads (and salvages) it
-            for table in TRACE_TABLES:
-                a, b = tables["1"][table], tables["0"][table]
-                same = a.schema == b.schema and a.sort(pl.all(), nulls_last=True).equals(
-                    b.sort(pl.all(), nulls_last=True)
+            native, duck = (_read(trace, Path(scratch) / n, native=n == "1") for n in "10")
+        if isinstance(native, str) or isinstance(duck, str):  # an unreadable trace
+            if isinstance(native, str) != isinstance(duck, str):
+                found.append(
+                    f"{where}: only one reader raised: {native if isinstance(native, str) else duck}"
                 )
-                if not same:
-                    found.append(f"{trace.relative_to(root)}: the readers' {table} differ")
-            for field in ("rows", "start_ns", "end_ns", "incomplete"):
-                if getattr(results["1"], field) != getattr(results["0"], field):
-                    found.append(f"{trace.relative_to(root)}: the readers' {field} differ")
-            if sorted(results["1"].warnings) != sorted(results["0"].warnings):
-                found.append(f"{trace.relative_to(root)}: the readers' notes differ")
+            continue
+        if native[0].reader != "native":
+            continue  # the scanner refused it: DuckDB alone reads (and salvages) it
+        for table in TRACE_TABLES:
+            a, b = native[1][table], duck[1][table]
+            if a.schema != b.schema or not a.sort(pl.all(), nulls_last=True).equals(
+                b.sort(pl.all(), nulls_last=True)
+            ):
+                found.append(f"{where}: the readers' {table} differ")
+        for field in ("rows", "start_ns", "end_ns", "incomplete"):
+            if getattr(native[0], field) != getattr(duck[0], field):
+                found.append(f"{where}: the readers' {field} differ")
+        if sorted(native[0].warnings) != sorted(duck[0].warnings):
+            found.append(f"{where}: the readers' notes differ")
     return found
+
+
+def _read(trace: Path, out: Path, native: bool) -> tuple[Any, dict[str, Any]] | str:
+    """The trace read by one reader: its result and tables, or why it could not be read."""
+    import polars as pl
+
+    from traceanalyzer.ingest import _PartitionSink
+    from traceanalyzer.parse import trace_view
+
+    previous = os.environ.get("TRACEANALYZER_NATIVE")
+    os.environ["TRACEANALYZER_NATIVE"] = "1" if native else "0"
+    try:
+        result = trace_view.parse_trace_view(
+            trace, _PartitionSink(out, 0, "s"), out / "scratch", threads=2
+        )
+    except Exception as exc:  # noqa: BLE001 - an unreadable trace fails its rank, said in words
+        return f"{type(exc).__name__}: {str(exc)[-200:]}"
+    finally:
+        if previous is None:
+            os.environ.pop("TRACEANALYZER_NATIVE", None)
+        else:
+            os.environ["TRACEANALYZER_NATIVE"] = previous
+    parts = out / "tables"
+    return result, {
+        t: pl.read_parquet(parts / t / "rank=0" / "session=s" / "part-0.parquet")
+        for t in TRACE_TABLES
+    }
