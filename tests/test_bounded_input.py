@@ -10,14 +10,14 @@ import json
 import os
 import re
 import shutil
-import signal
 import sqlite3
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from test_untrusted_input import _within
 
 from traceanalyzer.cli import main
 from traceanalyzer.discover import discover
@@ -105,22 +105,6 @@ def test_rules_new_says_why_it_cannot_write(tmp_path: Path) -> None:
 
 
 # --------------------------------------------------------------------------- patterns
-
-
-@contextlib.contextmanager
-def _within(seconds: float) -> Iterator[None]:
-    """Fail, rather than hang the suite, when the block takes longer than ``seconds``."""
-
-    def over(signum: int, frame: object) -> None:
-        raise TimeoutError(f"over {seconds} s: it hangs")
-
-    previous = signal.signal(signal.SIGALRM, over)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 def test_a_backtracking_pattern_parameter_ends_at_once() -> None:
@@ -353,3 +337,35 @@ def test_a_pattern_the_rules_cannot_match_is_refused_upfront(tmp_path: Path, pat
     assert (
         f"steps.step_pattern: {pattern!r} is not a pattern the rules can match (" in result.output
     )
+
+
+def test_the_time_check_drops_events_and_clears_summaries() -> None:
+    import polars as pl
+    import pyarrow as pa
+
+    from traceanalyzer.parse.times import Tally, checked_arrow
+
+    t0 = 1_736_408_883_000_000_000
+    tally = Tally()
+    slices = pa.table({
+        "name": pa.array(["ok", "1970", "negative", "none", "2200"], pa.string_view()),
+        "process": pa.array(["p"] * 5).dictionary_encode(),
+        "start_ns": [t0, 5, t0, None, 7_258_118_400 * 10**9],
+        "dur_ns": [10, 10, -1, 10, 10],
+    })  # fmt: skip
+    kept = checked_arrow("slices", slices, tally)
+    assert kept.column("name").to_pylist() == ["ok"] and kept.schema == slices.schema
+    steps = pa.table(
+        {"step": [1, 2], "computing_ns": [5, -(2**63)], "free_ns": [8 * 86_400 * 10**9, 0]}
+    )
+    cleared = pl.from_arrow(checked_arrow("step_times", steps, tally))
+    assert cleared.to_dicts() == [{"step": 1, "computing_ns": 5, "free_ns": None},
+                                  {"step": 2, "computing_ns": None, "free_ns": 0}]  # fmt: skip
+    assert tally.notes({"slices": "trace_view.json", "step_times": "analysis.db"}) == [
+        "trace_view.json: slices: 4 row(s) with an impossible time dropped (dur_ns not a "
+        "duration of 0 to 7 days: 1, start_ns not a time in 2000-2100: 3)",
+        "analysis.db: step_times: 2 impossible time(s) cleared (computing_ns not a duration of "
+        "0 to 7 days: 1, free_ns not a duration of 0 to 7 days: 1)",
+    ]
+    untouched = pa.table({"start_ns": [t0], "dur_ns": [0]})
+    assert checked_arrow("slices", untouched, Tally()) is untouched

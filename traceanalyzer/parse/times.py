@@ -18,6 +18,7 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 import polars as pl
 import pyarrow as pa
@@ -27,7 +28,7 @@ from traceanalyzer.timeutil import EARLIEST_NS, LATEST_NS, LONGEST_NS
 
 @dataclass(frozen=True)
 class TimeColumns:
-    """A table's time columns: ``stamps`` (epoch ns), ``durations`` (ns), the stamps a row is
+    """A table's time columns: ``stamps`` (epoch ns), ``durations`` (ns), the columns a row is
     nothing without (``required``: null there is damage too), and whether its rows are events
     (a bad time drops the row) or summaries (a bad time is cleared)."""
 
@@ -67,7 +68,7 @@ TIME_COLUMNS: dict[str, TimeColumns] = {
             "preparing_ns",
         ),
         events=False,
-    ),  # fmt: skip
+    ),
     "operators": TimeColumns(
         durations=(
             "host_self_ns",
@@ -78,34 +79,30 @@ TIME_COLUMNS: dict[str, TimeColumns] = {
             "device_total_aicore_ns",
         ),
         events=False,
-    ),  # fmt: skip
+    ),
 }
 
 
-def _years() -> str:
-    from datetime import UTC, datetime
-
-    first, last = (datetime.fromtimestamp(ns // 10**9, UTC).year for ns in (EARLIEST_NS, LATEST_NS))
-    return f"{first}-{last}"
+def _year(ns: int) -> int:
+    return datetime.fromtimestamp(ns // 10**9, UTC).year
 
 
-_NOT_A_STAMP = f"not a time in {_years()}"
+_NOT_A_STAMP = f"not a time in {_year(EARLIEST_NS)}-{_year(LATEST_NS)}"
 _NOT_A_DURATION = f"not a duration of 0 to {LONGEST_NS // (86_400 * 10**9)} days"
 
 
 def _impossible(columns: TimeColumns, present: list[str]) -> dict[str, pl.Expr]:
     """Per column of ``columns`` in ``present``: true where its value is impossible."""
     bad = {}
-    for name in columns.stamps:
-        if name in present:
-            value = pl.col(name)
+    for name in (*columns.stamps, *columns.durations):
+        if name not in present:
+            continue
+        value = pl.col(name)
+        if name in columns.stamps:
             wrong = (value < EARLIEST_NS) | (value >= LATEST_NS)
-            bad[name] = (value.is_null() | wrong) if name in columns.required else wrong
-    for name in columns.durations:
-        if name in present:
-            value = pl.col(name)
+        else:
             wrong = (value < 0) | (value > LONGEST_NS)
-            bad[name] = (value.is_null() | wrong) if name in columns.required else wrong
+        bad[name] = (value.is_null() | wrong) if name in columns.required else wrong
     return {name: expr.fill_null(False) for name, expr in bad.items()}
 
 
