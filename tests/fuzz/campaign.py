@@ -412,12 +412,15 @@ def run_case(
         case.failures += _shares_out_of_bounds(out)
         if any("trace_view.json" in done for done in case.damages):
             # both readers on the same damaged trace: one answer wherever the scanner reads it
-            case.failures += limits.readers_disagree(root)
+            traces = [p for p in _tree(root) if p.name == "trace_view.json"]
+            case.failures += limits.readers_disagree(root, traces)
         if rss is not None:
             case.rss_mb = round(rss, 1)
             case.rss_ratio = round(rss / baseline_mb(base, work, executor), 2)
             if case.rss_ratio > RSS_FACTOR:
                 case.failures.append(f"peak RSS {rss:.0f} MB, {case.rss_ratio}x a clean run")
+    except Exception as exc:  # noqa: BLE001 - the fuzzer's own fault: this case's, not the campaign's
+        case.failures.append(f"the fuzzer raised {type(exc).__name__}: {str(exc)[:300]}")
     finally:
         remove_tree(case_dir)
     return case

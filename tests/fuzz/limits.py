@@ -230,10 +230,10 @@ def environment(rng: random.Random) -> dict[str, str]:
 TRACE_TABLES = ("slices", "counters", "flows", "threads")
 
 
-def readers_disagree(root: Path) -> list[str]:
-    """For each trace under ``root`` the native scanner reads: where its tables and notes
-    differ from the DuckDB reader's (nothing when they agree, or the scanner is not built);
-    and a trace only one of them could read."""
+def readers_disagree(root: Path, traces: list[Path]) -> list[str]:
+    """For each of ``traces`` (under ``root``) the native scanner reads: where its tables and
+    notes differ from the DuckDB reader's (nothing when they agree, or the scanner is not
+    built); and a trace only one of them could read."""
     import polars as pl
 
     from traceanalyzer.parse import trace_native
@@ -241,8 +241,8 @@ def readers_disagree(root: Path) -> list[str]:
     if not trace_native.available():
         return []
     found = []
-    for trace in _files(root, "**/ASCEND_PROFILER_OUTPUT/trace_view.json"):
-        if trace.stat().st_size > 64 << 20:
+    for trace in traces:
+        if trace.is_symlink() or not trace.is_file() or trace.stat().st_size > 64 << 20:
             continue
         where = trace.relative_to(root)
         with tempfile.TemporaryDirectory(prefix="readers-") as scratch:
