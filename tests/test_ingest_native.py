@@ -241,6 +241,25 @@ def test_impossible_times_are_dropped_alike_with_one_note(
     ]
 
 
+def test_an_id_that_is_no_integer_is_null_in_both_readers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DuckDB's cast read ``-0.0`` as 0 and ``2.5`` as 3 (the fuzzer's first finding of the
+    readers side by side); the scanner takes integers only."""
+    odd = [-0.0, 2.5, "1e3", " 5", "0x10", "1_000", "+7", "-", 18446744073709551616, "-12"]
+    events = [*_m(HW_PID, "Ascend Hardware", {7: "Stream 7"})] + [
+        _x(f"task {i}", HW_PID, 7, f"{T0}.{100 + i}", 1.0,
+           {"Task Type": "AI_CORE", "connection_id": v, "Task Id": v, "data size(Byte)": v})
+        for i, v in enumerate(odd)
+    ]  # fmt: skip
+    trace = tmp_path / "trace_view.json"
+    trace.write_text(json.dumps(events))
+    _same_tables(trace, tmp_path, monkeypatch)
+    tables, _ = _parse(trace, tmp_path, True, monkeypatch)
+    ids = dict(tables["slices"].select("name", "connection_id").iter_rows())
+    assert [ids[f"task {i}"] for i in range(len(odd))] == [None] * 9 + [-12]
+
+
 def test_both_readers_convert_every_time_text_as_timeutil_does(tmp_path: Path) -> None:
     """One conversion in three languages: the scanner's C, DuckDB's SQL (the other reader) and
     polars' (the CSVs), text by text, for a ts and for a dur (absent or null: 0)."""

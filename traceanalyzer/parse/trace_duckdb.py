@@ -78,8 +78,17 @@ def _flat(key: str) -> str:
     return f'flat."{key}"' if key in _PRIMARY else f'flat2."{key}"'
 
 
+def _int(text: str) -> str:
+    """An integer's text (or a string of one) as BIGINT, null for anything else, as the C
+    scanner's ``to_int``: DuckDB's own cast also reads ``-0.0``, ``2.5`` (as 3) or ``1e3``."""
+    return (
+        f"(CASE WHEN length({text}) <= 20 AND regexp_full_match({text}, '-?[0-9]+') "
+        f"THEN TRY_CAST({text} AS BIGINT) END)"
+    )
+
+
 def _flat_int(*keys: str) -> str:
-    values = [f"TRY_CAST({_flat(k)} AS BIGINT)" for k in keys]
+    values = [_int(_flat(k)) for k in keys]
     return f"coalesce({', '.join(values)})" if len(values) > 1 else values[0]
 
 
