@@ -260,6 +260,22 @@ def test_an_id_that_is_no_integer_is_null_in_both_readers(
     assert [ids[f"task {i}"] for i in range(len(odd))] == [None] * 9 + [-12]
 
 
+def test_nul_padding_after_the_array_is_noted_by_both_readers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Scanned in ranges cut within the events, a trace followed by a crash's NULs is read
+    natively; it said nothing of them, where DuckDB (which salvages it) noted them."""
+    trace = tmp_path / "trace_view.json"
+    trace.write_bytes(json.dumps(_quirks()).encode())
+    with open(trace, "r+b") as fh:
+        fh.truncate(64 << 20)
+    _same_tables(trace, tmp_path, monkeypatch, threads=2)
+    _, result = _parse(trace, tmp_path, True, monkeypatch)
+    assert any(
+        "byte(s) after the closing bracket ignored (NUL padding" in w for w in result.warnings
+    )
+
+
 def test_both_readers_convert_every_time_text_as_timeutil_does(tmp_path: Path) -> None:
     """One conversion in three languages: the scanner's C, DuckDB's SQL (the other reader) and
     polars' (the CSVs), text by text, for a ts and for a dur (absent or null: 0)."""

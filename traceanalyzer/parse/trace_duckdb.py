@@ -35,6 +35,7 @@ from traceanalyzer.parse.json_array import (
     copy_as_utf8,
     copy_events,
     copy_prefix,
+    padding_note,
     split,
 )
 from traceanalyzer.parse.trace_events import TraceEvents
@@ -274,11 +275,8 @@ def _salvage_from(
         kept = f"kept bytes 0..{cut} of {size}, dropped bytes {cut}..{size}"
         out.incomplete = f"truncated: {kept}"
         out.warnings.append(f"{path}: truncated or malformed JSON ({reason}); {kept}")
-    if closed and body[1] + 1 < size:
-        out.warnings.append(
-            f"{path}: {size - body[1] - 1} byte(s) after the closing bracket ignored (NUL padding "
-            "or whitespace, as a crash can leave)"
-        )
+    if closed and (padded := padding_note(path)):
+        out.warnings.append(padded)
     if dropped:
         lost = sum(end - begin for begin, end in dropped)
         ranges = ", ".join(f"{begin}..{end}" for begin, end in dropped[:5])
