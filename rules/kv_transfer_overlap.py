@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 
 import polars as pl
@@ -20,6 +19,7 @@ from traceanalyzer.kit import (
     RuleContext,
     analysed_window_ns,
     covered_fraction,
+    first_match,
     kernel_tasks,
     outermost,
     phase_windows,
@@ -522,8 +522,8 @@ def _decode_side(
         if reads.height
         else reads
     )
-    found = re.search(p.receive_pattern, str(reads["name"][0])) if reads.height else None
-    read = found.group(0) if found else "KV reads"
+    found = first_match(p.receive_pattern, str(reads["name"][0])) if reads.height else None
+    read = found or "KV reads"
     pulls = (
         f"; KV reads ({read}) overlap them: {during.height}, "
         f"{fmt.duration(float((during['end_ns'] - during['start_ns']).mean()))} each (mean)"

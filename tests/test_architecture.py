@@ -225,6 +225,34 @@ def test_rules_import_the_product_only_through_the_kit(tmp_path: Path) -> None:
     assert not hits, "\n".join(hits)
 
 
+# Where pattern parameters are matched: a config file inside a received collection can set
+# them, and Python's `re` backtracks (`^(a|a)*$` hung a rule); kit/patterns.py says how instead.
+MATCH_PARAMETERS = ("kit", "steps", "overview")
+
+
+def test_patterns_are_matched_only_in_linear_time() -> None:
+    """No rule, kit helper, steps or overview module hands ``re`` a pattern that is not a
+    literal (a parameter's value): they match with polars or ``kit.first_match``."""
+    files = [*(PACKAGE.parent / "rules").rglob("*.py")]
+    for folder in MATCH_PARAMETERS:
+        files += (PACKAGE / folder).rglob("*.py")
+    hits = []
+    for path in sorted(files):
+        for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+            if not (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and isinstance(node.func.value, ast.Name)
+                and node.func.value.id == "re"
+                and node.args
+            ):
+                continue
+            pattern = node.args[0]
+            if not (isinstance(pattern, ast.Constant) and isinstance(pattern.value, str)):
+                hits.append(f"{path}:{node.lineno}: re.{node.func.attr}({ast.unparse(pattern)})")
+    assert not hits, "\n".join(hits)
+
+
 class _Blank(dict):
     """Template values: the given ones, any other placeholder a plain word."""
 

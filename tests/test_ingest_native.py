@@ -170,6 +170,157 @@ def test_same_tables_on_quirky_json(
     _same_tables(trace, tmp_path, monkeypatch)
 
 
+def _impossible_times() -> str:
+    """Times no profile holds, written as JSON can write them (numbers, strings, escapes)."""
+    ok = f"{T0}.100"
+    events = [
+        *_m(PY_PID, "Python", {PY_PID: "main"}),
+        *_m(HW_PID, "Ascend Hardware", {7: "Stream 7"}),
+        _x("ok", PY_PID, PY_PID, ok, 2.5),
+        _x("exponent ts", PY_PID, PY_PID, "1.736408883704643e15", 2.5),  # DuckDB: 1970
+        _x("exponent number ts", PY_PID, PY_PID, "@1.736408883704643e15@", 2.5),
+        _x("ts 1e20", PY_PID, PY_PID, "@1e20@", 1.0),  # past int64: no time at all
+        _x("ts 1e300", PY_PID, PY_PID, "@1e300@", 1.0),
+        _x("ts NaN text", PY_PID, PY_PID, "NaN", 1.0),
+        _x("ts hex", PY_PID, PY_PID, "0x1e5", 1.0),
+        _x("ts 1970", PY_PID, PY_PID, "5.000", 1.0),
+        _x("ts negative", PY_PID, PY_PID, "-5.000", 1.0),
+        _x("ts 2200", PY_PID, PY_PID, "7258118400000000.000", 1.0),
+        _x("dur 1e300", PY_PID, PY_PID, ok, "@1e300@"),  # natively 0, dropped by DuckDB
+        _x("dur negative", PY_PID, PY_PID, ok, -5.0),
+        _x("dur 12 days", PY_PID, PY_PID, ok, 1e12),
+        _x("dur text", PY_PID, PY_PID, ok, "abc"),
+        _x("dur hex", PY_PID, PY_PID, ok, "0x10"),
+        _x("dur underscores", PY_PID, PY_PID, ok, "1_000"),
+        _x("dur nan", PY_PID, PY_PID, ok, "nan"),
+        _x("dur true", PY_PID, PY_PID, ok, "@true@"),
+        _x("dur object", PY_PID, PY_PID, ok, {"a": 1}),
+        _x("dur escaped", PY_PID, PY_PID, ok, "@\"\\u0032.5\"@"),  # "2.5", kept
+        _x("dur spaced", PY_PID, PY_PID, ok, " 2.5\t"),  # kept
+        {"ph": "C", "name": "HBM", "pid": HW_PID, "tid": 0, "ts": "@1e20@", "args": {"r": 1, "w": 2}},
+        {"ph": "C", "name": "HBM", "pid": HW_PID, "tid": 0, "ts": ok, "args": {"r": 3}},
+        {"ph": "s", "name": "torch_to_npu", "id": 9, "pid": PY_PID, "tid": PY_PID, "ts": "NaN", "cat": "async_npu"},
+        {"ph": "f", "name": "torch_to_npu", "id": 9, "pid": HW_PID, "tid": 7, "ts": ok, "cat": "async_npu", "bp": "e"},
+    ]  # fmt: skip
+    # "@...@": the value as it is in the file (a JSON number or literal, not a string)
+    return (
+        json.dumps(events)
+        .replace('"@', "")
+        .replace('@"', "")
+        .replace('\\"', '"')
+        .replace("\\\\", "\\")
+    )
+
+
+def test_impossible_times_are_dropped_alike_with_one_note(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One conversion and one answer: an exponent ts is read through a double by both readers
+    (DuckDB put it in 1970), a dur that is no number is no duration for both (natively it was
+    0, DuckDB dropped the event as malformed), and every time no profile holds drops its event
+    with one note, the same whichever reader read the file."""
+    trace = tmp_path / "trace_view.json"
+    trace.write_text(_impossible_times())
+    _same_tables(trace, tmp_path, monkeypatch)
+    tables, result = _parse(trace, tmp_path, True, monkeypatch)
+    assert sorted(tables["slices"]["name"].to_list()) == [
+        "dur escaped", "dur spaced", "exponent number ts", "exponent ts", "ok",
+    ]  # fmt: skip
+    assert set(tables["slices"]["start_ns"].to_list()) >= {1736408883704643000}
+    assert tables["slices"].filter(pl.col("name") == "dur escaped")["dur_ns"].item() == 2500
+    assert tables["counters"]["series"].to_list() == ["r"]
+    assert tables["flows"]["start_ns"].to_list() == [None]
+    assert result.incomplete is None
+    assert sorted(result.warnings) == [
+        "trace_view.json: counters: 2 row(s) with an impossible time dropped "
+        "(ts_ns not a time in 2000-2100: 2)",
+        "trace_view.json: flows: 1 row(s) with an impossible time dropped "
+        "(ts not a time in 2000-2100: 1)",
+        "trace_view.json: slices: 16 row(s) with an impossible time dropped "
+        "(dur_ns not a duration of 0 to 7 days: 9, start_ns not a time in 2000-2100: 7)",
+    ]
+
+
+def test_an_id_that_is_no_integer_is_null_in_both_readers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DuckDB's cast read ``-0.0`` as 0 and ``2.5`` as 3 (the fuzzer's first finding of the
+    readers side by side); the scanner takes integers only."""
+    odd = [-0.0, 2.5, "1e3", " 5", "0x10", "1_000", "+7", "-", 18446744073709551616, "-12"]
+    events = [*_m(HW_PID, "Ascend Hardware", {7: "Stream 7"})] + [
+        _x(f"task {i}", HW_PID, 7, f"{T0}.{100 + i}", 1.0,
+           {"Task Type": "AI_CORE", "connection_id": v, "Task Id": v, "data size(Byte)": v})
+        for i, v in enumerate(odd)
+    ]  # fmt: skip
+    trace = tmp_path / "trace_view.json"
+    trace.write_text(json.dumps(events))
+    _same_tables(trace, tmp_path, monkeypatch)
+    tables, _ = _parse(trace, tmp_path, True, monkeypatch)
+    ids = dict(tables["slices"].select("name", "connection_id").iter_rows())
+    assert [ids[f"task {i}"] for i in range(len(odd))] == [None] * 9 + [-12]
+
+
+def test_nul_padding_after_the_array_is_noted_by_both_readers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Scanned in ranges cut within the events, a trace followed by a crash's NULs is read
+    natively; it said nothing of them, where DuckDB (which salvages it) noted them."""
+    trace = tmp_path / "trace_view.json"
+    trace.write_bytes(json.dumps(_quirks()).encode())
+    with open(trace, "r+b") as fh:
+        fh.truncate(64 << 20)
+    _same_tables(trace, tmp_path, monkeypatch, threads=2)
+    _, result = _parse(trace, tmp_path, True, monkeypatch)
+    assert any(
+        "byte(s) after the closing bracket ignored (NUL padding" in w for w in result.warnings
+    )
+
+
+def test_both_readers_convert_every_time_text_as_timeutil_does(tmp_path: Path) -> None:
+    """One conversion in three languages: the scanner's C, DuckDB's SQL (the other reader) and
+    polars' (the CSVs), text by text, for a ts and for a dur (absent or null: 0)."""
+    from test_timeutil import _texts
+
+    from traceanalyzer.parse import trace_duckdb
+    from traceanalyzer.timeutil import us_series_to_ns
+
+    texts = _texts()
+    events = [
+        {"ph": "X", "name": str(i), "pid": 1, "tid": 1, "ts": t, "dur": t}
+        for i, t in enumerate(texts)
+    ]
+    trace = tmp_path / "trace_view.json"
+    trace.write_text(json.dumps(events))
+    expected = us_series_to_ns(pl.Series(texts, dtype=pl.String))
+    expected_dur = pl.Series(
+        [0 if t is None else ns for t, ns in zip(texts, expected, strict=True)]
+    )
+    scanned = trace_native.scan_trace(trace, 1)
+    native = scanned.decode("slices", "name", scanned.slices)
+    duck = trace_duckdb.read_events(trace, tmp_path / "scratch", 1, 256, TraceResult()).slices
+    for reader, slices in (("native", native), ("duckdb", duck)):
+        got = slices.sort(pl.col("name").cast(pl.Int64))
+        for column, want in (("ts", expected), ("dur_ns", expected_dur)):
+            wrong = [(t, g, w) for t, g, w in zip(texts, got[column], want, strict=True) if g != w]
+            assert not wrong, (reader, column, wrong[:10])
+
+
+def test_a_nan_literal_is_salvaged_and_noted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``NaN`` is no JSON: the scanner refuses the file, DuckDB reads it, and the events whose
+    ts or dur it is are dropped with the note."""
+    trace = tmp_path / "trace_view.json"
+    events = [*_m(PY_PID, "Python", {PY_PID: "main"}), _x("ok", PY_PID, PY_PID, f"{T0}.100", 1.0),
+              _x("ts", PY_PID, PY_PID, "@NaN@", 1.0), _x("dur", PY_PID, PY_PID, f"{T0}.100", "@NaN@")]  # fmt: skip
+    trace.write_text(json.dumps(events).replace('"@', "").replace('@"', ""))
+    tables, result = _parse(trace, tmp_path, True, monkeypatch)
+    assert tables["slices"]["name"].to_list() == ["ok"]
+    assert "trace_view.json: slices: 2 row(s) with an impossible time dropped" in " ".join(
+        result.warnings
+    )
+
+
 def test_flattened_args_and_names(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     trace = tmp_path / "trace_view.json"
     trace.write_text(json.dumps(_quirks()))

@@ -38,9 +38,43 @@ def test_polars_own_allocator_default_inherited_from_a_parent_is_no_user_setting
         assert os.environ["_RJEM_MALLOC_CONF"] == expected
 
 
-def test_a_threshold_that_is_no_number_is_left_to_glibc(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "lots")
-    process_env.configure()  # no raise: glibc ignores it too
+@pytest.mark.parametrize(
+    ("name", "value", "instead"),
+    [
+        ("MALLOC_MMAP_THRESHOLD_", "lots", str(1 << 20)),
+        ("MALLOC_MMAP_THRESHOLD_", str(1 << 30), str(1 << 20)),  # past glibc's largest
+        ("POLARS_ENGINE_AFFINITY", "bogus", "in-memory"),
+        ("ARROW_DEFAULT_MEMORY_POOL", "tcmalloc", "system"),
+        ("OPENBLAS_NUM_THREADS", "-1", "1"),
+        ("POLARS_MAX_THREADS", "0", None),  # not ours to set: polars chooses
+        ("POLARS_MAX_THREADS", "1024", None),  # 155 s instead of 0.8 on 2 cores
+        ("POLARS_MAX_THREADS", "²", None),
+    ],
+)
+def test_a_value_the_library_would_not_take_is_replaced_with_a_note(
+    monkeypatch: pytest.MonkeyPatch, name: str, value: str, instead: str | None
+) -> None:
+    monkeypatch.setenv(name, value)
+    monkeypatch.setattr(process_env, "_cores", lambda: 2)
+    (note,) = process_env.configure()
+    assert note.startswith(f"{name}={value!r} is not ") and ": ignored, using " in note
+    assert os.environ.get(name) == instead
+
+
+def test_a_value_the_library_takes_is_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in [("POLARS_MAX_THREADS", "2"), ("MALLOC_MMAP_THRESHOLD_", "0")]:
+        monkeypatch.setenv(name, value)
+        assert process_env.configure() == []
+        assert os.environ[name] == value
+
+
+def test_polars_max_threads_zero_is_no_panic() -> None:
+    """Before, polars panicked at the first query (PanicException: a Traceback, exit 1)."""
+    program = "import traceanalyzer.cli, polars as pl; print(pl.select(pl.lit(7)).item())"
+    env = {**os.environ, "POLARS_MAX_THREADS": "0"}
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, env=env)
+    assert done.returncode == 0 and done.stdout.strip() == "7", done.stderr
+    assert done.stderr.startswith("warning: POLARS_MAX_THREADS='0' is not a thread count")
 
 
 def test_the_cli_runs_pyarrow_on_the_system_allocator() -> None:

@@ -40,7 +40,8 @@ if TYPE_CHECKING:
     from traceanalyzer.ingest import IngestResult, SessionOutcome
 
 # Before anything imports polars or numpy (every command imports them lazily, below).
-process_env.configure()
+for _note in process_env.configure():
+    click.echo(f"warning: {printable(_note)}", err=True)
 
 
 def _say(text: str, err: bool = False) -> None:

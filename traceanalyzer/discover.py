@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from traceanalyzer import json_shape, sqlite_ro
+from traceanalyzer.printable import valid_text
 
 OUTPUT_DIR = "ASCEND_PROFILER_OUTPUT"
 TRACE_FILE = "trace_view.json"  # in OUTPUT_DIR
@@ -268,9 +269,20 @@ def _device_id_from_outputs(out_dir: Path, refused: set[Path]) -> int | None:
             continue
         if column in header and len(row) > header.index(column):
             digits = re.search(r"(\d+)", row[header.index(column)])
-            if digits and int(digits.group(1)) >= 0:
-                return int(digits.group(1))
+            device = bounded_int(digits.group(1)) if digits else None
+            if device is not None:
+                return device
     return None
+
+
+def bounded_int(digits: str, high: int = 1 << 31) -> int | None:
+    """``digits`` (ASCII digits from a file or folder name, a CSV cell) as an int below
+    ``high``, else None: a 5,000-digit id is no id (``int`` of it raises past 4,300 digits,
+    and a rank of 2**40 has no room in the store's int32)."""
+    if len(digits) > len(str(high)) or not digits.isascii() or not digits.isdigit():
+        return None
+    value = int(digits)
+    return value if value < high else None
 
 
 def _pick_info_file(path: Path, refused: set[Path]) -> Path | None:
@@ -312,7 +324,7 @@ def _load_session(path: Path, problems: list[Problem], refused: set[Path]) -> Ra
         and (m := DB_NAME.match(db_file.name))
         and m.group("rank")
     ):
-        rank, source = int(m.group("rank")), "file_name"
+        rank, source = bounded_int(m.group("rank")), "file_name"
     device_id = _device_id_from_outputs(path / OUTPUT_DIR, refused)
     if db_file is not None and (rank is None or device_id is None):
         db_rank, db_device = _rank_device_map(db_file)
@@ -322,9 +334,9 @@ def _load_session(path: Path, problems: list[Problem], refused: set[Path]) -> Ra
     if rank is None and device_id is not None:
         rank, source = device_id, "device_id"
     if rank is None and (m := re.search(r"rank[_-]?(\d+)", path.name)):
-        rank, source = int(m.group(1)), "dir_name"
+        rank, source = bounded_int(m.group(1)), "dir_name"
     if rank is None:
-        rank = -1
+        rank, source = -1, "unknown"  # (a source whose digits were no rank gave none)
         problems.append(
             Problem(
                 "warning",
@@ -356,7 +368,7 @@ def _load_session(path: Path, problems: list[Problem], refused: set[Path]) -> Ra
         cann_version=info.get("cann_version"),
         device_id=device_id,
         hostname=name_match.group("host") if name_match else None,
-        os_pid=int(name_match.group("pid")) if name_match else None,
+        os_pid=bounded_int(name_match.group("pid"), 1 << 63) if name_match else None,
         order_ns=end_ns or _dir_ts_ns(path.name),
         end_ns=end_ns,
         config=config,
@@ -509,22 +521,39 @@ def _rank_problems(sessions: list[RankSession], problems: list[Problem]) -> None
                     f"rank {rank}: {len(group)} sessions, analysed in time order",
                 )
             )
-    known = sorted(r for r in by_rank if r >= 0)
-    expected: set[int] = set(range(known[-1] + 1)) if known else set()
+    known = {r for r in by_rank if r >= 0}
+    listed: set[int] = set()
     for s in sessions:
         for group in (s.metadata.get("parallel_group_info") or {}).values():
             if isinstance(group, dict):  # global_ranks: conformed to ints by discovery
-                expected.update(r for r in group.get("global_ranks") or [] if r >= 0)
-    missing = sorted(expected - set(known))
+                listed.update(r for r in group.get("global_ranks") or [] if r >= 0)
+    missing, expected, shown = _missing_ranks(known, listed)
     if missing:
-        shown = ", ".join(map(str, missing[:20])) + (" ..." if len(missing) > 20 else "")
+        more = " ..." if missing > len(shown) else ""
         problems.append(
             Problem(
                 "warning",
                 "",
-                f"missing ranks: {shown} ({len(missing)} of {len(expected)} expected)",
+                f"missing ranks: {', '.join(map(str, shown))}{more} "
+                f"({missing} of {expected} expected)",
             )
         )
+
+
+def _missing_ranks(known: set[int], listed: set[int], show: int = 20) -> tuple[int, int, list[int]]:
+    """How many ranks are missing, of how many expected (0 up to the highest rank found, and
+    every rank a parallel group lists), and the first ``show`` of them: counted, never listed
+    whole (a rank_id of 2**31 - 1 expects two billion ranks; their set took 4.6 GB)."""
+    top = max(known, default=-1)
+    beyond = sorted(r for r in listed if r > top)  # every rank found is at most top
+    missing = top + 1 - len(known) + len(beyond)
+    shown: list[int] = []
+    rank = 0
+    while len(shown) < show and rank <= top:  # at most len(known) + show steps
+        if rank not in known:
+            shown.append(rank)
+        rank += 1
+    return missing, top + 1 + len(beyond), (shown + beyond)[:show]
 
 
 def input_root(path: str | os.PathLike[str]) -> Path:
@@ -545,9 +574,10 @@ def default_out_dir(root: str | os.PathLike[str]) -> Path:
     """Outside the input tree: ./traceanalyzer-out/<name>, or a sibling when cwd is inside root."""
     root = input_root(root)
     cwd = Path.cwd().resolve()
+    name = valid_text(root.name)  # a name in GBK, say, as \\xNN: the store's need UTF-8
     if cwd == root or root in cwd.parents:
-        return root.parent / f"{root.name}-traceanalyzer"
-    return cwd / "traceanalyzer-out" / root.name
+        return root.parent / f"{name}-traceanalyzer"
+    return cwd / "traceanalyzer-out" / name
 
 
 def only_session(root: str | os.PathLike[str]) -> RankSession | None:

@@ -51,7 +51,9 @@ from traceanalyzer.parse.csv_tables import (
     parse_csv,
 )
 from traceanalyzer.parse.sink import body_columns, conform_body, table_from_rows, write_options
+from traceanalyzer.parse.times import Tally, checked_arrow
 from traceanalyzer.parse.trace_view import DEFAULT_PARSE_MEMORY, ParseMemory, parse_trace_view
+from traceanalyzer.printable import path_text
 from traceanalyzer.schema import TABLES
 from traceanalyzer.store import (
     Manifest,
@@ -259,14 +261,20 @@ class _PartitionSink:
         self.seconds = seconds
         self.deadline = time.monotonic() + seconds if seconds is not None else None
         self.rows: dict[str, int] = {}
+        # what no table stores: impossible times (parse/times.py), said in the rank's warnings
+        self.impossible = Tally()
 
     def _in_time(self) -> None:
         if self.deadline is not None and time.monotonic() > self.deadline:
             raise RankFailed(_too_long(self.seconds or 0))
 
+    def _body(self, table: str, data: pa.Table) -> pa.Table:
+        """``data`` in the table's columns, without impossible times."""
+        return checked_arrow(table, conform_body(table, data), self.impossible)
+
     def arrow(self, table: str, data: pa.Table) -> int:
         self._in_time()
-        body = conform_body(table, data)
+        body = self._body(table, data)
         commit_partition(
             self.out,
             table,
@@ -286,7 +294,7 @@ class _PartitionSink:
             writer = None
             try:
                 for part in tables:
-                    body = conform_body(table, part)
+                    body = self._body(table, part)
                     if writer is None:  # the first part's schema: names may be dictionaries
                         writer = pq.ParquetWriter(
                             path, body.schema, **write_options(table, body.schema)
@@ -324,7 +332,7 @@ class _BufferedSink(_PartitionSink):
 
     def batches(self, table: str, tables: Iterable[pa.Table]) -> int:
         self._in_time()
-        self.parts[table] = [conform_body(table, part) for part in tables]
+        self.parts[table] = [self._body(table, part) for part in tables]
         self.rows[table] = sum(part.num_rows for part in self.parts[table])
         return self.rows[table]
 
@@ -387,11 +395,17 @@ class _SideFiles:
     finished first)."""
 
     def __init__(
-        self, session: RankSession, sink: _PartitionSink, filled: frozenset[str] = frozenset()
+        self,
+        session: RankSession,
+        sink: _PartitionSink,
+        scratch: Path,
+        filled: frozenset[str] = frozenset(),
     ):
         """``filled``: tables already read from the Db; their files are not read, and the
-        files of the other tables are optional (the Db was the session's source)."""
+        files of the other tables are optional (the Db was the session's source). ``scratch``
+        takes the private copies of damaged files."""
         self.session, self.sink, self.filled = session, sink, filled
+        self.scratch = scratch
         self.missing: list[str] = []
         self.not_collected: list[CsvSpec] = []
         self.warnings: list[str] = []
@@ -417,7 +431,7 @@ class _SideFiles:
                 self.not_collected.append(spec)
             else:
                 self.missing.append(spec.file)
-        csv_db = CsvDatabase()
+        csv_db = CsvDatabase(self.scratch)
 
         def parse_one(item: tuple[CsvSpec, Path]) -> CsvResult | Exception:
             try:
@@ -534,7 +548,7 @@ def ingest_session(
     outcome = SessionOutcome(
         session.rank,
         session.session,
-        str(session.path),
+        path_text(session.path),
         "ingested",
         profiler_level=session.profiler_level,
         formats_present=list(session.formats),
@@ -555,7 +569,7 @@ def ingest_session(
         # is handed back: the parses' memory never adds up (alongside the last tables, the
         # 200 MB benchmark rank peaked 20 MB higher). Two large files at a time stay below the
         # trace parse's peak since each large buffer is mapped on its own (process_env).
-        side_files = _SideFiles(session, sink, frozenset(sink.rows) if db else frozenset())
+        side_files = _SideFiles(session, sink, scratch, frozenset(sink.rows) if db else frozenset())
         side: list[Future[dict[str, list[str]]]] = []
         large = side_files.size > _SIDE_FILES_ALONGSIDE_BYTES
         if not large and not db:
@@ -610,6 +624,7 @@ def ingest_session(
                 if settings.get(setting) is True and not sink.rows.get(table)
             ]
         sink.arrow("sessions", _session_row(session, trace, outcome, db))
+        outcome.warnings += sink.impossible.notes(_table_sources(session, db))
         outcome.rows = dict(sink.rows)
     except Exception as exc:
         _failed(outcome, exc, out)
@@ -623,6 +638,16 @@ def ingest_session(
     if input_bytes(session) >= _RELEASE_AFTER_BYTES:
         _release_memory()
     return outcome
+
+
+def _table_sources(session: RankSession, db: DbResult | None) -> dict[str, str]:
+    """The file each table of ``session`` was read from (the Db's tables from the Db), for the
+    notes that name it."""
+    info = session.info_file.name if session.info_file else session.path.name
+    sources = {"sessions": info} | dict.fromkeys(("slices", "counters", "flows"), TRACE_FILE)
+    sources |= {spec.table: spec.file for spec in SPECS}
+    sources |= {table: name for name, table, _ in _COMM_FILES}
+    return sources | (db.sources if db else {})
 
 
 def _failed(outcome: SessionOutcome, exc: Exception, out: Path) -> None:
@@ -847,7 +872,9 @@ def _session_row(
     """The session's row, from ``db`` when the Db export was read, else from ``trace`` (the
     trace's result, None without one)."""
     files = (
-        sorted(p.name for p in session.output_dir.iterdir()) if session.output_dir.is_dir() else []
+        sorted(path_text(p.name) for p in session.output_dir.iterdir())
+        if session.output_dir.is_dir()
+        else []
     )
     metadata = dict(session.metadata)
     if db is not None:
@@ -864,7 +891,7 @@ def _session_row(
     else:
         device_id = session.device_id
     row = {
-        "path": str(session.path),
+        "path": path_text(session.path),
         "start_ns": trace.start_ns if trace and trace.start_ns is not None else session.order_ns,
         "end_ns": trace.end_ns if trace and trace.end_ns is not None else session.end_ns,
         "profiler_level": session.profiler_level,
@@ -927,7 +954,9 @@ def _cached_outcome(entry: dict[str, Any], session: RankSession) -> SessionOutco
 
 
 def _crashed(session: RankSession, error: str) -> SessionOutcome:
-    return SessionOutcome(session.rank, session.session, str(session.path), "failed", error=error)
+    return SessionOutcome(
+        session.rank, session.session, path_text(session.path), "failed", error=error
+    )
 
 
 def ingest(

@@ -24,6 +24,8 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
+from traceanalyzer.printable import valid_text
+
 LOCK_FILE = ".lock"
 LOCK_WAIT_SECONDS = 5.0
 # errno values that only writing can cause: reading an input never runs out of space.
@@ -49,8 +51,14 @@ def _inside(path: Path, container: Path) -> bool:
 
 
 def check_out(out: Path, root: Path, rank_dirs: Iterable[Path] = ()) -> None:
-    """Refuse ``out`` inside the input ``root`` or the real path of any of ``rank_dirs``."""
+    """Refuse ``out`` inside the input ``root`` or the real path of any of ``rank_dirs``, or
+    named with bytes that are not UTF-8 (the store's libraries take names as UTF-8 text)."""
     target = out.resolve()
+    if valid_text(str(target)) != str(target):
+        raise OutputRefused(
+            f"--out {valid_text(str(target))}: its name is not UTF-8 text (written \\xNN here), "
+            "which the store's files need; choose another --out"
+        )
     for protected in (root, *rank_dirs):
         real = protected.resolve()
         if _inside(target, real):

@@ -36,7 +36,11 @@
   0.4 s of CPU taken from the parse on two cores; one BLAS thread costs none.
 
 The libraries read these settings once, when they load, so :func:`configure` runs at the top
-of the CLI (worker processes inherit the environment). A value the user set wins. The workers
+of the CLI (worker processes inherit the environment). A value the user set wins, when it is
+one the library takes (:data:`VALID`): a wrong one is replaced by ours, or removed where we set
+none, and the CLI says so. ``POLARS_MAX_THREADS=0`` made polars panic at its first query, 1,024
+threads on 2 cores took a run from 0.8 s to 155 s, and a value polars cannot parse it warned
+about in its own words (``sys:1: UserWarning: illegal value``). The workers
 of a Ray cluster the CLI joins start from their node's environment instead, so the executor
 hands them this process's values (:func:`in_effect`) with the job. A notebook that imported
 polars or numpy before traceanalyzer keeps their defaults: slower and higher peaks, nothing
@@ -48,7 +52,9 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import re
 import sys
+from collections.abc import Callable
 
 POLARS_JEMALLOC_CONF = "narenas:1,background_thread:true,dirty_decay_ms:100,muzzy_decay_ms:0"
 SETTINGS = {
@@ -61,11 +67,57 @@ SETTINGS = {
 # what ``import polars`` (1.x-2.x) puts first in _RJEM_MALLOC_CONF, before a value already set
 POLARS_IMPORT_JEMALLOC_CONF = "dirty_decay_ms:500,muzzy_decay_ms:1000"
 M_MMAP_THRESHOLD = -3  # mallopt's parameter number (malloc.h)
+MAX_MMAP_THRESHOLD = 32 << 20  # glibc's largest (HEAP_MAX_SIZE / 2 on 64 bits)
 
 
-def configure() -> None:
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def most_threads() -> int:
+    """The most threads a thread-count setting may ask for: 4 per core (more only wait)."""
+    return 4 * _cores()
+
+
+def _count(low: int, high: Callable[[], int]) -> Callable[[str], bool]:
+    return lambda value: (
+        bool(re.fullmatch(r"\s*[0-9]{1,12}\s*", value)) and (low <= int(value) <= high())
+    )
+
+
+def _one_of(*words: str) -> Callable[[str], bool]:
+    return lambda value: value.strip().lower() in words
+
+
+# The library settings the CLI reads or sets, with what each library takes: (the check, what
+# it expects).
+VALID: dict[str, tuple[Callable[[str], bool], str]] = {
+    "POLARS_MAX_THREADS": (_count(1, most_threads), "a thread count from 1 to {most}"),
+    "POLARS_ENGINE_AFFINITY": (
+        _one_of("auto", "in-memory", "streaming", "gpu"),
+        "auto, in-memory, streaming or gpu",
+    ),
+    "ARROW_DEFAULT_MEMORY_POOL": (
+        _one_of("system", "jemalloc", "mimalloc"),
+        "system, jemalloc or mimalloc",
+    ),
+    "MALLOC_MMAP_THRESHOLD_": (
+        _count(0, lambda: MAX_MMAP_THRESHOLD),
+        f"a size in bytes from 0 to {MAX_MMAP_THRESHOLD}",
+    ),
+    "OPENBLAS_NUM_THREADS": (_count(1, most_threads), "a thread count from 1 to {most}"),
+}
+
+
+def configure() -> list[str]:
     """Apply :data:`SETTINGS`, each unless the environment already sets it (polars' own
-    jemalloc default, inherited from a parent that imported polars, is not a setting)."""
+    jemalloc default, inherited from a parent that imported polars, is not a setting). Returns
+    what was wrong: each value a library would not take (:data:`VALID`), replaced by ours or
+    removed."""
+    notes = _drop_invalid()
     jemalloc = os.environ.get("_RJEM_MALLOC_CONF")
     if jemalloc is not None and jemalloc.startswith(POLARS_IMPORT_JEMALLOC_CONF):
         added = jemalloc[len(POLARS_IMPORT_JEMALLOC_CONF) :].lstrip(",")
@@ -75,6 +127,22 @@ def configure() -> None:
     for name, value in SETTINGS.items():
         os.environ.setdefault(name, value)
     _mmap_threshold(os.environ["MALLOC_MMAP_THRESHOLD_"])
+    return notes
+
+
+def _drop_invalid() -> list[str]:
+    """Remove each setting of :data:`VALID` whose value its library would not take, and say
+    what takes its place."""
+    notes = []
+    for name, (valid, wanted) in VALID.items():
+        value = os.environ.get(name)
+        if value is None or valid(value):
+            continue
+        del os.environ[name]
+        instead = f"using {SETTINGS[name]}" if name in SETTINGS else "using the library's default"
+        wanted = wanted.format(most=most_threads())
+        notes.append(f"{name}={value[:40]!r} is not {wanted}: ignored, {instead}")
+    return notes
 
 
 def in_effect() -> dict[str, str]:

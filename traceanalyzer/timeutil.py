@@ -8,6 +8,8 @@ timestamps by up to ~256 ns. Everything here works on the decimal digits instead
 
 from __future__ import annotations
 
+import decimal
+
 import polars as pl
 
 # Characters torch_npu/msprof leave around numbers in CSVs: trailing TAB, literal quotes, spaces.
@@ -42,6 +44,14 @@ _NULL_WORDS = ["", "N/A", "NA", "NAN", "NONE", "NULL", "-"]
 # The most whole µs whose ns (and any decimals) fit in int64, as the C scanner's bound.
 INT64_WHOLE_US = (2**63 - 1000) // 1000
 
+# The times a profile can hold (parse/times.py drops or clears the others, with a note): an
+# epoch timestamp from 2000 to 2100, a duration from 0 to 7 days. A time past them is damage
+# (a startNs of 1e300, a task that ends before it starts), never a measurement: kept, one such
+# time made a 1.7e18 ns span negative and a rule report 62,133,300% of it idle.
+EARLIEST_NS = 946_684_800 * 10**9  # 2000-01-01T00:00:00Z
+LATEST_NS = 4_102_444_800 * 10**9  # 2100-01-01T00:00:00Z
+LONGEST_NS = 7 * 86_400 * 10**9
+
 
 def us_series_to_ns(values: pl.Series) -> pl.Series:
     """:func:`us_expr_to_ns` of a text series: a timestamp's 3-decimal text by dropping its
@@ -73,9 +83,16 @@ def us_series_to_ns(values: pl.Series) -> pl.Series:
     return out.scatter(others.arg_true(), ns)
 
 
+# A plain decimal µs text, and one with an exponent (never in torch_npu's output; a damaged or
+# hand-made file): the grammar the three conversions accept, and nothing else (no hex, no
+# ``1_000``, no nan or inf words, which DuckDB's casts and C's strtod would read).
+_PLAIN = r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)"
+_EXPONENT = _PLAIN + r"[eE][+-]?[0-9]+"
+
+
 def _us_general(s: pl.Series) -> pl.Series:
     """Any µs text (stripped) by its sign, whole and decimal digits, null for a null word; a
-    text that is not plain digits (an exponent) through a double."""
+    text with an exponent by its exact value (the point moved), null for anything else."""
     s = pl.select(
         pl.when(s.str.to_uppercase().is_in(_NULL_WORDS)).then(None).otherwise(s)
     ).to_series()
@@ -85,55 +102,99 @@ def _us_general(s: pl.Series) -> pl.Series:
     whole = pl.col("whole").replace("", "0").cast(pl.Int64, strict=False)
     frac4 = (pl.col("frac").fill_null("") + "0000").str.slice(0, 4).cast(pl.Int64, strict=False)
     exact = sign * (whole * 1000 + (frac4 + 5) // 10)
-    # Scientific notation never appears in torch_npu timestamps; keep it usable for durations.
-    scientific = (
-        (pl.col("s").cast(pl.Float64, strict=False) * 1000).round(0).cast(pl.Int64, strict=False)
-    )
-    digits = pl.col("whole").is_not_null()
+    digits = pl.col("whole").is_not_null() & (pl.col("whole") + pl.col("frac").fill_null("") != "")
     fits = whole <= INT64_WHOLE_US  # beyond int64's ns (year 2262): no time, null
-    return frame.select(
-        pl.when(digits & fits).then(exact).when(digits).then(None).otherwise(scientific)
-    ).to_series()
+    ns = frame.select(pl.when(digits & fits).then(exact)).to_series()
+    exponent = s.str.contains(f"^{_EXPONENT}$").fill_null(False)
+    if exponent.any():  # (matched by polars' regex engine: linear whatever the text)
+        rows = exponent.arg_true()
+        ns = ns.scatter(rows, [_exponent_ns(text) for text in s.gather(rows).to_list()])
+    return ns
+
+
+def _exponent_ns(text: str) -> int | None:
+    """``1.736408883704643e15`` (µs) as exact ns, rounded half away from zero (as the C scanner
+    and DuckDB's DECIMAL cast round); None past int64."""
+    context = decimal.Context(prec=60, traps=[decimal.InvalidOperation, decimal.Overflow])
+    try:
+        ns = context.multiply(decimal.Decimal(text), 1000)
+        if abs(ns) > 2**63:  # (before the exponent is spelt out in digits)
+            return None
+        whole = int(ns.quantize(1, rounding=decimal.ROUND_HALF_UP, context=context))
+    except (decimal.InvalidOperation, decimal.Overflow, ValueError):
+        return None
+    return whole if -(2**63) <= whole < 2**63 else None
 
 
 def duckdb_us_to_ns(col: str) -> str:
-    """SQL expression converting a VARCHAR µs column to exact BIGINT ns in DuckDB.
+    """SQL expression converting a VARCHAR µs column to exact BIGINT ns in DuckDB, as
+    :func:`us_expr_to_ns` and the C scanner convert it.
 
     Fast path for torch_npu's own shape (exactly 3 decimals): drop the dot and cast. Anything
-    else (no decimals, more digits, quotes, tabs) takes the general digit arithmetic.
+    else (no decimals, more digits, quotes, tabs) takes the general digit arithmetic; a text
+    with an exponent is cast to a DECIMAL, exact too (read at its dot, 1.7e15 was 1 µs: a time
+    in 1970).
     """
-    c = f"trim({col}, '\t \"')"
+    junk = _JUNK.replace("'", "''")
+    c = f"trim({col}, '{junk}')"
     sign = f"(CASE WHEN starts_with({c}, '-') THEN -1 ELSE 1 END)"
-    whole = f"abs(TRY_CAST(coalesce(nullif(split_part({c}, '.', 1), ''), '0') AS HUGEINT))"
+    whole = (
+        f"abs(TRY_CAST(coalesce(nullif(ltrim(split_part({c}, '.', 1), '+-'), ''), '0') AS HUGEINT))"
+    )
     frac4 = f"TRY_CAST(rpad(left(split_part({c}, '.', 2), 4), 4, '0') AS HUGEINT)"
     # beyond int64's ns: null, as the polars and C conversions (a CAST would fail the file)
     general = (
-        f"(CASE WHEN {whole} <= {INT64_WHOLE_US} "
+        f"(CASE WHEN regexp_full_match({c}, '{_PLAIN}') AND {whole} <= {INT64_WHOLE_US} "
         f"THEN CAST({sign} * ({whole} * 1000 + ({frac4} + 5) // 10) AS BIGINT) END)"
+    )
+    us = f"TRY_CAST({c} AS DECIMAL(38, 3))"
+    exponent = (
+        f"(CASE WHEN regexp_full_match({c}, '{_EXPONENT}') AND abs({us}) <= {INT64_WHOLE_US} "
+        f"THEN CAST({us} * 1000 AS BIGINT) END)"
     )
     # A CASE, not coalesce(fast, general): DuckDB evaluates a CASE branch only for the rows that
     # take it, and every coalesce argument for all rows (3x slower on a 200 MB trace).
     return (
-        f"(CASE WHEN {col} LIKE '%_.___' THEN TRY_CAST(replace({col}, '.', '') AS BIGINT) "
+        f"(CASE WHEN regexp_full_match({col}, '[0-9]{{1,18}}\\.[0-9]{{3}}') "
+        f"THEN TRY_CAST(replace({col}, '.', '') AS BIGINT) "
+        f"WHEN contains({col}, 'e') OR contains({col}, 'E') THEN {exponent} "
         f"ELSE {general} END)"
     )
 
 
-# A duration written as a float µs (``dur`` in trace_view.json, Db and analysis.db columns in
-# µs) is exact to the ns through float64 below ~100 days; an epoch timestamp is not (it takes
-# the digit paths above).
+def duckdb_duration_us_to_ns(col: str) -> str:
+    """A trace event's ``dur`` (VARCHAR: a JSON number's text or a string) as BIGINT ns,
+    converted as a ``ts`` is: 0 when absent or null, null when it is no number (the derivation
+    drops the event, with a note), as the C scanner's ``dur_to_ns``."""
+    return f"(CASE WHEN {col} IS NULL THEN 0 ELSE {duckdb_us_to_ns(col)} END)"
+
+
+# A duration written as a float µs (Db and analysis.db columns in µs) is exact to the ns through
+# float64 below ~100 days; an epoch timestamp is not (it takes the digit paths above).
 
 
 def float_us_to_ns(expr: pl.Expr) -> pl.Expr:
-    """A float µs duration column as int64 ns, rounded to the nearest ns."""
-    return (expr * 1000).round(0).cast(pl.Int64)
+    """A float µs duration column as int64 ns, rounded to the nearest ns (:func:`_float_to_ns`)."""
+    return _float_to_ns(expr, 1000)
 
 
 def float_ms_to_ns(expr: pl.Expr) -> pl.Expr:
-    """A float ms duration column as int64 ns, rounded to the nearest ns."""
-    return (expr * 1_000_000).round(0).cast(pl.Int64)
+    """A float ms duration column as int64 ns, rounded to the nearest ns (:func:`_float_to_ns`)."""
+    return _float_to_ns(expr, 1_000_000)
 
 
-def duckdb_float_us_to_ns(expr: str) -> str:
-    """:func:`float_us_to_ns` as a DuckDB expression over the DOUBLE ``expr``."""
-    return f"CAST(round({expr} * 1000) AS BIGINT)"
+# What a float that is no int64 ns becomes (inf, NaN, 1e300): a time no table keeps, so
+# parse/times.py drops or clears it with the other impossible times, and says so (a cast to
+# int64 failed the rank).
+NO_NS = -(2**63)
+
+
+def _float_to_ns(expr: pl.Expr, scale: int) -> pl.Expr:
+    ns = (expr * scale).round(0)
+    fits = ns.abs() < 2.0**63  # (false for NaN)
+    return (
+        pl.when(fits)
+        .then(ns.cast(pl.Int64, strict=False))
+        .when(expr.is_not_null())
+        .then(pl.lit(NO_NS, pl.Int64))
+    )

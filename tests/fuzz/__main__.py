@@ -12,6 +12,12 @@ from pathlib import Path
 from .campaign import Case, Summary, bases, remove_tree, run_campaign, write_report
 
 
+def _shown(text: str) -> str:
+    """``text`` printable on any terminal: a lone surrogate (a name's byte that is not UTF-8)
+    as ``\\udcca``."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.fuzz", description=__doc__)
     parser.add_argument("--cases", type=int, default=5000)
@@ -37,10 +43,10 @@ def main(argv: list[str] | None = None) -> int:
             write_report(Summary(args.seed, seen, time.perf_counter() - started), args.report)
         if case.failures or case.index % 100 == 0:
             mark = "FAIL" if case.failures else "ok"
-            print(f"[{case.index}] {mark} exit {case.exit_code} {case.seconds:.1f} s "
-                  f"{case.base}: {'; '.join(case.damages)[:160]}", flush=True)  # fmt: skip
+            print(_shown(f"[{case.index}] {mark} exit {case.exit_code} {case.seconds:.1f} s "
+                  f"{case.base}: {'; '.join(case.damages)[:160]}"), flush=True)  # fmt: skip
             for failure in case.failures:
-                print(f"    {failure[:400]}", flush=True)
+                print(_shown(f"    {failure[:400]}"), flush=True)
 
     work = Path(tempfile.mkdtemp(prefix="traceanalyzer-fuzz-"))
     exports = [p for p in bases(work) if not args.exports or p.name in args.exports]

@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
+from . import limits
 from .damage import INPUT_DAMAGES, OUTPUT_DAMAGES, VICTIM, choose
 
 _D = TypeVar("_D")
@@ -38,6 +39,7 @@ REAL = REPO.parent / "shared" / "real_traces"  # as tests/conftest.py finds the 
 EXIT_CODES = {0, 1, 2, 3, 4}  # README "Exit codes"
 CASE_SECONDS = 60
 RSS_FACTOR = 3.0
+ENVIRONMENT_SHARE = 0.05  # cases run with bad values of the variables the CLI reads or sets
 
 # Runs the CLI in a fresh interpreter and writes its peak RSS (KiB, itself or a worker, the
 # larger) to argv[1], however the run ends. Its own peak is VmHWM, not ru_maxrss: Linux keeps
@@ -238,7 +240,11 @@ def run_in_process(args: list[str]) -> tuple[int | None, str, list[str]]:
     return result.exit_code, output, failures
 
 
-def run_subprocess(args: list[str]) -> tuple[int | None, str, list[str], float | None]:
+def run_subprocess(
+    args: list[str], env: dict[str, str] | None = None
+) -> tuple[int | None, str, list[str], float | None]:
+    """The CLI in a fresh process (``env``: variables set for it); its exit code, output,
+    failures and peak RSS in MB."""
     with tempfile.NamedTemporaryFile("r", suffix=".rss") as rss:
         proc = subprocess.Popen(
             [sys.executable, "-c", _WRAPPER, rss.name, *args],
@@ -247,6 +253,7 @@ def run_subprocess(args: list[str]) -> tuple[int | None, str, list[str], float |
             text=True,
             errors="replace",
             start_new_session=True,
+            env={**os.environ, **env} if env else None,
         )
         try:
             output, _ = proc.communicate(timeout=CASE_SECONDS)
@@ -304,6 +311,25 @@ def _damage_input(
                 break
 
 
+def _shares_out_of_bounds(out: Path) -> list[str]:
+    """A share a finding states (a metric ending in ``share``) below 0 or above 1: what a time
+    no profile holds made of one (``62133300% of its -7.49e+09 s span idle``)."""
+    path = out / "findings.json"
+    if not path.is_file() or path.is_symlink():
+        return []
+    try:
+        findings = json.loads(path.read_bytes()).get("findings") or []
+    except (ValueError, AttributeError):
+        return []  # a damaged findings.json is the out_* damages' to judge
+    return [
+        f"{finding.get('name')}: {key} = {value}"
+        for finding in findings
+        if isinstance(finding, dict)
+        for key, value in (finding.get("metrics") or {}).items()
+        if key.endswith("share") and isinstance(value, (int, float)) and not 0 <= value <= 1
+    ]
+
+
 def run_case(
     seed: int,
     index: int,
@@ -316,7 +342,14 @@ def run_case(
     rng = random.Random(f"{seed}:{index}")
     base = rng.choice(pick)
     in_subprocess = subprocess_every > 0 and index % subprocess_every == 0
+    # bad environment values take effect in a fresh process (the CLI reads them as it starts)
+    share = 1.0 if kinds is not None and "environment" in kinds else ENVIRONMENT_SHARE
+    env = limits.environment(rng) if rng.random() < share else {}
+    in_subprocess = in_subprocess or bool(env)
     case = Case(index, base.name, "subprocess" if in_subprocess else "in-process")
+    if env:
+        case.kinds.append("environment")
+        case.damages.append(" ".join(f"{k}={v!r}" for k, v in env.items()))
     case_dir = Path(tempfile.mkdtemp(dir=work, prefix=f"case-{index}-"))
     root, out = case_dir / "in", case_dir / "out"
     try:
@@ -353,10 +386,12 @@ def run_case(
             _damage_input(rng, root, case, kinds)
         executor = "processes" if in_subprocess and rng.random() < 0.3 else "local"
         extra = ["--format", "json"] if rng.random() < 0.1 else []
+        if (root / limits.CONFIG).is_file():  # a config file inside the input (user_patterns)
+            extra += ["--config", str(root / limits.CONFIG)]
         before = snapshot(case_dir, skip=out)
         started = time.perf_counter()
         if in_subprocess:
-            code, output, failures, rss = run_subprocess(_args(root, out, executor, *extra))
+            code, output, failures, rss = run_subprocess(_args(root, out, executor, *extra), env)
         else:
             (code, output, failures), rss = run_in_process(_args(root, out, executor, *extra)), None
         case.seconds = round(time.perf_counter() - started, 3)
@@ -374,11 +409,18 @@ def run_case(
             case.failures.append(f"the input or a folder beside OUT changed: {changed}")
         if (out / "PWNED").exists() or (case_dir / "PWNED").exists():
             case.failures.append("code planted in the output ran")
+        case.failures += _shares_out_of_bounds(out)
+        if any("trace_view.json" in done for done in case.damages):
+            # both readers on the same damaged trace: one answer wherever the scanner reads it
+            traces = [p for p in _tree(root) if p.name == "trace_view.json"]
+            case.failures += limits.readers_disagree(root, traces)
         if rss is not None:
             case.rss_mb = round(rss, 1)
             case.rss_ratio = round(rss / baseline_mb(base, work, executor), 2)
             if case.rss_ratio > RSS_FACTOR:
                 case.failures.append(f"peak RSS {rss:.0f} MB, {case.rss_ratio}x a clean run")
+    except Exception as exc:  # noqa: BLE001 - the fuzzer's own fault: this case's, not the campaign's
+        case.failures.append(f"the fuzzer raised {type(exc).__name__}: {str(exc)[:300]}")
     finally:
         remove_tree(case_dir)
     return case

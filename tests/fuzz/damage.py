@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import db_hazards
+from . import db_hazards, limits
 
 Damage = Callable[[random.Random, Path], "str | None"]
 
@@ -478,6 +478,11 @@ INPUT_DAMAGES: dict[str, tuple[Damage, int]] = {
     "csv_damage": (csv_damage, 8),
     "db_damage": (db_damage, 8),
     "link_hazard": (link_hazard, 5),
+    # round 3 (tests/fuzz/limits.py)
+    "db_times": (limits.db_times, 6),
+    "text_times": (limits.text_times, 6),
+    "user_patterns": (limits.user_patterns, 3),
+    "gbk_folder": (limits.gbk_folder, 2),
 }
 
 

@@ -33,6 +33,9 @@ __all__ = ["RunResult", "evaluate", "rules_group", "write_findings_json"]
 # no --rules is given, so `rules new my-rule` then `rules test` works as the README says. Never
 # `rules/`: at the root of a checkout that is the built-in rules' own folder.
 DEFAULT_RULES_DIR = Path("traceanalyzer-rules")
+# A rule's name becomes its file's (a folder entry holds 255 bytes) and is shown in every
+# report's finding lines.
+MAX_RULE_NAME = 64
 
 rules_dir_option = click.option(
     "--rules",
@@ -113,6 +116,10 @@ def new(name: str, rule_dirs: tuple[Path, ...], folder: Path | None, rule_id: st
     """
     if not RULE_NAME.match(name):
         raise click.BadParameter("use kebab-case, e.g. slow-host-launch", param_hint="NAME")
+    if len(name) > MAX_RULE_NAME:
+        raise click.BadParameter(
+            f"{len(name)} characters: use at most {MAX_RULE_NAME}", param_hint="NAME"
+        )
     if rule_id is not None:
         _check_id(rule_id)
     rule_dirs = (folder, *rule_dirs) if folder else rule_dirs  # --dir: what --rules was
@@ -140,6 +147,8 @@ def new(name: str, rule_dirs: tuple[Path, ...], folder: Path | None, rule_id: st
         rule_file, fixture_file = scaffold_rule(name, target, rule_id=rule_id, taken_ids=taken)
     except FileExistsError as exc:
         raise UsageFailure(f"{exc}; choose another name") from None
+    except OSError as exc:
+        raise UsageFailure(f"cannot write the rule into {target}: {exc}") from None
     click.echo(f"created {rule_file}")
     click.echo(f"created {fixture_file}")
     default = target.resolve() == DEFAULT_RULES_DIR.resolve()

@@ -252,7 +252,8 @@ def next_rule_id(taken: Iterable[str]) -> str:
 def scaffold_rule(
     name: str, folder: Path, *, rule_id: str | None = None, taken_ids: Iterable[str] = ()
 ) -> tuple[Path, Path]:
-    """Write ``folder/<name>.py`` and ``folder/fixtures/<name>.py``; refuse to overwrite."""
+    """Write ``folder/<name>.py`` and ``folder/fixtures/<name>.py``; refuse to overwrite. A
+    write that fails (OSError) leaves neither."""
     module = name.replace("-", "_")
     rule_file = folder / f"{module}.py"
     fixture_file = folder / FIXTURES_DIR / f"{module}.py"
@@ -267,9 +268,16 @@ def scaffold_rule(
         "folder": folder,
     }
     fixture_file.parent.mkdir(parents=True, exist_ok=True)
-    for path, template in ((rule_file, RULE_TEMPLATE), (fixture_file, FIXTURE_TEMPLATE)):
-        # "x": created, never opened if it exists, nor through a link (a dangling one too,
-        # which exists() does not see)
-        with open(path, "x", encoding="utf-8") as fh:
-            fh.write(template.format(**values))
+    created: list[Path] = []
+    try:
+        for path, template in ((rule_file, RULE_TEMPLATE), (fixture_file, FIXTURE_TEMPLATE)):
+            # "x": created, never opened if it exists, nor through a link (a dangling one too,
+            # which exists() does not see)
+            with open(path, "x", encoding="utf-8") as fh:
+                created.append(path)
+                fh.write(template.format(**values))
+    except OSError:
+        for path in created:  # no half-written rule is left behind
+            path.unlink(missing_ok=True)
+        raise
     return rule_file, fixture_file

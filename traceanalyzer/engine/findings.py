@@ -242,13 +242,25 @@ def _clean_value(value: Any) -> Any:
     return value
 
 
+def bounded_share(value: float | None) -> float | None:
+    """A share (of a step, a span, a window) within [0, 1]; None when it is no number."""
+    if value is None or isinstance(value, bool) or not math.isfinite(value):
+        return None
+    return min(max(float(value), 0.0), 1.0)
+
+
 def _clean(mapping: Mapping[str, Any]) -> dict[str, Any]:
+    """``mapping`` as JSON can hold it, every share (a key ending in ``share``: ``cost_share``,
+    ``stream_share``, ...) within [0, 1]: whatever times an input held, no finding states a
+    share below 0 or above 100%."""
     out: dict[str, Any] = {}
     for key, value in mapping.items():
         if isinstance(value, Mapping):
             out[key] = _clean(value)
         elif isinstance(value, (list, tuple)):
             out[key] = [_clean(v) if isinstance(v, Mapping) else _clean_value(v) for v in value]
+        elif str(key).endswith("share") and isinstance(_clean_value(value), (int, float)):
+            out[key] = bounded_share(_clean_value(value))
         else:
             out[key] = _clean_value(value)
     return out

@@ -38,6 +38,11 @@ class Param:
     def kind(self) -> type:
         return self.type or type(self.default)
 
+    @property
+    def is_pattern(self) -> bool:
+        """A name pattern: a text parameter whose help says it is a regex (``Regex on ...``)."""
+        return self.kind is str and self.help.lower().startswith("regex")
+
     def coerce(self, value: Any) -> Any:
         """Convert ``value`` (a CLI string or a TOML value) to this parameter's type."""
         kind = self.kind
@@ -59,12 +64,31 @@ class Param:
                 parsed = kind(value)
         except (TypeError, ValueError) as exc:
             raise ParamError(f"expected {expected(self.default, kind)}, got {value!r}") from exc
+        if self.is_pattern:
+            _check_pattern(parsed)
         if self.choices is not None and parsed not in self.choices:
             raise ParamError(
                 f"{parsed!r} is not one of {', '.join(map(str, self.choices))}"
                 + did_you_mean(str(parsed), map(str, self.choices))
             )
         return parsed
+
+
+def _check_pattern(pattern: str) -> None:
+    """Refuse a pattern the rules could not match. Patterns are matched by polars' regex
+    engine, in time linear in the text (a config file inside a received collection may set
+    them: ``kit/patterns.py``); one it does not take (a look-around, an unclosed group, past
+    its size limit) is refused here, not left to fail every rule or the steps that use it."""
+    import polars as pl
+
+    try:
+        pl.select(pl.lit("", pl.String).str.contains(pattern))
+    except pl.exceptions.PolarsError as exc:
+        reason = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+        reason = reason.split("This error occurred")[0].removeprefix("regex error: ").strip()
+        raise ParamError(
+            f"{pattern!r} is not a pattern the rules can match ({reason[:200]})"
+        ) from None
 
 
 def _parse_bool(value: Any) -> bool:

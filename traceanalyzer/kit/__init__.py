@@ -76,6 +76,7 @@ from traceanalyzer.kit.moe import (
     moe_exchange_paths,
     moe_imbalance,
 )
+from traceanalyzer.kit.patterns import first_match
 from traceanalyzer.kit.requirements import (
     HOST_MARKED_STEPS,
     api_statistics,
@@ -338,6 +339,7 @@ __all__ = [
     "trend",
     "union_intervals",
     "window_of",
+    "first_match",  # a pattern parameter on one text, in linear time
     "text",
     "compress_ranks",
     # fixtures

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from traceanalyzer.engine.findings import bounded_share
 from traceanalyzer.engine.rule import RuleContext
 from traceanalyzer.steps.tables import steps_of
 
@@ -50,5 +51,8 @@ def analysed_window_ns(ctx: RuleContext) -> dict[int, int]:
 
 
 def window_share(cost_ns: float | None, window_ns: int | None) -> float | None:
-    """``cost_ns`` as a share of the window, or None when either is unknown."""
-    return cost_ns / window_ns if cost_ns is not None and window_ns else None
+    """``cost_ns`` as a share of the window (within [0, 1]), or None when either is unknown
+    or the window is empty."""
+    if cost_ns is None or not window_ns or window_ns <= 0:
+        return None
+    return bounded_share(cost_ns / window_ns)

@@ -27,7 +27,6 @@ on different hosts need no common clock.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -36,6 +35,7 @@ import polars as pl
 
 from traceanalyzer.engine.params import Param
 from traceanalyzer.engine.rule import RuleContext, helper
+from traceanalyzer.kit.patterns import first_match
 from traceanalyzer.kit.steps import phase_windows
 from traceanalyzer.primitives import window_of
 from traceanalyzer.steps.exchanges import (
@@ -213,7 +213,7 @@ def _ep_groups(ctx: RuleContext, moe_ranks: list[int]) -> list[EpGroup]:
             name = str(value.get("group_name") or key)
             labels.setdefault(str(key), name)
             members = frozenset(r for r in value.get("global_ranks") or [] if isinstance(r, int))
-            if re.search(p.ep_groups, name) and len(members & present) >= 2:
+            if first_match(p.ep_groups, name) is not None and len(members & present) >= 2:
                 named.setdefault(members, name)
     if named:
         return [EpGroup(n, tuple(sorted(m & present)), "metadata") for m, n in _sorted(named)]

@@ -12,6 +12,7 @@ from typing import Any
 
 import polars as pl
 
+from traceanalyzer.engine.findings import bounded_share
 from traceanalyzer.overview.breakdown import UNMEASURED, computing_ns, unmeasured
 from traceanalyzer.overview.collectives import collectives_section
 from traceanalyzer.overview.compute import DEFAULT_TOP, TopSizes
@@ -211,13 +212,13 @@ def finding_costs(
         share = cost / window if window and cost else (max(shares) if shares else None)
         out[finding["fingerprint"]] = {
             "cost_ns": cost or None,
-            "cost_share": None if share is None else min(share, 1.0),
+            "cost_share": bounded_share(share),
             "basis": basis,
             "ranks": sorted(costed),  # whose step time the share is of, and the time summed over
         }
         if phases and cost and in_phases:  # and against the time of the phases it concerns
             out[finding["fingerprint"]]["phases"] = phases
-            out[finding["fingerprint"]]["phase_share"] = min(cost / in_phases, 1.0)
+            out[finding["fingerprint"]]["phase_share"] = bounded_share(cost / in_phases)
         doubtful = sorted(unreliable & set(finding.get("ranks") or []))
         if doubtful:
             # the share is of step time whose breakdown the export's own record contradicts

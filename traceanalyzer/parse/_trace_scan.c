@@ -558,25 +558,61 @@ static int dict_push(Column *c, Py_ssize_t row, const Span *v) {
 
 /* ------------------------------------------------------------------ numbers */
 
-/* µs text -> exact ns, as timeutil.us_expr_to_ns: digits past the ns rounded half up; tabs, spaces
- * and quotes around it ignored; exponents through a double. Returns 0 when not a number. */
-static int us_to_ns(const char *s, Py_ssize_t n, int64_t *out) {
-    while (n > 0 && (*s == '\t' || *s == ' ' || *s == '"')) s++, n--;
-    while (n > 0 && (s[n - 1] == '\t' || s[n - 1] == ' ' || s[n - 1] == '"')) n--;
-    if (n <= 0 || n > 60) return 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (s[i] == 'e' || s[i] == 'E') {
-            char tmp[64];
-            memcpy(tmp, s, (size_t)n);
-            tmp[n] = 0;
-            char *stop;
-            double v = strtod(tmp, &stop);
-            if (stop != tmp + n || v != v || v * 1000 > 9.2e18 || v * 1000 < -9.2e18) return 0;
-            double r = v * 1000;
-            *out = (int64_t)(r < 0 ? r - 0.5 : r + 0.5);
-            return 1;
+/* A number's text with an exponent ("1.736408883704643e15", "2.5E-1") as exact ns of the µs
+ * it says: its digits with the point moved, past the ns rounded half away from zero, as
+ * timeutil's conversions (polars: Python's decimals; DuckDB: a DECIMAL cast). Returns 0 when it
+ * is no such number (hex, "1_000", nan, inf) or its ns are past int64. */
+static int exponent_us_to_ns(const char *s, Py_ssize_t n, int64_t *out) {
+    const char *p = s, *end = s + n;
+    int negative = 0;
+    if (p < end && (*p == '+' || *p == '-')) negative = *p++ == '-';
+    char digits[64]; /* the significant digits, leading zeros dropped */
+    int nd = 0, point = 0, mantissa = 0; /* point: digits before the point, of those kept */
+    int in_fraction = 0;
+    for (; p < end && ((*p >= '0' && *p <= '9') || (*p == '.' && !in_fraction)); p++) {
+        if (*p == '.') {
+            in_fraction = 1;
+            continue;
         }
+        mantissa++;
+        if (nd == 0 && *p == '0') {
+            point -= in_fraction; /* a zero after the point moves the first digit right */
+            continue;
+        }
+        if (nd == (int)sizeof digits) return 0;
+        digits[nd++] = *p;
+        point += !in_fraction;
     }
+    if (!mantissa || p == end || (*p != 'e' && *p != 'E')) return 0;
+    p++;
+    int exp_negative = 0, exp_digits = 0;
+    long exponent = 0;
+    if (p < end && (*p == '+' || *p == '-')) exp_negative = *p++ == '-';
+    for (; p < end && *p >= '0' && *p <= '9'; p++, exp_digits++)
+        if (exponent < 100000) exponent = exponent * 10 + (*p - '0');
+    if (!exp_digits || p != end) return 0;
+    *out = 0;
+    if (nd == 0) return 1; /* zero, whatever its exponent */
+    long whole = point + (exp_negative ? -exponent : exponent) + 3; /* digits left of the ns point */
+    if (whole > 19) return 0;
+    uint64_t ns = 0;
+    for (long i = 0; i < whole; i++) ns = ns * 10 + (uint64_t)(i < nd ? digits[i] - '0' : 0);
+    if (whole >= 0 && whole < nd && digits[whole] >= '5') ns++;
+    if (ns > (uint64_t)INT64_MAX) return 0;
+    *out = negative ? -(int64_t)ns : (int64_t)ns;
+    return 1;
+}
+
+/* µs text -> exact ns, as timeutil.us_expr_to_ns: digits past the ns rounded half up; tabs, spaces,
+ * quotes and line ends around it ignored; an exponent moves the point. Returns 0 when not a
+ * number. */
+static int us_to_ns(const char *s, Py_ssize_t n, int64_t *out) {
+    static const char junk[] = "\t \"'\r\n"; /* timeutil._JUNK */
+    while (n > 0 && *s && strchr(junk, *s)) s++, n--;
+    while (n > 0 && s[n - 1] && strchr(junk, s[n - 1])) n--;
+    if (n <= 0 || n > 60) return 0;
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (s[i] == 'e' || s[i] == 'E') return exponent_us_to_ns(s, n, out);
     int negative = 0;
     if (*s == '-' || *s == '+') negative = *s == '-', s++, n--;
     const char *end = s + n;
@@ -911,21 +947,45 @@ static int range_push(Scanner *sc, Column *at, Column *len, Py_ssize_t row, cons
     return int_push(len, row, 1, ok ? n : 0);
 }
 
+/* A slice's dur as ns, as timeutil.duckdb_duration_us_to_ns: 0 when absent or null, a number
+ * (or a string of one, escapes decoded) converted as a ts is (exactly); 1 when it is one of
+ * those, 0 (null) for anything else (the derivation drops the event, with a note), -1 on a bad
+ * escape. */
+static int dur_to_ns(Scanner *sc, const Span *v, int64_t *out) {
+    *out = 0;
+    if (v->kind == ABSENT || v->kind == JNULL) return 1;
+    if (v->kind != NUMBER && v->kind != STRING) return 0;
+    const char *s = v->s;
+    Py_ssize_t n = v->n;
+    if (v->kind == STRING && v->escaped) {
+        sc->scratch.len = 0;
+        if (put_unescaped(&sc->scratch, s, n) < 0) {
+            snprintf(sc->error, sizeof sc->error, "a bad escape in a dur");
+            return -1;
+        }
+        s = sc->scratch.p;
+        n = sc->scratch.len;
+    }
+    while (n > 0 && (*s == ' ' || *s == '\t')) s++, n--;
+    while (n > 0 && (s[n - 1] == ' ' || s[n - 1] == '\t')) n--;
+    return n > 0 && us_to_ns(s, n, out);
+}
+
 static int commit_slice(Scanner *sc, const Event *ev, const int64_t *ids, const int *ok,
                         int ts_ok, int64_t ts) {
     Table *t = &sc->tables[T_SLICES];
     Column *c = t->columns;
     Py_ssize_t row = t->rows;
-    double dur = 0;
     int64_t dur_ns = 0;
-    if (to_float(&ev->fields[F_DUR], &dur) && fabs(dur) < 9e15) dur_ns = llround(dur * 1000);
+    int dur_ok = dur_to_ns(sc, &ev->fields[F_DUR], &dur_ns);
+    if (dur_ok < 0) return REFUSED;
     TRY(text_push(&c[S_PH], row, &ev->fields[F_PH]));
     TRY(text_push(&c[S_NAME], row, &ev->fields[F_NAME]));
     TRY(int_push(&c[S_PID], row, ok[0], ids[0]));
     TRY(int_push(&c[S_TID], row, ok[1], ids[1]));
     TRY(text_push(&c[S_CAT], row, &ev->fields[F_CAT]));
     TRY(int_push(&c[S_TS], row, ts_ok, ts));
-    TRY(int_push(&c[S_DUR], row, 1, dur_ns)); /* no duration: 0, as the DuckDB path */
+    TRY(int_push(&c[S_DUR], row, dur_ok, dur_ns)); /* null: no duration the derivation keeps */
     TRY(range_push(sc, &c[S_ARGS_AT], &c[S_ARGS_LEN], row, &ev->fields[F_ARGS]));
     TRY(commit_flat(sc, ev, t->before + row));
     t->rows++;

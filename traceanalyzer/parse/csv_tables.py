@@ -14,7 +14,9 @@ DuckDB's, which salvages it row by row. tests/test_csv_readers.py holds the two 
 from __future__ import annotations
 
 import csv
+import os
 import re
+import tempfile
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -315,9 +317,11 @@ class CsvDatabase:
     """The DuckDB database the CSV files of one session share, opened on first use: most
     sessions never need it (:func:`parse_csv` reads well-formed files with Arrow), and opening
     one costs the DuckDB import and about 30 ms. Thread-safe; each file reads through its own
-    cursor, so rejected rows never mix."""
+    cursor, so rejected rows never mix. ``scratch``: where a file's private copy is written
+    (the system's temporary folder when None)."""
 
-    def __init__(self) -> None:
+    def __init__(self, scratch: Path | None = None) -> None:
+        self.scratch = scratch
         self._con: duckdb.DuckDBPyConnection | None = None
         self._lock = threading.Lock()
 
@@ -344,6 +348,32 @@ class _NotPlain(Exception):
 
 # Arrow reads this much per step: the longest row it takes (a longer one goes to DuckDB).
 _ARROW_BLOCK_BYTES = 4 << 20
+# More columns than any export writes (kernel_details.csv with every PMU metric has about a
+# hundred), and a longer header line: a header of 100,001 columns aborted DuckDB's reader
+# (std::bad_alloc, exit 134) and took Arrow's to 1.4 GB for a 2 MB file. Such a file is not read.
+MAX_COLUMNS = 2048
+_MAX_HEADER_BYTES = 1 << 20
+
+
+class CsvRefused(ValueError):
+    """The file is not read at all: the message says why."""
+
+
+def _check_header(path: Path) -> None:
+    """Raise :class:`CsvRefused` when the header line of ``path`` is longer than
+    :data:`_MAX_HEADER_BYTES` or names more than :data:`MAX_COLUMNS` columns (read from a
+    bounded head of the file, before any reader sees it)."""
+    with open(path, "rb") as fh:
+        head = fh.read(_MAX_HEADER_BYTES + 1)
+    line, ended, _ = head.partition(b"\n")
+    if not ended and len(head) > _MAX_HEADER_BYTES:
+        raise CsvRefused(f"its header line is longer than {_MAX_HEADER_BYTES >> 20} MB: not read")
+    columns = len(next(csv.reader([line.decode("utf-8", errors="replace")]), []))
+    if columns > MAX_COLUMNS:
+        raise CsvRefused(
+            f"{columns:,} columns in its header, more than the {MAX_COLUMNS:,} any export "
+            "writes: not read"
+        )
 
 
 def parse_csv(
@@ -360,6 +390,7 @@ def parse_csv(
     """
     if path.stat().st_size == 0:
         return CsvResult(warnings=[f"{path}: empty file"])
+    _check_header(path)
     try:
         return _parse_plain(path, spec, sink)
     except _NotPlain:
@@ -386,60 +417,78 @@ def _parse_plain(path: Path, spec: CsvSpec, sink: TableSink) -> CsvResult:
     if not header:
         raise _NotPlain
     names = [f"f{i}" for i in range(len(header))]
-    try:
-        reader = pacsv.open_csv(
-            path,
-            read_options=pacsv.ReadOptions(
-                block_size=_ARROW_BLOCK_BYTES, autogenerate_column_names=True, use_threads=False
-            ),
-            # no invalid_row_handler: a malformed row stops the read (the file goes to DuckDB);
-            # a handler would be given the row decoded as text, which bytes that are not
-            # UTF-8 make raise inside Arrow ("Exception ignored ...")
-            parse_options=pacsv.ParseOptions(newlines_in_values=True),
-            convert_options=pacsv.ConvertOptions(
-                column_types=dict.fromkeys(names, pa.string()),
-                null_values=[""],
-                strings_can_be_null=True,
-                quoted_strings_can_be_null=False,
-            ),
-        )
-    except pa.ArrowInvalid as exc:
-        raise _NotPlain from exc
-    result, exprs = _plan(path, spec, header)
-    if not exprs.columns:
-        return result
+    # opened by its bytes: pyarrow takes a name as UTF-8 text, which a folder's need not be
+    with pa.OSFile(os.fsencode(path)) as source:
+        try:
+            reader = pacsv.open_csv(
+                source,
+                read_options=pacsv.ReadOptions(
+                    block_size=_ARROW_BLOCK_BYTES, autogenerate_column_names=True, use_threads=False
+                ),
+                # no invalid_row_handler: a malformed row stops the read (the file goes to
+                # DuckDB); a handler would be given the row decoded as text, which bytes that
+                # are not UTF-8 make raise inside Arrow ("Exception ignored ...")
+                parse_options=pacsv.ParseOptions(newlines_in_values=True),
+                convert_options=pacsv.ConvertOptions(
+                    column_types=dict.fromkeys(names, pa.string()),
+                    null_values=[""],
+                    strings_can_be_null=True,
+                    quoted_strings_can_be_null=False,
+                ),
+            )
+        except pa.ArrowInvalid as exc:
+            raise _NotPlain from exc
+        result, exprs = _plan(path, spec, header)
+        if not exprs.columns:
+            return result
 
-    def batches() -> Iterator[pa.Table]:
-        first = True
-        while True:
-            try:
-                batch = reader.read_next_batch()
-            except StopIteration:
-                return
-            except pa.ArrowInvalid as exc:
-                raise _NotPlain from exc
-            if first:  # the header row
-                batch, first = batch.slice(1), False
-            yield _converted(batch, exprs)
+        def batches() -> Iterator[pa.Table]:
+            first = True
+            while True:
+                try:
+                    batch = reader.read_next_batch()
+                except StopIteration:
+                    return
+                except pa.ArrowInvalid as exc:
+                    raise _NotPlain from exc
+                if first:  # the header row
+                    batch, first = batch.slice(1), False
+                yield _converted(batch, exprs)
 
-    result.rows = sink.batches(spec.table, batches())
+        result.rows = sink.batches(spec.table, batches())
     return result
 
 
 def _parse_salvaging(path: Path, spec: CsvSpec, sink: TableSink, db: CsvDatabase) -> CsvResult:
     """``path`` read by DuckDB: malformed rows are skipped and reported by line."""
+    from traceanalyzer.parse.duckdb_connect import duckdb_name
+
+    wide, source = _without_wide_rows(path, db.scratch)
+    try:
+        with duckdb_name(source) as name:
+            return _read_salvaging(path, name, spec, sink, db, wide)
+    finally:
+        if source != path:
+            source.unlink(missing_ok=True)
+
+
+def _read_salvaging(
+    path: Path, name: str, spec: CsvSpec, sink: TableSink, db: CsvDatabase, wide: list[int]
+) -> CsvResult:
+    """The file DuckDB opens as ``name`` (``path``, or its copy without the ``wide`` rows) read
+    by DuckDB."""
     import duckdb
 
     con = db.cursor()
     try:
         try:
-            relation = con.sql(_READ_CSV.format(options=""), params={"path": str(path)})
+            relation = con.sql(_READ_CSV.format(options=""), params={"path": name})
         except duckdb.InvalidInputException:
             # the dialect sniffer gives up on some rows (bytes that are not UTF-8 in a row
             # with extra fields): without strict mode it reads them, and still rejects the
             # malformed ones by line; a file with none of our columns is no CSV of ours
             lenient = _READ_CSV.format(options=", strict_mode = false")
-            relation = con.sql(lenient, params={"path": str(path)})
+            relation = con.sql(lenient, params={"path": name})
             known = {source for col in spec.columns for source in col.sources}
             if not known & {c.strip() for c in relation.columns}:
                 raise
@@ -455,10 +504,47 @@ def _parse_salvaging(path: Path, spec: CsvSpec, sink: TableSink, db: CsvDatabase
             ).fetchall()
         except duckdb.CatalogException:  # the reader never ran
             rejected = []
-        result.warnings += _rejected_rows(path, rejected)
+        rejected += [(line, "too many columns") for line in wide]
+        result.warnings += _rejected_rows(path, sorted(rejected))
     finally:
         con.close()
     return result
+
+
+_MAX_FIELD_BYTES = 16 << 20  # DuckDB's max_line_size above: a longer field fails there anyway
+
+
+def _without_wide_rows(path: Path, scratch: Path | None) -> tuple[list[int], Path]:
+    """The lines where rows of more fields than the header start, and the file to read: a
+    private copy with those rows blank (their lines kept, so DuckDB's line numbers stay the
+    file's), or ``path`` when there are none (or it is no CSV Python's reader can follow).
+
+    DuckDB records one reject per extra field, in time that grows faster than their number:
+    20,000 extra fields in one row took 21 s, two rows of 100,000 more than 300 s and 3 GB.
+    Such rows are malformed whatever their fields say, and counted as DuckDB would count them."""
+    wide: list[tuple[int, int]] = []
+    limit = csv.field_size_limit(_MAX_FIELD_BYTES)
+    try:
+        with open(path, encoding="utf-8", errors="replace", newline="") as fh:
+            rows = csv.reader(fh)
+            width = len(next(rows, []))
+            end = rows.line_num
+            for row in rows:
+                if len(row) > width:
+                    wide.append((end + 1, rows.line_num))
+                end = rows.line_num
+    except csv.Error:
+        return [], path  # DuckDB says what is wrong with it
+    finally:
+        csv.field_size_limit(limit)
+    if not wide:
+        return [], path
+    blank = {line for first, last in wide for line in range(first, last + 1)}
+    fd, name = tempfile.mkstemp(suffix=".csv", dir=scratch)
+    with open(path, "rb") as source, os.fdopen(fd, "wb") as copy:
+        for number, line in enumerate(source, start=1):
+            copy.write(b"\n" if number in blank else line)
+    return [first for first, _ in wide], Path(name)
 
 
 @dataclass

@@ -4,6 +4,9 @@ trace reader): imported only by them, so a run that reads neither never imports 
 from __future__ import annotations
 
 import contextlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
 
 import duckdb
 
@@ -24,3 +27,21 @@ def quiet(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
     with contextlib.suppress(duckdb.Error):
         con.execute("SET enable_progress_bar = false")
     return con
+
+
+@contextlib.contextmanager
+def duckdb_name(path: Path) -> Iterator[str]:
+    """``path`` as DuckDB opens it. DuckDB takes a file's name as UTF-8 text, and a folder's
+    name need not be (数据 in GBK, which Python holds as surrogates: every rank under it failed
+    with UnicodeEncodeError): such a file is opened here and handed over as ``/dev/fd/N``."""
+    name = str(path)
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        try:
+            yield f"/dev/fd/{fd}"
+        finally:
+            os.close(fd)
+        return
+    yield name

@@ -108,6 +108,27 @@ def array_body(path: Path) -> tuple[int, int, bool] | None:
     return first + 1, size, False
 
 
+def padding_note(path: Path) -> str | None:
+    """The note for what follows the array's closing bracket in ``path`` when it is more than
+    whitespace (NUL padding, as a crash can leave): both readers read past it, and say so in
+    the same words. None for a file without such padding."""
+    body = array_body(path)
+    size = path.stat().st_size
+    if body is None or not body[2] or body[1] + 1 >= size:
+        return None
+    at = body[1] + 1
+    with open(path, "rb") as src:
+        while at < size:  # stops at the first NUL: a crash's padding starts with them
+            block = _read_at(src, at, _PAD_BLOCK)
+            if block.strip(b" \t\r\n"):
+                return (
+                    f"{path}: {size - body[1] - 1} byte(s) after the closing bracket ignored "
+                    "(NUL padding or whitespace, as a crash can leave)"
+                )
+            at += len(block) or size
+    return None
+
+
 def copy_as_utf8(path: Path, target: Path) -> int:
     """Copy ``path`` to ``target`` with each invalid UTF-8 sequence replaced by U+FFFD.
 

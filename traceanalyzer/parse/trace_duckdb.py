@@ -10,8 +10,9 @@ Why DuckDB here: it decodes every event into typed columns on every core (chunks
 strict scanner refuses, a piece at a time.
 
 Exactness: ``ts`` is read as text (a JSON string as is, an integer's exact digits) and converted
-from its decimal digits, never through float64. ``dur`` is a float µs in every generation;
-``round(dur * 1000)`` is exact to the ns for any duration below ~100 days.
+from its decimal digits, never through float64. ``dur`` is a float µs in every generation, read
+as text too and converted through a double (exact to the ns below ~100 days); one that is no
+number is null, as in the C scanner, and the derivation drops its event with a note.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import duckdb
 import polars as pl
 import pyarrow as pa
 
-from traceanalyzer.parse.duckdb_connect import connect_duckdb
+from traceanalyzer.parse.duckdb_connect import connect_duckdb, duckdb_name
 from traceanalyzer.parse.json_array import (
     EVENT_BOUNDARY,
     array_body,
@@ -34,6 +35,7 @@ from traceanalyzer.parse.json_array import (
     copy_as_utf8,
     copy_events,
     copy_prefix,
+    padding_note,
     split,
 )
 from traceanalyzer.parse.trace_events import TraceEvents
@@ -43,13 +45,13 @@ from traceanalyzer.parse.trace_shared import (
     SENTINELS,
     TraceResult,
 )
-from traceanalyzer.timeutil import duckdb_float_us_to_ns, duckdb_us_to_ns
+from traceanalyzer.timeutil import duckdb_duration_us_to_ns, duckdb_us_to_ns
 from traceanalyzer.vocabulary import PYTHON_PROCESS
 
 _SQL_SENTINELS = "(" + ", ".join(str(v) for v in SENTINELS) + ")"
 _COLUMNS = (
     "{ph: 'VARCHAR', name: 'VARCHAR', pid: 'VARCHAR', tid: 'VARCHAR', ts: 'VARCHAR', "
-    "dur: 'DOUBLE', cat: 'VARCHAR', id: 'VARCHAR', args: 'JSON'}"
+    "dur: 'VARCHAR', cat: 'VARCHAR', id: 'VARCHAR', args: 'JSON'}"
 )
 
 
@@ -77,8 +79,17 @@ def _flat(key: str) -> str:
     return f'flat."{key}"' if key in _PRIMARY else f'flat2."{key}"'
 
 
+def _int(text: str) -> str:
+    """An integer's text (or a string of one) as BIGINT, null for anything else, as the C
+    scanner's ``to_int``: DuckDB's own cast also reads ``-0.0``, ``2.5`` (as 3) or ``1e3``."""
+    return (
+        f"(CASE WHEN length({text}) <= 20 AND regexp_full_match({text}, '-?[0-9]+') "
+        f"THEN TRY_CAST({text} AS BIGINT) END)"
+    )
+
+
 def _flat_int(*keys: str) -> str:
-    values = [f"TRY_CAST({_flat(k)} AS BIGINT)" for k in keys]
+    values = [_int(_flat(k)) for k in keys]
     return f"coalesce({', '.join(values)})" if len(values) > 1 else values[0]
 
 
@@ -108,7 +119,7 @@ def _scan(paths: list[Path]) -> str:
     return (
         "SELECT ph, name, TRY_CAST(pid AS BIGINT) AS pid, TRY_CAST(tid AS BIGINT) AS tid, cat, "
         f"id, {duckdb_us_to_ns('ts')} AS ts, "
-        f"{duckdb_float_us_to_ns('coalesce(dur, 0)')} AS dur_ns, CAST(args AS VARCHAR) AS args "
+        f"{duckdb_duration_us_to_ns('dur')} AS dur_ns, CAST(args AS VARCHAR) AS args "
         # The default maximum_object_size (16 MB per event) also bounds the reader's buffers;
         # raising it multiplies peak memory.
         f"FROM read_json({files}, format = 'array', columns = {_COLUMNS})"
@@ -264,11 +275,8 @@ def _salvage_from(
         kept = f"kept bytes 0..{cut} of {size}, dropped bytes {cut}..{size}"
         out.incomplete = f"truncated: {kept}"
         out.warnings.append(f"{path}: truncated or malformed JSON ({reason}); {kept}")
-    if closed and body[1] + 1 < size:
-        out.warnings.append(
-            f"{path}: {size - body[1] - 1} byte(s) after the closing bracket ignored (NUL padding "
-            "or whitespace, as a crash can leave)"
-        )
+    if closed and (padded := padding_note(path)):
+        out.warnings.append(padded)
     if dropped:
         lost = sum(end - begin for begin, end in dropped)
         ranges = ", ".join(f"{begin}..{end}" for begin, end in dropped[:5])
@@ -369,7 +377,8 @@ def _load_trace(
             for chunk in chunks or ():
                 chunk.unlink(missing_ok=True)
     try:
-        decoded = _decode(con, _scan([path]))
+        with duckdb_name(path) as name:
+            decoded = _decode(con, _scan([Path(name)]))
     except duckdb.OutOfMemoryException:
         raise
     except duckdb.Error as exc:

@@ -23,8 +23,10 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
+from traceanalyzer.discover import TRACE_FILE
 from traceanalyzer.parse.rows import ROW_GROUP_ROWS, made_ahead, stable_order
 from traceanalyzer.parse.sink import TableSink, arrow_table
+from traceanalyzer.parse.times import Tally, TimeColumns, checked
 from traceanalyzer.parse.trace_shared import (
     MAX_NAME,
     TraceResult,
@@ -130,11 +132,13 @@ def derive_tables(
     # the pids with slices or counters, before those are freed: a pid with neither (a Level0
     # export's CANN layer, which only starts its HostToDevice flows) names nothing rules read
     with_events = pl.concat([events.slices.select("pid"), events.counters.select("pid")]).unique()
-    _write_slices(events, names, sink, result)
-    used_by_counters = _write_counters(events, names, sink, result)
+    impossible = Tally()  # events whose time is none a profile can hold (parse/times.py)
+    _write_slices(events, names, sink, result, impossible)
+    used_by_counters = _write_counters(events, names, sink, result, impossible)
     if on_read:
         on_read()
-    _write_others(events, names, sink, result, used_by_counters)
+    _write_others(events, names, sink, result, used_by_counters, impossible)
+    result.warnings += impossible.notes(TRACE_FILE)
     if names.cut:
         result.warnings.append(cut_names_note(names.cut))
     named = names.procs.filter(pl.col("process_name").is_not_null()).select("pid")
@@ -147,10 +151,13 @@ def derive_tables(
     return result
 
 
-def _write_slices(events: TraceEvents, names: _Names, sink: TableSink, result: TraceResult) -> None:
-    """The slices table, and the session's span; the decoded slices are freed after."""
+def _write_slices(
+    events: TraceEvents, names: _Names, sink: TableSink, result: TraceResult, impossible: Tally
+) -> None:
+    """The slices table, and the session's span (of the slices whose times are possible);
+    the decoded slices are freed after."""
     span = _Span()
-    groups = made_ahead(_slice_groups(events, names, span))
+    groups = made_ahead(_slice_groups(events, names, span, impossible))
     try:
         result.rows["slices"] = sink.batches("slices", groups)
     finally:
@@ -169,10 +176,13 @@ def _write_others(
     sink: TableSink,
     result: TraceResult,
     used_by_counters: pl.DataFrame,
+    impossible: Tally,
 ) -> None:
-    """The flows and threads tables (``used_by_counters``: the threads with counters)."""
+    """The flows and threads tables (``used_by_counters``: the threads with counters). A flow
+    event without a possible time is dropped before the ends are paired."""
     others = names.attach(events.others)
-    result.rows["flows"] = sink.arrow("flows", arrow_table(_flows(others)))
+    ends = checked("flows", others.filter(_FLOW_END), impossible, _FLOW_TIME)
+    result.rows["flows"] = sink.arrow("flows", arrow_table(_flows(ends)))
     used = pl.concat(
         [
             others.filter(
@@ -186,12 +196,17 @@ def _write_others(
     result.rows["threads"] = sink.arrow("threads", arrow_table(_threads(used, names)))
 
 
+_FLOW_END = pl.col("ph").is_in(["s", "f", "t"])
+_FLOW_TIME = TimeColumns(("ts",), required=("ts",))  # of a flow's start or finish event
+
+
 def _write_counters(
-    events: TraceEvents, names: _Names, sink: TableSink, result: TraceResult
+    events: TraceEvents, names: _Names, sink: TableSink, result: TraceResult, impossible: Tally
 ) -> pl.DataFrame:
     """The counters table; returns the (pid, tid) that have counters (threads to list). The
     decoded counters are freed after."""
-    result.rows["counters"] = sink.batches("counters", made_ahead(_counter_groups(events, names)))
+    groups = made_ahead(_counter_groups(events, names, impossible))
+    result.rows["counters"] = sink.batches("counters", groups)
     used = events.counters.select("pid", "tid").unique()
     events.counters = events.samples = pl.DataFrame()
     return used
@@ -348,7 +363,7 @@ def _by_process(key: pl.Series, named: pl.DataFrame) -> pl.Series:
 
 
 def _slice_groups(
-    events: TraceEvents, names: _Names, span: _Span
+    events: TraceEvents, names: _Names, span: _Span, impossible: Tally
 ) -> Iterator[Callable[[], pa.Table]]:
     """The slices table a row group at a time, grouped by process (a scan of one process
     skips the others' row groups), in time order within it (parents before children): a
@@ -378,7 +393,7 @@ def _slice_groups(
         part = events.decode("slices", "name", part).with_columns(
             *named[key.gather(rows)], *flat[flat_at.gather(rows)]
         )
-        part = _finish_slices(part)
+        part = checked("slices", _finish_slices(part), impossible)
         if part.height:
             span.add(part)
         return events.to_arrow(part, "slices")
@@ -387,7 +402,9 @@ def _slice_groups(
         yield functools.partial(make, rows)
 
 
-def _counter_groups(events: TraceEvents, names: _Names) -> Iterator[Callable[[], pa.Table]]:
+def _counter_groups(
+    events: TraceEvents, names: _Names, impossible: Tally
+) -> Iterator[Callable[[], pa.Table]]:
     """The counters table a row group at a time: one row per sample, by process and counter,
     each in time order (a maker per group), so that a read of one counter decodes only its
     row groups (:data:`~traceanalyzer.parse.sink.GROUPED_TEXT`).
@@ -410,7 +427,7 @@ def _counter_groups(events: TraceEvents, names: _Names) -> Iterator[Callable[[],
         part = events.samples[rows]
         counter = part["event"]
         part = part.with_columns(*counters[counter], *named[key.gather(counter)])
-        return events.to_arrow(part, "counters", "samples")
+        return events.to_arrow(checked("counters", part, impossible), "counters", "samples")
 
     for rows in _sorted_groups(events.samples, by, [False] * len(by), _COUNTER_GROUP):
         yield functools.partial(make, rows)

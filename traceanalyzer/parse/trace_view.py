@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from traceanalyzer.parse import trace_native
+from traceanalyzer.parse.json_array import padding_note
 from traceanalyzer.parse.sink import TableSink
 from traceanalyzer.parse.trace_events import derive_tables
 from traceanalyzer.parse.trace_shared import TraceResult
@@ -87,7 +88,10 @@ def parse_trace_view(
     if trace_native.available():
         try:
             events = trace_native.scan_trace(path, threads)
-            return derive_tables(events, sink, TraceResult(reader="native"), on_read)
+            result = TraceResult(reader="native")
+            if padded := padding_note(path):  # (DuckDB salvages such a file, and says so)
+                result.warnings.append(padded)
+            return derive_tables(events, sink, result, on_read)
         except trace_native.NativeUnreadable as exc:
             refused = str(exc)  # damaged or unusual: the DuckDB reader salvages it
     import duckdb  # only for the traces the scanner does not read

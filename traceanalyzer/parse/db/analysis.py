@@ -15,11 +15,15 @@ from traceanalyzer.timeutil import float_ms_to_ns, float_us_to_ns, us_expr_to_ns
 # --------------------------------------------------------------------------- analysis.db
 
 
+ANALYSIS_TABLES = ("step_times", "comm_ops", "comm_links")
+
+
 def analysis_tables(db: Db, sink: TableSink, result: DbResult) -> None:
-    for table, source, build in (
-        ("step_times", "StepTraceTime", _step_times),
-        ("comm_ops", "CommAnalyzerTime", _comm_ops),
-        ("comm_links", "CommAnalyzerMatrix", _comm_links),
+    for table, source, build in zip(
+        ANALYSIS_TABLES,
+        ("StepTraceTime", "CommAnalyzerTime", "CommAnalyzerMatrix"),
+        (_step_times, _comm_ops, _comm_links),
+        strict=True,
     ):
         if collected(db, result, source):
             result.rows[table] = sink.arrow(table, arrow_table(build(db)))

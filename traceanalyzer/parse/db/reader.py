@@ -12,7 +12,7 @@ from typing import Any
 import polars as pl
 import pyarrow as pa
 
-from traceanalyzer.parse.db.analysis import analysis_tables
+from traceanalyzer.parse.db.analysis import ANALYSIS_TABLES, analysis_tables
 from traceanalyzer.parse.db.counters import counter_order, counter_table
 from traceanalyzer.parse.db.database import STR, Db, DbUnreadable, Repairs, readable_source
 from traceanalyzer.parse.db.device import api_stats, kernel_table, op_stats, task_time_table
@@ -48,6 +48,7 @@ from traceanalyzer.parse.db.slices import (
 )
 from traceanalyzer.parse.rows import ROW_GROUP_ROWS, made_ahead
 from traceanalyzer.parse.sink import TableSink, arrow_table, body_columns
+from traceanalyzer.parse.times import Tally, checked
 
 
 def parse_db(
@@ -83,6 +84,7 @@ def parse_db(
             _profiler_tables(profiler_db, source, repairs, layout, sink, result, threads)
             result.not_collected.sort()  # the readers ran side by side
             result.warnings += repairs.warnings(profiler_db)
+            result.sources |= dict.fromkeys(result.rows, profiler_db.name)
         if analysis_db is not None:
             try:
                 adb = Db(analysis_db, _source(analysis_db, private, result))
@@ -90,6 +92,7 @@ def parse_db(
                     analysis_tables(adb, sink, result)
                 finally:
                     adb.close()
+                result.sources |= {table: analysis_db.name for table in ANALYSIS_TABLES}
                 result.warnings += adb.repairs.warnings(analysis_db)
             except DbUnreadable as exc:
                 result.warnings.append(f"{exc}; its step and communication tables are empty")
@@ -153,7 +156,11 @@ def _profiler_tables(
         ((python_part, op_texts), cats, connection_ids), device_parts = (
             done.result() for done in slices_read
         )
-        slices = all_slices([python_part, *device_parts])
+        # Without impossible times before anything is derived from them (the links, the API
+        # statistics, the session's span)
+        impossible = Tally()
+        slices = checked("slices", all_slices([python_part, *device_parts]), impossible)
+        result.warnings += impossible.notes(path.name)
         del python_part, device_parts  # the parts, now chunks of the slices
         links = link_table(layout, slices, python_links(slices, connection_ids), cats)
         if slices.height:

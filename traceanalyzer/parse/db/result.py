@@ -34,6 +34,8 @@ class DbResult:
     # Files read in part or not at all, as "file (why)": analysis.db when it is unreadable.
     incomplete: list[str] = field(default_factory=list)
     reader: str = "db"
+    # The file each table was read from (the profiler database or analysis.db), by table.
+    sources: dict[str, str] = field(default_factory=dict)
 
 
 def collected(db: Db, result: DbResult, *tables: str) -> bool:
