@@ -8,13 +8,15 @@ every interval and every step cut the timeline into elementary segments, and eac
 the first class that is active in it, in this order:
 
 1. compute and communication at once -> ``overlapped``;
-2. compute -> ``compute_<accelerator>``, split between the accelerators active in it by count;
-3. communication -> ``comm_exposed``;
-4. another device task -> ``device_other``;
-5. a wait task -> ``idle_stream`` (waiting on another stream);
-6. a host-bound stream gap -> ``idle_host`` (launch-bound);
-7. a stream gap after a host synchronisation -> ``idle_sync``;
-8. nothing -> ``idle_other``.
+2. an MoE expert exchange that runs as kernels (MC2 dispatch/combine), with no other compute
+   -> ``comm_exposed``: the rank is waiting on the exchange, as it would inside an all-to-all;
+3. compute -> ``compute_<accelerator>``, split between the accelerators active in it by count;
+4. communication -> ``comm_exposed``;
+5. another device task -> ``device_other``;
+6. a wait task -> ``idle_stream`` (waiting on another stream);
+7. a host-bound stream gap -> ``idle_host`` (launch-bound);
+8. a stream gap after a host synchronisation -> ``idle_sync``;
+9. nothing -> ``idle_other``.
 
 The stream gaps are classified as host-launch-bound classifies them
 (:func:`~traceanalyzer.primitives.classify_gaps`): one definition of waiting on the host.
@@ -22,7 +24,8 @@ The stream gaps are classified as host-launch-bound classifies them
 So the components sum to the step's wall time exactly (integer ns; the accelerator split rounds
 within a segment, at most 1 ns per segment). Computing, Communication(Not Overlapped) and
 Overlapped are defined as in ``step_trace_time.csv`` (the profiler's Overlap Analysis), which is
-what :func:`check_against_step_trace` compares with.
+what :func:`check_against_step_trace` compares with (the profiler counts an MC2 exchange as
+Computing: the check counts it so, :data:`MC2_EXPOSED`).
 
 The windows are the ``steps`` table's (:mod:`traceanalyzer.steps`): ProfilerStep#N spans, else
 the engine iterations vLLM marked, else bursts of device work, else the session. Step time is the
@@ -65,7 +68,11 @@ COMPUTE_CLASSES = tuple(COMPUTE_COMPONENTS)
 VECTOR_TASK_TYPES = tuple(k for k, v in ACCELERATORS.items() if v == "ai_vector")
 # task types that run kernels on an accelerator whose name is not in ACCELERATORS
 OTHER_COMPUTE_TASKS = ("FFTS_PLUS", "KERNEL_AICORE", "KERNEL_AIVEC", "KERNEL_AICPU", "MIX")
-CLASSES = (*COMPUTE_CLASSES, "comm", "device_other", "wait", "host_gap", "sync_gap")
+# "exchange" marks an MC2 exchange kernel, which is also a compute interval of its accelerator
+CLASSES = (*COMPUTE_CLASSES, "comm", "device_other", "wait", "host_gap", "sync_gap", "exchange")
+# a window's MC2 exchange time with no other compute, in comm_exposed_ns: the self-check moves
+# it back to Computing, where the profiler's step_trace_time.csv has it (not stored)
+MC2_EXPOSED = "mc2_exposed_ns"
 
 _COUNT = {c: f"n_{c}" for c in CLASSES}
 # a row of the breakdown (summary_steps without rank), as computed and as stored
@@ -134,8 +141,9 @@ def breakdown(intervals: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
     """Per window: step_ns, device_start_ns/device_end_ns and every component (ns).
 
     ``intervals``: session, cls, start_ns, end_ns (device tasks classified by
-    :func:`classify_tasks`, plus host-bound gaps as ``host_gap``). ``windows``: session, step,
-    start_ns, end_ns. Windows of one session must not overlap (steps do not).
+    :func:`classify_tasks`, plus host-bound gaps as ``host_gap`` and MC2 exchange kernels again
+    as ``exchange``). ``windows``: session, step, start_ns, end_ns. Windows of one session must
+    not overlap (steps do not). Also returns :data:`MC2_EXPOSED`.
     """
     ivals = intervals.filter(pl.col("end_ns") > pl.col("start_ns"))
     deltas = [
@@ -174,7 +182,8 @@ def breakdown(intervals: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
     n = {c: pl.col(_COUNT[c]) for c in CLASSES}
     computing = pl.sum_horizontal(*(n[c] for c in COMPUTE_CLASSES))
     comm = n["comm"] > 0
-    only_compute = (computing > 0) & ~comm
+    exchanging = (computing > 0) & ~comm & (n["exchange"] >= computing)
+    only_compute = (computing > 0) & ~comm & ~exchanging
     length = pl.col("len")
     rest = (computing == 0) & ~comm
     shares = {
@@ -183,7 +192,10 @@ def breakdown(intervals: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
     }
     whole = {
         "overlapped_ns": pl.when((computing > 0) & comm).then(length).otherwise(0),
-        "comm_exposed_ns": pl.when(comm & (computing == 0)).then(length).otherwise(0),
+        "comm_exposed_ns": pl.when((comm & (computing == 0)) | exchanging)
+        .then(length)
+        .otherwise(0),
+        MC2_EXPOSED: pl.when(exchanging).then(length).otherwise(0),
         "device_other_ns": pl.when(rest & (n["device_other"] > 0)).then(length).otherwise(0),
         "idle_stream_ns": pl.when(rest & (n["device_other"] == 0) & (n["wait"] > 0))
         .then(length)
@@ -223,7 +235,7 @@ def breakdown(intervals: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
     )
     accounted = pl.sum_horizontal(*(pl.col(c) for c in COMPONENT_NAMES if c != "idle_other_ns"))
     out = out.with_columns((pl.col("step_ns") - accounted).alias("idle_other_ns"))
-    return out.select(WINDOW_COLUMNS)
+    return out.select(*WINDOW_COLUMNS, MC2_EXPOSED)
 
 
 def computing_ns() -> pl.Expr:
@@ -258,9 +270,10 @@ def check_against_step_trace(steps: pl.DataFrame, step_times: pl.DataFrame) -> p
     compute or communication task (``device_end_ns - device_start_ns`` here), but exports that
     did not come from torch_npu (the synthetic generator) write the ProfilerStep span instead.
     """
+    exchange = pl.col(MC2_EXPOSED) if MC2_EXPOSED in steps.columns else pl.lit(0)
     mine = {
-        "Computing": computing_ns(),
-        "Communication(Not Overlapped)": pl.col("comm_exposed_ns"),
+        "Computing": computing_ns() + exchange,
+        "Communication(Not Overlapped)": pl.col("comm_exposed_ns") - exchange,
         "Overlapped": pl.col("overlapped_ns"),
     }
     csv = step_times.select(

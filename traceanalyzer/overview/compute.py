@@ -14,6 +14,7 @@ import polars as pl
 from traceanalyzer.kit.moe import MOE_PARAMS, exchange_paths
 from traceanalyzer.overview.breakdown import (
     COMPUTE_CLASSES,
+    MC2_EXPOSED,
     MEASURED_COLUMNS,
     STEP_COLUMNS,
     STEP_META,
@@ -32,6 +33,7 @@ from traceanalyzer.primitives import (
     union_intervals,
 )
 from traceanalyzer.schema import COMPONENT_NAMES
+from traceanalyzer.steps.exchanges import EXCHANGE_PARAMS
 from traceanalyzer.steps.launches import host_calls, launches_of
 from traceanalyzer.steps.phases import IDLE_PHASE
 from traceanalyzer.steps.tables import steps_of
@@ -218,7 +220,9 @@ def summarize_rank(store: Store, rank: int, sizes: TopSizes) -> dict[str, pl.Dat
     cann = host_calls(store, ranks)
     gaps = host_bound_gaps(store, rank, tasks, cann)
     interval_columns = ["session", "cls", "start_ns", "end_ns"]
-    intervals = pl.concat([tasks.select(interval_columns), gaps.select(interval_columns)])
+    intervals = pl.concat(
+        [tasks.select(interval_columns), gaps.select(interval_columns), mc2_exchanges(tasks)]
+    )
     measured = _measured(
         intervals, windows.filter(pl.col("session").is_in(list(with_tasks))), sessions, step_times
     )
@@ -244,6 +248,17 @@ def summarize_rank(store: Store, rank: int, sizes: TopSizes) -> dict[str, pl.Dat
         "summary_host_apis": host_apis,
         "summary_collectives": top_collectives(comm_ops, tasks, sizes.collectives),
     }
+
+
+def mc2_exchanges(tasks: pl.DataFrame) -> pl.DataFrame:
+    """The MC2 exchange kernels of ``tasks`` (:func:`device_tasks`) as ``exchange`` intervals
+    (session, cls, start_ns, end_ns), at the exchanges table's default pattern: what of them no
+    other compute hides is the rank waiting on the exchange (:func:`breakdown`)."""
+    mc2 = tasks.filter(
+        pl.col("cls").is_in(COMPUTE_CLASSES)
+        & pl.col("name").str.contains(EXCHANGE_PARAMS["mc2_ops"].default)
+    )
+    return mc2.select("session", pl.lit("exchange").alias("cls"), "start_ns", "end_ns")
 
 
 def _unmeasured(sessions: pl.DataFrame, tasks: pl.DataFrame, cann: pl.DataFrame) -> pl.DataFrame:
@@ -321,13 +336,14 @@ def _measured(
     )  # fmt: skip
     one_by_one = pl.col("step_source") == CHECKED_ONE_BY_ONE
     by_session = set(rows.filter(~one_by_one)["session"].unique().to_list())
+    summed = [*COMPONENT_NAMES, MC2_EXPOSED]
     units = pl.concat(
         [
-            rows.filter(one_by_one).select("session", "step", *COMPONENT_NAMES),
+            rows.filter(one_by_one).select("session", "step", *summed),
             parts.filter(pl.col("session").is_in(list(by_session)))
             .group_by("session")
-            .agg(pl.col(list(COMPONENT_NAMES)).sum())
-            .select("session", pl.lit(None, dtype=pl.Int64).alias("step"), *COMPONENT_NAMES),
+            .agg(pl.col(summed).sum())
+            .select("session", pl.lit(None, dtype=pl.Int64).alias("step"), *summed),
         ]
     )
     checked = check_against_step_trace(units, step_times).select(

@@ -41,6 +41,12 @@ def overview_document(
     kernels = store.table("summary_kernels").collect()
     host_apis = store.table("summary_host_apis").collect()
     steps = iterations(windows)
+    # every window, the idle time between iterations too: what a finding's cost is a share of,
+    # as the rules take it (kit.cost)
+    window_ns = {
+        int(r): int(ns)
+        for r, ns in windows.group_by("rank").agg(pl.col("step_ns").sum()).iter_rows()
+    }
     ranks = []
     for (rank,), part in steps.group_by("rank", maintain_order=True):
         means = mean_components(part)
@@ -49,6 +55,7 @@ def overview_document(
                 "rank": int(rank),  # type: ignore[arg-type]
                 "steps": part.height,
                 "total_ns": int(part["step_ns"].sum()),
+                "window_ns": window_ns.get(int(rank), int(part["step_ns"].sum())),  # type: ignore[arg-type]
                 "phase_ns": phase_totals(part),
                 "sources": sorted(set(part["source"].to_list())),
                 "unmeasured": unmeasured(part),
@@ -167,7 +174,7 @@ def finding_costs(
     ``phase_share``: the cost over those phases' time on its ranks. The ranks are the
     finding's ``cost_ranks`` where it names them (whose time was lost), else its ranks.
     """
-    totals = {r["rank"]: r["total_ns"] for r in overview.get("ranks", [])}
+    totals = {r["rank"]: r.get("window_ns", r["total_ns"]) for r in overview.get("ranks", [])}
     phase_ns = {r["rank"]: r.get("phase_ns") or {} for r in overview.get("ranks", [])}
     unreliable = set((overview.get("source") or {}).get("differing_ranks") or [])
     out: dict[str, dict[str, Any]] = {}

@@ -205,7 +205,11 @@ def ep_lines(overview: Mapping[str, Any]) -> list[str]:
             f"{r['phase']}: {paths}; {fmt.duration(ep['exchange_ns'])} of exchange per step, "
             f"{fmt.percent(ep.get('exposed_share'))} of it exposed "
             f"({fmt.percent(ep.get('step_share'))} of the step"
-            + ("; MC2 runs as kernels, in the compute column)" if "mc2" in ep["paths"] else ")")
+            + (
+                "; MC2 runs as kernels: what no other compute hides is in exposed communication)"
+                if "mc2" in ep["paths"]
+                else ")"
+            )
         )
         misfits += ep.get("misfit_steps") or 0
     if misfits:
