@@ -277,6 +277,27 @@ def test_real_export_agrees_with_step_trace_time(real_g2_store: Path) -> None:
         assert abs(free - outside - csv["free_ns"]) <= 0.02 * stage
 
 
+@pytest.mark.parametrize("export", ["real_g2_store", "real_g2_db_store"])
+def test_host_bound_idle_is_one_figure(export: str, request: pytest.FixtureRequest) -> None:
+    """host-launch-bound's host-bound idle (its key figure, the worst compute stream) and its
+    idle after syncs are the overview's idle host and idle sync, on the real Text and Db
+    exports: one derivation (on main they were 30.3 ms vs 20.2 ms on the Db export)."""
+    from traceanalyzer.engine import evaluate
+    from traceanalyzer.engine.loader import load_rules
+    from traceanalyzer.engine.registry import RuleSet
+
+    store = Store.open(request.getfixturevalue(export))
+    rule = next(r for r in load_rules(entry_points=False).rules if r.name == "host-launch-bound")
+    (status,) = evaluate(store, rules=RuleSet([rule]), config_path=False).rules
+    figures = {r["rank"]: r["host_bound_idle_ns"] for r in status.key_figure_rows}
+    after_sync = " ".join(n.text for n in status.notes)
+    for rank in (0, 1):
+        steps = _steps(store, rank)
+        idle_host, idle_sync = steps["idle_host_ns"].sum(), steps["idle_sync_ns"].sum()
+        assert idle_host > 0 and figures[rank] == pytest.approx(idle_host, rel=0.005)
+        assert f"{idle_sync / 1e6:.3g} ms more followed host synchronisations" in after_sync
+
+
 # --------------------------------------------------------------------------------------------
 # Cluster view and costs
 # --------------------------------------------------------------------------------------------

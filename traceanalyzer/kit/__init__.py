@@ -52,6 +52,7 @@ from traceanalyzer.engine.rule import (
 from traceanalyzer.kernels import NOT_KERNEL_PATTERN, kernel_tasks
 from traceanalyzer.kit.cost import analysed_window_ns, analysed_windows, window_share
 from traceanalyzer.kit.fixture_verbs import Launch, us
+from traceanalyzer.kit.host_gaps import GapSettings, StreamGaps, compute_stream_gaps
 from traceanalyzer.kit.moe import (
     PATH_NAMES,
     EpGroup,
@@ -109,6 +110,7 @@ from traceanalyzer.primitives import (
     stream_gaps,
     total_length,
     trend,
+    uncovered,
     union_intervals,
     window_of,
 )
@@ -213,6 +215,10 @@ __all__ = [
     "moe_exchange_paths",
     "moe_imbalance",
     "routed_tokens",
+    # gaps on compute streams, the host-bound ones
+    "GapSettings",
+    "StreamGaps",
+    "compute_stream_gaps",
     # cost, kernels, statistics
     "analysed_window_ns",
     "analysed_windows",
@@ -283,6 +289,7 @@ __all__ = [
     "stream_gaps",
     "total_length",
     "trend",
+    "uncovered",
     "union_intervals",
     "window_of",
     "text",

@@ -11,7 +11,9 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from traceanalyzer.kit.host_gaps import compute_stream_gaps
 from traceanalyzer.kit.moe import MOE_PARAMS, exchange_paths
+from traceanalyzer.kit.steps import capture_windows_in
 from traceanalyzer.overview.breakdown import (
     COMPUTE_CLASSES,
     MC2_EXPOSED,
@@ -26,12 +28,6 @@ from traceanalyzer.overview.breakdown import (
     from_step_trace,
 )
 from traceanalyzer.overview.tops import top_collectives, top_host_apis, top_kernels
-from traceanalyzer.primitives import (
-    classify_gaps,
-    pair_windows,
-    stream_gaps,
-    union_intervals,
-)
 from traceanalyzer.schema import COMPONENT_NAMES
 from traceanalyzer.steps.exchanges import EXCHANGE_PARAMS
 from traceanalyzer.steps.launches import host_calls, launches_of
@@ -39,16 +35,7 @@ from traceanalyzer.steps.phases import IDLE_PHASE
 from traceanalyzer.steps.tables import steps_of
 from traceanalyzer.store import Store
 from traceanalyzer.vocabulary import (
-    ALLOC_APIS,
-    CAPTURE_BEGIN_API,
-    CAPTURE_END_API,
-    COMPILE_CALLS,
     DEVICE_PROCESSES,
-    DISPATCH_LATENCY_US,
-    FREE_APIS,
-    HARDWARE_PROCESS,
-    PAUSE_MS,
-    SYNC_APIS,
 )
 
 
@@ -107,60 +94,24 @@ def host_bound_gaps(
     """Stream gaps the host caused: session, ``cls`` (``host_gap``: launch-bound, ``sync_gap``:
     after a host synchronisation), start_ns, end_ns.
 
-    Classified as host-launch-bound classifies them (:func:`classify_gaps` at its default
-    thresholds): a gap before a task on its stream (``stream_gaps``) is the host's when the
-    call that launched the task (``host_launches``) ended after the stream ran dry; gaps
-    shorter than the dispatch latency, pauses, gaps in a graph capture and gaps whose next task
-    has no known launch are not.
+    host-launch-bound's gaps, at its default parameters (:func:`compute_stream_gaps`: one
+    derivation): the idle of a compute stream before a task whose launch ended after the stream
+    ran dry, where nothing else ran on the device and the host was not compiling or allocating;
+    gaps shorter than the dispatch latency, pauses and gaps in a graph capture are not.
 
     The launches are the rules' (the ``launches`` table, derived once before them).
-    ``tasks``: :func:`device_tasks`; ``cann``: the rank's CANN calls (``launches.host_calls``,
-    read once for the three kinds of call below: a scan each took 3x longer; at Level0 there are
-    none, nothing tells a synchronisation's gap, it counts as launch-bound, and the summary says
-    that idle sync was not measured).
+    ``tasks``: :func:`device_tasks`; ``cann``: the rank's CANN calls (``launches.host_calls``;
+    at Level0 there are none, nothing tells a synchronisation's gap, it counts as launch-bound,
+    and the summary says that idle sync was not measured).
     """
-    hardware = tasks.filter(
-        (pl.col("process") == HARDWARE_PROCESS) & pl.col("stream_id").is_not_null()
-    ).select(SLICE_COLUMNS)
-    after_gap = stream_gaps(hardware)
-    task = ["session", "stream", "start_ns", "end_ns", "name"]
-    launches = launches_of(store, [rank]).filter(
-        pl.col("start_ns").is_in(after_gap["start_ns"].implode())
+    found = compute_stream_gaps(
+        store.table("slices").filter(pl.col("rank") == rank),
+        launches_of(store, [rank]),
+        cann,
+        capture_windows_in(cann),
+        device=tasks.select("rank", "session", "start_ns", "end_ns"),
     )
-    launched = after_gap.join(
-        launches.select(*task, "launch_start_ns", "launch_end_ns", "link").unique(
-            task, keep="first"
-        ),
-        on=task,
-        how="inner",
-    )
-    interval = ["rank", "session", "start_ns", "end_ns"]
-    syncs = cann.filter(pl.col("api_name").is_in(list(SYNC_APIS))).select(interval)
-    other = union_intervals(
-        cann.filter(pl.col("api_name").is_in([*COMPILE_CALLS, *ALLOC_APIS, *FREE_APIS])).select(
-            interval
-        )
-    )
-    calls = cann.filter(
-        pl.col("api_name").str.contains(CAPTURE_BEGIN_API)
-        | pl.col("api_name").str.contains(CAPTURE_END_API)
-    )
-    captures = pair_windows(
-        calls,
-        is_begin=pl.col("api_name").str.contains(CAPTURE_BEGIN_API),
-        is_end=pl.col("api_name").str.contains(CAPTURE_END_API),
-    ).select(interval)
-    gaps = classify_gaps(
-        launched, syncs, captures, other,
-        min_gap_ns=DISPATCH_LATENCY_US * 1e3, max_gap_ns=PAUSE_MS * 1e6,
-    )  # fmt: skip
-    return gaps.filter(pl.col("host_bound") | pl.col("after_sync")).select(
-        "session",
-        pl.when(pl.col("host_bound")).then(pl.lit("host_gap")).otherwise(pl.lit("sync_gap"))
-        .alias("cls"),
-        pl.col("prev_end_ns").alias("start_ns"),
-        pl.col("start_ns").alias("end_ns"),
-    )  # fmt: skip
+    return found.idle.select("session", "cls", "start_ns", "end_ns")
 
 
 # the steps the export's own breakdown has a row for, each; of the others, the session's total
