@@ -70,6 +70,8 @@ def test_quiet_still_says_what_lost_data(tmp_path: Path) -> None:
         main, ["run", str(tmp_path / "in"), "--out", str(tmp_path / "o"), "-q"]
     )
     assert "missing ranks: 0" in result.output, result.output
+    # a problem of the whole collection names no file: no "-:" where a path would be
+    assert "\nwarning  missing ranks: 0 (1 of 2 expected)\n" in "\n" + result.output
 
 
 def test_could_not_judge_is_its_own_status_everywhere(tmp_path: Path) -> None:

@@ -202,7 +202,9 @@ def _partial_lines(result: IngestResult) -> list[str]:
     ]
     # warnings too: duplicate sessions and missing ranks lose data even when every file parsed
     lines += [
-        f"{'skipped' if p.severity == 'error' else 'warning'}  {p.path or '-'}: {p.message}"
+        f"{'skipped' if p.severity == 'error' else 'warning'}  "
+        + (f"{p.path}: " if p.path else "")  # a problem of the whole collection has no path
+        + p.message
         for p in result.discovery.problems
         if p.severity in ("error", "warning")
     ]
@@ -588,7 +590,7 @@ def _run(
     result, findings, reports = analysis.ingest, analysis.findings, analysis.reports
     if findings is None or reports is None:
         for p in result.discovery.problems:
-            _say(f"error: {p.path}: {p.message}", err=True)
+            _say(f"error: {p.path + ': ' if p.path else ''}{p.message}", err=True)
         _say(f"error: {path}: no analysable rank session found", err=True)
         sys.exit(EXIT_USAGE)
     if fmt == "json":
