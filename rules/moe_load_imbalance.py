@@ -66,7 +66,7 @@ CAPACITY = (
             "slices",
             ("name",),
             what="MoE expert kernels (GroupedMatmul) on the device",
-            collect_with="ProfilerActivity.NPU, of an MoE model",
+            collect_with="ProfilerActivity.NPU with an MoE model",
             where=(pl.col("process") == HARDWARE_PROCESS)
             & pl.col("name").str.contains("GroupedMatmul"),
         )

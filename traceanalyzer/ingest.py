@@ -454,10 +454,24 @@ class _SideFiles:
         for spec in self.not_collected:
             if spec.written_from in GENERATIONS and age < GENERATIONS.index(spec.written_from):
                 outcome.not_in_generation.append(spec.file)
+            elif _setting_on(self.session.config, spec.collected_with):
+                # asked for (profiler_info says so) and not written: missing, not uncollected
+                outcome.missing_files.append(f"{spec.file} ({spec.collected_with} was set)")
             else:
                 outcome.not_collected.append(f"{spec.file} ({spec.collected_with})")
         outcome.warnings += self.warnings
         outcome.incomplete_files += self.incomplete
+
+
+def _setting_on(config: dict[str, Any], collected_with: str) -> bool:
+    """Whether profiler_info's ``config`` has the ``NAME=True`` setting ``collected_with``
+    names on (``common_config.NAME``, or ``experimental_config._NAME``)."""
+    name, _, value = collected_with.partition("=")
+    if value != "True" or not name.isidentifier():
+        return False
+    common = config.get("common_config") or {}
+    experimental = config.get("experimental_config") or {}
+    return common.get(name) is True or experimental.get(f"_{name}") is True
 
 
 # What a Db export cannot hold though it was collected: (canonical table, the profiler setting

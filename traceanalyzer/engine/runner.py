@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 import polars as pl
 
+from traceanalyzer.engine.advice import collect_hint, store_facts
 from traceanalyzer.engine.config import configured_rule_dirs, resolve, run_settings
 from traceanalyzer.engine.findings import (
     SCHEMA_VERSION,
@@ -85,10 +86,12 @@ def _requirement_gap(store: Store, req: Requirement, ranks: frozenset[int] | Non
     where = None if req.where is None else req.where.meta.serialize(format="json")
     key = ("requirement", req.table, req.columns, where, ranks)
     probe = store.memo(key, lambda: _probe(store, req, ranks))
-    if probe["_rows"][0] == 0:
-        return req.missing_message()
     empty = [c for c in req.columns if not probe[c][0]]
-    return req.missing_message(empty) if empty else None
+    if probe["_rows"][0] and not empty:
+        return None
+    facts = store.memo(("export facts", ranks), lambda: store_facts(store, ranks))
+    hint = collect_hint(req.collect_with, facts, req.table)
+    return req.missing_message([] if probe["_rows"][0] == 0 else empty, hint)
 
 
 def _probe(store: Store, req: Requirement, ranks: frozenset[int] | None) -> pl.DataFrame:
