@@ -56,11 +56,32 @@ def level2_without_trace(tmp_path_factory: pytest.TempPathFactory) -> tuple[str,
 def test_a_level2_export_without_its_trace_is_told_the_trace_is_missing(
     level2_without_trace: tuple[str, dict],
 ) -> None:
-    _output, doc = level2_without_trace
+    output, doc = level2_without_trace
     reasons = " ".join(r["reason"] for r in doc["not_evaluated"])
-    for wrong in ("collect with profiler_level", "collect with ProfilerActivity.NPU"):
-        assert wrong not in reasons, wrong
+    for wrong in ("collect with profiler_level", "collect with ProfilerActivity.NPU", "Level0"):
+        assert wrong not in reasons and wrong not in output, wrong
     assert "this Level2 export records them in trace_view.json, which is missing" in reasons
+
+
+def test_unmeasured_is_never_zero(level2_without_trace: tuple[str, dict]) -> None:
+    """No trace_view.json: idle host, idle sync, idle stream and copies are n/a with the reason;
+    the compute is split by kernel_details.csv's kernels, not lumped into "other"."""
+    _output, doc = level2_without_trace
+    overview = doc["summary"]["overview"]
+    blind = {"device_other_ns", "idle_host_ns", "idle_sync_ns", "idle_stream_ns"}
+    assert set(overview["unmeasured"]) == blind
+    for what in overview["unmeasured"].values():
+        assert what["ranks"] == [0, 1] and "no device timeline" in what["reason"]
+        assert "trace_view.json, which is missing" in what["reason"]
+    mean = overview["mean"]
+    assert mean["compute_ai_core_ns"] > mean["compute_mix_ns"] > mean["compute_ai_vector_ns"] > 0
+    assert mean["compute_other_ns"] == 0
+    from traceanalyzer.report.overview_text import overview_table
+
+    table = overview_table(overview)
+    header, row = (line.split() for line in table.splitlines()[2:4])
+    assert row[header.index("host") - 1] == "n/a"  # "idle host" is two words
+    assert "copies, idle host, idle sync, idle stream not measured on ranks 0, 1" in table
 
 
 def test_a_level1_export_is_never_told_to_collect_level1() -> None:

@@ -568,14 +568,15 @@ def test_a_level0_trace_says_what_it_could_not_measure() -> None:
     level0 = run("inference_baseline_g3_level0")
     overview = level0["summary"]["overview"]
     keys = ["compute_ai_vector_ns", "idle_sync_ns"]
-    assert overview["unmeasured"] == {k: {"ranks": [0], "reason": UNMEASURED[k]} for k in keys}
+    said = {k: f"{UNMEASURED[k][0]} (collect with profiler_level=Level1)" for k in keys}
+    assert overview["unmeasured"] == {k: {"ranks": [0], "reason": said[k]} for k in keys}
     assert overview["ranks"][0]["unmeasured"] == keys
     assert all(r["unmeasured"] == keys for r in overview["phases"]["rows"])
     table = overview_table(overview)
     header, row = (line.split() for line in table.splitlines()[2:4])
     assert row[header.index("sync") - 1] == "n/a"  # the header's "idle sync" is two words
     assert row[header.index("compute")] != "n/a"  # the AI Core part of it is measured
-    why = UNMEASURED["idle_sync_ns"]
+    why = said["idle_sync_ns"]
     assert f"idle sync not measured on rank 0: {why}" in table
     assert "compute: AI Vector not measured on rank 0: " in table
     md = "\n".join(overview_markdown(overview, lambda h, rows: [str(h), *map(str, rows)], {}))

@@ -94,24 +94,48 @@ UNMEASURED_COLUMN = "unmeasured"
 EP_COLUMNS = ("ep_path", "ep_exchange_ns", "ep_exposed_ns", "ep_fits")
 STEP_COLUMNS = (*MEASURED_COLUMNS, UNMEASURED_COLUMN, *EP_COLUMNS)  # a summary_steps row
 # Why a component can be unmeasured in a step, and where its time is then: the breakdown still
-# sums to the step, so an unmeasured component's time is in another one, which this says.
-UNMEASURED = {
-    "compute_ai_vector_ns": "no Accelerator Core from kernel_details.csv (absent, or N/A as a "
-    "Level0 export writes it) and the trace's Task Type calls AI Vector kernels AI_CORE, so "
-    "their compute is in AI Core; collect with profiler_level=Level1 to tell them apart",
-    "idle_sync_ns": "no CANN API events (a Level0 export records none), so the device's idle "
-    "after a host synchronisation is in idle host; collect with profiler_level=Level1 to tell "
-    "them apart",
+# sums to the step, so an unmeasured component's time is in another one, which this says; and
+# how the data that tells it apart is collected (said from what the export collected:
+# engine.advice). Key -> (why, how it is collected, the table that data fills).
+UNMEASURED: dict[str, tuple[str, str, str]] = {
+    "compute_ai_vector_ns": (
+        "no Accelerator Core from kernel_details.csv (absent, or N/A as a Level0 export writes "
+        "it) and the trace's Task Type calls AI Vector kernels AI_CORE, so their compute is in "
+        "AI Core",
+        "profiler_level=Level1",
+        "kernels",
+    ),
+    "idle_sync_ns": (
+        "no CANN API events, so the device's idle after a host synchronisation is in idle host",
+        "profiler_level=Level1",
+        "slices",
+    ),
+}
+# A session without a device timeline (no trace_view.json, or no device task in it): its
+# breakdown is the export's own (step_trace_time.csv): compute, communication and overlap, the
+# compute split by accelerator from kernel_details.csv's kernels when it lists them.
+NO_TIMELINE = "no device timeline (trace_view.json)"
+TIMELINE_BLIND: dict[str, str] = {
+    **dict.fromkeys(
+        ("compute_ai_core_ns", "compute_ai_vector_ns", "compute_mix_ns", "compute_ai_cpu_ns"),
+        f"{NO_TIMELINE} and no kernel in kernel_details.csv: the step's compute (from the "
+        "export's step breakdown) is in compute: other",
+    ),
+    **dict.fromkeys(
+        ("device_other_ns", "idle_host_ns", "idle_sync_ns", "idle_stream_ns"),
+        f"{NO_TIMELINE}: the export's step breakdown gives compute, communication and their "
+        "overlap; copies and what the device waited on are in idle: other",
+    ),
 }
 
 
 def unmeasured(steps: pl.DataFrame) -> list[str]:
-    """The components (keys of :data:`UNMEASURED`, in its order) that some of ``steps``
-    (summary_steps rows) could not measure."""
+    """The components (in their order) that some of ``steps`` (summary_steps rows) could not
+    measure (:data:`UNMEASURED`, :data:`TIMELINE_BLIND`)."""
     if UNMEASURED_COLUMN not in steps.columns:  # a store before the column
         return []
     said = set(steps[UNMEASURED_COLUMN].drop_nulls().str.split(",").explode().to_list())
-    return [key for key in UNMEASURED if key in said]
+    return [key for key in COMPONENT_NAMES if key in said]
 
 
 def classify_tasks(tasks: pl.DataFrame) -> pl.DataFrame:
@@ -345,4 +369,54 @@ def from_step_trace(step_times: pl.DataFrame, windows: pl.DataFrame) -> pl.DataF
             pl.lit(None, dtype=pl.String).alias("check_component"),
         )
         .select(*WINDOW_COLUMNS, "source", "check_deviation", "check_component")
+    )
+
+
+def split_sessions(kernels: pl.DataFrame) -> list[str]:
+    """The sessions whose kernel_details.csv kernels (``kernels``) tell their compute's
+    accelerators: :func:`split_compute` splits theirs."""
+    known = kernels.filter(pl.col("accelerator_core").is_in(list(ACCELERATORS)))
+    return known["session"].unique().to_list()
+
+
+def split_compute(rows: pl.DataFrame, kernels: pl.DataFrame) -> pl.DataFrame:
+    """Rows of :func:`from_step_trace` (no device timeline) with their compute
+    (``compute_other_ns``) split between the accelerators in the proportions of the time of
+    their session's compute kernels in kernel_details.csv (``kernels``: session,
+    accelerator_core, dur_ns; without a timeline the steps' bounds are unknown, so the session's mix stands for
+    each step's); a row of a session without such kernels keeps it whole."""
+    shares = (
+        kernels.drop_nulls("dur_ns")
+        .filter(pl.col("accelerator_core").is_in(list(ACCELERATORS)))  # compute kernels only
+        .with_columns(pl.col("accelerator_core").replace_strict(ACCELERATORS).alias("_cls"))
+        .group_by("session")
+        .agg(
+            (pl.col("dur_ns").filter(pl.col("_cls") == c).sum() / pl.col("dur_ns").sum()).alias(
+                f"_{c}"
+            )
+            for c in COMPUTE_CLASSES
+            if c != "compute_other"
+        )
+    )
+    if shares.is_empty():
+        return rows
+    total = pl.col("compute_other_ns")
+    split = {
+        COMPUTE_COMPONENTS[c]: (total * pl.col(f"_{c}").fill_null(0.0)).round(0).cast(pl.Int64)
+        for c in COMPUTE_CLASSES
+        if c != "compute_other"
+    }
+    known = pl.col(f"_{COMPUTE_CLASSES[0]}").is_not_null()
+    return (
+        rows.join(shares, on="session", how="left")
+        .with_columns(
+            pl.when(known).then(e).otherwise(pl.col(k)).alias(k) for k, e in split.items()
+        )
+        .with_columns(
+            pl.when(known)
+            .then(total - pl.sum_horizontal(*split))
+            .otherwise(total)
+            .alias("compute_other_ns")
+        )
+        .select(rows.columns)
     )

@@ -20,12 +20,15 @@ from traceanalyzer.overview.breakdown import (
     MEASURED_COLUMNS,
     STEP_COLUMNS,
     STEP_META,
+    TIMELINE_BLIND,
     UNMEASURED_COLUMN,
     VECTOR_TASK_TYPES,
     breakdown,
     check_against_step_trace,
     classify_tasks,
     from_step_trace,
+    split_compute,
+    split_sessions,
 )
 from traceanalyzer.overview.tops import top_collectives, top_host_apis, top_kernels
 from traceanalyzer.schema import COMPONENT_NAMES
@@ -177,14 +180,6 @@ def summarize_rank(store: Store, rank: int, sizes: TopSizes) -> dict[str, pl.Dat
     measured = _measured(
         intervals, windows.filter(pl.col("session").is_in(list(with_tasks))), sessions, step_times
     )
-    csv_only = step_times.filter(~pl.col("session").is_in(list(with_tasks)))
-    if not csv_only.is_empty():
-        csv_rows = _from_step_trace(csv_only, windows, sessions).select(MEASURED_COLUMNS)
-        measured = pl.concat([measured.select(MEASURED_COLUMNS), csv_rows], how="vertical_relaxed")
-    measured = measured.join(_unmeasured(sessions, tasks, cann), on="session", how="left").join(
-        ep_exchanges(store, rank, tasks), on=["session", "step"], how="left"
-    )
-    comm_ops = store.table("comm_ops").filter(pl.col("rank") == rank).collect()
     listed = None  # kernel_details' kernels, where a session has no device task of its own
     if not set(sessions["session"].to_list()) <= with_tasks:
         listed = (
@@ -193,6 +188,17 @@ def summarize_rank(store: Store, rank: int, sizes: TopSizes) -> dict[str, pl.Dat
             .select("session", "name", "accelerator_core", "start_ns", "dur_ns")
             .collect()
         )
+    csv_only = step_times.filter(~pl.col("session").is_in(list(with_tasks)))
+    if not csv_only.is_empty():
+        csv_rows = _from_step_trace(csv_only, windows, sessions).select(MEASURED_COLUMNS)
+        if listed is not None:
+            csv_rows = split_compute(csv_rows, listed)
+        measured = pl.concat([measured.select(MEASURED_COLUMNS), csv_rows], how="vertical_relaxed")
+    blind = _unmeasured(sessions, tasks, cann, listed)
+    measured = measured.join(blind, on="session", how="left").join(
+        ep_exchanges(store, rank, tasks), on=["session", "step"], how="left"
+    )
+    comm_ops = store.table("comm_ops").filter(pl.col("rank") == rank).collect()
     return {
         "summary_steps": measured.select(STEP_COLUMNS).sort("session", "start_ns", nulls_last=True),
         "summary_kernels": top_kernels(tasks, steps, sizes.kernels, listed),
@@ -212,25 +218,38 @@ def mc2_exchanges(tasks: pl.DataFrame) -> pl.DataFrame:
     return mc2.select("session", pl.lit("exchange").alias("cls"), "start_ns", "end_ns")
 
 
-def _unmeasured(sessions: pl.DataFrame, tasks: pl.DataFrame, cann: pl.DataFrame) -> pl.DataFrame:
+def _unmeasured(
+    sessions: pl.DataFrame,
+    tasks: pl.DataFrame,
+    cann: pl.DataFrame,
+    listed: pl.DataFrame | None,
+) -> pl.DataFrame:
     """Per session (session, :data:`UNMEASURED_COLUMN`), the components its data cannot
     measure: AI Vector compute when no compute task's accelerator says AI Vector apart from
     AI Core (kernel_details' Accelerator Core, or the trace's Task Type), idle sync when it
-    recorded no CANN call (so no synchronisation)."""
+    recorded no CANN call (so no synchronisation); without a device timeline, every component
+    the export's own step breakdown does not give (:data:`TIMELINE_BLIND`), the accelerators
+    but where kernel_details.csv (``listed``) splits the compute."""
     compute = tasks.filter(pl.col("cls").is_in(COMPUTE_CLASSES))
     told = compute.filter(
         pl.col("accelerator").is_not_null() | pl.col("task_type").is_in(VECTOR_TASK_TYPES)
     )
+    no_timeline = set(sessions["session"]) - set(tasks["session"])
+    split = set() if listed is None else set(split_sessions(listed))
     blind = {
         "compute_ai_vector_ns": set(compute["session"]) - set(told["session"]),
         "idle_sync_ns": set(sessions["session"]) - set(cann["session"]),
     }
+    for key in TIMELINE_BLIND:
+        compute_key = key.startswith("compute_")
+        blind[key] = blind.get(key, set()) | (no_timeline - split if compute_key else no_timeline)
+    ordered = [key for key in COMPONENT_NAMES if key in blind]
     return sessions.select(
         "session",
         pl.concat_str(
             *(
-                pl.when(pl.col("session").is_in(list(missing))).then(pl.lit(key))
-                for key, missing in blind.items()
+                pl.when(pl.col("session").is_in(list(blind[key]))).then(pl.lit(key))
+                for key in ordered
             ),
             separator=",",
             ignore_nulls=True,

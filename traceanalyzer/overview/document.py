@@ -12,7 +12,8 @@ from typing import Any
 
 import polars as pl
 
-from traceanalyzer.overview.breakdown import UNMEASURED, computing_ns, unmeasured
+from traceanalyzer.engine.advice import collect_hint, store_facts
+from traceanalyzer.overview.breakdown import TIMELINE_BLIND, UNMEASURED, computing_ns, unmeasured
 from traceanalyzer.overview.compute import DEFAULT_TOP, TopSizes
 from traceanalyzer.overview.headline import COMPONENTS, headline, mean_components
 from traceanalyzer.overview.phases import (
@@ -24,6 +25,7 @@ from traceanalyzer.overview.phases import (
 )
 from traceanalyzer.overview.timeline import step_timeline
 from traceanalyzer.overview.tops import combined_tops
+from traceanalyzer.schema import COMPONENT_NAMES
 from traceanalyzer.store import Store
 
 SCHEMA_VERSION = 1
@@ -76,11 +78,7 @@ def overview_document(
     return {
         "schema_version": SCHEMA_VERSION,
         "components": [{"key": k, "label": label, "group": g} for k, label, g in COMPONENTS],
-        "unmeasured": {
-            key: {"ranks": [r["rank"] for r in ranks if key in r["unmeasured"]], "reason": why}
-            for key, why in UNMEASURED.items()
-            if any(key in r["unmeasured"] for r in ranks)
-        },
+        "unmeasured": _unmeasured(store, steps, ranks),
         "source": {
             "breakdown": sorted(set(steps["source"].to_list())),
             **self_check(windows, _source_formats(store)),
@@ -109,6 +107,28 @@ def overview_document(
         "failed": {str(k): v for k, v in (failed or {}).items()},
         "costs": {},
     }
+
+
+def _unmeasured(
+    store: Store, steps: pl.DataFrame, ranks: list[dict[str, Any]]
+) -> dict[str, dict[str, Any]]:
+    """Per component some ranks could not measure: those ranks, and why (where its time is
+    then, and what would measure it, from what their export says it collected)."""
+    out = {}
+    for key in COMPONENT_NAMES:
+        on = [r["rank"] for r in ranks if key in r["unmeasured"]]
+        if not on:
+            continue
+        mine = steps.filter(pl.col("rank").is_in(on))
+        timeless = key in TIMELINE_BLIND and (mine["source"] == "step_trace_time").all()
+        why, collect, table = (
+            (TIMELINE_BLIND[key], "ProfilerActivity.NPU", "slices") if timeless else UNMEASURED[key]
+        )
+        out[key] = {
+            "ranks": on,
+            "reason": why + collect_hint(collect, store_facts(store, on), table),
+        }
+    return out
 
 
 def _source_formats(store: Store) -> list[str]:
