@@ -392,7 +392,8 @@ def _findings_table(result, out: Path) -> str:  # noqa: ANN001 - engine RunResul
     "rule_dirs",
     multiple=True,
     type=ExistingPath(file_okay=False, path_type=Path),
-    help="Extra rule folder (repeatable).",
+    help="Extra rule folder (repeatable; default: ./traceanalyzer-rules when it exists, as "
+    "`rules list/test` read it).",
 )
 @click.option(
     "--set",
@@ -554,6 +555,11 @@ def _run(
     if ray_address and executor_name != "ray":
         raise click.UsageError("--ray-address is only used with --executor ray")
 
+    from traceanalyzer.discover import input_root
+    from traceanalyzer.engine.config import default_rule_dirs
+
+    # as `rules list/test` do: ./traceanalyzer-rules when no --rules is given (not the data's)
+    rule_dirs, rules_note = default_rule_dirs(rule_dirs, [input_root(path)])
     show_progress = not (quiet or fmt == "json")
     try:
         # one executor for both maps (ingest, then rank rules): workers are started once
@@ -603,6 +609,8 @@ def _run(
                 click.echo(line)
         click.echo(_findings_table(findings, out))
         _say(analysis.config.describe() if analysis.config else "config: none")
+        if rules_note:
+            _say(rules_note)
         if findings.overview:
             from traceanalyzer.report.overview_text import overview_table
 
