@@ -133,7 +133,7 @@ def moe_load_imbalance(ctx: RuleContext) -> Iterator[Finding]:
     on a rank that is late for another reason (host-bound launches, a throttled device: its
     dense kernels are as much slower as its experts), and on imbalance seen only in dummy or
     warm-up steps. Not evaluated without grouped matmuls (not an MoE model) or without an EP
-    exchange after them; undecided when no step has every rank of the group serving.
+    exchange after them; inconclusive when no step has every rank of the group serving.
 
     ## References
     - vllm-ascend RFC #16795 (expert load diagnostics: hot rank, persistence, dummy runs

@@ -593,3 +593,25 @@ def test_a_level0_trace_says_what_it_could_not_measure() -> None:
     # diff: a zero nobody measured is no base to compare with
     sync = next(d for d in overview_deltas(level0, level1) if d.key == "idle_sync_ns")
     assert sync.base is None and sync.target is not None and sync.change is None
+
+
+def test_p50_is_the_median_not_the_upper_middle() -> None:
+    """Steps of 16.4, 16.6, 27.9 and 27.9 ms: the p50 is 22.25 ms (was 27.9, the upper one)."""
+    from traceanalyzer.overview.phases import phases_section
+
+    b = StoreBuilder().session(0, "s0", start_ns=0, end_ns=us(200_000))
+    t = 0
+    for n, ms in enumerate((5.0, 16.4, 16.6, 27.9, 27.9), 1):  # the first step is warm-up
+        b.step(0, "s0", n, start_ns=t, dur_ns=us(int(ms * 1000)))
+        b.task(
+            0, "s0", "MatMul", stream=2, start_ns=t + us(10), dur_ns=us(100), task_type="AI_CORE"
+        )
+        t += us(int(ms * 1000)) + us(1000)
+    store = b.store()
+    summary = summarize_rank(store, 0, TopSizes())
+    windows, kernels, apis = (
+        summary[t].with_columns(rank=pl.lit(0, pl.Int32))
+        for t in ("summary_steps", "summary_kernels", "summary_host_apis")
+    )
+    (row,) = [r for r in phases_section(windows, kernels, apis)["rows"] if r["phase"] != "warmup"]
+    assert row["steps"] == 4 and row["p50_ns"] == pytest.approx(22.25e6)

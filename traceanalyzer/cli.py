@@ -344,8 +344,10 @@ def _findings_table(result, out: Path) -> str:  # noqa: ANN001 - engine RunResul
         lines[-1] += f" [{cost}]" if cost else ""
     if not result.findings:
         lines.append("no findings")
-    for status in result.inconclusive:
-        lines.append(printable(f"{'undecided':<9}  {status.name:<24} {status.reason}"))
+    for status in result.inconclusive:  # the label says the status: the reason need not
+        reason = (status.reason or "").removeprefix("inconclusive: ").removeprefix("inconclusive ")
+        # the longer label takes from the name's column: the reasons stay aligned
+        lines.append(printable(f"inconclusive  {status.name:<21} {reason}"))
     for status in result.not_evaluated:
         lines.append(printable(f"{'skipped':<9}  {status.name:<24} not evaluated: {status.reason}"))
     for error in result.errors:

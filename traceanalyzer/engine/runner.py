@@ -344,11 +344,15 @@ def _reduce_rule(
     return status, findings
 
 
+INCONCLUSIVE = "inconclusive"  # a rule that ran but could not decide: its status everywhere
+
+
 def _undecided_reason(notes: Sequence[Note]) -> str:
-    """``could not judge rank 0: only 22 captures ...`` (identical texts grouped over ranks).
+    """``inconclusive on rank 0: only 22 captures ...`` (identical texts grouped over ranks):
+    the status's own name, as the terminal and the reports say it.
 
     A text that starts with its own rank (``rank 3: ...``, ``rank 3 stream 2: ...``) is grouped
-    without it: ``could not judge ranks 0-39: stream 2: ...`` names the ranks already. The notes
+    without it: ``inconclusive on ranks 0-39: stream 2: ...`` names the ranks already. The notes
     themselves (findings.json) keep their full text.
     """
     by_text: dict[str, list[int]] = {}
@@ -362,7 +366,7 @@ def _undecided_reason(notes: Sequence[Note]) -> str:
             where = (
                 f" rank {ranks[0]}" if len(set(ranks)) == 1 else f" ranks {compress_ranks(ranks)}"
             )
-        parts.append(f"could not judge{where}: {text}")
+        parts.append(f"{INCONCLUSIVE}{' on' + where if where else ''}: {text}")
     return "; ".join(parts)
 
 

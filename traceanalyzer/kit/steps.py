@@ -389,7 +389,7 @@ def recurring_calls(
     A rank qualifies when at least ``min_step_share`` of its steady steps have a call and the
     calls take at least ``min_share`` of their time; every other rank gets a note naming
     ``what`` was counted (plus ``aside[rank]``, e.g. what was left out). Without steps the
-    rule is not evaluated; a rank with no steady step is undecided (its status inconclusive,
+    rule is not evaluated; a rank with no steady step is inconclusive (its status,
     never clean).
     """
     p = ctx.params
