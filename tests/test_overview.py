@@ -615,3 +615,24 @@ def test_p50_is_the_median_not_the_upper_middle() -> None:
     )
     (row,) = [r for r in phases_section(windows, kernels, apis)["rows"] if r["phase"] != "warmup"]
     assert row["steps"] == 4 and row["p50_ns"] == pytest.approx(22.25e6)
+
+
+def test_a_serving_headline_leads_with_its_phases() -> None:
+    """12 ms prefills and 0.4 ms decodes: the headline gives each phase its own parts and
+    median, not one mean over both; a profile of one phase keeps the whole step's headline."""
+    from traceanalyzer.overview.headline import phase_headline
+
+    def row(phase: str, steps: int, step_ms: float, compute: float, sync: float) -> dict:
+        mean = {"step_ns": step_ms * 1e6, "compute_mix_ns": compute * step_ms * 1e6,
+                "idle_sync_ns": sync * step_ms * 1e6}  # fmt: skip
+        total = steps * step_ms * 1e6
+        return {"phase": phase, "steps": steps, "total_ns": total, "p50_ns": step_ms * 1e6,
+                "mean": mean}  # fmt: skip
+
+    rows = [row("prefill", 1, 12.0, 0.98, 0.0), row("decode", 18, 0.419, 0.29, 0.66),
+            row("idle", 3, 1.0, 0.0, 0.0)]  # fmt: skip
+    assert phase_headline(rows) == (  # by their share of the time
+        "Per phase: prefill (1 iteration, p50 12 ms): compute 98%; decode (18, p50 419 µs): "
+        "the device drained by host synchronisations 66%, then compute 29%."
+    )
+    assert phase_headline(rows[1:]) is None

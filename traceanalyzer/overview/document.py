@@ -15,7 +15,12 @@ import polars as pl
 from traceanalyzer.engine.advice import collect_hint, store_facts
 from traceanalyzer.overview.breakdown import TIMELINE_BLIND, UNMEASURED, computing_ns, unmeasured
 from traceanalyzer.overview.compute import DEFAULT_TOP, TopSizes
-from traceanalyzer.overview.headline import COMPONENTS, headline, mean_components
+from traceanalyzer.overview.headline import (
+    COMPONENTS,
+    headline,
+    mean_components,
+    phase_headline,
+)
 from traceanalyzer.overview.phases import (
     iterations,
     layer_times,
@@ -75,6 +80,7 @@ def overview_document(
         representative["timeline"] = step_timeline(store, representative)
     cluster = store.table("summary_ranks").collect().sort("rank")
     mean = mean_components(steps) if steps.height else None
+    phases = phases_section(windows, kernels, host_apis, layer_times(store))
     return {
         "schema_version": SCHEMA_VERSION,
         "components": [{"key": k, "label": label, "group": g} for k, label, g in COMPONENTS],
@@ -85,7 +91,8 @@ def overview_document(
         },
         "steps": steps.height,
         "mean": mean,
-        "headline": headline(mean),
+        # a serving profile leads with its phases: one mean over them describes none
+        "headline": phase_headline(phases["rows"]) or headline(mean),
         "computing_ns": float(steps.select(computing_ns().mean()).item() or 0.0)
         if steps.height
         else None,
@@ -102,7 +109,7 @@ def overview_document(
             sizes.collectives,
             extra=[pl.col("wait_ns").sum(), pl.col("transit_ns").sum()],
         ),
-        "phases": phases_section(windows, kernels, host_apis, layer_times(store)),
+        "phases": phases,
         "sizes": asdict(sizes),
         "failed": {str(k): v for k, v in (failed or {}).items()},
         "costs": {},
