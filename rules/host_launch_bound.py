@@ -11,7 +11,6 @@ import polars as pl
 from traceanalyzer.kit import (
     ALLOC_APIS,
     CANN_PROCESS,
-    COMMUNICATION_PROCESSES,
     COMPILE_CALLS,
     COMPUTE_TASK_TYPES,
     DEQUEUE_PREFIX,
@@ -28,6 +27,7 @@ from traceanalyzer.kit import (
     Evidence,
     FigureContext,
     Finding,
+    GapSettings,
     KeyFigure,
     Mark,
     NotEvaluated,
@@ -36,7 +36,7 @@ from traceanalyzer.kit import (
     analysed_window_ns,
     cann_calls,
     capture_windows,
-    classify_gaps,
+    compute_stream_gaps,
     device_tasks,
     host_api,
     launched_tasks,
@@ -44,9 +44,7 @@ from traceanalyzer.kit import (
     phase_windows,
     phases_in,
     rule,
-    stream_gaps,
     text,
-    union_intervals,
 )
 
 WORST_SHOWN = 5  # evidence: the longest host-bound gaps of a stream
@@ -127,8 +125,10 @@ def host_launch_bound(ctx: RuleContext) -> Iterator[Finding]:
     Idle gaps on a compute stream (a stream that runs kernels) where the device had nothing
     queued: the next task's host launch (`Node@launch` under an `aclnn*` call,
     `aclmdlRIExecuteAsync` for a graph replay, any call linked by `connection_id` or a
-    HostToDevice flow) ended only *after* the previous task had finished. Every such gap is
-    host-bound idle time. It fires per rank and stream when that time reaches `min_share` of the
+    HostToDevice flow) ended only *after* the previous task had finished. The part of such a
+    gap in which nothing else ran on the device (no other stream's task, no collective) is
+    host-bound idle time: the overview's "idle: waiting on the host", one derivation
+    (`compute_stream_gaps`). It fires per rank and stream when that time reaches `min_share` of the
     stream's span (its first to last task in each session), and reports the worst gaps
     with the host calls that launched late, and whether the steps ran as graph replays.
 
@@ -238,36 +238,18 @@ class _Judged:
 def _judged_streams(ctx: RuleContext) -> _Judged:
     p = ctx.params
     slices = ctx.table("slices")
-    launches = launched_tasks(ctx, p.replay_apis).filter(~pl.col("name").is_in(p.marker_tasks))
     keys = ["rank", "session"]
-    compute = (
-        launches.filter(pl.col("task_type").is_in(p.compute_task_types))
-        .select(*keys, "stream")
-        .unique()
-    )
-    tasks = launches.join(compute, on=[*keys, "stream"])
-    # Waits the communication plane records for a compute stream fill its time too.
-    plane_waits = (
-        slices.filter(
-            pl.col("process").is_in(COMMUNICATION_PROCESSES)
-            & (pl.col("task_type").is_in(p.wait_task_types) | pl.col("name").is_in(p.wait_names))
-        )
-        .select(*keys, pl.col("stream_id").alias("stream"), "start_ns", "end_ns", "name")
-        .collect()
-        .join(compute, on=[*keys, "stream"])
-    )
-    occupied = pl.concat([tasks, plane_waits], how="diagonal_relaxed")
-    calls = cann_calls(ctx)
-    syncs = calls.filter(pl.col("api_name").is_in(p.sync_apis)).select(*keys, "start_ns", "end_ns")
-    other = union_intervals(
-        calls.filter(pl.col("api_name").is_in(p.other_cause_apis)).select(
-            *keys, "start_ns", "end_ns"
-        ),
-    )
-    gaps = classify_gaps(
-        stream_gaps(occupied, stream="stream"), syncs, capture_windows(ctx), other,
-        min_gap_ns=p.min_gap_us * 1000, max_gap_ns=p.max_gap_ms * 1e6,
+    settings = GapSettings(
+        min_gap_us=p.min_gap_us, max_gap_ms=p.max_gap_ms,
+        compute_task_types=tuple(p.compute_task_types), wait_task_types=tuple(p.wait_task_types),
+        wait_names=tuple(p.wait_names), marker_tasks=tuple(p.marker_tasks),
+        sync_apis=tuple(p.sync_apis), other_cause_apis=tuple(p.other_cause_apis),
     )  # fmt: skip
+    # the overview's idle host and idle sync are these gaps' cost, at the default parameters
+    found = compute_stream_gaps(
+        slices, launched_tasks(ctx, p.replay_apis), cann_calls(ctx), capture_windows(ctx), settings
+    )
+    tasks, gaps = found.tasks, found.gaps
     window_ns = analysed_window_ns(ctx)
     # The stream's own span (first task to last) is the time it could have been working.
     linked = tasks.group_by(*keys, "stream").agg(
@@ -280,7 +262,7 @@ def _judged_streams(ctx: RuleContext) -> _Judged:
             pl.col("cost_ns").filter(pl.col("host_bound")).sum().alias("cost_ns"),
             pl.col("other_ns").filter(pl.col("host_bound")).sum().alias("other_ns"),
             pl.col("host_bound").sum().alias("host_bound_gaps"),
-            pl.col("gap_ns").filter(pl.col("after_sync")).sum().alias("after_sync_ns"),
+            pl.col("cost_ns").filter(pl.col("after_sync")).sum().alias("after_sync_ns"),
             pl.col("gap_ns").filter(pl.col("pause")).sum().alias("pause_ns"),
             pl.col("gap_ns").sum().alias("idle_ns"),
         ),

@@ -66,7 +66,7 @@ CAPACITY = (
             "slices",
             ("name",),
             what="MoE expert kernels (GroupedMatmul) on the device",
-            collect_with="ProfilerActivity.NPU, of an MoE model",
+            collect_with="ProfilerActivity.NPU with an MoE model",
             where=(pl.col("process") == HARDWARE_PROCESS)
             & pl.col("name").str.contains("GroupedMatmul"),
         )
@@ -133,7 +133,7 @@ def moe_load_imbalance(ctx: RuleContext) -> Iterator[Finding]:
     on a rank that is late for another reason (host-bound launches, a throttled device: its
     dense kernels are as much slower as its experts), and on imbalance seen only in dummy or
     warm-up steps. Not evaluated without grouped matmuls (not an MoE model) or without an EP
-    exchange after them; undecided when no step has every rank of the group serving.
+    exchange after them; inconclusive when no step has every rank of the group serving.
 
     ## References
     - vllm-ascend RFC #16795 (expert load diagnostics: hot rank, persistence, dummy runs

@@ -185,7 +185,7 @@ def slow_rank(ctx: RuleContext) -> Iterator[Finding]:
     ranks = sorted(int(r) for r in sessions["rank"].unique().to_list())
     needed = max(2, p.min_ranks)  # one rank has no peers, whatever min_ranks says
     if len(ranks) < needed:
-        # the data is there, there is not enough of it: "could not judge", never "clean"
+        # the data is there, there is not enough of it: inconclusive, never "clean"
         ctx.inconclusive(
             f"needs at least {needed} ranks to compare (found {len(ranks)}; min_ranks)",
             ranks=len(ranks),

@@ -187,6 +187,36 @@ def test_rules_new_then_rules_test_as_the_readme_says(tmp_path, monkeypatch) -> 
     assert CliRunner().invoke(rules_group, ["test", "my-rule"]).exit_code == 0
 
 
+def test_run_reads_the_rules_folder_rules_test_reads(tmp_path, monkeypatch) -> None:  # noqa: ANN001
+    """`rules new my-rule` then `run`: the run loads ./traceanalyzer-rules as `rules list/test`
+    do, and says so; a ./traceanalyzer-rules inside the analysed folder came with the data and
+    is not loaded (said too)."""
+    import json
+    import shutil
+
+    from traceanalyzer.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    invoke("new", "my-rule")
+    sample = ROOT / "sample_traces" / "inference_baseline"
+    ran = CliRunner().invoke(main, ["run", str(sample), "--out", "out", "-q", "-j", "1"])
+    assert ran.exit_code == 0, ran.output
+    assert "rules: built-in and ./traceanalyzer-rules (the default folder of your rules" in (
+        ran.output
+    )
+    rules = json.loads((tmp_path / "out" / "findings.json").read_text())["rules"]
+    assert "my-rule" in {r["name"] for r in rules}
+    data = tmp_path / "data"
+    shutil.copytree(sample, data)
+    shutil.copytree(tmp_path / "traceanalyzer-rules", data / "traceanalyzer-rules")
+    monkeypatch.chdir(data)
+    ran = CliRunner().invoke(main, ["run", ".", "--out", str(tmp_path / "o2"), "-q", "-j", "1"])
+    assert ran.exit_code == 0, ran.output
+    assert "is inside the analysed folder: it came with the data and is not loaded" in ran.output
+    rules = json.loads((tmp_path / "o2" / "findings.json").read_text())["rules"]
+    assert "my-rule" not in {r["name"] for r in rules}
+
+
 def test_rules_new_never_writes_into_the_builtin_rules(tmp_path, monkeypatch) -> None:  # noqa: ANN001
     """At the root of a checkout, `rules/` is the built-in rules' folder: refused by name, and
     the default folder is another one."""

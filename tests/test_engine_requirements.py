@@ -65,8 +65,9 @@ def test_each_requirement_looks_at_its_own_rows():
     b.counter(0, "s", "HBM Bandwidth", ts_ns=us(10), value=3.0)
     store = b.store()
     assert precondition_gaps(needs(device_tasks()), store) == []
+    # the store's session is Level1: the advice says it records them, not "collect with Level1"
     assert precondition_gaps(needs(host_api("aclrtMemcpy")), store) == [
-        "missing CANN API events (`aclrtMemcpy`) (collect with profiler_level=Level1)"
+        "missing CANN API events (`aclrtMemcpy`) (this Level1 export records them but has none)"
     ]
     assert precondition_gaps(needs(counters("HBM Bandwidth")), store) == []
     assert precondition_gaps(needs(counters(AI_CORE_FREQ_PROCESS)), store) == [

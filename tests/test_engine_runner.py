@@ -300,11 +300,11 @@ def test_could_not_judge_names_each_text_once_with_its_ranks(shard_by_rank):
     status = result.rules[0]
     assert status.status == "inconclusive"
     assert status.reason == (
-        "could not judge ranks 0-2: stream 2: every step is warm-up; "
-        "could not judge rank 3: rank 1: no steady step; "  # another rank's name is kept
-        "could not judge rank 4: no steady step; "
-        "could not judge rank 5: rank 40: a rank that is not its own; "
-        "could not judge rank 6: only 6 captures"
+        "inconclusive on ranks 0-2: stream 2: every step is warm-up; "
+        "inconclusive on rank 3: rank 1: no steady step; "  # another rank's name is kept
+        "inconclusive on rank 4: no steady step; "
+        "inconclusive on rank 5: rank 40: a rank that is not its own; "
+        "inconclusive on rank 6: only 6 captures"
     )
     doc = result.to_dict()
     assert doc["inconclusive"] == [{"rule": "TA906", "name": "undecided", "reason": status.reason}]

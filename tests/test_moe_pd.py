@@ -261,3 +261,33 @@ def test_the_stored_moe_layers_are_what_the_rule_derives(tmp_path) -> None:
     )
     derived = moe_tables_of(in_memory, ranks)
     assert derived[LAYERS].sort("rank", "first_ns").equals(stored[LAYERS].sort("rank", "first_ns"))
+
+
+def test_one_picture_of_moe_time(tmp_path) -> None:
+    """synth moe-ep: the MC2 exchange the peers wait in is exposed communication in the
+    headline and the rank table (their comm wait exceeds the hot rank's by the finding's wait
+    per step), no tight cluster scores a z of 8 beside "no outlier rank", and the finding's
+    cost share is one value in its metrics, its details and its cost."""
+    from traceanalyzer.executor import make_executor
+    from traceanalyzer.pipeline import analyse
+    from traceanalyzer.report.overview_text import cost_text
+    from traceanalyzer.synth.generate import generate
+
+    generate("moe-ep", tmp_path / "in", ranks=4)
+    with make_executor("local") as executor:
+        result = analyse(tmp_path / "in", tmp_path / "out", executor=executor, config_path=False)
+    overview = result.findings.overview
+    assert "exposed communication" in overview["headline"], overview["headline"]
+    (finding,) = [f for f in result.findings.findings if f.name == "moe-load-imbalance"]
+    hot = finding.ranks[0]
+    wait = {c["rank"]: c["comm_wait_ns"] for c in overview["cluster"]}
+    peers = [wait[r] for r in wait if r != hot]
+    per_step = finding.metrics["wait_ns_per_step"]
+    for peer in peers:
+        assert peer - wait[hot] == pytest.approx(per_step, rel=0.05)
+    for row in overview["cluster"]:
+        assert (row["step_z"] > 3.5) == row["outlier"], row
+    cost = overview["costs"][finding.fingerprint]
+    assert cost["cost_share"] == pytest.approx(finding.metrics["cost_share"])
+    share = f"{cost['cost_share']:.1%}"
+    assert share in cost_text(cost) and share in finding.message, finding.message

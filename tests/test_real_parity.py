@@ -9,6 +9,7 @@ findings, and a `diff` between them that finds nothing new, resolved or changed.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -43,7 +44,8 @@ def test_the_overviews_agree_within_two_points_per_component(runs) -> None:
         assert t["rank"] == d["rank"]
         for key in COMPONENT_NAMES:
             assert abs(t[key] / t["step_ns"] - d[key] / d["step_ns"]) <= POINTS, (t["rank"], key)
-    assert text["headline"] == db["headline"]
+    # the same parts in the same order; their rounded shares may differ by a point
+    assert re.sub(r"\d+%", "N%", text["headline"]) == re.sub(r"\d+%", "N%", db["headline"])
     for overview in (text, db):  # each agrees with the export's own step record
         assert overview["source"]["agrees"] is True
     assert db["source"]["reference"] == "analysis.db StepTraceTime"

@@ -152,3 +152,60 @@ def test_a_rank_in_one_run_only_is_noted(tmp_path: Path) -> None:
     assert f"note: {diff.rank_notes[0]}" in text and f"note: {diff.rank_notes[1]}" in text
     assert "ranks 2, 3 only in base" in render_diff_html(diff, tmp_path)
     assert DiffResult(tmp_path, tmp_path, [], [], [0, 1], [0, 1]).rank_notes == []
+
+
+def test_a_rise_of_twice_or_more_is_a_factor() -> None:
+    """3.4 µs -> 66.3 µs is 19.5x, not "+1850.0%"; smaller changes stay percentages."""
+    from traceanalyzer.compare.diff import Delta
+    from traceanalyzer.compare.render import delta_text
+    from traceanalyzer.report import fmt
+
+    assert fmt.change(66.3 / 3.4 - 1) == "19.5x"
+    assert fmt.change(-0.984) == "-98.4%" and fmt.change(0.5) == "+50.0%" and fmt.change(None) == ""
+    assert delta_text(Delta("x", 3.4, 66.3)) == "3.4 -> 66.3 (19.5x)"
+
+
+def _figures(values: dict[int, float | None]):
+    from traceanalyzer.compare.diff import Figure, KeyFigures
+
+    figure = Figure("store-transfer-stall", "spans", "transfer spans", "lower", "count")
+    return figure, KeyFigures([figure], {(figure.rule, figure.key): values})
+
+
+def test_a_rank_profiled_in_both_runs_is_never_said_not_profiled() -> None:
+    """The target profiled rank 1 but the rule was not evaluated there: no figure, n/a; not
+    "rank 1 not profiled there" with the mean of other ranks in its place."""
+    from traceanalyzer.compare.diff import KeyFigures, figure_deltas_for
+
+    _figure, base = _figures({0: 1.0, 1: 2.0})
+    (delta,) = figure_deltas_for(
+        "store-transfer-stall", [1], base, KeyFigures(), profiled=([0, 1], [0, 1])
+    )
+    assert (delta.base, delta.target, delta.scope) == (2.0, None, "rank 1")
+    _figure, target = _figures({0: 3.0})
+    (delta,) = figure_deltas_for("store-transfer-stall", [1], base, target, profiled=([0, 1], [0]))
+    assert delta.target == 3.0 and "rank 1 not profiled there" in delta.scope  # it was not
+
+
+def test_no_key_figure_row_of_nothing_on_both_sides() -> None:
+    from traceanalyzer.compare.diff import _per_rank
+
+    _figure, base = _figures({0: 0.0, 1: 2.0, 2: None})
+    _figure, target = _figures({0: 0.0, 1: 0.0, 2: 0.0})
+    assert [d.ranks for d in _per_rank(base, target)] == [[1]]
+
+
+def test_unrelated_workloads_are_said_to_be(tmp_path: Path) -> None:
+    from traceanalyzer.compare.diff import workload_note
+
+    def doc(shares: dict[str, float]) -> dict:
+        kernels = [{"name": k, "share": v} for k, v in shares.items()]
+        return {"summary": {"overview": {"top_kernels": kernels}}}
+
+    related = doc({"MatMul": 0.6, "Add": 0.4}), doc({"MatMul": 0.5, "Mul": 0.5})
+    assert workload_note(*related) is None
+    note = workload_note(doc({"MatMul": 0.1, "Add": 0.9}), doc({"MatMul": 0.05, "Gmm": 0.95}))
+    assert note and note.startswith("the two runs have 5% of their compute in common")
+    # two samples of one generator are one workload; no note
+    same = diff_outputs(run_sample("store_stall_2rank_rank1_sick"), run_sample("store_healthy"))
+    assert same.workload_note is None

@@ -125,7 +125,7 @@ def test_api_stats_fallback_has_one_point_per_session(growth: tuple[Store, list[
         "only 3 sessions (api_statistic.csv, one point each); "
         "a trend needs at least 5 (min_captures)"
     ]
-    assert result.rules[0].reason.startswith("could not judge rank 0: only 3 sessions")
+    assert result.rules[0].reason.startswith("inconclusive on rank 0: only 3 sessions")
 
     strict = _ta001(store, min_captures=3)
     assert strict.findings == []

@@ -14,6 +14,8 @@ from traceanalyzer.cli import main
 from traceanalyzer.ingest import ingest
 from traceanalyzer.synth.cli import synth_command
 
+SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
+
 
 def test_writes_rank_dirs(tmp_path: Path) -> None:
     res = CliRunner().invoke(
@@ -197,3 +199,27 @@ def test_an_invalid_knob_removes_nothing_even_with_force(tmp_path: Path) -> None
     res = CliRunner().invoke(synth_command, ["store-stall", "--set", "spans=x", "--force",
                                              "--out", str(tmp_path)])  # fmt: skip
     assert res.exit_code == 2 and _rank_dirs(tmp_path) == before
+
+
+def test_a_default_synth_rank_misses_no_peer(tmp_path: Path) -> None:
+    """`synth SCENARIO` writes one rank, a group of one: no parallel_group_info naming a rank 1
+    that was never written, so its run warns of no missing rank (the bundled samples neither)."""
+    result = CliRunner().invoke(
+        main, ["synth", "inference-baseline", "--out", str(tmp_path / "in")]
+    )
+    assert result.exit_code == 0, result.output
+    for folder in (tmp_path / "in", *SAMPLES.iterdir()):
+        if not folder.is_dir():
+            continue
+        for meta in folder.glob("*/profiler_metadata.json"):
+            groups = json.loads(meta.read_text("utf-8")).get("parallel_group_info") or {}
+            ranks = {
+                int(p.name.split("_")[-1].split(".")[0])
+                for p in folder.glob("*/profiler_info_*.json")
+            }
+            for group in groups.values():
+                assert set(group["global_ranks"]) <= ranks, (meta, group)
+    run = CliRunner().invoke(
+        main, ["run", str(tmp_path / "in"), "--out", str(tmp_path / "o"), "-q"]
+    )
+    assert "missing ranks" not in run.output, run.output

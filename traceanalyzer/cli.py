@@ -203,7 +203,9 @@ def _partial_lines(result: IngestResult) -> list[str]:
     ]
     # warnings too: duplicate sessions and missing ranks lose data even when every file parsed
     lines += [
-        f"{'skipped' if p.severity == 'error' else 'warning'}  {p.path or '-'}: {p.message}"
+        f"{'skipped' if p.severity == 'error' else 'warning'}  "
+        + (f"{p.path}: " if p.path else "")  # a problem of the whole collection has no path
+        + p.message
         for p in result.discovery.problems
         if p.severity in ("error", "warning")
     ]
@@ -343,8 +345,10 @@ def _findings_table(result, out: Path) -> str:  # noqa: ANN001 - engine RunResul
         lines[-1] += f" [{cost}]" if cost else ""
     if not result.findings:
         lines.append("no findings")
-    for status in result.inconclusive:
-        lines.append(printable(f"{'undecided':<9}  {status.name:<24} {status.reason}"))
+    for status in result.inconclusive:  # the label says the status: the reason need not
+        reason = (status.reason or "").removeprefix("inconclusive: ").removeprefix("inconclusive ")
+        # the longer label takes from the name's column: the reasons stay aligned
+        lines.append(printable(f"inconclusive  {status.name:<21} {reason}"))
     for status in result.not_evaluated:
         lines.append(printable(f"{'skipped':<9}  {status.name:<24} not evaluated: {status.reason}"))
     for error in result.errors:
@@ -391,7 +395,8 @@ def _findings_table(result, out: Path) -> str:  # noqa: ANN001 - engine RunResul
     "rule_dirs",
     multiple=True,
     type=ExistingPath(file_okay=False, path_type=Path),
-    help="Extra rule folder (repeatable).",
+    help="Extra rule folder (repeatable; default: ./traceanalyzer-rules when it exists, as "
+    "`rules list/test` read it).",
 )
 @click.option(
     "--set",
@@ -553,6 +558,11 @@ def _run(
     if ray_address and executor_name != "ray":
         raise click.UsageError("--ray-address is only used with --executor ray")
 
+    from traceanalyzer.discover import input_root
+    from traceanalyzer.engine.config import default_rule_dirs
+
+    # as `rules list/test` do: ./traceanalyzer-rules when no --rules is given (not the data's)
+    rule_dirs, rules_note = default_rule_dirs(rule_dirs, [input_root(path)])
     show_progress = not (quiet or fmt == "json")
     try:
         # one executor for both maps (ingest, then rank rules): workers are started once
@@ -589,7 +599,7 @@ def _run(
     result, findings, reports = analysis.ingest, analysis.findings, analysis.reports
     if findings is None or reports is None:
         for p in result.discovery.problems:
-            _say(f"error: {p.path}: {p.message}", err=True)
+            _say(f"error: {p.path + ': ' if p.path else ''}{p.message}", err=True)
         _say(f"error: {path}: no analysable rank session found", err=True)
         sys.exit(EXIT_USAGE)
     if fmt == "json":
@@ -602,6 +612,8 @@ def _run(
                 click.echo(line)
         click.echo(_findings_table(findings, out))
         _say(analysis.config.describe() if analysis.config else "config: none")
+        if rules_note:
+            _say(rules_note)
         if findings.overview:
             from traceanalyzer.report.overview_text import overview_table
 

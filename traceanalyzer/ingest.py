@@ -263,6 +263,21 @@ class _PartitionSink:
         self.rows: dict[str, int] = {}
         # what no table stores: impossible times (parse/times.py), said in the rank's warnings
         self.impossible = Tally()
+        # the first and last time of each table of _TIMED_TABLES written (its rows' times)
+        self.spans: dict[str, tuple[int, int]] = {}
+
+    def _note_span(self, table: str, body: pa.Table) -> None:
+        column = _TIMED_TABLES.get(table)
+        if column is None or column not in body.column_names or not body.num_rows:
+            return
+        import polars as pl  # loaded by the parsers already
+
+        times = pl.from_arrow(body.column(column)).drop_nulls()
+        if times.is_empty():
+            return
+        lo, hi = int(times.min()), int(times.max())  # type: ignore[arg-type]
+        seen = self.spans.get(table)
+        self.spans[table] = (min(lo, seen[0]), max(hi, seen[1])) if seen else (lo, hi)
 
     def _in_time(self) -> None:
         if self.deadline is not None and time.monotonic() > self.deadline:
@@ -283,11 +298,15 @@ class _PartitionSink:
             lambda p: pq.write_table(body, p, **write_options(table, body.schema)),
         )
         self.rows[table] = body.num_rows
+        self.spans.pop(table, None)
+        self._note_span(table, body)
         return body.num_rows
 
     def batches(self, table: str, tables: Iterable[pa.Table]) -> int:
         self._in_time()
         count = 0
+
+        self.spans.pop(table, None)
 
         def write(path: Path) -> None:
             nonlocal count
@@ -295,6 +314,7 @@ class _PartitionSink:
             try:
                 for part in tables:
                     body = self._body(table, part)
+                    self._note_span(table, body)
                     if writer is None:  # the first part's schema: names may be dictionaries
                         writer = pq.ParquetWriter(
                             path, body.schema, **write_options(table, body.schema)
@@ -334,6 +354,9 @@ class _BufferedSink(_PartitionSink):
         self._in_time()
         self.parts[table] = [self._body(table, part) for part in tables]
         self.rows[table] = sum(part.num_rows for part in self.parts[table])
+        self.spans.pop(table, None)
+        for part in self.parts[table]:
+            self._note_span(table, part)
         return self.rows[table]
 
     def keyed(self, table: str) -> list[pa.Table]:
@@ -479,10 +502,76 @@ class _SideFiles:
         for spec in self.not_collected:
             if spec.written_from in GENERATIONS and age < GENERATIONS.index(spec.written_from):
                 outcome.not_in_generation.append(spec.file)
+            elif _setting_on(self.session.config, spec.collected_with):
+                # asked for (profiler_info says so) and not written: missing, not uncollected
+                outcome.missing_files.append(f"{spec.file} ({spec.collected_with} was set)")
             else:
                 outcome.not_collected.append(f"{spec.file} ({spec.collected_with})")
         outcome.warnings += self.warnings
         outcome.incomplete_files += self.incomplete
+
+
+# Side tables whose rows carry times, and the column that holds them.
+_TIMED_TABLES = {
+    "kernels": "start_ns", "task_times": "start_ns", "memory_records": "ts_ns",
+    "op_memory": "alloc_ns", "module_memory": "ts_ns", "comm_ops": "start_ns",
+}  # fmt: skip
+# One profiler session writes all its files on one host clock, seconds apart: a file whose
+# times lie farther than this from the session's (its trace, else its directory time) belongs
+# to another session (a kernel_details.csv of November beside a trace of January).
+_FOREIGN_GAP_NS = 10 * 60 * 10**9
+
+
+def _leave_out_foreign_files(
+    sink: _PartitionSink, span: tuple[int | None, int | None], outcome: SessionOutcome
+) -> None:
+    """Empty the tables of side files whose times lie far outside ``span`` (the session's first
+    and last time), and say which and why: their rows are another session's."""
+    start, end = span
+    if start is None:
+        return
+    end = end if end is not None else start
+    for table, (first, last) in sorted(sink.spans.items()):
+        gap = max(start - last, first - end)
+        if gap <= _FOREIGN_GAP_NS:
+            continue
+        name = Path(TABLES[table].source).name
+        sink.empty(table)
+        side = "before" if last < start else "after"
+        outcome.warnings.append(
+            f"{name} does not belong to this session: its times ({_when(first)} to "
+            f"{_when(last)}) lie {_ago(gap)} {side} the session's ({_when(start)} to "
+            f"{_when(end)}); left out, not mixed in"
+        )
+        outcome.incomplete_files.append(f"{name} (another session's: left out)")
+
+
+def _when(ns: int) -> str:
+    import datetime as dt
+
+    try:
+        return dt.datetime.fromtimestamp(ns / 1e9, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+    except (OverflowError, OSError, ValueError):
+        return f"{ns} ns"
+
+
+def _ago(ns: int) -> str:
+    seconds = ns / 1e9
+    for unit, size in (("days", 86_400), ("hours", 3_600), ("minutes", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.0f} {unit}"
+    return f"{seconds:.0f} s"
+
+
+def _setting_on(config: dict[str, Any], collected_with: str) -> bool:
+    """Whether profiler_info's ``config`` has the ``NAME=True`` setting ``collected_with``
+    names on (``common_config.NAME``, or ``experimental_config._NAME``)."""
+    name, _, value = collected_with.partition("=")
+    if value != "True" or not name.isidentifier():
+        return False
+    common = config.get("common_config") or {}
+    experimental = config.get("experimental_config") or {}
+    return common.get(name) is True or experimental.get(f"_{name}") is True
 
 
 # What a Db export cannot hold though it was collected: (canonical table, the profiler setting
@@ -601,6 +690,9 @@ def ingest_session(
         if large and trace is not None:
             _release_memory()
         headers = side[0].result() if side else side_files.parse(threads)
+        if not db:  # a Db's tables are one file's
+            span = (trace.start_ns, trace.end_ns) if trace else (session.order_ns, session.end_ns)
+            _leave_out_foreign_files(sink, span, outcome)
         for table in TABLES:
             if table not in sink.rows and table != "sessions":
                 sink.empty(table)

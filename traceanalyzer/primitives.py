@@ -199,6 +199,46 @@ def covered_fraction(
     )
 
 
+def uncovered(
+    spans: pl.DataFrame,
+    intervals: pl.DataFrame,
+    *,
+    span_id: str,
+    on: Sequence[str] = DEFAULT_KEYS,
+) -> pl.DataFrame:
+    """The pieces of each span that no interval covers: ``span_id``, ``start_ns``, ``end_ns``,
+    one row per piece (none for a span covered whole), in the order of the spans.
+
+    ``spans`` needs ``span_id``, ``start_ns``, ``end_ns`` and the ``on`` keys; ``intervals``
+    ``start_ns``/``end_ns`` and ``on`` (unioned first)."""
+    keys = list(on)
+    merged = union_intervals(intervals, by=keys).sort([*keys, "start_ns"])
+    lowest, highest = -(2**63), 2**63 - 1
+    holes = pl.concat(
+        [
+            merged.select(
+                *keys,
+                pl.col("end_ns").shift(1).over(keys).fill_null(lowest).alias("start_ns"),
+                pl.col("start_ns").alias("end_ns"),
+            ),
+            merged.group_by(keys).agg(pl.col("end_ns").max().alias("start_ns"))
+            .with_columns(pl.lit(highest, dtype=pl.Int64).alias("end_ns")),
+        ]
+    ).filter(pl.col("end_ns") > pl.col("start_ns"))  # fmt: skip
+    own = spans.select(span_id, *keys, "start_ns", "end_ns").with_row_index("_order")
+    pieces = overlap_join(own, holes, on=keys).select(
+        "_order", span_id, pl.col("overlap_start_ns").alias("start_ns"),
+        pl.col("overlap_end_ns").alias("end_ns"),
+    )  # fmt: skip
+    alone = own.join(merged.select(keys).unique(), on=keys, how="anti")  # nothing covers them
+    return (
+        pl.concat([pieces, alone.select(pieces.columns)])
+        .filter(pl.col("end_ns") > pl.col("start_ns"))
+        .sort("_order", "start_ns")
+        .drop("_order")
+    )
+
+
 # --------------------------------------------------------------------------------------------
 # Windows
 # --------------------------------------------------------------------------------------------

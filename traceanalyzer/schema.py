@@ -1134,7 +1134,12 @@ DERIVED_TABLES: dict[str, Table] = {
             Column("idle_ns", F64, "Mean device idle per step (host, stream waits, other)."),
             Column("top_kernel", STR, "The kernel with the most device time."),
             Column("top_kernel_ns", I64, "Its total device time."),
-            Column("step_z", F64, "Robust z-score of step_ns among the ranks (null: < 3 ranks)."),
+            Column(
+                "step_z",
+                F64,
+                "Robust z-score of step_ns among the ranks, against a spread of at least "
+                "10%/3.5 of the median (null: < 3 ranks).",
+            ),
             Column(
                 "outlier",
                 BOOL,

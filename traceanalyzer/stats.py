@@ -17,14 +17,24 @@ MAD_SCALE, MEANAD_SCALE = 0.6745, 1.253314
 OUTLIER_Z, OUTLIER_EXCESS = 3.5, 0.10
 
 
-def robust_z(values: Sequence[float] | np.ndarray) -> np.ndarray:
-    """Modified z-scores: 0.6745 (x - median) / MAD, with the mean-AD fallback when MAD is 0."""
+def robust_z(values: Sequence[float] | np.ndarray, min_sigma: float = 0.0) -> np.ndarray:
+    """Modified z-scores: 0.6745 (x - median) / MAD, with the mean-AD fallback when MAD is 0.
+
+    ``min_sigma``: the least spread the scores are taken against (the estimated sigma is
+    raised to it), so that differences too small to matter never score high."""
     values = np.asarray(values, dtype=float)
     median = float(np.median(values))
     mad = float(np.median(np.abs(values - median)))
-    if mad > 0:
-        return MAD_SCALE * (values - median) / mad
     mean_ad = float(np.mean(np.abs(values - median)))
-    if mean_ad > 0:
-        return (values - median) / (MEANAD_SCALE * mean_ad)
-    return np.zeros_like(values)
+    sigma = mad / MAD_SCALE if mad > 0 else MEANAD_SCALE * mean_ad
+    sigma = max(sigma, min_sigma)
+    return (values - median) / sigma if sigma > 0 else np.zeros_like(values)
+
+
+def outlier_z(values: Sequence[float] | np.ndarray) -> np.ndarray:
+    """:func:`robust_z` against a spread of at least ``OUTLIER_EXCESS / OUTLIER_Z`` of the
+    median: a score above ``OUTLIER_Z`` is then also ``OUTLIER_EXCESS`` above the median, so
+    a tight cluster's tiny differences never look extreme."""
+    values = np.asarray(values, dtype=float)
+    floor = abs(float(np.median(values))) * OUTLIER_EXCESS / OUTLIER_Z if values.size else 0.0
+    return robust_z(values, min_sigma=floor)

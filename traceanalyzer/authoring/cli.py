@@ -15,7 +15,13 @@ import click
 from traceanalyzer.authoring.docs import explain_rule
 from traceanalyzer.authoring.ruletest import run_rule_fixtures
 from traceanalyzer.authoring.scaffold import USER_ID_START, declared_ids, scaffold_rule
-from traceanalyzer.engine.config import ConfigError, configured_rule_dirs, load_run_rules
+from traceanalyzer.engine.config import (
+    DEFAULT_RULES_DIR,
+    ConfigError,
+    configured_rule_dirs,
+    default_rule_dirs,
+    load_run_rules,
+)
 from traceanalyzer.engine.loader import (
     FIXTURES_DIR,
     LoadedRules,
@@ -29,10 +35,6 @@ from traceanalyzer.exitcodes import UsageFailure
 
 __all__ = ["RunResult", "evaluate", "rules_group", "write_findings_json"]
 
-# Where `rules new` writes by default; the other `rules` commands read it when it exists and
-# no --rules is given, so `rules new my-rule` then `rules test` works as the README says. Never
-# `rules/`: at the root of a checkout that is the built-in rules' own folder.
-DEFAULT_RULES_DIR = Path("traceanalyzer-rules")
 # A rule's name becomes its file's (a folder entry holds 255 bytes) and is shown in every
 # report's finding lines.
 MAX_RULE_NAME = 64
@@ -50,8 +52,7 @@ def _load(rule_dirs: tuple[Path, ...], *, strict: bool = True) -> LoadedRules:
     """The rules: built-in, ``--rules`` folders (default ./traceanalyzer-rules), the config
     file's ``rule_dirs``, rule packs. A file that does not load is a usage error (exit 2) when
     ``strict``, else a warning."""
-    if not rule_dirs and DEFAULT_RULES_DIR.is_dir():
-        rule_dirs = (DEFAULT_RULES_DIR,)
+    rule_dirs, _ = default_rule_dirs(rule_dirs)
     try:
         loaded = load_run_rules(rule_dirs)
     except ConfigError as exc:
@@ -205,8 +206,7 @@ def test(
 ) -> None:
     """Run every rule (or NAME) against its fixtures; exit 1 on any failure. With a rule
     folder (--rules, or ./traceanalyzer-rules), only that folder's rules unless --all."""
-    if not rule_dirs and DEFAULT_RULES_DIR.is_dir():
-        rule_dirs = (DEFAULT_RULES_DIR,)
+    rule_dirs, _ = default_rule_dirs(rule_dirs)
     loaded = _load(rule_dirs)
     try:
         rules = loaded.rules.select([name] if name else None)

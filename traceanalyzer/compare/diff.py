@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Collection
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -158,6 +159,7 @@ class DiffResult:
     # the environment, profiler settings and versions that differ (compare/settings_diff.py);
     # None: not compared (a store that cannot be read)
     settings_changed: list[dict[str, Any]] | None = None
+    workload_note: str | None = None  # the runs look like different workloads
 
     def by_status(self, status: Status) -> list[FindingChange]:
         return [c for c in self.changes if c.status == status]
@@ -181,7 +183,7 @@ class DiffResult:
                     f"{label} only in {here} (absent from {there}): its findings there are "
                     f"{'resolved' if here == 'base' else 'new'} by absence, not by a change"
                 )
-        return notes
+        return notes + ([self.workload_note] if self.workload_note else [])
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -256,18 +258,25 @@ class KeyFigures:
 
 
 def figure_deltas_for(
-    rule_name: str, ranks: list[int], base: KeyFigures, target: KeyFigures
+    rule_name: str,
+    ranks: list[int],
+    base: KeyFigures,
+    target: KeyFigures,
+    profiled: tuple[Collection[int], Collection[int]] = ((), ()),
 ) -> list[Delta]:
     """The rule's key figures on the finding's ranks, before and after.
 
-    When the other run lacks those ranks (fewer ranks profiled), its value is the mean over all
-    its ranks, and ``scope`` says so.
+    When the other run did not profile those ranks (``profiled``: each run's ranks; fewer
+    ranks profiled), its value is the mean over all its ranks, and ``scope`` says so; a run that
+    profiled them but has no figure there (the rule was not evaluated) has none (n/a).
     """
     out = []
     figures = {f: None for f in [*base.of_rule(rule_name), *target.of_rule(rule_name)]}
     for figure in figures:
-        b_ranks = ranks if base.ranks(figure) & set(ranks) else None
-        t_ranks = ranks if target.ranks(figure) & set(ranks) else None
+        b_ranks, t_ranks = (
+            ranks if side.ranks(figure) & set(ranks) or set(ranks) & set(seen) else None
+            for side, seen in ((base, profiled[0]), (target, profiled[1]))
+        )
         label = "rank" + ("s " if len(ranks) > 1 else " ") + ", ".join(map(str, ranks))
         scope = label
         if not (b_ranks and t_ranks):
@@ -316,6 +325,7 @@ def diff_outputs(
     base_doc, target_doc = read_findings(base), read_findings(target)
     base_fig = key_figures_of(base, base_doc, rules)
     target_fig = key_figures_of(target, target_doc, rules)
+    profiled = (_ranks_of(base_doc), _ranks_of(target_doc))
     b = {f["fingerprint"]: f for f in base_doc.get("findings", [])}
     t = {f["fingerprint"]: f for f in target_doc.get("findings", [])}
     changes = []
@@ -324,7 +334,7 @@ def diff_outputs(
         side = tf or bf
         assert side is not None
         ranks = sorted(set((bf or {}).get("ranks") or []) | set((tf or {}).get("ranks") or []))
-        figs = figure_deltas_for(side["name"], ranks, base_fig, target_fig)
+        figs = figure_deltas_for(side["name"], ranks, base_fig, target_fig, profiled)
         if bf is None:
             changes.append(
                 FindingChange("new", fp, side["rule"], side["name"], None, tf, figures=figs)
@@ -359,23 +369,55 @@ def diff_outputs(
         target=target,
         changes=changes,
         figures=_per_rank(base_fig, target_fig),
-        base_ranks=list(base_doc.get("summary", {}).get("ranks") or []),
-        target_ranks=list(target_doc.get("summary", {}).get("ranks") or []),
+        base_ranks=profiled[0],
+        target_ranks=profiled[1],
         overview=overview_deltas(base_doc, target_doc),
         phases=phases,
         settings_changed=settings,
+        workload_note=workload_note(base_doc, target_doc),
     )
 
 
+# Two runs whose compute has less than this share in common, kernel by kernel name (the
+# smaller of the two shares of each kernel both ran), are different workloads.
+SAME_WORKLOAD_OVERLAP = 0.2
+
+
+def workload_note(base: dict[str, Any], target: dict[str, Any]) -> str | None:
+    """A warning when the two runs' compute has little in common by kernel name (the overview's
+    top kernels): a diff of unrelated workloads reads every change as a regression or a fix."""
+    shares = [
+        {
+            str(k["name"]): float(k.get("share") or 0.0)
+            for k in ((doc.get("summary") or {}).get("overview") or {}).get("top_kernels") or []
+        }
+        for doc in (base, target)
+    ]
+    if not (shares[0] and shares[1]):
+        return None
+    common = sum(min(shares[0][k], shares[1][k]) for k in shares[0].keys() & shares[1].keys())
+    if common >= SAME_WORKLOAD_OVERLAP:
+        return None
+    return (
+        f"the two runs have {common:.0%} of their compute in common by kernel name: different "
+        "workloads? Their findings and figures may not compare"
+    )
+
+
+def _ranks_of(doc: dict[str, Any]) -> list[int]:
+    return list(doc.get("summary", {}).get("ranks") or [])
+
+
 def _per_rank(base: KeyFigures, target: KeyFigures) -> list[Delta]:
-    """Every figure of every rank present in either run (rows with no data on both sides dropped)."""
+    """Every figure of every rank present in either run (rows with no data on both sides, or 0
+    on both, dropped)."""
     out = []
     figures = list({f: None for f in [*base.figures, *target.figures]})
     ranks = sorted({r for f in figures for r in base.ranks(f) | target.ranks(f)})
     for rank in ranks:
         for figure in figures:
             bv, tv = base.value(figure, [rank]), target.value(figure, [rank])
-            if bv is None and tv is None:
+            if not bv and not tv:  # None or 0 on both sides: nothing to compare
                 continue
             out.append(Delta(figure.key, bv, tv, [rank], "rank", figure))
     return out

@@ -52,7 +52,7 @@ class ComponentDelta:
         }
 
     def text(self) -> str:
-        rel = "" if self.rel is None else f" ({self.rel * 100:+.1f}%)"
+        rel = "" if self.rel is None else f" ({fmt.change(self.rel)})"
         change = "" if self.change is None else f", {'+' if self.change >= 0 else '-'}"
         change += fmt.duration(abs(self.change)) if self.change is not None else ""
         return f"{fmt.duration(self.base)} -> {fmt.duration(self.target)}{change}{rel}"
@@ -97,7 +97,7 @@ def overview_diff_html(deltas: list[ComponentDelta]) -> str:
 
     def cell(d: ComponentDelta) -> str:
         cls = {True: "delta-good", False: "delta-bad"}.get(d.better, "")  # type: ignore[arg-type]
-        rel = "" if d.rel is None else f"{d.rel * 100:+.1f}%"
+        rel = fmt.change(d.rel)
         return f'<span class="{cls}">{esc(rel)}</span>' if rel else ""
 
     rows = [

@@ -140,7 +140,7 @@ class PhaseDiff:
                 parts.append(
                     ", ".join(
                         f"{r.phase} {word} (median {fmt.duration(r.base_p50_ns)} -> "
-                        f"{fmt.duration(r.target_p50_ns)}, {r.p50_rel * 100:+.0f}%)"  # type: ignore[operator]
+                        f"{fmt.duration(r.target_p50_ns)}, {fmt.change(r.p50_rel)})"
                         for r in rows
                     )
                 )

@@ -44,14 +44,14 @@ def _value(d: Delta, value: float | None) -> str:
 def delta_text(d: Delta) -> str:
     out = f"{_value(d, d.base)} -> {_value(d, d.target)}"
     if d.rel is not None:
-        out += f" ({d.rel * 100:+.1f}%)"
+        out += f" ({fmt.change(d.rel)})"
     return out
 
 
 def _metric_text(d: Delta) -> str:
     out = f"{fmt.metric(d.key, d.base)} -> {fmt.metric(d.key, d.target)}"
     if d.rel is not None:
-        out += f" ({d.rel * 100:+.1f}%)"
+        out += f" ({fmt.change(d.rel)})"
     return out
 
 
@@ -69,7 +69,7 @@ def render_diff_text(diff: DiffResult) -> str:
         for d in c.metrics:
             lines.append(f"            {fmt.label(d.key)}: {_metric_text(d)}")
         for d in c.figures:
-            if d.base is not None or d.target is not None:
+            if d.base or d.target:  # 0 or nothing on both sides: no row
                 lines.append(f"            {d.label}: {delta_text(d)}  [{d.scope}]")
     lines += overview_diff_text(diff.overview)
     lines += phase_diff_text(diff.phases)
@@ -85,7 +85,7 @@ def render_diff_text(diff: DiffResult) -> str:
 
 def _delta_cell(d: Delta) -> str:
     cls = {True: "delta-good", False: "delta-bad"}.get(d.better, "")  # type: ignore[arg-type]
-    rel = "" if d.rel is None else f"{d.rel * 100:+.1f}%"
+    rel = fmt.change(d.rel)
     return f'<span class="{cls}">{esc(rel)}</span>' if rel else ""
 
 
@@ -129,7 +129,7 @@ def _change_section(c: FindingChange) -> str:
             d.scope,
         )
         for d in c.figures
-        if d.base is not None or d.target is not None
+        if d.base or d.target
     ]
     if rows:
         parts.append(

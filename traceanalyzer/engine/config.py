@@ -47,6 +47,10 @@ from traceanalyzer.engine.rule import Rule
 from traceanalyzer.hints import did_you_mean
 
 CONFIG_FILE = "traceanalyzer.toml"
+# Where `rules new` writes by default; `run` and the other `rules` commands read it when it
+# exists and no --rules is given. Never `rules/`: at the root of a checkout that is the
+# built-in rules' own folder.
+DEFAULT_RULES_DIR = Path("traceanalyzer-rules")
 ENABLED_KEY = "enabled"
 
 
@@ -220,6 +224,26 @@ def configured_rule_dirs(
     config file inside one of ``inputs``."""
     config = applied_config(config_path, inputs)
     return config.rule_dirs() if config is not None else []
+
+
+def default_rule_dirs(
+    rule_dirs: tuple[Path, ...], inputs: Iterable[str | Path] = ()
+) -> tuple[tuple[Path, ...], str | None]:
+    """``rule_dirs``, or ``./traceanalyzer-rules`` when none is given and it exists, and what
+    to say about that folder (None: nothing to say). A folder inside one of ``inputs`` (the
+    data being analysed) is never loaded: it came with the data."""
+    if rule_dirs or not DEFAULT_RULES_DIR.is_dir():
+        return rule_dirs, None
+    folder = DEFAULT_RULES_DIR.resolve()
+    if any(folder.is_relative_to(Path(root).resolve()) for root in inputs):
+        return rule_dirs, (
+            f"rules: ./{DEFAULT_RULES_DIR} is inside the analysed folder: it came with the data "
+            f"and is not loaded (--rules {DEFAULT_RULES_DIR} loads it)"
+        )
+    return (DEFAULT_RULES_DIR,), (
+        f"rules: built-in and ./{DEFAULT_RULES_DIR} (the default folder of your rules, which "
+        "`rules list` and `rules test` read too; --rules DIR for another)"
+    )
 
 
 def load_run_rules(

@@ -138,11 +138,14 @@ class Requirement:
         cols = f" ({', '.join(self.columns)})" if self.columns else ""
         return f"table `{self.table}`{cols}"
 
-    def missing_message(self, missing_columns: Sequence[str] = ()) -> str:
+    def missing_message(self, missing_columns: Sequence[str] = (), hint: str | None = None) -> str:
+        """``missing WHAT (collect with HOW)``; ``hint``: what to say instead of the collect
+        advice (the runner's, from what the export says it collected)."""
         what = self.describe()
         if missing_columns:
             what += f" [no values in column(s) {', '.join(missing_columns)}]"
-        hint = f" (collect with {self.collect_with})" if self.collect_with else ""
+        if hint is None:
+            hint = f" (collect with {self.collect_with})" if self.collect_with else ""
         return f"missing {what}{hint}"
 
 

@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 import polars as pl
 
+from traceanalyzer.engine.advice import collect_hint, store_facts
 from traceanalyzer.engine.config import configured_rule_dirs, resolve, run_settings
 from traceanalyzer.engine.findings import (
     SCHEMA_VERSION,
@@ -85,10 +86,12 @@ def _requirement_gap(store: Store, req: Requirement, ranks: frozenset[int] | Non
     where = None if req.where is None else req.where.meta.serialize(format="json")
     key = ("requirement", req.table, req.columns, where, ranks)
     probe = store.memo(key, lambda: _probe(store, req, ranks))
-    if probe["_rows"][0] == 0:
-        return req.missing_message()
     empty = [c for c in req.columns if not probe[c][0]]
-    return req.missing_message(empty) if empty else None
+    if probe["_rows"][0] and not empty:
+        return None
+    facts = store.memo(("export facts", ranks), lambda: store_facts(store, ranks))
+    hint = collect_hint(req.collect_with, facts, req.table)
+    return req.missing_message([] if probe["_rows"][0] == 0 else empty, hint)
 
 
 def _probe(store: Store, req: Requirement, ranks: frozenset[int] | None) -> pl.DataFrame:
@@ -341,11 +344,15 @@ def _reduce_rule(
     return status, findings
 
 
+INCONCLUSIVE = "inconclusive"  # a rule that ran but could not decide: its status everywhere
+
+
 def _undecided_reason(notes: Sequence[Note]) -> str:
-    """``could not judge rank 0: only 22 captures ...`` (identical texts grouped over ranks).
+    """``inconclusive on rank 0: only 22 captures ...`` (identical texts grouped over ranks):
+    the status's own name, as the terminal and the reports say it.
 
     A text that starts with its own rank (``rank 3: ...``, ``rank 3 stream 2: ...``) is grouped
-    without it: ``could not judge ranks 0-39: stream 2: ...`` names the ranks already. The notes
+    without it: ``inconclusive on ranks 0-39: stream 2: ...`` names the ranks already. The notes
     themselves (findings.json) keep their full text.
     """
     by_text: dict[str, list[int]] = {}
@@ -359,7 +366,7 @@ def _undecided_reason(notes: Sequence[Note]) -> str:
             where = (
                 f" rank {ranks[0]}" if len(set(ranks)) == 1 else f" ranks {compress_ranks(ranks)}"
             )
-        parts.append(f"could not judge{where}: {text}")
+        parts.append(f"{INCONCLUSIVE}{' on' + where if where else ''}: {text}")
     return "; ".join(parts)
 
 

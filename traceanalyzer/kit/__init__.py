@@ -59,6 +59,7 @@ from traceanalyzer.kit.cross_rank import (
     rank_waits,
 )
 from traceanalyzer.kit.fixture_verbs import Launch, us
+from traceanalyzer.kit.host_gaps import GapSettings, StreamGaps, compute_stream_gaps
 from traceanalyzer.kit.memory import (
     Growth,
     baseline_growth,
@@ -137,6 +138,7 @@ from traceanalyzer.primitives import (
     stream_gaps,
     total_length,
     trend,
+    uncovered,
     union_intervals,
     window_of,
 )
@@ -267,6 +269,10 @@ __all__ = [
     "iteration_roots",
     "rank_waits",
     "tail_iterations",
+    # gaps on compute streams, the host-bound ones
+    "GapSettings",
+    "StreamGaps",
+    "compute_stream_gaps",
     # cost, kernels, statistics
     "analysed_window_ns",
     "analysed_windows",
@@ -337,6 +343,7 @@ __all__ = [
     "stream_gaps",
     "total_length",
     "trend",
+    "uncovered",
     "union_intervals",
     "window_of",
     "first_match",  # a pattern parameter on one text, in linear time

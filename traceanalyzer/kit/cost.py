@@ -1,8 +1,9 @@
 """The analysed window of each rank: the time a finding's cost is a share of (``cost_share``).
 
-It is the profiled steps (``ProfilerStep#N`` spans, which do not nest: the steps table's
-``profiler_step`` windows) where the rank has them, else its sessions from first to last event.
-One definition, so every rule's ``cost_share`` places in the same step breakdown.
+It is the rank's steps (the steps table's windows, the idle time between two iterations
+included: what the overview's breakdown covers) where the rank has them, else its sessions from
+first to last event. One definition, so every rule's ``cost_share`` is the share the overview
+and the reports give it.
 """
 
 from __future__ import annotations
@@ -24,9 +25,7 @@ def analysed_windows(ctx: RuleContext) -> pl.DataFrame:
 def _analysed_windows(ctx: RuleContext) -> pl.DataFrame:
     steps = (
         steps_of(ctx.store, ctx.ranks)
-        .filter(
-            (pl.col("step_source") == "profiler_step") & (pl.col("end_ns") > pl.col("start_ns"))
-        )
+        .filter(pl.col("end_ns") > pl.col("start_ns"))
         .select("rank", "session", "start_ns", "end_ns")
         .cast(WINDOW_SCHEMA)  # type: ignore[arg-type]
     )

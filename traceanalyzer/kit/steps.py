@@ -95,15 +95,21 @@ def capture_windows(ctx: RuleContext) -> pl.DataFrame:
 
 
 def _capture_windows(ctx: RuleContext) -> pl.DataFrame:
-    p = ctx.params
-    calls = cann_calls(ctx).filter(
-        pl.col("api_name").str.contains(p.capture_begin)
-        | pl.col("api_name").str.contains(p.capture_end)
+    return capture_windows_in(cann_calls(ctx), ctx.params.capture_begin, ctx.params.capture_end)
+
+
+def capture_windows_in(
+    calls: pl.DataFrame, begin: str = CAPTURE_BEGIN_API, end: str = CAPTURE_END_API
+) -> pl.DataFrame:
+    """The graph capture windows (rank, session, start_ns, end_ns) of CANN ``calls``: ``begin``
+    ... ``end`` per host thread."""
+    calls = calls.filter(
+        pl.col("api_name").str.contains(begin) | pl.col("api_name").str.contains(end)
     )
     return pair_windows(
         calls,
-        is_begin=pl.col("api_name").str.contains(p.capture_begin),
-        is_end=pl.col("api_name").str.contains(p.capture_end),
+        is_begin=pl.col("api_name").str.contains(begin),
+        is_end=pl.col("api_name").str.contains(end),
     ).select("rank", "session", "start_ns", "end_ns")
 
 
@@ -382,7 +388,7 @@ def recurring_calls(
     A rank qualifies when at least ``min_step_share`` of its steady steps have a call and the
     calls take at least ``min_share`` of their time; every other rank gets a note naming
     ``what`` was counted (plus ``aside[rank]``, e.g. what was left out). Without steps the
-    rule is not evaluated; a rank with no steady step is undecided (its status inconclusive,
+    rule is not evaluated; a rank with no steady step is inconclusive (its status,
     never clean).
     """
     p = ctx.params

@@ -8,13 +8,15 @@ every interval and every step cut the timeline into elementary segments, and eac
 the first class that is active in it, in this order:
 
 1. compute and communication at once -> ``overlapped``;
-2. compute -> ``compute_<accelerator>``, split between the accelerators active in it by count;
-3. communication -> ``comm_exposed``;
-4. another device task -> ``device_other``;
-5. a wait task -> ``idle_stream`` (waiting on another stream);
-6. a host-bound stream gap -> ``idle_host`` (launch-bound);
-7. a stream gap after a host synchronisation -> ``idle_sync``;
-8. nothing -> ``idle_other``.
+2. an MoE expert exchange that runs as kernels (MC2 dispatch/combine), with no other compute
+   -> ``comm_exposed``: the rank is waiting on the exchange, as it would inside an all-to-all;
+3. compute -> ``compute_<accelerator>``, split between the accelerators active in it by count;
+4. communication -> ``comm_exposed``;
+5. another device task -> ``device_other``;
+6. a wait task -> ``idle_stream`` (waiting on another stream);
+7. a host-bound stream gap -> ``idle_host`` (launch-bound);
+8. a stream gap after a host synchronisation -> ``idle_sync``;
+9. nothing -> ``idle_other``.
 
 The stream gaps are classified as host-launch-bound classifies them
 (:func:`~traceanalyzer.primitives.classify_gaps`): one definition of waiting on the host.
@@ -22,7 +24,8 @@ The stream gaps are classified as host-launch-bound classifies them
 So the components sum to the step's wall time exactly (integer ns; the accelerator split rounds
 within a segment, at most 1 ns per segment). Computing, Communication(Not Overlapped) and
 Overlapped are defined as in ``step_trace_time.csv`` (the profiler's Overlap Analysis), which is
-what :func:`check_against_step_trace` compares with.
+what :func:`check_against_step_trace` compares with (the profiler counts an MC2 exchange as
+Computing: the check counts it so, :data:`MC2_EXPOSED`).
 
 The windows are the ``steps`` table's (:mod:`traceanalyzer.steps`): ProfilerStep#N spans, else
 the engine iterations vLLM marked, else bursts of device work, else the session. Step time is the
@@ -65,7 +68,11 @@ COMPUTE_CLASSES = tuple(COMPUTE_COMPONENTS)
 VECTOR_TASK_TYPES = tuple(k for k, v in ACCELERATORS.items() if v == "ai_vector")
 # task types that run kernels on an accelerator whose name is not in ACCELERATORS
 OTHER_COMPUTE_TASKS = ("FFTS_PLUS", "KERNEL_AICORE", "KERNEL_AIVEC", "KERNEL_AICPU", "MIX")
-CLASSES = (*COMPUTE_CLASSES, "comm", "device_other", "wait", "host_gap", "sync_gap")
+# "exchange" marks an MC2 exchange kernel, which is also a compute interval of its accelerator
+CLASSES = (*COMPUTE_CLASSES, "comm", "device_other", "wait", "host_gap", "sync_gap", "exchange")
+# a window's MC2 exchange time with no other compute, in comm_exposed_ns: the self-check moves
+# it back to Computing, where the profiler's step_trace_time.csv has it (not stored)
+MC2_EXPOSED = "mc2_exposed_ns"
 
 _COUNT = {c: f"n_{c}" for c in CLASSES}
 # a row of the breakdown (summary_steps without rank), as computed and as stored
@@ -87,24 +94,48 @@ UNMEASURED_COLUMN = "unmeasured"
 EP_COLUMNS = ("ep_path", "ep_exchange_ns", "ep_exposed_ns", "ep_fits")
 STEP_COLUMNS = (*MEASURED_COLUMNS, UNMEASURED_COLUMN, *EP_COLUMNS)  # a summary_steps row
 # Why a component can be unmeasured in a step, and where its time is then: the breakdown still
-# sums to the step, so an unmeasured component's time is in another one, which this says.
-UNMEASURED = {
-    "compute_ai_vector_ns": "no Accelerator Core from kernel_details.csv (absent, or N/A as a "
-    "Level0 export writes it) and the trace's Task Type calls AI Vector kernels AI_CORE, so "
-    "their compute is in AI Core; collect with profiler_level=Level1 to tell them apart",
-    "idle_sync_ns": "no CANN API events (a Level0 export records none), so the device's idle "
-    "after a host synchronisation is in idle host; collect with profiler_level=Level1 to tell "
-    "them apart",
+# sums to the step, so an unmeasured component's time is in another one, which this says; and
+# how the data that tells it apart is collected (said from what the export collected:
+# engine.advice). Key -> (why, how it is collected, the table that data fills).
+UNMEASURED: dict[str, tuple[str, str, str]] = {
+    "compute_ai_vector_ns": (
+        "no Accelerator Core from kernel_details.csv (absent, or N/A as a Level0 export writes "
+        "it) and the trace's Task Type calls AI Vector kernels AI_CORE, so their compute is in "
+        "AI Core",
+        "profiler_level=Level1",
+        "kernels",
+    ),
+    "idle_sync_ns": (
+        "no CANN API events, so the device's idle after a host synchronisation is in idle host",
+        "profiler_level=Level1",
+        "slices",
+    ),
+}
+# A session without a device timeline (no trace_view.json, or no device task in it): its
+# breakdown is the export's own (step_trace_time.csv): compute, communication and overlap, the
+# compute split by accelerator from kernel_details.csv's kernels when it lists them.
+NO_TIMELINE = "no device timeline (trace_view.json)"
+TIMELINE_BLIND: dict[str, str] = {
+    **dict.fromkeys(
+        ("compute_ai_core_ns", "compute_ai_vector_ns", "compute_mix_ns", "compute_ai_cpu_ns"),
+        f"{NO_TIMELINE} and no kernel in kernel_details.csv: the step's compute (from the "
+        "export's step breakdown) is in compute: other",
+    ),
+    **dict.fromkeys(
+        ("device_other_ns", "idle_host_ns", "idle_sync_ns", "idle_stream_ns"),
+        f"{NO_TIMELINE}: the export's step breakdown gives compute, communication and their "
+        "overlap; copies and what the device waited on are in idle: other",
+    ),
 }
 
 
 def unmeasured(steps: pl.DataFrame) -> list[str]:
-    """The components (keys of :data:`UNMEASURED`, in its order) that some of ``steps``
-    (summary_steps rows) could not measure."""
+    """The components (in their order) that some of ``steps`` (summary_steps rows) could not
+    measure (:data:`UNMEASURED`, :data:`TIMELINE_BLIND`)."""
     if UNMEASURED_COLUMN not in steps.columns:  # a store before the column
         return []
     said = set(steps[UNMEASURED_COLUMN].drop_nulls().str.split(",").explode().to_list())
-    return [key for key in UNMEASURED if key in said]
+    return [key for key in COMPONENT_NAMES if key in said]
 
 
 def classify_tasks(tasks: pl.DataFrame) -> pl.DataFrame:
@@ -134,8 +165,9 @@ def breakdown(intervals: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
     """Per window: step_ns, device_start_ns/device_end_ns and every component (ns).
 
     ``intervals``: session, cls, start_ns, end_ns (device tasks classified by
-    :func:`classify_tasks`, plus host-bound gaps as ``host_gap``). ``windows``: session, step,
-    start_ns, end_ns. Windows of one session must not overlap (steps do not).
+    :func:`classify_tasks`, plus host-bound gaps as ``host_gap`` and MC2 exchange kernels again
+    as ``exchange``). ``windows``: session, step, start_ns, end_ns. Windows of one session must
+    not overlap (steps do not). Also returns :data:`MC2_EXPOSED`.
     """
     ivals = intervals.filter(pl.col("end_ns") > pl.col("start_ns"))
     deltas = [
@@ -174,7 +206,8 @@ def breakdown(intervals: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
     n = {c: pl.col(_COUNT[c]) for c in CLASSES}
     computing = pl.sum_horizontal(*(n[c] for c in COMPUTE_CLASSES))
     comm = n["comm"] > 0
-    only_compute = (computing > 0) & ~comm
+    exchanging = (computing > 0) & ~comm & (n["exchange"] >= computing)
+    only_compute = (computing > 0) & ~comm & ~exchanging
     length = pl.col("len")
     rest = (computing == 0) & ~comm
     shares = {
@@ -183,7 +216,10 @@ def breakdown(intervals: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
     }
     whole = {
         "overlapped_ns": pl.when((computing > 0) & comm).then(length).otherwise(0),
-        "comm_exposed_ns": pl.when(comm & (computing == 0)).then(length).otherwise(0),
+        "comm_exposed_ns": pl.when((comm & (computing == 0)) | exchanging)
+        .then(length)
+        .otherwise(0),
+        MC2_EXPOSED: pl.when(exchanging).then(length).otherwise(0),
         "device_other_ns": pl.when(rest & (n["device_other"] > 0)).then(length).otherwise(0),
         "idle_stream_ns": pl.when(rest & (n["device_other"] == 0) & (n["wait"] > 0))
         .then(length)
@@ -223,7 +259,7 @@ def breakdown(intervals: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
     )
     accounted = pl.sum_horizontal(*(pl.col(c) for c in COMPONENT_NAMES if c != "idle_other_ns"))
     out = out.with_columns((pl.col("step_ns") - accounted).alias("idle_other_ns"))
-    return out.select(WINDOW_COLUMNS)
+    return out.select(*WINDOW_COLUMNS, MC2_EXPOSED)
 
 
 def computing_ns() -> pl.Expr:
@@ -258,9 +294,10 @@ def check_against_step_trace(steps: pl.DataFrame, step_times: pl.DataFrame) -> p
     compute or communication task (``device_end_ns - device_start_ns`` here), but exports that
     did not come from torch_npu (the synthetic generator) write the ProfilerStep span instead.
     """
+    exchange = pl.col(MC2_EXPOSED) if MC2_EXPOSED in steps.columns else pl.lit(0)
     mine = {
-        "Computing": computing_ns(),
-        "Communication(Not Overlapped)": pl.col("comm_exposed_ns"),
+        "Computing": computing_ns() + exchange,
+        "Communication(Not Overlapped)": pl.col("comm_exposed_ns") - exchange,
         "Overlapped": pl.col("overlapped_ns"),
     }
     csv = step_times.select(
@@ -332,4 +369,54 @@ def from_step_trace(step_times: pl.DataFrame, windows: pl.DataFrame) -> pl.DataF
             pl.lit(None, dtype=pl.String).alias("check_component"),
         )
         .select(*WINDOW_COLUMNS, "source", "check_deviation", "check_component")
+    )
+
+
+def split_sessions(kernels: pl.DataFrame) -> list[str]:
+    """The sessions whose kernel_details.csv kernels (``kernels``) tell their compute's
+    accelerators: :func:`split_compute` splits theirs."""
+    known = kernels.filter(pl.col("accelerator_core").is_in(list(ACCELERATORS)))
+    return known["session"].unique().to_list()
+
+
+def split_compute(rows: pl.DataFrame, kernels: pl.DataFrame) -> pl.DataFrame:
+    """Rows of :func:`from_step_trace` (no device timeline) with their compute
+    (``compute_other_ns``) split between the accelerators in the proportions of the time of
+    their session's compute kernels in kernel_details.csv (``kernels``: session,
+    accelerator_core, dur_ns; without a timeline the steps' bounds are unknown, so the session's mix stands for
+    each step's); a row of a session without such kernels keeps it whole."""
+    shares = (
+        kernels.drop_nulls("dur_ns")
+        .filter(pl.col("accelerator_core").is_in(list(ACCELERATORS)))  # compute kernels only
+        .with_columns(pl.col("accelerator_core").replace_strict(ACCELERATORS).alias("_cls"))
+        .group_by("session")
+        .agg(
+            (pl.col("dur_ns").filter(pl.col("_cls") == c).sum() / pl.col("dur_ns").sum()).alias(
+                f"_{c}"
+            )
+            for c in COMPUTE_CLASSES
+            if c != "compute_other"
+        )
+    )
+    if shares.is_empty():
+        return rows
+    total = pl.col("compute_other_ns")
+    split = {
+        COMPUTE_COMPONENTS[c]: (total * pl.col(f"_{c}").fill_null(0.0)).round(0).cast(pl.Int64)
+        for c in COMPUTE_CLASSES
+        if c != "compute_other"
+    }
+    known = pl.col(f"_{COMPUTE_CLASSES[0]}").is_not_null()
+    return (
+        rows.join(shares, on="session", how="left")
+        .with_columns(
+            pl.when(known).then(e).otherwise(pl.col(k)).alias(k) for k, e in split.items()
+        )
+        .with_columns(
+            pl.when(known)
+            .then(total - pl.sum_horizontal(*split))
+            .otherwise(total)
+            .alias("compute_other_ns")
+        )
+        .select(rows.columns)
     )

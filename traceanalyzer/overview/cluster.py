@@ -7,7 +7,7 @@ import polars as pl
 
 from traceanalyzer.overview.breakdown import computing_ns, idle_ns
 from traceanalyzer.overview.phases import iterations, whole_session
-from traceanalyzer.stats import OUTLIER_EXCESS, OUTLIER_Z, robust_z
+from traceanalyzer.stats import OUTLIER_EXCESS, OUTLIER_Z, outlier_z
 
 MIN_PEERS = 3  # below this there is no centre to be an outlier from
 ALL_SESSIONS = "all"  # the session value of summary_ranks rows: the row covers every session
@@ -19,7 +19,8 @@ def cluster_rows(steps: pl.DataFrame, kernels: pl.DataFrame) -> pl.DataFrame:
 
     Means, where the rank-comparison rule takes medians: a rare long step (a stalled transfer, a recompile)
     is time the job lost on that rank, and the view should show it; the robust z-score across
-    ranks is slow-rank's.
+    ranks is taken against a spread of at least 10%/3.5 of the median (:func:`outlier_z`), so
+    a score above 3.5 is an outlier.
     """
     steps, kernels = iterations(steps), whole_session(kernels)
     if steps.is_empty():
@@ -49,7 +50,7 @@ def cluster_rows(steps: pl.DataFrame, kernels: pl.DataFrame) -> pl.DataFrame:
     rows = per_rank.join(top, on="rank", how="left")
     if rows.height >= MIN_PEERS:
         times = rows["step_ns"].to_numpy()
-        z = pl.Series("step_z", robust_z(times))
+        z = pl.Series("step_z", outlier_z(times))
         median = float(rows["step_ns"].median())  # type: ignore[arg-type]
         excess = (rows["step_ns"] - median) / median if median > 0 else rows["step_ns"] * 0
         rows = rows.with_columns(z, ((z > OUTLIER_Z) & (excess >= OUTLIER_EXCESS)).alias("outlier"))

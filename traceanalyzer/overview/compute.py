@@ -11,43 +11,35 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from traceanalyzer.kit.host_gaps import compute_stream_gaps
 from traceanalyzer.kit.moe import MOE_PARAMS, exchange_paths
+from traceanalyzer.kit.steps import capture_windows_in
 from traceanalyzer.overview.breakdown import (
     COMPUTE_CLASSES,
+    MC2_EXPOSED,
     MEASURED_COLUMNS,
     STEP_COLUMNS,
     STEP_META,
+    TIMELINE_BLIND,
     UNMEASURED_COLUMN,
     VECTOR_TASK_TYPES,
     breakdown,
     check_against_step_trace,
     classify_tasks,
     from_step_trace,
+    split_compute,
+    split_sessions,
 )
 from traceanalyzer.overview.memory import memory_tables
 from traceanalyzer.overview.tops import top_collectives, top_host_apis, top_kernels
-from traceanalyzer.primitives import (
-    classify_gaps,
-    pair_windows,
-    stream_gaps,
-    union_intervals,
-)
 from traceanalyzer.schema import COMPONENT_NAMES
+from traceanalyzer.steps.exchanges import EXCHANGE_PARAMS
 from traceanalyzer.steps.launches import host_calls, launches_of
 from traceanalyzer.steps.phases import IDLE_PHASE
 from traceanalyzer.steps.tables import steps_of
 from traceanalyzer.store import Store
 from traceanalyzer.vocabulary import (
-    ALLOC_APIS,
-    CAPTURE_BEGIN_API,
-    CAPTURE_END_API,
-    COMPILE_CALLS,
     DEVICE_PROCESSES,
-    DISPATCH_LATENCY_US,
-    FREE_APIS,
-    HARDWARE_PROCESS,
-    PAUSE_MS,
-    SYNC_APIS,
 )
 
 
@@ -106,60 +98,24 @@ def host_bound_gaps(
     """Stream gaps the host caused: session, ``cls`` (``host_gap``: launch-bound, ``sync_gap``:
     after a host synchronisation), start_ns, end_ns.
 
-    Classified as host-launch-bound classifies them (:func:`classify_gaps` at its default
-    thresholds): a gap before a task on its stream (``stream_gaps``) is the host's when the
-    call that launched the task (``host_launches``) ended after the stream ran dry; gaps
-    shorter than the dispatch latency, pauses, gaps in a graph capture and gaps whose next task
-    has no known launch are not.
+    host-launch-bound's gaps, at its default parameters (:func:`compute_stream_gaps`: one
+    derivation): the idle of a compute stream before a task whose launch ended after the stream
+    ran dry, where nothing else ran on the device and the host was not compiling or allocating;
+    gaps shorter than the dispatch latency, pauses and gaps in a graph capture are not.
 
     The launches are the rules' (the ``launches`` table, derived once before them).
-    ``tasks``: :func:`device_tasks`; ``cann``: the rank's CANN calls (``launches.host_calls``,
-    read once for the three kinds of call below: a scan each took 3x longer; at Level0 there are
-    none, nothing tells a synchronisation's gap, it counts as launch-bound, and the summary says
-    that idle sync was not measured).
+    ``tasks``: :func:`device_tasks`; ``cann``: the rank's CANN calls (``launches.host_calls``;
+    at Level0 there are none, nothing tells a synchronisation's gap, it counts as launch-bound,
+    and the summary says that idle sync was not measured).
     """
-    hardware = tasks.filter(
-        (pl.col("process") == HARDWARE_PROCESS) & pl.col("stream_id").is_not_null()
-    ).select(SLICE_COLUMNS)
-    after_gap = stream_gaps(hardware)
-    task = ["session", "stream", "start_ns", "end_ns", "name"]
-    launches = launches_of(store, [rank]).filter(
-        pl.col("start_ns").is_in(after_gap["start_ns"].implode())
+    found = compute_stream_gaps(
+        store.table("slices").filter(pl.col("rank") == rank),
+        launches_of(store, [rank]),
+        cann,
+        capture_windows_in(cann),
+        device=tasks.select("rank", "session", "start_ns", "end_ns"),
     )
-    launched = after_gap.join(
-        launches.select(*task, "launch_start_ns", "launch_end_ns", "link").unique(
-            task, keep="first"
-        ),
-        on=task,
-        how="inner",
-    )
-    interval = ["rank", "session", "start_ns", "end_ns"]
-    syncs = cann.filter(pl.col("api_name").is_in(list(SYNC_APIS))).select(interval)
-    other = union_intervals(
-        cann.filter(pl.col("api_name").is_in([*COMPILE_CALLS, *ALLOC_APIS, *FREE_APIS])).select(
-            interval
-        )
-    )
-    calls = cann.filter(
-        pl.col("api_name").str.contains(CAPTURE_BEGIN_API)
-        | pl.col("api_name").str.contains(CAPTURE_END_API)
-    )
-    captures = pair_windows(
-        calls,
-        is_begin=pl.col("api_name").str.contains(CAPTURE_BEGIN_API),
-        is_end=pl.col("api_name").str.contains(CAPTURE_END_API),
-    ).select(interval)
-    gaps = classify_gaps(
-        launched, syncs, captures, other,
-        min_gap_ns=DISPATCH_LATENCY_US * 1e3, max_gap_ns=PAUSE_MS * 1e6,
-    )  # fmt: skip
-    return gaps.filter(pl.col("host_bound") | pl.col("after_sync")).select(
-        "session",
-        pl.when(pl.col("host_bound")).then(pl.lit("host_gap")).otherwise(pl.lit("sync_gap"))
-        .alias("cls"),
-        pl.col("prev_end_ns").alias("start_ns"),
-        pl.col("start_ns").alias("end_ns"),
-    )  # fmt: skip
+    return found.idle.select("session", "cls", "start_ns", "end_ns")
 
 
 # the steps the export's own breakdown has a row for, each; of the others, the session's total
@@ -219,18 +175,12 @@ def summarize_rank(store: Store, rank: int, sizes: TopSizes) -> dict[str, pl.Dat
     cann = host_calls(store, ranks)
     gaps = host_bound_gaps(store, rank, tasks, cann)
     interval_columns = ["session", "cls", "start_ns", "end_ns"]
-    intervals = pl.concat([tasks.select(interval_columns), gaps.select(interval_columns)])
+    intervals = pl.concat(
+        [tasks.select(interval_columns), gaps.select(interval_columns), mc2_exchanges(tasks)]
+    )
     measured = _measured(
         intervals, windows.filter(pl.col("session").is_in(list(with_tasks))), sessions, step_times
     )
-    csv_only = step_times.filter(~pl.col("session").is_in(list(with_tasks)))
-    if not csv_only.is_empty():
-        csv_rows = _from_step_trace(csv_only, windows, sessions).select(MEASURED_COLUMNS)
-        measured = pl.concat([measured.select(MEASURED_COLUMNS), csv_rows], how="vertical_relaxed")
-    measured = measured.join(_unmeasured(sessions, tasks, cann), on="session", how="left").join(
-        ep_exchanges(store, rank, tasks), on=["session", "step"], how="left"
-    )
-    comm_ops = store.table("comm_ops").filter(pl.col("rank") == rank).collect()
     listed = None  # kernel_details' kernels, where a session has no device task of its own
     if not set(sessions["session"].to_list()) <= with_tasks:
         listed = (
@@ -239,6 +189,17 @@ def summarize_rank(store: Store, rank: int, sizes: TopSizes) -> dict[str, pl.Dat
             .select("session", "name", "accelerator_core", "start_ns", "dur_ns")
             .collect()
         )
+    csv_only = step_times.filter(~pl.col("session").is_in(list(with_tasks)))
+    if not csv_only.is_empty():
+        csv_rows = _from_step_trace(csv_only, windows, sessions).select(MEASURED_COLUMNS)
+        if listed is not None:
+            csv_rows = split_compute(csv_rows, listed)
+        measured = pl.concat([measured.select(MEASURED_COLUMNS), csv_rows], how="vertical_relaxed")
+    blind = _unmeasured(sessions, tasks, cann, listed)
+    measured = measured.join(blind, on="session", how="left").join(
+        ep_exchanges(store, rank, tasks), on=["session", "step"], how="left"
+    )
+    comm_ops = store.table("comm_ops").filter(pl.col("rank") == rank).collect()
     return {
         "summary_steps": measured.select(STEP_COLUMNS).sort("session", "start_ns", nulls_last=True),
         "summary_kernels": top_kernels(tasks, steps, sizes.kernels, listed),
@@ -248,25 +209,49 @@ def summarize_rank(store: Store, rank: int, sizes: TopSizes) -> dict[str, pl.Dat
     }
 
 
-def _unmeasured(sessions: pl.DataFrame, tasks: pl.DataFrame, cann: pl.DataFrame) -> pl.DataFrame:
+def mc2_exchanges(tasks: pl.DataFrame) -> pl.DataFrame:
+    """The MC2 exchange kernels of ``tasks`` (:func:`device_tasks`) as ``exchange`` intervals
+    (session, cls, start_ns, end_ns), at the exchanges table's default pattern: what of them no
+    other compute hides is the rank waiting on the exchange (:func:`breakdown`)."""
+    mc2 = tasks.filter(
+        pl.col("cls").is_in(COMPUTE_CLASSES)
+        & pl.col("name").str.contains(EXCHANGE_PARAMS["mc2_ops"].default)
+    )
+    return mc2.select("session", pl.lit("exchange").alias("cls"), "start_ns", "end_ns")
+
+
+def _unmeasured(
+    sessions: pl.DataFrame,
+    tasks: pl.DataFrame,
+    cann: pl.DataFrame,
+    listed: pl.DataFrame | None,
+) -> pl.DataFrame:
     """Per session (session, :data:`UNMEASURED_COLUMN`), the components its data cannot
     measure: AI Vector compute when no compute task's accelerator says AI Vector apart from
     AI Core (kernel_details' Accelerator Core, or the trace's Task Type), idle sync when it
-    recorded no CANN call (so no synchronisation)."""
+    recorded no CANN call (so no synchronisation); without a device timeline, every component
+    the export's own step breakdown does not give (:data:`TIMELINE_BLIND`), the accelerators
+    but where kernel_details.csv (``listed``) splits the compute."""
     compute = tasks.filter(pl.col("cls").is_in(COMPUTE_CLASSES))
     told = compute.filter(
         pl.col("accelerator").is_not_null() | pl.col("task_type").is_in(VECTOR_TASK_TYPES)
     )
+    no_timeline = set(sessions["session"]) - set(tasks["session"])
+    split = set() if listed is None else set(split_sessions(listed))
     blind = {
         "compute_ai_vector_ns": set(compute["session"]) - set(told["session"]),
         "idle_sync_ns": set(sessions["session"]) - set(cann["session"]),
     }
+    for key in TIMELINE_BLIND:
+        compute_key = key.startswith("compute_")
+        blind[key] = blind.get(key, set()) | (no_timeline - split if compute_key else no_timeline)
+    ordered = [key for key in COMPONENT_NAMES if key in blind]
     return sessions.select(
         "session",
         pl.concat_str(
             *(
-                pl.when(pl.col("session").is_in(list(missing))).then(pl.lit(key))
-                for key, missing in blind.items()
+                pl.when(pl.col("session").is_in(list(blind[key]))).then(pl.lit(key))
+                for key in ordered
             ),
             separator=",",
             ignore_nulls=True,
@@ -323,13 +308,14 @@ def _measured(
     )  # fmt: skip
     one_by_one = pl.col("step_source") == CHECKED_ONE_BY_ONE
     by_session = set(rows.filter(~one_by_one)["session"].unique().to_list())
+    summed = [*COMPONENT_NAMES, MC2_EXPOSED]
     units = pl.concat(
         [
-            rows.filter(one_by_one).select("session", "step", *COMPONENT_NAMES),
+            rows.filter(one_by_one).select("session", "step", *summed),
             parts.filter(pl.col("session").is_in(list(by_session)))
             .group_by("session")
-            .agg(pl.col(list(COMPONENT_NAMES)).sum())
-            .select("session", pl.lit(None, dtype=pl.Int64).alias("step"), *COMPONENT_NAMES),
+            .agg(pl.col(summed).sum())
+            .select("session", pl.lit(None, dtype=pl.Int64).alias("step"), *summed),
         ]
     )
     checked = check_against_step_trace(units, step_times).select(

@@ -12,11 +12,17 @@ from typing import Any
 
 import polars as pl
 
+from traceanalyzer.engine.advice import collect_hint, store_facts
 from traceanalyzer.engine.findings import bounded_share
-from traceanalyzer.overview.breakdown import UNMEASURED, computing_ns, unmeasured
+from traceanalyzer.overview.breakdown import TIMELINE_BLIND, UNMEASURED, computing_ns, unmeasured
 from traceanalyzer.overview.collectives import collectives_section
 from traceanalyzer.overview.compute import DEFAULT_TOP, TopSizes
-from traceanalyzer.overview.headline import COMPONENTS, headline, mean_components
+from traceanalyzer.overview.headline import (
+    COMPONENTS,
+    headline,
+    mean_components,
+    phase_headline,
+)
 from traceanalyzer.overview.memory import memory_section
 from traceanalyzer.overview.phases import (
     iterations,
@@ -27,6 +33,7 @@ from traceanalyzer.overview.phases import (
 )
 from traceanalyzer.overview.timeline import step_timeline
 from traceanalyzer.overview.tops import combined_tops
+from traceanalyzer.schema import COMPONENT_NAMES
 from traceanalyzer.store import Store
 
 SCHEMA_VERSION = 1
@@ -48,6 +55,12 @@ def overview_document(
     kernels = store.table("summary_kernels").collect()
     host_apis = store.table("summary_host_apis").collect()
     steps = iterations(windows)
+    # every window, the idle time between iterations too: what a finding's cost is a share of,
+    # as the rules take it (kit.cost)
+    window_ns = {
+        int(r): int(ns)
+        for r, ns in windows.group_by("rank").agg(pl.col("step_ns").sum()).iter_rows()
+    }
     ranks = []
     for (rank,), part in steps.group_by("rank", maintain_order=True):
         means = mean_components(part)
@@ -56,6 +69,7 @@ def overview_document(
                 "rank": int(rank),  # type: ignore[arg-type]
                 "steps": part.height,
                 "total_ns": int(part["step_ns"].sum()),
+                "window_ns": window_ns.get(int(rank), int(part["step_ns"].sum())),  # type: ignore[arg-type]
                 "phase_ns": phase_totals(part),
                 "sources": sorted(set(part["source"].to_list())),
                 "unmeasured": unmeasured(part),
@@ -73,21 +87,19 @@ def overview_document(
         representative["timeline"] = step_timeline(store, representative)
     cluster = store.table("summary_ranks").collect().sort("rank")
     mean = mean_components(steps) if steps.height else None
+    phases = phases_section(windows, kernels, host_apis, layer_times(store))
     return {
         "schema_version": SCHEMA_VERSION,
         "components": [{"key": k, "label": label, "group": g} for k, label, g in COMPONENTS],
-        "unmeasured": {
-            key: {"ranks": [r["rank"] for r in ranks if key in r["unmeasured"]], "reason": why}
-            for key, why in UNMEASURED.items()
-            if any(key in r["unmeasured"] for r in ranks)
-        },
+        "unmeasured": _unmeasured(store, steps, ranks),
         "source": {
             "breakdown": sorted(set(steps["source"].to_list())),
             **self_check(windows, _source_formats(store)),
         },
         "steps": steps.height,
         "mean": mean,
-        "headline": headline(mean),
+        # a serving profile leads with its phases: one mean over them describes none
+        "headline": phase_headline(phases["rows"]) or headline(mean),
         "computing_ns": float(steps.select(computing_ns().mean()).item() or 0.0)
         if steps.height
         else None,
@@ -104,13 +116,35 @@ def overview_document(
             sizes.collectives,
             extra=[pl.col("wait_ns").sum(), pl.col("transit_ns").sum()],
         ),
-        "phases": phases_section(windows, kernels, host_apis, layer_times(store)),
+        "phases": phases,
         "memory": memory_section(store, capacity_gb),
         "collectives": collectives_section(store),
         "sizes": asdict(sizes),
         "failed": {str(k): v for k, v in (failed or {}).items()},
         "costs": {},
     }
+
+
+def _unmeasured(
+    store: Store, steps: pl.DataFrame, ranks: list[dict[str, Any]]
+) -> dict[str, dict[str, Any]]:
+    """Per component some ranks could not measure: those ranks, and why (where its time is
+    then, and what would measure it, from what their export says it collected)."""
+    out = {}
+    for key in COMPONENT_NAMES:
+        on = [r["rank"] for r in ranks if key in r["unmeasured"]]
+        if not on:
+            continue
+        mine = steps.filter(pl.col("rank").is_in(on))
+        timeless = key in TIMELINE_BLIND and (mine["source"] == "step_trace_time").all()
+        why, collect, table = (
+            (TIMELINE_BLIND[key], "ProfilerActivity.NPU", "slices") if timeless else UNMEASURED[key]
+        )
+        out[key] = {
+            "ranks": on,
+            "reason": why + collect_hint(collect, store_facts(store, on), table),
+        }
+    return out
 
 
 def _source_formats(store: Store) -> list[str]:
@@ -176,7 +210,7 @@ def finding_costs(
     ``phase_share``: the cost over those phases' time on its ranks. The ranks are the
     finding's ``cost_ranks`` where it names them (whose time was lost), else its ranks.
     """
-    totals = {r["rank"]: r["total_ns"] for r in overview.get("ranks", [])}
+    totals = {r["rank"]: r.get("window_ns", r["total_ns"]) for r in overview.get("ranks", [])}
     phase_ns = {r["rank"]: r.get("phase_ns") or {} for r in overview.get("ranks", [])}
     unreliable = set((overview.get("source") or {}).get("differing_ranks") or [])
     out: dict[str, dict[str, Any]] = {}

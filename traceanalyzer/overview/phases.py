@@ -131,7 +131,8 @@ def _row(
         "ranks": part["rank"].n_unique(),
         "total_ns": int(durations.sum()),
         "wall_share": float(durations.sum()) / wall_ns if wall_ns else None,
-        "p50_ns": float(durations.quantile(0.5, "nearest") or 0.0),
+        # the median: the mean of the two middle steps of an even count, not the upper one
+        "p50_ns": float(durations.median() or 0.0),
         "p95_ns": float(durations.quantile(0.95, "nearest") or 0.0),
         "mean": means,
         "unmeasured": unmeasured(part),

@@ -50,6 +50,14 @@ def percent(value: float | None) -> str:
     return f"{value * 100:.1f}%" if value < 0.995 or value > 1 else f"{value * 100:.0f}%"
 
 
+def change(rel: float | None) -> str:
+    """A relative change: ``+12.5%``, ``-98.4%``; a rise to twice or more as a factor
+    (3.4 µs -> 66.3 µs: ``19.5x``, not ``+1850.0%``); "" when unknown."""
+    if rel is None or not math.isfinite(rel):
+        return ""
+    return f"{rel + 1:.1f}x" if rel >= 1 else f"{rel * 100:+.1f}%"
+
+
 def is_trace_time(key: str) -> bool:
     """A metric that is a point on the trace clock (``*start_ns``, ``*end_ns``), not a length."""
     k = key.lower()

@@ -274,7 +274,7 @@ def _rules_section(doc: Mapping[str, Any]) -> str:
         )
     lead = ""
     for status, heading in (
-        ("inconclusive", "Could not judge"),
+        ("inconclusive", "Inconclusive"),
         ("not_evaluated", "Not evaluated"),
     ):
         listed = [r for r in rules if r.get("status") == status]

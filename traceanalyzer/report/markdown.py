@@ -98,7 +98,7 @@ def render_markdown(report: ReportData, plot_files: Mapping[str, str] | None = N
         lines += _finding(f, plot, costs, view.caption, view.session_starts)
     undecided = [r for r in doc.get("rules", []) if r.get("status") == "inconclusive"]
     if undecided:
-        lines += ["## Could not judge", ""]
+        lines += ["## Inconclusive", ""]
         lines += [f"- **{md_text(r['name'])}**: {md_text(r.get('reason'))}" for r in undecided]
         lines.append("")
     skipped = [r for r in doc.get("rules", []) if r.get("status") == "not_evaluated"]

@@ -307,7 +307,8 @@ def _cluster(overview: Mapping[str, Any]) -> str:
         f"{count(len(outliers), 'outlier rank')}: robust z-score of the step time above 3.5 and 10% "
         "above the median (the rules' outlier statistics), shown whether or not a rule fired."
         if outliers
-        else "No outlier rank (robust z-score of the step time, as the rules compute it)."
+        else "No outlier rank (robust z-score of the step time above 3.5: none is 10% above "
+        "the median)."
     )
     return details(
         f"Cluster ({len(rows)} ranks)", body + f'<p class="small muted">{esc(note)}</p>', open_=True

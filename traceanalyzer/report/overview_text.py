@@ -69,11 +69,15 @@ def unmeasured_notes(overview: Mapping[str, Any]) -> list[str]:
     # a column's name where the column is the component alone, else the component's label
     names = {c["key"]: c["label"] for c in overview.get("components") or []}
     names |= {keys[0]: name for name, keys in COMPACT if len(keys) == 1}
-    notes = []
+    # components of one cause on the same ranks are said once
+    grouped: dict[tuple[tuple[int, ...], str], list[str]] = {}
     for key, what in (overview.get("unmeasured") or {}).items():
-        ranks = what.get("ranks") or []
-        where = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {compress_ranks(ranks)}"
-        notes.append(f"{names.get(key, key)} not measured on {where}: {what.get('reason')}")
+        cause = (tuple(what.get("ranks") or []), str(what.get("reason")))
+        grouped.setdefault(cause, []).append(names.get(key, key))
+    notes = []
+    for (ranks, reason), components in grouped.items():
+        where = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {compress_ranks(list(ranks))}"
+        notes.append(f"{', '.join(components)} not measured on {where}: {reason}")
     return notes
 
 
@@ -206,7 +210,11 @@ def ep_lines(overview: Mapping[str, Any]) -> list[str]:
             f"{r['phase']}: {paths}; {fmt.duration(ep['exchange_ns'])} of exchange per step, "
             f"{fmt.percent(ep.get('exposed_share'))} of it exposed "
             f"({fmt.percent(ep.get('step_share'))} of the step"
-            + ("; MC2 runs as kernels, in the compute column)" if "mc2" in ep["paths"] else ")")
+            + (
+                "; MC2 runs as kernels: what no other compute hides is in exposed communication)"
+                if "mc2" in ep["paths"]
+                else ")"
+            )
         )
         misfits += ep.get("misfit_steps") or 0
     if misfits:

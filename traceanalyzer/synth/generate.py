@@ -118,7 +118,7 @@ def generate(
     if force is not None:
         clear_out(out, force)
     out.mkdir(parents=True, exist_ok=True)
-    group = list(range(max(ranks, 2)))
+    group = list(range(ranks))  # one rank is a group of one: no peer profiled elsewhere
     target = int(target_mb * 1_000_000) if target_mb else None
     dirs = []
     for rank in range(ranks):

@@ -445,7 +445,8 @@ def parallel_groups(knobs: dict, world: int, rank: int) -> dict:
 
 def run(tl: Timeline, knobs: dict) -> None:
     rw = tl.rw
-    world, rank = len(rw.cfg.group), rw.cfg.rank
+    # an expert-parallel group has peers: one rank written is one profiled rank of two
+    world, rank = max(len(rw.cfg.group), 2), rw.cfg.rank
     plan = simulate(knobs, world)
     members = next(g for g in groups(world, knobs["ep"]) if rank in g)
     # the EP group's communicator carries the exchanges (communication.json's group)
