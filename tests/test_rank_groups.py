@@ -191,12 +191,15 @@ def test_a_worker_killed_in_a_group_is_survived(
 def test_derived_ranks_reads_the_keys_of_ranks_and_of_groups(tmp_path: Path) -> None:
     """A derived table's key is written per shard once it is derived (rows or none): a rank
     stored alone by its own key, a rank of a group by the group's."""
-    from traceanalyzer.store import DERIVED_KEYS_DIR, derived_ranks
+    from traceanalyzer.store import DERIVED_KEYS_DIR, TABLES_DIR, derived_ranks
 
     keys = tmp_path / DERIVED_KEYS_DIR / "moe_layers"
     keys.mkdir(parents=True)
     for label in ("rank=7", "rank=-1", "group=10-19", "rank=x"):
         (keys / f"{label}.key").write_text("k")
+    # keys without the table's folder (removed, or an OUT copied without it) count for none
+    assert derived_ranks(tmp_path, "moe_layers", [7]) == set()
+    (tmp_path / TABLES_DIR / "moe_layers").mkdir(parents=True)
     assert derived_ranks(tmp_path, "moe_layers", [-1, 0, 7, 10, 15, 19, 20]) == {-1, 7, 10, 15, 19}
     assert derived_ranks(tmp_path, "moe_dense", [7]) == set()  # no key of that table
     assert derived_ranks(None, "moe_layers", [7]) == set()  # a store in memory: none

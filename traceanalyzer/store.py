@@ -177,6 +177,8 @@ def write_derived_table(root: Path, table: str, shard: Sequence[int], frame: Any
     from traceanalyzer.schema import DERIVED_TABLES
 
     shutil.rmtree(root / TABLES_DIR / table / shard_label(shard), ignore_errors=True)
+    # the table's folder even for no rows: keys count only beside it (derived_ranks)
+    (root / TABLES_DIR / table).mkdir(parents=True, exist_ok=True)
     spec = DERIVED_TABLES[table]
     schema = spec.polars_schema
     if len(shard) > 1:

@@ -149,3 +149,7 @@ COMPILE_CALLS = ("opCompile", "aclopCompile")
 # (nothing queued: between requests, data loading), not slow dispatch.
 DISPATCH_LATENCY_US = 5.0
 PAUSE_MS = 10.0
+
+# The allocating stream torch's memory records name in the real G2 export: what synth and the
+# fixture builders write (no rule reads a stream's pointer value).
+MEMORY_STREAM_PTR = 897357296

@@ -33,8 +33,12 @@ from typing import Any, Concatenate, ParamSpec
 import traceanalyzer.kit.fixture_verbs as facts
 from traceanalyzer.kit.fixture_verbs import FixtureVerbs, Launch, exact_ns, exact_times
 from traceanalyzer.store import Store
-from traceanalyzer.synth.memory import STREAM_PTR
-from traceanalyzer.vocabulary import CANN_PROCESS, HARDWARE_PROCESS, PYTHON_GC_PROCESS
+from traceanalyzer.vocabulary import (
+    CANN_PROCESS,
+    HARDWARE_PROCESS,
+    MEMORY_STREAM_PTR,
+    PYTHON_GC_PROCESS,
+)
 
 LEVEL_OF_LAYER = {"AscendCL": "acl", "Runtime": "runtime", "Node": "node", "Hccl": "hccl"}
 
@@ -446,7 +450,7 @@ class _SessionRows(FixtureVerbs):
                 "total_allocated_mb": record.allocated_mb,
                 "total_reserved_mb": float(record.reserved_mb),
                 "total_active_mb": record.allocated_mb if torch else None,
-                "stream_ptr": STREAM_PTR if torch else None,
+                "stream_ptr": MEMORY_STREAM_PTR if torch else None,
                 "device_type": f"NPU:{self.rank}",
             }
         )

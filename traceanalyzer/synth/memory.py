@@ -22,9 +22,9 @@ from typing import Protocol
 
 from traceanalyzer.synth.fmt import csv_ts
 from traceanalyzer.synth.tables import CsvFile
+from traceanalyzer.vocabulary import MEMORY_STREAM_PTR as STREAM_PTR
 
 MB = 1 << 20  # memory_record.csv's "MB" is 2^20 bytes (the Db records bytes)
-STREAM_PTR = 897357296  # the allocating stream of torch's records (the real G2 export's)
 SEGMENT = 2 * MB  # torch's allocator rounds a large block's segment up to 2 MiB
 APP_PERIOD_NS = 20_000_000  # msprof samples NPU_MEM about every 20 ms
 OTHER_PROCESSES = 256 * MB  # NPU_MEM `device` rows: the whole device, other processes too
