@@ -80,3 +80,22 @@ def test_other_replay_calls_are_linked_by_the_rule_itself(tmp_path: Path) -> Non
 
     assert verdict(plain)[:2] == verdict(other)[:2]
     assert verdict(other)[2] == ["aclmdlRIExecuteAsync", "aclmdlExecute"]
+
+
+def test_to_pandas_gives_stored_and_derived_tables(tmp_path: Path) -> None:
+    """``Store.to_pandas``: a stored table and a derived one (derived in-process for a store
+    without it) as pandas frames, their times exact int64 ns."""
+    import pandas as pd
+
+    import traceanalyzer
+    from traceanalyzer.ingest import ingest
+
+    out = tmp_path / "out"
+    ingest(Path(__file__).parents[1] / "sample_traces" / "store_healthy", out)
+    store = traceanalyzer.open_store(out)
+    slices = store.to_pandas("slices")
+    assert isinstance(slices, pd.DataFrame) and len(slices) == store.rows("slices")
+    assert str(slices["start_ns"].dtype).startswith("int64")
+    steps = store.to_pandas("steps", [0])  # not stored: the run's stage did not run
+    assert len(steps) and set(steps["rank"]) == {0}
+    assert steps["step_ns"].sum() == store.derived("steps", [0]).collect()["step_ns"].sum()

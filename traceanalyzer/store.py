@@ -653,6 +653,12 @@ class Store:
         frame = self.table(name)
         return frame if ranks is None else frame.filter(pl.col("rank").is_in(sorted(ranks)))
 
+    def to_pandas(self, name: str, ranks: Collection[int] | None = None) -> Any:
+        """Table ``name`` of ``ranks`` (every rank: None) as a pandas DataFrame, a derived table
+        through its reader: for the scripts and notebooks that speak pandas. Times stay exact
+        int64 ns; text columns are Arrow-backed. pandas is loaded here only, never by a run."""
+        return self.derived(name, ranks).collect().to_pandas(use_pyarrow_extension_array=True)
+
     def scan(self, name: str) -> pl.LazyFrame:
         """The table, as :meth:`table`, but never decoded whole to be held in memory: for a
         derivation's one query of a few of its columns."""
