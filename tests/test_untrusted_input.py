@@ -214,6 +214,19 @@ def test_a_bad_session_value_costs_that_value(collection: Path, tmp_path: Path, 
     assert Store.open(tmp_path / "out").table("sessions").collect().height == 2
 
 
+@pytest.mark.parametrize("value", ["x" * 5000, ["a"], 7, {"activities": "CPU"}])
+def test_profiler_settings_of_another_type_say_nothing(collection, tmp_path, value) -> None:
+    """A profiler_info ``config.common_config`` that is no object (or its ``activities`` no
+    list) is a setting the export does not state: every rule runs, none fails reading it."""
+    info = next(collection.glob("*/profiler_info_1.json"))
+    doc = json.loads(info.read_text())
+    doc["config"]["common_config"] = value
+    info.write_text(json.dumps(doc))
+    result = _run(collection, tmp_path / "out")
+    _ingested(result)
+    assert "rule failed" not in result.output
+
+
 @pytest.mark.parametrize("damage", [db_hazards.pending_wal, db_hazards.garbage_wal])
 def test_side_files_are_read_in_a_private_copy(collection: Path, tmp_path: Path, damage) -> None:
     damage(_db(collection))

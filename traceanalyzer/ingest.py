@@ -572,9 +572,11 @@ def _setting_on(config: dict[str, Any], collected_with: str) -> bool:
     name, _, value = collected_with.partition("=")
     if value != "True" or not name.isidentifier():
         return False
-    common = config.get("common_config") or {}
-    experimental = config.get("experimental_config") or {}
-    return common.get(name) is True or experimental.get(f"_{name}") is True
+    common, experimental = config.get("common_config"), config.get("experimental_config")
+    # (a received profiler_info may hold anything: a field of another type says nothing)
+    return (isinstance(common, dict) and common.get(name) is True) or (
+        isinstance(experimental, dict) and experimental.get(f"_{name}") is True
+    )
 
 
 # What a Db export cannot hold though it was collected: (canonical table, the profiler setting

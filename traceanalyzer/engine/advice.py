@@ -47,9 +47,11 @@ def export_facts(sessions: pl.DataFrame) -> ExportFacts:
     files: dict[str, set[int]] = {}
     text_ranks: list[tuple[int, set[str]]] = []
     for row in sessions.iter_rows(named=True):
+        # (a received profiler_info may hold anything: a field of another type says nothing)
         config = _json(row.get("config"))
         common = config.get("common_config") if isinstance(config, dict) else None
-        collected = set((common or {}).get("activities") or [])
+        listed = common.get("activities") if isinstance(common, dict) else None
+        collected = {a for a in listed if isinstance(a, str)} if isinstance(listed, list) else set()
         activities = collected if activities is None else activities & collected
         if (row.get("source_format") or "text") == "text":
             present = _json(row.get("files"))
