@@ -434,8 +434,10 @@ def test_damaged_bytes_never_crash_the_scanner() -> None:
         (lambda b: b + b"\x00" * 64, None),
         (lambda b: b.replace(b'"tid": 43', b'"tid": "t43"'), None),  # not an integer id
         (lambda b: b.replace(b'{"ph": "i"', b'{"ph": "i" "oops": 1, "x"', 1), "malformed"),
+        # an escape JSON has not, in a key (campaign 3, case 385: the scanner kept the event)
+        (lambda b: b.replace(b'"ph": "i"', b'"p\\h": "i"', 1), "malformed"),
     ],
-    ids=["truncated", "invalid utf-8", "nul padding", "text tid", "malformed event"],
+    ids=["truncated", "invalid utf-8", "nul padding", "text tid", "malformed event", "bad escape"],
 )
 def test_what_the_scanner_does_not_read_goes_to_duckdb(
     damage: object, incomplete: str | None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch

@@ -250,6 +250,8 @@ static const char *scan_string(const char *p, const char *end, Span *out) {
         if (*hit == '\\') {
             escaped = 1;
             if (hit + 1 >= end) return NULL;
+            /* an escape JSON has not (a key "c\at") is a malformed event, as DuckDB reads it */
+            if (!strchr("\"\\/bfnrtu", hit[1]) || hit[1] == '\0') return BAD;
             q = hit + 2;
             continue;
         }
