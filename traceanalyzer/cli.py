@@ -110,7 +110,8 @@ class _Progress:
             self.close()
         elif event not in ("start", "session"):  # a note from the ingest
             with self._lock:
-                click.echo("\r\033[K" if self.tty else "", err=True, nl=False)
+                if self.tty:  # over the redrawn line
+                    click.echo("\r\033[K", err=True, nl=False)
                 _say(event, err=True, width=self.width)
 
     def close(self) -> None:
@@ -372,7 +373,6 @@ def _findings_table(  # noqa: ANN001 - engine RunResult
         lines += wrapped
     if not result.findings:
         lines.append("no findings")
-    said = []
     if quiet:
         undecided, skipped = len(result.inconclusive), len(result.not_evaluated)
         counted = [(undecided, "inconclusive"), (skipped, "not evaluated")]
