@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 from synth_support import real_traces_dir, skip_reason
+
+# pytest-xdist's workers get COLUMNS=80, which `run` fits its lines to: the tests see whole
+# lines, as from a pipe, unless they set a width (tests/test_terminal_width.py)
+os.environ.pop("COLUMNS", None)
 
 REPO = Path(__file__).resolve().parents[1]
 REAL_TRACES = real_traces_dir()

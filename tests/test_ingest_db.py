@@ -21,6 +21,7 @@ from traceanalyzer.pipeline import analyse
 from traceanalyzer.store import Store
 
 OUT = "ASCEND_PROFILER_OUTPUT"
+TEXT_ONLY = "a Db export has no place for what its Text twin holds: "
 
 
 def _db(rank_dir: Path) -> sqlite3.Connection:
@@ -321,6 +322,56 @@ def test_a_mixed_collection_analyses_in_one_run(
     store = Store.open(tmp_path / "out")
     l2 = store.table("l2_cache").filter(pl.col("session") == "both_rank1_ascend_pt").collect()
     assert l2.height > 0
+    # what the Db cannot hold: the Text beside it has it, else a profile that writes both
+    notes = {
+        s["session"]: [n for n in s["notes"] if n.startswith(TEXT_ONLY)] for s in report["sessions"]
+    }
+    assert not notes["text_rank0_ascend_pt"]
+    assert notes["db_rank0_ascend_pt"][0].endswith("; export_type=[Text, Db] writes both")
+    assert "TRACEANALYZER_PREFER_FORMAT=text reads it" in notes["both_rank1_ascend_pt"][0]
+
+
+def test_the_db_reader_says_what_its_text_twin_holds_and_it_cannot(
+    real_g2_store: Path, real_g2_db: Path, real_g2_db_store: Path, tmp_path: Path
+) -> None:
+    """What the real Text export yields and its Db twin does not is named, once per rank."""
+    text, db = Store.open(real_g2_store), Store.open(real_g2_db_store)
+
+    def rows(store: Store, table: str, where: pl.Expr) -> int:
+        return store.table(table).filter(where).select(pl.len()).collect().item()
+
+    qos = pl.col("name") == "QoS OTHERS"
+    mode = pl.col("api_mode").is_not_null()
+    op_state = pl.col("op_state").is_not_null()
+    to_copies = (pl.col("cat") == "async_npu") & pl.col("flow_id").is_in(
+        text.table("slices").filter(pl.col("name") == "MEMCPY_ASYNC").select(
+            pl.col("start_ns").cast(pl.String)
+        ).collect()["start_ns"].implode()
+    )  # fmt: skip
+    said = {
+        "the QoS counters (`QoS OTHERS`, ...)": ("counters", qos),
+        "the CANN APIs' `Mode` (slices.api_mode)": ("slices", mode),
+        "the kernels' `OP State` and `HF32 Eligible`": ("kernels", op_state),
+        "the torch ops' async_npu flows to their copies": ("flows", to_copies),
+    }
+    for table, where in said.values():
+        assert rows(text, table, where) > 0 and rows(db, table, where) == 0, table
+    outcomes = ingest(real_g2_db, tmp_path / "out", jobs=1).outcomes
+    assert len(outcomes) == 2
+    for outcome in outcomes:  # one note per rank, naming each
+        (note,) = [n for n in outcome.notes if n.startswith(TEXT_ONLY)]
+        assert all(what in note for what in said) and "SDMA or PCIe DMA" in note, note
+
+
+def test_text_only_names_only_what_the_profile_recorded() -> None:
+    from traceanalyzer.parse.db.text_only import text_only
+
+    assert text_only([], copies=False, absent_kernel_columns=[]) == []
+    only_cann = text_only(["CANN", "Python"], copies=False, absent_kernel_columns=["opState"])
+    assert only_cann == [
+        "the CANN APIs' `Mode` (slices.api_mode)",
+        "the kernels' `OP State` (COMPUTE_TASK_INFO has no opState)",
+    ]
 
 
 def test_both_formats_read_from_text_on_request(
@@ -583,7 +634,8 @@ def test_side_files_other_sqlite_clients_leave_are_read(real_g2_db: Path, tmp_pa
         db.with_name(db.name + suffix).write_bytes(b"")
     before = _listing(root)
     (outcome,) = ingest(root, tmp_path / "out").outcomes
-    assert outcome.status == "ingested" and not outcome.warnings and not outcome.notes
+    assert outcome.status == "ingested" and not outcome.warnings
+    assert not [n for n in outcome.notes if not n.startswith(TEXT_ONLY)], outcome.notes
     assert _listing(root) == before
 
 

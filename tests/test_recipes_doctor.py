@@ -261,3 +261,36 @@ def test_bench_results(tmp_path: Path) -> None:
     table = format_bench_table(results)
     assert "mean TTFT" in table and "60939.3" in table and "38514.0" in table
     assert load_bench_result(tmp_path / "missing.json") is None
+
+
+@pytest.mark.parametrize(
+    ("verdict", "code"),
+    [
+        ({"variant": "v1"}, 0),
+        ({"problems": ["vLLM is not installed"]}, 2),
+        ({"variant": "v1", "problems": ["seam not found"]}, 2),  # a variant, but refused
+        ({}, 2),  # no variant fits and no reason given: still a refusal
+    ],
+)
+def test_doctor_exits_alike_in_text_json_and_variant_only(
+    monkeypatch: pytest.MonkeyPatch, verdict: dict, code: int
+) -> None:
+    """One refusal, one exit code: the text, --json and --variant-only answers agree (and a
+    refusal is a usage/input error, 2), whatever the installed stack."""
+    from traceanalyzer.cli import main
+    from traceanalyzer.recipes import cli as recipes_cli
+    from traceanalyzer.recipes.doctor import Verdict
+
+    monkeypatch.setattr(recipes_cli, "detect", lambda: versions.Environment())
+    monkeypatch.setattr(recipes_cli, "diagnose", lambda r, env: Verdict(r.name, **verdict))
+    runner = CliRunner()
+    doctor = ["recipe", "doctor", "serving-window"]
+    text = runner.invoke(main, doctor)
+    as_json = runner.invoke(main, [*doctor, "--json"])
+    variant = runner.invoke(main, [*doctor, "--variant-only"])
+    assert (text.exit_code, as_json.exit_code, variant.exit_code) == (code, code, code)
+    # run.sh's `python -m traceanalyzer.recipes doctor` is the group alone
+    assert runner.invoke(recipe_group, doctor[1:] + ["--json"]).exit_code == code
+    (recipe,) = json.loads(as_json.stdout)["recipes"]
+    assert recipe["ok"] is (code == 0)
+    assert ("REFUSED" in text.stdout) is (code != 0)

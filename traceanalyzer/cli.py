@@ -44,9 +44,15 @@ for _note in process_env.configure():
     click.echo(f"warning: {printable(_note)}", err=True)
 
 
-def _say(text: str, err: bool = False) -> None:
-    """A line (or lines) with text from the input in it, without its control characters."""
-    click.echo(printable(text, lines=True), err=err)
+def _say(text: str, err: bool = False, width: int | None = None) -> None:
+    """A line (or lines) with text from the input in it, without its control characters, each
+    wrapped to ``width`` (None: as is) under a hanging indent."""
+    text = printable(text, lines=True)
+    if width is not None:
+        from traceanalyzer.report.width import wrap
+
+        text = "\n".join(part for line in text.split("\n") for part in wrap(line, width, 4))
+    click.echo(text, err=err)
 
 
 class _Progress:
@@ -58,8 +64,9 @@ class _Progress:
 
     TICK_SECONDS = 1.0
 
-    def __init__(self, quiet: bool):
+    def __init__(self, quiet: bool, width: int | None = None):
         self.quiet = quiet
+        self.width = width  # the terminal's (None: no limit): notes wrap, a redrawn line fits
         self.tty = sys.stderr.isatty()
         self._line = ""
         self._since = time.monotonic()
@@ -78,10 +85,17 @@ class _Progress:
         elif event == "session" and outcome is not None:
             # a failure's reason is said once, in the summary under the table
             what = "FAILED (the reason is below)" if outcome.status == "failed" else outcome.status
-            line = printable(
-                f"[{done}/{total}] rank {outcome.rank} {outcome.session}: {what} "
-                f"({outcome.seconds:.1f} s)"
+            head, tail = (
+                f"[{done}/{total}] rank {outcome.rank} ",
+                f": {what} ({outcome.seconds:.1f} s)",
             )
+            session = printable(outcome.session)
+            if self.width is not None:  # one line, redrawn in place: the session's name gives
+                from traceanalyzer.report.width import shorten_middle
+
+                room = self.width - len(head) - len(tail) - len(" · parsing on … 999 s")
+                session = shorten_middle(session, max(room, SESSION_NAME))
+            line = head + session + tail
             with self._lock:
                 self._since = time.monotonic()
                 if not self.tty:
@@ -96,7 +110,9 @@ class _Progress:
             self.close()
         elif event not in ("start", "session"):  # a note from the ingest
             with self._lock:
-                click.echo(("\r\033[K" if self.tty else "") + printable(event), err=True)
+                if self.tty:  # over the redrawn line
+                    click.echo("\r\033[K", err=True, nl=False)
+                _say(event, err=True, width=self.width)
 
     def close(self) -> None:
         """Stop the ticker and end its line (also when the ingest ends with an error or Ctrl-C)."""
@@ -120,23 +136,26 @@ class _Progress:
 _SUMMARY_TABLES = ("slices", "counters", "flows", "kernels")  # the rest is summed as "other"
 
 
-def _summary(result: IngestResult, verbose: bool = False) -> str:
-    """A table of the sessions, then their notes (identical notes of several ranks grouped).
+def _summary(result: IngestResult, verbose: bool = False, width: int | None = None) -> str:
+    """A table of the sessions, then their notes (identical notes of several ranks grouped),
+    within ``width`` columns (the terminal's; None: no limit).
 
     What holds for every export of a generation (G2 never writes task_time.csv) and the store's
     upkeep are in ingest.json; ``verbose`` prints them too."""
     from traceanalyzer.engine.findings import compress_ranks
+    from traceanalyzer.report.width import shorten_middle, table_lines, wrap
 
-    header = ("rank", "session", "status", "format", "level", *_SUMMARY_TABLES, "other rows")
-    rows = [header]
+    header = ["rank", "session", "status", "format", "level", *_SUMMARY_TABLES, "other rows"]
+    rows = []
     notes: dict[str, list[tuple[int, str]]] = {}
     uncollected: dict[str, list[tuple[int, str]]] = {}
     for o in result.outcomes:
         other = sum(n for t, n in o.rows.items() if t not in _SUMMARY_TABLES)
         counts = [f"{o.rows.get(t, 0):,}" for t in _SUMMARY_TABLES]
+        session = o.session if width is None else shorten_middle(o.session, SESSION_NAME)
         rows.append(
-            (str(o.rank), o.session, o.status, o.generation or "?", o.profiler_level or "?",
-             *counts, f"{other:,}")
+            [str(o.rank), session, o.status, o.generation or "?", o.profiler_level or "?",
+             *counts, f"{other:,}"]
         )  # fmt: skip
         listed = (
             ("missing (tables empty)", o.missing_files),
@@ -157,15 +176,9 @@ def _summary(result: IngestResult, verbose: bool = False) -> str:
         by_where.setdefault(tuple(where), []).append(table)
     for where, tables in by_where.items():
         notes.setdefault(f"not collected (tables empty): {', '.join(tables)}", []).extend(where)
-    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-    numeric = range(5, len(header))
+    # the rows' counts are said even when 0 (blank=()): a table not filled is news
     lines = [f"store: {result.out}"]
-    for r in rows:
-        cells = [
-            c.rjust(w) if i in numeric or i == 0 else c.ljust(w)
-            for i, (c, w) in enumerate(zip(r, widths, strict=True))
-        ]
-        lines.append("  " + "  ".join(cells).rstrip())
+    lines += table_lines(header, rows, width, keep=5, blank=(), left=header[1:5])
     sessions_of_rank = Counter(o.rank for o in result.outcomes)
     for note, where in notes.items():
         ranks = [rank for rank, _ in where]
@@ -190,7 +203,7 @@ def _summary(result: IngestResult, verbose: bool = False) -> str:
         f"{sum(o.status == 'cached' for o in result.outcomes)} cached, {len(result.failed)} failed"
         f" (rows of every table: {result.out / 'ingest.json'})"
     )
-    return "\n".join(lines)
+    return "\n".join(part for line in lines for part in wrap(line, width, 4))
 
 
 def _partial_lines(result: IngestResult) -> list[str]:
@@ -210,6 +223,11 @@ def _partial_lines(result: IngestResult) -> list[str]:
         if p.severity in ("error", "warning")
     ]
     return [printable(line) for line in lines]
+
+
+# a session's directory name in the terminal (its table, the progress), shortened in the
+# middle beyond this when the width is known: its ends tell it (host, pid; the time)
+SESSION_NAME = 28
 
 
 # Subcommands live in their subsystems and load on first use, so `--help` and `run` do not pay
@@ -325,38 +343,57 @@ def main() -> None:
 
 
 _SEVERITY_STYLE = {"error": "red", "warning": "yellow", "info": "cyan"}
+# the indent of a wrapped line of the findings table: under its rule's name (past the label)
+TEXT_COLUMN = 11
 
 
-def _findings_table(result, out: Path) -> str:  # noqa: ANN001 - engine RunResult
-    """The compact closing table: severity, rule, ranks, one-line message (and its cost)."""
+def _findings_table(  # noqa: ANN001 - engine RunResult
+    result, out: Path, width: int | None = None, quiet: bool = False
+) -> str:
+    """The compact closing table: severity, rule, ranks, one-line message (and its cost),
+    each line wrapped to ``width`` under its text; ``quiet``: the findings, and only a count
+    of the rules that could not decide or were not evaluated (findings.json says why)."""
     from traceanalyzer.report.overview_text import cost_text
+    from traceanalyzer.report.width import wrap
 
     color = sys.stdout.isatty()
     costs = (result.overview or {}).get("costs") or {}
     lines = []
     for f in result.findings:
         severity = f"{f.severity:<9}"
-        if color:
-            severity = click.style(severity, fg=_SEVERITY_STYLE.get(f.severity), bold=True)
         cost = cost_text(costs.get(f.fingerprint))
         caveat = "  [on incomplete input: see findings.json caveats]" if f.caveats else ""
         title = printable(f.title)
-        lines.append(f"{severity}  {printable(f.name):<24} {f.ranks_label:<16} {title}{caveat}")
-        lines[-1] += f" [{cost}]" if cost else ""
+        line = f"{severity}  {printable(f.name):<24} {f.ranks_label:<16} {title}{caveat}"
+        line += f" [{cost}]" if cost else ""
+        wrapped = wrap(line, width, TEXT_COLUMN)
+        if color:  # the severity styled after the wrap: its escapes take no column
+            style = click.style(severity, fg=_SEVERITY_STYLE.get(f.severity), bold=True)
+            wrapped[0] = style + wrapped[0][len(severity) :]
+        lines += wrapped
     if not result.findings:
         lines.append("no findings")
-    for status in result.inconclusive:  # the label says the status: the reason need not
-        reason = (status.reason or "").removeprefix("inconclusive: ").removeprefix("inconclusive ")
-        # the longer label takes from the name's column: the reasons stay aligned
-        lines.append(printable(f"inconclusive  {status.name:<21} {reason}"))
-    for status in result.not_evaluated:
-        lines.append(printable(f"{'skipped':<9}  {status.name:<24} not evaluated: {status.reason}"))
-    for error in result.errors:
-        lines.append(
-            printable(
-                f"{'ERROR':<9}  {error['name'] or error['rule']:<24} rule failed: {error['error']}"
+    if quiet:
+        undecided, skipped = len(result.inconclusive), len(result.not_evaluated)
+        counted = [(undecided, "inconclusive"), (skipped, "not evaluated")]
+        said = [f"{n} rule(s) {what}" for n, what in counted if n]
+        if said:
+            lines += wrap(
+                f"{', '.join(said)}: findings.json says why (or run without -q)", width, 4
             )
-        )
+    else:
+        for status in result.inconclusive:  # the label says the status: the reason need not
+            reason = (status.reason or "").removeprefix("inconclusive: ")
+            reason = reason.removeprefix("inconclusive ")
+            # the longer label takes from the name's column: the reasons stay aligned
+            line = f"inconclusive  {status.name:<21} {reason}"
+            lines += wrap(printable(line), width, TEXT_COLUMN)
+        for status in result.not_evaluated:
+            line = f"{'skipped':<9}  {status.name:<24} not evaluated: {status.reason}"
+            lines += wrap(printable(line), width, TEXT_COLUMN)
+    for error in result.errors:
+        line = f"{'ERROR':<9}  {error['name'] or error['rule']:<24} rule failed: {error['error']}"
+        lines += wrap(printable(line), width, TEXT_COLUMN)
     lines.append(printable(f"findings: {out / 'findings.json'}"))
     return "\n".join(lines)
 
@@ -563,11 +600,14 @@ def _run(
 
     # as `rules list/test` do: ./traceanalyzer-rules when no --rules is given (not the data's)
     rule_dirs, rules_note = default_rule_dirs(rule_dirs, [input_root(path)])
+    from traceanalyzer.report.width import terminal_width
+
+    width = terminal_width()
     show_progress = not (quiet or fmt == "json")
     try:
         # one executor for both maps (ingest, then rank rules): workers are started once
         executor = make_executor(executor_name, jobs=jobs, ray_address=ray_address)
-        progress = _Progress(not show_progress)
+        progress = _Progress(not show_progress, width)
         try:
             analysis = analyse(
                 path,
@@ -575,7 +615,7 @@ def _run(
                 executor=executor,
                 jobs=jobs,
                 progress=progress,
-                log=(lambda line: _say(line, err=True)) if show_progress else None,
+                log=(lambda line: _say(line, err=True, width=width)) if show_progress else None,
                 force=force,
                 rule_dirs=rule_dirs,
                 overrides=overrides,
@@ -606,18 +646,21 @@ def _run(
         click.echo(json.dumps(findings.to_dict(), indent=1, default=str))
     else:
         if not quiet:
-            click.echo(_summary(result, verbose))
+            click.echo(_summary(result, verbose, width))
         else:  # even quiet, a partial run says what was left out
             for line in _partial_lines(result):
-                click.echo(line)
-        click.echo(_findings_table(findings, out))
-        _say(analysis.config.describe() if analysis.config else "config: none")
+                _say(line, width=width)
+        click.echo(_findings_table(findings, out, width, quiet))
+        _say(analysis.config.describe() if analysis.config else "config: none", width=width)
         if rules_note:
-            _say(rules_note)
+            _say(rules_note, width=width)
         if findings.overview:
             from traceanalyzer.report.overview_text import overview_table
 
-            _say(overview_table(findings.overview, verbose))
+            if not quiet:
+                _say(overview_table(findings.overview, verbose, width))
+            elif findings.overview.get("headline"):  # quiet: what the time goes to, in a line
+                _say(f"where the time goes: {findings.overview['headline']}", width=width)
         click.echo(reports.closing_text(color=sys.stdout.isatty()))
     if annotate and reports.report is not None:
         from traceanalyzer.report.annotated import annotated_text, write_annotated
@@ -628,7 +671,7 @@ def _run(
         sys.exit(EXIT_OUTPUT)
     if findings.exit_code:
         # the last line says why a CI gate failed (stderr under --format json: stdout is JSON)
-        _say(_gate_line(findings), err=fmt == "json")
+        _say(_gate_line(findings), err=fmt == "json", width=width)
         sys.exit(EXIT_FINDINGS)
     if result.partial or findings.errors:  # a rule that failed judged nothing: partial
         sys.exit(EXIT_PARTIAL)

@@ -132,7 +132,8 @@ class SessionOutcome:
     # the rank is analysed, but without their lost data, so the run counts as partial.
     incomplete_files: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
-    # How files were read when not as they are (a Db with its WAL applied in a private copy).
+    # How files were read when not as they are (a Db with its WAL applied in a private copy),
+    # and what a Db export has no place for that its Text twin holds.
     notes: list[str] = field(default_factory=list)
     error: str | None = None
     # Where an unexpected error (a bug, not the input) was raised: ingest.json only.
@@ -584,6 +585,17 @@ def _setting_on(config: dict[str, Any], collected_with: str) -> bool:
 _TEXT_ONLY_TABLES = (("l2_cache", "_l2_cache", "l2_cache.csv"),)
 
 
+def _text_only_note(held: list[str], text_beside: bool) -> str:
+    """What a Db export cannot hold that its Text twin would (``held``), and where to get it:
+    the Text export beside it (``text_beside``), else a profile that writes both."""
+    where = (
+        "the Text export beside it has them (TRACEANALYZER_PREFER_FORMAT=text reads it)"
+        if text_beside
+        else "export_type=[Text, Db] writes both"
+    )
+    return f"a Db export has no place for what its Text twin holds: {'; '.join(held)}; {where}"
+
+
 def _source(session: RankSession) -> str:
     """The format to read a session from: its only one, or for a [Text, Db] export the Db.
 
@@ -624,6 +636,8 @@ def _read_db(
     outcome.not_collected += result.not_collected
     outcome.warnings += result.warnings
     outcome.notes += result.notes
+    if result.text_only:
+        outcome.notes.append(_text_only_note(result.text_only, "text" in session.formats))
     outcome.incomplete_files += result.incomplete
     return result
 

@@ -217,6 +217,7 @@ def _finding_section(
             ("rank", "name", "stream", "start (µs, trace clock)", "duration", "detail", "session"),
             evidence_rows(f),
             numeric=(0, 2, 3, 4),
+            names=(1,),
         )
         if more > 0:
             body += f'<p class="small muted">{more} more rows in findings.json.</p>'

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from traceanalyzer.printable import printable
+from traceanalyzer.report.width import shorten_middle
 
 STYLE = (Path(__file__).with_name("style.css")).read_text("utf-8")
 
@@ -32,6 +33,8 @@ _CODE = re.compile(r"`([^`\n]+)`")
 # wide table fits its box instead of pushing its last columns out of view. Shorter words
 # (AI_VECTOR_CORE) never break.
 _LONG_NAME = re.compile(r"\S{24,}")
+# a name column's cell (a kernel's name) is shortened in the middle beyond this, whole on hover
+HTML_NAME = 48
 
 
 def esc(value: Any) -> str:
@@ -49,6 +52,15 @@ def paragraphs(text: Any) -> str:
     return "".join(f"<p>{inline(line)}</p>" for line in str(text or "").splitlines() if line)
 
 
+def name_cell(name: Any, width: int = HTML_NAME) -> str:
+    """A name (a kernel's, an op's) as HTML: shortened in the middle beyond ``width``
+    characters (its start and end tell it), the whole name in its title (shown on hover)."""
+    whole = "" if name is None else str(name)
+    if len(whole) <= width:
+        return esc(whole)
+    return f'<span title="{esc(whole)}">{esc(shorten_middle(whole, width))}</span>'
+
+
 def chip(text: Any, kind: str = "plain") -> str:
     return f'<span class="chip {esc(kind)}">{esc(text)}</span>'
 
@@ -58,14 +70,16 @@ def table(
     rows: Iterable[Sequence[Any]],
     numeric: Sequence[int] = (),
     raw: Sequence[int] = (),
+    names: Sequence[int] = (),
 ) -> str:
-    """A table; cells are escaped except columns listed in ``raw`` (already-built HTML)."""
+    """A table; cells are escaped except columns listed in ``raw`` (already-built HTML);
+    those of ``names`` are names, shortened by :func:`name_cell`."""
     head = "".join(f"<th>{esc(h)}</th>" for h in headers)
     body = []
     for row in rows:
         cells = []
         for i, cell in enumerate(row):
-            content = cell if i in raw else esc(cell)
+            content = cell if i in raw else name_cell(cell) if i in names else esc(cell)
             if i in numeric:
                 cls = ' class="num"'
             elif i not in raw and _LONG_NAME.search(str(cell)):

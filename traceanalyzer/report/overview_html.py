@@ -8,7 +8,7 @@ the Markdown report links the same files.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from traceanalyzer.chart import PALETTE
@@ -115,7 +115,10 @@ def overview_section(doc: Mapping[str, Any], figures: Mapping[str, bytes]) -> st
             f"<figcaption>Rank {esc(rep.get('rank'))}, the step whose time is the median of "
             "all steps: device streams, tasks coloured as in the breakdown.</figcaption></figure>"
         )
-    ranks = table(text.compact_headers(), text.compact_rows(overview), numeric=tuple(range(1, 10)))
+    headers = text.compact_headers()
+    ranks = table(
+        headers, text.compact_rows(overview), numeric=tuple(range(1, 10)), names=_names(headers)
+    )
     many = len(overview["ranks"]) > RANKS_SHOWN
     parts.append(details(f"Per rank ({len(overview['ranks'])})", ranks, open_=not many))
     parts += [
@@ -128,7 +131,7 @@ def overview_section(doc: Mapping[str, Any], figures: Mapping[str, bytes]) -> st
     for index, (title, (headers, rows)) in enumerate(text.top_rows(overview).items()):
         if rows:
             numeric = tuple(i for i, h in enumerate(headers) if h not in text.TEXT_COLUMNS)
-            body = table(headers, rows, numeric=numeric)
+            body = table(headers, rows, numeric=numeric, names=_names(headers))
             parts.append(details(f"{title} ({len(rows)})", body, open_=index == 0))
     parts.append(memory_html(overview, figures))
     parts.append("</section>")
@@ -297,7 +300,9 @@ def _cluster(overview: Mapping[str, Any]) -> str:
     if len(rows) <= 1:
         return ""
     outliers = [r for r in overview.get("cluster") or [] if r.get("outlier")]
-    body = table(text.CLUSTER_HEADERS, rows, numeric=(1, 2, 3, 4, 5, 7))
+    body = table(
+        text.CLUSTER_HEADERS, rows, numeric=(1, 2, 3, 4, 5, 7), names=_names(text.CLUSTER_HEADERS)
+    )
     # mark outlier rows for the eye; the table text also says "(outlier)"
     for row in rows:
         if row[0].endswith("(outlier)"):
@@ -313,3 +318,8 @@ def _cluster(overview: Mapping[str, Any]) -> str:
     return details(
         f"Cluster ({len(rows)} ranks)", body + f'<p class="small muted">{esc(note)}</p>', open_=True
     )
+
+
+def _names(headers: Sequence[str]) -> tuple[int, ...]:
+    """The columns of ``headers`` that hold kernels' and APIs' names (shortened in the middle)."""
+    return tuple(i for i, h in enumerate(headers) if h in text.NAME_COLUMNS)

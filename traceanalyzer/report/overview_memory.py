@@ -13,6 +13,7 @@ from traceanalyzer.chart import Chart, Swatch
 from traceanalyzer.report.htmlkit import details, esc, table
 from traceanalyzer.report.overview_plots import PHASE_COLORS
 from traceanalyzer.report.plots import svg_file
+from traceanalyzer.report.width import table_lines
 from traceanalyzer.text import megabytes
 
 SVG_PREFIX = "memory-timeline-rank"  # plots/memory-timeline-rank<R>.svg
@@ -143,25 +144,18 @@ def notes(overview: Mapping[str, Any], limit: int | None = None) -> list[str]:
     return out
 
 
-def _aligned(headers: list[str], rows: list[list[str]]) -> list[str]:
-    width = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(headers)]
-    return [
-        "  " + "  ".join(c.rjust(width[i]) if i else c.ljust(width[i]) for i, c in enumerate(row))
-        for row in [headers, *rows]
-    ]
-
-
-def memory_lines(overview: Mapping[str, Any]) -> list[str]:
-    """The terminal's memory lines (none when the profile did not collect memory)."""
+def memory_lines(overview: Mapping[str, Any], width: int | None = None) -> list[str]:
+    """The terminal's memory lines (none when the profile did not collect memory), its tables
+    within ``width`` columns (None: no limit)."""
     rows = rank_rows(overview, TERMINAL_RANKS)
     if not rows:
         return []
     lines = ["device memory (peak per rank; profile_memory=True):"]
-    lines += _aligned(HEADERS, rows)
+    lines += table_lines(HEADERS, rows, width)
     phases = phase_rows(overview, 1)  # of the first rank: the others' are in report.md
     if phases:
         lines.append("  peak allocated by phase (activations: peak - baseline, the median):")
-        lines += _aligned(PHASE_HEADERS[1:-1], [row[1:-1] for row in phases])
+        lines += table_lines(PHASE_HEADERS[1:-1], [row[1:-1] for row in phases], width)
     lines += [f"  {note}" for note in notes(overview, 1)]
     return lines
 

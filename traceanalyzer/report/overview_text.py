@@ -11,6 +11,7 @@ from typing import Any
 from traceanalyzer.engine.findings import compress_ranks
 from traceanalyzer.report import fmt
 from traceanalyzer.report.overview_memory import memory_lines, memory_markdown
+from traceanalyzer.report.width import table_lines, wrap
 from traceanalyzer.text import count, join
 
 # the compact columns: component groups of the breakdown (keys summed), in bar order
@@ -382,24 +383,13 @@ def phase_note(overview: Mapping[str, Any]) -> str | None:
     return f"phase unknown for {what}: {unknown.get('reason') or 'no evidence'}"
 
 
-def _aligned(headers: list[str], rows: list[list[str]], last_clip: int | None = None) -> list[str]:
-    """Rows under headers, the first column left-aligned, the others right-aligned; the last
-    column clipped and left free when ``last_clip``."""
-    fixed = headers[:-1] if last_clip else headers
-    width = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(fixed)]
-    lines = []
-    for row in [headers, *rows]:
-        cells = [
-            c.rjust(width[i]) if i else c.ljust(width[i]) for i, c in enumerate(row[: len(fixed)])
-        ]
-        tail = "  " + _clip(row[-1], last_clip) if last_clip else ""
-        lines.append("  " + "  ".join(cells) + tail)
-    return lines
-
-
-def overview_table(overview: Mapping[str, Any], verbose: bool = False) -> str:
+def overview_table(
+    overview: Mapping[str, Any], verbose: bool = False, width: int | None = None
+) -> str:
     """The terminal's table under the findings: where each rank's step time goes; the
-    breakdown's source and check only when the check fails (as a warning) or ``verbose``."""
+    breakdown's source and check only when the check fails (as a warning) or ``verbose``.
+    Within ``width`` columns (the terminal's; None: no limit): the tables adapt, the other
+    lines wrap."""
     if overview.get("error"):
         return f"overview failed: {overview['error']}"
     if not usable(overview):
@@ -408,7 +398,7 @@ def overview_table(overview: Mapping[str, Any], verbose: bool = False) -> str:
     if overview.get("headline"):
         lines.append(f"  {overview['headline']}")
     shown = terminal_ranks(overview)
-    lines += _aligned(compact_headers(), compact_rows(overview, shown), last_clip=40)
+    lines += table_lines(compact_headers(), compact_rows(overview, shown), width, TOP_KERNEL)
     if shown is not None:
         hidden = len(overview.get("ranks") or []) - len(shown)
         lines.append(
@@ -417,7 +407,7 @@ def overview_table(overview: Mapping[str, Any], verbose: bool = False) -> str:
         )
     if phases_known(overview):
         lines.append("  by phase (wall: share of the profile; p50/p95 per iteration):")
-        lines += _aligned(phase_headers(), phase_rows(overview))
+        lines += table_lines(phase_headers(), phase_rows(overview), width)
     lines += [f"  {note}" for note in unmeasured_notes(overview)]
     graphs = graph_lines(overview)
     if graphs:
@@ -448,10 +438,15 @@ def overview_table(overview: Mapping[str, Any], verbose: bool = False) -> str:
         ranks = compress_ranks(outliers)
         what = count(len(outliers), "outlier rank").split(" ", 1)[1]
         lines.append(f"  {what} by mean step time (robust z > 3.5): {ranks}")
-    lines += memory_lines(overview)
-    return "\n".join(lines)
+    lines += memory_lines(overview, width)
+    fitted = []  # the tables fit already: what is longer wraps under its own indent
+    for line in lines:
+        fitted += wrap(line, width, len(line) - len(line.lstrip()) + 2)
+    return "\n".join(fitted)
 
 
+# the terminal's top kernel, shortened in the middle beyond this (less when the width is short)
+TOP_KERNEL = 40
 # A terminal shows this many ranks' rows at most (a cluster's thousand ranks would bury the
 # findings above); the reports show them all.
 TERMINAL_RANKS = 16
@@ -466,10 +461,6 @@ def terminal_ranks(overview: Mapping[str, Any]) -> set[int] | None:
     outliers = [c["rank"] for c in overview.get("cluster") or [] if c.get("outlier")]
     slowest = [r["rank"] for r in sorted(ranks, key=lambda r: -(r.get("step_ns") or 0.0))]
     return set(list(dict.fromkeys([*outliers, *slowest]))[:TERMINAL_RANKS])
-
-
-def _clip(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def cost_text(cost: Mapping[str, Any] | None) -> str:
@@ -565,6 +556,7 @@ def cluster_rows(overview: Mapping[str, Any]) -> list[list[str]]:
 
 
 TEXT_COLUMNS = ("kernel", "name", "kind", "accelerator", "collective", "source")
+NAME_COLUMNS = ("kernel", "top kernel", "name")  # names a report may shorten in the middle
 CLUSTER_HEADERS = [
     "rank",
     "steps",

@@ -17,7 +17,8 @@ its lock now makes the file unreadable (``database.readable_source``).
 
 Modules: ``database`` (the connection, typed scans, ids to text), ``layout`` (generation,
 pids), ``slices``, ``counters``, ``flows`` (and threads), ``device`` (kernels and statistics),
-``memory``, ``analysis`` (analysis.db), ``reader`` (the orchestration, :func:`parse_db`).
+``memory``, ``analysis`` (analysis.db), ``text_only`` (what a Text twin holds and the Db cannot),
+``reader`` (the orchestration, :func:`parse_db`).
 
 Speed: each table is one plain scan of the columns needed, read through the ADBC SQLite driver
 as Arrow columns (no Python object per value) that polars adopts; ids become names through

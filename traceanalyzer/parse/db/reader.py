@@ -46,9 +46,11 @@ from traceanalyzer.parse.db.slices import (
     task_slices,
     with_call_stacks,
 )
+from traceanalyzer.parse.db.text_only import KERNEL_COLUMNS, text_only
 from traceanalyzer.parse.rows import ROW_GROUP_ROWS, made_ahead
 from traceanalyzer.parse.sink import TableSink, arrow_table, body_columns
 from traceanalyzer.parse.times import Tally, checked
+from traceanalyzer.vocabulary import COPY_TASK_NAMES, HARDWARE_PROCESS
 
 
 def parse_db(
@@ -120,9 +122,14 @@ def _profiler_tables(
     # Readers side by side, each on its own connection: the driver steps SQLite and polars
     # computes without the GIL. The device reader keeps TASK for all its tables. A table
     # nothing else needs is written where it is made, so that it is not held until the end.
+    absent_kernel_columns: list[str] = []
+
     def device(db: Db) -> list[pl.DataFrame | None]:
         kernels = kernel_table(db, layout, result)
         if kernels is not None:
+            if kernels.height:
+                absent = [c for c in KERNEL_COLUMNS if not db.has_column("COMPUTE_TASK_INFO", c)]
+                absent_kernel_columns.extend(absent)
             made = {"kernels": kernels}
             if kernels["type"].is_not_null().any():  # Level0 records no op types: no statistic
                 made["op_stats"] = op_stats(kernels, layout)
@@ -175,6 +182,8 @@ def _profiler_tables(
         if op_texts is not None:
             ops, launched = operator_ops(slices), links.launched()
         slice_threads = slices.select("process", "pid", "tid", "thread", "cat").unique()
+        copy_tasks = (pl.col("process") == HARDWARE_PROCESS) & pl.col("name").is_in(COPY_TASK_NAMES)
+        copies = bool(slices.select(copy_tasks.any()).item())
         _store(sink, result, tables)
         del tables, links
         # The slices' row groups are gathered once the joins above are let go (beside them
@@ -202,6 +211,7 @@ def _profiler_tables(
     _store(sink, result, {"threads": threads_table})
     processes = pl.concat([slice_threads["process"].cast(STR), counter_threads["process"]])
     result.processes = sorted(processes.unique().to_list())
+    result.text_only = text_only(result.processes, copies, absent_kernel_columns)
 
 
 def _store(sink: TableSink, result: DbResult, tables: dict[str, pl.DataFrame | None]) -> None:

@@ -28,6 +28,8 @@ class DbResult:
     profiler_metadata: dict[str, Any] = field(default_factory=dict)
     # Db tables absent from the file: what they would fill was not collected.
     not_collected: list[str] = field(default_factory=list)
+    # What the Text twin of this export would hold and the Db cannot (text_only.text_only).
+    text_only: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     # How the files were read when not as they are (a private copy with its WAL applied).
     notes: list[str] = field(default_factory=list)
