@@ -15,7 +15,7 @@ from traceanalyzer.synth import generate
 
 RULES = ROOT.parent / "rules"
 # the derivations whose results are cached, and a helper deep in all of them
-CACHED = ("traceanalyzer.steps.run", "traceanalyzer.overview.run", "traceanalyzer.kit")
+CACHED = ("traceanalyzer.steps.stage", "traceanalyzer.overview.run", "traceanalyzer.kit")
 
 
 def _copy(tmp: Path) -> Path:

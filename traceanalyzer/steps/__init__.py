@@ -4,3 +4,6 @@ Derived once per rank after the ingest, before the rules and the overview, into 
 ``steps`` table, which rules (through the kit), the overview and ``diff`` share; see
 ``docs/serving.md``.
 """
+
+# the stage's declaration: whoever reads a table of it knows how it is derived and keyed
+from traceanalyzer.steps import stage as stage  # noqa: E402
