@@ -180,12 +180,15 @@ def _summary(
     out: Path, executor: Executor, top: TopSizes, force: bool, capacity_gb: float
 ) -> tuple[dict, float]:
     """The overview document without the findings' costs, and the seconds it took."""
-    from traceanalyzer.overview import overview_document, summarize_store
+    from traceanalyzer.overview import overview_document
+    from traceanalyzer.overview.stage import SUMMARY
+    from traceanalyzer.stages import run_stages, stages_before_rules
     from traceanalyzer.store import Store
 
     started = time.perf_counter()
-    done = summarize_store(out, executor, top, cache=not force)
-    document = overview_document(Store.open(out), top, done["failed"], capacity_gb)
+    after_rules = stages_before_rules(False)
+    done = run_stages(out, executor, after_rules, {SUMMARY.name: top}, cache=not force)
+    document = overview_document(Store.open(out), top, done.failed, capacity_gb)
     return document, time.perf_counter() - started
 
 
