@@ -86,7 +86,7 @@ def analyse(
     from traceanalyzer.memory import NAMESPACE as MEMORY_NAMESPACE
     from traceanalyzer.memory import memory_params, rule_overrides
     from traceanalyzer.report.terminal import run_reports
-    from traceanalyzer.stages import run_stages, stages_before_rules
+    from traceanalyzer.stages import declared, run_stages
     from traceanalyzer.steps.stage import STEPS
 
     # a config file inside the input sets parameters, never loads its rule code
@@ -129,7 +129,11 @@ def analyse(
             write_atomic_text(out / "ingest.json", json.dumps(result.to_dict(), indent=1))
             # the steps before the rules: they, the overview and diff read them
             derived = run_stages(
-                out, executor, stages_before_rules(), {STEPS.name: step_settings}, cache=not force
+                out,
+                executor,
+                declared(before_rules=True),
+                {STEPS.name: step_settings},
+                cache=not force,
             )
             if log:
                 seconds = time.perf_counter() - started
@@ -182,11 +186,11 @@ def _summary(
     """The overview document without the findings' costs, and the seconds it took."""
     from traceanalyzer.overview import overview_document
     from traceanalyzer.overview.stage import SUMMARY
-    from traceanalyzer.stages import run_stages, stages_before_rules
+    from traceanalyzer.stages import declared, run_stages
     from traceanalyzer.store import Store
 
     started = time.perf_counter()
-    after_rules = stages_before_rules(False)
+    after_rules = declared(before_rules=False)
     done = run_stages(out, executor, after_rules, {SUMMARY.name: top}, cache=not force)
     document = overview_document(Store.open(out), top, done.failed, capacity_gb)
     return document, time.perf_counter() - started

@@ -1239,11 +1239,6 @@ DERIVED_TABLES: dict[str, Table] = {
 }
 
 
-# the derived tables the rules read: derived before them, per rank, and what each was derived
-# from (its key, store.derived_key) is part of a rule outcome's cache key
-RULE_INPUT_TABLES = ("steps", "launches", "exchanges", "moe_layers", "moe_dense", "collectives")
-
-
 def render_markdown() -> str:
     """Render the schema documentation page (docs/schema.md)."""
     out = [

@@ -4,7 +4,7 @@ A :class:`Stage` is a declaration: its name, the derived tables it writes (their
 ``schema.DERIVED_TABLES``'), what it reads (ingested tables, other stages' tables), its
 parameters and one ``derive(store, ranks, params)`` function. :func:`declare` registers it;
 the pipeline runs the stages the rules read before them (``before_rules``) and the others
-after, each through :func:`run_stages`:
+after (:func:`declared`), each through :func:`run_stages`:
 
 - **map**: the store's shards (a rank, or a rank group, ``store.rank_shards``) on the executor,
   a shard's tables written into the store as its task derives them (``run`` stages: once over
@@ -127,15 +127,15 @@ def declare(stage: Stage) -> Stage:
     return stage
 
 
-def stages_before_rules(before: bool = True) -> list[Stage]:
-    """The declared stages derived before the rules (``before``), or after them, in order."""
-    return [stage for stage in STAGES.values() if stage.before_rules == before]
+def declared(*, before_rules: bool) -> list[Stage]:
+    """The declared stages derived before the rules, or after them, in order."""
+    return [stage for stage in STAGES.values() if stage.before_rules == before_rules]
 
 
 def rule_input_tables() -> tuple[str, ...]:
     """The tables of the stages derived before the rules: their keys are part of every rule
     outcome's key."""
-    return tuple(table for stage in stages_before_rules() for table in stage.tables)
+    return tuple(table for stage in declared(before_rules=True) for table in stage.tables)
 
 
 def _reader(stage: Stage, table: str) -> Callable[[Store, Any], pl.DataFrame]:
