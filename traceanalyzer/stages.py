@@ -114,9 +114,13 @@ def declare(stage: Stage) -> Stage:
     before it. A table without a reader registered by its module (``store.DERIVED_READERS``)
     is read as stored, else derived in-process at the default parameters."""
     made = {table for known in STAGES.values() for table in known.tables if known is not stage}
+    if not stage.tables:
+        raise ValueError(f"stage {stage.name} derives no table")
     for table in stage.tables:
-        if table not in DERIVED_TABLES or table in made:
-            raise ValueError(f"stage {stage.name}: {table} is no derived table, or another's")
+        if table not in DERIVED_TABLES:
+            raise ValueError(f"stage {stage.name}: {table} is no derived table (schema.py)")
+        if table in made:
+            raise ValueError(f"stage {stage.name}: {table} is another stage's")
     for table in stage.inputs:
         if table not in TABLES and table not in made:
             raise ValueError(f"stage {stage.name}: input {table} is no table derived before it")
