@@ -15,6 +15,8 @@ import polars as pl
 import pytest
 
 from traceanalyzer import overview, stages, steps
+from traceanalyzer.engine.config import namespace_params
+from traceanalyzer.engine.params import Param, Params
 from traceanalyzer.executor import LocalExecutor
 from traceanalyzer.ingest import ingest
 from traceanalyzer.schema import DERIVED_TABLES, I64, Column, Table
@@ -22,8 +24,8 @@ from traceanalyzer.stages import STAGES, Stage, declare, rule_input_tables, run_
 from traceanalyzer.store import DERIVED_KEYS_DIR, DERIVED_READERS, TABLES_DIR, Store
 
 SAMPLE = Path(__file__).resolve().parents[1] / "sample_traces" / "store_stall_2rank_rank1_sick"
-BUSY = "busy_streams"
-WIDE = "wide_streams"
+BUSY = "stream_busy"
+WIDE = "stream_wide"
 CRASHING: set[int] = set()  # ranks whose task dies
 
 
@@ -32,12 +34,15 @@ def _table(name: str, *columns: Column) -> Table:
     return Table(name, "A test's table.", "derived: slices", (*key, *columns))
 
 
-def busy_params(settings: dict | None) -> dict:
-    return {"min_tasks": 1, **(settings or {})}
+BUSY_PARAMS = {"min_tasks": Param(1, "Streams of this many device tasks or more.")}
 
 
-def derive_busy(store: Store, ranks: list[int], params: dict) -> pl.DataFrame:
-    """Per session and stream: its device tasks and their time (streams of min_tasks or more)."""
+def stream_busy_params(settings: dict | None) -> Params:
+    return namespace_params(BUSY, BUSY_PARAMS, settings)
+
+
+def derive_stream_busy(store: Store, ranks: list[int], params: Params) -> pl.DataFrame:
+    """Per session and stream, the device tasks and their time (docs/architecture.md's)."""
     if CRASHING & set(ranks):
         raise RuntimeError("the task died")
     return (
@@ -45,7 +50,7 @@ def derive_busy(store: Store, ranks: list[int], params: dict) -> pl.DataFrame:
         .filter(pl.col("rank").is_in(ranks) & pl.col("stream_id").is_not_null())
         .group_by("rank", "session", "stream_id")
         .agg(pl.len().alias("tasks"), pl.col("dur_ns").sum().alias("busy_ns"))
-        .filter(pl.col("tasks") >= params["min_tasks"])
+        .filter(pl.col("tasks") >= params.min_tasks)
         .collect()
     )
 
@@ -65,7 +70,7 @@ def declared(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Stage, Stage]]:
                         Column("tasks", I64, "Tasks."), Column("busy_ns", I64, "Their time.")))  # fmt: skip
     monkeypatch.setitem(DERIVED_TABLES, WIDE, _table(WIDE, Column("stream_id", I64, "Stream.")))
     registered, readers = dict(STAGES), dict(DERIVED_READERS)
-    busy = declare(Stage(BUSY, (BUSY,), derive_busy, ("slices",), params=busy_params))
+    busy = declare(Stage(BUSY, (BUSY,), derive_stream_busy, ("slices",), BUSY, stream_busy_params))
     wide = declare(Stage(WIDE, (WIDE,), derive_wide, (BUSY,)))
     yield busy, wide
     CRASHING.clear()
@@ -103,7 +108,9 @@ def test_a_declared_stage_is_derived_per_shard_keyed_and_read(
     assert _run(out, busy, wide).computed == {BUSY: [0, 1], WIDE: [0, 1]}
     store = Store.open(out)
     stored = store.table(BUSY).collect().sort("rank", "session", "stream_id")
-    every = derive_busy(store, [0, 1], busy_params(None)).sort("rank", "session", "stream_id")
+    every = derive_stream_busy(store, [0, 1], stream_busy_params(None)).sort(
+        "rank", "session", "stream_id"
+    )
     assert stored.height > 4 and stored.equals(every.cast(stored.schema))  # type: ignore[arg-type]
     read = store.derived(BUSY, [1]).collect().sort("session", "stream_id")
     assert read.equals(stored.filter(pl.col("rank") == 1))
@@ -148,7 +155,7 @@ def test_a_derive_gives_only_its_tables(declared: tuple[Stage, Stage], out: Path
 def test_declarations_are_checked(declared: tuple[Stage, Stage]) -> None:
     with pytest.raises(ValueError, match="stepz is no derived table"):
         declare(Stage("typo", ("stepz",), derive_wide))
-    with pytest.raises(ValueError, match="busy_streams is another stage's"):
+    with pytest.raises(ValueError, match="stream_busy is another stage's"):
         declare(Stage("twice", (BUSY,), derive_wide))
     STAGES.pop(WIDE)
     with pytest.raises(ValueError, match="input wide is no table derived before it"):
