@@ -87,6 +87,7 @@ def analyse(
     from traceanalyzer.memory import memory_params, rule_overrides
     from traceanalyzer.report.terminal import run_reports
     from traceanalyzer.stages import declared, run_stages
+    from traceanalyzer.steps.launches import TABLE as LAUNCHES
     from traceanalyzer.steps.stage import STEPS
 
     # a config file inside the input sets parameters, never loads its rule code
@@ -139,7 +140,7 @@ def analyse(
                 seconds = time.perf_counter() - started
                 cached = len(derived.ranks) - len(derived.computed[STEPS.name])
                 # the launches only moved here from the rules and the overview
-                steps_seconds = sum(derived.seconds.values()) - derived.seconds.get("launches", 0)
+                steps_seconds = sum(derived.seconds.values()) - derived.seconds.get(LAUNCHES, 0)
                 log(
                     f"steps and launches of {count(len(derived.ranks), 'rank')} in "
                     f"{seconds:.2f} s (the steps and their EP exchanges {steps_seconds:.2f} s"

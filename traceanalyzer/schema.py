@@ -1273,9 +1273,11 @@ def render_markdown() -> str:
     out += [
         "## Derived tables",
         "",
-        "Written after ingest by the overview (`traceanalyzer/overview/`, per rank like the "
-        "rules), never parsed from files, the same for both formats; same layout and "
-        "`Store.table` access. See [overview.md](overview.md).",
+        "Written after ingest by the declared stages (`traceanalyzer/stages.py`: the steps' "
+        "before the rules, the overview's after them, per rank like the rules), never parsed "
+        "from files, the same for both formats; same layout and `Store.table` access. See "
+        "[serving.md](serving.md), [overview.md](overview.md) and "
+        "[architecture.md](architecture.md#adding-a-stage).",
         "",
     ]
     for table in DERIVED_TABLES.values():

@@ -77,7 +77,8 @@ class Stage:
 
     ``derive(store, ranks, params)`` gives the rows of ``tables`` for ``ranks`` (every table's
     rows carry ``rank`` and ``session``), reading only ``store``: the tables named in
-    ``inputs`` (ingested ones, or other stages' tables: read through ``store.derived``).
+    ``inputs`` (ingested ones, other stages' tables, read through ``store.derived``, or other
+    stages by name).
     ``params(settings)`` turns the run's settings for the stage (``--set NAMESPACE.NAME=...``
     for a stage with a ``namespace``; None: the defaults) into what ``derive`` is given, and
     raises on a bad one; it runs in the worker, so settings travel as plain values.
@@ -110,9 +111,9 @@ STAGES: dict[str, Stage] = {}
 
 
 def declare(stage: Stage) -> Stage:
-    """Register ``stage``: its inputs must be ingested tables or tables of stages declared
-    before it. A table without a reader registered by its module (``store.DERIVED_READERS``)
-    is read as stored, else derived in-process at the default parameters."""
+    """Register ``stage``: its inputs must be ingested tables, or stages declared before it or
+    their tables. A table of it whose module registers no reader of its own
+    (``store.DERIVED_READERS``) is read as stored, else derived in-process at the defaults."""
     made = {table for known in STAGES.values() for table in known.tables if known is not stage}
     if not stage.tables:
         raise ValueError(f"stage {stage.name} derives no table")
@@ -121,9 +122,9 @@ def declare(stage: Stage) -> Stage:
             raise ValueError(f"stage {stage.name}: {table} is no derived table (schema.py)")
         if table in made:
             raise ValueError(f"stage {stage.name}: {table} is another stage's")
-    for table in stage.inputs:
-        if table not in TABLES and table not in made:
-            raise ValueError(f"stage {stage.name}: input {table} is no table derived before it")
+    for name in stage.inputs:
+        if name not in TABLES and name not in made and name not in STAGES:
+            raise ValueError(f"stage {stage.name}: input {name} is no table derived before it")
     STAGES[stage.name] = stage
     if stage.scope == "shard":
         for table in stage.tables:
@@ -247,7 +248,11 @@ def _keys(
 ) -> dict[Shard, str]:
     """Each shard's key (a ``run`` stage: one key of every shard's inputs, for each); none for
     a shard not in the manifest."""
-    derived = [table for table in stage.inputs if table in DERIVED_TABLES]
+    derived = [
+        name if name in DERIVED_TABLES else STAGES[name].tables[0]
+        for name in stage.inputs
+        if name not in TABLES
+    ]
     inputs = {shard: shard_inputs(root, sessions, shard, derived) for shard in shards}
     if stage.scope == "run":
         every = {shard_label(shard): found for shard, found in inputs.items()}
