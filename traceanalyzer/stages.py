@@ -48,7 +48,6 @@ from traceanalyzer.store import (
     load_manifest,
     rank_shards,
     remove_stale_shards,
-    shard_fingerprints,
     shard_input_bytes,
     shard_label,
     store_ranks,
@@ -172,19 +171,24 @@ def result_key(code: str, params: Any, inputs: Mapping[str, Any]) -> str:
 
 
 def shard_inputs(
-    root: Path, sessions: Mapping[str, Any], shard: Sequence[int], derived: Iterable[str]
-) -> dict[str, Any] | None:
-    """What a result of ``shard`` is derived from: its sessions' input fingerprints (the
-    manifest's ``sessions``) and the keys of the ``derived`` tables it reads; None when a rank
-    of the shard is not in the manifest (ingested otherwise: nothing to key on)."""
-    found: dict[str, Any] = shard_fingerprints(sessions, shard)
-    if {int(key.partition("/")[0]) for key in found} != set(shard):
-        return None
-    for table in derived:  # none: derived by its reader, from the inputs at the defaults
-        key = derived_key(root, table, shard)
-        if key is not None:
-            found[f"derived:{table}"] = key
-    return found
+    root: Path, sessions: Mapping[str, Any], shards: Sequence[Shard], derived: Sequence[str]
+) -> dict[Shard, dict[str, Any]]:
+    """What a result of each shard is derived from: its sessions' input fingerprints (the
+    manifest's ``sessions``) and the keys of the ``derived`` tables it reads; none for a shard
+    a rank of which is not in the manifest (ingested otherwise: nothing to key on)."""
+    by_rank: dict[int, dict[str, Any]] = {}
+    for key, entry in sessions.items():
+        by_rank.setdefault(int(key.partition("/")[0]), {})[key] = entry.get("fingerprint")
+    inputs = {}
+    for shard in shards:
+        if not all(rank in by_rank for rank in shard):
+            continue
+        found = {key: value for rank in shard for key, value in by_rank[rank].items()}
+        for table in derived:  # none: derived by its reader, from the inputs at the defaults
+            if (table_key := derived_key(root, table, shard)) is not None:
+                found[f"derived:{table}"] = table_key
+        inputs[shard] = found
+    return inputs
 
 
 @dataclass
@@ -253,18 +257,13 @@ def _keys(
         for name in stage.inputs
         if name not in TABLES
     ]
-    inputs = {shard: shard_inputs(root, sessions, shard, derived) for shard in shards}
+    inputs = shard_inputs(root, sessions, shards, derived)
     if stage.scope == "run":
-        every = {shard_label(shard): found for shard, found in inputs.items()}
-        if None in every.values():
+        if len(inputs) < len(shards):
             return {}
-        key = result_key(stage.code, params, every)
-        return dict.fromkeys(shards, key)
-    return {
-        shard: result_key(stage.code, params, found)
-        for shard, found in inputs.items()
-        if found is not None
-    }
+        every = {shard_label(shard): found for shard, found in inputs.items()}
+        return dict.fromkeys(shards, result_key(stage.code, params, every))
+    return {shard: result_key(stage.code, params, found) for shard, found in inputs.items()}
 
 
 def _cached(root: Path, stage: Stage, shard: Shard, keys: Mapping[Shard, str]) -> bool:

@@ -105,16 +105,6 @@ def evaluate_shard(
         return list(pool.map(one, rule_ids))
 
 
-def _shard_inputs(
-    store_root: Path, sessions: Mapping[str, Any], shards: Sequence[Shard]
-) -> dict[Shard, dict[str, Any]]:
-    """Each shard's inputs (``stages.shard_inputs``: none for ranks ingested otherwise), with
-    the keys of the tables derived for it before the rules (its steps)."""
-    derived = rule_input_tables()
-    inputs = {shard: shard_inputs(store_root, sessions, shard, derived) for shard in shards}
-    return {shard: found for shard, found in inputs.items() if found is not None}
-
-
 def rank_map_for(
     executor: Executor,
     store_root: Path,
@@ -140,7 +130,7 @@ def rank_map_for(
         shipped = {r.id: dict(params[r.id]) for r in rules}
         sessions = load_manifest(store_root).sessions
         shards = rank_shards(store_root, ranks, sessions)
-        inputs = _shard_inputs(store_root, sessions, shards) if cache else {}
+        inputs = shard_inputs(store_root, sessions, shards, rule_input_tables()) if cache else {}
         done: dict[tuple[Shard, str], RuleOutcome] = {}
         notes: dict[tuple[Shard, str], list[Note]] = {}
         keys: dict[tuple[Shard, str], str] = {}
@@ -205,7 +195,7 @@ def global_run_for(
     def run_global(rule: Rule, store: Store, params: Mapping[str, Any]) -> RuleOutcome:
         sessions = load_manifest(store_root).sessions if cache else {}
         shards = rank_shards(store_root, store_ranks(store), sessions) if cache else []
-        inputs = _shard_inputs(store_root, sessions, shards)
+        inputs = shard_inputs(store_root, sessions, shards, rule_input_tables())
         if not shards or len(inputs) < len(shards):
             return evaluate_rule(rule, store, params)  # a rank not ingested through the manifest
         every_rank = {",".join(map(str, shard)): inputs[shard] for shard in shards}
