@@ -1,8 +1,9 @@
 """Where the time goes, on every run: per-step breakdown, top-N tables, the cluster view.
 
 Computed per rank from the store (never from files) in the executor's workers (the stages of
-``stage.py``), written to the ``summary_*`` store tables (``Store.table("summary_steps")``), and summarised for the reports in
-findings.json's ``summary.overview`` (schema: ``docs/overview.md``).
+``stage.py``), written to the ``summary_*`` store tables (``Store.table("summary_steps")``),
+and summarised for the reports in findings.json's ``summary.overview`` (schema:
+``docs/overview.md``).
 """
 
 from traceanalyzer.overview import stage as stage

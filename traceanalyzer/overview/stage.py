@@ -50,7 +50,7 @@ SUMMARY = declare(
             "summary_host_apis",
             "summary_collectives",
             *MEMORY_TABLES,
-        ),  # fmt: skip
+        ),
         derive=derive_summary,
         inputs=(
             "sessions",
@@ -65,7 +65,7 @@ SUMMARY = declare(
             "steps",
             "launches",
             "exchanges",
-        ),  # fmt: skip
+        ),
         params=top_sizes,
     )
 )

@@ -75,7 +75,7 @@ STEPS = declare(
             moe_layers.DENSE,
             layers.TABLE,
             collectives.TABLE,
-        ),  # fmt: skip
+        ),
         derive=derive_step_tables,
         inputs=("sessions", "slices", "flows", "kernels", "comm_ops"),
         namespace=NAMESPACE,
