@@ -150,6 +150,10 @@ def test_a_derive_gives_only_its_tables(declared: tuple[Stage, Stage], out: Path
 
     run = _run(out, Stage("wrong", (BUSY,), other))
     assert set(run.failed) == {0, 1} and "not one of its tables" in run.failed[0]
+    # a table the derivation gives no rows of holds none (nothing left of an earlier run)
+    _run(out, declared[0])
+    assert _run(out, Stage(BUSY, (BUSY,), lambda *_: {})).computed == {BUSY: [0, 1]}
+    assert Store.open(out).table(BUSY).collect().is_empty()
 
 
 def test_declarations_are_checked(declared: tuple[Stage, Stage]) -> None:

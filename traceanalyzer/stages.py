@@ -342,9 +342,11 @@ def derive_shards(
             write_derived_table(root, table, shard, part)
         del frame, part  # not held while the next table is derived
         started = time.perf_counter()
-    for table in set(stage.tables) - set(seconds):
-        for shard in shards:
-            shutil.rmtree(root / TABLES_DIR / table / shard_label(shard), ignore_errors=True)
+    for table in stage.tables:
+        if table not in seconds:
+            none = pl.DataFrame(schema=DERIVED_TABLES[table].polars_schema)
+            for shard in shards:
+                write_derived_table(root, table, shard, none)
     return seconds
 
 
