@@ -44,7 +44,7 @@ LAYERS: list[tuple[str, ...]] = [
     ),
     ("discover",),
     ("parse",),
-    ("store", "store_trace", "ingest", "read_ahead"),
+    ("store", "store_trace", "ingest", "read_ahead", "stages"),
     ("engine",),  # the rule core: rule, params, runner, registry, loader, findings, cache
     ("steps", "memory"),  # the engine iterations and their phases, the device memory per step
     ("authoring",),  # the rules CLI, scaffold, fixture runner, rule docs

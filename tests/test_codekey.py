@@ -15,7 +15,7 @@ from traceanalyzer.synth import generate
 
 RULES = ROOT.parent / "rules"
 # the derivations whose results are cached, and a helper deep in all of them
-CACHED = ("traceanalyzer.steps.run", "traceanalyzer.overview.run", "traceanalyzer.kit")
+CACHED = ("traceanalyzer.steps.stage", "traceanalyzer.overview.stage", "traceanalyzer.kit")
 
 
 def _copy(tmp: Path) -> Path:
@@ -30,7 +30,7 @@ def test_the_closure_holds_what_the_code_runs() -> None:
     for name in CACHED:
         files = {p.relative_to(ROOT).as_posix() for p in closure(name)}
         assert {"primitives.py", "kernels.py", "steps/phases.py"} <= files, name
-    assert "overview/run.py" not in {p.relative_to(ROOT).as_posix() for p in closure(CACHED[0])}
+    assert "overview/stage.py" not in {p.relative_to(ROOT).as_posix() for p in closure(CACHED[0])}
 
 
 def test_a_helper_changed_deep_in_the_closure_changes_every_key_above_it(tmp_path: Path) -> None:

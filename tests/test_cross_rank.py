@@ -27,12 +27,12 @@ def derived_store(tmp: Path, scenario: str, ranks: int, **knobs: object) -> Stor
     as a run's snapshot store (each derivation read once)."""
     from traceanalyzer.executor import LocalExecutor
     from traceanalyzer.ingest import ingest
-    from traceanalyzer.steps.run import derive_store
+    from traceanalyzer.stages import declared, run_stages
     from traceanalyzer.synth.generate import generate
 
     generate(scenario, tmp / "in", ranks=ranks, **knobs)
     ingest(tmp / "in", tmp / "out")
-    derive_store(tmp / "out", LocalExecutor())
+    run_stages(tmp / "out", LocalExecutor(), declared(before_rules=True))
     return RankStore(tmp / "out", range(ranks))
 
 

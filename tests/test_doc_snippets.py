@@ -45,6 +45,10 @@ NOT_RUN = {
         "a benchmark of minutes"
     ),
     "pip install 'ray[default]>=2.9'     # or: pip install -e '.[dev,ray]'": "installs Ray",
+    "def derive_stream_busy(store: Store, ranks: list[int], params: Params) -> pl.DataFrame:": (
+        "declares a stage of a table the schema has not (tests/test_stages.py declares it and "
+        "runs it)"
+    ),
 }
 # commands that only make sense on a host the test is not
 NOT_RUN_COMMANDS = {

@@ -404,12 +404,20 @@ def test_run_writes_the_overview_everywhere(tmp_path: Path) -> None:
     html = (out / "report.html").read_text()
     assert html.index('id="overview"') < html.index("<h2>Findings</h2>")
     assert html.count('class="ov-row"') == 2  # a stacked bar per rank
-    # a warm re-run recomputes nothing
+    # a warm re-run recomputes nothing; other top sizes, or other steps, recompute it
     from traceanalyzer.executor import LocalExecutor
-    from traceanalyzer.overview import summarize_store
+    from traceanalyzer.overview.stage import SUMMARY
+    from traceanalyzer.stages import run_stages
+    from traceanalyzer.steps.stage import STEPS
 
-    assert summarize_store(out, LocalExecutor(), TopSizes(kernels=2))["computed"] == []
-    assert summarize_store(out, LocalExecutor(), TopSizes(kernels=3))["computed"] == [0, 1]
+    def computed(sizes: TopSizes) -> list[int]:
+        return run_stages(out, LocalExecutor(), [SUMMARY], {"summary": sizes}).computed["summary"]
+
+    assert computed(TopSizes(kernels=2)) == []
+    assert computed(TopSizes(kernels=3)) == [0, 1]
+    assert computed(TopSizes(kernels=3)) == []
+    run_stages(out, LocalExecutor(), [STEPS], {"steps": {"warmup_steps": 2}})
+    assert computed(TopSizes(kernels=3)) == [0, 1]
 
 
 def test_json_format_has_the_summary_section(tmp_path: Path) -> None:

@@ -255,7 +255,10 @@ def test_the_steps_tasks_are_as_few_as_the_workers_and_none_too_large() -> None:
     BATCH_BYTES of input (a rank larger than that is a task of its own)."""
     from types import SimpleNamespace
 
-    from traceanalyzer.steps.run import BATCH_BYTES, _batches
+    from traceanalyzer.stages import _batches
+    from traceanalyzer.steps.stage import STEPS
+
+    BATCH_BYTES = STEPS.task_bytes
 
     mb = 1 << 20
 
@@ -267,8 +270,14 @@ def test_the_steps_tasks_are_as_few_as_the_workers_and_none_too_large() -> None:
 
     local, pool = SimpleNamespace(jobs=2, parallel=False), SimpleNamespace(jobs=2, parallel=True)
     shards = [(r,) for r in range(4)]
-    assert _batches(shards, sessions(*[50 * mb] * 4), local) == [shards]
-    assert _batches(shards, sessions(*[50 * mb] * 4), pool) == [shards[:2], shards[2:]]
-    large = _batches(shards, sessions(BATCH_BYTES, 10 * mb, 10 * mb, BATCH_BYTES), local)
+    assert _batches(shards, sessions(*[50 * mb] * 4), local, BATCH_BYTES) == [shards]
+    assert _batches(shards, sessions(*[50 * mb] * 4), pool, BATCH_BYTES) == [
+        shards[:2],
+        shards[2:],
+    ]
+    large = _batches(
+        shards, sessions(BATCH_BYTES, 10 * mb, 10 * mb, BATCH_BYTES), local, BATCH_BYTES
+    )
     assert large == [[(0,)], [(1,), (2,)], [(3,)]]
-    assert _batches(shards[:1], sessions(50 * mb), pool) == [shards[:1]]
+    assert _batches(shards[:1], sessions(50 * mb), pool, BATCH_BYTES) == [shards[:1]]
+    assert _batches(shards, sessions(*[50 * mb] * 4), local, None) == [[s] for s in shards]

@@ -86,8 +86,9 @@ def analyse(
     from traceanalyzer.memory import NAMESPACE as MEMORY_NAMESPACE
     from traceanalyzer.memory import memory_params, rule_overrides
     from traceanalyzer.report.terminal import run_reports
-    from traceanalyzer.steps.evidence import NAMESPACE
-    from traceanalyzer.steps.run import derive_store, step_params
+    from traceanalyzer.stages import declared, run_stages
+    from traceanalyzer.steps.launches import TABLE as LAUNCHES
+    from traceanalyzer.steps.stage import STEPS
 
     # a config file inside the input sets parameters, never loads its rule code
     root = input_root(path) if Path(path).exists() else Path(path)
@@ -95,8 +96,8 @@ def analyse(
     if rules is None:
         rules = load_run_rules(rule_dirs, config_path, [root])
     # Refused before the ingest writes anything: a rule that does not load, a bad setting.
-    step_settings, rest = split_namespace(overrides, NAMESPACE)
-    step_settings = {**config_table(config_path, NAMESPACE), **step_settings}
+    step_settings, rest = split_namespace(overrides, STEPS.namespace)
+    step_settings = {**config_table(config_path, STEPS.namespace), **step_settings}
     memory_settings, rest = split_namespace(rest, MEMORY_NAMESPACE)
     memory_settings = {**config_table(config_path, MEMORY_NAMESPACE), **memory_settings}
     if rules.errors:
@@ -105,7 +106,7 @@ def analyse(
     # `memory.capacity_gb` is every memory rule's too (a rule's own setting after it wins)
     overrides = (*rule_overrides(rules.rules, memory_settings), *rest)
     resolve(rules.rules, run_settings(overrides, config_path))
-    step_params(step_settings)
+    STEPS.params(step_settings)
     # The ingest checks and locks `out`; the lock is then held until the reports are written.
     with outdir.held_for(out):
         result = ingest(
@@ -128,16 +129,24 @@ def analyse(
         with outdir.writes(out):
             write_atomic_text(out / "ingest.json", json.dumps(result.to_dict(), indent=1))
             # the steps before the rules: they, the overview and diff read them
-            derived = derive_store(out, executor, step_settings, cache=not force)
+            derived = run_stages(
+                out,
+                executor,
+                declared(before_rules=True),
+                {STEPS.name: step_settings},
+                cache=not force,
+            )
             if log:
                 seconds = time.perf_counter() - started
-                cached = len(derived["ranks"]) - len(derived["computed"])
+                cached = len(derived.ranks) - len(derived.computed[STEPS.name])
+                # the launches only moved here from the rules and the overview
+                steps_seconds = sum(derived.seconds.values()) - derived.seconds.get(LAUNCHES, 0)
                 log(
-                    f"steps and launches of {count(len(derived['ranks']), 'rank')} in "
-                    f"{seconds:.2f} s (the steps and their EP exchanges {derived['steps_seconds']:.2f} s"
+                    f"steps and launches of {count(len(derived.ranks), 'rank')} in "
+                    f"{seconds:.2f} s (the steps and their EP exchanges {steps_seconds:.2f} s"
                     + (f", {cached} cached)" if cached else ")")
                 )
-                for rank, why in derived["failed"].items():  # its rules derive them again
+                for rank, why in derived.failed.items():  # its rules derive them again
                     log(f"steps of rank {rank} could not be derived: {why}")
             started = time.perf_counter()
             findings = evaluate_store(
@@ -176,12 +185,15 @@ def _summary(
     out: Path, executor: Executor, top: TopSizes, force: bool, capacity_gb: float
 ) -> tuple[dict, float]:
     """The overview document without the findings' costs, and the seconds it took."""
-    from traceanalyzer.overview import overview_document, summarize_store
+    from traceanalyzer.overview import overview_document
+    from traceanalyzer.overview.stage import SUMMARY
+    from traceanalyzer.stages import declared, run_stages
     from traceanalyzer.store import Store
 
     started = time.perf_counter()
-    done = summarize_store(out, executor, top, cache=not force)
-    document = overview_document(Store.open(out), top, done["failed"], capacity_gb)
+    after_rules = declared(before_rules=False)
+    done = run_stages(out, executor, after_rules, {SUMMARY.name: top}, cache=not force)
+    document = overview_document(Store.open(out), top, done.failed, capacity_gb)
     return document, time.perf_counter() - started
 
 

@@ -1239,11 +1239,6 @@ DERIVED_TABLES: dict[str, Table] = {
 }
 
 
-# the derived tables the rules read: derived before them, per rank, and what each was derived
-# from (its key, store.derived_key) is part of a rule outcome's cache key
-RULE_INPUT_TABLES = ("steps", "launches", "exchanges", "moe_layers", "moe_dense", "collectives")
-
-
 def render_markdown() -> str:
     """Render the schema documentation page (docs/schema.md)."""
     out = [
@@ -1278,9 +1273,11 @@ def render_markdown() -> str:
     out += [
         "## Derived tables",
         "",
-        "Written after ingest by the overview (`traceanalyzer/overview/`, per rank like the "
-        "rules), never parsed from files, the same for both formats; same layout and "
-        "`Store.table` access. See [overview.md](overview.md).",
+        "Written after ingest by the declared stages (`traceanalyzer/stages.py`: the steps' "
+        "before the rules, the overview's after them, per rank like the rules), never parsed "
+        "from files, the same for both formats; same layout and `Store.table` access. See "
+        "[serving.md](serving.md), [overview.md](overview.md) and "
+        "[architecture.md](architecture.md#adding-a-stage).",
         "",
     ]
     for table in DERIVED_TABLES.values():

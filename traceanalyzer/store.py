@@ -579,6 +579,15 @@ def stored_or_derived(
     return frames[0] if len(frames) == 1 else pl.concat(frames, how="vertical_relaxed")
 
 
+def store_ranks(store: Store) -> list[int]:
+    """Ranks present in the store (from ``sessions``, else from the event tables)."""
+    for table in ("sessions", "slices", "api_stats"):
+        ranks = store.table(table).select(pl.col("rank").unique()).collect()["rank"].to_list()
+        if ranks:
+            return sorted(int(r) for r in ranks if r is not None)
+    return []
+
+
 # The readers of derived tables, registered by the layer that derives them (above this one):
 # a derived table's stored rows, or its rows derived in-process where the store has none (a
 # fixture's store, or one written before the table existed). ``(store, ranks or None: every

@@ -8,12 +8,13 @@ a shared filesystem, and unpickling a planted file runs its code). An entry's ke
 what the outcome depends on -- the rule's code digest, its effective parameters and the rank's
 input fingerprints (every rank's, for a global rule) -- so a warm re-run evaluates only the rules and ranks whose code,
 parameters or inputs changed. A file or an entry that does not parse or is not of this format
-is ignored with a note on the rule, and the rule is evaluated again.
+is ignored with a note on the rule, and the rule is evaluated again. The key is the stages'
+(:func:`traceanalyzer.stages.result_key`), over the rank's inputs with the keys of the tables
+derived before the rules.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
@@ -29,12 +30,6 @@ Shard = tuple[int, ...]
 
 CACHE_DIR = Path(".cache") / "rules"
 FORMAT = "traceanalyzer.rule-outcomes/1"
-
-
-def outcome_key(digest: str, params: Mapping[str, Any], inputs: Mapping[str, Any]) -> str:
-    """The cache key of one rule on one rank: code digest, effective parameters, inputs."""
-    doc = {"code": digest, "params": params, "inputs": inputs}
-    return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
 
 
 def outcome_to_json(outcome: RuleOutcome) -> dict[str, Any]:

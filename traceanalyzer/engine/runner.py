@@ -46,7 +46,7 @@ from traceanalyzer.engine.rule import (
     RuleContext,
 )
 from traceanalyzer.interrupts import contained
-from traceanalyzer.store import Store, write_atomic_text
+from traceanalyzer.store import Store, store_ranks, write_atomic_text
 
 FINDINGS_FILE = "findings.json"
 KEY_FIGURES_FAILED = "key figures failed"  # the note that says so (rules test fails on it)
@@ -422,15 +422,6 @@ def reduce_outcomes(
 # --------------------------------------------------------------------------------------------
 # The whole run
 # --------------------------------------------------------------------------------------------
-
-
-def store_ranks(store: Store) -> list[int]:
-    """Ranks present in the store (from ``sessions``, else from the event tables)."""
-    for table in ("sessions", "slices", "api_stats"):
-        ranks = store.table(table).select(pl.col("rank").unique()).collect()["rank"].to_list()
-        if ranks:
-            return sorted(int(r) for r in ranks if r is not None)
-    return []
 
 
 def evaluate(

@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from traceanalyzer.engine.cache import OutcomeCache, RankEntries, Shard, outcome_key
+from traceanalyzer.engine.cache import OutcomeCache, RankEntries, Shard
 from traceanalyzer.engine.findings import Note
 from traceanalyzer.engine.loader import LoadedRules, RuleSource, load_rules
 from traceanalyzer.engine.registry import RuleSet
@@ -34,17 +34,16 @@ from traceanalyzer.engine.runner import (
     RunResult,
     evaluate,
     evaluate_rule,
-    store_ranks,
 )
 from traceanalyzer.executor import Executor, TaskCrashed
-from traceanalyzer.schema import RULE_INPUT_TABLES
+from traceanalyzer.stages import result_key, rule_input_tables, shard_inputs
 from traceanalyzer.store import (
     RankStore,
     Store,
-    derived_key,
     load_manifest,
     rank_shards,
     shard_words,
+    store_ranks,
 )
 
 Digests = tuple[tuple[str, str], ...]  # (rule id, code digest), sorted
@@ -106,31 +105,6 @@ def evaluate_shard(
         return list(pool.map(one, rule_ids))
 
 
-def _shard_inputs(
-    store_root: Path, sessions: Mapping[str, Any], shards: Sequence[Shard]
-) -> dict[Shard, dict[str, Any]]:
-    """Each shard's input fingerprints, from the manifest's ``sessions`` (none for ranks
-    ingested otherwise), with the keys of the tables derived for it before the rules (its
-    steps)."""
-    by_rank: dict[int, dict[str, Any]] = {}
-    for key, entry in sessions.items():
-        rank, _, session = key.partition("/")
-        by_rank.setdefault(int(rank), {})[session] = entry.get("fingerprint")
-    inputs: dict[Shard, dict[str, Any]] = {}
-    for shard in shards:
-        if not all(by_rank.get(rank) for rank in shard):
-            continue  # not ingested through the manifest: nothing to key on
-        found: dict[str, Any] = (
-            dict(by_rank[shard[0]]) if len(shard) == 1 else {str(r): by_rank[r] for r in shard}
-        )
-        for table in RULE_INPUT_TABLES:  # none stored: derived from the inputs at the defaults
-            key = derived_key(store_root, table, shard)
-            if key is not None:
-                found[f"derived:{table}"] = key
-        inputs[shard] = found
-    return inputs
-
-
 def rank_map_for(
     executor: Executor,
     store_root: Path,
@@ -156,7 +130,7 @@ def rank_map_for(
         shipped = {r.id: dict(params[r.id]) for r in rules}
         sessions = load_manifest(store_root).sessions
         shards = rank_shards(store_root, ranks, sessions)
-        inputs = _shard_inputs(store_root, sessions, shards) if cache else {}
+        inputs = shard_inputs(store_root, sessions, shards, rule_input_tables()) if cache else {}
         done: dict[tuple[Shard, str], RuleOutcome] = {}
         notes: dict[tuple[Shard, str], list[Note]] = {}
         keys: dict[tuple[Shard, str], str] = {}
@@ -166,7 +140,7 @@ def rank_map_for(
                 continue
             cached[shard] = outcome_cache.load(shard)
             for r in rules:
-                keys[shard, r.id] = outcome_key(by_id[r.id], shipped[r.id], inputs[shard])
+                keys[shard, r.id] = result_key(by_id[r.id], shipped[r.id], inputs[shard])
                 hit = outcome_cache.lookup(cached[shard], r.id, keys[shard, r.id])
                 if isinstance(hit, RuleOutcome):
                     done[shard, r.id] = hit
@@ -221,11 +195,11 @@ def global_run_for(
     def run_global(rule: Rule, store: Store, params: Mapping[str, Any]) -> RuleOutcome:
         sessions = load_manifest(store_root).sessions if cache else {}
         shards = rank_shards(store_root, store_ranks(store), sessions) if cache else []
-        inputs = _shard_inputs(store_root, sessions, shards)
+        inputs = shard_inputs(store_root, sessions, shards, rule_input_tables())
         if not shards or len(inputs) < len(shards):
             return evaluate_rule(rule, store, params)  # a rank not ingested through the manifest
         every_rank = {",".join(map(str, shard)): inputs[shard] for shard in shards}
-        key = outcome_key(by_id[rule.id], dict(params), every_rank)
+        key = result_key(by_id[rule.id], dict(params), every_rank)
         cached = outcome_cache.load(None)
         hit = outcome_cache.lookup(cached, rule.id, key)
         if isinstance(hit, RuleOutcome):

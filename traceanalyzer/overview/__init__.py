@@ -1,12 +1,13 @@
 """Where the time goes, on every run: per-step breakdown, top-N tables, the cluster view.
 
-Computed per rank from the store (never from files) in the executor's workers, written to the
-``summary_*`` store tables (``Store.table("summary_steps")``), and summarised for the reports in
-findings.json's ``summary.overview`` (schema: ``docs/overview.md``).
+Computed per rank from the store (never from files) in the executor's workers (the stages of
+``stage.py``), written to the ``summary_*`` store tables (``Store.table("summary_steps")``),
+and summarised for the reports in findings.json's ``summary.overview`` (schema:
+``docs/overview.md``).
 """
 
+from traceanalyzer.overview import stage as stage
 from traceanalyzer.overview.compute import TopSizes
 from traceanalyzer.overview.document import by_cost, finding_costs, overview_document
-from traceanalyzer.overview.run import summarize_store
 
-__all__ = ["TopSizes", "by_cost", "finding_costs", "overview_document", "summarize_store"]
+__all__ = ["TopSizes", "by_cost", "finding_costs", "overview_document"]

@@ -1,8 +1,8 @@
 """The overview of one rank, from the store: its summary tables, one frame per table.
 
 Runs in a worker on a store restricted to the rank (like the rank-scoped rules), reads only the
-columns it needs, and returns frames keyed by ``session``; :mod:`traceanalyzer.overview.run`
-writes them as the rank's ``summary_*`` partitions.
+columns it needs, and returns frames keyed by ``session``; the ``summary`` stage
+(:mod:`traceanalyzer.overview.stage`) writes them as the rank's ``summary_*`` partitions.
 """
 
 from __future__ import annotations

@@ -5,13 +5,7 @@ Derived once per rank after the ingest, before the rules and the overview, into 
 ``docs/serving.md``.
 """
 
-# Importing the package registers every derived table's reader (store.DERIVED_READERS), so
-# that Store.derived answers for each whichever of these modules a caller imported first.
-from traceanalyzer.steps import (  # noqa: E402, F401
-    collectives,
-    exchanges,
-    launches,
-    layers,
-    moe_layers,
-    tables,
-)
+# The stage's declaration, and every derived table's reader (store.DERIVED_READERS): whoever
+# reads a table of it knows how it is derived and keyed, whichever module it imported first.
+from traceanalyzer.steps import stage as stage  # noqa: E402
+from traceanalyzer.steps import tables as tables  # noqa: E402

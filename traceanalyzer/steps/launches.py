@@ -3,7 +3,7 @@
 Linking a task to its launch (:func:`~traceanalyzer.primitives.host_launches`) reads every
 device task, host call and flow of a rank: host-launch-bound and the overview's host-bound idle
 both need it, and each derived it on its own. It is derived once per shard before the rules,
-beside the steps (``steps/run.py``), at the default graph-replay calls; a rule whose
+beside the steps (``steps/stage.py``), at the default graph-replay calls; a rule whose
 parameters differ derives its own.
 """
 
