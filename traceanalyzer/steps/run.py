@@ -91,6 +91,7 @@ def steps_shards(
     each_shard(launches.TABLE, found)
     started = time.perf_counter()
     slices = read_slices(store, ranks, params, calls)
+    captured = layers.captures_reader(store, ranks, calls, params)
     del calls
     compute = compute_tasks(slices)  # the steps' and the EP exchanges'
     frame = derive_ranks(store, ranks, params, found, slices, compute)
@@ -100,7 +101,7 @@ def steps_shards(
     each_shard(exchanges.TABLE, exchanges.derive_exchanges(ops, moe, frame))
     for table, rows in moe_layers.derive_moe(store, device, ops, moe, frame).items():
         each_shard(table, rows)
-    each_shard(layers.TABLE, layers.derive_layers(compute, device, frame))
+    each_shard(layers.TABLE, layers.derive_layers(compute, device, frame, found, captured))
     mc2 = ops.filter(pl.col("path") == "mc2")
     each_shard(collectives.TABLE, collectives.derive_collectives(store, device, mc2, frame))
     seconds = time.perf_counter() - started
