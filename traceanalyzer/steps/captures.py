@@ -120,7 +120,7 @@ def captured_launches(
             pl.when((layer == "Node") & (api == "launch"))
             .then(pl.col("args").str.json_path_match("$.item_id"))
             .alias("item_id"),
-        )  # fmt: skip
+        )
         .collect()
     )
     host = _in_windows(host, windows)
@@ -153,7 +153,7 @@ def captured_launches(
             )
             .fill_null(False)
             .alias("after_layers"),
-        )  # fmt: skip
+        )
         .join(windows.select(*KEYS, "capture", "size"), on=[*KEYS, "capture"], how="left")
     )
     return numbered.select(list(LAUNCH_SCHEMA)).cast(LAUNCH_SCHEMA)  # type: ignore[arg-type]
@@ -397,7 +397,7 @@ def attribute(kernels: pl.DataFrame, captured: Callable[[], pl.DataFrame]) -> pl
             "capture_layer",
             "after_layers",
             "layered",
-        )  # fmt: skip
+        )
     )
     out = base.join(mapped, on=[*KEYS, "stream_id", "start_ns"], how="left").join(
         verdicts.select(*instance, "_mismatch"), on=instance, how="left"
