@@ -254,3 +254,14 @@ def test_the_real_exports_hold_no_capture_and_no_layers(real_g2_store: Path) -> 
     ranks = sorted(set(store.sessions()["rank"]))
     assert captures.capture_windows_in(host_calls(store, ranks)).is_empty()
     assert store.derived("kernel_layers", ranks).collect().is_empty()
+
+
+def test_a_piecewise_replay_or_one_of_unknown_size_is_not_mapped_and_says_why() -> None:
+    names = ["aclnnMm_MatMulCommon_MatMulV2", "aclnnAdd_AddAiCore_Add"]
+    launches = _launches(["aclnnMm", "aclnnAdd"])
+    piecewise = _replay_kernels(names).with_columns(pl.lit("piecewise").alias("graph"))
+    unsized = _replay_kernels(names).with_columns(pl.lit(None, pl.Int64).alias("graph_size"))
+    for kernels, note in ((piecewise, captures.PIECEWISE), (unsized, captures.NO_SIZE)):
+        out = captures.attribute(kernels, lambda: launches)
+        assert out["capture_note"].to_list() == [note, note]
+        assert set(out["attribution"]) == {"sequence"}

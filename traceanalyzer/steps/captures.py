@@ -27,7 +27,7 @@ from typing import Any
 import polars as pl
 
 from traceanalyzer.engine.params import Param
-from traceanalyzer.primitives import pair_windows
+from traceanalyzer.primitives import pair_windows, window_of
 from traceanalyzer.steps.phases import first_dim
 from traceanalyzer.store import Store
 from traceanalyzer.vocabulary import (
@@ -123,7 +123,9 @@ def captured_launches(
         )
         .collect()
     )
-    host = _in_windows(host, windows)
+    host = window_of(
+        host.cast({"rank": windows.schema["rank"]}), windows, by=KEYS, keep=["capture"]
+    ).filter(pl.col("capture").is_not_null())
     cann = host.filter(pl.col("process") == CANN_PROCESS)
     launches = _named_launches(cann)
     if launches.is_empty():
@@ -202,24 +204,6 @@ def _sized(
         ordered.join(warmed, on=[*KEYS, "start_ns"], how="left")
         .with_columns(pl.col("size").forward_fill().over(KEYS))
         .drop("_after")
-    )
-
-
-def _in_windows(host: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
-    """The ``host`` events that start within a capture, with the capture's ``capture`` id."""
-    return (
-        host.cast({"rank": windows.schema["rank"]})
-        .sort("start_ns")
-        .join_asof(
-            windows.select(*KEYS, "capture", "end_ns").rename({"end_ns": "_until"}).sort("capture"),
-            left_on="start_ns",
-            right_on="capture",
-            by=KEYS,
-            strategy="backward",
-            check_sortedness=False,
-        )
-        .filter(pl.col("start_ns") <= pl.col("_until"))
-        .drop("_until")
     )
 
 
