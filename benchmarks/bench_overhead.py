@@ -190,7 +190,8 @@ def render(comparisons: list[dict], title: str, notes: str = "") -> str:
         f"{GOAL:.0%} slower on the realistic rank, judged on the median over the rounds of each "
         "run's ratio to its round's floor. Wall time is what a user waits; on a machine loaded "
         "by other work it mostly measures the load, so the CPU time each run took (user and "
-        "system, `wait4`), which the other work adds far less to, is given beside it.",
+        "system, `wait4`), which the other work adds far less to, is given beside it: on a "
+        "machine whose load exceeds its cores, the CPU time's verdict is the one to take.",
         "",
     ]
     for saved in comparisons:
