@@ -49,6 +49,8 @@ CAPTURE_PARAMS = {
     ),
 }
 KEYS = ["rank", "session"]
+# the Python events a launch's call site is read from: torch ops, the task queue, frames
+PYTHON_CATEGORIES = [*SITE_CATEGORIES, "python_function"]
 # the capture's launches, in order, with what the host says of each
 LAUNCH_SCHEMA = {
     "rank": pl.Int32, "session": pl.String, "capture": pl.Int64, "size": pl.Int64,
@@ -105,7 +107,7 @@ def captured_launches(
             pl.col("rank").is_in(wanted)
             & pl.col("process").is_in([CANN_PROCESS, PYTHON_PROCESS])
             & pl.col("start_ns").is_between(windows["start_ns"].min(), windows["end_ns"].max())
-            & (layer.is_in(["Node", "AscendCL"]) | pl.col("cat").is_in(_PYTHON_CATEGORIES))
+            & (layer.is_in(["Node", "AscendCL"]) | pl.col("cat").is_in(PYTHON_CATEGORIES))
         )
         .select(
             *KEYS,
@@ -159,9 +161,6 @@ def captured_launches(
         .join(windows.select(*KEYS, "capture", "size"), on=[*KEYS, "capture"], how="left")
     )
     return numbered.select(list(LAUNCH_SCHEMA)).cast(LAUNCH_SCHEMA)  # type: ignore[arg-type]
-
-
-_PYTHON_CATEGORIES = [*SITE_CATEGORIES, "python_function"]
 
 
 def _sized(

@@ -74,8 +74,8 @@ LAYER_PARAMS = {
         r"MatMul|Matmul|Mm_|^aclnnMm|Gemm|GEMM",
         "Regex on kernel names of linear layers (matmuls).",
     ),
+    **captures.CAPTURE_PARAMS,
 }
-LAYER_PARAMS.update(captures.CAPTURE_PARAMS)
 DEFAULTS = Params({name: param.default for name, param in LAYER_PARAMS.items()})
 SCHEMA = {
     "rank": pl.Int32, "session": pl.String, "stream_id": pl.Int64, "start_ns": pl.Int64,
