@@ -100,7 +100,8 @@ def version(dist: str) -> str | None:
 
 
 def run_timed(argv: list[str], cwd: Path, log: Path) -> dict:
-    """Wall time, exit code and peak RSS of one child process (its waited-for children included)."""
+    """Wall time, CPU time, exit code and peak RSS of one child process (its waited-for
+    children included)."""
     with open(log, "wb") as fh:
         started = time.perf_counter()
         # as a user's shell runs it: Python's bytecode cache on (off, each run compiled every
@@ -110,7 +111,14 @@ def run_timed(argv: list[str], cwd: Path, log: Path) -> dict:
         _, status, usage = os.wait4(proc.pid, 0)
         seconds = time.perf_counter() - started
     proc.returncode = os.waitstatus_to_exitcode(status)
-    return {"seconds": seconds, "peak_rss_mb": usage.ru_maxrss / 1024, "exit_code": proc.returncode}
+    return {
+        "seconds": seconds,
+        # the CPU it took (user and system, its waited-for children included): what a loaded
+        # machine's other work does not add to, as it adds to the wall time
+        "cpu_seconds": usage.ru_utime + usage.ru_stime,
+        "peak_rss_mb": usage.ru_maxrss / 1024,
+        "exit_code": proc.returncode,
+    }
 
 
 def failure(result: dict, log: Path) -> str:

@@ -938,6 +938,39 @@ DERIVED_TABLES: dict[str, Table] = {
                 "`sampling` (the sampler, and the final norm and LM head after the last layer), "
                 "`other`.",
             ),
+            Column(
+                "attribution",
+                STR,
+                "What gave `layer` and `module`: `capture` (a replayed kernel mapped to the "
+                "launch its graph's capture made, in a profile that holds the capture: the "
+                "decoder-layer nn.Module around that launch; `module` by name, `sampling` after "
+                "the last layer), `sequence` (the cut at the attention; `module` by name).",
+            ),
+            Column(
+                "call_site",
+                STR,
+                "A replayed kernel mapped to its capture: the innermost Python frame around "
+                "the launch (`file.py(line): function`); null otherwise.",
+            ),
+            Column(
+                "host_op",
+                STR,
+                "A replayed kernel mapped to its capture: the torch op the launch ran in; null "
+                "otherwise.",
+            ),
+            Column(
+                "host_module",
+                STR,
+                "A replayed kernel mapped to its capture: the class of the innermost nn.Module "
+                "around the launch (the Python tracer's `nn.Module: Class_id`); null otherwise.",
+            ),
+            Column(
+                "capture_note",
+                STR,
+                "A replayed kernel not mapped to its capture: why (no capture in the profile, "
+                "none of its size, a piecewise replay, the capture's count of kernels or a "
+                "kernel's name differs from the replay's); null otherwise.",
+            ),
         ),
         _table(
             "collectives",

@@ -72,6 +72,10 @@ COMMUNICATION_CORES = ("HCCL", "COMMUNICATION")
 # Host side
 # --------------------------------------------------------------------------------------------
 
+SITE_CATEGORIES = ("cpu_op", "dequeue")  # torch ops, and the task queue running them
+DEQUEUE_PREFIX = "Dequeue@"  # the task queue's event of the op it runs: `Dequeue@<op>`
+MODULE_EVENT_PREFIX = "nn.Module: "  # the Python tracer's module calls: `nn.Module: <Class>_<id>`
+HCCL_API_PREFIX = "hcom"  # the AscendCL calls of HCCL collectives: `hcom_allReduce_`, ...
 STEP_SPAN_PREFIX = "ProfilerStep#"  # `ProfilerStep#N` spans, one per prof.step()
 # Flow categories linking a host call to the device task it launched.
 LAUNCH_FLOW_CATEGORIES = ("HostToDevice", "async_npu")

@@ -28,9 +28,9 @@ from traceanalyzer.primitives import (
     host_launches,
     outermost,
     overlap_join,
-    pair_windows,
     window_of,
 )
+from traceanalyzer.steps.captures import capture_windows_in
 from traceanalyzer.steps.launches import launches_of
 from traceanalyzer.steps.phases import PHASES, STEADY_PHASES, UNKNOWN_PHASE
 from traceanalyzer.steps.tables import steps_of
@@ -38,8 +38,10 @@ from traceanalyzer.vocabulary import (
     CANN_PROCESS,
     CAPTURE_BEGIN_API,
     CAPTURE_END_API,
+    DEQUEUE_PREFIX,
     GRAPH_REPLAY_APIS,
     PYTHON_PROCESS,
+    SITE_CATEGORIES,
     STEP_SPAN_PREFIX,
 )
 
@@ -59,8 +61,6 @@ NO_STEPS = (
     "function or device work; profile with a schedule and prof.step(), or with_stack / "
     "VLLM_CUSTOM_SCOPES_FOR_PROFILING=1 for a vLLM server)"
 )
-SITE_CATEGORIES = ("cpu_op", "dequeue")  # torch ops, and the task queue running them
-DEQUEUE_PREFIX = "Dequeue@"
 
 
 def step_windows(ctx: RuleContext) -> pl.DataFrame:
@@ -96,21 +96,6 @@ def capture_windows(ctx: RuleContext) -> pl.DataFrame:
 
 def _capture_windows(ctx: RuleContext) -> pl.DataFrame:
     return capture_windows_in(cann_calls(ctx), ctx.params.capture_begin, ctx.params.capture_end)
-
-
-def capture_windows_in(
-    calls: pl.DataFrame, begin: str = CAPTURE_BEGIN_API, end: str = CAPTURE_END_API
-) -> pl.DataFrame:
-    """The graph capture windows (rank, session, start_ns, end_ns) of CANN ``calls``: ``begin``
-    ... ``end`` per host thread."""
-    calls = calls.filter(
-        pl.col("api_name").str.contains(begin) | pl.col("api_name").str.contains(end)
-    )
-    return pair_windows(
-        calls,
-        is_begin=pl.col("api_name").str.contains(begin),
-        is_end=pl.col("api_name").str.contains(end),
-    ).select("rank", "session", "start_ns", "end_ns")
 
 
 def phases_in(steps: pl.DataFrame) -> list[str]:

@@ -69,14 +69,16 @@ SLOW_LAYER_RATIO, SLOW_LAYER_NS = 1.3, 5_000
 
 
 def layer_times(store: Store) -> pl.DataFrame:
-    """Per phase, decoder layer (null: outside the layers) and module: the kernels' time and
-    the steps it is over (``kernel_layers``; no rows for a store without layers)."""
+    """Per phase, decoder layer (null: outside the layers), module and how they were found
+    (``attribution``, and ``capture_note``: why a replayed kernel was not mapped to its
+    capture): the kernels' time and the steps it is over (``kernel_layers``; no rows for a
+    store without layers)."""
     table = store.table("kernel_layers")
     steps = table.group_by("phase").agg(
         pl.struct("rank", "session", "step").n_unique().alias("steps")
     )
     return (
-        table.group_by("phase", "layer", "module")
+        table.group_by("phase", "layer", "module", "attribution", "capture_note")
         .agg((pl.col("end_ns") - pl.col("start_ns")).sum().alias("dur_ns"))
         .join(steps, on="phase")
         .collect()
@@ -105,9 +107,20 @@ def _layers(times: pl.DataFrame) -> dict[str, Any] | None:
         (pl.col("ns") >= SLOW_LAYER_RATIO * pl.col("peers_ns"))
         & (pl.col("ns") - pl.col("peers_ns") >= SLOW_LAYER_NS)
     )
+    attribution = times.group_by("attribution").agg(pl.col("dur_ns").sum()).sort("attribution")
+    notes = (
+        times.filter(pl.col("capture_note").is_not_null())
+        .group_by("capture_note")
+        .agg(pl.col("dur_ns").sum())
+        .sort("dur_ns", "capture_note", descending=[True, False])
+    )
     return {
         "steps": steps,
         "module_ns": {str(m): float(ns) / steps for m, ns in modules.iter_rows()},
+        "attribution_ns": {str(a): float(ns) / steps for a, ns in attribution.iter_rows()},
+        "capture_notes": [
+            {"note": str(n), "ns": float(ns) / steps} for n, ns in notes.head(3).iter_rows()
+        ],
         "layers": per_layer.height,
         "layer_ns": [float(ns) for ns in per_layer["ns"].to_list()],
         "moe_layers": [int(x) for x in per_layer.filter(pl.col("moe"))["layer"].to_list()],
@@ -267,6 +280,7 @@ def phases_section(
     )
     if layers is None:
         layers = pl.DataFrame(schema={"phase": pl.String, "layer": pl.Int64, "module": pl.String,
+                                      "attribution": pl.String, "capture_note": pl.String,
                                       "dur_ns": pl.Int64, "steps": pl.UInt32})  # fmt: skip
     rows = [
         _row(phase, windows.filter(pl.col("phase") == phase), wall, kernels, host_apis, layers)

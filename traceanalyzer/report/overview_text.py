@@ -12,6 +12,7 @@ from traceanalyzer.engine.findings import compress_ranks
 from traceanalyzer.report import fmt
 from traceanalyzer.report.overview_memory import memory_lines, memory_markdown
 from traceanalyzer.report.width import table_lines, wrap
+from traceanalyzer.steps.captures import NO_CAPTURE
 from traceanalyzer.text import count, join
 
 # the compact columns: component groups of the breakdown (keys summed), in bar order
@@ -354,9 +355,23 @@ def layer_lines(overview: Mapping[str, Any]) -> list[str]:
         )
         lines.append(
             f"{r['phase']}: {modules}; {layers['layers']} layers, {fmt.duration(median)} each "
-            "per iteration (median)" + (f"; {slow}" if slow else "")
+            "per iteration (median)" + (f"; {slow}" if slow else "") + _attribution(layers)
         )
     return lines
+
+
+def _attribution(layers: Mapping[str, Any]) -> str:
+    """How a phase's layers were found, when the profile holds a graph capture: the share of
+    the kernels' time whose layer came from it, and why replayed kernels were not mapped to it
+    (nothing without a capture: every layer is then the sequence's)."""
+    by = layers.get("attribution_ns") or {}
+    notes = [n["note"] for n in layers.get("capture_notes") or [] if n["note"] != NO_CAPTURE]
+    if not by.get("capture") and not notes:
+        return ""
+    share = fmt.percent(by.get("capture", 0.0) / (sum(by.values()) or 1.0))
+    return f"; layers from the graphs' capture for {share} of the time" + "".join(
+        f"; not mapped: {n}" for n in notes
+    )
 
 
 def _counted(counts: Mapping[str, int], shown: int = 8) -> str:

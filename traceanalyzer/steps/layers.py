@@ -22,13 +22,14 @@ after the last layer), other.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from typing import Any
 
 import polars as pl
 
 from traceanalyzer.engine.params import Param, Params
 from traceanalyzer.primitives import window_of
+from traceanalyzer.steps import captures
 from traceanalyzer.store import DERIVED_READERS, Store, stored_or_derived
 from traceanalyzer.vocabulary import COMMUNICATION_PROCESSES
 
@@ -73,12 +74,14 @@ LAYER_PARAMS = {
         r"MatMul|Matmul|Mm_|^aclnnMm|Gemm|GEMM",
         "Regex on kernel names of linear layers (matmuls).",
     ),
+    **captures.CAPTURE_PARAMS,
 }
 DEFAULTS = Params({name: param.default for name, param in LAYER_PARAMS.items()})
 SCHEMA = {
     "rank": pl.Int32, "session": pl.String, "stream_id": pl.Int64, "start_ns": pl.Int64,
     "end_ns": pl.Int64, "name": pl.String, "step": pl.Int64, "phase": pl.String,
-    "layer": pl.Int64, "module": pl.String,
+    "layer": pl.Int64, "module": pl.String, "attribution": pl.String, "call_site": pl.String,
+    "host_op": pl.String, "host_module": pl.String, "capture_note": pl.String,
 }  # fmt: skip
 SAMPLING = "sampling"
 TAIL = 1 << 30  # the segment after an iteration's last layer
@@ -94,12 +97,20 @@ def module_of(p: Any) -> pl.Expr:
 
 
 def derive_layers(
-    compute: pl.DataFrame, device: pl.DataFrame, steps: pl.DataFrame, p: Any = DEFAULTS
+    compute: pl.DataFrame,
+    device: pl.DataFrame,
+    steps: pl.DataFrame,
+    launches: pl.DataFrame,
+    captured: Callable[[], pl.DataFrame],
+    p: Any = DEFAULTS,
 ) -> pl.DataFrame:
     """The ``kernel_layers`` rows (:data:`SCHEMA`) of the sessions whose iterations run an
     attention kernel: ``compute``, their compute kernels (rank, session, name, stream_id,
     start_ns, end_ns); ``device``, their device tasks (the communication ops are read from
-    them); ``steps``, their steps."""
+    them); ``steps``, their steps; ``launches``, their device tasks' launches (a graph's
+    kernel: its replay); ``captured``, what reads the launches of the graphs' captures in the
+    profile (:func:`captures_reader`), which replayed kernels are mapped to, called only when
+    some kernel was replayed."""
     anchors = compute.filter(pl.col("name").str.contains(p.layer_anchor))
     if anchors.is_empty():
         return pl.DataFrame(schema=SCHEMA)
@@ -130,7 +141,24 @@ def derive_layers(
     if placed.is_empty():
         return pl.DataFrame(schema=SCHEMA)
     layered = _cut(placed, p)
-    return layered.select(list(SCHEMA)).cast(SCHEMA)  # type: ignore[arg-type]
+    replays = launches.filter(
+        pl.col("model_id").is_not_null() & (pl.col("link") == "graph_replay")
+    ).select(
+        "rank", "session", pl.col("stream").alias("stream_id"), "start_ns",
+        pl.col("launch_start_ns").alias("_replay"),
+    )  # fmt: skip
+    keys = ["rank", "session", "stream_id", "start_ns"]
+    layered = layered.join(
+        replays.cast({"rank": layered.schema["rank"]}), on=keys, how="left"
+    ).join(
+        steps.select("rank", "session", "step", "graph", "graph_size").cast(
+            {"rank": layered.schema["rank"]}
+        ),
+        on=["rank", "session", "step"],
+        how="left",
+    )
+    attributed = captures.attribute(layered, captured)
+    return attributed.select(list(SCHEMA)).cast(SCHEMA)  # type: ignore[arg-type]
 
 
 def _cut(placed: pl.DataFrame, p: Any) -> pl.DataFrame:
@@ -199,6 +227,7 @@ def _cut(placed: pl.DataFrame, p: Any) -> pl.DataFrame:
     segment = pl.col("_segment")
     before_sampling = pl.col("start_ns") < pl.col("_sampled")
     return out.with_columns(
+        pl.col("module").alias("_named_module"),
         pl.when(before_sampling & (segment >= 0) & (segment < TAIL)).then(segment).alias("layer"),
         # the final norm and the LM head after the last layer compute the logits
         pl.when(before_sampling & (segment == TAIL))
@@ -242,15 +271,36 @@ def _layer_lead(seq: pl.DataFrame) -> pl.DataFrame:
 def kernel_layers_of(store: Store, ranks: Collection[int] | None = None) -> pl.DataFrame:
     """The ``kernel_layers`` rows of ``ranks`` (every rank: None): the store's, derived here at
     the default patterns for a rank it was not derived for, once per store."""
+    from traceanalyzer.steps.evidence import default_params
     from traceanalyzer.steps.exchanges import device_slices
+    from traceanalyzer.steps.launches import host_calls, launches_of
     from traceanalyzer.steps.tables import steps_of
     from traceanalyzer.steps.windows import compute_tasks
 
     def derive(rank: int) -> pl.DataFrame:
         slices = store.scan("slices").filter(pl.col("rank") == rank)
-        return derive_layers(compute_tasks(slices), device_slices(slices), steps_of(store, [rank]))
+        captured = captures_reader(store, [rank], host_calls(store, [rank]), default_params())
+        return derive_layers(
+            compute_tasks(slices), device_slices(slices), steps_of(store, [rank]),
+            launches_of(store, [rank]), captured,
+        )  # fmt: skip
 
     return stored_or_derived(store, TABLE, ranks, derive, SCHEMA)
+
+
+def captures_reader(
+    store: Store, ranks: Collection[int], calls: pl.DataFrame, steps_params: Any
+) -> Callable[[], pl.DataFrame]:
+    """What reads the launches of the graph captures ``ranks``' profiles hold
+    (:func:`~traceanalyzer.steps.captures.captured_launches`), when asked: ``calls``, their
+    CANN calls (``launches.host_calls``; the captures' windows are taken from them now);
+    ``steps_params``, the steps' parameters (the capture calls, the token kernels)."""
+    windows = captures.capture_windows_in(
+        calls, steps_params.capture_begin, steps_params.capture_end
+    )
+    return lambda: captures.captured_launches(
+        store, ranks, windows, steps_params.token_kernels, DEFAULTS.layer_anchor, DEFAULTS
+    )
 
 
 DERIVED_READERS[TABLE] = kernel_layers_of

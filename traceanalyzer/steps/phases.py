@@ -222,7 +222,7 @@ def attention_evidence(kernels: pl.DataFrame, windows: pl.DataFrame, p: Params) 
     )  # fmt: skip
 
 
-def _first_dim(shapes: pl.Expr) -> pl.Expr:
+def first_dim(shapes: pl.Expr) -> pl.Expr:
     """The first dim of a kernel's first input (Input Shapes), as a number."""
     return _dims(shapes, 0).list.first().cast(pl.Int64, strict=False)
 
@@ -240,7 +240,7 @@ def _batch_sizes(
     ).rename({"launch_ns": "_at"})
     graph_size = (
         window_index(replayed, windows, at="_at")
-        .with_columns(_first_dim(pl.col("input_shapes")).alias("_size"))
+        .with_columns(first_dim(pl.col("input_shapes")).alias("_size"))
         .group_by("_w")
         .agg(pl.col("_size").drop_nulls().mode().max().alias("replayed_tokens"))
     )
@@ -251,7 +251,7 @@ def _batch_sizes(
         window_index(argmax, windows, at="_at")
         .join(drafted, on="_w", how="left")
         .filter(pl.col("_drafted").is_null() | (pl.col("start_ns") < pl.col("_drafted")))
-        .with_columns(_first_dim(pl.col("input_shapes")).alias("_rows"))
+        .with_columns(first_dim(pl.col("input_shapes")).alias("_rows"))
         .group_by("_w")
         .agg(pl.col("_rows").drop_nulls().min().alias("sampled_rows"))
     )

@@ -51,6 +51,7 @@ def derive_step_tables(
     found = launches.derive_launches(store, ranks, calls=calls)
     yield launches.TABLE, found
     slices = read_slices(store, ranks, params, calls)
+    captured = layers.captures_reader(store, ranks, calls, params)
     del calls
     compute = compute_tasks(slices)  # the steps' and the EP exchanges'
     frame = derive_ranks(store, ranks, params, found, slices, compute)
@@ -59,7 +60,7 @@ def derive_step_tables(
     ops, moe = exchanges.exchange_inputs(device, compute)
     yield exchanges.TABLE, exchanges.derive_exchanges(ops, moe, frame)
     yield from moe_layers.derive_moe(store, device, ops, moe, frame).items()
-    yield layers.TABLE, layers.derive_layers(compute, device, frame)
+    yield layers.TABLE, layers.derive_layers(compute, device, frame, found, captured)
     mc2 = ops.filter(pl.col("path") == "mc2")
     yield collectives.TABLE, collectives.derive_collectives(store, device, mc2, frame)
 

@@ -19,7 +19,10 @@ Each iteration is what vllm-ascend's worker runs for one scheduler step (``servi
 - a data-parallel rank without requests (``dummy_ranks``) runs ``_dummy_run`` batches padded
   to its peers' size and never samples; ``spec_tokens`` k makes decode steps verify 1+k tokens
   per request after a drafter forward (``_propose`` in ``sample_tokens``); ``idle_every`` leaves
-  the scheduler idle between iterations; ``warmup`` captures graphs at the start.
+  the scheduler idle between iterations; ``warmup`` captures graphs at the start (the engine's
+  ``capture_model``, largest size first: per size an eager warm-up forward, then the capture,
+  whose launches are recorded on the host with their Python call sites and run nothing;
+  ``capture_drift`` names a size whose capture launches one kernel its replays do not run).
 
 :func:`plan` is the truth the generator follows; tests compare the derived phases with it.
 """
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from itertools import cycle, islice
 
 from traceanalyzer.synth import conformance, ops
 from traceanalyzer.synth.ops import MS, US, KernelSpec
@@ -59,6 +63,7 @@ KNOBS = {
     "batches": "",
     "slow_layer": -1,
     "slow_layer_factor": 2.0,
+    "capture_drift": 0,
 }
 HELP = (
     "a vLLM server under traffic: prefill, decode, mixed (chunked prefill), speculative, dummy "
@@ -66,7 +71,9 @@ HELP = (
     "chunked, spec_tokens, dummy_ranks, dummy_every, graph=full_and_piecewise|piecewise|eager, "
     "style=v0.13|v0.11|mla|sfa, heads=mha|gqa|mqa, prefix_hit: prefills read a cached prefix, "
     "markers=python,scopes,annotation,legacy,profiler_step,none, shapes, idle_every, idle_ms, "
-    "warmup, capture_sizes: the graph sizes captured, padding: a batch pads to the next size "
+    "warmup: graph captures at the start, one size each (largest first), capture_drift: a size "
+    "whose capture launches one kernel more than its replays, capture_sizes: the graph sizes "
+    "captured, padding: a batch pads to the next size "
     "(off: one between sizes runs eager), batches: decode batch sizes to cycle through, "
     "slow_layer and slow_layer_factor: one decoder layer's kernels slower)"
 )
@@ -114,7 +121,12 @@ def plan(knobs: dict, rank: int = 0) -> list[Iteration]:
         )
     batch, chunk, spec = knobs["batch"], knobs["chunk"], knobs["spec_tokens"]
     batches = sorted_sizes(knobs["batches"], keep_order=True)
-    out = [Iteration("warmup") for _ in range(knobs["warmup"])]
+    per_request = 1 + spec
+    captured = capture_order(knobs)
+    out = [
+        Iteration("warmup", size, size // per_request)
+        for size in islice(cycle(captured), knobs["warmup"] if captured else 0)
+    ]
     dummy_rank = rank in rank_list(knobs["dummy_ranks"])
     for i in range(knobs["iterations"]):
         if dummy_rank or (
@@ -141,6 +153,12 @@ def sorted_sizes(text: object, keep_order: bool = False) -> list[int]:
     """A knob's comma-separated sizes (``"1, 2, 4"``), sorted unless ``keep_order``."""
     sizes = [int(x) for x in str(text).replace(" ", "").split(",") if x]
     return sizes if keep_order else sorted(set(sizes))
+
+
+def capture_order(knobs: dict) -> list[int]:
+    """The sizes the engine captures, in its order: vLLM's capture_model captures the largest
+    first (``reversed(cudagraph_batch_sizes)``)."""
+    return sorted_sizes(knobs["capture_sizes"])[::-1]
 
 
 def padded(tokens: int, knobs: dict) -> int | None:
@@ -207,6 +225,12 @@ def _slowed(kernels: list[KernelSpec], layer: int, knobs: dict) -> list[KernelSp
     return [replace(k, dur_us=k.dur_us * knobs["slow_layer_factor"]) for k in kernels]
 
 
+def _graph_layers(it: Iteration, knobs: dict, tokens: int, requests: int) -> list[list[KernelSpec]]:
+    """The decoder layers' kernels a forward of ``tokens`` over ``requests`` runs, the slow
+    layer slowed: what a graph of that size captures and replays."""
+    return [_slowed(_layer(it, knobs, tokens, requests), i, knobs) for i in range(knobs["layers"])]
+
+
 def _replay(tl: Timeline, t: int, kernels: list[KernelSpec]) -> int:
     """One graph replay: ``aclmdlRIExecuteAsync`` queues the captured kernels (model id set)."""
     rw, rng, dev = tl.rw, tl.rng, tl.dev
@@ -238,17 +262,13 @@ def _forward(tl: Timeline, t: int, it: Iteration, knobs: dict) -> int:
     tokens = size if size is not None and mode != "eager" else it.tokens
     # a uniform batch's graph is captured for whole requests of 1 + k tokens each
     requests = tokens // (it.tokens // it.requests) if uniform and it.requests else it.requests
-    layers = [
-        _slowed(_layer(it, knobs, tokens, requests), i, knobs) for i in range(knobs["layers"])
-    ]
+    layers = _graph_layers(it, knobs, tokens, requests)
     if mode == "eager" or size is None:
         return _eager(tl, t, [k for layer in layers for k in layer])
     if mode == "full_and_piecewise" and uniform:
         return _replay(tl, t, [k for layer in layers for k in layer])
     # piecewise: the graph pieces between attentions, each attention eager with real shapes
-    real = [
-        _slowed(_layer(it, knobs, tokens, it.requests), i, knobs) for i in range(knobs["layers"])
-    ]
+    real = _graph_layers(it, knobs, tokens, it.requests)
     for captured, eager in zip(layers, real, strict=True):
         cut = next(i for i, k in enumerate(captured) if "ttention" in k.name)
         t = _replay(tl, t, captured[:cut])
@@ -261,6 +281,125 @@ def _forward(tl: Timeline, t: int, it: Iteration, knobs: dict) -> int:
         t = _eager(tl, t, [attention])
         t = _replay(tl, t, captured[cut + 1 :])
     return t
+
+
+# Where vLLM / vllm-ascend calls each op of a decoder layer from: the nn.Module it runs in and
+# the Python frame of the call (the Python tracer's events; lines illustrative). A matmul's
+# module is the linear layer it computes, in the layer's order.
+MODEL = "vllm/model_executor/models/qwen2.py"
+DECODER_LAYER = "Qwen2DecoderLayer"
+LINEARS = (
+    "QKVParallelLinear",
+    "RowParallelLinear",
+    "MergedColumnParallelLinear",
+    "RowParallelLinear",
+)
+LINEAR_SITE = "vllm_ascend/ops/linear.py(326): forward"
+CALL_SITES = {
+    "RmsNorm": ("AscendRMSNorm", "vllm_ascend/ops/layernorm.py(76): forward_oot"),
+    "AddRmsNorm": ("AscendRMSNorm", "vllm_ascend/ops/layernorm.py(71): forward_oot"),
+    "ApplyRotaryPosEmb": (
+        "AscendRotaryEmbedding", "vllm_ascend/ops/rotary_embedding.py(151): forward_oot"
+    ),
+    "FusedInferAttentionScore": ("Attention", "vllm_ascend/attention/attention_v1.py(1061): forward"),
+    "SwiGlu": ("AscendSiluAndMul", "vllm_ascend/ops/activation.py(41): forward_oot"),
+}  # fmt: skip
+RESIDUAL_SITE = (None, f"{MODEL}(229): forward")  # the residual add: in the layer's own forward
+EXTRA_LAUNCH = KernelSpec(
+    "aclnnInplaceCopy", "aclnnInplaceCopy_TensorMoveAiCore_TensorMove", "TensorMove",
+    "AI_VECTOR_CORE", 3.0,
+)  # fmt: skip
+
+
+def call_sites(layer: list[KernelSpec]) -> list[tuple[str | None, str]]:
+    """Each kernel's (nn.Module class, Python frame) in one decoder layer (the module null: the
+    decoder layer's own forward calls it)."""
+    linear = cycle(LINEARS)
+    return [
+        (next(linear), LINEAR_SITE) if "atmul" in spec.op_type or "MatMul" in spec.op_type
+        else CALL_SITES.get(spec.op_type, RESIDUAL_SITE)
+        for spec in layer
+    ]  # fmt: skip
+
+
+def _captured_launch(
+    tl: Timeline, t: int, spec: KernelSpec, site: tuple[str | None, str], ids: dict, kinds: set[str]
+) -> int:
+    """One op launched under capture: its nn.Module and Python frame (the Python tracer), the
+    torch op, ``AscendCL@aclnn…`` and ``Node@launch`` naming its kernel, all on the capturing
+    thread; the capture records the task, the device runs nothing. Returns the host time after."""
+    rw, rng = tl.rw, tl.rng
+    dur = ops.jitter(rng, 22)
+    module, frame = site
+    if "python" in kinds:
+        if module is not None:
+            ids[module] = ids.get(module, -1) + 1
+            rw.python_function(f"nn.Module: {module}_{ids[module]}", t, dur)
+        rw.python_function(frame, t + 1 * US, dur - 2 * US)
+    rw.cpu_op(spec.api, t + 2 * US, dur - 4 * US)
+    rw.api("AscendCL@", spec.api, t + 3 * US, dur - 6 * US, mode="ACL_NN")
+    rw.api("Node@", "launch", t + 8 * US, ops.jitter(rng, 4), mode="launch", item_id=spec.name)
+    return t + dur + ops.jitter(rng, 2)
+
+
+def _capture(
+    tl: Timeline, t: int, layers: list[list[KernelSpec]], extra: bool, ids: dict, kinds: set[str]
+) -> int:
+    """One capture window (``aclmdlRICaptureBegin`` … ``aclmdlRICaptureEnd``) of the decoder
+    ``layers``' launches, each layer in its decoder-layer module (``extra``: one launch more
+    first, that the graph's replays do not run). Returns the host time after."""
+    rw = tl.rw
+    rw.api("AscendCL@", "aclmdlRICaptureBegin", t, 20 * US, mode="ACL_RTS")
+    t += 25 * US
+    if extra:
+        t = _captured_launch(tl, t, EXTRA_LAUNCH, RESIDUAL_SITE, ids, kinds)
+    for layer in layers:
+        opened = t
+        for spec, site in zip(layer, call_sites(layer), strict=True):
+            t = _captured_launch(tl, t, spec, site, ids, kinds)
+        if "python" in kinds and layer:
+            ids[DECODER_LAYER] = ids.get(DECODER_LAYER, -1) + 1
+            name = f"nn.Module: {DECODER_LAYER}_{ids[DECODER_LAYER]}"
+            rw.python_function(name, opened - 1 * US, t - opened + 1 * US)
+        t += 2 * US
+    rw.api("AscendCL@", "aclmdlRICaptureEnd", t, 30 * US, mode="ACL_RTS")
+    return t + 35 * US
+
+
+def _warm_up_and_capture(tl: Timeline, t: int, it: Iteration, knobs: dict, kinds: set[str]) -> int:
+    """vLLM's capture of one size (``capture_model``): an eager warm-up forward of the size
+    (vllm-ascend forces ``cudagraph_num_of_warmups`` to 1, ``platform.py``), the device
+    synchronised (``torch.npu.graph``), then the capture (``ACLGraphWrapper``): the whole
+    forward as one FULL graph (``full_and_piecewise``: the uniform decode batch's), or each
+    piece between the attentions, which run eagerly between them (``piecewise``); an eager
+    engine only warms up (``compile_or_warm_up_model``). Returns the host time after."""
+    rw, rng = tl.rw, tl.rng
+    start = t
+    decode = Iteration("spec_decode" if knobs["spec_tokens"] else "decode", it.tokens, it.requests)
+    layers = _graph_layers(decode, knobs, it.tokens, it.requests)
+    t = _eager(tl, t, [k for layer in layers for k in layer])
+    t = ops.synchronize(rw, t, tl.dev.idle_at())
+    _span(tl, kinds, "", f"{RUNNER}(3139): _dummy_run", start, t)
+    mode = knobs["graph"]
+    if mode == "eager":
+        _span(tl, kinds, "", f"{WORKER}(512): compile_or_warm_up_model", start - 1 * US, t + 5 * US)
+        return t + 5 * US
+    captured = t + ops.jitter(rng, 30)
+    ids: dict[str, int] = {}
+    extra = it.tokens == knobs["capture_drift"]
+    if mode == "full_and_piecewise":
+        t = _capture(tl, captured, layers, extra, ids, kinds)
+    else:
+        t = captured
+        for layer in layers:
+            cut = next(i for i, k in enumerate(layer) if "ttention" in k.name)
+            t = _capture(tl, t, [layer[:cut]], extra, ids, kinds)
+            t = _eager(tl, t, [layer[cut]])
+            t = _capture(tl, t, [layer[cut + 1 :]], False, ids, kinds)
+            extra = False
+    _span(tl, kinds, "", f"{RUNNER}(3139): _dummy_run", captured, t)
+    _span(tl, kinds, "", f"{RUNNER}(3890): capture_model", start - 1 * US, t + 5 * US)
+    return t + 5 * US
 
 
 VOCAB = 151936
@@ -316,17 +455,7 @@ def _iteration(tl: Timeline, it: Iteration, knobs: dict, kinds: set[str]) -> tup
     start = tl.t
     t = start + ops.jitter(rng, 15)
     if it.phase == "warmup":
-        rw.api("AscendCL@", "aclmdlRICaptureBegin", t, 20 * US, mode="ACL_RTS")
-        t += 25 * US
-        for spec in _layer(it, knobs, 16, 16):  # captured: recorded on the host, not run
-            dur = ops.jitter(rng, 22)
-            rw.api("AscendCL@", spec.api, t, dur, mode="ACL_NN")
-            t += dur + 2 * US
-        rw.api("AscendCL@", "aclmdlRICaptureEnd", t, 30 * US, mode="ACL_RTS")
-        t += 35 * US
-        if "python" in kinds:
-            rw.python_function(f"{RUNNER}(3890): capture_model", start, t - start)
-        return start, t
+        return start, _warm_up_and_capture(tl, t, it, knobs, kinds)
     if it.phase == "dummy":
         t = _forward(tl, t + ops.jitter(rng, 60), it, knobs)
         t = ops.synchronize(rw, t, tl.dev.idle_at())
