@@ -94,7 +94,10 @@ def closure(name: str, root: Path = ROOT) -> tuple[Path, ...]:
         parent = current.rpartition(".")[0]
         if parent:
             todo.append(parent)
-        todo += _imports_of(path, current)
+        if current != PACKAGE:
+            todo += _imports_of(path, current)
+        # (the package's own __init__ counts, for the version, but not its imports: it is the
+        # API's façade, whose functions import lazily from every layer)
     return tuple(seen[n] for n in sorted(seen))
 
 
