@@ -490,7 +490,10 @@ INPUT_DAMAGES: dict[str, tuple[Damage, int]] = {
 
 
 def _parts(out: Path) -> list[Path]:
-    return sorted((out / "tables").glob("*/rank=*/session=*/part-0.parquet"))
+    """The stored partitions that are files (an earlier damage may have made one a FIFO or a
+    link: opened to damage it again, it would block the campaign itself)."""
+    found = (out / "tables").glob("*/rank=*/session=*/part-0.parquet")
+    return sorted(p for p in found if p.is_file() and not p.is_symlink())
 
 
 def out_truncate_part(rng: random.Random, out: Path) -> str | None:
@@ -535,6 +538,10 @@ def out_garbage_file(rng: random.Random, out: Path) -> str | None:
     )
     caches = sorted((out / ".cache").rglob("*.json")) if (out / ".cache").is_dir() else []
     path = rng.choice(caches) if caches and rng.random() < 0.4 else out / name
+    if path.is_dir() and not path.is_symlink():
+        return None
+    if path.is_symlink() or (path.exists() and not path.is_file()):
+        path.unlink()  # a FIFO or link an earlier damage left: written, it would block the fuzzer
     path.write_bytes(rng.choice([os.urandom(256), b"[", b'{"version": 1, "sessions": []}',
                                  b'{"key": "0/../../x", "value": {"outcome": {}}}\n', b""]))  # fmt: skip
     return f"garbage in {_rel(out, path)}"
