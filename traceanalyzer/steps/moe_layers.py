@@ -216,7 +216,7 @@ def derive_moe(
     }
 
 
-def moe_tables_of(store: Store, ranks: Collection[int]) -> dict[str, pl.DataFrame]:
+def moe_tables_of(store: Store, ranks: Collection[int] | None) -> dict[str, pl.DataFrame]:
     """The ``moe_layers`` and ``moe_dense`` rows of ``ranks`` at the default patterns: the
     store's tables, derived here for a rank they were not derived for (a fixture's store, or
     one written before they were), once per store (both tables at once)."""
@@ -236,9 +236,5 @@ def moe_tables_of(store: Store, ranks: Collection[int]) -> dict[str, pl.DataFram
     }
 
 
-DERIVED_READERS[LAYERS] = lambda store, ranks: moe_tables_of(store, _every(store, ranks))[LAYERS]
-DERIVED_READERS[DENSE] = lambda store, ranks: moe_tables_of(store, _every(store, ranks))[DENSE]
-
-
-def _every(store: Store, ranks: Collection[int] | None) -> list[int]:
-    return sorted(ranks) if ranks is not None else sorted(set(store.sessions()["rank"]))
+DERIVED_READERS[LAYERS] = lambda store, ranks: moe_tables_of(store, ranks)[LAYERS]
+DERIVED_READERS[DENSE] = lambda store, ranks: moe_tables_of(store, ranks)[DENSE]
