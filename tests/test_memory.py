@@ -152,7 +152,7 @@ SCENARIOS = {
     "app": ("memory-app-leak", {}),
     "plateau": ("memory-plateau", {"plateau_iterations": 20}),
     "sawtooth": ("memory-sawtooth", {}),
-    "fragmentation": ("memory-fragmentation", {}),
+    "fragmentation": ("memory-fragmented", {}),
 }
 
 

@@ -17,7 +17,7 @@ Each variant adds one behaviour to the healthy ``memory``:
   then none (buffers grown once per batch size: growth that stops; the decoy);
 - ``memory-sawtooth``: every iteration keeps ``sawtooth_mb``, all of it freed every
   ``sawtooth_every`` iterations (a cache that is flushed: back to its baseline; the decoy);
-- ``memory-fragmentation``: ``fragment_gb`` of cached blocks no request fits, and every
+- ``memory-fragmented``: ``fragment_gb`` of cached blocks no request fits, and every
   iteration's activations miss the cache: a new segment from the driver, handed back at the
   iteration's end (reserved minus allocated stays large; vLLM #37428).
 """
@@ -72,7 +72,7 @@ SICK_KNOBS = {
         {"sawtooth_mb": 64.0},
         "every iteration keeps sawtooth_mb, freed every sawtooth_every iterations (decoy)",
     ),
-    "memory-fragmentation": (
+    "memory-fragmented": (
         {"fragment_gb": 8.0},
         "fragmented cached blocks, and every iteration's activations miss the cache",
     ),
