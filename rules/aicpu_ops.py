@@ -19,10 +19,10 @@ from traceanalyzer.kit import (
     Param,
     RuleContext,
     analysed_window_ns,
+    cost_over,
     device_tasks,
     kernel_details,
     rule,
-    window_share,
 )
 from traceanalyzer.kit import text as fmt
 
@@ -266,7 +266,6 @@ def _judge(
     fix = "; ".join(
         f"{g['op_type']}: {op_fix(g['op_type'], g['dtypes'])}" for g in shown.iter_rows(named=True)
     )
-    cost_share = window_share(aicpu_ns, window_ns)
     yield ctx.finding(
         rank=rank,
         sessions=sorted(aicpu["session"].unique().to_list()),
@@ -276,9 +275,8 @@ def _judge(
         ),
         message=message,
         location={"core": "AI_CPU"},
+        cost=cost_over(aicpu_ns, window_ns),
         metrics={
-            "cost_ns": aicpu_ns,
-            "cost_share": cost_share,
             "aicpu_ns": aicpu_ns,
             "aicpu_share": fraction,
             "aicpu_tasks": aicpu.height,

@@ -26,6 +26,7 @@ from traceanalyzer.kit import (
     RuleContext,
     analysed_window_ns,
     communication_ops,
+    cost_over,
     kernel_tasks,
     moe_imbalance,
     rule,
@@ -804,9 +805,8 @@ def _finding(ctx: RuleContext, s: Straggler, group: str, kernels: pl.DataFrame) 
         title=title,
         message="\n".join(lines),
         location={"group": s.group, "cause": cause},
+        cost=cost_over(cost, s.window_ns),
         metrics={
-            "cost_ns": cost,
-            "cost_share": cost / s.window_ns if s.window_ns else None,
             "moe_owned_ns": owned,
             "wait_ns_per_step": per_step,
             "late_instances": s.late.height,

@@ -14,12 +14,12 @@ from traceanalyzer.kit import (
     Param,
     RuleContext,
     analysed_window_ns,
+    cost_over,
     covered_fraction,
     kernel_tasks,
     phases,
     rule,
     serving_steps,
-    window_share,
 )
 from traceanalyzer.kit import text as fmt
 
@@ -267,9 +267,8 @@ def _finding(
         message="\n".join(lines),
         location={"graph": "decode"},
         phases=phase_names,
+        cost=cost_over(cost, wall),
         metrics={
-            "cost_ns": cost,
-            "cost_share": window_share(cost, wall),
             "decode_share": share,
             "batch_sizes": batches,  # type: ignore[dict-item]
             "steps": fell.height,

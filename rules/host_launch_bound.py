@@ -24,6 +24,7 @@ from traceanalyzer.kit import (
     SYNC_APIS,
     WAIT_TASK_NAMES,
     WAIT_TASK_TYPES,
+    Cost,
     Evidence,
     FigureContext,
     Finding,
@@ -507,9 +508,11 @@ def _finding(
         title=title,
         message=message,
         location={"stream": stream},
+        cost=Cost(
+            int(row["cost_ns"]),
+            None if row["cost_share"] is None else round(row["cost_share"], 4),
+        ),
         metrics={
-            "cost_ns": int(row["cost_ns"]),
-            "cost_share": None if row["cost_share"] is None else round(row["cost_share"], 4),
             "stream_share": round(share, 4),
             "host_bound_gaps": int(row["host_bound_gaps"]),
             "idle_ns": int(row["idle_ns"]),
@@ -519,7 +522,7 @@ def _finding(
             "pause_ns": int(row["pause_ns"]),
             "linked_fraction": round(row["linked_fraction"], 4),
             "graph_replays": replays,
-            # the cost against the time of the phases it concerns (cost_share: the whole)
+            # the cost against the time of the phases it concerns (the cost's share: the whole)
             "phase_cost_share": round(hot_cost / hot_time, 4) if hot_time else None,
             **{
                 f"phase_share_{r['phase']}": round(r["share"], 4)

@@ -18,6 +18,7 @@ from traceanalyzer.kit import (
     Requirement,
     RuleContext,
     analysed_window_ns,
+    cost_over,
     covered_fraction,
     first_match,
     kernel_tasks,
@@ -406,9 +407,8 @@ def _prefill_side(
         message="\n".join(lines),
         location={"side": "prefill", "how": how},
         phases=sorted({ph for ph in per["phase"].to_list() if ph != "unknown"}),
+        cost=cost_over(cost, windows.get(rank)),
         metrics={
-            "cost_ns": cost,
-            "cost_share": window_share(cost, windows.get(rank)),
             "prefill_share": share,
             "after_ns": after,
             "blocked_ns": blocked,
@@ -551,9 +551,8 @@ def _decode_side(
         message="\n".join(lines),
         location={"side": "decode"},
         phases=["idle"],
+        cost=cost_over(cost, wall),  # unknown without a window: n/a, not the 0 judged above
         metrics={
-            "cost_ns": cost,
-            "cost_share": share,
             "no_forward_iterations": n,
             "waits": periods.height,
             "wait_ns_max": float(periods["wait_ns"].max()),  # type: ignore[arg-type]

@@ -21,10 +21,10 @@ from traceanalyzer.kit import (
     RuleContext,
     analysed_window_ns,
     compress_ranks,
+    cost_over,
     moe_exchange_paths,
     moe_imbalance,
     rule,
-    window_share,
 )
 from traceanalyzer.kit import text as fmt
 
@@ -208,7 +208,7 @@ def _finding(
     phase_word = f"{f.phase} " if f.phase else ""
     group = f"EP group `{f.group.name}` (ranks {compress_ranks(f.group.members)})"
     tokens_text = f", {token_ratio:.1f}x the routed tokens" if token_ratio else ""
-    cost_share = window_share(f.cost_ns, sum(windows.get(r, 0) for r in f.waiting_ranks))
+    cost = cost_over(f.cost_ns, sum(windows.get(r, 0) for r in f.waiting_ranks))
     load = (
         f"expert compute {ratio:.1f}x the group's median per MoE layer "
         f"({fmt.duration(hot_expert)} vs {fmt.duration(median_expert)}){tokens_text}"
@@ -265,7 +265,7 @@ def _finding(
         f"({exchange}): {fmt.duration(f.cost_ns)} in all over {waiting} ranks, "
         f"{per_layer:.0f} layers and {f.judged_steps} steps, {fmt.duration(per_step)} per step "
         f"each, {f.share:.1%} of their time in those steps"
-        + (f", {cost_share:.1%} of their analysed window." if cost_share is not None else ".")
+        + (f", {cost.share:.1%} of their analysed window." if cost.share is not None else ".")
     )
     lines.append(_evidence_line(f, p.routed_count_paths))
     lines += _path_lines(paths, f)
@@ -288,9 +288,8 @@ def _finding(
         },
         phases=[f.phase] if f.phase else [],
         cost_ranks=f.waiting_ranks,  # the wait is theirs
+        cost=cost,
         metrics={
-            "cost_ns": f.cost_ns,
-            "cost_share": cost_share,
             "phase_share": f.share,
             "wait_ns_per_step": per_step,
             "judged_steps": f.judged_steps,

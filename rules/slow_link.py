@@ -18,8 +18,8 @@ from traceanalyzer.kit import (
     Requirement,
     RuleContext,
     analysed_window_ns,
+    cost_over,
     rule,
-    window_share,
 )
 from traceanalyzer.kit import text as fmt
 
@@ -302,9 +302,8 @@ def _finding(
             "peers_gbps": median,
             "ratio": bandwidth / median if median else None,
             "transfers": transfers,
-            "cost_ns": cost,
-            "cost_share": window_share(cost, window),
         },
+        cost=cost_over(cost, window),
         evidence=[
             Evidence(
                 rank=int(s),

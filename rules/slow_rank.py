@@ -17,6 +17,7 @@ from traceanalyzer.kit import (
     WAIT_TASK_NAMES,
     WAIT_TASK_TYPES,
     AnyOf,
+    Cost,
     Evidence,
     Finding,
     KeyFigure,
@@ -458,12 +459,13 @@ def _judge(ctx: RuleContext, metric: str, times: list[RankTimes]) -> Iterator[Fi
             title=title,
             message=message,
             location={"metric": metric, "cause": cause},
+            # what the rank loses against its peers over its steps; none where the MoE owns it
+            cost=Cost(0.0, 0.0)
+            if moe
+            else Cost(lost, lost / t.steps / t.total if t.total else None),
             metrics={
                 "median_ns": t.total,
                 "peers_median_ns": median,
-                # what the rank loses against its peers over its steps (the overview's cost)
-                "cost_ns": 0.0 if moe else lost,
-                "cost_share": 0.0 if moe else (lost / t.steps / t.total if t.total else None),
                 "moe_owned_ns": lost if moe else 0.0,
                 "excess": excess,
                 "robust_z": float(score),

@@ -31,6 +31,7 @@ from traceanalyzer.kit import (
     RuleContext,
     Swatch,
     analysed_window_ns,
+    cost_over,
     device_tasks,
     evidence_marks,
     outermost,
@@ -41,7 +42,6 @@ from traceanalyzer.kit import (
     rule,
     session_metadata,
     total_length,
-    window_share,
 )
 from traceanalyzer.kit import text as fmt
 
@@ -740,10 +740,9 @@ def _finding(
             "worst_span_fraction": worst["fraction"],
             "worst_span_start_ns": worst["start_ns"],
             "stalling_streams": len(stream_ids),
-            # the stalled span time is lost to the rank's window: the overview places it there
-            "cost_ns": lost_ns,
-            "cost_share": window_share(lost_ns, analysed_window_ns(ctx).get(rank)),
         },
+        # the stalled span time is lost to the rank's window: the overview places it there
+        cost=cost_over(lost_ns, analysed_window_ns(ctx).get(rank)),
         evidence=evidence,
         phases=_phases(ctx, rank, stalled),
         series={

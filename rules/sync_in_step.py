@@ -22,6 +22,7 @@ from traceanalyzer.kit import (
     RuleContext,
     analysed_window_ns,
     call_sites,
+    cost_over,
     device_tasks,
     host_api,
     host_calls,
@@ -31,7 +32,6 @@ from traceanalyzer.kit import (
     step_windows,
     text,
     union_intervals,
-    window_share,
 )
 
 WORST_SHOWN = 5
@@ -311,9 +311,8 @@ def _finding(
         title=title,
         message=message,
         location={"site": sites[0]},
+        cost=cost_over(cost, analysed_window_ns(ctx).get(rank)),
         metrics={
-            "cost_ns": cost,
-            "cost_share": window_share(cost, analysed_window_ns(ctx).get(rank)),
             "steady_share": round(share, 4),
             "extra_stalls": extra.height,
             "extra_per_step": round(extra.height / n, 3),

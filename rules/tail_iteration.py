@@ -21,11 +21,11 @@ from traceanalyzer.kit import (
     analysed_window_ns,
     collective_split,
     compress_ranks,
+    cost_over,
     moe_imbalance,
     phases,
     rule,
     tail_iterations,
-    window_share,
 )
 from traceanalyzer.kit import text as fmt
 
@@ -320,8 +320,6 @@ def _finding(
             "late_name": name,
             "windows": [[s[1], s[2]] for s in spans],
             "tail_iterations": len(tails),
-            "cost_ns": cost,
-            "cost_share": window_share(cost, windows.get(on)),
             "what_if_ns": what_if,
             "median_ns": median,
             "wait_ns": wait_total,
@@ -332,6 +330,7 @@ def _finding(
         series=_series(tails, on, offsets),
         score=cost,
         phases=phase_names,
+        cost=cost_over(cost, windows.get(on)),
         cost_ranks=[on],
     )
 

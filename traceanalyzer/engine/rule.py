@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import polars as pl
 
-from traceanalyzer.engine.findings import Evidence, Finding, Note
+from traceanalyzer.engine.findings import COST_UNITS, Cost, Evidence, Finding, Note
 from traceanalyzer.engine.params import Param, Params
 from traceanalyzer.engine.presentation import (
     FigureFn,
@@ -233,14 +233,22 @@ class RuleContext:
         series: Mapping[str, Sequence[Any]] | None = None,
         score: float = 0.0,
         phases: Sequence[str] = (),
+        cost: Cost | None = None,
         cost_ranks: Sequence[int] = (),
     ) -> Finding:
         """A finding of this rule. ``location`` is where the problem is, independent of rank and
         of timestamps (e.g. ``{"span": "batch_get_into_multi_buffers"}``); it makes the fingerprint,
         so the same problem gets the same id on every run and groups across ranks. ``phases``:
         the serving phases it concerns (``kit.phases_in`` of its steps), when it is tied to
-        some. ``cost_ranks``: the ranks whose time ``cost_ns`` was lost from, when they are not
-        the ranks it names (a late rank's cost is the others' wait)."""
+        some. ``cost``: the step time it costs (``kit.cost_over(ns, window_ns)``), which the
+        reports place it by. ``cost_ranks``: the ranks whose time the cost was lost from, when
+        they are not the ranks it names (a late rank's cost is the others' wait)."""
+        stated = sorted(set(COST_UNITS) & set(metrics or {}))
+        if stated:
+            raise RuleDefinitionError(
+                f"rule {self.rule.id} {self.rule.name}: give the cost as cost=Cost(ns, share) "
+                f"(kit.cost_over), not as the metric(s) {', '.join(stated)}"
+            )
         ranks = [rank] if isinstance(rank, int) else list(rank)
         return Finding(
             rule=self.rule.id,
@@ -258,6 +266,7 @@ class RuleContext:
             score=score,
             phases=list(phases),
             cost_ranks=sorted(int(r) for r in cost_ranks),
+            cost=cost,
         )
 
     def note(self, text: str, *, rank: int | None = None, **metrics: float | int | None) -> None:

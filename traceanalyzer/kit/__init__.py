@@ -31,7 +31,7 @@ from typing import Any
 from traceanalyzer import text
 from traceanalyzer.authoring.ruletest import fixture
 from traceanalyzer.chart import PALETTE, Chart, Swatch
-from traceanalyzer.engine.findings import Evidence, Finding, compress_ranks
+from traceanalyzer.engine.findings import Cost, Evidence, Finding, compress_ranks
 from traceanalyzer.engine.params import Param, Params
 from traceanalyzer.engine.presentation import (
     FigureContext,
@@ -50,7 +50,7 @@ from traceanalyzer.engine.rule import (
     sql_rule,
 )
 from traceanalyzer.kernels import NOT_KERNEL_PATTERN, kernel_tasks
-from traceanalyzer.kit.cost import analysed_window_ns, analysed_windows, window_share
+from traceanalyzer.kit.cost import analysed_window_ns, analysed_windows, cost_over, window_share
 from traceanalyzer.kit.cross_rank import (
     Alignment,
     alignment,
@@ -274,8 +274,10 @@ __all__ = [
     "StreamGaps",
     "compute_stream_gaps",
     # cost, kernels, statistics
+    "Cost",
     "analysed_window_ns",
     "analysed_windows",
+    "cost_over",
     "window_share",
     "NOT_KERNEL_PATTERN",
     "kernel_tasks",
