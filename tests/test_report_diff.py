@@ -209,3 +209,24 @@ def test_unrelated_workloads_are_said_to_be(tmp_path: Path) -> None:
     # two samples of one generator are one workload; no note
     same = diff_outputs(run_sample("store_stall_2rank_rank1_sick"), run_sample("store_healthy"))
     assert same.workload_note is None
+
+
+def test_a_findings_json_from_before_typed_costs_still_diffs(tmp_path: Path) -> None:
+    """An older findings.json (the cost only as metrics, where its rule put them: last for
+    store-transfer-stall) loads, and a changed cost is a metric delta in its unit."""
+    import shutil
+
+    base = run_sample("store_stall_2rank_rank1_sick")
+    older = tmp_path / "older"
+    shutil.copytree(base, older)
+    doc = json.loads((older / "findings.json").read_text())
+    for finding in doc["findings"]:
+        for holder in (finding, *finding["occurrences"]):
+            metrics = holder["metrics"]
+            cost = {k: metrics.pop(k) for k in ("cost_ns", "cost_share")}
+            holder["metrics"] = {**metrics, **cost, "cost_ns": cost["cost_ns"] * 2}
+    (older / "findings.json").write_text(json.dumps(doc))
+    res = CliRunner().invoke(main, ["diff", str(older), str(base), "--out", str(tmp_path / "d")])
+    assert res.exit_code == 0, res.output
+    assert "changed   store-transfer-stall" in res.output
+    assert "cost: 10 s -> 5 s (-50.0%)" in res.output
