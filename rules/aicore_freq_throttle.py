@@ -13,6 +13,7 @@ from traceanalyzer.kit import (
     AI_CORE_FREQ_PROCESS,
     AI_CORE_TASK_TYPES,
     NOT_KERNEL_PATTERN,
+    NS,
     Evidence,
     FigureContext,
     Finding,
@@ -93,6 +94,7 @@ class Segment:
     requires=[
         device_tasks("device kernels (trace_view.json Ascend Hardware)", columns=("task_type",)),
     ],
+    units={"busy_ns": NS, "throttled_busy_ns": NS},
 )
 def aicore_freq_throttle(ctx: RuleContext) -> Iterator[Finding]:
     """

@@ -11,6 +11,8 @@ from traceanalyzer.kit import (
     AI_CPU_TASK_TYPES,
     COMPUTE_TASK_TYPES,
     HARDWARE_PROCESS,
+    NS,
+    SHARE,
     AnyOf,
     Evidence,
     FigureContext,
@@ -103,6 +105,7 @@ COMM_CORES = ("HCCL", "COMMUNICATION")
             ),
         )
     ],
+    units={"aicpu_ns": NS, "aicpu_share": SHARE, "device_compute_ns": NS},
 )
 def aicpu_ops(ctx: RuleContext) -> Iterator[Finding]:
     """

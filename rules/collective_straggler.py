@@ -14,6 +14,7 @@ from traceanalyzer.kit import (
     COMPUTE_TASK_TYPES,
     HARDWARE_PROCESS,
     NOTIFY_WAIT_NAMES,
+    NS,
     STEP_SPAN_PREFIX,
     AnyOf,
     Evidence,
@@ -126,6 +127,14 @@ OWNED = 0.5  # share of the wait moe-load-imbalance must own for the cause to be
             ),
         )
     ],
+    units={
+        "moe_owned_ns": NS,
+        "wait_ns_per_step": NS,
+        "late_wait_ns_median": NS,
+        "peer_wait_ns_median": NS,
+        "before_compute_excess_ns": NS,
+        "before_idle_excess_ns": NS,
+    },
 )
 def collective_straggler(ctx: RuleContext) -> Iterator[Finding]:
     """

@@ -8,6 +8,7 @@ import polars as pl
 
 from traceanalyzer.kit import (
     COMPUTE_TASK_TYPES,
+    SHARE,
     Evidence,
     Finding,
     KeyFigure,
@@ -56,6 +57,7 @@ DATA_PARALLEL = (
         "min_steps": Param(2, "... in at least this many fell-out decode iterations."),
     },
     requires=[phases(*DECODE)],
+    units={"decode_share": SHARE},
 )
 def graph_fallback(ctx: RuleContext) -> Iterator[Finding]:
     """

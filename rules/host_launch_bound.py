@@ -18,8 +18,11 @@ from traceanalyzer.kit import (
     FREE_APIS,
     GRAPH_REPLAY_APIS,
     HARDWARE_PROCESS,
+    NS,
     PAUSE_MS,
+    PHASES,
     PROFILER_MARKER_TASKS,
+    SHARE,
     STEADY_PHASES,
     SYNC_APIS,
     WAIT_TASK_NAMES,
@@ -119,6 +122,17 @@ NO_LINKS = (
         host_api("Node@launch", "aclnn*", "aclmdlRIExecuteAsync", what="CANN launch calls"),
     ],
     uses=[capture_windows],
+    units={
+        "stream_share": SHARE,
+        "idle_ns": NS,
+        "after_sync_ns": NS,
+        "other_cause_ns": NS,
+        "span_ns": NS,
+        "pause_ns": NS,
+        "linked_fraction": SHARE,
+        "phase_cost_share": SHARE,
+        **{f"phase_share_{phase}": SHARE for phase in PHASES},
+    },
 )
 def host_launch_bound(ctx: RuleContext) -> Iterator[Finding]:
     """

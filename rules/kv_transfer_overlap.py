@@ -10,6 +10,8 @@ from traceanalyzer.kit import (
     COMPUTE_TASK_TYPES,
     HOST_MARKED_STEPS,
     NOT_HOST_PROCESSES,
+    NS,
+    SHARE,
     Evidence,
     Finding,
     KeyFigure,
@@ -120,6 +122,13 @@ FIX = {
             & pl.col("name").str.contains(f"{SEND}|{RECEIVE}|{NO_FORWARD}"),
         )
     ],
+    units={
+        "prefill_share": SHARE,
+        "after_ns": NS,
+        "blocked_ns": NS,
+        "send_ns": NS,
+        "wait_ns_max": NS,
+    },
 )
 def kv_transfer_overlap(ctx: RuleContext) -> Iterator[Finding]:
     """

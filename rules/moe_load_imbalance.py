@@ -9,7 +9,10 @@ import polars as pl
 
 from traceanalyzer.kit import (
     HARDWARE_PROCESS,
+    NS,
     PATH_NAMES,
+    RATIO,
+    SHARE,
     Evidence,
     FigureContext,
     Finding,
@@ -71,6 +74,15 @@ CAPACITY = (
             & pl.col("name").str.contains("GroupedMatmul"),
         )
     ],
+    units={
+        "phase_share": SHARE,
+        "wait_ns_per_step": NS,
+        "hot_share": SHARE,
+        "expert_ratio": RATIO,
+        "token_ratio": RATIO,
+        "hot_expert_ns": NS,
+        "median_expert_ns": NS,
+    },
 )
 def moe_load_imbalance(ctx: RuleContext) -> Iterator[Finding]:
     """

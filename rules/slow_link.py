@@ -10,6 +10,7 @@ import polars as pl
 from traceanalyzer.kit import (
     COMMUNICATION_PROCESSES,
     NOTIFY_WAIT_NAMES,
+    RATIO,
     AnyOf,
     Evidence,
     Finding,
@@ -78,6 +79,7 @@ EVIDENCE_LINKS = 6
             ),
         )
     ],
+    units={"ratio": RATIO},
 )
 def slow_link(ctx: RuleContext) -> Iterator[Finding]:
     """

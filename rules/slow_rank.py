@@ -10,6 +10,7 @@ import polars as pl
 
 from traceanalyzer.kit import (
     COMMUNICATION_PROCESSES,
+    NS,
     OUTLIER_EXCESS,
     OUTLIER_Z,
     STEADY_PHASES,
@@ -133,6 +134,13 @@ class RankTimes:
             ),
         )
     ],
+    units={
+        "median_ns": NS,
+        "peers_median_ns": NS,
+        "moe_owned_ns": NS,
+        **{f"{cause}_ns": NS for cause in CAUSES},
+        **{f"{cause}_excess_ns": NS for cause in CAUSES},
+    },
 )
 def slow_rank(ctx: RuleContext) -> Iterator[Finding]:
     """

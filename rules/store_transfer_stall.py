@@ -14,7 +14,10 @@ from traceanalyzer.kit import (
     DEVICE_PROCESSES,
     HARDWARE_PROCESS,
     NOT_HOST_PROCESSES,
+    NS,
+    SHARE,
     STORE_TRANSFER_WINDOW,
+    TRACE_NS,
     TRANSFER_KEY,
     WAIT_TASK_NAMES,
     WAIT_TASK_TYPES,
@@ -126,6 +129,14 @@ FIX = (
         ),
     },
     requires=[device_tasks()],
+    units={
+        "transfer_ns": NS,
+        "lost_ns": NS,
+        "share_lost": SHARE,
+        "worst_span_ns": NS,
+        "worst_span_fraction": SHARE,
+        "worst_span_start_ns": TRACE_NS,
+    },
 )
 def store_transfer_stall(ctx: RuleContext) -> Iterator[Finding]:
     """

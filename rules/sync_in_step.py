@@ -11,7 +11,9 @@ from traceanalyzer.kit import (
     CANN_PROCESS,
     HARDWARE_PROCESS,
     NO_STEPS,
+    NS,
     PROFILER_MARKER_TASKS,
+    SHARE,
     SYNC_APIS,
     Evidence,
     FigureContext,
@@ -63,6 +65,7 @@ NO_SITE = "an explicit synchronize"  # a sync outside any torch op: torch.npu.sy
         host_api("aclrtSynchronize*", "aclrtMemcpy"),
         device_tasks(),
     ],
+    units={"steady_share": SHARE, "step_ns": NS},
 )
 def sync_in_step(ctx: RuleContext) -> Iterator[Finding]:
     """

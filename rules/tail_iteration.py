@@ -9,6 +9,7 @@ from typing import Any
 import polars as pl
 
 from traceanalyzer.kit import (
+    NS,
     STEADY_PHASES,
     Evidence,
     FigureContext,
@@ -73,6 +74,7 @@ FIXES = {
     # a hot expert rank's lateness is moe-load-imbalance's: asked who owns which tail
     uses=[tail_iterations, moe_imbalance],
     requires=[phases(*STEADY_PHASES)],
+    units={"what_if_ns": NS, "median_ns": NS, "wait_ns": NS},
 )
 def tail_iteration(ctx: RuleContext) -> Iterator[Finding]:
     """

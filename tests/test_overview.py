@@ -366,7 +366,7 @@ def test_costs_are_the_rules_stated_costs() -> None:
     written = [f.to_dict() for f in findings]
     assert [f["fingerprint"] for f in by_cost(written, costs)] == [b, a, c, u]
     assert cost_text(costs.get(u)) == ""  # no "costs 0 µs"
-    # findings.json writes the cost where its readers find it: the first metrics
+    # findings.json writes the cost where its readers find it: as metrics, after the rule's
     assert written[0]["metrics"] == {"cost_ns": 100, "cost_share": 0.1}
     assert written[1]["occurrences"][0]["metrics"] == {"cost_ns": 500, "cost_share": None}
     assert written[2]["metrics"] == {}

@@ -80,8 +80,8 @@ class Cost:
     ``cost_ranks``, else its ranks) and ``share``, that time's share of those windows (0-1,
     ``kit.cost``). None where the rule cannot tell it on this rank: reports say "n/a", never 0.
 
-    findings.json writes it as the first two of the finding's metrics, ``cost_ns`` and
-    ``cost_share`` (:data:`COST_UNITS`), where readers of the file have always found it."""
+    findings.json writes it after the finding's own metrics as ``cost_ns`` and ``cost_share``
+    (:data:`COST_UNITS`), where readers of the file have always found it."""
 
     ns: float | None = None
     share: float | None = None
@@ -292,8 +292,9 @@ def group_findings(findings: Iterable[Finding], total_ranks: int | None = None) 
 
 
 def _written_metrics(cost: Cost | None, metrics: Mapping[str, Any]) -> Mapping[str, Any]:
-    """The metrics as findings.json writes them: the cost's first, then the rule's own."""
-    return metrics if cost is None else {**cost.metrics(), **metrics}
+    """The metrics as findings.json writes them: the rule's own, in its order (the reports
+    list them so), then the cost's (which the reports also say with the finding's title)."""
+    return metrics if cost is None else {**metrics, **cost.metrics()}
 
 
 def _clean_value(value: Any) -> Any:

@@ -11,7 +11,9 @@
   requirements (:mod:`traceanalyzer.kit.requirements`: ``device_tasks()``, ``host_api(...)``,
   ``kernel_details()``, ``api_statistics()``, ``communication_ops()``, ``counters(name)``) and
   the presentation hooks (:class:`KeyFigure`, :class:`Mark`, :class:`FigureContext`, the SVG
-  :class:`Chart` its ``new`` returns and :class:`Swatch`, a legend entry);
+  :class:`Chart` its ``new`` returns and :class:`Swatch`, a legend entry), the units a
+  metric is declared in (``NS``, ``SHARE``, ...) and a finding's :class:`Cost`
+  (:func:`cost_over`);
 - the domain vocabulary (:mod:`traceanalyzer.vocabulary`: process names across generations,
   wait and copy task types, the recipes' metadata markers);
 - the shared primitives (:mod:`traceanalyzer.primitives`) and text formatting (``text``);
@@ -49,6 +51,7 @@ from traceanalyzer.engine.rule import (
     rule,
     sql_rule,
 )
+from traceanalyzer.engine.units import COUNT, NS, P_VALUE, RATIO, SHARE, TRACE_NS
 from traceanalyzer.kernels import NOT_KERNEL_PATTERN, kernel_tasks
 from traceanalyzer.kit.cost import analysed_window_ns, analysed_windows, cost_over, window_share
 from traceanalyzer.kit.cross_rank import (
@@ -285,6 +288,12 @@ __all__ = [
     "OUTLIER_Z",
     "robust_z",
     # presentation
+    "COUNT",
+    "NS",
+    "P_VALUE",
+    "RATIO",
+    "SHARE",
+    "TRACE_NS",
     "PALETTE",
     "Chart",
     "Swatch",

@@ -21,6 +21,7 @@ from traceanalyzer.engine.findings import Cost, Evidence
 from traceanalyzer.engine.params import Param
 from traceanalyzer.engine.presentation import FigureContext
 from traceanalyzer.engine.rule import NotEvaluated, RuleContext, helper
+from traceanalyzer.engine.units import SHARE
 from traceanalyzer.kit.cost import analysed_window_ns, cost_over
 from traceanalyzer.kit.requirements import HOST_MARKED_STEPS
 from traceanalyzer.primitives import (
@@ -366,7 +367,7 @@ RECURRING_PARAMS = {
 }
 
 
-@helper(params=RECURRING_PARAMS)
+@helper(params=RECURRING_PARAMS, units={"steady_share": SHARE})  # SteadyUse.metrics
 def recurring_calls(
     ctx: RuleContext, calls: pl.DataFrame, what: str, aside: Mapping[int, str] | None = None
 ) -> Iterator[SteadyUse]:
