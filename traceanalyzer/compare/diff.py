@@ -42,7 +42,7 @@ from traceanalyzer.store import Store, StoreError
 
 Status = Literal["new", "resolved", "changed", "unchanged"]
 REL_TOLERANCE = 0.01  # metric changes below 1% are noise, not "changed"
-NO_PRESENTATION = Presentation()  # a rule not loaded: its metrics are plain numbers, its cost not
+NO_PRESENTATION = Presentation()  # a rule not loaded: its cost in its units, its own metrics plain
 
 
 @dataclass(frozen=True)
