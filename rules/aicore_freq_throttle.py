@@ -13,6 +13,7 @@ from traceanalyzer.kit import (
     AI_CORE_FREQ_PROCESS,
     AI_CORE_TASK_TYPES,
     NOT_KERNEL_PATTERN,
+    NS,
     Evidence,
     FigureContext,
     Finding,
@@ -21,12 +22,12 @@ from traceanalyzer.kit import (
     Param,
     RuleContext,
     analysed_window_ns,
+    cost_over,
     device_tasks,
     kernel_tasks,
     overlap_join,
     rule,
     union_intervals,
-    window_share,
 )
 from traceanalyzer.kit import text as fmt
 
@@ -93,6 +94,7 @@ class Segment:
     requires=[
         device_tasks("device kernels (trace_view.json Ascend Hardware)", columns=("task_type",)),
     ],
+    units={"busy_ns": NS, "throttled_busy_ns": NS},
 )
 def aicore_freq_throttle(ctx: RuleContext) -> Iterator[Finding]:
     """
@@ -256,8 +258,8 @@ def _judge(
     capped = all(s.mhz < v.nominal * (1 - p.min_drop) for s in busy)
     worst = sorted(busy, key=lambda s: s.busy_ns * (1 - s.mhz / v.nominal), reverse=True)
     worst = [s for s in worst if s.mhz < v.nominal][:EVIDENCE_SEGMENTS]
-    cost_share = window_share(v.lost_ns, window_ns)
-    where = f" ({cost_share:.0%} of the analysed window)" if cost_share is not None else ""
+    cost = cost_over(v.lost_ns, window_ns)
+    where = f" ({cost.share:.0%} of the analysed window)" if cost.share is not None else ""
     message = "\n".join(
         [
             f"Kernels ran {fmt.duration(v.busy_ns)} on rank {rank} while the counter was known; "
@@ -282,9 +284,8 @@ def _judge(
         ),
         message=message,
         location={"counter": "AI Core Freq"},
+        cost=cost,
         metrics={
-            "cost_ns": v.lost_ns,
-            "cost_share": cost_share,
             "busy_weighted_mhz": v.weighted_mhz,
             "lowest_busy_mhz": v.lowest_mhz,
             "nominal_mhz": v.nominal,

@@ -11,6 +11,8 @@ from traceanalyzer.kit import (
     AI_CPU_TASK_TYPES,
     COMPUTE_TASK_TYPES,
     HARDWARE_PROCESS,
+    NS,
+    SHARE,
     AnyOf,
     Evidence,
     FigureContext,
@@ -19,10 +21,10 @@ from traceanalyzer.kit import (
     Param,
     RuleContext,
     analysed_window_ns,
+    cost_over,
     device_tasks,
     kernel_details,
     rule,
-    window_share,
 )
 from traceanalyzer.kit import text as fmt
 
@@ -103,6 +105,7 @@ COMM_CORES = ("HCCL", "COMMUNICATION")
             ),
         )
     ],
+    units={"aicpu_ns": NS, "aicpu_share": SHARE, "device_compute_ns": NS},
 )
 def aicpu_ops(ctx: RuleContext) -> Iterator[Finding]:
     """
@@ -266,7 +269,6 @@ def _judge(
     fix = "; ".join(
         f"{g['op_type']}: {op_fix(g['op_type'], g['dtypes'])}" for g in shown.iter_rows(named=True)
     )
-    cost_share = window_share(aicpu_ns, window_ns)
     yield ctx.finding(
         rank=rank,
         sessions=sorted(aicpu["session"].unique().to_list()),
@@ -276,9 +278,8 @@ def _judge(
         ),
         message=message,
         location={"core": "AI_CPU"},
+        cost=cost_over(aicpu_ns, window_ns),
         metrics={
-            "cost_ns": aicpu_ns,
-            "cost_share": cost_share,
             "aicpu_ns": aicpu_ns,
             "aicpu_share": fraction,
             "aicpu_tasks": aicpu.height,

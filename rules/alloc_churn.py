@@ -139,6 +139,7 @@ def _finding(ctx: RuleContext, use: SteadyUse) -> Finding:
         message=message,
         location={"apis": "/".join(apis)},
         metrics=use.metrics(),
+        cost=use.cost(),
         evidence=use.evidence(WORST_SHOWN),
         fix=_fix(ctx, use.rank, frees, n),
         series=use.series(),

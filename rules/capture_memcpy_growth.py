@@ -10,7 +10,10 @@ import polars as pl
 
 from traceanalyzer.kit import (
     NOT_HOST_PROCESSES,
+    NS,
+    P_VALUE,
     PALETTE,
+    RATIO,
     AnyOf,
     ApiLayer,
     Chart,
@@ -102,6 +105,13 @@ FIX = (
             api_statistics(collect_with="profiler_level=Level1 or Level2"),
         )
     ],
+    units={
+        "mann_kendall_p": P_VALUE,
+        "growth_ratio": RATIO,
+        "capture_time_first_ns": NS,
+        "capture_time_last_ns": NS,
+        "capture_time_ratio": RATIO,
+    },
 )
 def capture_memcpy_growth(ctx: RuleContext) -> Iterator[Finding]:
     """

@@ -14,6 +14,7 @@ from traceanalyzer.kit import (
     COMPUTE_TASK_TYPES,
     HARDWARE_PROCESS,
     NOTIFY_WAIT_NAMES,
+    NS,
     STEP_SPAN_PREFIX,
     AnyOf,
     Evidence,
@@ -26,6 +27,7 @@ from traceanalyzer.kit import (
     RuleContext,
     analysed_window_ns,
     communication_ops,
+    cost_over,
     kernel_tasks,
     moe_imbalance,
     rule,
@@ -125,6 +127,14 @@ OWNED = 0.5  # share of the wait moe-load-imbalance must own for the cause to be
             ),
         )
     ],
+    units={
+        "moe_owned_ns": NS,
+        "wait_ns_per_step": NS,
+        "late_wait_ns_median": NS,
+        "peer_wait_ns_median": NS,
+        "before_compute_excess_ns": NS,
+        "before_idle_excess_ns": NS,
+    },
 )
 def collective_straggler(ctx: RuleContext) -> Iterator[Finding]:
     """
@@ -804,9 +814,8 @@ def _finding(ctx: RuleContext, s: Straggler, group: str, kernels: pl.DataFrame) 
         title=title,
         message="\n".join(lines),
         location={"group": s.group, "cause": cause},
+        cost=cost_over(cost, s.window_ns),
         metrics={
-            "cost_ns": cost,
-            "cost_share": cost / s.window_ns if s.window_ns else None,
             "moe_owned_ns": owned,
             "wait_ns_per_step": per_step,
             "late_instances": s.late.height,

@@ -8,18 +8,19 @@ import polars as pl
 
 from traceanalyzer.kit import (
     COMPUTE_TASK_TYPES,
+    SHARE,
     Evidence,
     Finding,
     KeyFigure,
     Param,
     RuleContext,
     analysed_window_ns,
+    cost_over,
     covered_fraction,
     kernel_tasks,
     phases,
     rule,
     serving_steps,
-    window_share,
 )
 from traceanalyzer.kit import text as fmt
 
@@ -56,6 +57,7 @@ DATA_PARALLEL = (
         "min_steps": Param(2, "... in at least this many fell-out decode iterations."),
     },
     requires=[phases(*DECODE)],
+    units={"decode_share": SHARE},
 )
 def graph_fallback(ctx: RuleContext) -> Iterator[Finding]:
     """
@@ -267,9 +269,8 @@ def _finding(
         message="\n".join(lines),
         location={"graph": "decode"},
         phases=phase_names,
+        cost=cost_over(cost, wall),
         metrics={
-            "cost_ns": cost,
-            "cost_share": window_share(cost, wall),
             "decode_share": share,
             "batch_sizes": batches,  # type: ignore[dict-item]
             "steps": fell.height,

@@ -18,12 +18,16 @@ from traceanalyzer.kit import (
     FREE_APIS,
     GRAPH_REPLAY_APIS,
     HARDWARE_PROCESS,
+    NS,
     PAUSE_MS,
+    PHASES,
     PROFILER_MARKER_TASKS,
+    SHARE,
     STEADY_PHASES,
     SYNC_APIS,
     WAIT_TASK_NAMES,
     WAIT_TASK_TYPES,
+    Cost,
     Evidence,
     FigureContext,
     Finding,
@@ -118,6 +122,17 @@ NO_LINKS = (
         host_api("Node@launch", "aclnn*", "aclmdlRIExecuteAsync", what="CANN launch calls"),
     ],
     uses=[capture_windows],
+    units={
+        "stream_share": SHARE,
+        "idle_ns": NS,
+        "after_sync_ns": NS,
+        "other_cause_ns": NS,
+        "span_ns": NS,
+        "pause_ns": NS,
+        "linked_fraction": SHARE,
+        "phase_cost_share": SHARE,
+        **{f"phase_share_{phase}": SHARE for phase in PHASES},
+    },
 )
 def host_launch_bound(ctx: RuleContext) -> Iterator[Finding]:
     """
@@ -507,9 +522,11 @@ def _finding(
         title=title,
         message=message,
         location={"stream": stream},
+        cost=Cost(
+            int(row["cost_ns"]),
+            None if row["cost_share"] is None else round(row["cost_share"], 4),
+        ),
         metrics={
-            "cost_ns": int(row["cost_ns"]),
-            "cost_share": None if row["cost_share"] is None else round(row["cost_share"], 4),
             "stream_share": round(share, 4),
             "host_bound_gaps": int(row["host_bound_gaps"]),
             "idle_ns": int(row["idle_ns"]),
@@ -519,7 +536,7 @@ def _finding(
             "pause_ns": int(row["pause_ns"]),
             "linked_fraction": round(row["linked_fraction"], 4),
             "graph_replays": replays,
-            # the cost against the time of the phases it concerns (cost_share: the whole)
+            # the cost against the time of the phases it concerns (the cost's share: the whole)
             "phase_cost_share": round(hot_cost / hot_time, 4) if hot_time else None,
             **{
                 f"phase_share_{r['phase']}": round(r["share"], 4)

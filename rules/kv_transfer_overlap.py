@@ -10,6 +10,8 @@ from traceanalyzer.kit import (
     COMPUTE_TASK_TYPES,
     HOST_MARKED_STEPS,
     NOT_HOST_PROCESSES,
+    NS,
+    SHARE,
     Evidence,
     Finding,
     KeyFigure,
@@ -18,6 +20,7 @@ from traceanalyzer.kit import (
     Requirement,
     RuleContext,
     analysed_window_ns,
+    cost_over,
     covered_fraction,
     first_match,
     kernel_tasks,
@@ -119,6 +122,13 @@ FIX = {
             & pl.col("name").str.contains(f"{SEND}|{RECEIVE}|{NO_FORWARD}"),
         )
     ],
+    units={
+        "prefill_share": SHARE,
+        "after_ns": NS,
+        "blocked_ns": NS,
+        "send_ns": NS,
+        "wait_ns_max": NS,
+    },
 )
 def kv_transfer_overlap(ctx: RuleContext) -> Iterator[Finding]:
     """
@@ -406,9 +416,8 @@ def _prefill_side(
         message="\n".join(lines),
         location={"side": "prefill", "how": how},
         phases=sorted({ph for ph in per["phase"].to_list() if ph != "unknown"}),
+        cost=cost_over(cost, windows.get(rank)),
         metrics={
-            "cost_ns": cost,
-            "cost_share": window_share(cost, windows.get(rank)),
             "prefill_share": share,
             "after_ns": after,
             "blocked_ns": blocked,
@@ -551,9 +560,8 @@ def _decode_side(
         message="\n".join(lines),
         location={"side": "decode"},
         phases=["idle"],
+        cost=cost_over(cost, wall),  # unknown without a window: n/a, not the 0 judged above
         metrics={
-            "cost_ns": cost,
-            "cost_share": share,
             "no_forward_iterations": n,
             "waits": periods.height,
             "wait_ns_max": float(periods["wait_ns"].max()),  # type: ignore[arg-type]

@@ -13,6 +13,7 @@ from traceanalyzer.kit import (
     APP,
     NO_CAPACITY,
     PTA,
+    SHARE,
     Evidence,
     FigureContext,
     Finding,
@@ -106,6 +107,7 @@ def waste(steps: pl.DataFrame) -> Waste | None:
     },
     requires=[memory_records()],
     uses=[device_memory],
+    units={"gap_share": SHARE},
 )
 def memory_fragmentation(ctx: RuleContext) -> Iterator[Finding]:
     """

@@ -13,6 +13,7 @@ from traceanalyzer.kit import (
     GE,
     MB_BYTES,
     NO_CAPACITY,
+    P_VALUE,
     PTA,
     SERIES,
     Evidence,
@@ -102,6 +103,7 @@ NEVER_FREED_SHOWN = 5
     },
     requires=[memory_records()],
     uses=[device_memory],
+    units={"mann_kendall_p": P_VALUE},
 )
 def memory_growth(ctx: RuleContext) -> Iterator[Finding]:
     """

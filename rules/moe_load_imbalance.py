@@ -9,7 +9,10 @@ import polars as pl
 
 from traceanalyzer.kit import (
     HARDWARE_PROCESS,
+    NS,
     PATH_NAMES,
+    RATIO,
+    SHARE,
     Evidence,
     FigureContext,
     Finding,
@@ -21,10 +24,10 @@ from traceanalyzer.kit import (
     RuleContext,
     analysed_window_ns,
     compress_ranks,
+    cost_over,
     moe_exchange_paths,
     moe_imbalance,
     rule,
-    window_share,
 )
 from traceanalyzer.kit import text as fmt
 
@@ -71,6 +74,15 @@ CAPACITY = (
             & pl.col("name").str.contains("GroupedMatmul"),
         )
     ],
+    units={
+        "phase_share": SHARE,
+        "wait_ns_per_step": NS,
+        "hot_share": SHARE,
+        "expert_ratio": RATIO,
+        "token_ratio": RATIO,
+        "hot_expert_ns": NS,
+        "median_expert_ns": NS,
+    },
 )
 def moe_load_imbalance(ctx: RuleContext) -> Iterator[Finding]:
     """
@@ -208,7 +220,7 @@ def _finding(
     phase_word = f"{f.phase} " if f.phase else ""
     group = f"EP group `{f.group.name}` (ranks {compress_ranks(f.group.members)})"
     tokens_text = f", {token_ratio:.1f}x the routed tokens" if token_ratio else ""
-    cost_share = window_share(f.cost_ns, sum(windows.get(r, 0) for r in f.waiting_ranks))
+    cost = cost_over(f.cost_ns, sum(windows.get(r, 0) for r in f.waiting_ranks))
     load = (
         f"expert compute {ratio:.1f}x the group's median per MoE layer "
         f"({fmt.duration(hot_expert)} vs {fmt.duration(median_expert)}){tokens_text}"
@@ -265,7 +277,7 @@ def _finding(
         f"({exchange}): {fmt.duration(f.cost_ns)} in all over {waiting} ranks, "
         f"{per_layer:.0f} layers and {f.judged_steps} steps, {fmt.duration(per_step)} per step "
         f"each, {f.share:.1%} of their time in those steps"
-        + (f", {cost_share:.1%} of their analysed window." if cost_share is not None else ".")
+        + (f", {cost.share:.1%} of their analysed window." if cost.share is not None else ".")
     )
     lines.append(_evidence_line(f, p.routed_count_paths))
     lines += _path_lines(paths, f)
@@ -288,9 +300,8 @@ def _finding(
         },
         phases=[f.phase] if f.phase else [],
         cost_ranks=f.waiting_ranks,  # the wait is theirs
+        cost=cost,
         metrics={
-            "cost_ns": f.cost_ns,
-            "cost_share": cost_share,
             "phase_share": f.share,
             "wait_ns_per_step": per_step,
             "judged_steps": f.judged_steps,

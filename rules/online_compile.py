@@ -148,6 +148,7 @@ def _finding(ctx: RuleContext, use: SteadyUse) -> Finding:
         message=message,
         location={"compile": "online"},
         metrics=use.metrics(),
+        cost=use.cost(),
         evidence=use.evidence(WORST_SHOWN),
         fix=(
             "Stop compiling in the loop: `torch_npu.npu.set_compile_mode(jit_compile=False)` "

@@ -20,12 +20,12 @@ from traceanalyzer.kit import (
     RuleContext,
     analysed_window_ns,
     analysed_windows,
+    cost_over,
     kernel_tasks,
     overlap_join,
     rule,
     session_metadata,
     total_length,
-    window_share,
 )
 from traceanalyzer.kit import text as fmt
 
@@ -261,10 +261,7 @@ def _finding(
         title=f"{setting.name}={value}: {setting.headline}{measured}",
         message=message,
         location={"setting": setting.name, "value": value},
-        metrics={
-            "cost_ns": idle_ns,
-            "cost_share": window_share(idle_ns, window_ns) if idle_ns is not None else None,
-        },
+        cost=cost_over(idle_ns, window_ns),  # unmeasured: n/a
         evidence=[
             Evidence(
                 rank=rank,

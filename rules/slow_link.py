@@ -10,6 +10,7 @@ import polars as pl
 from traceanalyzer.kit import (
     COMMUNICATION_PROCESSES,
     NOTIFY_WAIT_NAMES,
+    RATIO,
     AnyOf,
     Evidence,
     Finding,
@@ -18,8 +19,8 @@ from traceanalyzer.kit import (
     Requirement,
     RuleContext,
     analysed_window_ns,
+    cost_over,
     rule,
-    window_share,
 )
 from traceanalyzer.kit import text as fmt
 
@@ -78,6 +79,7 @@ EVIDENCE_LINKS = 6
             ),
         )
     ],
+    units={"ratio": RATIO},
 )
 def slow_link(ctx: RuleContext) -> Iterator[Finding]:
     """
@@ -302,9 +304,8 @@ def _finding(
             "peers_gbps": median,
             "ratio": bandwidth / median if median else None,
             "transfers": transfers,
-            "cost_ns": cost,
-            "cost_share": window_share(cost, window),
         },
+        cost=cost_over(cost, window),
         evidence=[
             Evidence(
                 rank=int(s),

@@ -10,6 +10,7 @@ import polars as pl
 
 from traceanalyzer.kit import (
     COMMUNICATION_PROCESSES,
+    NS,
     OUTLIER_EXCESS,
     OUTLIER_Z,
     STEADY_PHASES,
@@ -17,6 +18,7 @@ from traceanalyzer.kit import (
     WAIT_TASK_NAMES,
     WAIT_TASK_TYPES,
     AnyOf,
+    Cost,
     Evidence,
     Finding,
     KeyFigure,
@@ -132,6 +134,13 @@ class RankTimes:
             ),
         )
     ],
+    units={
+        "median_ns": NS,
+        "peers_median_ns": NS,
+        "moe_owned_ns": NS,
+        **{f"{cause}_ns": NS for cause in CAUSES},
+        **{f"{cause}_excess_ns": NS for cause in CAUSES},
+    },
 )
 def slow_rank(ctx: RuleContext) -> Iterator[Finding]:
     """
@@ -458,12 +467,13 @@ def _judge(ctx: RuleContext, metric: str, times: list[RankTimes]) -> Iterator[Fi
             title=title,
             message=message,
             location={"metric": metric, "cause": cause},
+            # what the rank loses against its peers over its steps; none where the MoE owns it
+            cost=Cost(0.0, 0.0)
+            if moe
+            else Cost(lost, lost / t.steps / t.total if t.total else None),
             metrics={
                 "median_ns": t.total,
                 "peers_median_ns": median,
-                # what the rank loses against its peers over its steps (the overview's cost)
-                "cost_ns": 0.0 if moe else lost,
-                "cost_share": 0.0 if moe else (lost / t.steps / t.total if t.total else None),
                 "moe_owned_ns": lost if moe else 0.0,
                 "excess": excess,
                 "robust_z": float(score),

@@ -14,7 +14,10 @@ from traceanalyzer.kit import (
     DEVICE_PROCESSES,
     HARDWARE_PROCESS,
     NOT_HOST_PROCESSES,
+    NS,
+    SHARE,
     STORE_TRANSFER_WINDOW,
+    TRACE_NS,
     TRANSFER_KEY,
     WAIT_TASK_NAMES,
     WAIT_TASK_TYPES,
@@ -31,6 +34,7 @@ from traceanalyzer.kit import (
     RuleContext,
     Swatch,
     analysed_window_ns,
+    cost_over,
     device_tasks,
     evidence_marks,
     outermost,
@@ -41,7 +45,6 @@ from traceanalyzer.kit import (
     rule,
     session_metadata,
     total_length,
-    window_share,
 )
 from traceanalyzer.kit import text as fmt
 
@@ -126,6 +129,14 @@ FIX = (
         ),
     },
     requires=[device_tasks()],
+    units={
+        "transfer_ns": NS,
+        "lost_ns": NS,
+        "share_lost": SHARE,
+        "worst_span_ns": NS,
+        "worst_span_fraction": SHARE,
+        "worst_span_start_ns": TRACE_NS,
+    },
 )
 def store_transfer_stall(ctx: RuleContext) -> Iterator[Finding]:
     """
@@ -740,10 +751,9 @@ def _finding(
             "worst_span_fraction": worst["fraction"],
             "worst_span_start_ns": worst["start_ns"],
             "stalling_streams": len(stream_ids),
-            # the stalled span time is lost to the rank's window: the overview places it there
-            "cost_ns": lost_ns,
-            "cost_share": window_share(lost_ns, analysed_window_ns(ctx).get(rank)),
         },
+        # the stalled span time is lost to the rank's window: the overview places it there
+        cost=cost_over(lost_ns, analysed_window_ns(ctx).get(rank)),
         evidence=evidence,
         phases=_phases(ctx, rank, stalled),
         series={

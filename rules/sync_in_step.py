@@ -11,7 +11,9 @@ from traceanalyzer.kit import (
     CANN_PROCESS,
     HARDWARE_PROCESS,
     NO_STEPS,
+    NS,
     PROFILER_MARKER_TASKS,
+    SHARE,
     SYNC_APIS,
     Evidence,
     FigureContext,
@@ -22,6 +24,7 @@ from traceanalyzer.kit import (
     RuleContext,
     analysed_window_ns,
     call_sites,
+    cost_over,
     device_tasks,
     host_api,
     host_calls,
@@ -31,7 +34,6 @@ from traceanalyzer.kit import (
     step_windows,
     text,
     union_intervals,
-    window_share,
 )
 
 WORST_SHOWN = 5
@@ -63,6 +65,7 @@ NO_SITE = "an explicit synchronize"  # a sync outside any torch op: torch.npu.sy
         host_api("aclrtSynchronize*", "aclrtMemcpy"),
         device_tasks(),
     ],
+    units={"steady_share": SHARE, "step_ns": NS},
 )
 def sync_in_step(ctx: RuleContext) -> Iterator[Finding]:
     """
@@ -311,9 +314,8 @@ def _finding(
         title=title,
         message=message,
         location={"site": sites[0]},
+        cost=cost_over(cost, analysed_window_ns(ctx).get(rank)),
         metrics={
-            "cost_ns": cost,
-            "cost_share": window_share(cost, analysed_window_ns(ctx).get(rank)),
             "steady_share": round(share, 4),
             "extra_stalls": extra.height,
             "extra_per_step": round(extra.height / n, 3),

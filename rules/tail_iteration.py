@@ -9,6 +9,7 @@ from typing import Any
 import polars as pl
 
 from traceanalyzer.kit import (
+    NS,
     STEADY_PHASES,
     Evidence,
     FigureContext,
@@ -21,11 +22,11 @@ from traceanalyzer.kit import (
     analysed_window_ns,
     collective_split,
     compress_ranks,
+    cost_over,
     moe_imbalance,
     phases,
     rule,
     tail_iterations,
-    window_share,
 )
 from traceanalyzer.kit import text as fmt
 
@@ -73,6 +74,7 @@ FIXES = {
     # a hot expert rank's lateness is moe-load-imbalance's: asked who owns which tail
     uses=[tail_iterations, moe_imbalance],
     requires=[phases(*STEADY_PHASES)],
+    units={"what_if_ns": NS, "median_ns": NS, "wait_ns": NS},
 )
 def tail_iteration(ctx: RuleContext) -> Iterator[Finding]:
     """
@@ -320,8 +322,6 @@ def _finding(
             "late_name": name,
             "windows": [[s[1], s[2]] for s in spans],
             "tail_iterations": len(tails),
-            "cost_ns": cost,
-            "cost_share": window_share(cost, windows.get(on)),
             "what_if_ns": what_if,
             "median_ns": median,
             "wait_ns": wait_total,
@@ -332,6 +332,7 @@ def _finding(
         series=_series(tails, on, offsets),
         score=cost,
         phases=phase_names,
+        cost=cost_over(cost, windows.get(on)),
         cost_ranks=[on],
     )
 

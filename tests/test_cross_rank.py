@@ -113,7 +113,7 @@ def test_tail_root_cause_and_cost_match_the_truth(
     (found,) = _tail(store)
     m = found.metrics
     assert (m["root_rank"], m["cause"], m["late_work"]) == (2, expected, what)
-    assert m["cost_ns"] == pytest.approx(3e6, rel=0.25)
+    assert found.cost.ns == pytest.approx(3e6, rel=0.25)
     assert m["tail_iterations"] == 2 and m["waiting_ranks"] == [0, 1, 3]
     assert len(m["windows"]) == 2
 
@@ -170,7 +170,7 @@ def test_a_rank_alone_has_tails_without_waiters(tmp_path: Path) -> None:
     (found,) = _tail(store)
     m = found.metrics
     assert (m["root_rank"], m["cause"], m["late_work"], m["waiting_ranks"]) == (0, "host", "gc", [])
-    assert m["cost_ns"] == pytest.approx(4e6, rel=0.25)
+    assert found.cost.ns == pytest.approx(4e6, rel=0.25)
 
 
 def test_ranks_alone_slow_at_once_have_no_root(tmp_path: Path) -> None:

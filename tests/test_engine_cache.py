@@ -200,3 +200,42 @@ def test_rules_over_every_rank_are_cached_too(
     assert "all ranks: cached outcome in .cache/rules/global.json ignored, corrupt" in " | ".join(
         n["text"] for n in status["notes"]
     )
+
+
+def test_a_findings_cost_round_trips_through_the_cache() -> None:
+    """The cost, typed, comes back from an entry's JSON as it went in: numpy values as numbers,
+    an unknown part as None, a grouped finding's occurrences with their own."""
+    import numpy as np
+
+    from traceanalyzer.engine.cache import _plain, outcome_from_json, outcome_to_json
+    from traceanalyzer.engine.findings import Cost, Finding, group_findings
+    from traceanalyzer.engine.runner import RuleOutcome
+
+    def finding(rank: int, cost: Cost | None) -> Finding:
+        return Finding(
+            rule="TA999", name="x", severity="info", ranks=[rank], sessions=["s"], title="t",
+            message="m", fix="f", metrics={"calls": 3}, location={"at": "here"}, cost=cost,
+        )  # fmt: skip
+
+    costs = [Cost(np.int64(5_000), np.float64(0.25)), Cost(None, 0.5), Cost(), None]
+    findings = [finding(r, c) for r, c in enumerate(costs)]
+    (grouped,) = group_findings(findings)
+    outcome = RuleOutcome("TA999", frozenset({0, 1, 2, 3}), "evaluated", [*findings, grouped])
+    back = outcome_from_json(json.loads(json.dumps(outcome_to_json(outcome), default=_plain)))
+    assert [f.cost for f in back.findings] == [*costs, costs[0]]
+    assert [o.cost for o in back.findings[-1].occurrences] == costs
+    assert [f.to_dict() for f in back.findings] == [f.to_dict() for f in outcome.findings]
+
+
+def test_a_warm_run_costs_its_findings_as_the_cold_one(warm: tuple[Path, dict]) -> None:
+    """Findings answered from the cache cost what the cold run's did."""
+    from traceanalyzer.engine.loader import load_rules
+    from traceanalyzer.engine.shards import evaluate_store
+    from traceanalyzer.overview import finding_costs
+
+    out, first = warm
+    executor = _Recording()
+    cached = evaluate_store(out, executor, load_rules(), config_path=False)
+    assert executor.tasks == []  # every outcome from the cache
+    overview = first["summary"]["overview"]
+    assert overview["costs"] and finding_costs(cached.findings, overview) == overview["costs"]

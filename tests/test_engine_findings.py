@@ -61,7 +61,7 @@ def test_grouping_lists_ranks_and_keeps_occurrences():
     assert group.ranks_label == "ranks 2, 5, 9 (3/64)"
     assert group.headline.startswith("store-transfer-stall on ranks 2, 5, 9 (3/64): ")
     assert group.title == "stall on rank 2"  # representative = highest score
-    assert [o["ranks"] for o in group.occurrences] == [[2], [5], [9]]
+    assert [o.ranks for o in group.occurrences] == [[2], [5], [9]]
     assert len(group.evidence) == 3 and group.evidence[0].rank == 2
 
 

@@ -107,3 +107,44 @@ def test_key_figures_must_be_declared_once_each() -> None:
         KeyFigure("rank", "rank")
     with pytest.raises(ValueError):
         KeyFigure("a", "a", better="smaller")  # type: ignore[arg-type]
+
+
+def test_a_metric_prints_in_the_unit_its_rule_declared_never_by_its_name() -> None:
+    """The one conversion of units (``report.fmt.metric``) takes the rule's declaration: a
+    metric named like a duration is a plain number until declared one, a helper's units come
+    with it, and a cost's are the engine's (n/a where the rule could not tell it)."""
+    from traceanalyzer.kit import NS, TRACE_NS, recurring_calls
+    from traceanalyzer.report import fmt
+
+    @rule(
+        id="TX901",
+        name="declared",
+        severity="info",
+        summary="Declares its units.",
+        units={"wait": NS, "freq": "MHz", "at": TRACE_NS},
+        uses=[recurring_calls],
+    )
+    def declared(ctx: RuleContext) -> Iterator[Finding]:
+        """## What it detects\nx\n## Why it matters\nx\n## How to fix\nx\n## Example\nx
+        ## References\nx"""
+        yield from ()
+
+    shown = declared.presentation
+    values = {"wait": 2.52e9, "wait_ns": 2_520_000_000, "freq": 1800, "steady_share": 0.25,
+              "cost_ns": 5e9, "cost_share": None, "at": 1736408885527946217}  # fmt: skip
+    assert {k: fmt.metric(v, shown.unit(k)) for k, v in values.items()} == {
+        "wait": "2.52 s",
+        "wait_ns": "2,520,000,000",
+        "freq": "1,800 MHz",
+        "steady_share": "25.0%",
+        "cost_ns": "5 s",
+        "cost_share": "n/a",
+        "at": "1736408885527946.217 µs",
+    }
+
+
+def test_a_cost_given_as_metrics_is_refused_with_the_way_to_give_it() -> None:
+    r = _rule()
+    ctx = RuleContext(rule=r, store=StoreBuilder().store(), params=Params({"min_us": 10.0}))
+    with pytest.raises(RuleDefinitionError, match=r"cost=Cost\(ns, share\)"):
+        ctx.finding(rank=0, title="t", message="m", location={}, metrics={"cost_ns": 5})

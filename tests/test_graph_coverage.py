@@ -56,9 +56,10 @@ def test_graph_size_batch_and_padding_are_the_generators(tmp_path: Path, knobs: 
 
 
 def _fallback(store: Store) -> dict:
+    """The finding's metrics as findings.json writes them (its cost as cost_ns, cost_share)."""
     rule = load_rules(entry_points=False).rules.get("graph-fallback")
     result = evaluate(store, rules=RuleSet([rule]), config_path=False)
-    return result.findings[0].metrics if result.findings else {}
+    return result.findings[0].to_dict()["metrics"] if result.findings else {}
 
 
 def test_fallen_out_batches_and_their_cost_against_a_covered_twin(tmp_path: Path) -> None:

@@ -62,7 +62,7 @@ def test_hot_rank_and_cost_match_the_simulation(knobs: dict) -> None:
     assert len(found) == 1
     # named: hot in at least min_hot_share (0.2) of the served steps
     assert found[0].ranks == sorted(r for r, n in hot.items() if n >= 0.2 * served)
-    assert found[0].metrics["cost_ns"] == pytest.approx(wait, rel=0.2)
+    assert found[0].cost.ns == pytest.approx(wait, rel=0.2)
 
 
 def test_one_owner_for_the_hot_ranks_wait() -> None:
@@ -71,13 +71,13 @@ def test_one_owner_for_the_hot_ranks_wait() -> None:
     knobs = {**SMALL, "comm": "alltoall", "graph": False}
     result = evaluate(scenario_store("moe-ep", ranks=4, **knobs))
     by_name = {f.name: f for f in result.findings}
-    moe_cost = by_name["moe-load-imbalance"].metrics["cost_ns"]
+    moe_cost = by_name["moe-load-imbalance"].cost.ns
     straggler = by_name["collective-straggler"]
     assert straggler.location["cause"] == "moe"
     assert straggler.metrics["moe_owned_ns"] > 0.9 * moe_cost / 3  # mean over the 3 peers
-    assert straggler.metrics["cost_ns"] < 0.05 * moe_cost
+    assert straggler.cost.ns < 0.05 * moe_cost
     _, wait, _ = _true_wait(knobs)
-    total = moe_cost + 3 * straggler.metrics["cost_ns"]
+    total = moe_cost + 3 * straggler.cost.ns
     assert total == pytest.approx(wait, rel=0.2)  # counted once, not twice
 
 
@@ -171,9 +171,9 @@ def test_prefill_and_decode_costs_match_the_scenario() -> None:
         .item()
     )
     assert found["prefill"].ranks == [0] and found["decode"].ranks == [1]
-    assert found["prefill"].metrics["cost_ns"] == pytest.approx(sends, rel=0.05)
+    assert found["prefill"].cost.ns == pytest.approx(sends, rel=0.05)
     requests = 2  # iterations 0 and 3 of 6 bring a new request (requests_every=3)
-    assert found["decode"].metrics["cost_ns"] == pytest.approx(requests * 3000e3, rel=0.2)
+    assert found["decode"].cost.ns == pytest.approx(requests * 3000e3, rel=0.2)
 
 
 def test_rules_asking_about_the_expert_load_read_its_parameters() -> None:
@@ -288,6 +288,6 @@ def test_one_picture_of_moe_time(tmp_path) -> None:
     for row in overview["cluster"]:
         assert (row["step_z"] > 3.5) == row["outlier"], row
     cost = overview["costs"][finding.fingerprint]
-    assert cost["cost_share"] == pytest.approx(finding.metrics["cost_share"])
+    assert cost["cost_share"] == pytest.approx(finding.cost.share)
     share = f"{cost['cost_share']:.1%}"
     assert share in cost_text(cost) and share in finding.message, finding.message

@@ -16,13 +16,14 @@ from click.testing import CliRunner
 from report_support import SAMPLES, run_sample
 
 from traceanalyzer.compare.overview_diff import overview_deltas
+from traceanalyzer.engine.findings import Cost, Finding, group_findings
 from traceanalyzer.kit import us
 from traceanalyzer.kit.store_builder import StoreBuilder
 from traceanalyzer.overview import TopSizes, by_cost, finding_costs
 from traceanalyzer.overview.breakdown import UNMEASURED, computing_ns
 from traceanalyzer.overview.cluster import cluster_rows
 from traceanalyzer.overview.compute import summarize_rank
-from traceanalyzer.report.overview_text import overview_markdown, overview_table
+from traceanalyzer.report.overview_text import cost_text, overview_markdown, overview_table
 from traceanalyzer.schema import COMPONENT_NAMES
 from traceanalyzer.store import Store
 
@@ -337,24 +338,39 @@ def test_headline_names_the_largest_parts() -> None:
     )
 
 
-def test_costs_come_from_the_rules_metrics() -> None:
-    """A finding costs what its rule states in cost_ns/cost_share (summed over its occurrences);
-    a rule that states none (growth, not lost time) has no cost and sorts last."""
+def _costed(name: str, ranks: list[int], cost: Cost | None) -> Finding:
+    """A finding of ``ranks`` stating ``cost`` (None: its rule states none)."""
+    return Finding(
+        rule="TA999", name=name, severity="warning", ranks=ranks, sessions=[], title=name,
+        message="m", fix="f", location={"name": name}, cost=cost,
+    )  # fmt: skip
+
+
+def test_costs_are_the_rules_stated_costs() -> None:
+    """A finding costs what its rule states (summed over its occurrences); a rule that states
+    none (growth, not lost time) has no cost and sorts last, and so does one whose cost it
+    could not tell on its rank (both None): n/a, never 0."""
     overview = {"ranks": [{"rank": 0, "total_ns": 1_000}, {"rank": 1, "total_ns": 1_000}]}
+    (grouped,) = group_findings([_costed("y", [1], Cost(500))])
     findings = [
-        {"fingerprint": "a", "name": "x", "metrics": {"cost_ns": 100, "cost_share": 0.1}},
-        {
-            "fingerprint": "b",
-            "name": "y",
-            "occurrences": [{"ranks": [1], "metrics": {"cost_ns": 500}}],
-        },
-        {"fingerprint": "c", "name": "z", "metrics": {"captures": 3}},
+        _costed("x", [0], Cost(100, 0.1)),
+        grouped,
+        _costed("z", [0], None),
+        _costed("u", [1], Cost(None, None)),
     ]
+    a, b, c, u = (f.fingerprint for f in findings)
     costs = finding_costs(findings, overview)
-    assert costs["a"]["cost_share"] == pytest.approx(0.1)
-    assert costs["b"]["cost_share"] == pytest.approx(0.5)
-    assert "c" not in costs
-    assert [f["fingerprint"] for f in by_cost(findings, costs)] == ["b", "a", "c"]
+    assert costs[a]["cost_share"] == pytest.approx(0.1)
+    assert costs[b]["cost_share"] == pytest.approx(0.5)
+    assert c not in costs and u not in costs
+    written = [f.to_dict() for f in findings]
+    assert [f["fingerprint"] for f in by_cost(written, costs)] == [b, a, c, u]
+    assert cost_text(costs.get(u)) == ""  # no "costs 0 µs"
+    # findings.json writes the cost where its readers find it: as metrics, after the rule's
+    assert written[0]["metrics"] == {"cost_ns": 100, "cost_share": 0.1}
+    assert written[1]["occurrences"][0]["metrics"] == {"cost_ns": 500, "cost_share": None}
+    assert written[2]["metrics"] == {}
+    assert written[3]["metrics"] == {"cost_ns": None, "cost_share": None}
 
 
 # --------------------------------------------------------------------------------------------
@@ -506,20 +522,15 @@ def test_a_breakdown_the_export_contradicts_is_said_loudly(tmp_path: Path) -> No
 
 
 def test_cost_shares_on_a_contradicted_breakdown_carry_the_caveat() -> None:
-    from traceanalyzer.overview.document import finding_costs
-    from traceanalyzer.report.overview_text import cost_text
-
     overview = {
         "ranks": [{"rank": 0, "total_ns": 1_000}, {"rank": 1, "total_ns": 1_000}],
         "source": {"differing_ranks": [1]},
     }
-    findings = [
-        {"fingerprint": "a", "ranks": [0], "metrics": {"cost_ns": 100}},
-        {"fingerprint": "b", "ranks": [1], "metrics": {"cost_ns": 100}},
-    ]
-    costs = finding_costs(findings, overview)
-    assert "unreliable" not in cost_text(costs["a"])
-    assert costs["b"]["unreliable_ranks"] == [1] and "unreliable" in cost_text(costs["b"])
+    a, b = _costed("a", [0], Cost(100)), _costed("b", [1], Cost(100))
+    costs = finding_costs([a, b], overview)
+    assert "unreliable" not in cost_text(costs[a.fingerprint])
+    assert costs[b.fingerprint]["unreliable_ranks"] == [1]
+    assert "unreliable" in cost_text(costs[b.fingerprint])
 
 
 COST_PHRASE = re.compile(

@@ -209,3 +209,40 @@ def test_unrelated_workloads_are_said_to_be(tmp_path: Path) -> None:
     # two samples of one generator are one workload; no note
     same = diff_outputs(run_sample("store_stall_2rank_rank1_sick"), run_sample("store_healthy"))
     assert same.workload_note is None
+
+
+def test_a_findings_json_from_before_typed_costs_still_diffs(tmp_path: Path) -> None:
+    """An older findings.json (the cost only as metrics, where its rule put them: first, say)
+    loads, and a changed cost is a metric delta in its unit."""
+    import shutil
+
+    base = run_sample("store_stall_2rank_rank1_sick")
+    older = tmp_path / "older"
+    shutil.copytree(base, older)
+    doc = json.loads((older / "findings.json").read_text())
+    for finding in doc["findings"]:
+        for holder in (finding, *finding["occurrences"]):
+            metrics = holder["metrics"]
+            cost = {k: metrics.pop(k) for k in ("cost_ns", "cost_share")}
+            holder["metrics"] = {**cost, "cost_ns": cost["cost_ns"] * 2, **metrics}
+    (older / "findings.json").write_text(json.dumps(doc))
+    res = CliRunner().invoke(main, ["diff", str(older), str(base), "--out", str(tmp_path / "d")])
+    assert res.exit_code == 0, res.output
+    assert "changed   store-transfer-stall" in res.output
+    assert "cost: 10 s -> 5 s (-50.0%)" in res.output
+
+
+def test_metric_deltas_take_their_rules_units() -> None:
+    """A time on the trace's clock (declared so) always differs and is left out; a figure with
+    "start" in its name is still compared; each delta is printed in its declared unit."""
+    from traceanalyzer.compare.diff import metric_deltas
+    from traceanalyzer.compare.render import delta_text
+    from traceanalyzer.engine.presentation import Presentation
+    from traceanalyzer.engine.units import NS, TRACE_NS
+
+    shown = Presentation(units={"worst_at": TRACE_NS, "wait": NS})
+    base = {"metrics": {"worst_at": 1, "wait": 2e6, "baseline_start_mb": 10}}
+    target = {"metrics": {"worst_at": 2, "wait": 1e6, "baseline_start_mb": 20}}
+    deltas = metric_deltas(base, target, shown)
+    assert [(d.key, d.unit) for d in deltas] == [("wait", NS), ("baseline_start_mb", "")]
+    assert [delta_text(d) for d in deltas] == ["2 ms -> 1 ms (-50.0%)", "10 -> 20 (2.0x)"]

@@ -75,7 +75,7 @@ def test_scenarios_fire_their_rule_and_twins_stay_silent(
     assert {f.name for f in findings} == fires  # the field rules TA001/TA002 included
     for f in findings:
         assert f.ranks == [0, 1]
-        assert f.metrics["cost_ns"] > 0 and 0 < f.metrics["cost_share"] <= 1
+        assert f.cost.ns > 0 and 0 < f.cost.share <= 1
         if f.name == "host-launch-bound":
             assert f.location == {"stream": 2}
 

@@ -212,7 +212,7 @@ def _overview(
 
     try:
         document, seconds = _summary(out, executor, top, force, capacity_gb)
-        document["costs"] = finding_costs([f.to_dict() for f in findings.findings], document)
+        document["costs"] = finding_costs(findings.findings, document)
     except Exception as exc:  # the overview is context: its failure must not cost the findings
         if log:
             log(f"overview failed: {type(exc).__name__}: {exc}")

@@ -42,6 +42,11 @@ def _key_figures(rule: Rule) -> list[str]:
     return lines
 
 
+def _units(rule: Rule) -> str:
+    """``busy_ns`` ns, ``drop`` share: the units its metrics are declared in ("" if none)."""
+    return ", ".join(f"`{metric}` {unit}" for metric, unit in rule.presentation.units.items())
+
+
 def explain_rule(rule: Rule) -> str:
     """Plain-text documentation for the terminal."""
     out = [f"{rule.id} {rule.name} [{rule.severities}]", rule.summary]
@@ -61,6 +66,8 @@ def explain_rule(rule: Rule) -> str:
     out += ["", "Presentation", "------------"]
     out.append(f"figure: {shown.caption or 'drawn'}" if shown.figure else "figure: none")
     out.append("timeline marks: " + ("its own" if shown.marks else "its evidence rows"))
+    if shown.units:
+        out.append("metric units: " + _units(rule).replace("`", ""))
     if shown.key_figures:
         out += ["key figures (compared by diff):"]
         out += [f"- {line.replace('`', '')}" for line in _key_figures(rule)]
@@ -132,6 +139,8 @@ def render_markdown(rules: Iterable[Rule]) -> str:
         out += params_table(rule.params) if rule.params else ["(none)"]
         out += ["", "### Requires", ""]
         out += [f"- {line}" for line in _requirements(rule)] or ["(nothing)"]
+        if rule.presentation.units:
+            out += ["", "### Metric units", "", _units(rule)]
         if rule.presentation.key_figures:
             out += ["", "### Key figures (compared by `diff`)", ""]
             out += [f"- {line}" for line in _key_figures(rule)]

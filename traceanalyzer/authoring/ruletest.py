@@ -54,6 +54,7 @@ class Fixture:
     contains: tuple[str, ...] = ()  # substrings the finding text (or reason) must contain
     # the first finding's metrics: name -> (expected value, relative tolerance)
     metrics: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+    cost: tuple[float, float] | None = None  # the first finding's cost (ns), and its tolerance
     snapshot: bool = True
     doc: str = ""
 
@@ -66,11 +67,12 @@ def fixture(
     contains: str | Sequence[str] = (),
     reason: str | None = None,
     metrics: Mapping[str, tuple[float, float]] | None = None,
+    cost: tuple[float, float] | None = None,
     snapshot: bool = True,
 ) -> Callable[[Callable[[], Store]], Fixture]:
     """Declare a fixture function (it returns a :class:`Store`). ``metrics``: what the first
-    finding's metrics must be, each ``name: (value, relative tolerance)`` (a cost within 20%
-    of the truth the fixture was built with: ``{"cost_ns": (24e6, 0.2)}``)."""
+    finding's metrics must be, each ``name: (value, relative tolerance)``; ``cost``: its cost
+    in ns, the same way (within 20% of the truth the fixture was built with: ``(24e6, 0.2)``)."""
     if expect not in ("fire", "silent", "inconclusive", "not_evaluated"):
         raise ValueError(
             f"expect must be fire, silent, inconclusive or not_evaluated, not {expect!r}"
@@ -88,6 +90,7 @@ def fixture(
             ranks=tuple(ranks) if ranks is not None else None,
             contains=needles,
             metrics=dict(metrics or {}),
+            cost=cost,
             snapshot=snapshot and expect == "fire",
             doc=(build.__doc__ or "").strip().splitlines()[0] if build.__doc__ else "",
         )
@@ -168,6 +171,9 @@ def run_fixture(rule: Rule, fix: Fixture, *, update_snapshots: bool = False) -> 
             if fix.ranks is not None and first.ranks != list(fix.ranks):
                 problems.append(f"expected ranks {list(fix.ranks)}, got {first.ranks}")
             problems += _metric_problems(first.metrics, fix.metrics)
+            if fix.cost is not None:
+                ns = first.cost.ns if first.cost else None
+                problems += _metric_problems({"cost": ns}, {"cost": fix.cost})
     elif fix.expect == "silent":
         if status.status != "clean":
             detail = f"{len(result.findings)} finding(s)" if result.findings else status.reason

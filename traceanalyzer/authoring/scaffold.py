@@ -27,6 +27,8 @@ import polars as pl
 
 from traceanalyzer.kit import (
     CANN_PROCESS,
+    COUNT,
+    NS,
     PALETTE,
     Chart,
     Evidence,
@@ -36,6 +38,8 @@ from traceanalyzer.kit import (
     Mark,
     Param,
     RuleContext,
+    analysed_window_ns,
+    cost_over,
     evidence_marks,
     host_api,
     rule,
@@ -54,6 +58,8 @@ from traceanalyzer.kit import (
     }},
     # the data it reads; without it: "not evaluated: missing CANN API events (collect with ...)"
     requires=[host_api()],
+    # how the reports print its metrics that are not plain numbers (NS: a duration, SHARE, ...)
+    units={{"worst_ns": NS}},
 )
 def {func}(ctx: RuleContext) -> Iterator[Finding]:
     """
@@ -76,6 +82,7 @@ def {func}(ctx: RuleContext) -> Iterator[Finding]:
     - Where this knowledge comes from (issue, doc, field report).
     """
     p = ctx.params
+    windows = analysed_window_ns(ctx)  # per rank: the time a cost is a share of
     for (rank,), calls in _slow_calls(ctx).group_by("rank"):
         worst = calls.sort("dur_ns", descending=True)
         yield ctx.finding(
@@ -89,6 +96,8 @@ def {func}(ctx: RuleContext) -> Iterator[Finding]:
             # of ranks into one finding and `diff` all key on it
             location={{"api_pattern": p.api_pattern}},
             metrics={{"calls": calls.height, "worst_ns": worst["dur_ns"][0]}},
+            # the time it costs, and its share of the rank's window: the reports rank by it
+            cost=cost_over(float(calls["dur_ns"].sum()), windows.get(rank)),
             evidence=[
                 Evidence(
                     rank=rank,
@@ -135,9 +144,9 @@ def _figure(fig: FigureContext) -> Chart | None:
 
 
 @{func}.key_figures(
-    KeyFigure("calls", "calls matching the pattern", unit="count"),
-    KeyFigure("slow_calls", "slow calls", better="lower", unit="count"),
-    KeyFigure("call_ns_total", "time in matching calls", better="lower", unit="ns"),
+    KeyFigure("calls", "calls matching the pattern", unit=COUNT),
+    KeyFigure("slow_calls", "slow calls", better="lower", unit=COUNT),
+    KeyFigure("call_ns_total", "time in matching calls", better="lower", unit=NS),
 )
 def _key_figures(ctx: RuleContext) -> pl.DataFrame:
     """Per rank, whether or not the rule fired: `diff` compares these between two runs."""
@@ -191,7 +200,7 @@ def calls(durations_us: list[float]) -> Store:
     return b.store()
 
 
-@fixture(expect="fire", ranks=[0], contains="take longer than 10 ms")
+@fixture(expect="fire", ranks=[0], contains="take longer than 10 ms", cost=(us(42_000), 0.0))
 def fire_one_slow_call() -> Store:
     return calls([50, 42_000, 60])
 

@@ -32,15 +32,17 @@ from traceanalyzer.compare.run_tables import UNREADABLE, read_run
 from traceanalyzer.compare.settings_diff import run_settings, settings_changed
 from traceanalyzer.engine.findings import compress_ranks
 from traceanalyzer.engine.params import Params
-from traceanalyzer.engine.presentation import key_figure_document
+from traceanalyzer.engine.presentation import Presentation, key_figure_document
 from traceanalyzer.engine.registry import RuleSet
 from traceanalyzer.engine.rule import RuleContext
+from traceanalyzer.engine.units import TRACE_NS
 from traceanalyzer.interrupts import contained
 from traceanalyzer.report.documents import read_findings
 from traceanalyzer.store import Store, StoreError
 
 Status = Literal["new", "resolved", "changed", "unchanged"]
 REL_TOLERANCE = 0.01  # metric changes below 1% are noise, not "changed"
+NO_PRESENTATION = Presentation()  # a rule not loaded: its cost in its units, its own metrics plain
 
 
 @dataclass(frozen=True)
@@ -58,7 +60,8 @@ class Figure:
 class Delta:
     """One number before and after; ``rel`` is the relative change (None when base is 0/None).
 
-    ``figure`` is set for key figures (None for a finding's own metrics).
+    ``figure`` is set for key figures (None for a finding's own metrics); ``unit``: the one its
+    rule declared (a key figure's, or a metric's).
     """
 
     key: str
@@ -67,6 +70,11 @@ class Delta:
     ranks: list[int] = field(default_factory=list)
     scope: str = ""  # for figures: which ranks the numbers cover
     figure: Figure | None = None
+    unit: str = ""
+
+    def __post_init__(self) -> None:
+        if self.figure is not None:
+            self.unit = self.figure.unit
 
     @property
     def label(self) -> str:
@@ -210,17 +218,20 @@ def _num(value: Any) -> float | None:
     return float(value) if math.isfinite(value) else None
 
 
-def metric_deltas(base: dict[str, Any], target: dict[str, Any]) -> list[Delta]:
-    """Numeric metrics present on both sides that moved by more than :data:`REL_TOLERANCE`."""
+def metric_deltas(
+    base: dict[str, Any], target: dict[str, Any], shown: Presentation = NO_PRESENTATION
+) -> list[Delta]:
+    """Numeric metrics present on both sides that moved by more than :data:`REL_TOLERANCE`, in
+    the units their rule (``shown``) declared; times on the trace's clock always differ."""
     out = []
     for key, b in (base.get("metrics") or {}).items():
         t = (target.get("metrics") or {}).get(key)
-        bn, tn = _num(b), _num(t)
-        if bn is None or tn is None or "start" in key:  # timestamps always differ
+        bn, tn, unit = _num(b), _num(t), shown.unit(key)
+        if bn is None or tn is None or unit == TRACE_NS:
             continue
         if bn == tn or (bn and abs(tn - bn) / abs(bn) < REL_TOLERANCE):
             continue
-        out.append(Delta(key, bn, tn))
+        out.append(Delta(key, bn, tn, unit=unit))
     return out
 
 
@@ -326,6 +337,7 @@ def diff_outputs(
     base_fig = key_figures_of(base, base_doc, rules)
     target_fig = key_figures_of(target, target_doc, rules)
     profiled = (_ranks_of(base_doc), _ranks_of(target_doc))
+    presentations = {rule.id: rule.presentation for rule in rules or ()}
     b = {f["fingerprint"]: f for f in base_doc.get("findings", [])}
     t = {f["fingerprint"]: f for f in target_doc.get("findings", [])}
     changes = []
@@ -344,7 +356,7 @@ def diff_outputs(
                 FindingChange("resolved", fp, side["rule"], side["name"], bf, None, figures=figs)
             )
         else:
-            deltas = metric_deltas(bf, tf)
+            deltas = metric_deltas(bf, tf, presentations.get(side["rule"], NO_PRESENTATION))
             moved = (
                 deltas
                 or bf.get("severity") != tf.get("severity")

@@ -7,7 +7,6 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 
-from traceanalyzer import text
 from traceanalyzer.compare.diff import Delta, DiffResult, FindingChange
 from traceanalyzer.compare.explain_render import (
     explain_html,
@@ -27,29 +26,9 @@ from traceanalyzer.report.markdown import md_table, md_text
 STATUS_KIND = {"new": "error", "resolved": "clean", "changed": "warning", "unchanged": "plain"}
 
 
-def _value(d: Delta, value: float | None) -> str:
-    """A key figure's value in its declared unit (``ns`` a duration, ``ratio``, a count...)."""
-    unit = d.figure.unit if d.figure else ""
-    if value is None:
-        return "n/a"
-    if unit == "ns":
-        return fmt.duration(value)
-    if unit == "ratio":
-        return text.ratio(value)
-    if unit in ("", "count"):
-        return fmt.number(value)
-    return f"{fmt.number(value)} {unit}"
-
-
 def delta_text(d: Delta) -> str:
-    out = f"{_value(d, d.base)} -> {_value(d, d.target)}"
-    if d.rel is not None:
-        out += f" ({fmt.change(d.rel)})"
-    return out
-
-
-def _metric_text(d: Delta) -> str:
-    out = f"{fmt.metric(d.key, d.base)} -> {fmt.metric(d.key, d.target)}"
+    """``2.52 s -> 25.7 ms (-99.0%)``: both sides in the unit the rule declared."""
+    out = f"{fmt.metric(d.base, d.unit)} -> {fmt.metric(d.target, d.unit)}"
     if d.rel is not None:
         out += f" ({fmt.change(d.rel)})"
     return out
@@ -67,7 +46,7 @@ def render_diff_text(diff: DiffResult) -> str:
         ranks = ", ".join(map(str, side.get("ranks") or []))
         lines.append(f"  {c.status:<9} {c.name:<24} rank {ranks:<8} {side.get('title', '')}")
         for d in c.metrics:
-            lines.append(f"            {fmt.label(d.key)}: {_metric_text(d)}")
+            lines.append(f"            {fmt.label(d.key)}: {delta_text(d)}")
         for d in c.figures:
             if d.base or d.target:  # 0 or nothing on both sides: no row
                 lines.append(f"            {d.label}: {delta_text(d)}  [{d.scope}]")
@@ -113,8 +92,8 @@ def _change_section(c: FindingChange) -> str:
     rows = [
         (
             fmt.label(d.key),
-            fmt.metric(d.key, d.base),
-            fmt.metric(d.key, d.target),
+            fmt.metric(d.base, d.unit),
+            fmt.metric(d.target, d.unit),
             _delta_cell(d),
             "finding metric",
         )
@@ -123,8 +102,8 @@ def _change_section(c: FindingChange) -> str:
     rows += [
         (
             d.label,
-            _value(d, d.base),
-            _value(d, d.target),
+            fmt.metric(d.base, d.unit),
+            fmt.metric(d.target, d.unit),
             _delta_cell(d),
             d.scope,
         )
@@ -186,8 +165,8 @@ def render_diff_html(
         (
             d.ranks[0],
             d.label,
-            _value(d, d.base),
-            _value(d, d.target),
+            fmt.metric(d.base, d.unit),
+            fmt.metric(d.target, d.unit),
             _delta_cell(d),
         )
         for d in diff.figures

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from traceanalyzer.engine.findings import Evidence, Finding, Note
+from traceanalyzer.engine.findings import Cost, Evidence, Finding, Note, Occurrence
 from traceanalyzer.engine.runner import RuleOutcome
 from traceanalyzer.outdir import read_own
 from traceanalyzer.store import shard_label, shard_words, write_atomic_text
@@ -41,7 +41,16 @@ def outcome_to_json(outcome: RuleOutcome) -> dict[str, Any]:
 def outcome_from_json(doc: Mapping[str, Any]) -> RuleOutcome:
     """The outcome an entry holds; raises (KeyError, TypeError, ...) on anything malformed."""
     findings = [
-        Finding(**{**f, "evidence": [Evidence(**e) for e in f["evidence"]]})
+        Finding(
+            **{
+                **f,
+                "evidence": [Evidence(**e) for e in f["evidence"]],
+                "occurrences": [
+                    Occurrence(**{**o, "cost": _cost(o["cost"])}) for o in f["occurrences"]
+                ],
+                "cost": _cost(f["cost"]),
+            }
+        )
         for f in doc["findings"]
     ]
     ranks = doc["ranks"]
@@ -56,6 +65,10 @@ def outcome_from_json(doc: Mapping[str, Any]) -> RuleOutcome:
         traceback=doc["traceback"],
         key_figures=[dict(row) for row in doc["key_figures"]],
     )
+
+
+def _cost(doc: Mapping[str, Any] | None) -> Cost | None:
+    return None if doc is None else Cost(**doc)
 
 
 def _plain(value: Any) -> Any:

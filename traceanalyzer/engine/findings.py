@@ -5,6 +5,7 @@ that point into the timeline), how bad (severity, metrics) and what to do (fix).
 ``fingerprint`` is a hash of the rule id and the finding's *location* (e.g. the transfer span's
 name) and never of timestamps, session directory names or numbers that change between runs, so
 the same problem in the same place keeps its id from run to run and can be diffed and triaged.
+Its :class:`Cost` is the step time it costs, which the overview places in the breakdown.
 
 Rules emit one finding per rank; :func:`group_findings` folds the findings with the same
 fingerprint into one ("store-transfer-stall on ranks 2, 5, 9 (3/64)") that keeps every rank's
@@ -19,6 +20,8 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
+
+from traceanalyzer.engine.units import NS, SHARE
 
 SCHEMA_VERSION = 1
 SEVERITY_RANK = {"info": 0, "warning": 1, "error": 2}
@@ -71,6 +74,60 @@ class Note:
         }
 
 
+@dataclass(frozen=True)
+class Cost:
+    """The time a finding costs: ``ns`` lost from the analysed windows of its cost ranks (its
+    ``cost_ranks``, else its ranks) and ``share``, that time's share of those windows (0-1,
+    ``kit.cost``). None where the rule cannot tell it on this rank: reports say "n/a", never 0.
+
+    findings.json writes it after the finding's own metrics as ``cost_ns`` and ``cost_share``
+    (:data:`COST_UNITS`), where readers of the file have always found it."""
+
+    ns: float | None = None
+    share: float | None = None
+
+    def __post_init__(self) -> None:
+        # as findings.json holds it: a number or None, the share within [0, 1]
+        object.__setattr__(self, "ns", _clean_value(self.ns))
+        object.__setattr__(self, "share", bounded_share(self.share))
+
+    def metrics(self) -> dict[str, float | None]:
+        return {"cost_ns": self.ns, "cost_share": self.share}
+
+
+# the units of the metrics a cost is written as
+COST_UNITS = {"cost_ns": NS, "cost_share": SHARE}
+
+
+@dataclass(frozen=True)
+class Occurrence:
+    """One rank's own figures in a finding grouped over several ranks (see :func:`group_findings`)."""
+
+    ranks: list[int]
+    sessions: list[str]
+    severity: str
+    title: str
+    metrics: dict[str, Any]
+    phases: list[str]
+    cost_ranks: list[int]
+    series: dict[str, list[Any]]  # its own per-point data, so reports can plot all ranks
+    cost: Cost | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return _clean(
+            {
+                "ranks": self.ranks,
+                "sessions": self.sessions,
+                "severity": self.severity,
+                "title": self.title,
+                "metrics": _written_metrics(self.cost, self.metrics),
+                "phases": self.phases,
+                "cost_ranks": self.cost_ranks,
+                "series": self.series,
+            }
+        )
+
+
 @dataclass
 class Finding:
     """A problem found by a rule. ``ranks`` holds more than one rank after grouping."""
@@ -88,7 +145,7 @@ class Finding:
     location: dict[str, Any] = field(default_factory=dict)
     series: dict[str, list[Any]] = field(default_factory=dict)  # per-point data for plots
     score: float = 0.0  # impact used to pick the representative rank and to sort
-    occurrences: list[dict[str, Any]] = field(default_factory=list)
+    occurrences: list[Occurrence] = field(default_factory=list)
     total_ranks: int | None = None
     # what the finding stands on that is incomplete: a truncated trace, dropped rows (per rank)
     caveats: list[str] = field(default_factory=list)
@@ -98,6 +155,7 @@ class Finding:
     # whose time the cost is lost from, when not the ranks named (a straggler's cost is the
     # others' wait): empty means ``ranks``
     cost_ranks: list[int] = field(default_factory=list)
+    cost: Cost | None = None  # None: the rule states no cost (capture-memcpy-growth: growth)
 
     @property
     def fingerprint(self) -> str:
@@ -143,11 +201,11 @@ class Finding:
             "title": self.title,
             "message": self.message,
             "fix": self.fix,
-            "metrics": _clean(self.metrics),
+            "metrics": _clean(_written_metrics(self.cost, self.metrics)),
             "location": self.location,
             "evidence": [e.to_dict() for e in self.evidence],
             "series": {k: [_clean_value(v) for v in vs] for k, vs in self.series.items()},
-            "occurrences": [_clean(o) for o in self.occurrences],
+            "occurrences": [o.to_dict() for o in self.occurrences],
             "caveats": list(self.caveats),
             "phases": list(self.phases),
             "cost_ranks": list(self.cost_ranks),
@@ -211,26 +269,32 @@ def group_findings(findings: Iterable[Finding], total_ranks: int | None = None) 
                 evidence=evidence,
                 occurrences=sorted(
                     (
-                        {
-                            "ranks": m.ranks,
-                            "sessions": m.sessions,
-                            "severity": m.severity,
-                            "title": m.title,
-                            "metrics": m.metrics,
-                            "phases": m.phases,
-                            "cost_ranks": m.cost_ranks,
-                            # every rank's own per-point data, so reports can plot all ranks
-                            "series": m.series,
-                        }
+                        Occurrence(
+                            ranks=m.ranks,
+                            sessions=m.sessions,
+                            severity=m.severity,
+                            title=m.title,
+                            metrics=m.metrics,
+                            phases=m.phases,
+                            cost_ranks=m.cost_ranks,
+                            series=m.series,
+                            cost=m.cost,
+                        )
                         for m in members
                     ),
-                    key=lambda o: o["ranks"],
+                    key=lambda o: o.ranks,
                 ),
                 total_ranks=total_ranks,
             )
         )
     grouped.sort(key=lambda f: (-SEVERITY_RANK[f.severity], f.rule, -f.score, f.ranks))
     return grouped
+
+
+def _written_metrics(cost: Cost | None, metrics: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The metrics as findings.json writes them: the rule's own, in its order (the reports
+    list them so), then the cost's (which the reports also say with the finding's title)."""
+    return metrics if cost is None else {**metrics, **cost.metrics()}
 
 
 def _clean_value(value: Any) -> Any:

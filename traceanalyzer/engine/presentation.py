@@ -14,6 +14,8 @@ external rule is presented exactly like a built-in one.
   fired (not where it is not evaluated); ``diff`` compares them between runs.
 - **marks**: ``fn(finding) -> Iterable[Mark]``, slices for the Perfetto overlay; without it,
   every evidence row with a start time is one mark (:func:`evidence_marks`).
+- **units**: the units of its findings' metrics (``@rule(units={"wait_ns": NS})``,
+  :mod:`traceanalyzer.engine.units`), which say how the reports and ``diff`` print them.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import polars as pl
 
 from traceanalyzer.chart import GRID, Chart, ChartAxes
+from traceanalyzer.engine.findings import COST_UNITS
 from traceanalyzer.engine.params import Params
 
 if TYPE_CHECKING:
@@ -46,8 +49,8 @@ class KeyFigure:
 
     ``name`` is the column the key-figures function returns; ``label`` is what people read
     ("capture time (mean per capture)"); ``better`` colours a change as an improvement or a
-    regression (None: neutral, e.g. a count); ``unit`` (``ns``, ``ratio``, ``count``, ``MHz``...)
-    says how to print the value.
+    regression (None: neutral, e.g. a count); ``unit`` (:mod:`~traceanalyzer.engine.units`:
+    ``NS``, ``RATIO``, ``COUNT``, or one printed after the number, ``MHz``) says how to print it.
     """
 
     name: str
@@ -190,6 +193,12 @@ class Presentation:
     key_figures: tuple[KeyFigure, ...] = ()
     compute_key_figures: KeyFiguresFn | None = None
     marks: MarksFn | None = None
+    units: Mapping[str, str] = field(default_factory=dict)  # its findings' metric -> its unit
+
+    def unit(self, metric: str) -> str:
+        """The unit of one of its findings' metrics: a cost's, else the one the rule declared;
+        "" (a plain number) when it declared none."""
+        return COST_UNITS.get(metric) or self.units.get(metric, "")
 
     def marks_for(self, finding: Mapping[str, Any]) -> list[Mark]:
         return list((self.marks or evidence_marks)(finding))

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import polars as pl
 
-from traceanalyzer.engine.findings import Evidence, Finding, Note
+from traceanalyzer.engine.findings import COST_UNITS, Cost, Evidence, Finding, Note
 from traceanalyzer.engine.params import Param, Params
 from traceanalyzer.engine.presentation import (
     FigureFn,
@@ -85,6 +85,7 @@ class Helper:
 
     fn: Callable[..., Any]
     params: Mapping[str, Param]
+    units: Mapping[str, str] = field(default_factory=dict)  # of the metrics it makes
 
     @property
     def name(self) -> str:
@@ -104,11 +105,14 @@ class Helper:
         return self.fn(ctx, *args, **kwargs)
 
 
-def helper(params: Mapping[str, Param]) -> Callable[[Callable[..., _T]], Helper]:
-    """Declare a kit helper that reads ``params`` (see :class:`Helper`)."""
+def helper(
+    params: Mapping[str, Param], units: Mapping[str, str] | None = None
+) -> Callable[[Callable[..., _T]], Helper]:
+    """Declare a kit helper that reads ``params`` (see :class:`Helper`); ``units``: those of
+    the findings' metrics it makes, which the rule that declares it gets too."""
 
     def wrap(fn: Callable[..., _T]) -> Helper:
-        return Helper(fn, dict(params))
+        return Helper(fn, dict(params), dict(units or {}))
 
     return wrap
 
@@ -233,14 +237,22 @@ class RuleContext:
         series: Mapping[str, Sequence[Any]] | None = None,
         score: float = 0.0,
         phases: Sequence[str] = (),
+        cost: Cost | None = None,
         cost_ranks: Sequence[int] = (),
     ) -> Finding:
         """A finding of this rule. ``location`` is where the problem is, independent of rank and
         of timestamps (e.g. ``{"span": "batch_get_into_multi_buffers"}``); it makes the fingerprint,
         so the same problem gets the same id on every run and groups across ranks. ``phases``:
         the serving phases it concerns (``kit.phases_in`` of its steps), when it is tied to
-        some. ``cost_ranks``: the ranks whose time ``cost_ns`` was lost from, when they are not
-        the ranks it names (a late rank's cost is the others' wait)."""
+        some. ``cost``: the step time it costs (``kit.cost_over(ns, window_ns)``), which the
+        reports place it by. ``cost_ranks``: the ranks whose time the cost was lost from, when
+        they are not the ranks it names (a late rank's cost is the others' wait)."""
+        stated = sorted(set(COST_UNITS) & set(metrics or {}))
+        if stated:
+            raise RuleDefinitionError(
+                f"rule {self.rule.id} {self.rule.name}: give the cost as cost=Cost(ns, share) "
+                f"(kit.cost_over), not as the metric(s) {', '.join(stated)}"
+            )
         ranks = [rank] if isinstance(rank, int) else list(rank)
         return Finding(
             rule=self.rule.id,
@@ -258,6 +270,7 @@ class RuleContext:
             score=score,
             phases=list(phases),
             cost_ranks=sorted(int(r) for r in cost_ranks),
+            cost=cost,
         )
 
     def note(self, text: str, *, rank: int | None = None, **metrics: float | int | None) -> None:
@@ -464,6 +477,7 @@ def rule(
     escalates_to: Severity | None = None,
     escalation: str = "",
     uses: Sequence[Helper] = (),
+    units: Mapping[str, str] | None = None,
 ) -> Callable[[RuleBody], Rule]:
     """Declare a rule. The decorated function's docstring is the rule's documentation.
 
@@ -472,10 +486,14 @@ def rule(
     (cross-rank comparisons) always see every rank at once. A rule whose findings can be more
     severe than ``severity`` says so: ``escalates_to="error", escalation="when ..."``. ``uses``
     declares the kit helpers it calls that read parameters of their own (:class:`Helper`).
+    ``units``: the unit of each of its findings' metrics that is not a plain number
+    (``{"wait_ns": NS, "hot_share": SHARE}``, :mod:`traceanalyzer.engine.units`), which the
+    reports and ``diff`` print it in.
     """
 
     helpers = {h.name: h for h in uses}
     declared = {n: p for h in helpers.values() for n, p in h.params.items()} | dict(params or {})
+    metric_units = {n: u for h in helpers.values() for n, u in h.units.items()} | dict(units or {})
 
     def decorate(body: RuleBody) -> Rule:
         return Rule(
@@ -493,6 +511,7 @@ def rule(
             escalates_to=escalates_to,
             escalation=escalation,
             source=_source_of(body),
+            presentation=Presentation(units=metric_units),
         )
 
     return decorate
@@ -518,6 +537,7 @@ def sql_rule(
     params: Mapping[str, Param] | None = None,
     requires: Sequence[Precondition] = (),
     metrics: Sequence[str] = (),
+    units: Mapping[str, str] | None = None,
 ) -> Rule:
     """A declarative rule: every row of a polars-SQL ``query`` becomes one finding.
 
@@ -525,8 +545,8 @@ def sql_rule(
     evaluated). ``{param}`` placeholders in ``query`` are replaced by parameter values (quote
     strings yourself: ``'{pattern}'``). ``title``/``message`` are ``str.format`` templates over the
     row's columns and the parameters. The query must return a ``rank`` column (and may return
-    ``session``); ``location`` names the columns that say where the problem is, and ``metrics``
-    the numeric columns to report.
+    ``session``); ``location`` names the columns that say where the problem is, ``metrics``
+    the numeric columns to report and ``units`` their units, as :func:`rule`'s.
     """
 
     def body(ctx: RuleContext) -> Iterator[Finding]:
@@ -556,4 +576,5 @@ def sql_rule(
         requires=tuple(requires),
         fix=fix,
         source=None,
+        presentation=Presentation(units=dict(units or {})),
     )

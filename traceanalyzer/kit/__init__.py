@@ -11,7 +11,9 @@
   requirements (:mod:`traceanalyzer.kit.requirements`: ``device_tasks()``, ``host_api(...)``,
   ``kernel_details()``, ``api_statistics()``, ``communication_ops()``, ``counters(name)``) and
   the presentation hooks (:class:`KeyFigure`, :class:`Mark`, :class:`FigureContext`, the SVG
-  :class:`Chart` its ``new`` returns and :class:`Swatch`, a legend entry);
+  :class:`Chart` its ``new`` returns and :class:`Swatch`, a legend entry), the units a
+  metric is declared in (``NS``, ``SHARE``, ...) and a finding's :class:`Cost`
+  (:func:`cost_over`);
 - the domain vocabulary (:mod:`traceanalyzer.vocabulary`: process names across generations,
   wait and copy task types, the recipes' metadata markers);
 - the shared primitives (:mod:`traceanalyzer.primitives`) and text formatting (``text``);
@@ -31,7 +33,7 @@ from typing import Any
 from traceanalyzer import text
 from traceanalyzer.authoring.ruletest import fixture
 from traceanalyzer.chart import PALETTE, Chart, Swatch
-from traceanalyzer.engine.findings import Evidence, Finding, compress_ranks
+from traceanalyzer.engine.findings import Cost, Evidence, Finding, compress_ranks
 from traceanalyzer.engine.params import Param, Params
 from traceanalyzer.engine.presentation import (
     FigureContext,
@@ -49,8 +51,9 @@ from traceanalyzer.engine.rule import (
     rule,
     sql_rule,
 )
+from traceanalyzer.engine.units import COUNT, NS, P_VALUE, RATIO, SHARE, TRACE_NS
 from traceanalyzer.kernels import NOT_KERNEL_PATTERN, kernel_tasks
-from traceanalyzer.kit.cost import analysed_window_ns, analysed_windows, window_share
+from traceanalyzer.kit.cost import analysed_window_ns, analysed_windows, cost_over, window_share
 from traceanalyzer.kit.cross_rank import (
     Alignment,
     alignment,
@@ -274,8 +277,10 @@ __all__ = [
     "StreamGaps",
     "compute_stream_gaps",
     # cost, kernels, statistics
+    "Cost",
     "analysed_window_ns",
     "analysed_windows",
+    "cost_over",
     "window_share",
     "NOT_KERNEL_PATTERN",
     "kernel_tasks",
@@ -283,6 +288,12 @@ __all__ = [
     "OUTLIER_Z",
     "robust_z",
     # presentation
+    "COUNT",
+    "NS",
+    "P_VALUE",
+    "RATIO",
+    "SHARE",
+    "TRACE_NS",
     "PALETTE",
     "Chart",
     "Swatch",

@@ -1,16 +1,16 @@
-"""The analysed window of each rank: the time a finding's cost is a share of (``cost_share``).
+"""The analysed window of each rank: the time a finding's cost is a share of (``Cost.share``).
 
 It is the rank's steps (the steps table's windows, the idle time between two iterations
 included: what the overview's breakdown covers) where the rank has them, else its sessions from
-first to last event. One definition, so every rule's ``cost_share`` is the share the overview
-and the reports give it.
+first to last event. One definition, so every rule's cost share is the share the overview and
+the reports give it.
 """
 
 from __future__ import annotations
 
 import polars as pl
 
-from traceanalyzer.engine.findings import bounded_share
+from traceanalyzer.engine.findings import Cost, bounded_share
 from traceanalyzer.engine.rule import RuleContext
 from traceanalyzer.steps.tables import steps_of
 
@@ -55,3 +55,9 @@ def window_share(cost_ns: float | None, window_ns: int | None) -> float | None:
     if cost_ns is None or not window_ns or window_ns <= 0:
         return None
     return bounded_share(cost_ns / window_ns)
+
+
+def cost_over(ns: float | None, window_ns: int | None) -> Cost:
+    """A finding's cost: ``ns`` lost from a window of ``window_ns`` (the rank's analysed
+    window, :func:`analysed_window_ns`), with its share of it (None when either is unknown)."""
+    return Cost(ns, window_share(ns, window_ns))

@@ -17,11 +17,12 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from traceanalyzer.engine.findings import Evidence
+from traceanalyzer.engine.findings import Cost, Evidence
 from traceanalyzer.engine.params import Param
 from traceanalyzer.engine.presentation import FigureContext
 from traceanalyzer.engine.rule import NotEvaluated, RuleContext, helper
-from traceanalyzer.kit.cost import analysed_window_ns, window_share
+from traceanalyzer.engine.units import SHARE
+from traceanalyzer.kit.cost import analysed_window_ns, cost_over
 from traceanalyzer.kit.requirements import HOST_MARKED_STEPS
 from traceanalyzer.primitives import (
     containing_call,
@@ -318,11 +319,13 @@ class SteadyUse:
         """The phases of the steady steps that made the calls."""
         return phases_in(self.per_step.filter(pl.col("steady") & (pl.col("calls") > 0)))
 
+    def cost(self) -> Cost:
+        """The calls' time in the steady steps, and its share of the analysed window."""
+        return cost_over(int(self.totals["cost_ns"]), self.window_ns)
+
     def metrics(self) -> dict[str, Any]:
         t, n = self.totals, self.steps
         return {
-            "cost_ns": int(t["cost_ns"]),
-            "cost_share": window_share(t["cost_ns"], self.window_ns),
             "steady_share": round(t["cost_share"], 4),
             "calls": int(t["calls"]),
             "calls_per_step": round(t["calls"] / n, 3),
@@ -364,7 +367,7 @@ RECURRING_PARAMS = {
 }
 
 
-@helper(params=RECURRING_PARAMS)
+@helper(params=RECURRING_PARAMS, units={"steady_share": SHARE})  # SteadyUse.metrics
 def recurring_calls(
     ctx: RuleContext, calls: pl.DataFrame, what: str, aside: Mapping[int, str] | None = None
 ) -> Iterator[SteadyUse]:

@@ -6,14 +6,14 @@ this section, never the engine, so they can be rebuilt from an output directory 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
 import polars as pl
 
 from traceanalyzer.engine.advice import collect_hint, store_facts
-from traceanalyzer.engine.findings import bounded_share
+from traceanalyzer.engine.findings import Finding, Occurrence, bounded_share
 from traceanalyzer.overview.breakdown import TIMELINE_BLIND, UNMEASURED, computing_ns, unmeasured
 from traceanalyzer.overview.collectives import collectives_section
 from traceanalyzer.overview.compute import DEFAULT_TOP, TopSizes
@@ -190,20 +190,14 @@ def self_check(steps: pl.DataFrame, formats: Iterable[str]) -> dict[str, Any]:
 # --------------------------------------------------------------------------------------------
 
 
-def _occurrence_cost(metrics: Mapping[str, Any]) -> tuple[float | None, float | None, str]:
-    """(cost_ns over the rank's windows, share of its step time, how) from one rank's metrics:
-    a rule states its cost in ``cost_ns`` / ``cost_share`` (docs/writing-rules.md)."""
-    if isinstance(metrics.get("cost_ns"), (int, float)) or isinstance(
-        metrics.get("cost_share"), (int, float)
-    ):
-        return metrics.get("cost_ns"), metrics.get("cost_share"), "cost_ns/cost_share"
-    return None, None, ""
+# how a finding's cost was derived: the rule stated it (written as its metrics cost_ns/cost_share)
+COST_BASIS = "cost_ns/cost_share"
 
 
 def finding_costs(
-    findings: Iterable[Mapping[str, Any]], overview: Mapping[str, Any]
+    findings: Iterable[Finding], overview: Mapping[str, Any]
 ) -> dict[str, dict[str, Any]]:
-    """fingerprint -> {cost_ns, cost_share, basis} for the findings whose metrics allow it.
+    """fingerprint -> {cost_ns, cost_share, basis} for the findings whose rule states a cost.
 
     A finding over several ranks costs the sum over its occurrences; its share is that sum over
     the same ranks' total step (window) time. A finding that names its phases also gets
@@ -215,22 +209,16 @@ def finding_costs(
     unreliable = set((overview.get("source") or {}).get("differing_ranks") or [])
     out: dict[str, dict[str, Any]] = {}
     for finding in findings:
-        occurrences = finding.get("occurrences") or [
-            {
-                "ranks": finding.get("ranks", []),
-                "cost_ranks": finding.get("cost_ranks", []),
-                "metrics": finding.get("metrics", {}),
-            }
-        ]
-        cost, window, shares, basis, costed = 0.0, 0, [], "", set()
-        phases = list(finding.get("phases") or [])
+        occurrences: Sequence[Finding | Occurrence] = finding.occurrences or [finding]
+        cost, window, shares, costed, stated = 0.0, 0, [], set(), False
+        phases = list(finding.phases)
         in_phases = 0  # the time of those phases on the finding's ranks
         for occ in occurrences:
-            ns, share, how = _occurrence_cost(occ.get("metrics") or {})
-            if not how:
-                continue
-            basis = how
-            lost_on = occ.get("cost_ranks") or occ.get("ranks", [])
+            ns, share = (occ.cost.ns, occ.cost.share) if occ.cost else (None, None)
+            if ns is None and share is None:
+                continue  # no cost stated, or the rule could not tell it here: n/a, never 0
+            stated = True
+            lost_on = occ.cost_ranks or occ.ranks
             costed.update(lost_on)
             occ_window = sum(totals.get(r, 0) for r in lost_on)
             if ns is not None:
@@ -241,22 +229,22 @@ def finding_costs(
                 shares.append(float(share))
             elif ns is not None and occ_window:
                 shares.append(float(ns) / occ_window)
-        if not basis:
+        if not stated:
             continue
         share = cost / window if window and cost else (max(shares) if shares else None)
-        out[finding["fingerprint"]] = {
+        out[finding.fingerprint] = {
             "cost_ns": cost or None,
             "cost_share": bounded_share(share),
-            "basis": basis,
+            "basis": COST_BASIS,
             "ranks": sorted(costed),  # whose step time the share is of, and the time summed over
         }
         if phases and cost and in_phases:  # and against the time of the phases it concerns
-            out[finding["fingerprint"]]["phases"] = phases
-            out[finding["fingerprint"]]["phase_share"] = bounded_share(cost / in_phases)
-        doubtful = sorted(unreliable & set(finding.get("ranks") or []))
+            out[finding.fingerprint]["phases"] = phases
+            out[finding.fingerprint]["phase_share"] = bounded_share(cost / in_phases)
+        doubtful = sorted(unreliable & set(finding.ranks))
         if doubtful:
             # the share is of step time whose breakdown the export's own record contradicts
-            out[finding["fingerprint"]]["unreliable_ranks"] = doubtful
+            out[finding.fingerprint]["unreliable_ranks"] = doubtful
     return out
 
 

@@ -1,8 +1,8 @@
 """Number and time formatting shared by every report (HTML, Markdown, terminal, diff).
 
-Metric values are formatted from their *key*, because rules name metrics by convention:
-``*_ns`` are durations, ``share*``/``*fraction`` are 0..1 shares, ``*_p`` are p-values,
-``*ratio`` are ratios. That keeps rules free of presentation code.
+A finding's metric and a rule's key figure are printed in the unit their rule declared
+(:mod:`traceanalyzer.engine.units`): :func:`metric` is the one conversion, so rules hold no
+presentation code and no report guesses a unit from a name.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import math
 from typing import Any
 
 from traceanalyzer import text as _text
+from traceanalyzer.engine.units import COUNT, NS, P_VALUE, RATIO, SHARE, TRACE_NS
 
 SEVERITY_ORDER = ("error", "warning", "info")
 
@@ -58,37 +59,34 @@ def change(rel: float | None) -> str:
     return f"{rel + 1:.1f}x" if rel >= 1 else f"{rel * 100:+.1f}%"
 
 
-def is_trace_time(key: str) -> bool:
-    """A metric that is a point on the trace clock (``*start_ns``, ``*end_ns``), not a length."""
-    k = key.lower()
-    return k.endswith("start_ns") or k.endswith("end_ns")
-
-
 def since(ns: int, origin_ns: int) -> str:
     """A trace time relative to its session's start: ``+2.52 s``."""
     return f"+{duration(int(ns) - int(origin_ns))}"
 
 
-def metric(key: str, value: Any) -> str:
-    """Format one finding metric by its naming convention (see module docstring)."""
+def metric(value: Any, unit: str = "") -> str:
+    """A metric's or a key figure's value in its declared ``unit``: ``NS`` a duration,
+    ``TRACE_NS`` the trace's clock, ``SHARE`` a percentage, ``P_VALUE``, ``RATIO``, ``COUNT``
+    (or "") a number, any other unit after the number (``1,800 MHz``); "n/a" for nothing."""
     if value is None:
         return "n/a"
     if isinstance(value, str):
         return value
     if isinstance(value, (list, tuple)):
-        return ", ".join(metric(key, v) for v in value)
-    k = key.lower()
-    if is_trace_time(k):
+        return ", ".join(metric(v, unit) for v in value)
+    if unit == TRACE_NS:
         return f"{trace_us(int(value))} µs"
-    if k.endswith("_ns") or "_ns_" in k:
+    if unit == NS:
         return duration(value)
-    if k.endswith("_p") or k.startswith("p_") or k.endswith("_p_value"):
+    if unit == P_VALUE:
         return _text.p_value(float(value))
-    if "share" in k or "fraction" in k:
+    if unit == SHARE:
         return percent(float(value))
-    if k.endswith("ratio"):
+    if unit == RATIO:
         return _text.ratio(float(value)) if math.isfinite(float(value)) else "n/a"
-    return number(value)
+    if unit in ("", COUNT):
+        return number(value)
+    return f"{number(value)} {unit}"
 
 
 def label(key: str) -> str:

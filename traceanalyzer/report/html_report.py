@@ -16,7 +16,7 @@ from traceanalyzer.report.htmlkit import (
     paragraphs,
     table,
 )
-from traceanalyzer.report.inputs import TRACE_FILE, ReportData
+from traceanalyzer.report.inputs import NO_VIEW, TRACE_FILE, FindingView, ReportData
 from traceanalyzer.report.overview_html import overview_costs, overview_section
 from traceanalyzer.report.overview_text import cost_text
 from traceanalyzer.report.plots import embed
@@ -61,8 +61,7 @@ def render_html(
             f,
             plots.get(f.get("fingerprint", "")),
             costs.get(f.get("fingerprint", "")),
-            report.view(f).caption,
-            report.view(f).session_starts,
+            report.view(f),
         )
         for f in findings
     ]
@@ -144,15 +143,17 @@ def _overview(findings: list[Mapping[str, Any]], costs: Mapping[str, Any]) -> st
     )
 
 
-def _metrics(metrics: Mapping[str, Any], session_starts: Mapping[str, int]) -> str:
-    """Metric cards; a point in time reads from its session's start, the trace clock on hover."""
+def _metrics(metrics: Mapping[str, Any], view: FindingView) -> str:
+    """Metric cards, each in its unit; a point in time reads from its session's start, the
+    trace clock on hover."""
 
     def value(k: str, v: Any) -> str:
-        start = session_starts.get(k)
+        start = view.session_starts.get(k)
+        shown = fmt.metric(v, view.units.get(k, ""))
         if start is None:
-            return f'<div class="v">{esc(fmt.metric(k, v))}</div>'
+            return f'<div class="v">{esc(shown)}</div>'
         return (
-            f'<div class="v" title="{esc(fmt.metric(k, v))} on the trace clock">'
+            f'<div class="v" title="{esc(shown)} on the trace clock">'
             f"{esc(fmt.since(v, start))} <span class='small muted'>from session start</span></div>"
         )
 
@@ -185,8 +186,7 @@ def _finding_section(
     f: Mapping[str, Any],
     plot: bytes | None,
     cost: Mapping[str, Any] | None = None,
-    caption: str = "",
-    session_starts: Mapping[str, int] | None = None,
+    view: FindingView = NO_VIEW,
 ) -> str:
     sev = f.get("severity", "info")
     parts = [
@@ -204,11 +204,13 @@ def _finding_section(
             for caveat in f.get("caveats") or []
         ),
         f'<div class="message">{paragraphs(f.get("message"))}</div>',
-        _metrics(f.get("metrics") or {}, session_starts or {}),
+        _metrics(f.get("metrics") or {}, view),
     ]
     if plot:
         alt = f"plot for {f.get('name')}"
-        parts.append(f"<figure>{embed(plot, alt)}<figcaption>{esc(caption)}</figcaption></figure>")
+        parts.append(
+            f"<figure>{embed(plot, alt)}<figcaption>{esc(view.caption)}</figcaption></figure>"
+        )
     parts.append(f'<div class="fix"><b>Fix.</b> {inline(f.get("fix"))}</div>')
     evidence = f.get("evidence") or []
     if evidence:

@@ -35,8 +35,8 @@ import polars as pl
 
 from traceanalyzer import __version__
 from traceanalyzer.discover import is_session_id
+from traceanalyzer.engine.units import TRACE_NS
 from traceanalyzer.interrupts import contained
-from traceanalyzer.report import fmt
 from traceanalyzer.report.documents import DamagedDocument, read_findings, read_ingest
 from traceanalyzer.report.plots import render
 from traceanalyzer.report.summary import RunSummary, run_summary
@@ -66,6 +66,8 @@ class FindingView:
     marks_failed: BaseException | None = None
     # each point in time among its metrics -> the start of the session it falls in
     session_starts: Mapping[str, int] = field(default_factory=dict)
+    # each of its metrics -> the unit its rule declared ("": a plain number)
+    units: Mapping[str, str] = field(default_factory=dict)
 
 
 NO_VIEW = FindingView()
@@ -211,13 +213,15 @@ class ReportInputs:
             if not contained(exc):
                 raise
             failed = exc
+        metrics = finding.get("metrics") or {}
+        units = {key: presentation.unit(key) for key in metrics}
         starts = {
             key: start
-            for key, value in (finding.get("metrics") or {}).items()
-            if fmt.is_trace_time(key) and isinstance(value, int)
+            for key, value in metrics.items()
+            if units[key] == TRACE_NS and isinstance(value, int)
             if (start := self._session_start(finding, value)) is not None
         }
-        return FindingView(presentation.caption, marks, failed, starts)
+        return FindingView(presentation.caption, marks, failed, starts, units)
 
     # ---- derived views ------------------------------------------------------------------
     def sessions(self) -> pl.DataFrame:

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from traceanalyzer.report import fmt
-from traceanalyzer.report.inputs import ReportData
+from traceanalyzer.report.inputs import FindingView, ReportData
 from traceanalyzer.report.mdsafe import md_inline, md_lines
 from traceanalyzer.report.overview_html import overview_costs, overview_of
 from traceanalyzer.report.overview_text import cost_text, overview_markdown
@@ -95,7 +95,7 @@ def render_markdown(report: ReportData, plot_files: Mapping[str, str] | None = N
     for f in findings:
         plot = plot_files.get(f.get("fingerprint", ""))
         view = report.view(f)
-        lines += _finding(f, plot, costs, view.caption, view.session_starts)
+        lines += _finding(f, plot, costs, view)
     undecided = [r for r in doc.get("rules", []) if r.get("status") == "inconclusive"]
     if undecided:
         lines += ["## Inconclusive", ""]
@@ -129,20 +129,17 @@ def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:,.1f}"
 
 
-def _metric(key: str, value: Any, session_starts: Mapping[str, int]) -> str:
-    """A point in time from its session's start, with the trace clock after it."""
-    start = session_starts.get(key)
-    if start is None:
-        return fmt.metric(key, value)
-    return f"{fmt.since(value, start)} from session start ({fmt.metric(key, value)})"
+def _metric(key: str, value: Any, view: FindingView) -> str:
+    """A metric in its unit; a point in time from its session's start, the trace clock after."""
+    start, shown = view.session_starts.get(key), fmt.metric(value, view.units.get(key, ""))
+    return shown if start is None else f"{fmt.since(value, start)} from session start ({shown})"
 
 
 def _finding(
     f: Mapping[str, Any],
     plot: str | None,
     costs: Mapping[str, Any],
-    caption: str = "",
-    session_starts: Mapping[str, int] | None = None,
+    view: FindingView,
 ) -> list[str]:
     cost = cost_text(costs.get(f.get("fingerprint", "")))
     lines = [
@@ -157,12 +154,12 @@ def _finding(
     if metrics:
         lines += md_table(
             ["metric", "value"],
-            [[fmt.label(k), _metric(k, v, session_starts or {})] for k, v in metrics],
+            [[fmt.label(k), _metric(k, v, view)] for k, v in metrics],
         )
         lines.append("")
     if plot:
         lines += [f"![{md_text(f['name'])}]({plot})", ""]
-        lines += [f"*{md_text(caption)}*", ""] if caption else []
+        lines += [f"*{md_text(view.caption)}*", ""] if view.caption else []
     lines += ["<details><summary>Details</summary>", ""]
     lines += [line + "  " for line in md_lines(f.get("message"))]
     lines += ["", "</details>", "", f"**Fix:** {md_text(f.get('fix'))}", ""]
