@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import time
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -243,15 +242,3 @@ def test_ids_differ_between_charts() -> None:
 
     assert ids(chart(1)).isdisjoint(ids(chart(2)))  # two charts inline on one page
     assert chart(1) == chart(1)  # deterministic
-
-
-def test_drawing_a_figure_takes_milliseconds() -> None:
-    started = time.perf_counter()
-    for _ in range(10):
-        chart = Chart(8, 3)
-        (ax,) = chart.axes
-        for rank in range(4):
-            ax.plot(range(500), [math.sin(i / 20) + rank for i in range(500)], label=f"rank {rank}")
-        ax.legend()
-        chart.to_svg()
-    assert (time.perf_counter() - started) / 10 < 0.05
