@@ -236,11 +236,16 @@ def _unmeasured(
     told = compute.filter(
         pl.col("accelerator").is_not_null() | pl.col("task_type").is_in(VECTOR_TASK_TYPES)
     )
-    no_timeline = set(sessions["session"]) - set(tasks["session"])
+
+    # each frame's sessions, not its rows: the tasks and calls are a rank's 100k+ rows
+    def of(frame: pl.DataFrame) -> set[str]:
+        return set(frame["session"].unique().to_list())
+
+    no_timeline = of(sessions) - of(tasks)
     split = set() if listed is None else set(split_sessions(listed))
     blind = {
-        "compute_ai_vector_ns": set(compute["session"]) - set(told["session"]),
-        "idle_sync_ns": set(sessions["session"]) - set(cann["session"]),
+        "compute_ai_vector_ns": of(compute) - of(told),
+        "idle_sync_ns": of(sessions) - of(cann),
     }
     for key in TIMELINE_BLIND:
         compute_key = key.startswith("compute_")
