@@ -112,9 +112,10 @@ def capacity_mb(capacity_gb: float) -> float | None:
 
 
 def memory_of(store: Store, ranks: Collection[int] | None = None) -> RankMemory:
-    """The memory of ``ranks`` (every rank: None), derived once per store and ranks."""
+    """The memory of ``ranks`` (every rank: None), derived once per store and ranks, and once
+    per run for the rules and the overview (``Store.memo_for_run``)."""
     key = (NAME, None if ranks is None else tuple(sorted(ranks)))
-    return store.memo(key, lambda: derive(store, ranks))
+    return store.memo_for_run(key, lambda: derive(store, ranks))
 
 
 def _rank_filter(ranks: Collection[int] | None) -> pl.Expr:
