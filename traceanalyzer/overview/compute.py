@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from traceanalyzer.kit.host_gaps import compute_stream_gaps
+from traceanalyzer.kit.host_gaps import GapSettings, stream_gaps_of
 from traceanalyzer.kit.moe import MOE_PARAMS, exchange_paths
 from traceanalyzer.kit.steps import capture_windows_in
 from traceanalyzer.overview.breakdown import (
@@ -39,7 +39,10 @@ from traceanalyzer.steps.phases import IDLE_PHASE
 from traceanalyzer.steps.tables import steps_of
 from traceanalyzer.store import Store
 from traceanalyzer.vocabulary import (
+    CAPTURE_BEGIN_API,
+    CAPTURE_END_API,
     DEVICE_PROCESSES,
+    GRAPH_REPLAY_APIS,
 )
 
 
@@ -98,8 +101,8 @@ def host_bound_gaps(
     """Stream gaps the host caused: session, ``cls`` (``host_gap``: launch-bound, ``sync_gap``:
     after a host synchronisation), start_ns, end_ns.
 
-    host-launch-bound's gaps, at its default parameters (:func:`compute_stream_gaps`: one
-    derivation): the idle of a compute stream before a task whose launch ended after the stream
+    host-launch-bound's gaps, at its default parameters (:func:`stream_gaps_of`: one
+    derivation, which the rule's run derived already when its parameters are these): the idle of a compute stream before a task whose launch ended after the stream
     ran dry, where nothing else ran on the device and the host was not compiling or allocating;
     gaps shorter than the dispatch latency, pauses and gaps in a graph capture are not.
 
@@ -108,12 +111,18 @@ def host_bound_gaps(
     at Level0 there are none, nothing tells a synchronisation's gap, it counts as launch-bound,
     and the summary says that idle sync was not measured).
     """
-    found = compute_stream_gaps(
-        store.table("slices").filter(pl.col("rank") == rank),
-        launches_of(store, [rank]),
-        cann,
-        capture_windows_in(cann),
-        device=tasks.select("rank", "session", "start_ns", "end_ns"),
+    found = stream_gaps_of(
+        store,
+        [rank],
+        GapSettings(),
+        lambda: (
+            store.table("slices").filter(pl.col("rank") == rank),
+            launches_of(store, [rank]),
+            cann,
+            capture_windows_in(cann),
+            tasks.select("rank", "session", "start_ns", "end_ns"),
+        ),
+        (GRAPH_REPLAY_APIS, CAPTURE_BEGIN_API, CAPTURE_END_API),
     )
     return found.idle.select("session", "cls", "start_ns", "end_ns")
 
