@@ -724,8 +724,8 @@ class Store:
 
     def memo_for_run(self, key: Hashable, compute: Callable[[], _T]) -> _T:
         """:meth:`memo`, kept for the run while it holds the store unchanged (:func:`run_memo`):
-        for a derivation the rules and the overview both read (the memory stage). ``key``
-        names what is computed whatever the snapshot (its ranks, not "every rank")."""
+        for a derivation the rules and the overview both read (the memory stage, the host-bound
+        gaps), keyed with the ranks the snapshot sees."""
         run = _RUN_MEMOS.get(self.root.resolve()) if self.root is not None else None
         if run is None:
             return self.memo(key, compute)

@@ -102,9 +102,10 @@ def host_bound_gaps(
     after a host synchronisation), start_ns, end_ns.
 
     host-launch-bound's gaps, at its default parameters (:func:`stream_gaps_of`: one
-    derivation, which the rule's run derived already when its parameters are these): the idle of a compute stream before a task whose launch ended after the stream
-    ran dry, where nothing else ran on the device and the host was not compiling or allocating;
-    gaps shorter than the dispatch latency, pauses and gaps in a graph capture are not.
+    derivation, the rule's in the same run when its parameters are these): the idle of a
+    compute stream before a task whose launch ended after the stream ran dry, where nothing
+    else ran on the device and the host was not compiling or allocating; gaps shorter than the
+    dispatch latency, pauses and gaps in a graph capture are not.
 
     The launches are the rules' (the ``launches`` table, derived once before them).
     ``tasks``: :func:`device_tasks`; ``cann``: the rank's CANN calls (``launches.host_calls``;
