@@ -40,7 +40,6 @@ from traceanalyzer.kit import (
     analysed_window_ns,
     cann_calls,
     capture_windows,
-    compute_stream_gaps,
     device_tasks,
     host_api,
     launched_tasks,
@@ -48,6 +47,7 @@ from traceanalyzer.kit import (
     phase_windows,
     phases_in,
     rule,
+    stream_gaps_of,
     text,
 )
 
@@ -260,10 +260,16 @@ def _judged_streams(ctx: RuleContext) -> _Judged:
         wait_names=tuple(p.wait_names), marker_tasks=tuple(p.marker_tasks),
         sync_apis=tuple(p.sync_apis), other_cause_apis=tuple(p.other_cause_apis),
     )  # fmt: skip
-    # the overview's idle host and idle sync are these gaps' cost, at the default parameters
-    found = compute_stream_gaps(
-        slices, launched_tasks(ctx, p.replay_apis), cann_calls(ctx), capture_windows(ctx), settings
-    )
+    # the overview's idle host and idle sync are these gaps' cost, at the default parameters:
+    # one derivation for both
+    found = stream_gaps_of(
+        ctx.store,
+        ctx.scope_ranks(),
+        settings,
+        lambda: (slices, launched_tasks(ctx, p.replay_apis), cann_calls(ctx),
+                 capture_windows(ctx), None),
+        (tuple(p.replay_apis), p.capture_begin, p.capture_end),
+    )  # fmt: skip
     tasks, gaps = found.tasks, found.gaps
     window_ns = analysed_window_ns(ctx)
     # The stream's own span (first task to last) is the time it could have been working.

@@ -186,8 +186,10 @@ def _verdict(ctx: RuleContext) -> TailVerdict:
 def _not_moe(ctx: RuleContext, tails: list[Tail]) -> list[Tail]:
     """``tails`` less those whose root is a hot expert rank in that iteration's step:
     moe-load-imbalance owns that wait (its finding names the rank and the expert load)."""
+    if not tails:  # nothing to leave out: the MoE verdict is not derived for it
+        return tails
     moe = moe_imbalance(ctx)
-    if not moe.findings or not tails:
+    if not moe.findings:
         return tails
     hot = {
         (int(r), str(s), int(n))

@@ -91,6 +91,30 @@ def test_union_is_per_group():
     assert union_intervals(f, by=()).rows() == [(0, 15)]
 
 
+def test_union_of_many_groups_in_order_of_the_keys_then_time():
+    """Against a plain merge, on shuffled intervals of groups with text keys and a null key:
+    one row per merged run, by the keys (nulls first), then start."""
+    import random
+
+    rng = random.Random(7)
+    rows = [
+        (rng.choice([1, 0]), rng.choice(["b", "a", None]), start, start + rng.randint(-2, 40))
+        for start in (rng.randint(0, 2_000) for _ in range(600))
+    ]
+    intervals = pl.DataFrame(rows, schema=["rank", "session", "start_ns", "end_ns"], orient="row")
+    expected: list[list] = []
+    kept = (r for r in rows if r[3] > r[2])
+    for rank, session, start, end in sorted(kept, key=lambda r: (r[0], r[1] is not None, r)):
+        last = expected[-1] if expected else None
+        if last and last[:2] == [rank, session] and start <= last[3]:
+            last[3] = max(last[3], end)
+        else:
+            expected.append([rank, session, start, end])
+    merged = union_intervals(intervals, by=["rank", "session"])
+    assert merged.rows() == [tuple(r) for r in expected]
+    assert union_intervals(intervals.lazy(), by=["session"]).collect().height < merged.height
+
+
 def test_total_length_counts_overlap_once():
     f = frame([(0, 10), (5, 15), (20, 25)])
     assert total_length(f)["covered_ns"].to_list() == [20]

@@ -439,6 +439,32 @@ def test_shared_derivations_run_once_per_shard_and_parameter_values(tmp_path):
         first.shared(reads_more, ["step_pattern"])
 
 
+def test_rules_side_by_side_derive_what_they_share_once(tmp_path):
+    """Two rules asking a snapshot for the same derivation at once: the second waits for the
+    first's value (the memory rules ran the memory stage twice, one per thread)."""
+    import threading
+    import time
+
+    from traceanalyzer.store import RankStore
+
+    store = RankStore(tmp_path, [0])
+    started = threading.Event()
+    runs = []
+
+    def derive() -> int:
+        runs.append(1)
+        started.set()
+        time.sleep(0.3)  # the other rule asks meanwhile
+        return 7
+
+    first = threading.Thread(target=lambda: store.memo("memory", derive))
+    first.start()
+    started.wait()
+    assert store.memo("memory", derive) == 7
+    first.join()
+    assert len(runs) == 1
+
+
 def test_a_rank_shard_holds_its_small_tables_in_memory_and_scans_the_large(tmp_path, monkeypatch):
     from pathlib import Path
 

@@ -284,6 +284,33 @@ def test_a_profile_without_memory_says_how_to_collect_it(tmp_path: Path) -> None
     assert "Not collected: no memory_record (collect with profile_memory=True)." in markdown
 
 
+def test_a_run_derives_each_ranks_memory_once(tmp_path: Path, monkeypatch) -> None:
+    """The memory rules and the overview read one derivation per rank (they derived it three
+    times: once per memory rule, side by side, and again for the overview's summary)."""
+    from traceanalyzer import memory
+    from traceanalyzer.store import RankStore, run_memo
+
+    derived: list[tuple[int, ...] | None] = []
+    derive = memory.derive
+
+    def counted(store, ranks=None):
+        derived.append(None if ranks is None else tuple(sorted(ranks)))
+        return derive(store, ranks)
+
+    monkeypatch.setattr(memory, "derive", counted)
+    generate("memory-fragmented", tmp_path / "in", ranks=2, iterations=8)
+    doc, _ = _run(tmp_path / "in", tmp_path / "out")
+    assert _memory(doc)["ranks"] and sorted(derived) == [(0,), (1,)]
+    # outside a run, each snapshot derives its own; inside, the run's snapshots share it
+    derived.clear()
+    for _ in range(2):
+        memory_of(RankStore(tmp_path / "out", [0]), [0])
+    with run_memo(tmp_path / "out"):
+        for _ in range(2):
+            memory_of(RankStore(tmp_path / "out", [0]), [0])
+    assert derived == [(0,), (0,), (0,)]
+
+
 # --------------------------------------------------------------------------------------------
 # The stage on hand-built records
 # --------------------------------------------------------------------------------------------

@@ -299,6 +299,32 @@ def test_host_bound_idle_is_one_figure(export: str, request: pytest.FixtureReque
         assert f"{idle_sync / 1e6:.3g} ms more followed host synchronisations" in after_sync
 
 
+def test_a_run_derives_the_host_bound_gaps_once(real_g2_store: Path, monkeypatch) -> None:
+    """In a run, host-launch-bound at its defaults and the overview's breakdown read one
+    derivation of the gaps (each derived them: ~80 ms of CPU on the realistic rank); a rule set
+    otherwise derives its own, and the overview's stays at the defaults."""
+    from traceanalyzer.engine.loader import load_rules
+    from traceanalyzer.engine.runner import evaluate_rule
+    from traceanalyzer.kit import host_gaps
+    from traceanalyzer.store import RankStore, run_memo
+
+    derived = []  # each derivation classifies the gaps once
+    classify = host_gaps.classify_gaps
+    monkeypatch.setattr(
+        host_gaps, "classify_gaps", lambda *a, **k: derived.append(1) or classify(*a, **k)
+    )
+    rule = next(r for r in load_rules(entry_points=False).rules if r.name == "host-launch-bound")
+    idle = {}
+    for params in ({}, {"min_gap_us": 3.0}):
+        with run_memo(real_g2_store):
+            outcome = evaluate_rule(rule, RankStore(real_g2_store, [0]), params, frozenset({0}))
+            assert outcome.status == "evaluated", outcome.error
+            steps = _steps(RankStore(real_g2_store, [0]))
+            idle[len(params)] = steps["idle_host_ns"].sum(), steps["idle_sync_ns"].sum()
+    assert len(derived) == 3  # once at the defaults, twice with the rule's own setting
+    assert idle[0] == idle[1]
+
+
 # --------------------------------------------------------------------------------------------
 # Cluster view and costs
 # --------------------------------------------------------------------------------------------

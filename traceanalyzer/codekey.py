@@ -105,15 +105,20 @@ def files_digest(paths: list[Path] | tuple[Path, ...], root: Path = ROOT) -> str
     """The package version and the given files' package-relative names and contents, hashed."""
     digest = hashlib.sha256(traceanalyzer.__version__.encode())
     for path in paths:
-        try:
-            shown = path.relative_to(root).as_posix()
-        except ValueError:
-            shown = path.name
         stat = path.stat()
-        digest.update(
-            shown.encode() + b"\0" + _content_digest(path, stat.st_mtime_ns, stat.st_size)
-        )
+        digest.update(_shown(path, root) + _content_digest(path, stat.st_mtime_ns, stat.st_size))
     return digest.hexdigest()
+
+
+@functools.cache
+def _shown(path: Path, root: Path) -> bytes:
+    """A file's name in a key: package-relative, else its own (once per process: a run's rules
+    hash the same files in each of their keys, and ``relative_to`` was most of that time)."""
+    try:
+        shown = path.relative_to(root).as_posix()
+    except ValueError:
+        shown = path.name
+    return shown.encode() + b"\0"
 
 
 @functools.cache

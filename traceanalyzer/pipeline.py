@@ -22,7 +22,7 @@ from traceanalyzer.discover import input_root
 from traceanalyzer.ingest import IngestResult, ProgressFn, ingest
 from traceanalyzer.overview.compute import DEFAULT_TOP, TopSizes
 from traceanalyzer.parse.trace_view import DEFAULT_PARSE_MEMORY, ParseMemory
-from traceanalyzer.store import write_atomic_text
+from traceanalyzer.store import run_memo, write_atomic_text
 from traceanalyzer.text import count
 
 if TYPE_CHECKING:
@@ -149,24 +149,27 @@ def analyse(
                 for rank, why in derived.failed.items():  # its rules derive them again
                     log(f"steps of rank {rank} could not be derived: {why}")
             started = time.perf_counter()
-            findings = evaluate_store(
-                out,
-                executor,
-                rules,
-                cache=not force,
-                overrides=overrides,
-                config_path=config_path,
-                fail_on=fail_on,
-            )
-            if log:
-                seconds = time.perf_counter() - started
-                log(f"evaluated {len(findings.rules)} rule(s) in {seconds:.1f} s")
-            add_input_caveats(findings.findings, _incomplete_inputs(result))
-            # After the rules, not beside them: on the 200 MB benchmark beside them it saved
-            # no time and added 40 MB to the run's peak (docs/benchmarks/compare.md).
-            findings.overview = _overview(
-                out, executor, findings, top, force, log, device.capacity_gb
-            )
+            # the rules and the overview read the store as the stages left it: what both
+            # derive of it (the memory stage) is derived once
+            with run_memo(out):
+                findings = evaluate_store(
+                    out,
+                    executor,
+                    rules,
+                    cache=not force,
+                    overrides=overrides,
+                    config_path=config_path,
+                    fail_on=fail_on,
+                )
+                if log:
+                    seconds = time.perf_counter() - started
+                    log(f"evaluated {len(findings.rules)} rule(s) in {seconds:.1f} s")
+                add_input_caveats(findings.findings, _incomplete_inputs(result))
+                # After the rules, not beside them: on the 200 MB benchmark beside them it
+                # saved no time and added 40 MB to the run's peak (docs/benchmarks/compare.md).
+                findings.overview = _overview(
+                    out, executor, findings, top, force, log, device.capacity_gb
+                )
             findings.config_files = [str(config.path)] if config else []
             write_findings_json(findings, out)
         reports = run_reports(out, findings, rules.rules, input_root=path)

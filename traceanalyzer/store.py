@@ -24,15 +24,18 @@ import os
 import re
 import shutil
 import tempfile
+import threading
 from collections.abc import (
     Callable,
     Collection,
     Hashable,
     Iterable,
+    Iterator,
     Mapping,
     MutableMapping,
     Sequence,
 )
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
@@ -588,6 +591,44 @@ def store_ranks(store: Store) -> list[int]:
     return []
 
 
+class _Memo:
+    """Values by key, each computed once however many threads ask for it at once (rules run
+    side by side: the second asker waits for the first's value, not computing it again)."""
+
+    def __init__(self) -> None:
+        self._values: dict[Hashable, Any] = {}
+        self._locks: dict[Hashable, threading.RLock] = {}
+        self._guard = threading.Lock()
+
+    def get(self, key: Hashable, compute: Callable[[], _T]) -> _T:
+        if key in self._values:
+            return self._values[key]
+        with self._guard:
+            lock = self._locks.setdefault(key, threading.RLock())
+        with lock:  # re-entrant: a computation that asks for its own key computes it, as before
+            if key not in self._values:
+                self._values[key] = compute()
+        return self._values[key]
+
+
+# By store root, while a run declares the store unchanged (:func:`run_memo`).
+_RUN_MEMOS: dict[Path, _Memo] = {}
+
+
+@contextmanager
+def run_memo(root: str | os.PathLike[str]) -> Iterator[None]:
+    """While open, the tables of the store at ``root`` do not change (the rules and the overview
+    after them read it; only their own tables are written): what :meth:`Store.memo_for_run`
+    computes of it is computed once in this process, whichever snapshot asks (the rules' task
+    and the overview's, on an in-process executor)."""
+    key = Path(root).resolve()
+    _RUN_MEMOS[key] = _Memo()
+    try:
+        yield
+    finally:
+        _RUN_MEMOS.pop(key, None)
+
+
 # The readers of derived tables, registered by the layer that derives them (above this one):
 # a derived table's stored rows, or its rows derived in-process where the store has none (a
 # fixture's store, or one written before the table existed). ``(store, ranks or None: every
@@ -681,6 +722,19 @@ class Store:
         several rules ask of the same data is computed once."""
         return compute()
 
+    def memo_for_run(self, key: Hashable, compute: Callable[[], _T]) -> _T:
+        """:meth:`memo`, kept for the run while it holds the store unchanged (:func:`run_memo`):
+        for a derivation the rules and the overview both read (the memory stage, the host-bound
+        gaps), keyed with the ranks the snapshot sees."""
+        run = _RUN_MEMOS.get(self.root.resolve()) if self.root is not None else None
+        if run is None:
+            return self.memo(key, compute)
+        return run.get((self._scope(), key), compute)
+
+    def _scope(self) -> tuple[int, ...] | None:
+        """The ranks this store sees (None: every rank)."""
+        return None
+
     def has_rows(self, name: str) -> bool:
         return self.rows(name) > 0
 
@@ -727,14 +781,14 @@ class RankStore(Store):
         self.shard = sorted(set(ranks))
         self._tables: dict[str, pl.LazyFrame] = {}
         self._sessions: pl.DataFrame | None = None
-        self._memo: dict[Hashable, Any] = {}
+        self._memo = _Memo()
         self._held = 0  # rows of the tables held in memory
 
     def memo(self, key: Hashable, compute: Callable[[], _T]) -> _T:
-        # Rules run on threads: two may compute the same key at once; either result is right.
-        if key not in self._memo:
-            self._memo[key] = compute()
-        return self._memo[key]
+        return self._memo.get(key, compute)
+
+    def _scope(self) -> tuple[int, ...] | None:
+        return tuple(self.shard)
 
     def table(self, name: str) -> pl.LazyFrame:
         if name not in self._tables:

@@ -62,7 +62,7 @@ from traceanalyzer.kit.cross_rank import (
     rank_waits,
 )
 from traceanalyzer.kit.fixture_verbs import Launch, us
-from traceanalyzer.kit.host_gaps import GapSettings, StreamGaps, compute_stream_gaps
+from traceanalyzer.kit.host_gaps import GapSettings, StreamGaps, compute_stream_gaps, stream_gaps_of
 from traceanalyzer.kit.memory import (
     Growth,
     baseline_growth,
@@ -276,6 +276,7 @@ __all__ = [
     "GapSettings",
     "StreamGaps",
     "compute_stream_gaps",
+    "stream_gaps_of",
     # cost, kernels, statistics
     "Cost",
     "analysed_window_ns",

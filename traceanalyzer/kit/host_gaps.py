@@ -14,11 +14,13 @@ cause's (compiling, allocating: their own rules report it) ran then.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Collection, Hashable
 from dataclasses import dataclass
 
 import polars as pl
 
 from traceanalyzer.primitives import classify_gaps, stream_gaps, uncovered, union_intervals
+from traceanalyzer.store import Store
 from traceanalyzer.vocabulary import (
     ALLOC_APIS,
     COMMUNICATION_PROCESSES,
@@ -140,3 +142,27 @@ def compute_stream_gaps(
         .drop("_gap", "_cost")
     )
     return StreamGaps(tasks, gaps, idle.select(*KEYS, "cls", "start_ns", "end_ns"))
+
+
+# what compute_stream_gaps reads: slices, launches, cann, captures, device (None: from slices)
+GapInputs = tuple[pl.LazyFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame | None]
+
+
+def stream_gaps_of(
+    store: Store,
+    ranks: Collection[int],
+    settings: GapSettings,
+    read: Callable[[], GapInputs],
+    inputs_by: Hashable = (),
+) -> StreamGaps:
+    """:func:`compute_stream_gaps` of ``ranks`` at ``settings`` on the inputs ``read()`` gives,
+    once per run for host-launch-bound and the overview's breakdown, which ask for the same
+    gaps at the default parameters (``Store.memo_for_run``): ``inputs_by`` is what else the
+    inputs depend on (the replay APIs the launches are linked by, the capture patterns), so
+    callers that read them alike share one derivation and others do not."""
+
+    def derive() -> StreamGaps:
+        slices, launches, cann, captures, device = read()
+        return compute_stream_gaps(slices, launches, cann, captures, settings, device)
+
+    return store.memo_for_run(("stream gaps", tuple(sorted(ranks)), settings, inputs_by), derive)

@@ -183,10 +183,12 @@ def breakdown(intervals: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
         [windows.select("session", pl.col(c).alias("ts")) for c in ("start_ns", "end_ns")]
     ).with_columns(pl.lit(0, dtype=pl.Int32).alias(n) for n in _COUNT.values())
     # after a stable sort by time, the last edge at each instant carries the counts of every
-    # edge up to it, and only that one is followed by a segment of non-zero length
+    # edge up to it, and only that one is followed by a segment of non-zero length (by time,
+    # then stably by session: one sort by both took three times as long)
     counts = (
         pl.concat([edges.drop("cls", "d"), bounds])
-        .sort("session", "ts", maintain_order=True)
+        .sort("ts", maintain_order=True)
+        .sort("session", maintain_order=True)
         .with_columns(
             pl.col(list(_COUNT.values())).cum_sum().over("session"),
             (pl.col("ts").shift(-1).over("session") - pl.col("ts")).alias("len"),

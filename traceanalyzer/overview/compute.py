@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from traceanalyzer.kit.host_gaps import compute_stream_gaps
+from traceanalyzer.kit.host_gaps import GapSettings, stream_gaps_of
 from traceanalyzer.kit.moe import MOE_PARAMS, exchange_paths
 from traceanalyzer.kit.steps import capture_windows_in
 from traceanalyzer.overview.breakdown import (
@@ -39,7 +39,10 @@ from traceanalyzer.steps.phases import IDLE_PHASE
 from traceanalyzer.steps.tables import steps_of
 from traceanalyzer.store import Store
 from traceanalyzer.vocabulary import (
+    CAPTURE_BEGIN_API,
+    CAPTURE_END_API,
     DEVICE_PROCESSES,
+    GRAPH_REPLAY_APIS,
 )
 
 
@@ -98,22 +101,29 @@ def host_bound_gaps(
     """Stream gaps the host caused: session, ``cls`` (``host_gap``: launch-bound, ``sync_gap``:
     after a host synchronisation), start_ns, end_ns.
 
-    host-launch-bound's gaps, at its default parameters (:func:`compute_stream_gaps`: one
-    derivation): the idle of a compute stream before a task whose launch ended after the stream
-    ran dry, where nothing else ran on the device and the host was not compiling or allocating;
-    gaps shorter than the dispatch latency, pauses and gaps in a graph capture are not.
+    host-launch-bound's gaps, at its default parameters (:func:`stream_gaps_of`: one
+    derivation, the rule's in the same run when its parameters are these): the idle of a
+    compute stream before a task whose launch ended after the stream ran dry, where nothing
+    else ran on the device and the host was not compiling or allocating; gaps shorter than the
+    dispatch latency, pauses and gaps in a graph capture are not.
 
     The launches are the rules' (the ``launches`` table, derived once before them).
     ``tasks``: :func:`device_tasks`; ``cann``: the rank's CANN calls (``launches.host_calls``;
     at Level0 there are none, nothing tells a synchronisation's gap, it counts as launch-bound,
     and the summary says that idle sync was not measured).
     """
-    found = compute_stream_gaps(
-        store.table("slices").filter(pl.col("rank") == rank),
-        launches_of(store, [rank]),
-        cann,
-        capture_windows_in(cann),
-        device=tasks.select("rank", "session", "start_ns", "end_ns"),
+    found = stream_gaps_of(
+        store,
+        [rank],
+        GapSettings(),
+        lambda: (
+            store.table("slices").filter(pl.col("rank") == rank),
+            launches_of(store, [rank]),
+            cann,
+            capture_windows_in(cann),
+            tasks.select("rank", "session", "start_ns", "end_ns"),
+        ),
+        (GRAPH_REPLAY_APIS, CAPTURE_BEGIN_API, CAPTURE_END_API),
     )
     return found.idle.select("session", "cls", "start_ns", "end_ns")
 
@@ -236,11 +246,16 @@ def _unmeasured(
     told = compute.filter(
         pl.col("accelerator").is_not_null() | pl.col("task_type").is_in(VECTOR_TASK_TYPES)
     )
-    no_timeline = set(sessions["session"]) - set(tasks["session"])
+
+    # each frame's sessions, not its rows: the tasks and calls are a rank's 100k+ rows
+    def of(frame: pl.DataFrame) -> set[str]:
+        return set(frame["session"].unique().to_list())
+
+    no_timeline = of(sessions) - of(tasks)
     split = set() if listed is None else set(split_sessions(listed))
     blind = {
-        "compute_ai_vector_ns": set(compute["session"]) - set(told["session"]),
-        "idle_sync_ns": set(sessions["session"]) - set(cann["session"]),
+        "compute_ai_vector_ns": of(compute) - of(told),
+        "idle_sync_ns": of(sessions) - of(cann),
     }
     for key in TIMELINE_BLIND:
         compute_key = key.startswith("compute_")
