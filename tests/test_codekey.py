@@ -44,6 +44,34 @@ def test_a_helper_changed_deep_in_the_closure_changes_every_key_above_it(tmp_pat
     assert after["traceanalyzer.printable"] == before["traceanalyzer.printable"]  # not above it
 
 
+def test_a_package_s_imports_key_only_who_imports_a_name_of_it(tmp_path: Path) -> None:
+    """A module under a package runs its ``__init__`` (its source counts), but not what that
+    imports (``steps/__init__`` imports every stage to register it: no stage is keyed by the
+    others); a module importing a name the ``__init__`` defines or imports is keyed by it."""
+    package = tmp_path / "traceanalyzer"
+    files = {
+        "__init__.py": "",
+        "sub/__init__.py": "from traceanalyzer.sub import a as a\nfrom traceanalyzer.sub import b\n",
+        "sub/a.py": "from traceanalyzer import helper\n",
+        "sub/b.py": "",
+        "helper.py": "",
+        "user.py": "from traceanalyzer.sub import b\nfrom traceanalyzer.sub import *\n",
+        "other.py": "from traceanalyzer.sub.a import thing\n",
+    }
+    for name, text in files.items():
+        (package / name).parent.mkdir(parents=True, exist_ok=True)
+        (package / name).write_text(text, "utf-8")
+
+    def keyed(name: str) -> set[str]:
+        return {p.relative_to(package).as_posix() for p in closure(name, package)}
+
+    assert keyed("traceanalyzer.sub.b") == {"__init__.py", "sub/__init__.py", "sub/b.py"}
+    assert keyed("traceanalyzer.other") == {
+        "__init__.py", "other.py", "sub/__init__.py", "sub/a.py", "helper.py",
+    }  # fmt: skip
+    assert keyed("traceanalyzer.user") == set(files) - {"other.py"}  # `*`: every name of sub
+
+
 def _run(root: Path | None, inputs: Path, out: Path) -> dict:
     env = {**os.environ, "PYTHONPATH": str(root)} if root else dict(os.environ)
     code = "import sys; from traceanalyzer.cli import main; sys.exit(main())"
