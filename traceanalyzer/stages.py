@@ -142,11 +142,15 @@ class Stage:
     order: tuple[str, ...] = ()
 
     @property
+    def modules(self) -> tuple[str, ...]:
+        """The modules of the code the stage runs: its derivation's and its reads'."""
+        reads = {_module_of(read.compute) for read in _closure(self.reads)}
+        return (self.derive.__module__, *sorted(reads - {self.derive.__module__}))
+
+    @property
     def code(self) -> str:
-        """The key of the code the stage runs: its module's whole import closure, and its
-        reads' modules'."""
-        modules = {_module_of(read.compute) for read in _closure(self.reads)}
-        return code_key(self.derive.__module__, *sorted(modules))
+        """The key of the code the stage runs: its modules' whole import closure."""
+        return code_key(*self.modules)
 
 
 def _module_of(function: Callable[..., Any]) -> str:
@@ -189,6 +193,7 @@ def declare(stage: Stage) -> Stage:
             raise ValueError(f"stage {stage.name}: input {name} is no table derived before it")
     _check_reads(stage)
     STAGES[stage.name] = stage
+    READS.update({read.name: read for read in _closure(stage.reads)})
     if stage.scope == "shard":
         for table in stage.tables:
             DERIVED_READERS[table] = _reader(stage, table)
@@ -206,9 +211,14 @@ def _check_reads(stage: Stage) -> None:
         for known in STAGES.values():
             if name in known.tables:
                 inputs.add(known.name)
-    for read in _closure(stage.reads):
-        if READS.setdefault(read.name, read) is not read:
+    named = dict(READS)
+    todo = list(stage.reads)
+    while todo:  # every read, each name once
+        read = todo.pop()
+        if named.setdefault(read.name, read) is not read:
             raise ValueError(f"stage {stage.name}: read {read.name} is another read's name")
+        todo += read.reads
+    for read in _closure(stage.reads):
         if read.table and (read is not rows_of(read.name) or read.name not in inputs):
             raise ValueError(f"stage {stage.name}: read {read.name} is no table of its inputs")
         if any(inner.table for inner in read.reads):
