@@ -33,7 +33,7 @@ import hashlib
 import json
 import shutil
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -157,14 +157,19 @@ def _module_of(function: Callable[..., Any]) -> str:
     return getattr(function, "func", function).__module__  # a partial's function's
 
 
-def _closure(reads: Iterable[Read]) -> list[Read]:
-    """``reads`` and every read they are computed from, each once."""
+def _closure(reads: Iterable[Read], computed: Collection[str] = ()) -> list[Read]:
+    """``reads`` and every read they are computed from (through those not yet ``computed``),
+    each once; a name two reads have is refused."""
     found: dict[str, Read] = {}
     todo = list(reads)
     while todo:
         read = todo.pop()
-        if read.name not in found:
-            found[read.name] = read
+        if read.name in found:
+            if found[read.name] is not read:
+                raise ValueError(f"read {read.name} is another read's name")
+            continue
+        found[read.name] = read
+        if read.name not in computed:
             todo += read.reads
     return list(found.values())
 
@@ -211,14 +216,9 @@ def _check_reads(stage: Stage) -> None:
         for known in STAGES.values():
             if name in known.tables:
                 inputs.add(known.name)
-    named = dict(READS)
-    todo = list(stage.reads)
-    while todo:  # every read, each name once
-        read = todo.pop()
-        if named.setdefault(read.name, read) is not read:
-            raise ValueError(f"stage {stage.name}: read {read.name} is another read's name")
-        todo += read.reads
     for read in _closure(stage.reads):
+        if READS.get(read.name, read) is not read:
+            raise ValueError(f"stage {stage.name}: read {read.name} is another read's name")
         if read.table and (read is not rows_of(read.name) or read.name not in inputs):
             raise ValueError(f"stage {stage.name}: read {read.name} is no table of its inputs")
         if any(inner.table for inner in read.reads):
@@ -357,9 +357,9 @@ def run_stages(
             run.computed[stage.name] = [
                 rank for shard in shards if stage in todo.get(shard, ()) for rank in shard
             ]
-        if group[0].scope == "run":
+        if group[0].scope == "run":  # in the driver
             tasks = [(str(root), group, shards, settings)] if todo else []
-            results: Iterable[tuple[int, Any]] = [(0, derive_shards(*tasks[0]))] if tasks else []
+            results: Iterable[tuple[int, Any]] = [(0, derive_shards(*t)) for t in tasks]
         else:
             alike: dict[tuple[Stage, ...], list[Shard]] = {}
             for shard, derived in todo.items():
@@ -524,9 +524,7 @@ class _TaskReads:
 
     def _let_go(self) -> None:
         direct = {read.name for stage in self._left for read in stage.reads}
-        wanted = _closure_until(
-            [read for stage in self._left for read in stage.reads], set(self._values)
-        )
+        wanted = _closure([read for stage in self._left for read in stage.reads], self._values)
         for name in list(self._values):
             if name in direct:
                 continue
@@ -534,19 +532,6 @@ class _TaskReads:
                 if read.name not in self._values and name in {r.name for r in read.reads}:
                     self._value(read)
             del self._values[name]
-
-
-def _closure_until(reads: Iterable[Read], computed: set[str]) -> list[Read]:
-    """``reads`` and the reads they are computed from, through those not yet ``computed``."""
-    found: dict[str, Read] = {}
-    todo = list(reads)
-    while todo:
-        read = todo.pop()
-        if read.name not in found:
-            found[read.name] = read
-            if read.name not in computed:
-                todo += read.reads
-    return list(found.values())
 
 
 def derive_shards(
@@ -561,8 +546,8 @@ def derive_shards(
     store = RankStore(root, ranks)
     reads = _TaskReads(store, ranks, stages, settings)
     seconds: dict[str, float] = {}
+    started = time.perf_counter()  # a table's time: from the one before (the reads made since)
     for stage in stages:
-        started = time.perf_counter()
         params = stage.params(settings.get(stage.name))
         for table, frame in _outputs(stage, store, ranks, params, reads.of(stage)):
             seconds[table] = time.perf_counter() - started
