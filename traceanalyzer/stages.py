@@ -484,9 +484,9 @@ def _outputs(
 class _TaskReads:
     """The reads (:class:`Read`) of one task's stages, which run in order: each computed when a
     stage first needs it, and let go once no stage left needs it. A value only reads not yet
-    computed still need is made into them at once and let go (the host calls, once the slices
-    are read from them, into the capture windows a later stage reads): what a task holds while
-    a stage runs is what it and the stages after it read."""
+    computed still need is made into them at once and let go (the host calls, once the
+    launches are derived, into the steps' slices and the capture windows a later stage reads):
+    what a task holds while a stage runs is what it and the stages after it read."""
 
     def __init__(
         self, store: Store, ranks: list[int], stages: Sequence[Stage], settings: Mapping[str, Any]

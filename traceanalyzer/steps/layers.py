@@ -296,8 +296,8 @@ def captures_reader(
     )
 
 
-# the capture windows, taken from the host calls as soon as the slices are read from them (the
-# calls are let go then)
+# the capture windows, taken from the host calls once the launches are derived from them (the
+# calls are let go then, not held for this stage)
 CAPTURES = Read("captures", captures_reader, (CALLS,), params_of=STEPS)
 
 
