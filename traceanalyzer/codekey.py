@@ -76,20 +76,23 @@ def _imported(source: str, name: str, is_package: bool) -> set[str]:
     return {m for m in found if m == PACKAGE or m.startswith(PACKAGE + ".")}
 
 
-@functools.cache
 def _imports_of(path: Path, name: str) -> list[str]:
-    """:func:`_imported` of one module's file, read once per process (the closures of several
-    keys share most modules)."""
+    """:func:`_imported` of one module's file."""
     return sorted(_imported(path.read_text("utf-8"), name, path.name == "__init__.py"))
 
 
-@functools.cache
 def closure(name: str, root: Path = ROOT) -> tuple[Path, ...]:
-    """The source files of ``name`` and of every package module it imports, transitively, in
-    a stable order (each once; a package's ``__init__`` with the module under it)."""
+    """The source files of ``name`` (a module, or a name one defines) and of every package
+    module it imports, transitively, in a stable order (each once; a package's ``__init__``
+    with the module under it)."""
+    return _closure(_imported_module(name, root), root)
+
+
+@functools.cache
+def _closure(module: str, root: Path) -> tuple[Path, ...]:
     seen: dict[str, Path] = {}
     followed: set[str] = set()
-    todo = [(_imported_module(name, root), True)]
+    todo = [(module, True)]
     while todo:
         current, imported = todo.pop()
         path = module_file(current, root)
@@ -103,10 +106,17 @@ def closure(name: str, root: Path = ROOT) -> tuple[Path, ...]:
             todo.append((parent, False))
         if imported and current != PACKAGE:
             followed.add(current)
-            todo += [(_imported_module(n, root), True) for n in _imports_of(path, current)]
+            todo += [(imported, True) for imported in _imported_modules(path, current, root)]
         # (the package's own __init__ counts, for the version, but not its imports: it is the
         # API's façade, whose functions import lazily from every layer)
     return tuple(seen[n] for n in sorted(seen))
+
+
+@functools.cache
+def _imported_modules(path: Path, name: str, root: Path) -> tuple[str, ...]:
+    """The package modules one module's file imports, once per process (the closures of
+    several keys share most modules)."""
+    return tuple(sorted({_imported_module(n, root) for n in _imports_of(path, name)}))
 
 
 def _imported_module(name: str, root: Path) -> str:
