@@ -10,7 +10,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import traceanalyzer.steps  # noqa: F401 - declares the stages
 from traceanalyzer.codekey import ROOT, closure, closure_key, code_key
+from traceanalyzer.stages import declared
 from traceanalyzer.synth import generate
 
 RULES = ROOT.parent / "rules"
@@ -42,6 +44,63 @@ def test_a_helper_changed_deep_in_the_closure_changes_every_key_above_it(tmp_pat
     after = {name: closure_key([name], package) for name in before}
     assert all(after[name] != before[name] for name in CACHED)
     assert after["traceanalyzer.printable"] == before["traceanalyzer.printable"]  # not above it
+
+
+def test_a_package_s_imports_key_only_who_imports_a_name_of_it(tmp_path: Path) -> None:
+    """A module under a package runs its ``__init__`` (its source counts), but not what that
+    imports (``steps/__init__`` imports every stage to register it: no stage is keyed by the
+    others); a module importing a name the ``__init__`` defines or imports is keyed by it."""
+    package = tmp_path / "traceanalyzer"
+    files = {
+        "__init__.py": "",
+        "sub/__init__.py": "from traceanalyzer.sub import a as a\nfrom traceanalyzer.sub import b\n",
+        "sub/a.py": "from traceanalyzer import helper\n",
+        "sub/b.py": "",
+        "helper.py": "",
+        "user.py": "from traceanalyzer.sub import b\nfrom traceanalyzer.sub import *\n",
+        "other.py": "from traceanalyzer.sub.a import thing\n",
+    }
+    for name, text in files.items():
+        (package / name).parent.mkdir(parents=True, exist_ok=True)
+        (package / name).write_text(text, "utf-8")
+
+    def keyed(name: str) -> set[str]:
+        return {p.relative_to(package).as_posix() for p in closure(name, package)}
+
+    assert keyed("traceanalyzer.sub.b") == {"__init__.py", "sub/__init__.py", "sub/b.py"}
+    assert keyed("traceanalyzer.other") == {
+        "__init__.py", "other.py", "sub/__init__.py", "sub/a.py", "helper.py",
+    }  # fmt: skip
+    assert keyed("traceanalyzer.user") == set(files) - {"other.py"}  # `*`: every name of sub
+
+
+def test_a_stage_s_module_keys_only_it_and_the_stages_that_read_it(tmp_path: Path) -> None:
+    """The tables derived before the rules are stages of their own: a change to one's module
+    changes its key only (its readers' keys hold its key, ``test_stages``), a change to a read
+    they share changes the key of each stage that reads it."""
+    package = _copy(tmp_path) / "traceanalyzer"
+    before_rules = declared(before_rules=True)
+
+    def keys() -> dict[str, str]:
+        return {stage.name: closure_key(stage.modules, package) for stage in before_rules}
+
+    assert keys() == {stage.name: stage.code for stage in before_rules}
+    changed = {
+        "steps/collectives.py": {"collectives"},
+        "steps/moe_layers.py": {"moe"},
+        "steps/exchanges.py": {"exchanges"},
+        "steps/layers.py": {"kernel_layers"},
+        "steps/captures.py": {"kernel_layers"},
+        "steps/device.py": {"exchanges", "moe", "kernel_layers", "collectives"},
+        "steps/phases.py": {"steps", "exchanges", "moe", "kernel_layers", "collectives"},
+        "primitives.py": {stage.name for stage in before_rules},
+    }
+    for path, stages in changed.items():
+        was = keys()
+        source = package / path
+        source.write_text(source.read_text("utf-8") + "\n# changed\n", "utf-8")
+        now = keys()
+        assert {name for name in now if now[name] != was[name]} == stages, path
 
 
 def _run(root: Path | None, inputs: Path, out: Path) -> dict:

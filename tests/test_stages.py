@@ -7,6 +7,8 @@ and the shards no longer in the store; its reader derives it in-process for a st
 from __future__ import annotations
 
 import shutil
+import weakref
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,8 +22,18 @@ from traceanalyzer.engine.params import Param, Params
 from traceanalyzer.executor import LocalExecutor
 from traceanalyzer.ingest import ingest
 from traceanalyzer.schema import DERIVED_TABLES, I64, Column, Table
-from traceanalyzer.stages import STAGES, Stage, declare, rule_input_tables, run_stages
+from traceanalyzer.stages import (
+    READS,
+    STAGES,
+    Read,
+    Stage,
+    declare,
+    rows_of,
+    rule_input_tables,
+    run_stages,
+)
 from traceanalyzer.store import DERIVED_KEYS_DIR, DERIVED_READERS, TABLES_DIR, Store
+from traceanalyzer.synth.generate import generate
 
 SAMPLE = Path(__file__).resolve().parents[1] / "sample_traces" / "store_stall_2rank_rank1_sick"
 BUSY = "stream_busy"
@@ -69,14 +81,14 @@ def declared(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Stage, Stage]]:
     monkeypatch.setitem(DERIVED_TABLES, BUSY, _table(BUSY, Column("stream_id", I64, "Stream."),
                         Column("tasks", I64, "Tasks."), Column("busy_ns", I64, "Their time.")))  # fmt: skip
     monkeypatch.setitem(DERIVED_TABLES, WIDE, _table(WIDE, Column("stream_id", I64, "Stream.")))
-    registered, readers = dict(STAGES), dict(DERIVED_READERS)
+    registered, readers, reads = dict(STAGES), dict(DERIVED_READERS), dict(READS)
     busy = declare(Stage(BUSY, (BUSY,), derive_stream_busy, ("slices",), BUSY, stream_busy_params))
     wide = declare(Stage(WIDE, (WIDE,), derive_wide, (BUSY,)))
     yield busy, wide
     CRASHING.clear()
-    for registry, was in ((STAGES, registered), (DERIVED_READERS, readers)):
+    for registry, was in ((STAGES, registered), (DERIVED_READERS, readers), (READS, reads)):
         registry.clear()
-        registry.update(was)
+        registry.update(was)  # type: ignore[attr-defined]
 
 
 @pytest.fixture(scope="module")
@@ -166,11 +178,165 @@ def test_declarations_are_checked(declared: tuple[Stage, Stage]) -> None:
         declare(Stage("early", (WIDE,), derive_wide, ("slices", "wide")))
     with pytest.raises(ValueError, match="derives no table"):
         declare(Stage("idle", (), derive_wide))
+    # its reads: what they read is among its inputs (its key holds theirs), one read a name
+    with pytest.raises(ValueError, match="read stream_busy is no table of its inputs"):
+        declare(Stage(WIDE, (WIDE,), derive_wide, ("slices",), reads=(rows_of(BUSY),)))
+    at_steps = Read("test_at_steps", read_calls, params_of="steps")
+    with pytest.raises(ValueError, match="parameters of steps, which is not among its inputs"):
+        declare(Stage(WIDE, (WIDE,), derive_wide, (BUSY,), reads=(at_steps,)))
+    with pytest.raises(ValueError, match="test_rows is computed from a table's rows"):
+        declare(Stage(WIDE, (WIDE,), derive_wide, (BUSY,),
+                      reads=(Read("test_rows", read_calls, (rows_of(BUSY),)),)))  # fmt: skip
+    with pytest.raises(ValueError, match="read test_calls is another read's name"):
+        declare(Stage(WIDE, (WIDE,), derive_wide, (BUSY,),
+                      reads=(CALLS, Read("test_calls", read_tasks))))  # fmt: skip
 
 
 def test_every_derived_table_is_one_declared_stage_s() -> None:
     assert steps.stage and overview.stage  # the packages declare their stages on import
     made = [table for stage in STAGES.values() for table in stage.tables]
     assert sorted(made) == sorted(DERIVED_TABLES)
-    assert set(rule_input_tables()) == set(steps.stage.STEPS.tables)
-    assert all(not stage.before_rules for stage in STAGES.values() if stage.name != "steps")
+    # the rules read the steps' package's, derived before them; the overview's come after
+    before = [stage for stage in STAGES.values() if stage.before_rules]
+    assert {stage.derive.__module__.rpartition(".")[0] for stage in before} == {steps.__name__}
+    assert set(rule_input_tables()) == {t for t in DERIVED_TABLES if not t.startswith("summary")}
+
+
+class Token:
+    """A read's value, which a weak reference sees let go."""
+
+
+MADE: Counter[str] = Counter()  # by read, how often it was computed
+SEEN: dict[str, Any] = {}
+
+
+def read_calls(store: Store, ranks: list[int], params: None) -> Token:
+    MADE["calls"] += 1
+    token = Token()
+    SEEN["calls"] = weakref.ref(token)
+    return token
+
+
+def read_tasks(store: Store, ranks: list[int], params: None, test_calls: Token) -> pl.DataFrame:
+    MADE["tasks"] += 1
+    return store.table("slices").filter(pl.col("rank").is_in(ranks)).collect()
+
+
+def read_windows(store: Store, ranks: list[int], params: None, test_calls: Token) -> Token:
+    MADE["windows"] += 1
+    return Token()
+
+
+CALLS = Read("test_calls", read_calls)
+TASKS = Read("test_tasks", read_tasks, (CALLS,))
+WINDOWS = Read("test_windows", read_windows, (CALLS,))
+
+
+def derive_busy_shared(
+    store: Store, ranks: list[int], params: Params, *, test_tasks: pl.DataFrame
+) -> pl.DataFrame:
+    # the calls were made into the windows the next stage reads, and let go, before this ran
+    SEEN["calls held"] = SEEN["calls"]() is not None
+    SEEN[BUSY] = (
+        test_tasks.filter(pl.col("stream_id").is_not_null())
+        .group_by("rank", "session", "stream_id")
+        .agg(pl.len().alias("tasks"), pl.col("dur_ns").sum().alias("busy_ns"))
+    )
+    return SEEN[BUSY]
+
+
+def derive_wide_shared(
+    store: Store, ranks: list[int], params: None, *, test_windows: Token, stream_busy: pl.DataFrame
+) -> pl.DataFrame:
+    SEEN["in memory"] = stream_busy is SEEN.get(BUSY)  # the frame the stage before derived
+    return stream_busy.filter(pl.col("tasks") > pl.col("tasks").median()).select(
+        "rank", "session", "stream_id"
+    )
+
+
+def test_stages_of_a_shard_run_in_one_task_sharing_their_reads(
+    declared: tuple[Stage, Stage], out: Path
+) -> None:
+    """Each read is computed once per task, only for the stages out of date there, and let go
+    as soon as no stage left needs it; a table one stage derived is the next one's, in memory."""
+    STAGES.clear()
+    busy = declare(Stage(BUSY, (BUSY,), derive_busy_shared, ("slices",), reads=(TASKS,)))
+    wide = declare(
+        Stage(WIDE, (WIDE,), derive_wide_shared, (BUSY,), reads=(WINDOWS, rows_of(BUSY)))
+    )
+    MADE.clear()
+    assert _run(out, busy, wide).computed == {BUSY: [0, 1], WIDE: [0, 1]}
+    assert MADE == {"calls": 2, "tasks": 2, "windows": 2}  # once in each rank's task
+    assert SEEN["in memory"] and not SEEN["calls held"]
+    stored = Store.open(out).table(WIDE).collect()
+    # only the stage out of date runs, given only its reads; the table it reads is the store's
+    shutil.rmtree(out / TABLES_DIR / WIDE / "rank=1")
+    MADE.clear()
+    SEEN.clear()
+    files = _mtimes(out, BUSY)
+    assert _run(out, busy, wide).computed == {BUSY: [], WIDE: [1]}
+    assert MADE == {"calls": 1, "windows": 1} and not SEEN["in memory"]
+    assert _mtimes(out, BUSY) == files
+    assert (
+        Store.open(out)
+        .table(WIDE)
+        .collect()
+        .sort(stored.columns)
+        .equals(stored.sort(stored.columns))
+    )
+
+
+@pytest.fixture(scope="module")
+def moe_ep(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Two ranks of an MoE model served with expert parallelism: every table before the rules
+    has rows."""
+    tmp = tmp_path_factory.mktemp("moe")
+    generate("moe-ep", tmp / "in", ranks=2, iterations=4, layers=2)
+    ingest(tmp / "in", tmp / "out")
+    return tmp / "out"
+
+
+def test_a_stage_whose_code_changed_is_derived_again_with_its_readers_only(
+    moe_ep: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "out"
+    shutil.copytree(moe_ep, out)
+    before = stages.declared(before_rules=True)
+    every = {stage.name: [0, 1] for stage in before}
+    assert run_stages(out, LocalExecutor(), before).computed == every
+    rows = {table: Store.open(out).table(table).collect() for table in rule_input_tables()}
+    assert all(frame.height for frame in rows.values())
+    real = stages.code_key
+
+    def changed(module: str) -> None:
+        def code_key(*names: str) -> str:
+            return real(*names) + (module if f"traceanalyzer.steps.{module}" in names else "")
+
+        monkeypatch.setattr(stages, "code_key", code_key)
+
+    changed("collectives")
+    files = {table: _mtimes(out, table) for table in rows}
+    done = run_stages(out, LocalExecutor(), before).computed
+    assert done == {**dict.fromkeys(every, []), "collectives": [0, 1]}
+    assert all(_mtimes(out, t) == files[t] for t in rows if t != "collectives")
+    # the steps changed: every stage that reads them is derived again, not the launches
+    changed("stage")
+    assert run_stages(out, LocalExecutor(), before).computed == {**every, "launches": []}
+    for table, frame in rows.items():  # the same code: the same rows
+        again = Store.open(out).table(table).collect()
+        assert again.sort(again.columns).equals(frame.sort(frame.columns)), table
+
+
+def test_each_table_s_reader_derives_it_as_its_stage_does(moe_ep: Path, tmp_path: Path) -> None:
+    """A store without a derived table (a fixture's, an older one's) reads it derived in-process
+    by the same stage and reads as a run's task derives it."""
+    out = tmp_path / "out"
+    shutil.copytree(moe_ep, out)
+    run_stages(out, LocalExecutor(), stages.declared(before_rules=True))
+    stored = {table: Store.open(out).derived(table).collect() for table in rule_input_tables()}
+    shutil.rmtree(out / TABLES_DIR)
+    shutil.copytree(moe_ep / TABLES_DIR, out / TABLES_DIR)  # the ingested tables only
+    store = Store.open(out)
+    for table, frame in stored.items():
+        derived = store.derived(table, [0, 1]).collect()
+        assert derived.equals(frame), table

@@ -7,6 +7,11 @@ the code itself: the module's source and the source of every package module it i
 directly or through others (``import``, ``from ... import``, relative imports, and
 ``importlib.import_module("traceanalyzer...")`` with a literal name), with the package version.
 Change a helper deep in the closure and every key above it changes.
+
+A module's packages run with it, so their ``__init__`` sources count; what an ``__init__``
+imports counts only for a module that imports a name it defines (``from traceanalyzer.kit import
+x``), not for one that only lives under it (``traceanalyzer.steps.collectives`` is not keyed by
+every stage ``steps/__init__`` imports to register them).
 """
 
 from __future__ import annotations
@@ -50,8 +55,9 @@ _DYNAMIC = re.compile(r"import_module\(\s*[\"'](traceanalyzer[\w.]*)[\"']")
 
 
 def _imported(source: str, name: str, is_package: bool) -> set[str]:
-    """The package modules a module's source imports (names, possibly of non-modules: a
-    ``from a import b`` yields ``a`` and ``a.b``; :func:`module_file` tells which exist)."""
+    """The package names a module's source imports: modules, or names defined in one (a
+    ``from a import b`` yields ``a.b``, a module or a name of ``a``: :func:`_imported_module`
+    tells which)."""
     found: set[str] = set()
     package = name if is_package else name.rpartition(".")[0]
     for base, names in _FROM.findall(source):
@@ -60,45 +66,62 @@ def _imported(source: str, name: str, is_package: bool) -> set[str]:
             anchor = package.split(".")
             anchor = anchor[: len(anchor) - (level - 1)]
             base = ".".join([*anchor, base[level:]] if base[level:] else anchor)
-        found.add(base)
-        for item in names.strip("()").replace("\n", ",").split(","):
-            word = item.split("#")[0].split(" as ")[0].strip()
-            if word.isidentifier():
-                found.add(f"{base}.{word}")
+        items = names.strip("()").replace("\n", ",").split(",")
+        words = (item.split("#")[0].split(" as ")[0].strip() for item in items)
+        named = [f"{base}.{word}" for word in words if word.isidentifier()]
+        found.update(named or [base])  # `from a import *`: a itself
     for names in _IMPORT.findall(source):
         found.update(item.split(" as ")[0].strip() for item in names.split(","))
     found.update(_DYNAMIC.findall(source))
     return {m for m in found if m == PACKAGE or m.startswith(PACKAGE + ".")}
 
 
-@functools.cache
 def _imports_of(path: Path, name: str) -> list[str]:
-    """:func:`_imported` of one module's file, read once per process (the closures of several
-    keys share most modules)."""
+    """:func:`_imported` of one module's file."""
     return sorted(_imported(path.read_text("utf-8"), name, path.name == "__init__.py"))
 
 
-@functools.cache
 def closure(name: str, root: Path = ROOT) -> tuple[Path, ...]:
-    """The source files of ``name`` and of every package module it imports, transitively, in
-    a stable order (each once; a package's ``__init__`` with the module under it)."""
+    """The source files of ``name`` (a module, or a name one defines) and of every package
+    module it imports, transitively, in a stable order (each once; a package's ``__init__``
+    with the module under it)."""
+    return _closure(_imported_module(name, root), root)
+
+
+@functools.cache
+def _closure(module: str, root: Path) -> tuple[Path, ...]:
     seen: dict[str, Path] = {}
-    todo = [name]
+    followed: set[str] = set()
+    todo = [(module, True)]
     while todo:
-        current = todo.pop()
+        current, imported = todo.pop()
         path = module_file(current, root)
-        if path is None or current in seen:
+        if path is None or (current in followed or (current in seen and not imported)):
             continue
         seen[current] = path
-        # a module's packages are imported with it
+        # a module's packages run with it: their sources count, their imports only when a
+        # name of theirs is imported
         parent = current.rpartition(".")[0]
         if parent:
-            todo.append(parent)
-        if current != PACKAGE:
-            todo += _imports_of(path, current)
+            todo.append((parent, False))
+        if imported and current != PACKAGE:
+            followed.add(current)
+            todo += [(imported, True) for imported in _imported_modules(path, current, root)]
         # (the package's own __init__ counts, for the version, but not its imports: it is the
         # API's façade, whose functions import lazily from every layer)
     return tuple(seen[n] for n in sorted(seen))
+
+
+@functools.cache
+def _imported_modules(path: Path, name: str, root: Path) -> tuple[str, ...]:
+    """The package modules one module's file imports, once per process (the closures of
+    several keys share most modules)."""
+    return tuple(sorted({_imported_module(n, root) for n in _imports_of(path, name)}))
+
+
+def _imported_module(name: str, root: Path) -> str:
+    """The module an imported ``name`` is: itself, or the module that defines it."""
+    return name if module_file(name, root) is not None else name.rpartition(".")[0]
 
 
 def files_digest(paths: list[Path] | tuple[Path, ...], root: Path = ROOT) -> str:

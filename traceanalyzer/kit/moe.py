@@ -38,13 +38,8 @@ from traceanalyzer.engine.rule import RuleContext, helper
 from traceanalyzer.kit.patterns import first_match
 from traceanalyzer.kit.steps import phase_windows
 from traceanalyzer.primitives import window_of
-from traceanalyzer.steps.exchanges import (
-    EXCHANGE_PARAMS,
-    device_slices,
-    exchange_ops_in,
-    exchange_paths_in,
-    exchanges_of,
-)
+from traceanalyzer.steps.device import EXCHANGE_PARAMS, device_slices, exchange_ops_in
+from traceanalyzer.steps.exchanges import exchange_paths_in, exchanges_of
 from traceanalyzer.steps.moe_layers import (
     DENSE,
     DERIVED_PARAMS,
@@ -117,7 +112,7 @@ NO_PEERS = "needs the profiles of at least 2 ranks of an EP group (profile every
 
 
 def _device_tasks(ctx: RuleContext) -> pl.DataFrame:
-    """:func:`~traceanalyzer.steps.exchanges.device_slices` of every rank in scope, read once
+    """:func:`~traceanalyzer.steps.device.device_slices` of every rank in scope, read once
     (one scan of the slices) for the exchanges, the compute kernels and the expert kernels."""
     return ctx.shared(_read_device_tasks)
 
@@ -127,7 +122,7 @@ def _read_device_tasks(ctx: RuleContext) -> pl.DataFrame:
 
 
 def _exchange_ops(ctx: RuleContext) -> pl.DataFrame:
-    """EP exchange ops of every rank in scope (``steps.exchanges.exchange_ops_in``)."""
+    """EP exchange ops of every rank in scope (``steps.device.exchange_ops_in``)."""
     return exchange_ops_in(_device_tasks(ctx), ctx.params)
 
 

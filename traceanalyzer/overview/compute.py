@@ -33,7 +33,7 @@ from traceanalyzer.overview.breakdown import (
 from traceanalyzer.overview.memory import memory_tables
 from traceanalyzer.overview.tops import top_collectives, top_host_apis, top_kernels
 from traceanalyzer.schema import COMPONENT_NAMES
-from traceanalyzer.steps.exchanges import EXCHANGE_PARAMS
+from traceanalyzer.steps.device import EXCHANGE_PARAMS
 from traceanalyzer.steps.launches import host_calls, launches_of
 from traceanalyzer.steps.phases import IDLE_PHASE
 from traceanalyzer.steps.tables import steps_of

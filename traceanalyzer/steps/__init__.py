@@ -1,11 +1,20 @@
-"""The steps of a profile: engine iterations, each with the phase it served.
+"""The tables derived before the rules: the steps of a profile (engine iterations, each with the
+phase it served) and the tables derived beside them, each a stage of its own (``stages.py``).
 
 Derived once per rank after the ingest, before the rules and the overview, into the store's
-``steps`` table, which rules (through the kit), the overview and ``diff`` share; see
+tables, which rules (through the kit), the overview and ``diff`` share; see
 ``docs/serving.md``.
 """
 
-# The stage's declaration, and every derived table's reader (store.DERIVED_READERS): whoever
-# reads a table of it knows how it is derived and keyed, whichever module it imported first.
-from traceanalyzer.steps import stage as stage  # noqa: E402
-from traceanalyzer.steps import tables as tables  # noqa: E402
+# Every stage's declaration, and so every derived table's reader (store.DERIVED_READERS):
+# whoever reads a table of them knows how it is derived and keyed, whichever module it imported
+# first. In the order they run in a task (a stage after those it reads): each table is written,
+# and what no stage after it reads let go, before the next is derived.
+# isort: off
+from traceanalyzer.steps import launches as launches
+from traceanalyzer.steps import stage as stage
+from traceanalyzer.steps import exchanges as exchanges
+from traceanalyzer.steps import moe_layers as moe_layers
+from traceanalyzer.steps import layers as layers
+from traceanalyzer.steps import collectives as collectives
+# isort: on

@@ -22,8 +22,8 @@ no tasks to split (its time is its elapse; the peers' comparison splits it,
 peer rank (the plane task's ``dst rank``) of the op's longest wait, which is often what that
 idle time is (a wait for a rank outside the profile, on another plane).
 
-Derived in the steps' task from the device tasks it already holds (no scan but one of the
-longest waits' args), per rank, beside the ``exchanges`` table.
+A stage derived in the steps' task from the device tasks read there once for it and the stages
+beside it (``steps.device``; no scan but one of the longest waits' args).
 """
 
 from __future__ import annotations
@@ -32,8 +32,12 @@ from collections.abc import Collection
 
 import polars as pl
 
+from traceanalyzer.executor import SMALL_WORK_BYTES
 from traceanalyzer.primitives import union_intervals, window_of
-from traceanalyzer.store import DERIVED_READERS, Store, stored_or_derived
+from traceanalyzer.stages import Stage, declare, rows_of
+from traceanalyzer.steps.device import DEVICE_TASKS, EXCHANGE_OPS
+from traceanalyzer.steps.stage import TABLE as STEPS
+from traceanalyzer.store import Store
 from traceanalyzer.vocabulary import (
     COMMUNICATION_PROCESSES,
     HARDWARE_PROCESS,
@@ -223,20 +227,27 @@ def _waited_for(store: Store, ranks: list[int], ops: pl.DataFrame) -> pl.DataFra
 
 
 def derive_collectives(
-    store: Store, device: pl.DataFrame, mc2: pl.DataFrame, steps: pl.DataFrame
+    store: Store,
+    ranks: list[int],
+    params: None,
+    *,
+    device_tasks: pl.DataFrame,
+    exchange_ops: pl.DataFrame,
+    steps: pl.DataFrame,
 ) -> pl.DataFrame:
-    """The ``collectives`` rows (:data:`SCHEMA`) of the ranks of ``device`` (their device
-    tasks, :func:`~traceanalyzer.steps.exchanges.device_slices`); ``mc2``: their MC2 exchange
-    kernels (rank, session, name, start_ns, end_ns); ``steps``: their steps."""
-    ranks = sorted(set(device["rank"].unique().to_list()) | set(mc2["rank"].unique().to_list()))
-    if not ranks:
+    """The ``collectives`` rows (:data:`SCHEMA`) of ``ranks``, from their device tasks
+    (:func:`~traceanalyzer.steps.device.device_slices`), EP exchange ops (their MC2 exchange
+    kernels) and steps."""
+    mc2 = exchange_ops.filter(pl.col("path") == "mc2")
+    present = sorted(set(device_tasks["rank"].unique()) | set(mc2["rank"].unique()))
+    if not present:  # no device task: nothing to split
         return pl.DataFrame(schema=SCHEMA)
-    ops, tasks = _hccl_ops(device)
+    ops, tasks = _hccl_ops(device_tasks)
     ops = ops.with_row_index("_op")
     split = _split(ops, tasks)
-    split = _waited_for(store, ranks, split)
+    split = _waited_for(store, present, split)
     comm = _from_communication(
-        store.scan("comm_ops").filter(pl.col("rank").is_in(ranks)).collect()
+        store.scan("comm_ops").filter(pl.col("rank").is_in(present)).collect()
     ).cast({"rank": ops.schema["rank"]})
     keys = ["rank", "session", "name"]
     traced = ops.join(split.select("_op", *SPLIT, "source", "waited_for"), on="_op", how="left")
@@ -279,17 +290,18 @@ def collectives_of(store: Store, ranks: Collection[int] | None = None) -> pl.Dat
     """The collectives of ``ranks`` (every rank: None): the store's ``collectives`` table,
     derived here for a rank it was not derived for (a fixture's store, or one written before
     the table existed), once per store."""
-    from traceanalyzer.steps.exchanges import DEFAULTS, device_slices, exchange_ops_in
-    from traceanalyzer.steps.tables import steps_of
+    return store.derived(TABLE, ranks).collect()
 
-    def derive(rank: int) -> pl.DataFrame:
-        device = device_slices(store.scan("slices").filter(pl.col("rank") == rank))
-        mc2 = exchange_ops_in(device, DEFAULTS).filter(pl.col("path") == "mc2")
-        return derive_collectives(store, device, mc2, steps_of(store, [rank]))
 
-    return stored_or_derived(store, TABLE, ranks, derive, SCHEMA).sort(
-        "rank", "session", "start_ns"
+COLLECTIVES = declare(
+    Stage(
+        name=TABLE,
+        tables=(TABLE,),
+        derive=derive_collectives,
+        inputs=("slices", "comm_ops", STEPS),
+        before_rules=True,
+        task_bytes=SMALL_WORK_BYTES,  # the steps' task's
+        reads=(DEVICE_TASKS, EXCHANGE_OPS, rows_of(STEPS)),
+        order=("rank", "session", "start_ns"),
     )
-
-
-DERIVED_READERS[TABLE] = collectives_of
+)

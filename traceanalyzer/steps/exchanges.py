@@ -6,91 +6,32 @@ An MoE layer on an EP rank sends each token to the ranks holding its experts and
 reduce-scatter back (``serving_profiles.md`` §3). vllm-ascend takes MC2 up to a token capacity
 and all-to-all above it, so a step's path should fit its size.
 
-Derived in the steps' task, from the device tasks they read and the steps just derived, at the
-default patterns: ``moe-load-imbalance`` and the overview read it (``kit.moe``); a rule whose
-patterns differ derives its own (:func:`exchange_paths_in`).
+A stage derived in the steps' task, from the EP exchange ops (``steps.device``) and compute
+kernels the steps' slices hold and the steps just derived, at the default patterns:
+``moe-load-imbalance`` and the overview read it (``kit.moe``); a rule whose patterns differ
+derives its own (:func:`exchange_paths_in`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection
-from typing import Any
 
 import polars as pl
 
-from traceanalyzer.engine.params import Param, Params
-from traceanalyzer.primitives import any_of, covered_fraction, union_intervals, window_of
-from traceanalyzer.steps.windows import compute_tasks
-from traceanalyzer.store import DERIVED_READERS, Store, stored_or_derived
-from traceanalyzer.vocabulary import DEVICE_PROCESSES
+from traceanalyzer.executor import SMALL_WORK_BYTES
+from traceanalyzer.primitives import covered_fraction, union_intervals, window_of
+from traceanalyzer.stages import Stage, declare, rows_of
+from traceanalyzer.steps.derive import COMPUTE_KERNELS
+from traceanalyzer.steps.device import EXCHANGE_OPS
+from traceanalyzer.steps.stage import TABLE as STEPS
+from traceanalyzer.store import Store
 
 TABLE = "exchanges"
-EXCHANGE_PARAMS = {
-    "mc2_ops": Param(
-        r"MoeDistribute(?:Dispatch|Combine)",
-        "Regex on device task names of the MC2 exchange (dispatch/combine kernels).",
-    ),
-    "alltoall_ops": Param(
-        r"(?i)^hcom_all_?to_?all", "Regex on collective names of the all-to-all exchange."
-    ),
-    "allgather_ops": Param(
-        r"(?i)^hcom_(?:all_?gather|reduce_?scatter)",
-        "Regex on collective names of the all-gather exchange (all-gather there, "
-        "reduce-scatter back).",
-    ),
-}
-DEFAULTS = Params({name: param.default for name, param in EXCHANGE_PARAMS.items()})
-# the device tasks' columns read here: the exchanges', the compute kernels' and the experts'
-DEVICE_COLUMNS = (
-    "rank", "session", "process", "thread", "name", "task_type", "stream_id", "start_ns", "end_ns",
-)  # fmt: skip
 SCHEMA = {
     "rank": pl.Int32, "session": pl.String, "step": pl.Int64, "phase": pl.String,
     "tokens": pl.Int64, "path": pl.String, "paths": pl.String, "exchanges": pl.Int64,
     "exchange_ns": pl.Int64, "exposed_ns": pl.Int64, "fits": pl.Boolean,
 }  # fmt: skip
-
-
-def device_slices(slices: pl.LazyFrame) -> pl.DataFrame:
-    """The device tasks (device and communication processes, ``end_ns > start_ns``) of
-    ``slices``, in their order, with :data:`DEVICE_COLUMNS`: what the exchanges, the compute
-    kernels and the expert kernels are read from."""
-    return (
-        slices.filter(
-            pl.col("process").is_in(DEVICE_PROCESSES) & (pl.col("end_ns") > pl.col("start_ns"))
-        )
-        .select(DEVICE_COLUMNS)
-        .collect()
-    )
-
-
-def _path_of(p: Any) -> pl.Expr:
-    name = pl.col("name")
-    return (
-        pl.when(name.str.contains(p.mc2_ops))
-        .then(pl.lit("mc2"))
-        .when(name.str.contains(p.alltoall_ops))
-        .then(pl.lit("alltoall"))
-        .when(name.str.contains(p.allgather_ops))
-        .then(pl.lit("allgather"))
-    )
-
-
-def exchange_ops_in(device: pl.DataFrame, p: Any) -> pl.DataFrame:
-    """EP exchange ops of ``device`` (:func:`device_slices`): rank, session, name, process,
-    thread, start_ns, end_ns, path (MC2 kernels on a compute stream, HCCL ops on their group
-    row)."""
-    return (
-        device.lazy()
-        # the few exchange ops first, then their path
-        .filter(pl.col("name").str.contains(any_of((p.mc2_ops, p.alltoall_ops, p.allgather_ops))))
-        .with_columns(_path_of(p).alias("path"))
-        .filter(pl.col("path").is_not_null())
-        .select("rank", "session", "name", "process", "thread", "start_ns", "end_ns", "path")
-        .unique(["rank", "session", "name", "start_ns"])  # a trace with repeated events
-        .collect()
-        .sort("rank", "session", "start_ns")
-    )
 
 
 def exchange_paths_in(
@@ -174,40 +115,38 @@ def fits(steps: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def exchange_inputs(
-    device: pl.DataFrame, compute: pl.DataFrame | None = None
-) -> tuple[pl.DataFrame, pl.DataFrame | None]:
-    """The EP exchange ops of ``device`` (device tasks: at least :data:`DEVICE_COLUMNS`) at the
-    default patterns, and its compute kernels (``compute`` when the caller derived them, else
-    derived here; None without an exchange op: not an MoE rank, nothing more to derive)."""
-    device = device.select(DEVICE_COLUMNS)
-    ops = exchange_ops_in(device, DEFAULTS)
-    if ops.is_empty():
-        return ops, None
-    return ops, compute if compute is not None else compute_tasks(device.lazy())
-
-
-def derive_exchanges(
-    ops: pl.DataFrame, compute: pl.DataFrame | None, steps: pl.DataFrame
-) -> pl.DataFrame:
-    """The ``exchanges`` rows at the default patterns of ranks with these exchange ops and
-    compute kernels (:func:`exchange_inputs`) and ``steps`` (their steps)."""
-    if compute is None:
-        return pl.DataFrame(schema=SCHEMA)
-    return exchange_paths_in(ops, compute, steps)
-
-
 def exchanges_of(store: Store, ranks: Collection[int]) -> pl.DataFrame:
     """The exchanges of ``ranks`` at the default patterns: the store's ``exchanges`` table,
     derived here for a rank it has none for (a fixture's store, or one written before they were
     derived), once per store."""
-    from traceanalyzer.steps.tables import steps_of
-
-    def derive(rank: int) -> pl.DataFrame:
-        device = device_slices(store.scan("slices").filter(pl.col("rank") == rank))
-        return derive_exchanges(*exchange_inputs(device), steps_of(store, [rank]))
-
-    return stored_or_derived(store, TABLE, ranks, derive, SCHEMA).sort("rank", "session", "step")
+    return store.derived(TABLE, ranks).collect()
 
 
-DERIVED_READERS[TABLE] = exchanges_of
+def derive_exchanges(
+    store: Store,
+    ranks: list[int],
+    params: None,
+    *,
+    exchange_ops: pl.DataFrame,
+    compute_kernels: pl.DataFrame,
+    steps: pl.DataFrame,
+) -> pl.DataFrame:
+    """The ``exchanges`` rows of ``ranks`` at the default patterns, from their EP exchange ops
+    (none: not an MoE rank), compute kernels and steps."""
+    if exchange_ops.is_empty():
+        return pl.DataFrame(schema=SCHEMA)
+    return exchange_paths_in(exchange_ops, compute_kernels, steps)
+
+
+EXCHANGES = declare(
+    Stage(
+        name=TABLE,
+        tables=(TABLE,),
+        derive=derive_exchanges,
+        inputs=("slices", STEPS),
+        before_rules=True,
+        task_bytes=SMALL_WORK_BYTES,  # the steps' task's
+        reads=(EXCHANGE_OPS, COMPUTE_KERNELS, rows_of(STEPS)),
+        order=("rank", "session", "step"),
+    )
+)

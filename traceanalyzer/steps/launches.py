@@ -2,9 +2,9 @@
 
 Linking a task to its launch (:func:`~traceanalyzer.primitives.host_launches`) reads every
 device task, host call and flow of a rank: host-launch-bound and the overview's host-bound idle
-both need it, and each derived it on its own. It is derived once per shard before the rules,
-beside the steps (``steps/stage.py``), at the default graph-replay calls; a rule whose
-parameters differ derives its own.
+both need it, and each derived it on its own. It is a stage derived once per shard before the
+rules, first in the task of the steps (which read it, and the host calls it is linked from),
+at the default graph-replay calls; a rule whose parameters differ derives its own.
 """
 
 from __future__ import annotations
@@ -14,8 +14,10 @@ from collections.abc import Collection, Sequence
 import polars as pl
 
 from traceanalyzer import primitives
+from traceanalyzer.executor import SMALL_WORK_BYTES
 from traceanalyzer.primitives import host_launches
-from traceanalyzer.store import DERIVED_READERS, Store, stored_or_derived
+from traceanalyzer.stages import Read, Stage, declare
+from traceanalyzer.store import Store
 from traceanalyzer.vocabulary import GRAPH_REPLAY_APIS
 
 TABLE = "launches"
@@ -47,12 +49,36 @@ def host_calls(store: Store, ranks: Collection[int]) -> pl.DataFrame:
     return primitives.host_calls(store.table("slices").filter(pl.col("rank").is_in(sorted(ranks))))
 
 
+def _read_calls(store: Store, ranks: list[int], params: None) -> pl.DataFrame:
+    return host_calls(store, ranks)
+
+
+# the host calls, read once for the launches, the steps' graph calls and the capture windows
+CALLS = Read("calls", _read_calls)
+
+
 def launches_of(store: Store, ranks: Collection[int]) -> pl.DataFrame:
     """The launches of ``ranks``: the store's ``launches`` table, derived here for a rank it has
     none for (a fixture's store, or one written before launches were derived), once per store."""
-    return stored_or_derived(store, TABLE, ranks, lambda rank: derive_launches(store, [rank])).sort(
-        ORDER, maintain_order=True
+    return store.derived(TABLE, ranks).collect()
+
+
+def derive_stage(
+    store: Store, ranks: list[int], params: None, *, calls: pl.DataFrame
+) -> pl.DataFrame:
+    """The ``launches`` rows of ``ranks``, from their host calls."""
+    return derive_launches(store, ranks, calls=calls)
+
+
+LAUNCHES = declare(
+    Stage(
+        name=TABLE,
+        tables=(TABLE,),
+        derive=derive_stage,
+        inputs=("slices", "flows"),
+        before_rules=True,
+        task_bytes=SMALL_WORK_BYTES,  # the auto executor's bound for work in one process
+        reads=(CALLS,),
+        order=tuple(ORDER),
     )
-
-
-DERIVED_READERS[TABLE] = launches_of
+)

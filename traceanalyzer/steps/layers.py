@@ -28,9 +28,16 @@ from typing import Any
 import polars as pl
 
 from traceanalyzer.engine.params import Param, Params
+from traceanalyzer.executor import SMALL_WORK_BYTES
 from traceanalyzer.primitives import window_of
+from traceanalyzer.stages import Read, Stage, declare, rows_of
 from traceanalyzer.steps import captures
-from traceanalyzer.store import DERIVED_READERS, Store, stored_or_derived
+from traceanalyzer.steps.derive import COMPUTE_KERNELS
+from traceanalyzer.steps.device import DEVICE_TASKS
+from traceanalyzer.steps.launches import CALLS
+from traceanalyzer.steps.launches import TABLE as LAUNCHES
+from traceanalyzer.steps.stage import TABLE as STEPS
+from traceanalyzer.store import Store
 from traceanalyzer.vocabulary import COMMUNICATION_PROCESSES
 
 TABLE = "kernel_layers"
@@ -271,30 +278,16 @@ def _layer_lead(seq: pl.DataFrame) -> pl.DataFrame:
 def kernel_layers_of(store: Store, ranks: Collection[int] | None = None) -> pl.DataFrame:
     """The ``kernel_layers`` rows of ``ranks`` (every rank: None): the store's, derived here at
     the default patterns for a rank it was not derived for, once per store."""
-    from traceanalyzer.steps.evidence import default_params
-    from traceanalyzer.steps.exchanges import device_slices
-    from traceanalyzer.steps.launches import host_calls, launches_of
-    from traceanalyzer.steps.tables import steps_of
-    from traceanalyzer.steps.windows import compute_tasks
-
-    def derive(rank: int) -> pl.DataFrame:
-        slices = store.scan("slices").filter(pl.col("rank") == rank)
-        captured = captures_reader(store, [rank], host_calls(store, [rank]), default_params())
-        return derive_layers(
-            compute_tasks(slices), device_slices(slices), steps_of(store, [rank]),
-            launches_of(store, [rank]), captured,
-        )  # fmt: skip
-
-    return stored_or_derived(store, TABLE, ranks, derive, SCHEMA)
+    return store.derived(TABLE, ranks).collect()
 
 
 def captures_reader(
-    store: Store, ranks: Collection[int], calls: pl.DataFrame, steps_params: Any
+    store: Store, ranks: Collection[int], steps_params: Any, calls: pl.DataFrame
 ) -> Callable[[], pl.DataFrame]:
     """What reads the launches of the graph captures ``ranks``' profiles hold
-    (:func:`~traceanalyzer.steps.captures.captured_launches`), when asked: ``calls``, their
-    CANN calls (``launches.host_calls``; the captures' windows are taken from them now);
-    ``steps_params``, the steps' parameters (the capture calls, the token kernels)."""
+    (:func:`~traceanalyzer.steps.captures.captured_launches`), when asked: ``steps_params``,
+    the steps' parameters (the capture calls, the token kernels); ``calls``, their CANN calls
+    (``launches.host_calls``; the captures' windows are taken from them now)."""
     windows = captures.capture_windows_in(
         calls, steps_params.capture_begin, steps_params.capture_end
     )
@@ -303,4 +296,34 @@ def captures_reader(
     )
 
 
-DERIVED_READERS[TABLE] = kernel_layers_of
+# the capture windows, taken from the host calls once the launches are derived from them (the
+# calls are let go then, not held for this stage)
+CAPTURES = Read("captures", captures_reader, (CALLS,), params_of=STEPS)
+
+
+def derive_kernel_layers(
+    store: Store,
+    ranks: list[int],
+    params: None,
+    *,
+    compute_kernels: pl.DataFrame,
+    device_tasks: pl.DataFrame,
+    steps: pl.DataFrame,
+    launches: pl.DataFrame,
+    captures: Callable[[], pl.DataFrame],
+) -> pl.DataFrame:
+    """The ``kernel_layers`` rows of ``ranks`` at the default patterns (:func:`derive_layers`)."""
+    return derive_layers(compute_kernels, device_tasks, steps, launches, captures)
+
+
+KERNEL_LAYERS = declare(
+    Stage(
+        name=TABLE,
+        tables=(TABLE,),
+        derive=derive_kernel_layers,
+        inputs=("slices", "kernels", LAUNCHES, STEPS),
+        before_rules=True,
+        task_bytes=SMALL_WORK_BYTES,  # the steps' task's
+        reads=(COMPUTE_KERNELS, DEVICE_TASKS, rows_of(STEPS), rows_of(LAUNCHES), CAPTURES),
+    )
+)

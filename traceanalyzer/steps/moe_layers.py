@@ -11,9 +11,10 @@ when the rank arrived at the exchange. ``moe_dense`` has, per step and kernel na
 the kernels that are neither experts nor exchanges: what a rank's device speed is compared on
 (a throttled rank runs every kernel longer, a hot expert rank only its experts).
 
-Derived in the steps' task at the default patterns, from the device tasks, exchange ops and
-compute kernels it holds for the ``exchanges`` table; ``kit.moe`` reads them, and derives its
-own from the store for patterns that differ (:func:`layers_in`, :func:`dense_in`).
+One stage, ``moe``, derived in the steps' task at the default patterns, from the device tasks,
+EP exchange ops and compute kernels read there once for it, the exchanges and the collectives
+(``steps.device``); ``kit.moe`` reads them, and derives its own from the store for patterns that
+differ (:func:`layers_in`, :func:`dense_in`).
 """
 
 from __future__ import annotations
@@ -24,9 +25,13 @@ from typing import Any
 import polars as pl
 
 from traceanalyzer.engine.params import Param, Params
+from traceanalyzer.executor import SMALL_WORK_BYTES
 from traceanalyzer.primitives import any_of, window_of
-from traceanalyzer.steps.exchanges import EXCHANGE_PARAMS, device_slices, exchange_inputs
-from traceanalyzer.store import DERIVED_READERS, Store, stored_or_derived
+from traceanalyzer.stages import Stage, declare, rows_of
+from traceanalyzer.steps.derive import COMPUTE_KERNELS
+from traceanalyzer.steps.device import DEVICE_TASKS, EXCHANGE_OPS, EXCHANGE_PARAMS
+from traceanalyzer.steps.stage import TABLE as STEPS
+from traceanalyzer.store import Store
 from traceanalyzer.vocabulary import HARDWARE_PROCESS
 
 LAYERS, DENSE = "moe_layers", "moe_dense"
@@ -112,8 +117,8 @@ def layers_in(
     tokens, when every grouped matmul of the layer has them; ``arrival_ns``: when the rank is
     ready for the exchange (its start, or its last expert kernel's end if later);
     ``exchange_ns``: from then to the exchange's end; ``first_ns``: the first expert kernel's
-    start. ``device``: :func:`~traceanalyzer.steps.exchanges.device_slices`; ``ops``:
-    :func:`~traceanalyzer.steps.exchanges.exchange_ops_in`; ``shapes``: :func:`expert_shapes`."""
+    start. ``device``: :func:`~traceanalyzer.steps.device.device_slices`; ``ops``:
+    :func:`~traceanalyzer.steps.device.exchange_ops_in`; ``shapes``: :func:`expert_shapes`."""
     kernels = (
         device.lazy()
         .filter(
@@ -193,48 +198,47 @@ def dense_in(compute: pl.DataFrame, steps: pl.DataFrame, p: Any) -> pl.DataFrame
 
 def derive_moe(
     store: Store,
-    device: pl.DataFrame,
-    ops: pl.DataFrame,
-    compute: pl.DataFrame | None,
+    ranks: list[int],
+    params: None,
+    *,
+    device_tasks: pl.DataFrame,
+    exchange_ops: pl.DataFrame,
+    compute_kernels: pl.DataFrame,
     steps: pl.DataFrame,
 ) -> dict[str, pl.DataFrame]:
-    """The ``moe_layers`` and ``moe_dense`` rows of the ranks of ``device`` (their device
-    tasks), at the default patterns; ``ops``: their EP exchange ops; ``compute``: their compute
-    kernels (None where no rank has an exchange op: no MoE layer, nothing read)."""
+    """The ``moe_layers`` and ``moe_dense`` rows of ``ranks`` at the default patterns, from
+    their device tasks, EP exchange ops (none: no MoE layer, nothing more read), compute
+    kernels and steps."""
     empty = {LAYERS: pl.DataFrame(schema=LAYER_SCHEMA), DENSE: pl.DataFrame(schema=DENSE_SCHEMA)}
-    if compute is None:
+    if exchange_ops.is_empty():
         return empty
-    moe_ranks = sorted(ops["rank"].unique().to_list())
+    moe_ranks = sorted(exchange_ops["rank"].unique().to_list())
     shapes = expert_shapes(store.scan("kernels").filter(pl.col("rank").is_in(moe_ranks)), DEFAULTS)
-    layers = layers_in(device, ops, shapes, DEFAULTS)
+    layers = layers_in(device_tasks, exchange_ops, shapes, DEFAULTS)
     if layers.is_empty():
         return empty
     with_layers = layers["rank"].unique().implode()
     return {
         LAYERS: layers,
-        DENSE: dense_in(compute.filter(pl.col("rank").is_in(with_layers)), steps, DEFAULTS),
+        DENSE: dense_in(compute_kernels.filter(pl.col("rank").is_in(with_layers)), steps, DEFAULTS),
     }
 
 
 def moe_tables_of(store: Store, ranks: Collection[int] | None) -> dict[str, pl.DataFrame]:
-    """The ``moe_layers`` and ``moe_dense`` rows of ``ranks`` at the default patterns: the
-    store's tables, derived here for a rank they were not derived for (a fixture's store, or
-    one written before they were), once per store (both tables at once)."""
-    from traceanalyzer.steps.tables import steps_of
-
-    def derive(rank: int) -> dict[str, pl.DataFrame]:
-        device = device_slices(store.scan("slices").filter(pl.col("rank") == rank))
-        return derive_moe(store, device, *exchange_inputs(device), steps_of(store, [rank]))
-
-    def both(rank: int) -> dict[str, pl.DataFrame]:
-        return store.memo((LAYERS, "both", rank), lambda: derive(rank))
-
-    schemas = {LAYERS: LAYER_SCHEMA, DENSE: DENSE_SCHEMA}
-    return {
-        table: stored_or_derived(store, table, ranks, lambda rank, t=table: both(rank)[t], schema)
-        for table, schema in schemas.items()
-    }
+    """The ``moe_layers`` and ``moe_dense`` rows of ``ranks`` (every rank: None) at the default
+    patterns: the store's tables, derived here for a rank they were not derived for (a
+    fixture's store, or one written before they were), once per store (both tables at once)."""
+    return {table: store.derived(table, ranks).collect() for table in (LAYERS, DENSE)}
 
 
-DERIVED_READERS[LAYERS] = lambda store, ranks: moe_tables_of(store, ranks)[LAYERS]
-DERIVED_READERS[DENSE] = lambda store, ranks: moe_tables_of(store, ranks)[DENSE]
+MOE = declare(
+    Stage(
+        name="moe",
+        tables=(LAYERS, DENSE),
+        derive=derive_moe,
+        inputs=("slices", "kernels", STEPS),
+        before_rules=True,
+        task_bytes=SMALL_WORK_BYTES,  # the steps' task's
+        reads=(DEVICE_TASKS, EXCHANGE_OPS, COMPUTE_KERNELS, rows_of(STEPS)),
+    )
+)

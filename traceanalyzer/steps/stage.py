@@ -1,15 +1,15 @@
-"""The steps stage: a store's ``steps`` and the tables derived with them, before the rules.
+"""The steps stage: a store's ``steps`` table, before the rules.
 
-One task per batch of shards (``stages.run_stages``) derives, for all their ranks at once, the
-``launches`` first (the steps read their kernels' launches), the ``steps``, and from the device
-tasks the steps read, the ``exchanges``, ``moe_layers`` and ``moe_dense``, ``kernel_layers``
-and ``collectives``: they share their reads, so they are one stage. Its key is part of every
-rule outcome's key, so a rule whose steps changed runs again.
+Derived in one task per batch of shards with the stages beside it (``stages.run_stages``): after
+the launches (the steps read their kernels' launches, and the host calls their graph calls are
+taken from), from the slices it reads once for the stages after it too (``derive.STEP_SLICES``).
+Its key is part of every rule outcome's key, and of every stage's that reads the steps, so a
+rule or a table whose steps changed is derived again.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import polars as pl
@@ -17,12 +17,10 @@ import polars as pl
 from traceanalyzer.engine.config import ConfigError, namespace_params
 from traceanalyzer.engine.params import Params
 from traceanalyzer.executor import SMALL_WORK_BYTES
-from traceanalyzer.stages import Stage, declare
-from traceanalyzer.steps import collectives, exchanges, launches, layers, moe_layers
-from traceanalyzer.steps.derive import derive_ranks, read_slices
+from traceanalyzer.stages import Stage, declare, rows_of
+from traceanalyzer.steps.derive import COMPUTE_KERNELS, STEP_SLICES, derive_ranks
 from traceanalyzer.steps.evidence import NAMESPACE, STEP_PARAMS
-from traceanalyzer.steps.exchanges import device_slices
-from traceanalyzer.steps.windows import compute_tasks
+from traceanalyzer.steps.launches import TABLE as LAUNCHES
 from traceanalyzer.store import Store
 
 TABLE = "steps"
@@ -38,50 +36,30 @@ def step_params(values: Mapping[str, Any] | None = None) -> Params:
     return namespace_params(NAMESPACE, STEP_PARAMS, values, StepSettingError)
 
 
-def derive_step_tables(
-    store: Store, ranks: list[int], params: Params
-) -> Iterator[tuple[str, pl.DataFrame]]:
-    """The stage's tables of ``ranks``, each as soon as it is derived (the launches first: the
-    steps read their kernels' launches from them)."""
-    # One after the other: beside each other on a second thread they took as long in all
-    # (each query runs on every core). (One read of the slices for the launches and the
-    # steps, split at once, took no less time and added a fifth to the task's peak: the
-    # allocator held the read's pages while the launches' inputs were copied from it.)
-    calls = launches.host_calls(store, ranks)  # the graph calls of the steps are some of them
-    found = launches.derive_launches(store, ranks, calls=calls)
-    yield launches.TABLE, found
-    slices = read_slices(store, ranks, params, calls)
-    captured = layers.captures_reader(store, ranks, calls, params)
-    del calls
-    compute = compute_tasks(slices)  # the steps' and the EP exchanges'
-    frame = derive_ranks(store, ranks, params, found, slices, compute)
-    yield TABLE, frame
-    device = device_slices(slices)
-    ops, moe = exchanges.exchange_inputs(device, compute)
-    yield exchanges.TABLE, exchanges.derive_exchanges(ops, moe, frame)
-    yield from moe_layers.derive_moe(store, device, ops, moe, frame).items()
-    yield layers.TABLE, layers.derive_layers(compute, device, frame, found, captured)
-    mc2 = ops.filter(pl.col("path") == "mc2")
-    yield collectives.TABLE, collectives.derive_collectives(store, device, mc2, frame)
+def derive_steps(
+    store: Store,
+    ranks: list[int],
+    params: Params,
+    *,
+    step_slices: pl.LazyFrame,
+    compute_kernels: pl.DataFrame,
+    launches: pl.DataFrame,
+) -> pl.DataFrame:
+    """The steps of ``ranks``, from the slices and compute kernels the stages after read too."""
+    return derive_ranks(store, ranks, params, launches, step_slices, compute_kernels)
 
 
 STEPS = declare(
     Stage(
         name=NAMESPACE,
-        tables=(
-            TABLE,
-            launches.TABLE,
-            exchanges.TABLE,
-            moe_layers.LAYERS,
-            moe_layers.DENSE,
-            layers.TABLE,
-            collectives.TABLE,
-        ),
-        derive=derive_step_tables,
-        inputs=("sessions", "slices", "flows", "kernels", "comm_ops"),
+        tables=(TABLE,),
+        derive=derive_steps,
+        inputs=("sessions", "slices", "kernels", LAUNCHES),
         namespace=NAMESPACE,
         params=step_params,
         before_rules=True,
         task_bytes=SMALL_WORK_BYTES,  # the auto executor's bound for work in one process
+        reads=(STEP_SLICES, COMPUTE_KERNELS, rows_of(LAUNCHES)),
+        order=("rank", "session", "start_ns"),
     )
 )

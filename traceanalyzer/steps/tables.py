@@ -6,9 +6,8 @@ from collections.abc import Collection
 
 import polars as pl
 
-from traceanalyzer.steps.derive import derive_ranks
-from traceanalyzer.steps.evidence import default_params
-from traceanalyzer.store import DERIVED_READERS, Store, stored_or_derived
+from traceanalyzer.steps.stage import TABLE
+from traceanalyzer.store import Store
 
 
 def steps_of(store: Store, ranks: Collection[int] | None = None) -> pl.DataFrame:
@@ -17,13 +16,4 @@ def steps_of(store: Store, ranks: Collection[int] | None = None) -> pl.DataFrame
     one written before steps were derived), once per store; read once per store and ranks (a
     snapshot store keeps it: the rules, the exchange paths and the overview ask again)."""
     key = ("steps_of", None if ranks is None else tuple(sorted(ranks)))
-    return store.memo(key, lambda: _read(store, ranks))
-
-
-def _read(store: Store, ranks: Collection[int] | None) -> pl.DataFrame:
-    return stored_or_derived(
-        store, "steps", ranks, lambda rank: derive_ranks(store, [rank], default_params())
-    ).sort("rank", "session", "start_ns")
-
-
-DERIVED_READERS["steps"] = steps_of
+    return store.memo(key, lambda: store.derived(TABLE, ranks).collect())
