@@ -19,11 +19,11 @@ from traceanalyzer.compare.overview_diff import overview_deltas
 from traceanalyzer.kit import us
 from traceanalyzer.kit.store_builder import StoreBuilder
 from traceanalyzer.overview import TopSizes, by_cost, finding_costs
-from traceanalyzer.overview.breakdown import UNMEASURED, computing_ns
+from traceanalyzer.overview.breakdown import computing_ns
 from traceanalyzer.overview.cluster import cluster_rows
 from traceanalyzer.overview.compute import summarize_rank
 from traceanalyzer.report.overview_text import overview_markdown, overview_table
-from traceanalyzer.schema import COMPONENT_NAMES
+from traceanalyzer.step_components import BY_KEY, COMPONENT_NAMES
 from traceanalyzer.store import Store
 
 US = 1_000
@@ -454,17 +454,16 @@ def test_diff_compares_the_breakdowns(tmp_path: Path) -> None:
 
 
 def test_heat_map_beyond_eight_ranks_bars_below() -> None:
-    from traceanalyzer.overview.document import COMPONENTS
     from traceanalyzer.report.overview_html import stacked_bars
     from traceanalyzer.report.overview_plots import heatmap_figure
 
     ranks = [{"rank": r, "step_ns": 10.0, "idle_other_ns": 10.0} for r in range(12)]
-    overview = {"ranks": ranks, "components": [{"key": k, "label": k} for k, _, _ in COMPONENTS]}
+    overview = {"ranks": ranks, "components": [{"key": k, "label": k} for k in COMPONENT_NAMES]}
     fig = heatmap_figure(overview)
     assert fig is not None
     svg = ET.fromstring(fig.to_svg())
     cells = [r for r in svg.iter("{http://www.w3.org/2000/svg}rect") if r.get("fill") == "#440154"]
-    assert len(cells) == 12 * (len(COMPONENTS) - 1)  # every share 0 but idle_other's
+    assert len(cells) == 12 * (len(COMPONENT_NAMES) - 1)  # every share 0 but idle_other's
     few = {**overview, "ranks": ranks[:3]}
     assert heatmap_figure(few) is None
     bars = stacked_bars(few)
@@ -576,7 +575,7 @@ def test_a_level0_trace_says_what_it_could_not_measure() -> None:
     level0 = run("inference_baseline_g3_level0")
     overview = level0["summary"]["overview"]
     keys = ["compute_ai_vector_ns", "idle_sync_ns"]
-    said = {k: f"{UNMEASURED[k][0]} (collect with profiler_level=Level1)" for k in keys}
+    said = {k: f"{BY_KEY[k].unmeasured.why} (collect with profiler_level=Level1)" for k in keys}
     assert overview["unmeasured"] == {k: {"ranks": [0], "reason": said[k]} for k in keys}
     assert overview["ranks"][0]["unmeasured"] == keys
     assert all(r["unmeasured"] == keys for r in overview["phases"]["rows"])

@@ -9,13 +9,11 @@ from typing import Any
 from traceanalyzer.report import fmt
 from traceanalyzer.report.htmlkit import esc, table
 from traceanalyzer.report.overview_text import unmeasured_everywhere
+from traceanalyzer.step_components import COMPONENTS
 
 STEP = ("step_ns", "step time")
 # time the step loses: less of it is better (compute is neutral: less may mean less work done)
-LOWER_IS_BETTER = (
-    "step_ns", "comm_exposed_ns", "idle_host_ns", "idle_sync_ns", "idle_stream_ns",
-    "idle_other_ns",
-)  # fmt: skip
+LOWER_IS_BETTER = (STEP[0], *(c.key for c in COMPONENTS if c.lost))
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,6 @@ from traceanalyzer.overview.breakdown import (
     MEASURED_COLUMNS,
     STEP_COLUMNS,
     STEP_META,
-    TIMELINE_BLIND,
     UNMEASURED_COLUMN,
     VECTOR_TASK_TYPES,
     breakdown,
@@ -32,7 +31,7 @@ from traceanalyzer.overview.breakdown import (
 )
 from traceanalyzer.overview.memory import memory_tables
 from traceanalyzer.overview.tops import top_collectives, top_host_apis, top_kernels
-from traceanalyzer.schema import COMPONENT_NAMES
+from traceanalyzer.step_components import COMPONENT_NAMES, COMPONENTS
 from traceanalyzer.steps.exchanges import EXCHANGE_PARAMS
 from traceanalyzer.steps.launches import host_calls, launches_of
 from traceanalyzer.steps.phases import IDLE_PHASE
@@ -230,8 +229,8 @@ def _unmeasured(
     measure: AI Vector compute when no compute task's accelerator says AI Vector apart from
     AI Core (kernel_details' Accelerator Core, or the trace's Task Type), idle sync when it
     recorded no CANN call (so no synchronisation); without a device timeline, every component
-    the export's own step breakdown does not give (:data:`TIMELINE_BLIND`), the accelerators
-    but where kernel_details.csv (``listed``) splits the compute."""
+    the export's own step breakdown does not give (``Component.no_timeline``), the
+    accelerators but where kernel_details.csv (``listed``) splits the compute."""
     compute = tasks.filter(pl.col("cls").is_in(COMPUTE_CLASSES))
     told = compute.filter(
         pl.col("accelerator").is_not_null() | pl.col("task_type").is_in(VECTOR_TASK_TYPES)
@@ -242,9 +241,10 @@ def _unmeasured(
         "compute_ai_vector_ns": set(compute["session"]) - set(told["session"]),
         "idle_sync_ns": set(sessions["session"]) - set(cann["session"]),
     }
-    for key in TIMELINE_BLIND:
-        compute_key = key.startswith("compute_")
-        blind[key] = blind.get(key, set()) | (no_timeline - split if compute_key else no_timeline)
+    for c in COMPONENTS:
+        if c.no_timeline:
+            unsplit = no_timeline - split if c.group == "compute" else no_timeline
+            blind[c.key] = blind.get(c.key, set()) | unsplit
     ordered = [key for key in COMPONENT_NAMES if key in blind]
     return sessions.select(
         "session",

@@ -14,15 +14,10 @@ import polars as pl
 
 from traceanalyzer.engine.advice import collect_hint, store_facts
 from traceanalyzer.engine.findings import bounded_share
-from traceanalyzer.overview.breakdown import TIMELINE_BLIND, UNMEASURED, computing_ns, unmeasured
+from traceanalyzer.overview.breakdown import computing_ns, unmeasured
 from traceanalyzer.overview.collectives import collectives_section
 from traceanalyzer.overview.compute import DEFAULT_TOP, TopSizes
-from traceanalyzer.overview.headline import (
-    COMPONENTS,
-    headline,
-    mean_components,
-    phase_headline,
-)
+from traceanalyzer.overview.headline import headline, mean_components, phase_headline
 from traceanalyzer.overview.memory import memory_section
 from traceanalyzer.overview.phases import (
     iterations,
@@ -33,7 +28,7 @@ from traceanalyzer.overview.phases import (
 )
 from traceanalyzer.overview.timeline import step_timeline
 from traceanalyzer.overview.tops import combined_tops
-from traceanalyzer.schema import COMPONENT_NAMES
+from traceanalyzer.step_components import COMPONENTS
 from traceanalyzer.store import Store
 
 SCHEMA_VERSION = 1
@@ -90,7 +85,7 @@ def overview_document(
     phases = phases_section(windows, kernels, host_apis, layer_times(store))
     return {
         "schema_version": SCHEMA_VERSION,
-        "components": [{"key": k, "label": label, "group": g} for k, label, g in COMPONENTS],
+        "components": [{"key": c.key, "label": c.label, "group": c.group} for c in COMPONENTS],
         "unmeasured": _unmeasured(store, steps, ranks),
         "source": {
             "breakdown": sorted(set(steps["source"].to_list())),
@@ -131,16 +126,18 @@ def _unmeasured(
     """Per component some ranks could not measure: those ranks, and why (where its time is
     then, and what would measure it, from what their export says it collected)."""
     out = {}
-    for key in COMPONENT_NAMES:
-        on = [r["rank"] for r in ranks if key in r["unmeasured"]]
+    for c in COMPONENTS:
+        on = [r["rank"] for r in ranks if c.key in r["unmeasured"]]
         if not on:
             continue
         mine = steps.filter(pl.col("rank").is_in(on))
-        timeless = key in TIMELINE_BLIND and (mine["source"] == "step_trace_time").all()
+        timeless = c.no_timeline and (mine["source"] == "step_trace_time").all()
         why, collect, table = (
-            (TIMELINE_BLIND[key], "ProfilerActivity.NPU", "slices") if timeless else UNMEASURED[key]
+            (c.no_timeline, "ProfilerActivity.NPU", "slices")
+            if timeless
+            else (c.unmeasured.why, c.unmeasured.collect, c.unmeasured.table)
         )
-        out[key] = {
+        out[c.key] = {
             "ranks": on,
             "reason": why + collect_hint(collect, store_facts(store, on), table),
         }

@@ -1,4 +1,4 @@
-"""The components of a step as the reports name them, and the headline that weighs them."""
+"""The headline that weighs the components of a step (:mod:`traceanalyzer.step_components`)."""
 
 from __future__ import annotations
 
@@ -8,34 +8,7 @@ from typing import Any
 import polars as pl
 
 from traceanalyzer import text
-from traceanalyzer.schema import COMPONENT_NAMES
-
-# key, label, group: the order is the stacked bar's, bottom to top
-COMPONENTS: tuple[tuple[str, str, str], ...] = (
-    ("compute_ai_core_ns", "compute: AI Core", "compute"),
-    ("compute_ai_vector_ns", "compute: AI Vector", "compute"),
-    ("compute_mix_ns", "compute: MIX", "compute"),
-    ("compute_ai_cpu_ns", "compute: AI CPU", "compute"),
-    ("compute_other_ns", "compute: other", "compute"),
-    ("overlapped_ns", "compute + communication (overlapped)", "communication"),
-    ("comm_exposed_ns", "communication, not overlapped", "communication"),
-    ("device_other_ns", "memory copies, runtime tasks", "device"),
-    ("idle_host_ns", "idle: waiting on the host (launch-bound)", "idle"),
-    ("idle_sync_ns", "idle: after a host synchronisation", "idle"),
-    ("idle_stream_ns", "idle: waiting on another stream", "idle"),
-    ("idle_other_ns", "idle: other", "idle"),
-)
-# what the headline weighs: the components a performance engineer acts on, grouped
-HEADLINE_PARTS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("compute", tuple(k for k, _, g in COMPONENTS if g == "compute") + ("overlapped_ns",)),
-    ("exposed communication", ("comm_exposed_ns",)),
-    ("memory copies and runtime tasks", ("device_other_ns",)),
-    ("the device waiting on the host", ("idle_host_ns",)),
-    ("the device drained by host synchronisations", ("idle_sync_ns",)),
-    ("streams waiting on other streams", ("idle_stream_ns",)),
-    ("other device idle time", ("idle_other_ns",)),
-)
-
+from traceanalyzer.step_components import COMPONENT_NAMES, PARTS
 
 # a second part is named when it takes at least this share of the step
 SECOND_PART = 0.05
@@ -47,10 +20,7 @@ SERVED_PHASES = ("prefill", "decode", "mixed", "spec_decode")
 def _largest(mean: Mapping[str, float]) -> list[tuple[float, str]]:
     """The two largest parts of the mean step (share, name), the second only when it counts."""
     parts = sorted(
-        (
-            (sum(mean.get(k, 0.0) for k in keys) / mean["step_ns"], name)
-            for name, keys in HEADLINE_PARTS
-        ),
+        ((sum(mean.get(k, 0.0) for k in keys) / mean["step_ns"], name) for name, keys in PARTS),
         reverse=True,
     )
     return [parts[0], *([parts[1]] if parts[1][0] >= SECOND_PART else [])]

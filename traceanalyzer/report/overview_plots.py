@@ -9,23 +9,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from traceanalyzer.chart import Chart
+from traceanalyzer.step_components import COMPONENTS
 
 HEATMAP_ABOVE = 8  # ranks: more than this and bars are unreadable, the heat map reads at a glance
 # one colour per component, in bar order: compute blues/greens, communication purples, idle greys
-COLORS: dict[str, str] = {
-    "compute_ai_core_ns": "#1d4ed8",
-    "compute_ai_vector_ns": "#0891b2",
-    "compute_mix_ns": "#0d9488",
-    "compute_ai_cpu_ns": "#65a30d",
-    "compute_other_ns": "#93c5fd",
-    "overlapped_ns": "#a78bfa",
-    "comm_exposed_ns": "#7c3aed",
-    "device_other_ns": "#f59e0b",
-    "idle_host_ns": "#dc2626",
-    "idle_sync_ns": "#f43f5e",
-    "idle_stream_ns": "#f97316",
-    "idle_other_ns": "#d1d5db",
-}
+COLORS: dict[str, str] = {c.key: c.colour for c in COMPONENTS}
 
 
 # one colour per phase (traceanalyzer.steps.phases.PHASES): the work warm, the rest muted

@@ -12,29 +12,12 @@ from traceanalyzer.engine.findings import compress_ranks
 from traceanalyzer.report import fmt
 from traceanalyzer.report.overview_memory import memory_lines, memory_markdown
 from traceanalyzer.report.width import table_lines, wrap
+from traceanalyzer.step_components import COLUMNS
 from traceanalyzer.steps.captures import NO_CAPTURE
 from traceanalyzer.text import count, join
 
 # the compact columns: component groups of the breakdown (keys summed), in bar order
-COMPACT: tuple[tuple[str, tuple[str, ...]], ...] = (
-    (
-        "compute",
-        (
-            "compute_ai_core_ns",
-            "compute_ai_vector_ns",
-            "compute_mix_ns",
-            "compute_ai_cpu_ns",
-            "compute_other_ns",
-        ),
-    ),
-    ("overlap", ("overlapped_ns",)),
-    ("comm", ("comm_exposed_ns",)),
-    ("copies", ("device_other_ns",)),
-    ("idle host", ("idle_host_ns",)),
-    ("idle sync", ("idle_sync_ns",)),
-    ("idle stream", ("idle_stream_ns",)),
-    ("idle other", ("idle_other_ns",)),
-)
+COMPACT = COLUMNS
 
 
 def usable(overview: Mapping[str, Any] | None) -> bool:

@@ -14,20 +14,11 @@ from typing import Any
 from traceanalyzer.chart import nice_step, tick_labels, tick_values, xml_text
 from traceanalyzer.overview.timeline import RECT_FIELDS, STRIP_PX
 from traceanalyzer.report import fmt
-from traceanalyzer.report.overview_plots import COLORS
+from traceanalyzer.step_components import COMPONENTS
 
 OTHER_COLOR = "#9ca3af"
 # task classes of the timeline (traceanalyzer.overview.breakdown) -> the component's colour
-CLASS_COLORS: dict[str, str] = {
-    "ai_core": COLORS["compute_ai_core_ns"],
-    "ai_vector": COLORS["compute_ai_vector_ns"],
-    "mix": COLORS["compute_mix_ns"],
-    "ai_cpu": COLORS["compute_ai_cpu_ns"],
-    "compute_other": COLORS["compute_other_ns"],
-    "comm": COLORS["comm_exposed_ns"],
-    "device_other": COLORS["device_other_ns"],
-    "wait": COLORS["idle_stream_ns"],
-}
+CLASS_COLORS: dict[str, str] = {c.task_class: c.colour for c in COMPONENTS if c.task_class}
 # geometry, in SVG user units (pixels at 100%)
 LEFT, RIGHT, TOP, ROW, BAR, AXIS = 110, 12, 26, 20, 14, 38
 PLOT = STRIP_PX  # the width the overview merged the rectangles for
