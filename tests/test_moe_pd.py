@@ -146,6 +146,17 @@ def test_the_overview_says_which_exchange_each_phase_used(tmp_path) -> None:
     assert not any(line.startswith("information") for line in lines)  # every path fits
 
 
+def test_the_exchange_paths_are_named_once() -> None:
+    """The paths synth writes, the names findings give them and the overview's short names come
+    from one table (vocabulary.EP_PATHS)."""
+    from traceanalyzer.kit import PATH_NAMES
+    from traceanalyzer.report.overview_text import EP_PATH_WORDS
+    from traceanalyzer.vocabulary import EP_PATHS
+
+    assert set(moe.PATHS) == set(PATH_NAMES) == set(EP_PATH_WORDS) == set(EP_PATHS)
+    assert (PATH_NAMES["mc2"], EP_PATH_WORDS["mc2"]) == EP_PATHS["mc2"]
+
+
 def test_a_path_that_does_not_fit_its_size_is_flagged() -> None:
     steps = pl.DataFrame(
         {

@@ -15,6 +15,7 @@ from traceanalyzer.report.width import table_lines, wrap
 from traceanalyzer.step_components import COLUMNS
 from traceanalyzer.steps.captures import NO_CAPTURE
 from traceanalyzer.text import count, join
+from traceanalyzer.vocabulary import EP_PATHS
 
 # the compact columns: component groups of the breakdown (keys summed), in bar order
 COMPACT = COLUMNS
@@ -176,7 +177,7 @@ def _graph_cell(graph: Mapping[str, int]) -> str:
     return mode if n == total else f"{mode} {fmt.percent(n / total)}"
 
 
-EP_PATH_WORDS = {"mc2": "MC2", "alltoall": "all-to-all", "allgather": "all-gather"}
+EP_PATH_WORDS = {path: short for path, (_, short) in EP_PATHS.items()}
 
 
 def ep_lines(overview: Mapping[str, Any]) -> list[str]:
