@@ -7,7 +7,7 @@ and summarised for the reports in findings.json's ``summary.overview`` (schema:
 """
 
 from traceanalyzer.overview import stage as stage
-from traceanalyzer.overview.compute import TopSizes
 from traceanalyzer.overview.document import by_cost, finding_costs, overview_document
+from traceanalyzer.overview.model import TopSizes
 
 __all__ = ["TopSizes", "by_cost", "finding_costs", "overview_document"]

@@ -7,8 +7,6 @@ columns it needs, and returns frames keyed by ``session``; the ``summary`` stage
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import polars as pl
 
 from traceanalyzer.kit.host_gaps import compute_stream_gaps
@@ -30,6 +28,7 @@ from traceanalyzer.overview.breakdown import (
     split_sessions,
 )
 from traceanalyzer.overview.memory import memory_tables
+from traceanalyzer.overview.model import TopSizes
 from traceanalyzer.overview.tops import top_collectives, top_host_apis, top_kernels
 from traceanalyzer.step_components import COMPONENT_NAMES, COMPONENTS
 from traceanalyzer.steps.exchanges import EXCHANGE_PARAMS
@@ -40,19 +39,6 @@ from traceanalyzer.store import Store
 from traceanalyzer.vocabulary import (
     DEVICE_PROCESSES,
 )
-
-
-@dataclass(frozen=True)
-class TopSizes:
-    """How many rows each top-N table keeps (``run --top-kernels/--top-apis/--top-collectives``)."""
-
-    kernels: int = 20
-    host_apis: int = 20
-    collectives: int = 10
-
-
-DEFAULT_TOP = TopSizes()
-
 
 # what the breakdown, the top tables and host_launches read of a slice
 SLICE_COLUMNS = (

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import polars as pl
 
 from traceanalyzer import text
+from traceanalyzer.overview.model import PhaseRow
 from traceanalyzer.step_components import COMPONENT_NAMES, PARTS
 
 # a second part is named when it takes at least this share of the step
@@ -36,23 +36,19 @@ def headline(mean: Mapping[str, float] | None) -> str | None:
     return text + (f", then {second[0][1]} ({second[0][0]:.0%})." if second else ".")
 
 
-def phase_headline(rows: Sequence[Mapping[str, Any]]) -> str | None:
+def phase_headline(rows: Sequence[PhaseRow]) -> str | None:
     """With two or more served phases, each one's largest parts and median iteration, the
     phases by their share of the time: "Per phase: mixed (5 iterations, p50 12.2 ms): compute
     98%; decode (18, p50 419 µs): the device drained by host synchronisations 66%, then compute
     29%." None with fewer (the whole profile's headline says it)."""
-    served = [
-        r for r in rows if r["phase"] in SERVED_PHASES and (r.get("mean") or {}).get("step_ns")
-    ]
+    served = [r for r in rows if r.phase in SERVED_PHASES and r.mean.get("step_ns")]
     if len(served) < 2:
         return None
     said = []
-    for i, row in enumerate(sorted(served, key=lambda r: -(r.get("total_ns") or 0))):
-        count = (
-            f"{row['steps']} iteration{'s' if row['steps'] != 1 else ''}" if not i else row["steps"]
-        )
-        parts = ", then ".join(f"{name} {share:.0%}" for share, name in _largest(row["mean"]))
-        said.append(f"{row['phase']} ({count}, p50 {text.duration(row['p50_ns'])}): {parts}")
+    for i, row in enumerate(sorted(served, key=lambda r: -r.total_ns)):
+        count = f"{row.steps} iteration{'s' if row.steps != 1 else ''}" if not i else row.steps
+        parts = ", then ".join(f"{name} {share:.0%}" for share, name in _largest(row.mean))
+        said.append(f"{row.phase} ({count}, p50 {text.duration(row.p50_ns)}): {parts}")
     return "Per phase: " + "; ".join(said) + "."
 
 

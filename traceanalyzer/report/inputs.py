@@ -36,6 +36,7 @@ import polars as pl
 from traceanalyzer import __version__
 from traceanalyzer.discover import is_session_id
 from traceanalyzer.interrupts import contained
+from traceanalyzer.overview.model import Cost, Overview, overview_of
 from traceanalyzer.report import fmt
 from traceanalyzer.report.documents import DamagedDocument, read_findings, read_ingest
 from traceanalyzer.report.plots import render
@@ -79,6 +80,7 @@ class ReportData:
     title: str
     version: str
     findings: dict[str, Any]  # the findings.json document
+    overview: Overview | None  # its summary.overview, typed (None: an older run, or off)
     summary: RunSummary
     bench: list[BenchResult]
     input_root: Path | None
@@ -94,6 +96,11 @@ class ReportData:
 
     def view(self, finding: Mapping[str, Any]) -> FindingView:
         return self.views.get(str(finding.get("fingerprint", "")), NO_VIEW)
+
+    @property
+    def costs(self) -> Mapping[str, Cost]:
+        """Each finding's cost in the overview's picture, by fingerprint."""
+        return self.overview.costs if self.overview is not None else {}
 
 
 @dataclass
@@ -169,6 +176,7 @@ class ReportInputs:
             title=self.title,
             version=__version__,
             findings=self.findings,
+            overview=overview_of(self.findings),
             summary=run_summary(self.sessions(), self.ingest, self.findings),
             bench=self.bench,
             input_root=self.input_root,
