@@ -349,5 +349,5 @@ def test_a_long_profiles_timeline_keeps_600_runs_at_most() -> None:
     )
     timeline = pl.DataFrame({"line": ["APP"], "ts_ns": [0], "min_mb": [1.0], "max_mb": [2.0]})
     lane = _lanes(0, timeline, steps)
-    assert 0 < len(lane["runs"]) <= TIMELINE_RUNS
-    assert lane["runs"][-1][1] == n * 1_000
+    assert 0 < len(lane.runs) <= TIMELINE_RUNS
+    assert lane.runs[-1].end_ns == n * 1_000

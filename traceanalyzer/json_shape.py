@@ -6,6 +6,10 @@ field is checked for its type. A field of the wrong type is dropped and named in
 problems ("config.experimental_config: expected an object, got a string"), so one odd field
 costs that field, never the rank or the batch. What is not declared is kept as is (the store
 keeps the whole document as JSON text).
+
+A document of our own that an output folder holds (findings.json's overview) is declared as
+dataclasses instead: :func:`to_json` writes it, :func:`from_json` reads it back typed, checked
+the same way (an output folder may be someone else's).
 """
 
 from __future__ import annotations

@@ -2,9 +2,10 @@
 
 The overview's builders (:mod:`traceanalyzer.overview.document` and its sections) return these,
 :func:`~traceanalyzer.json_shape.to_json` writes them into findings.json field by field, and the
-reports and ``diff`` read them back with :func:`read_overview`: an older document's missing
-sections read as empty ones, and a damaged one's fields too, each named by
-:func:`overview_problems` (the reports of an output folder someone sent refuse it for them).
+reports, the terminal and ``diff`` read them back with :func:`read_overview`: an older
+document's missing sections read as empty ones, and a damaged one's fields too, each named by
+:func:`overview_problems` (for which ``report.documents.read_findings`` refuses the findings.json
+of an output folder someone sent).
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ class Run(NamedTuple):
 
 @dataclass(frozen=True, kw_only=True)
 class ComponentName:
+    """A component as findings.json names it (:mod:`traceanalyzer.step_components`)."""
+
     key: str
     label: str
     group: str
@@ -480,6 +483,8 @@ class Cost:
 
 @dataclass(frozen=True, kw_only=True)
 class Overview:
+    """Where the time goes, over the whole run (``docs/overview.md``: the table, key by key)."""
+
     schema_version: int
     components: list[ComponentName]
     unmeasured: dict[str, Unmeasured]
