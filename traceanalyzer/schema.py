@@ -723,6 +723,7 @@ _GRAPH_SIZE_COLUMNS = (
 )
 # the breakdown's components (summary_steps), declared in traceanalyzer.step_components
 _COMPONENT_COLUMNS = tuple(Column(c.key, I64, c.doc) for c in COMPONENTS)
+COMPONENT_NAMES: tuple[str, ...] = tuple(c.name for c in _COMPONENT_COLUMNS)  # notebooks read it
 
 DERIVED_TABLES: dict[str, Table] = {
     t.name: t
