@@ -6,9 +6,10 @@ Two steps, in one direction:
    objects, so a report can be regenerated from an output directory alone), ``OUT/ingest.json``,
    the store and the run's rules.
 2. :meth:`ReportInputs.prepare` gathers, once, all that the renderers read into a
-   :class:`ReportData` of plain values: the findings document (its ``summary.overview`` carries
-   the whole overview, the representative step's timeline included), the run summary, the file
-   each rank session was read from, and per finding what its own rule presents
+   :class:`ReportData` of plain values: the findings document and its ``summary.overview`` as
+   typed values (:mod:`traceanalyzer.overview.model`: the whole overview, the representative
+   step's timeline included), the run summary, the file each rank session was read from, and
+   per finding what its own rule presents
    (:class:`FindingView`: its figure's caption, its timeline marks, the session start of each
    point in time among its metrics), with each finding's figure drawn by its rule
    (:meth:`ReportInputs.figure`: a figure may read the store, through its ``FigureContext``) as
