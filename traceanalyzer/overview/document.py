@@ -22,7 +22,7 @@ from traceanalyzer.overview.model import (
     SCHEMA_VERSION,
     ClusterRow,
     ComponentName,
-    Cost,
+    FindingCost,
     Overview,
     RankRow,
     Representative,
@@ -208,8 +208,10 @@ def _occurrence_cost(metrics: Mapping[str, Any]) -> tuple[float | None, float | 
     return None, None, ""
 
 
-def finding_costs(findings: Iterable[Mapping[str, Any]], overview: Overview) -> dict[str, Cost]:
-    """fingerprint -> its :class:`Cost`, for the findings whose metrics allow it.
+def finding_costs(
+    findings: Iterable[Mapping[str, Any]], overview: Overview
+) -> dict[str, FindingCost]:
+    """fingerprint -> its :class:`FindingCost`, for the findings whose metrics allow it.
 
     A finding over several ranks costs the sum over its occurrences; its share is that sum over
     the same ranks' total step (window) time. A finding that names its phases also gets
@@ -219,7 +221,7 @@ def finding_costs(findings: Iterable[Mapping[str, Any]], overview: Overview) -> 
     totals = {r.rank: r.total_ns if r.window_ns is None else r.window_ns for r in overview.ranks}
     phase_ns = {r.rank: r.phase_ns for r in overview.ranks}
     unreliable = set(overview.source.differing_ranks)
-    out: dict[str, Cost] = {}
+    out: dict[str, FindingCost] = {}
     for finding in findings:
         occurrences = finding.get("occurrences") or [
             {
@@ -251,7 +253,7 @@ def finding_costs(findings: Iterable[Mapping[str, Any]], overview: Overview) -> 
             continue
         share = cost / window if window and cost else (max(shares) if shares else None)
         concerned = phases and cost and in_phases  # and against the time of those phases
-        out[finding["fingerprint"]] = Cost(
+        out[finding["fingerprint"]] = FindingCost(
             cost_ns=cost or None,
             cost_share=bounded_share(share),
             basis=basis,
@@ -264,7 +266,7 @@ def finding_costs(findings: Iterable[Mapping[str, Any]], overview: Overview) -> 
     return out
 
 
-def by_cost(findings: list[Mapping[str, Any]], costs: Mapping[str, Cost]) -> list:
+def by_cost(findings: list[Mapping[str, Any]], costs: Mapping[str, FindingCost]) -> list:
     """Findings sorted by the share of step time they cost (those without a cost last, as they
     came: by severity)."""
 

@@ -462,8 +462,9 @@ class Collectives:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Cost:
-    """A finding's cost: the time, whose step time it is a share of, and of which phases'."""
+class FindingCost:
+    """A finding's cost in the overview's picture: the time, whose step time it is a share of,
+    and of which phases' (``costs``, by fingerprint)."""
 
     cost_ns: float | None
     cost_share: float | None
@@ -504,7 +505,7 @@ class Overview:
     collectives: Collectives | None  # None: no collectives
     sizes: TopSizes
     failed: dict[str, str]  # rank -> why its summary could not be computed
-    costs: dict[str, Cost]  # finding fingerprint -> its cost
+    costs: dict[str, FindingCost]  # finding fingerprint -> its cost
     error: str | None = None  # the overview failed: nothing else is written
 
     def json_absent(self) -> Collection[str]:

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from traceanalyzer.overview.model import Cost
+from traceanalyzer.overview.model import FindingCost
 from traceanalyzer.report import fmt
 from traceanalyzer.report.htmlkit import (
     chip,
@@ -127,7 +127,7 @@ def _bench(bench: list[BenchResult]) -> str:
     )
 
 
-def _overview(findings: list[Mapping[str, Any]], costs: Mapping[str, Cost]) -> str:
+def _overview(findings: list[Mapping[str, Any]], costs: Mapping[str, FindingCost]) -> str:
     if not findings:
         return "<h2>Findings</h2><p>No findings: every evaluated rule is silent.</p>"
     rows = [
@@ -185,7 +185,7 @@ def evidence_rows(finding: Mapping[str, Any]) -> list[tuple[Any, ...]]:
 def _finding_section(
     f: Mapping[str, Any],
     plot: bytes | None,
-    cost: Cost | None = None,
+    cost: FindingCost | None = None,
     caption: str = "",
     session_starts: Mapping[str, int] | None = None,
 ) -> str:

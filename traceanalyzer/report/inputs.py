@@ -37,7 +37,7 @@ import polars as pl
 from traceanalyzer import __version__
 from traceanalyzer.discover import is_session_id
 from traceanalyzer.interrupts import contained
-from traceanalyzer.overview.model import Cost, Overview, overview_of
+from traceanalyzer.overview.model import FindingCost, Overview, overview_of
 from traceanalyzer.report import fmt
 from traceanalyzer.report.documents import DamagedDocument, read_findings, read_ingest
 from traceanalyzer.report.plots import render
@@ -99,7 +99,7 @@ class ReportData:
         return self.views.get(str(finding.get("fingerprint", "")), NO_VIEW)
 
     @property
-    def costs(self) -> Mapping[str, Cost]:
+    def costs(self) -> Mapping[str, FindingCost]:
         """Each finding's cost in the overview's picture, by fingerprint."""
         return self.overview.costs if self.overview is not None else {}
 

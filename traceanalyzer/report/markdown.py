@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from traceanalyzer.overview.model import Cost
+from traceanalyzer.overview.model import FindingCost
 from traceanalyzer.report import fmt
 from traceanalyzer.report.inputs import ReportData
 from traceanalyzer.report.mdsafe import md_inline, md_lines
@@ -140,7 +140,7 @@ def _metric(key: str, value: Any, session_starts: Mapping[str, int]) -> str:
 def _finding(
     f: Mapping[str, Any],
     plot: str | None,
-    costs: Mapping[str, Cost],
+    costs: Mapping[str, FindingCost],
     caption: str = "",
     session_starts: Mapping[str, int] | None = None,
 ) -> list[str]:

@@ -12,7 +12,7 @@ from typing import Any
 from traceanalyzer.engine.findings import compress_ranks
 from traceanalyzer.overview.model import (
     STEP,
-    Cost,
+    FindingCost,
     Layers,
     Overview,
     PhaseCollectives,
@@ -450,7 +450,7 @@ def terminal_ranks(overview: Overview) -> set[int] | None:
     return set(list(dict.fromkeys([*outliers, *slowest]))[:TERMINAL_RANKS])
 
 
-def cost_text(cost: Cost | None) -> str:
+def cost_text(cost: FindingCost | None) -> str:
     """One phrasing for every finding's cost (``summary.overview.costs``): the time, summed
     over which ranks, and its share of which time: ``costs 54.5 ms (74.5% of the 2 ranks' step
     time, 31.0% of their decode time)``, ``costs 12.3% of rank 3's step time``; "" when the
