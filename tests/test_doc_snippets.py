@@ -49,10 +49,6 @@ NOT_RUN = {
         "declares a stage of a table the schema has not (tests/test_stages.py declares it and "
         "runs it)"
     ),
-    'COMPUTE_KERNELS = Read("compute_kernels", read_compute_kernels, (STEP_SLICES,))': (
-        "the exchanges stage's own reads and declaration, in short (steps/derive.py, "
-        "steps/exchanges.py; tests/test_stages.py declares stages with reads and runs them)"
-    ),
 }
 # commands that only make sense on a host the test is not
 NOT_RUN_COMMANDS = {
