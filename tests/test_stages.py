@@ -327,6 +327,16 @@ def test_a_stage_whose_code_changed_is_derived_again_with_its_readers_only(
         assert again.sort(again.columns).equals(frame.sort(frame.columns)), table
 
 
+def test_a_warm_run_derives_no_stage_again_those_without_rows_included(out: Path) -> None:
+    """A stage whose table has no rows for a rank (no MoE here: no exchanges) is cached like
+    one with rows: a shard without its table's folder counts as removed by hand."""
+    before = stages.declared(before_rules=True)
+    first = run_stages(out, LocalExecutor(), before).computed
+    assert first["exchanges"] and not Store.open(out).table("exchanges").collect().height
+    again = run_stages(out, LocalExecutor(), before).computed
+    assert again == {stage.name: [] for stage in before}
+
+
 def test_each_table_s_reader_derives_it_as_its_stage_does(moe_ep: Path, tmp_path: Path) -> None:
     """A store without a derived table (a fixture's, an older one's) reads it derived in-process
     by the same stage and reads as a run's task derives it."""

@@ -139,7 +139,9 @@ def analyse(
             )
             if log:
                 seconds = time.perf_counter() - started
-                cached = len(derived.ranks) - len(derived.computed[STEPS.name])
+                # ranks none of whose tables was derived again
+                redone = {rank for ranks in derived.computed.values() for rank in ranks}
+                cached = len(set(derived.ranks) - redone)
                 # the launches only moved here from the rules and the overview
                 steps_seconds = sum(derived.seconds.values()) - derived.seconds.get(LAUNCHES, 0)
                 log(

@@ -246,7 +246,7 @@ def _reader(stage: Stage, table: str) -> Callable[[Store, Any], pl.DataFrame]:
 
     def read(store: Store, ranks: Any) -> pl.DataFrame:
         def derive(rank: int) -> pl.DataFrame:
-            return store.memo((stage.name, rank), lambda: derive_here(stage, store, [rank]))[table]
+            return store.memo((stage.name, rank), lambda: _derive_here(stage, store, [rank]))[table]
 
         rows = stored_or_derived(store, table, ranks, derive, schema)
         return rows.sort(stage.order, maintain_order=True) if stage.order else rows
@@ -254,7 +254,7 @@ def _reader(stage: Stage, table: str) -> Callable[[Store, Any], pl.DataFrame]:
     return read
 
 
-def derive_here(stage: Stage, store: Store, ranks: list[int]) -> dict[str, pl.DataFrame]:
+def _derive_here(stage: Stage, store: Store, ranks: list[int]) -> dict[str, pl.DataFrame]:
     """``stage``'s tables of ``ranks`` at the defaults, derived in this process (its reads
     too, the tables it reads through their readers)."""
     reads = _TaskReads(store, ranks, [stage], {})

@@ -188,6 +188,9 @@ def write_derived_table(root: Path, table: str, shard: Sequence[int], frame: Any
         data = frame.select(pl.col(c.name).cast(schema[c.name]) for c in spec.columns)
         commit_group(root, table, group_name(shard), data.write_parquet)
         return
+    # the shard's folder even for no rows: a derivation to no rows is cached as one with rows
+    # (a shard without its folder counts as removed by hand, stages._cached)
+    (root / TABLES_DIR / table / shard_label(shard)).mkdir(exist_ok=True)
     columns = [c.name for c in spec.columns if c.name not in ("rank", "session")]
     for (session,), part in frame.partition_by("session", as_dict=True).items():
         data = part.select(pl.col(c).cast(schema[c]) for c in columns)
