@@ -39,7 +39,11 @@ LAYERS: list[tuple[str, ...]] = [
         "text",
         "stats",
         "chart",
-        "primitives",
+        "patterns",
+        "intervals",
+        "api_layers",
+        "launch_links",
+        "host_gaps",
         "kernels",
         "codekey",
     ),
@@ -227,7 +231,7 @@ def test_rules_import_the_product_only_through_the_kit(tmp_path: Path) -> None:
 
 
 # Where pattern parameters are matched: a config file inside a received collection can set
-# them, and Python's `re` backtracks (`^(a|a)*$` hung a rule); kit/patterns.py says how instead.
+# them, and Python's `re` backtracks (`^(a|a)*$` hung a rule); patterns.py says how instead.
 MATCH_PARAMETERS = ("kit", "steps", "overview")
 
 

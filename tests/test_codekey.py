@@ -31,7 +31,7 @@ def _copy(tmp: Path) -> Path:
 def test_the_closure_holds_what_the_code_runs() -> None:
     for name in CACHED:
         files = {p.relative_to(ROOT).as_posix() for p in closure(name)}
-        assert {"primitives.py", "kernels.py", "steps/phases.py"} <= files, name
+        assert {"intervals.py", "kernels.py", "steps/phases.py"} <= files, name
     assert "overview/stage.py" not in {p.relative_to(ROOT).as_posix() for p in closure(CACHED[0])}
 
 
@@ -39,8 +39,8 @@ def test_a_helper_changed_deep_in_the_closure_changes_every_key_above_it(tmp_pat
     package = _copy(tmp_path) / "traceanalyzer"
     before = {name: closure_key([name], package) for name in (*CACHED, "traceanalyzer.printable")}
     assert before == {n: code_key(n) for n in before}  # the copy keys as the package does
-    helper = package / "primitives.py"
-    helper.write_text(helper.read_text("utf-8") + "\n# classify_gaps changed\n", "utf-8")
+    helper = package / "intervals.py"
+    helper.write_text(helper.read_text("utf-8") + "\n# window_of changed\n", "utf-8")
     after = {name: closure_key([name], package) for name in before}
     assert all(after[name] != before[name] for name in CACHED)
     assert after["traceanalyzer.printable"] == before["traceanalyzer.printable"]  # not above it
@@ -93,7 +93,7 @@ def test_a_stage_s_module_keys_only_it_and_the_stages_that_read_it(tmp_path: Pat
         "steps/captures.py": {"kernel_layers"},
         "steps/device.py": {"exchanges", "moe", "kernel_layers", "collectives"},
         "steps/phases.py": {"steps", "exchanges", "moe", "kernel_layers", "collectives"},
-        "primitives.py": {stage.name for stage in before_rules},
+        "intervals.py": {stage.name for stage in before_rules},
     }
     for path, stages in changed.items():
         was = keys()
@@ -133,7 +133,7 @@ def test_an_out_of_other_code_gives_one_consistent_report(tmp_path: Path) -> Non
     generate("slow-host-decode", tmp_path / "in", ranks=1, steps=4, layers=2)
     first = _run(None, tmp_path / "in", tmp_path / "out")
     root = _copy(tmp_path)
-    helper = root / "traceanalyzer" / "primitives.py"
+    helper = root / "traceanalyzer" / "host_gaps.py"
     source = helper.read_text("utf-8")
     late = 'late = pl.col("launch_end_ns") > pl.col("prev_end_ns")'
     assert late in source

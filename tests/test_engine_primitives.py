@@ -8,27 +8,22 @@ import numpy as np
 import polars as pl
 import pytest
 
-from traceanalyzer.kit import us
-from traceanalyzer.kit.store_builder import StoreBuilder
-from traceanalyzer.primitives import (
-    containing_call,
+from traceanalyzer.api_layers import one_api_layer
+from traceanalyzer.host_gaps import stream_gaps
+from traceanalyzer.intervals import (
     count_in_windows,
     covered_fraction,
-    growth_ratio,
-    host_launches,
-    mann_kendall,
-    one_api_layer,
     outermost,
     overlap_join,
     pair_windows,
-    spearman,
-    stream_gaps,
-    theil_sen_slope,
     total_length,
-    trend,
     union_intervals,
     window_of,
 )
+from traceanalyzer.kit import us
+from traceanalyzer.kit.store_builder import StoreBuilder
+from traceanalyzer.launch_links import containing_call, host_launches
+from traceanalyzer.stats import growth_ratio, mann_kendall, spearman, theil_sen_slope, trend
 
 
 def frame(intervals, **extra):

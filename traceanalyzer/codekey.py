@@ -2,8 +2,8 @@
 
 A cached result (a derived table, an overview shard, a rule's outcome, an ingested session) is
 valid only while the code that made it is the same. Hand-kept file lists go stale (the steps
-ran ``primitives`` and ``kernels``, which their key did not hash), so the key is derived from
-the code itself: the module's source and the source of every package module it imports,
+run ``intervals``, ``launch_links`` and ``kernels``, which a list of their files misses), so
+the key is derived from the code itself: the module's source and the source of every package module it imports,
 directly or through others (``import``, ``from ... import``, relative imports, and
 ``importlib.import_module("traceanalyzer...")`` with a literal name), with the package version.
 Change a helper deep in the closure and every key above it changes.

@@ -786,7 +786,7 @@ DERIVED_TABLES: dict[str, Table] = {
             "link is found); derived before the rules, which, like the overview, read their "
             "launches from it.",
             "derived: slices (device tasks, CANN calls, torch ops), flows "
-            "(`primitives.host_launches`)",
+            "(`launch_links.host_launches`)",
             Column("stream", I64, "The task's device stream (the slices' `stream_id`)."),
             Column("start_ns", I64, "Task start."),
             Column("end_ns", I64, "Task end."),

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import polars as pl
 
+from traceanalyzer.intervals import window_of
 from traceanalyzer.overview.compute import device_tasks
 from traceanalyzer.overview.tops import COLLECTIVE_KIND, PYTHON_OP_CATEGORY
-from traceanalyzer.primitives import window_of
 from traceanalyzer.step_components import COMPONENT_NAMES
 from traceanalyzer.steps.phases import IDLE_PHASE, UNKNOWN_PHASE
 from traceanalyzer.store import Store, StoreError

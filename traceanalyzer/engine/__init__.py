@@ -1,7 +1,7 @@
-"""The rule engine: rule API, shared primitives, runner and findings.
+"""The rule engine: rule API, runner and findings.
 
 Rule authors import from :mod:`traceanalyzer.kit`, which re-exports this API with the domain
-vocabulary, the primitives and the fixture builders.
+vocabulary and the shared analyses.
 """
 
 from __future__ import annotations

@@ -77,7 +77,7 @@ class Param:
 def _check_pattern(pattern: str) -> None:
     """Refuse a pattern the rules could not match. Patterns are matched by polars' regex
     engine, in time linear in the text (a config file inside a received collection may set
-    them: ``kit/patterns.py``); one it does not take (a look-around, an unclosed group, past
+    them: ``patterns.py``); one it does not take (a look-around, an unclosed group, past
     its size limit) is refused here, not left to fail every rule or the steps that use it."""
     import polars as pl
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 from typing import Any
 
 from traceanalyzer import text
+from traceanalyzer.api_layers import ApiLayer, one_api_layer
 from traceanalyzer.authoring.ruletest import fixture
 from traceanalyzer.chart import PALETTE, Chart, Swatch
 from traceanalyzer.engine.findings import Cost, Evidence, Finding, compress_ranks
@@ -52,6 +53,25 @@ from traceanalyzer.engine.rule import (
     sql_rule,
 )
 from traceanalyzer.engine.units import COUNT, NS, P_VALUE, RATIO, SHARE, TRACE_NS
+from traceanalyzer.host_gaps import (
+    GapSettings,
+    StreamGaps,
+    classify_gaps,
+    compute_stream_gaps,
+    stream_gaps,
+    stream_gaps_of,
+)
+from traceanalyzer.intervals import (
+    count_in_windows,
+    covered_fraction,
+    outermost,
+    overlap_join,
+    pair_windows,
+    total_length,
+    uncovered,
+    union_intervals,
+    window_of,
+)
 from traceanalyzer.kernels import NOT_KERNEL_PATTERN, kernel_tasks
 from traceanalyzer.kit.cost import analysed_window_ns, analysed_windows, cost_over, window_share
 from traceanalyzer.kit.cross_rank import (
@@ -62,7 +82,6 @@ from traceanalyzer.kit.cross_rank import (
     rank_waits,
 )
 from traceanalyzer.kit.fixture_verbs import Launch, us
-from traceanalyzer.kit.host_gaps import GapSettings, StreamGaps, compute_stream_gaps, stream_gaps_of
 from traceanalyzer.kit.memory import (
     Growth,
     baseline_growth,
@@ -80,7 +99,6 @@ from traceanalyzer.kit.moe import (
     moe_exchange_paths,
     moe_imbalance,
 )
-from traceanalyzer.kit.patterns import first_match
 from traceanalyzer.kit.requirements import (
     HOST_MARKED_STEPS,
     api_statistics,
@@ -113,6 +131,7 @@ from traceanalyzer.kit.steps import (
 )
 from traceanalyzer.kit.store_builder import StoreBuilder
 from traceanalyzer.kit.tails import LateWork, Tail, TailVerdict, tail_iterations
+from traceanalyzer.launch_links import containing_call, host_launches
 from traceanalyzer.memory import (
     APP,
     GE,
@@ -124,28 +143,8 @@ from traceanalyzer.memory import (
     capacity_mb,
     steady_steps,
 )
-from traceanalyzer.primitives import (
-    ApiLayer,
-    Trend,
-    any_of,
-    classify_gaps,
-    containing_call,
-    count_in_windows,
-    covered_fraction,
-    host_launches,
-    one_api_layer,
-    outermost,
-    overlap_join,
-    pair_windows,
-    spearman,
-    stream_gaps,
-    total_length,
-    trend,
-    uncovered,
-    union_intervals,
-    window_of,
-)
-from traceanalyzer.stats import OUTLIER_EXCESS, OUTLIER_Z, robust_z
+from traceanalyzer.patterns import any_of, first_match
+from traceanalyzer.stats import OUTLIER_EXCESS, OUTLIER_Z, Trend, robust_z, spearman, trend
 from traceanalyzer.steps.moe_layers import routed_tokens
 from traceanalyzer.steps.phases import PHASES, STEADY_PHASES
 from traceanalyzer.store import Store

@@ -17,7 +17,7 @@ import polars as pl
 
 from traceanalyzer.engine.rule import Requirement, RuleContext, helper
 from traceanalyzer.memory import COLLECT_WITH, MEMORY_PARAMS, MISSING, RankMemory, memory_of
-from traceanalyzer.primitives import Trend, trend
+from traceanalyzer.stats import Trend, trend
 from traceanalyzer.text import p_value
 
 MAX_POINTS = 1000  # a longer series is trended in this many bins (the tests are O(n^2))

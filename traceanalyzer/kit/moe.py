@@ -35,9 +35,9 @@ import polars as pl
 
 from traceanalyzer.engine.params import Param
 from traceanalyzer.engine.rule import RuleContext, helper
-from traceanalyzer.kit.patterns import first_match
+from traceanalyzer.intervals import window_of
 from traceanalyzer.kit.steps import phase_windows
-from traceanalyzer.primitives import window_of
+from traceanalyzer.patterns import first_match
 from traceanalyzer.steps.device import EXCHANGE_PARAMS, device_slices, exchange_ops_in
 from traceanalyzer.steps.exchanges import exchange_paths_in, exchanges_of
 from traceanalyzer.steps.moe_layers import (

@@ -22,15 +22,10 @@ from traceanalyzer.engine.params import Param
 from traceanalyzer.engine.presentation import FigureContext
 from traceanalyzer.engine.rule import NotEvaluated, RuleContext, helper
 from traceanalyzer.engine.units import SHARE
+from traceanalyzer.intervals import outermost, overlap_join, window_of
 from traceanalyzer.kit.cost import analysed_window_ns, cost_over
 from traceanalyzer.kit.requirements import HOST_MARKED_STEPS
-from traceanalyzer.primitives import (
-    containing_call,
-    host_launches,
-    outermost,
-    overlap_join,
-    window_of,
-)
+from traceanalyzer.launch_links import containing_call, host_launches
 from traceanalyzer.steps.captures import capture_windows_in
 from traceanalyzer.steps.launches import launches_of
 from traceanalyzer.steps.phases import PHASES, STEADY_PHASES, UNKNOWN_PHASE
@@ -150,7 +145,7 @@ def launched_tasks(
     ctx: RuleContext, replay_apis: Sequence[str] = GRAPH_REPLAY_APIS
 ) -> pl.DataFrame:
     """Every device task of the shard with the host call that launched it
-    (:func:`~traceanalyzer.primitives.host_launches`): the store's ``launches`` table, derived
+    (:func:`~traceanalyzer.launch_links.host_launches`): the store's ``launches`` table, derived
     once before the rules; linked again here only when ``replay_apis`` are not the default."""
     if tuple(replay_apis) == GRAPH_REPLAY_APIS:
         return launches_of(ctx.store, ctx.scope_ranks())

@@ -30,6 +30,7 @@ import polars as pl
 
 from traceanalyzer.engine.params import Param
 from traceanalyzer.engine.rule import RuleContext, helper
+from traceanalyzer.intervals import union_intervals
 from traceanalyzer.kernels import kernel_tasks
 from traceanalyzer.kit.cross_rank import (
     ITERATION_KEY,
@@ -38,7 +39,6 @@ from traceanalyzer.kit.cross_rank import (
     iteration_roots,
     rank_waits,
 )
-from traceanalyzer.primitives import union_intervals
 from traceanalyzer.stats import MAD_SCALE, MEANAD_SCALE
 from traceanalyzer.steps.collectives import MC2_PATTERN
 from traceanalyzer.steps.phases import STEADY_PHASES

@@ -19,7 +19,7 @@ the first class that is active in it, in this order:
 9. nothing -> ``idle_other``.
 
 The stream gaps are classified as host-launch-bound classifies them
-(:func:`~traceanalyzer.primitives.classify_gaps`): one definition of waiting on the host.
+(:func:`~traceanalyzer.host_gaps.classify_gaps`): one definition of waiting on the host.
 
 So the components sum to the step's wall time exactly (integer ns; the accelerator split rounds
 within a segment, at most 1 ns per segment). Computing, Communication(Not Overlapped) and

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from traceanalyzer.kit.host_gaps import GapSettings, stream_gaps_of
+from traceanalyzer.host_gaps import GapSettings, stream_gaps_of
 from traceanalyzer.kit.moe import MOE_PARAMS, exchange_paths
 from traceanalyzer.kit.steps import capture_windows_in
 from traceanalyzer.overview.breakdown import (

@@ -39,7 +39,7 @@ from traceanalyzer.overview.model import (
     Unfreed,
 )
 from traceanalyzer.overview.phases import TIMELINE_RUNS, resampled
-from traceanalyzer.primitives import theil_sen_slope
+from traceanalyzer.stats import theil_sen_slope
 from traceanalyzer.steps.phases import IDLE_PHASE, PHASES
 from traceanalyzer.store import Store
 

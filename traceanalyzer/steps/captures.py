@@ -27,7 +27,7 @@ from typing import Any
 import polars as pl
 
 from traceanalyzer.engine.params import Param
-from traceanalyzer.primitives import pair_windows, window_of
+from traceanalyzer.intervals import pair_windows, window_of
 from traceanalyzer.steps.phases import first_dim
 from traceanalyzer.store import Store
 from traceanalyzer.vocabulary import (

@@ -33,7 +33,7 @@ from collections.abc import Collection
 import polars as pl
 
 from traceanalyzer.executor import SMALL_WORK_BYTES
-from traceanalyzer.primitives import union_intervals, window_of
+from traceanalyzer.intervals import union_intervals, window_of
 from traceanalyzer.stages import Stage, declare, rows_of
 from traceanalyzer.steps.device import DEVICE_TASKS, EXCHANGE_OPS
 from traceanalyzer.steps.stage import TABLE as STEPS

@@ -16,7 +16,7 @@ from collections.abc import Collection
 import polars as pl
 
 from traceanalyzer.engine.params import Params
-from traceanalyzer.primitives import any_of
+from traceanalyzer.patterns import any_of
 from traceanalyzer.stages import Read
 from traceanalyzer.steps.evidence import NAMESPACE
 from traceanalyzer.steps.launches import CALLS, derive_launches, launches_of

@@ -14,7 +14,7 @@ from typing import Any
 import polars as pl
 
 from traceanalyzer.engine.params import Param, Params
-from traceanalyzer.primitives import any_of
+from traceanalyzer.patterns import any_of
 from traceanalyzer.stages import Read
 from traceanalyzer.steps.derive import STEP_SLICES
 from traceanalyzer.store import Store

@@ -19,7 +19,7 @@ from collections.abc import Collection
 import polars as pl
 
 from traceanalyzer.executor import SMALL_WORK_BYTES
-from traceanalyzer.primitives import covered_fraction, union_intervals, window_of
+from traceanalyzer.intervals import covered_fraction, union_intervals, window_of
 from traceanalyzer.stages import Stage, declare, rows_of
 from traceanalyzer.steps.derive import COMPUTE_KERNELS
 from traceanalyzer.steps.device import EXCHANGE_OPS

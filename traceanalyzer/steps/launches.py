@@ -1,6 +1,6 @@
 """The ``launches`` derived table: each device task with the host call that launched it.
 
-Linking a task to its launch (:func:`~traceanalyzer.primitives.host_launches`) reads every
+Linking a task to its launch (:func:`~traceanalyzer.launch_links.host_launches`) reads every
 device task, host call and flow of a rank: host-launch-bound and the overview's host-bound idle
 both need it, and each derived it on its own. It is a stage derived once per shard before the
 rules, first in the task of the steps (which read it, and the host calls it is linked from),
@@ -13,9 +13,9 @@ from collections.abc import Collection, Sequence
 
 import polars as pl
 
-from traceanalyzer import primitives
+from traceanalyzer import launch_links
 from traceanalyzer.executor import SMALL_WORK_BYTES
-from traceanalyzer.primitives import host_launches
+from traceanalyzer.launch_links import host_launches
 from traceanalyzer.stages import Read, Stage, declare
 from traceanalyzer.store import Store
 from traceanalyzer.vocabulary import GRAPH_REPLAY_APIS
@@ -45,8 +45,10 @@ def derive_launches(
 
 def host_calls(store: Store, ranks: Collection[int]) -> pl.DataFrame:
     """The CANN calls of ``ranks`` that the launches link tasks to
-    (:func:`~traceanalyzer.primitives.host_calls`)."""
-    return primitives.host_calls(store.table("slices").filter(pl.col("rank").is_in(sorted(ranks))))
+    (:func:`~traceanalyzer.launch_links.host_calls`)."""
+    return launch_links.host_calls(
+        store.table("slices").filter(pl.col("rank").is_in(sorted(ranks)))
+    )
 
 
 def _read_calls(store: Store, ranks: list[int], params: None) -> pl.DataFrame:

@@ -29,7 +29,7 @@ import polars as pl
 
 from traceanalyzer.engine.params import Param, Params
 from traceanalyzer.executor import SMALL_WORK_BYTES
-from traceanalyzer.primitives import window_of
+from traceanalyzer.intervals import window_of
 from traceanalyzer.stages import Read, Stage, declare, rows_of
 from traceanalyzer.steps import captures
 from traceanalyzer.steps.derive import COMPUTE_KERNELS

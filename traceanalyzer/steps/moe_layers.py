@@ -26,7 +26,8 @@ import polars as pl
 
 from traceanalyzer.engine.params import Param, Params
 from traceanalyzer.executor import SMALL_WORK_BYTES
-from traceanalyzer.primitives import any_of, window_of
+from traceanalyzer.intervals import window_of
+from traceanalyzer.patterns import any_of
 from traceanalyzer.stages import Stage, declare, rows_of
 from traceanalyzer.steps.derive import COMPUTE_KERNELS
 from traceanalyzer.steps.device import DEVICE_TASKS, EXCHANGE_OPS, EXCHANGE_PARAMS

@@ -23,8 +23,8 @@ from __future__ import annotations
 import polars as pl
 
 from traceanalyzer.engine.params import Params
+from traceanalyzer.intervals import outermost
 from traceanalyzer.kernels import kernel_tasks
-from traceanalyzer.primitives import outermost
 from traceanalyzer.vocabulary import COMPUTE_TASK_TYPES, NOT_HOST_PROCESSES
 
 WINDOW_SCHEMA = {
