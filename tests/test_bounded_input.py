@@ -110,11 +110,11 @@ def test_rules_new_says_why_it_cannot_write(tmp_path: Path) -> None:
 def test_a_backtracking_pattern_parameter_ends_at_once() -> None:
     """A config file inside the collection set ``ep_groups = "^(a|a)*$"``: against a group name
     of 41 characters, Python's ``re`` never ended, and neither did the run."""
+    from traceanalyzer.analyses.moe import _ep_groups
     from traceanalyzer.engine.loader import load_rules
     from traceanalyzer.engine.params import Params
     from traceanalyzer.engine.rule import RuleContext
-    from traceanalyzer.kit import StoreBuilder
-    from traceanalyzer.kit.moe import _ep_groups
+    from traceanalyzer.kit.testing import StoreBuilder
 
     groups = {"x": {"group_name": "a" * 40 + "b", "global_ranks": [0, 1]}}
     store = StoreBuilder()

@@ -9,10 +9,10 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from traceanalyzer.analyses.cross_rank import align
 from traceanalyzer.engine import evaluate
 from traceanalyzer.engine.loader import load_rules
 from traceanalyzer.json_shape import to_json
-from traceanalyzer.kit.cross_rank import align
 from traceanalyzer.overview.collectives import collectives_section
 from traceanalyzer.overview.model import read_overview
 from traceanalyzer.report.overview_text import collective_lines

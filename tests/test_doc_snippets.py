@@ -208,6 +208,7 @@ from typing import Any
 import polars as pl
 
 from traceanalyzer.kit import *  # noqa: F403
+from traceanalyzer.kit.testing import *  # noqa: F403
 import traceanalyzer
 
 DOC = """

@@ -17,9 +17,9 @@ from traceanalyzer.kit import (
     Param,
     Params,
     RuleContext,
-    StoreBuilder,
     rule,
 )
+from traceanalyzer.kit.testing import StoreBuilder
 
 
 def _rule():  # noqa: ANN202 - a Rule

@@ -20,8 +20,8 @@ from traceanalyzer.intervals import (
     union_intervals,
     window_of,
 )
-from traceanalyzer.kit import us
-from traceanalyzer.kit.store_builder import StoreBuilder
+from traceanalyzer.kit.testing import us
+from traceanalyzer.kit.testing.store_builder import StoreBuilder
 from traceanalyzer.launch_links import containing_call, host_launches
 from traceanalyzer.stats import growth_ratio, mann_kendall, spearman, theil_sen_slope, trend
 

@@ -9,7 +9,6 @@ from traceanalyzer.kit import (
     AI_CORE_FREQ_PROCESS,
     AnyOf,
     RuleContext,
-    StoreBuilder,
     api_statistics,
     communication_ops,
     counters,
@@ -17,8 +16,8 @@ from traceanalyzer.kit import (
     host_api,
     kernel_details,
     rule,
-    us,
 )
+from traceanalyzer.kit.testing import StoreBuilder, us
 
 DOC = """
 ## What it detects

@@ -20,8 +20,8 @@ from traceanalyzer.engine import (
 )
 from traceanalyzer.engine.config import ConfigError
 from traceanalyzer.engine.registry import RuleSet
-from traceanalyzer.kit import us
-from traceanalyzer.kit.store_builder import StoreBuilder
+from traceanalyzer.kit.testing import us
+from traceanalyzer.kit.testing.store_builder import StoreBuilder
 
 DOC = """
 ## What it detects

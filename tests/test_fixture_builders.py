@@ -7,13 +7,14 @@ import inspect
 import polars as pl
 import pytest
 
-from traceanalyzer.kit import Launch, RankBuilder, StoreBuilder, host_launches, ingested, us
-from traceanalyzer.kit.fixture_verbs import VERBS, FixtureVerbs
+from traceanalyzer.kit import host_launches
+from traceanalyzer.kit.testing import Launch, RankBuilder, StoreBuilder, ingested, us
+from traceanalyzer.kit.testing.verbs import VERBS, FixtureVerbs
 from traceanalyzer.synth.fmt import EPOCH_NS
 
 
 def test_the_shared_verbs_are_defined_once() -> None:
-    """One definition per verb (kit/fixture_verbs.py): the rank builder inherits it, and the
+    """One definition per verb (kit/testing/verbs.py): the rank builder inherits it, and the
     store builder's takes the rank and session its rows belong to, then the same arguments."""
     for verb in VERBS:
         shared = getattr(FixtureVerbs, verb)

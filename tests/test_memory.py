@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 from report_support import assert_typed_round_trip
 
-from traceanalyzer.kit import StoreBuilder, us
+from traceanalyzer.kit.testing import StoreBuilder, us
 from traceanalyzer.memory import memory_of
 from traceanalyzer.synth import generate
 

@@ -14,8 +14,8 @@ from traceanalyzer.engine.params import Params
 from traceanalyzer.engine.rule import RuleContext
 from traceanalyzer.engine.runner import evaluate_rule
 from traceanalyzer.kit import routed_tokens
+from traceanalyzer.kit.testing.rank_builder import scenario_store
 from traceanalyzer.steps.exchanges import fits
-from traceanalyzer.synth.fixtures import scenario_store
 from traceanalyzer.synth.scenarios import get_scenario, moe
 
 RULES = {r.name: r for r in load_rules(entry_points=False).rules}
@@ -109,10 +109,10 @@ def test_exchange_paths_per_step() -> None:
     assert paths["exchanges"].min() == 4  # two MoE layers, there and back
     assert (paths["exposed_ns"] <= paths["exchange_ns"]).all()
     assert paths["fits"].all()
-    from traceanalyzer.kit import exchange_paths
+    from traceanalyzer.steps.exchanges import exchanges_of
 
-    assert exchange_paths(store).equals(paths)  # the overview's way in, outside a rule
-    assert exchange_paths(store, ranks=[1])["rank"].unique().to_list() == [1]
+    assert exchanges_of(store, [0, 1]).equals(paths)  # the overview's way in, outside a rule
+    assert exchanges_of(store, [1])["rank"].unique().to_list() == [1]
     # other patterns than the table's: the rule derives its own, from the same device tasks
     values = {k: v.default for k, v in rule.params.items()}
     values["mc2_ops"] = r"MoeDistribute(?:Dispatch|Combine)\w*"
@@ -124,7 +124,6 @@ def test_the_overview_says_which_exchange_each_phase_used(tmp_path) -> None:
     """Per phase of an MoE profile: the path of its steps, the time in it and what of it was
     exposed, the same figures as the kit's; a dense profile has no EP section."""
     from traceanalyzer.executor import make_executor
-    from traceanalyzer.kit import exchange_paths
     from traceanalyzer.overview.model import read_overview
     from traceanalyzer.pipeline import analyse
     from traceanalyzer.report.overview_text import ep_lines
@@ -137,9 +136,10 @@ def test_the_overview_says_which_exchange_each_phase_used(tmp_path) -> None:
     rows = {r["phase"]: r for r in overview["phases"]["rows"]}
     assert rows["decode"]["ep"]["paths"] == {"mc2": rows["decode"]["ep"]["steps"]}
     assert set(rows["prefill"]["ep"]["paths"]) == {"alltoall"}
+    from traceanalyzer.steps.exchanges import exchanges_of
     from traceanalyzer.store import Store
 
-    paths = exchange_paths(Store.open(tmp_path / "out"))
+    paths = exchanges_of(Store.open(tmp_path / "out"), [0, 1])
     decode = paths.filter(pl.col("phase") == "decode")
     assert rows["decode"]["ep"]["steps"] == decode.height
     assert rows["decode"]["ep"]["exposed_ns"] == pytest.approx(decode["exposed_ns"].mean())
@@ -191,7 +191,7 @@ def test_prefill_and_decode_costs_match_the_scenario() -> None:
 
 def test_rules_asking_about_the_expert_load_read_its_parameters() -> None:
     """A rule's own parameter of the same name would silently change the helper's verdict."""
-    from traceanalyzer.kit.moe import MOE_PARAMS
+    from traceanalyzer.analyses.moe import MOE_PARAMS
 
     users = [r for r in RULES.values() if "moe_imbalance" in r.uses]
     assert {r.name for r in users} >= {"moe-load-imbalance", "collective-straggler", "slow-rank"}

@@ -17,8 +17,8 @@ from report_support import SAMPLES, run_sample
 
 from traceanalyzer.compare.overview_diff import overview_deltas
 from traceanalyzer.engine.findings import Cost, Finding, group_findings
-from traceanalyzer.kit import us
-from traceanalyzer.kit.store_builder import StoreBuilder
+from traceanalyzer.kit.testing import us
+from traceanalyzer.kit.testing.store_builder import StoreBuilder
 from traceanalyzer.overview import TopSizes, by_cost, finding_costs
 from traceanalyzer.overview.breakdown import computing_ns
 from traceanalyzer.overview.cluster import cluster_rows
@@ -304,9 +304,9 @@ def test_a_run_derives_the_host_bound_gaps_once(real_g2_store: Path, monkeypatch
     """In a run, host-launch-bound at its defaults and the overview's breakdown read one
     derivation of the gaps (each derived them: ~80 ms of CPU on the realistic rank); a rule set
     otherwise derives its own, and the overview's stays at the defaults."""
+    from traceanalyzer import host_gaps
     from traceanalyzer.engine.loader import load_rules
     from traceanalyzer.engine.runner import evaluate_rule
-    from traceanalyzer.kit import host_gaps
     from traceanalyzer.store import RankStore, run_memo
 
     derived = []  # each derivation classifies the gaps once

@@ -5,7 +5,8 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 
 from traceanalyzer.json_shape import to_json
-from traceanalyzer.kit import Store, StoreBuilder, us
+from traceanalyzer.kit import Store
+from traceanalyzer.kit.testing import StoreBuilder, us
 from traceanalyzer.overview.model import read_overview
 from traceanalyzer.overview.timeline import MAX_RECTS, step_timeline
 from traceanalyzer.report.overview_timeline import CLASS_COLORS

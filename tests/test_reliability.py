@@ -390,10 +390,10 @@ INJECTION = (
 def test_trace_names_cannot_inject_markdown(tmp_path: Path) -> None:
     from traceanalyzer.engine import RuleContext, evaluate, rule, write_findings_json
     from traceanalyzer.engine.registry import RuleSet
-    from traceanalyzer.kit import us
+    from traceanalyzer.kit.testing import us
+    from traceanalyzer.kit.testing.rank_builder import RankBuilder, build_store
     from traceanalyzer.report.writer import write_reports
     from traceanalyzer.store import Store
-    from traceanalyzer.synth.fixtures import RankBuilder, build_store
 
     b = RankBuilder(rank=0)
     b.span(INJECTION, start_ns=us(100), dur_ns=us(50))

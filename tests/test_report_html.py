@@ -12,7 +12,7 @@ import pytest
 from report_support import SICK, findings, run_sample
 
 from traceanalyzer.engine.loader import load_rules
-from traceanalyzer.kit import us
+from traceanalyzer.kit.testing import us
 from traceanalyzer.report import ReportInputs, fmt, write_reports
 
 SVG = "{http://www.w3.org/2000/svg}"
@@ -145,8 +145,8 @@ def test_trace_strings_are_escaped(tmp_path: Path) -> None:
     """An op name from user code containing <script> is shown as text everywhere."""
     from traceanalyzer.engine import Evidence, RuleContext, evaluate, rule
     from traceanalyzer.engine.registry import RuleSet
+    from traceanalyzer.kit.testing.rank_builder import RankBuilder, build_store
     from traceanalyzer.store import Store
-    from traceanalyzer.synth.fixtures import RankBuilder, build_store
 
     b = RankBuilder(rank=0)
     b.span(f"my_op{SCRIPT}", start_ns=us(100), dur_ns=us(50))

@@ -95,11 +95,13 @@ def test_the_notebooks_rule_follows_the_guide() -> None:
     assert set(files) == {"slow_capture.py"}, files  # the rule and its fixtures' file
     sources = [c.source for c in nb.cells if c.source.startswith("%%writefile")]
     assert len(sources) == 2
-    for source in sources:
+    for source, surface in zip(
+        sources, ("traceanalyzer.kit", "traceanalyzer.kit.testing"), strict=True
+    ):
         tree = ast.parse(source.split("\n", 1)[1])
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("traceanalyzer"):
-                assert node.module == "traceanalyzer.kit", node.module
+                assert node.module == surface, node.module
     assert "StoreBuilder()" in sources[1] and "Store.from_frames" not in "".join(sources)
 
 

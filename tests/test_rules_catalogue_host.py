@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from traceanalyzer.engine import evaluate
-from traceanalyzer.kit import us
+from traceanalyzer.kit.testing import us
+from traceanalyzer.kit.testing.rank_builder import scenario_store
 from traceanalyzer.store import Store
-from traceanalyzer.synth.fixtures import scenario_store
 
 HOST_RULES = ("host-launch-bound", "sync-in-step", "alloc-churn", "online-compile")
 FIELD_RULES = ("capture-memcpy-growth", "store-transfer-stall")
@@ -82,11 +82,11 @@ def test_scenarios_fire_their_rule_and_twins_stay_silent(
 
 def test_steady_steps_exclude_warmup_and_graph_capture() -> None:
     """ProfilerStep#1 is warm-up (steps.warmup_steps), and so is a step that captures a graph."""
+    from traceanalyzer.analyses.steps import call_sites, host_calls, step_windows
     from traceanalyzer.engine.loader import load_rules
     from traceanalyzer.engine.params import Params
     from traceanalyzer.engine.rule import RuleContext
-    from traceanalyzer.kit import StoreBuilder
-    from traceanalyzer.kit.steps import call_sites, host_calls, step_windows
+    from traceanalyzer.kit.testing import StoreBuilder
 
     b = StoreBuilder()
     b.session(0, "s", start_ns=0, end_ns=us(4_000))

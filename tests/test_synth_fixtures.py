@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from synth_support import load_trace
 
-from traceanalyzer.kit import us
+from traceanalyzer.kit.testing import us
+from traceanalyzer.kit.testing.rank_builder import RankBuilder, build_store
 from traceanalyzer.synth import generate
-from traceanalyzer.synth.fixtures import RankBuilder, build_store
 from traceanalyzer.synth.fmt import EPOCH_NS
 
 

@@ -186,7 +186,7 @@ Run them with `traceanalyzer rules test {name} --rules {folder}`.
 
 from __future__ import annotations
 
-from traceanalyzer.kit import Store, StoreBuilder, fixture, us
+from traceanalyzer.kit.testing import Store, StoreBuilder, fixture, us
 
 
 def calls(durations_us: list[float]) -> Store:

@@ -78,7 +78,7 @@ class Note:
 class Cost:
     """The time a finding costs: ``ns`` lost from the analysed windows of its cost ranks (its
     ``cost_ranks``, else its ranks) and ``share``, that time's share of those windows (0-1,
-    ``kit.cost``). None where the rule cannot tell it on this rank: reports say "n/a", never 0.
+    ``analyses.cost``). None where the rule cannot tell it on this rank: reports say "n/a", never 0.
 
     findings.json writes it after the finding's own metrics as ``cost_ns`` and ``cost_share``
     (:data:`COST_UNITS`), where readers of the file have always found it."""

@@ -1,4 +1,4 @@
-"""The rule author's kit: everything a rule file and its fixtures import, from one place.
+"""The rule author's kit: everything a rule file imports, from one place.
 
 ::
 
@@ -7,32 +7,92 @@
         KeyFigure, Mark, FigureContext, DEVICE_PROCESSES, WAIT_TASK_TYPES, overlap_join, text,
     )
 
+A façade only: what it exports lives in its own layer, so the modules behind it can move
+without breaking a rule.
+
 - the rule API (:func:`rule`, :class:`Param`, :class:`Requirement`, ...), the canned
-  requirements (:mod:`traceanalyzer.kit.requirements`: ``device_tasks()``, ``host_api(...)``,
-  ``kernel_details()``, ``api_statistics()``, ``communication_ops()``, ``counters(name)``) and
-  the presentation hooks (:class:`KeyFigure`, :class:`Mark`, :class:`FigureContext`, the SVG
-  :class:`Chart` its ``new`` returns and :class:`Swatch`, a legend entry), the units a
-  metric is declared in (``NS``, ``SHARE``, ...) and a finding's :class:`Cost`
-  (:func:`cost_over`);
+  requirements (:mod:`traceanalyzer.analyses.requirements`: ``device_tasks()``,
+  ``host_api(...)``, ``kernel_details()``, ``api_statistics()``, ``communication_ops()``,
+  ``counters(name)``) and the presentation hooks (:class:`KeyFigure`, :class:`Mark`,
+  :class:`FigureContext`, the SVG :class:`Chart` its ``new`` returns and :class:`Swatch`, a
+  legend entry), the units a metric is declared in (``NS``, ``SHARE``, ...) and a finding's
+  :class:`Cost` (:func:`cost_over`);
 - the domain vocabulary (:mod:`traceanalyzer.vocabulary`: process names across generations,
   wait and copy task types, the recipes' metadata markers);
-- the shared primitives (:mod:`traceanalyzer.primitives`) and text formatting (``text``);
-- fixtures: :func:`fixture`, :class:`StoreBuilder` (canonical rows in memory) and, through real
-  files, ``RankBuilder`` and ``ingested`` (loaded on first use: they bring the synthetic
-  generator and the parsers); both builders speak one set of verbs, defined once in
-  :mod:`traceanalyzer.kit.fixture_verbs` (times as int ns, ``us()`` to write microseconds,
-  :class:`Launch` for a task's host launch).
+- the shared analyses (:mod:`traceanalyzer.analyses`: steps and phases, cost windows, device
+  memory, the ranks' collectives aligned, tail iterations, MoE expert load), the primitives
+  (:mod:`traceanalyzer.intervals`, :mod:`traceanalyzer.host_gaps`,
+  :mod:`traceanalyzer.launch_links`, :mod:`traceanalyzer.stats`, ...) and text formatting
+  (``text``).
 
+A rule's fixtures import their builders from :mod:`traceanalyzer.kit.testing`.
 See docs/writing-rules.md.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 from traceanalyzer import text
+from traceanalyzer.analyses.cost import (
+    analysed_window_ns,
+    analysed_windows,
+    cost_over,
+    window_share,
+)
+from traceanalyzer.analyses.cross_rank import (
+    Alignment,
+    alignment,
+    collective_split,
+    iteration_roots,
+    rank_waits,
+)
+from traceanalyzer.analyses.memory import (
+    Growth,
+    baseline_growth,
+    device_memory,
+    memory_records,
+    step_seconds,
+    step_series,
+)
+from traceanalyzer.analyses.moe import (
+    PATH_NAMES,
+    EpGroup,
+    Imbalance,
+    MoeVerdict,
+    moe_exchange_paths,
+    moe_imbalance,
+)
+from traceanalyzer.analyses.requirements import (
+    HOST_MARKED_STEPS,
+    api_statistics,
+    communication_ops,
+    counters,
+    device_tasks,
+    host_api,
+    kernel_details,
+    phases,
+    step_spans,
+)
+from traceanalyzer.analyses.steps import (
+    DEQUEUE_PREFIX,
+    NO_STEPS,
+    SteadyUse,
+    call_sites,
+    cann_calls,
+    capture_windows,
+    host_calls,
+    in_steps,
+    launched_tasks,
+    per_step_figure,
+    phase_at,
+    phase_windows,
+    phases_in,
+    recurring_calls,
+    serving_steps,
+    steady_key_figures,
+    step_windows,
+)
+from traceanalyzer.analyses.tails import LateWork, Tail, TailVerdict, tail_iterations
 from traceanalyzer.api_layers import ApiLayer, one_api_layer
-from traceanalyzer.authoring.ruletest import fixture
 from traceanalyzer.chart import PALETTE, Chart, Swatch
 from traceanalyzer.engine.findings import Cost, Evidence, Finding, compress_ranks
 from traceanalyzer.engine.params import Param, Params
@@ -73,64 +133,6 @@ from traceanalyzer.intervals import (
     window_of,
 )
 from traceanalyzer.kernels import NOT_KERNEL_PATTERN, kernel_tasks
-from traceanalyzer.kit.cost import analysed_window_ns, analysed_windows, cost_over, window_share
-from traceanalyzer.kit.cross_rank import (
-    Alignment,
-    alignment,
-    collective_split,
-    iteration_roots,
-    rank_waits,
-)
-from traceanalyzer.kit.fixture_verbs import Launch, us
-from traceanalyzer.kit.memory import (
-    Growth,
-    baseline_growth,
-    device_memory,
-    memory_records,
-    step_seconds,
-    step_series,
-)
-from traceanalyzer.kit.moe import (
-    PATH_NAMES,
-    EpGroup,
-    Imbalance,
-    MoeVerdict,
-    exchange_paths,
-    moe_exchange_paths,
-    moe_imbalance,
-)
-from traceanalyzer.kit.requirements import (
-    HOST_MARKED_STEPS,
-    api_statistics,
-    communication_ops,
-    counters,
-    device_tasks,
-    host_api,
-    kernel_details,
-    phases,
-    step_spans,
-)
-from traceanalyzer.kit.steps import (
-    DEQUEUE_PREFIX,
-    NO_STEPS,
-    SteadyUse,
-    call_sites,
-    cann_calls,
-    capture_windows,
-    host_calls,
-    in_steps,
-    launched_tasks,
-    per_step_figure,
-    phase_at,
-    phase_windows,
-    phases_in,
-    recurring_calls,
-    serving_steps,
-    steady_key_figures,
-    step_windows,
-)
-from traceanalyzer.kit.store_builder import StoreBuilder
-from traceanalyzer.kit.tails import LateWork, Tail, TailVerdict, tail_iterations
 from traceanalyzer.launch_links import containing_call, host_launches
 from traceanalyzer.memory import (
     APP,
@@ -184,14 +186,6 @@ from traceanalyzer.vocabulary import (
     WINDOW_KEY,
     session_metadata,
 )
-
-# Fixture helpers that go through real files: resolved on first use, so loading a rule does not
-# import the synthetic generator.
-_THROUGH_FILES = {
-    "RankBuilder": "traceanalyzer.synth.fixtures",
-    "ingested": "traceanalyzer.synth.fixtures",
-    "scenario_store": "traceanalyzer.synth.fixtures",
-}
 
 __all__ = [
     # rule API
@@ -257,7 +251,6 @@ __all__ = [
     "EpGroup",
     "Imbalance",
     "MoeVerdict",
-    "exchange_paths",
     "moe_exchange_paths",
     "moe_imbalance",
     "routed_tokens",
@@ -360,21 +353,5 @@ __all__ = [
     "first_match",  # a pattern parameter on one text, in linear time
     "text",
     "compress_ranks",
-    # fixtures
-    "Launch",
-    "RankBuilder",  # noqa: F822 - resolved lazily by __getattr__
     "Store",
-    "StoreBuilder",
-    "fixture",
-    "ingested",  # noqa: F822 - resolved lazily by __getattr__
-    "scenario_store",  # noqa: F822 - resolved lazily by __getattr__
-    "us",
 ]
-
-
-def __getattr__(name: str) -> Any:
-    if name in _THROUGH_FILES:
-        import importlib
-
-        return getattr(importlib.import_module(_THROUGH_FILES[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

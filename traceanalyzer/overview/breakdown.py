@@ -86,7 +86,7 @@ MEASURED_COLUMNS = (
 )  # fmt: skip
 # the components a step could not measure (comma-separated keys; null: none)
 UNMEASURED_COLUMN = "unmeasured"
-# the EP exchange a step of an MoE model used (kit.exchange_paths; nulls elsewhere)
+# the EP exchange a step of an MoE model used (the exchanges table; nulls elsewhere)
 EP_COLUMNS = ("ep_path", "ep_exchange_ns", "ep_exposed_ns", "ep_fits")
 STEP_COLUMNS = (*MEASURED_COLUMNS, UNMEASURED_COLUMN, *EP_COLUMNS)  # a summary_steps row
 

@@ -3,7 +3,7 @@ each iteration waited on last (its critical path across the ranks).
 
 From the ``collectives`` table (:mod:`traceanalyzer.steps.collectives`: each op's arrival wait,
 transfer, rest and idle, summing to the op) and the iterations aligned across the ranks
-through the collectives they share (:mod:`traceanalyzer.kit.cross_rank`). Computed in the
+through the collectives they share (:mod:`traceanalyzer.analyses.cross_rank`). Computed in the
 driver over every rank, from the derived tables (a few rows per collective).
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from traceanalyzer.kit.cross_rank import (
+from traceanalyzer.analyses.cross_rank import (
     ITERATION_KEY,
     Alignment,
     align,

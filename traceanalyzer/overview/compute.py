@@ -10,8 +10,6 @@ from __future__ import annotations
 import polars as pl
 
 from traceanalyzer.host_gaps import GapSettings, stream_gaps_of
-from traceanalyzer.kit.moe import MOE_PARAMS, exchange_paths
-from traceanalyzer.kit.steps import capture_windows_in
 from traceanalyzer.overview.breakdown import (
     COMPUTE_CLASSES,
     MC2_EXPOSED,
@@ -31,8 +29,11 @@ from traceanalyzer.overview.memory import memory_tables
 from traceanalyzer.overview.model import TopSizes
 from traceanalyzer.overview.tops import top_collectives, top_host_apis, top_kernels
 from traceanalyzer.step_components import COMPONENT_NAMES, COMPONENTS
+from traceanalyzer.steps.captures import capture_windows_in
 from traceanalyzer.steps.device import EXCHANGE_PARAMS
+from traceanalyzer.steps.exchanges import exchanges_of
 from traceanalyzer.steps.launches import host_calls, launches_of
+from traceanalyzer.steps.moe_layers import LAYER_PARAMS
 from traceanalyzer.steps.phases import IDLE_PHASE
 from traceanalyzer.steps.tables import steps_of
 from traceanalyzer.store import Store
@@ -268,9 +269,9 @@ def ep_exchanges(store: Store, rank: int, tasks: pl.DataFrame) -> pl.DataFrame:
     whose all-gathers are tensor or sequence parallelism, not an expert exchange)."""
     schema = {"session": pl.String, "step": pl.Int64, "ep_path": pl.String,
               "ep_exchange_ns": pl.Int64, "ep_exposed_ns": pl.Int64, "ep_fits": pl.Boolean}  # fmt: skip
-    if not tasks["name"].str.contains(MOE_PARAMS["expert_core"].default).any():
+    if not tasks["name"].str.contains(LAYER_PARAMS["expert_core"].default).any():
         return pl.DataFrame(schema=schema)
-    paths = exchange_paths(store, [rank])  # derived beside the steps
+    paths = exchanges_of(store, [rank])  # derived beside the steps
     return paths.select(
         "session", "step", pl.col("path").alias("ep_path"),
         pl.col("exchange_ns").alias("ep_exchange_ns"),

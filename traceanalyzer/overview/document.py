@@ -64,7 +64,7 @@ def overview_document(
     host_apis = store.table("summary_host_apis").collect()
     steps = iterations(windows)
     # every window, the idle time between iterations too: what a finding's cost is a share of,
-    # as the rules take it (kit.cost)
+    # as the rules take it (analyses.cost)
     window_ns = {
         int(r): int(ns)
         for r, ns in windows.group_by("rank").agg(pl.col("step_ns").sum()).iter_rows()

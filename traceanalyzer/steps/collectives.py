@@ -17,7 +17,7 @@ it goes (``Notify_Record``). So an op's time (``elapse``) is, on each rank:
 They sum to the op's time. Where the trace has no plane task of an op, communication.json's
 figures are used (Synchronization Time, Transit Time, Wait Time, Idle Time); an MC2 kernel has
 no tasks to split (its time is its elapse; the peers' comparison splits it,
-:mod:`traceanalyzer.kit.cross_rank`). ``export_idle_ns`` is communication.json's own
+:mod:`traceanalyzer.analyses.cross_rank`). ``export_idle_ns`` is communication.json's own
 ``Idle Time``, which counts every plane but the one it reads as idle: ``waited_for`` names the
 peer rank (the plane task's ``dst rank``) of the op's longest wait, which is often what that
 idle time is (a wait for a rank outside the profile, on another plane).

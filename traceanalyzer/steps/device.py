@@ -4,7 +4,7 @@ among them.
 The steps' task reads them once from the slices the steps read (``derive.STEP_SLICES``): the
 ``exchanges``, ``moe_layers`` and ``collectives`` stages read the EP exchange ops at the default
 patterns, ``kernel_layers`` and ``collectives`` the communication ops. A rule whose patterns
-differ finds its own (``kit.moe``).
+differ finds its own (``analyses.moe``).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ and all-to-all above it, so a step's path should fit its size.
 
 A stage derived in the steps' task, from the EP exchange ops (``steps.device``) and compute
 kernels the steps' slices hold and the steps just derived, at the default patterns:
-``moe-load-imbalance`` and the overview read it (``kit.moe``); a rule whose patterns differ
+``moe-load-imbalance`` and the overview read it (``analyses.moe``); a rule whose patterns differ
 derives its own (:func:`exchange_paths_in`).
 """
 

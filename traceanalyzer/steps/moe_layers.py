@@ -13,7 +13,7 @@ the kernels that are neither experts nor exchanges: what a rank's device speed i
 
 One stage, ``moe``, derived in the steps' task at the default patterns, from the device tasks,
 EP exchange ops and compute kernels read there once for it, the exchanges and the collectives
-(``steps.device``); ``kit.moe`` reads them, and derives its own from the store for patterns that
+(``steps.device``); ``analyses.moe`` reads them, and derives its own from the store for patterns that
 differ (:func:`layers_in`, :func:`dense_in`).
 """
 

@@ -1,8 +1,8 @@
-"""Faithful synthetic torch_npu exports: scenarios, a streaming writer, fixture builders.
+"""Faithful synthetic torch_npu exports: scenarios and a streaming writer.
 
 ``generate(scenario, out, ...)`` writes ``*_ascend_pt`` directories exactly as
 torch_npu would (see ``docs/architecture.md`` and the format reference);
-:mod:`traceanalyzer.synth.fixtures` builds tiny rank dirs for rule tests.
+:mod:`traceanalyzer.kit.testing` builds tiny rank dirs for rule tests with its writer.
 """
 
 from __future__ import annotations

@@ -10,8 +10,8 @@ rank of the group when the last one arrives: a rank whose experts got more token
 longer and the others wait for it there (``serving_profiles.md`` §3).
 
 - :func:`moe_exchange_paths`: which exchange each step used and how much of it was exposed
-  (per rank and step); a step whose path does not fit its size is flagged
-  (:func:`exchange_paths`: the same for a store, outside a rule).
+  (per rank and step); a step whose path does not fit its size is flagged (outside a rule,
+  the ``exchanges`` table: :func:`~traceanalyzer.steps.exchanges.exchanges_of`).
 - :func:`moe_imbalance`: per MoE layer instance (the k-th MoE layer of a step, matched across
   the ranks of an EP group) each rank's expert compute, routed tokens and wait in the exchange
   back; the hot ranks and what their peers lose waiting for them. ``moe-load-imbalance``
@@ -27,16 +27,15 @@ on different hosts need no common clock.
 
 from __future__ import annotations
 
-from collections.abc import Collection
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import polars as pl
 
+from traceanalyzer.analyses.steps import phase_windows
 from traceanalyzer.engine.params import Param
 from traceanalyzer.engine.rule import RuleContext, helper
 from traceanalyzer.intervals import window_of
-from traceanalyzer.kit.steps import phase_windows
 from traceanalyzer.patterns import first_match
 from traceanalyzer.steps.device import EXCHANGE_PARAMS, device_slices, exchange_ops_in
 from traceanalyzer.steps.exchanges import exchange_paths_in, exchanges_of
@@ -58,9 +57,6 @@ from traceanalyzer.vocabulary import (
     HARDWARE_PROCESS,
     session_metadata,
 )
-
-if TYPE_CHECKING:
-    from traceanalyzer.store import Store
 
 PATH_NAMES = {path: name for path, (name, _) in EP_PATHS.items()}
 MOE_PARAMS = {
@@ -148,13 +144,6 @@ def moe_exchange_paths(ctx: RuleContext) -> pl.DataFrame:
     of it no compute hid (the ``exchanges`` table's columns, ``steps.exchanges``): read from the
     store at the default patterns, else derived for these."""
     return ctx.shared(_exchange_paths, tuple(EXCHANGE_PARAMS))
-
-
-def exchange_paths(store: Store, ranks: Collection[int] | None = None) -> pl.DataFrame:
-    """:func:`moe_exchange_paths` outside a rule (the overview), at the default patterns: the
-    same frame for ``ranks`` of ``store`` (every rank: None)."""
-    wanted = ranks if ranks is not None else store.sessions()["rank"].unique().to_list()
-    return exchanges_of(store, wanted)
 
 
 def _compute_kernels(ctx: RuleContext) -> pl.DataFrame:

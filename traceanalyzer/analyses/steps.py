@@ -17,14 +17,14 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from traceanalyzer.analyses.cost import analysed_window_ns, cost_over
+from traceanalyzer.analyses.requirements import HOST_MARKED_STEPS
 from traceanalyzer.engine.findings import Cost, Evidence
 from traceanalyzer.engine.params import Param
 from traceanalyzer.engine.presentation import FigureContext
 from traceanalyzer.engine.rule import NotEvaluated, RuleContext, helper
 from traceanalyzer.engine.units import SHARE
 from traceanalyzer.intervals import outermost, overlap_join, window_of
-from traceanalyzer.kit.cost import analysed_window_ns, cost_over
-from traceanalyzer.kit.requirements import HOST_MARKED_STEPS
 from traceanalyzer.launch_links import containing_call, host_launches
 from traceanalyzer.steps.captures import capture_windows_in
 from traceanalyzer.steps.launches import launches_of

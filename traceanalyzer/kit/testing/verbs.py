@@ -6,11 +6,11 @@
 and hands what it checked to its builder as one fact (:class:`Span`, :class:`ApiCall`,
 :class:`Task`, ...). The builders differ only in how a fact lands:
 
-- :class:`~traceanalyzer.kit.store_builder.StoreBuilder` lands it as canonical store rows, in
-  memory; its verbs take the ``rank`` and ``session`` the rows belong to first
-  (:func:`~traceanalyzer.kit.store_builder.per_session`);
-- ``RankBuilder`` (:mod:`traceanalyzer.synth.fixtures`) lands it as the events of a Text export
-  (one rank's session), which ingest then reads.
+- :class:`~traceanalyzer.kit.testing.store_builder.StoreBuilder` lands it as canonical store
+  rows, in memory; its verbs take the ``rank`` and ``session`` the rows belong to first
+  (:func:`~traceanalyzer.kit.testing.store_builder.per_session`);
+- :class:`~traceanalyzer.kit.testing.rank_builder.RankBuilder` lands it as the events of a Text
+  export (one rank's session), which ingest then reads.
 
 A keyword that only one side can write (an API call's ``connection_id`` in the store, a task's
 HW ``args`` in the files, ...) is refused by the other by name (:meth:`FixtureVerbs._cannot`).

@@ -3,8 +3,8 @@
 Times are exact integer nanoseconds from the session start, the fixture epoch
 :data:`~traceanalyzer.synth.fmt.EPOCH_NS` (``1736408883000000.000`` µs), and land on disk as
 exact 3-decimal µs strings; write ``us(1000)`` to give them in microseconds. The verbs it
-shares with :class:`~traceanalyzer.kit.store_builder.StoreBuilder` are defined once, in
-:class:`~traceanalyzer.kit.fixture_verbs.FixtureVerbs` (here without the store builder's
+shares with :class:`~traceanalyzer.kit.testing.store_builder.StoreBuilder` are defined once, in
+:class:`~traceanalyzer.kit.testing.verbs.FixtureVerbs` (here without the store builder's
 leading ``rank, session``: a builder is one rank's session); this module only says how their
 facts land. The builder records them and replays them through the same :class:`RankWriter`
 the scenarios use, so a fixture has every cross-file consistency of a generated run
@@ -24,8 +24,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import traceanalyzer.kit.fixture_verbs as facts
-from traceanalyzer.kit.fixture_verbs import FixtureVerbs, Launch, exact_ns
+import traceanalyzer.kit.testing.verbs as facts
+from traceanalyzer.kit.testing.verbs import FixtureVerbs, Launch, exact_ns
 from traceanalyzer.synth.fmt import EPOCH_NS
 from traceanalyzer.synth.memory import MB, STREAM_PTR, Record, Totals
 from traceanalyzer.synth.profiles import get_generation
@@ -251,7 +251,7 @@ class RankBuilder(FixtureVerbs):
 
 def build_store(tmp_path: Path, *builders: RankBuilder) -> Path:
     """Write the builders' rank dirs under ``tmp_path/traces`` and ingest them into ``tmp_path/store``."""
-    from traceanalyzer.ingest import ingest  # written concurrently; imported lazily on purpose
+    from traceanalyzer.ingest import ingest  # the parsers load for the fixtures that use them
 
     root = Path(tmp_path) / "traces"
     for b in builders:
@@ -265,8 +265,8 @@ def ingested(*builders: RankBuilder) -> Store:
     """Write ``RankBuilder`` rank directories, ingest them, and return the store in memory.
 
     This takes fixtures through the real files and parsers (slower than
-    :class:`~traceanalyzer.kit.store_builder.StoreBuilder`, but it proves a rule reads what ingest
-    writes). The temporary files are removed.
+    :class:`~traceanalyzer.kit.testing.store_builder.StoreBuilder`, but it proves a rule reads
+    what ingest writes). The temporary files are removed.
     """
     import tempfile
 

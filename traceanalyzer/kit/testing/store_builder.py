@@ -15,7 +15,7 @@ that works on a fixture works on ingested data::
 
 The verbs it shares with the synthetic generator's ``RankBuilder`` (``span``, ``step``, ``api``,
 ``replay``, ``task``, ``kernel``, ``memcpy_async``, ``counter``, ``memory``) are defined once, in
-:class:`~traceanalyzer.kit.fixture_verbs.FixtureVerbs`; here they take the ``rank`` and
+:class:`~traceanalyzer.kit.testing.verbs.FixtureVerbs`; here they take the ``rank`` and
 ``session`` the rows belong to first (:func:`per_session`), and :class:`_SessionRows` lands
 their facts as rows. The other verbs write rows a generator composes from events (``session``,
 ``flow``, ``api_stat``, ``hccl_op``, ``hccl_task``, ``comm_op``, ``step_time``).
@@ -30,8 +30,8 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping
 from typing import Any, Concatenate, ParamSpec
 
-import traceanalyzer.kit.fixture_verbs as facts
-from traceanalyzer.kit.fixture_verbs import FixtureVerbs, Launch, exact_ns, exact_times
+import traceanalyzer.kit.testing.verbs as facts
+from traceanalyzer.kit.testing.verbs import FixtureVerbs, Launch, exact_ns, exact_times
 from traceanalyzer.store import Store
 from traceanalyzer.vocabulary import (
     CANN_PROCESS,
@@ -127,7 +127,7 @@ class StoreBuilder:
         )
         return self
 
-    # ---- the verbs shared with RankBuilder (kit/fixture_verbs.py) ------------------------
+    # ---- the verbs shared with RankBuilder (kit/testing/verbs.py) ------------------------
     span = per_session(FixtureVerbs.span)
     step = per_session(FixtureVerbs.step)
     api = per_session(FixtureVerbs.api)

@@ -1,7 +1,7 @@
 """Tail iterations: the engine iterations much slower than their phase's typical, each followed
 to the rank it waited on (its root) and what that rank did meanwhile.
 
-An iteration is one engine step on every rank of a group (:mod:`traceanalyzer.kit.cross_rank`
+An iteration is one engine step on every rank of a group (:mod:`traceanalyzer.analyses.cross_rank`
 aligns them through the collectives they share; a rank that shares none is a group of its
 own). Its time is the median of its ranks' step times; per phase, an iteration is a **tail**
 when that time is an outlier among the phase's (robust z-score, median/MAD) and beyond the
@@ -28,17 +28,17 @@ from typing import Any
 
 import polars as pl
 
-from traceanalyzer.engine.params import Param
-from traceanalyzer.engine.rule import RuleContext, helper
-from traceanalyzer.intervals import union_intervals
-from traceanalyzer.kernels import kernel_tasks
-from traceanalyzer.kit.cross_rank import (
+from traceanalyzer.analyses.cross_rank import (
     ITERATION_KEY,
     Alignment,
     alignment,
     iteration_roots,
     rank_waits,
 )
+from traceanalyzer.engine.params import Param
+from traceanalyzer.engine.rule import RuleContext, helper
+from traceanalyzer.intervals import union_intervals
+from traceanalyzer.kernels import kernel_tasks
 from traceanalyzer.stats import MAD_SCALE, MEANAD_SCALE
 from traceanalyzer.steps.collectives import MC2_PATTERN
 from traceanalyzer.steps.phases import STEADY_PHASES
