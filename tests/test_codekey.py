@@ -35,6 +35,12 @@ def test_the_closure_holds_what_the_code_runs() -> None:
     assert "overview/stage.py" not in {p.relative_to(ROOT).as_posix() for p in closure(CACHED[0])}
 
 
+def test_the_closure_follows_the_modules_loaded_by_name() -> None:
+    """The report package loads its writers through ``importlib`` from a table of names."""
+    files = {p.relative_to(ROOT).as_posix() for p in closure("traceanalyzer.report")}
+    assert {"report/writer.py", "report/inputs.py"} <= files
+
+
 def test_a_helper_changed_deep_in_the_closure_changes_every_key_above_it(tmp_path: Path) -> None:
     package = _copy(tmp_path) / "traceanalyzer"
     before = {name: closure_key([name], package) for name in (*CACHED, "traceanalyzer.printable")}

@@ -3,10 +3,11 @@
 A cached result (a derived table, an overview shard, a rule's outcome, an ingested session) is
 valid only while the code that made it is the same. Hand-kept file lists go stale (the steps
 run ``intervals``, ``launch_links`` and ``kernels``, which a list of their files misses), so
-the key is derived from the code itself: the module's source and the source of every package module it imports,
-directly or through others (``import``, ``from ... import``, relative imports, and
-``importlib.import_module("traceanalyzer...")`` with a literal name), with the package version.
-Change a helper deep in the closure and every key above it changes.
+the key is derived from the code itself: the module's source and the source of every package
+module it imports, directly or through others (``import``, ``from ... import``, relative
+imports, and the modules loaded through ``importlib`` by a name the source spells:
+:func:`named_loads`), with the package version. Change a helper deep in the closure and
+every key above it changes.
 
 A module's packages run with it, so their ``__init__`` sources count; what an ``__init__``
 imports counts only for a module that imports a name it defines (``from traceanalyzer.kit import
@@ -51,7 +52,21 @@ def _modules(root: Path) -> dict[str, Path]:
 # ``from a import (b, c)`` may span lines; names inside strings or comments only widen the key
 _FROM = re.compile(r"^[ \t]*from[ \t]+([.\w]+)[ \t]+import[ \t]+(\([^)]*\)|[^\n#]+)", re.M)
 _IMPORT = re.compile(r"^[ \t]*import[ \t]+([\w.][\w., \t]*)", re.M)
-_DYNAMIC = re.compile(r"import_module\(\s*[\"'](traceanalyzer[\w.]*)[\"']")
+_BY_NAME = re.compile(r"import_module\(\s*[\"'](traceanalyzer[\w.]*)[\"']")
+_COMPUTED = re.compile(r"import_module\(\s*[^\"'\s]")
+_NAMED = re.compile(r"[\"'](traceanalyzer(?:\.\w+)+)[\"']")
+
+
+def named_loads(source: str) -> list[tuple[int, str]]:
+    """(line, name) of every package module a source loads by name through ``importlib``: a
+    literal ``import_module("traceanalyzer.x")``, and, in a source that computes the name it
+    loads (a table of lazy commands or exports), every quoted package module name it spells.
+    What the cache keys follow and the architecture test checks (names that are no module
+    only widen a key)."""
+    found = list(_BY_NAME.finditer(source))
+    if _COMPUTED.search(source):
+        found += _NAMED.finditer(source)
+    return sorted({(source.count("\n", 0, m.start()) + 1, m.group(1)) for m in found})
 
 
 def _imported(source: str, name: str, is_package: bool) -> set[str]:
@@ -72,7 +87,7 @@ def _imported(source: str, name: str, is_package: bool) -> set[str]:
         found.update(named or [base])  # `from a import *`: a itself
     for names in _IMPORT.findall(source):
         found.update(item.split(" as ")[0].strip() for item in names.split(","))
-    found.update(_DYNAMIC.findall(source))
+    found.update(name for _, name in named_loads(source))
     return {m for m in found if m == PACKAGE or m.startswith(PACKAGE + ".")}
 
 

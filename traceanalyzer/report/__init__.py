@@ -13,9 +13,9 @@ from typing import Any
 __all__ = ["ReportFiles", "ReportInputs", "write_reports"]
 
 _HOMES = {
-    "ReportFiles": "writer",
-    "write_reports": "writer",
-    "ReportInputs": "inputs",
+    "ReportFiles": "traceanalyzer.report.writer",
+    "write_reports": "traceanalyzer.report.writer",
+    "ReportInputs": "traceanalyzer.report.inputs",
 }
 
 
@@ -24,5 +24,5 @@ def __getattr__(name: str) -> Any:
     if name in _HOMES:
         import importlib
 
-        return getattr(importlib.import_module(f"traceanalyzer.report.{_HOMES[name]}"), name)
+        return getattr(importlib.import_module(_HOMES[name]), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
