@@ -174,7 +174,7 @@ import tempfile
 from pathlib import Path
 import duckdb, polars, pyarrow
 from traceanalyzer.discover import discover
-from traceanalyzer.ingest import ingest_session
+from traceanalyzer.ingest.session import ingest_session
 session = discover(RANK).sessions[0]
 import atexit, shutil
 OUT = Path(tempfile.mkdtemp(prefix='bench-out-'))  # a fresh store, removed after the clock

@@ -8,7 +8,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from traceanalyzer.ingest import _PartitionSink
+from traceanalyzer.ingest.sink import PartitionSink
 from traceanalyzer.parse import csv_tables
 from traceanalyzer.parse.csv_tables import SPECS, CsvDatabase
 
@@ -48,7 +48,7 @@ WELL_FORMED = {
 
 def _read(path: Path, tmp: Path, reader: str) -> tuple[list[str], list[str], pl.DataFrame | None]:
     spec = SPEC[path.name]
-    sink = _PartitionSink(tmp / reader, 0, "s")
+    sink = PartitionSink(tmp / reader, 0, "s")
     if reader == "arrow":
         result = csv_tables._parse_plain(path, spec, sink)
     else:
@@ -87,9 +87,9 @@ def test_a_malformed_file_goes_to_the_salvaging_reader(content: str, tmp_path: P
     path = tmp_path / ("kernel_details.csv" if content.startswith("Step") else "api_statistic.csv")
     path.write_bytes(content.encode("latin-1"))
     with pytest.raises(csv_tables._NotPlain):
-        csv_tables._parse_plain(path, SPEC[path.name], _PartitionSink(tmp_path / "a", 0, "s"))
+        csv_tables._parse_plain(path, SPEC[path.name], PartitionSink(tmp_path / "a", 0, "s"))
     assert not list((tmp_path / "a").rglob("*.parquet")), "nothing is left of the refused read"
-    result = csv_tables.parse_csv(path, SPEC[path.name], _PartitionSink(tmp_path / "b", 0, "s"))
+    result = csv_tables.parse_csv(path, SPEC[path.name], PartitionSink(tmp_path / "b", 0, "s"))
     assert any("malformed row" in w or "UTF-8" in w for w in result.warnings), result.warnings
 
 
@@ -97,5 +97,5 @@ def test_a_session_of_well_formed_files_opens_no_database(tmp_path: Path) -> Non
     name, text = WELL_FORMED["CRLF, a byte-order mark, an empty field"]
     (tmp_path / name).write_text(text)
     db = CsvDatabase()
-    csv_tables.parse_csv(tmp_path / name, SPEC[name], _PartitionSink(tmp_path / "o", 0, "s"), db)
+    csv_tables.parse_csv(tmp_path / name, SPEC[name], PartitionSink(tmp_path / "o", 0, "s"), db)
     assert db._con is None

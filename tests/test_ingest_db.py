@@ -16,7 +16,8 @@ import polars as pl
 import pytest
 
 from traceanalyzer.executor import make_executor
-from traceanalyzer.ingest import PREFER_FORMAT, ingest
+from traceanalyzer.ingest import ingest
+from traceanalyzer.ingest.source import PREFER_FORMAT
 from traceanalyzer.pipeline import analyse
 from traceanalyzer.store import Store
 

@@ -17,7 +17,7 @@ import polars as pl
 import pytest
 
 from traceanalyzer.discover import discover
-from traceanalyzer.ingest import ingest_session
+from traceanalyzer.ingest.session import ingest_session
 from traceanalyzer.parse import json_array, trace_duckdb, trace_view
 from traceanalyzer.store import Store
 

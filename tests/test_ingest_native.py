@@ -18,7 +18,7 @@ import polars as pl
 import pytest
 from test_ingest_variants import CANN_PID, HW_PID, PY_PID, T0, _g2_trace, _m, _x
 
-from traceanalyzer.ingest import _PartitionSink
+from traceanalyzer.ingest.sink import PartitionSink
 from traceanalyzer.parse import native_scan, trace_native, trace_view
 from traceanalyzer.parse.trace_shared import ARG_COLUMNS, TraceResult
 
@@ -54,7 +54,7 @@ def _parse(
 ) -> tuple[dict[str, pl.DataFrame], TraceResult]:
     monkeypatch.setenv("TRACEANALYZER_NATIVE", "1" if native else "0")
     out = tmp / ("native" if native else "duckdb")
-    sink = _PartitionSink(out, 0, "s")
+    sink = PartitionSink(out, 0, "s")
     result = trace_view.parse_trace_view(trace, sink, tmp / "scratch", threads=threads)
     tables = {
         t: pl.read_parquet(out / "tables" / t / "rank=0" / "session=s" / "part-0.parquet")

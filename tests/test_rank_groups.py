@@ -6,15 +6,17 @@ import json
 import shutil
 from pathlib import Path
 
+import ingest_faults
 import polars as pl
 import pytest
 from click.testing import CliRunner
 from conftest import STALLED_RANKS as RANKS
 
-from traceanalyzer import ingest as ingest_module
 from traceanalyzer.cli import main
 from traceanalyzer.discover import discover
-from traceanalyzer.ingest import input_bytes, plan_groups
+from traceanalyzer.ingest import groups
+from traceanalyzer.ingest.budget import input_bytes
+from traceanalyzer.ingest.groups import plan_groups
 from traceanalyzer.schema import DERIVED_TABLES, TABLES, TABLES_DIR
 from traceanalyzer.store import RankStore, Store, rank_shards
 
@@ -28,8 +30,8 @@ def collection(stalled_collection: Path) -> Path:
 @pytest.fixture
 def grouped(monkeypatch: pytest.MonkeyPatch) -> None:
     """Group from four small ranks on, in groups of four (the defaults need 32 ranks)."""
-    monkeypatch.setattr(ingest_module, "GROUP_FROM_RANKS", 4)
-    monkeypatch.setattr(ingest_module, "_GROUPS_AT_LEAST", 2)
+    monkeypatch.setattr(groups, "GROUP_FROM_RANKS", 4)
+    monkeypatch.setattr(groups, "_GROUPS_AT_LEAST", 2)
 
 
 def _run(root: Path, out: Path, *args: str) -> tuple[int, dict]:
@@ -71,7 +73,7 @@ def test_plan_groups_small_ranks_in_rank_order(collection: Path, grouped: None) 
     assert {key.split("/")[0] for key, group in plan.items() if group == "0-3"} == set("0123")
     # a large rank is stored on its own; the small ones around it still group, in rank order
     big = next(s for s in sessions if s.rank == 3)
-    sizes[big.key] = ingest_module.SMALL_RANK_BYTES + 1
+    sizes[big.key] = groups.SMALL_RANK_BYTES + 1
     plan = plan_groups(sessions, sizes)
     assert big.key not in plan and sorted(set(plan.values())) == ["0-4", "5-7"]
 
@@ -178,8 +180,7 @@ def test_a_damaged_group_file_is_ingested_again(
 def test_a_worker_killed_in_a_group_is_survived(
     collection: Path, alone: Path, tmp_path: Path, grouped: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv(ingest_module.FAULT_KILL_RANK, "5")
-    monkeypatch.setenv(ingest_module.FAULT_ONCE, str(tmp_path / "killed-once"))
+    ingest_faults.arm(monkeypatch, kill_rank=5, once=tmp_path / "killed-once")
     out = tmp_path / "out"
     code, doc = _run(collection, out, "--executor", "processes", "-j", "2")
     assert (tmp_path / "killed-once").exists() and code == 0

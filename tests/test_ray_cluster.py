@@ -34,9 +34,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import ingest_faults
 import pytest
 
-from traceanalyzer.ingest import FAULT_KILL_RANK, FAULT_ONCE
 from traceanalyzer.process_env import SETTINGS
 
 if importlib.util.find_spec("ray") is None:  # found, not imported: the test never imports Ray
@@ -256,8 +256,7 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
         # A node's workers inherit its raylet's environment: the fault reaches rank KILLED
         # wherever Ray runs it, and the marker (on the filesystem both nodes see) makes it
         # happen once, so the retry succeeds.
-        FAULT_KILL_RANK: str(KILLED),
-        FAULT_ONCE: str(marker),
+        **ingest_faults.environment(kill_rank=KILLED, once=marker),
     }
     ray_start = [sys.executable, "-c", _DIE_WITH_PYTEST, str(os.getpid()), "start", "--block"]
     # docs/scale.md's commands, small for a 2-core machine: one CPU and 80 MB of object store

@@ -215,12 +215,12 @@ def test_out_that_cannot_be_created_or_written(collection, tmp_path, monkeypatch
 def test_a_full_disk_blames_the_output_not_the_input(collection, tmp_path, monkeypatch) -> None:
     import errno
 
-    from traceanalyzer import ingest as ingest_module
+    from traceanalyzer.ingest import sink
 
     def full(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(ingest_module, "commit_partition", full)
+    monkeypatch.setattr(sink, "commit_partition", full)
     result = _run(collection, tmp_path / "out")
     _no_traceback(result)
     assert result.exit_code == 4, result.output

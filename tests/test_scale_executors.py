@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import ingest_faults
 import pytest
 from click.testing import CliRunner
 from conftest import STALLED_RANKS as RANKS
@@ -21,7 +22,7 @@ from traceanalyzer.executor import (
     TaskCrashed,
     make_executor,
 )
-from traceanalyzer.ingest import FAULT_KILL_RANK, FAULT_ONCE, ingest
+from traceanalyzer.ingest import ingest
 from traceanalyzer.store import Store
 
 
@@ -71,7 +72,7 @@ def test_killed_worker_fails_only_its_rank_then_resumes(
     ranks finish, rank 3 is reported failed with the signal, and the exit code says partial.
     The next run re-ingests rank 3 only and equals an uninterrupted run."""
     out = tmp_path / "out"
-    monkeypatch.setenv(FAULT_KILL_RANK, "3")
+    ingest_faults.arm(monkeypatch, kill_rank=3)
     code, doc = _run(collection, out, "--executor", "processes", "-j", "2")
     assert code == EXIT_PARTIAL
     ingest_doc = json.loads((out / "ingest.json").read_text())
@@ -81,7 +82,7 @@ def test_killed_worker_fails_only_its_rank_then_resumes(
     assert doc["summary"]["ranks"] == [0, 1, 2, 4, 5, 6, 7]  # rank 3 is not analysed half-written
     assert not list((out / "tables" / "slices").glob("rank=3"))
 
-    monkeypatch.delenv(FAULT_KILL_RANK)
+    monkeypatch.delenv(ingest_faults.KILL_RANK)
     code, doc = _run(collection, out, "--executor", "processes", "-j", "2")
     assert code == 0
     statuses = _statuses(out)
@@ -94,8 +95,7 @@ def test_worker_killed_once_is_retried_in_the_same_run(
     collection: Path, reference: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A worker that dies once (a transient OOM kill) costs a retry, not the rank."""
-    monkeypatch.setenv(FAULT_KILL_RANK, "6")
-    monkeypatch.setenv(FAULT_ONCE, str(tmp_path / "killed-once"))
+    ingest_faults.arm(monkeypatch, kill_rank=6, once=tmp_path / "killed-once")
     out = tmp_path / "out"
     with ProcessExecutor(jobs=2) as executor:
         result = ingest(collection, out, executor=executor)
@@ -116,7 +116,7 @@ def test_killed_driver_resumes_with_the_missing_ranks(
     """The whole run dies at rank 3 (local backend: the rank runs in the driver, like Ctrl-C or
     a lost machine). Ranks 0-2 stay in the store; the next run ingests only 3-7."""
     out = tmp_path / "out"
-    env = {**os.environ, FAULT_KILL_RANK: "3"}
+    env = {**os.environ, **ingest_faults.environment(kill_rank=3)}
     cmd = [sys.executable, "-m", "traceanalyzer.cli", "run", str(collection), "--out", str(out)]
     proc = subprocess.run([*cmd, "--executor", "local", "-q"], env=env, capture_output=True)
     assert proc.returncode == -9, proc.stderr[-2000:]
@@ -210,7 +210,7 @@ def test_warm_rerun_reuses_rank_outcomes_and_starts_no_workers(
 
 
 def test_sessions_that_fit_in_memory() -> None:
-    from traceanalyzer.ingest import sessions_that_fit
+    from traceanalyzer.ingest.budget import sessions_that_fit
 
     assert sessions_that_fit([3000, 3000, 3000, 3000], 4, 10_000) == 2  # 80% of 10 GB: two
     assert sessions_that_fit([3000] * 4, 4, None) == 4  # unknown memory: as asked
@@ -222,10 +222,10 @@ def test_workers_are_fewer_when_memory_is_short(
     collection: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A laptop with 64 large ranks: fewer workers at a time, said once, and the same findings."""
-    import traceanalyzer.ingest as ingest_module
+    from traceanalyzer.ingest import budget
 
     lines: list[str] = []
-    monkeypatch.setattr(ingest_module, "available_memory_mb", lambda: 400)  # one worker fits
+    monkeypatch.setattr(budget, "available_memory_mb", lambda: 400)  # one worker fits
     executor = make_executor("processes", jobs=2)
     try:
         result = ingest(
@@ -243,7 +243,7 @@ def test_workers_are_fewer_when_memory_is_short(
 
 
 def test_available_memory_reads_meminfo_and_a_container_limit(tmp_path: Path) -> None:
-    from traceanalyzer.ingest import available_memory_mb
+    from traceanalyzer.ingest.budget import available_memory_mb
 
     proc, cgroup = tmp_path / "proc", tmp_path / "cgroup"
     proc.mkdir()

@@ -9,12 +9,13 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
+import ingest_faults
 import pytest
 from click.testing import CliRunner
 
 from traceanalyzer.cli import main
 from traceanalyzer.executor import RayExecutor
-from traceanalyzer.ingest import FAULT_KILL_RANK, FAULT_ONCE, ingest
+from traceanalyzer.ingest import ingest
 from traceanalyzer.synth import generate
 
 ray = pytest.importorskip("ray")
@@ -33,7 +34,7 @@ def ray_instance(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         num_cpus=2,
         include_dashboard=False,
         log_to_driver=False,
-        runtime_env={"env_vars": {FAULT_KILL_RANK: str(KILLED), FAULT_ONCE: str(marker)}},
+        runtime_env={"env_vars": ingest_faults.environment(kill_rank=KILLED, once=marker)},
     )
     yield marker
     ray.shutdown()

@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import ingest_faults
 import polars as pl
 import pytest
 from click.testing import CliRunner, Result
@@ -664,11 +665,6 @@ def test_a_malformed_csv_row_of_invalid_utf8_costs_that_row(tmp_path, row, capfd
     assert kept >= rows - 1  # the bad row (and at most one beside it), never the file
 
 
-def test_a_bad_test_only_fault_variable_fails_no_rank(db_export, tmp_path, monkeypatch) -> None:
-    monkeypatch.setenv("TRACEANALYZER_FAULT_KILL_RANK", "zero")
-    _ingested(_run(db_export, tmp_path / "out"))
-
-
 # --------------------------------------------------------------------------- a deadline per rank
 
 
@@ -677,7 +673,7 @@ def test_a_read_that_never_ends_fails_its_rank_not_the_run(
     db_export: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, executor: str
 ) -> None:
     """Without the deadline this run never ends: rank 0's read blocks for good."""
-    monkeypatch.setenv("TRACEANALYZER_FAULT_HANG_RANK", "0")
+    ingest_faults.arm(monkeypatch, hang_rank=0)
     started = time.monotonic()
     with _within():
         result = CliRunner().invoke(
@@ -690,6 +686,6 @@ def test_a_read_that_never_ends_fails_its_rank_not_the_run(
     assert "did not finish within 3 s (run --rank-timeout SECONDS gives it longer)" in result.output
     assert "rank 1 " in result.output and ": ingested (" in result.output
     assert (tmp_path / "out" / "report.html").is_file()
-    monkeypatch.delenv("TRACEANALYZER_FAULT_HANG_RANK")
+    monkeypatch.delenv(ingest_faults.HANG_RANK)
     again = _run(db_export, tmp_path / "out", "-q", "--lock-wait", "0")  # nothing holds OUT
     assert again.exit_code == 0, again.output

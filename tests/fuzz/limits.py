@@ -273,14 +273,14 @@ def _read(trace: Path, out: Path, native: bool) -> tuple[Any, dict[str, Any]] | 
     """The trace read by one reader: its result and tables, or why it could not be read."""
     import polars as pl
 
-    from traceanalyzer.ingest import _PartitionSink
+    from traceanalyzer.ingest.sink import PartitionSink
     from traceanalyzer.parse import trace_view
 
     previous = os.environ.get("TRACEANALYZER_NATIVE")
     os.environ["TRACEANALYZER_NATIVE"] = "1" if native else "0"
     try:
         result = trace_view.parse_trace_view(
-            trace, _PartitionSink(out, 0, "s"), out / "scratch", threads=2
+            trace, PartitionSink(out, 0, "s"), out / "scratch", threads=2
         )
     except Exception as exc:  # noqa: BLE001 - an unreadable trace fails its rank, said in words
         return f"{type(exc).__name__}: {str(exc)[-200:]}"

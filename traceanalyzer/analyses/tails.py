@@ -86,7 +86,6 @@ CAUSES = ("host", "device", "sync", "comm")
 JUDGED_PHASES = STEADY_PHASES  # unknown too: a training profile's steps
 # what explains a late window: a part of the root's lateness at least this big
 EXPLAINS = 0.3
-BASELINE_ITERATIONS = 8  # of a phase, the root's iterations nearest its median
 
 
 @dataclass
