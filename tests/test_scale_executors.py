@@ -130,6 +130,17 @@ def test_killed_driver_resumes_with_the_missing_ranks(
     assert doc == reference
 
 
+def test_the_product_has_no_fault_path(tmp_path: Path) -> None:
+    """The faults are the tests' own (tests/ingest_faults.py): a run whose environment names a
+    rank to kill, and which they are not armed in, ingests that rank like any other."""
+    sample = Path(__file__).resolve().parents[1] / "sample_traces" / "store_healthy"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env[ingest_faults.KILL_RANK] = "0"
+    cmd = [sys.executable, "-m", "traceanalyzer.cli", "run", str(sample), "--out", str(tmp_path)]
+    proc = subprocess.run([*cmd, "--executor", "local", "-q"], env=env, capture_output=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+
 def test_corrupt_trace_among_eight_good_ranks(collection: Path, tmp_path: Path) -> None:
     """A ninth rank whose trace_view.json is binary garbage: 8 ranks analysed, 1 failed, exit 3.
     A truncated trace, by contrast, is recovered with a warning (tests/test_ingest_variants)."""
