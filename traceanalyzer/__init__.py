@@ -6,7 +6,7 @@ The Python API mirrors the CLI; notebooks and tests use it directly.
 
 from __future__ import annotations
 
-__version__ = "0.2.0"
+from traceanalyzer.version import __version__
 
 __all__ = ["__version__", "open_store"]
 

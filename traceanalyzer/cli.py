@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from traceanalyzer import __version__, interrupts, process_env
+from traceanalyzer import interrupts, process_env
 from traceanalyzer.clitypes import ExistingPath
 from traceanalyzer.exitcodes import (
     EXIT_FINDINGS,
@@ -34,6 +34,7 @@ from traceanalyzer.exitcodes import (
 )
 from traceanalyzer.outdir import LOCK_WAIT_SECONDS
 from traceanalyzer.printable import printable
+from traceanalyzer.version import __version__
 
 if TYPE_CHECKING:
     from traceanalyzer.engine.runner import RunResult

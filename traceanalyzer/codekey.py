@@ -22,10 +22,10 @@ import hashlib
 import re
 from pathlib import Path
 
-import traceanalyzer
+from traceanalyzer.version import __version__
 
 PACKAGE = "traceanalyzer"
-ROOT = Path(traceanalyzer.__file__).parent
+ROOT = Path(__file__).parent
 
 
 def module_file(name: str, root: Path = ROOT) -> Path | None:
@@ -122,8 +122,8 @@ def _closure(module: str, root: Path) -> tuple[Path, ...]:
         if imported and current != PACKAGE:
             followed.add(current)
             todo += [(imported, True) for imported in _imported_modules(path, current, root)]
-        # (the package's own __init__ counts, for the version, but not its imports: it is the
-        # API's façade, whose functions import lazily from every layer)
+        # (the package's own __init__ counts, as every parent does, but not its imports: it is
+        # the API's façade, whose functions import lazily from every layer)
     return tuple(seen[n] for n in sorted(seen))
 
 
@@ -141,7 +141,7 @@ def _imported_module(name: str, root: Path) -> str:
 
 def files_digest(paths: list[Path] | tuple[Path, ...], root: Path = ROOT) -> str:
     """The package version and the given files' package-relative names and contents, hashed."""
-    digest = hashlib.sha256(traceanalyzer.__version__.encode())
+    digest = hashlib.sha256(__version__.encode())
     for path in paths:
         stat = path.stat()
         digest.update(_shown(path, root) + _content_digest(path, stat.st_mtime_ns, stat.st_size))

@@ -436,7 +436,7 @@ class Manifest:
         return cls(sessions=sessions if isinstance(sessions, dict) else {})
 
     def save(self, root: Path) -> None:
-        from traceanalyzer import __version__
+        from traceanalyzer.version import __version__
 
         # which code wrote the store (what is trusted of it is decided by the code keys)
         doc = {

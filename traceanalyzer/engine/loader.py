@@ -30,8 +30,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-import traceanalyzer
-from traceanalyzer.codekey import code_key, source_imports
+from traceanalyzer.codekey import ROOT, code_key, source_imports
 from traceanalyzer.engine.registry import DuplicateRuleError, RuleSet
 from traceanalyzer.engine.rule import Helper, Rule
 from traceanalyzer.hints import path_did_you_mean
@@ -86,8 +85,7 @@ class LoadedRules:
 
 def builtin_rules_dir() -> Path | None:
     """The built-in rules: ``traceanalyzer/builtin_rules`` in a wheel, ``rules/`` in a checkout."""
-    package = Path(traceanalyzer.__file__).parent
-    for candidate in (package / "builtin_rules", package.parent / "rules"):
+    for candidate in (ROOT / "builtin_rules", ROOT.parent / "rules"):
         if candidate.is_dir():
             return candidate
     return None

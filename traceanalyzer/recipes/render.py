@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from traceanalyzer import __version__
 from traceanalyzer.recipes.model import Recipe, RenderedFile
 from traceanalyzer.recipes.params import ParamError, resolve_params
 from traceanalyzer.recipes.registry import RECIPES, get_recipe
+from traceanalyzer.version import __version__
 
 __all__ = ["RenderError", "Rendered", "resolve", "build_files", "render"]
 

@@ -34,7 +34,6 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from traceanalyzer import __version__
 from traceanalyzer.discover import is_session_id
 from traceanalyzer.engine.units import TRACE_NS
 from traceanalyzer.interrupts import contained
@@ -45,6 +44,7 @@ from traceanalyzer.report.summary import RunSummary, run_summary
 from traceanalyzer.schema import TABLES_DIR
 from traceanalyzer.store import Store, StoreError
 from traceanalyzer.store_trace import SessionTimeline
+from traceanalyzer.version import __version__
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
