@@ -103,12 +103,12 @@ def _imports(tree: ast.AST) -> list[tuple[int, str]]:
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             # `from traceanalyzer.synth import ops` imports the module traceanalyzer.synth.ops;
             # `from traceanalyzer import text` the module text, not the package's façade
-            façade = node.module == "traceanalyzer"
-            found += [] if façade else [(node.lineno, node.module)]
+            facade = node.module == "traceanalyzer"
+            found += [] if facade else [(node.lineno, node.module)]
             found += [
                 (
                     node.lineno,
-                    f"{node.module}.{a.name}" if not façade or a.name in LEVEL else "traceanalyzer",
+                    f"{node.module}.{a.name}" if not facade or a.name in LEVEL else "traceanalyzer",
                 )
                 for a in node.names
             ]
@@ -138,9 +138,9 @@ def test_layers_import_only_downwards() -> None:
 
 
 def test_loads_by_name_are_imports() -> None:
-    """A module loaded through ``importlib`` is imported as surely as by a statement: the cli's
-    table of lazy commands and a literal ``import_module`` are read (the kit once loaded the
-    synthetic generator so, above it, and no check saw the arrow running back up)."""
+    """A module loaded through ``importlib`` is imported as surely as by a statement, and hides
+    the arrow from a reader of statements: the cli's table of lazy commands and a literal
+    ``import_module`` are read."""
     cli = named_loads((PACKAGE / "cli.py").read_text("utf-8"))
     assert {"traceanalyzer.report.cli", "traceanalyzer.synth.cli"} <= {m for _, m in cli}
     hidden = 'def f():\n    return importlib.import_module("traceanalyzer.synth.fixtures")\n'
