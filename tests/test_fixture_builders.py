@@ -27,6 +27,16 @@ def test_the_shared_verbs_are_defined_once() -> None:
         assert params[3:] == keywords, verb
 
 
+def test_a_builder_imported_from_the_kit_says_where_it_moved() -> None:
+    """The builders were the kit's until they moved to kit.testing: a user's fixture that
+    imports one the old way is told the new place, not only that the name is missing."""
+    with pytest.raises(ImportError, match=r"from traceanalyzer\.kit\.testing import StoreBuilder"):
+        from traceanalyzer.kit import StoreBuilder  # noqa: F401
+    import traceanalyzer.kit as kit
+
+    assert not hasattr(kit, "no_such_name")  # any other name is missing as usual
+
+
 # What only one side can write, and how the other says so.
 REFUSED = [
     (lambda: RankBuilder().api("aclrtMemcpy", start_ns=0, dur_ns=1, connection_id=7),

@@ -31,6 +31,8 @@ See docs/writing-rules.md.
 
 from __future__ import annotations
 
+from typing import NoReturn
+
 from traceanalyzer import text
 from traceanalyzer.analyses.cost import (
     analysed_window_ns,
@@ -355,3 +357,20 @@ __all__ = [
     "compress_ranks",
     "Store",
 ]
+
+# The fixture builders a rule's fixtures imported from here before they moved to kit.testing,
+# which stands above the kit: re-exported here they would be an import back up, so the old
+# path fails saying where each is now.
+MOVED_TO_TESTING = frozenset(
+    {"Launch", "RankBuilder", "StoreBuilder", "fixture", "ingested", "scenario_store", "us"}
+)
+
+
+def __getattr__(name: str) -> NoReturn:
+    if name in MOVED_TO_TESTING:
+        # an ImportError: an AttributeError's message is lost in `from ... import`
+        raise ImportError(
+            f"{name} is no longer in traceanalyzer.kit: a rule's fixtures import it from "
+            f"traceanalyzer.kit.testing (from traceanalyzer.kit.testing import {name})"
+        )
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
