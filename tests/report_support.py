@@ -40,3 +40,13 @@ def run_sample(name: str) -> Path:
 
 def findings(out: Path) -> list[dict[str, Any]]:
     return json.loads((out / "findings.json").read_text("utf-8"))["findings"]
+
+
+def assert_typed_round_trip(overview: dict[str, Any]) -> None:
+    """``summary.overview`` reads back as typed values with no problem and writes the same JSON,
+    key order included: :mod:`traceanalyzer.overview.model` describes every field written."""
+    from traceanalyzer.json_shape import to_json
+    from traceanalyzer.overview.model import overview_problems, read_overview
+
+    assert overview_problems(overview) == []
+    assert json.dumps(to_json(read_overview(overview))) == json.dumps(overview)

@@ -27,6 +27,7 @@ LAYERS: list[tuple[str, ...]] = [
         "process_env",
         "executor",
         "schema",
+        "step_components",
         "json_shape",
         "sqlite_ro",
         "interrupts",

@@ -11,8 +11,10 @@ import pytest
 
 from traceanalyzer.engine import evaluate
 from traceanalyzer.engine.loader import load_rules
+from traceanalyzer.json_shape import to_json
 from traceanalyzer.kit.cross_rank import align
 from traceanalyzer.overview.collectives import collectives_section
+from traceanalyzer.overview.model import read_overview
 from traceanalyzer.report.overview_text import collective_lines
 from traceanalyzer.steps.collectives import SPLIT, collectives_of
 from traceanalyzer.steps.tables import steps_of
@@ -62,10 +64,10 @@ def test_real_export_all_reduce_waits_for_a_rank_outside_the_profile(real_g2_sto
     assert row["export_idle_ns"] == 73_203_703  # communication.json's Idle Time, kept beside
     section = collectives_section(store)
     assert section is not None
-    assert section["export_idle"]["outside"] == [5]
-    roots = section["critical_path"]["roots"]
-    assert [(r["rank"], r["outside"]) for r in roots] == [(5, True)]
-    text = "\n".join(collective_lines({"collectives": section}))
+    assert section.export_idle is not None and section.export_idle.outside == [5]
+    assert section.critical_path is not None
+    assert [(r.rank, r.outside) for r in section.critical_path.roots] == [(5, True)]
+    text = "\n".join(collective_lines(read_overview({"collectives": to_json(section)})))
     assert "waiting for the last rank" in text
     assert "rank 5 (not in the profile)" in text
 
@@ -195,5 +197,6 @@ def test_the_collectives_section_fails_alone(
 
     monkeypatch.setattr(collectives, "section", broken)
     found = collectives.collectives_section(Store.open(real_g2_store))
-    assert found == {"error": "ValueError: no such column"}
-    assert collective_lines({"collectives": found}) == ["not computed: ValueError: no such column"]
+    assert to_json(found) == {"error": "ValueError: no such column"}
+    said = collective_lines(read_overview({"collectives": to_json(found)}))
+    assert said == ["not computed: ValueError: no such column"]

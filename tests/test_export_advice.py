@@ -76,9 +76,10 @@ def test_unmeasured_is_never_zero(level2_without_trace: tuple[str, dict]) -> Non
     mean = overview["mean"]
     assert mean["compute_ai_core_ns"] > mean["compute_mix_ns"] > mean["compute_ai_vector_ns"] > 0
     assert mean["compute_other_ns"] == 0
+    from traceanalyzer.overview.model import read_overview
     from traceanalyzer.report.overview_text import overview_table
 
-    table = overview_table(overview)
+    table = overview_table(read_overview(overview))
     header, row = (line.split() for line in table.splitlines()[2:4])
     assert row[header.index("host") - 1] == "n/a"  # "idle host" is two words
     assert "copies, idle host, idle sync, idle stream not measured on ranks 0, 1" in table

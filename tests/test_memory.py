@@ -12,6 +12,7 @@ from typing import Any
 import polars as pl
 import pytest
 from click.testing import CliRunner
+from report_support import assert_typed_round_trip
 
 from traceanalyzer.kit import StoreBuilder, us
 from traceanalyzer.memory import memory_of
@@ -234,6 +235,7 @@ def test_scenario_peaks_and_phases(scenario_runs) -> None:
     assert phases["prefill"]["activation_mb"] == pytest.approx(512, rel=0.05)
     assert phases["decode"]["activation_mb"] < 16
     assert rank["static"][0]["name"] == "aten::zeros" and rank["static"][0]["size_mb"] == 6144
+    assert_typed_round_trip(doc["summary"]["overview"])  # the memory section is typed
 
 
 def test_the_db_export_gives_the_same_verdicts(tmp_path: Path) -> None:
@@ -374,5 +376,5 @@ def test_a_long_profiles_timeline_keeps_600_runs_at_most() -> None:
     )
     timeline = pl.DataFrame({"line": ["APP"], "ts_ns": [0], "min_mb": [1.0], "max_mb": [2.0]})
     lane = _lanes(0, timeline, steps)
-    assert 0 < len(lane["runs"]) <= TIMELINE_RUNS
-    assert lane["runs"][-1][1] == n * 1_000
+    assert 0 < len(lane.runs) <= TIMELINE_RUNS
+    assert lane.runs[-1].end_ns == n * 1_000

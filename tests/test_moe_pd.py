@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import polars as pl
 import pytest
+from report_support import assert_typed_round_trip
 
 from traceanalyzer.engine import evaluate
 from traceanalyzer.engine.loader import load_rules
@@ -124,6 +125,7 @@ def test_the_overview_says_which_exchange_each_phase_used(tmp_path) -> None:
     exposed, the same figures as the kit's; a dense profile has no EP section."""
     from traceanalyzer.executor import make_executor
     from traceanalyzer.kit import exchange_paths
+    from traceanalyzer.overview.model import read_overview
     from traceanalyzer.pipeline import analyse
     from traceanalyzer.report.overview_text import ep_lines
     from traceanalyzer.synth.generate import generate
@@ -141,9 +143,20 @@ def test_the_overview_says_which_exchange_each_phase_used(tmp_path) -> None:
     decode = paths.filter(pl.col("phase") == "decode")
     assert rows["decode"]["ep"]["steps"] == decode.height
     assert rows["decode"]["ep"]["exposed_ns"] == pytest.approx(decode["exposed_ns"].mean())
-    lines = ep_lines(overview)
+    lines = ep_lines(read_overview(overview))
     assert any(line.startswith("decode: MC2 in") for line in lines), lines
     assert not any(line.startswith("information") for line in lines)  # every path fits
+
+
+def test_the_exchange_paths_are_named_once() -> None:
+    """The paths synth writes, the names findings give them and the overview's short names come
+    from one table (vocabulary.EP_PATHS)."""
+    from traceanalyzer.kit import PATH_NAMES
+    from traceanalyzer.report.overview_text import EP_PATH_WORDS
+    from traceanalyzer.vocabulary import EP_PATHS
+
+    assert set(moe.PATHS) == set(PATH_NAMES) == set(EP_PATH_WORDS) == set(EP_PATHS)
+    assert (PATH_NAMES["mc2"], EP_PATH_WORDS["mc2"]) == EP_PATHS["mc2"]
 
 
 def test_a_path_that_does_not_fit_its_size_is_flagged() -> None:
@@ -269,6 +282,7 @@ def test_one_picture_of_moe_time(tmp_path) -> None:
     per step), no tight cluster scores a z of 8 beside "no outlier rank", and the finding's
     cost share is one value in its metrics, its details and its cost."""
     from traceanalyzer.executor import make_executor
+    from traceanalyzer.overview.model import read_overview
     from traceanalyzer.pipeline import analyse
     from traceanalyzer.report.overview_text import cost_text
     from traceanalyzer.synth.generate import generate
@@ -287,7 +301,8 @@ def test_one_picture_of_moe_time(tmp_path) -> None:
         assert peer - wait[hot] == pytest.approx(per_step, rel=0.05)
     for row in overview["cluster"]:
         assert (row["step_z"] > 3.5) == row["outlier"], row
-    cost = overview["costs"][finding.fingerprint]
-    assert cost["cost_share"] == pytest.approx(finding.cost.share)
-    share = f"{cost['cost_share']:.1%}"
+    cost = read_overview(overview).costs[finding.fingerprint]
+    assert cost.cost_share == pytest.approx(finding.cost.share)
+    share = f"{cost.cost_share:.1%}"
     assert share in cost_text(cost) and share in finding.message, finding.message
+    assert_typed_round_trip(overview)  # costs per phase, EP exchanges, graphs, layers

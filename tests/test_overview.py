@@ -20,11 +20,12 @@ from traceanalyzer.engine.findings import Cost, Finding, group_findings
 from traceanalyzer.kit import us
 from traceanalyzer.kit.store_builder import StoreBuilder
 from traceanalyzer.overview import TopSizes, by_cost, finding_costs
-from traceanalyzer.overview.breakdown import UNMEASURED, computing_ns
+from traceanalyzer.overview.breakdown import computing_ns
 from traceanalyzer.overview.cluster import cluster_rows
 from traceanalyzer.overview.compute import summarize_rank
+from traceanalyzer.overview.model import overview_of, read_overview
 from traceanalyzer.report.overview_text import cost_text, overview_markdown, overview_table
-from traceanalyzer.schema import COMPONENT_NAMES
+from traceanalyzer.step_components import BY_KEY, COMPONENT_NAMES
 from traceanalyzer.store import Store
 
 US = 1_000
@@ -385,9 +386,9 @@ def test_costs_are_the_rules_stated_costs() -> None:
         _costed("u", [1], Cost(None, None)),
     ]
     a, b, c, u = (f.fingerprint for f in findings)
-    costs = finding_costs(findings, overview)
-    assert costs[a]["cost_share"] == pytest.approx(0.1)
-    assert costs[b]["cost_share"] == pytest.approx(0.5)
+    costs = finding_costs(findings, read_overview(overview))
+    assert costs[a].cost_share == pytest.approx(0.1)
+    assert costs[b].cost_share == pytest.approx(0.5)
     assert c not in costs and u not in costs
     written = [f.to_dict() for f in findings]
     assert [f["fingerprint"] for f in by_cost(written, costs)] == [b, a, c, u]
@@ -496,18 +497,17 @@ def test_diff_compares_the_breakdowns(tmp_path: Path) -> None:
 
 
 def test_heat_map_beyond_eight_ranks_bars_below() -> None:
-    from traceanalyzer.overview.document import COMPONENTS
     from traceanalyzer.report.overview_html import stacked_bars
     from traceanalyzer.report.overview_plots import heatmap_figure
 
     ranks = [{"rank": r, "step_ns": 10.0, "idle_other_ns": 10.0} for r in range(12)]
-    overview = {"ranks": ranks, "components": [{"key": k, "label": k} for k, _, _ in COMPONENTS]}
-    fig = heatmap_figure(overview)
+    overview = {"ranks": ranks, "components": [{"key": k, "label": k} for k in COMPONENT_NAMES]}
+    fig = heatmap_figure(read_overview(overview))
     assert fig is not None
     svg = ET.fromstring(fig.to_svg())
     cells = [r for r in svg.iter("{http://www.w3.org/2000/svg}rect") if r.get("fill") == "#440154"]
-    assert len(cells) == 12 * (len(COMPONENTS) - 1)  # every share 0 but idle_other's
-    few = {**overview, "ranks": ranks[:3]}
+    assert len(cells) == 12 * (len(COMPONENT_NAMES) - 1)  # every share 0 but idle_other's
+    few = read_overview({**overview, "ranks": ranks[:3]})
     assert heatmap_figure(few) is None
     bars = stacked_bars(few)
     assert bars.count('class="ov-row"') == 3 and 'title="idle_other_ns: ' in bars
@@ -553,9 +553,9 @@ def test_cost_shares_on_a_contradicted_breakdown_carry_the_caveat() -> None:
         "source": {"differing_ranks": [1]},
     }
     a, b = _costed("a", [0], Cost(100)), _costed("b", [1], Cost(100))
-    costs = finding_costs([a, b], overview)
+    costs = finding_costs([a, b], read_overview(overview))
     assert "unreliable" not in cost_text(costs[a.fingerprint])
-    assert costs[b.fingerprint]["unreliable_ranks"] == [1]
+    assert costs[b.fingerprint].unreliable_ranks == [1]
     assert "unreliable" in cost_text(costs[b.fingerprint])
 
 
@@ -579,7 +579,7 @@ def test_every_finding_states_its_cost_one_way(sample: str, tmp_path: Path) -> N
     result = CliRunner().invoke(main, ["run", str(SAMPLES / sample), "--out", str(out), "-j", "1"])
     assert result.exit_code in (0, 1), result.output
     doc = json.loads((out / "findings.json").read_text())
-    costs = doc["summary"]["overview"]["costs"]
+    costs = read_overview(doc["summary"]["overview"]).costs
     assert doc["findings"] and costs
     for finding in doc["findings"]:
         text = cost_text(costs.get(finding["fingerprint"]))
@@ -593,11 +593,12 @@ def test_the_terminal_shows_the_outliers_and_the_slowest_of_many_ranks() -> None
 
     ranks = [{"rank": r, "steps": 4, "step_ns": 1000.0 + r} for r in range(TERMINAL_RANKS + 4)]
     overview = {"ranks": ranks, "cluster": [{"rank": 0, "outlier": True}]}
-    shown = terminal_ranks(overview)
+    shown = terminal_ranks(read_overview(overview))
     assert shown is not None and len(shown) == TERMINAL_RANKS
     assert 0 in shown and max(r["rank"] for r in ranks) in shown and 1 not in shown
-    assert terminal_ranks({"ranks": ranks[:TERMINAL_RANKS]}) is None
-    assert "... and 4 more ranks" in overview_table({**overview, "mean": {"step_ns": 1.0}})
+    assert terminal_ranks(read_overview({"ranks": ranks[:TERMINAL_RANKS]})) is None
+    table = overview_table(read_overview({**overview, "mean": {"step_ns": 1.0}}))
+    assert "... and 4 more ranks" in table
 
 
 def test_a_level0_trace_says_what_it_could_not_measure() -> None:
@@ -613,18 +614,19 @@ def test_a_level0_trace_says_what_it_could_not_measure() -> None:
     level0 = run("inference_baseline_g3_level0")
     overview = level0["summary"]["overview"]
     keys = ["compute_ai_vector_ns", "idle_sync_ns"]
-    said = {k: f"{UNMEASURED[k][0]} (collect with profiler_level=Level1)" for k in keys}
+    said = {k: f"{BY_KEY[k].unmeasured.why} (collect with profiler_level=Level1)" for k in keys}
     assert overview["unmeasured"] == {k: {"ranks": [0], "reason": said[k]} for k in keys}
     assert overview["ranks"][0]["unmeasured"] == keys
     assert all(r["unmeasured"] == keys for r in overview["phases"]["rows"])
-    table = overview_table(overview)
+    table = overview_table(read_overview(overview))
     header, row = (line.split() for line in table.splitlines()[2:4])
     assert row[header.index("sync") - 1] == "n/a"  # the header's "idle sync" is two words
     assert row[header.index("compute")] != "n/a"  # the AI Core part of it is measured
     why = said["idle_sync_ns"]
     assert f"idle sync not measured on rank 0: {why}" in table
     assert "compute: AI Vector not measured on rank 0: " in table
-    md = "\n".join(overview_markdown(overview, lambda h, rows: [str(h), *map(str, rows)], {}))
+    md_table = lambda h, rows: [str(h), *map(str, rows)]  # noqa: E731
+    md = "\n".join(overview_markdown(read_overview(overview), md_table, {}))
     assert "'idle: after a host synchronisation', 'n/a', 'n/a'" in md
     assert "'compute: AI Vector', 'n/a', 'n/a'" in md
     assert f"- Idle sync not measured on rank 0: {why}." in md
@@ -634,9 +636,10 @@ def test_a_level0_trace_says_what_it_could_not_measure() -> None:
     level1 = run("inference_baseline")
     overview1 = level1["summary"]["overview"]
     assert overview1["unmeasured"] == {} and overview1["ranks"][0]["unmeasured"] == []
-    assert "not measured" not in overview_table(overview1)
+    assert "not measured" not in overview_table(read_overview(overview1))
     # diff: a zero nobody measured is no base to compare with
-    sync = next(d for d in overview_deltas(level0, level1) if d.key == "idle_sync_ns")
+    deltas = overview_deltas(overview_of(level0), overview_of(level1))
+    sync = next(d for d in deltas if d.key == "idle_sync_ns")
     assert sync.base is None and sync.target is not None and sync.change is None
 
 
@@ -658,8 +661,8 @@ def test_p50_is_the_median_not_the_upper_middle() -> None:
         summary[t].with_columns(rank=pl.lit(0, pl.Int32))
         for t in ("summary_steps", "summary_kernels", "summary_host_apis")
     )
-    (row,) = [r for r in phases_section(windows, kernels, apis)["rows"] if r["phase"] != "warmup"]
-    assert row["steps"] == 4 and row["p50_ns"] == pytest.approx(22.25e6)
+    (row,) = [r for r in phases_section(windows, kernels, apis).rows if r.phase != "warmup"]
+    assert row.steps == 4 and row.p50_ns == pytest.approx(22.25e6)
 
 
 def test_a_serving_headline_leads_with_its_phases() -> None:
@@ -670,12 +673,14 @@ def test_a_serving_headline_leads_with_its_phases() -> None:
     def row(phase: str, steps: int, step_ms: float, compute: float, sync: float) -> dict:
         mean = {"step_ns": step_ms * 1e6, "compute_mix_ns": compute * step_ms * 1e6,
                 "idle_sync_ns": sync * step_ms * 1e6}  # fmt: skip
-        total = steps * step_ms * 1e6
+        total = int(steps * step_ms * 1e6)
         return {"phase": phase, "steps": steps, "total_ns": total, "p50_ns": step_ms * 1e6,
                 "mean": mean}  # fmt: skip
 
-    rows = [row("prefill", 1, 12.0, 0.98, 0.0), row("decode", 18, 0.419, 0.29, 0.66),
-            row("idle", 3, 1.0, 0.0, 0.0)]  # fmt: skip
+    rows = read_overview({"phases": {"rows": [
+        row("prefill", 1, 12.0, 0.98, 0.0), row("decode", 18, 0.419, 0.29, 0.66),
+        row("idle", 3, 1.0, 0.0, 0.0),
+    ]}}).phases.rows  # fmt: skip
     assert phase_headline(rows) == (  # by their share of the time
         "Per phase: prefill (1 iteration, p50 12 ms): compute 98%; decode (18, p50 419 µs): "
         "the device drained by host synchronisations 66%, then compute 29%."

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
+from traceanalyzer.json_shape import to_json
 from traceanalyzer.kit import Store, StoreBuilder, us
+from traceanalyzer.overview.model import read_overview
 from traceanalyzer.overview.timeline import MAX_RECTS, step_timeline
 from traceanalyzer.report.overview_timeline import CLASS_COLORS
 from traceanalyzer.report.overview_timeline import timeline_svg as draw
@@ -17,7 +19,8 @@ STEP = {"rank": 0, "session": "s0", "step": 7, "start_ns": 0, "end_ns": 1_000_00
 def timeline_svg(overview: dict, store: Store) -> str | None:
     """The strip as a run draws it: the overview computes the rectangles, the report draws."""
     rep = overview["representative"]
-    return draw({"representative": rep and {**rep, "timeline": step_timeline(store, rep)}})
+    timeline = rep and {**rep, "timeline": to_json(step_timeline(store, rep))}
+    return draw(read_overview({"representative": timeline}))
 
 
 def test_names_are_escaped_and_each_task_says_what_it_is() -> None:
@@ -80,9 +83,8 @@ def test_tasks_that_start_together_keep_one_order() -> None:
         b.hccl_task(0, "s0", f"hcom_allReduce__{k}", stream=9, start_ns=start, dur_ns=us(50_000))
         b.hccl_task(0, "s0", f"Memcpy{k}", stream=9, start_ns=start, dur_ns=us(2_000))
     store = b.store()
-    orders = {
-        tuple((r[2], r[3], r[6]) for r in step_timeline(store, STEP)["rects"]) for _ in range(20)
-    }
+    timelines = [step_timeline(store, STEP) for _ in range(20)]
+    orders = {tuple((r.start_ns, r.end_ns, r.name) for r in t.rects) for t in timelines if t}
     assert len(orders) == 1
     (order,) = orders
     assert list(order) == sorted(order)  # by start, then end: the copy before its collective

@@ -16,7 +16,8 @@ import pytest
 from click.testing import CliRunner
 
 from traceanalyzer.cli import main
-from traceanalyzer.schema import COMPONENT_NAMES, TABLES
+from traceanalyzer.schema import TABLES
+from traceanalyzer.step_components import COMPONENT_NAMES
 from traceanalyzer.store import Store
 
 POINTS = 0.02  # per component, as a share of the step

@@ -12,6 +12,7 @@ from report_support import SAMPLES, findings, run_sample
 
 from traceanalyzer.cli import main
 from traceanalyzer.compare.diff import diff_outputs
+from traceanalyzer.overview.model import Overview, read_overview
 
 
 def key_figures(out: Path) -> pl.DataFrame:
@@ -198,9 +199,9 @@ def test_no_key_figure_row_of_nothing_on_both_sides() -> None:
 def test_unrelated_workloads_are_said_to_be(tmp_path: Path) -> None:
     from traceanalyzer.compare.diff import workload_note
 
-    def doc(shares: dict[str, float]) -> dict:
+    def doc(shares: dict[str, float]) -> Overview:
         kernels = [{"name": k, "share": v} for k, v in shares.items()]
-        return {"summary": {"overview": {"top_kernels": kernels}}}
+        return read_overview({"top_kernels": kernels})
 
     related = doc({"MatMul": 0.6, "Add": 0.4}), doc({"MatMul": 0.5, "Mul": 0.5})
     assert workload_note(*related) is None

@@ -16,6 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from traceanalyzer.ingest import ingest
+from traceanalyzer.overview.model import Overview, read_overview
 from traceanalyzer.steps.derive import derive_ranks
 from traceanalyzer.steps.evidence import default_params
 from traceanalyzer.steps.tables import steps_of
@@ -177,12 +178,12 @@ def test_a_bad_steps_setting_stops_the_run_before_it_writes(tmp_path: Path) -> N
 # --------------------------------------------------------------------------------------------
 
 
-def _doc(**phases: tuple[int, float]) -> dict:
+def _doc(**phases: tuple[int, float]) -> Overview:
     rows = [
         {"phase": p, "steps": n, "p50_ns": ms * 1e6, "p95_ns": ms * 1.1e6, "mean": {}}
         for p, (n, ms) in phases.items()
     ]
-    return {"summary": {"overview": {"phases": {"rows": rows}}}}
+    return read_overview({"phases": {"rows": rows}})
 
 
 def test_diff_tells_a_change_of_mix_from_a_regression() -> None:

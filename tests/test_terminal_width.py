@@ -14,6 +14,7 @@ from click.testing import CliRunner, Result
 from report_support import SAMPLES
 
 from traceanalyzer.cli import main
+from traceanalyzer.overview.model import read_overview
 from traceanalyzer.report.htmlkit import HTML_NAME, table
 from traceanalyzer.report.overview_html import overview_section
 from traceanalyzer.report.overview_text import overview_table
@@ -130,9 +131,9 @@ def test_long_kernel_names_shortened_in_the_middle(sample_80: tuple[Result, Path
         rank["top_kernel"] = KERNEL
     for rank in overview["ranks"]:
         rank["top_kernel"] = KERNEL
-    text = overview_table(overview, width=120)
+    text = overview_table(read_overview(overview), width=120)
     assert KERNEL not in text and KERNEL[:12] in text and KERNEL[-12:] in text
-    html = overview_section({**doc, "summary": {**doc["summary"], "overview": overview}}, {})
+    html = overview_section(read_overview(overview), {})
     shown = shorten_middle(KERNEL, HTML_NAME)
     assert f'<span title="{KERNEL}">{shown}</span>' in html
     assert f">{KERNEL}<" not in html  # whole only in the title

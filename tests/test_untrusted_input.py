@@ -585,7 +585,7 @@ def _set(doc: dict, path: str, value: object) -> None:
     *parents, last = path.split(".")
     for key in parents:
         doc = doc[int(key)] if isinstance(doc, list) else doc[key]
-    doc[last] = value
+    doc[int(last) if isinstance(doc, list) else last] = value
 
 
 @pytest.mark.parametrize(
@@ -603,6 +603,10 @@ def _set(doc: dict, path: str, value: object) -> None:
         (("key_figures", [{"name": "n", "figure": "f", "label": "l", "values": [{"rank": "x"}]}]),
          "key_figures[0].values[0].rank: expected an integer"),
         (("summary.overview", {"mean": {"step_ns": "fast"}}), "expected a number"),
+        (("summary.overview.ranks", "x"), "summary.overview.ranks: expected a list, got a string"),
+        (("summary.overview.phases.rows.0.steps", "many"),
+         "summary.overview.phases.rows[0].steps: expected an integer, got a string"),
+        (("summary.overview.top_kernels.0", 5), "top_kernels[0]: expected an object"),
     ],
 )  # fmt: skip
 def test_diff_refuses_a_damaged_findings_json(two_runs: Path, tmp_path, damage, reason) -> None:

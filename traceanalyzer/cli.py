@@ -353,11 +353,12 @@ def _findings_table(  # noqa: ANN001 - engine RunResult
     """The compact closing table: severity, rule, ranks, one-line message (and its cost),
     each line wrapped to ``width`` under its text; ``quiet``: the findings, and only a count
     of the rules that could not decide or were not evaluated (findings.json says why)."""
+    from traceanalyzer.overview.model import read_overview
     from traceanalyzer.report.overview_text import cost_text
     from traceanalyzer.report.width import wrap
 
     color = sys.stdout.isatty()
-    costs = (result.overview or {}).get("costs") or {}
+    costs = read_overview(result.overview).costs if result.overview else {}
     lines = []
     for f in result.findings:
         severity = f"{f.severity:<9}"
@@ -655,12 +656,14 @@ def _run(
         if rules_note:
             _say(rules_note, width=width)
         if findings.overview:
+            from traceanalyzer.overview.model import read_overview
             from traceanalyzer.report.overview_text import overview_table
 
+            overview = read_overview(findings.overview)
             if not quiet:
-                _say(overview_table(findings.overview, verbose, width))
-            elif findings.overview.get("headline"):  # quiet: what the time goes to, in a line
-                _say(f"where the time goes: {findings.overview['headline']}", width=width)
+                _say(overview_table(overview, verbose, width))
+            elif overview.headline:  # quiet: what the time goes to, in a line
+                _say(f"where the time goes: {overview.headline}", width=width)
         click.echo(reports.closing_text(color=sys.stdout.isatty()))
     if annotate and reports.report is not None:
         from traceanalyzer.report.annotated import annotated_text, write_annotated

@@ -6,24 +6,31 @@ field is checked for its type. A field of the wrong type is dropped and named in
 problems ("config.experimental_config: expected an object, got a string"), so one odd field
 costs that field, never the rank or the batch. What is not declared is kept as is (the store
 keeps the whole document as JSON text).
+
+A document of our own that an output folder holds (findings.json's overview) is declared as
+dataclasses instead: :func:`to_json` writes it, :func:`from_json` reads it back typed, checked
+the same way (an output folder may be someone else's).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
 import re
 import stat
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
-from typing import Any
+from types import UnionType
+from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
 
 MAX_BYTES = 16 << 20  # torch_npu writes a few KB; a 16 MB info file is not one
 MAX_DEPTH = 64  # nesting levels; the real files have four
 MAX_TEXT = 4096  # characters of a declared string field
 _INT = re.compile(r"-?[0-9]{1,18}")  # ASCII digits only ("²".isdigit() is True)
+T = TypeVar("T")
 
 
 class InputFileError(ValueError):
@@ -304,3 +311,152 @@ def read_shaped(path: Path, shape: Obj) -> tuple[dict[str, Any], list[str]]:
         raise InputFileError(f"top level: expected an object, got {_kind(doc)}")
     kept, problems = conform(doc, shape)
     return kept, problems
+
+
+# --------------------------------------------------------------------------- typed documents
+
+# A document of our own (findings.json's overview) is declared as frozen dataclasses: written
+# field by field in their order, and read back into them, checked as any input is (an output
+# folder may be someone else's). A missing or null field reads as its type's empty value (0,
+# "", [], {}, None, a dataclass of empty fields); a field of another type too, with a problem
+# naming it; a list or map item of another type is left out, with a problem.
+
+FLATTEN = "flatten"
+"""Field metadata: the keys of a mapping field that are written into its object's own keys."""
+
+_DROP = object()  # a value that does not fit: its container leaves it out
+
+
+def to_json(value: Any) -> Any:
+    """``value`` (dataclasses, lists, tuples, dicts, JSON scalars) as JSON values: a dataclass
+    as an object of its fields in their order, but the ones its ``json_absent()`` names (the
+    fields a state of it does not write), a :data:`FLATTEN` field's items in its place."""
+    if is_dataclass(value) and not isinstance(value, type):
+        absent = value.json_absent() if hasattr(value, "json_absent") else ()
+        out: dict[str, Any] = {}
+        for f in fields(value):
+            if f.name in absent:
+                continue
+            item = getattr(value, f.name)
+            if FLATTEN in f.metadata:
+                out.update((k, to_json(v)) for k, v in item.items())
+            else:
+                out[f.name] = to_json(item)
+        return out
+    if isinstance(value, (list, tuple)):
+        return [to_json(v) for v in value]
+    if isinstance(value, dict):
+        return {k: to_json(v) for k, v in value.items()}
+    return value
+
+
+def from_json(kind: type[T], value: Any, where: str = "") -> tuple[T, list[str]]:
+    """``value`` read as ``kind`` (a dataclass written by :func:`to_json`), and the problems of
+    the fields that did not fit (each then read as its type's empty value)."""
+    problems: list[str] = []
+    read = _reader(kind)
+    return (_empty(kind)() if value is None else read(value, where, problems)), problems
+
+
+_Reader = Callable[[Any, str, list[str]], Any]
+
+
+def _mismatch(problems: list[str], where: str, what: str, value: Any) -> object:
+    problems.append(f"{where or 'top level'}: expected {what}, got {_kind(value)}")
+    return _DROP
+
+
+def _empty(kind: Any) -> Callable[[], Any]:
+    """A maker of ``kind``'s empty value (what a missing or null field reads as)."""
+    origin = get_origin(kind)
+    if kind is Any or (origin in (Union, UnionType) and type(None) in get_args(kind)):
+        return lambda: None
+    if is_dataclass(kind):
+        return lambda: _reader(kind)({}, "", [])
+    return origin or kind  # list, dict, tuple, str, int, float, bool: called without arguments
+
+
+@functools.cache
+def _reader(kind: Any) -> _Reader:
+    """How a value is read as ``kind`` (compiled once per type)."""
+    origin, args = get_origin(kind), get_args(kind)
+    if kind is Any:
+        return lambda v, w, p: v
+    if origin in (Union, UnionType):
+        (inner,) = (a for a in args if a is not type(None))  # X | None: the one union declared
+        read = _reader(inner)
+        return lambda v, w, p: None if v is None else read(v, w, p)
+    if is_dataclass(kind):
+        return _object_reader(kind)
+    if origin is list:
+        item = _reader(args[0])
+
+        def read_list(v: Any, w: str, p: list[str]) -> Any:
+            if not isinstance(v, list):
+                return _mismatch(p, w, "a list", v)
+            return [x for i, e in enumerate(v) if (x := item(e, f"{w}[{i}]", p)) is not _DROP]
+
+        return read_list
+    named = isinstance(kind, type) and issubclass(kind, tuple) and hasattr(kind, "_fields")
+    if origin is tuple or named:  # a fixed tuple, or a NamedTuple: written as a list
+        hints = get_type_hints(kind) if named else {}
+        items = [_reader(hints[f]) for f in kind._fields] if named else [_reader(a) for a in args]
+        make = kind if named else lambda *values: values
+
+        def read_tuple(v: Any, w: str, p: list[str]) -> Any:
+            if not isinstance(v, list) or len(v) != len(items):
+                return _mismatch(p, w, f"a list of {len(items)} items", v)
+            pairs = enumerate(zip(items, v, strict=True))
+            out = tuple(read(e, f"{w}[{i}]", p) for i, (read, e) in pairs)
+            return _DROP if _DROP in out else make(*out)
+
+        return read_tuple
+    if origin is dict:
+        value = _reader(args[1])
+
+        def read_dict(v: Any, w: str, p: list[str]) -> Any:
+            if not isinstance(v, dict):
+                return _mismatch(p, w, "an object", v)
+            return {k: x for k, e in v.items() if (x := value(e, f"{w}.{k}", p)) is not _DROP}
+
+        return read_dict
+    return _scalar_reader(kind)
+
+
+def _scalar_reader(kind: Any) -> _Reader:
+    if kind is float:
+        accept, what = (int, float), "a number"
+    else:
+        accept, what = kind, {int: "an integer", str: "a string", bool: "a boolean"}[kind]
+
+    def read(v: Any, w: str, p: list[str]) -> Any:
+        fits = isinstance(v, accept) and (kind is bool or not isinstance(v, bool))
+        if fits and (kind is not float or math.isfinite(v)):
+            return v
+        return _mismatch(p, w, what, v)
+
+    return read
+
+
+def _object_reader(kind: Any) -> _Reader:
+    hints = get_type_hints(kind)
+    plan = [
+        (f.name, _reader(hints[f.name]), _empty(hints[f.name]), f.metadata.get(FLATTEN))
+        for f in fields(kind)
+    ]
+
+    def read(v: Any, w: str, p: list[str]) -> Any:
+        if not isinstance(v, dict):
+            _mismatch(p, w, "an object", v)
+            v = {}
+        values = {}
+        for name, read_field, empty, flattened in plan:
+            if flattened is not None:  # its keys are the object's own
+                v_field: Any = {k: v[k] for k in flattened if k in v}
+            else:
+                v_field = v.get(name)
+            x = _DROP if v_field is None else read_field(v_field, f"{w}.{name}" if w else name, p)
+            values[name] = empty() if x is _DROP else x
+        return kind(**values)
+
+    return read

@@ -13,14 +13,15 @@ import json
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from traceanalyzer import outdir
 from traceanalyzer.discover import input_root
 from traceanalyzer.ingest import IngestResult, ProgressFn, ingest
-from traceanalyzer.overview.compute import DEFAULT_TOP, TopSizes
+from traceanalyzer.json_shape import to_json
+from traceanalyzer.overview.model import DEFAULT_TOP, SCHEMA_VERSION, Overview, TopSizes
 from traceanalyzer.parse.trace_view import DEFAULT_PARSE_MEMORY, ParseMemory
 from traceanalyzer.store import run_memo, write_atomic_text
 from traceanalyzer.text import count
@@ -188,7 +189,7 @@ def _incomplete_inputs(result: IngestResult) -> dict[int, list[str]]:
 
 def _summary(
     out: Path, executor: Executor, top: TopSizes, force: bool, capacity_gb: float
-) -> tuple[dict, float]:
+) -> tuple[Overview, float]:
     """The overview document without the findings' costs, and the seconds it took."""
     from traceanalyzer.overview import overview_document
     from traceanalyzer.overview.stage import SUMMARY
@@ -216,12 +217,13 @@ def _overview(
     from traceanalyzer.overview import finding_costs
 
     try:
-        document, seconds = _summary(out, executor, top, force, capacity_gb)
-        document["costs"] = finding_costs(findings.findings, document)
+        overview, seconds = _summary(out, executor, top, force, capacity_gb)
+        costs = finding_costs(findings.findings, overview)
+        document = to_json(replace(overview, costs=costs))
     except Exception as exc:  # the overview is context: its failure must not cost the findings
         if log:
             log(f"overview failed: {type(exc).__name__}: {exc}")
-        return {"schema_version": 1, "error": f"{type(exc).__name__}: {exc}"}
+        return {"schema_version": SCHEMA_VERSION, "error": f"{type(exc).__name__}: {exc}"}
     if log:
-        log(f"overview of {count(len(document['ranks']), 'rank')} in {seconds:.1f} s")
+        log(f"overview of {count(len(overview.ranks), 'rank')} in {seconds:.1f} s")
     return document

@@ -25,6 +25,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from traceanalyzer.step_components import COMPONENTS
+
 
 @dataclass(frozen=True)
 class Column:
@@ -721,42 +723,9 @@ _GRAPH_SIZE_COLUMNS = (
         "for an eager step; null when unknown.",
     ),
 )
-_COMPONENT_COLUMNS = (
-    Column(
-        "compute_ai_core_ns", I64, "Compute on AI Core (cube), not overlapped by communication."
-    ),
-    Column("compute_ai_vector_ns", I64, "Compute on AI Vector cores, not overlapped."),
-    Column("compute_mix_ns", I64, "Compute of MIX kernels (MIX_AIC / MIX_AIV), not overlapped."),
-    Column("compute_ai_cpu_ns", I64, "Compute on AI CPU, not overlapped."),
-    Column("compute_other_ns", I64, "Compute of other or unknown accelerators, not overlapped."),
-    Column("overlapped_ns", I64, "Compute and communication at the same time."),
-    Column("comm_exposed_ns", I64, "Communication with no compute beside it (not overlapped)."),
-    Column(
-        "device_other_ns",
-        I64,
-        "Only memory copies (SDMA, PCIe DMA) and runtime tasks run: no compute, no communication.",
-    ),
-    Column(
-        "idle_host_ns",
-        I64,
-        "Device idle, waiting on the host: the next task was launched after its stream ran dry "
-        "(host-launch-bound's definition: longer than the dispatch latency, not a pause, not "
-        "after a host synchronisation, not in a graph capture).",
-    ),
-    Column(
-        "idle_sync_ns",
-        I64,
-        "Device idle after a host synchronisation: the host blocked in it while the stream "
-        "drained, and launched the next task only after (sync-in-step's domain).",
-    ),
-    Column(
-        "idle_stream_ns",
-        I64,
-        "Device idle in wait tasks (EVENT_WAIT, Notify Wait) on another stream's event.",
-    ),
-    Column("idle_other_ns", I64, "Device idle for any other reason (nothing ran, nothing waited)."),
-)
-COMPONENT_NAMES: tuple[str, ...] = tuple(c.name for c in _COMPONENT_COLUMNS)
+# the breakdown's components (summary_steps), declared in traceanalyzer.step_components
+_COMPONENT_COLUMNS = tuple(Column(c.key, I64, c.doc) for c in COMPONENTS)
+COMPONENT_NAMES: tuple[str, ...] = tuple(c.name for c in _COMPONENT_COLUMNS)  # notebooks read it
 
 DERIVED_TABLES: dict[str, Table] = {
     t.name: t

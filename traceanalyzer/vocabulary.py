@@ -104,6 +104,15 @@ CAPTURE_WINDOW = "graph_capture"
 TRANSFER_KEY = "traceanalyzer.transfer"
 
 
+# The expert-parallel exchange paths an MoE step takes (steps.exchanges tells them apart):
+# id -> (how findings and reports name it, its short name in the overview's tables)
+EP_PATHS: dict[str, tuple[str, str]] = {
+    "mc2": ("MC2 dispatch/combine", "MC2"),
+    "alltoall": ("all-to-all", "all-to-all"),
+    "allgather": ("all-gather", "all-gather"),
+}
+
+
 def session_metadata(raw: str | None) -> dict[str, Any]:
     """The `sessions.metadata` JSON string as a dict ({} when absent or not an object)."""
     try:

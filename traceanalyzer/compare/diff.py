@@ -37,6 +37,7 @@ from traceanalyzer.engine.registry import RuleSet
 from traceanalyzer.engine.rule import RuleContext
 from traceanalyzer.engine.units import TRACE_NS
 from traceanalyzer.interrupts import contained
+from traceanalyzer.overview.model import Overview, overview_of
 from traceanalyzer.report.documents import read_findings
 from traceanalyzer.store import Store, StoreError
 
@@ -368,7 +369,8 @@ def diff_outputs(
             )
     order = {"new": 0, "changed": 1, "resolved": 2, "unchanged": 3}
     changes.sort(key=lambda c: (order[c.status], c.rule))
-    phases = phase_deltas(base_doc, target_doc)
+    base_overview, target_overview = overview_of(base_doc), overview_of(target_doc)
+    phases = phase_deltas(base_overview, target_overview)
     settings = None
     try:
         tables = read_run(base), read_run(target)
@@ -383,10 +385,10 @@ def diff_outputs(
         figures=_per_rank(base_fig, target_fig),
         base_ranks=profiled[0],
         target_ranks=profiled[1],
-        overview=overview_deltas(base_doc, target_doc),
+        overview=overview_deltas(base_overview, target_overview),
         phases=phases,
         settings_changed=settings,
-        workload_note=workload_note(base_doc, target_doc),
+        workload_note=workload_note(base_overview, target_overview),
     )
 
 
@@ -395,15 +397,12 @@ def diff_outputs(
 SAME_WORKLOAD_OVERLAP = 0.2
 
 
-def workload_note(base: dict[str, Any], target: dict[str, Any]) -> str | None:
+def workload_note(base: Overview | None, target: Overview | None) -> str | None:
     """A warning when the two runs' compute has little in common by kernel name (the overview's
     top kernels): a diff of unrelated workloads reads every change as a regression or a fix."""
     shares = [
-        {
-            str(k["name"]): float(k.get("share") or 0.0)
-            for k in ((doc.get("summary") or {}).get("overview") or {}).get("top_kernels") or []
-        }
-        for doc in (base, target)
+        {k.name: float(k.share or 0.0) for k in overview.top_kernels} if overview else {}
+        for overview in (base, target)
     ]
     if not (shares[0] and shares[1]):
         return None

@@ -36,31 +36,15 @@ import polars as pl
 
 from traceanalyzer.compare.run_tables import GRAPH_SIZE, RunTables
 from traceanalyzer.overview.breakdown import COMPUTE_CLASSES
-from traceanalyzer.overview.headline import COMPONENTS, HEADLINE_PARTS
 from traceanalyzer.report import fmt
+from traceanalyzer.step_components import BY_KEY, COMPONENTS, COMPUTE, PARTS
 from traceanalyzer.steps.phases import PHASES
 from traceanalyzer.vocabulary import GRAPH_REPLAY_APIS, SYNC_APIS
 
 KINDS = ("kernel", "host", "sync", "comm", "graph", "copy", "idle")  # of a contribution
 UNEXPLAINED = "unexplained"
-COMPUTE_PART = "compute"  # the headline part the kernels split
-# the kind of each other part, by its first component
-PART_KINDS = {
-    "comm_exposed_ns": "comm",
-    "device_other_ns": "copy",
-    "idle_host_ns": "host",
-    "idle_sync_ns": "sync",
-    "idle_stream_ns": "idle",
-    "idle_other_ns": "idle",
-}
-# the device tasks that name a part: its class in the breakdown (overview.breakdown)
-PART_TASKS = {
-    "comm_exposed_ns": "comm",
-    "device_other_ns": "device_other",
-    "idle_stream_ns": "wait",
-}
 # what a change of graph mode costs: the device idle its launches leave
-GRAPH_PARTS = ("idle_host_ns", "idle_sync_ns", "idle_other_ns")
+GRAPH_PARTS = tuple(c.key for c in COMPONENTS if c.launch_idle)
 GRAPH_SHIFT = 0.10  # a graph mode's share of the phase's iterations that moves: a mode change
 NO_GRAPH = "none"  # an iteration without compute has no graph mode
 TOP_KERNELS = 8  # kernel contributions listed one by one; the rest are summed
@@ -74,7 +58,6 @@ MODULE_ROWS = 10  # modules listed per phase
 # (Level0) the idle after them is counted as waiting on the host, and they still name a sync
 SYNC_TORCH_OPS = ("aten::item", "aten::_local_scalar_dense")
 GRAPH_TOKENS = r"^(\d+)"  # a graph kernel's first input's leading dim: the captured tokens
-LABELS = {key: label for key, label, _ in COMPONENTS}
 KERNELS_RELAUNCHED = "kernels launched otherwise (in a graph in one run, eagerly in the other)"
 
 
@@ -208,9 +191,9 @@ def explain_phase(phase: str, base: RunTables, target: RunTables) -> Explanation
     contributions: list[Contribution] = []
     rest = 0.0
     graph_parts: dict[str, float] = {}
-    for name, keys in HEADLINE_PARTS:
+    for name, keys in PARTS:
         delta = sum(t.mean(k) - b.mean(k) for k in keys)
-        if name == COMPUTE_PART:
+        if name == COMPUTE:
             kernels, relaunched = _kernels(b, t, change, graph is not None)
             contributions += kernels
             rest += delta - sum(c.delta_ns for c in [*kernels, *relaunched])
@@ -226,7 +209,8 @@ def explain_phase(phase: str, base: RunTables, target: RunTables) -> Explanation
     if graph:
         graph.delta_ns = sum(graph_parts.values())
         graph.extra["components"] = {
-            LABELS.get(k, KERNELS_RELAUNCHED): v for k, v in graph_parts.items()
+            (BY_KEY[k].label if k in BY_KEY else KERNELS_RELAUNCHED): v
+            for k, v in graph_parts.items()
         }
         contributions.append(graph)
     contributions = [c for c in contributions if c.delta_ns]
@@ -303,12 +287,12 @@ def _noise(base: pl.Series, target: pl.Series) -> float | None:
 
 def _part(key: str, delta: float, b: _Phase, t: _Phase) -> Contribution:
     """A component's change, named by what in it moved most."""
-    kind = PART_KINDS[key]
-    label = LABELS[key]
+    component = BY_KEY[key]
+    kind, label = component.kind, component.label
     extra: dict[str, Any] = {"component": {"key": key, "label": label,
                                            "base_ns": b.mean(key), "target_ns": t.mean(key)}}  # fmt: skip
-    if key in PART_TASKS:
-        cls = PART_TASKS[key]
+    if component.task_class:  # a device task's time: named by the task that moved
+        cls = component.task_class
         ub = b.usage(b.tasks.filter(pl.col("cls") == cls), "name")
         ut = t.usage(t.tasks.filter(pl.col("cls") == cls), "name")
     elif kind in ("host", "sync"):

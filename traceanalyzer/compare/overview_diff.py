@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from traceanalyzer.overview.model import Overview
 from traceanalyzer.report import fmt
 from traceanalyzer.report.htmlkit import esc, table
 from traceanalyzer.report.overview_text import unmeasured_everywhere
+from traceanalyzer.step_components import COMPONENTS
 
 STEP = ("step_ns", "step time")
 # time the step loses: less of it is better (compute is neutral: less may mean less work done)
-LOWER_IS_BETTER = (
-    "step_ns", "comm_exposed_ns", "idle_host_ns", "idle_sync_ns", "idle_stream_ns",
-    "idle_other_ns",
-)  # fmt: skip
+LOWER_IS_BETTER = (STEP[0], *(c.key for c in COMPONENTS if c.lost))
 
 
 @dataclass(frozen=True)
@@ -58,24 +56,21 @@ class ComponentDelta:
         return f"{fmt.duration(self.base)} -> {fmt.duration(self.target)}{change}{rel}"
 
 
-def _overview(doc: Mapping[str, Any]) -> Mapping[str, Any]:
-    overview = (doc.get("summary") or {}).get("overview") or {}
-    return overview if overview.get("mean") else {}
-
-
-def overview_deltas(base: Mapping[str, Any], target: Mapping[str, Any]) -> list[ComponentDelta]:
-    """Mean step and every component, from two findings.json documents ([] when neither has an
-    overview; a side without one, or that measured a component on no rank, shows n/a: a
-    Level0 run's idle sync is not a zero to compare with)."""
-    b, t = _overview(base), _overview(target)
+def overview_deltas(base: Overview | None, target: Overview | None) -> list[ComponentDelta]:
+    """Mean step and every component, from two runs' overviews ([] when neither has a mean
+    step; a side without one, or that measured a component on no rank, shows n/a: a Level0
+    run's idle sync is not a zero to compare with)."""
+    b, t = (side if side is not None and side.mean else None for side in (base, target))
     if not (b or t):
         return []
-    components = (b or t).get("components") or []
-    keys = [STEP, *((c["key"], c["label"]) for c in components)]
+    components = (b or t).components
+    keys = [STEP, *((c.key, c.label) for c in components)]
 
-    def means(side: Mapping[str, Any]) -> dict[str, Any]:
-        missing = unmeasured_everywhere(side) if side else set()
-        return {k: v for k, v in (side.get("mean") or {}).items() if k not in missing}
+    def means(side: Overview | None) -> dict[str, float]:
+        if side is None or side.mean is None:
+            return {}
+        missing = unmeasured_everywhere(side)
+        return {k: v for k, v in side.mean.items() if k not in missing}
 
     bm, tm = means(b), means(t)
     return [ComponentDelta(k, label, bm.get(k), tm.get(k)) for k, label in keys]

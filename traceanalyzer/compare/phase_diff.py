@@ -15,6 +15,7 @@ from typing import Any
 
 from traceanalyzer.compare.explain import Explanation, explain_phases, signed
 from traceanalyzer.compare.run_tables import RunTables
+from traceanalyzer.overview.model import STEP, Overview, PhaseRow
 from traceanalyzer.report import fmt
 from traceanalyzer.report.htmlkit import esc, table
 
@@ -183,41 +184,40 @@ class PhaseDiff:
         }  # fmt: skip
 
 
-def _rows(doc: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
-    phases = ((doc.get("summary") or {}).get("overview") or {}).get("phases") or {}
-    return {r["phase"]: r for r in phases.get("rows") or []}
+def _rows(overview: Overview | None) -> dict[str, PhaseRow]:
+    return {r.phase: r for r in overview.phases.rows} if overview is not None else {}
 
 
-def phase_deltas(base: Mapping[str, Any], target: Mapping[str, Any]) -> PhaseDiff:
+def phase_deltas(base: Overview | None, target: Overview | None) -> PhaseDiff:
     """Every phase of either run, in the overview's order (the base's, then the target's new
     ones); nothing when neither run has phases (a run made before them)."""
     b, t = _rows(base), _rows(target)
     served = {
-        side: sum(r["steps"] for p, r in rows.items() if p not in NOT_ITERATIONS)
+        side: sum(r.steps for p, r in rows.items() if p not in NOT_ITERATIONS)
         for side, rows in (("b", b), ("t", t))
     }
 
-    def share(phase: str, row: Mapping[str, Any], side: str) -> float | None:
+    def share(phase: str, row: PhaseRow | None, side: str) -> float | None:
         if phase in NOT_ITERATIONS or not served[side]:
             return None
-        return (row.get("steps") or 0) / served[side]
+        return (row.steps if row else 0) / served[side]
 
     rows = []
     for phase in [*b, *(p for p in t if p not in b)]:
-        rb, rt = b.get(phase) or {}, t.get(phase) or {}
+        rb, rt = b.get(phase), t.get(phase)
         rows.append(
             PhaseDelta(
                 phase,
-                int(rb.get("steps") or 0),
-                int(rt.get("steps") or 0),
+                rb.steps if rb else 0,
+                rt.steps if rt else 0,
                 share(phase, rb, "b"),
                 share(phase, rt, "t"),
-                rb.get("p50_ns"),
-                rt.get("p50_ns"),
-                rb.get("p95_ns"),
-                rt.get("p95_ns"),
-                (rb.get("mean") or {}).get("step_ns"),
-                (rt.get("mean") or {}).get("step_ns"),
+                rb.p50_ns if rb else None,
+                rt.p50_ns if rt else None,
+                rb.p95_ns if rb else None,
+                rt.p95_ns if rt else None,
+                rb.mean.get(STEP) if rb else None,
+                rt.mean.get(STEP) if rt else None,
             )  # fmt: skip
         )
     return PhaseDiff(rows)

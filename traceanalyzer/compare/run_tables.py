@@ -16,7 +16,7 @@ import polars as pl
 from traceanalyzer.overview.compute import device_tasks
 from traceanalyzer.overview.tops import COLLECTIVE_KIND, PYTHON_OP_CATEGORY
 from traceanalyzer.primitives import window_of
-from traceanalyzer.schema import COMPONENT_NAMES
+from traceanalyzer.step_components import COMPONENT_NAMES
 from traceanalyzer.steps.phases import IDLE_PHASE, UNKNOWN_PHASE
 from traceanalyzer.store import Store, StoreError
 from traceanalyzer.vocabulary import CANN_PROCESS, STEP_SPAN_PREFIX

@@ -54,6 +54,7 @@ from traceanalyzer.steps.phases import PHASES, STEADY_PHASES
 from traceanalyzer.steps.tables import steps_of
 from traceanalyzer.steps.windows import compute_tasks
 from traceanalyzer.vocabulary import (
+    EP_PATHS,
     HARDWARE_PROCESS,
     session_metadata,
 )
@@ -61,7 +62,7 @@ from traceanalyzer.vocabulary import (
 if TYPE_CHECKING:
     from traceanalyzer.store import Store
 
-PATH_NAMES = {"mc2": "MC2 dispatch/combine", "alltoall": "all-to-all", "allgather": "all-gather"}
+PATH_NAMES = {path: name for path, (name, _) in EP_PATHS.items()}
 MOE_PARAMS = {
     **EXCHANGE_PARAMS,
     "expert_kernels": LAYER_PARAMS["expert_kernels"],

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from traceanalyzer.schema import COMPONENT_NAMES
+from traceanalyzer.step_components import COMPONENT_NAMES, COMPONENTS, COMPUTE
 from traceanalyzer.vocabulary import (
     COMMUNICATION_PROCESSES,
     WAIT_TASK_NAMES,
@@ -57,11 +57,7 @@ ACCELERATORS: dict[str, str] = {
 }
 # compute classes and the component each one's time goes to
 COMPUTE_COMPONENTS: dict[str, str] = {
-    "ai_core": "compute_ai_core_ns",
-    "ai_vector": "compute_ai_vector_ns",
-    "mix": "compute_mix_ns",
-    "ai_cpu": "compute_ai_cpu_ns",
-    "compute_other": "compute_other_ns",
+    c.task_class: c.key for c in COMPONENTS if c.group == "compute" and c.task_class
 }
 COMPUTE_CLASSES = tuple(COMPUTE_COMPONENTS)
 # the trace's task types that say AI Vector (a G2 trace says AI_CORE for both kinds of core)
@@ -88,50 +84,16 @@ STEP_META = (
 MEASURED_COLUMNS = (
     *WINDOW_COLUMNS, *STEP_META, "source", "check_scope", "check_deviation", "check_component",
 )  # fmt: skip
-# the components a step could not measure (comma-separated keys of UNMEASURED; null: none)
+# the components a step could not measure (comma-separated keys; null: none)
 UNMEASURED_COLUMN = "unmeasured"
 # the EP exchange a step of an MoE model used (kit.exchange_paths; nulls elsewhere)
 EP_COLUMNS = ("ep_path", "ep_exchange_ns", "ep_exposed_ns", "ep_fits")
 STEP_COLUMNS = (*MEASURED_COLUMNS, UNMEASURED_COLUMN, *EP_COLUMNS)  # a summary_steps row
-# Why a component can be unmeasured in a step, and where its time is then: the breakdown still
-# sums to the step, so an unmeasured component's time is in another one, which this says; and
-# how the data that tells it apart is collected (said from what the export collected:
-# engine.advice). Key -> (why, how it is collected, the table that data fills).
-UNMEASURED: dict[str, tuple[str, str, str]] = {
-    "compute_ai_vector_ns": (
-        "no Accelerator Core from kernel_details.csv (absent, or N/A as a Level0 export writes "
-        "it) and the trace's Task Type calls AI Vector kernels AI_CORE, so their compute is in "
-        "AI Core",
-        "profiler_level=Level1",
-        "kernels",
-    ),
-    "idle_sync_ns": (
-        "no CANN API events, so the device's idle after a host synchronisation is in idle host",
-        "profiler_level=Level1",
-        "slices",
-    ),
-}
-# A session without a device timeline (no trace_view.json, or no device task in it): its
-# breakdown is the export's own (step_trace_time.csv): compute, communication and overlap, the
-# compute split by accelerator from kernel_details.csv's kernels when it lists them.
-NO_TIMELINE = "no device timeline (trace_view.json)"
-TIMELINE_BLIND: dict[str, str] = {
-    **dict.fromkeys(
-        ("compute_ai_core_ns", "compute_ai_vector_ns", "compute_mix_ns", "compute_ai_cpu_ns"),
-        f"{NO_TIMELINE} and no kernel in kernel_details.csv: the step's compute (from the "
-        "export's step breakdown) is in compute: other",
-    ),
-    **dict.fromkeys(
-        ("device_other_ns", "idle_host_ns", "idle_sync_ns", "idle_stream_ns"),
-        f"{NO_TIMELINE}: the export's step breakdown gives compute, communication and their "
-        "overlap; copies and what the device waited on are in idle: other",
-    ),
-}
 
 
 def unmeasured(steps: pl.DataFrame) -> list[str]:
     """The components (in their order) that some of ``steps`` (summary_steps rows) could not
-    measure (:data:`UNMEASURED`, :data:`TIMELINE_BLIND`)."""
+    measure (``Component.unmeasured``, ``Component.no_timeline``)."""
     if UNMEASURED_COLUMN not in steps.columns:  # a store before the column
         return []
     said = set(steps[UNMEASURED_COLUMN].drop_nulls().str.split(",").explode().to_list())
@@ -265,17 +227,13 @@ def breakdown(intervals: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
 
 
 def computing_ns() -> pl.Expr:
-    """step_trace_time.csv's Computing: every compute component plus the overlapped time."""
-    return pl.sum_horizontal(*map(pl.col, COMPUTE_COMPONENTS.values()), pl.col("overlapped_ns"))
+    """step_trace_time.csv's Computing: every compute component plus the overlapped time (the
+    headline's compute)."""
+    return pl.sum_horizontal(*(c.key for c in COMPONENTS if c.part == COMPUTE))
 
 
 def idle_ns() -> pl.Expr:
-    return pl.sum_horizontal(
-        pl.col("idle_host_ns"),
-        pl.col("idle_sync_ns"),
-        pl.col("idle_stream_ns"),
-        pl.col("idle_other_ns"),
-    )
+    return pl.sum_horizontal(*(c.key for c in COMPONENTS if c.group == "idle"))
 
 
 # the export's own step breakdown, compared component by component (its column, our sum)

@@ -9,8 +9,6 @@ driver over every rank, from the derived tables (a few rows per collective).
 
 from __future__ import annotations
 
-from typing import Any
-
 import polars as pl
 
 from traceanalyzer.kit.cross_rank import (
@@ -19,6 +17,14 @@ from traceanalyzer.kit.cross_rank import (
     align,
     iteration_roots,
     with_skews,
+)
+from traceanalyzer.overview.model import (
+    Collectives,
+    CriticalPath,
+    ExportIdle,
+    PhaseCollectives,
+    RankCollectives,
+    Root,
 )
 from traceanalyzer.steps.collectives import SPLIT, collectives_of
 from traceanalyzer.steps.tables import steps_of
@@ -56,15 +62,16 @@ def _per_step(ops: pl.DataFrame, steps: pl.DataFrame, by: list[str]) -> pl.DataF
     )
 
 
-def collectives_section(store: Store) -> dict[str, Any] | None:
-    """:func:`section`, or ``{"error": ...}`` when it fails: the rest of the overview stands."""
+def collectives_section(store: Store) -> Collectives | None:
+    """:func:`section`, or one that says why it failed: the rest of the overview stands."""
     try:
         return section(store)
     except Exception as exc:  # noqa: BLE001 - one part of the picture, not the picture
-        return {"error": f"{type(exc).__name__}: {exc}"}
+        failed = f"{type(exc).__name__}: {exc}"
+        return Collectives(phases=[], ranks=[], export_idle=None, critical_path=None, error=failed)
 
 
-def section(store: Store) -> dict[str, Any] | None:
+def section(store: Store) -> Collectives | None:
     """``summary.overview.collectives``: ``phases`` and ``ranks`` (per step: ``collective_ns``
     and its split ``arrival_ns``, ``transfer_ns``, ``other_ns``, ``idle_ns``, the export's own
     ``export_idle_ns``), ``export_idle`` (communication.json's Idle Time and what the trace
@@ -82,15 +89,15 @@ def section(store: Store) -> dict[str, Any] | None:
     placed = with_skews(ops, found).filter(pl.col("step").is_not_null())
     phases = _per_step(placed, steps, ["phase"])
     ranks = _per_step(placed, steps, ["rank"])
-    return {
-        "phases": phases.to_dicts(),
-        "ranks": ranks.drop("ranks").to_dicts(),
-        "export_idle": _export_idle(ops, set(steps["rank"].unique().to_list())),
-        "critical_path": _critical_path(found, steps),
-    }
+    return Collectives(
+        phases=[PhaseCollectives(**r) for r in phases.to_dicts()],
+        ranks=[RankCollectives(**r) for r in ranks.drop("ranks").to_dicts()],
+        export_idle=_export_idle(ops, set(steps["rank"].unique().to_list())),
+        critical_path=_critical_path(found, steps),
+    )
 
 
-def _export_idle(ops: pl.DataFrame, profiled: set[int]) -> dict[str, Any] | None:
+def _export_idle(ops: pl.DataFrame, profiled: set[int]) -> ExportIdle | None:
     """communication.json's Idle Time, and how much of it the trace shows as waits before the
     first transfer, for which peers (``peers``: rank -> ns; ``outside``: those not profiled)."""
     listed = ops.filter(pl.col("export_idle_ns").is_not_null())
@@ -105,17 +112,17 @@ def _export_idle(ops: pl.DataFrame, profiled: set[int]) -> dict[str, Any] | None
         .agg(pl.col("arrival_ns").sum())
         .sort("arrival_ns", descending=True)
     )
-    return {
-        "idle_ns": idle,
-        "ops": listed.height,
-        "traced_idle_ns": int(traced["idle_ns"].sum()) if traced.height else None,
-        "traced_arrival_ns": int(traced["arrival_ns"].sum()) if traced.height else None,
-        "peers": {str(int(p)): int(ns) for p, ns in peers.iter_rows()},
-        "outside": sorted(int(p) for p in peers["waited_for"].to_list() if p not in profiled),
-    }
+    return ExportIdle(
+        idle_ns=idle,
+        ops=listed.height,
+        traced_idle_ns=int(traced["idle_ns"].sum()) if traced.height else None,
+        traced_arrival_ns=int(traced["arrival_ns"].sum()) if traced.height else None,
+        peers={str(int(p)): int(ns) for p, ns in peers.iter_rows()},
+        outside=sorted(int(p) for p in peers["waited_for"].to_list() if p not in profiled),
+    )
 
 
-def _critical_path(alignment: Alignment, steps: pl.DataFrame) -> dict[str, Any] | None:
+def _critical_path(alignment: Alignment, steps: pl.DataFrame) -> CriticalPath | None:
     """Per iteration of ranks that meet in collectives: the rank it waited on last (the root);
     the share of iterations each rank is the root of, and the roots in time order."""
     if not alignment.multi_rank:
@@ -147,19 +154,19 @@ def _critical_path(alignment: Alignment, steps: pl.DataFrame) -> dict[str, Any] 
         .agg(pl.len().alias("iterations"), pl.col("root_wait_ns").sum().alias("wait_ns"))
         .sort("iterations", "root", descending=[True, False])
     )
-    return {
-        "iterations": its.height,
-        "balanced": its.height - rooted.height,
-        "roots": [
-            {
-                "rank": int(r),
-                "iterations": int(n),
-                "share": n / its.height,
-                "wait_ns": float(w),
-                "outside": int(r) not in profiled,
-            }
+    return CriticalPath(
+        iterations=its.height,
+        balanced=its.height - rooted.height,
+        roots=[
+            Root(
+                rank=int(r),
+                iterations=int(n),
+                share=n / its.height,
+                wait_ns=float(w),
+                outside=int(r) not in profiled,
+            )
             for r, n, w in per_root.iter_rows()
         ],
         # the roots in time order (null: balanced), for the report's strip
-        "sequence": its["root"].head(ROOTS_SHOWN).to_list(),
-    }
+        sequence=its["root"].head(ROOTS_SHOWN).to_list(),
+    )

@@ -7,8 +7,6 @@ columns it needs, and returns frames keyed by ``session``; the ``summary`` stage
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import polars as pl
 
 from traceanalyzer.kit.host_gaps import GapSettings, stream_gaps_of
@@ -20,7 +18,6 @@ from traceanalyzer.overview.breakdown import (
     MEASURED_COLUMNS,
     STEP_COLUMNS,
     STEP_META,
-    TIMELINE_BLIND,
     UNMEASURED_COLUMN,
     VECTOR_TASK_TYPES,
     breakdown,
@@ -31,8 +28,9 @@ from traceanalyzer.overview.breakdown import (
     split_sessions,
 )
 from traceanalyzer.overview.memory import memory_tables
+from traceanalyzer.overview.model import TopSizes
 from traceanalyzer.overview.tops import top_collectives, top_host_apis, top_kernels
-from traceanalyzer.schema import COMPONENT_NAMES
+from traceanalyzer.step_components import COMPONENT_NAMES, COMPONENTS
 from traceanalyzer.steps.device import EXCHANGE_PARAMS
 from traceanalyzer.steps.launches import host_calls, launches_of
 from traceanalyzer.steps.phases import IDLE_PHASE
@@ -44,19 +42,6 @@ from traceanalyzer.vocabulary import (
     DEVICE_PROCESSES,
     GRAPH_REPLAY_APIS,
 )
-
-
-@dataclass(frozen=True)
-class TopSizes:
-    """How many rows each top-N table keeps (``run --top-kernels/--top-apis/--top-collectives``)."""
-
-    kernels: int = 20
-    host_apis: int = 20
-    collectives: int = 10
-
-
-DEFAULT_TOP = TopSizes()
-
 
 # what the breakdown, the top tables and host_launches read of a slice
 SLICE_COLUMNS = (
@@ -240,8 +225,8 @@ def _unmeasured(
     measure: AI Vector compute when no compute task's accelerator says AI Vector apart from
     AI Core (kernel_details' Accelerator Core, or the trace's Task Type), idle sync when it
     recorded no CANN call (so no synchronisation); without a device timeline, every component
-    the export's own step breakdown does not give (:data:`TIMELINE_BLIND`), the accelerators
-    but where kernel_details.csv (``listed``) splits the compute."""
+    the export's own step breakdown does not give (``Component.no_timeline``), the
+    accelerators but where kernel_details.csv (``listed``) splits the compute."""
     compute = tasks.filter(pl.col("cls").is_in(COMPUTE_CLASSES))
     told = compute.filter(
         pl.col("accelerator").is_not_null() | pl.col("task_type").is_in(VECTOR_TASK_TYPES)
@@ -257,9 +242,10 @@ def _unmeasured(
         "compute_ai_vector_ns": of(compute) - of(told),
         "idle_sync_ns": of(sessions) - of(cann),
     }
-    for key in TIMELINE_BLIND:
-        compute_key = key.startswith("compute_")
-        blind[key] = blind.get(key, set()) | (no_timeline - split if compute_key else no_timeline)
+    for c in COMPONENTS:
+        if c.no_timeline:
+            unsplit = no_timeline - split if c.group == "compute" else no_timeline
+            blind[c.key] = blind.get(c.key, set()) | unsplit
     ordered = [key for key in COMPONENT_NAMES if key in blind]
     return sessions.select(
         "session",

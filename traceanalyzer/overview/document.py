@@ -7,23 +7,32 @@ this section, never the engine, so they can be rebuilt from an output directory 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict
 from typing import Any
 
 import polars as pl
 
 from traceanalyzer.engine.advice import collect_hint, store_facts
 from traceanalyzer.engine.findings import Finding, Occurrence, bounded_share
-from traceanalyzer.overview.breakdown import TIMELINE_BLIND, UNMEASURED, computing_ns, unmeasured
+from traceanalyzer.overview.breakdown import computing_ns, unmeasured
 from traceanalyzer.overview.collectives import collectives_section
-from traceanalyzer.overview.compute import DEFAULT_TOP, TopSizes
-from traceanalyzer.overview.headline import (
-    COMPONENTS,
-    headline,
-    mean_components,
-    phase_headline,
-)
+from traceanalyzer.overview.headline import headline, mean_components, phase_headline
 from traceanalyzer.overview.memory import memory_section
+from traceanalyzer.overview.model import (
+    DEFAULT_TOP,
+    SCHEMA_VERSION,
+    ClusterRow,
+    ComponentName,
+    FindingCost,
+    Overview,
+    RankRow,
+    Representative,
+    Source,
+    TopCollective,
+    TopHostApi,
+    TopKernel,
+    TopSizes,
+    Unmeasured,
+)
 from traceanalyzer.overview.phases import (
     iterations,
     layer_times,
@@ -33,10 +42,9 @@ from traceanalyzer.overview.phases import (
 )
 from traceanalyzer.overview.timeline import step_timeline
 from traceanalyzer.overview.tops import combined_tops
-from traceanalyzer.schema import COMPONENT_NAMES
+from traceanalyzer.step_components import COMPONENTS
 from traceanalyzer.store import Store
 
-SCHEMA_VERSION = 1
 # events vs the export's own step breakdown: what "agrees" means (share of Stage)
 CHECK_TOLERANCE = 0.02
 # where each export format keeps its own step breakdown (sessions.source_format)
@@ -48,7 +56,7 @@ def overview_document(
     sizes: TopSizes = DEFAULT_TOP,
     failed: Mapping[int, str] | None = None,
     capacity_gb: float = 0.0,
-) -> dict[str, Any]:
+) -> Overview:
     """Everything the reports show of the overview, from the store's summary tables;
     ``capacity_gb``: the device's memory (``memory.capacity_gb``; 0: unknown)."""
     windows = store.table("summary_steps").collect().sort("rank", "session", "start_ns")
@@ -61,21 +69,19 @@ def overview_document(
         int(r): int(ns)
         for r, ns in windows.group_by("rank").agg(pl.col("step_ns").sum()).iter_rows()
     }
-    ranks = []
-    for (rank,), part in steps.group_by("rank", maintain_order=True):
-        means = mean_components(part)
-        ranks.append(
-            {
-                "rank": int(rank),  # type: ignore[arg-type]
-                "steps": part.height,
-                "total_ns": int(part["step_ns"].sum()),
-                "window_ns": window_ns.get(int(rank), int(part["step_ns"].sum())),  # type: ignore[arg-type]
-                "phase_ns": phase_totals(part),
-                "sources": sorted(set(part["source"].to_list())),
-                "unmeasured": unmeasured(part),
-                **means,
-            }
+    ranks = [
+        RankRow(
+            rank=int(rank),  # type: ignore[arg-type]
+            steps=part.height,
+            total_ns=int(part["step_ns"].sum()),
+            window_ns=window_ns.get(int(rank), int(part["step_ns"].sum())),  # type: ignore[arg-type]
+            phase_ns=phase_totals(part),
+            sources=sorted(set(part["source"].to_list())),
+            unmeasured=unmeasured(part),
+            mean=mean_components(part),
         )
+        for (rank,), part in steps.group_by("rank", maintain_order=True)
+    ]
     representative = None
     if steps.height:
         median = steps["step_ns"].median()
@@ -83,67 +89,69 @@ def overview_document(
             "_d", "rank", "start_ns"
         )
         row = pick.row(0, named=True)
-        representative = {k: row[k] for k in ("rank", "session", "step", "start_ns", "end_ns")}
-        representative["timeline"] = step_timeline(store, representative)
+        step = {k: row[k] for k in ("rank", "session", "step", "start_ns", "end_ns")}
+        representative = Representative(**step, timeline=step_timeline(store, step))
     cluster = store.table("summary_ranks").collect().sort("rank")
     mean = mean_components(steps) if steps.height else None
     phases = phases_section(windows, kernels, host_apis, layer_times(store))
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "components": [{"key": k, "label": label, "group": g} for k, label, g in COMPONENTS],
-        "unmeasured": _unmeasured(store, steps, ranks),
-        "source": {
-            "breakdown": sorted(set(steps["source"].to_list())),
+    return Overview(
+        schema_version=SCHEMA_VERSION,
+        components=[ComponentName(key=c.key, label=c.label, group=c.group) for c in COMPONENTS],
+        unmeasured=_unmeasured(store, steps, ranks),
+        source=Source(
+            breakdown=sorted(set(steps["source"].to_list())),
             **self_check(windows, _source_formats(store)),
-        },
-        "steps": steps.height,
-        "mean": mean,
+        ),
+        steps=steps.height,
+        mean=mean,
         # a serving profile leads with its phases: one mean over them describes none
-        "headline": phase_headline(phases["rows"]) or headline(mean),
-        "computing_ns": float(steps.select(computing_ns().mean()).item() or 0.0)
+        headline=phase_headline(phases.rows) or headline(mean),
+        computing_ns=float(steps.select(computing_ns().mean()).item() or 0.0)
         if steps.height
         else None,
-        "ranks": ranks,
-        "cluster": cluster.drop("session").to_dicts(),
-        "representative": representative,
-        "top_kernels": combined_tops(
-            whole_session(kernels), ["name", "accelerator"], sizes.kernels
+        ranks=ranks,
+        cluster=[ClusterRow(**r) for r in cluster.drop("session").to_dicts()],
+        representative=representative,
+        top_kernels=combined_tops(
+            whole_session(kernels), ["name", "accelerator"], sizes.kernels, TopKernel
         ),
-        "top_host_apis": combined_tops(whole_session(host_apis), ["kind", "name"], sizes.host_apis),
-        "top_collectives": combined_tops(
+        top_host_apis=combined_tops(
+            whole_session(host_apis), ["kind", "name"], sizes.host_apis, TopHostApi
+        ),
+        top_collectives=combined_tops(
             store.table("summary_collectives").collect(),
             ["name", "source"],
             sizes.collectives,
+            TopCollective,
             extra=[pl.col("wait_ns").sum(), pl.col("transit_ns").sum()],
         ),
-        "phases": phases,
-        "memory": memory_section(store, capacity_gb),
-        "collectives": collectives_section(store),
-        "sizes": asdict(sizes),
-        "failed": {str(k): v for k, v in (failed or {}).items()},
-        "costs": {},
-    }
+        phases=phases,
+        memory=memory_section(store, capacity_gb),
+        collectives=collectives_section(store),
+        sizes=sizes,
+        failed={str(k): v for k, v in (failed or {}).items()},
+        costs={},
+    )
 
 
-def _unmeasured(
-    store: Store, steps: pl.DataFrame, ranks: list[dict[str, Any]]
-) -> dict[str, dict[str, Any]]:
+def _unmeasured(store: Store, steps: pl.DataFrame, ranks: list[RankRow]) -> dict[str, Unmeasured]:
     """Per component some ranks could not measure: those ranks, and why (where its time is
     then, and what would measure it, from what their export says it collected)."""
     out = {}
-    for key in COMPONENT_NAMES:
-        on = [r["rank"] for r in ranks if key in r["unmeasured"]]
+    for c in COMPONENTS:
+        on = [r.rank for r in ranks if c.key in r.unmeasured]
         if not on:
             continue
         mine = steps.filter(pl.col("rank").is_in(on))
-        timeless = key in TIMELINE_BLIND and (mine["source"] == "step_trace_time").all()
+        timeless = c.no_timeline is not None and (mine["source"] == "step_trace_time").all()
         why, collect, table = (
-            (TIMELINE_BLIND[key], "ProfilerActivity.NPU", "slices") if timeless else UNMEASURED[key]
+            (c.no_timeline, "ProfilerActivity.NPU", "slices")
+            if timeless
+            else (c.unmeasured.why, c.unmeasured.collect, c.unmeasured.table)
         )
-        out[key] = {
-            "ranks": on,
-            "reason": why + collect_hint(collect, store_facts(store, on), table),
-        }
+        out[c.key] = Unmeasured(
+            ranks=on, reason=why + collect_hint(collect, store_facts(store, on), table)
+        )
     return out
 
 
@@ -194,20 +202,18 @@ def self_check(steps: pl.DataFrame, formats: Iterable[str]) -> dict[str, Any]:
 COST_BASIS = "cost_ns/cost_share"
 
 
-def finding_costs(
-    findings: Iterable[Finding], overview: Mapping[str, Any]
-) -> dict[str, dict[str, Any]]:
-    """fingerprint -> {cost_ns, cost_share, basis} for the findings whose rule states a cost.
+def finding_costs(findings: Iterable[Finding], overview: Overview) -> dict[str, FindingCost]:
+    """fingerprint -> its :class:`FindingCost`, for the findings whose rule states a cost.
 
     A finding over several ranks costs the sum over its occurrences; its share is that sum over
     the same ranks' total step (window) time. A finding that names its phases also gets
     ``phase_share``: the cost over those phases' time on its ranks. The ranks are the
     finding's ``cost_ranks`` where it names them (whose time was lost), else its ranks.
     """
-    totals = {r["rank"]: r.get("window_ns", r["total_ns"]) for r in overview.get("ranks", [])}
-    phase_ns = {r["rank"]: r.get("phase_ns") or {} for r in overview.get("ranks", [])}
-    unreliable = set((overview.get("source") or {}).get("differing_ranks") or [])
-    out: dict[str, dict[str, Any]] = {}
+    totals = {r.rank: r.total_ns if r.window_ns is None else r.window_ns for r in overview.ranks}
+    phase_ns = {r.rank: r.phase_ns for r in overview.ranks}
+    unreliable = set(overview.source.differing_ranks)
+    out: dict[str, FindingCost] = {}
     for finding in findings:
         occurrences: Sequence[Finding | Occurrence] = finding.occurrences or [finding]
         cost, window, shares, costed, stated = 0.0, 0, [], set(), False
@@ -232,29 +238,28 @@ def finding_costs(
         if not stated:
             continue
         share = cost / window if window and cost else (max(shares) if shares else None)
-        out[finding.fingerprint] = {
-            "cost_ns": cost or None,
-            "cost_share": bounded_share(share),
-            "basis": COST_BASIS,
-            "ranks": sorted(costed),  # whose step time the share is of, and the time summed over
-        }
-        if phases and cost and in_phases:  # and against the time of the phases it concerns
-            out[finding.fingerprint]["phases"] = phases
-            out[finding.fingerprint]["phase_share"] = bounded_share(cost / in_phases)
-        doubtful = sorted(unreliable & set(finding.ranks))
-        if doubtful:
+        concerned = phases and cost and in_phases  # and against the time of those phases
+        out[finding.fingerprint] = FindingCost(
+            cost_ns=cost or None,
+            cost_share=bounded_share(share),
+            basis=COST_BASIS,
+            ranks=sorted(costed),  # whose step time the share is of, and the time summed over
+            phases=phases if concerned else None,
+            phase_share=bounded_share(cost / in_phases) if concerned else None,
             # the share is of step time whose breakdown the export's own record contradicts
-            out[finding.fingerprint]["unreliable_ranks"] = doubtful
+            unreliable_ranks=sorted(unreliable & set(finding.ranks)) or None,
+        )
     return out
 
 
-def by_cost(findings: list[Mapping[str, Any]], costs: Mapping[str, Mapping[str, Any]]) -> list:
+def by_cost(findings: list[Mapping[str, Any]], costs: Mapping[str, FindingCost]) -> list:
     """Findings sorted by the share of step time they cost (those without a cost last, as they
     came: by severity)."""
 
     def key(item: tuple[int, Mapping[str, Any]]) -> tuple[int, float, int]:
         index, f = item
-        share = (costs.get(f.get("fingerprint", "")) or {}).get("cost_share")
+        cost = costs.get(f.get("fingerprint", ""))
+        share = None if cost is None else cost.cost_share
         return (0, -share, index) if share is not None else (1, 0.0, index)
 
     return [f for _, f in sorted(enumerate(findings), key=key)]

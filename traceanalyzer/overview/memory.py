@@ -26,8 +26,19 @@ from traceanalyzer.memory import (
     capacity_mb,
     memory_of,
 )
-from traceanalyzer.overview.phases import TIMELINE_RUNS
-from traceanalyzer.overview.phases import _resampled as resampled_runs
+from traceanalyzer.overview.model import (
+    Memory,
+    MemoryLane,
+    MemoryPhase,
+    MemoryPoint,
+    MemoryRank,
+    OutsideModule,
+    Peaks,
+    Run,
+    TokenBucket,
+    Unfreed,
+)
+from traceanalyzer.overview.phases import TIMELINE_RUNS, resampled
 from traceanalyzer.primitives import theil_sen_slope
 from traceanalyzer.steps.phases import IDLE_PHASE, PHASES
 from traceanalyzer.store import Store
@@ -74,7 +85,7 @@ def _static(unfreed: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def memory_section(store: Store, capacity_gb: float = 0.0) -> dict[str, Any]:
+def memory_section(store: Store, capacity_gb: float = 0.0) -> Memory:
     """``summary.overview.memory``: per rank the peaks per component (exactly as recorded),
     what lies outside torch, the capacity and headroom, the largest allocations never freed and
     the peaks per phase and batch size; the timeline of the ranks that hold the most."""
@@ -83,7 +94,9 @@ def memory_section(store: Store, capacity_gb: float = 0.0) -> dict[str, Any]:
     # npu_module_mem.csv comes at every profiler level; without the allocators' records there
     # is no peak, no split and no timeline to show
     if levels.filter(pl.col("source") == "memory_record").is_empty():
-        return {"ranks": [], "reason": NOT_COLLECTED, "capacity_mb": capacity}
+        return Memory(
+            ranks=[], reason=NOT_COLLECTED, capacity_mb=capacity, capacity_reason=None, timeline=[]
+        )
     steps = store.table("summary_memory_steps").collect()
     static = store.table("summary_memory_static").collect()
     ranks = [
@@ -92,23 +105,21 @@ def memory_section(store: Store, capacity_gb: float = 0.0) -> dict[str, Any]:
         for (rank,), part in levels.sort("rank").group_by("rank", maintain_order=True)
     ]  # fmt: skip
     drawn = sorted(
-        sorted(ranks, key=lambda r: -(r["in_use_mb"] or 0.0))[:TIMELINE_RANKS],
-        key=lambda r: r["rank"],
+        sorted(ranks, key=lambda r: -(r.in_use_mb or 0.0))[:TIMELINE_RANKS], key=lambda r: r.rank
     )
     timeline = store.table("summary_memory_timeline").collect()
-    return {
-        "ranks": ranks,
-        "capacity_mb": capacity,
-        "capacity_reason": None if capacity is not None else NO_CAPACITY,
-        "timeline": [
-            _lanes(r["rank"], timeline.filter(pl.col("rank") == r["rank"]), steps) for r in drawn
-        ],
-    }
+    return Memory(
+        ranks=ranks,
+        reason=None,
+        capacity_mb=capacity,
+        capacity_reason=None if capacity is not None else NO_CAPACITY,
+        timeline=[_lanes(r.rank, timeline.filter(pl.col("rank") == r.rank), steps) for r in drawn],
+    )
 
 
-def _peaks(rows: pl.DataFrame) -> dict[str, Any]:
+def _peaks(rows: pl.DataFrame) -> Peaks:
     """A component's peaks over the rank's sessions (the session that reached each)."""
-    out: dict[str, Any] = {"samples": int(rows["samples"].sum())}
+    out: dict[str, Any] = {"reserved_at_peak_allocated_mb": None}
     for what in ("allocated", "reserved"):
         known = rows.filter(pl.col(f"peak_{what}_mb").is_not_null())
         if known.is_empty():
@@ -121,7 +132,7 @@ def _peaks(rows: pl.DataFrame) -> dict[str, Any]:
         }
         if what == "allocated":
             out["reserved_at_peak_allocated_mb"] = top["reserved_at_peak_allocated_mb"]
-    return out
+    return Peaks(samples=int(rows["samples"].sum()), **out)
 
 
 def _rank(
@@ -130,7 +141,7 @@ def _rank(
     steps: pl.DataFrame,
     static: pl.DataFrame,
     capacity: float | None,
-) -> dict[str, Any]:
+) -> MemoryRank:
     records = levels.filter(pl.col("source") == "memory_record")
     components = {
         str(c): _peaks(rows) for (c,), rows in records.group_by("component", maintain_order=True)
@@ -138,9 +149,9 @@ def _rank(
     # the process's memory at its peak: APP's samples, else what the allocators reserved
     in_use = next(
         (
-            components[c]["peak_reserved_mb"]
+            components[c].peak_reserved_mb
             for c in (APP, PTA_GE, PTA)
-            if c in components and components[c]["peak_reserved_mb"] is not None
+            if c in components and components[c].peak_reserved_mb is not None
         ),
         None,
     )
@@ -151,22 +162,27 @@ def _rank(
         .agg(pl.col("peak_reserved_mb").max())
         .sort("peak_reserved_mb", "component", descending=[True, False])
     )
-    return {
-        "rank": rank,
-        "sessions": records["session"].n_unique(),
-        "components": {c: components[c] for c in _ordered(components)},
+    unfreed = static.sort("size_mb", descending=True).head(STATIC_SHOWN)
+    return MemoryRank(
+        rank=rank,
+        sessions=records["session"].n_unique(),
+        components={c: components[c] for c in _ordered(components)},
         # the process's memory outside torch's allocator at APP's peak (GE included)
-        "outside_torch_mb": float(outside.max()) if outside.len() else None,  # type: ignore[arg-type]
-        "outside_modules": [{"module": m, "peak_reserved_mb": mb} for m, mb in modules.iter_rows()],
-        "in_use_mb": in_use,
-        "capacity_mb": capacity,
-        "headroom_mb": capacity - in_use if capacity is not None and in_use is not None else None,
-        "static": static.sort("size_mb", descending=True)
-        .head(STATIC_SHOWN)
-        .select("name", "count", "size_mb", "largest_mb", "alloc_ns", "source")
-        .to_dicts(),
-        "phases": _phases(steps.filter(pl.col("series") == PTA)),
-    }
+        outside_torch_mb=float(outside.max()) if outside.len() else None,  # type: ignore[arg-type]
+        outside_modules=[
+            OutsideModule(module=m, peak_reserved_mb=mb) for m, mb in modules.iter_rows()
+        ],
+        in_use_mb=in_use,
+        capacity_mb=capacity,
+        headroom_mb=capacity - in_use if capacity is not None and in_use is not None else None,
+        static=[
+            Unfreed(**r)
+            for r in unfreed.select(
+                "name", "count", "size_mb", "largest_mb", "alloc_ns", "source"
+            ).to_dicts()
+        ],
+        phases=_phases(steps.filter(pl.col("series") == PTA)),
+    )
 
 
 def _ordered(components: Mapping[str, Any]) -> list[str]:
@@ -179,7 +195,7 @@ def _bucket(tokens: int) -> int:
     return 1 << max(int(tokens) - 1, 0).bit_length()
 
 
-def _phases(steps: pl.DataFrame) -> list[dict[str, Any]]:
+def _phases(steps: pl.DataFrame) -> list[MemoryPhase]:
     """Per phase (in :data:`PHASES` order, idle gaps left out): the steps, the highest
     allocated peak and the typical one, the activations (peak - baseline: what the batch
     allocates and frees), their growth per 1k new tokens, and the peaks per batch size."""
@@ -209,20 +225,20 @@ def _phases(steps: pl.DataFrame) -> list[dict[str, Any]]:
             .sort("up_to")
         )
         out.append(
-            {
-                "phase": str(phase),
-                "steps": part.height,
-                "peak_mb": float(part["peak_mb"].max()),  # type: ignore[arg-type]
-                "p50_peak_mb": float(np.median(part["peak_mb"].to_numpy())),
-                "activation_mb": float(np.median(part["activation_mb"].to_numpy())),
-                "mb_per_1k_tokens": slope,
-                "by_tokens": buckets.to_dicts(),
-            }
+            MemoryPhase(
+                phase=str(phase),
+                steps=part.height,
+                peak_mb=float(part["peak_mb"].max()),  # type: ignore[arg-type]
+                p50_peak_mb=float(np.median(part["peak_mb"].to_numpy())),
+                activation_mb=float(np.median(part["activation_mb"].to_numpy())),
+                mb_per_1k_tokens=slope,
+                by_tokens=[TokenBucket(**b) for b in buckets.to_dicts()],
+            )
         )
     return out
 
 
-def _lanes(rank: int, timeline: pl.DataFrame, steps: pl.DataFrame) -> dict[str, Any]:
+def _lanes(rank: int, timeline: pl.DataFrame, steps: pl.DataFrame) -> MemoryLane:
     """One rank's figure: each line's [t, min, max] in ns from the rank's first record, and
     its windows as [start, end, phase] on the same clock (neighbours of one phase merged; past
     :data:`~traceanalyzer.overview.phases.TIMELINE_RUNS` runs, as many slots of the phase that
@@ -230,7 +246,7 @@ def _lanes(rank: int, timeline: pl.DataFrame, steps: pl.DataFrame) -> dict[str, 
     origin = int(timeline["ts_ns"].min()) if timeline.height else 0  # type: ignore[arg-type]
     lines = {
         str(line): [
-            [int(t) - origin, lo, hi]
+            MemoryPoint(int(t) - origin, lo, hi)
             for t, lo, hi in part.select("ts_ns", "min_mb", "max_mb").iter_rows()
         ]
         for (line,), part in timeline.sort("ts_ns").group_by("line", maintain_order=True)
@@ -240,13 +256,13 @@ def _lanes(rank: int, timeline: pl.DataFrame, steps: pl.DataFrame) -> dict[str, 
         .unique(["session", "start_ns"], keep="first")
         .sort("start_ns")
     )
-    runs: list[list[Any]] = []
+    runs: list[Run] = []
     for start, end, phase in windows.select("start_ns", "end_ns", "phase").iter_rows():
-        if runs and runs[-1][2] == phase and runs[-1][1] >= start - origin:
-            runs[-1][1] = end - origin
+        if runs and runs[-1].phase == phase and runs[-1].end_ns >= start - origin:
+            runs[-1] = runs[-1]._replace(end_ns=end - origin)
         else:
-            runs.append([start - origin, end - origin, phase])
-    span = max((end for _, end, _ in runs), default=0)
+            runs.append(Run(start - origin, end - origin, phase))
+    span = max((r.end_ns for r in runs), default=0)
     if len(runs) > TIMELINE_RUNS and span > 0:  # as the phase strip draws a long profile
-        runs = resampled_runs(runs, span)
-    return {"rank": rank, "lines": lines, "runs": runs}
+        runs = resampled(runs, span)
+    return MemoryLane(rank=rank, lines=lines, runs=runs)

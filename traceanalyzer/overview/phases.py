@@ -9,12 +9,23 @@ holds, and a strip of the phases over time (``docs/overview.md``).
 
 from __future__ import annotations
 
-from typing import Any
-
 import polars as pl
 
 from traceanalyzer.overview.breakdown import unmeasured
 from traceanalyzer.overview.headline import headline, mean_components
+from traceanalyzer.overview.model import (
+    CaptureNote,
+    EpExchange,
+    Graphs,
+    Layers,
+    PhaseLane,
+    PhaseRow,
+    Phases,
+    Run,
+    SlowLayer,
+    TopHostApi,
+    TopKernel,
+)
 from traceanalyzer.overview.tops import ALL_PHASES, combined_tops
 from traceanalyzer.steps.phases import IDLE_PHASE as IDLE  # a window, not an iteration
 from traceanalyzer.steps.phases import PHASES
@@ -85,7 +96,7 @@ def layer_times(store: Store) -> pl.DataFrame:
     )
 
 
-def _layers(times: pl.DataFrame) -> dict[str, Any] | None:
+def _layers(times: pl.DataFrame) -> Layers | None:
     """One phase's module and layer profile: the mean time per step of each module, and of
     each decoder layer, with the layers much slower than their peers named; None without
     layers."""
@@ -114,64 +125,64 @@ def _layers(times: pl.DataFrame) -> dict[str, Any] | None:
         .agg(pl.col("dur_ns").sum())
         .sort("dur_ns", "capture_note", descending=[True, False])
     )
-    return {
-        "steps": steps,
-        "module_ns": {str(m): float(ns) / steps for m, ns in modules.iter_rows()},
-        "attribution_ns": {str(a): float(ns) / steps for a, ns in attribution.iter_rows()},
-        "capture_notes": [
-            {"note": str(n), "ns": float(ns) / steps} for n, ns in notes.head(3).iter_rows()
+    return Layers(
+        steps=steps,
+        module_ns={str(m): float(ns) / steps for m, ns in modules.iter_rows()},
+        attribution_ns={str(a): float(ns) / steps for a, ns in attribution.iter_rows()},
+        capture_notes=[
+            CaptureNote(note=str(n), ns=float(ns) / steps) for n, ns in notes.head(3).iter_rows()
         ],
-        "layers": per_layer.height,
-        "layer_ns": [float(ns) for ns in per_layer["ns"].to_list()],
-        "moe_layers": [int(x) for x in per_layer.filter(pl.col("moe"))["layer"].to_list()],
-        "slow_layers": [
-            {"layer": int(r["layer"]), "ns": float(r["ns"]), "peers_ns": float(r["peers_ns"])}
+        layers=per_layer.height,
+        layer_ns=[float(ns) for ns in per_layer["ns"].to_list()],
+        moe_layers=[int(x) for x in per_layer.filter(pl.col("moe"))["layer"].to_list()],
+        slow_layers=[
+            SlowLayer(layer=int(r["layer"]), ns=float(r["ns"]), peers_ns=float(r["peers_ns"]))
             for r in slow.iter_rows(named=True)
         ],
-    }
+    )
 
 
 def _row(
     phase: str, part: pl.DataFrame, wall_ns: int, kernels, host_apis, layers: pl.DataFrame
-) -> dict[str, Any]:
+) -> PhaseRow:
     durations = part["step_ns"]
     known = part.filter(pl.col("tokens").is_not_null()) if "tokens" in part.columns else part[:0]
     tokens = int(known["tokens"].sum()) if known.height else None
     means = mean_components(part)
-    return {
-        "phase": phase,
-        "steps": part.height,
-        "ranks": part["rank"].n_unique(),
-        "total_ns": int(durations.sum()),
-        "wall_share": float(durations.sum()) / wall_ns if wall_ns else None,
+    return PhaseRow(
+        phase=phase,
+        steps=part.height,
+        ranks=part["rank"].n_unique(),
+        total_ns=int(durations.sum()),
+        wall_share=float(durations.sum()) / wall_ns if wall_ns else None,
         # the median: the mean of the two middle steps of an even count, not the upper one
-        "p50_ns": float(durations.median() or 0.0),
-        "p95_ns": float(durations.quantile(0.95, "nearest") or 0.0),
-        "mean": means,
-        "unmeasured": unmeasured(part),
-        "headline": None if phase == IDLE else headline(means),
-        "tokens": tokens,
-        "tokens_steps": known.height,
+        p50_ns=float(durations.median() or 0.0),
+        p95_ns=float(durations.quantile(0.95, "nearest") or 0.0),
+        mean=means,
+        unmeasured=unmeasured(part),
+        headline=None if phase == IDLE else headline(means),
+        tokens=tokens,
+        tokens_steps=known.height,
         # the time of the steps whose batch size is known, per token they brought
-        "ns_per_token": float(known["step_ns"].sum()) / tokens if tokens else None,
-        "graph": _counts(part, "graph"),
-        "phase_source": _counts(part, "phase_source"),
-        "step_source": _counts(part, "step_source"),
+        ns_per_token=float(known["step_ns"].sum()) / tokens if tokens else None,
+        graph=_counts(part, "graph"),
+        phase_source=_counts(part, "phase_source"),
+        step_source=_counts(part, "step_source"),
         # why, for a phase that could not be told: the commonest reason
-        "reason": next(iter(_counts(part, "phase_reason")), None) if phase == UNKNOWN else None,
-        "ep": _ep_exchange(part),
-        "graphs": _graphs(part),
-        "layers": _layers(layers.filter(pl.col("phase") == phase)),
-        "top_kernels": combined_tops(
-            kernels.filter(pl.col("phase") == phase), ["name", "accelerator"], PHASE_TOP
+        reason=next(iter(_counts(part, "phase_reason")), None) if phase == UNKNOWN else None,
+        ep=_ep_exchange(part),
+        graphs=_graphs(part),
+        layers=_layers(layers.filter(pl.col("phase") == phase)),
+        top_kernels=combined_tops(
+            kernels.filter(pl.col("phase") == phase), ["name", "accelerator"], PHASE_TOP, TopKernel
         ),
-        "top_host_apis": combined_tops(
-            host_apis.filter(pl.col("phase") == phase), ["kind", "name"], PHASE_TOP
+        top_host_apis=combined_tops(
+            host_apis.filter(pl.col("phase") == phase), ["kind", "name"], PHASE_TOP, TopHostApi
         ),
-    }
+    )
 
 
-def _graphs(part: pl.DataFrame) -> dict[str, Any] | None:
+def _graphs(part: pl.DataFrame) -> Graphs | None:
     """The phase's graph replays: the capture sizes they ran at and the real batches seen
     (value -> steps), and the share of the replayed tokens that were padding; None without a
     replay of a known size (a store before graph sizes, eager steps)."""
@@ -182,12 +193,12 @@ def _graphs(part: pl.DataFrame) -> dict[str, Any] | None:
         return None
     padded = replayed.filter(pl.col("padded_tokens").is_not_null())
     size = int(padded["graph_size"].sum()) if padded.height else 0
-    return {
-        "steps": replayed.height,
-        "capture_sizes": _sorted_counts(replayed, "graph_size"),
-        "batches": _sorted_counts(part, "batch"),
-        "padded_share": int(padded["padded_tokens"].sum()) / size if size else None,
-    }
+    return Graphs(
+        steps=replayed.height,
+        capture_sizes=_sorted_counts(replayed, "graph_size"),
+        batches=_sorted_counts(part, "batch"),
+        padded_share=int(padded["padded_tokens"].sum()) / size if size else None,
+    )
 
 
 def _sorted_counts(part: pl.DataFrame, column: str) -> dict[str, int]:
@@ -196,7 +207,7 @@ def _sorted_counts(part: pl.DataFrame, column: str) -> dict[str, int]:
     return {str(v): int(n) for v, n in values.iter_rows()}
 
 
-def _ep_exchange(part: pl.DataFrame) -> dict[str, Any] | None:
+def _ep_exchange(part: pl.DataFrame) -> EpExchange | None:
     """The phase's expert-parallel exchange (an MoE model's): steps that ran one, the steps of
     each path, the mean time in it and its exposed share, the steps whose path does not fit
     their size; None without any."""
@@ -206,18 +217,18 @@ def _ep_exchange(part: pl.DataFrame) -> dict[str, Any] | None:
     if ran.is_empty():
         return None
     exchange, exposed = int(ran["ep_exchange_ns"].sum()), int(ran["ep_exposed_ns"].sum())
-    return {
-        "steps": ran.height,
-        "paths": _counts(ran, "ep_path"),
-        "exchange_ns": exchange / ran.height,
-        "exposed_ns": exposed / ran.height,
-        "exposed_share": exposed / exchange if exchange else None,
-        "step_share": exposed / int(ran["step_ns"].sum()) if ran["step_ns"].sum() else None,
-        "misfit_steps": int((ran["ep_fits"] == False).sum()),  # noqa: E712 (nulls: unknown)
-    }
+    return EpExchange(
+        steps=ran.height,
+        paths=_counts(ran, "ep_path"),
+        exchange_ns=exchange / ran.height,
+        exposed_ns=exposed / ran.height,
+        exposed_share=exposed / exchange if exchange else None,
+        step_share=exposed / int(ran["step_ns"].sum()) if ran["step_ns"].sum() else None,
+        misfit_steps=int((ran["ep_fits"] == False).sum()),  # noqa: E712 (nulls: unknown)
+    )
 
 
-def _timeline(windows: pl.DataFrame) -> list[dict[str, Any]]:
+def _timeline(windows: pl.DataFrame) -> list[PhaseLane]:
     """Per rank (the first :data:`TIMELINE_RANKS`), its windows in time order as runs of one
     phase: ``[start, end, phase]`` in ns from the rank's first window, neighbours of one phase
     merged. A rank of more than :data:`TIMELINE_RUNS` runs is drawn at that resolution: its
@@ -227,20 +238,22 @@ def _timeline(windows: pl.DataFrame) -> list[dict[str, Any]]:
     for rank in sorted(windows["rank"].unique().to_list())[:TIMELINE_RANKS]:
         part = windows.filter(pl.col("rank") == rank).sort("start_ns")
         origin = int(part["start_ns"].min())  # type: ignore[arg-type]
-        runs: list[list[Any]] = []
+        runs: list[Run] = []
         for start, end, phase in part.select("start_ns", "end_ns", "phase").iter_rows():
-            if runs and runs[-1][2] == phase:
-                runs[-1][1] = end - origin
+            if runs and runs[-1].phase == phase:
+                runs[-1] = runs[-1]._replace(end_ns=end - origin)
             else:
-                runs.append([start - origin, end - origin, phase])
-        span = max((r[1] for r in runs), default=0)
+                runs.append(Run(start - origin, end - origin, phase))
+        span = max((r.end_ns for r in runs), default=0)
         if len(runs) > TIMELINE_RUNS and span > 0:
-            runs = _resampled(runs, span)
-        out.append({"rank": int(rank), "span_ns": span, "runs": runs})
+            runs = resampled(runs, span)
+        out.append(PhaseLane(rank=int(rank), span_ns=span, runs=runs))
     return out
 
 
-def _resampled(runs: list[list[Any]], span: int) -> list[list[Any]]:
+def resampled(runs: list[Run], span: int) -> list[Run]:
+    """``runs`` at :data:`TIMELINE_RUNS` slots: each slot of the phase that holds most of it,
+    neighbours of one phase merged."""
     slot = span / TIMELINE_RUNS
     held: list[dict[str, float]] = [{} for _ in range(TIMELINE_RUNS)]
     for start, end, phase in runs:
@@ -248,16 +261,16 @@ def _resampled(runs: list[list[Any]], span: int) -> list[list[Any]]:
         for i in range(first, last + 1):
             overlap = min(end, (i + 1) * slot) - max(start, i * slot)
             held[i][phase] = held[i].get(phase, 0.0) + max(overlap, 0.0)
-    out: list[list[Any]] = []
+    out: list[Run] = []
     for i, phases in enumerate(held):
         if not phases:
             continue
         phase = max(phases, key=lambda p: (phases[p], p))
         start, end = round(i * slot), round((i + 1) * slot)
-        if out and out[-1][2] == phase and out[-1][1] == start:
-            out[-1][1] = end
+        if out and out[-1].phase == phase and out[-1].end_ns == start:
+            out[-1] = out[-1]._replace(end_ns=end)
         else:
-            out.append([start, end, phase])
+            out.append(Run(start, end, phase))
     return out
 
 
@@ -266,12 +279,12 @@ def phases_section(
     kernels: pl.DataFrame,
     host_apis: pl.DataFrame,
     layers: pl.DataFrame | None = None,
-) -> dict[str, Any]:
+) -> Phases:
     """``summary.overview.phases`` from the store's summary tables: one row per phase present
     (in :data:`~traceanalyzer.steps.phases.PHASES` order), what share of the iteration time
     has a known phase, and the phase strip."""
     if windows.is_empty():
-        return {"rows": [], "known_share": None, "timeline": []}
+        return Phases(rows=[], known_share=None, timeline=[])
     windows = windows.with_columns(_phase(windows).alias("phase"))
     wall = int(windows["step_ns"].sum())
     kernels, host_apis = (
@@ -286,10 +299,8 @@ def phases_section(
         _row(phase, windows.filter(pl.col("phase") == phase), wall, kernels, host_apis, layers)
         for phase in _ordered(windows["phase"].unique().to_list())
     ]
-    served = sum(r["total_ns"] for r in rows if r["phase"] != IDLE)
-    known = sum(r["total_ns"] for r in rows if r["phase"] not in (IDLE, UNKNOWN))
-    return {
-        "rows": rows,
-        "known_share": known / served if served else None,
-        "timeline": _timeline(windows),
-    }
+    served = sum(r.total_ns for r in rows if r.phase != IDLE)
+    known = sum(r.total_ns for r in rows if r.phase not in (IDLE, UNKNOWN))
+    return Phases(
+        rows=rows, known_share=known / served if served else None, timeline=_timeline(windows)
+    )

@@ -14,8 +14,9 @@ from __future__ import annotations
 import polars as pl
 
 from traceanalyzer.overview.cluster import cluster_rows
-from traceanalyzer.overview.compute import DEFAULT_TOP, TopSizes, summarize_rank
+from traceanalyzer.overview.compute import summarize_rank
 from traceanalyzer.overview.memory import TABLES as MEMORY_TABLES
+from traceanalyzer.overview.model import DEFAULT_TOP, TopSizes
 from traceanalyzer.stages import Stage, declare
 from traceanalyzer.store import Store
 

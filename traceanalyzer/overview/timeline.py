@@ -16,18 +16,18 @@ from typing import Any
 import polars as pl
 
 from traceanalyzer.overview.compute import device_tasks
+from traceanalyzer.overview.model import Rect, StepTimeline
 from traceanalyzer.store import Store
 
 MAX_STREAMS = 16  # rows: the busiest streams (communication counts as one)
 MAX_RECTS = 3000
 STRIP_PX = 838  # the strip's drawn width: a rectangle narrower than its pixel merges
-RECT_FIELDS = ("row", "cls", "start_ns", "end_ns", "tasks", "busy_ns", "name")
 
 
-def step_timeline(store: Store, rep: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """``rows`` (labels, top to bottom), ``span_ns`` and ``rects`` (one list per rectangle, in
-    :data:`RECT_FIELDS` order, times from the step's start, ``row`` an index into ``rows``), or
-    None when there is no representative step or it has no device task."""
+def step_timeline(store: Store, rep: Mapping[str, Any] | None) -> StepTimeline | None:
+    """``rows`` (labels, top to bottom), ``span_ns`` and ``rects`` (:class:`Rect`: times from
+    the step's start, ``row`` an index into ``rows``), or None when there is no representative
+    step or it has no device task."""
     if not rep or rep.get("start_ns") is None or rep.get("end_ns") is None:
         return None
     start, end = int(rep["start_ns"]), int(rep["end_ns"])
@@ -39,22 +39,22 @@ def step_timeline(store: Store, rep: Mapping[str, Any] | None) -> dict[str, Any]
     rows = _rows(tasks)
     rects = merge_rects(tasks.filter(pl.col("row").is_in(rows)), (end - start) / STRIP_PX)
     index = {row: i for i, row in enumerate(rows)}
-    return {
-        "rows": rows,
-        "span_ns": end - start,
-        "rects": [
-            [
-                index[r["row"]],
-                r["cls"],
-                r["start_ns"] - start,
-                r["end_ns"] - start,
-                r["tasks"],
-                r["busy_ns"],
-                r["name"],
-            ]
+    return StepTimeline(
+        rows=rows,
+        span_ns=end - start,
+        rects=[
+            Rect(
+                row=index[r["row"]],
+                cls=r["cls"],
+                start_ns=r["start_ns"] - start,
+                end_ns=r["end_ns"] - start,
+                tasks=r["tasks"],
+                busy_ns=r["busy_ns"],
+                name=r["name"],
+            )
             for r in rects.iter_rows(named=True)
-        ],  # fmt: skip
-    }
+        ],
+    )
 
 
 def _step_tasks(store: Store, rep: Mapping[str, Any], start: int, end: int) -> pl.DataFrame:

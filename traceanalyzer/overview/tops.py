@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import TypeVar
 
 import polars as pl
 
@@ -15,6 +16,7 @@ COLLECTIVE_KIND = r"^(?:hcom_)?([A-Za-z][A-Za-z0-9]*)"
 
 
 ALL_PHASES = "all"  # the phase column of a top table's rows over the whole session
+R = TypeVar("R")
 
 
 def by_phase(frame: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
@@ -150,9 +152,10 @@ def _kind(column: str) -> pl.Expr:
 
 
 def combined_tops(
-    frame: pl.DataFrame, by: list[str], n: int, extra: Iterable[pl.Expr] = ()
-) -> list[dict]:
-    """Per-rank top tables combined: sums over ranks, p95 the worst rank's, share re-weighted."""
+    frame: pl.DataFrame, by: list[str], n: int, row: Callable[..., R], extra: Iterable[pl.Expr] = ()
+) -> list[R]:
+    """Per-rank top tables combined: sums over ranks, p95 the worst rank's, share re-weighted;
+    each a ``row`` (the document's class of that table's rows)."""
     if frame.is_empty():
         return []
     has_share = "share" in frame.columns
@@ -177,4 +180,4 @@ def combined_tops(
         out = out.with_columns((pl.col("total_ns") / pl.col("_whole")).alias("share")).drop(
             "_whole"
         )
-    return out.to_dicts()
+    return [row(**r) for r in out.to_dicts()]

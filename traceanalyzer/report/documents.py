@@ -11,11 +11,13 @@ A document that does not fit is refused with the reason (:class:`DamagedDocument
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from traceanalyzer import json_shape
 from traceanalyzer.discover import is_session_id
+from traceanalyzer.overview.model import overview_problems
 
 __all__ = [
     "FINDINGS_DOCUMENT",
@@ -61,21 +63,12 @@ _KEY_FIGURE = json_shape.Obj(
     },
     required=("name", "figure", "label"),
 )
-_OVERVIEW = json_shape.Obj(
-    {
-        "mean": json_shape.Obj(values=json_shape.number),
-        "components": json_shape.Items(
-            json_shape.Obj(
-                {"key": json_shape.string, "label": json_shape.string}, required=("key", "label")
-            )
-        ),
-    }
-)
 FINDINGS_DOCUMENT = json_shape.Obj(
     {
         "findings": json_shape.Items(_FINDING),
         "key_figures": json_shape.Items(_KEY_FIGURE),
-        "summary": json_shape.Obj({"ranks": _RANKS, "overview": _OVERVIEW}),
+        # its fields are checked against their declaration (overview.model.overview_problems)
+        "summary": json_shape.Obj({"ranks": _RANKS, "overview": json_shape.Obj()}),
         "rules": json_shape.Items(
             json_shape.Obj({"rule": json_shape.string, "params": json_shape.Obj()})
         ),
@@ -123,8 +116,11 @@ class DamagedDocument(ValueError):
     """A document of a run output that cannot be used: says which file and why."""
 
 
-def read_document(path: Path, shape: json_shape.Obj) -> dict[str, Any]:
-    """``path`` decoded and checked against ``shape`` (see the module doc)."""
+def read_document(
+    path: Path, shape: json_shape.Obj, check: Callable[[Any], list[str]] | None = None
+) -> dict[str, Any]:
+    """``path`` decoded and checked against ``shape`` (see the module doc), and then by
+    ``check`` (the problems of a part declared elsewhere)."""
     try:
         text = json_shape.read_regular_file(path, DOCUMENT_MAX_BYTES).decode("utf-8")
         doc = json_shape.loads(text, constants=False)
@@ -133,15 +129,23 @@ def read_document(path: Path, shape: json_shape.Obj) -> dict[str, Any]:
     except json_shape.InputFileError as exc:
         raise DamagedDocument(f"{path}: {exc}") from None
     _, problems = json_shape.conform(doc, shape)
+    if not problems and check is not None:
+        problems = check(doc)
     if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         raise DamagedDocument(f"{path}: damaged: {problems[0]}{more}")
     return doc
 
 
+def _overview_problems(doc: dict[str, Any]) -> list[str]:
+    overview = (doc.get("summary") or {}).get("overview")
+    return [] if overview is None else overview_problems(overview)
+
+
 def read_findings(out: Path) -> dict[str, Any]:
-    """``OUT/findings.json``, checked; :class:`DamagedDocument` says why it cannot be used."""
-    return read_document(out / "findings.json", FINDINGS_DOCUMENT)
+    """``OUT/findings.json``, checked (its overview against :mod:`traceanalyzer.overview.model`);
+    :class:`DamagedDocument` says why it cannot be used."""
+    return read_document(out / "findings.json", FINDINGS_DOCUMENT, _overview_problems)
 
 
 def read_ingest(out: Path) -> dict[str, Any] | None:

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
+from traceanalyzer.overview.model import FindingCost
 from traceanalyzer.report import fmt
 from traceanalyzer.report.htmlkit import (
     chip,
@@ -17,7 +18,7 @@ from traceanalyzer.report.htmlkit import (
     table,
 )
 from traceanalyzer.report.inputs import NO_VIEW, TRACE_FILE, FindingView, ReportData
-from traceanalyzer.report.overview_html import overview_costs, overview_section
+from traceanalyzer.report.overview_html import overview_section
 from traceanalyzer.report.overview_text import cost_text
 from traceanalyzer.report.plots import embed
 from traceanalyzer.report.summary import RunSummary
@@ -42,7 +43,7 @@ def render_html(
     plots = plots or {}
     doc = report.findings
     summary = report.summary
-    costs = overview_costs(doc)
+    costs = report.costs
     findings = by_cost(doc.get("findings", []), costs)
     generated = (now or datetime.now(timezone.utc)).strftime("%Y-%m-%d %H:%M UTC")
     parts = [
@@ -53,7 +54,7 @@ def render_html(
         "</header>",
         _cards(doc, summary),
         _bench(report.bench),
-        overview_section(doc, plots),
+        overview_section(report.overview, plots),
         _overview(findings, costs),
     ]
     parts += [
@@ -125,7 +126,7 @@ def _bench(bench: list[BenchResult]) -> str:
     )
 
 
-def _overview(findings: list[Mapping[str, Any]], costs: Mapping[str, Any]) -> str:
+def _overview(findings: list[Mapping[str, Any]], costs: Mapping[str, FindingCost]) -> str:
     if not findings:
         return "<h2>Findings</h2><p>No findings: every evaluated rule is silent.</p>"
     rows = [
@@ -185,7 +186,7 @@ def evidence_rows(finding: Mapping[str, Any]) -> list[tuple[Any, ...]]:
 def _finding_section(
     f: Mapping[str, Any],
     plot: bytes | None,
-    cost: Mapping[str, Any] | None = None,
+    cost: FindingCost | None = None,
     view: FindingView = NO_VIEW,
 ) -> str:
     sev = f.get("severity", "info")

@@ -6,9 +6,10 @@ Two steps, in one direction:
    objects, so a report can be regenerated from an output directory alone), ``OUT/ingest.json``,
    the store and the run's rules.
 2. :meth:`ReportInputs.prepare` gathers, once, all that the renderers read into a
-   :class:`ReportData` of plain values: the findings document (its ``summary.overview`` carries
-   the whole overview, the representative step's timeline included), the run summary, the file
-   each rank session was read from, and per finding what its own rule presents
+   :class:`ReportData` of plain values: the findings document and its ``summary.overview`` as
+   typed values (:mod:`traceanalyzer.overview.model`: the whole overview, the representative
+   step's timeline included), the run summary, the file each rank session was read from, and
+   per finding what its own rule presents
    (:class:`FindingView`: its figure's caption, its timeline marks, the session start of each
    point in time among its metrics), with each finding's figure drawn by its rule
    (:meth:`ReportInputs.figure`: a figure may read the store, through its ``FigureContext``) as
@@ -37,6 +38,7 @@ from traceanalyzer import __version__
 from traceanalyzer.discover import is_session_id
 from traceanalyzer.engine.units import TRACE_NS
 from traceanalyzer.interrupts import contained
+from traceanalyzer.overview.model import FindingCost, Overview, overview_of
 from traceanalyzer.report.documents import DamagedDocument, read_findings, read_ingest
 from traceanalyzer.report.plots import render
 from traceanalyzer.report.summary import RunSummary, run_summary
@@ -81,6 +83,7 @@ class ReportData:
     title: str
     version: str
     findings: dict[str, Any]  # the findings.json document
+    overview: Overview | None  # its summary.overview, typed (None: an older run, or off)
     summary: RunSummary
     bench: list[BenchResult]
     input_root: Path | None
@@ -96,6 +99,11 @@ class ReportData:
 
     def view(self, finding: Mapping[str, Any]) -> FindingView:
         return self.views.get(str(finding.get("fingerprint", "")), NO_VIEW)
+
+    @property
+    def costs(self) -> Mapping[str, FindingCost]:
+        """Each finding's cost in the overview's picture, by fingerprint."""
+        return self.overview.costs if self.overview is not None else {}
 
 
 @dataclass
@@ -171,6 +179,7 @@ class ReportInputs:
             title=self.title,
             version=__version__,
             findings=self.findings,
+            overview=overview_of(self.findings),
             summary=run_summary(self.sessions(), self.ingest, self.findings),
             bench=self.bench,
             input_root=self.input_root,

@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from traceanalyzer.overview.model import FindingCost
 from traceanalyzer.report import fmt
 from traceanalyzer.report.inputs import FindingView, ReportData
 from traceanalyzer.report.mdsafe import md_inline, md_lines
-from traceanalyzer.report.overview_html import overview_costs, overview_of
 from traceanalyzer.report.overview_text import cost_text, overview_markdown
 
 KEY_METRICS = 8  # metrics listed per finding; the HTML and findings.json have all of them
@@ -40,7 +40,7 @@ def render_markdown(report: ReportData, plot_files: Mapping[str, str] | None = N
     plot_files = plot_files or {}
     doc = report.findings
     summary = report.summary
-    costs = overview_costs(doc)
+    costs = report.costs
     findings = by_cost(doc.get("findings", []), costs)
     lines = [f"# traceanalyzer: {md_text(report.title)}", ""]
     versions = "; ".join(
@@ -73,7 +73,7 @@ def render_markdown(report: ReportData, plot_files: Mapping[str, str] | None = N
             ],
         )
         lines.append("")
-    lines += overview_markdown(overview_of(doc), md_table, plot_files)
+    lines += overview_markdown(report.overview, md_table, plot_files)
     lines += ["## Findings", ""]
     if not findings:
         lines += ["No findings.", ""]
@@ -138,7 +138,7 @@ def _metric(key: str, value: Any, view: FindingView) -> str:
 def _finding(
     f: Mapping[str, Any],
     plot: str | None,
-    costs: Mapping[str, Any],
+    costs: Mapping[str, FindingCost],
     view: FindingView,
 ) -> list[str]:
     cost = cost_text(costs.get(f.get("fingerprint", "")))

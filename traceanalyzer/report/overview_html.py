@@ -9,9 +9,9 @@ the Markdown report links the same files.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from traceanalyzer.chart import PALETTE
+from traceanalyzer.overview.model import STEP, Means, Overview
 from traceanalyzer.report import overview_text as text
 from traceanalyzer.report.htmlkit import details, esc, table
 from traceanalyzer.report.overview_memory import memory_figures, memory_html
@@ -23,22 +23,11 @@ BREAKDOWN_SVG, TIMELINE_SVG = "overview-breakdown.svg", "overview-timeline.svg"
 RANKS_SHOWN = 8  # the per-rank table opens folded beyond this (the heat map shows them all)
 
 
-def overview_of(doc: Mapping[str, Any]) -> dict[str, Any] | None:
-    """findings.json's summary.overview, or None (an older run, or the overview was off)."""
-    return (doc.get("summary") or {}).get("overview")
-
-
-def overview_costs(doc: Mapping[str, Any]) -> dict[str, Any]:
-    return (overview_of(doc) or {}).get("costs") or {}
-
-
-def overview_figures(doc: Mapping[str, Any]) -> tuple[dict[str, bytes], dict[str, str]]:
-    """The findings document's overview figure files by name (the heat map's SVG, the
-    timeline's SVG), and what failed to draw (a figure is a nicety; the tables stand)."""
-    overview = overview_of(doc)
-    if not text.usable(overview):
+def overview_figures(overview: Overview | None) -> tuple[dict[str, bytes], dict[str, str]]:
+    """The overview's figure files by name (the heat map's SVG, the timeline's SVG), and what
+    failed to draw (a figure is a nicety; the tables stand)."""
+    if overview is None or not overview.usable:
         return {}, {}
-    assert overview is not None
     drawers = {
         BREAKDOWN_SVG: lambda: _heatmap_svg(overview),
         TIMELINE_SVG: lambda: _timeline_svg(overview),
@@ -59,38 +48,33 @@ def overview_figures(doc: Mapping[str, Any]) -> tuple[dict[str, bytes], dict[str
     return files, errors
 
 
-def _heatmap_svg(overview: Mapping[str, Any]) -> bytes | None:
+def _heatmap_svg(overview: Overview) -> bytes | None:
     from traceanalyzer.report.overview_plots import heatmap_figure
 
     fig = heatmap_figure(overview)
     return None if fig is None else svg_file(fig.to_svg())
 
 
-def _timeline_svg(overview: Mapping[str, Any]) -> bytes | None:
+def _timeline_svg(overview: Overview) -> bytes | None:
     from traceanalyzer.report.overview_timeline import timeline_svg
 
     svg = timeline_svg(overview)
     return None if svg is None else svg_file(svg)
 
 
-def overview_section(doc: Mapping[str, Any], figures: Mapping[str, bytes]) -> str:
+def overview_section(overview: Overview | None, figures: Mapping[str, bytes]) -> str:
     """``figures``: :func:`overview_figures`' files by name (absent ones are not shown)."""
-    overview = overview_of(doc)
-    if not overview:
+    if overview is None:
         return ""
     head = '<h2 id="overview">Where the time goes</h2>'
-    if not text.usable(overview):
-        why = overview.get("error") and f"The overview failed: {overview['error']}"
+    if not overview.usable:
+        why = overview.error and f"The overview failed: {overview.error}"
         return head + f"<p>{esc(why or 'No step or window to break down.')}</p>"
-    mean = overview.get("mean") or {}
+    mean = overview.mean or {}
     lead = (
-        (
-            f'<p class="headline"><b>{esc(overview["headline"])}</b></p>'
-            if overview.get("headline")
-            else ""
-        )
-        + f"<p>Mean step <b>{esc(text.fmt.duration(mean.get('step_ns')))}</b> over "
-        f"{count(overview['steps'], 'step')} of {count(len(overview['ranks']), 'rank')}. "
+        (f'<p class="headline"><b>{esc(overview.headline)}</b></p>' if overview.headline else "")
+        + f"<p>Mean step <b>{esc(text.fmt.duration(mean.get(STEP)))}</b> over "
+        f"{count(overview.steps, 'step')} of {count(len(overview.ranks), 'rank')}. "
         f'<span class="small muted">{esc(text.source_line(overview))}.</span></p>'
     )
     warning = text.check_warning(overview)
@@ -109,18 +93,18 @@ def overview_section(doc: Mapping[str, Any], figures: Mapping[str, bytes]) -> st
         table(["component", "per step", "share"], text.component_rows(overview), numeric=(1, 2))
     )
     if TIMELINE_SVG in figures:  # inline: crisp, and each task says what it is on hover
-        rep = overview.get("representative") or {}
+        rank = overview.representative.rank if overview.representative else None
         parts.append(
             f'<figure class="ov-timeline">{figures[TIMELINE_SVG].decode("utf-8")}'
-            f"<figcaption>Rank {esc(rep.get('rank'))}, the step whose time is the median of "
+            f"<figcaption>Rank {esc(rank)}, the step whose time is the median of "
             "all steps: device streams, tasks coloured as in the breakdown.</figcaption></figure>"
         )
     headers = text.compact_headers()
     ranks = table(
         headers, text.compact_rows(overview), numeric=tuple(range(1, 10)), names=_names(headers)
     )
-    many = len(overview["ranks"]) > RANKS_SHOWN
-    parts.append(details(f"Per rank ({len(overview['ranks'])})", ranks, open_=not many))
+    many = len(overview.ranks) > RANKS_SHOWN
+    parts.append(details(f"Per rank ({len(overview.ranks)})", ranks, open_=not many))
     parts += [
         f'<p class="small muted">{esc(note[0].upper() + note[1:])}.</p>'
         for note in text.unmeasured_notes(overview)
@@ -139,8 +123,8 @@ def overview_section(doc: Mapping[str, Any], figures: Mapping[str, bytes]) -> st
 
 
 def stacked_bars(
-    overview: Mapping[str, Any],
-    bars: list[tuple[str, Mapping[str, Any]]] | None = None,
+    overview: Overview,
+    bars: list[tuple[str, Means]] | None = None,
     *,
     full_width: bool = False,
     row_class: str = "ov-row",
@@ -149,21 +133,19 @@ def stacked_bars(
     (``full_width``: each as wide as the track, its parts shares), split into its components
     (HTML: instant, crisp, and each part says its time on hover), with the legend under it."""
     if bars is None:
-        bars = [(f"rank {r['rank']}", r) for r in overview.get("ranks") or []]
-    components = [
-        c for c in overview.get("components") or [] if any(m.get(c["key"]) for _, m in bars)
-    ]
-    longest = max((m.get("step_ns") or 0.0 for _, m in bars), default=0.0) or 1.0
+        bars = [(f"rank {r.rank}", r.mean) for r in overview.ranks]
+    components = [c for c in overview.components if any(m.get(c.key) for _, m in bars)]
+    longest = max((m.get(STEP) or 0.0 for _, m in bars), default=0.0) or 1.0
     rows = []
     for label, m in bars:
-        step = m.get("step_ns") or 0.0
+        step = m.get(STEP) or 0.0
         parts = "".join(
-            f'<span style="width:{100 * m.get(c["key"], 0.0) / step:.3f}%;'
-            f'background:{COLORS[c["key"]]}" title="{esc(c["label"])}: '
-            f'{esc(text.fmt.duration(m.get(c["key"])))} ({esc(text.share(m.get(c["key"], 0.0), step))})">'
+            f'<span style="width:{100 * m.get(c.key, 0.0) / step:.3f}%;'
+            f'background:{COLORS[c.key]}" title="{esc(c.label)}: '
+            f'{esc(text.fmt.duration(m.get(c.key)))} ({esc(text.share(m.get(c.key, 0.0), step))})">'
             "</span>"
             for c in components
-            if step and m.get(c["key"])
+            if step and m.get(c.key)
         )
         width = 100.0 if full_width else 100 * step / longest
         rows.append(
@@ -172,13 +154,12 @@ def stacked_bars(
             f'{parts}</span></span><span class="ov-step">{esc(text.fmt.duration(step))}</span></div>'
         )
     legend = "".join(
-        f'<span><i style="background:{COLORS[c["key"]]}"></i>{esc(c["label"])}</span>'
-        for c in components
+        f'<span><i style="background:{COLORS[c.key]}"></i>{esc(c.label)}</span>' for c in components
     )
     return "".join(rows) + f'<div class="ov-legend">{legend}</div>'
 
 
-def _phases(overview: Mapping[str, Any]) -> str:
+def _phases(overview: Overview) -> str:
     """The phase table and strip: each kind of iteration on its own, and when each ran."""
     note = text.phase_note(overview)
     ep = _ep(overview)
@@ -191,7 +172,7 @@ def _phases(overview: Mapping[str, Any]) -> str:
         "ran). Hover a block for its time.</figcaption>"
     )
     strip = f'<figure class="ov-bars">{phase_strip(overview)}{caption}</figure>'
-    rows = [(r["phase"], r.get("mean") or {}) for r in text.phase_rows_of(overview)]
+    rows = [(r.phase, r.mean) for r in overview.phases.rows]
     bars = (
         f'<figure class="ov-bars">{stacked_bars(overview, rows, full_width=True, row_class="ov-row ov-phase")}'
         "<figcaption>Each phase's mean iteration split into its components (every bar the "
@@ -201,7 +182,7 @@ def _phases(overview: Mapping[str, Any]) -> str:
     return details("By phase", bars + body + ep + muted + strip, open_=True)
 
 
-def _ep(overview: Mapping[str, Any]) -> str:
+def _ep(overview: Overview) -> str:
     out = []
     for title, lines in (
         ("Graph replays by phase", text.graph_lines(overview)),
@@ -214,14 +195,14 @@ def _ep(overview: Mapping[str, Any]) -> str:
     return "".join(out)
 
 
-def phase_strip(overview: Mapping[str, Any]) -> str:
+def phase_strip(overview: Overview) -> str:
     """One track per rank, its runs of one phase placed on a time axis common to the ranks."""
-    lanes = (overview.get("phases") or {}).get("timeline") or []
-    longest = max((lane.get("span_ns") or 0 for lane in lanes), default=0) or 1
+    lanes = overview.phases.timeline
+    longest = max((lane.span_ns for lane in lanes), default=0) or 1
     rows, seen = [], []
     for lane in lanes:
         blocks = []
-        for start, end, phase in lane.get("runs") or []:
+        for start, end, phase in lane.runs:
             seen += [phase] if phase not in seen else []
             blocks.append(
                 f'<span style="left:{100 * start / longest:.3f}%;'
@@ -231,9 +212,9 @@ def phase_strip(overview: Mapping[str, Any]) -> str:
                 f'+{esc(text.fmt.duration(start))}"></span>'
             )
         rows.append(
-            f'<div class="ov-row ov-lane"><span class="ov-rank">rank {esc(lane["rank"])}</span>'
+            f'<div class="ov-row ov-lane"><span class="ov-rank">rank {esc(lane.rank)}</span>'
             f'<span class="ov-track ov-strip">{"".join(blocks)}</span>'
-            f'<span class="ov-step">{esc(text.fmt.duration(lane.get("span_ns")))}</span></div>'
+            f'<span class="ov-step">{esc(text.fmt.duration(lane.span_ns))}</span></div>'
         )
     legend = "".join(
         f'<span><i style="background:{PHASE_COLORS.get(p, "#9ca3af")}"></i>{esc(p)}</span>'
@@ -242,7 +223,7 @@ def phase_strip(overview: Mapping[str, Any]) -> str:
     return "".join(rows) + f'<div class="ov-legend">{legend}</div>'
 
 
-def _collectives(overview: Mapping[str, Any]) -> str:
+def _collectives(overview: Overview) -> str:
     """Where the collectives' time goes, and the strip of each iteration's root rank."""
     lines = text.collective_lines(overview)
     if not lines:
@@ -259,24 +240,24 @@ def _root_colour(rank: int | None) -> str:
     return "#e5e7eb" if rank is None else PALETTE[rank % len(PALETTE)]
 
 
-def root_strip(overview: Mapping[str, Any]) -> str:
+def root_strip(overview: Overview) -> str:
     """Per root rank, the share of the iterations the others waited on it last (a bar), and
     the iterations in time order coloured by their root (grey: balanced)."""
-    path = (overview.get("collectives") or {}).get("critical_path") or {}
-    if not path.get("roots"):
+    path = overview.collectives.critical_path if overview.collectives else None
+    if path is None or not path.roots:
         return ""
     rows = []
-    for r in path["roots"]:
-        outside = " (not in the profile)" if r.get("outside") else ""
+    for r in path.roots:
+        outside = " (not in the profile)" if r.outside else ""
         rows.append(
-            f'<div class="ov-row"><span class="ov-rank">rank {esc(r["rank"])}</span>'
-            f'<span class="ov-track"><span class="ov-bar" style="width:{100 * r["share"]:.3f}%;'
-            f'background:{_root_colour(r["rank"])}" title="rank {esc(r["rank"])}{outside}: root '
-            f"of {esc(r['iterations'])} iterations, {esc(text.fmt.duration(r['wait_ns']))} "
-            f'waited"></span></span><span class="ov-step">{esc(text.fmt.percent(r["share"]))}'
+            f'<div class="ov-row"><span class="ov-rank">rank {esc(r.rank)}</span>'
+            f'<span class="ov-track"><span class="ov-bar" style="width:{100 * r.share:.3f}%;'
+            f'background:{_root_colour(r.rank)}" title="rank {esc(r.rank)}{outside}: root '
+            f"of {esc(r.iterations)} iterations, {esc(text.fmt.duration(r.wait_ns))} "
+            f'waited"></span></span><span class="ov-step">{esc(text.fmt.percent(r.share))}'
             "</span></div>"
         )
-    sequence = path.get("sequence") or []
+    sequence = path.sequence
     width = 100 / max(len(sequence), 1)
     blocks = "".join(
         f'<span style="left:{i * width:.3f}%;width:{width:.3f}%;background:{_root_colour(root)}" '
@@ -295,11 +276,11 @@ def root_strip(overview: Mapping[str, Any]) -> str:
     return f'<figure class="ov-bars">{"".join(rows)}{caption}</figure>'
 
 
-def _cluster(overview: Mapping[str, Any]) -> str:
+def _cluster(overview: Overview) -> str:
     rows = text.cluster_rows(overview)
     if len(rows) <= 1:
         return ""
-    outliers = [r for r in overview.get("cluster") or [] if r.get("outlier")]
+    outliers = [r for r in overview.cluster if r.outlier]
     body = table(
         text.CLUSTER_HEADERS, rows, numeric=(1, 2, 3, 4, 5, 7), names=_names(text.CLUSTER_HEADERS)
     )

@@ -5,27 +5,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from traceanalyzer.chart import Chart
+from traceanalyzer.overview.model import Overview
+from traceanalyzer.step_components import COMPONENTS
 
 HEATMAP_ABOVE = 8  # ranks: more than this and bars are unreadable, the heat map reads at a glance
 # one colour per component, in bar order: compute blues/greens, communication purples, idle greys
-COLORS: dict[str, str] = {
-    "compute_ai_core_ns": "#1d4ed8",
-    "compute_ai_vector_ns": "#0891b2",
-    "compute_mix_ns": "#0d9488",
-    "compute_ai_cpu_ns": "#65a30d",
-    "compute_other_ns": "#93c5fd",
-    "overlapped_ns": "#a78bfa",
-    "comm_exposed_ns": "#7c3aed",
-    "device_other_ns": "#f59e0b",
-    "idle_host_ns": "#dc2626",
-    "idle_sync_ns": "#f43f5e",
-    "idle_stream_ns": "#f97316",
-    "idle_other_ns": "#d1d5db",
-}
+COLORS: dict[str, str] = {c.key: c.colour for c in COMPONENTS}
 
 
 # one colour per phase (traceanalyzer.steps.phases.PHASES): the work warm, the rest muted
@@ -41,20 +27,19 @@ PHASE_COLORS: dict[str, str] = {
 }
 
 
-def heatmap_figure(overview: Mapping[str, Any]) -> Chart | None:
+def heatmap_figure(overview: Overview) -> Chart | None:
     """Past 8 ranks (bars would be unreadable): ranks x components, coloured by share of the
     step. Up to 8, report.html draws the stacked bars itself, in HTML."""
-    ranks = overview.get("ranks") or []
-    components = overview.get("components") or []
+    ranks, components = overview.ranks, overview.components
     if len(ranks) <= HEATMAP_ABOVE or not components:
         return None
-    shares = [[r.get(c["key"], 0.0) / (r.get("step_ns") or 1.0) for c in components] for r in ranks]
+    shares = [[r.mean.get(c.key, 0.0) / (r.step_ns or 1.0) for c in components] for r in ranks]
     chart = Chart(9.5, 1.6 + min(len(ranks), 64) * 0.09)  # the rotated labels under the cells
     (ax,) = chart.axes
     cells = ax.imshow(shares, vmin=0, vmax=1)
-    ax.set_xticks(range(len(components)), [c["label"] for c in components], rotation=30)
+    ax.set_xticks(range(len(components)), [c.label for c in components], rotation=30)
     step = max(1, len(ranks) // 32)
-    ax.set_yticks(range(0, len(ranks), step), [str(r["rank"]) for r in ranks[::step]], fontsize=6)
+    ax.set_yticks(range(0, len(ranks), step), [str(r.rank) for r in ranks[::step]], fontsize=6)
     ax.set_ylabel("rank")
     chart.colorbar(cells, label="share of the step")
     return chart

@@ -1,6 +1,7 @@
 """The overview as text: the terminal's compact table and the Markdown sections.
 
-Both read findings.json's ``summary.overview`` (see ``docs/overview.md``), as plain dicts.
+Both read findings.json's ``summary.overview`` (see ``docs/overview.md``), as the typed values of
+:mod:`traceanalyzer.overview.model`.
 """
 
 from __future__ import annotations
@@ -9,36 +10,28 @@ from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from traceanalyzer.engine.findings import compress_ranks
+from traceanalyzer.overview.model import (
+    STEP,
+    FindingCost,
+    Layers,
+    Overview,
+    PhaseCollectives,
+    RankCollectives,
+)
 from traceanalyzer.report import fmt
 from traceanalyzer.report.overview_memory import memory_lines, memory_markdown
 from traceanalyzer.report.width import table_lines, wrap
+from traceanalyzer.step_components import COLUMNS
 from traceanalyzer.steps.captures import NO_CAPTURE
 from traceanalyzer.text import count, join
+from traceanalyzer.vocabulary import EP_PATHS
 
 # the compact columns: component groups of the breakdown (keys summed), in bar order
-COMPACT: tuple[tuple[str, tuple[str, ...]], ...] = (
-    (
-        "compute",
-        (
-            "compute_ai_core_ns",
-            "compute_ai_vector_ns",
-            "compute_mix_ns",
-            "compute_ai_cpu_ns",
-            "compute_other_ns",
-        ),
-    ),
-    ("overlap", ("overlapped_ns",)),
-    ("comm", ("comm_exposed_ns",)),
-    ("copies", ("device_other_ns",)),
-    ("idle host", ("idle_host_ns",)),
-    ("idle sync", ("idle_sync_ns",)),
-    ("idle stream", ("idle_stream_ns",)),
-    ("idle other", ("idle_other_ns",)),
-)
+COMPACT = COLUMNS
 
 
-def usable(overview: Mapping[str, Any] | None) -> bool:
-    return bool(overview) and not overview.get("error") and bool(overview.get("ranks"))  # type: ignore[union-attr]
+def usable(overview: Overview | None) -> bool:
+    return overview is not None and overview.usable
 
 
 def share(part: float, whole: float) -> str:
@@ -46,7 +39,7 @@ def share(part: float, whole: float) -> str:
 
 
 def group_share(
-    mean: Mapping[str, Any], keys: tuple[str, ...], step: float, missing: Collection[str]
+    mean: Mapping[str, float], keys: tuple[str, ...], step: float, missing: Collection[str]
 ) -> str:
     """A compact group's share of the step; "n/a" when none of its components was measured
     (``missing``: the row's ``unmeasured`` keys)."""
@@ -55,26 +48,22 @@ def group_share(
     return share(sum(mean.get(k, 0.0) for k in keys), step)
 
 
-def unmeasured_everywhere(overview: Mapping[str, Any]) -> set[str]:
+def unmeasured_everywhere(overview: Overview) -> set[str]:
     """The components no rank measured: they have no mean (their time is in another one, which
     :func:`unmeasured_notes` names)."""
-    ranks = len(overview.get("ranks") or [])
-    return {
-        key
-        for key, what in (overview.get("unmeasured") or {}).items()
-        if len(what.get("ranks") or []) == ranks
-    }
+    ranks = len(overview.ranks)
+    return {key for key, what in overview.unmeasured.items() if len(what.ranks) == ranks}
 
 
-def unmeasured_notes(overview: Mapping[str, Any]) -> list[str]:
+def unmeasured_notes(overview: Overview) -> list[str]:
     """Per component some ranks could not measure: which ranks, why, and where its time is."""
     # a column's name where the column is the component alone, else the component's label
-    names = {c["key"]: c["label"] for c in overview.get("components") or []}
+    names = {c.key: c.label for c in overview.components}
     names |= {keys[0]: name for name, keys in COMPACT if len(keys) == 1}
     # components of one cause on the same ranks are said once
     grouped: dict[tuple[tuple[int, ...], str], list[str]] = {}
-    for key, what in (overview.get("unmeasured") or {}).items():
-        cause = (tuple(what.get("ranks") or []), str(what.get("reason")))
+    for key, what in overview.unmeasured.items():
+        cause = (tuple(what.ranks), what.reason)
         grouped.setdefault(cause, []).append(names.get(key, key))
     notes = []
     for (ranks, reason), components in grouped.items():
@@ -83,16 +72,16 @@ def unmeasured_notes(overview: Mapping[str, Any]) -> list[str]:
     return notes
 
 
-def source_line(overview: Mapping[str, Any]) -> str:
+def source_line(overview: Overview) -> str:
     """Which data the breakdown comes from, and how it compares with the export's own step
     breakdown (step_trace_time.csv, analysis.db StepTraceTime)."""
-    src = overview.get("source") or {}
-    used = " + ".join(src.get("breakdown") or []) or "nothing"
+    src = overview.source
+    used = " + ".join(src.breakdown) or "nothing"
     text = f"source: {used}"
-    checked, reference = src.get("checked_steps"), src.get("reference") or "step_trace_time.csv"
+    checked, reference = src.checked_steps, src.reference or "step_trace_time.csv"
     if checked:
-        tolerance, worst = fmt.percent(src.get("tolerance")), fmt.percent(src.get("max_deviation"))
-        if src.get("agrees"):
+        tolerance, worst = fmt.percent(src.tolerance), fmt.percent(src.max_deviation)
+        if src.agrees:
             text += (
                 f"; agrees with {reference} within {tolerance} on "
                 f"{'the' if checked == 1 else 'all'} {count(checked, 'step')}"
@@ -100,47 +89,43 @@ def source_line(overview: Mapping[str, Any]) -> str:
         else:
             text += (
                 f"; differs from {reference} by more than {tolerance} on "
-                f"{src.get('differing_steps')} of {count(checked, 'step')}"
+                f"{src.differing_steps} of {count(checked, 'step')}"
             )
         text += f" (largest difference {worst} of Stage)"
-    elif "events" in (src.get("breakdown") or []):
+    elif "events" in src.breakdown:
         text += f"; no {reference} to check against"
     return text
 
 
-def check_warning(overview: Mapping[str, Any] | None) -> str | None:
+def check_warning(overview: Overview | None) -> str | None:
     """The self-check's warning, when the breakdown contradicts the export's own step breakdown
     beyond the tolerance: which steps and ranks, the component that differs most and by how
     much. None when it agrees or there was nothing to check against."""
-    src = (overview or {}).get("source") or {}
-    if src.get("agrees") is not False:
+    if overview is None or overview.source.agrees is not False:
         return None
-    ranks = src.get("differing_ranks") or []
+    src = overview.source
+    ranks = src.differing_ranks
     where = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {compress_ranks(ranks)}"
     return (
-        f"the breakdown contradicts {src.get('reference') or 'the export'} on "
-        f"{src.get('differing_steps')} of {count(src.get('checked_steps') or 0, 'step')} "
-        f"({where}): {src.get('component') or 'a component'} differs by "
-        f"{fmt.percent(src.get('max_deviation'))} of Stage on rank {src.get('worst_rank')}. "
+        f"the breakdown contradicts {src.reference or 'the export'} on "
+        f"{src.differing_steps} of {count(src.checked_steps, 'step')} "
+        f"({where}): {src.component or 'a component'} differs by "
+        f"{fmt.percent(src.max_deviation)} of Stage on rank {src.worst_rank}. "
         "Treat this overview, and the cost shares of findings on those ranks, as unreliable."
     )
 
 
-def compact_rows(
-    overview: Mapping[str, Any], only: Collection[int] | None = None
-) -> list[list[str]]:
+def compact_rows(overview: Overview, only: Collection[int] | None = None) -> list[list[str]]:
     """Per rank (of ``only``, when given): rank, steps, mean step time, then each compact
     group's share of the step."""
-    top = {c["rank"]: c.get("top_kernel") for c in overview.get("cluster") or []}
+    top = {c.rank: c.top_kernel for c in overview.cluster}
     rows = []
-    for r in overview.get("ranks") or []:
-        if only is not None and r["rank"] not in only:
+    for r in overview.ranks:
+        if only is not None and r.rank not in only:
             continue
-        step = r.get("step_ns") or 0.0
-        missing = r.get("unmeasured") or ()
-        cells = [group_share(r, keys, step, missing) for _, keys in COMPACT]
+        cells = [group_share(r.mean, keys, r.step_ns, r.unmeasured) for _, keys in COMPACT]
         rows.append(
-            [str(r["rank"]), str(r["steps"]), fmt.duration(step), *cells, top.get(r["rank"]) or ""]
+            [str(r.rank), str(r.steps), fmt.duration(r.step_ns), *cells, top.get(r.rank) or ""]
         )
     return rows
 
@@ -149,30 +134,24 @@ def compact_headers() -> list[str]:
     return ["rank", "steps", "step", *(name for name, _ in COMPACT), "top kernel"]
 
 
-def phase_rows_of(overview: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    """The overview's phase rows, as findings.json has them (none for a run before phases)."""
-    return list((overview.get("phases") or {}).get("rows") or [])
-
-
-def phase_rows(overview: Mapping[str, Any]) -> list[list[str]]:
+def phase_rows(overview: Overview) -> list[list[str]]:
     """Per phase: phase, iterations, share of the profile's wall time, p50 and p95 iteration
     time, time per 1k new tokens (where the batch size is known), how the forward ran, then
     each compact group's share of the phase's mean step."""
     rows = []
-    for r in phase_rows_of(overview):
-        mean = r.get("mean") or {}
-        step = mean.get("step_ns") or 0.0
-        per_token = r.get("ns_per_token")
+    for r in overview.phases.rows:
+        step = r.mean.get(STEP) or 0.0
+        per_token = r.ns_per_token
         rows.append(
             [
-                r["phase"],
-                str(r["steps"]),
-                fmt.percent(r.get("wall_share")),
-                fmt.duration(r.get("p50_ns")),
-                fmt.duration(r.get("p95_ns")),
+                r.phase,
+                str(r.steps),
+                fmt.percent(r.wall_share),
+                fmt.duration(r.p50_ns),
+                fmt.duration(r.p95_ns),
                 fmt.duration(per_token * 1000) if per_token else "",
-                _graph_cell(r.get("graph") or {}),
-                *(group_share(mean, keys, step, r.get("unmeasured") or ()) for _, keys in COMPACT),
+                _graph_cell(r.graph),
+                *(group_share(r.mean, keys, step, r.unmeasured) for _, keys in COMPACT),
             ]
         )
     return rows
@@ -193,32 +172,32 @@ def _graph_cell(graph: Mapping[str, int]) -> str:
     return mode if n == total else f"{mode} {fmt.percent(n / total)}"
 
 
-EP_PATH_WORDS = {"mc2": "MC2", "alltoall": "all-to-all", "allgather": "all-gather"}
+EP_PATH_WORDS = {path: short for path, (_, short) in EP_PATHS.items()}
 
 
-def ep_lines(overview: Mapping[str, Any]) -> list[str]:
+def ep_lines(overview: Overview) -> list[str]:
     """Per phase of an MoE model, the EP exchange its steps used and how much of it no compute
     hid; then the steps whose path does not fit their size, as information."""
     lines, misfits = [], 0
-    for r in phase_rows_of(overview):
-        ep = r.get("ep")
+    for r in overview.phases.rows:
+        ep = r.ep
         if not ep:
             continue
         paths = ", ".join(
             f"{EP_PATH_WORDS.get(p, p)} in {n} step{'s' if n != 1 else ''}"
-            for p, n in ep["paths"].items()
+            for p, n in ep.paths.items()
         )
         lines.append(
-            f"{r['phase']}: {paths}; {fmt.duration(ep['exchange_ns'])} of exchange per step, "
-            f"{fmt.percent(ep.get('exposed_share'))} of it exposed "
-            f"({fmt.percent(ep.get('step_share'))} of the step"
+            f"{r.phase}: {paths}; {fmt.duration(ep.exchange_ns)} of exchange per step, "
+            f"{fmt.percent(ep.exposed_share)} of it exposed "
+            f"({fmt.percent(ep.step_share)} of the step"
             + (
                 "; MC2 runs as kernels: what no other compute hides is in exposed communication)"
-                if "mc2" in ep["paths"]
+                if "mc2" in ep.paths
                 else ")"
             )
         )
-        misfits += ep.get("misfit_steps") or 0
+        misfits += ep.misfit_steps
     if misfits:
         lines.append(
             f"information: {misfits} step(s) used a path that does not fit their size "
@@ -237,55 +216,54 @@ SPLIT_WORDS = (
 )
 
 
-def _split(row: Mapping[str, Any]) -> str:
-    whole = row.get("collective_ns") or 0.0
+def _split(row: PhaseCollectives | RankCollectives) -> str:
+    whole = row.collective_ns or 0.0
     parts = [
-        f"{share(row.get(key) or 0.0, whole)} {words}"
-        for key, words in SPLIT_WORDS
-        if row.get(key) is not None and row.get(key)
+        f"{share(part, whole)} {words}" for key, words in SPLIT_WORDS if (part := getattr(row, key))
     ]
     return ", ".join(parts) if parts else "not split (no plane task, no communication.json)"
 
 
-def collective_lines(overview: Mapping[str, Any]) -> list[str]:
+def collective_lines(overview: Overview) -> list[str]:
     """Per phase, where the collectives' time per step goes; what communication.json calls
     idle; which rank the iterations waited on (``summary.overview.collectives``)."""
-    section = overview.get("collectives") or {}
-    if section.get("error"):
-        return [f"not computed: {section['error']}"]
+    section = overview.collectives
+    if section is None:
+        return []
+    if section.error:
+        return [f"not computed: {section.error}"]
     lines = [
-        f"{r['phase']}: {fmt.duration(r['collective_ns'])} of collectives per step: {_split(r)}"
-        for r in section.get("phases") or []
+        f"{r.phase}: {fmt.duration(r.collective_ns)} of collectives per step: {_split(r)}"
+        for r in section.phases
     ]
-    idle = section.get("export_idle")
+    idle = section.export_idle
     if (
         idle
-        and idle.get("idle_ns")
-        and idle.get("traced_idle_ns") is not None
-        and idle["traced_idle_ns"] < EXPORT_IDLE_EXPLAINED * idle["idle_ns"]
+        and idle.idle_ns
+        and idle.traced_idle_ns is not None
+        and idle.traced_idle_ns < EXPORT_IDLE_EXPLAINED * idle.idle_ns
     ):
-        peers = [int(p) for p in idle.get("peers") or {}]
-        outside = set(idle.get("outside") or [])
+        peers = [int(p) for p in idle.peers]
+        outside = set(idle.outside)
         named = ", ".join(f"{p}{' (not in the profile)' if p in outside else ''}" for p in peers)
         lines.append(
-            f"information: communication.json counts {fmt.duration(idle['idle_ns'])} of the "
-            f"collectives as Idle Time; the trace shows {fmt.duration(idle['traced_idle_ns'])} "
+            f"information: communication.json counts {fmt.duration(idle.idle_ns)} of the "
+            f"collectives as Idle Time; the trace shows {fmt.duration(idle.traced_idle_ns)} "
             "with no task running: the rest are waits on other planes"
             + (f", for rank {named}" if named else "")
             + ", counted here as waiting for the last rank"
         )
-    path = section.get("critical_path")
-    if path and path.get("iterations"):
-        n = path["iterations"]
+    path = section.critical_path
+    if path and path.iterations:
         roots = [
-            f"rank {r['rank']}{' (not in the profile)' if r.get('outside') else ''} in "
-            f"{r['iterations']} ({fmt.percent(r['share'])}, {fmt.duration(r['wait_ns'])} waited)"
-            for r in path.get("roots") or []
+            f"rank {r.rank}{' (not in the profile)' if r.outside else ''} in "
+            f"{r.iterations} ({fmt.percent(r.share)}, {fmt.duration(r.wait_ns)} waited)"
+            for r in path.roots
         ]
         lines.append(
-            f"critical path: of {count(n, 'iteration')} across the ranks, the others waited "
-            f"last on {join(roots, 6) if roots else 'no rank'}; "
-            f"{path.get('balanced', 0)} balanced"
+            f"critical path: of {count(path.iterations, 'iteration')} across the ranks, the "
+            f"others waited last on {join(roots, 6) if roots else 'no rank'}; "
+            f"{path.balanced} balanced"
         )
     return lines
 
@@ -293,34 +271,34 @@ def collective_lines(overview: Mapping[str, Any]) -> list[str]:
 COLLECTIVE_HEADERS = ["rank", "per step", "arrival", "transfer", "other", "idle", "source"]
 
 
-def collective_rank_rows(overview: Mapping[str, Any]) -> list[list[str]]:
+def collective_rank_rows(overview: Overview) -> list[list[str]]:
     """Per rank: its collectives' time per step and the split's shares of it."""
     rows = []
-    for r in (overview.get("collectives") or {}).get("ranks") or []:
-        whole = r.get("collective_ns") or 0.0
+    for r in overview.collectives.ranks if overview.collectives else []:
+        whole = r.collective_ns or 0.0
+        parts = [getattr(r, key) for key, _ in SPLIT_WORDS]
         rows.append(
-            [str(r["rank"]), fmt.duration(whole)]
-            + [share(r.get(k) or 0.0, whole) if r.get(k) is not None else "n/a"
-               for k, _ in SPLIT_WORDS]
-            + [str(r.get("source") or "")]
-        )  # fmt: skip
+            [str(r.rank), fmt.duration(whole)]
+            + [share(part or 0.0, whole) if part is not None else "n/a" for part in parts]
+            + [r.source or ""]
+        )
     return rows
 
 
-def graph_lines(overview: Mapping[str, Any]) -> list[str]:
+def graph_lines(overview: Overview) -> list[str]:
     """Per phase with graph replays: the capture sizes they ran at against the real batches
     seen, and how much of the replayed work was padding."""
     lines = []
-    for r in phase_rows_of(overview):
-        graphs = r.get("graphs")
+    for r in overview.phases.rows:
+        graphs = r.graphs
         if not graphs:
             continue
-        sizes = _counted(graphs.get("capture_sizes") or {})
-        batches = _counted(graphs.get("batches") or {})
+        sizes = _counted(graphs.capture_sizes)
+        batches = _counted(graphs.batches)
         lines.append(
-            f"{r['phase']}: {graphs['steps']} replays at capture sizes {sizes}"
+            f"{r.phase}: {graphs.steps} replays at capture sizes {sizes}"
             + (f" for real batches {batches}" if batches else " (real batches unknown)")
-            + f"; padding {fmt.percent(graphs.get('padded_share'))} of the replayed tokens"
+            + f"; padding {fmt.percent(graphs.padded_share)} of the replayed tokens"
         )
     return lines
 
@@ -332,40 +310,39 @@ MODULE_WORDS = {
 }  # fmt: skip
 
 
-def layer_lines(overview: Mapping[str, Any]) -> list[str]:
+def layer_lines(overview: Overview) -> list[str]:
     """Per phase with decoder layers: where its kernels' time goes by module, its layers'
     time, and a layer much slower than its peers."""
     lines = []
-    for r in phase_rows_of(overview):
-        layers = r.get("layers")
+    for r in overview.phases.rows:
+        layers = r.layers
         if not layers:
             continue
-        module_ns = layers.get("module_ns") or {}
-        total = sum(module_ns.values()) or 1.0
+        total = sum(layers.module_ns.values()) or 1.0
         modules = ", ".join(
             f"{MODULE_WORDS.get(m, m)} {fmt.percent(ns / total)}"
-            for m, ns in list(module_ns.items())[:5]
+            for m, ns in list(layers.module_ns.items())[:5]
         )
-        times = sorted(layers.get("layer_ns") or [])
+        times = sorted(layers.layer_ns)
         median = times[len(times) // 2] if times else None
         slow = "; ".join(
-            f"layer {s['layer']} takes {fmt.duration(s['ns'])}, "
-            f"{s['ns'] / s['peers_ns']:.1f}x its peers' {fmt.duration(s['peers_ns'])}"
-            for s in layers.get("slow_layers") or []
+            f"layer {s.layer} takes {fmt.duration(s.ns)}, "
+            f"{s.ns / s.peers_ns:.1f}x its peers' {fmt.duration(s.peers_ns)}"
+            for s in layers.slow_layers
         )
         lines.append(
-            f"{r['phase']}: {modules}; {layers['layers']} layers, {fmt.duration(median)} each "
+            f"{r.phase}: {modules}; {layers.layers} layers, {fmt.duration(median)} each "
             "per iteration (median)" + (f"; {slow}" if slow else "") + _attribution(layers)
         )
     return lines
 
 
-def _attribution(layers: Mapping[str, Any]) -> str:
+def _attribution(layers: Layers) -> str:
     """How a phase's layers were found, when the profile holds a graph capture: the share of
     the kernels' time whose layer came from it, and why replayed kernels were not mapped to it
     (nothing without a capture: every layer is then the sequence's)."""
-    by = layers.get("attribution_ns") or {}
-    notes = [n["note"] for n in layers.get("capture_notes") or [] if n["note"] != NO_CAPTURE]
+    by = layers.attribution_ns
+    notes = [n.note for n in layers.capture_notes if n.note != NO_CAPTURE]
     if not by.get("capture") and not notes:
         return ""
     share = fmt.percent(by.get("capture", 0.0) / (sum(by.values()) or 1.0))
@@ -381,41 +358,37 @@ def _counted(counts: Mapping[str, int], shown: int = 8) -> str:
     return ", ".join(items[:shown]) + more
 
 
-def phases_known(overview: Mapping[str, Any]) -> bool:
+def phases_known(overview: Overview) -> bool:
     """Some iteration's phase was told (else a phase table only says "unknown")."""
-    rows = (overview.get("phases") or {}).get("rows") or []
-    return any(r["phase"] not in ("unknown", "idle") for r in rows)
+    return any(r.phase not in ("unknown", "idle") for r in overview.phases.rows)
 
 
-def phase_note(overview: Mapping[str, Any]) -> str | None:
+def phase_note(overview: Overview) -> str | None:
     """What share of the iteration time has no known phase, and why (None: all known)."""
-    phases = overview.get("phases") or {}
-    unknown = next((r for r in phases.get("rows") or [] if r["phase"] == "unknown"), None)
+    unknown = next((r for r in overview.phases.rows if r.phase == "unknown"), None)
     if unknown is None:
         return None
-    known = phases.get("known_share")
+    known = overview.phases.known_share
     what = "every iteration" if not known else f"{fmt.percent(1 - known)} of the iteration time"
-    return f"phase unknown for {what}: {unknown.get('reason') or 'no evidence'}"
+    return f"phase unknown for {what}: {unknown.reason or 'no evidence'}"
 
 
-def overview_table(
-    overview: Mapping[str, Any], verbose: bool = False, width: int | None = None
-) -> str:
+def overview_table(overview: Overview, verbose: bool = False, width: int | None = None) -> str:
     """The terminal's table under the findings: where each rank's step time goes; the
     breakdown's source and check only when the check fails (as a warning) or ``verbose``.
     Within ``width`` columns (the terminal's; None: no limit): the tables adapt, the other
     lines wrap."""
-    if overview.get("error"):
-        return f"overview failed: {overview['error']}"
+    if overview.error:
+        return f"overview failed: {overview.error}"
     if not usable(overview):
         return "overview: no step or window to break down"
     lines = ["where the time goes (mean per step; share of the step):"]
-    if overview.get("headline"):
-        lines.append(f"  {overview['headline']}")
+    if overview.headline:
+        lines.append(f"  {overview.headline}")
     shown = terminal_ranks(overview)
     lines += table_lines(compact_headers(), compact_rows(overview, shown), width, TOP_KERNEL)
     if shown is not None:
-        hidden = len(overview.get("ranks") or []) - len(shown)
+        hidden = len(overview.ranks) - len(shown)
         lines.append(
             f"  ... and {hidden} more ranks: shown are the outliers, then the slowest mean "
             "steps; every rank is in report.md"
@@ -448,7 +421,7 @@ def overview_table(
         lines.append(f"  warning: {warning}")
     if verbose:
         lines.append("  " + source_line(overview))
-    outliers = [c["rank"] for c in overview.get("cluster") or [] if c.get("outlier")]
+    outliers = [c.rank for c in overview.cluster if c.outlier]
     if outliers:
         ranks = compress_ranks(outliers)
         what = count(len(outliers), "outlier rank").split(" ", 1)[1]
@@ -467,37 +440,37 @@ TOP_KERNEL = 40
 TERMINAL_RANKS = 16
 
 
-def terminal_ranks(overview: Mapping[str, Any]) -> set[int] | None:
+def terminal_ranks(overview: Overview) -> set[int] | None:
     """The ranks the terminal's table shows (None: every one): the outliers, then the slowest
     mean steps, :data:`TERMINAL_RANKS` in all."""
-    ranks = overview.get("ranks") or []
-    if len(ranks) <= TERMINAL_RANKS:
+    if len(overview.ranks) <= TERMINAL_RANKS:
         return None
-    outliers = [c["rank"] for c in overview.get("cluster") or [] if c.get("outlier")]
-    slowest = [r["rank"] for r in sorted(ranks, key=lambda r: -(r.get("step_ns") or 0.0))]
+    outliers = [c.rank for c in overview.cluster if c.outlier]
+    slowest = [r.rank for r in sorted(overview.ranks, key=lambda r: -r.step_ns)]
     return set(list(dict.fromkeys([*outliers, *slowest]))[:TERMINAL_RANKS])
 
 
-def cost_text(cost: Mapping[str, Any] | None) -> str:
+def cost_text(cost: FindingCost | None) -> str:
     """One phrasing for every finding's cost (``summary.overview.costs``): the time, summed
     over which ranks, and its share of which time: ``costs 54.5 ms (74.5% of the 2 ranks' step
     time, 31.0% of their decode time)``, ``costs 12.3% of rank 3's step time``; "" when the
     finding's metrics allow no cost. With the self-check's caveat when the cost lies on ranks
     whose breakdown the export contradicts."""
-    cost = cost or {}
-    share, ns = cost.get("cost_share"), cost.get("cost_ns")
-    ranks = cost.get("ranks") or []
+    if cost is None:
+        return ""
+    share, ns, ranks = cost.cost_share, cost.cost_ns, cost.ranks
     whose = (
         f"rank {ranks[0]}'s" if len(ranks) == 1 else f"the {len(ranks)} ranks'" if ranks else "the"
     )
     if share is None:
         return f"costs {fmt.duration(ns)}" + (f" on {whose[:-2]}" if ranks else "") if ns else ""
     scope = f"{fmt.percent(share)} of {whose} step time"
-    if cost.get("phase_share") is not None:
+    if cost.phase_share is not None:
         their = "its" if len(ranks) == 1 else "their"
-        scope += f", {fmt.percent(cost['phase_share'])} of {their} {'/'.join(cost['phases'])} time"
+        phases = "/".join(cost.phases or [])
+        scope += f", {fmt.percent(cost.phase_share)} of {their} {phases} time"
     text = f"costs {fmt.duration(ns)} ({scope})" if ns else f"costs {scope}"
-    doubtful = cost.get("unreliable_ranks")
+    doubtful = cost.unreliable_ranks
     if doubtful:
         text += (
             f"; unreliable: the breakdown of rank {compress_ranks(doubtful)} fails its self-check"
@@ -505,40 +478,35 @@ def cost_text(cost: Mapping[str, Any] | None) -> str:
     return text
 
 
-def component_rows(overview: Mapping[str, Any]) -> list[list[str]]:
+def component_rows(overview: Overview) -> list[list[str]]:
     """Every component, mean per step over every rank's steps, with its share."""
-    mean = overview.get("mean") or {}
-    step = mean.get("step_ns") or 0.0
+    mean = overview.mean or {}
+    step = mean.get(STEP) or 0.0
     missing = unmeasured_everywhere(overview)
     return [
-        [c["label"], "n/a", "n/a"]
-        if c["key"] in missing
-        else [
-            c["label"],
-            fmt.duration(mean.get(c["key"], 0.0)),
-            share(mean.get(c["key"], 0.0), step),
-        ]
-        for c in overview.get("components") or []
+        [c.label, "n/a", "n/a"]
+        if c.key in missing
+        else [c.label, fmt.duration(mean.get(c.key, 0.0)), share(mean.get(c.key, 0.0), step)]
+        for c in overview.components
     ]
 
 
-def top_rows(overview: Mapping[str, Any]) -> dict[str, tuple[list[str], list[list[Any]]]]:
+def top_rows(overview: Overview) -> dict[str, tuple[list[str], list[list[Any]]]]:
     """The three top tables: title -> (headers, rows), totals over ranks."""
     d = fmt.duration
     kernels = [
-        [k["name"], k.get("accelerator") or "", k["count"], d(k["total_ns"]), d(k["mean_ns"]),
-         d(k.get("p95_ns")), fmt.percent(k.get("share"))]
-        for k in overview.get("top_kernels") or []
+        [k.name, k.accelerator or "", k.count, d(k.total_ns), d(k.mean_ns), d(k.p95_ns),
+         fmt.percent(k.share)]
+        for k in overview.top_kernels
     ]  # fmt: skip
     apis = [
-        [a["kind"], a["name"], a["count"], d(a["total_ns"]), d(a["mean_ns"]), d(a.get("p95_ns"))]
-        for a in overview.get("top_host_apis") or []
+        [a.kind, a.name, a.count, d(a.total_ns), d(a.mean_ns), d(a.p95_ns)]
+        for a in overview.top_host_apis
     ]
     colls = [
-        [c["name"], c["count"], d(c["total_ns"]),
-         d(c["wait_ns"]) if c.get("wait_ns") is not None else "n/a",
-         d(c["transit_ns"]) if c.get("transit_ns") is not None else "n/a", c.get("source") or ""]
-        for c in overview.get("top_collectives") or []
+        [c.name, c.count, d(c.total_ns), d(c.wait_ns) if c.wait_ns is not None else "n/a",
+         d(c.transit_ns) if c.transit_ns is not None else "n/a", c.source or ""]
+        for c in overview.top_collectives
     ]  # fmt: skip
     return {
         "Top kernels (device time)": (
@@ -553,20 +521,20 @@ def top_rows(overview: Mapping[str, Any]) -> dict[str, tuple[list[str], list[lis
     }
 
 
-def cluster_rows(overview: Mapping[str, Any]) -> list[list[str]]:
+def cluster_rows(overview: Overview) -> list[list[str]]:
     d = fmt.duration
     return [
         [
-            str(c["rank"]) + (" (outlier)" if c.get("outlier") else ""),
-            str(c.get("steps")),
-            d(c.get("step_ns")),
-            d(c.get("compute_ns")),
-            d(c.get("comm_wait_ns")),
-            d(c.get("idle_ns")),
-            c.get("top_kernel") or "",
-            "n/a" if c.get("step_z") is None else f"{c['step_z']:.1f}",
+            str(c.rank) + (" (outlier)" if c.outlier else ""),
+            str(c.steps),
+            d(c.step_ns),
+            d(c.compute_ns),
+            d(c.comm_wait_ns),
+            d(c.idle_ns),
+            c.top_kernel or "",
+            "n/a" if c.step_z is None else f"{c.step_z:.1f}",
         ]
-        for c in overview.get("cluster") or []
+        for c in overview.cluster
     ]
 
 
@@ -585,25 +553,25 @@ CLUSTER_HEADERS = [
 
 
 def overview_markdown(
-    overview: Mapping[str, Any] | None,
+    overview: Overview | None,
     md_table: Callable[[list[str], list[list[Any]]], list[str]],
     plot_files: Mapping[str, str],
 ) -> list[str]:
     """The "Where the time goes" section of report.md; ``plot_files`` maps the overview's
     figure names to their paths under OUT."""
-    if not overview:
+    if overview is None:
         return []
     lines = ["## Where the time goes", ""]
     if not usable(overview):
-        failed = overview.get("error")
+        failed = overview.error
         lines += [f"Overview failed: {failed}" if failed else "No step or window to break down."]
         return [*lines, ""]
-    lines += [f"**{overview['headline']}**", ""] if overview.get("headline") else []  # our words
+    lines += [f"**{overview.headline}**", ""] if overview.headline else []  # our words
     warning = check_warning(overview)
     lines += [f"> **Warning:** {warning}", ""] if warning else []
     lines += [
-        f"Mean per step over {count(overview['steps'], 'step')} of "
-        f"{count(len(overview['ranks']), 'rank')}; "
+        f"Mean per step over {count(overview.steps, 'step')} of "
+        f"{count(len(overview.ranks), 'rank')}; "
         f"{source_line(overview)}.",
         "",
     ]
@@ -636,7 +604,7 @@ def overview_markdown(
         lines += md_table(COLLECTIVE_HEADERS, collective_rank_rows(overview)) + [""]
     note = phase_note(overview)
     lines += [note[0].upper() + note[1:] + ".", ""] if note else []
-    if len(overview.get("cluster") or []) > 1:
+    if len(overview.cluster) > 1:
         lines += ["### Ranks", ""]
         lines += md_table(CLUSTER_HEADERS, cluster_rows(overview)) + [""]
     for title, (headers, rows) in top_rows(overview).items():

@@ -8,43 +8,32 @@ for hover.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from traceanalyzer.chart import nice_step, tick_labels, tick_values, xml_text
-from traceanalyzer.overview.timeline import RECT_FIELDS, STRIP_PX
+from traceanalyzer.overview.model import Overview, Rect
+from traceanalyzer.overview.timeline import STRIP_PX
 from traceanalyzer.report import fmt
-from traceanalyzer.report.overview_plots import COLORS
+from traceanalyzer.step_components import COMPONENTS
 
 OTHER_COLOR = "#9ca3af"
 # task classes of the timeline (traceanalyzer.overview.breakdown) -> the component's colour
-CLASS_COLORS: dict[str, str] = {
-    "ai_core": COLORS["compute_ai_core_ns"],
-    "ai_vector": COLORS["compute_ai_vector_ns"],
-    "mix": COLORS["compute_mix_ns"],
-    "ai_cpu": COLORS["compute_ai_cpu_ns"],
-    "compute_other": COLORS["compute_other_ns"],
-    "comm": COLORS["comm_exposed_ns"],
-    "device_other": COLORS["device_other_ns"],
-    "wait": COLORS["idle_stream_ns"],
-}
+CLASS_COLORS: dict[str, str] = {c.task_class: c.colour for c in COMPONENTS if c.task_class}
 # geometry, in SVG user units (pixels at 100%)
 LEFT, RIGHT, TOP, ROW, BAR, AXIS = 110, 12, 26, 20, 14, 38
 PLOT = STRIP_PX  # the width the overview merged the rectangles for
 WIDTH = LEFT + PLOT + RIGHT
 
 
-def timeline_svg(overview: Mapping[str, Any]) -> str | None:
+def timeline_svg(overview: Overview) -> str | None:
     """The strip as a standalone ``<svg>`` element (also valid inline in HTML), or None when the
     overview has no representative step or the step has no device task."""
-    rep = overview.get("representative") or {}
-    timeline = rep.get("timeline")
-    if not timeline or not timeline.get("rects"):
+    rep = overview.representative
+    timeline = rep.timeline if rep else None
+    if rep is None or timeline is None or not timeline.rects:
         return None
-    rows, span = timeline["rows"], int(timeline["span_ns"])
+    rows, span = timeline.rows, int(timeline.span_ns)
     height = TOP + ROW * len(rows) + AXIS
-    step = "the whole window" if rep.get("step") is None else f"step {rep['step']}"
-    title = f"rank {rep['rank']}, {step}: device streams (colours as in the breakdown)"
+    step = "the whole window" if rep.step is None else f"step {rep.step}"
+    title = f"rank {rep.rank}, {step}: device streams (colours as in the breakdown)"
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} '
         f'{height}" width="{WIDTH}" height="{height}" font-family="sans-serif" font-size="11" '
@@ -57,27 +46,26 @@ def timeline_svg(overview: Mapping[str, Any]) -> str | None:
             f'<text x="{LEFT - 6}" y="{y + ROW / 2 + 4:.0f}" text-anchor="end">{xml_text(row)}</text>'
         )
     scale = PLOT / span
-    for values in timeline["rects"]:
-        r = dict(zip(RECT_FIELDS, values, strict=True))
-        x = LEFT + r["start_ns"] * scale
-        w = max((r["end_ns"] - r["start_ns"]) * scale, 0.5)  # a lone short task stays visible
-        y = TOP + ROW * r["row"] + (ROW - BAR) / 2
+    for r in timeline.rects:
+        x = LEFT + r.start_ns * scale
+        w = max((r.end_ns - r.start_ns) * scale, 0.5)  # a lone short task stays visible
+        y = TOP + ROW * r.row + (ROW - BAR) / 2
         parts.append(
             f'<rect x="{x:.2f}" y="{y:.0f}" width="{w:.2f}" height="{BAR}" '
-            f'fill="{CLASS_COLORS.get(r["cls"], OTHER_COLOR)}"><title>{xml_text(_tip(r))}</title></rect>'
+            f'fill="{CLASS_COLORS.get(r.cls, OTHER_COLOR)}"><title>{xml_text(_tip(r))}</title></rect>'
         )
     parts += _axis(span, TOP + ROW * len(rows))
     parts.append("</svg>")
     return "".join(parts)
 
 
-def _tip(rect: Mapping[str, Any]) -> str:
-    if rect["tasks"] == 1:
-        return f"{rect['name']} ({rect['cls']}, {fmt.duration(rect['busy_ns'])})"
-    span = fmt.duration(rect["end_ns"] - rect["start_ns"])
+def _tip(rect: Rect) -> str:
+    if rect.tasks == 1:
+        return f"{rect.name} ({rect.cls}, {fmt.duration(rect.busy_ns)})"
+    span = fmt.duration(rect.end_ns - rect.start_ns)
     return (
-        f"{rect['tasks']} {rect['cls']} tasks, {fmt.duration(rect['busy_ns'])} busy in {span}; "
-        f"longest: {rect['name']}"
+        f"{rect.tasks} {rect.cls} tasks, {fmt.duration(rect.busy_ns)} busy in {span}; "
+        f"longest: {rect.name}"
     )
 
 

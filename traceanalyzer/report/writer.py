@@ -79,7 +79,7 @@ def write_reports(
         rel = f"{PLOTS_DIR}/{by_fp[fp]['name']}-{fp}.{extension(data)}"
         write_atomic_bytes(out / rel, data)
         plot_files[fp] = rel
-    overview_files, overview_errors = overview_figures(report.findings)  # keyed by file name
+    overview_files, overview_errors = overview_figures(report.overview)  # keyed by file name
     files.errors |= overview_errors
     for name, data in overview_files.items():
         write_atomic_bytes(out / PLOTS_DIR / name, data)

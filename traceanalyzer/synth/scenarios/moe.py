@@ -61,6 +61,7 @@ from traceanalyzer.synth.scenarios.serving import (
     rank_list,
 )
 from traceanalyzer.synth.scenarios.timeline import Timeline
+from traceanalyzer.vocabulary import EP_PATHS
 
 KNOBS = {
     "iterations": 16,
@@ -111,7 +112,7 @@ HELP = (
     "makes that link's transfers link_factor slower (comm=auto then runs all-to-all); profile_from=R:N starts rank R's profile "
     "N iterations later)"
 )
-PATHS = ("mc2", "alltoall", "allgather")
+PATHS = tuple(EP_PATHS)
 CAUSES = ("host", "throttle", "link")
 HIDDEN, INTER = 7168, 2048
 NOMINAL_MHZ = 1800
