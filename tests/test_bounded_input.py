@@ -213,6 +213,43 @@ def test_rows_of_many_extra_fields_cost_those_rows_in_no_time(tmp_path: Path) ->
     ]
 
 
+@pytest.mark.parametrize("tail_mb", [17, 40])
+def test_a_tail_of_zeros_costs_that_line_only(tmp_path: Path, tail_mb: int) -> None:
+    """A file whose tail was never written (zeros where a crashed writer reserved the space)
+    keeps the rows before it. Before, DuckDB took 7 s to reject a 17 MB line, and a line of
+    more than its 32 MB buffer failed the whole file, with a message quoting every zero."""
+    from traceanalyzer.parse.csv_tables import SPECS, parse_csv
+
+    path = _kernels(tmp_path, lambda lines: lines)
+    rows = sum(bool(line) for line in path.read_text().split("\n")) - 1
+    lines = path.read_text().count("\n") + 1
+    with open(path, "r+b") as fh:  # sparse: no disk or memory spent on the zeros
+        fh.truncate(path.stat().st_size + (tail_mb << 20))
+    spec = next(s for s in SPECS if s.file == "kernel_details.csv")
+    result = parse_csv(path, spec, _CountingSink())
+    assert result.rows == rows
+    assert result.warnings == [
+        f"{path}: line {lines}: malformed row skipped (line longer than 16 MB)"
+    ]
+
+
+def test_a_file_duckdb_fails_is_refused_in_one_short_line(tmp_path: Path) -> None:
+    """DuckDB's own message quotes the offending line whole (25 KB of escaped zeros in the
+    log): the refusal says what failed in its first line only."""
+    from traceanalyzer.parse.csv_tables import SPECS, CsvDatabase, CsvRefused, _read_salvaging
+
+    path = tmp_path / "kernel_details.csv"
+    path.write_bytes(b"\0" * (33 << 20))
+    spec = next(s for s in SPECS if s.file == "kernel_details.csv")
+    db = CsvDatabase()
+    try:
+        with pytest.raises(CsvRefused) as refused:
+            _read_salvaging(path, str(path), spec, _CountingSink(), db, [])
+    finally:
+        db.close()
+    assert "\n" not in str(refused.value) and len(str(refused.value)) < 250
+
+
 # --------------------------------------------------------------------------- garbage times
 
 

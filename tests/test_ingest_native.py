@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
+from fuzz.limits import same_rows
 from test_ingest_variants import CANN_PID, HW_PID, PY_PID, T0, _g2_trace, _m, _x
 
 from traceanalyzer.ingest.sink import PartitionSink
@@ -71,8 +72,7 @@ def _same_tables(trace: Path, tmp: Path, monkeypatch: pytest.MonkeyPatch, **kw: 
     for table in TRACE_TABLES:
         a, b = native[table], duck[table]
         assert a.schema == b.schema, table
-        key = pl.all()
-        assert a.sort(key, nulls_last=True).equals(b.sort(key, nulls_last=True)), table
+        assert same_rows(a, b), table
     for field in ("rows", "start_ns", "end_ns", "processes", "hw_stream_arg", "incomplete"):
         assert getattr(native_result, field) == getattr(duck_result, field), field
     assert sorted(native_result.warnings) == sorted(duck_result.warnings)
@@ -258,6 +258,25 @@ def test_an_id_that_is_no_integer_is_null_in_both_readers(
     tables, _ = _parse(trace, tmp_path, True, monkeypatch)
     ids = dict(tables["slices"].select("name", "connection_id").iter_rows())
     assert [ids[f"task {i}"] for i in range(len(odd))] == [None] * 9 + [-12]
+
+
+def test_numbers_in_args_are_the_same_json_in_both_readers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """torch_npu writes args with Python's json, so 1e-05 and 1.2345e+17 as such; DuckDB
+    writes them 0.00001 and 123450000000000000.0 (the fuzzer's case 3,326 of campaign 4, a
+    Sequence number of 1e+308): the same values, as every reader of ``args`` parses them."""
+    values = [1e-05, 2.5e-07, 1.2345e17, 1e308, -1, 17.0]
+    events = [*_m(PY_PID, "Python", {1: "Thread 1"})] + [
+        _x(f"op {i}", PY_PID, 1, f"{T0}.{100 + i}", 1.0, {"Sequence number": v})
+        for i, v in enumerate(values)
+    ]
+    trace = tmp_path / "trace_view.json"
+    trace.write_text(json.dumps(events))
+    _same_tables(trace, tmp_path, monkeypatch)
+    tables, _ = _parse(trace, tmp_path, False, monkeypatch)
+    args = tables["slices"].sort("name")["args"].to_list()
+    assert [json.loads(text)["Sequence number"] for text in args] == values
 
 
 def test_nul_padding_after_the_array_is_noted_by_both_readers(

@@ -207,8 +207,10 @@ TABLES: dict[str, Table] = {
             Column(
                 "args",
                 STR,
-                "The event's args object verbatim, as a JSON string (null when none); the well-known "
-                "keys are also in their own columns.",
+                "The event's args object as a JSON string (null when none): the native reader keeps "
+                "each number as written, DuckDB's (a trace the scanner refuses) writes it its own "
+                "way (`1e-05` as `0.00001`), the same value; the well-known keys are also in their "
+                "own columns.",
             ),
         ),
         _table(

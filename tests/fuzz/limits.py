@@ -23,7 +23,10 @@ import shutil
 import sqlite3
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import polars as pl
 
 # Times at the limits, as a Db column holds them (SQLite's types) ...
 DB_TIMES: tuple[Any, ...] = (
@@ -234,7 +237,6 @@ def readers_disagree(root: Path, traces: list[Path]) -> list[str]:
     """For each of ``traces`` (under ``root``) the native scanner reads: where its tables and
     notes differ from the DuckDB reader's (nothing when they agree, or the scanner is not
     built); and a trace only one of them could read."""
-    import polars as pl
 
     from traceanalyzer.parse import trace_native
 
@@ -257,9 +259,7 @@ def readers_disagree(root: Path, traces: list[Path]) -> list[str]:
             continue  # the scanner refused it: DuckDB alone reads (and salvages) it
         for table in TRACE_TABLES:
             a, b = native[1][table], duck[1][table]
-            if a.schema != b.schema or not a.sort(pl.all(), nulls_last=True).equals(
-                b.sort(pl.all(), nulls_last=True)
-            ):
+            if a.schema != b.schema or not same_rows(a, b):
                 found.append(f"{where}: the readers' {table} differ")
         for field in ("rows", "start_ns", "end_ns", "incomplete"):
             if getattr(native[0], field) != getattr(duck[0], field):
@@ -267,6 +267,25 @@ def readers_disagree(root: Path, traces: list[Path]) -> list[str]:
         if sorted(native[0].warnings) != sorted(duck[0].warnings):
             found.append(f"{where}: the readers' notes differ")
     return found
+
+
+def same_rows(a: pl.DataFrame, b: pl.DataFrame) -> bool:
+    """The same rows (their order aside), an ``args`` text compared as the JSON value it holds:
+    the scanner keeps a number as written (``1e-05``), DuckDB writes it its own way
+    (``0.00001``)."""
+    import polars as pl
+
+    def canonical(frame: pl.DataFrame) -> pl.DataFrame:
+        if "args" not in frame.columns:
+            return frame
+        return frame.with_columns(
+            pl.col("args").map_elements(
+                lambda text: json.dumps(json.loads(text), sort_keys=True), return_dtype=pl.String
+            )
+        )
+
+    a, b = canonical(a), canonical(b)
+    return a.sort(pl.all(), nulls_last=True).equals(b.sort(pl.all(), nulls_last=True))
 
 
 def _read(trace: Path, out: Path, native: bool) -> tuple[Any, dict[str, Any]] | str:

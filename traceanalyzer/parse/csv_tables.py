@@ -463,20 +463,32 @@ def _parse_salvaging(path: Path, spec: CsvSpec, sink: TableSink, db: CsvDatabase
     """``path`` read by DuckDB: malformed rows are skipped and reported by line."""
     from traceanalyzer.parse.duckdb_connect import duckdb_name
 
-    wide, source = _without_wide_rows(path, db.scratch)
+    copies: list[Path] = []
     try:
+        long, source = _without_long_lines(path, db.scratch)
+        copies.append(source)
+        wide, source = _without_wide_rows(source, db.scratch)
+        copies.append(source)
+        rejected = [(line, "line size over maximum") for line in long]
+        rejected += [(line, "too many columns") for line in wide]
         with duckdb_name(source) as name:
-            return _read_salvaging(path, name, spec, sink, db, wide)
+            return _read_salvaging(path, name, spec, sink, db, rejected)
     finally:
-        if source != path:
-            source.unlink(missing_ok=True)
+        for copy in copies:
+            if copy != path:
+                copy.unlink(missing_ok=True)
 
 
 def _read_salvaging(
-    path: Path, name: str, spec: CsvSpec, sink: TableSink, db: CsvDatabase, wide: list[int]
+    path: Path,
+    name: str,
+    spec: CsvSpec,
+    sink: TableSink,
+    db: CsvDatabase,
+    blanked: list[tuple[int, str]],
 ) -> CsvResult:
-    """The file DuckDB opens as ``name`` (``path``, or its copy without the ``wide`` rows) read
-    by DuckDB."""
+    """The file DuckDB opens as ``name`` (``path``, or its copy with the ``blanked`` lines
+    empty: (line, why)) read by DuckDB."""
     import duckdb
 
     con = db.cursor()
@@ -504,14 +516,66 @@ def _read_salvaging(
             ).fetchall()
         except duckdb.CatalogException:  # the reader never ran
             rejected = []
-        rejected += [(line, "too many columns") for line in wide]
-        result.warnings += _rejected_rows(path, sorted(rejected))
+        result.warnings += _rejected_rows(path, sorted(rejected + blanked))
+    except duckdb.Error as exc:
+        # DuckDB's message quotes the offending line whole: megabytes of it for a damaged file
+        raise CsvRefused(f"DuckDB's CSV reader: {_first_line(exc)}") from exc
     finally:
         con.close()
     return result
 
 
+def _first_line(exc: Exception, limit: int = 200) -> str:
+    """The first line of ``exc``'s message, at most ``limit`` characters."""
+    line = str(exc).partition("\n")[0]
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
 _MAX_FIELD_BYTES = 16 << 20  # DuckDB's max_line_size above: a longer field fails there anyway
+_SCAN_BYTES = 4 << 20  # less than _MAX_FIELD_BYTES: a chunk's inner lines are never too long
+
+
+def _without_long_lines(path: Path, scratch: Path | None) -> tuple[list[int], Path]:
+    """The lines longer than DuckDB takes, and the file to read on: a private copy with those
+    lines blank (the line numbers kept), or ``path`` when there are none.
+
+    Scanned a chunk at a time, never holding a line: such a line is most often no row at all
+    but a file's tail that was never written (zeros where a crashed writer had reserved the
+    space). DuckDB rejects a line of 17 MB in seconds, and one of 40 MB, more than its buffer,
+    fails the whole file: the rows before it would be lost."""
+    long: list[int] = []
+    number, length = 1, 0
+    with open(path, "rb") as fh:
+        while chunk := fh.read(_SCAN_BYTES):
+            newlines = chunk.count(b"\n")
+            if not newlines:
+                length += len(chunk)
+                continue
+            if length + chunk.index(b"\n") > _MAX_FIELD_BYTES:
+                long.append(number)
+            number += newlines
+            length = len(chunk) - chunk.rindex(b"\n") - 1
+    if length > _MAX_FIELD_BYTES:
+        long.append(number)
+    if not long:
+        return [], path
+    return long, _copy_blanking(path, set(long), scratch)
+
+
+def _copy_blanking(path: Path, lines: set[int], scratch: Path | None) -> Path:
+    """A private copy of ``path`` with ``lines`` empty, written a chunk at a time."""
+    fd, name = tempfile.mkstemp(suffix=".csv", dir=scratch)
+    number = 1
+    with open(path, "rb") as source, os.fdopen(fd, "wb") as copy:
+        while chunk := source.read(_SCAN_BYTES):
+            pieces = chunk.split(b"\n")
+            for i, piece in enumerate(pieces):
+                if number not in lines:
+                    copy.write(piece)
+                if i < len(pieces) - 1:
+                    copy.write(b"\n")
+                    number += 1
+    return Path(name)
 
 
 def _without_wide_rows(path: Path, scratch: Path | None) -> tuple[list[int], Path]:
@@ -540,11 +604,7 @@ def _without_wide_rows(path: Path, scratch: Path | None) -> tuple[list[int], Pat
     if not wide:
         return [], path
     blank = {line for first, last in wide for line in range(first, last + 1)}
-    fd, name = tempfile.mkstemp(suffix=".csv", dir=scratch)
-    with open(path, "rb") as source, os.fdopen(fd, "wb") as copy:
-        for number, line in enumerate(source, start=1):
-            copy.write(b"\n" if number in blank else line)
-    return [first for first, _ in wide], Path(name)
+    return [first for first, _ in wide], _copy_blanking(path, blank, scratch)
 
 
 @dataclass
