@@ -180,7 +180,7 @@ from traceanalyzer.engine.config import resolve, run_settings
 from traceanalyzer.engine.loader import load_rules
 from traceanalyzer.engine.runner import evaluate_rule, store_ranks
 from traceanalyzer.overview.compute import device_tasks, ep_exchanges
-from traceanalyzer.steps.tables import steps_of
+from traceanalyzer.derived.tables import steps_of
 from traceanalyzer.store import RankStore, Store
 root = Path(sys.argv[1])
 rules = load_rules([]).rules

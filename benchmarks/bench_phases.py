@@ -34,8 +34,8 @@ from pathlib import Path
 
 import polars as pl
 
+from traceanalyzer.derived.tables import steps_of
 from traceanalyzer.ingest import ingest
-from traceanalyzer.steps.tables import steps_of
 from traceanalyzer.store import Store
 from traceanalyzer.synth import generate
 from traceanalyzer.synth.scenarios import serving

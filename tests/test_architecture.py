@@ -54,7 +54,10 @@ LAYERS: list[tuple[str, ...]] = [
     ("parse",),
     ("store", "store_trace", "ingest", "read_ahead", "stages"),
     ("engine",),  # the rule core: rule, params, runner, registry, loader, findings, cache
-    ("steps", "memory"),  # the engine iterations and their phases, the device memory per step
+    (
+        "derived",
+        "memory",
+    ),  # the tables derived before the rules (steps, launches, exchanges...), the device memory per step
     ("analyses",),  # what rules and the overview conclude from the tables
     ("authoring",),  # the rules CLI, scaffold, fixture runner, rule docs
     ("kit",),  # the rule author's surface: a façade
@@ -269,11 +272,11 @@ def test_rules_import_the_product_only_through_the_kit(tmp_path: Path) -> None:
 
 # Where pattern parameters are matched: a config file inside a received collection can set
 # them, and Python's `re` backtracks (`^(a|a)*$` hung a rule); patterns.py says how instead.
-MATCH_PARAMETERS = ("kit", "analyses", "steps", "overview")
+MATCH_PARAMETERS = ("kit", "analyses", "derived", "overview")
 
 
 def test_patterns_are_matched_only_in_linear_time() -> None:
-    """No rule, analysis, steps or overview module hands ``re`` a pattern that is not a
+    """No rule, analysis, derived-table or overview module hands ``re`` a pattern that is not a
     literal (a parameter's value): they match with polars or ``kit.first_match``."""
     files = [*(PACKAGE.parent / "rules").rglob("*.py")]
     for folder in MATCH_PARAMETERS:
@@ -303,9 +306,9 @@ class _Blank(dict):
 
 
 # The reports render what they are handed (report/inputs.py's ReportData, plain values prepared
-# once): only inputs.py loads and reads the store; writer, terminal and the annotate command run
+# once): only inputs.py loads and reads the store; writer, run_reports and the annotate command run
 # the two steps (load, prepare) and hand the result on.
-REPORT_RUNNERS = {"inputs", "writer", "terminal", "cli", "__init__"}
+REPORT_RUNNERS = {"inputs", "writer", "run_reports", "cli", "__init__"}
 NOT_FOR_RENDERERS = {"ReportInputs", "Store", "session_events", "SessionTimeline"}
 
 

@@ -11,8 +11,8 @@ from types import ModuleType
 import polars as pl
 import pytest
 
+from traceanalyzer.derived.tables import steps_of
 from traceanalyzer.ingest import ingest
-from traceanalyzer.steps.tables import steps_of
 from traceanalyzer.store import Store
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"

@@ -10,14 +10,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-import traceanalyzer.steps  # noqa: F401 - declares the stages
+import traceanalyzer.derived  # noqa: F401 - declares the stages
 from traceanalyzer.codekey import ROOT, closure, closure_key, code_key
 from traceanalyzer.stages import declared
 from traceanalyzer.synth import generate
 
 RULES = ROOT.parent / "rules"
 # the derivations whose results are cached, and a helper deep in all of them
-CACHED = ("traceanalyzer.steps.stage", "traceanalyzer.overview.stage", "traceanalyzer.kit")
+CACHED = ("traceanalyzer.derived.stage", "traceanalyzer.overview.stage", "traceanalyzer.kit")
 
 
 def _copy(tmp: Path) -> Path:
@@ -31,7 +31,7 @@ def _copy(tmp: Path) -> Path:
 def test_the_closure_holds_what_the_code_runs() -> None:
     for name in CACHED:
         files = {p.relative_to(ROOT).as_posix() for p in closure(name)}
-        assert {"intervals.py", "kernels.py", "steps/phases.py"} <= files, name
+        assert {"intervals.py", "kernels.py", "derived/phases.py"} <= files, name
     assert "overview/stage.py" not in {p.relative_to(ROOT).as_posix() for p in closure(CACHED[0])}
 
 
@@ -54,7 +54,7 @@ def test_a_helper_changed_deep_in_the_closure_changes_every_key_above_it(tmp_pat
 
 def test_a_package_s_imports_key_only_who_imports_a_name_of_it(tmp_path: Path) -> None:
     """A module under a package runs its ``__init__`` (its source counts), but not what that
-    imports (``steps/__init__`` imports every stage to register it: no stage is keyed by the
+    imports (``derived/__init__`` imports every stage to register it: no stage is keyed by the
     others); a module importing a name the ``__init__`` defines or imports is keyed by it."""
     package = tmp_path / "traceanalyzer"
     files = {
@@ -92,13 +92,13 @@ def test_a_stage_s_module_keys_only_it_and_the_stages_that_read_it(tmp_path: Pat
 
     assert keys() == {stage.name: stage.code for stage in before_rules}
     changed = {
-        "steps/collectives.py": {"collectives"},
-        "steps/moe_layers.py": {"moe"},
-        "steps/exchanges.py": {"exchanges"},
-        "steps/layers.py": {"kernel_layers"},
-        "steps/captures.py": {"kernel_layers"},
-        "steps/device.py": {"exchanges", "moe", "kernel_layers", "collectives"},
-        "steps/phases.py": {"steps", "exchanges", "moe", "kernel_layers", "collectives"},
+        "derived/collectives.py": {"collectives"},
+        "derived/moe_layers.py": {"moe"},
+        "derived/exchanges.py": {"exchanges"},
+        "derived/layers.py": {"kernel_layers"},
+        "derived/captures.py": {"kernel_layers"},
+        "derived/device.py": {"exchanges", "moe", "kernel_layers", "collectives"},
+        "derived/phases.py": {"steps", "exchanges", "moe", "kernel_layers", "collectives"},
         "intervals.py": {stage.name for stage in before_rules},
     }
     for path, stages in changed.items():

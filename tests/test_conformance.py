@@ -2,7 +2,7 @@
 op-plugin and msprof sources) through the product: the ``serving`` scenario writes the row's
 attention kernels, the run ingests them, and the steps derive the row's phase.
 
-The classifier (``steps/phases.py``) is not written from the table: this holds the two readings of
+The classifier (``derived/phases.py``) is not written from the table: this holds the two readings of
 the sources to agree. A row no profile here exercises fails the coverage test.
 """
 
@@ -14,8 +14,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from traceanalyzer.derived.tables import steps_of
 from traceanalyzer.ingest import ingest
-from traceanalyzer.steps.tables import steps_of
 from traceanalyzer.store import Store
 from traceanalyzer.synth import conformance, generate
 from traceanalyzer.synth.scenarios import serving

@@ -10,14 +10,14 @@ import polars as pl
 import pytest
 
 from traceanalyzer.analyses.cross_rank import align
+from traceanalyzer.derived.collectives import SPLIT, collectives_of
+from traceanalyzer.derived.tables import steps_of
 from traceanalyzer.engine import evaluate
 from traceanalyzer.engine.loader import load_rules
 from traceanalyzer.json_shape import to_json
 from traceanalyzer.overview.collectives import collectives_section
 from traceanalyzer.overview.model import read_overview
 from traceanalyzer.report.overview_text import collective_lines
-from traceanalyzer.steps.collectives import SPLIT, collectives_of
-from traceanalyzer.steps.tables import steps_of
 from traceanalyzer.store import RankStore, Store
 
 RULES = load_rules(entry_points=False)

@@ -27,7 +27,7 @@ RUN_LANGUAGES = ("python", "bash", "console", "toml")
 # A block's first line -> why no test runs it (each is covered where it can be).
 NOT_RUN = {
     'COMPUTE_KERNELS = Read("compute_kernels", read_compute_kernels, (STEP_SLICES,))': (
-        "an excerpt of the exchanges stage's declaration and a read (steps/exchanges.py, derive.py), "
+        "an excerpt of the exchanges stage's declaration and a read (derived/exchanges.py, derive.py), "
         "which every run declares: declared again, its name would be taken"
     ),
     "python3 -m venv .venv && .venv/bin/pip install -q -e . && .venv/bin/traceanalyzer run "

@@ -8,12 +8,12 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from traceanalyzer.derived import captures
+from traceanalyzer.derived.tables import steps_of
 from traceanalyzer.engine.loader import load_rules
 from traceanalyzer.engine.registry import RuleSet
 from traceanalyzer.engine.runner import evaluate
 from traceanalyzer.ingest import ingest
-from traceanalyzer.steps import captures
-from traceanalyzer.steps.tables import steps_of
 from traceanalyzer.store import Store
 from traceanalyzer.synth import generate
 from traceanalyzer.synth.scenarios import serving
@@ -249,7 +249,7 @@ def test_a_replay_maps_to_its_capture_only_when_every_kernel_agrees(
 def test_the_real_exports_hold_no_capture_and_no_layers(real_g2_store: Path) -> None:
     """The real G2 exports (training, no attention, no graph) are left as they were: no capture
     to map, no kernel_layers rows."""
-    from traceanalyzer.steps.launches import host_calls
+    from traceanalyzer.derived.launches import host_calls
 
     store = Store.open(real_g2_store)
     ranks = sorted(set(store.sessions()["rank"]))

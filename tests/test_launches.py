@@ -15,8 +15,8 @@ import polars as pl
 from click.testing import CliRunner
 
 from traceanalyzer.cli import main
+from traceanalyzer.derived.launches import launches_of
 from traceanalyzer.launch_links import host_launches
-from traceanalyzer.steps.launches import launches_of
 from traceanalyzer.store import Store
 from traceanalyzer.synth import generate
 

@@ -8,6 +8,7 @@ import polars as pl
 import pytest
 from report_support import assert_typed_round_trip
 
+from traceanalyzer.derived.exchanges import fits
 from traceanalyzer.engine import evaluate
 from traceanalyzer.engine.loader import load_rules
 from traceanalyzer.engine.params import Params
@@ -15,7 +16,6 @@ from traceanalyzer.engine.rule import RuleContext
 from traceanalyzer.engine.runner import evaluate_rule
 from traceanalyzer.kit import routed_tokens
 from traceanalyzer.kit.testing.rank_builder import scenario_store
-from traceanalyzer.steps.exchanges import fits
 from traceanalyzer.synth.scenarios import get_scenario, moe
 
 RULES = {r.name: r for r in load_rules(entry_points=False).rules}
@@ -109,7 +109,7 @@ def test_exchange_paths_per_step() -> None:
     assert paths["exchanges"].min() == 4  # two MoE layers, there and back
     assert (paths["exposed_ns"] <= paths["exchange_ns"]).all()
     assert paths["fits"].all()
-    from traceanalyzer.steps.exchanges import exchanges_of
+    from traceanalyzer.derived.exchanges import exchanges_of
 
     assert exchanges_of(store, [0, 1]).equals(paths)  # the overview's way in, outside a rule
     assert exchanges_of(store, [1])["rank"].unique().to_list() == [1]
@@ -136,7 +136,7 @@ def test_the_overview_says_which_exchange_each_phase_used(tmp_path) -> None:
     rows = {r["phase"]: r for r in overview["phases"]["rows"]}
     assert rows["decode"]["ep"]["paths"] == {"mc2": rows["decode"]["ep"]["steps"]}
     assert set(rows["prefill"]["ep"]["paths"]) == {"alltoall"}
-    from traceanalyzer.steps.exchanges import exchanges_of
+    from traceanalyzer.derived.exchanges import exchanges_of
     from traceanalyzer.store import Store
 
     paths = exchanges_of(Store.open(tmp_path / "out"), [0, 1])
@@ -234,10 +234,10 @@ def test_the_stored_moe_layers_are_what_the_rule_derives(tmp_path) -> None:
     """The moe_layers and moe_dense tables the steps' task stores (at the default patterns) give
     the verdict the rule derives from the device tasks with other patterns that match the same
     kernels; a rank the tables hold no row for is not derived again."""
+    from traceanalyzer.derived.moe_layers import DENSE, LAYERS, moe_tables_of
     from traceanalyzer.executor import make_executor
     from traceanalyzer.kit import moe_imbalance
     from traceanalyzer.pipeline import analyse
-    from traceanalyzer.steps.moe_layers import DENSE, LAYERS, moe_tables_of
     from traceanalyzer.store import RankStore, Store, derived_ranks
     from traceanalyzer.synth.generate import generate
 

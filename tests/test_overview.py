@@ -448,10 +448,10 @@ def test_run_writes_the_overview_everywhere(tmp_path: Path) -> None:
     assert html.index('id="overview"') < html.index("<h2>Findings</h2>")
     assert html.count('class="ov-row"') == 2  # a stacked bar per rank
     # a warm re-run recomputes nothing; other top sizes, or other steps, recompute it
+    from traceanalyzer.derived.stage import STEPS
     from traceanalyzer.executor import LocalExecutor
     from traceanalyzer.overview.stage import SUMMARY
     from traceanalyzer.stages import run_stages
-    from traceanalyzer.steps.stage import STEPS
 
     def computed(sizes: TopSizes) -> list[int]:
         return run_stages(out, LocalExecutor(), [SUMMARY], {"summary": sizes}).computed["summary"]

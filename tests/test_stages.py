@@ -16,7 +16,7 @@ from typing import Any
 import polars as pl
 import pytest
 
-from traceanalyzer import overview, stages, steps
+from traceanalyzer import derived, overview, stages
 from traceanalyzer.engine.config import namespace_params
 from traceanalyzer.engine.params import Param, Params
 from traceanalyzer.executor import LocalExecutor
@@ -193,12 +193,12 @@ def test_declarations_are_checked(declared: tuple[Stage, Stage]) -> None:
 
 
 def test_every_derived_table_is_one_declared_stage_s() -> None:
-    assert steps.stage and overview.stage  # the packages declare their stages on import
+    assert derived.stage and overview.stage  # the packages declare their stages on import
     made = [table for stage in STAGES.values() for table in stage.tables]
     assert sorted(made) == sorted(DERIVED_TABLES)
-    # the rules read the steps' package's, derived before them; the overview's come after
+    # the rules read the derived package's, derived before them; the overview's come after
     before = [stage for stage in STAGES.values() if stage.before_rules]
-    assert {stage.derive.__module__.rpartition(".")[0] for stage in before} == {steps.__name__}
+    assert {stage.derive.__module__.rpartition(".")[0] for stage in before} == {derived.__name__}
     assert set(rule_input_tables()) == {t for t in DERIVED_TABLES if not t.startswith("summary")}
 
 
@@ -310,7 +310,7 @@ def test_a_stage_whose_code_changed_is_derived_again_with_its_readers_only(
 
     def changed(module: str) -> None:
         def code_key(*names: str) -> str:
-            return real(*names) + (module if f"traceanalyzer.steps.{module}" in names else "")
+            return real(*names) + (module if f"traceanalyzer.derived.{module}" in names else "")
 
         monkeypatch.setattr(stages, "code_key", code_key)
 

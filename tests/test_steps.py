@@ -15,11 +15,11 @@ import polars as pl
 import pytest
 from click.testing import CliRunner
 
+from traceanalyzer.derived.derive import derive_ranks
+from traceanalyzer.derived.parameters import default_params
+from traceanalyzer.derived.tables import steps_of
 from traceanalyzer.ingest import ingest
 from traceanalyzer.overview.model import Overview, read_overview
-from traceanalyzer.steps.derive import derive_ranks
-from traceanalyzer.steps.evidence import default_params
-from traceanalyzer.steps.tables import steps_of
 from traceanalyzer.store import Store
 from traceanalyzer.synth import generate
 from traceanalyzer.synth.scenarios import serving
@@ -256,8 +256,8 @@ def test_the_steps_tasks_are_as_few_as_the_workers_and_none_too_large() -> None:
     BATCH_BYTES of input (a rank larger than that is a task of its own)."""
     from types import SimpleNamespace
 
+    from traceanalyzer.derived.stage import STEPS
     from traceanalyzer.stages import _batches
-    from traceanalyzer.steps.stage import STEPS
 
     BATCH_BYTES = STEPS.task_bytes
 

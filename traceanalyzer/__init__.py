@@ -13,7 +13,7 @@ __all__ = ["__version__", "open_store"]
 
 def open_store(path):  # noqa: ANN001, ANN201 - re-exported lazily to keep import light
     """Open an output directory written by ``traceanalyzer run`` (see :mod:`traceanalyzer.store`)."""
-    import traceanalyzer.steps  # noqa: F401 - registers the derived tables' readers
+    import traceanalyzer.derived  # noqa: F401 - registers the derived tables' readers
     from traceanalyzer.store import Store
 
     return Store.open(path)

@@ -11,8 +11,8 @@ every key above it changes.
 
 A module's packages run with it, so their ``__init__`` sources count; what an ``__init__``
 imports counts only for a module that imports a name it defines (``from traceanalyzer.kit import
-x``), not for one that only lives under it (``traceanalyzer.steps.collectives`` is not keyed by
-every stage ``steps/__init__`` imports to register them).
+x``), not for one that only lives under it (``traceanalyzer.derived.collectives`` is not keyed by
+every stage ``derived/__init__`` imports to register them).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ ROOT = Path(__file__).parent
 
 
 def module_file(name: str, root: Path = ROOT) -> Path | None:
-    """The source file of package module ``name`` (``traceanalyzer.steps.run``), or None."""
+    """The source file of package module ``name`` (``traceanalyzer.derived.run``), or None."""
     return _modules(root).get(name)
 
 

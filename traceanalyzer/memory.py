@@ -34,12 +34,12 @@ from typing import Any
 
 import polars as pl
 
+from traceanalyzer.derived.phases import STEADY_PHASES
+from traceanalyzer.derived.tables import steps_of
 from traceanalyzer.engine.config import ConfigError, namespace_params
 from traceanalyzer.engine.params import Param, Params
 from traceanalyzer.engine.rule import Rule
 from traceanalyzer.intervals import window_of
-from traceanalyzer.steps.phases import STEADY_PHASES
-from traceanalyzer.steps.tables import steps_of
 from traceanalyzer.store import Store
 
 NAME = "memory"

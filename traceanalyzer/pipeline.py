@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from traceanalyzer.engine.config import AppliedConfig
     from traceanalyzer.engine.loader import LoadedRules
     from traceanalyzer.executor import Executor
-    from traceanalyzer.report.terminal import RunReports
+    from traceanalyzer.report.run_reports import RunReports
 
 
 @dataclass
@@ -72,6 +72,8 @@ def analyse(
     that writes ``out``. ``follow_links``: follow the links that leave ``path``.
     ``rank_timeout``: seconds a rank session may take to ingest (default: by its size).
     """
+    from traceanalyzer.derived.launches import TABLE as LAUNCHES
+    from traceanalyzer.derived.stage import STEPS
     from traceanalyzer.engine import write_findings_json
     from traceanalyzer.engine.config import (
         applied_config,
@@ -86,10 +88,8 @@ def analyse(
     from traceanalyzer.engine.shards import evaluate_store
     from traceanalyzer.memory import NAMESPACE as MEMORY_NAMESPACE
     from traceanalyzer.memory import memory_params, rule_overrides
-    from traceanalyzer.report.terminal import run_reports
+    from traceanalyzer.report.run_reports import run_reports
     from traceanalyzer.stages import declared, run_stages
-    from traceanalyzer.steps.launches import TABLE as LAUNCHES
-    from traceanalyzer.steps.stage import STEPS
 
     # a config file inside the input sets parameters, never loads its rule code
     root = input_root(path) if Path(path).exists() else Path(path)

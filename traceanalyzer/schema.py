@@ -691,7 +691,7 @@ DB_SOURCES: dict[str, dict[str, str]] = {
 
 
 # Tables derived from the ingested ones after ingest (never parsed from files): the steps
-# (`traceanalyzer/steps/`, before the rules, which read them) and the overview
+# (`traceanalyzer/derived/`, before the rules, which read them) and the overview
 # (`traceanalyzer/overview/`, after) write them per rank, and notebooks read them through
 # `Store.table` like any other. Ingest neither writes nor checks them.
 # what a step's graph replay ran at against its real batch (the `steps` table's, copied into
@@ -819,7 +819,7 @@ DERIVED_TABLES: dict[str, Table] = {
             "time in it and what of it no compute hid; derived before the rules at the default "
             "patterns (`moe-load-imbalance`'s `mc2_ops`, `alltoall_ops`, `allgather_ops`), "
             "read by the rule and the overview.",
-            "derived: slices (device tasks), steps (`steps/exchanges.py`)",
+            "derived: slices (device tasks), steps (`derived/exchanges.py`)",
             Column("step", I64, "The step (the `steps` table's)."),
             Column("phase", STR, "The step's phase."),
             Column("tokens", I64, "The step's new tokens (null when unknown)."),
@@ -848,7 +848,7 @@ DERIVED_TABLES: dict[str, Table] = {
             "(`moe-load-imbalance`'s `expert_kernels`, `expert_core`, `mc2_ops`, "
             "`alltoall_ops`, `allgather_ops`, `token_inputs_dropped`), read by the rule.",
             "derived: slices (device tasks), kernels (grouped matmuls' input shapes) "
-            "(`steps/moe_layers.py`)",
+            "(`derived/moe_layers.py`)",
             Column("name", STR, "The exchange op after the expert kernels (the exchange back)."),
             Column("path", STR, "Its path: `mc2`, `alltoall` or `allgather`."),
             Column("expert_ns", I64, "Time in the layer's expert kernels."),
@@ -873,7 +873,7 @@ DERIVED_TABLES: dict[str, Table] = {
             "kernels that are neither expert kernels nor MC2 exchanges, what a rank's device "
             "speed is compared on; derived before the rules at the default patterns, read by "
             "`moe-load-imbalance`.",
-            "derived: slices (device tasks), steps (`steps/moe_layers.py`)",
+            "derived: slices (device tasks), steps (`derived/moe_layers.py`)",
             Column("step", I64, "The step the kernels start in (the `steps` table's)."),
             Column("phase", STR, "The step's phase."),
             Column("name", STR, "Kernel name."),
@@ -884,10 +884,10 @@ DERIVED_TABLES: dict[str, Table] = {
             "kernel_layers",
             "Each device kernel (and communication op) of the sessions whose iterations run an "
             "attention kernel, with its step, decoder layer and module: the layers cut at the "
-            "attention each layer runs once, eager or replayed alike (`steps/layers.py`, "
+            "attention each layer runs once, eager or replayed alike (`derived/layers.py`, "
             "docs/serving.md); joins `kernels` and `slices` on rank, session, stream_id and "
             "start_ns.",
-            "derived: slices (device tasks), steps (`steps/layers.py`)",
+            "derived: slices (device tasks), steps (`derived/layers.py`)",
             Column("stream_id", I64, "The kernel's stream."),
             Column("start_ns", I64, "Kernel start."),
             Column("end_ns", I64, "Kernel end."),
@@ -947,7 +947,7 @@ DERIVED_TABLES: dict[str, Table] = {
             "collectives",
             "Every collective of a rank (HCCL ops, MC2 exchange kernels) with its time split "
             "into what it waited for, what it moved and where nothing ran; the four parts sum "
-            "to the op's time (`steps/collectives.py`, docs/overview.md); derived before the "
+            "to the op's time (`derived/collectives.py`, docs/overview.md); derived before the "
             "rules, read by them and the overview.",
             "derived: slices (HCCL / Communication ops and plane tasks; MC2 kernels), "
             "comm_ops (communication.json), steps",

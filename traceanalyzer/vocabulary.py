@@ -104,7 +104,7 @@ CAPTURE_WINDOW = "graph_capture"
 TRANSFER_KEY = "traceanalyzer.transfer"
 
 
-# The expert-parallel exchange paths an MoE step takes (steps.exchanges tells them apart):
+# The expert-parallel exchange paths an MoE step takes (derived.exchanges tells them apart):
 # id -> (how findings and reports name it, its short name in the overview's tables)
 EP_PATHS: dict[str, tuple[str, str]] = {
     "mc2": ("MC2 dispatch/combine", "MC2"),

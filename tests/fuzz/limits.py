@@ -154,8 +154,8 @@ def _csv_times(rng: random.Random, root: Path, path: Path) -> str | None:
 
 def pattern_parameters() -> list[str]:
     """Every pattern parameter a config file may set, as ``section.PARAM``."""
+    from traceanalyzer.derived.parameters import STEP_PARAMS
     from traceanalyzer.engine.loader import load_rules
-    from traceanalyzer.steps.evidence import STEP_PARAMS
 
     found = [f"steps.{name}" for name, p in STEP_PARAMS.items() if p.is_pattern]
     for rule in load_rules(entry_points=False).rules:

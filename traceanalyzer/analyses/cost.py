@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import polars as pl
 
+from traceanalyzer.derived.tables import steps_of
 from traceanalyzer.engine.findings import Cost, bounded_share
 from traceanalyzer.engine.rule import RuleContext
-from traceanalyzer.steps.tables import steps_of
 
 WINDOW_SCHEMA = {"rank": pl.Int32, "session": pl.String, "start_ns": pl.Int64, "end_ns": pl.Int64}
 

@@ -29,9 +29,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
+from traceanalyzer.derived.collectives import WAITED_FOR_MIN_NS, collectives_of
+from traceanalyzer.derived.tables import steps_of
 from traceanalyzer.engine.rule import RuleContext
-from traceanalyzer.steps.collectives import WAITED_FOR_MIN_NS, collectives_of
-from traceanalyzer.steps.tables import steps_of
 
 INSTANCE = ("sidx", "group", "match")
 NAMES_AGREE = 0.8  # share of a group's ops named alike on every rank to match them by name

@@ -11,7 +11,7 @@ longer and the others wait for it there (``serving_profiles.md`` §3).
 
 - :func:`moe_exchange_paths`: which exchange each step used and how much of it was exposed
   (per rank and step); a step whose path does not fit its size is flagged (outside a rule,
-  the ``exchanges`` table: :func:`~traceanalyzer.steps.exchanges.exchanges_of`).
+  the ``exchanges`` table: :func:`~traceanalyzer.derived.exchanges.exchanges_of`).
 - :func:`moe_imbalance`: per MoE layer instance (the k-th MoE layer of a step, matched across
   the ranks of an EP group) each rank's expert compute, routed tokens and wait in the exchange
   back; the hot ranks and what their peers lose waiting for them. ``moe-load-imbalance``
@@ -19,7 +19,7 @@ longer and the others wait for it there (``serving_profiles.md`` §3).
   one finding counts it.
 
 Everything is read from the store: at the default patterns, the MoE layer instances and the
-dense kernels' time per step that the steps' task derived (``steps.moe_layers``), else the
+dense kernels' time per step that the steps' task derived (``derived.moe_layers``), else the
 slices and kernels; the steps and the session metadata. The wait is taken from durations on
 each rank's own clock (time in the exchange beyond the shortest one of the instance), so ranks
 on different hosts need no common clock.
@@ -33,13 +33,9 @@ from typing import Any
 import polars as pl
 
 from traceanalyzer.analyses.steps import phase_windows
-from traceanalyzer.engine.params import Param
-from traceanalyzer.engine.rule import RuleContext, helper
-from traceanalyzer.intervals import window_of
-from traceanalyzer.patterns import first_match
-from traceanalyzer.steps.device import EXCHANGE_PARAMS, device_slices, exchange_ops_in
-from traceanalyzer.steps.exchanges import exchange_paths_in, exchanges_of
-from traceanalyzer.steps.moe_layers import (
+from traceanalyzer.derived.device import EXCHANGE_PARAMS, device_slices, exchange_ops_in
+from traceanalyzer.derived.exchanges import exchange_paths_in, exchanges_of
+from traceanalyzer.derived.moe_layers import (
     DENSE,
     DERIVED_PARAMS,
     LAYER_PARAMS,
@@ -49,9 +45,13 @@ from traceanalyzer.steps.moe_layers import (
     layers_in,
     moe_tables_of,
 )
-from traceanalyzer.steps.phases import PHASES, STEADY_PHASES
-from traceanalyzer.steps.tables import steps_of
-from traceanalyzer.steps.windows import compute_tasks
+from traceanalyzer.derived.phases import PHASES, STEADY_PHASES
+from traceanalyzer.derived.tables import steps_of
+from traceanalyzer.derived.windows import compute_tasks
+from traceanalyzer.engine.params import Param
+from traceanalyzer.engine.rule import RuleContext, helper
+from traceanalyzer.intervals import window_of
+from traceanalyzer.patterns import first_match
 from traceanalyzer.vocabulary import (
     EP_PATHS,
     HARDWARE_PROCESS,
@@ -109,7 +109,7 @@ NO_PEERS = "needs the profiles of at least 2 ranks of an EP group (profile every
 
 
 def _device_tasks(ctx: RuleContext) -> pl.DataFrame:
-    """:func:`~traceanalyzer.steps.device.device_slices` of every rank in scope, read once
+    """:func:`~traceanalyzer.derived.device.device_slices` of every rank in scope, read once
     (one scan of the slices) for the exchanges, the compute kernels and the expert kernels."""
     return ctx.shared(_read_device_tasks)
 
@@ -119,7 +119,7 @@ def _read_device_tasks(ctx: RuleContext) -> pl.DataFrame:
 
 
 def _exchange_ops(ctx: RuleContext) -> pl.DataFrame:
-    """EP exchange ops of every rank in scope (``steps.device.exchange_ops_in``)."""
+    """EP exchange ops of every rank in scope (``derived.device.exchange_ops_in``)."""
     return exchange_ops_in(_device_tasks(ctx), ctx.params)
 
 
@@ -141,7 +141,7 @@ def _at_defaults(p: Any) -> bool:
 @helper(params=EXCHANGE_PARAMS)
 def moe_exchange_paths(ctx: RuleContext) -> pl.DataFrame:
     """Per rank, session and step that ran an EP exchange: which exchange it used and how much
-    of it no compute hid (the ``exchanges`` table's columns, ``steps.exchanges``): read from the
+    of it no compute hid (the ``exchanges`` table's columns, ``derived.exchanges``): read from the
     store at the default patterns, else derived for these."""
     return ctx.shared(_exchange_paths, tuple(EXCHANGE_PARAMS))
 
@@ -234,7 +234,7 @@ def _sorted(groups: dict[frozenset[int], str]) -> list[tuple[frozenset[int], str
 
 
 def _layers(ctx: RuleContext) -> pl.DataFrame:
-    """The MoE layer instances of every rank in scope (``steps.moe_layers.layers_in``): the
+    """The MoE layer instances of every rank in scope (``derived.moe_layers.layers_in``): the
     store's ``moe_layers`` table at the default patterns, else derived for these."""
     p = ctx.params
     if _layers_at_defaults(p):

@@ -1,6 +1,6 @@
 r"""Steps, steady state and host call sites: shared by the rules that judge host calls per step.
 
-A step is an engine iteration of the store's ``steps`` table (:mod:`traceanalyzer.steps`:
+A step is an engine iteration of the store's ``steps`` table (:mod:`traceanalyzer.derived`:
 ``ProfilerStep#N``, vLLM's step annotations or scopes, the Python tracer's ``execute_model``,
 device bursts; each with its phase). The steady state is every step that served the workload:
 not ``warmup`` (the first ``ProfilerStep``\ s, graph captures, start-up), ``dummy`` (a
@@ -19,6 +19,10 @@ import polars as pl
 
 from traceanalyzer.analyses.cost import analysed_window_ns, cost_over
 from traceanalyzer.analyses.requirements import HOST_MARKED_STEPS
+from traceanalyzer.derived.captures import capture_windows_in
+from traceanalyzer.derived.launches import launches_of
+from traceanalyzer.derived.phases import PHASES, STEADY_PHASES, UNKNOWN_PHASE
+from traceanalyzer.derived.tables import steps_of
 from traceanalyzer.engine.findings import Cost, Evidence
 from traceanalyzer.engine.params import Param
 from traceanalyzer.engine.presentation import FigureContext
@@ -26,10 +30,6 @@ from traceanalyzer.engine.rule import NotEvaluated, RuleContext, helper
 from traceanalyzer.engine.units import SHARE
 from traceanalyzer.intervals import outermost, overlap_join, window_of
 from traceanalyzer.launch_links import containing_call, host_launches
-from traceanalyzer.steps.captures import capture_windows_in
-from traceanalyzer.steps.launches import launches_of
-from traceanalyzer.steps.phases import PHASES, STEADY_PHASES, UNKNOWN_PHASE
-from traceanalyzer.steps.tables import steps_of
 from traceanalyzer.vocabulary import (
     CANN_PROCESS,
     CAPTURE_BEGIN_API,
@@ -96,7 +96,7 @@ def _capture_windows(ctx: RuleContext) -> pl.DataFrame:
 
 def phases_in(steps: pl.DataFrame) -> list[str]:
     """The phases of ``steps`` (a frame with a ``phase`` column) that are known, in the order
-    of :data:`~traceanalyzer.steps.phases.PHASES`: what a finding on them concerns ("unknown"
+    of :data:`~traceanalyzer.derived.phases.PHASES`: what a finding on them concerns ("unknown"
     is no phase to name)."""
     present = set(steps["phase"].drop_nulls().to_list()) if "phase" in steps.columns else set()
     return [p for p in PHASES if p in present and p != UNKNOWN_PHASE]

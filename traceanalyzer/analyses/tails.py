@@ -35,13 +35,13 @@ from traceanalyzer.analyses.cross_rank import (
     iteration_roots,
     rank_waits,
 )
+from traceanalyzer.derived.collectives import MC2_PATTERN
+from traceanalyzer.derived.phases import STEADY_PHASES
 from traceanalyzer.engine.params import Param
 from traceanalyzer.engine.rule import RuleContext, helper
 from traceanalyzer.intervals import union_intervals
 from traceanalyzer.kernels import kernel_tasks
 from traceanalyzer.stats import MAD_SCALE, MEANAD_SCALE
-from traceanalyzer.steps.collectives import MC2_PATTERN
-from traceanalyzer.steps.phases import STEADY_PHASES
 from traceanalyzer.vocabulary import (
     CANN_PROCESS,
     COMPILE_CALLS,

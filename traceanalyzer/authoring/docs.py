@@ -99,7 +99,7 @@ STEPS_END = "<!-- /steps-params -->"
 
 def serving_markdown(page: str) -> str:
     """``docs/serving.md`` with its table of the step derivation's parameters made current."""
-    from traceanalyzer.steps.evidence import STEP_PARAMS
+    from traceanalyzer.derived.parameters import STEP_PARAMS
 
     head, rest = page.split(STEPS_BEGIN, 1)
     _, tail = rest.split(STEPS_END, 1)

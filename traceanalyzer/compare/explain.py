@@ -35,10 +35,10 @@ from typing import Any
 import polars as pl
 
 from traceanalyzer.compare.run_tables import GRAPH_SIZE, RunTables
+from traceanalyzer.derived.phases import PHASES
 from traceanalyzer.overview.breakdown import COMPUTE_CLASSES
 from traceanalyzer.report import fmt
 from traceanalyzer.step_components import BY_KEY, COMPONENTS, COMPUTE, PARTS
-from traceanalyzer.steps.phases import PHASES
 from traceanalyzer.vocabulary import GRAPH_REPLAY_APIS, SYNC_APIS
 
 KINDS = ("kernel", "host", "sync", "comm", "graph", "copy", "idle")  # of a contribution

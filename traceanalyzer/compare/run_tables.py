@@ -13,11 +13,11 @@ from pathlib import Path
 
 import polars as pl
 
+from traceanalyzer.derived.phases import IDLE_PHASE, UNKNOWN_PHASE
 from traceanalyzer.intervals import window_of
 from traceanalyzer.overview.compute import device_tasks
 from traceanalyzer.overview.tops import COLLECTIVE_KIND, PYTHON_OP_CATEGORY
 from traceanalyzer.step_components import COMPONENT_NAMES
-from traceanalyzer.steps.phases import IDLE_PHASE, UNKNOWN_PHASE
 from traceanalyzer.store import Store, StoreError
 from traceanalyzer.vocabulary import CANN_PROCESS, STEP_SPAN_PREFIX
 

@@ -13,7 +13,7 @@ Config file, searched in the working directory when not given (first match wins)
 - ``pyproject.toml`` with the same tables under ``[tool.traceanalyzer.rules.<rule>]``.
 
 Parameter sets that are no rule have a top-level table of their own (``[steps]``: how engine
-iterations and phases are found, ``traceanalyzer.steps.evidence``; ``[memory]``: the device's
+iterations and phases are found, ``traceanalyzer.derived.parameters``; ``[memory]``: the device's
 capacity, ``traceanalyzer.memory``), and ``--set steps.NAME=...``, ``--set memory.NAME=...``.
 
 Extra rule folders, loaded after the built-in rules as if given with ``--rules``, are listed at

@@ -96,6 +96,8 @@ from traceanalyzer.analyses.steps import (
 from traceanalyzer.analyses.tails import LateWork, Tail, TailVerdict, tail_iterations
 from traceanalyzer.api_layers import ApiLayer, one_api_layer
 from traceanalyzer.chart import PALETTE, Chart, Swatch
+from traceanalyzer.derived.moe_layers import routed_tokens
+from traceanalyzer.derived.phases import PHASES, STEADY_PHASES
 from traceanalyzer.engine.findings import Cost, Evidence, Finding, compress_ranks
 from traceanalyzer.engine.params import Param, Params
 from traceanalyzer.engine.presentation import (
@@ -149,8 +151,6 @@ from traceanalyzer.memory import (
 )
 from traceanalyzer.patterns import any_of, first_match
 from traceanalyzer.stats import OUTLIER_EXCESS, OUTLIER_Z, Trend, robust_z, spearman, trend
-from traceanalyzer.steps.moe_layers import routed_tokens
-from traceanalyzer.steps.phases import PHASES, STEADY_PHASES
 from traceanalyzer.store import Store
 from traceanalyzer.vocabulary import (
     AI_CORE_FREQ_PROCESS,

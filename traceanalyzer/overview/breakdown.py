@@ -27,7 +27,7 @@ Overlapped are defined as in ``step_trace_time.csv`` (the profiler's Overlap Ana
 what :func:`check_against_step_trace` compares with (the profiler counts an MC2 exchange as
 Computing: the check counts it so, :data:`MC2_EXPOSED`).
 
-The windows are the ``steps`` table's (:mod:`traceanalyzer.steps`): ProfilerStep#N spans, else
+The windows are the ``steps`` table's (:mod:`traceanalyzer.derived`): ProfilerStep#N spans, else
 the engine iterations vLLM marked, else bursts of device work, else the session. Step time is the
 window's wall time: the time before the step's first device task
 (``Preparing`` in step_trace_time.csv) is in the idle components, where a performance engineer

@@ -1,7 +1,7 @@
 """The overview's collectives: where their time goes, per phase and per rank, and which rank
 each iteration waited on last (its critical path across the ranks).
 
-From the ``collectives`` table (:mod:`traceanalyzer.steps.collectives`: each op's arrival wait,
+From the ``collectives`` table (:mod:`traceanalyzer.derived.collectives`: each op's arrival wait,
 transfer, rest and idle, summing to the op) and the iterations aligned across the ranks
 through the collectives they share (:mod:`traceanalyzer.analyses.cross_rank`). Computed in the
 driver over every rank, from the derived tables (a few rows per collective).
@@ -18,6 +18,8 @@ from traceanalyzer.analyses.cross_rank import (
     iteration_roots,
     with_skews,
 )
+from traceanalyzer.derived.collectives import SPLIT, collectives_of
+from traceanalyzer.derived.tables import steps_of
 from traceanalyzer.overview.model import (
     Collectives,
     CriticalPath,
@@ -26,8 +28,6 @@ from traceanalyzer.overview.model import (
     RankCollectives,
     Root,
 )
-from traceanalyzer.steps.collectives import SPLIT, collectives_of
-from traceanalyzer.steps.tables import steps_of
 from traceanalyzer.store import Store
 
 # an iteration waited on its root when the others' wait for it is at least this share of the

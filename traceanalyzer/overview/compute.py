@@ -9,6 +9,13 @@ from __future__ import annotations
 
 import polars as pl
 
+from traceanalyzer.derived.captures import capture_windows_in
+from traceanalyzer.derived.device import EXCHANGE_PARAMS
+from traceanalyzer.derived.exchanges import exchanges_of
+from traceanalyzer.derived.launches import host_calls, launches_of
+from traceanalyzer.derived.moe_layers import LAYER_PARAMS
+from traceanalyzer.derived.phases import IDLE_PHASE
+from traceanalyzer.derived.tables import steps_of
 from traceanalyzer.host_gaps import GapSettings, stream_gaps_of
 from traceanalyzer.overview.breakdown import (
     COMPUTE_CLASSES,
@@ -29,13 +36,6 @@ from traceanalyzer.overview.memory import memory_tables
 from traceanalyzer.overview.model import TopSizes
 from traceanalyzer.overview.tops import top_collectives, top_host_apis, top_kernels
 from traceanalyzer.step_components import COMPONENT_NAMES, COMPONENTS
-from traceanalyzer.steps.captures import capture_windows_in
-from traceanalyzer.steps.device import EXCHANGE_PARAMS
-from traceanalyzer.steps.exchanges import exchanges_of
-from traceanalyzer.steps.launches import host_calls, launches_of
-from traceanalyzer.steps.moe_layers import LAYER_PARAMS
-from traceanalyzer.steps.phases import IDLE_PHASE
-from traceanalyzer.steps.tables import steps_of
 from traceanalyzer.store import Store
 from traceanalyzer.vocabulary import (
     CAPTURE_BEGIN_API,

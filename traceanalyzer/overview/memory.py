@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from traceanalyzer.derived.phases import IDLE_PHASE, PHASES
 from traceanalyzer.memory import (
     APP,
     COLLECT_WITH,
@@ -40,7 +41,6 @@ from traceanalyzer.overview.model import (
 )
 from traceanalyzer.overview.phases import TIMELINE_RUNS, resampled
 from traceanalyzer.stats import theil_sen_slope
-from traceanalyzer.steps.phases import IDLE_PHASE, PHASES
 from traceanalyzer.store import Store
 
 TABLES = (

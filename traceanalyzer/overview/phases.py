@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import polars as pl
 
+from traceanalyzer.derived.phases import IDLE_PHASE as IDLE  # a window, not an iteration
+from traceanalyzer.derived.phases import PHASES
+from traceanalyzer.derived.phases import UNKNOWN_PHASE as UNKNOWN
 from traceanalyzer.overview.breakdown import unmeasured
 from traceanalyzer.overview.headline import headline, mean_components
 from traceanalyzer.overview.model import (
@@ -27,9 +30,6 @@ from traceanalyzer.overview.model import (
     TopKernel,
 )
 from traceanalyzer.overview.tops import ALL_PHASES, combined_tops
-from traceanalyzer.steps.phases import IDLE_PHASE as IDLE  # a window, not an iteration
-from traceanalyzer.steps.phases import PHASES
-from traceanalyzer.steps.phases import UNKNOWN_PHASE as UNKNOWN
 from traceanalyzer.store import Store
 
 PHASE_TOP = 5  # rows of each phase's top tables
@@ -281,7 +281,7 @@ def phases_section(
     layers: pl.DataFrame | None = None,
 ) -> Phases:
     """``summary.overview.phases`` from the store's summary tables: one row per phase present
-    (in :data:`~traceanalyzer.steps.phases.PHASES` order), what share of the iteration time
+    (in :data:`~traceanalyzer.derived.phases.PHASES` order), what share of the iteration time
     has a known phase, and the phase strip."""
     if windows.is_empty():
         return Phases(rows=[], known_share=None, timeline=[])

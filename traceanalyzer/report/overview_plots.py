@@ -14,7 +14,7 @@ HEATMAP_ABOVE = 8  # ranks: more than this and bars are unreadable, the heat map
 COLORS: dict[str, str] = {c.key: c.colour for c in COMPONENTS}
 
 
-# one colour per phase (traceanalyzer.steps.phases.PHASES): the work warm, the rest muted
+# one colour per phase (traceanalyzer.derived.phases.PHASES): the work warm, the rest muted
 PHASE_COLORS: dict[str, str] = {
     "prefill": "#1d4ed8",
     "decode": "#0d9488",

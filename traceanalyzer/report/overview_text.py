@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
+from traceanalyzer.derived.captures import NO_CAPTURE
 from traceanalyzer.engine.findings import compress_ranks
 from traceanalyzer.overview.model import (
     STEP,
@@ -22,7 +23,6 @@ from traceanalyzer.report import fmt
 from traceanalyzer.report.overview_memory import memory_lines, memory_markdown
 from traceanalyzer.report.width import table_lines, wrap
 from traceanalyzer.step_components import COLUMNS
-from traceanalyzer.steps.captures import NO_CAPTURE
 from traceanalyzer.text import count, join
 from traceanalyzer.vocabulary import EP_PATHS
 

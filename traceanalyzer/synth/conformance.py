@@ -5,7 +5,7 @@ vllm-ascend, op-plugin, CANN and msprof sources (each row cites where), never fr
 product's classifier expects: the ``serving`` scenario writes its attention kernels from these
 rows (:func:`attention_kernel`), ``docs/serving.md``'s conformance table is generated from them
 (:func:`markdown`), and ``tests/test_conformance.py`` runs every row through the product and
-checks the phase it derives. ``steps/phases.py`` is written from the rules these rows follow,
+checks the phase it derives. ``derived/phases.py`` is written from the rules these rows follow,
 so the test holds two readings of the sources to agree, not one reading to itself.
 
 How kernel_details.csv writes an attention kernel's inputs (msprof

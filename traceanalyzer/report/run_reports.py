@@ -1,4 +1,5 @@
-"""What ``run`` adds to the terminal after the findings table, and the reports it writes.
+"""Every report of a finished run, written in one call, and what ``run`` adds to the terminal
+after the findings table.
 
 Kept here so ``cli.py`` stays a thin shell: one call writes every report, one call renders the
 closing lines (vllm bench TTFT/TPOT when the input has them, then where the report is).

@@ -15,19 +15,19 @@ from collections.abc import Collection
 
 import polars as pl
 
-from traceanalyzer.engine.params import Params
-from traceanalyzer.patterns import any_of
-from traceanalyzer.stages import Read
-from traceanalyzer.steps.evidence import NAMESPACE
-from traceanalyzer.steps.launches import CALLS, derive_launches, launches_of
-from traceanalyzer.steps.phases import attention_evidence, classify, marker_counts
-from traceanalyzer.steps.windows import (
+from traceanalyzer.derived.launches import CALLS, derive_launches, launches_of
+from traceanalyzer.derived.parameters import NAMESPACE
+from traceanalyzer.derived.phases import attention_evidence, classify, marker_counts
+from traceanalyzer.derived.windows import (
     compute_tasks,
     host_spans,
     is_host_span,
     session_windows,
     window_index,
 )
+from traceanalyzer.engine.params import Params
+from traceanalyzer.patterns import any_of
+from traceanalyzer.stages import Read
 from traceanalyzer.store import Store
 from traceanalyzer.vocabulary import (
     CANN_PROCESS,
@@ -72,7 +72,7 @@ def read_slices(
 ) -> pl.LazyFrame:
     """The ranks' slices the derivation reads (each of its reads filters this frame in memory):
     every device task (the compute tasks; the communication ops too, for the EP exchanges of
-    ``steps.device``), the CANN calls that capture or replay a graph, and the host spans
+    ``derived.device``), the CANN calls that capture or replay a graph, and the host spans
     named like a marker; only the columns it reads, each kind in the table's order. (A
     kernel's launch is the ``launches`` table's: the CANN calls that launch kernels, most of
     a rank's slices, are not read.) Each kind is a scan of its own, side by side: the table is

@@ -13,7 +13,7 @@ the kernels that are neither experts nor exchanges: what a rank's device speed i
 
 One stage, ``moe``, derived in the steps' task at the default patterns, from the device tasks,
 EP exchange ops and compute kernels read there once for it, the exchanges and the collectives
-(``steps.device``); ``analyses.moe`` reads them, and derives its own from the store for patterns that
+(``derived.device``); ``analyses.moe`` reads them, and derives its own from the store for patterns that
 differ (:func:`layers_in`, :func:`dense_in`).
 """
 
@@ -24,14 +24,14 @@ from typing import Any
 
 import polars as pl
 
+from traceanalyzer.derived.derive import COMPUTE_KERNELS
+from traceanalyzer.derived.device import DEVICE_TASKS, EXCHANGE_OPS, EXCHANGE_PARAMS
+from traceanalyzer.derived.stage import TABLE as STEPS
 from traceanalyzer.engine.params import Param, Params
 from traceanalyzer.executor import SMALL_WORK_BYTES
 from traceanalyzer.intervals import window_of
 from traceanalyzer.patterns import any_of
 from traceanalyzer.stages import Stage, declare, rows_of
-from traceanalyzer.steps.derive import COMPUTE_KERNELS
-from traceanalyzer.steps.device import DEVICE_TASKS, EXCHANGE_OPS, EXCHANGE_PARAMS
-from traceanalyzer.steps.stage import TABLE as STEPS
 from traceanalyzer.store import Store
 from traceanalyzer.vocabulary import HARDWARE_PROCESS
 
@@ -118,8 +118,8 @@ def layers_in(
     tokens, when every grouped matmul of the layer has them; ``arrival_ns``: when the rank is
     ready for the exchange (its start, or its last expert kernel's end if later);
     ``exchange_ns``: from then to the exchange's end; ``first_ns``: the first expert kernel's
-    start. ``device``: :func:`~traceanalyzer.steps.device.device_slices`; ``ops``:
-    :func:`~traceanalyzer.steps.device.exchange_ops_in`; ``shapes``: :func:`expert_shapes`."""
+    start. ``device``: :func:`~traceanalyzer.derived.device.device_slices`; ``ops``:
+    :func:`~traceanalyzer.derived.device.exchange_ops_in`; ``shapes``: :func:`expert_shapes`."""
     kernels = (
         device.lazy()
         .filter(
@@ -183,7 +183,7 @@ def dense_in(compute: pl.DataFrame, steps: pl.DataFrame, p: Any) -> pl.DataFrame
     """Per rank, session, step and kernel name (:data:`DENSE_SCHEMA`): the time (``dur_ns``)
     and count (``kernels``) of the compute kernels that are neither expert kernels nor MC2
     exchanges and start in the step (its ``phase`` too). ``compute``: the compute kernels
-    (:func:`~traceanalyzer.steps.windows.compute_tasks`); ``steps``: the ranks' steps."""
+    (:func:`~traceanalyzer.derived.windows.compute_tasks`); ``steps``: the ranks' steps."""
     dense = compute.filter(~pl.col("name").str.contains(any_of((p.expert_kernels, p.mc2_ops))))
     windows = steps.filter(pl.col("step").is_not_null())
     placed = window_of(dense, windows, keep=["step", "phase"]).filter(pl.col("step").is_not_null())

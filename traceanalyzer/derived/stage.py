@@ -14,13 +14,13 @@ from typing import Any
 
 import polars as pl
 
+from traceanalyzer.derived.derive import COMPUTE_KERNELS, STEP_SLICES, derive_ranks
+from traceanalyzer.derived.launches import TABLE as LAUNCHES
+from traceanalyzer.derived.parameters import NAMESPACE, STEP_PARAMS
 from traceanalyzer.engine.config import ConfigError, namespace_params
 from traceanalyzer.engine.params import Params
 from traceanalyzer.executor import SMALL_WORK_BYTES
 from traceanalyzer.stages import Stage, declare, rows_of
-from traceanalyzer.steps.derive import COMPUTE_KERNELS, STEP_SLICES, derive_ranks
-from traceanalyzer.steps.evidence import NAMESPACE, STEP_PARAMS
-from traceanalyzer.steps.launches import TABLE as LAUNCHES
 from traceanalyzer.store import Store
 
 TABLE = "steps"

@@ -26,9 +26,9 @@ from typing import Any
 
 import polars as pl
 
+from traceanalyzer.derived.phases import first_dim
 from traceanalyzer.engine.params import Param
 from traceanalyzer.intervals import pair_windows, window_of
-from traceanalyzer.steps.phases import first_dim
 from traceanalyzer.store import Store
 from traceanalyzer.vocabulary import (
     CANN_PROCESS,

@@ -13,10 +13,10 @@ from typing import Any
 
 import polars as pl
 
+from traceanalyzer.derived.derive import STEP_SLICES
 from traceanalyzer.engine.params import Param, Params
 from traceanalyzer.patterns import any_of
 from traceanalyzer.stages import Read
-from traceanalyzer.steps.derive import STEP_SLICES
 from traceanalyzer.store import Store
 from traceanalyzer.vocabulary import DEVICE_PROCESSES
 

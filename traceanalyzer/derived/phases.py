@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import polars as pl
 
+from traceanalyzer.derived.windows import annotation_match, window_index
 from traceanalyzer.engine.params import Params
-from traceanalyzer.steps.windows import annotation_match, window_index
 
 PHASES = ("prefill", "decode", "mixed", "spec_decode", "dummy", "warmup", "idle", "unknown")
 UNKNOWN_PHASE = "unknown"  # nothing told the phase (phase_reason says why)

@@ -23,7 +23,7 @@ peer rank (the plane task's ``dst rank``) of the op's longest wait, which is oft
 idle time is (a wait for a rank outside the profile, on another plane).
 
 A stage derived in the steps' task from the device tasks read there once for it and the stages
-beside it (``steps.device``; no scan but one of the longest waits' args).
+beside it (``derived.device``; no scan but one of the longest waits' args).
 """
 
 from __future__ import annotations
@@ -32,11 +32,11 @@ from collections.abc import Collection
 
 import polars as pl
 
+from traceanalyzer.derived.device import DEVICE_TASKS, EXCHANGE_OPS
+from traceanalyzer.derived.stage import TABLE as STEPS
 from traceanalyzer.executor import SMALL_WORK_BYTES
 from traceanalyzer.intervals import union_intervals, window_of
 from traceanalyzer.stages import Stage, declare, rows_of
-from traceanalyzer.steps.device import DEVICE_TASKS, EXCHANGE_OPS
-from traceanalyzer.steps.stage import TABLE as STEPS
 from traceanalyzer.store import Store
 from traceanalyzer.vocabulary import (
     COMMUNICATION_PROCESSES,
@@ -236,7 +236,7 @@ def derive_collectives(
     steps: pl.DataFrame,
 ) -> pl.DataFrame:
     """The ``collectives`` rows (:data:`SCHEMA`) of ``ranks``, from their device tasks
-    (:func:`~traceanalyzer.steps.device.device_slices`), EP exchange ops (their MC2 exchange
+    (:func:`~traceanalyzer.derived.device.device_slices`), EP exchange ops (their MC2 exchange
     kernels) and steps."""
     mc2 = exchange_ops.filter(pl.col("path") == "mc2")
     present = sorted(set(device_tasks["rank"].unique()) | set(mc2["rank"].unique()))

@@ -6,7 +6,7 @@ An MoE layer on an EP rank sends each token to the ranks holding its experts and
 reduce-scatter back (``serving_profiles.md`` §3). vllm-ascend takes MC2 up to a token capacity
 and all-to-all above it, so a step's path should fit its size.
 
-A stage derived in the steps' task, from the EP exchange ops (``steps.device``) and compute
+A stage derived in the steps' task, from the EP exchange ops (``derived.device``) and compute
 kernels the steps' slices hold and the steps just derived, at the default patterns:
 ``moe-load-imbalance`` and the overview read it (``analyses.moe``); a rule whose patterns differ
 derives its own (:func:`exchange_paths_in`).
@@ -18,12 +18,12 @@ from collections.abc import Collection
 
 import polars as pl
 
+from traceanalyzer.derived.derive import COMPUTE_KERNELS
+from traceanalyzer.derived.device import EXCHANGE_OPS
+from traceanalyzer.derived.stage import TABLE as STEPS
 from traceanalyzer.executor import SMALL_WORK_BYTES
 from traceanalyzer.intervals import covered_fraction, union_intervals, window_of
 from traceanalyzer.stages import Stage, declare, rows_of
-from traceanalyzer.steps.derive import COMPUTE_KERNELS
-from traceanalyzer.steps.device import EXCHANGE_OPS
-from traceanalyzer.steps.stage import TABLE as STEPS
 from traceanalyzer.store import Store
 
 TABLE = "exchanges"

@@ -11,10 +11,10 @@ tables, which rules (through the kit), the overview and ``diff`` share; see
 # first. In the order they run in a task (a stage after those it reads): each table is written,
 # and what no stage after it reads let go, before the next is derived.
 # isort: off
-from traceanalyzer.steps import launches as launches
-from traceanalyzer.steps import stage as stage
-from traceanalyzer.steps import exchanges as exchanges
-from traceanalyzer.steps import moe_layers as moe_layers
-from traceanalyzer.steps import layers as layers
-from traceanalyzer.steps import collectives as collectives
+from traceanalyzer.derived import launches as launches
+from traceanalyzer.derived import stage as stage
+from traceanalyzer.derived import exchanges as exchanges
+from traceanalyzer.derived import moe_layers as moe_layers
+from traceanalyzer.derived import layers as layers
+from traceanalyzer.derived import collectives as collectives
 # isort: on

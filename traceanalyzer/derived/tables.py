@@ -6,7 +6,7 @@ from collections.abc import Collection
 
 import polars as pl
 
-from traceanalyzer.steps.stage import TABLE
+from traceanalyzer.derived.stage import TABLE
 from traceanalyzer.store import Store
 
 

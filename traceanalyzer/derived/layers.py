@@ -27,16 +27,16 @@ from typing import Any
 
 import polars as pl
 
+from traceanalyzer.derived import captures
+from traceanalyzer.derived.derive import COMPUTE_KERNELS
+from traceanalyzer.derived.device import DEVICE_TASKS
+from traceanalyzer.derived.launches import CALLS
+from traceanalyzer.derived.launches import TABLE as LAUNCHES
+from traceanalyzer.derived.stage import TABLE as STEPS
 from traceanalyzer.engine.params import Param, Params
 from traceanalyzer.executor import SMALL_WORK_BYTES
 from traceanalyzer.intervals import window_of
 from traceanalyzer.stages import Read, Stage, declare, rows_of
-from traceanalyzer.steps import captures
-from traceanalyzer.steps.derive import COMPUTE_KERNELS
-from traceanalyzer.steps.device import DEVICE_TASKS
-from traceanalyzer.steps.launches import CALLS
-from traceanalyzer.steps.launches import TABLE as LAUNCHES
-from traceanalyzer.steps.stage import TABLE as STEPS
 from traceanalyzer.store import Store
 from traceanalyzer.vocabulary import COMMUNICATION_PROCESSES
 
@@ -285,7 +285,7 @@ def captures_reader(
     store: Store, ranks: Collection[int], steps_params: Any, calls: pl.DataFrame
 ) -> Callable[[], pl.DataFrame]:
     """What reads the launches of the graph captures ``ranks``' profiles hold
-    (:func:`~traceanalyzer.steps.captures.captured_launches`), when asked: ``steps_params``,
+    (:func:`~traceanalyzer.derived.captures.captured_launches`), when asked: ``steps_params``,
     the steps' parameters (the capture calls, the token kernels); ``calls``, their CANN calls
     (``launches.host_calls``; the captures' windows are taken from them now)."""
     windows = captures.capture_windows_in(
