@@ -434,6 +434,23 @@ def test_host_launches_every_link_kind():
     assert out.columns[:5] == ["rank", "session", "stream", "start_ns", "end_ns"]
 
 
+def test_a_connection_id_two_calls_carry_links_the_earliest_in_any_order():
+    """Which call a repeated connection id links to does not depend on the order the calls
+    are read in: before, a sort left their tie open and the first kept won."""
+    b = StoreBuilder()
+    b.session(0, "s", start_ns=0, end_ns=us(1_000))
+    for start in (300, 100, 200):
+        b.api(0, "s", "Node@launch", start_ns=us(start), dur_ns=us(10), thread="Thread 9",
+              connection_id=5)  # fmt: skip
+    b.task(0, "s", "MatMulV2", stream=2, start_ns=us(500), dur_ns=us(5), connection_id=5)
+    slices = b.store().table("slices").collect()
+    linked = {
+        host_launches(order)["launch_start_ns"].item()
+        for order in (slices, slices.reverse(), slices.sample(fraction=1.0, shuffle=True, seed=3))
+    }
+    assert linked == {us(100)}
+
+
 def test_host_launches_without_flows_or_host_calls():
     b = StoreBuilder()
     b.session(0, "s", start_ns=0, end_ns=us(100))

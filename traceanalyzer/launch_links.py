@@ -269,8 +269,16 @@ def _replay_links(tasks: pl.DataFrame, replays: pl.DataFrame) -> pl.DataFrame:
 
 def _connection_links(tasks: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
     keys = ["rank", "session", "connection_id"]
+    # several calls with one id (a repeated id, merged traces): the preferred layer, then the
+    # earliest, whatever order the calls came in (a sort with ties left open kept any of them)
     ranked = calls.filter(pl.col("connection_id").is_not_null()).sort(
-        pl.col("api_layer").replace_strict(_LAYER_PREFERENCE, default=9, return_dtype=pl.Int64)
+        pl.col("api_layer").replace_strict(_LAYER_PREFERENCE, default=9, return_dtype=pl.Int64),
+        "start_ns",
+        "end_ns",
+        "thread",
+        "name",
+        nulls_last=True,
+        maintain_order=True,
     )
     by_conn = pl.concat([ranked.select(keys), _as_launch(ranked)], how="horizontal").unique(
         keys, keep="first"
