@@ -491,6 +491,8 @@ def _read_salvaging(
     empty: (line, why)) read by DuckDB."""
     import duckdb
 
+    from traceanalyzer.parse.duckdb_connect import duckdb_reason
+
     con = db.cursor()
     try:
         try:
@@ -518,17 +520,10 @@ def _read_salvaging(
             rejected = []
         result.warnings += _rejected_rows(path, sorted(rejected + blanked))
     except duckdb.Error as exc:
-        # DuckDB's message quotes the offending line whole: megabytes of it for a damaged file
-        raise CsvRefused(f"DuckDB's CSV reader: {_first_line(exc)}") from exc
+        raise CsvRefused(f"DuckDB's CSV reader: {duckdb_reason(exc, 200)}") from exc
     finally:
         con.close()
     return result
-
-
-def _first_line(exc: Exception, limit: int = 200) -> str:
-    """The first line of ``exc``'s message, at most ``limit`` characters."""
-    line = str(exc).partition("\n")[0]
-    return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
 _MAX_FIELD_BYTES = 16 << 20  # DuckDB's max_line_size above: a longer field fails there anyway

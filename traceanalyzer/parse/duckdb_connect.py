@@ -29,6 +29,12 @@ def quiet(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
     return con
 
 
+def duckdb_reason(exc: BaseException | str, limit: int) -> str:
+    """The first line of a DuckDB error (or its message), at most ``limit`` characters: its message goes on to
+    quote the offending input whole (megabytes of a damaged file's line)."""
+    return str(exc).partition("\n")[0][:limit]
+
+
 @contextlib.contextmanager
 def duckdb_name(path: Path) -> Iterator[str]:
     """``path`` as DuckDB opens it. DuckDB takes a file's name as UTF-8 text, and a folder's

@@ -27,7 +27,7 @@ import duckdb
 import polars as pl
 import pyarrow as pa
 
-from traceanalyzer.parse.duckdb_connect import connect_duckdb, duckdb_name
+from traceanalyzer.parse.duckdb_connect import connect_duckdb, duckdb_name, duckdb_reason
 from traceanalyzer.parse.json_array import (
     EVENT_BOUNDARY,
     array_body,
@@ -258,7 +258,7 @@ def _salvage_from(
         except duckdb.Error as exc:
             out.warnings.append(f"{note} (byte offsets below are in the replaced copy)")
             error = str(exc)
-    reason = str(error).splitlines()[0][:160]
+    reason = duckdb_reason(error, 160)
     size = source.stat().st_size
     body = array_body(source)
     assert body is not None  # the input starts with `[`, and so does its UTF-8 copy

@@ -97,6 +97,7 @@ def parse_trace_view(
     import duckdb  # only for the traces the scanner does not read
 
     from traceanalyzer.parse import trace_duckdb
+    from traceanalyzer.parse.duckdb_connect import duckdb_reason
 
     budget = (memory or DEFAULT_PARSE_MEMORY).limit_mb(path)
     result = TraceResult(reader="duckdb")
@@ -106,7 +107,7 @@ def parse_trace_view(
         result = TraceResult(reader="duckdb")
         events = trace_duckdb.read_events(path, scratch, threads, budget * 2, result)
         result.warnings.append(
-            f"{path}: out of its {budget} MB parse budget ({str(exc).splitlines()[0][:120]}); "
+            f"{path}: out of its {budget} MB parse budget ({duckdb_reason(exc, 120)}); "
             f"parsed again with {budget * 2} MB"
         )
     if refused and not result.incomplete and not result.warnings:
