@@ -276,10 +276,6 @@ def shard_input_bytes(sessions: Mapping[str, Any], shard: Sequence[int]) -> int:
     return total
 
 
-def partition_exists(root: Path, table: str, rank: int, session: str) -> bool:
-    return (partition_dir(root, table, rank, session) / "part-0.parquet").is_file()
-
-
 def remove_session(root: Path, rank: int, session: str) -> None:
     for table in TABLES:
         shutil.rmtree(partition_dir(root, table, rank, session), ignore_errors=True)

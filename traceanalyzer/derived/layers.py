@@ -275,12 +275,6 @@ def _layer_lead(seq: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def kernel_layers_of(store: Store, ranks: Collection[int] | None = None) -> pl.DataFrame:
-    """The ``kernel_layers`` rows of ``ranks`` (every rank: None): the store's, derived here at
-    the default patterns for a rank it was not derived for, once per store."""
-    return store.derived(TABLE, ranks).collect()
-
-
 def captures_reader(
     store: Store, ranks: Collection[int], steps_params: Any, calls: pl.DataFrame
 ) -> Callable[[], pl.DataFrame]:
