@@ -575,7 +575,7 @@ def _run(
     # before the libraries load: the trace's scan takes the core their imports leave idle
     read_ahead.start(path, out, executor=executor_name, force=force)
 
-    # The imports make objects, not garbage: no collection walks them (two full passes, 0.03 s)
+    # The imports make objects, not garbage: no collection walks them
     gc.disable()
     from traceanalyzer.engine.config import ConfigError
     from traceanalyzer.engine.loader import RulesNotLoaded
@@ -587,7 +587,7 @@ def _run(
     from traceanalyzer.pipeline import analyse
 
     # The libraries' objects live as long as this process: frozen, the collector's full passes
-    # (the parse's cycles) do not walk them again (0.05 s of a 200 MB run).
+    # (the parse's cycles) do not walk them again.
     gc.freeze()
     gc.enable()
     try:

@@ -124,9 +124,8 @@ def derive_tables(
 
     The slices take both cores (row groups made by three threads while the one before is
     encoded), then the counters; the flows and threads are derived alongside what ``on_read``
-    starts. The counters derived alongside the slices were no faster and the peak was 45 MB
-    higher; alongside the side files (what ``on_read`` starts), no faster and the run's peak
-    25 MB higher (docs/benchmarks/ingest.md).
+    starts. The counters derived alongside the slices or the side files (what ``on_read``
+    starts) are no faster, at a higher peak (docs/benchmarks/ingest.md).
     """
     names = _Names(events.others)
     # the pids with slices or counters, before those are freed: a pid with neither (a Level0
