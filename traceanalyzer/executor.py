@@ -464,20 +464,12 @@ class RayExecutor(Executor):
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
+                quiet = {"log_to_driver": False, "logging_level": logging.ERROR}
                 if self.address:
-                    ray.init(
-                        address=self.address,
-                        runtime_env={"env_vars": process_env.in_effect()},
-                        log_to_driver=False,
-                        logging_level=logging.ERROR,
-                    )
+                    env = {"env_vars": process_env.in_effect()}
+                    ray.init(address=self.address, runtime_env=env, **quiet)
                 else:
-                    ray.init(
-                        num_cpus=self.jobs,
-                        include_dashboard=False,
-                        log_to_driver=False,
-                        logging_level=logging.ERROR,
-                    )
+                    ray.init(num_cpus=self.jobs, include_dashboard=False, **quiet)
         except Exception as exc:
             where = self.address or "a local instance"
             raise ExecutorError(f"could not start or join Ray ({where}): {exc}") from exc
@@ -512,9 +504,7 @@ class RayExecutor(Executor):
                     index = refs.pop(ref)
                     try:
                         result = ray.get(ref)
-                    except (
-                        Exception
-                    ) as exc:  # RayTaskError, WorkerCrashedError, OutOfMemoryError, ...
+                    except Exception as exc:  # RayTaskError, WorkerCrashedError, OutOfMemoryError
                         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
                         result = TaskCrashed(f"{type(exc).__name__}: {first}"[:500])
                     yield index, result

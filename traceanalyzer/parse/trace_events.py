@@ -452,14 +452,11 @@ def _flows(others: pl.DataFrame) -> pl.DataFrame:
             pl.coalesce("id", "id_f").alias("flow_id"),
             pl.col("ts").alias("start_ns"),
             pl.col("ts_f").alias("end_ns"),
-            pl.col("process").alias("src_process"),
-            pl.col("thread").alias("src_thread"),
-            pl.col("pid").alias("src_pid"),
-            pl.col("tid").alias("src_tid"),
-            pl.col("process_f").alias("dst_process"),
-            pl.col("thread_f").alias("dst_thread"),
-            pl.col("pid_f").alias("dst_pid"),
-            pl.col("tid_f").alias("dst_tid"),
+            *(
+                pl.col(f"{column}{suffix}").alias(f"{end}_{column}")
+                for end, suffix in (("src", ""), ("dst", "_f"))
+                for column in ("process", "thread", "pid", "tid")
+            ),
             pl.coalesce("ts", "ts_f").alias("_order"),
         )
         .sort(["_order", "end_ns", "cat", "flow_id"], nulls_last=True)
