@@ -89,8 +89,6 @@ def _bandwidth(db: Db) -> pl.DataFrame:
     """communication.json's `Communication Bandwidth Info` per op, from CommAnalyzerBandwidth:
     one object per transport type, with its packet size distribution."""
     keys = {"step": STR, "kind": STR, "op_name": STR, "group": STR}
-    if not db.has("CommAnalyzerBandwidth"):
-        return pl.DataFrame(schema=keys | {"bandwidth": STR})
     rows = db.scan(
         "CommAnalyzerBandwidth",
         step=("step", STR),
