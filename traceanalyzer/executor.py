@@ -118,14 +118,13 @@ class Executor(ABC):
         self,
         fn: Callable[..., Any],
         args: Sequence[tuple[Any, ...]],
-        labels: Sequence[str] | None = None,
         width: int | None = None,
         timeouts: Sequence[float] | None = None,
     ) -> MapResult:
         """``width``: at most this many tasks at once, below ``jobs`` (the process pool honours
         it; ``local`` runs one at a time anyway; Ray schedules by its own resources).
         ``timeouts``: each task's deadline in seconds, from when it starts (see the module
-        doc). ``labels`` name the tasks for the caller; no backend reads them."""
+        doc)."""
         return self._map(fn, args, width, timeouts)
 
     @abstractmethod
