@@ -29,16 +29,11 @@ def analysis_tables(db: Db, sink: TableSink, result: DbResult) -> None:
             result.rows[table] = sink.arrow(table, arrow_table(build(db)))
 
 
+# StepTraceTime's column of each step_times duration: its name without the unit, but for one
 _STEP_COLUMNS = {
-    "computing_ns": "computing",
-    "communication_not_overlapped_ns": "communication_not_overlapped",
-    "overlapped_ns": "overlapped",
-    "communication_ns": "communication",
-    "free_ns": "free",
-    "stage_ns": "stage",
-    "bubble_ns": "bubble",
-    "communication_not_overlapped_exclude_receive_ns": "communication_not_overlapped_and_exclude_receive",
-    "preparing_ns": "preparing",
+    name: name.removesuffix("_ns") for name in schema_of("step_times") if name.endswith("_ns")
+} | {
+    "communication_not_overlapped_exclude_receive_ns": "communication_not_overlapped_and_exclude_receive"
 }
 
 
