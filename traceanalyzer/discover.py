@@ -465,37 +465,26 @@ def _session_ids(sessions: list[RankSession], root: Path) -> None:
         s.session = wanted[index]
 
 
-def _classify_unusable(path: Path, refused: set[Path]) -> Problem | None:
+def _unusable(path: Path, refused: set[Path]) -> str | None:
+    """Why the candidate rank dir ``path`` cannot be analysed (None: it can)."""
     out = path / OUTPUT_DIR
     if out in refused:
-        return Problem("error", str(path), f"{OUTPUT_DIR}/ is not read (see the warning above)")
+        return f"{OUTPUT_DIR}/ is not read (see the warning above)"
     if out.is_dir():
         names = {p.name for p in out.iterdir() if p not in refused and p.is_file()}
         if any(n.endswith((".csv", ".json")) or DB_NAME.match(n) for n in names):
             return None
         if ANALYSIS_DB in names:
-            return Problem(
-                "error",
-                str(path),
+            return (
                 f"only {ANALYSIS_DB} is present (communication and step summaries), no "
                 "ascend_pytorch_profiler_{rank}.db: copy the whole ASCEND_PROFILER_OUTPUT/, or "
-                + ANALYSE_HINT.format(path=path),
+                + ANALYSE_HINT.format(path=path)
             )
-        return Problem(
-            "error",
-            str(path),
-            f"{OUTPUT_DIR}/ holds no trace_view.json, CSV files or ascend_pytorch_profiler_*.db",
-        )
+        return f"{OUTPUT_DIR}/ holds no trace_view.json, CSV files or ascend_pytorch_profiler_*.db"
     has_raw = any(p.name.startswith("PROF_") or p.name in _RAW_MARKERS for p in path.iterdir())
     if has_raw:
-        return Problem(
-            "error",
-            str(path),
-            "raw data only (PROF_*/FRAMEWORK, never parsed); " + ANALYSE_HINT.format(path=path),
-        )
-    return Problem(
-        "error", str(path), f"no {OUTPUT_DIR}/ and no raw PROF_* data: not a profiler output"
-    )
+        return "raw data only (PROF_*/FRAMEWORK, never parsed); " + ANALYSE_HINT.format(path=path)
+    return f"no {OUTPUT_DIR}/ and no raw PROF_* data: not a profiler output"
 
 
 def _rank_problems(sessions: list[RankSession], problems: list[Problem]) -> None:
@@ -591,7 +580,7 @@ def only_session(root: str | os.PathLike[str]) -> RankSession | None:
             return None
         problems: list[Problem] = []
         refused = foreign_entries(found[0], os.path.realpath(root_path), False, problems)
-        if problems or _classify_unusable(found[0], refused) is not None:
+        if problems or _unusable(found[0], refused) is not None:
             return None
         return _load_session(found[0], [], refused)
     except OSError:
@@ -615,12 +604,11 @@ def discover(root: str | os.PathLike[str], follow_links: bool = False) -> Discov
     for path in _walk(root_path, problems=problems, follow_links=follow_links):
         try:
             refused = foreign_entries(path, real_root, follow_links, problems)
-            unusable = _classify_unusable(path, refused)
+            unusable = _unusable(path, refused)
         except OSError as exc:
-            problems.append(Problem("error", str(path), f"unreadable directory ({exc})"))
-            continue
+            unusable = f"unreadable directory ({exc})"
         if unusable is not None:
-            problems.append(unusable)
+            problems.append(Problem("error", str(path), unusable))
             continue
         sessions.append(_load_session(path, problems, refused))
     if not sessions and not problems:

@@ -94,6 +94,9 @@ _POLL_SECONDS = 0.5  # how often a map looks for a task past its deadline
 
 
 MapResult = Iterator[tuple[int, Any]]
+Task = Callable[..., Any]  # a top-level function, called with one task's arguments
+TaskArgs = Sequence[tuple[Any, ...]]
+Deadlines = Sequence[float] | None  # a task's deadline in seconds, by task
 
 
 class Executor(ABC):
@@ -111,12 +114,10 @@ class Executor(ABC):
     def __init__(self, jobs: int = 1):
         self.jobs = max(1, int(jobs))
 
-    @abstractmethod
     def map(
         self,
         fn: Callable[..., Any],
         args: Sequence[tuple[Any, ...]],
-        labels: Sequence[str] | None = None,
         width: int | None = None,
         timeouts: Sequence[float] | None = None,
     ) -> MapResult:
@@ -124,6 +125,11 @@ class Executor(ABC):
         it; ``local`` runs one at a time anyway; Ray schedules by its own resources).
         ``timeouts``: each task's deadline in seconds, from when it starts (see the module
         doc)."""
+        return self._map(fn, args, width, timeouts)
+
+    @abstractmethod
+    def _map(self, fn: Task, args: TaskArgs, width: int | None, timeouts: Deadlines) -> MapResult:
+        """:meth:`map` as the backend runs it."""
 
     def threads_per_task(self, side_by_side: int) -> int:
         """Threads a task may use when ``side_by_side`` tasks run at once: this machine's cores
@@ -165,14 +171,7 @@ class LocalExecutor(Executor):
     def describe(self) -> str:
         return "local"
 
-    def map(
-        self,
-        fn: Callable[..., Any],
-        args: Sequence[tuple[Any, ...]],
-        labels: Sequence[str] | None = None,
-        width: int | None = None,
-        timeouts: Sequence[float] | None = None,
-    ) -> MapResult:
+    def _map(self, fn: Task, args: TaskArgs, width: int | None, timeouts: Deadlines) -> MapResult:
         for index, task_args in enumerate(args):
             if timeouts is None:
                 yield index, _called(fn, task_args)
@@ -288,11 +287,7 @@ def _stop_overdue(inflight: str, timeouts: Sequence[float]) -> set[int]:
 
 def _isolated_entry(conn: Any, parent: int, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
     worker_start(parent)
-    try:
-        result: Any = fn(*args)
-    except Exception as exc:
-        result = TaskCrashed(f"{type(exc).__name__}: {exc}")
-    conn.send(result)
+    conn.send(_called(fn, args))
     conn.close()
 
 
@@ -358,14 +353,7 @@ class ProcessExecutor(Executor):
     def close(self) -> None:
         self._shutdown(wait=True)
 
-    def map(
-        self,
-        fn: Callable[..., Any],
-        args: Sequence[tuple[Any, ...]],
-        labels: Sequence[str] | None = None,
-        width: int | None = None,
-        timeouts: Sequence[float] | None = None,
-    ) -> MapResult:
+    def _map(self, fn: Task, args: TaskArgs, width: int | None, timeouts: Deadlines) -> MapResult:
         pending = set(range(len(args)))
         overdue: set[int] = set()  # killed past their deadline: reported, never run again
         while pending:
@@ -475,20 +463,12 @@ class RayExecutor(Executor):
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
+                quiet = {"log_to_driver": False, "logging_level": logging.ERROR}
                 if self.address:
-                    ray.init(
-                        address=self.address,
-                        runtime_env={"env_vars": process_env.in_effect()},
-                        log_to_driver=False,
-                        logging_level=logging.ERROR,
-                    )
+                    env = {"env_vars": process_env.in_effect()}
+                    ray.init(address=self.address, runtime_env=env, **quiet)
                 else:
-                    ray.init(
-                        num_cpus=self.jobs,
-                        include_dashboard=False,
-                        log_to_driver=False,
-                        logging_level=logging.ERROR,
-                    )
+                    ray.init(num_cpus=self.jobs, include_dashboard=False, **quiet)
         except Exception as exc:
             where = self.address or "a local instance"
             raise ExecutorError(f"could not start or join Ray ({where}): {exc}") from exc
@@ -503,14 +483,7 @@ class RayExecutor(Executor):
             )
         return self._remote[fn]
 
-    def map(
-        self,
-        fn: Callable[..., Any],
-        args: Sequence[tuple[Any, ...]],
-        labels: Sequence[str] | None = None,
-        width: int | None = None,
-        timeouts: Sequence[float] | None = None,
-    ) -> MapResult:
+    def _map(self, fn: Task, args: TaskArgs, width: int | None, timeouts: Deadlines) -> MapResult:
         if not args:
             return
         self._ensure()
@@ -530,9 +503,7 @@ class RayExecutor(Executor):
                     index = refs.pop(ref)
                     try:
                         result = ray.get(ref)
-                    except (
-                        Exception
-                    ) as exc:  # RayTaskError, WorkerCrashedError, OutOfMemoryError, ...
+                    except Exception as exc:  # RayTaskError, WorkerCrashedError, OutOfMemoryError
                         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
                         result = TaskCrashed(f"{type(exc).__name__}: {first}"[:500])
                     yield index, result
@@ -615,15 +586,8 @@ class AutoExecutor(Executor):
     def shares_memory(self) -> bool:  # type: ignore[override]
         return self.chosen is not None and self.chosen.shares_memory
 
-    def map(
-        self,
-        fn: Callable[..., Any],
-        args: Sequence[tuple[Any, ...]],
-        labels: Sequence[str] | None = None,
-        width: int | None = None,
-        timeouts: Sequence[float] | None = None,
-    ) -> MapResult:
-        return self._executor(len(args)).map(fn, args, labels, width, timeouts)
+    def _map(self, fn: Task, args: TaskArgs, width: int | None, timeouts: Deadlines) -> MapResult:
+        return self._executor(len(args)).map(fn, args, width=width, timeouts=timeouts)
 
     def close(self) -> None:
         if self.chosen is not None:

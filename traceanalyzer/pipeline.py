@@ -168,8 +168,8 @@ def analyse(
                     seconds = time.perf_counter() - started
                     log(f"evaluated {len(findings.rules)} rule(s) in {seconds:.1f} s")
                 add_input_caveats(findings.findings, _incomplete_inputs(result))
-                # After the rules, not beside them: on the 200 MB benchmark beside them it
-                # saved no time and added 40 MB to the run's peak (docs/benchmarks/compare.md).
+                # After the rules, not beside them: beside them it saves no time and raises
+                # the run's peak (docs/benchmarks/compare.md).
                 findings.overview = _overview(
                     out, executor, findings, top, force, log, device.capacity_gb
                 )

@@ -2,46 +2,34 @@
 
 - **polars' allocator.** polars allocates through jemalloc, which by default keeps freed memory
   in one arena per CPU (times four) for ten seconds. The native trace reader allocates and frees
-  a row group at a time, so that retention, not the data, set a worker's peak: 1.7x the trace
-  instead of 1.5x (docs/benchmarks/ingest.md). One arena, purged by a background thread after
-  100 ms, keeps the peak at the data without costing time. Importing polars writes its own
-  default into the environment (``POLARS_IMPORT_JEMALLOC_CONF``), so a CLI started by a process
-  that imported polars (a notebook's ``!traceanalyzer run``, a script, the benchmarks) inherits
-  it: that is no user's choice, and ours goes before what the user added to it. Inherited as
-  if set, it raised the benchmark rank's peak from 1.3-1.4x the trace to 1.6-1.7x.
+  a row group at a time, so that retention, not the data, set a worker's peak
+  (docs/benchmarks/ingest.md). One arena, purged by a background thread after 100 ms, keeps the
+  peak at the data without costing time. Importing polars writes its own default into the
+  environment (``POLARS_IMPORT_JEMALLOC_CONF``), so a CLI started by a process that imported
+  polars (a notebook's ``!traceanalyzer run``, a script, the benchmarks) inherits it: that is no
+  user's choice, and ours goes before what the user added to it.
 - **pyarrow's allocator.** pyarrow allocates through its bundled mimalloc by default, which
-  commits whole arena chunks and keeps freed pages for reuse: after the ingest of the 200 MB
-  benchmark rank it held 45 MB more than the system allocator, and the run's peak (the rules'
-  and the overview's queries on top of what the ingest left) was 10% higher, at the same speed
-  (alternated runs; docs/benchmarks/compare.md). The system allocator hands freed pages back.
+  commits whole arena chunks and keeps freed pages for reuse: a higher peak at the same speed
+  (docs/benchmarks/compare.md). The system allocator hands freed pages back.
 - **glibc's heap.** What the system allocator frees below its mmap threshold stays in the
-  heap, scattered between live blocks, and the threshold rises with every large block freed:
-  parsing operator_details.csv of the 200 MB rank (40 MB, a stream of 4 MB batches) grew the
-  heap by 120 MB that only ``malloc_trim`` gave back. A fixed 1 MiB threshold maps each large
-  buffer on its own and returns it when freed: the ingest peaked at 257 MB instead of 305-329,
-  at the same speed. Children read ``MALLOC_MMAP_THRESHOLD_`` when they start; this process
-  has started, so :func:`configure` sets it with ``mallopt`` too.
+  heap, scattered between live blocks, and the threshold rises with every large block freed (a
+  CSV read in a stream of 4 MB batches grew the heap by three times its size). A fixed 1 MiB
+  threshold maps each large buffer on its own and returns it when freed. Children read
+  ``MALLOC_MMAP_THRESHOLD_`` when they start; this process has started, so :func:`configure`
+  sets it with ``mallopt`` too.
 - **polars' engine.** polars 2 runs a lazy query on its streaming engine unless told otherwise
   (``POLARS_ENGINE_AFFINITY``, read when polars loads). The analysis after the ingest is
   thousands of queries over frames held in memory or a few columns of a rank's tables, where
-  the streaming engine's set-up costs more than it streams: a window join of 91k kernels took
-  7.9 ms on it and 4.4 ms in memory, a three-step query of 16 rows 0.37 and 0.19 ms. The
-  realistic benchmark rank's whole run took 3.9 s instead of 4.1 (6.1 s of CPU, 6.4 before);
-  on the MoE benchmark collection the rules took 0.8 s instead of 0.9 and the overview 0.6
-  instead of 0.7, at a lower peak (277 MB, 295 before); the Db twin's run and the ingest
-  alone took as long (medians of alternated runs).
+  the streaming engine's set-up costs more than it streams.
 - **numpy's BLAS threads.** OpenBLAS starts a thread per core when numpy is imported, and they
-  spin waiting for work for a while (0.1 s of a core at the import alone). traceanalyzer does no
-  linear algebra worth threads, so on the 200 MB benchmark rank those spinning threads cost
-  0.4 s of CPU taken from the parse on two cores; one BLAS thread costs none.
+  spin waiting for work for a while, taking CPU from the parse; traceanalyzer does no linear
+  algebra worth threads.
 
 The libraries read these settings once, when they load, so :func:`configure` runs at the top
 of the CLI (worker processes inherit the environment). A value the user set wins, when it is
 one the library takes (:data:`VALID`): a wrong one is replaced by ours, or removed where we set
-none, and the CLI says so. ``POLARS_MAX_THREADS=0`` made polars panic at its first query, 1,024
-threads on 2 cores took a run from 0.8 s to 155 s, and a value polars cannot parse it warned
-about in its own words (``sys:1: UserWarning: illegal value``). The workers
-of a Ray cluster the CLI joins start from their node's environment instead, so the executor
+none, and the CLI says so (``POLARS_MAX_THREADS=0`` makes polars panic at its first query,
+far more threads than cores slow a run a hundredfold). The workers of a Ray cluster the CLI joins start from their node's environment instead, so the executor
 hands them this process's values (:func:`in_effect`) with the job. A notebook that imported
 polars or numpy before traceanalyzer keeps their defaults: slower and higher peaks, nothing
 else.

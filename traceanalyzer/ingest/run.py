@@ -229,12 +229,6 @@ def _ingest(
                 (members, out_path, group, threads, memory, limits)
                 for (group, members), limits in zip(todo, seconds, strict=True)
             ],
-            labels=[
-                f"ranks {group} ({len(members)} sessions)"
-                if group
-                else f"rank {members[0].rank} {members[0].session}"
-                for group, members in todo
-            ],
             width=side_by_side,
             # past its own deadline (above), a session is stopped: a read stuck in a library
             # never saw it

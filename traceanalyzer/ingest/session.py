@@ -85,9 +85,8 @@ def ingest_session(
         # Small side files parse on a thread once the trace parse's memory peak is behind it,
         # while its last tables are written (parse_trace_view's on_read); large ones (a real
         # rank's are a third of its trace) after the trace, once the trace parse's freed memory
-        # is handed back: the parses' memory never adds up (alongside the last tables, the
-        # 200 MB benchmark rank peaked 20 MB higher). Two large files at a time stay below the
-        # trace parse's peak since each large buffer is mapped on its own (process_env).
+        # is handed back: the parses' memory never adds up. Two large files at a time stay
+        # below the trace parse's peak since each large buffer is mapped on its own (process_env).
         side_files = SideFiles(session, sink, scratch, frozenset(sink.rows) if db else frozenset())
         side: list[Future[dict[str, list[str]]]] = []
         large = side_files.size > SIDE_FILES_ALONGSIDE_BYTES

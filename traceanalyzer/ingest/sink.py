@@ -64,19 +64,7 @@ class PartitionSink:
         return checked_arrow(table, conform_body(table, data), self.impossible)
 
     def arrow(self, table: str, data: pa.Table) -> int:
-        self._in_time()
-        body = self._body(table, data)
-        commit_partition(
-            self.out,
-            table,
-            self.rank,
-            self.session,
-            lambda p: pq.write_table(body, p, **write_options(table, body.schema)),
-        )
-        self.rows[table] = body.num_rows
-        self.spans.pop(table, None)
-        self._note_span(table, body)
-        return body.num_rows
+        return self.batches(table, [data])
 
     def batches(self, table: str, tables: Iterable[pa.Table]) -> int:
         self._in_time()
@@ -122,9 +110,6 @@ class BufferedSink(PartitionSink):
     def __init__(self, out: Path, rank: int, session: str, seconds: float | None = None):
         super().__init__(out, rank, session, seconds)
         self.parts: dict[str, list[pa.Table]] = {}
-
-    def arrow(self, table: str, data: pa.Table) -> int:
-        return self.batches(table, [data])
 
     def batches(self, table: str, tables: Iterable[pa.Table]) -> int:
         self._in_time()

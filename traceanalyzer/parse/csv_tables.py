@@ -253,7 +253,7 @@ _REJECT_REASONS = {
     "line size over maximum": "line longer than 16 MB",
 }
 # buffer_size: by default DuckDB reads a file of up to 256 MB in one buffer; 32 MB (twice the
-# longest line accepted) keeps a large kernel_details.csv at about 400 MB peak instead of 540.
+# longest line accepted) lowers the peak of a large kernel_details.csv.
 _READ_CSV = (
     "SELECT * FROM read_csv($path, header = true, all_varchar = true, delim = ',', quote = '\"', "
     "escape = '\"', store_rejects = true, max_line_size = 16777216, buffer_size = 33554432{options})"
@@ -578,9 +578,8 @@ def _without_wide_rows(path: Path, scratch: Path | None) -> tuple[list[int], Pat
     private copy with those rows blank (their lines kept, so DuckDB's line numbers stay the
     file's), or ``path`` when there are none (or it is no CSV Python's reader can follow).
 
-    DuckDB records one reject per extra field, in time that grows faster than their number:
-    20,000 extra fields in one row took 21 s, two rows of 100,000 more than 300 s and 3 GB.
-    Such rows are malformed whatever their fields say, and counted as DuckDB would count them."""
+    DuckDB records one reject per extra field, in time that grows faster than their number
+    (minutes and gigabytes for a row of 100,000). Such rows are malformed whatever their fields say, and counted as DuckDB would count them."""
     wide: list[tuple[int, int]] = []
     limit = csv.field_size_limit(_MAX_FIELD_BYTES)
     try:
@@ -673,7 +672,7 @@ def _unique(names: list[str]) -> list[str]:
 def _converted(batch: pa.RecordBatch, plan: _Conversion) -> pa.Table:
     """One batch of the file (columns by position) in the table's columns. The µs columns are
     converted as one series (their texts end to end): the conversion's cost is mostly per
-    call, and a file has up to eight of them (operator_details.csv: 0.3 s less)."""
+    call, and a file has up to eight of them."""
     named = batch.rename_columns([f"f{i}" for i in range(batch.num_columns)])
     frame = pl.from_arrow(named)
     out = frame.select(plan.exprs) if plan.exprs else pl.DataFrame(height=frame.height)

@@ -16,9 +16,8 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-# Rows per Parquet row group gathered from the sorted order: on the 200 MB benchmark 8k slices
-# rows with their args peaked 20 MB lower than 16k (and 50 lower than 32k) at the same speed;
-# 4k was 12 MB lower still but took 0.3 s more CPU.
+# Rows per Parquet row group gathered from the sorted order: fewer lower the peak, at a cost
+# in CPU below this.
 ROW_GROUP_ROWS = 8 << 10
 
 
@@ -29,9 +28,8 @@ def stable_order(
 
     One stable sort of the row numbers on every key (numpy's lexsort), each key an integer
     (a text or float by its dense rank): polars' sort on all keys at once builds a row encoding
-    of every key (70 MB for 412k slices, a text among them), and one polars sort per key took
-    more time (0.12 s instead of 0.08 on those slices) and memory. A dictionary-encoded key sorts by
-    its texts.
+    of every key, and one polars sort per key takes more time and memory. A dictionary-encoded
+    key sorts by its texts.
     """
     descending = descending or [False] * len(by)
     keys: list[np.ndarray] = []  # the least significant first, as lexsort takes them
@@ -56,8 +54,7 @@ def _as_integers(values: pl.Series) -> pl.Series:
     if values.dtype == pl.Boolean:
         return values.cast(pl.UInt8)
     if values.dtype in (pl.Categorical, pl.Enum):
-        # each distinct word ranked once, its codes mapped to the ranks: casting every row to
-        # text first took 73 ms for the 543k counters of the Db benchmark rank
+        # each distinct word ranked once, its codes mapped to the ranks (not every row cast)
         words = values.drop_nulls().unique()
         ranks = words.cast(pl.String).rank("dense")
         return values.to_physical().replace_strict(words.to_physical(), ranks, default=None)
@@ -68,10 +65,9 @@ def made_ahead(makers: Iterable[Callable[[], pa.Table]], workers: int = 3) -> It
     """The parts ``makers`` make, in their order, each made on one of ``workers`` threads while
     the sink writes the ones before: polars and the Parquet encoder release the GIL, so they
     overlap. A row group takes twice as long to make as to write, and a maker waits for the
-    GIL, a read or its page faults between polars calls: on the benchmark rank (two cores)
-    the ingest took 1.43 s with three makers, 1.51 with two and 1.64 with one (medians of
-    alternated runs), for 5 MB more of peak per maker. At most ``workers`` parts are being
-    made or wait, besides the one being written."""
+    GIL, a read or its page faults between polars calls: three makers beat two on two cores,
+    for a little more peak each. At most ``workers`` parts are being made or wait, besides the
+    one being written."""
     pending: deque[Future[pa.Table]] = deque()
     with ThreadPoolExecutor(max(1, workers)) as pool:
         try:

@@ -49,12 +49,11 @@ def write_options(table: str, schema: pa.Schema) -> dict[str, object]:
     its :data:`GROUPED_TEXT` columns only, dictionaries for its texts only.
 
     Within a process, rows are written in time order, so a row group spans its threads and
-    names: min/max of another text column would prune nothing, and computing them was a quarter
-    of the writer's time on the benchmark rank (0.1 s). Times and ids keep theirs (a time
-    window skips row groups). A dictionary pays for texts, which repeat; times and ids are
-    mostly distinct, so a row group's dictionary of them was as large as its values and the
-    hashing wasted, and zstd finds the repeats of the other numbers: the benchmark rank's
-    store was 22% smaller without them (7.5 MB, 9.6 before), its ingest as fast."""
+    names: min/max of another text column would prune nothing, at a cost in writing time.
+    Times and ids keep theirs (a time window skips row groups). A dictionary pays for texts,
+    which repeat; times and ids are mostly distinct, so a row group's dictionary of them would
+    be as large as its values, and zstd finds the repeats of the other numbers: the store is
+    smaller without them, its ingest as fast."""
     grouped = GROUPED_TEXT.get(table, DEFAULT_GROUPED_TEXT)
     kept = [
         f.name

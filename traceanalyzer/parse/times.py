@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 import polars as pl
 import pyarrow as pa
 
+from traceanalyzer.parse.sink import body_columns
 from traceanalyzer.timeutil import EARLIEST_NS, LATEST_NS, LONGEST_NS
 
 
@@ -36,6 +37,11 @@ class TimeColumns:
     durations: tuple[str, ...] = ()
     required: tuple[str, ...] = ()
     events: bool = True
+
+
+def _durations(table: str) -> tuple[str, ...]:
+    """Every ns column of ``table``, a summary whose times are all durations."""
+    return tuple(name for name, _ in body_columns(table) if name.endswith("_ns"))
 
 
 TIME_COLUMNS: dict[str, TimeColumns] = {
@@ -55,31 +61,8 @@ TIME_COLUMNS: dict[str, TimeColumns] = {
         ("start_ns",), ("elapse_ns", "transit_ns", "wait_ns", "synchronization_ns", "idle_ns")
     ),
     "comm_links": TimeColumns(durations=("transit_ns",), events=False),
-    "step_times": TimeColumns(
-        durations=(
-            "computing_ns",
-            "communication_not_overlapped_ns",
-            "overlapped_ns",
-            "communication_ns",
-            "free_ns",
-            "stage_ns",
-            "bubble_ns",
-            "communication_not_overlapped_exclude_receive_ns",
-            "preparing_ns",
-        ),
-        events=False,
-    ),
-    "operators": TimeColumns(
-        durations=(
-            "host_self_ns",
-            "host_total_ns",
-            "device_self_ns",
-            "device_total_ns",
-            "device_self_aicore_ns",
-            "device_total_aicore_ns",
-        ),
-        events=False,
-    ),
+    "step_times": TimeColumns(durations=_durations("step_times"), events=False),
+    "operators": TimeColumns(durations=_durations("operators"), events=False),
 }
 
 

@@ -176,6 +176,20 @@ def _load(con: duckdb.DuckDBPyConnection, paths: list[Path], append: bool = Fals
     )
 
 
+def _load_failure(
+    con: duckdb.DuckDBPyConnection, paths: list[Path], append: bool = False
+) -> duckdb.Error | None:
+    """:func:`_load`, and why the events did not read (None: they did). A spent budget is
+    raised: the caller retries with a larger one."""
+    try:
+        _load(con, paths, append)
+    except duckdb.OutOfMemoryException:
+        raise
+    except duckdb.Error as exc:
+        return exc
+    return None
+
+
 _BATCH_ROWS = 64 << 10  # rows per Arrow batch handed over by DuckDB
 
 
@@ -249,15 +263,12 @@ def _salvage_from(
     if replaced:
         source = utf8
         note = f"{path}: {replaced} invalid UTF-8 sequence(s) replaced with U+FFFD"
-        try:
-            _load(con, [source])
+        failure = _load_failure(con, [source])
+        if failure is None:
             out.warnings.append(note)
             return out
-        except duckdb.OutOfMemoryException:
-            raise
-        except duckdb.Error as exc:
-            out.warnings.append(f"{note} (byte offsets below are in the replaced copy)")
-            error = str(exc)
+        out.warnings.append(f"{note} (byte offsets below are in the replaced copy)")
+        error = str(failure)
     reason = duckdb_reason(error, 160)
     size = source.stat().st_size
     body = array_body(source)
@@ -307,13 +318,8 @@ def _complete_prefix(path: Path, scratch: Path, con: duckdb.DuckDBPyConnection) 
         # elsewhere fails them all, and each try reads the whole prefix.
         for cut in reversed(candidates[-3:]):
             copy_prefix(path, cut, repaired)
-            try:
-                _load(con, [repaired])
+            if _load_failure(con, [repaired]) is None:
                 return cut
-            except duckdb.OutOfMemoryException:
-                raise
-            except duckdb.Error:
-                continue
         return None
     finally:
         repaired.unlink(missing_ok=True)
@@ -336,13 +342,8 @@ def _isolate_malformed(
             if loads < _MAX_SALVAGE_LOADS:
                 loads += 1
                 copy_events(path, begin, end, piece)
-                try:
-                    _load(con, [piece], append=True)
+                if _load_failure(con, [piece], append=True) is None:
                     continue
-                except duckdb.OutOfMemoryException:
-                    raise
-                except duckdb.Error:
-                    pass
             middle = boundary_near(path, begin, end) if loads < _MAX_SALVAGE_LOADS else None
             if middle is None:
                 dropped.append((begin, end))

@@ -124,9 +124,8 @@ def derive_tables(
 
     The slices take both cores (row groups made by three threads while the one before is
     encoded), then the counters; the flows and threads are derived alongside what ``on_read``
-    starts. The counters derived alongside the slices were no faster and the peak was 45 MB
-    higher; alongside the side files (what ``on_read`` starts), no faster and the run's peak
-    25 MB higher (docs/benchmarks/ingest.md).
+    starts. The counters derived alongside the slices or the side files (what ``on_read``
+    starts) are no faster, at a higher peak (docs/benchmarks/ingest.md).
     """
     names = _Names(events.others)
     # the pids with slices or counters, before those are freed: a pid with neither (a Level0
@@ -453,14 +452,11 @@ def _flows(others: pl.DataFrame) -> pl.DataFrame:
             pl.coalesce("id", "id_f").alias("flow_id"),
             pl.col("ts").alias("start_ns"),
             pl.col("ts_f").alias("end_ns"),
-            pl.col("process").alias("src_process"),
-            pl.col("thread").alias("src_thread"),
-            pl.col("pid").alias("src_pid"),
-            pl.col("tid").alias("src_tid"),
-            pl.col("process_f").alias("dst_process"),
-            pl.col("thread_f").alias("dst_thread"),
-            pl.col("pid_f").alias("dst_pid"),
-            pl.col("tid_f").alias("dst_tid"),
+            *(
+                pl.col(f"{column}{suffix}").alias(f"{end}_{column}")
+                for end, suffix in (("src", ""), ("dst", "_f"))
+                for column in ("process", "thread", "pid", "tid")
+            ),
             pl.coalesce("ts", "ts_f").alias("_order"),
         )
         .sort(["_order", "end_ns", "cat", "flow_id"], nulls_last=True)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from traceanalyzer.recipes.model import Recipe
@@ -26,13 +26,8 @@ class Verdict:
         return self.variant is not None and not self.problems
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "recipe": self.recipe,
-            "ok": self.ok,
-            "variant": self.variant,
-            "problems": self.problems,
-            "notes": self.notes,
-        }
+        fields = asdict(self)
+        return {"recipe": fields.pop("recipe"), "ok": self.ok, **fields}
 
 
 def variant_for_version(recipe: Recipe, version: str) -> HookVariant | None:

@@ -107,6 +107,12 @@ def sh_command(argv: Sequence[str], indent: str = "  ", raw: Sequence[int] = ())
     return (" \\\n" + indent).join(lines)
 
 
+def options_argv(options: Mapping[str, str | None]) -> list[str]:
+    """The words of command-line ``options`` in their order: each name, then its value (a flag's
+    is None)."""
+    return [word for name, value in options.items() for word in (name, value) if word is not None]
+
+
 def sh_env(env: Mapping[str, str]) -> str:
     """``export K=V`` lines in the given order, values shell-quoted."""
     return "\n".join(f"export {k}={shlex.quote(v)}" for k, v in env.items())

@@ -10,6 +10,7 @@ from traceanalyzer.recipes.model import (
     Recipe,
     RenderedFile,
     fill,
+    options_argv,
     sh_command,
     sh_env,
     template_text,
@@ -334,15 +335,14 @@ def serve_argv(values: dict[str, Any], secondary: bool = False) -> tuple[list[st
     argv += ["--tensor-parallel-size", str(values["tensor_parallel_size"])]
     if values["enable_expert_parallel"]:
         argv.append("--enable-expert-parallel")
-    argv += [
-        "--max-num-seqs",
-        str(values["max_num_seqs"]),
-        "--max-model-len",
-        str(values["max_model_len"]),
-        "--max-num-batched-tokens",
-        str(values["max_num_batched_tokens"]),
-        "--trust-remote-code",
-    ]
+    argv += options_argv(
+        {
+            "--max-num-seqs": str(values["max_num_seqs"]),
+            "--max-model-len": str(values["max_model_len"]),
+            "--max-num-batched-tokens": str(values["max_num_batched_tokens"]),
+            "--trust-remote-code": None,
+        }
+    )
     if values["async_scheduling"]:
         argv.append("--async-scheduling")
     argv += ["--gpu-memory-utilization", values["gpu_memory_utilization"]]
@@ -352,49 +352,29 @@ def serve_argv(values: dict[str, Any], secondary: bool = False) -> tuple[list[st
 
 
 def bench_argv(values: dict[str, Any]) -> tuple[list[str], set[int]]:
-    argv = [
-        '"$VLLM"',
-        "bench",
-        "serve",
-        "--backend",
-        "openai-chat",
-        "--endpoint",
-        "/v1/chat/completions",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(values["port"]),
-        "--model",
-        values["served_model_name"],
-        "--tokenizer",
-        values["model"],
-        "--dataset-name",
-        "prefix_repetition",
-        "--prefix-repetition-prefix-len",
-        str(values["prefix_len"]),
-        "--prefix-repetition-suffix-len",
-        str(values["suffix_len"]),
-        "--prefix-repetition-num-prefixes",
-        str(values["num_prefixes"]),
-        "--prefix-repetition-output-len",
-        str(values["output_len"]),
-        "--num-prompts",
-        str(values["num_prompts"]),
-        "--max-concurrency",
-        str(values["max_concurrency"]),
-        "--request-rate",
-        values["request_rate"],
-        "--ignore-eos",
-        "--percentile-metrics",
-        ",".join(values["percentile_metrics"]),
-        "--metric-percentiles",
-        ",".join(str(p) for p in values["metric_percentiles"]),
-        "--save-result",
-        "--result-dir",
-        '"$RESULT_DIR"',
-        "--result-filename",
-        "bench.json",
-    ]
+    options = {
+        "--backend": "openai-chat",
+        "--endpoint": "/v1/chat/completions",
+        "--host": "127.0.0.1",
+        "--port": str(values["port"]),
+        "--model": values["served_model_name"],
+        "--tokenizer": values["model"],
+        "--dataset-name": "prefix_repetition",
+        "--prefix-repetition-prefix-len": str(values["prefix_len"]),
+        "--prefix-repetition-suffix-len": str(values["suffix_len"]),
+        "--prefix-repetition-num-prefixes": str(values["num_prefixes"]),
+        "--prefix-repetition-output-len": str(values["output_len"]),
+        "--num-prompts": str(values["num_prompts"]),
+        "--max-concurrency": str(values["max_concurrency"]),
+        "--request-rate": values["request_rate"],
+        "--ignore-eos": None,
+        "--percentile-metrics": ",".join(values["percentile_metrics"]),
+        "--metric-percentiles": ",".join(str(p) for p in values["metric_percentiles"]),
+        "--save-result": None,
+        "--result-dir": '"$RESULT_DIR"',
+        "--result-filename": "bench.json",
+    }
+    argv = ['"$VLLM"', "bench", "serve", *options_argv(options)]
     return argv, {0, len(argv) - 3}
 
 

@@ -124,22 +124,26 @@ def _read_module(src: SourceReader, module: str) -> str | None:
     return None
 
 
+def _defines(node: ast.AST, name: str, defs: tuple[type[ast.AST], ...]) -> bool:
+    """``node`` is one of ``defs`` (function or class definitions) named ``name``, or assigns
+    to the bare ``name``."""
+    if isinstance(node, defs):
+        return node.name == name  # type: ignore[attr-defined]
+    if isinstance(node, ast.Assign):
+        return any(isinstance(t, ast.Name) and t.id == name for t in node.targets)
+    return (
+        isinstance(node, ast.AnnAssign)
+        and isinstance(node.target, ast.Name)
+        and node.target.id == name
+    )
+
+
+_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+
+
 def _top_level(tree: ast.Module, name: str) -> ast.AST | None:
     for node in tree.body:
-        if (
-            isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
-            and node.name == name
-        ):
-            return node
-        if isinstance(node, ast.Assign) and any(
-            isinstance(t, ast.Name) and t.id == name for t in node.targets
-        ):
-            return node
-        if (
-            isinstance(node, ast.AnnAssign)
-            and isinstance(node.target, ast.Name)
-            and node.target.id == name
-        ):
+        if _defines(node, name, (*_FUNCTIONS, ast.ClassDef)):
             return node
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             for alias in node.names:
@@ -154,17 +158,7 @@ def _top_level(tree: ast.Module, name: str) -> ast.AST | None:
 
 def _class_member(cls: ast.ClassDef, member: str) -> ast.AST | None:
     for node in cls.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == member:
-            return node
-        if isinstance(node, ast.Assign) and any(
-            isinstance(t, ast.Name) and t.id == member for t in node.targets
-        ):
-            return node
-        if (
-            isinstance(node, ast.AnnAssign)
-            and isinstance(node.target, ast.Name)
-            and node.target.id == member
-        ):
+        if _defines(node, member, _FUNCTIONS):
             return node
     for node in ast.walk(cls):
         targets: Iterable[ast.AST] = ()

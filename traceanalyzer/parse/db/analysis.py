@@ -29,16 +29,11 @@ def analysis_tables(db: Db, sink: TableSink, result: DbResult) -> None:
             result.rows[table] = sink.arrow(table, arrow_table(build(db)))
 
 
+# StepTraceTime's column of each step_times duration: its name without the unit, but for one
 _STEP_COLUMNS = {
-    "computing_ns": "computing",
-    "communication_not_overlapped_ns": "communication_not_overlapped",
-    "overlapped_ns": "overlapped",
-    "communication_ns": "communication",
-    "free_ns": "free",
-    "stage_ns": "stage",
-    "bubble_ns": "bubble",
-    "communication_not_overlapped_exclude_receive_ns": "communication_not_overlapped_and_exclude_receive",
-    "preparing_ns": "preparing",
+    name: name.removesuffix("_ns") for name in schema_of("step_times") if name.endswith("_ns")
+} | {
+    "communication_not_overlapped_exclude_receive_ns": "communication_not_overlapped_and_exclude_receive"
 }
 
 
@@ -89,8 +84,6 @@ def _bandwidth(db: Db) -> pl.DataFrame:
     """communication.json's `Communication Bandwidth Info` per op, from CommAnalyzerBandwidth:
     one object per transport type, with its packet size distribution."""
     keys = {"step": STR, "kind": STR, "op_name": STR, "group": STR}
-    if not db.has("CommAnalyzerBandwidth"):
-        return pl.DataFrame(schema=keys | {"bandwidth": STR})
     rows = db.scan(
         "CommAnalyzerBandwidth",
         step=("step", STR),

@@ -445,21 +445,19 @@ class Db:
     @cached_property
     def task_rows(self) -> pl.DataFrame:
         """TASK, read once for the device slices, the communication planes and the kernels."""
-        columns = {
-            "global_task_id": ("globalTaskId", I64),
-            "start_ns": ("startNs", I64),
-            "end_ns": ("endNs", I64),
-            "device_id": ("deviceId", I64),
-            "raw_connection_id": ("connectionId", I64),
-            "stream_id": ("streamId", I64),
-            "task_id": ("taskId", I64),
-            "raw_model_id": ("modelId", I64),
-            "context_id": ("contextId", I64),
-            "runtime_type_id": ("taskType", I64),
-        }
-        if not self.has("TASK"):
-            return pl.DataFrame(schema={alias: dtype for alias, (_, dtype) in columns.items()})
-        return self.scan("TASK", **columns)
+        return self.scan(
+            "TASK",
+            global_task_id=("globalTaskId", I64),
+            start_ns=("startNs", I64),
+            end_ns=("endNs", I64),
+            device_id=("deviceId", I64),
+            raw_connection_id=("connectionId", I64),
+            stream_id=("streamId", I64),
+            task_id=("taskId", I64),
+            raw_model_id=("modelId", I64),
+            context_id=("contextId", I64),
+            runtime_type_id=("taskType", I64),
+        )
 
     @cached_property
     def compute(self) -> pl.DataFrame | None:
@@ -480,21 +478,19 @@ class Db:
     @cached_property
     def comm_ops(self) -> pl.DataFrame:
         """COMMUNICATION_OP, read once for the op slices, their kernel rows and their tasks."""
-        columns = {
-            "start_ns": ("startNs", I64),
-            "end_ns": ("endNs", I64),
-            "group_id": ("groupName", I64),
-            "name_id": ("opName", I64),
-            "op_type_id": ("opType", I64),
-            "raw_connection_id": ("connectionId", I64),
-            "data_type_id": ("dataType", I64),
-            "alg_type_id": ("algType", I64),
-            "count": ("count", I64),
-            "wait_ns": ("waitNs", I64),
-        }
-        if not self.has("COMMUNICATION_OP"):
-            return pl.DataFrame(schema={alias: dtype for alias, (_, dtype) in columns.items()})
-        return self.scan("COMMUNICATION_OP", **columns)
+        return self.scan(
+            "COMMUNICATION_OP",
+            start_ns=("startNs", I64),
+            end_ns=("endNs", I64),
+            group_id=("groupName", I64),
+            name_id=("opName", I64),
+            op_type_id=("opType", I64),
+            raw_connection_id=("connectionId", I64),
+            data_type_id=("dataType", I64),
+            alg_type_id=("algType", I64),
+            count=("count", I64),
+            wait_ns=("waitNs", I64),
+        )
 
     @cached_property
     def _envelopes(self) -> tuple[pl.Series, pl.Series]:

@@ -120,8 +120,6 @@ def flow_table(layout: Layout, links: Links) -> pl.DataFrame:
 
 def connection_id_table(db: Db) -> pl.DataFrame:
     """CONNECTION_IDS: the connection ids a PYTORCH_API row's connectionId stands for."""
-    if not db.has("CONNECTION_IDS"):
-        return pl.DataFrame(schema={"link_id": I64, "link": I64})
     return db.scan("CONNECTION_IDS", link_id=("id", I64), link=("connectionId", I64))
 
 

@@ -187,11 +187,11 @@ def _profiler_tables(
         _store(sink, result, tables)
         del tables, links
         # The slices' row groups are gathered once the joins above are let go (beside them
-        # they added about 25 MB at the peak). The counters and memory are read and written
-        # beside the slices' writing, which needs nothing of them: earlier, beside the joins
-        # and the slices' sort, they added 60 MB at the peak; after it, 0.15 s to the Db
-        # twin's 1.9 s. The torch ops' call stacks are added to their args a row group at a
-        # time (with_call_stacks), and to the operators after the slices, once those are let go.
+        # they raise the peak). The counters and memory are read and written beside the
+        # slices' writing, which needs nothing of them (beside the joins and the slices' sort
+        # they raise the peak; after it they add time). The torch ops' call stacks are added to
+        # their args a row group at a time (with_call_stacks), and to the operators after the
+        # slices, once those are let go.
         order = slice_order(slices)
         counters_read = readers.submit(rest)
         spliced = (

@@ -199,8 +199,6 @@ def _call_stacks(db: Db) -> pl.DataFrame:
 
 def _correlations(db: Db) -> pl.DataFrame:
     """CONNECTION_IDS id → the first connection id it lists (an enqueue's correlation id)."""
-    if not db.has("CONNECTION_IDS"):
-        return pl.DataFrame(schema={"link_id": I64, "correlation": I64})
     links = db.scan("CONNECTION_IDS", link_id=("id", I64), correlation=("connectionId", I64))
     return links.unique("link_id", keep="first", maintain_order=True)
 
