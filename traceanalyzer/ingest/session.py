@@ -258,7 +258,7 @@ def ingest_group(
     try:
         for table in TABLES:
             parts = [part for sink in sinks for part in sink.keyed(table)]
-            schema = pa.schema([pa.field(c.name, c.type) for c in TABLES[table].columns])
+            schema = TABLES[table].arrow_schema
             body = pa.concat_tables(parts) if parts else schema.empty_table()
             commit_group(
                 out,

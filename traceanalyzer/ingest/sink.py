@@ -123,7 +123,7 @@ class BufferedSink(PartitionSink):
     def keyed(self, table: str) -> list[pa.Table]:
         """The session's parts of ``table`` with its rank and session as columns, typed as the
         table's canonical columns (every session of a group then has one schema)."""
-        schema = pa.schema([pa.field(c.name, c.type) for c in TABLES[table].columns])
+        schema = TABLES[table].arrow_schema
         keyed = []
         for part in self.parts.get(table, []):
             rows = part.num_rows
