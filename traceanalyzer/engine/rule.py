@@ -571,16 +571,15 @@ def sql_rule(
             )
 
     body.__doc__ = doc
-    return Rule(
+    made = rule(
         id=id,
         name=name,
         severity=severity,
         summary=summary,
-        body=body,
-        doc=_dedent_doc(doc),
-        params=dict(params or {}),
-        requires=tuple(requires),
+        params=params,
+        requires=requires,
         fix=fix,
-        source=None,
-        presentation=Presentation(units=dict(units or {})),
-    )
+        units=units,
+    )(body)
+    made.source = None  # its body is this module's, not the caller's file
+    return made
