@@ -390,7 +390,7 @@ def _figure(fig: FigureContext) -> Any:
     KeyFigure("lowest_busy_mhz", "lowest AI Core MHz while busy", better="higher", unit="MHz"),
     KeyFigure("freq_lost_ns", "time lost to low AI Core frequency", better="lower", unit="ns"),
 )
-def _key_figures(ctx: RuleContext) -> pl.DataFrame:
+def _key_figures(ctx: RuleContext) -> list[dict[str, Any]]:
     """Per rank: busy-time-weighted MHz, lowest busy MHz and estimated time lost."""
     p = ctx.params
     samples = ctx.once(_samples)
@@ -406,10 +406,4 @@ def _key_figures(ctx: RuleContext) -> pl.DataFrame:
                 "freq_lost_ns": v.lost_ns if v.weighted_mhz is not None else None,
             }
         )
-    schema = {
-        "rank": pl.Int64,
-        "busy_weighted_mhz": pl.Float64,
-        "lowest_busy_mhz": pl.Float64,
-        "freq_lost_ns": pl.Float64,
-    }
-    return pl.DataFrame(rows, schema=schema).sort("rank")
+    return rows

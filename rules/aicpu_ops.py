@@ -406,5 +406,4 @@ def _key_figures(ctx: RuleContext) -> pl.DataFrame:
             .alias("aicpu_share")
         )
         .drop("_total")
-        .sort("rank")
     )

@@ -26,8 +26,6 @@ from traceanalyzer.kit import (
     text,
 )
 
-WORST_SHOWN = 5
-
 
 @rule(
     id="TA006",
@@ -132,19 +130,12 @@ def _finding(ctx: RuleContext, use: SteadyUse) -> Finding:
         f"{t['warmup_calls']} more), for {text.duration(t['cost_ns'])}: the caching "
         "allocator went to the driver instead of reusing its blocks, and the device waited."
     )
-    return ctx.finding(
-        rank=use.rank,
-        sessions=sorted(set(use.per_step["session"])),
+    return use.finding(
+        ctx,
         title=title,
         message=message,
         location={"apis": "/".join(apis)},
-        metrics=use.metrics(),
-        cost=use.cost(),
-        evidence=use.evidence(WORST_SHOWN),
         fix=_fix(ctx, use.rank, frees, n),
-        series=use.series(),
-        phases=use.phases,
-        score=float(t["cost_ns"]),
     )
 
 

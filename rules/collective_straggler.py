@@ -997,14 +997,9 @@ def _figure(fig: FigureContext) -> Any:
     ),
     KeyFigure("late_instances", "collectives this rank arrives last at", unit="count"),
 )
-def _key_figures(ctx: RuleContext) -> pl.DataFrame:
+def _key_figures(ctx: RuleContext) -> pl.DataFrame | list[dict[str, Any]]:
     """Per rank: its excess wait over the rank waiting least, per step; how often it is last."""
     p = ctx.params
-    schema = {
-        "rank": pl.Int32,
-        "straggler_wait_ns_per_step": pl.Float64,
-        "late_instances": pl.UInt32,
-    }
     for ops in (
         ctx.once(_from_tasks) if p.wait_source != "communication" else None,
         ctx.once(_from_communication),
@@ -1023,15 +1018,10 @@ def _key_figures(ctx: RuleContext) -> pl.DataFrame:
         )
         per = per.join(counted, on=INSTANCE_KEY, how="left")
         steps = pl.max_horizontal(pl.col("step").filter(pl.col("step") != "").n_unique(), pl.lit(1))
-        return (
-            per.group_by("rank")
-            .agg(
-                (pl.col("excess_ns").sum() / steps).alias("straggler_wait_ns_per_step"),
-                ((pl.col("rank") == pl.col("late_rank")) & pl.col("counts").fill_null(False))
-                .sum()
-                .alias("late_instances"),
-            )
-            .cast(schema)  # type: ignore[arg-type]
-            .sort("rank")
+        return per.group_by("rank").agg(
+            (pl.col("excess_ns").sum() / steps).alias("straggler_wait_ns_per_step"),
+            ((pl.col("rank") == pl.col("late_rank")) & pl.col("counts").fill_null(False))
+            .sum()
+            .alias("late_instances"),
         )
-    return pl.DataFrame(schema=schema)
+    return []

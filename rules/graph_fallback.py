@@ -313,9 +313,6 @@ def _finding(
 def _key_figures(ctx: RuleContext) -> pl.DataFrame:
     """Per rank: the share of its decode iterations that replay the FULL graph."""
     steps = serving_steps(ctx).filter(pl.col("phase").is_in(DECODE) & pl.col("graph").is_not_null())
-    return (
-        steps.group_by("rank")
-        .agg((pl.col("graph") == "full").mean().alias("decode_graph_share"))
-        .sort("rank")
-        .cast({"rank": pl.Int32})
+    return steps.group_by("rank").agg(
+        (pl.col("graph") == "full").mean().alias("decode_graph_share")
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import polars as pl
 
@@ -635,17 +636,12 @@ def _waits(waits: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
         "kv_wait_share", "wall time waiting for KV with no forward", better="lower", unit="ratio"
     ),
 )
-def _key_figures(ctx: RuleContext) -> pl.DataFrame:
+def _key_figures(ctx: RuleContext) -> list[dict[str, Any]]:
     """Per rank: the prefill side's exposed send time per iteration, the decode side's share
     of the wall time in no-forward waits."""
     found = ctx.once(_connector)
-    schema = {
-        "rank": pl.Int32,
-        "kv_exposed_ns_per_prefill": pl.Float64,
-        "kv_wait_share": pl.Float64,
-    }
     if found is None:
-        return pl.DataFrame(schema=schema)
+        return []
     sends, _reads, waits = found
     steps, windows = phase_windows(ctx), analysed_window_ns(ctx)
     rows = []
@@ -661,4 +657,4 @@ def _key_figures(ctx: RuleContext) -> pl.DataFrame:
             periods = _waits(waits.filter(mine), steps.filter(mine))
             wait = window_share(float(periods["wait_ns"].sum()), windows.get(rank))
         rows.append({"rank": rank, "kv_exposed_ns_per_prefill": exposed, "kv_wait_share": wait})
-    return pl.DataFrame(rows, schema=schema)
+    return rows

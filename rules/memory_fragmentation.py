@@ -357,7 +357,7 @@ def _figure(fig: FigureContext) -> Any:
     KeyFigure("unused_reserved_share", "PTA reserved and unused at peak", "lower", "ratio"),
     KeyFigure("segment_allocs_per_step", "new PTA segments per steady step", "lower", "count"),
 )
-def _key_figures(ctx: RuleContext) -> pl.DataFrame:
+def _key_figures(ctx: RuleContext) -> list[dict[str, Any]]:
     """Per rank (its session with the most steady iterations): the unused share of reserved at
     the allocated peak, and the new segments per steady iteration."""
     rows = []
@@ -372,9 +372,4 @@ def _key_figures(ctx: RuleContext) -> pl.DataFrame:
                 "segment_allocs_per_step": w.segment_allocs / w.steps if w else None,
             }
         )
-    schema = {
-        "rank": pl.Int64,
-        "unused_reserved_share": pl.Float64,
-        "segment_allocs_per_step": pl.Float64,
-    }
-    return pl.DataFrame(rows, schema=schema).sort("rank")
+    return rows

@@ -401,7 +401,7 @@ def _figure(fig: FigureContext) -> Any:
     KeyFigure("peak_allocated_mb", "peak PTA allocated", "lower", "MB"),
     KeyFigure("peak_app_mb", "peak process device memory (APP)", "lower", "MB"),
 )
-def _key_figures(ctx: RuleContext) -> pl.DataFrame:
+def _key_figures(ctx: RuleContext) -> list[dict[str, Any]]:
     """Per rank: the Theil-Sen growth of the PTA and outside baselines over the steady
     iterations (the session with the most), whatever the verdict, and the peaks."""
     memory = device_memory(ctx)
@@ -421,11 +421,4 @@ def _key_figures(ctx: RuleContext) -> pl.DataFrame:
         row["peak_allocated_mb"] = peaks.get(PTA)
         row["peak_app_mb"] = peaks.get(APP)
         rows.append(row)
-    schema = {
-        "rank": pl.Int64,
-        "pta_growth_mb_per_s": pl.Float64,
-        "outside_growth_mb_per_s": pl.Float64,
-        "peak_allocated_mb": pl.Float64,
-        "peak_app_mb": pl.Float64,
-    }
-    return pl.DataFrame(rows, schema=schema).sort("rank")
+    return rows

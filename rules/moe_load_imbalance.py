@@ -509,26 +509,16 @@ def _figure(fig: FigureContext) -> Any:
         unit="ns",
     ),
 )
-def _key_figures(ctx: RuleContext) -> pl.DataFrame:
+def _key_figures(ctx: RuleContext) -> pl.DataFrame | list[dict[str, Any]]:
     """Per rank: its median expert compute per judged MoE layer, and what it waits per judged
     step for the group's hot ranks."""
-    schema = {
-        "rank": pl.Int32,
-        "moe_expert_ns_per_layer": pl.Float64,
-        "moe_wait_ns_per_step": pl.Float64,
-    }
     verdict = moe_imbalance(ctx)
     if verdict.unavailable or verdict.rows.is_empty():
-        return pl.DataFrame(schema=schema)
+        return []
     judged = verdict.rows.filter(pl.col("judged"))
-    return (
-        judged.group_by("rank")
-        .agg(
-            pl.col("expert_ns").median().alias("moe_expert_ns_per_layer"),
-            (pl.col("owned_ns").sum() / pl.struct("sidx", "step").n_unique()).alias(
-                "moe_wait_ns_per_step"
-            ),
-        )
-        .cast(schema)  # type: ignore[arg-type]
-        .sort("rank")
+    return judged.group_by("rank").agg(
+        pl.col("expert_ns").median().alias("moe_expert_ns_per_layer"),
+        (pl.col("owned_ns").sum() / pl.struct("sidx", "step").n_unique()).alias(
+            "moe_wait_ns_per_step"
+        ),
     )

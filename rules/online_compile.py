@@ -24,8 +24,6 @@ from traceanalyzer.kit import (
     text,
 )
 
-WORST_SHOWN = 5
-
 
 @rule(
     id="TA007",
@@ -141,23 +139,16 @@ def _finding(ctx: RuleContext, use: SteadyUse) -> Finding:
         "changing are compiled again and again. Calls: "
         f"{text.join(sorted(set(use.calls['name'])))}."
     )
-    return ctx.finding(
-        rank=use.rank,
-        sessions=sorted(set(use.per_step["session"])),
+    return use.finding(
+        ctx,
         title=title,
         message=message,
         location={"compile": "online"},
-        metrics=use.metrics(),
-        cost=use.cost(),
-        evidence=use.evidence(WORST_SHOWN),
         fix=(
             "Stop compiling in the loop: `torch_npu.npu.set_compile_mode(jit_compile=False)` "
             f"(binary kernels) for {text.join(sites, 3)}; if shapes must vary, bucket or pad them "
             "so a few shapes repeat."
         ),
-        series=use.series(),
-        phases=use.phases,
-        score=float(t["cost_ns"]),
     )
 
 

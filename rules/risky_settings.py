@@ -295,7 +295,7 @@ def _device_idle_ns(ctx: RuleContext, rank: int) -> int | None:
 @risky_settings.key_figures(
     KeyFigure("risky_settings", "risky settings recorded", better="lower", unit="count"),
 )
-def _key_figures(ctx: RuleContext) -> pl.DataFrame:
+def _key_figures(ctx: RuleContext) -> list[dict[str, Any]]:
     """Per rank: how many distinct risky settings its sessions recorded (null: none recorded)."""
     found = risky_found(ctx) or {}
     counts: dict[int, int] = {}
@@ -309,7 +309,4 @@ def _key_figures(ctx: RuleContext) -> pl.DataFrame:
             if recorded_settings(session_metadata(row.get("metadata"))) is not None
         }
     )
-    return pl.DataFrame(
-        {"rank": recorded, "risky_settings": [counts.get(r, 0) for r in recorded]},
-        schema={"rank": pl.Int32, "risky_settings": pl.Int64},
-    )
+    return [{"rank": r, "risky_settings": counts.get(r, 0)} for r in recorded]

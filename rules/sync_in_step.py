@@ -355,10 +355,10 @@ def _figure(fig: FigureContext) -> Any:
     KeyFigure("extra_syncs_per_step", "extra sync stalls per steady step", "lower", "count"),
     KeyFigure("sync_idle_ns_per_step", "device idle after extra syncs per step", "lower", "ns"),
 )
-def _key_figures(ctx: RuleContext) -> pl.DataFrame:
+def _key_figures(ctx: RuleContext) -> pl.DataFrame | list[dict[str, Any]]:
     steady = ctx.once(step_windows).filter(pl.col("steady"))
     if steady.is_empty():
-        return pl.DataFrame({"rank": []})
+        return []
     extra = ctx.once(_step_stalls).filter(pl.col("steady") & pl.col("extra"))
     counts = steady.group_by("rank").agg(pl.len().alias("steps"))
     return counts.join(

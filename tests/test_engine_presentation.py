@@ -99,6 +99,22 @@ def test_decorators_register_and_return_the_function() -> None:
     assert len(fig.axes) == 1
 
 
+def test_key_figures_may_be_returned_as_rows() -> None:
+    """A list of row dicts (empty too) gets the declared schema, in rank order."""
+    r = _rule()
+    rows: list[dict] = [{"rank": 1, "worst_ns": 7, "extra": 1}, {"rank": 0, "worst_ns": None}]
+
+    @r.key_figures(KeyFigure("worst_ns", "worst thing", better="lower", unit="ns"))
+    def key_figures(ctx: RuleContext) -> list[dict]:
+        return rows
+
+    ctx = RuleContext(rule=r, store=StoreBuilder().store(), params=Params({"min_us": 10.0}))
+    frame = r.key_figure_frame(ctx)
+    assert frame.to_dicts() == [{"rank": 0, "worst_ns": None}, {"rank": 1, "worst_ns": 7.0}]
+    rows = []
+    assert r.key_figure_frame(ctx).schema == {"rank": pl.Int32, "worst_ns": pl.Float64}
+
+
 def test_key_figures_must_be_declared_once_each() -> None:
     r = _rule()
     with pytest.raises(RuleDefinitionError):

@@ -23,7 +23,7 @@ from traceanalyzer.derived.captures import capture_windows_in
 from traceanalyzer.derived.launches import launches_of
 from traceanalyzer.derived.phases import PHASES, STEADY_PHASES, UNKNOWN_PHASE
 from traceanalyzer.derived.tables import steps_of
-from traceanalyzer.engine.findings import Cost, Evidence
+from traceanalyzer.engine.findings import Evidence, Finding
 from traceanalyzer.engine.params import Param
 from traceanalyzer.engine.presentation import FigureContext
 from traceanalyzer.engine.rule import NotEvaluated, RuleContext, helper
@@ -314,44 +314,58 @@ class SteadyUse:
         """The phases of the steady steps that made the calls."""
         return phases_in(self.per_step.filter(pl.col("steady") & (pl.col("calls") > 0)))
 
-    def cost(self) -> Cost:
-        """The calls' time in the steady steps, and its share of the analysed window."""
-        return cost_over(int(self.totals["cost_ns"]), self.window_ns)
-
-    def metrics(self) -> dict[str, Any]:
+    def finding(
+        self,
+        ctx: RuleContext,
+        *,
+        title: str,
+        message: str,
+        location: Mapping[str, Any],
+        fix: str,
+        shown: int = 5,
+    ) -> Finding:
+        """Its finding: the steady calls' numbers and cost (their share of the analysed window),
+        the ``shown`` longest calls with their step and call site as evidence, and per step the
+        time in the calls (µs) and whether the step is steady, for the figure."""
         t, n = self.totals, self.steps
-        return {
-            "steady_share": round(t["cost_share"], 4),
-            "calls": int(t["calls"]),
-            "calls_per_step": round(t["calls"] / n, 3),
-            "steady_steps": n,
-            "steps_with": int(t["steps_with"]),
-            "warmup_calls": int(t["warmup_calls"]),
-        }
-
-    def evidence(self, limit: int = 5) -> list[Evidence]:
-        """The longest calls, with their step and call site."""
-        return [
-            Evidence(
-                rank=self.rank,
-                session=c["session"],
-                name=c["name"],
-                process=CANN_PROCESS,
-                thread=c["thread"],
-                start_ns=c["start_ns"],
-                dur_ns=c["dur_ns"],
-                detail=f"step {c['step']}, call site {c['site'] or 'no torch op'}",
-            )  # fmt: skip
-            for c in self.calls.sort("dur_ns", descending=True).head(limit).iter_rows(named=True)
-        ]
-
-    def series(self) -> dict[str, list[Any]]:
-        """Per step: time in the calls (µs) and whether the step is steady (for the figure)."""
-        return {
-            "step": self.per_step["step"].to_list(),
-            "value": [v / 1e3 for v in self.per_step["call_ns"]],
-            "steady": self.per_step["steady"].to_list(),
-        }
+        longest = self.calls.sort("dur_ns", descending=True).head(shown)
+        return ctx.finding(
+            rank=self.rank,
+            sessions=sorted(set(self.per_step["session"])),
+            title=title,
+            message=message,
+            location=location,
+            metrics={
+                "steady_share": round(t["cost_share"], 4),
+                "calls": int(t["calls"]),
+                "calls_per_step": round(t["calls"] / n, 3),
+                "steady_steps": n,
+                "steps_with": int(t["steps_with"]),
+                "warmup_calls": int(t["warmup_calls"]),
+            },
+            cost=cost_over(int(t["cost_ns"]), self.window_ns),
+            evidence=[
+                Evidence(
+                    rank=self.rank,
+                    session=c["session"],
+                    name=c["name"],
+                    process=CANN_PROCESS,
+                    thread=c["thread"],
+                    start_ns=c["start_ns"],
+                    dur_ns=c["dur_ns"],
+                    detail=f"step {c['step']}, call site {c['site'] or 'no torch op'}",
+                )  # fmt: skip
+                for c in longest.iter_rows(named=True)
+            ],
+            fix=fix,
+            series={
+                "step": self.per_step["step"].to_list(),
+                "value": [v / 1e3 for v in self.per_step["call_ns"]],
+                "steady": self.per_step["steady"].to_list(),
+            },
+            phases=self.phases,
+            score=float(t["cost_ns"]),
+        )
 
 
 RECURRING_PARAMS = {
@@ -362,7 +376,7 @@ RECURRING_PARAMS = {
 }
 
 
-@helper(params=RECURRING_PARAMS, units={"steady_share": SHARE})  # SteadyUse.metrics
+@helper(params=RECURRING_PARAMS, units={"steady_share": SHARE})  # SteadyUse.finding
 def recurring_calls(
     ctx: RuleContext, calls: pl.DataFrame, what: str, aside: Mapping[int, str] | None = None
 ) -> Iterator[SteadyUse]:

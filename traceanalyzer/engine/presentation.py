@@ -9,7 +9,8 @@ external rule is presented exactly like a built-in one.
   rule: an SVG :class:`~traceanalyzer.chart.Chart` from :meth:`FigureContext.new`, or a
   matplotlib ``Figure`` from :meth:`FigureContext.matplotlib` (imported there, only then).
 - **key figures**: ``fn(RuleContext) -> polars.DataFrame`` with one row per rank (column
-  ``rank`` plus one column per declared :class:`KeyFigure`, null where the data is absent),
+  ``rank`` plus one column per declared :class:`KeyFigure`, null where the data is absent;
+  or those rows as a list of dicts; the rule core casts, sorts and fills them in),
   computed with the run's effective parameters on every rank shard, whether or not the rule
   fired (not where it is not evaluated); ``diff`` compares them between runs.
 - **marks**: ``fn(finding) -> Iterable[Mark]``, slices for the Perfetto overlay; without it,
@@ -180,7 +181,7 @@ def evidence_marks(finding: Mapping[str, Any]) -> Iterator[Mark]:
 
 FigureFn = Callable[[FigureContext], "Chart | Figure | None"]
 # fn(RuleContext) -> one row per rank (the rule core calls it: Rule.key_figure_frame)
-KeyFiguresFn = Callable[..., pl.DataFrame]
+KeyFiguresFn = Callable[..., "pl.DataFrame | list[dict[str, Any]]"]
 MarksFn = Callable[[Mapping[str, Any]], Iterable[Mark]]
 
 

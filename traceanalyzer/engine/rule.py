@@ -422,16 +422,22 @@ class Rule:
     def key_figure_frame(self, ctx: RuleContext) -> pl.DataFrame:
         """The rule's key figures on ``ctx``'s ranks: ``rank`` + one Float64 column each.
 
-        One row per rank in scope; declared figures the function did not return are null, and
-        anything else it returned is dropped. An empty frame when the rule declares none.
+        One row per rank in scope, in rank order; declared figures the function did not return
+        are null, and anything else it returned is dropped. The function may return its rows
+        as a list of dicts (no schema to spell out: this one is theirs). An empty frame when
+        the rule declares none.
         """
         shown = self.presentation
         schema = {"rank": pl.Int32, **{k.name: pl.Float64 for k in shown.key_figures}}
         if shown.compute_key_figures is None or not shown.key_figures:
             return pl.DataFrame(schema=schema)
         frame = shown.compute_key_figures(ctx)
+        if isinstance(frame, list):  # its rows, as dicts
+            frame = pl.DataFrame(frame, schema=schema)
         if not isinstance(frame, pl.DataFrame) or "rank" not in frame.columns:
-            raise TypeError("a key-figures function must return a polars DataFrame with `rank`")
+            raise TypeError(
+                "a key-figures function must return a polars DataFrame with `rank`, or its rows"
+            )
         missing = [pl.lit(None).alias(k) for k in schema if k not in frame.columns]
         values = frame.with_columns(missing).select(
             [pl.col(k).cast(t, strict=False) for k, t in schema.items()]
@@ -565,16 +571,15 @@ def sql_rule(
             )
 
     body.__doc__ = doc
-    return Rule(
+    made = rule(
         id=id,
         name=name,
         severity=severity,
         summary=summary,
-        body=body,
-        doc=_dedent_doc(doc),
-        params=dict(params or {}),
-        requires=tuple(requires),
+        params=params,
+        requires=requires,
         fix=fix,
-        source=None,
-        presentation=Presentation(units=dict(units or {})),
-    )
+        units=units,
+    )(body)
+    made.source = None  # its body is this module's, not the caller's file
+    return made
