@@ -217,19 +217,23 @@ def explain_html(phases: PhaseDiff, svgs: Mapping[str, str]) -> str:
     return "".join(parts)
 
 
+SETTINGS_HEADERS = ["setting", "source", "base", "target", "ranks"]
+
+
+def _setting_rows(settings: list[dict[str, Any]]) -> list[list[Any]]:
+    return [
+        [s["setting"], s["source"], _value(s["base"]), _value(s["target"]),
+         ", ".join(map(str, s["ranks"]))]
+        for s in settings
+    ]  # fmt: skip
+
+
 def settings_html(settings: list[dict[str, Any]] | None) -> str:
     if settings is None:
         return f"<h2>Settings and versions</h2><p>{esc(NOT_COMPARED)}</p>"
     if not settings:
         return "<h2>Settings and versions</h2><p>Unchanged.</p>"
-    rows = [
-        (s["setting"], s["source"], _value(s["base"]), _value(s["target"]),
-         ", ".join(map(str, s["ranks"])))
-        for s in settings
-    ]  # fmt: skip
-    return "<h2>Settings changed</h2>" + table(
-        ("setting", "source", "base", "target", "ranks"), rows
-    )
+    return "<h2>Settings changed</h2>" + table(SETTINGS_HEADERS, _setting_rows(settings))
 
 
 def explain_markdown(phases: PhaseDiff, plot_files: Mapping[str, str]) -> list[str]:
@@ -254,14 +258,4 @@ def settings_markdown(settings: list[dict[str, Any]] | None) -> list[str]:
         return ["## Settings and versions", "", NOT_COMPARED, ""]
     if not settings:
         return ["## Settings and versions", "", "Unchanged.", ""]
-    rows = [
-        [s["setting"], s["source"], _value(s["base"]), _value(s["target"]),
-         ", ".join(map(str, s["ranks"]))]
-        for s in settings
-    ]  # fmt: skip
-    return [
-        "## Settings changed",
-        "",
-        *md_table(["setting", "source", "base", "target", "ranks"], rows),
-        "",
-    ]
+    return ["## Settings changed", "", *md_table(SETTINGS_HEADERS, _setting_rows(settings)), ""]

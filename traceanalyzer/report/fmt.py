@@ -8,12 +8,22 @@ presentation code and no report guesses a unit from a name.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 from traceanalyzer import text as _text
 from traceanalyzer.engine.units import COUNT, NS, P_VALUE, RATIO, SHARE, TRACE_NS
 
 SEVERITY_ORDER = ("error", "warning", "info")
+# a vllm bench result's figures the reports show (ms): name, metric, statistic
+BENCH = (
+    ("mean TTFT", "ttft", "mean"),
+    ("p99 TTFT", "ttft", "p99"),
+    ("mean TPOT", "tpot", "mean"),
+    ("p99 TPOT", "tpot", "p99"),
+)
+# the rules that did not judge, by status: what the reports call them
+UNDECIDED = {"inconclusive": "Inconclusive", "not_evaluated": "Not evaluated"}
 
 
 def trace_us(ns: int) -> str:
@@ -91,8 +101,7 @@ def metric(value: Any, unit: str = "") -> str:
 
 def label(key: str) -> str:
     """``worst_span_ns`` -> ``worst span``: metric keys read as words (units come from the value)."""
-    words = key.removesuffix("_ns").replace("_", " ")
-    return words
+    return key.removesuffix("_ns").replace("_", " ")
 
 
 def where(finding: Any) -> str:
@@ -101,3 +110,14 @@ def where(finding: Any) -> str:
     phases = finding.get("phases") or []
     label = str(finding.get("ranks_label") or "")
     return f"{label}, in {', '.join(phases)}" if phases else label
+
+
+def undecided(doc: Mapping[str, Any]) -> list[tuple[str, list[dict[str, Any]]]]:
+    """The rules of a findings document that did not judge, by status: its heading, and the
+    rules (a status none has is left out)."""
+    rules = doc.get("rules", [])
+    return [
+        (heading, listed)
+        for status, heading in UNDECIDED.items()
+        if (listed := [r for r in rules if r.get("status") == status])
+    ]

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from traceanalyzer.overview.model import FindingCost
 from traceanalyzer.report import fmt
 from traceanalyzer.report.htmlkit import (
+    bullets,
     chip,
     details,
     esc,
@@ -111,14 +112,11 @@ def _bench(bench: list[BenchResult]) -> str:
         (
             r.arm,
             "-" if r.completed is None else r.completed,
-            cell(r.get("ttft")),
-            cell(r.get("ttft", "p99")),
-            cell(r.get("tpot")),
-            cell(r.get("tpot", "p99")),
+            *(cell(r.get(m, s)) for _, m, s in fmt.BENCH),
         )
         for r in bench
     ]
-    headers = ("arm", "completed", "mean TTFT", "p99 TTFT", "mean TPOT", "p99 TPOT")
+    headers = ("arm", "completed", *(name for name, _, _ in fmt.BENCH))
     return (
         "<h2>Serving benchmark (vllm bench)</h2>"
         + table(headers, rows, numeric=(1, 2, 3, 4, 5))
@@ -262,10 +260,7 @@ def _rules_section(doc: Mapping[str, Any]) -> str:
         note_html = ""
         if notes:
             note_html = details(
-                f"{len(notes)} note(s)",
-                '<ul class="plain">'
-                + "".join(f"<li>{inline(n.get('text'))}</li>" for n in notes)
-                + "</ul>",
+                f"{len(notes)} note(s)", bullets(inline(n.get("text")) for n in notes)
             )
         rows.append(
             (
@@ -276,21 +271,11 @@ def _rules_section(doc: Mapping[str, Any]) -> str:
                 inline(why) + note_html,
             )
         )
-    lead = ""
-    for status, heading in (
-        ("inconclusive", "Inconclusive"),
-        ("not_evaluated", "Not evaluated"),
-    ):
-        listed = [r for r in rules if r.get("status") == status]
-        if listed:
-            lead += (
-                f'<p><b>{heading}:</b></p><ul class="plain">'
-                + "".join(
-                    f"<li><b>{esc(r.get('name'))}</b>: {inline(r.get('reason'))}</li>"
-                    for r in listed
-                )
-                + "</ul>"
-            )
+    lead = "".join(
+        f"<p><b>{heading}:</b></p>"
+        + bullets(f"<b>{esc(r.get('name'))}</b>: {inline(r.get('reason'))}" for r in listed)
+        for heading, listed in fmt.undecided(doc)
+    )
     return (
         "<h2>Rules</h2>"
         + lead
@@ -362,11 +347,7 @@ def _run_section(summary: RunSummary) -> str:
         body += f'<p class="small muted">{esc(versions)}</p>'
     skipped = summary.skipped
     if skipped:
-        body += (
-            '<p><b>Skipped or incomplete:</b></p><ul class="plain">'
-            + "".join(f"<li>{esc(line)}</li>" for line in skipped)
-            + "</ul>"
-        )
+        body += "<p><b>Skipped or incomplete:</b></p>" + bullets(map(esc, skipped))
     else:
         body += '<p class="small muted">Nothing was skipped: every session and file was read.</p>'
     return body

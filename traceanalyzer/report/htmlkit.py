@@ -94,6 +94,11 @@ def table(
     )
 
 
+def bullets(items: Iterable[str], kind: str = "plain") -> str:
+    """A list of ``items`` (HTML already built), of class ``kind``."""
+    return f'<ul class="{kind}">' + "".join(f"<li>{item}</li>" for item in items) + "</ul>"
+
+
 def details(summary: str, body: str, open_: bool = False) -> str:
     """A collapsible block; ``summary`` is escaped, ``body`` is HTML."""
     return f"<details{' open' if open_ else ''}><summary>{esc(summary)}</summary>{body}</details>"

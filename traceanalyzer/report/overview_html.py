@@ -13,11 +13,11 @@ from collections.abc import Mapping, Sequence
 from traceanalyzer.chart import PALETTE
 from traceanalyzer.overview.model import STEP, Means, Overview
 from traceanalyzer.report import overview_text as text
-from traceanalyzer.report.htmlkit import details, esc, table
+from traceanalyzer.report.htmlkit import bullets, details, esc, table
 from traceanalyzer.report.overview_memory import memory_figures, memory_html
 from traceanalyzer.report.overview_plots import COLORS, PHASE_COLORS
 from traceanalyzer.report.plots import svg_file
-from traceanalyzer.text import count
+from traceanalyzer.text import count, sentence
 
 BREAKDOWN_SVG, TIMELINE_SVG = "overview-breakdown.svg", "overview-timeline.svg"
 RANKS_SHOWN = 8  # the per-rank table opens folded beyond this (the heat map shows them all)
@@ -106,7 +106,7 @@ def overview_section(overview: Overview | None, figures: Mapping[str, bytes]) ->
     many = len(overview.ranks) > RANKS_SHOWN
     parts.append(details(f"Per rank ({len(overview.ranks)})", ranks, open_=not many))
     parts += [
-        f'<p class="small muted">{esc(note[0].upper() + note[1:])}.</p>'
+        f'<p class="small muted">{esc(sentence(note))}</p>'
         for note in text.unmeasured_notes(overview)
     ]
     parts.append(_phases(overview))
@@ -183,16 +183,10 @@ def _phases(overview: Overview) -> str:
 
 
 def _ep(overview: Overview) -> str:
-    out = []
-    for title, lines in (
-        ("Graph replays by phase", text.graph_lines(overview)),
-        ("Modules and decoder layers by phase", text.layer_lines(overview)),
-        ("MoE expert exchange by phase", text.ep_lines(overview)),
-    ):
-        if lines:
-            items = "".join(f"<li>{esc(line)}</li>" for line in lines)
-            out.append(f'<p class="small">{title}:</p><ul class="small">{items}</ul>')
-    return "".join(out)
+    return "".join(
+        f'<p class="small">{sentence(title, ":")}</p>' + bullets(map(esc, lines), "small")
+        for title, lines in text.phase_sections(overview)
+    )
 
 
 def phase_strip(overview: Overview) -> str:
@@ -228,8 +222,7 @@ def _collectives(overview: Overview) -> str:
     lines = text.collective_lines(overview)
     if not lines:
         return ""
-    items = "".join(f"<li>{esc(line)}</li>" for line in lines)
-    body = f'<ul class="small">{items}</ul>' + root_strip(overview)
+    body = bullets(map(esc, lines), "small") + root_strip(overview)
     ranks = text.collective_rank_rows(overview)
     if ranks:
         body += table(text.COLLECTIVE_HEADERS, ranks, numeric=(1, 2, 3, 4, 5))

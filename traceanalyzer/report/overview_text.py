@@ -23,7 +23,7 @@ from traceanalyzer.report import fmt
 from traceanalyzer.report.overview_memory import memory_lines, memory_markdown
 from traceanalyzer.report.width import table_lines, wrap
 from traceanalyzer.step_components import COLUMNS
-from traceanalyzer.text import count, join
+from traceanalyzer.text import count, join, sentence
 from traceanalyzer.vocabulary import EP_PATHS
 
 # the compact columns: component groups of the breakdown (keys summed), in bar order
@@ -358,6 +358,19 @@ def _counted(counts: Mapping[str, int], shown: int = 8) -> str:
     return ", ".join(items[:shown]) + more
 
 
+# the overview's lists per phase, as the terminal titles them; what says each
+PHASE_SECTIONS = (
+    ("graph replays by phase", graph_lines),
+    ("modules and decoder layers by phase", layer_lines),
+    ("MoE expert exchange by phase", ep_lines),
+)
+
+
+def phase_sections(overview: Overview) -> list[tuple[str, list[str]]]:
+    """The lists per phase the overview has lines for: (title, lines)."""
+    return [(title, lines) for title, say in PHASE_SECTIONS if (lines := say(overview))]
+
+
 def phases_known(overview: Overview) -> bool:
     """Some iteration's phase was told (else a phase table only says "unknown")."""
     return any(r.phase not in ("unknown", "idle") for r in overview.phases.rows)
@@ -397,18 +410,9 @@ def overview_table(overview: Overview, verbose: bool = False, width: int | None 
         lines.append("  by phase (wall: share of the profile; p50/p95 per iteration):")
         lines += table_lines(phase_headers(), phase_rows(overview), width)
     lines += [f"  {note}" for note in unmeasured_notes(overview)]
-    graphs = graph_lines(overview)
-    if graphs:
-        lines.append("  graph replays by phase:")
-        lines += [f"    {line}" for line in graphs]
-    layered = layer_lines(overview)
-    if layered:
-        lines.append("  modules and decoder layers by phase:")
-        lines += [f"    {line}" for line in layered]
-    ep = ep_lines(overview)
-    if ep:
-        lines.append("  MoE expert exchange by phase:")
-        lines += [f"    {line}" for line in ep]
+    for title, said in phase_sections(overview):
+        lines.append(f"  {title}:")
+        lines += [f"    {line}" for line in said]
     collectives = collective_lines(overview)
     if collectives:
         lines.append("  collectives by phase (where their time goes) and the critical path:")
@@ -582,28 +586,18 @@ def overview_markdown(
     lines += md_table(["component", "per step", "share"], component_rows(overview)) + [""]
     lines += md_table(compact_headers(), compact_rows(overview)) + [""]
     notes = unmeasured_notes(overview)
-    lines += [*(f"- {note[0].upper()}{note[1:]}." for note in notes), ""] if notes else []
+    lines += [*(f"- {sentence(note)}" for note in notes), ""] if notes else []
     if phases_known(overview):
         lines += ["### By phase", ""] + md_table(phase_headers(), phase_rows(overview)) + [""]
-    graphs = graph_lines(overview)
-    lines += (
-        ["Graph replays by phase:", "", *(f"- {line}" for line in graphs), ""] if graphs else []
-    )
-    layered = layer_lines(overview)
-    lines += (
-        ["Modules and decoder layers by phase:", "", *(f"- {line}" for line in layered), ""]
-        if layered
-        else []
-    )
-    ep = ep_lines(overview)
-    lines += ["MoE expert exchange by phase:", "", *(f"- {line}" for line in ep), ""] if ep else []
+    for title, said in phase_sections(overview):
+        lines += [sentence(title, ":"), "", *(f"- {line}" for line in said), ""]
     collectives = collective_lines(overview)
     if collectives:
         lines += ["Collectives by phase and the critical path:", ""]
         lines += [*(f"- {line}" for line in collectives), ""]
         lines += md_table(COLLECTIVE_HEADERS, collective_rank_rows(overview)) + [""]
     note = phase_note(overview)
-    lines += [note[0].upper() + note[1:] + ".", ""] if note else []
+    lines += [sentence(note), ""] if note else []
     if len(overview.cluster) > 1:
         lines += ["### Ranks", ""]
         lines += md_table(CLUSTER_HEADERS, cluster_rows(overview)) + [""]
