@@ -35,8 +35,8 @@ from typing import Any
 import polars as pl
 
 from traceanalyzer.compare.run_tables import GRAPH_SIZE, RunTables
-from traceanalyzer.derived.phases import PHASES
 from traceanalyzer.overview.breakdown import COMPUTE_CLASSES
+from traceanalyzer.overview.phases import phase_order
 from traceanalyzer.report import fmt
 from traceanalyzer.step_components import BY_KEY, COMPONENTS, COMPUTE, PARTS
 from traceanalyzer.vocabulary import GRAPH_REPLAY_APIS, SYNC_APIS
@@ -177,11 +177,7 @@ def signed(ns: float) -> str:
 def explain_phases(base: RunTables, target: RunTables) -> dict[str, Explanation]:
     """An explanation for every phase both runs have iterations of."""
     phases = set(base.steps["phase"].unique()) & set(target.steps["phase"].unique())
-    order = {p: i for i, p in enumerate(PHASES)}
-    return {
-        p: explain_phase(p, base, target)
-        for p in sorted(phases, key=lambda p: (order.get(p, len(order)), p))
-    }
+    return {p: explain_phase(p, base, target) for p in sorted(phases, key=phase_order)}
 
 
 def explain_phase(phase: str, base: RunTables, target: RunTables) -> Explanation:

@@ -20,7 +20,7 @@ from traceanalyzer.compare.explain_render import (
 from traceanalyzer.compare.overview_diff import overview_diff_html, overview_diff_text
 from traceanalyzer.compare.phase_diff import phase_diff_html, phase_diff_text
 from traceanalyzer.report import fmt
-from traceanalyzer.report.htmlkit import chip, esc, inline, page, table
+from traceanalyzer.report.htmlkit import change_cell, chip, esc, inline, page, table
 from traceanalyzer.report.markdown import md_table, md_text
 
 STATUS_KIND = {"new": "error", "resolved": "clean", "changed": "warning", "unchanged": "plain"}
@@ -68,12 +68,6 @@ def render_diff_text(diff: DiffResult) -> str:
     return "\n".join(lines)
 
 
-def _delta_cell(d: Delta) -> str:
-    cls = {True: "delta-good", False: "delta-bad"}.get(d.better, "")  # type: ignore[arg-type]
-    rel = fmt.change(d.rel)
-    return f'<span class="{cls}">{esc(rel)}</span>' if rel else ""
-
-
 def _change_section(c: FindingChange) -> str:
     side = c.current
     sev = side.get("severity", "info")
@@ -97,7 +91,7 @@ def _change_section(c: FindingChange) -> str:
         parts.append(f'<p class="small muted">before: {inline(c.base.get("title"))}</p>')
     shown = [(fmt.label(d.key), d, "finding metric") for d in c.metrics]
     shown += [(d.label, d, d.scope) for d in c.figures if d.base or d.target]
-    rows = [(label, *_sides(d), _delta_cell(d), scope) for label, d, scope in shown]
+    rows = [(label, *_sides(d), change_cell(d.rel, d.better), scope) for label, d, scope in shown]
     if rows:
         parts.append(
             table(
@@ -146,7 +140,7 @@ def render_diff_html(
         parts.append("<p>No findings in either run.</p>")
     parts += [_change_section(c) for c in diff.changes]
     parts.append("<h2>Key figures per rank</h2>")
-    rows = [(d.ranks[0], d.label, *_sides(d), _delta_cell(d)) for d in diff.figures]
+    rows = [(d.ranks[0], d.label, *_sides(d), change_cell(d.rel, d.better)) for d in diff.figures]
     if rows:
         parts.append(
             table(

@@ -62,9 +62,12 @@ def whole_session(tops: pl.DataFrame) -> pl.DataFrame:
     return tops.filter(pl.col("phase").fill_null(ALL_PHASES) == ALL_PHASES)
 
 
-def _ordered(phases: list[str]) -> list[str]:
-    rank = {p: i for i, p in enumerate(PHASES)}
-    return sorted(phases, key=lambda p: (rank.get(p, len(rank)), p))
+_ORDER = {p: i for i, p in enumerate(PHASES)}
+
+
+def phase_order(phase: str) -> tuple[int, str]:
+    """A phase's place in the reports: in :data:`PHASES` order, any other after them by name."""
+    return (_ORDER.get(phase, len(_ORDER)), phase)
 
 
 def _counts(part: pl.DataFrame, column: str) -> dict[str, int]:
@@ -237,18 +240,23 @@ def _timeline(windows: pl.DataFrame) -> list[PhaseLane]:
     windows = windows.filter(pl.col("start_ns").is_not_null())  # placed in time
     for rank in sorted(windows["rank"].unique().to_list())[:TIMELINE_RANKS]:
         part = windows.filter(pl.col("rank") == rank).sort("start_ns")
-        origin = int(part["start_ns"].min())  # type: ignore[arg-type]
-        runs: list[Run] = []
-        for start, end, phase in part.select("start_ns", "end_ns", "phase").iter_rows():
-            if runs and runs[-1].phase == phase:
-                runs[-1] = runs[-1]._replace(end_ns=end - origin)
-            else:
-                runs.append(Run(start - origin, end - origin, phase))
-        span = max((r.end_ns for r in runs), default=0)
-        if len(runs) > TIMELINE_RUNS and span > 0:
-            runs = resampled(runs, span)
+        runs, span = lane_runs(part, int(part["start_ns"].min()))  # type: ignore[arg-type]
         out.append(PhaseLane(rank=int(rank), span_ns=span, runs=runs))
     return out
+
+
+def lane_runs(windows: pl.DataFrame, origin: int, apart: bool = True) -> tuple[list[Run], int]:
+    """``windows`` (start_ns, end_ns, phase; in time order) as runs of one phase in ns from
+    ``origin``, neighbours of one phase merged (``apart=False``: only where they meet), and
+    their span; past :data:`TIMELINE_RUNS` runs, at that many slots (:func:`resampled`)."""
+    runs: list[Run] = []
+    for start, end, phase in windows.select("start_ns", "end_ns", "phase").iter_rows():
+        if runs and runs[-1].phase == phase and (apart or runs[-1].end_ns >= start - origin):
+            runs[-1] = runs[-1]._replace(end_ns=end - origin)
+        else:
+            runs.append(Run(start - origin, end - origin, phase))
+    span = max((r.end_ns for r in runs), default=0)
+    return (resampled(runs, span) if len(runs) > TIMELINE_RUNS and span > 0 else runs), span
 
 
 def resampled(runs: list[Run], span: int) -> list[Run]:
@@ -297,7 +305,7 @@ def phases_section(
                                       "dur_ns": pl.Int64, "steps": pl.UInt32})  # fmt: skip
     rows = [
         _row(phase, windows.filter(pl.col("phase") == phase), wall, kernels, host_apis, layers)
-        for phase in _ordered(windows["phase"].unique().to_list())
+        for phase in sorted(windows["phase"].unique().to_list(), key=phase_order)
     ]
     served = sum(r.total_ns for r in rows if r.phase != IDLE)
     known = sum(r.total_ns for r in rows if r.phase not in (IDLE, UNKNOWN))

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
+from traceanalyzer.engine.findings import compress_ranks
 from traceanalyzer.overview.model import FindingCost
 from traceanalyzer.report import fmt
 from traceanalyzer.report.htmlkit import (
@@ -78,7 +79,7 @@ def _cards(doc: Mapping[str, Any], summary: RunSummary) -> str:
     evaluated = sum(r.get("status") in ("fired", "clean", "inconclusive") for r in rules)
     cards = [
         ("findings", str(len(doc.get("findings", []))), sev or chip("none", "clean")),
-        ("ranks", str(len(summary.ranks)), esc(_ranks_text(summary.ranks))),
+        ("ranks", str(len(summary.ranks)), esc(compress_ranks(summary.ranks))),
         ("sessions", str(len(summary.sessions)), ""),
         ("rules evaluated", f"{evaluated}/{len(rules)}", ""),
         (
@@ -93,12 +94,6 @@ def _cards(doc: Mapping[str, Any], summary: RunSummary) -> str:
         for k, v, extra in cards
     )
     return f'<section class="cards">{html_cards}</section>'
-
-
-def _ranks_text(ranks: list[int]) -> str:
-    from traceanalyzer.engine.findings import compress_ranks
-
-    return compress_ranks(ranks)
 
 
 def _bench(bench: list[BenchResult]) -> str:

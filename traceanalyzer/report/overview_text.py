@@ -30,10 +30,6 @@ from traceanalyzer.vocabulary import EP_PATHS
 COMPACT = COLUMNS
 
 
-def usable(overview: Overview | None) -> bool:
-    return overview is not None and overview.usable
-
-
 def share(part: float, whole: float) -> str:
     return fmt.percent(part / whole) if whole else "n/a"
 
@@ -67,8 +63,7 @@ def unmeasured_notes(overview: Overview) -> list[str]:
         grouped.setdefault(cause, []).append(names.get(key, key))
     notes = []
     for (ranks, reason), components in grouped.items():
-        where = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {compress_ranks(list(ranks))}"
-        notes.append(f"{', '.join(components)} not measured on {where}: {reason}")
+        notes.append(f"{', '.join(components)} not measured on {fmt.ranks(ranks)}: {reason}")
     return notes
 
 
@@ -105,11 +100,10 @@ def check_warning(overview: Overview | None) -> str | None:
         return None
     src = overview.source
     ranks = src.differing_ranks
-    where = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {compress_ranks(ranks)}"
     return (
         f"the breakdown contradicts {src.reference or 'the export'} on "
         f"{src.differing_steps} of {count(src.checked_steps, 'step')} "
-        f"({where}): {src.component or 'a component'} differs by "
+        f"({fmt.ranks(ranks)}): {src.component or 'a component'} differs by "
         f"{fmt.percent(src.max_deviation)} of Stage on rank {src.worst_rank}. "
         "Treat this overview, and the cost shares of findings on those ranks, as unreliable."
     )
@@ -303,11 +297,9 @@ def graph_lines(overview: Overview) -> list[str]:
     return lines
 
 
-MODULE_WORDS = {
-    "attention": "attention", "linear": "linear", "moe_experts": "MoE experts",
-    "moe_routing": "MoE routing/exchange", "norm": "norm", "activation": "activation",
-    "tp_comm": "TP comm", "sampling": "sampling/logits", "other": "other",
-}  # fmt: skip
+# how a module's name reads where it is not a word already (attention, linear, norm, ...)
+MODULE_WORDS = {"moe_experts": "MoE experts", "moe_routing": "MoE routing/exchange",
+                "tp_comm": "TP comm", "sampling": "sampling/logits"}  # fmt: skip
 
 
 def layer_lines(overview: Overview) -> list[str]:
@@ -393,7 +385,7 @@ def overview_table(overview: Overview, verbose: bool = False, width: int | None 
     lines wrap."""
     if overview.error:
         return f"overview failed: {overview.error}"
-    if not usable(overview):
+    if not overview.usable:
         return "overview: no step or window to break down"
     lines = ["where the time goes (mean per step; share of the step):"]
     if overview.headline:
@@ -566,7 +558,7 @@ def overview_markdown(
     if overview is None:
         return []
     lines = ["## Where the time goes", ""]
-    if not usable(overview):
+    if not overview.usable:
         failed = overview.error
         lines += [f"Overview failed: {failed}" if failed else "No step or window to break down."]
         return [*lines, ""]
