@@ -94,8 +94,6 @@ STEP_COLUMNS = (*MEASURED_COLUMNS, UNMEASURED_COLUMN, *EP_COLUMNS)  # a summary_
 def unmeasured(steps: pl.DataFrame) -> list[str]:
     """The components (in their order) that some of ``steps`` (summary_steps rows) could not
     measure (``Component.unmeasured``, ``Component.no_timeline``)."""
-    if UNMEASURED_COLUMN not in steps.columns:  # a store before the column
-        return []
     said = set(steps[UNMEASURED_COLUMN].drop_nulls().str.split(",").explode().to_list())
     return [key for key in COMPONENT_NAMES if key in said]
 
@@ -146,7 +144,7 @@ def breakdown(intervals: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
     ).with_columns(pl.lit(0, dtype=pl.Int32).alias(n) for n in _COUNT.values())
     # after a stable sort by time, the last edge at each instant carries the counts of every
     # edge up to it, and only that one is followed by a segment of non-zero length (by time,
-    # then stably by session: one sort by both took three times as long)
+    # then stably by session: faster than one sort by both)
     counts = (
         pl.concat([edges.drop("cls", "d"), bounds])
         .sort("ts", maintain_order=True)

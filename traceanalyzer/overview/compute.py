@@ -74,8 +74,7 @@ def device_tasks(store: Store, ranks: list[int], where: pl.Expr | None = None) -
         .collect()
     )
     # A kernel_details row is the task that starts at that instant on that stream. Only the
-    # keys are joined, in the tasks' order: a join of the whole frame copied every column (on
-    # a rank of 320,000 device tasks, 120 MB at once instead of 70).
+    # keys are joined, in the tasks' order: a join of the whole frame copies every column.
     keys = ["session", "stream_id", "start_ns"]
     found = tasks.select(keys).join(accelerators, on=keys, how="left", maintain_order="left")
     return classify_tasks(tasks.with_columns(found["accelerator"]))
@@ -162,8 +161,7 @@ def summarize_rank(store: Store, rank: int, sizes: TopSizes) -> dict[str, pl.Dat
     sessions = store.table("sessions").filter(pl.col("rank") == rank).collect()
     steps = steps_of(store, ranks).drop("rank")
     windows = steps.select("session", "step", "start_ns", "end_ns", *STEP_META)
-    # first, while nothing else is held: the host calls are the rank's most rows (on the 200 MB
-    # benchmark rank, last they set the run's peak, 30 MB above the rest)
+    # first, while nothing else is held: the host calls are the rank's most rows
     host_apis = top_host_apis(slices, steps, sizes.host_apis)
     tasks = device_tasks(store, ranks)
     step_times = store.table("step_times").filter(pl.col("rank") == rank).collect()

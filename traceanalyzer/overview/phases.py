@@ -71,8 +71,6 @@ def phase_order(phase: str) -> tuple[int, str]:
 
 
 def _counts(part: pl.DataFrame, column: str) -> dict[str, int]:
-    if column not in part.columns:
-        return {}
     values = part[column].drop_nulls().value_counts(sort=True)
     return {str(v): int(n) for v, n in values.iter_rows()}
 
@@ -149,7 +147,7 @@ def _row(
     phase: str, part: pl.DataFrame, wall_ns: int, kernels, host_apis, layers: pl.DataFrame
 ) -> PhaseRow:
     durations = part["step_ns"]
-    known = part.filter(pl.col("tokens").is_not_null()) if "tokens" in part.columns else part[:0]
+    known = part.filter(pl.col("tokens").is_not_null())
     tokens = int(known["tokens"].sum()) if known.height else None
     means = mean_components(part)
     return PhaseRow(
@@ -188,9 +186,7 @@ def _row(
 def _graphs(part: pl.DataFrame) -> Graphs | None:
     """The phase's graph replays: the capture sizes they ran at and the real batches seen
     (value -> steps), and the share of the replayed tokens that were padding; None without a
-    replay of a known size (a store before graph sizes, eager steps)."""
-    if "graph_size" not in part.columns:
-        return None
+    replay of a known size (eager steps)."""
     replayed = part.filter(pl.col("graph_size").is_not_null())
     if replayed.is_empty():
         return None
@@ -214,8 +210,6 @@ def _ep_exchange(part: pl.DataFrame) -> EpExchange | None:
     """The phase's expert-parallel exchange (an MoE model's): steps that ran one, the steps of
     each path, the mean time in it and its exposed share, the steps whose path does not fit
     their size; None without any."""
-    if "ep_path" not in part.columns:  # a store before the EP columns
-        return None
     ran = part.filter(pl.col("ep_path").is_not_null())
     if ran.is_empty():
         return None
@@ -295,10 +289,6 @@ def phases_section(
         return Phases(rows=[], known_share=None, timeline=[])
     windows = windows.with_columns(_phase(windows).alias("phase"))
     wall = int(windows["step_ns"].sum())
-    kernels, host_apis = (
-        t if "phase" in t.columns else t.with_columns(pl.lit(ALL_PHASES).alias("phase"))
-        for t in (kernels, host_apis)
-    )
     if layers is None:
         layers = pl.DataFrame(schema={"phase": pl.String, "layer": pl.Int64, "module": pl.String,
                                       "attribution": pl.String, "capture_note": pl.String,
