@@ -464,10 +464,8 @@ def _relaunched(kb: pl.DataFrame, kt: pl.DataFrame, ops: list[Contribution]) -> 
 
 
 def _sum(uses: Iterable[Usage]) -> Usage:
-    calls = total = 0.0
-    for u in uses:
-        calls, total = calls + u.calls, total + u.total_ns
-    return Usage(calls, total)
+    listed = list(uses)
+    return Usage(sum((u.calls for u in listed), 0.0), sum((u.total_ns for u in listed), 0.0))
 
 
 def _done(contributions: list[Contribution]) -> list[list[str]]:

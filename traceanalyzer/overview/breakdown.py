@@ -182,25 +182,16 @@ def breakdown(intervals: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
         .then(length)
         .otherwise(0),
         MC2_EXPOSED: pl.when(exchanging).then(length).otherwise(0),
-        "device_other_ns": pl.when(rest & (n["device_other"] > 0)).then(length).otherwise(0),
-        "idle_stream_ns": pl.when(rest & (n["device_other"] == 0) & (n["wait"] > 0))
-        .then(length)
-        .otherwise(0),
-        "idle_host_ns": pl.when(
-            rest & (n["device_other"] == 0) & (n["wait"] == 0) & (n["host_gap"] > 0)
-        )
-        .then(length)
-        .otherwise(0),
-        "idle_sync_ns": pl.when(
-            rest
-            & (n["device_other"] == 0)
-            & (n["wait"] == 0)
-            & (n["host_gap"] == 0)
-            & (n["sync_gap"] > 0)
-        )
-        .then(length)
-        .otherwise(0),
     }
+    # with neither compute nor communication, the first class active in the segment takes it
+    for key, cls in (
+        ("device_other_ns", "device_other"),
+        ("idle_stream_ns", "wait"),
+        ("idle_host_ns", "host_gap"),
+        ("idle_sync_ns", "sync_gap"),
+    ):
+        whole[key] = pl.when(rest & (n[cls] > 0)).then(length).otherwise(0)
+        rest = rest & (n[cls] == 0)
     busy = (computing > 0) | comm
     per_window = seg.group_by("session", "step", "ws").agg(
         *(e.sum().alias(k) for k, e in (shares | whole).items()),

@@ -115,6 +115,10 @@ def host_bound_gaps(
 
 # the steps the export's own breakdown has a row for, each; of the others, the session's total
 CHECKED_ONE_BY_ONE = "profiler_step"
+ONE_BY_ONE = pl.col("step_source") == CHECKED_ONE_BY_ONE
+CHECK_SCOPE = (
+    pl.when(ONE_BY_ONE).then(pl.lit("step")).otherwise(pl.lit("session")).alias("check_scope")
+)
 
 
 def _tiles(windows: pl.DataFrame, sessions: pl.DataFrame) -> pl.DataFrame:
@@ -306,12 +310,11 @@ def _measured(
         *(pl.when(idle).then(0).otherwise(pl.col(c)).alias(c)
           for c in ("idle_host_ns", "idle_sync_ns")),
     )  # fmt: skip
-    one_by_one = pl.col("step_source") == CHECKED_ONE_BY_ONE
-    by_session = set(rows.filter(~one_by_one)["session"].unique().to_list())
+    by_session = set(rows.filter(~ONE_BY_ONE)["session"].unique().to_list())
     summed = [*COMPONENT_NAMES, MC2_EXPOSED]
     units = pl.concat(
         [
-            rows.filter(one_by_one).select("session", "step", *summed),
+            rows.filter(ONE_BY_ONE).select("session", "step", *summed),
             parts.filter(pl.col("session").is_in(list(by_session)))
             .group_by("session")
             .agg(pl.col(summed).sum())
@@ -322,13 +325,7 @@ def _measured(
         "session", "step", "check_deviation", "check_component"
     )
     return (
-        rows.with_columns(
-            pl.when(one_by_one).then(pl.col("step")).alias("_unit"),
-            pl.when(one_by_one)
-            .then(pl.lit("step"))
-            .otherwise(pl.lit("session"))
-            .alias("check_scope"),
-        )
+        rows.with_columns(pl.when(ONE_BY_ONE).then(pl.col("step")).alias("_unit"), CHECK_SCOPE)
         .join(
             checked.rename({"step": "_unit"}), on=["session", "_unit"], how="left", nulls_equal=True
         )
@@ -349,7 +346,7 @@ def _from_step_trace(
         pl.lit("session").alias("step_source"),
     )
     own = pl.concat(
-        [windows.filter(pl.col("step_source") == CHECKED_ONE_BY_ONE), whole],
+        [windows.filter(ONE_BY_ONE), whole],
         how="diagonal_relaxed",
     )
     rows = from_step_trace(step_times, own)
@@ -362,8 +359,5 @@ def _from_step_trace(
         pl.col("step_source").fill_null("session"),
         pl.col("phase").fill_null("unknown"),
         pl.col("phase_source").fill_null("none"),
-        pl.when(pl.col("step_source") == CHECKED_ONE_BY_ONE)
-        .then(pl.lit("step"))
-        .otherwise(pl.lit("session"))
-        .alias("check_scope"),
+        CHECK_SCOPE,
     )
