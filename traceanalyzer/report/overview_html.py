@@ -162,7 +162,7 @@ def stacked_bars(
 def _phases(overview: Overview) -> str:
     """The phase table and strip: each kind of iteration on its own, and when each ran."""
     note = text.phase_note(overview)
-    ep = _ep(overview)
+    ep = _phase_lists(overview)
     if not text.phases_known(overview):
         return (f'<p class="small muted">{esc(note)}.</p>' if note else "") + ep
     headers = text.phase_headers()
@@ -182,7 +182,7 @@ def _phases(overview: Overview) -> str:
     return details("By phase", bars + body + ep + muted + strip, open_=True)
 
 
-def _ep(overview: Overview) -> str:
+def _phase_lists(overview: Overview) -> str:
     return "".join(
         f'<p class="small">{sentence(title, ":")}</p>' + bullets(map(esc, lines), "small")
         for title, lines in text.phase_sections(overview)

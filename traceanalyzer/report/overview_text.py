@@ -14,6 +14,7 @@ from traceanalyzer.engine.findings import compress_ranks
 from traceanalyzer.overview.model import (
     STEP,
     FindingCost,
+    Graphs,
     Layers,
     Overview,
     PhaseCollectives,
@@ -178,8 +179,7 @@ def ep_lines(overview: Overview) -> list[str]:
         if not ep:
             continue
         paths = ", ".join(
-            f"{EP_PATH_WORDS.get(p, p)} in {n} step{'s' if n != 1 else ''}"
-            for p, n in ep.paths.items()
+            f"{EP_PATH_WORDS.get(p, p)} in {count(n, 'step')}" for p, n in ep.paths.items()
         )
         lines.append(
             f"{r.phase}: {paths}; {fmt.duration(ep.exchange_ns)} of exchange per step, "
@@ -282,19 +282,16 @@ def collective_rank_rows(overview: Overview) -> list[list[str]]:
 def graph_lines(overview: Overview) -> list[str]:
     """Per phase with graph replays: the capture sizes they ran at against the real batches
     seen, and how much of the replayed work was padding."""
-    lines = []
-    for r in overview.phases.rows:
-        graphs = r.graphs
-        if not graphs:
-            continue
-        sizes = _counted(graphs.capture_sizes)
-        batches = _counted(graphs.batches)
-        lines.append(
-            f"{r.phase}: {graphs.steps} replays at capture sizes {sizes}"
-            + (f" for real batches {batches}" if batches else " (real batches unknown)")
-            + f"; padding {fmt.percent(graphs.padded_share)} of the replayed tokens"
-        )
-    return lines
+    return [_graph_line(r.phase, r.graphs) for r in overview.phases.rows if r.graphs]
+
+
+def _graph_line(phase: str, graphs: Graphs) -> str:
+    batches = _counted(graphs.batches)
+    return (
+        f"{phase}: {graphs.steps} replays at capture sizes {_counted(graphs.capture_sizes)}"
+        + (f" for real batches {batches}" if batches else " (real batches unknown)")
+        + f"; padding {fmt.percent(graphs.padded_share)} of the replayed tokens"
+    )
 
 
 # how a module's name reads where it is not a word already (attention, linear, norm, ...)
@@ -305,28 +302,26 @@ MODULE_WORDS = {"moe_experts": "MoE experts", "moe_routing": "MoE routing/exchan
 def layer_lines(overview: Overview) -> list[str]:
     """Per phase with decoder layers: where its kernels' time goes by module, its layers'
     time, and a layer much slower than its peers."""
-    lines = []
-    for r in overview.phases.rows:
-        layers = r.layers
-        if not layers:
-            continue
-        total = sum(layers.module_ns.values()) or 1.0
-        modules = ", ".join(
-            f"{MODULE_WORDS.get(m, m)} {fmt.percent(ns / total)}"
-            for m, ns in list(layers.module_ns.items())[:5]
-        )
-        times = sorted(layers.layer_ns)
-        median = times[len(times) // 2] if times else None
-        slow = "; ".join(
-            f"layer {s.layer} takes {fmt.duration(s.ns)}, "
-            f"{s.ns / s.peers_ns:.1f}x its peers' {fmt.duration(s.peers_ns)}"
-            for s in layers.slow_layers
-        )
-        lines.append(
-            f"{r.phase}: {modules}; {layers.layers} layers, {fmt.duration(median)} each "
-            "per iteration (median)" + (f"; {slow}" if slow else "") + _attribution(layers)
-        )
-    return lines
+    return [_layer_line(r.phase, r.layers) for r in overview.phases.rows if r.layers]
+
+
+def _layer_line(phase: str, layers: Layers) -> str:
+    total = sum(layers.module_ns.values()) or 1.0
+    modules = ", ".join(
+        f"{MODULE_WORDS.get(m, m)} {fmt.percent(ns / total)}"
+        for m, ns in list(layers.module_ns.items())[:5]
+    )
+    times = sorted(layers.layer_ns)
+    median = times[len(times) // 2] if times else None
+    slow = "; ".join(
+        f"layer {s.layer} takes {fmt.duration(s.ns)}, "
+        f"{s.ns / s.peers_ns:.1f}x its peers' {fmt.duration(s.peers_ns)}"
+        for s in layers.slow_layers
+    )
+    return (
+        f"{phase}: {modules}; {layers.layers} layers, {fmt.duration(median)} each "
+        "per iteration (median)" + (f"; {slow}" if slow else "") + _attribution(layers)
+    )
 
 
 def _attribution(layers: Layers) -> str:

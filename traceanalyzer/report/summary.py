@@ -97,7 +97,4 @@ def _ingest_fields(entry: dict[str, Any] | None) -> dict[str, Any]:
         "path",
     )
     out = {k: entry.get(k) for k in keep if entry.get(k) is not None}
-    for k in ("generation", "profiler_level"):
-        if entry.get(k):
-            out.setdefault(k, entry[k])
-    return out
+    return out | {k: entry[k] for k in ("generation", "profiler_level") if entry.get(k)}
