@@ -38,6 +38,7 @@ from traceanalyzer.compare.run_tables import GRAPH_SIZE, RunTables
 from traceanalyzer.overview.breakdown import COMPUTE_CLASSES
 from traceanalyzer.overview.phases import phase_order
 from traceanalyzer.report import fmt
+from traceanalyzer.report.fmt import signed
 from traceanalyzer.step_components import BY_KEY, COMPONENTS, COMPUTE, PARTS
 from traceanalyzer.vocabulary import GRAPH_REPLAY_APIS, SYNC_APIS
 
@@ -167,11 +168,6 @@ class Explanation:
             "summary": self.summary(),
             "modules": self.modules,
         }
-
-
-def signed(ns: float) -> str:
-    """``+84.1 µs``, ``-2.3 ms``: a change of time."""
-    return ("+" if ns >= 0 else "-") + fmt.duration(abs(ns))
 
 
 def explain_phases(base: RunTables, target: RunTables) -> dict[str, Explanation]:

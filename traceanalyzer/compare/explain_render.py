@@ -8,9 +8,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from traceanalyzer.chart import Chart
-from traceanalyzer.compare.explain import UNEXPLAINED, Explanation, signed
+from traceanalyzer.compare.explain import UNEXPLAINED, Explanation
 from traceanalyzer.compare.phase_diff import PHASE_CHANGE, PhaseDiff
 from traceanalyzer.report import fmt
+from traceanalyzer.report.fmt import signed
 from traceanalyzer.report.htmlkit import esc, table
 from traceanalyzer.report.markdown import md_table, md_text
 

@@ -51,8 +51,7 @@ class ComponentDelta:
 
     def text(self) -> str:
         rel = "" if self.rel is None else f" ({fmt.change(self.rel)})"
-        change = "" if self.change is None else f", {'+' if self.change >= 0 else '-'}"
-        change += fmt.duration(abs(self.change)) if self.change is not None else ""
+        change = "" if self.change is None else f", {fmt.signed(self.change)}"
         return f"{fmt.duration(self.base)} -> {fmt.duration(self.target)}{change}{rel}"
 
 

@@ -43,6 +43,11 @@ def duration(ns: float | int | None) -> str:
     return _text.duration(ns)
 
 
+def signed(ns: float) -> str:
+    """``+84.1 µs``, ``-2.3 ms``: a change of time."""
+    return ("+" if ns >= 0 else "-") + duration(abs(ns))
+
+
 def number(value: float | int | None) -> str:
     """Integers with thousands separators, floats with 3 significant digits."""
     if value is None or (isinstance(value, float) and not math.isfinite(value)):

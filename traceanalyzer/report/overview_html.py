@@ -15,7 +15,7 @@ from traceanalyzer.overview.model import STEP, Means, Overview
 from traceanalyzer.report import overview_text as text
 from traceanalyzer.report.htmlkit import bullets, details, esc, table
 from traceanalyzer.report.overview_memory import memory_figures, memory_html
-from traceanalyzer.report.overview_plots import COLORS, PHASE_COLORS
+from traceanalyzer.report.overview_plots import COLORS, PHASE_COLORS, heatmap_figure
 from traceanalyzer.report.plots import svg_file
 from traceanalyzer.text import count, sentence
 
@@ -28,29 +28,21 @@ def overview_figures(overview: Overview | None) -> tuple[dict[str, bytes], dict[
     failed to draw (a figure is a nicety; the tables stand)."""
     if overview is None or not overview.usable:
         return {}, {}
-    drawers = {
-        BREAKDOWN_SVG: lambda: _heatmap_svg(overview),
-        TIMELINE_SVG: lambda: _timeline_svg(overview),
-    }
     files: dict[str, bytes] = {}
     errors: dict[str, str] = {}
-    for name, draw in drawers.items():
+    for what, draw in (
+        (f"plot {BREAKDOWN_SVG}", lambda: {BREAKDOWN_SVG: _heatmap_svg(overview)}),
+        (f"plot {TIMELINE_SVG}", lambda: {TIMELINE_SVG: _timeline_svg(overview)}),
+        ("plot memory timeline", lambda: memory_figures(overview)),
+    ):
         try:
-            data = draw()
-            if data is not None:
-                files[name] = data
+            files |= {name: data for name, data in draw().items() if data is not None}
         except Exception as exc:
-            errors[f"plot {name}"] = f"{type(exc).__name__}: {exc}"
-    try:
-        files |= memory_figures(overview)
-    except Exception as exc:
-        errors["plot memory timeline"] = f"{type(exc).__name__}: {exc}"
+            errors[what] = f"{type(exc).__name__}: {exc}"
     return files, errors
 
 
 def _heatmap_svg(overview: Overview) -> bytes | None:
-    from traceanalyzer.report.overview_plots import heatmap_figure
-
     fig = heatmap_figure(overview)
     return None if fig is None else svg_file(fig.to_svg())
 
