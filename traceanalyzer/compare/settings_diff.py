@@ -42,9 +42,7 @@ def settings_of(sessions: pl.DataFrame) -> dict[str, dict[int, Any]]:
     ignored = re.compile("|".join(IGNORED))
     for row in sessions.sort("rank", "start_ns", nulls_last=True).iter_rows(named=True):
         rank = int(row["rank"])
-        flat: dict[str, Any] = {}
-        for column, (name, _) in COLUMNS.items():
-            flat[name] = row.get(column)
+        flat: dict[str, Any] = {name: row.get(column) for column, (name, _) in COLUMNS.items()}
         metadata = _json(row.get("metadata"))
         environment = metadata.pop(ENVIRONMENT_KEY, None)
         if isinstance(environment, Mapping):
@@ -86,10 +84,7 @@ def _value(value: Any) -> Any:
 def _source(name: str) -> str:
     if name.startswith("env."):
         return "environment"
-    for column_name, source in COLUMNS.values():
-        if name == column_name:
-            return source
-    return name.split(".", 1)[0]
+    return dict(COLUMNS.values()).get(name, name.split(".", 1)[0])
 
 
 def _shown(values: Mapping[int, Any], ranks: Iterable[int]) -> Any:

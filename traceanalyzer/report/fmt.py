@@ -38,9 +38,7 @@ def trace_us(ns: int) -> str:
     return f"{sign}{ns // 1000}.{ns % 1000:03d}"
 
 
-def duration(ns: float | int | None) -> str:
-    """``2_524_978_840`` -> ``2.52 s`` (same rendering as finding text)."""
-    return _text.duration(ns)
+duration = _text.duration  # ``2_524_978_840`` -> ``2.52 s``, as finding text renders it
 
 
 def signed(ns: float) -> str:

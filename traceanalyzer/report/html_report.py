@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
@@ -297,44 +297,38 @@ def _errors_section(doc: Mapping[str, Any]) -> str:
     return f"<h2>Rule errors</h2><p>These rules failed; the others ran.</p>{items}"
 
 
-def _run_section(summary: RunSummary) -> str:
-    rows = []
-    for s in summary.sessions:
-        versions = ", ".join(
-            f"{k} {s[c]}"
-            for k, c in (("torch_npu", "torch_npu_version"), ("CANN", "cann_version"))
-            if s.get(c)
-        )
-        rows.append(
-            (
-                s.get("rank"),
-                s.get("session"),
-                s.get("status", ""),
-                s.get("generation") or "?",
-                s.get("profiler_level") or "?",
-                versions or "not recorded",
-                fmt.duration(s["end_ns"] - s["start_ns"])
-                if s.get("start_ns") and s.get("end_ns")
-                else "",
-                ", ".join(s.get("missing_files") or []),
-                ", ".join(s.get("incomplete_files") or []),
-            )
-        )
-    body = "<h2>Run</h2>" + table(
-        (
-            "rank",
-            "session",
-            "ingest",
-            "format",
-            "level",
-            "versions",
-            "span",
-            "missing files",
-            "incomplete files (data lost)",
-        ),
-        rows,
-        numeric=(0, 6),
+def _versions(s: Mapping[str, Any]) -> str:
+    said = [
+        f"{k} {s[c]}"
+        for k, c in (("torch_npu", "torch_npu_version"), ("CANN", "cann_version"))
+        if s.get(c)
+    ]
+    return ", ".join(said) or "not recorded"
+
+
+def _span(s: Mapping[str, Any]) -> str:
+    return (
+        fmt.duration(s["end_ns"] - s["start_ns"]) if s.get("start_ns") and s.get("end_ns") else ""
     )
+
+
+# the run table's columns: the header, and a session's cell (RunSummary.sessions)
+RUN_COLUMNS: tuple[tuple[str, Callable[[Mapping[str, Any]], Any]], ...] = (
+    ("rank", lambda s: s.get("rank")),
+    ("session", lambda s: s.get("session")),
+    ("ingest", lambda s: s.get("status", "")),
+    ("format", lambda s: s.get("generation") or "?"),
+    ("level", lambda s: s.get("profiler_level") or "?"),
+    ("versions", _versions),
+    ("span", _span),
+    ("missing files", lambda s: ", ".join(s.get("missing_files") or [])),
+    ("incomplete files (data lost)", lambda s: ", ".join(s.get("incomplete_files") or [])),
+)
+
+
+def _run_section(summary: RunSummary) -> str:
+    rows = [[cell(s) for _, cell in RUN_COLUMNS] for s in summary.sessions]
+    body = "<h2>Run</h2>" + table([h for h, _ in RUN_COLUMNS], rows, numeric=(0, 6))
     versions = "; ".join(
         f"{k.replace('_', ' ')}: {', '.join(v)}" for k, v in summary.versions.items()
     )
