@@ -42,12 +42,7 @@ from traceanalyzer.report.documents import read_findings
 from traceanalyzer.store import Store, StoreError
 
 Status = Literal["new", "resolved", "changed", "unchanged"]
-STATUSES: tuple[Status, ...] = (
-    "new",
-    "resolved",
-    "changed",
-    "unchanged",
-)  # as the reports list them
+STATUSES: tuple[Status, ...] = ("new", "resolved", "changed", "unchanged")  # as reports list them
 REL_TOLERANCE = 0.01  # metric changes below 1% are noise, not "changed"
 NO_PRESENTATION = Presentation()  # a rule not loaded: its cost in its units, its own metrics plain
 

@@ -10,6 +10,7 @@ from typing import Any
 from traceanalyzer.chart import Chart
 from traceanalyzer.compare.explain import UNEXPLAINED, Explanation
 from traceanalyzer.compare.phase_diff import PHASE_CHANGE, PhaseDiff
+from traceanalyzer.compare.settings_diff import value_text
 from traceanalyzer.report import fmt
 from traceanalyzer.report.fmt import signed
 from traceanalyzer.report.htmlkit import esc, table
@@ -87,10 +88,6 @@ def modules_text(modules: list[dict[str, Any]]) -> str:
     return "; ".join(parts)
 
 
-def _value(value: Any) -> str:
-    return "(not recorded)" if value is None else str(value)
-
-
 NOT_COMPARED = "not compared (a store could not be read)"
 
 
@@ -99,11 +96,10 @@ def settings_text(settings: list[dict[str, Any]] | None) -> list[str]:
         return [f"settings and versions: {NOT_COMPARED}"]
     if not settings:
         return ["settings and versions: unchanged"]
-    lines = ["settings changed (base -> target):"]
-    for s in settings:
-        where = f"  [ranks {', '.join(map(str, s['ranks']))}]" if s["ranks"] else ""
-        lines.append(f"  {s['setting']}: {_value(s['base'])} -> {_value(s['target'])}{where}")
-    return lines
+    return ["settings changed (base -> target):"] + [
+        f"  {setting}: {base} -> {target}" + (f"  [ranks {ranks}]" if ranks else "")
+        for setting, _, base, target, ranks in _setting_rows(settings)
+    ]
 
 
 # ---------------------------------------------------------------------------- waterfall
@@ -223,7 +219,7 @@ SETTINGS_HEADERS = ["setting", "source", "base", "target", "ranks"]
 
 def _setting_rows(settings: list[dict[str, Any]]) -> list[list[Any]]:
     return [
-        [s["setting"], s["source"], _value(s["base"]), _value(s["target"]),
+        [s["setting"], s["source"], value_text(s["base"]), value_text(s["target"]),
          ", ".join(map(str, s["ranks"]))]
         for s in settings
     ]  # fmt: skip

@@ -95,10 +95,11 @@ def _shown(values: Mapping[int, Any], ranks: Iterable[int]) -> Any:
         by_value.setdefault(json.dumps(value), []).append(rank)
     if len(by_value) == 1:
         return json.loads(next(iter(by_value)))
-    return "; ".join(f"{_text(json.loads(v))} ({fmt.ranks(r)})" for v, r in by_value.items())
+    return "; ".join(f"{value_text(json.loads(v))} ({fmt.ranks(r)})" for v, r in by_value.items())
 
 
-def _text(value: Any) -> str:
+def value_text(value: Any) -> str:
+    """A setting's value as the reports write it."""
     return NOT_RECORDED if value is None else str(value)
 
 
