@@ -61,3 +61,8 @@ def join(items: Iterable[object], limit: int = 8) -> str:
 def count(n: int, noun: str, plural: str | None = None) -> str:
     """``1 step``, ``4 steps``: a number with its noun, never ``step(s)``."""
     return f"{n} {noun if n == 1 else plural or noun + 's'}"
+
+
+def sentence(text: str, end: str = ".") -> str:
+    """``text`` as a sentence of a report (a terminal line starts lower case)."""
+    return f"{text[0].upper()}{text[1:]}{end}"

@@ -30,7 +30,6 @@ from traceanalyzer.compare.overview_diff import ComponentDelta, overview_deltas
 from traceanalyzer.compare.phase_diff import PhaseDiff, phase_deltas
 from traceanalyzer.compare.run_tables import UNREADABLE, read_run
 from traceanalyzer.compare.settings_diff import run_settings, settings_changed
-from traceanalyzer.engine.findings import compress_ranks
 from traceanalyzer.engine.params import Params
 from traceanalyzer.engine.presentation import Presentation, key_figure_document
 from traceanalyzer.engine.registry import RuleSet
@@ -38,10 +37,12 @@ from traceanalyzer.engine.rule import RuleContext
 from traceanalyzer.engine.units import TRACE_NS
 from traceanalyzer.interrupts import contained
 from traceanalyzer.overview.model import Overview, overview_of
+from traceanalyzer.report import fmt
 from traceanalyzer.report.documents import read_findings
 from traceanalyzer.store import Store, StoreError
 
 Status = Literal["new", "resolved", "changed", "unchanged"]
+STATUSES: tuple[Status, ...] = ("new", "resolved", "changed", "unchanged")  # as reports list them
 REL_TOLERANCE = 0.01  # metric changes below 1% are noise, not "changed"
 NO_PRESENTATION = Presentation()  # a rule not loaded: its cost in its units, its own metrics plain
 
@@ -132,6 +133,10 @@ class FindingChange:
     def current(self) -> dict[str, Any]:
         return self.target or self.base or {}
 
+    def _sides(self, key: str) -> dict[str, Any]:
+        """The finding's ``key`` in the base run and in the target run (None: not in it)."""
+        return {"base": (self.base or {}).get(key), "target": (self.target or {}).get(key)}
+
     def to_dict(self) -> dict[str, Any]:
         side = self.current
         return {
@@ -139,17 +144,10 @@ class FindingChange:
             "fingerprint": self.fingerprint,
             "rule": self.rule,
             "name": self.name,
-            "severity": {
-                "base": (self.base or {}).get("severity"),
-                "target": (self.target or {}).get("severity"),
-            },
-            "ranks": {
-                "base": (self.base or {}).get("ranks"),
-                "target": (self.target or {}).get("ranks"),
-            },
+            "severity": self._sides("severity"),
+            "ranks": self._sides("ranks"),
             "title": side.get("title"),
-            "base_title": (self.base or {}).get("title"),
-            "target_title": (self.target or {}).get("title"),
+            **{f"{which}_title": title for which, title in self._sides("title").items()},
             "metric_deltas": [d.to_dict() for d in self.metrics],
             "figure_deltas": [d.to_dict() for d in self.figures],
         }
@@ -174,6 +172,11 @@ class DiffResult:
         return [c for c in self.changes if c.status == status]
 
     @property
+    def counts(self) -> dict[str, int]:
+        """The findings per status."""
+        return {s: len(self.by_status(s)) for s in STATUSES}
+
+    @property
     def has_new(self) -> bool:
         return bool(self.by_status("new"))
 
@@ -187,9 +190,8 @@ class DiffResult:
             (sorted(set(self.target_ranks) - set(self.base_ranks)), "target", "base"),
         ):
             if ranks:
-                label = ("rank " if len(ranks) == 1 else "ranks ") + compress_ranks(ranks)
                 notes.append(
-                    f"{label} only in {here} (absent from {there}): its findings there are "
+                    f"{fmt.ranks(ranks)} only in {here} (absent from {there}): its findings there are "
                     f"{'resolved' if here == 'base' else 'new'} by absence, not by a change"
                 )
         return notes + ([self.workload_note] if self.workload_note else [])
@@ -199,9 +201,7 @@ class DiffResult:
             "schema_version": 1,
             "base": str(self.base),
             "target": str(self.target),
-            "summary": {
-                s: len(self.by_status(s)) for s in ("new", "resolved", "changed", "unchanged")
-            },
+            "summary": self.counts,
             "ranks": {"base": self.base_ranks, "target": self.target_ranks},
             "notes": self.rank_notes,
             "findings": [c.to_dict() for c in self.changes],
@@ -348,25 +348,13 @@ def diff_outputs(
         assert side is not None
         ranks = sorted(set((bf or {}).get("ranks") or []) | set((tf or {}).get("ranks") or []))
         figs = figure_deltas_for(side["name"], ranks, base_fig, target_fig, profiled)
-        if bf is None:
-            changes.append(
-                FindingChange("new", fp, side["rule"], side["name"], None, tf, figures=figs)
-            )
-        elif tf is None:
-            changes.append(
-                FindingChange("resolved", fp, side["rule"], side["name"], bf, None, figures=figs)
-            )
-        else:
+        status: Status = "new" if bf is None else "resolved" if tf is None else "unchanged"
+        deltas = []
+        if bf is not None and tf is not None:
             deltas = metric_deltas(bf, tf, presentations.get(side["rule"], NO_PRESENTATION))
-            moved = (
-                deltas
-                or bf.get("severity") != tf.get("severity")
-                or bf.get("ranks") != tf.get("ranks")
-            )
-            status: Status = "changed" if moved else "unchanged"
-            changes.append(
-                FindingChange(status, fp, side["rule"], side["name"], bf, tf, deltas, figs)
-            )
+            if deltas or any(bf.get(k) != tf.get(k) for k in ("severity", "ranks")):
+                status = "changed"
+        changes.append(FindingChange(status, fp, side["rule"], side["name"], bf, tf, deltas, figs))
     order = {"new": 0, "changed": 1, "resolved": 2, "unchanged": 3}
     changes.sort(key=lambda c: (order[c.status], c.rule))
     base_overview, target_overview = overview_of(base_doc), overview_of(target_doc)

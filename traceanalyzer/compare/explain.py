@@ -35,9 +35,10 @@ from typing import Any
 import polars as pl
 
 from traceanalyzer.compare.run_tables import GRAPH_SIZE, RunTables
-from traceanalyzer.derived.phases import PHASES
 from traceanalyzer.overview.breakdown import COMPUTE_CLASSES
+from traceanalyzer.overview.phases import phase_order
 from traceanalyzer.report import fmt
+from traceanalyzer.report.fmt import signed
 from traceanalyzer.step_components import BY_KEY, COMPONENTS, COMPUTE, PARTS
 from traceanalyzer.vocabulary import GRAPH_REPLAY_APIS, SYNC_APIS
 
@@ -169,19 +170,10 @@ class Explanation:
         }
 
 
-def signed(ns: float) -> str:
-    """``+84.1 µs``, ``-2.3 ms``: a change of time."""
-    return ("+" if ns >= 0 else "-") + fmt.duration(abs(ns))
-
-
 def explain_phases(base: RunTables, target: RunTables) -> dict[str, Explanation]:
     """An explanation for every phase both runs have iterations of."""
     phases = set(base.steps["phase"].unique()) & set(target.steps["phase"].unique())
-    order = {p: i for i, p in enumerate(PHASES)}
-    return {
-        p: explain_phase(p, base, target)
-        for p in sorted(phases, key=lambda p: (order.get(p, len(order)), p))
-    }
+    return {p: explain_phase(p, base, target) for p in sorted(phases, key=phase_order)}
 
 
 def explain_phase(phase: str, base: RunTables, target: RunTables) -> Explanation:
@@ -468,10 +460,8 @@ def _relaunched(kb: pl.DataFrame, kt: pl.DataFrame, ops: list[Contribution]) -> 
 
 
 def _sum(uses: Iterable[Usage]) -> Usage:
-    calls = total = 0.0
-    for u in uses:
-        calls, total = calls + u.calls, total + u.total_ns
-    return Usage(calls, total)
+    listed = list(uses)
+    return Usage(sum((u.calls for u in listed), 0.0), sum((u.total_ns for u in listed), 0.0))
 
 
 def _done(contributions: list[Contribution]) -> list[list[str]]:

@@ -8,9 +8,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from traceanalyzer.chart import Chart
-from traceanalyzer.compare.explain import UNEXPLAINED, Explanation, signed
+from traceanalyzer.compare.explain import UNEXPLAINED, Explanation
 from traceanalyzer.compare.phase_diff import PHASE_CHANGE, PhaseDiff
+from traceanalyzer.compare.settings_diff import value_text
 from traceanalyzer.report import fmt
+from traceanalyzer.report.fmt import signed
 from traceanalyzer.report.htmlkit import esc, table
 from traceanalyzer.report.markdown import md_table, md_text
 
@@ -86,10 +88,6 @@ def modules_text(modules: list[dict[str, Any]]) -> str:
     return "; ".join(parts)
 
 
-def _value(value: Any) -> str:
-    return "(not recorded)" if value is None else str(value)
-
-
 NOT_COMPARED = "not compared (a store could not be read)"
 
 
@@ -98,11 +96,10 @@ def settings_text(settings: list[dict[str, Any]] | None) -> list[str]:
         return [f"settings and versions: {NOT_COMPARED}"]
     if not settings:
         return ["settings and versions: unchanged"]
-    lines = ["settings changed (base -> target):"]
-    for s in settings:
-        where = f"  [ranks {', '.join(map(str, s['ranks']))}]" if s["ranks"] else ""
-        lines.append(f"  {s['setting']}: {_value(s['base'])} -> {_value(s['target'])}{where}")
-    return lines
+    return ["settings changed (base -> target):"] + [
+        f"  {setting}: {base} -> {target}" + (f"  [ranks {ranks}]" if ranks else "")
+        for setting, _, base, target, ranks in _setting_rows(settings)
+    ]
 
 
 # ---------------------------------------------------------------------------- waterfall
@@ -217,19 +214,23 @@ def explain_html(phases: PhaseDiff, svgs: Mapping[str, str]) -> str:
     return "".join(parts)
 
 
+SETTINGS_HEADERS = ["setting", "source", "base", "target", "ranks"]
+
+
+def _setting_rows(settings: list[dict[str, Any]]) -> list[list[Any]]:
+    return [
+        [s["setting"], s["source"], value_text(s["base"]), value_text(s["target"]),
+         ", ".join(map(str, s["ranks"]))]
+        for s in settings
+    ]  # fmt: skip
+
+
 def settings_html(settings: list[dict[str, Any]] | None) -> str:
     if settings is None:
         return f"<h2>Settings and versions</h2><p>{esc(NOT_COMPARED)}</p>"
     if not settings:
         return "<h2>Settings and versions</h2><p>Unchanged.</p>"
-    rows = [
-        (s["setting"], s["source"], _value(s["base"]), _value(s["target"]),
-         ", ".join(map(str, s["ranks"])))
-        for s in settings
-    ]  # fmt: skip
-    return "<h2>Settings changed</h2>" + table(
-        ("setting", "source", "base", "target", "ranks"), rows
-    )
+    return "<h2>Settings changed</h2>" + table(SETTINGS_HEADERS, _setting_rows(settings))
 
 
 def explain_markdown(phases: PhaseDiff, plot_files: Mapping[str, str]) -> list[str]:
@@ -254,14 +255,4 @@ def settings_markdown(settings: list[dict[str, Any]] | None) -> list[str]:
         return ["## Settings and versions", "", NOT_COMPARED, ""]
     if not settings:
         return ["## Settings and versions", "", "Unchanged.", ""]
-    rows = [
-        [s["setting"], s["source"], _value(s["base"]), _value(s["target"]),
-         ", ".join(map(str, s["ranks"]))]
-        for s in settings
-    ]  # fmt: skip
-    return [
-        "## Settings changed",
-        "",
-        *md_table(["setting", "source", "base", "target", "ranks"], rows),
-        "",
-    ]
+    return ["## Settings changed", "", *md_table(SETTINGS_HEADERS, _setting_rows(settings)), ""]

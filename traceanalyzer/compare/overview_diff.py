@@ -7,7 +7,7 @@ from typing import Any
 
 from traceanalyzer.overview.model import Overview
 from traceanalyzer.report import fmt
-from traceanalyzer.report.htmlkit import esc, table
+from traceanalyzer.report.htmlkit import change_cell, table
 from traceanalyzer.report.overview_text import unmeasured_everywhere
 from traceanalyzer.step_components import COMPONENTS
 
@@ -51,8 +51,7 @@ class ComponentDelta:
 
     def text(self) -> str:
         rel = "" if self.rel is None else f" ({fmt.change(self.rel)})"
-        change = "" if self.change is None else f", {'+' if self.change >= 0 else '-'}"
-        change += fmt.duration(abs(self.change)) if self.change is not None else ""
+        change = "" if self.change is None else f", {fmt.signed(self.change)}"
         return f"{fmt.duration(self.base)} -> {fmt.duration(self.target)}{change}{rel}"
 
 
@@ -89,19 +88,13 @@ def overview_diff_text(deltas: list[ComponentDelta]) -> list[str]:
 def overview_diff_html(deltas: list[ComponentDelta]) -> str:
     if not deltas:
         return ""
-
-    def cell(d: ComponentDelta) -> str:
-        cls = {True: "delta-good", False: "delta-bad"}.get(d.better, "")  # type: ignore[arg-type]
-        rel = fmt.change(d.rel)
-        return f'<span class="{cls}">{esc(rel)}</span>' if rel else ""
-
     rows = [
         (
             d.label,
             fmt.duration(d.base),
             fmt.duration(d.target),
             "" if d.change is None else fmt.duration(d.change),
-            cell(d),
+            change_cell(d.rel, d.better),
         )
         for d in deltas
     ]

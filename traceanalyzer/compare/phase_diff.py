@@ -13,10 +13,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from traceanalyzer.compare.explain import Explanation, explain_phases, signed
+from traceanalyzer.compare.explain import Explanation, explain_phases
 from traceanalyzer.compare.run_tables import RunTables
 from traceanalyzer.overview.model import STEP, Overview, PhaseRow
 from traceanalyzer.report import fmt
+from traceanalyzer.report.fmt import signed
 from traceanalyzer.report.htmlkit import esc, table
 
 MIX_SHIFT = 0.10  # share of the iterations (0..1) a phase must gain or lose: a change of mix

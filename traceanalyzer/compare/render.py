@@ -20,26 +20,32 @@ from traceanalyzer.compare.explain_render import (
 from traceanalyzer.compare.overview_diff import overview_diff_html, overview_diff_text
 from traceanalyzer.compare.phase_diff import phase_diff_html, phase_diff_text
 from traceanalyzer.report import fmt
-from traceanalyzer.report.htmlkit import chip, esc, inline, page, table
+from traceanalyzer.report.htmlkit import change_cell, chip, esc, inline, page, table
 from traceanalyzer.report.markdown import md_table, md_text
 
 STATUS_KIND = {"new": "error", "resolved": "clean", "changed": "warning", "unchanged": "plain"}
 
 
+def _sides(d: Delta) -> tuple[str, str]:
+    """Both sides in the unit the rule declared."""
+    return fmt.metric(d.base, d.unit), fmt.metric(d.target, d.unit)
+
+
 def delta_text(d: Delta) -> str:
     """``2.52 s -> 25.7 ms (-99.0%)``: both sides in the unit the rule declared."""
-    out = f"{fmt.metric(d.base, d.unit)} -> {fmt.metric(d.target, d.unit)}"
+    out = " -> ".join(_sides(d))
     if d.rel is not None:
         out += f" ({fmt.change(d.rel)})"
     return out
 
 
+def _counts(diff: DiffResult) -> str:
+    return ", ".join(f"{n} {status}" for status, n in diff.counts.items())
+
+
 def render_diff_text(diff: DiffResult) -> str:
     lines = [f"base:   {diff.base}", f"target: {diff.target}"]
-    summary = ", ".join(
-        f"{len(diff.by_status(s))} {s}" for s in ("new", "resolved", "changed", "unchanged")
-    )
-    lines.append(f"findings: {summary}")
+    lines.append(f"findings: {_counts(diff)}")
     lines += [f"note: {note}" for note in diff.rank_notes]
     for c in diff.changes:
         side = c.current
@@ -60,12 +66,6 @@ def render_diff_text(diff: DiffResult) -> str:
         for d in moved:
             lines.append(f"  rank {d.ranks[0]:<4} {d.label:<32} {delta_text(d)}")
     return "\n".join(lines)
-
-
-def _delta_cell(d: Delta) -> str:
-    cls = {True: "delta-good", False: "delta-bad"}.get(d.better, "")  # type: ignore[arg-type]
-    rel = fmt.change(d.rel)
-    return f'<span class="{cls}">{esc(rel)}</span>' if rel else ""
 
 
 def _change_section(c: FindingChange) -> str:
@@ -89,27 +89,9 @@ def _change_section(c: FindingChange) -> str:
         and c.base.get("title") != c.target.get("title")
     ):
         parts.append(f'<p class="small muted">before: {inline(c.base.get("title"))}</p>')
-    rows = [
-        (
-            fmt.label(d.key),
-            fmt.metric(d.base, d.unit),
-            fmt.metric(d.target, d.unit),
-            _delta_cell(d),
-            "finding metric",
-        )
-        for d in c.metrics
-    ]
-    rows += [
-        (
-            d.label,
-            fmt.metric(d.base, d.unit),
-            fmt.metric(d.target, d.unit),
-            _delta_cell(d),
-            d.scope,
-        )
-        for d in c.figures
-        if d.base or d.target
-    ]
+    shown = [(fmt.label(d.key), d, "finding metric") for d in c.metrics]
+    shown += [(d.label, d, d.scope) for d in c.figures if d.base or d.target]
+    rows = [(label, *_sides(d), change_cell(d.rel, d.better), scope) for label, d, scope in shown]
     if rows:
         parts.append(
             table(
@@ -136,10 +118,7 @@ def render_diff_html(
 ) -> str:
     """diff.html; ``svgs``: each phase's waterfall (:func:`waterfalls`, drawn here when None)."""
     generated = (now or datetime.now(timezone.utc)).strftime("%Y-%m-%d %H:%M UTC")
-    counts = " ".join(
-        chip(f"{len(diff.by_status(s))} {s}", STATUS_KIND[s])
-        for s in ("new", "resolved", "changed", "unchanged")
-    )
+    counts = " ".join(chip(f"{n} {s}", STATUS_KIND[s]) for s, n in diff.counts.items())
     links = []
     for label, side in (("base", diff.base), ("target", diff.target)):
         report = side / "report.html"
@@ -161,16 +140,7 @@ def render_diff_html(
         parts.append("<p>No findings in either run.</p>")
     parts += [_change_section(c) for c in diff.changes]
     parts.append("<h2>Key figures per rank</h2>")
-    rows = [
-        (
-            d.ranks[0],
-            d.label,
-            fmt.metric(d.base, d.unit),
-            fmt.metric(d.target, d.unit),
-            _delta_cell(d),
-        )
-        for d in diff.figures
-    ]
+    rows = [(d.ranks[0], d.label, *_sides(d), change_cell(d.rel, d.better)) for d in diff.figures]
     if rows:
         parts.append(
             table(
@@ -190,15 +160,12 @@ def render_diff_html(
 def render_diff_markdown(diff: DiffResult, plot_files: Mapping[str, str]) -> str:
     """diff.md: what changed, to paste into an issue; ``plot_files``: phase -> its waterfall's
     path from diff.md."""
-    counts = ", ".join(
-        f"{len(diff.by_status(s))} {s}" for s in ("new", "resolved", "changed", "unchanged")
-    )
     lines = [
         "# traceanalyzer diff",
         "",
         "- " + md_text(f"base: `{diff.base}`"),
         "- " + md_text(f"target: `{diff.target}`"),
-        f"- findings: {counts}",
+        f"- findings: {_counts(diff)}",
         *(f"- note: {md_text(note)}" for note in diff.rank_notes),
         "",
     ]

@@ -16,10 +16,9 @@ import polars as pl
 from traceanalyzer.derived.phases import IDLE_PHASE, UNKNOWN_PHASE
 from traceanalyzer.intervals import window_of
 from traceanalyzer.overview.compute import device_tasks
-from traceanalyzer.overview.tops import COLLECTIVE_KIND, PYTHON_OP_CATEGORY
+from traceanalyzer.overview.tops import CANN_CALL, PYTHON_OP_CATEGORY, TORCH_OP, collective_kind
 from traceanalyzer.step_components import COMPONENT_NAMES
 from traceanalyzer.store import Store, StoreError
-from traceanalyzer.vocabulary import CANN_PROCESS, STEP_SPAN_PREFIX
 
 PYTHON_FUNCTION_CATEGORY = "python_function"  # the Python tracer's spans
 # what a Python tracer span's name says of one process only: the line of its file
@@ -101,7 +100,7 @@ def _tasks(
         )
     return placed.with_columns(
         pl.when(pl.col("cls") == "comm")
-        .then(pl.col("name").str.extract(COLLECTIVE_KIND, 1).fill_null(pl.col("name")))
+        .then(collective_kind("name"))
         .otherwise(pl.col("name"))
         .alias("name")
     ), modules
@@ -114,21 +113,14 @@ def _host(store: Store, ranks: list[int], windows: pl.DataFrame) -> pl.DataFrame
         store.table("slices")
         .filter(
             pl.col("rank").is_in(ranks)
-            & (
-                (pl.col("process") == CANN_PROCESS)
-                | (pl.col("cat") == PYTHON_FUNCTION_CATEGORY)
-                | (
-                    (pl.col("cat") == PYTHON_OP_CATEGORY)
-                    & ~pl.col("name").str.starts_with(STEP_SPAN_PREFIX)
-                )
-            )
+            & (CANN_CALL | TORCH_OP | (pl.col("cat") == PYTHON_FUNCTION_CATEGORY))
         )
         .select(
             *KEYS,
             "start_ns",
             "dur_ns",
             "api_name",
-            pl.when(pl.col("process") == CANN_PROCESS)
+            pl.when(CANN_CALL)
             .then(pl.lit("CANN"))
             .when(pl.col("cat") == PYTHON_OP_CATEGORY)
             .then(pl.lit("op"))

@@ -16,7 +16,7 @@ from typing import Any
 
 import polars as pl
 
-from traceanalyzer.engine.findings import compress_ranks
+from traceanalyzer.report import fmt
 from traceanalyzer.store import Store
 
 # sessions columns compared as they are: setting name and what it is
@@ -42,9 +42,7 @@ def settings_of(sessions: pl.DataFrame) -> dict[str, dict[int, Any]]:
     ignored = re.compile("|".join(IGNORED))
     for row in sessions.sort("rank", "start_ns", nulls_last=True).iter_rows(named=True):
         rank = int(row["rank"])
-        flat: dict[str, Any] = {}
-        for column, (name, _) in COLUMNS.items():
-            flat[name] = row.get(column)
+        flat: dict[str, Any] = {name: row.get(column) for column, (name, _) in COLUMNS.items()}
         metadata = _json(row.get("metadata"))
         environment = metadata.pop(ENVIRONMENT_KEY, None)
         if isinstance(environment, Mapping):
@@ -86,10 +84,7 @@ def _value(value: Any) -> Any:
 def _source(name: str) -> str:
     if name.startswith("env."):
         return "environment"
-    for column_name, source in COLUMNS.values():
-        if name == column_name:
-            return source
-    return name.split(".", 1)[0]
+    return dict(COLUMNS.values()).get(name, name.split(".", 1)[0])
 
 
 def _shown(values: Mapping[int, Any], ranks: Iterable[int]) -> Any:
@@ -100,13 +95,11 @@ def _shown(values: Mapping[int, Any], ranks: Iterable[int]) -> Any:
         by_value.setdefault(json.dumps(value), []).append(rank)
     if len(by_value) == 1:
         return json.loads(next(iter(by_value)))
-    return "; ".join(
-        f"{_text(json.loads(v))} (rank{'s' if len(r) > 1 else ''} {compress_ranks(r)})"
-        for v, r in by_value.items()
-    )
+    return "; ".join(f"{value_text(json.loads(v))} ({fmt.ranks(r)})" for v, r in by_value.items())
 
 
-def _text(value: Any) -> str:
+def value_text(value: Any) -> str:
+    """A setting's value as the reports write it."""
     return NOT_RECORDED if value is None else str(value)
 
 

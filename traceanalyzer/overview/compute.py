@@ -74,8 +74,7 @@ def device_tasks(store: Store, ranks: list[int], where: pl.Expr | None = None) -
         .collect()
     )
     # A kernel_details row is the task that starts at that instant on that stream. Only the
-    # keys are joined, in the tasks' order: a join of the whole frame copied every column (on
-    # a rank of 320,000 device tasks, 120 MB at once instead of 70).
+    # keys are joined, in the tasks' order: a join of the whole frame copies every column.
     keys = ["session", "stream_id", "start_ns"]
     found = tasks.select(keys).join(accelerators, on=keys, how="left", maintain_order="left")
     return classify_tasks(tasks.with_columns(found["accelerator"]))
@@ -116,6 +115,10 @@ def host_bound_gaps(
 
 # the steps the export's own breakdown has a row for, each; of the others, the session's total
 CHECKED_ONE_BY_ONE = "profiler_step"
+ONE_BY_ONE = pl.col("step_source") == CHECKED_ONE_BY_ONE
+CHECK_SCOPE = (
+    pl.when(ONE_BY_ONE).then(pl.lit("step")).otherwise(pl.lit("session")).alias("check_scope")
+)
 
 
 def _tiles(windows: pl.DataFrame, sessions: pl.DataFrame) -> pl.DataFrame:
@@ -162,8 +165,7 @@ def summarize_rank(store: Store, rank: int, sizes: TopSizes) -> dict[str, pl.Dat
     sessions = store.table("sessions").filter(pl.col("rank") == rank).collect()
     steps = steps_of(store, ranks).drop("rank")
     windows = steps.select("session", "step", "start_ns", "end_ns", *STEP_META)
-    # first, while nothing else is held: the host calls are the rank's most rows (on the 200 MB
-    # benchmark rank, last they set the run's peak, 30 MB above the rest)
+    # first, while nothing else is held: the host calls are the rank's most rows
     host_apis = top_host_apis(slices, steps, sizes.host_apis)
     tasks = device_tasks(store, ranks)
     step_times = store.table("step_times").filter(pl.col("rank") == rank).collect()
@@ -308,12 +310,11 @@ def _measured(
         *(pl.when(idle).then(0).otherwise(pl.col(c)).alias(c)
           for c in ("idle_host_ns", "idle_sync_ns")),
     )  # fmt: skip
-    one_by_one = pl.col("step_source") == CHECKED_ONE_BY_ONE
-    by_session = set(rows.filter(~one_by_one)["session"].unique().to_list())
+    by_session = set(rows.filter(~ONE_BY_ONE)["session"].unique().to_list())
     summed = [*COMPONENT_NAMES, MC2_EXPOSED]
     units = pl.concat(
         [
-            rows.filter(one_by_one).select("session", "step", *summed),
+            rows.filter(ONE_BY_ONE).select("session", "step", *summed),
             parts.filter(pl.col("session").is_in(list(by_session)))
             .group_by("session")
             .agg(pl.col(summed).sum())
@@ -324,13 +325,7 @@ def _measured(
         "session", "step", "check_deviation", "check_component"
     )
     return (
-        rows.with_columns(
-            pl.when(one_by_one).then(pl.col("step")).alias("_unit"),
-            pl.when(one_by_one)
-            .then(pl.lit("step"))
-            .otherwise(pl.lit("session"))
-            .alias("check_scope"),
-        )
+        rows.with_columns(pl.when(ONE_BY_ONE).then(pl.col("step")).alias("_unit"), CHECK_SCOPE)
         .join(
             checked.rename({"step": "_unit"}), on=["session", "_unit"], how="left", nulls_equal=True
         )
@@ -351,7 +346,7 @@ def _from_step_trace(
         pl.lit("session").alias("step_source"),
     )
     own = pl.concat(
-        [windows.filter(pl.col("step_source") == CHECKED_ONE_BY_ONE), whole],
+        [windows.filter(ONE_BY_ONE), whole],
         how="diagonal_relaxed",
     )
     rows = from_step_trace(step_times, own)
@@ -364,8 +359,5 @@ def _from_step_trace(
         pl.col("step_source").fill_null("session"),
         pl.col("phase").fill_null("unknown"),
         pl.col("phase_source").fill_null("none"),
-        pl.when(pl.col("step_source") == CHECKED_ONE_BY_ONE)
-        .then(pl.lit("step"))
-        .otherwise(pl.lit("session"))
-        .alias("check_scope"),
+        CHECK_SCOPE,
     )

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from traceanalyzer.derived.phases import IDLE_PHASE, PHASES
+from traceanalyzer.derived.phases import IDLE_PHASE
 from traceanalyzer.memory import (
     APP,
     COLLECT_WITH,
@@ -35,11 +35,10 @@ from traceanalyzer.overview.model import (
     MemoryRank,
     OutsideModule,
     Peaks,
-    Run,
     TokenBucket,
     Unfreed,
 )
-from traceanalyzer.overview.phases import TIMELINE_RUNS, resampled
+from traceanalyzer.overview.phases import lane_runs, phase_order
 from traceanalyzer.stats import theil_sen_slope
 from traceanalyzer.store import Store
 
@@ -196,17 +195,14 @@ def _bucket(tokens: int) -> int:
 
 
 def _phases(steps: pl.DataFrame) -> list[MemoryPhase]:
-    """Per phase (in :data:`PHASES` order, idle gaps left out): the steps, the highest
-    allocated peak and the typical one, the activations (peak - baseline: what the batch
-    allocates and frees), their growth per 1k new tokens, and the peaks per batch size."""
+    """Per phase (in the reports' order, idle gaps left out): the steps, the highest allocated
+    peak and the typical one, the activations (peak - baseline: what the batch allocates and
+    frees), their growth per 1k new tokens, and the peaks per batch size."""
     steps = steps.filter(
         pl.col("phase").is_not_null() & (pl.col("phase") != IDLE_PHASE)
     ).with_columns((pl.col("peak_mb") - pl.col("baseline_mb")).alias("activation_mb"))
-    rank = {p: i for i, p in enumerate(PHASES)}
     out = []
-    for (phase,), part in sorted(
-        steps.group_by("phase"), key=lambda kv: rank.get(str(kv[0][0]), len(rank))
-    ):
+    for (phase,), part in sorted(steps.group_by("phase"), key=lambda kv: phase_order(kv[0][0])):
         sized = part.filter(pl.col("tokens").is_not_null() & (pl.col("tokens") > 0))
         slope = None
         if sized["tokens"].n_unique() >= MIN_TOKEN_COUNTS:
@@ -256,13 +252,5 @@ def _lanes(rank: int, timeline: pl.DataFrame, steps: pl.DataFrame) -> MemoryLane
         .unique(["session", "start_ns"], keep="first")
         .sort("start_ns")
     )
-    runs: list[Run] = []
-    for start, end, phase in windows.select("start_ns", "end_ns", "phase").iter_rows():
-        if runs and runs[-1].phase == phase and runs[-1].end_ns >= start - origin:
-            runs[-1] = runs[-1]._replace(end_ns=end - origin)
-        else:
-            runs.append(Run(start - origin, end - origin, phase))
-    span = max((r.end_ns for r in runs), default=0)
-    if len(runs) > TIMELINE_RUNS and span > 0:  # as the phase strip draws a long profile
-        runs = resampled(runs, span)
+    runs, _ = lane_runs(windows, origin, apart=False)  # as the phase strip draws them
     return MemoryLane(rank=rank, lines=lines, runs=runs)

@@ -62,14 +62,15 @@ def whole_session(tops: pl.DataFrame) -> pl.DataFrame:
     return tops.filter(pl.col("phase").fill_null(ALL_PHASES) == ALL_PHASES)
 
 
-def _ordered(phases: list[str]) -> list[str]:
-    rank = {p: i for i, p in enumerate(PHASES)}
-    return sorted(phases, key=lambda p: (rank.get(p, len(rank)), p))
+_ORDER = {p: i for i, p in enumerate(PHASES)}
+
+
+def phase_order(phase: str) -> tuple[int, str]:
+    """A phase's place in the reports: in :data:`PHASES` order, any other after them by name."""
+    return (_ORDER.get(phase, len(_ORDER)), phase)
 
 
 def _counts(part: pl.DataFrame, column: str) -> dict[str, int]:
-    if column not in part.columns:
-        return {}
     values = part[column].drop_nulls().value_counts(sort=True)
     return {str(v): int(n) for v, n in values.iter_rows()}
 
@@ -146,7 +147,7 @@ def _row(
     phase: str, part: pl.DataFrame, wall_ns: int, kernels, host_apis, layers: pl.DataFrame
 ) -> PhaseRow:
     durations = part["step_ns"]
-    known = part.filter(pl.col("tokens").is_not_null()) if "tokens" in part.columns else part[:0]
+    known = part.filter(pl.col("tokens").is_not_null())
     tokens = int(known["tokens"].sum()) if known.height else None
     means = mean_components(part)
     return PhaseRow(
@@ -185,9 +186,7 @@ def _row(
 def _graphs(part: pl.DataFrame) -> Graphs | None:
     """The phase's graph replays: the capture sizes they ran at and the real batches seen
     (value -> steps), and the share of the replayed tokens that were padding; None without a
-    replay of a known size (a store before graph sizes, eager steps)."""
-    if "graph_size" not in part.columns:
-        return None
+    replay of a known size (eager steps)."""
     replayed = part.filter(pl.col("graph_size").is_not_null())
     if replayed.is_empty():
         return None
@@ -211,8 +210,6 @@ def _ep_exchange(part: pl.DataFrame) -> EpExchange | None:
     """The phase's expert-parallel exchange (an MoE model's): steps that ran one, the steps of
     each path, the mean time in it and its exposed share, the steps whose path does not fit
     their size; None without any."""
-    if "ep_path" not in part.columns:  # a store before the EP columns
-        return None
     ran = part.filter(pl.col("ep_path").is_not_null())
     if ran.is_empty():
         return None
@@ -237,18 +234,23 @@ def _timeline(windows: pl.DataFrame) -> list[PhaseLane]:
     windows = windows.filter(pl.col("start_ns").is_not_null())  # placed in time
     for rank in sorted(windows["rank"].unique().to_list())[:TIMELINE_RANKS]:
         part = windows.filter(pl.col("rank") == rank).sort("start_ns")
-        origin = int(part["start_ns"].min())  # type: ignore[arg-type]
-        runs: list[Run] = []
-        for start, end, phase in part.select("start_ns", "end_ns", "phase").iter_rows():
-            if runs and runs[-1].phase == phase:
-                runs[-1] = runs[-1]._replace(end_ns=end - origin)
-            else:
-                runs.append(Run(start - origin, end - origin, phase))
-        span = max((r.end_ns for r in runs), default=0)
-        if len(runs) > TIMELINE_RUNS and span > 0:
-            runs = resampled(runs, span)
+        runs, span = lane_runs(part, int(part["start_ns"].min()))  # type: ignore[arg-type]
         out.append(PhaseLane(rank=int(rank), span_ns=span, runs=runs))
     return out
+
+
+def lane_runs(windows: pl.DataFrame, origin: int, apart: bool = True) -> tuple[list[Run], int]:
+    """``windows`` (start_ns, end_ns, phase; in time order) as runs of one phase in ns from
+    ``origin``, neighbours of one phase merged (``apart=False``: only where they meet), and
+    their span; past :data:`TIMELINE_RUNS` runs, at that many slots (:func:`resampled`)."""
+    runs: list[Run] = []
+    for start, end, phase in windows.select("start_ns", "end_ns", "phase").iter_rows():
+        if runs and runs[-1].phase == phase and (apart or runs[-1].end_ns >= start - origin):
+            runs[-1] = runs[-1]._replace(end_ns=end - origin)
+        else:
+            runs.append(Run(start - origin, end - origin, phase))
+    span = max((r.end_ns for r in runs), default=0)
+    return (resampled(runs, span) if len(runs) > TIMELINE_RUNS and span > 0 else runs), span
 
 
 def resampled(runs: list[Run], span: int) -> list[Run]:
@@ -287,17 +289,13 @@ def phases_section(
         return Phases(rows=[], known_share=None, timeline=[])
     windows = windows.with_columns(_phase(windows).alias("phase"))
     wall = int(windows["step_ns"].sum())
-    kernels, host_apis = (
-        t if "phase" in t.columns else t.with_columns(pl.lit(ALL_PHASES).alias("phase"))
-        for t in (kernels, host_apis)
-    )
     if layers is None:
         layers = pl.DataFrame(schema={"phase": pl.String, "layer": pl.Int64, "module": pl.String,
                                       "attribution": pl.String, "capture_note": pl.String,
                                       "dur_ns": pl.Int64, "steps": pl.UInt32})  # fmt: skip
     rows = [
         _row(phase, windows.filter(pl.col("phase") == phase), wall, kernels, host_apis, layers)
-        for phase in _ordered(windows["phase"].unique().to_list())
+        for phase in sorted(windows["phase"].unique().to_list(), key=phase_order)
     ]
     served = sum(r.total_ns for r in rows if r.phase != IDLE)
     known = sum(r.total_ns for r in rows if r.phase not in (IDLE, UNKNOWN))

@@ -1,5 +1,5 @@
-"""The overview's stages, derived after the rules (beside them they saved no time and raised the
-run's peak by 40 MB):
+"""The overview's stages, derived after the rules (beside them they save no time and raise the
+run's peak):
 
 - ``summary``: per shard on the executor (the same snapshot store the rank rules read), the
   ``summary_steps``, ``summary_kernels``, ``summary_host_apis``, ``summary_collectives`` and

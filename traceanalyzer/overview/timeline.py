@@ -43,16 +43,8 @@ def step_timeline(store: Store, rep: Mapping[str, Any] | None) -> StepTimeline |
         rows=rows,
         span_ns=end - start,
         rects=[
-            Rect(
-                row=index[r["row"]],
-                cls=r["cls"],
-                start_ns=r["start_ns"] - start,
-                end_ns=r["end_ns"] - start,
-                tasks=r["tasks"],
-                busy_ns=r["busy_ns"],
-                name=r["name"],
-            )
-            for r in rects.iter_rows(named=True)
+            Rect(index[row], cls, first - start, last - start, tasks, busy, name)
+            for row, cls, first, last, tasks, busy, name in rects.select(Rect._fields).iter_rows()
         ],
     )
 

@@ -11,6 +11,9 @@ from traceanalyzer.overview.breakdown import ACCELERATORS, COMPUTE_CLASSES
 from traceanalyzer.vocabulary import CANN_PROCESS, COMMUNICATION_PROCESSES, STEP_SPAN_PREFIX
 
 PYTHON_OP_CATEGORY = "cpu_op"  # torch ops (aten::*, npu::*) on the Python side
+# the host calls the top table counts: CANN calls, and torch ops but the step itself
+CANN_CALL = pl.col("process") == CANN_PROCESS
+TORCH_OP = (pl.col("cat") == PYTHON_OP_CATEGORY) & ~pl.col("name").str.starts_with(STEP_SPAN_PREFIX)
 # `hcom_allReduce__586_0_1` -> `allReduce`: the collective's kind, without group and op ids
 COLLECTIVE_KIND = r"^(?:hcom_)?([A-Za-z][A-Za-z0-9]*)"
 
@@ -81,24 +84,10 @@ def top_kernels(
 def top_host_apis(slices: pl.LazyFrame, steps: pl.DataFrame, n: int) -> pl.DataFrame:
     """CANN APIs and Python ops by total (inclusive) time, over the session and per phase;
     share of the session's steps there."""
+    kind = pl.when(CANN_CALL).then(pl.lit("CANN")).otherwise(pl.lit("Python")).alias("kind")
     calls = (
-        slices.filter(
-            (pl.col("process") == CANN_PROCESS)
-            | (
-                (pl.col("cat") == PYTHON_OP_CATEGORY)
-                & ~pl.col("name").str.starts_with(STEP_SPAN_PREFIX)  # the step itself
-            )
-        )
-        .select(
-            "session",
-            pl.when(pl.col("process") == CANN_PROCESS)
-            .then(pl.lit("CANN"))
-            .otherwise(pl.lit("Python"))
-            .alias("kind"),
-            "name",
-            "start_ns",
-            "dur_ns",
-        )
+        slices.filter(CANN_CALL | TORCH_OP)
+        .select("session", kind, "name", "start_ns", "dur_ns")
         .collect()
     )
     calls = by_phase(calls, steps)
@@ -118,27 +107,24 @@ def top_host_apis(slices: pl.LazyFrame, steps: pl.DataFrame, n: int) -> pl.DataF
 def top_collectives(comm_ops: pl.DataFrame, tasks: pl.DataFrame, n: int) -> pl.DataFrame:
     """Collectives by total elapsed time, from communication.json (with wait and transit), or
     else from the communication ops on the timeline (total only)."""
+    split = ("wait_ns", "transit_ns")
     if not comm_ops.is_empty():
-        ops = comm_ops.with_columns(_kind("op_name"))
-        grouped = ops.group_by("session", "name").agg(
-            pl.len().cast(pl.Int64).alias("count"),
-            pl.col("elapse_ns").sum().alias("total_ns"),
-            pl.col("wait_ns").sum().alias("wait_ns"),
-            pl.col("transit_ns").sum().alias("transit_ns"),
-            pl.lit("communication.json").alias("source"),
-        )
+        ops = comm_ops.with_columns(collective_kind("op_name"))
+        total, source = "elapse_ns", "communication.json"
+        parts = [pl.col(c).sum() for c in split]
     else:
         # the ops themselves (one per collective, on `Group N Communication`), not their tasks
         ops = tasks.filter(
             pl.col("process").is_in(COMMUNICATION_PROCESSES) & pl.col("task_type").is_null()
-        ).with_columns(_kind("name"))
-        grouped = ops.group_by("session", "name").agg(
-            pl.len().cast(pl.Int64).alias("count"),
-            pl.col("dur_ns").sum().alias("total_ns"),
-            pl.lit(None, dtype=pl.Int64).alias("wait_ns"),
-            pl.lit(None, dtype=pl.Int64).alias("transit_ns"),
-            pl.lit("events").alias("source"),
-        )
+        ).with_columns(collective_kind("name"))
+        total, source = "dur_ns", "events"
+        parts = [pl.lit(None, dtype=pl.Int64).alias(c) for c in split]
+    grouped = ops.group_by("session", "name").agg(
+        pl.len().cast(pl.Int64).alias("count"),
+        pl.col(total).sum().alias("total_ns"),
+        *parts,
+        pl.lit(source).alias("source"),
+    )
     return (
         grouped.with_columns((pl.col("wait_ns") / pl.col("total_ns")).alias("wait_share"))
         .sort(["session", "total_ns", "name"], descending=[False, True, False])
@@ -147,7 +133,8 @@ def top_collectives(comm_ops: pl.DataFrame, tasks: pl.DataFrame, n: int) -> pl.D
     )
 
 
-def _kind(column: str) -> pl.Expr:
+def collective_kind(column: str) -> pl.Expr:
+    """``name``: the collective's kind (:data:`COLLECTIVE_KIND`) of the op name in ``column``."""
     return pl.col(column).str.extract(COLLECTIVE_KIND, 1).fill_null(pl.col(column)).alias("name")
 
 

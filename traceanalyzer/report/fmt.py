@@ -8,12 +8,23 @@ presentation code and no report guesses a unit from a name.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from traceanalyzer import text as _text
+from traceanalyzer.engine.findings import compress_ranks
 from traceanalyzer.engine.units import COUNT, NS, P_VALUE, RATIO, SHARE, TRACE_NS
 
 SEVERITY_ORDER = ("error", "warning", "info")
+# a vllm bench result's figures the reports show (ms): name, metric, statistic
+BENCH = (
+    ("mean TTFT", "ttft", "mean"),
+    ("p99 TTFT", "ttft", "p99"),
+    ("mean TPOT", "tpot", "mean"),
+    ("p99 TPOT", "tpot", "p99"),
+)
+# the rules that did not judge, by status: what the reports call them
+UNDECIDED = {"inconclusive": "Inconclusive", "not_evaluated": "Not evaluated"}
 
 
 def trace_us(ns: int) -> str:
@@ -27,9 +38,12 @@ def trace_us(ns: int) -> str:
     return f"{sign}{ns // 1000}.{ns % 1000:03d}"
 
 
-def duration(ns: float | int | None) -> str:
-    """``2_524_978_840`` -> ``2.52 s`` (same rendering as finding text)."""
-    return _text.duration(ns)
+duration = _text.duration  # ``2_524_978_840`` -> ``2.52 s``, as finding text renders it
+
+
+def signed(ns: float) -> str:
+    """``+84.1 µs``, ``-2.3 ms``: a change of time."""
+    return ("+" if ns >= 0 else "-") + duration(abs(ns))
 
 
 def number(value: float | int | None) -> str:
@@ -91,8 +105,7 @@ def metric(value: Any, unit: str = "") -> str:
 
 def label(key: str) -> str:
     """``worst_span_ns`` -> ``worst span``: metric keys read as words (units come from the value)."""
-    words = key.removesuffix("_ns").replace("_", " ")
-    return words
+    return key.removesuffix("_ns").replace("_", " ")
 
 
 def where(finding: Any) -> str:
@@ -101,3 +114,19 @@ def where(finding: Any) -> str:
     phases = finding.get("phases") or []
     label = str(finding.get("ranks_label") or "")
     return f"{label}, in {', '.join(phases)}" if phases else label
+
+
+def ranks(ranks: Sequence[int]) -> str:
+    """``rank 3``, ``ranks 0-3, 9``."""
+    return ("rank " if len(ranks) == 1 else "ranks ") + compress_ranks(ranks)
+
+
+def undecided(doc: Mapping[str, Any]) -> list[tuple[str, list[dict[str, Any]]]]:
+    """The rules of a findings document that did not judge, by status: its heading, and the
+    rules (a status none has is left out)."""
+    rules = doc.get("rules", [])
+    return [
+        (heading, listed)
+        for status, heading in UNDECIDED.items()
+        if (listed := [r for r in rules if r.get("status") == status])
+    ]

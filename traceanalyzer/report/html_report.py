@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
+from traceanalyzer.engine.findings import compress_ranks
 from traceanalyzer.overview.model import FindingCost
 from traceanalyzer.report import fmt
 from traceanalyzer.report.htmlkit import (
+    bullets,
     chip,
     details,
     esc,
@@ -77,7 +79,7 @@ def _cards(doc: Mapping[str, Any], summary: RunSummary) -> str:
     evaluated = sum(r.get("status") in ("fired", "clean", "inconclusive") for r in rules)
     cards = [
         ("findings", str(len(doc.get("findings", []))), sev or chip("none", "clean")),
-        ("ranks", str(len(summary.ranks)), esc(_ranks_text(summary.ranks))),
+        ("ranks", str(len(summary.ranks)), esc(compress_ranks(summary.ranks))),
         ("sessions", str(len(summary.sessions)), ""),
         ("rules evaluated", f"{evaluated}/{len(rules)}", ""),
         (
@@ -94,12 +96,6 @@ def _cards(doc: Mapping[str, Any], summary: RunSummary) -> str:
     return f'<section class="cards">{html_cards}</section>'
 
 
-def _ranks_text(ranks: list[int]) -> str:
-    from traceanalyzer.engine.findings import compress_ranks
-
-    return compress_ranks(ranks)
-
-
 def _bench(bench: list[BenchResult]) -> str:
     if not bench:
         return ""
@@ -111,14 +107,11 @@ def _bench(bench: list[BenchResult]) -> str:
         (
             r.arm,
             "-" if r.completed is None else r.completed,
-            cell(r.get("ttft")),
-            cell(r.get("ttft", "p99")),
-            cell(r.get("tpot")),
-            cell(r.get("tpot", "p99")),
+            *(cell(r.get(m, s)) for _, m, s in fmt.BENCH),
         )
         for r in bench
     ]
-    headers = ("arm", "completed", "mean TTFT", "p99 TTFT", "mean TPOT", "p99 TPOT")
+    headers = ("arm", "completed", *(name for name, _, _ in fmt.BENCH))
     return (
         "<h2>Serving benchmark (vllm bench)</h2>"
         + table(headers, rows, numeric=(1, 2, 3, 4, 5))
@@ -262,10 +255,7 @@ def _rules_section(doc: Mapping[str, Any]) -> str:
         note_html = ""
         if notes:
             note_html = details(
-                f"{len(notes)} note(s)",
-                '<ul class="plain">'
-                + "".join(f"<li>{inline(n.get('text'))}</li>" for n in notes)
-                + "</ul>",
+                f"{len(notes)} note(s)", bullets(inline(n.get("text")) for n in notes)
             )
         rows.append(
             (
@@ -276,21 +266,11 @@ def _rules_section(doc: Mapping[str, Any]) -> str:
                 inline(why) + note_html,
             )
         )
-    lead = ""
-    for status, heading in (
-        ("inconclusive", "Inconclusive"),
-        ("not_evaluated", "Not evaluated"),
-    ):
-        listed = [r for r in rules if r.get("status") == status]
-        if listed:
-            lead += (
-                f'<p><b>{heading}:</b></p><ul class="plain">'
-                + "".join(
-                    f"<li><b>{esc(r.get('name'))}</b>: {inline(r.get('reason'))}</li>"
-                    for r in listed
-                )
-                + "</ul>"
-            )
+    lead = "".join(
+        f"<p><b>{heading}:</b></p>"
+        + bullets(f"<b>{esc(r.get('name'))}</b>: {inline(r.get('reason'))}" for r in listed)
+        for heading, listed in fmt.undecided(doc)
+    )
     return (
         "<h2>Rules</h2>"
         + lead
@@ -317,44 +297,38 @@ def _errors_section(doc: Mapping[str, Any]) -> str:
     return f"<h2>Rule errors</h2><p>These rules failed; the others ran.</p>{items}"
 
 
-def _run_section(summary: RunSummary) -> str:
-    rows = []
-    for s in summary.sessions:
-        versions = ", ".join(
-            f"{k} {s[c]}"
-            for k, c in (("torch_npu", "torch_npu_version"), ("CANN", "cann_version"))
-            if s.get(c)
-        )
-        rows.append(
-            (
-                s.get("rank"),
-                s.get("session"),
-                s.get("status", ""),
-                s.get("generation") or "?",
-                s.get("profiler_level") or "?",
-                versions or "not recorded",
-                fmt.duration(s["end_ns"] - s["start_ns"])
-                if s.get("start_ns") and s.get("end_ns")
-                else "",
-                ", ".join(s.get("missing_files") or []),
-                ", ".join(s.get("incomplete_files") or []),
-            )
-        )
-    body = "<h2>Run</h2>" + table(
-        (
-            "rank",
-            "session",
-            "ingest",
-            "format",
-            "level",
-            "versions",
-            "span",
-            "missing files",
-            "incomplete files (data lost)",
-        ),
-        rows,
-        numeric=(0, 6),
+def _versions(s: Mapping[str, Any]) -> str:
+    said = [
+        f"{k} {s[c]}"
+        for k, c in (("torch_npu", "torch_npu_version"), ("CANN", "cann_version"))
+        if s.get(c)
+    ]
+    return ", ".join(said) or "not recorded"
+
+
+def _span(s: Mapping[str, Any]) -> str:
+    return (
+        fmt.duration(s["end_ns"] - s["start_ns"]) if s.get("start_ns") and s.get("end_ns") else ""
     )
+
+
+# the run table's columns: the header, and a session's cell (RunSummary.sessions)
+RUN_COLUMNS: tuple[tuple[str, Callable[[Mapping[str, Any]], Any]], ...] = (
+    ("rank", lambda s: s.get("rank")),
+    ("session", lambda s: s.get("session")),
+    ("ingest", lambda s: s.get("status", "")),
+    ("format", lambda s: s.get("generation") or "?"),
+    ("level", lambda s: s.get("profiler_level") or "?"),
+    ("versions", _versions),
+    ("span", _span),
+    ("missing files", lambda s: ", ".join(s.get("missing_files") or [])),
+    ("incomplete files (data lost)", lambda s: ", ".join(s.get("incomplete_files") or [])),
+)
+
+
+def _run_section(summary: RunSummary) -> str:
+    rows = [[cell(s) for _, cell in RUN_COLUMNS] for s in summary.sessions]
+    body = "<h2>Run</h2>" + table([h for h, _ in RUN_COLUMNS], rows, numeric=(0, 6))
     versions = "; ".join(
         f"{k.replace('_', ' ')}: {', '.join(v)}" for k, v in summary.versions.items()
     )
@@ -362,11 +336,7 @@ def _run_section(summary: RunSummary) -> str:
         body += f'<p class="small muted">{esc(versions)}</p>'
     skipped = summary.skipped
     if skipped:
-        body += (
-            '<p><b>Skipped or incomplete:</b></p><ul class="plain">'
-            + "".join(f"<li>{esc(line)}</li>" for line in skipped)
-            + "</ul>"
-        )
+        body += "<p><b>Skipped or incomplete:</b></p>" + bullets(map(esc, skipped))
     else:
         body += '<p class="small muted">Nothing was skipped: every session and file was read.</p>'
     return body

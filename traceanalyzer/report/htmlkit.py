@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from traceanalyzer.printable import printable
+from traceanalyzer.report import fmt
 from traceanalyzer.report.width import shorten_middle
 
 STYLE = (Path(__file__).with_name("style.css")).read_text("utf-8")
@@ -61,6 +62,13 @@ def name_cell(name: Any, width: int = HTML_NAME) -> str:
     return f'<span title="{esc(whole)}">{esc(shorten_middle(whole, width))}</span>'
 
 
+def change_cell(rel: float | None, better: bool | None) -> str:
+    """A relative change (:func:`~traceanalyzer.report.fmt.change`), green when ``better``, red
+    when worse ("" when unknown)."""
+    kind = {True: "delta-good", False: "delta-bad"}.get(better, "")  # type: ignore[arg-type]
+    return f'<span class="{kind}">{esc(fmt.change(rel))}</span>' if fmt.change(rel) else ""
+
+
 def chip(text: Any, kind: str = "plain") -> str:
     return f'<span class="chip {esc(kind)}">{esc(text)}</span>'
 
@@ -92,6 +100,11 @@ def table(
         f'<div class="tablewrap"><table><thead><tr>{head}</tr></thead>'
         f"<tbody>{''.join(body)}</tbody></table></div>"
     )
+
+
+def bullets(items: Iterable[str], kind: str = "plain") -> str:
+    """A list of ``items`` (HTML already built), of class ``kind``."""
+    return f'<ul class="{kind}">' + "".join(f"<li>{item}</li>" for item in items) + "</ul>"
 
 
 def details(summary: str, body: str, open_: bool = False) -> str:

@@ -14,6 +14,7 @@ from traceanalyzer.report import fmt
 from traceanalyzer.report.inputs import FindingView, ReportData
 from traceanalyzer.report.mdsafe import md_inline, md_lines
 from traceanalyzer.report.overview_text import cost_text, overview_markdown
+from traceanalyzer.text import count
 
 KEY_METRICS = 8  # metrics listed per finding; the HTML and findings.json have all of them
 
@@ -47,32 +48,15 @@ def render_markdown(report: ReportData, plot_files: Mapping[str, str] | None = N
         f"{k.replace('_', ' ')} {', '.join(v)}" for k, v in summary.versions.items()
     )
     lines.append(
-        f"{_count(len(summary.ranks), 'rank')}, {_count(len(summary.sessions), 'session')}"
+        f"{count(len(summary.ranks), 'rank')}, {count(len(summary.sessions), 'session')}"
         + (f"; {md_text(versions)}" if versions else "")
         + f"; traceanalyzer {report.version}."
     )
     lines.append("")
     if report.bench:
-        lines += ["## Serving benchmark", ""]
-        lines += md_table(
-            ["arm", "mean TTFT (ms)", "p99 TTFT (ms)", "mean TPOT (ms)", "p99 TPOT (ms)"],
-            [
-                [
-                    r.arm,
-                    *(
-                        _ms(r.get(m, s))
-                        for m, s in (
-                            ("ttft", "mean"),
-                            ("ttft", "p99"),
-                            ("tpot", "mean"),
-                            ("tpot", "p99"),
-                        )
-                    ),
-                ]
-                for r in report.bench
-            ],
-        )
-        lines.append("")
+        headers = ["arm", *(f"{name} (ms)" for name, _, _ in fmt.BENCH)]
+        rows = [[r.arm, *(_ms(r.get(m, s)) for _, m, s in fmt.BENCH)] for r in report.bench]
+        lines += ["## Serving benchmark", "", *md_table(headers, rows), ""]
     lines += overview_markdown(report.overview, md_table, plot_files)
     lines += ["## Findings", ""]
     if not findings:
@@ -96,33 +80,23 @@ def render_markdown(report: ReportData, plot_files: Mapping[str, str] | None = N
         plot = plot_files.get(f.get("fingerprint", ""))
         view = report.view(f)
         lines += _finding(f, plot, costs, view)
-    undecided = [r for r in doc.get("rules", []) if r.get("status") == "inconclusive"]
-    if undecided:
-        lines += ["## Inconclusive", ""]
-        lines += [f"- **{md_text(r['name'])}**: {md_text(r.get('reason'))}" for r in undecided]
-        lines.append("")
-    skipped = [r for r in doc.get("rules", []) if r.get("status") == "not_evaluated"]
-    if skipped:
-        lines += ["## Not evaluated", ""]
-        lines += [f"- **{md_text(r['name'])}**: {md_text(r.get('reason'))}" for r in skipped]
-        lines.append("")
-    errors = doc.get("errors") or []
-    if errors:
-        lines += ["## Rule errors", ""]
-        lines += [
-            f"- **{md_text(e.get('name') or e.get('rule'))}**: {md_text(e.get('error'))}"
-            for e in errors
-        ]
-        lines.append("")
-    if summary.skipped:
-        lines += ["## Skipped or incomplete input", ""]
-        lines += [f"- {md_text(s)}" for s in summary.skipped]
-        lines.append("")
+    for heading, listed in fmt.undecided(doc):
+        lines += _bullets(heading, [_named(r["name"], r.get("reason")) for r in listed])
+    errors = [
+        _named(e.get("name") or e.get("rule"), e.get("error")) for e in doc.get("errors") or []
+    ]
+    lines += _bullets("Rule errors", errors)
+    lines += _bullets("Skipped or incomplete input", [md_text(s) for s in summary.skipped])
     return "\n".join(lines).rstrip() + "\n"
 
 
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}{'' if n == 1 else 's'}"
+def _bullets(heading: str, items: list[str]) -> list[str]:
+    """A section of ``items`` (none without them)."""
+    return [f"## {heading}", "", *(f"- {item}" for item in items), ""] if items else []
+
+
+def _named(name: Any, text: Any) -> str:
+    return f"**{md_text(name)}**: {md_text(text)}"
 
 
 def _ms(value: float | None) -> str:

@@ -13,11 +13,11 @@ from collections.abc import Mapping, Sequence
 from traceanalyzer.chart import PALETTE
 from traceanalyzer.overview.model import STEP, Means, Overview
 from traceanalyzer.report import overview_text as text
-from traceanalyzer.report.htmlkit import details, esc, table
+from traceanalyzer.report.htmlkit import bullets, details, esc, table
 from traceanalyzer.report.overview_memory import memory_figures, memory_html
-from traceanalyzer.report.overview_plots import COLORS, PHASE_COLORS
+from traceanalyzer.report.overview_plots import COLORS, PHASE_COLORS, heatmap_figure
 from traceanalyzer.report.plots import svg_file
-from traceanalyzer.text import count
+from traceanalyzer.text import count, sentence
 
 BREAKDOWN_SVG, TIMELINE_SVG = "overview-breakdown.svg", "overview-timeline.svg"
 RANKS_SHOWN = 8  # the per-rank table opens folded beyond this (the heat map shows them all)
@@ -28,29 +28,21 @@ def overview_figures(overview: Overview | None) -> tuple[dict[str, bytes], dict[
     failed to draw (a figure is a nicety; the tables stand)."""
     if overview is None or not overview.usable:
         return {}, {}
-    drawers = {
-        BREAKDOWN_SVG: lambda: _heatmap_svg(overview),
-        TIMELINE_SVG: lambda: _timeline_svg(overview),
-    }
     files: dict[str, bytes] = {}
     errors: dict[str, str] = {}
-    for name, draw in drawers.items():
+    for what, draw in (
+        (f"plot {BREAKDOWN_SVG}", lambda: {BREAKDOWN_SVG: _heatmap_svg(overview)}),
+        (f"plot {TIMELINE_SVG}", lambda: {TIMELINE_SVG: _timeline_svg(overview)}),
+        ("plot memory timeline", lambda: memory_figures(overview)),
+    ):
         try:
-            data = draw()
-            if data is not None:
-                files[name] = data
+            files |= {name: data for name, data in draw().items() if data is not None}
         except Exception as exc:
-            errors[f"plot {name}"] = f"{type(exc).__name__}: {exc}"
-    try:
-        files |= memory_figures(overview)
-    except Exception as exc:
-        errors["plot memory timeline"] = f"{type(exc).__name__}: {exc}"
+            errors[what] = f"{type(exc).__name__}: {exc}"
     return files, errors
 
 
 def _heatmap_svg(overview: Overview) -> bytes | None:
-    from traceanalyzer.report.overview_plots import heatmap_figure
-
     fig = heatmap_figure(overview)
     return None if fig is None else svg_file(fig.to_svg())
 
@@ -106,7 +98,7 @@ def overview_section(overview: Overview | None, figures: Mapping[str, bytes]) ->
     many = len(overview.ranks) > RANKS_SHOWN
     parts.append(details(f"Per rank ({len(overview.ranks)})", ranks, open_=not many))
     parts += [
-        f'<p class="small muted">{esc(note[0].upper() + note[1:])}.</p>'
+        f'<p class="small muted">{esc(sentence(note))}</p>'
         for note in text.unmeasured_notes(overview)
     ]
     parts.append(_phases(overview))
@@ -162,7 +154,7 @@ def stacked_bars(
 def _phases(overview: Overview) -> str:
     """The phase table and strip: each kind of iteration on its own, and when each ran."""
     note = text.phase_note(overview)
-    ep = _ep(overview)
+    ep = _phase_lists(overview)
     if not text.phases_known(overview):
         return (f'<p class="small muted">{esc(note)}.</p>' if note else "") + ep
     headers = text.phase_headers()
@@ -182,17 +174,11 @@ def _phases(overview: Overview) -> str:
     return details("By phase", bars + body + ep + muted + strip, open_=True)
 
 
-def _ep(overview: Overview) -> str:
-    out = []
-    for title, lines in (
-        ("Graph replays by phase", text.graph_lines(overview)),
-        ("Modules and decoder layers by phase", text.layer_lines(overview)),
-        ("MoE expert exchange by phase", text.ep_lines(overview)),
-    ):
-        if lines:
-            items = "".join(f"<li>{esc(line)}</li>" for line in lines)
-            out.append(f'<p class="small">{title}:</p><ul class="small">{items}</ul>')
-    return "".join(out)
+def _phase_lists(overview: Overview) -> str:
+    return "".join(
+        f'<p class="small">{sentence(title, ":")}</p>' + bullets(map(esc, lines), "small")
+        for title, lines in text.phase_sections(overview)
+    )
 
 
 def phase_strip(overview: Overview) -> str:
@@ -228,8 +214,7 @@ def _collectives(overview: Overview) -> str:
     lines = text.collective_lines(overview)
     if not lines:
         return ""
-    items = "".join(f"<li>{esc(line)}</li>" for line in lines)
-    body = f'<ul class="small">{items}</ul>' + root_strip(overview)
+    body = bullets(map(esc, lines), "small") + root_strip(overview)
     ranks = text.collective_rank_rows(overview)
     if ranks:
         body += table(text.COLLECTIVE_HEADERS, ranks, numeric=(1, 2, 3, 4, 5))

@@ -16,7 +16,7 @@ from traceanalyzer.report.htmlkit import details, esc, table
 from traceanalyzer.report.overview_plots import PHASE_COLORS
 from traceanalyzer.report.plots import svg_file
 from traceanalyzer.report.width import table_lines
-from traceanalyzer.text import megabytes
+from traceanalyzer.text import megabytes, sentence
 
 SVG_PREFIX = "memory-timeline-rank"  # plots/memory-timeline-rank<R>.svg
 TERMINAL_RANKS = 16  # the ranks that hold the most; report.md and report.html list them all
@@ -170,7 +170,7 @@ def memory_markdown(
     if not memory.ranks:
         return [*lines, f"Not collected: {memory.reason}.", ""]
     lines += md_table(HEADERS, rank_rows(overview)) + [""]
-    lines += [f"- {note[0].upper()}{note[1:]}." for note in notes(memory)] + [""]
+    lines += [f"- {sentence(note)}" for note in notes(memory)] + [""]
     figures = [f"![{n}]({p})" for n, p in plot_files.items() if n.startswith(SVG_PREFIX)]
     lines += [*figures, ""] if figures else []
     phases = phase_rows(overview)
@@ -188,9 +188,7 @@ def memory_html(overview: Overview, figures: Mapping[str, bytes]) -> str:
     if not memory.ranks:
         return f'<p class="small muted">Device memory not collected: {esc(memory.reason)}.</p>'
     body = table(HEADERS, rank_rows(overview), numeric=tuple(range(1, 6)) + (7,))
-    body += "".join(
-        f'<p class="small muted">{esc(n[0].upper() + n[1:])}.</p>' for n in notes(memory)
-    )
+    body += "".join(f'<p class="small muted">{esc(sentence(n))}</p>' for n in notes(memory))
     for name in sorted(n for n in figures if n.startswith(SVG_PREFIX)):
         rank = name.removeprefix(SVG_PREFIX).removesuffix(".svg")
         body += (

@@ -14,6 +14,7 @@ from traceanalyzer.engine.findings import compress_ranks
 from traceanalyzer.overview.model import (
     STEP,
     FindingCost,
+    Graphs,
     Layers,
     Overview,
     PhaseCollectives,
@@ -23,15 +24,11 @@ from traceanalyzer.report import fmt
 from traceanalyzer.report.overview_memory import memory_lines, memory_markdown
 from traceanalyzer.report.width import table_lines, wrap
 from traceanalyzer.step_components import COLUMNS
-from traceanalyzer.text import count, join
+from traceanalyzer.text import count, join, sentence
 from traceanalyzer.vocabulary import EP_PATHS
 
 # the compact columns: component groups of the breakdown (keys summed), in bar order
 COMPACT = COLUMNS
-
-
-def usable(overview: Overview | None) -> bool:
-    return overview is not None and overview.usable
 
 
 def share(part: float, whole: float) -> str:
@@ -67,8 +64,7 @@ def unmeasured_notes(overview: Overview) -> list[str]:
         grouped.setdefault(cause, []).append(names.get(key, key))
     notes = []
     for (ranks, reason), components in grouped.items():
-        where = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {compress_ranks(list(ranks))}"
-        notes.append(f"{', '.join(components)} not measured on {where}: {reason}")
+        notes.append(f"{', '.join(components)} not measured on {fmt.ranks(ranks)}: {reason}")
     return notes
 
 
@@ -105,11 +101,10 @@ def check_warning(overview: Overview | None) -> str | None:
         return None
     src = overview.source
     ranks = src.differing_ranks
-    where = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {compress_ranks(ranks)}"
     return (
         f"the breakdown contradicts {src.reference or 'the export'} on "
         f"{src.differing_steps} of {count(src.checked_steps, 'step')} "
-        f"({where}): {src.component or 'a component'} differs by "
+        f"({fmt.ranks(ranks)}): {src.component or 'a component'} differs by "
         f"{fmt.percent(src.max_deviation)} of Stage on rank {src.worst_rank}. "
         "Treat this overview, and the cost shares of findings on those ranks, as unreliable."
     )
@@ -184,8 +179,7 @@ def ep_lines(overview: Overview) -> list[str]:
         if not ep:
             continue
         paths = ", ".join(
-            f"{EP_PATH_WORDS.get(p, p)} in {n} step{'s' if n != 1 else ''}"
-            for p, n in ep.paths.items()
+            f"{EP_PATH_WORDS.get(p, p)} in {count(n, 'step')}" for p, n in ep.paths.items()
         )
         lines.append(
             f"{r.phase}: {paths}; {fmt.duration(ep.exchange_ns)} of exchange per step, "
@@ -288,53 +282,46 @@ def collective_rank_rows(overview: Overview) -> list[list[str]]:
 def graph_lines(overview: Overview) -> list[str]:
     """Per phase with graph replays: the capture sizes they ran at against the real batches
     seen, and how much of the replayed work was padding."""
-    lines = []
-    for r in overview.phases.rows:
-        graphs = r.graphs
-        if not graphs:
-            continue
-        sizes = _counted(graphs.capture_sizes)
-        batches = _counted(graphs.batches)
-        lines.append(
-            f"{r.phase}: {graphs.steps} replays at capture sizes {sizes}"
-            + (f" for real batches {batches}" if batches else " (real batches unknown)")
-            + f"; padding {fmt.percent(graphs.padded_share)} of the replayed tokens"
-        )
-    return lines
+    return [_graph_line(r.phase, r.graphs) for r in overview.phases.rows if r.graphs]
 
 
-MODULE_WORDS = {
-    "attention": "attention", "linear": "linear", "moe_experts": "MoE experts",
-    "moe_routing": "MoE routing/exchange", "norm": "norm", "activation": "activation",
-    "tp_comm": "TP comm", "sampling": "sampling/logits", "other": "other",
-}  # fmt: skip
+def _graph_line(phase: str, graphs: Graphs) -> str:
+    batches = _counted(graphs.batches)
+    return (
+        f"{phase}: {graphs.steps} replays at capture sizes {_counted(graphs.capture_sizes)}"
+        + (f" for real batches {batches}" if batches else " (real batches unknown)")
+        + f"; padding {fmt.percent(graphs.padded_share)} of the replayed tokens"
+    )
+
+
+# how a module's name reads where it is not a word already (attention, linear, norm, ...)
+MODULE_WORDS = {"moe_experts": "MoE experts", "moe_routing": "MoE routing/exchange",
+                "tp_comm": "TP comm", "sampling": "sampling/logits"}  # fmt: skip
 
 
 def layer_lines(overview: Overview) -> list[str]:
     """Per phase with decoder layers: where its kernels' time goes by module, its layers'
     time, and a layer much slower than its peers."""
-    lines = []
-    for r in overview.phases.rows:
-        layers = r.layers
-        if not layers:
-            continue
-        total = sum(layers.module_ns.values()) or 1.0
-        modules = ", ".join(
-            f"{MODULE_WORDS.get(m, m)} {fmt.percent(ns / total)}"
-            for m, ns in list(layers.module_ns.items())[:5]
-        )
-        times = sorted(layers.layer_ns)
-        median = times[len(times) // 2] if times else None
-        slow = "; ".join(
-            f"layer {s.layer} takes {fmt.duration(s.ns)}, "
-            f"{s.ns / s.peers_ns:.1f}x its peers' {fmt.duration(s.peers_ns)}"
-            for s in layers.slow_layers
-        )
-        lines.append(
-            f"{r.phase}: {modules}; {layers.layers} layers, {fmt.duration(median)} each "
-            "per iteration (median)" + (f"; {slow}" if slow else "") + _attribution(layers)
-        )
-    return lines
+    return [_layer_line(r.phase, r.layers) for r in overview.phases.rows if r.layers]
+
+
+def _layer_line(phase: str, layers: Layers) -> str:
+    total = sum(layers.module_ns.values()) or 1.0
+    modules = ", ".join(
+        f"{MODULE_WORDS.get(m, m)} {fmt.percent(ns / total)}"
+        for m, ns in list(layers.module_ns.items())[:5]
+    )
+    times = sorted(layers.layer_ns)
+    median = times[len(times) // 2] if times else None
+    slow = "; ".join(
+        f"layer {s.layer} takes {fmt.duration(s.ns)}, "
+        f"{s.ns / s.peers_ns:.1f}x its peers' {fmt.duration(s.peers_ns)}"
+        for s in layers.slow_layers
+    )
+    return (
+        f"{phase}: {modules}; {layers.layers} layers, {fmt.duration(median)} each "
+        "per iteration (median)" + (f"; {slow}" if slow else "") + _attribution(layers)
+    )
 
 
 def _attribution(layers: Layers) -> str:
@@ -356,6 +343,19 @@ def _counted(counts: Mapping[str, int], shown: int = 8) -> str:
     items = [f"{v} (x{n})" if n > 1 else v for v, n in counts.items()]
     more = f", ... {len(items) - shown} more" if len(items) > shown else ""
     return ", ".join(items[:shown]) + more
+
+
+# the overview's lists per phase, as the terminal titles them; what says each
+PHASE_SECTIONS = (
+    ("graph replays by phase", graph_lines),
+    ("modules and decoder layers by phase", layer_lines),
+    ("MoE expert exchange by phase", ep_lines),
+)
+
+
+def phase_sections(overview: Overview) -> list[tuple[str, list[str]]]:
+    """The lists per phase the overview has lines for: (title, lines)."""
+    return [(title, lines) for title, say in PHASE_SECTIONS if (lines := say(overview))]
 
 
 def phases_known(overview: Overview) -> bool:
@@ -380,7 +380,7 @@ def overview_table(overview: Overview, verbose: bool = False, width: int | None 
     lines wrap."""
     if overview.error:
         return f"overview failed: {overview.error}"
-    if not usable(overview):
+    if not overview.usable:
         return "overview: no step or window to break down"
     lines = ["where the time goes (mean per step; share of the step):"]
     if overview.headline:
@@ -397,18 +397,9 @@ def overview_table(overview: Overview, verbose: bool = False, width: int | None 
         lines.append("  by phase (wall: share of the profile; p50/p95 per iteration):")
         lines += table_lines(phase_headers(), phase_rows(overview), width)
     lines += [f"  {note}" for note in unmeasured_notes(overview)]
-    graphs = graph_lines(overview)
-    if graphs:
-        lines.append("  graph replays by phase:")
-        lines += [f"    {line}" for line in graphs]
-    layered = layer_lines(overview)
-    if layered:
-        lines.append("  modules and decoder layers by phase:")
-        lines += [f"    {line}" for line in layered]
-    ep = ep_lines(overview)
-    if ep:
-        lines.append("  MoE expert exchange by phase:")
-        lines += [f"    {line}" for line in ep]
+    for title, said in phase_sections(overview):
+        lines.append(f"  {title}:")
+        lines += [f"    {line}" for line in said]
     collectives = collective_lines(overview)
     if collectives:
         lines.append("  collectives by phase (where their time goes) and the critical path:")
@@ -562,7 +553,7 @@ def overview_markdown(
     if overview is None:
         return []
     lines = ["## Where the time goes", ""]
-    if not usable(overview):
+    if not overview.usable:
         failed = overview.error
         lines += [f"Overview failed: {failed}" if failed else "No step or window to break down."]
         return [*lines, ""]
@@ -582,28 +573,18 @@ def overview_markdown(
     lines += md_table(["component", "per step", "share"], component_rows(overview)) + [""]
     lines += md_table(compact_headers(), compact_rows(overview)) + [""]
     notes = unmeasured_notes(overview)
-    lines += [*(f"- {note[0].upper()}{note[1:]}." for note in notes), ""] if notes else []
+    lines += [*(f"- {sentence(note)}" for note in notes), ""] if notes else []
     if phases_known(overview):
         lines += ["### By phase", ""] + md_table(phase_headers(), phase_rows(overview)) + [""]
-    graphs = graph_lines(overview)
-    lines += (
-        ["Graph replays by phase:", "", *(f"- {line}" for line in graphs), ""] if graphs else []
-    )
-    layered = layer_lines(overview)
-    lines += (
-        ["Modules and decoder layers by phase:", "", *(f"- {line}" for line in layered), ""]
-        if layered
-        else []
-    )
-    ep = ep_lines(overview)
-    lines += ["MoE expert exchange by phase:", "", *(f"- {line}" for line in ep), ""] if ep else []
+    for title, said in phase_sections(overview):
+        lines += [sentence(title, ":"), "", *(f"- {line}" for line in said), ""]
     collectives = collective_lines(overview)
     if collectives:
         lines += ["Collectives by phase and the critical path:", ""]
         lines += [*(f"- {line}" for line in collectives), ""]
         lines += md_table(COLLECTIVE_HEADERS, collective_rank_rows(overview)) + [""]
     note = phase_note(overview)
-    lines += [note[0].upper() + note[1:] + ".", ""] if note else []
+    lines += [sentence(note), ""] if note else []
     if len(overview.cluster) > 1:
         lines += ["### Ranks", ""]
         lines += md_table(CLUSTER_HEADERS, cluster_rows(overview)) + [""]

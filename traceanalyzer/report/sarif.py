@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
+from traceanalyzer.report import fmt
 from traceanalyzer.report.inputs import TRACE_FILE, ReportData
 from traceanalyzer.report.mdsafe import md_inline, md_lines
 
@@ -144,8 +145,8 @@ def build_sarif(report: ReportData) -> dict[str, Any]:
 
     notifications = []
     for status in doc.get("rules", []):
-        if status.get("status") in ("not_evaluated", "inconclusive"):
-            verdict = "not evaluated" if status["status"] == "not_evaluated" else "inconclusive"
+        if status.get("status") in fmt.UNDECIDED:
+            verdict = fmt.UNDECIDED[status["status"]].lower()
             notifications.append(
                 {
                     "level": "note",

@@ -15,6 +15,15 @@ if TYPE_CHECKING:
     import polars as pl
 
 
+# a session's files that could not all be used: its ingest.json key, what the summary says
+# of them and what that costs
+SKIPPED_FILES = (
+    ("missing_files", "missing", "tables from them are empty"),
+    ("incomplete_files", "incomplete", "analysed without the lost data"),
+    ("not_collected", "not collected", "tables from them are empty"),
+)
+
+
 @dataclass
 class RunSummary:
     ranks: list[int]
@@ -28,25 +37,14 @@ class RunSummary:
         """One line per thing that could not be used, with why."""
         lines = []
         for s in self.sessions:
-            if s.get("status") == "failed":
-                lines.append(f"rank {s['rank']} {s['session']}: failed: {s.get('error')}")
-            if s.get("missing_files"):
-                lines.append(
-                    f"rank {s['rank']} {s['session']}: missing {', '.join(s['missing_files'])} "
-                    "(tables from them are empty)"
-                )
-            if s.get("incomplete_files"):
-                lines.append(
-                    f"rank {s['rank']} {s['session']}: incomplete {', '.join(s['incomplete_files'])} "
-                    "(analysed without the lost data)"
-                )
-            if s.get("not_collected"):
-                lines.append(
-                    f"rank {s['rank']} {s['session']}: not collected "
-                    f"{', '.join(s['not_collected'])} (tables from them are empty)"
-                )
-            for w in s.get("warnings") or []:
-                lines.append(f"rank {s['rank']} {s['session']}: {w}")
+            said = [f"failed: {s.get('error')}"] if s.get("status") == "failed" else []
+            said += [
+                f"{what} {', '.join(s[key])} ({why})"
+                for key, what, why in SKIPPED_FILES
+                if s.get(key)
+            ]
+            said += s.get("warnings") or []
+            lines += [f"rank {s['rank']} {s['session']}: {line}" for line in said]
         lines += self.notes
         for p in self.problems:
             where = f"{p.get('path')}: " if p.get("path") else ""
@@ -99,7 +97,4 @@ def _ingest_fields(entry: dict[str, Any] | None) -> dict[str, Any]:
         "path",
     )
     out = {k: entry.get(k) for k in keep if entry.get(k) is not None}
-    for k in ("generation", "profiler_level"):
-        if entry.get(k):
-            out.setdefault(k, entry[k])
-    return out
+    return out | {k: entry[k] for k in ("generation", "profiler_level") if entry.get(k)}

@@ -32,13 +32,11 @@ from traceanalyzer.store import write_atomic_bytes, write_atomic_text
 if TYPE_CHECKING:
     from traceanalyzer.engine import Rule, RunResult
 
-HTML, MARKDOWN, SARIF, ANNOTATIONS, PLOTS_DIR = (
-    "report.html",
-    "report.md",
-    "findings.sarif",
-    "annotations.json",
-    "plots",
-)
+HTML = "report.html"
+MARKDOWN = "report.md"
+SARIF = "findings.sarif"
+ANNOTATIONS = "annotations.json"
+PLOTS_DIR = "plots"
 
 
 @dataclass
