@@ -82,6 +82,15 @@ def find_bench_results(root: str | Path) -> list[BenchResult]:
     return [result for path in sorted(found) if (result := load_bench_result(path)) is not None]
 
 
+# the figures of a bench result the reports show: (column, metric, statistic)
+COLUMNS = (
+    ("mean TTFT", "ttft", "mean"),
+    ("p99 TTFT", "ttft", "p99"),
+    ("mean TPOT", "tpot", "mean"),
+    ("p99 TPOT", "tpot", "p99"),
+)
+
+
 def format_bench_table(results: list[BenchResult]) -> str:
     """A small fixed-width table: arm, completed, mean/p99 TTFT, mean/p99 TPOT (ms)."""
     if not results:
@@ -90,18 +99,10 @@ def format_bench_table(results: list[BenchResult]) -> str:
     def cell(v: float | None) -> str:
         return "-" if v is None else f"{v:.1f}"
 
-    rows = [("arm", "completed", "mean TTFT", "p99 TTFT", "mean TPOT", "p99 TPOT")]
+    rows = [("arm", "completed", *(name for name, _, _ in COLUMNS))]
     for r in results:
-        rows.append(
-            (
-                r.arm,
-                "-" if r.completed is None else str(r.completed),
-                cell(r.get("ttft")),
-                cell(r.get("ttft", "p99")),
-                cell(r.get("tpot")),
-                cell(r.get("tpot", "p99")),
-            )
-        )
+        completed = "-" if r.completed is None else str(r.completed)
+        rows.append((r.arm, completed, *(cell(r.get(m, s)) for _, m, s in COLUMNS)))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return "\n".join(
         "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in rows

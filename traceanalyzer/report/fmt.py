@@ -16,13 +16,6 @@ from traceanalyzer.engine.findings import compress_ranks
 from traceanalyzer.engine.units import COUNT, NS, P_VALUE, RATIO, SHARE, TRACE_NS
 
 SEVERITY_ORDER = ("error", "warning", "info")
-# a vllm bench result's figures the reports show (ms): name, metric, statistic
-BENCH = (
-    ("mean TTFT", "ttft", "mean"),
-    ("p99 TTFT", "ttft", "p99"),
-    ("mean TPOT", "tpot", "mean"),
-    ("p99 TPOT", "tpot", "p99"),
-)
 # the rules that did not judge, by status: what the reports call them
 UNDECIDED = {"inconclusive": "Inconclusive", "not_evaluated": "Not evaluated"}
 

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from traceanalyzer.engine.findings import compress_ranks
 from traceanalyzer.overview.model import FindingCost
+from traceanalyzer.recipes.bench import COLUMNS as BENCH_COLUMNS
 from traceanalyzer.report import fmt
 from traceanalyzer.report.htmlkit import (
     bullets,
@@ -107,11 +108,11 @@ def _bench(bench: list[BenchResult]) -> str:
         (
             r.arm,
             "-" if r.completed is None else r.completed,
-            *(cell(r.get(m, s)) for _, m, s in fmt.BENCH),
+            *(cell(r.get(m, s)) for _, m, s in BENCH_COLUMNS),
         )
         for r in bench
     ]
-    headers = ("arm", "completed", *(name for name, _, _ in fmt.BENCH))
+    headers = ("arm", "completed", *(name for name, _, _ in BENCH_COLUMNS))
     return (
         "<h2>Serving benchmark (vllm bench)</h2>"
         + table(headers, rows, numeric=(1, 2, 3, 4, 5))

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from traceanalyzer.overview.model import FindingCost
+from traceanalyzer.recipes.bench import COLUMNS as BENCH_COLUMNS
 from traceanalyzer.report import fmt
 from traceanalyzer.report.inputs import FindingView, ReportData
 from traceanalyzer.report.mdsafe import md_inline, md_lines
@@ -54,8 +55,8 @@ def render_markdown(report: ReportData, plot_files: Mapping[str, str] | None = N
     )
     lines.append("")
     if report.bench:
-        headers = ["arm", *(f"{name} (ms)" for name, _, _ in fmt.BENCH)]
-        rows = [[r.arm, *(_ms(r.get(m, s)) for _, m, s in fmt.BENCH)] for r in report.bench]
+        headers = ["arm", *(f"{name} (ms)" for name, _, _ in BENCH_COLUMNS)]
+        rows = [[r.arm, *(_ms(r.get(m, s)) for _, m, s in BENCH_COLUMNS)] for r in report.bench]
         lines += ["## Serving benchmark", "", *md_table(headers, rows), ""]
     lines += overview_markdown(report.overview, md_table, plot_files)
     lines += ["## Findings", ""]
