@@ -144,7 +144,7 @@ def _summary(result: IngestResult, verbose: bool = False, width: int | None = No
 
     What holds for every export of a generation (G2 never writes task_time.csv) and the store's
     upkeep are in ingest.json; ``verbose`` prints them too."""
-    from traceanalyzer.engine.findings import compress_ranks
+    from traceanalyzer.engine.findings import rank_words
     from traceanalyzer.report.width import shorten_middle, table_lines, wrap
 
     header = ["rank", "session", "status", "format", "level", *_SUMMARY_TABLES, "other rows"]
@@ -187,7 +187,7 @@ def _summary(result: IngestResult, verbose: bool = False, width: int | None = No
         if any(sessions_of_rank[rank] > 1 for rank in ranks):  # name the session too
             label = "; ".join(f"rank {rank} {session}" for rank, session in where)
         else:
-            label = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {compress_ranks(ranks)}"
+            label = rank_words(ranks)
         lines.append(f"  {label}: {printable(note)}")
     if verbose:
         lines += [f"  {note}" for note in result.generation_notes]

@@ -30,6 +30,7 @@ from traceanalyzer.compare.overview_diff import ComponentDelta, overview_deltas
 from traceanalyzer.compare.phase_diff import PhaseDiff, phase_deltas
 from traceanalyzer.compare.run_tables import UNREADABLE, read_run
 from traceanalyzer.compare.settings_diff import run_settings, settings_changed
+from traceanalyzer.engine.findings import rank_words
 from traceanalyzer.engine.params import Params
 from traceanalyzer.engine.presentation import Presentation, key_figure_document
 from traceanalyzer.engine.registry import RuleSet
@@ -37,7 +38,6 @@ from traceanalyzer.engine.rule import RuleContext
 from traceanalyzer.engine.units import TRACE_NS
 from traceanalyzer.interrupts import contained
 from traceanalyzer.overview.model import Overview, overview_of
-from traceanalyzer.report import fmt
 from traceanalyzer.report.documents import read_findings
 from traceanalyzer.store import Store, StoreError
 
@@ -191,7 +191,7 @@ class DiffResult:
         ):
             if ranks:
                 notes.append(
-                    f"{fmt.ranks(ranks)} only in {here} (absent from {there}): its findings there are "
+                    f"{rank_words(ranks)} only in {here} (absent from {there}): its findings there are "
                     f"{'resolved' if here == 'base' else 'new'} by absence, not by a change"
                 )
         return notes + ([self.workload_note] if self.workload_note else [])

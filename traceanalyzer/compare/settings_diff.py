@@ -16,7 +16,7 @@ from typing import Any
 
 import polars as pl
 
-from traceanalyzer.report import fmt
+from traceanalyzer.engine.findings import rank_words
 from traceanalyzer.store import Store
 
 # sessions columns compared as they are: setting name and what it is
@@ -95,7 +95,7 @@ def _shown(values: Mapping[int, Any], ranks: Iterable[int]) -> Any:
         by_value.setdefault(json.dumps(value), []).append(rank)
     if len(by_value) == 1:
         return json.loads(next(iter(by_value)))
-    return "; ".join(f"{value_text(json.loads(v))} ({fmt.ranks(r)})" for v, r in by_value.items())
+    return "; ".join(f"{value_text(json.loads(v))} ({rank_words(r)})" for v, r in by_value.items())
 
 
 def value_text(value: Any) -> str:

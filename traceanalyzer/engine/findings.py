@@ -164,7 +164,7 @@ class Finding:
     @property
     def ranks_label(self) -> str:
         """``rank 3``, ``ranks 0-3, 9 (5/64)``: which ranks, compressed, out of how many."""
-        label = ("rank " if len(self.ranks) == 1 else "ranks ") + compress_ranks(self.ranks)
+        label = rank_words(self.ranks)
         if self.total_ranks and self.total_ranks > 1:
             label += f" ({len(self.ranks)}/{self.total_ranks})"
         return label
@@ -224,6 +224,11 @@ def add_input_caveats(findings: Iterable[Finding], incomplete: Mapping[int, Sequ
                 )
                 if caveat not in finding.caveats:
                     finding.caveats.append(caveat)
+
+
+def rank_words(ranks: Sequence[int]) -> str:
+    """``rank 3``, ``ranks 0-3, 9``."""
+    return ("rank " if len(ranks) == 1 else "ranks ") + compress_ranks(ranks)
 
 
 def compress_ranks(ranks: Sequence[int]) -> str:

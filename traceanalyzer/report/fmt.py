@@ -8,11 +8,10 @@ presentation code and no report guesses a unit from a name.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from traceanalyzer import text as _text
-from traceanalyzer.engine.findings import compress_ranks
 from traceanalyzer.engine.units import COUNT, NS, P_VALUE, RATIO, SHARE, TRACE_NS
 
 SEVERITY_ORDER = ("error", "warning", "info")
@@ -107,11 +106,6 @@ def where(finding: Any) -> str:
     phases = finding.get("phases") or []
     label = str(finding.get("ranks_label") or "")
     return f"{label}, in {', '.join(phases)}" if phases else label
-
-
-def ranks(ranks: Sequence[int]) -> str:
-    """``rank 3``, ``ranks 0-3, 9``."""
-    return ("rank " if len(ranks) == 1 else "ranks ") + compress_ranks(ranks)
 
 
 def undecided(doc: Mapping[str, Any]) -> list[tuple[str, list[dict[str, Any]]]]:

@@ -10,7 +10,7 @@ from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from traceanalyzer.derived.captures import NO_CAPTURE
-from traceanalyzer.engine.findings import compress_ranks
+from traceanalyzer.engine.findings import compress_ranks, rank_words
 from traceanalyzer.overview.model import (
     STEP,
     FindingCost,
@@ -64,7 +64,7 @@ def unmeasured_notes(overview: Overview) -> list[str]:
         grouped.setdefault(cause, []).append(names.get(key, key))
     notes = []
     for (ranks, reason), components in grouped.items():
-        notes.append(f"{', '.join(components)} not measured on {fmt.ranks(ranks)}: {reason}")
+        notes.append(f"{', '.join(components)} not measured on {rank_words(ranks)}: {reason}")
     return notes
 
 
@@ -104,7 +104,7 @@ def check_warning(overview: Overview | None) -> str | None:
     return (
         f"the breakdown contradicts {src.reference or 'the export'} on "
         f"{src.differing_steps} of {count(src.checked_steps, 'step')} "
-        f"({fmt.ranks(ranks)}): {src.component or 'a component'} differs by "
+        f"({rank_words(ranks)}): {src.component or 'a component'} differs by "
         f"{fmt.percent(src.max_deviation)} of Stage on rank {src.worst_rank}. "
         "Treat this overview, and the cost shares of findings on those ranks, as unreliable."
     )
