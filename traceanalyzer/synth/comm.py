@@ -33,16 +33,14 @@ class CollectiveRecord:
     link_factor: dict[int, float] = field(default_factory=dict)  # peer -> slower transfer
 
 
-def _zero_bw(full: bool) -> dict:
-    if full:
-        return {
-            "Transit Size(MB)": 0,
-            "Transit Time(ms)": 0,
-            "Bandwidth(GB/s)": 0,
-            "Large Packet Ratio": 0,
-            "Size Distribution": {},
-        }
-    return {"Transit Time(ms)": 0, "Transit Size(MB)": 0, "Size Distribution": {}}
+def _zero_bw() -> dict:
+    return {
+        "Transit Size(MB)": 0,
+        "Transit Time(ms)": 0,
+        "Bandwidth(GB/s)": 0,
+        "Large Packet Ratio": 0,
+        "Size Distribution": {},
+    }
 
 
 def _op_info(op: CollectiveRecord, peers: int) -> dict:
@@ -52,22 +50,13 @@ def _op_info(op: CollectiveRecord, peers: int) -> dict:
     sync = op.sync / 1e6
     size_mb = op.size / 1e6 * peers
     bw = round(size_mb / transit, 4) if transit else 0  # MB per ms is GB/s
-    bandwidth = {}
-    for t in TRANSPORTS:
-        bandwidth[t] = _zero_bw(True)
+    bandwidth = {t: _zero_bw() for t in TRANSPORTS}
+    moved = {"Transit Size(MB)": size_mb, "Transit Time(ms)": transit, "Bandwidth(GB/s)": bw}
+    bandwidth["SDMA"] = {**moved, "Large Packet Ratio": 0, "Size Distribution": {}}
     bandwidth["HCCS"] = {
-        "Transit Size(MB)": size_mb,
-        "Transit Time(ms)": transit,
-        "Bandwidth(GB/s)": bw,
+        **moved,
         "Large Packet Ratio": 0.0,
         "Size Distribution": {str(op.size / 1e6): [peers, transit]},
-    }
-    bandwidth["SDMA"] = {
-        "Transit Size(MB)": size_mb,
-        "Transit Time(ms)": transit,
-        "Bandwidth(GB/s)": bw,
-        "Large Packet Ratio": 0,
-        "Size Distribution": {},
     }
     return {
         "Communication Time Info": {

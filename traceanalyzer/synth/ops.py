@@ -8,7 +8,7 @@ launch and than the previous task on its stream.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from random import Random
 
 from traceanalyzer.synth.rank import RankWriter
@@ -303,7 +303,8 @@ def decode_step(
         t += stall[0]
     churn = knobs.warmup_only <= 0 or number <= knobs.warmup_only
     if knobs.graph:
-        t = graph_replay(rw, rng, dev, t, layers, stream, knobs.kernel_scale)
+        scaled = [replace(s, dur_us=s.dur_us * knobs.kernel_scale) for s in DECODE_LAYER]
+        t = graph_replay(rw, rng, dev, t, scaled * layers, stream)
     for layer in range(0 if knobs.graph else layers):
         if churn and layer < knobs.allocs:
             t = alloc_free(rw, rng, t, knobs.alloc_us)
@@ -332,30 +333,23 @@ GRAPH_MODEL_ID = 7
 
 
 def graph_replay(
-    rw: RankWriter,
-    rng: Random,
-    dev: Device,
-    t: int,
-    layers: int,
-    stream: int = 2,
-    kernel_scale: float = 1.0,
+    rw: RankWriter, rng: Random, dev: Device, t: int, kernels: list[KernelSpec], stream: int = 2
 ) -> int:
-    """One ``NPUGraph.replay()``: a single ``aclmdlRIExecuteAsync`` queues the whole captured step.
+    """One ``NPUGraph.replay()``: a single ``aclmdlRIExecuteAsync`` queues the captured ``kernels``.
 
-    The captured kernels run back to back, carrying the graph's model id; no per-op launch exists.
+    They run back to back, carrying the graph's model id; no per-op launch exists.
     """
     dur = jitter(rng, 40)
     rw.api("AscendCL@", "aclmdlRIExecuteAsync", t + 5 * US, dur - 10 * US, mode="ACL_RTS")
     rw.cpu_op("acl_graph_replay", t, dur)
     ready = t + dur + 10 * US
-    for _ in range(layers):
-        for spec in DECODE_LAYER:
-            kdur = jitter(rng, spec.dur_us * kernel_scale, 0.1)
-            kstart = dev.place(stream, ready, kdur + 1 * US)
-            rw.kernel(
-                stream, spec.name, spec.op_type, spec.core, kstart, kdur,
-                model_id=GRAPH_MODEL_ID, in_shapes=spec.shapes,
-            )  # fmt: skip
+    for spec in kernels:
+        kdur = jitter(rng, spec.dur_us, 0.1)
+        kstart = dev.place(stream, ready, kdur + 1 * US)
+        rw.kernel(
+            stream, spec.name, spec.op_type, spec.core, kstart, kdur,
+            model_id=GRAPH_MODEL_ID, in_shapes=spec.shapes, in_types=spec.dtypes,
+        )  # fmt: skip
     return t + dur + jitter(rng, 4)
 
 

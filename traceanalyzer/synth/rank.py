@@ -72,7 +72,6 @@ _LAYER_LEVEL = {"AscendCL@": "acl", "Runtime@": "runtime", "Node@": "node", "Mod
 # How far the Db's envelope tasks (a collective's own record, a MIX kernel's parent) reach
 # beyond what they envelop, each side.
 ENVELOPE_LEAD_NS = 1_500
-KERNEL_CORES = ("AI_CORE", "AI_VECTOR_CORE", "AI_CPU", "MIX_AIC", "MIX_AIV", "DSA_SQE")
 EXPORT_TYPES = ("text", "db")
 # torch_npu's `export_type` options: Text, Db, or both ([Text, Db]).
 EXPORTS: dict[str, tuple[str, ...]] = {"text": ("text",), "db": ("db",), "both": EXPORT_TYPES}

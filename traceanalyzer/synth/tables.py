@@ -122,11 +122,9 @@ class CsvFile:
         self._fh: IO[str] = open(path, "w", encoding="utf-8", newline="")  # noqa: SIM115 - streamed, closed in close()
         self._writer = csv.writer(self._fh, lineterminator="\r\n" if crlf else "\n")
         self._writer.writerow(header)
-        self.rows = 0
 
     def row(self, values: list[object]) -> None:
         self._writer.writerow(values)
-        self.rows += 1
 
     def close(self) -> None:
         self._fh.close()
@@ -158,18 +156,22 @@ class Agg:
         return (self.sq / self.count - mean * mean) / 1e6
 
 
-class ApiStatistic:
-    """api_statistic.csv: CANN events aggregated per (level, API name), sorted by API name."""
+class _Statistic:
+    """Durations aggregated per key (an msprof summary's rows)."""
 
     def __init__(self) -> None:
         self.aggs: dict[tuple[str, str], Agg] = {}
 
-    def add(self, level: str, api: str, dur: int) -> None:
-        key = (level, api)
+    def add(self, first: str, second: str, dur: int) -> None:
+        key = (first, second)
         agg = self.aggs.get(key)
         if agg is None:
             agg = self.aggs[key] = Agg()
         agg.add(dur)
+
+
+class ApiStatistic(_Statistic):
+    """api_statistic.csv: CANN events aggregated per (level, API name), sorted by API name."""
 
     def write(self, path: Path, gen: Generation) -> None:
         f = CsvFile(path, api_statistic_header(gen), crlf=False)
@@ -189,18 +191,8 @@ class ApiStatistic:
         f.close()
 
 
-class OpStatistic:
+class OpStatistic(_Statistic):
     """op_statistic.csv: kernels aggregated per (OP Type, Core Type), sorted by total time desc."""
-
-    def __init__(self) -> None:
-        self.aggs: dict[tuple[str, str], Agg] = {}
-
-    def add(self, op_type: str, core: str, dur: int) -> None:
-        key = (op_type, core)
-        agg = self.aggs.get(key)
-        if agg is None:
-            agg = self.aggs[key] = Agg()
-        agg.add(dur)
 
     def write(self, path: Path, gen: Generation, device: int) -> None:
         f = CsvFile(path, op_statistic_header(gen), crlf=False)
@@ -313,11 +305,6 @@ def kernel_row_tail(gen: Generation, core: str, dur_ns: int) -> list[object]:
     return aic + aiv + [0]
 
 
-def shape_cell(shape: str) -> str:
-    """Shapes are printed inside literal double quotes (CSV-escaped to ``\"\"\"a,b\"\"\"``)."""
-    return f'"{shape}"'
-
-
 __all__ = [
     "OPERATOR_DETAILS_HEADER",
     "Agg",
@@ -326,11 +313,9 @@ __all__ = [
     "OpStatistic",
     "StepTotals",
     "api_statistic_header",
-    "csv_ts",
     "kernel_details_header",
     "kernel_row_tail",
     "op_statistic_header",
-    "shape_cell",
     "step_trace_header",
     "step_trace_rows",
     "write_step_trace",

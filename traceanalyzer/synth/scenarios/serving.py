@@ -231,23 +231,6 @@ def _graph_layers(it: Iteration, knobs: dict, tokens: int, requests: int) -> lis
     return [_slowed(_layer(it, knobs, tokens, requests), i, knobs) for i in range(knobs["layers"])]
 
 
-def _replay(tl: Timeline, t: int, kernels: list[KernelSpec]) -> int:
-    """One graph replay: ``aclmdlRIExecuteAsync`` queues the captured kernels (model id set)."""
-    rw, rng, dev = tl.rw, tl.rng, tl.dev
-    dur = ops.jitter(rng, 40)
-    rw.api("AscendCL@", "aclmdlRIExecuteAsync", t + 5 * US, dur - 10 * US, mode="ACL_RTS")
-    rw.cpu_op("acl_graph_replay", t, dur)
-    ready = t + dur + 10 * US
-    for spec in kernels:
-        kdur = ops.jitter(rng, spec.dur_us, 0.1)
-        kstart = dev.place(2, ready, kdur + 1 * US)
-        rw.kernel(
-            2, spec.name, spec.op_type, spec.core, kstart, kdur,
-            model_id=ops.GRAPH_MODEL_ID, in_shapes=spec.shapes, in_types=spec.dtypes,
-        )  # fmt: skip
-    return t + dur + ops.jitter(rng, 4)
-
-
 def _eager(tl: Timeline, t: int, kernels: list[KernelSpec]) -> int:
     for spec in kernels:
         t = ops.launch_kernel(tl.rw, tl.rng, tl.dev, t, spec)
@@ -266,12 +249,12 @@ def _forward(tl: Timeline, t: int, it: Iteration, knobs: dict) -> int:
     if mode == "eager" or size is None:
         return _eager(tl, t, [k for layer in layers for k in layer])
     if mode == "full_and_piecewise" and uniform:
-        return _replay(tl, t, [k for layer in layers for k in layer])
+        return ops.graph_replay(tl.rw, tl.rng, tl.dev, t, [k for layer in layers for k in layer])
     # piecewise: the graph pieces between attentions, each attention eager with real shapes
     real = _graph_layers(it, knobs, tokens, it.requests)
     for captured, eager in zip(layers, real, strict=True):
         cut = next(i for i, k in enumerate(captured) if "ttention" in k.name)
-        t = _replay(tl, t, captured[:cut])
+        t = ops.graph_replay(tl.rw, tl.rng, tl.dev, t, captured[:cut])
         attention = replace(
             eager[cut],
             shapes=attention_kernel(
@@ -279,7 +262,7 @@ def _forward(tl: Timeline, t: int, it: Iteration, knobs: dict) -> int:
             ).shapes,
         )
         t = _eager(tl, t, [attention])
-        t = _replay(tl, t, captured[cut + 1 :])
+        t = ops.graph_replay(tl.rw, tl.rng, tl.dev, t, captured[cut + 1 :])
     return t
 
 
