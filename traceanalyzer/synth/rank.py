@@ -69,6 +69,12 @@ INVALID_MODEL = 4294967295
 _NOTIFY_NONE = (1 << 63) - 1
 NOMINAL_MHZ = 1800  # AI Core frequency of Atlas A2/A3 at full speed
 _LAYER_LEVEL = {"AscendCL@": "acl", "Runtime@": "runtime", "Node@": "node", "Model@": "model"}
+# A collective's two steps on each plane: (trace name, hardware name, transport, link,
+# estimated µs, GB/s); the copy has no notify id (uint64 max in the trace).
+_PLANE_STEPS = (
+    ("Notify_Wait", "Notify Wait", "LOCAL", "INVALID_TYPE", 0.02, 0.0),
+    ("Memcpy", "SDMA", "SDMA", "HCCS", 108.46, 18.9),
+)
 # How far the Db's envelope tasks (a collective's own record, a MIX kernel's parent) reach
 # beyond what they envelop, each side.
 ENVELOPE_LEAD_NS = 1_500
@@ -187,7 +193,6 @@ class RankWriter:
         self._collectives: dict[str, list[CollectiveRecord]] = {}
         self._hccl_index = 0
         self.last_ts = cfg.start_ns
-        self.counts: dict[str, int] = {}  # what was generated, for round-trip checks
         self._freq: list[tuple[int, int]] = []  # AI Core Freq changes (ts, MHz)
         # profile_memory=True: the allocators' records and the tensors' (memory_record.csv,
         # operator_memory.csv), from the device memory model a scenario drives
@@ -212,9 +217,6 @@ class RankWriter:
         if self.gen.flow_id_with_context:
             return str((conn << 32) + 4294967295)
         return str(conn << 32)
-
-    def _count(self, key: str, n: int = 1) -> None:
-        self.counts[key] = self.counts.get(key, 0) + n
 
     def _touch(self, start: int, end: int) -> None:
         if end > self.last_ts:
@@ -246,7 +248,6 @@ class RankWriter:
         if self.db:
             self.db.python_op(self.main_tid, f"ProfilerStep#{number}", start, end - start)
             self.db.step(number, start, end)
-        self._count("profiler_steps")
         self._open_step = None
         self._touch(start, end)
 
@@ -290,7 +291,6 @@ class RankWriter:
                 aicore_ns / 1000,
             ]
         )
-        self._count("cpu_op")
         self._touch(start, start + dur)
 
     def python_function(
@@ -303,7 +303,6 @@ class RankWriter:
         self.tv.python_function(tid, name, start, dur, self._python_ids, parent_id)
         if self.db:
             self.db.python_function(tid, name, start, dur)
-        self._count("python_function")
         self._touch(start, start + dur)
         return self._python_ids
 
@@ -340,7 +339,6 @@ class RankWriter:
         self.tv.torch_to_npu(tid, op_start, dst_pid, dst_tid, task_start)
         if self.db:
             self.db.torch_to_npu(tid, op_start, (dst_pid, dst_tid, task_start))
-        self._count("flow:torch_to_npu")
 
     # ---- CANN -------------------------------------------------------------------
     def api(
@@ -371,7 +369,6 @@ class RankWriter:
         if self.db:
             self.db.cann_api(tid, lvl, api, start, dur, conn)
         self.api_stat.add(lvl, api, dur)
-        self._count(f"cann:{layer}{api}")
         self._touch(start, start + dur)
         return conn
 
@@ -390,7 +387,6 @@ class RankWriter:
         self.tv.h2d_flow(self.flow_id(conn, context), cann_tid, cann_ts, dst_pid, dst_tid, dst_ts)
         if self.db:
             self.db.host_to_device(conn)
-        self._count("flow:HostToDevice")
 
     # ---- device ---------------------------------------------------------------
     def task(
@@ -415,7 +411,6 @@ class RankWriter:
         self._hw_task(
             stream, name, task_type, name, start, dur, task_id, conn, model_id, subtask, extra_s
         )
-        self._count(f"task:{task_type}")
         self._device_seen(start, start + dur)
         return conn
 
@@ -545,7 +540,6 @@ class RankWriter:
         if db_task is not None:
             db_row = partial(self._db_compute_info, db_task, row)
         self._chunk_kernels.append((start, stream, row, db_row))
-        self._count("kernel")
         return conn
 
     def collective(
@@ -600,7 +594,6 @@ class RankWriter:
                 count=count,
                 op_type=f"hcom_{op}_",
             )
-        self._count("collective")
         self._comm.append((start, start + dur))
         self._device_seen(start, start + dur)
         transit = max(dur - wait_ns, 1000) // 2
@@ -611,69 +604,53 @@ class RankWriter:
             t = start
             task_id = self.next_task_id(stream)
             for ctx, peer in enumerate(peers):
-                plane = ctx % 8
                 # each plane first waits for its peer's notify (the first one for the late
-                # peer), then moves its data
-                wait = wait_ns if ctx == 0 else 20
-                self.tv.comm_task(
-                    plane,
-                    "Notify_Wait",
-                    t,
-                    wait,
-                    stream,
-                    task_id,
-                    ctx * 2 + 1,
-                    self.cfg.rank,
-                    peer,
-                    0,
-                    "LOCAL",
-                    "INVALID_TYPE",
-                    str(60 + ctx * 8),
-                    0.02,
-                    0.0,
-                    "INVALID_TYPE",
+                # peer), then moves its data: (duration, context, size, notify id) of each
+                sized = (
+                    (wait_ns if ctx == 0 else 20, ctx * 2 + 1, 0, 60 + ctx * 8),
+                    (int(share * factor[peer]), ctx * 2, size, None),
                 )
-                notify = self._hw_task(
-                    stream, "Notify Wait", "Notify Wait", "Notify Wait", t, wait, task_id, conn,
-                    INVALID_MODEL, ctx * 2 + 1, depth=1,
-                )  # fmt: skip
-                self._db_plane_task(
-                    notify,
-                    name,
-                    "Notify_Wait",
-                    plane,
-                    peer,
-                    0,
-                    "LOCAL",
-                    "INVALID_TYPE",
-                    60 + ctx * 8,
-                )
-                t += wait
-                moved = int(share * factor[peer])
-                self.tv.comm_task(
-                    plane,
-                    "Memcpy",
-                    t,
-                    moved,
-                    stream,
-                    task_id,
-                    ctx * 2,
-                    self.cfg.rank,
-                    peer,
-                    size,
-                    "SDMA",
-                    "HCCS",
-                    "18446744073709551615",
-                    108.46,
-                    18.9,
-                    "INVALID_TYPE",
-                )
-                copy = self._hw_task(
-                    stream, "SDMA", "SDMA", "SDMA", t, moved, task_id, conn,
-                    INVALID_MODEL, ctx * 2, depth=1,
-                )  # fmt: skip
-                self._db_plane_task(copy, name, "Memcpy", plane, peer, size, "SDMA", "HCCS", None)
-                t += moved
+                for (kind, hw, transport, link, est, bw), (step_ns, context, moved, notify) in zip(
+                    _PLANE_STEPS, sized, strict=True
+                ):
+                    self.tv.comm_task(
+                        ctx % 8,
+                        kind,
+                        t,
+                        step_ns,
+                        stream,
+                        task_id,
+                        context,
+                        self.cfg.rank,
+                        peer,
+                        moved,
+                        transport,
+                        link,
+                        "18446744073709551615" if notify is None else str(notify),
+                        est,
+                        bw,
+                        "INVALID_TYPE",
+                    )
+                    task = self._hw_task(
+                        stream, hw, hw, hw, t, step_ns, task_id, conn, INVALID_MODEL, context,
+                        depth=1,
+                    )  # fmt: skip
+                    if self.db is not None and task is not None:
+                        self.db.comm_task(
+                            task,
+                            name,
+                            kind,
+                            plane=ctx % 8,
+                            group=self.cfg.group_hash,
+                            notify_id=_NOTIFY_NONE if notify is None else notify,
+                            src=self.cfg.rank,
+                            dst=peer,
+                            transport=transport,
+                            size=moved,
+                            data_type="INVALID_TYPE",
+                            link=link,
+                        )
+                    t += step_ns
             # msprof alone records the op itself as one more task over its steps on the
             # stream (the trace draws it on the communication process), undescribed, typed
             # AI_CORE (real G2 export), with the op's connection.
@@ -715,37 +692,6 @@ class RankWriter:
             )  # fmt: skip
         )
         return name
-
-    def _db_plane_task(
-        self,
-        task: int | None,
-        op: str,
-        plane_type: str,
-        plane: int,
-        peer: int,
-        size: int,
-        transport: str,
-        link: str,
-        notify_id: int | None,
-    ) -> None:
-        """The Db's COMMUNICATION_TASK_INFO of a collective's step (its TASK is ``task``);
-        ``notify_id`` None is the trace's uint64-max "none"."""
-        if self.db is None or task is None:
-            return
-        self.db.comm_task(
-            task,
-            op,
-            plane_type,
-            plane=plane,
-            group=self.cfg.group_hash,
-            notify_id=_NOTIFY_NONE if notify_id is None else notify_id,
-            src=self.cfg.rank,
-            dst=peer,
-            transport=transport,
-            size=size,
-            data_type="INVALID_TYPE",
-            link=link,
-        )
 
     def ai_core_freq(self, ts: int, mhz: int) -> None:
         """The AI Core frequency changes to ``mhz`` at ``ts`` (a sample of the counter)."""

@@ -261,48 +261,29 @@ def write_step_trace(path: Path, gen: Generation, rows: list[list[object]]) -> N
     f.close()
 
 
+# The PipeUtilization pipes of a busy core: (share of its busy time, ratio) of the AIC's mac,
+# scalar, mte1, mte2 and fixpipe, and of the AIV's vec, scalar, mte2 and mte3.
+_AIC_PIPES = ((0.5, 0.52), (0.7, 0.73), (0.8, 0.85), (0.9, 0.91), (0.1, 0.08))
+_AIV_PIPES = ((0.2, 0.186), (0.1, 0.087), (0.55, 0.552), (0.65, 0.667))
+
+
+def _busy(busy: float, cycles: int, pipes: tuple[tuple[float, float], ...]) -> list[object]:
+    return [busy, cycles, *(v for share, ratio in pipes for v in (r3(busy * share), ratio))]
+
+
 def kernel_row_tail(gen: Generation, core: str, dur_ns: int) -> list[object]:
     """Plausible PipeUtilization counters for a kernel (N/A for non-AI tasks, as msprof prints)."""
     n = len(PIPE_UTILIZATION_COLUMNS if gen.has_op_state else G1_METRIC_COLUMNS)
     if core not in ("AI_CORE", "AI_VECTOR_CORE", "MIX_AIC", "MIX_AIV"):
         return ["N/A"] * n
-    if not gen.has_op_state:
-        return [r3(dur_ns / 1000 * 0.95), dur_ns * 18 // 10] + [0.0] * (n - 2)
     busy = r3(dur_ns / 1000 * 0.95)
     cycles = dur_ns * 18 // 10
-    if core in ("AI_CORE", "MIX_AIC"):
-        aic = [
-            busy,
-            cycles,
-            r3(busy * 0.5),
-            0.52,
-            r3(busy * 0.7),
-            0.73,
-            r3(busy * 0.8),
-            0.85,
-            r3(busy * 0.9),
-            0.91,
-            r3(busy * 0.1),
-            0.08,
-            0.001,
-        ]
-        aiv = [0.0, 0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.023]
-        return aic + aiv + [66.3]
-    aic = [0.0, 0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]
-    aiv = [
-        busy,
-        cycles,
-        r3(busy * 0.2),
-        0.186,
-        r3(busy * 0.1),
-        0.087,
-        r3(busy * 0.55),
-        0.552,
-        r3(busy * 0.65),
-        0.667,
-        0.023,
-    ]
-    return aic + aiv + [0]
+    if not gen.has_op_state:
+        return [busy, cycles] + [0.0] * (n - 2)
+    # each core: time, cycles, pipes, icache miss rate; then the cube utilization (%)
+    if core in ("AI_CORE", "MIX_AIC"):  # the AIV idle
+        return [*_busy(busy, cycles, _AIC_PIPES), 0.001, 0.0, 0, *[0.0] * 8, 0.023, 66.3]
+    return [0.0, 0, *[0.0] * 11, *_busy(busy, cycles, _AIV_PIPES), 0.023, 0]  # the AIC idle
 
 
 __all__ = [

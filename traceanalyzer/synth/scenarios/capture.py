@@ -132,8 +132,6 @@ def capture(tl: Timeline, memcpys: int, layers: int) -> None:
         t = end + ops.jitter(rng, 3)
     rw.api("AscendCL@", "aclmdlRICaptureEnd", t, ops.jitter(rng, 30))
     tl.t = t + ops.jitter(rng, 40)
-    rw._count("capture")
-    rw._count("capture_memcpy", memcpys)
 
 
 def warmup(tl: Timeline, layers: int) -> None:

@@ -33,7 +33,7 @@ from traceanalyzer.synth.scenarios.serving import (
     WORKER,
     Iteration,
     attention_kernel,
-    rank_list,
+    numbers,
 )
 from traceanalyzer.synth.scenarios.timeline import Timeline
 
@@ -66,14 +66,11 @@ P2P = "vllm_ascend/distributed/kv_transfer/kv_p2p/mooncake_connector.py"
 WRITE = "<built-in method batch_transfer_sync_write of PyCapsule object at 0x7f3a2c1b4e70>"
 READ = "<built-in method batch_transfer_sync_read of PyCapsule object at 0x7f3a2c1b4e70>"
 SENDING_TID, RECEIVING_TID = 211, 223  # the connector threads, offsets from the main thread
-LAYER = (
-    KernelSpec("aclnnRmsNorm", "aclnnRmsNorm_RmsNorm_RmsNorm", "RmsNorm", "AI_VECTOR_CORE", 6.0),
-    KernelSpec("aclnnMm", "aclnnMm_MatMulCommon_MatMulV2", "MatMulV2", "AI_CORE", 38.0),
-    None,  # the attention
-    KernelSpec("aclnnMm", "aclnnMm_MatMulCommon_MatMulV2", "MatMulV2", "AI_CORE", 22.0),
-    KernelSpec("aclnnMm", "aclnnMm_MatMulCommon_MatMulV2", "MatMulV2", "AI_CORE", 55.0),
-    KernelSpec("aclnnSwiGlu", "aclnnSwiGlu_SwiGlu_SwiGlu", "SwiGlu", "AI_VECTOR_CORE", 8.0),
-    KernelSpec("aclnnMm", "aclnnMm_MatMulCommon_MatMulV2", "MatMulV2", "AI_CORE", 30.0),
+# the decode layer without the rotary embedding and the residual add; None: the attention
+LAYER = tuple(
+    None if spec.op_type == "FusedInferAttentionScore" else spec
+    for spec in ops.DECODE_LAYER
+    if spec.op_type not in ("ApplyRotaryPosEmb", "Add")
 )
 
 
@@ -207,7 +204,7 @@ def _decode(tl: Timeline, knobs: dict) -> None:
 def run(tl: Timeline, knobs: dict) -> None:
     if knobs["mode"] not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}, not {knobs['mode']!r}")
-    if tl.rw.cfg.rank in rank_list(knobs["prefill_ranks"]):
+    if tl.rw.cfg.rank in numbers(knobs["prefill_ranks"]):
         _prefill(tl, knobs)
     else:
         _decode(tl, knobs)

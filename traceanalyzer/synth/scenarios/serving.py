@@ -95,9 +95,9 @@ class Iteration:
     no_cache: bool = False  # a prefill of new prompts only: the key is the current K
 
 
-def rank_list(text: str) -> set[int]:
-    """A knob's comma-separated rank numbers (``"0, 3"``) as a set."""
-    return {int(r) for r in str(text).replace(" ", "").split(",") if r}
+def numbers(text: object) -> list[int]:
+    """A knob's comma-separated numbers (``"0, 3"``), in order."""
+    return [int(x) for x in str(text).replace(" ", "").split(",") if x]
 
 
 def markers(knobs: dict) -> set[str]:
@@ -120,14 +120,14 @@ def plan(knobs: dict, rank: int = 0) -> list[Iteration]:
             f"{tuple(conformance.HEADS)}"
         )
     batch, chunk, spec = knobs["batch"], knobs["chunk"], knobs["spec_tokens"]
-    batches = sorted_sizes(knobs["batches"], keep_order=True)
+    batches = numbers(knobs["batches"])
     per_request = 1 + spec
     captured = capture_order(knobs)
     out = [
         Iteration("warmup", size, size // per_request)
         for size in islice(cycle(captured), knobs["warmup"] if captured else 0)
     ]
-    dummy_rank = rank in rank_list(knobs["dummy_ranks"])
+    dummy_rank = rank in numbers(knobs["dummy_ranks"])
     for i in range(knobs["iterations"]):
         if dummy_rank or (
             knobs["dummy_every"] and i % knobs["dummy_every"] == knobs["dummy_every"] - 1
@@ -149,10 +149,9 @@ def plan(knobs: dict, rank: int = 0) -> list[Iteration]:
     return out
 
 
-def sorted_sizes(text: object, keep_order: bool = False) -> list[int]:
-    """A knob's comma-separated sizes (``"1, 2, 4"``), sorted unless ``keep_order``."""
-    sizes = [int(x) for x in str(text).replace(" ", "").split(",") if x]
-    return sizes if keep_order else sorted(set(sizes))
+def sorted_sizes(text: object) -> list[int]:
+    """A knob's comma-separated sizes (``"1, 2, 4"``), sorted."""
+    return sorted(set(numbers(text)))
 
 
 def capture_order(knobs: dict) -> list[int]:

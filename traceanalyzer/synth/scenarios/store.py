@@ -146,7 +146,6 @@ def transfer(tl: Timeline, knobs: dict, stall_ns: int, in_span: bool, launch_wai
     end += ops.jitter(rng, 30)
     if in_span:
         rw.cpu_op(SPAN, start, end - start, device_ns=dev_total, self_ns=end - start)
-    rw._count("transfer")
     tl.t = end + ops.jitter(rng, 80)
     rw.flush()
 
