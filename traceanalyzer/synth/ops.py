@@ -285,11 +285,14 @@ def decode_step(
     knobs: DecodeKnobs = DecodeKnobs(),
     extra: tuple[KernelSpec, ...] = (),
     stall: tuple[int, str] | None = None,
+    host_late_ns: int = 0,
+    wait_for_peers_ns: int = 0,
 ) -> int:
     """One ProfilerStep of decoding: layers of kernels (+ ``extra`` kernels per layer, + an
     all-reduce per layer with TP), then a sync. ``stall`` (ns, cause): the step is late by
     that much, its host busy before its first launch (:func:`host_stall`) or, ``device``, its
-    first matmul that much longer.
+    first matmul that much longer. ``host_late_ns``: the host busy elsewhere that long after
+    each layer's launches; ``wait_for_peers_ns``: see :func:`allreduce_eager`.
 
     The closing ``aclrtSynchronizeStream`` is the per-step token fetch every decoder has.
     """
@@ -320,8 +323,11 @@ def decode_step(
                 rw, rng, dev, t, spec, stream, host_us=knobs.host_us, compile_ns=compile_ns,
                 kernel_scale=scale,
             )  # fmt: skip
+        if host_late_ns:  # the device runs dry before the all-reduce
+            rw.cpu_op("vllm/v1/worker/gpu_model_runner.py: _prepare_inputs", t, host_late_ns)
+            t += host_late_ns
         if allreduce:
-            t = allreduce_eager(rw, rng, dev, t, stream, comm_stream)
+            t = allreduce_eager(rw, rng, dev, t, stream, comm_stream, wait_for_peers_ns)
         if layer < knobs.syncs:
             t = item_sync(rw, rng, dev, t, knobs.sync_gap_us)
     end = synchronize(rw, t, dev.idle_at())
