@@ -43,6 +43,10 @@ def _zero_bw() -> dict:
     }
 
 
+def _ratio(part: float, transit: float) -> float:
+    return round(part / (part + transit), 4) if part + transit else 0
+
+
 def _op_info(op: CollectiveRecord, peers: int) -> dict:
     elapse = op.dur / 1e6
     transit = op.transit / 1e6
@@ -66,10 +70,8 @@ def _op_info(op: CollectiveRecord, peers: int) -> dict:
             "Wait Time(ms)": wait,
             "Synchronization Time(ms)": sync,
             "Idle Time(ms)": elapse - transit - wait,
-            "Wait Time Ratio": round(wait / (wait + transit), 4) if wait + transit else 0,
-            "Synchronization Time Ratio": round(sync / (sync + transit), 4)
-            if sync + transit
-            else 0,
+            "Wait Time Ratio": _ratio(wait, transit),
+            "Synchronization Time Ratio": _ratio(sync, transit),
         },
         "Communication Bandwidth Info": bandwidth,
     }
@@ -85,8 +87,8 @@ def _total(infos: list[dict]) -> dict:
     )
     time = {k: sum(i["Communication Time Info"][k] for i in infos) for k in keys}
     tr, wa, sy = time["Transit Time(ms)"], time["Wait Time(ms)"], time["Synchronization Time(ms)"]
-    time["Wait Time Ratio"] = round(wa / (wa + tr), 4) if wa + tr else 0
-    time["Synchronization Time Ratio"] = round(sy / (sy + tr), 4) if sy + tr else 0
+    time["Wait Time Ratio"] = _ratio(wa, tr)
+    time["Synchronization Time Ratio"] = _ratio(sy, tr)
     bandwidth = {}
     for t in TRANSPORTS:
         size = sum(i["Communication Bandwidth Info"][t]["Transit Size(MB)"] for i in infos)

@@ -788,16 +788,8 @@ class RankWriter:
         """COMPUTE_TASK_INFO from the kernel's kernel_details.csv row (one truth for both)."""
         assert self.db is not None
         if self.level == 0:  # [name, N/A, N/A, start, dur, wait, block dim]: no op info
-            self.db.compute_info(
-                task,
-                name=str(row[0]),
-                op_type=None,
-                core=None,
-                block_dim=int(row[6]),  # type: ignore[call-overload]
-                mix_block_dim=None,
-                shapes=None,
-                wait_ns=wait_ns,
-            )
+            block_dim = int(row[6])  # type: ignore[call-overload]
+            self.db.compute_info(task, name=str(row[0]), block_dim=block_dim, wait_ns=wait_ns)
             return
         i = 6 if self.gen.has_op_state else 5  # the Accelerator Core column
         op_state = row[5] if self.gen.has_op_state else None

@@ -90,26 +90,24 @@ class TraceView:
 
     def enqueue(self, tid: int, corr: int, start: int, dur: int) -> None:
         self.python_threads.setdefault(tid)
-        p, t = self.python_pid, ts_us(start)
-        self._fw_enqueue.add(
-            '{"ph": "X", "name": "Enqueue", "pid": %d, "tid": %d, "ts": "%s", "dur": %s, "cat": "enqueue", '
-            '"args": {"correlation_id": %d}}' % (p, tid, t, dur_us(dur), corr)
-        )
-        self._fw_enqueue.add(
-            '{"ph": "s", "bp": "e", "name": "enqueue_to_dequeue", "id": %d, "pid": %d, "tid": %d, '
-            '"ts": "%s", "cat": "async_task_queue"}' % (corr, p, tid, t)
-        )
+        self._queue(self._fw_enqueue, tid, corr, "Enqueue", "enqueue", start, dur, "s")
 
     def dequeue(self, tid: int, corr: int, op: str, start: int, dur: int) -> None:
         self.dequeue_tid = tid
+        self._queue(self._fw_dequeue, tid, corr, "Dequeue@" + op, "dequeue", start, dur, "f")
+
+    def _queue(
+        self, spool: Spool, tid: int, corr: int, name: str, cat: str, start: int, dur: int, ph: str
+    ) -> None:
+        """One side of the task queue's hand-over: its event and its end of the flow."""
         p, t = self.python_pid, ts_us(start)
-        self._fw_dequeue.add(
-            '{"ph": "X", "name": %s, "pid": %d, "tid": %d, "ts": "%s", "dur": %s, "cat": "dequeue", '
-            '"args": {"correlation_id": %d}}' % (js("Dequeue@" + op), p, tid, t, dur_us(dur), corr)
+        spool.add(
+            '{"ph": "X", "name": %s, "pid": %d, "tid": %d, "ts": "%s", "dur": %s, "cat": "%s", '
+            '"args": {"correlation_id": %d}}' % (js(name), p, tid, t, dur_us(dur), cat, corr)
         )
-        self._fw_dequeue.add(
-            '{"ph": "f", "bp": "e", "name": "enqueue_to_dequeue", "id": %d, "pid": %d, "tid": %d, '
-            '"ts": "%s", "cat": "async_task_queue"}' % (corr, p, tid, t)
+        spool.add(
+            '{"ph": "%s", "bp": "e", "name": "enqueue_to_dequeue", "id": %d, "pid": %d, "tid": %d, '
+            '"ts": "%s", "cat": "async_task_queue"}' % (ph, corr, p, tid, t)
         )
 
     def torch_to_npu(
