@@ -46,54 +46,42 @@ API_TYPES = {
     "trace": 50003,
     "mstx": 50004,
 }
+
+
+def _enum(*names: str) -> dict[int, str]:
+    """An msprof enum: its names coded from 0 in order, then its N/A and invalid codes."""
+    return {**dict(enumerate(names)), 65534: "N/A", 65535: "INVALID_TYPE"}
+
+
 _ENUMS: dict[str, dict[int, str]] = {
-    "ENUM_HCCL_RDMA_TYPE": {
-        0: "RDMA_SEND_NOTIFY",
-        1: "RDMA_SEND_PAYLOAD",
-        2: "RDMA_PAYLOAD_PREPARE",
-        3: "RDMA_PAYLOAD_CHECK",
-        4: "RDMA_PAYLOAD_ACK",
-        5: "RDMA_SEND_OP",
-        65534: "N/A",
-        65535: "INVALID_TYPE",
-    },
+    "ENUM_HCCL_RDMA_TYPE": _enum(
+        "RDMA_SEND_NOTIFY",
+        "RDMA_SEND_PAYLOAD",
+        "RDMA_PAYLOAD_PREPARE",
+        "RDMA_PAYLOAD_CHECK",
+        "RDMA_PAYLOAD_ACK",
+        "RDMA_SEND_OP",
+    ),
     "ENUM_MSTX_EVENT_TYPE": {0: "marker", 1: "push/pop", 2: "start/end", 3: "marker_ex"},
-    "ENUM_HCCL_LINK_TYPE": {
-        0: "ON_CHIP",
-        1: "HCCS",
-        2: "PCIE",
-        3: "ROCE",
-        4: "SIO",
-        5: "HCCS_SW",
-        6: "STANDARD_ROCE",
-        7: "RESERVED",
-        65534: "N/A",
-        65535: "INVALID_TYPE",
-    },
-    "ENUM_HCCL_TRANSPORT_TYPE": {
-        0: "SDMA",
-        1: "RDMA",
-        2: "LOCAL",
-        65534: "N/A",
-        65535: "INVALID_TYPE",
-    },
-    "ENUM_HCCL_DATA_TYPE": {
-        0: "INT8",
-        1: "INT16",
-        2: "INT32",
-        3: "FP16",
-        4: "FP32",
-        5: "INT64",
-        6: "UINT64",
-        7: "UINT8",
-        8: "UINT16",
-        9: "UINT32",
-        10: "FP64",
-        11: "BFP16",
-        12: "INT128",
-        65534: "N/A",
-        65535: "INVALID_TYPE",
-    },
+    "ENUM_HCCL_LINK_TYPE": _enum(
+        "ON_CHIP", "HCCS", "PCIE", "ROCE", "SIO", "HCCS_SW", "STANDARD_ROCE", "RESERVED"
+    ),
+    "ENUM_HCCL_TRANSPORT_TYPE": _enum("SDMA", "RDMA", "LOCAL"),
+    "ENUM_HCCL_DATA_TYPE": _enum(
+        "INT8",
+        "INT16",
+        "INT32",
+        "FP16",
+        "FP32",
+        "INT64",
+        "UINT64",
+        "UINT8",
+        "UINT16",
+        "UINT32",
+        "FP64",
+        "BFP16",
+        "INT128",
+    ),
     "ENUM_MODULE": dict(
         enumerate(
             [

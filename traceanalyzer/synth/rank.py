@@ -568,9 +568,8 @@ class RankWriter:
         name = f"hcom_{op}__{586 + self.cfg.rank}_{self._hccl_index}_1"
         host_tid = self.dequeue_tid if host_tid is None else host_tid
         host_start = start - 40_000 if host_start is None else host_start
-        prefix = self.gen.comm_prefix
         conn = self.api(
-            prefix,
+            self.gen.comm_prefix,
             "Launch_Ffts",
             host_start,
             host_dur,

@@ -138,8 +138,7 @@ def warmup(tl: Timeline, layers: int) -> None:
     """The eager dummy run vLLM does before each capture (kernels and the TP all-reduce really execute)."""
     t = tl.t
     for _ in range(layers):
-        for spec in ops.DECODE_LAYER:
-            t = ops.launch_kernel(tl.rw, tl.rng, tl.dev, t, spec)
+        t = tl.launch(t, ops.DECODE_LAYER)
         t = ops.allreduce_eager(tl.rw, tl.rng, tl.dev, t, 2, 4)
     tl.t = ops.synchronize(tl.rw, t, tl.dev.idle_at()) + ops.jitter(tl.rng, 30)
 

@@ -230,12 +230,6 @@ def _graph_layers(it: Iteration, knobs: dict, tokens: int, requests: int) -> lis
     return [_slowed(_layer(it, knobs, tokens, requests), i, knobs) for i in range(knobs["layers"])]
 
 
-def _eager(tl: Timeline, t: int, kernels: list[KernelSpec]) -> int:
-    for spec in kernels:
-        t = ops.launch_kernel(tl.rw, tl.rng, tl.dev, t, spec)
-    return t
-
-
 def _forward(tl: Timeline, t: int, it: Iteration, knobs: dict) -> int:
     """The forward's launches: a FULL graph, graph pieces with eager attention, or eager."""
     size = padded(it.tokens, knobs)
@@ -246,7 +240,7 @@ def _forward(tl: Timeline, t: int, it: Iteration, knobs: dict) -> int:
     requests = tokens // (it.tokens // it.requests) if uniform and it.requests else it.requests
     layers = _graph_layers(it, knobs, tokens, requests)
     if mode == "eager" or size is None:
-        return _eager(tl, t, [k for layer in layers for k in layer])
+        return tl.launch(t, [k for layer in layers for k in layer])
     if mode == "full_and_piecewise" and uniform:
         return ops.graph_replay(tl.rw, tl.rng, tl.dev, t, [k for layer in layers for k in layer])
     # piecewise: the graph pieces between attentions, each attention eager with real shapes
@@ -260,7 +254,7 @@ def _forward(tl: Timeline, t: int, it: Iteration, knobs: dict) -> int:
                 it, knobs["style"], it.tokens, it.requests, knobs["shapes"], knobs["heads"]
             ).shapes,
         )
-        t = _eager(tl, t, [attention])
+        t = tl.launch(t, [attention])
         t = ops.graph_replay(tl.rw, tl.rng, tl.dev, t, captured[cut + 1 :])
     return t
 
@@ -359,7 +353,7 @@ def _warm_up_and_capture(tl: Timeline, t: int, it: Iteration, knobs: dict, kinds
     start = t
     decode = Iteration("spec_decode" if knobs["spec_tokens"] else "decode", it.tokens, it.requests)
     layers = _graph_layers(decode, knobs, it.tokens, it.requests)
-    t = _eager(tl, t, [k for layer in layers for k in layer])
+    t = tl.launch(t, [k for layer in layers for k in layer])
     t = ops.synchronize(rw, t, tl.dev.idle_at())
     _span(tl, kinds, "", f"{RUNNER}(3139): _dummy_run", start, t)
     mode = knobs["graph"]
@@ -376,7 +370,7 @@ def _warm_up_and_capture(tl: Timeline, t: int, it: Iteration, knobs: dict, kinds
         for layer in layers:
             cut = next(i for i, k in enumerate(layer) if "ttention" in k.name)
             t = _capture(tl, t, [layer[:cut]], extra, ids, kinds)
-            t = _eager(tl, t, [layer[cut]])
+            t = tl.launch(t, [layer[cut]])
             t = _capture(tl, t, [layer[cut + 1 :]], False, ids, kinds)
             extra = False
     _span(tl, kinds, "", f"{RUNNER}(3139): _dummy_run", captured, t)
@@ -414,10 +408,10 @@ def _draft(tl: Timeline, t: int, it: Iteration, knobs: dict) -> int:
     step's own tokens, in the step's attention state, then ``spec_tokens`` - 1 passes of one
     token per request (``llm_base_proposer.py`` ``_run_merged_draft``)."""
     one_layer = {**knobs, "layers": 1}
-    t = _eager(tl, t, _layer(it, one_layer, it.tokens, it.requests))
+    t = tl.launch(t, _layer(it, one_layer, it.tokens, it.requests))
     step = Iteration("decode", it.requests, it.requests)
     for _ in range(knobs["spec_tokens"] - 1):
-        t = _eager(tl, t, _layer(step, one_layer, it.requests, it.requests))
+        t = tl.launch(t, _layer(step, one_layer, it.requests, it.requests))
     return t
 
 

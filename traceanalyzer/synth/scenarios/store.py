@@ -182,9 +182,7 @@ def run(tl: Timeline, knobs: dict) -> None:
         if not sick:
             tl.t = ops.synchronize(rw, tl.t, tl.dev.idle_at(), "aclrtSynchronizeDevice")
         transfer(tl, knobs, stall_ns, in_span=True, launch_waits=False)
-        t = tl.t
-        for spec in ops.DECODE_LAYER:
-            t = ops.launch_kernel(rw, tl.rng, tl.dev, t, spec)
+        t = tl.launch(tl.t, ops.DECODE_LAYER)
         end = ops.synchronize(rw, t, tl.dev.idle_at([2]))
         rw.end_step(end + ops.jitter(tl.rng, 20))
         tl.t = end + ops.jitter(tl.rng, 60)
