@@ -408,52 +408,35 @@ class RankWriter:
             f", {js(k)}: {json.dumps(v, ensure_ascii=False)}" for k, v in (extra or {}).items()
         )
         task_id = self.next_task_id(stream)
-        self._hw_task(
-            stream, name, task_type, name, start, dur, task_id, conn, model_id, subtask, extra_s
-        )
+        shown = (name, task_type, extra_s)
+        self._device_task(stream, name, start, dur, task_id, conn, model_id, subtask, shown=shown)
         self._device_seen(start, start + dur)
         return conn
 
-    def _hw_task(
-        self,
-        stream: int,
-        name: str,
-        task_type: str,
-        runtime_type: str,
-        start: int,
-        dur: int,
-        task_id: int,
-        conn: int,
-        model_id: int,
-        subtask: int,
-        extra: str = "",
-        depth: int = 0,
-    ) -> int | None:
-        """An Ascend Hardware task in both views: the trace's (its name and hardware queue
-        type) and the Db's TASK (its runtime type); returns the Db's globalTaskId."""
-        self.tv.hw_task(
-            stream, name, task_type, start, dur, task_id, conn, model_id, subtask, extra
-        )
-        kernel = name if name != runtime_type else None  # runtime tasks are named by their type
-        return self._device_record(
-            stream, runtime_type, kernel, start, dur, task_id, conn, model_id, subtask, depth
-        )
-
-    def _device_record(
+    def _device_task(
         self,
         stream: int,
         runtime_type: str,
-        kernel: str | None,
         start: int,
         dur: int,
         task_id: int,
         conn: int,
         model_id: int,
         context: int,
+        *,
+        shown: tuple[str, str, str] | None = None,
         depth: int = 0,
     ) -> int | None:
-        """A device task as msprof records it: task_time.csv's row (current generation) and the
-        Db's TASK; returns the Db's globalTaskId."""
+        """A device task: in the trace when ``shown`` (its name, hardware queue type and extra
+        args; the tasks that envelop others msprof alone records), task_time.csv's row (current
+        generation) and the Db's TASK (its runtime type); returns the Db's globalTaskId."""
+        kernel = None
+        if shown is not None:
+            name, task_type, extra = shown
+            self.tv.hw_task(
+                stream, name, task_type, start, dur, task_id, conn, model_id, context, extra
+            )
+            kernel = name if name != runtime_type else None  # runtime tasks: named by their type
         if self._task_time is not None:
             row = [self.cfg.dev, kernel or "N/A", runtime_type, stream, task_id, dur / 1000]
             self._task_time.row(row + [csv_ts(start), csv_ts(start + dur)])
@@ -501,17 +484,17 @@ class RankWriter:
         subtask = 0 if core.startswith("MIX") else 4294967295
         task_type = CORE_TASK_TYPE.get(core, core)
         mix = core.startswith("MIX")
-        db_task = self._hw_task(
-            stream, name, task_type, KERNEL_TASK_TYPE[core], start, dur, task_id, conn,
-            model_id, subtask, depth=int(mix),
+        db_task = self._device_task(
+            stream, KERNEL_TASK_TYPE[core], start, dur, task_id, conn, model_id, subtask,
+            shown=(name, task_type, ""), depth=int(mix),
         )  # fmt: skip
         if mix:
             # msprof alone records a MIX kernel's parent task around its subtask (the trace
             # draws none), undescribed, with the launch's runtime type (real G2 export:
             # KERNEL_AICORE, 1-2 µs each side).
-            self._device_record(
-                stream, "KERNEL_AICORE", None, start - ENVELOPE_LEAD_NS,
-                dur + 2 * ENVELOPE_LEAD_NS, task_id, conn, model_id, 4294967295,
+            self._device_task(
+                stream, "KERNEL_AICORE", start - ENVELOPE_LEAD_NS, dur + 2 * ENVELOPE_LEAD_NS,
+                task_id, conn, model_id, 4294967295,
             )  # fmt: skip
         self._device_seen(start, start + dur)
         self.op_stat.add(op_type, core, dur)
@@ -630,9 +613,9 @@ class RankWriter:
                         bw,
                         "INVALID_TYPE",
                     )
-                    task = self._hw_task(
-                        stream, hw, hw, hw, t, step_ns, task_id, conn, INVALID_MODEL, context,
-                        depth=1,
+                    task = self._device_task(
+                        stream, hw, t, step_ns, task_id, conn, INVALID_MODEL, context,
+                        shown=(hw, hw, ""), depth=1,
                     )  # fmt: skip
                     if self.db is not None and task is not None:
                         self.db.comm_task(
@@ -653,8 +636,8 @@ class RankWriter:
             # msprof alone records the op itself as one more task over its steps on the
             # stream (the trace draws it on the communication process), undescribed, typed
             # AI_CORE (real G2 export), with the op's connection.
-            self._device_record(
-                stream, "AI_CORE", None, start - ENVELOPE_LEAD_NS, dur + 2 * ENVELOPE_LEAD_NS,
+            self._device_task(
+                stream, "AI_CORE", start - ENVELOPE_LEAD_NS, dur + 2 * ENVELOPE_LEAD_NS,
                 task_id, conn, INVALID_MODEL, 4294967295,
             )  # fmt: skip
         if self.level == 0:
