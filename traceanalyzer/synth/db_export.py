@@ -639,6 +639,7 @@ class DbExport:
         """An OP_MEMORY row: a tensor's allocation and, when freed, its release (bytes, ns)."""
         a, b = op.at_alloc, op.at_release
         released = op.release_ns is not None and b is not None
+        after = (b.allocated, b.reserved, b.active) if released and b else (None,) * 3
         dur = op.release_ns - op.alloc_ns if op.release_ns is not None else None
         self.rows.add(
             f"INSERT INTO OP_MEMORY VALUES ({', '.join('?' * 15)})",
@@ -653,9 +654,7 @@ class DbExport:
                 a.allocated,
                 a.reserved,
                 a.active,
-                b.allocated if released and b else None,
-                b.reserved if released and b else None,
-                b.active if released and b else None,
+                *after,
                 op.stream_ptr,
                 self.device,
             ),

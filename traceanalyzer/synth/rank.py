@@ -278,19 +278,8 @@ class RankWriter:
         host_self = dur if self_ns is None else self_ns
         own_dev = device_ns if self_ns is None else 0
         own_ai = aicore_ns if self_ns is None else 0
-        self._operators.row(
-            [
-                name,
-                shapes,
-                "",
-                host_self / 1000,
-                dur / 1000,
-                own_dev / 1000,
-                device_ns / 1000,
-                own_ai / 1000,
-                aicore_ns / 1000,
-            ]
-        )
+        times = (host_self, dur, own_dev, device_ns, own_ai, aicore_ns)
+        self._operators.row([name, shapes, "", *(ns / 1000 for ns in times)])
         self._touch(start, start + dur)
 
     def python_function(

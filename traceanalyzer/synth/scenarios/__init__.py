@@ -83,6 +83,15 @@ def convert(value: Any, default: Any, key: str) -> Any:
     return value
 
 
+def _variants(module: Any, twin: str, **options: Any) -> dict[str, Scenario]:
+    """The sick variants of ``module``'s scenario (its ``SICK_KNOBS``): its knobs, the sick ones
+    changed; ``twin`` says whose knobs they take and which is healthy."""
+    return {
+        name: Scenario(name, module.run, {**module.KNOBS, **sick}, f"{help_} ({twin})", **options)
+        for name, (sick, help_) in module.SICK_KNOBS.items()
+    }
+
+
 SCENARIOS: dict[str, Scenario] = {
     "capture-growth": Scenario(
         "capture-growth", capture.run, capture.KNOBS, capture.HELP, sessions=capture.sessions
@@ -125,25 +134,8 @@ SCENARIOS: dict[str, Scenario] = {
     "memory": Scenario(
         "memory", memory.run, memory.KNOBS, memory.HELP, scheduled=serving.scheduled
     ),
-    **{
-        name: Scenario(
-            name,
-            memory.run,
-            {**memory.KNOBS, **sick},
-            f"{help_} (memory knobs; `memory` is the healthy twin)",
-            scheduled=serving.scheduled,
-        )
-        for name, (sick, help_) in memory.SICK_KNOBS.items()
-    },
-    **{
-        name: Scenario(
-            name,
-            baseline.run,
-            {**baseline.KNOBS, **sick},
-            f"{help_} (inference-baseline knobs; the baseline is the healthy twin)",
-        )
-        for name, (sick, help_) in baseline.SICK_KNOBS.items()
-    },
+    **_variants(memory, "memory knobs; `memory` is the healthy twin", scheduled=serving.scheduled),
+    **_variants(baseline, "inference-baseline knobs; the baseline is the healthy twin"),
 }
 
 
