@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from random import Random
+from typing import Any
 
 from traceanalyzer.synth.rank import RankWriter
 
@@ -91,6 +92,23 @@ def jitter(rng: Random, base_us: float, spread: float = 0.15) -> int:
     return max(int(v * 100), 1) * 10
 
 
+def run_kernel(
+    rw: RankWriter, stream: int, spec: KernelSpec, start: int, dur: int, **options: Any
+) -> int:
+    """``spec`` runs on ``stream`` (:meth:`RankWriter.kernel`, with its shapes and types)."""
+    return rw.kernel(
+        stream,
+        spec.name,
+        spec.op_type,
+        spec.core,
+        start,
+        dur,
+        in_shapes=spec.shapes,
+        in_types=spec.dtypes,
+        **options,
+    )
+
+
 def launch_kernel(
     rw: RankWriter,
     rng: Random,
@@ -140,17 +158,7 @@ def launch_kernel(
     )
     kdur = jitter(rng, spec.dur_us * kernel_scale, 0.1) + rng.randrange(0, 1000)
     kstart = dev.place(stream, node + node_dur + 8 * US, kdur)
-    rw.kernel(
-        stream,
-        spec.name,
-        spec.op_type,
-        spec.core,
-        kstart,
-        kdur,
-        conn=conn,
-        in_shapes=spec.shapes,
-        in_types=spec.dtypes,
-    )
+    run_kernel(rw, stream, spec, kstart, kdur, conn=conn)
     rw.h2d(conn, True, rw.dequeue_tid, node, rw.hw_pid, stream, kstart)
     rw.cpu_op(spec.api, t, op_dur, device_ns=kdur, aicore_ns=kdur)
     rw.torch_to_npu(t, stream, kstart)
@@ -352,10 +360,7 @@ def graph_replay(
     for spec in kernels:
         kdur = jitter(rng, spec.dur_us, 0.1)
         kstart = dev.place(stream, ready, kdur + 1 * US)
-        rw.kernel(
-            stream, spec.name, spec.op_type, spec.core, kstart, kdur,
-            model_id=GRAPH_MODEL_ID, in_shapes=spec.shapes, in_types=spec.dtypes,
-        )  # fmt: skip
+        run_kernel(rw, stream, spec, kstart, kdur, model_id=GRAPH_MODEL_ID)
     return t + dur + jitter(rng, 4)
 
 

@@ -113,15 +113,7 @@ def transfer(tl: Timeline, knobs: dict, stall_ns: int, in_span: bool, launch_wai
     for s in streams:
         for spec in (ops.DECODE_LAYER[1], ops.DECODE_LAYER[5]):
             kdur = ops.jitter(rng, spec.dur_us, 0.1)
-            rw.kernel(
-                s,
-                spec.name,
-                spec.op_type,
-                spec.core,
-                dev.place(s, start - 400 * US, kdur),
-                kdur,
-                in_shapes=spec.shapes,
-            )
+            ops.run_kernel(rw, s, spec, dev.place(s, start - 400 * US, kdur), kdur)
     if stall_ns > 0:
         blocked_until = queue_waits(tl, streams, stall_ns, start, launch_waits)
         # The transfer stream waits for an event recorded behind those waits.
