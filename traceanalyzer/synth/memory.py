@@ -16,7 +16,7 @@ Text and Db views alike. All sizes are int bytes.
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -182,9 +182,7 @@ class CachingAllocator:
         if release_segment:
             self.reserved -= _segments(op.size)
         self._record(ts)
-        self.rw.operator_memory(
-            OperatorMemory(op.name, op.size, op.alloc_ns, op.at_alloc, ts, self._pta())
-        )
+        self.rw.operator_memory(replace(op, release_ns=ts, at_release=self._pta()))
 
     def ge_record(self, ts: int) -> None:
         """GE's allocator records its totals at ``ts``."""
