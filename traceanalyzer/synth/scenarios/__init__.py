@@ -32,6 +32,17 @@ def one_session(knobs: dict) -> list[SessionPlan]:
     return [SessionPlan(knobs)]
 
 
+def unless_session(knobs: dict) -> bool:
+    """The default: the profile has a schedule unless profiled session-style (one
+    ``with profile()`` around one call)."""
+    return knobs.get("profile_style", "events") != "session"
+
+
+def never(knobs: dict) -> bool:
+    """A default vllm-ascend profile has no ProfilerStep (no schedule)."""
+    return False
+
+
 @dataclass(frozen=True)
 class Scenario:
     name: str
@@ -41,14 +52,8 @@ class Scenario:
     metadata: Callable[[dict], dict] = field(default=lambda knobs: {})
     env: dict[str, str] = field(default_factory=dict)
     sessions: Callable[[dict], list[SessionPlan]] = one_session
-    # Whether the profile has a schedule (ProfilerStep#N, the Step Id column); None: unless
-    # profiled session-style (one ``with profile()`` around one call).
-    scheduled: Callable[[dict], bool] | None = None
-
-    def schedule(self, knobs: dict) -> bool:
-        if self.scheduled is not None:
-            return self.scheduled(knobs)
-        return knobs.get("profile_style", "events") != "session"
+    # Whether the profile has a schedule (ProfilerStep#N, the Step Id column)
+    scheduled: Callable[[dict], bool] = unless_session
 
     def resolve(self, given: dict[str, Any]) -> dict[str, Any]:
         """Defaults overlaid with ``given``, converted to each default's type."""
@@ -129,8 +134,8 @@ SCENARIOS: dict[str, Scenario] = {
         serving.HELP + causes.HELP,
         scheduled=serving.scheduled,
     ),
-    "moe-ep": Scenario("moe-ep", moe.run, moe.KNOBS, moe.HELP, scheduled=moe.scheduled),
-    "pd-kv": Scenario("pd-kv", pd.run, pd.KNOBS, pd.HELP, scheduled=pd.scheduled),
+    "moe-ep": Scenario("moe-ep", moe.run, moe.KNOBS, moe.HELP, scheduled=never),
+    "pd-kv": Scenario("pd-kv", pd.run, pd.KNOBS, pd.HELP, scheduled=never),
     "memory": Scenario(
         "memory", memory.run, memory.KNOBS, memory.HELP, scheduled=serving.scheduled
     ),

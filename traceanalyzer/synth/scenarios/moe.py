@@ -534,8 +534,3 @@ def _iteration(rw: RankWriter, s: int, it: RankIteration) -> None:
     end = synced + 30 * US
     rw.python_function(f"{RUNNER}(2240): sample_tokens", sample, end - sample)
     rw.python_function(f"{WORKER}(693): sample_tokens", sample - 3 * US, end - sample + 6 * US)
-
-
-def scheduled(knobs: dict) -> bool:
-    """A default vllm-ascend profile has no ProfilerStep (no schedule)."""
-    return False

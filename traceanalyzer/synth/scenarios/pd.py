@@ -208,8 +208,3 @@ def run(tl: Timeline, knobs: dict) -> None:
         _prefill(tl, knobs)
     else:
         _decode(tl, knobs)
-
-
-def scheduled(knobs: dict) -> bool:
-    """A default vllm-ascend profile has no ProfilerStep (no schedule)."""
-    return False
