@@ -169,9 +169,6 @@ class Case:
     phase: str  # the phase the product must derive
     source: str  # where in the sources
 
-    def shapes(self, d: Dims) -> tuple[str, str]:
-        return self.inputs(d)
-
 
 FIA_NAME = "aclnnFusedInferAttentionScoreV3_FusedInferAttentionScore_FusedInferAttentionScore"
 FIA_V2_NAME = FIA_NAME.replace("V3", "V4")  # npu_fused_infer_attention_score_v2
@@ -358,7 +355,7 @@ def markdown() -> list[str]:
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for case in CASES:
-        shapes, types = case.shapes(SYMBOLS)
+        shapes, types = case.inputs(SYMBOLS)
         cells = [
             f"`{case.key}`",
             case.backend,

@@ -578,7 +578,6 @@ class DbExport:
         dst: int,
         transport: str,
         size: int,
-        data_type: str,
         link: str,
     ) -> None:
         """The COMMUNICATION_TASK_INFO of the TASK ``task``, one step of the op ``op``."""
@@ -595,7 +594,7 @@ class DbExport:
                 dst,
                 _CODES["ENUM_HCCL_TRANSPORT_TYPE"][transport],
                 size,
-                _CODES["ENUM_HCCL_DATA_TYPE"][data_type],
+                _CODES["ENUM_HCCL_DATA_TYPE"]["INVALID_TYPE"],
                 _CODES["ENUM_HCCL_LINK_TYPE"][link],
                 self._comm_ops[op],
             ),

@@ -600,7 +600,6 @@ class RankWriter:
                         "18446744073709551615" if notify is None else str(notify),
                         est,
                         bw,
-                        "INVALID_TYPE",
                     )
                     task = self._device_task(
                         stream, hw, t, step_ns, task_id, conn, INVALID_MODEL, context,
@@ -618,7 +617,6 @@ class RankWriter:
                             dst=peer,
                             transport=transport,
                             size=moved,
-                            data_type="INVALID_TYPE",
                             link=link,
                         )
                     t += step_ns

@@ -214,14 +214,13 @@ class TraceView:
         notify_id: str,
         est: float,
         bw: float,
-        dtype: str,
     ) -> None:
         tid = plane + 1
         self.comm_tids.add(tid)
         args = (
             '"notify_id": %s, "duration estimated(us)": %r, "stream id": %d, "task id": %d, '
             '"context id": %d, "task type": %s, "src rank": %d, "dst rank": %d, '
-            '"transport type": %s, "size(Byte)": %d, "data type": %s, "link type": %s, '
+            '"transport type": %s, "size(Byte)": %d, "data type": "INVALID_TYPE", "link type": %s, '
             '"bandwidth(GB/s)": %r, "model id": 4294967295'
             % (
                 js(notify_id),
@@ -234,7 +233,6 @@ class TraceView:
                 dst,
                 js(transport),
                 size,
-                js(dtype),
                 js(link),
                 bw,
             )

@@ -189,7 +189,7 @@ def attention_kernel(
     case = conformance.case_for(style, batch_kind(it))
     n_q, n_kv = conformance.HEADS[heads]
     dims = conformance.Dims(tokens, requests, n_q, n_kv, HEAD_DIM, BLOCKS, BLOCK_SIZE, MAX_BLOCKS)
-    written, types = case.shapes(dims)
+    written, types = case.inputs(dims)
     dur = {"PagedAttentionMaskNdKernel": 30.0, "UnpadFlashAttentionBF16NdKernel": 80.0}
     spec = KernelSpec(case.api, case.name, case.op_type, case.core, dur.get(case.op_type, 40.0))
     return replace(spec, shapes=written if shapes else "", dtypes=types)
