@@ -382,15 +382,11 @@ class TraceView:
         self.flush_chunk()
         with open(path, "w", encoding="utf-8", newline="") as out:
             out.write("[")
-            first = True
             for spool in (self._fw_ops, self._fw_enqueue, self._fw_dequeue):
                 if not spool.empty:
-                    if not first:
-                        out.write(", ")
                     spool.copy_to(out)
-                    first = False
-            py_meta = ", ".join(self._python_meta())
-            out.write((", " if not first else "") + py_meta)
+                    out.write(", ")
+            out.write(", ".join(self._python_meta()))  # never empty: the Python process's
             out.write(",")
             out.write(", ".join(self._msprof_meta()))
             for spool in (self._ms, self._flows):
