@@ -489,7 +489,7 @@ class RankWriter:
         self.op_stat.add(op_type, core, dur)
         self._compute.append((start, start + dur))
         if self.level == 0:
-            row: list[object] = [name, "N/A", "N/A", csv_ts(start), dur / 1000, None, 0]
+            row = _level0_row(name, "N/A", start, dur)
         else:
             row = [model_id, task_id, stream, name, op_type]
             if self.gen.has_op_state:
@@ -628,15 +628,7 @@ class RankWriter:
                 task_id, conn, INVALID_MODEL, 4294967295,
             )  # fmt: skip
         if self.level == 0:
-            row: list[object] = [
-                name,
-                "N/A",
-                self.gen.comm_core,
-                csv_ts(start),
-                dur / 1000,
-                None,
-                0,
-            ]
+            row = _level0_row(name, self.gen.comm_core, start, dur)
         else:
             row = [INVALID_MODEL, "N/A", "N/A", name, f"hcom_{op}_"]
             if self.gen.has_op_state:
@@ -976,6 +968,12 @@ class RankWriter:
         if len(self.cfg.export) == 1 and not self.gen.export_type_list:
             return self.cfg.export[0]
         return list(self.cfg.export)
+
+
+def _level0_row(name: str, core: str, start: int, dur: int) -> list[object]:
+    """A Level0 kernel_details.csv row: name, type, core, start, duration, wait (set by
+    :meth:`RankWriter.flush`), block dim; no op info."""
+    return [name, "N/A", core, csv_ts(start), dur / 1000, None, 0]
 
 
 def _merge(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
