@@ -57,8 +57,7 @@ MASK = "2048,2048"  # vllm-ascend's causal mask (AttentionMaskBuilder), INT8
 def fia_inputs(slots: dict[int, tuple[str, str]]) -> tuple[str, str]:
     """A FusedInferAttentionScore row's Input Shapes and Input Data Types: the 31 slots, the
     given ones filled (slot -> (shape, dtype)), the rest empty and DT_UNDEFINED."""
-    shapes = [slots.get(i, ("", NONE))[0] for i in range(FIA_SLOTS)]
-    types = [slots.get(i, ("", NONE))[1] for i in range(FIA_SLOTS)]
+    shapes, types = zip(*(slots.get(i, ("", NONE)) for i in range(FIA_SLOTS)), strict=True)
     return ";".join(shapes), ";".join(types)
 
 

@@ -32,7 +32,6 @@ from traceanalyzer.synth.profiles import Generation
 SCHEMA_VERSION = "1.0.0"
 FRAMEWORK_STRING_BASE = 1 << 28  # torch_npu numbers its strings from here, msprof from 0
 MEMORY_STRING_BASE = 1 << 29  # ... and its memory records' (components, operator names) from here
-NONE = 4294967295  # msprof's "no value" (model id, context id, rank)
 
 # ENUM_API_TYPE: the CANN API levels (5500 is `communication` from G3 on) and PYTORCH_API kinds.
 API_TYPES = {

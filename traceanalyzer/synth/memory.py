@@ -112,10 +112,8 @@ def write_operator_memory(path: Path, device: int, rows: list[OperatorMemory]) -
     f = CsvFile(path, OPERATOR_MEMORY_HEADER, crlf=True)
     for r in rows:
         a = r.at_alloc
-        released = r.release_ns is not None and r.at_release is not None
-        end = ["", "", "", "", "", "", "", ""]
-        if released:
-            assert r.release_ns is not None and r.at_release is not None
+        end = [""] * 8
+        if r.release_ns is not None and r.at_release is not None:
             dur = f"{(r.release_ns - r.alloc_ns) / 1000:.3f}\t"
             b = r.at_release
             end = [csv_ts(r.release_ns), csv_ts(r.release_ns), dur, dur]
