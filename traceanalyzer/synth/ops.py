@@ -31,41 +31,25 @@ class KernelSpec:
     dtypes: str = "DT_BF16"  # kernel_details Input Data Types
 
 
+def aclnn_kernel(
+    api: str, kernel: str, op_type: str, core: str, dur_us: float, shapes: str = "8,4096"
+) -> KernelSpec:
+    """The kernel of ``aclnn<api>``, named ``aclnn<api>_<kernel>_<op_type>`` as eager aclnn
+    kernels are (``aclnn<api>_<op_type>`` without a ``kernel`` part)."""
+    name = "_".join(part for part in (f"aclnn{api}", kernel, op_type) if part)
+    return KernelSpec(f"aclnn{api}", name, op_type, core, dur_us, shapes)
+
+
 DECODE_LAYER: tuple[KernelSpec, ...] = (
-    KernelSpec("aclnnRmsNorm", "aclnnRmsNorm_RmsNorm_RmsNorm", "RmsNorm", "AI_VECTOR_CORE", 6.0),
-    KernelSpec(
-        "aclnnMm", "aclnnMm_MatMulCommon_MatMulV2", "MatMulV2", "AI_CORE", 38.0, "8,4096;4096,6144"
-    ),
-    KernelSpec(
-        "aclnnApplyRotaryPosEmb",
-        "aclnnApplyRotaryPosEmb_ApplyRotaryPosEmb",
-        "ApplyRotaryPosEmb",
-        "AI_VECTOR_CORE",
-        5.0,
-    ),
-    KernelSpec(
-        "aclnnFusedInferAttentionScore",
-        "aclnnFusedInferAttentionScore_FusedInferAttentionScore",
-        "FusedInferAttentionScore",
-        "MIX_AIC",
-        42.0,
-    ),
-    KernelSpec(
-        "aclnnMm", "aclnnMm_MatMulCommon_MatMulV2", "MatMulV2", "AI_CORE", 22.0, "8,4096;4096,4096"
-    ),
-    KernelSpec("aclnnAdd", "aclnnAdd_AddAiCore_Add", "Add", "AI_VECTOR_CORE", 3.0),
-    KernelSpec(
-        "aclnnMm", "aclnnMm_MatMulCommon_MatMulV2", "MatMulV2", "AI_CORE", 55.0, "8,4096;4096,24576"
-    ),
-    KernelSpec("aclnnSwiGlu", "aclnnSwiGlu_SwiGlu_SwiGlu", "SwiGlu", "AI_VECTOR_CORE", 8.0),
-    KernelSpec(
-        "aclnnMm",
-        "aclnnMm_MatMulCommon_MatMulV2",
-        "MatMulV2",
-        "AI_CORE",
-        30.0,
-        "8,12288;12288,4096",
-    ),
+    aclnn_kernel("RmsNorm", "RmsNorm", "RmsNorm", "AI_VECTOR_CORE", 6.0),
+    aclnn_kernel("Mm", "MatMulCommon", "MatMulV2", "AI_CORE", 38.0, "8,4096;4096,6144"),
+    aclnn_kernel("ApplyRotaryPosEmb", "", "ApplyRotaryPosEmb", "AI_VECTOR_CORE", 5.0),
+    aclnn_kernel("FusedInferAttentionScore", "", "FusedInferAttentionScore", "MIX_AIC", 42.0),
+    aclnn_kernel("Mm", "MatMulCommon", "MatMulV2", "AI_CORE", 22.0, "8,4096;4096,4096"),
+    aclnn_kernel("Add", "AddAiCore", "Add", "AI_VECTOR_CORE", 3.0),
+    aclnn_kernel("Mm", "MatMulCommon", "MatMulV2", "AI_CORE", 55.0, "8,4096;4096,24576"),
+    aclnn_kernel("SwiGlu", "SwiGlu", "SwiGlu", "AI_VECTOR_CORE", 8.0),
+    aclnn_kernel("Mm", "MatMulCommon", "MatMulV2", "AI_CORE", 30.0, "8,12288;12288,4096"),
 )
 
 

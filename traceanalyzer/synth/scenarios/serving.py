@@ -281,10 +281,9 @@ CALL_SITES = {
     "SwiGlu": ("AscendSiluAndMul", "vllm_ascend/ops/activation.py(41): forward_oot"),
 }  # fmt: skip
 RESIDUAL_SITE = (None, f"{MODEL}(229): forward")  # the residual add: in the layer's own forward
-EXTRA_LAUNCH = KernelSpec(
-    "aclnnInplaceCopy", "aclnnInplaceCopy_TensorMoveAiCore_TensorMove", "TensorMove",
-    "AI_VECTOR_CORE", 3.0,
-)  # fmt: skip
+EXTRA_LAUNCH = ops.aclnn_kernel(
+    "InplaceCopy", "TensorMoveAiCore", "TensorMove", "AI_VECTOR_CORE", 3.0
+)
 
 
 def call_sites(layer: list[KernelSpec]) -> list[tuple[str | None, str]]:
@@ -379,14 +378,7 @@ def _warm_up_and_capture(tl: Timeline, t: int, it: Iteration, knobs: dict, kinds
 
 
 VOCAB = 151936
-SAMPLER = KernelSpec(
-    "aclnnArgMax",
-    "aclnnArgMax_ArgMaxV2_ArgMaxV2",
-    "ArgMaxV2",
-    "AI_VECTOR_CORE",
-    12.0,
-    f"16,{VOCAB}",
-)
+SAMPLER = ops.aclnn_kernel("ArgMax", "ArgMaxV2", "ArgMaxV2", "AI_VECTOR_CORE", 12.0, f"16,{VOCAB}")
 
 
 # the rejection sampler's Triton kernel (vllm-ascend ops/triton/reject_sample.py; a Triton
