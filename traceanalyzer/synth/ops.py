@@ -391,14 +391,7 @@ def allreduce_eager(
     ``wait_for_peers_ns``: how much longer this rank waits inside the collective for a peer that
     arrives late (its first Notify Wait and the op grow by it)."""
     op_dur = jitter(rng, 60)
-    rw.api(
-        "AscendCL@",
-        "hcom_allReduce_",
-        t + 5 * US,
-        op_dur - 10 * US,
-        tid=rw.main_tid,
-        mode="HOST_HCCL",
-    )
+    rw.api("AscendCL@", "hcom_allReduce_", t + 5 * US, op_dur - 10 * US, mode="HOST_HCCL")
     dur = jitter(rng, 90, 0.3) + wait_for_peers_ns
     wait = jitter(rng, 8) + wait_for_peers_ns  # drawn after dur: seeded outputs stay the same
     start = dev.place(comm_stream, max(t + op_dur, dev.free.get(stream, 0)), dur)
