@@ -340,8 +340,6 @@ class RankWriter:
         tid: int | None = None,
         mode: str = "ACL_RTS",
         item_id: str = "0",
-        api_id: str | None = None,
-        level: str | None = None,
     ) -> int:
         """A CANN host API event (``AscendCL@…``, ``Runtime@…``, ``Node@…``, HCCL layer); returns its connection id.
 
@@ -351,9 +349,8 @@ class RankWriter:
         if self.level == 0 or (layer == "Runtime@" and self.level < 2):
             return conn
         tid = self.main_tid if tid is None else tid
-        lvl = level or _LAYER_LEVEL.get(layer, self.gen.comm_level)
-        if api_id is None:
-            api_id = api if layer == "AscendCL@" else "0"
+        lvl = _LAYER_LEVEL.get(layer, self.gen.comm_level)  # the HCCL layer's is the generation's
+        api_id = api if layer == "AscendCL@" else "0"
         self.tv.cann_api(tid, layer, api, start, dur, mode, lvl, api_id, item_id, conn)
         if self.db:
             self.db.cann_api(tid, lvl, api, start, dur, conn)
@@ -548,7 +545,6 @@ class RankWriter:
             tid=host_tid,
             mode="master",
             item_id="Launch_Ffts",
-            level=self.gen.comm_level,
         )
         self.h2d(conn, True, host_tid, host_start, self.comm_pid, 0, start)
         self.tv.comm_op(0, name, start, dur, conn, "FP16", "MESH-RING", count)
