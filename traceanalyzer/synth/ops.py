@@ -271,7 +271,7 @@ def decode_step(
     t: int,
     *,
     layers: int,
-    allreduce: bool,
+    allreduce: bool = False,
     comm_stream: int = 4,
     stream: int = 2,
     knobs: DecodeKnobs = DecodeKnobs(),

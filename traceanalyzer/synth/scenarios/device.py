@@ -120,13 +120,5 @@ def _decode(tl: Timeline, knobs: dict, **step: Any) -> None:
     """Eager decode steps of ``layers`` layers (``step``: more of
     :func:`~traceanalyzer.synth.ops.decode_step`'s arguments)."""
     for _ in range(knobs["steps"]):
-        tl.t = ops.decode_step(
-            tl.rw,
-            tl.rng,
-            tl.dev,
-            tl.step,
-            tl.t,
-            layers=knobs["layers"],
-            **{"allreduce": False, **step},
-        )
+        tl.t = ops.decode_step(tl.rw, tl.rng, tl.dev, tl.step, tl.t, layers=knobs["layers"], **step)
         tl.step += 1
