@@ -33,16 +33,18 @@ class CollectiveRecord:
     link_factor: dict[int, float] = field(default_factory=dict)  # peer -> slower transfer
 
 
-def _zero_bw(full: bool) -> dict:
-    if full:
-        return {
-            "Transit Size(MB)": 0,
-            "Transit Time(ms)": 0,
-            "Bandwidth(GB/s)": 0,
-            "Large Packet Ratio": 0,
-            "Size Distribution": {},
-        }
-    return {"Transit Time(ms)": 0, "Transit Size(MB)": 0, "Size Distribution": {}}
+def _zero_bw() -> dict:
+    return {
+        "Transit Size(MB)": 0,
+        "Transit Time(ms)": 0,
+        "Bandwidth(GB/s)": 0,
+        "Large Packet Ratio": 0,
+        "Size Distribution": {},
+    }
+
+
+def _ratio(part: float, transit: float) -> float:
+    return round(part / (part + transit), 4) if part + transit else 0
 
 
 def _op_info(op: CollectiveRecord, peers: int) -> dict:
@@ -52,22 +54,13 @@ def _op_info(op: CollectiveRecord, peers: int) -> dict:
     sync = op.sync / 1e6
     size_mb = op.size / 1e6 * peers
     bw = round(size_mb / transit, 4) if transit else 0  # MB per ms is GB/s
-    bandwidth = {}
-    for t in TRANSPORTS:
-        bandwidth[t] = _zero_bw(True)
+    bandwidth = {t: _zero_bw() for t in TRANSPORTS}
+    moved = {"Transit Size(MB)": size_mb, "Transit Time(ms)": transit, "Bandwidth(GB/s)": bw}
+    bandwidth["SDMA"] = {**moved, "Large Packet Ratio": 0, "Size Distribution": {}}
     bandwidth["HCCS"] = {
-        "Transit Size(MB)": size_mb,
-        "Transit Time(ms)": transit,
-        "Bandwidth(GB/s)": bw,
+        **moved,
         "Large Packet Ratio": 0.0,
         "Size Distribution": {str(op.size / 1e6): [peers, transit]},
-    }
-    bandwidth["SDMA"] = {
-        "Transit Size(MB)": size_mb,
-        "Transit Time(ms)": transit,
-        "Bandwidth(GB/s)": bw,
-        "Large Packet Ratio": 0,
-        "Size Distribution": {},
     }
     return {
         "Communication Time Info": {
@@ -77,10 +70,8 @@ def _op_info(op: CollectiveRecord, peers: int) -> dict:
             "Wait Time(ms)": wait,
             "Synchronization Time(ms)": sync,
             "Idle Time(ms)": elapse - transit - wait,
-            "Wait Time Ratio": round(wait / (wait + transit), 4) if wait + transit else 0,
-            "Synchronization Time Ratio": round(sync / (sync + transit), 4)
-            if sync + transit
-            else 0,
+            "Wait Time Ratio": _ratio(wait, transit),
+            "Synchronization Time Ratio": _ratio(sync, transit),
         },
         "Communication Bandwidth Info": bandwidth,
     }
@@ -96,8 +87,8 @@ def _total(infos: list[dict]) -> dict:
     )
     time = {k: sum(i["Communication Time Info"][k] for i in infos) for k in keys}
     tr, wa, sy = time["Transit Time(ms)"], time["Wait Time(ms)"], time["Synchronization Time(ms)"]
-    time["Wait Time Ratio"] = round(wa / (wa + tr), 4) if wa + tr else 0
-    time["Synchronization Time Ratio"] = round(sy / (sy + tr), 4) if sy + tr else 0
+    time["Wait Time Ratio"] = _ratio(wa, tr)
+    time["Synchronization Time Ratio"] = _ratio(sy, tr)
     bandwidth = {}
     for t in TRANSPORTS:
         size = sum(i["Communication Bandwidth Info"][t]["Transit Size(MB)"] for i in infos)

@@ -57,22 +57,21 @@ MASK = "2048,2048"  # vllm-ascend's causal mask (AttentionMaskBuilder), INT8
 def fia_inputs(slots: dict[int, tuple[str, str]]) -> tuple[str, str]:
     """A FusedInferAttentionScore row's Input Shapes and Input Data Types: the 31 slots, the
     given ones filled (slot -> (shape, dtype)), the rest empty and DT_UNDEFINED."""
-    shapes = [slots.get(i, ("", NONE))[0] for i in range(FIA_SLOTS)]
-    types = [slots.get(i, ("", NONE))[1] for i in range(FIA_SLOTS)]
+    shapes, types = zip(*(slots.get(i, ("", NONE)) for i in range(FIA_SLOTS)), strict=True)
     return ";".join(shapes), ";".join(types)
+
+
+def _lengths(d: Dims, mask: bool = True) -> dict[int, tuple[str, str]]:
+    """The causal mask (4) and ``actual_seq_lengths`` (5), absent without ``mask``, and
+    ``actual_seq_lengths_kv`` (6)."""
+    slots = {4: (MASK, INT8), 5: (f"{d.B}", INT64)} if mask else {}
+    return {**slots, 6: (f"{d.B}", INT64)}
 
 
 def _fia_no_cache(d: Dims) -> tuple[str, str]:
     current = f"{d.T},{d.Nkv},{d.D}"
     return fia_inputs(
-        {
-            0: (f"{d.T},{d.Nq},{d.D}", BF16),
-            1: (current, BF16),
-            2: (current, BF16),
-            4: (MASK, INT8),
-            5: (f"{d.B}", INT64),
-            6: (f"{d.B}", INT64),
-        }
+        {0: (f"{d.T},{d.Nq},{d.D}", BF16), 1: (current, BF16), 2: (current, BF16), **_lengths(d)}
     )
 
 
@@ -83,47 +82,36 @@ def _fia_paged(d: Dims) -> tuple[str, str]:
             0: (f"{d.T},{d.Nq},{d.D}", BF16),
             1: (cache, BF16),
             2: (cache, BF16),
-            4: (MASK, INT8),
-            5: (f"{d.B}", INT64),
-            6: (f"{d.B}", INT64),
+            **_lengths(d),
             14: (f"{d.B},{d.max_blocks}", INT32),
+        }
+    )
+
+
+def _mla(d: Dims, query: str, spec: bool) -> tuple[str, str]:
+    """MLA on the latent cache ``blocks,1,bs,512``, the rope parts in 24/25: decode (layout
+    BNSD_NBSD: the query ``B,N,1,512``, dim 0 is B, S = 1; ``actual_seq_lengths`` absent) or,
+    with a speculative config, ``spec`` (layout TND_NTD: the query ``T,N,512``)."""
+    cache = f"{d.blocks},1,{d.block_size},512"
+    return fia_inputs(
+        {
+            0: (f"{query},512", BF16),
+            1: (cache, BF16),
+            2: (cache, BF16),
+            **_lengths(d, mask=spec),
+            14: (f"{d.B},{d.max_blocks}", INT32),
+            24: (f"{query},64", BF16),
+            25: (f"{d.blocks},1,{d.block_size},64", BF16),
         }
     )
 
 
 def _mla_decode(d: Dims) -> tuple[str, str]:
-    """MLA decode, layout BNSD_NBSD: the query is ``B,N,1,512`` (dim 0 is B, S = 1), the
-    latent cache ``blocks,1,bs,512``, ``actual_seq_lengths`` absent, the rope parts in 24/25."""
-    cache = f"{d.blocks},1,{d.block_size},512"
-    return fia_inputs(
-        {
-            0: (f"{d.B},{d.Nq},1,512", BF16),
-            1: (cache, BF16),
-            2: (cache, BF16),
-            6: (f"{d.B}", INT64),
-            14: (f"{d.B},{d.max_blocks}", INT32),
-            24: (f"{d.B},{d.Nq},1,64", BF16),
-            25: (f"{d.blocks},1,{d.block_size},64", BF16),
-        }
-    )
+    return _mla(d, f"{d.B},{d.Nq},1", spec=False)
 
 
 def _mla_spec(d: Dims) -> tuple[str, str]:
-    """MLA with a speculative config, layout TND_NTD: the query is ``T,N,512``."""
-    cache = f"{d.blocks},1,{d.block_size},512"
-    return fia_inputs(
-        {
-            0: (f"{d.T},{d.Nq},512", BF16),
-            1: (cache, BF16),
-            2: (cache, BF16),
-            4: (MASK, INT8),
-            5: (f"{d.B}", INT64),
-            6: (f"{d.B}", INT64),
-            14: (f"{d.B},{d.max_blocks}", INT32),
-            24: (f"{d.T},{d.Nq},64", BF16),
-            25: (f"{d.blocks},1,{d.block_size},64", BF16),
-        }
-    )
+    return _mla(d, f"{d.T},{d.Nq}", spec=True)
 
 
 def _mla_prefill(d: Dims) -> tuple[str, str]:
@@ -131,14 +119,7 @@ def _mla_prefill(d: Dims) -> tuple[str, str]:
     rope; no block table; ``softmax_lse`` requested (its output is not empty)."""
     current = f"{d.T},{d.Nq},192"
     return fia_inputs(
-        {
-            0: (current, BF16),
-            1: (current, BF16),
-            2: (f"{d.T},{d.Nq},128", BF16),
-            4: (MASK, INT8),
-            5: (f"{d.B}", INT64),
-            6: (f"{d.B}", INT64),
-        }
+        {0: (current, BF16), 1: (current, BF16), 2: (f"{d.T},{d.Nq},128", BF16), **_lengths(d)}
     )
 
 
@@ -186,9 +167,6 @@ class Case:
     counts: str  # what T and B are: real, or padded
     phase: str  # the phase the product must derive
     source: str  # where in the sources
-
-    def shapes(self, d: Dims) -> tuple[str, str]:
-        return self.inputs(d)
 
 
 FIA_NAME = "aclnnFusedInferAttentionScoreV3_FusedInferAttentionScore_FusedInferAttentionScore"
@@ -376,7 +354,7 @@ def markdown() -> list[str]:
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for case in CASES:
-        shapes, types = case.shapes(SYMBOLS)
+        shapes, types = case.inputs(SYMBOLS)
         cells = [
             f"`{case.key}`",
             case.backend,

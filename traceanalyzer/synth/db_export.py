@@ -32,7 +32,6 @@ from traceanalyzer.synth.profiles import Generation
 SCHEMA_VERSION = "1.0.0"
 FRAMEWORK_STRING_BASE = 1 << 28  # torch_npu numbers its strings from here, msprof from 0
 MEMORY_STRING_BASE = 1 << 29  # ... and its memory records' (components, operator names) from here
-NONE = 4294967295  # msprof's "no value" (model id, context id, rank)
 
 # ENUM_API_TYPE: the CANN API levels (5500 is `communication` from G3 on) and PYTORCH_API kinds.
 API_TYPES = {
@@ -46,54 +45,42 @@ API_TYPES = {
     "trace": 50003,
     "mstx": 50004,
 }
+
+
+def _enum(*names: str) -> dict[int, str]:
+    """An msprof enum: its names coded from 0 in order, then its N/A and invalid codes."""
+    return {**dict(enumerate(names)), 65534: "N/A", 65535: "INVALID_TYPE"}
+
+
 _ENUMS: dict[str, dict[int, str]] = {
-    "ENUM_HCCL_RDMA_TYPE": {
-        0: "RDMA_SEND_NOTIFY",
-        1: "RDMA_SEND_PAYLOAD",
-        2: "RDMA_PAYLOAD_PREPARE",
-        3: "RDMA_PAYLOAD_CHECK",
-        4: "RDMA_PAYLOAD_ACK",
-        5: "RDMA_SEND_OP",
-        65534: "N/A",
-        65535: "INVALID_TYPE",
-    },
+    "ENUM_HCCL_RDMA_TYPE": _enum(
+        "RDMA_SEND_NOTIFY",
+        "RDMA_SEND_PAYLOAD",
+        "RDMA_PAYLOAD_PREPARE",
+        "RDMA_PAYLOAD_CHECK",
+        "RDMA_PAYLOAD_ACK",
+        "RDMA_SEND_OP",
+    ),
     "ENUM_MSTX_EVENT_TYPE": {0: "marker", 1: "push/pop", 2: "start/end", 3: "marker_ex"},
-    "ENUM_HCCL_LINK_TYPE": {
-        0: "ON_CHIP",
-        1: "HCCS",
-        2: "PCIE",
-        3: "ROCE",
-        4: "SIO",
-        5: "HCCS_SW",
-        6: "STANDARD_ROCE",
-        7: "RESERVED",
-        65534: "N/A",
-        65535: "INVALID_TYPE",
-    },
-    "ENUM_HCCL_TRANSPORT_TYPE": {
-        0: "SDMA",
-        1: "RDMA",
-        2: "LOCAL",
-        65534: "N/A",
-        65535: "INVALID_TYPE",
-    },
-    "ENUM_HCCL_DATA_TYPE": {
-        0: "INT8",
-        1: "INT16",
-        2: "INT32",
-        3: "FP16",
-        4: "FP32",
-        5: "INT64",
-        6: "UINT64",
-        7: "UINT8",
-        8: "UINT16",
-        9: "UINT32",
-        10: "FP64",
-        11: "BFP16",
-        12: "INT128",
-        65534: "N/A",
-        65535: "INVALID_TYPE",
-    },
+    "ENUM_HCCL_LINK_TYPE": _enum(
+        "ON_CHIP", "HCCS", "PCIE", "ROCE", "SIO", "HCCS_SW", "STANDARD_ROCE", "RESERVED"
+    ),
+    "ENUM_HCCL_TRANSPORT_TYPE": _enum("SDMA", "RDMA", "LOCAL"),
+    "ENUM_HCCL_DATA_TYPE": _enum(
+        "INT8",
+        "INT16",
+        "INT32",
+        "FP16",
+        "FP32",
+        "INT64",
+        "UINT64",
+        "UINT8",
+        "UINT16",
+        "UINT32",
+        "FP64",
+        "BFP16",
+        "INT128",
+    ),
     "ENUM_MODULE": dict(
         enumerate(
             [
@@ -496,12 +483,12 @@ class DbExport:
         task: int,
         *,
         name: str,
-        op_type: str | None,
-        core: str | None,
         block_dim: int,
-        mix_block_dim: int | None,
-        shapes: Sequence[str] | None,
         wait_ns: int,
+        op_type: str | None = None,
+        core: str | None = None,
+        mix_block_dim: int | None = None,
+        shapes: Sequence[str] | None = None,
         op_state: str | None = None,
         hf32_eligible: str | None = None,
         pmu: Iterable[tuple[str, object]] = (),
@@ -590,7 +577,6 @@ class DbExport:
         dst: int,
         transport: str,
         size: int,
-        data_type: str,
         link: str,
     ) -> None:
         """The COMMUNICATION_TASK_INFO of the TASK ``task``, one step of the op ``op``."""
@@ -607,7 +593,7 @@ class DbExport:
                 dst,
                 _CODES["ENUM_HCCL_TRANSPORT_TYPE"][transport],
                 size,
-                _CODES["ENUM_HCCL_DATA_TYPE"][data_type],
+                _CODES["ENUM_HCCL_DATA_TYPE"]["INVALID_TYPE"],
                 _CODES["ENUM_HCCL_LINK_TYPE"][link],
                 self._comm_ops[op],
             ),
@@ -651,6 +637,7 @@ class DbExport:
         """An OP_MEMORY row: a tensor's allocation and, when freed, its release (bytes, ns)."""
         a, b = op.at_alloc, op.at_release
         released = op.release_ns is not None and b is not None
+        after = (b.allocated, b.reserved, b.active) if released and b else (None,) * 3
         dur = op.release_ns - op.alloc_ns if op.release_ns is not None else None
         self.rows.add(
             f"INSERT INTO OP_MEMORY VALUES ({', '.join('?' * 15)})",
@@ -665,9 +652,7 @@ class DbExport:
                 a.allocated,
                 a.reserved,
                 a.active,
-                b.allocated if released and b else None,
-                b.reserved if released and b else None,
-                b.active if released and b else None,
+                *after,
                 op.stream_ptr,
                 self.device,
             ),

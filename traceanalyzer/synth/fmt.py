@@ -27,7 +27,7 @@ def dur_us(ns: int) -> str:
 
 def csv_ts(ns: int) -> str:
     """Absolute CSV timestamp: 3 decimals plus the trailing TAB torch_npu/msprof add."""
-    return f"{ns // 1000}.{ns % 1000:03d}\t"
+    return ts_us(ns) + "\t"
 
 
 @lru_cache(maxsize=1 << 16)
@@ -39,7 +39,3 @@ def js(text: str) -> str:
 def r3(value: float) -> float:
     """Round to 3 decimals as msprof's summary exporters do."""
     return round(value, 3)
-
-
-def us_from_ns(ns: int) -> float:
-    return ns / 1000

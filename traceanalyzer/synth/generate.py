@@ -137,7 +137,7 @@ def generate(
                 host=HOST,
                 start_ns=start,
                 group=group,
-                schedule=sc.schedule(plan.knobs),
+                schedule=sc.scheduled(plan.knobs),
                 metadata=sc.metadata(plan.knobs),
                 env=sc.env,
                 clock_offset_ns=start - first,

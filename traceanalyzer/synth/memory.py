@@ -16,7 +16,7 @@ Text and Db views alike. All sizes are int bytes.
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -112,10 +112,8 @@ def write_operator_memory(path: Path, device: int, rows: list[OperatorMemory]) -
     f = CsvFile(path, OPERATOR_MEMORY_HEADER, crlf=True)
     for r in rows:
         a = r.at_alloc
-        released = r.release_ns is not None and r.at_release is not None
-        end = ["", "", "", "", "", "", "", ""]
-        if released:
-            assert r.release_ns is not None and r.at_release is not None
+        end = [""] * 8
+        if r.release_ns is not None and r.at_release is not None:
             dur = f"{(r.release_ns - r.alloc_ns) / 1000:.3f}\t"
             b = r.at_release
             end = [csv_ts(r.release_ns), csv_ts(r.release_ns), dur, dur]
@@ -182,9 +180,7 @@ class CachingAllocator:
         if release_segment:
             self.reserved -= _segments(op.size)
         self._record(ts)
-        self.rw.operator_memory(
-            OperatorMemory(op.name, op.size, op.alloc_ns, op.at_alloc, ts, self._pta())
-        )
+        self.rw.operator_memory(replace(op, release_ns=ts, at_release=self._pta()))
 
     def ge_record(self, ts: int) -> None:
         """GE's allocator records its totals at ``ts``."""

@@ -8,8 +8,9 @@ launch and than the previous task on its stream.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from random import Random
+from typing import Any
 
 from traceanalyzer.synth.rank import RankWriter
 
@@ -30,41 +31,25 @@ class KernelSpec:
     dtypes: str = "DT_BF16"  # kernel_details Input Data Types
 
 
+def aclnn_kernel(
+    api: str, kernel: str, op_type: str, core: str, dur_us: float, shapes: str = "8,4096"
+) -> KernelSpec:
+    """The kernel of ``aclnn<api>``, named ``aclnn<api>_<kernel>_<op_type>`` as eager aclnn
+    kernels are (``aclnn<api>_<op_type>`` without a ``kernel`` part)."""
+    name = "_".join(part for part in (f"aclnn{api}", kernel, op_type) if part)
+    return KernelSpec(f"aclnn{api}", name, op_type, core, dur_us, shapes)
+
+
 DECODE_LAYER: tuple[KernelSpec, ...] = (
-    KernelSpec("aclnnRmsNorm", "aclnnRmsNorm_RmsNorm_RmsNorm", "RmsNorm", "AI_VECTOR_CORE", 6.0),
-    KernelSpec(
-        "aclnnMm", "aclnnMm_MatMulCommon_MatMulV2", "MatMulV2", "AI_CORE", 38.0, "8,4096;4096,6144"
-    ),
-    KernelSpec(
-        "aclnnApplyRotaryPosEmb",
-        "aclnnApplyRotaryPosEmb_ApplyRotaryPosEmb",
-        "ApplyRotaryPosEmb",
-        "AI_VECTOR_CORE",
-        5.0,
-    ),
-    KernelSpec(
-        "aclnnFusedInferAttentionScore",
-        "aclnnFusedInferAttentionScore_FusedInferAttentionScore",
-        "FusedInferAttentionScore",
-        "MIX_AIC",
-        42.0,
-    ),
-    KernelSpec(
-        "aclnnMm", "aclnnMm_MatMulCommon_MatMulV2", "MatMulV2", "AI_CORE", 22.0, "8,4096;4096,4096"
-    ),
-    KernelSpec("aclnnAdd", "aclnnAdd_AddAiCore_Add", "Add", "AI_VECTOR_CORE", 3.0),
-    KernelSpec(
-        "aclnnMm", "aclnnMm_MatMulCommon_MatMulV2", "MatMulV2", "AI_CORE", 55.0, "8,4096;4096,24576"
-    ),
-    KernelSpec("aclnnSwiGlu", "aclnnSwiGlu_SwiGlu_SwiGlu", "SwiGlu", "AI_VECTOR_CORE", 8.0),
-    KernelSpec(
-        "aclnnMm",
-        "aclnnMm_MatMulCommon_MatMulV2",
-        "MatMulV2",
-        "AI_CORE",
-        30.0,
-        "8,12288;12288,4096",
-    ),
+    aclnn_kernel("RmsNorm", "RmsNorm", "RmsNorm", "AI_VECTOR_CORE", 6.0),
+    aclnn_kernel("Mm", "MatMulCommon", "MatMulV2", "AI_CORE", 38.0, "8,4096;4096,6144"),
+    aclnn_kernel("ApplyRotaryPosEmb", "", "ApplyRotaryPosEmb", "AI_VECTOR_CORE", 5.0),
+    aclnn_kernel("FusedInferAttentionScore", "", "FusedInferAttentionScore", "MIX_AIC", 42.0),
+    aclnn_kernel("Mm", "MatMulCommon", "MatMulV2", "AI_CORE", 22.0, "8,4096;4096,4096"),
+    aclnn_kernel("Add", "AddAiCore", "Add", "AI_VECTOR_CORE", 3.0),
+    aclnn_kernel("Mm", "MatMulCommon", "MatMulV2", "AI_CORE", 55.0, "8,4096;4096,24576"),
+    aclnn_kernel("SwiGlu", "SwiGlu", "SwiGlu", "AI_VECTOR_CORE", 8.0),
+    aclnn_kernel("Mm", "MatMulCommon", "MatMulV2", "AI_CORE", 30.0, "8,12288;12288,4096"),
 )
 
 
@@ -89,6 +74,23 @@ def jitter(rng: Random, base_us: float, spread: float = 0.15) -> int:
     """A duration around ``base_us`` in ns, a multiple of 10 ns (host clocks tick at 10 ns)."""
     v = base_us * (1 + rng.uniform(-spread, spread))
     return max(int(v * 100), 1) * 10
+
+
+def run_kernel(
+    rw: RankWriter, stream: int, spec: KernelSpec, start: int, dur: int, **options: Any
+) -> int:
+    """``spec`` runs on ``stream`` (:meth:`RankWriter.kernel`, with its shapes and types)."""
+    return rw.kernel(
+        stream,
+        spec.name,
+        spec.op_type,
+        spec.core,
+        start,
+        dur,
+        in_shapes=spec.shapes,
+        in_types=spec.dtypes,
+        **options,
+    )
 
 
 def launch_kernel(
@@ -140,17 +142,7 @@ def launch_kernel(
     )
     kdur = jitter(rng, spec.dur_us * kernel_scale, 0.1) + rng.randrange(0, 1000)
     kstart = dev.place(stream, node + node_dur + 8 * US, kdur)
-    rw.kernel(
-        stream,
-        spec.name,
-        spec.op_type,
-        spec.core,
-        kstart,
-        kdur,
-        conn=conn,
-        in_shapes=spec.shapes,
-        in_types=spec.dtypes,
-    )
+    run_kernel(rw, stream, spec, kstart, kdur, conn=conn)
     rw.h2d(conn, True, rw.dequeue_tid, node, rw.hw_pid, stream, kstart)
     rw.cpu_op(spec.api, t, op_dur, device_ns=kdur, aicore_ns=kdur)
     rw.torch_to_npu(t, stream, kstart)
@@ -279,17 +271,20 @@ def decode_step(
     t: int,
     *,
     layers: int,
-    allreduce: bool,
+    allreduce: bool = False,
     comm_stream: int = 4,
     stream: int = 2,
     knobs: DecodeKnobs = DecodeKnobs(),
     extra: tuple[KernelSpec, ...] = (),
     stall: tuple[int, str] | None = None,
+    host_late_ns: int = 0,
+    wait_for_peers_ns: int = 0,
 ) -> int:
     """One ProfilerStep of decoding: layers of kernels (+ ``extra`` kernels per layer, + an
     all-reduce per layer with TP), then a sync. ``stall`` (ns, cause): the step is late by
     that much, its host busy before its first launch (:func:`host_stall`) or, ``device``, its
-    first matmul that much longer.
+    first matmul that much longer. ``host_late_ns``: the host busy elsewhere that long after
+    each layer's launches; ``wait_for_peers_ns``: see :func:`allreduce_eager`.
 
     The closing ``aclrtSynchronizeStream`` is the per-step token fetch every decoder has.
     """
@@ -303,7 +298,8 @@ def decode_step(
         t += stall[0]
     churn = knobs.warmup_only <= 0 or number <= knobs.warmup_only
     if knobs.graph:
-        t = graph_replay(rw, rng, dev, t, layers, stream, knobs.kernel_scale)
+        scaled = [replace(s, dur_us=s.dur_us * knobs.kernel_scale) for s in DECODE_LAYER]
+        t = graph_replay(rw, rng, dev, t, scaled * layers, stream)
     for layer in range(0 if knobs.graph else layers):
         if churn and layer < knobs.allocs:
             t = alloc_free(rw, rng, t, knobs.alloc_us)
@@ -319,8 +315,11 @@ def decode_step(
                 rw, rng, dev, t, spec, stream, host_us=knobs.host_us, compile_ns=compile_ns,
                 kernel_scale=scale,
             )  # fmt: skip
+        if host_late_ns:  # the device runs dry before the all-reduce
+            rw.cpu_op("vllm/v1/worker/gpu_model_runner.py: _prepare_inputs", t, host_late_ns)
+            t += host_late_ns
         if allreduce:
-            t = allreduce_eager(rw, rng, dev, t, stream, comm_stream)
+            t = allreduce_eager(rw, rng, dev, t, stream, comm_stream, wait_for_peers_ns)
         if layer < knobs.syncs:
             t = item_sync(rw, rng, dev, t, knobs.sync_gap_us)
     end = synchronize(rw, t, dev.idle_at())
@@ -332,30 +331,20 @@ GRAPH_MODEL_ID = 7
 
 
 def graph_replay(
-    rw: RankWriter,
-    rng: Random,
-    dev: Device,
-    t: int,
-    layers: int,
-    stream: int = 2,
-    kernel_scale: float = 1.0,
+    rw: RankWriter, rng: Random, dev: Device, t: int, kernels: list[KernelSpec], stream: int = 2
 ) -> int:
-    """One ``NPUGraph.replay()``: a single ``aclmdlRIExecuteAsync`` queues the whole captured step.
+    """One ``NPUGraph.replay()``: a single ``aclmdlRIExecuteAsync`` queues the captured ``kernels``.
 
-    The captured kernels run back to back, carrying the graph's model id; no per-op launch exists.
+    They run back to back, carrying the graph's model id; no per-op launch exists.
     """
     dur = jitter(rng, 40)
     rw.api("AscendCL@", "aclmdlRIExecuteAsync", t + 5 * US, dur - 10 * US, mode="ACL_RTS")
     rw.cpu_op("acl_graph_replay", t, dur)
     ready = t + dur + 10 * US
-    for _ in range(layers):
-        for spec in DECODE_LAYER:
-            kdur = jitter(rng, spec.dur_us * kernel_scale, 0.1)
-            kstart = dev.place(stream, ready, kdur + 1 * US)
-            rw.kernel(
-                stream, spec.name, spec.op_type, spec.core, kstart, kdur,
-                model_id=GRAPH_MODEL_ID, in_shapes=spec.shapes,
-            )  # fmt: skip
+    for spec in kernels:
+        kdur = jitter(rng, spec.dur_us, 0.1)
+        kstart = dev.place(stream, ready, kdur + 1 * US)
+        run_kernel(rw, stream, spec, kstart, kdur, model_id=GRAPH_MODEL_ID)
     return t + dur + jitter(rng, 4)
 
 
@@ -402,14 +391,7 @@ def allreduce_eager(
     ``wait_for_peers_ns``: how much longer this rank waits inside the collective for a peer that
     arrives late (its first Notify Wait and the op grow by it)."""
     op_dur = jitter(rng, 60)
-    rw.api(
-        "AscendCL@",
-        "hcom_allReduce_",
-        t + 5 * US,
-        op_dur - 10 * US,
-        tid=rw.main_tid,
-        mode="HOST_HCCL",
-    )
+    rw.api("AscendCL@", "hcom_allReduce_", t + 5 * US, op_dur - 10 * US, mode="HOST_HCCL")
     dur = jitter(rng, 90, 0.3) + wait_for_peers_ns
     wait = jitter(rng, 8) + wait_for_peers_ns  # drawn after dur: seeded outputs stay the same
     start = dev.place(comm_stream, max(t + op_dur, dev.free.get(stream, 0)), dur)

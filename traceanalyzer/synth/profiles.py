@@ -8,7 +8,7 @@ See ``/shared/reference/torch_npu_export_format.md`` (table at the top, §2, §3
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from traceanalyzer.parse.trace_shared import CURRENT_SORT_INDEX, G2_SORT_INDEX
 
@@ -111,71 +111,56 @@ class Generation:
         return f"NPU {device}" if self.npu_label_with_device else "NPU"
 
 
-GENERATIONS: dict[str, Generation] = {
-    "g1": Generation(
-        name="g1",
-        device_id_column=False,
-        block_word="Dim",
-        hw_stream_arg="Stream Id",
-        comm_process="HCCL",
-        comm_prefix="Hccl@",
-        comm_level="hccl",
-        comm_core="HCCL",
-        export_type_list=False,
-        rank_id_str=False,
-        has_op_state=False,
-        step_preparing_column=False,
-        sort_index=G2_SORT_INDEX,
-        db_export=False,
-        db_op_state=False,
-    ),
-    "g2": Generation(
-        name="g2",
-        device_id_column=False,
-        block_word="Dim",
-        hw_stream_arg="Physic Stream Id",
-        comm_process="HCCL",
-        comm_prefix="Hccl@",
-        comm_level="hccl",
-        comm_core="HCCL",
-        export_type_list=False,
-        rank_id_str=False,
-        sort_index=G2_SORT_INDEX,
-        db_op_state=False,
-    ),
-    "g3": Generation(
-        name="g3",
-        device_id_column=True,
-        block_word="Dim",
-        hw_stream_arg="Physic Stream Id",
-        comm_process="Communication",
-        comm_prefix="Communication@",
-        comm_level="communication",
-        comm_core="COMMUNICATION",
-        export_type_list=True,
-        rank_id_str=True,
-        versions={"torch_npu_version": "2.7.1", "cann_version": "8.3.RC1"},
-        npu_label_with_device=True,
-        sort_index=G2_SORT_INDEX,
-    ),
-    "current": Generation(
-        name="current",
-        device_id_column=True,
-        block_word="Num",
-        hw_stream_arg="Physic Stream Id",
-        comm_process="Communication",
-        comm_prefix="Communication@",
-        comm_level="communication",
-        comm_core="COMMUNICATION",
-        export_type_list=True,
-        rank_id_str=True,
-        versions={"torch_npu_version": "2.8.0", "cann_version": "9.0.0"},
-        npu_label_with_device=True,
-        flow_id_with_context=False,
-        sort_index=CURRENT_SORT_INDEX,
-        host_device_id=31,
-    ),
-}
+# Each generation as what changed since the one before it.
+_G1 = Generation(
+    name="g1",
+    device_id_column=False,
+    block_word="Dim",
+    hw_stream_arg="Stream Id",
+    comm_process="HCCL",
+    comm_prefix="Hccl@",
+    comm_level="hccl",
+    comm_core="HCCL",
+    export_type_list=False,
+    rank_id_str=False,
+    has_op_state=False,
+    step_preparing_column=False,
+    sort_index=G2_SORT_INDEX,
+    db_export=False,
+    db_op_state=False,
+)
+_G2 = replace(
+    _G1,
+    name="g2",
+    hw_stream_arg="Physic Stream Id",
+    has_op_state=True,
+    step_preparing_column=True,
+    db_export=True,
+)
+_G3 = replace(
+    _G2,
+    name="g3",
+    device_id_column=True,
+    comm_process="Communication",
+    comm_prefix="Communication@",
+    comm_level="communication",
+    comm_core="COMMUNICATION",
+    export_type_list=True,
+    rank_id_str=True,
+    versions={"torch_npu_version": "2.7.1", "cann_version": "8.3.RC1"},
+    npu_label_with_device=True,
+    db_op_state=True,
+)
+_CURRENT = replace(
+    _G3,
+    name="current",
+    block_word="Num",
+    versions={"torch_npu_version": "2.8.0", "cann_version": "9.0.0"},
+    flow_id_with_context=False,
+    sort_index=CURRENT_SORT_INDEX,
+    host_device_id=31,
+)
+GENERATIONS: dict[str, Generation] = {g.name: g for g in (_G1, _G2, _G3, _CURRENT)}
 
 
 def get_generation(name: str) -> Generation:

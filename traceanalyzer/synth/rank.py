@@ -69,10 +69,15 @@ INVALID_MODEL = 4294967295
 _NOTIFY_NONE = (1 << 63) - 1
 NOMINAL_MHZ = 1800  # AI Core frequency of Atlas A2/A3 at full speed
 _LAYER_LEVEL = {"AscendCL@": "acl", "Runtime@": "runtime", "Node@": "node", "Model@": "model"}
+# A collective's two steps on each plane: (trace name, hardware name, transport, link,
+# estimated µs, GB/s); the copy has no notify id (uint64 max in the trace).
+_PLANE_STEPS = (
+    ("Notify_Wait", "Notify Wait", "LOCAL", "INVALID_TYPE", 0.02, 0.0),
+    ("Memcpy", "SDMA", "SDMA", "HCCS", 108.46, 18.9),
+)
 # How far the Db's envelope tasks (a collective's own record, a MIX kernel's parent) reach
 # beyond what they envelop, each side.
 ENVELOPE_LEAD_NS = 1_500
-KERNEL_CORES = ("AI_CORE", "AI_VECTOR_CORE", "AI_CPU", "MIX_AIC", "MIX_AIV", "DSA_SQE")
 EXPORT_TYPES = ("text", "db")
 # torch_npu's `export_type` options: Text, Db, or both ([Text, Db]).
 EXPORTS: dict[str, tuple[str, ...]] = {"text": ("text",), "db": ("db",), "both": EXPORT_TYPES}
@@ -188,7 +193,6 @@ class RankWriter:
         self._collectives: dict[str, list[CollectiveRecord]] = {}
         self._hccl_index = 0
         self.last_ts = cfg.start_ns
-        self.counts: dict[str, int] = {}  # what was generated, for round-trip checks
         self._freq: list[tuple[int, int]] = []  # AI Core Freq changes (ts, MHz)
         # profile_memory=True: the allocators' records and the tensors' (memory_record.csv,
         # operator_memory.csv), from the device memory model a scenario drives
@@ -213,9 +217,6 @@ class RankWriter:
         if self.gen.flow_id_with_context:
             return str((conn << 32) + 4294967295)
         return str(conn << 32)
-
-    def _count(self, key: str, n: int = 1) -> None:
-        self.counts[key] = self.counts.get(key, 0) + n
 
     def _touch(self, start: int, end: int) -> None:
         if end > self.last_ts:
@@ -247,7 +248,6 @@ class RankWriter:
         if self.db:
             self.db.python_op(self.main_tid, f"ProfilerStep#{number}", start, end - start)
             self.db.step(number, start, end)
-        self._count("profiler_steps")
         self._open_step = None
         self._touch(start, end)
 
@@ -278,20 +278,8 @@ class RankWriter:
         host_self = dur if self_ns is None else self_ns
         own_dev = device_ns if self_ns is None else 0
         own_ai = aicore_ns if self_ns is None else 0
-        self._operators.row(
-            [
-                name,
-                shapes,
-                "",
-                host_self / 1000,
-                dur / 1000,
-                own_dev / 1000,
-                device_ns / 1000,
-                own_ai / 1000,
-                aicore_ns / 1000,
-            ]
-        )
-        self._count("cpu_op")
+        times = (host_self, dur, own_dev, device_ns, own_ai, aicore_ns)
+        self._operators.row([name, shapes, "", *(ns / 1000 for ns in times)])
         self._touch(start, start + dur)
 
     def python_function(
@@ -304,7 +292,6 @@ class RankWriter:
         self.tv.python_function(tid, name, start, dur, self._python_ids, parent_id)
         if self.db:
             self.db.python_function(tid, name, start, dur)
-        self._count("python_function")
         self._touch(start, start + dur)
         return self._python_ids
 
@@ -341,7 +328,6 @@ class RankWriter:
         self.tv.torch_to_npu(tid, op_start, dst_pid, dst_tid, task_start)
         if self.db:
             self.db.torch_to_npu(tid, op_start, (dst_pid, dst_tid, task_start))
-        self._count("flow:torch_to_npu")
 
     # ---- CANN -------------------------------------------------------------------
     def api(
@@ -354,8 +340,6 @@ class RankWriter:
         tid: int | None = None,
         mode: str = "ACL_RTS",
         item_id: str = "0",
-        api_id: str | None = None,
-        level: str | None = None,
     ) -> int:
         """A CANN host API event (``AscendCL@…``, ``Runtime@…``, ``Node@…``, HCCL layer); returns its connection id.
 
@@ -365,14 +349,12 @@ class RankWriter:
         if self.level == 0 or (layer == "Runtime@" and self.level < 2):
             return conn
         tid = self.main_tid if tid is None else tid
-        lvl = level or _LAYER_LEVEL.get(layer, self.gen.comm_level)
-        if api_id is None:
-            api_id = api if layer == "AscendCL@" else "0"
+        lvl = _LAYER_LEVEL.get(layer, self.gen.comm_level)  # the HCCL layer's is the generation's
+        api_id = api if layer == "AscendCL@" else "0"
         self.tv.cann_api(tid, layer, api, start, dur, mode, lvl, api_id, item_id, conn)
         if self.db:
             self.db.cann_api(tid, lvl, api, start, dur, conn)
         self.api_stat.add(lvl, api, dur)
-        self._count(f"cann:{layer}{api}")
         self._touch(start, start + dur)
         return conn
 
@@ -391,7 +373,6 @@ class RankWriter:
         self.tv.h2d_flow(self.flow_id(conn, context), cann_tid, cann_ts, dst_pid, dst_tid, dst_ts)
         if self.db:
             self.db.host_to_device(conn)
-        self._count("flow:HostToDevice")
 
     # ---- device ---------------------------------------------------------------
     def task(
@@ -413,53 +394,35 @@ class RankWriter:
             f", {js(k)}: {json.dumps(v, ensure_ascii=False)}" for k, v in (extra or {}).items()
         )
         task_id = self.next_task_id(stream)
-        self._hw_task(
-            stream, name, task_type, name, start, dur, task_id, conn, model_id, subtask, extra_s
-        )
-        self._count(f"task:{task_type}")
+        shown = (name, task_type, extra_s)
+        self._device_task(stream, name, start, dur, task_id, conn, model_id, subtask, shown=shown)
         self._device_seen(start, start + dur)
         return conn
 
-    def _hw_task(
-        self,
-        stream: int,
-        name: str,
-        task_type: str,
-        runtime_type: str,
-        start: int,
-        dur: int,
-        task_id: int,
-        conn: int,
-        model_id: int,
-        subtask: int,
-        extra: str = "",
-        depth: int = 0,
-    ) -> int | None:
-        """An Ascend Hardware task in both views: the trace's (its name and hardware queue
-        type) and the Db's TASK (its runtime type); returns the Db's globalTaskId."""
-        self.tv.hw_task(
-            stream, name, task_type, start, dur, task_id, conn, model_id, subtask, extra
-        )
-        kernel = name if name != runtime_type else None  # runtime tasks are named by their type
-        return self._device_record(
-            stream, runtime_type, kernel, start, dur, task_id, conn, model_id, subtask, depth
-        )
-
-    def _device_record(
+    def _device_task(
         self,
         stream: int,
         runtime_type: str,
-        kernel: str | None,
         start: int,
         dur: int,
         task_id: int,
         conn: int,
         model_id: int,
         context: int,
+        *,
+        shown: tuple[str, str, str] | None = None,
         depth: int = 0,
     ) -> int | None:
-        """A device task as msprof records it: task_time.csv's row (current generation) and the
-        Db's TASK; returns the Db's globalTaskId."""
+        """A device task: in the trace when ``shown`` (its name, hardware queue type and extra
+        args; the tasks that envelop others msprof alone records), task_time.csv's row (current
+        generation) and the Db's TASK (its runtime type); returns the Db's globalTaskId."""
+        kernel = None
+        if shown is not None:
+            name, task_type, extra = shown
+            self.tv.hw_task(
+                stream, name, task_type, start, dur, task_id, conn, model_id, context, extra
+            )
+            kernel = name if name != runtime_type else None  # runtime tasks: named by their type
         if self._task_time is not None:
             row = [self.cfg.dev, kernel or "N/A", runtime_type, stream, task_id, dur / 1000]
             self._task_time.row(row + [csv_ts(start), csv_ts(start + dur)])
@@ -507,23 +470,23 @@ class RankWriter:
         subtask = 0 if core.startswith("MIX") else 4294967295
         task_type = CORE_TASK_TYPE.get(core, core)
         mix = core.startswith("MIX")
-        db_task = self._hw_task(
-            stream, name, task_type, KERNEL_TASK_TYPE[core], start, dur, task_id, conn,
-            model_id, subtask, depth=int(mix),
+        db_task = self._device_task(
+            stream, KERNEL_TASK_TYPE[core], start, dur, task_id, conn, model_id, subtask,
+            shown=(name, task_type, ""), depth=int(mix),
         )  # fmt: skip
         if mix:
             # msprof alone records a MIX kernel's parent task around its subtask (the trace
             # draws none), undescribed, with the launch's runtime type (real G2 export:
             # KERNEL_AICORE, 1-2 µs each side).
-            self._device_record(
-                stream, "KERNEL_AICORE", None, start - ENVELOPE_LEAD_NS,
-                dur + 2 * ENVELOPE_LEAD_NS, task_id, conn, model_id, 4294967295,
+            self._device_task(
+                stream, "KERNEL_AICORE", start - ENVELOPE_LEAD_NS, dur + 2 * ENVELOPE_LEAD_NS,
+                task_id, conn, model_id, 4294967295,
             )  # fmt: skip
         self._device_seen(start, start + dur)
         self.op_stat.add(op_type, core, dur)
         self._compute.append((start, start + dur))
         if self.level == 0:
-            row: list[object] = [name, "N/A", "N/A", csv_ts(start), dur / 1000, None, 0]
+            row = _level0_row(name, "N/A", start, dur)
         else:
             row = [model_id, task_id, stream, name, op_type]
             if self.gen.has_op_state:
@@ -546,7 +509,6 @@ class RankWriter:
         if db_task is not None:
             db_row = partial(self._db_compute_info, db_task, row)
         self._chunk_kernels.append((start, stream, row, db_row))
-        self._count("kernel")
         return conn
 
     def collective(
@@ -575,16 +537,14 @@ class RankWriter:
         name = f"hcom_{op}__{586 + self.cfg.rank}_{self._hccl_index}_1"
         host_tid = self.dequeue_tid if host_tid is None else host_tid
         host_start = start - 40_000 if host_start is None else host_start
-        prefix = self.gen.comm_prefix
         conn = self.api(
-            prefix,
+            self.gen.comm_prefix,
             "Launch_Ffts",
             host_start,
             host_dur,
             tid=host_tid,
             mode="master",
             item_id="Launch_Ffts",
-            level=self.gen.comm_level,
         )
         self.h2d(conn, True, host_tid, host_start, self.comm_pid, 0, start)
         self.tv.comm_op(0, name, start, dur, conn, "FP16", "MESH-RING", count)
@@ -601,7 +561,6 @@ class RankWriter:
                 count=count,
                 op_type=f"hcom_{op}_",
             )
-        self._count("collective")
         self._comm.append((start, start + dur))
         self._device_seen(start, start + dur)
         transit = max(dur - wait_ns, 1000) // 2
@@ -612,86 +571,60 @@ class RankWriter:
             t = start
             task_id = self.next_task_id(stream)
             for ctx, peer in enumerate(peers):
-                plane = ctx % 8
                 # each plane first waits for its peer's notify (the first one for the late
-                # peer), then moves its data
-                wait = wait_ns if ctx == 0 else 20
-                self.tv.comm_task(
-                    plane,
-                    "Notify_Wait",
-                    t,
-                    wait,
-                    stream,
-                    task_id,
-                    ctx * 2 + 1,
-                    self.cfg.rank,
-                    peer,
-                    0,
-                    "LOCAL",
-                    "INVALID_TYPE",
-                    str(60 + ctx * 8),
-                    0.02,
-                    0.0,
-                    "INVALID_TYPE",
+                # peer), then moves its data: (duration, context, size, notify id) of each
+                sized = (
+                    (wait_ns if ctx == 0 else 20, ctx * 2 + 1, 0, 60 + ctx * 8),
+                    (int(share * factor[peer]), ctx * 2, size, None),
                 )
-                notify = self._hw_task(
-                    stream, "Notify Wait", "Notify Wait", "Notify Wait", t, wait, task_id, conn,
-                    INVALID_MODEL, ctx * 2 + 1, depth=1,
-                )  # fmt: skip
-                self._db_plane_task(
-                    notify,
-                    name,
-                    "Notify_Wait",
-                    plane,
-                    peer,
-                    0,
-                    "LOCAL",
-                    "INVALID_TYPE",
-                    60 + ctx * 8,
-                )
-                t += wait
-                moved = int(share * factor[peer])
-                self.tv.comm_task(
-                    plane,
-                    "Memcpy",
-                    t,
-                    moved,
-                    stream,
-                    task_id,
-                    ctx * 2,
-                    self.cfg.rank,
-                    peer,
-                    size,
-                    "SDMA",
-                    "HCCS",
-                    "18446744073709551615",
-                    108.46,
-                    18.9,
-                    "INVALID_TYPE",
-                )
-                copy = self._hw_task(
-                    stream, "SDMA", "SDMA", "SDMA", t, moved, task_id, conn,
-                    INVALID_MODEL, ctx * 2, depth=1,
-                )  # fmt: skip
-                self._db_plane_task(copy, name, "Memcpy", plane, peer, size, "SDMA", "HCCS", None)
-                t += moved
+                for (kind, hw, transport, link, est, bw), (step_ns, context, moved, notify) in zip(
+                    _PLANE_STEPS, sized, strict=True
+                ):
+                    self.tv.comm_task(
+                        ctx % 8,
+                        kind,
+                        t,
+                        step_ns,
+                        stream,
+                        task_id,
+                        context,
+                        self.cfg.rank,
+                        peer,
+                        moved,
+                        transport,
+                        link,
+                        "18446744073709551615" if notify is None else str(notify),
+                        est,
+                        bw,
+                    )
+                    task = self._device_task(
+                        stream, hw, t, step_ns, task_id, conn, INVALID_MODEL, context,
+                        shown=(hw, hw, ""), depth=1,
+                    )  # fmt: skip
+                    if self.db is not None and task is not None:
+                        self.db.comm_task(
+                            task,
+                            name,
+                            kind,
+                            plane=ctx % 8,
+                            group=self.cfg.group_hash,
+                            notify_id=_NOTIFY_NONE if notify is None else notify,
+                            src=self.cfg.rank,
+                            dst=peer,
+                            transport=transport,
+                            size=moved,
+                            link=link,
+                        )
+                    t += step_ns
             # msprof alone records the op itself as one more task over its steps on the
             # stream (the trace draws it on the communication process), undescribed, typed
             # AI_CORE (real G2 export), with the op's connection.
-            self._device_record(
-                stream, "AI_CORE", None, start - ENVELOPE_LEAD_NS, dur + 2 * ENVELOPE_LEAD_NS,
+            self._device_task(
+                stream, "AI_CORE", start - ENVELOPE_LEAD_NS, dur + 2 * ENVELOPE_LEAD_NS,
                 task_id, conn, INVALID_MODEL, 4294967295,
             )  # fmt: skip
         if self.level == 0:
-            row: list[object] = [
-                name,
-                "N/A",
-                self.gen.comm_core,
-                csv_ts(start),
-                dur / 1000,
-                None,
-                0,
-            ]
+            row = _level0_row(name, self.gen.comm_core, start, dur)
         else:
             row = [INVALID_MODEL, "N/A", "N/A", name, f"hcom_{op}_"]
             if self.gen.has_op_state:
@@ -716,37 +649,6 @@ class RankWriter:
             )  # fmt: skip
         )
         return name
-
-    def _db_plane_task(
-        self,
-        task: int | None,
-        op: str,
-        plane_type: str,
-        plane: int,
-        peer: int,
-        size: int,
-        transport: str,
-        link: str,
-        notify_id: int | None,
-    ) -> None:
-        """The Db's COMMUNICATION_TASK_INFO of a collective's step (its TASK is ``task``);
-        ``notify_id`` None is the trace's uint64-max "none"."""
-        if self.db is None or task is None:
-            return
-        self.db.comm_task(
-            task,
-            op,
-            plane_type,
-            plane=plane,
-            group=self.cfg.group_hash,
-            notify_id=_NOTIFY_NONE if notify_id is None else notify_id,
-            src=self.cfg.rank,
-            dst=peer,
-            transport=transport,
-            size=size,
-            data_type="INVALID_TYPE",
-            link=link,
-        )
 
     def ai_core_freq(self, ts: int, mhz: int) -> None:
         """The AI Core frequency changes to ``mhz`` at ``ts`` (a sample of the counter)."""
@@ -843,16 +745,8 @@ class RankWriter:
         """COMPUTE_TASK_INFO from the kernel's kernel_details.csv row (one truth for both)."""
         assert self.db is not None
         if self.level == 0:  # [name, N/A, N/A, start, dur, wait, block dim]: no op info
-            self.db.compute_info(
-                task,
-                name=str(row[0]),
-                op_type=None,
-                core=None,
-                block_dim=int(row[6]),  # type: ignore[call-overload]
-                mix_block_dim=None,
-                shapes=None,
-                wait_ns=wait_ns,
-            )
+            block_dim = int(row[6])  # type: ignore[call-overload]
+            self.db.compute_info(task, name=str(row[0]), block_dim=block_dim, wait_ns=wait_ns)
             return
         i = 6 if self.gen.has_op_state else 5  # the Accelerator Core column
         op_state = row[5] if self.gen.has_op_state else None
@@ -1070,6 +964,12 @@ class RankWriter:
         if len(self.cfg.export) == 1 and not self.gen.export_type_list:
             return self.cfg.export[0]
         return list(self.cfg.export)
+
+
+def _level0_row(name: str, core: str, start: int, dur: int) -> list[object]:
+    """A Level0 kernel_details.csv row: name, type, core, start, duration, wait (set by
+    :meth:`RankWriter.flush`), block dim; no op info."""
+    return [name, "N/A", core, csv_ts(start), dur / 1000, None, 0]
 
 
 def _merge(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:

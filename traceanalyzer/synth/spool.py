@@ -23,7 +23,6 @@ class Spool:
         self._buf: list[str] = []
         self._file: IO[str] | None = None
         self._written = False  # anything already on disk
-        self.count = 0
         self.chars = 0  # characters added so far (for --target-mb)
 
     def add(self, item: str) -> None:
@@ -46,7 +45,6 @@ class Spool:
         if self._written:
             self._file.write(self._sep)
         self._file.write(self._sep.join(self._buf))
-        self.count += len(self._buf)
         self._buf.clear()
         self._written = True
 

@@ -122,11 +122,9 @@ class CsvFile:
         self._fh: IO[str] = open(path, "w", encoding="utf-8", newline="")  # noqa: SIM115 - streamed, closed in close()
         self._writer = csv.writer(self._fh, lineterminator="\r\n" if crlf else "\n")
         self._writer.writerow(header)
-        self.rows = 0
 
     def row(self, values: list[object]) -> None:
         self._writer.writerow(values)
-        self.rows += 1
 
     def close(self) -> None:
         self._fh.close()
@@ -158,18 +156,22 @@ class Agg:
         return (self.sq / self.count - mean * mean) / 1e6
 
 
-class ApiStatistic:
-    """api_statistic.csv: CANN events aggregated per (level, API name), sorted by API name."""
+class _Statistic:
+    """Durations aggregated per key (an msprof summary's rows)."""
 
     def __init__(self) -> None:
         self.aggs: dict[tuple[str, str], Agg] = {}
 
-    def add(self, level: str, api: str, dur: int) -> None:
-        key = (level, api)
+    def add(self, first: str, second: str, dur: int) -> None:
+        key = (first, second)
         agg = self.aggs.get(key)
         if agg is None:
             agg = self.aggs[key] = Agg()
         agg.add(dur)
+
+
+class ApiStatistic(_Statistic):
+    """api_statistic.csv: CANN events aggregated per (level, API name), sorted by API name."""
 
     def write(self, path: Path, gen: Generation) -> None:
         f = CsvFile(path, api_statistic_header(gen), crlf=False)
@@ -189,18 +191,8 @@ class ApiStatistic:
         f.close()
 
 
-class OpStatistic:
+class OpStatistic(_Statistic):
     """op_statistic.csv: kernels aggregated per (OP Type, Core Type), sorted by total time desc."""
-
-    def __init__(self) -> None:
-        self.aggs: dict[tuple[str, str], Agg] = {}
-
-    def add(self, op_type: str, core: str, dur: int) -> None:
-        key = (op_type, core)
-        agg = self.aggs.get(key)
-        if agg is None:
-            agg = self.aggs[key] = Agg()
-        agg.add(dur)
 
     def write(self, path: Path, gen: Generation, device: int) -> None:
         f = CsvFile(path, op_statistic_header(gen), crlf=False)
@@ -269,53 +261,29 @@ def write_step_trace(path: Path, gen: Generation, rows: list[list[object]]) -> N
     f.close()
 
 
+# The PipeUtilization pipes of a busy core: (share of its busy time, ratio) of the AIC's mac,
+# scalar, mte1, mte2 and fixpipe, and of the AIV's vec, scalar, mte2 and mte3.
+_AIC_PIPES = ((0.5, 0.52), (0.7, 0.73), (0.8, 0.85), (0.9, 0.91), (0.1, 0.08))
+_AIV_PIPES = ((0.2, 0.186), (0.1, 0.087), (0.55, 0.552), (0.65, 0.667))
+
+
+def _busy(busy: float, cycles: int, pipes: tuple[tuple[float, float], ...]) -> list[object]:
+    return [busy, cycles, *(v for share, ratio in pipes for v in (r3(busy * share), ratio))]
+
+
 def kernel_row_tail(gen: Generation, core: str, dur_ns: int) -> list[object]:
     """Plausible PipeUtilization counters for a kernel (N/A for non-AI tasks, as msprof prints)."""
     n = len(PIPE_UTILIZATION_COLUMNS if gen.has_op_state else G1_METRIC_COLUMNS)
     if core not in ("AI_CORE", "AI_VECTOR_CORE", "MIX_AIC", "MIX_AIV"):
         return ["N/A"] * n
-    if not gen.has_op_state:
-        return [r3(dur_ns / 1000 * 0.95), dur_ns * 18 // 10] + [0.0] * (n - 2)
     busy = r3(dur_ns / 1000 * 0.95)
     cycles = dur_ns * 18 // 10
-    if core in ("AI_CORE", "MIX_AIC"):
-        aic = [
-            busy,
-            cycles,
-            r3(busy * 0.5),
-            0.52,
-            r3(busy * 0.7),
-            0.73,
-            r3(busy * 0.8),
-            0.85,
-            r3(busy * 0.9),
-            0.91,
-            r3(busy * 0.1),
-            0.08,
-            0.001,
-        ]
-        aiv = [0.0, 0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.023]
-        return aic + aiv + [66.3]
-    aic = [0.0, 0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]
-    aiv = [
-        busy,
-        cycles,
-        r3(busy * 0.2),
-        0.186,
-        r3(busy * 0.1),
-        0.087,
-        r3(busy * 0.55),
-        0.552,
-        r3(busy * 0.65),
-        0.667,
-        0.023,
-    ]
-    return aic + aiv + [0]
-
-
-def shape_cell(shape: str) -> str:
-    """Shapes are printed inside literal double quotes (CSV-escaped to ``\"\"\"a,b\"\"\"``)."""
-    return f'"{shape}"'
+    if not gen.has_op_state:
+        return [busy, cycles] + [0.0] * (n - 2)
+    # each core: time, cycles, pipes, icache miss rate; then the cube utilization (%)
+    if core in ("AI_CORE", "MIX_AIC"):  # the AIV idle
+        return [*_busy(busy, cycles, _AIC_PIPES), 0.001, 0.0, 0, *[0.0] * 8, 0.023, 66.3]
+    return [0.0, 0, *[0.0] * 11, *_busy(busy, cycles, _AIV_PIPES), 0.023, 0]  # the AIC idle
 
 
 __all__ = [
@@ -326,11 +294,9 @@ __all__ = [
     "OpStatistic",
     "StepTotals",
     "api_statistic_header",
-    "csv_ts",
     "kernel_details_header",
     "kernel_row_tail",
     "op_statistic_header",
-    "shape_cell",
     "step_trace_header",
     "step_trace_rows",
     "write_step_trace",

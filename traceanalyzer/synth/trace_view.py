@@ -90,26 +90,24 @@ class TraceView:
 
     def enqueue(self, tid: int, corr: int, start: int, dur: int) -> None:
         self.python_threads.setdefault(tid)
-        p, t = self.python_pid, ts_us(start)
-        self._fw_enqueue.add(
-            '{"ph": "X", "name": "Enqueue", "pid": %d, "tid": %d, "ts": "%s", "dur": %s, "cat": "enqueue", '
-            '"args": {"correlation_id": %d}}' % (p, tid, t, dur_us(dur), corr)
-        )
-        self._fw_enqueue.add(
-            '{"ph": "s", "bp": "e", "name": "enqueue_to_dequeue", "id": %d, "pid": %d, "tid": %d, '
-            '"ts": "%s", "cat": "async_task_queue"}' % (corr, p, tid, t)
-        )
+        self._queue(self._fw_enqueue, tid, corr, "Enqueue", "enqueue", start, dur, "s")
 
     def dequeue(self, tid: int, corr: int, op: str, start: int, dur: int) -> None:
         self.dequeue_tid = tid
+        self._queue(self._fw_dequeue, tid, corr, "Dequeue@" + op, "dequeue", start, dur, "f")
+
+    def _queue(
+        self, spool: Spool, tid: int, corr: int, name: str, cat: str, start: int, dur: int, ph: str
+    ) -> None:
+        """One side of the task queue's hand-over: its event and its end of the flow."""
         p, t = self.python_pid, ts_us(start)
-        self._fw_dequeue.add(
-            '{"ph": "X", "name": %s, "pid": %d, "tid": %d, "ts": "%s", "dur": %s, "cat": "dequeue", '
-            '"args": {"correlation_id": %d}}' % (js("Dequeue@" + op), p, tid, t, dur_us(dur), corr)
+        spool.add(
+            '{"ph": "X", "name": %s, "pid": %d, "tid": %d, "ts": "%s", "dur": %s, "cat": "%s", '
+            '"args": {"correlation_id": %d}}' % (js(name), p, tid, t, dur_us(dur), cat, corr)
         )
-        self._fw_dequeue.add(
-            '{"ph": "f", "bp": "e", "name": "enqueue_to_dequeue", "id": %d, "pid": %d, "tid": %d, '
-            '"ts": "%s", "cat": "async_task_queue"}' % (corr, p, tid, t)
+        spool.add(
+            '{"ph": "%s", "bp": "e", "name": "enqueue_to_dequeue", "id": %d, "pid": %d, "tid": %d, '
+            '"ts": "%s", "cat": "async_task_queue"}' % (ph, corr, p, tid, t)
         )
 
     def torch_to_npu(
@@ -130,6 +128,15 @@ class TraceView:
         self._seq += 1
         self._pending.append((ts, self._seq, text))
 
+    def _slice(self, process: str, name: str, tid: int, start: int, dur: int, args: str) -> None:
+        """An ``X`` event of the msprof part (``args``: its arguments' JSON, without braces)."""
+        self.used.add(process)
+        self._push(
+            start,
+            '{"name": %s, "pid": %d, "tid": %d, "ts": "%s", "dur": %s, "args": {%s}, "ph": "X"}'
+            % (js(name), self.pid(process), tid, ts_us(start), dur_us(dur), args),
+        )
+
     def cann_api(
         self,
         tid: int,
@@ -144,25 +151,11 @@ class TraceView:
         conn: int,
     ) -> None:
         self.cann_threads.setdefault(tid)
-        self.used.add("CANN")
-        self._push(
-            start,
-            '{"name": %s, "pid": %d, "tid": %d, "ts": "%s", "dur": %s, "args": {"Thread Id": %d, "Mode": %s, '
-            '"level": %s, "id": %s, "item_id": %s, "connection_id": %d}, "ph": "X"}'
-            % (
-                js(layer + api),
-                self.pid("CANN"),
-                tid,
-                ts_us(start),
-                dur_us(dur),
-                tid,
-                js(mode),
-                js(level),
-                js(api_id),
-                js(item_id),
-                conn,
-            ),
+        args = (
+            '"Thread Id": %d, "Mode": %s, "level": %s, "id": %s, "item_id": %s, "connection_id": %d'
+            % (tid, js(mode), js(level), js(api_id), js(item_id), conn)
         )
+        self._slice("CANN", layer + api, tid, start, dur, args)
 
     def hw_task(
         self,
@@ -178,17 +171,10 @@ class TraceView:
         extra: str = "",
     ) -> None:
         self.hw_streams.add(stream)
-        self.used.add("Ascend Hardware")
-        self._push(
-            start,
-            '{"name": %s, "pid": %d, "tid": %d, "ts": "%s", "dur": %s, "args": {"Model Id": %d, "Task Type": %s, '
-            '"%s": %d, "Task Id": %d, "Batch Id": 0, "Subtask Id": %d, "connection_id": %d%s}, "ph": "X"}'
+        args = (
+            '"Model Id": %d, "Task Type": %s, "%s": %d, "Task Id": %d, "Batch Id": 0, '
+            '"Subtask Id": %d, "connection_id": %d%s'
             % (
-                js(name),
-                self.pid("Ascend Hardware"),
-                stream,
-                ts_us(start),
-                dur_us(dur),
                 model_id,
                 js(task_type),
                 self.gen.hw_stream_arg,
@@ -197,30 +183,19 @@ class TraceView:
                 subtask,
                 conn,
                 extra,
-            ),
+            )
         )
+        self._slice("Ascend Hardware", name, stream, start, dur, args)
 
     def comm_op(
         self, tid: int, name: str, start: int, dur: int, conn: int, dtype: str, alg: str, count: int
     ) -> None:
         self.comm_tids.add(tid)
-        self.used.add(self.gen.comm_process)
-        self._push(
-            start,
-            '{"name": %s, "pid": %d, "tid": %d, "ts": "%s", "dur": %s, "args": {"connection_id": %d, '
-            '"model id": 4294967295, "data_type": %s, "alg_type": %s, "count": %d}, "ph": "X"}'
-            % (
-                js(name),
-                self.pid(self.gen.comm_process),
-                tid,
-                ts_us(start),
-                dur_us(dur),
-                conn,
-                js(dtype),
-                js(alg),
-                count,
-            ),
+        args = (
+            '"connection_id": %d, "model id": 4294967295, "data_type": %s, "alg_type": %s, '
+            '"count": %d' % (conn, js(dtype), js(alg), count)
         )
+        self._slice(self.gen.comm_process, name, tid, start, dur, args)
 
     def comm_task(
         self,
@@ -239,22 +214,15 @@ class TraceView:
         notify_id: str,
         est: float,
         bw: float,
-        dtype: str,
     ) -> None:
         tid = plane + 1
         self.comm_tids.add(tid)
-        self._push(
-            start,
-            '{"name": %s, "pid": %d, "tid": %d, "ts": "%s", "dur": %s, "args": {"notify_id": %s, '
-            '"duration estimated(us)": %r, "stream id": %d, "task id": %d, "context id": %d, "task type": %s, '
-            '"src rank": %d, "dst rank": %d, "transport type": %s, "size(Byte)": %d, "data type": %s, '
-            '"link type": %s, "bandwidth(GB/s)": %r, "model id": 4294967295}, "ph": "X"}'
+        args = (
+            '"notify_id": %s, "duration estimated(us)": %r, "stream id": %d, "task id": %d, '
+            '"context id": %d, "task type": %s, "src rank": %d, "dst rank": %d, '
+            '"transport type": %s, "size(Byte)": %d, "data type": "INVALID_TYPE", "link type": %s, '
+            '"bandwidth(GB/s)": %r, "model id": 4294967295'
             % (
-                js(name),
-                self.pid(self.gen.comm_process),
-                tid,
-                ts_us(start),
-                dur_us(dur),
                 js(notify_id),
                 est,
                 stream,
@@ -265,11 +233,11 @@ class TraceView:
                 dst,
                 js(transport),
                 size,
-                js(dtype),
                 js(link),
                 bw,
-            ),
+            )
         )
+        self._slice(self.gen.comm_process, name, tid, start, dur, args)
 
     def h2d_flow(
         self, flow_id: str, src_tid: int, src_ts: int, dst_pid: int, dst_tid: int, dst_ts: int
@@ -319,41 +287,36 @@ class TraceView:
 
     # ---- M events and assembly ---------------------------------------------
     def _python_meta(self) -> list[str]:
+        def m(pid: int, tid: int, name: str, args: str) -> str:
+            return '{"ph": "M", "name": "%s", "pid": %d, "tid": %d, "args": {%s}}' % (
+                name,
+                pid,
+                tid,
+                args,
+            )
+
+        def process(pid: int, name: str, sort: int) -> list[str]:
+            return [
+                m(pid, 0, "process_name", '"name": "%s"' % name),
+                m(pid, 0, "process_labels", '"labels": "CPU"'),
+                m(pid, 0, "process_sort_index", '"sort_index": %d' % sort),
+            ]
+
         p = self.python_pid
-        out = [
-            '{"ph": "M", "name": "process_name", "pid": %d, "tid": 0, "args": {"name": "Python"}}'
-            % p,
-            '{"ph": "M", "name": "process_labels", "pid": %d, "tid": 0, "args": {"labels": "CPU"}}'
-            % p,
-            '{"ph": "M", "name": "process_sort_index", "pid": %d, "tid": 0, "args": {"sort_index": 0}}'
-            % p,
-        ]
+        out = process(p, "Python", 0)
         tids = list(self.python_threads)
         if self.dequeue_tid is not None and self.dequeue_tid not in self.python_threads:
             tids.append(self.dequeue_tid)
         top = max(tids) if tids else 0
         for tid in tids:
             sort = top + 1 if tid == self.dequeue_tid else tid
-            out.append(
-                '{"ph": "M", "name": "thread_name", "pid": %d, "tid": %d, "args": {"name": "Thread %d"}}'
-                % (p, tid, tid)
-            )
-            out.append(
-                '{"ph": "M", "name": "thread_sort_index", "pid": %d, "tid": %d, "args": {"sort_index": %d}}'
-                % (p, tid, sort)
-            )
+            out.append(m(p, tid, "thread_name", '"name": "Thread %d"' % tid))
+            out.append(m(p, tid, "thread_sort_index", '"sort_index": %d' % sort))
         if self.gc_pid is not None:
-            g = self.gc_pid
-            out += [
-                '{"ph": "M", "name": "process_name", "pid": %d, "tid": 0, "args": {"name": '
-                '"Python GC"}}' % g,
-                '{"ph": "M", "name": "process_labels", "pid": %d, "tid": 0, "args": {"labels": '
-                '"CPU"}}' % g,
-                '{"ph": "M", "name": "process_sort_index", "pid": %d, "tid": 0, "args": '
-                '{"sort_index": 1}}' % g,
-                '{"ph": "M", "name": "thread_name", "pid": %d, "tid": %d, "args": {"name": '
-                '"Thread %d"}}' % (g, self.ospid, self.ospid),
-            ]
+            out += process(self.gc_pid, "Python GC", 1)
+            out.append(
+                m(self.gc_pid, self.ospid, "thread_name", '"name": "Thread %d"' % self.ospid)
+            )
         return out
 
     def _ms_meta(
@@ -419,15 +382,11 @@ class TraceView:
         self.flush_chunk()
         with open(path, "w", encoding="utf-8", newline="") as out:
             out.write("[")
-            first = True
             for spool in (self._fw_ops, self._fw_enqueue, self._fw_dequeue):
                 if not spool.empty:
-                    if not first:
-                        out.write(", ")
                     spool.copy_to(out)
-                    first = False
-            py_meta = ", ".join(self._python_meta())
-            out.write((", " if not first else "") + py_meta)
+                    out.write(", ")
+            out.write(", ".join(self._python_meta()))  # never empty: the Python process's
             out.write(",")
             out.write(", ".join(self._msprof_meta()))
             for spool in (self._ms, self._flows):

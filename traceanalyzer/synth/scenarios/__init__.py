@@ -32,6 +32,17 @@ def one_session(knobs: dict) -> list[SessionPlan]:
     return [SessionPlan(knobs)]
 
 
+def unless_session(knobs: dict) -> bool:
+    """The default: the profile has a schedule unless profiled session-style (one
+    ``with profile()`` around one call)."""
+    return knobs.get("profile_style", "events") != "session"
+
+
+def never(knobs: dict) -> bool:
+    """A default vllm-ascend profile has no ProfilerStep (no schedule)."""
+    return False
+
+
 @dataclass(frozen=True)
 class Scenario:
     name: str
@@ -41,14 +52,8 @@ class Scenario:
     metadata: Callable[[dict], dict] = field(default=lambda knobs: {})
     env: dict[str, str] = field(default_factory=dict)
     sessions: Callable[[dict], list[SessionPlan]] = one_session
-    # Whether the profile has a schedule (ProfilerStep#N, the Step Id column); None: unless
-    # profiled session-style (one ``with profile()`` around one call).
-    scheduled: Callable[[dict], bool] | None = None
-
-    def schedule(self, knobs: dict) -> bool:
-        if self.scheduled is not None:
-            return self.scheduled(knobs)
-        return knobs.get("profile_style", "events") != "session"
+    # Whether the profile has a schedule (ProfilerStep#N, the Step Id column)
+    scheduled: Callable[[dict], bool] = unless_session
 
     def resolve(self, given: dict[str, Any]) -> dict[str, Any]:
         """Defaults overlaid with ``given``, converted to each default's type."""
@@ -81,6 +86,15 @@ def convert(value: Any, default: Any, key: str) -> Any:
     if isinstance(default, float) and isinstance(value, int):
         return float(value)
     return value
+
+
+def _variants(module: Any, twin: str, **options: Any) -> dict[str, Scenario]:
+    """The sick variants of ``module``'s scenario (its ``SICK_KNOBS``): its knobs, the sick ones
+    changed; ``twin`` says whose knobs they take and which is healthy."""
+    return {
+        name: Scenario(name, module.run, {**module.KNOBS, **sick}, f"{help_} ({twin})", **options)
+        for name, (sick, help_) in module.SICK_KNOBS.items()
+    }
 
 
 SCENARIOS: dict[str, Scenario] = {
@@ -120,30 +134,13 @@ SCENARIOS: dict[str, Scenario] = {
         serving.HELP + causes.HELP,
         scheduled=serving.scheduled,
     ),
-    "moe-ep": Scenario("moe-ep", moe.run, moe.KNOBS, moe.HELP, scheduled=moe.scheduled),
-    "pd-kv": Scenario("pd-kv", pd.run, pd.KNOBS, pd.HELP, scheduled=pd.scheduled),
+    "moe-ep": Scenario("moe-ep", moe.run, moe.KNOBS, moe.HELP, scheduled=never),
+    "pd-kv": Scenario("pd-kv", pd.run, pd.KNOBS, pd.HELP, scheduled=never),
     "memory": Scenario(
         "memory", memory.run, memory.KNOBS, memory.HELP, scheduled=serving.scheduled
     ),
-    **{
-        name: Scenario(
-            name,
-            memory.run,
-            {**memory.KNOBS, **sick},
-            f"{help_} (memory knobs; `memory` is the healthy twin)",
-            scheduled=serving.scheduled,
-        )
-        for name, (sick, help_) in memory.SICK_KNOBS.items()
-    },
-    **{
-        name: Scenario(
-            name,
-            baseline.run,
-            {**baseline.KNOBS, **sick},
-            f"{help_} (inference-baseline knobs; the baseline is the healthy twin)",
-        )
-        for name, (sick, help_) in baseline.SICK_KNOBS.items()
-    },
+    **_variants(memory, "memory knobs; `memory` is the healthy twin", scheduled=serving.scheduled),
+    **_variants(baseline, "inference-baseline knobs; the baseline is the healthy twin"),
 }
 
 

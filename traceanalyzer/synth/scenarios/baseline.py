@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import fields
 
 from traceanalyzer.synth.ops import MS, STALL_CAUSES, DecodeKnobs
+from traceanalyzer.synth.scenarios.serving import numbers
 from traceanalyzer.synth.scenarios.timeline import Timeline
 
 DECODE_KNOBS = {f.name: f.default for f in fields(DecodeKnobs)}
@@ -54,7 +55,7 @@ def run(tl: Timeline, knobs: dict) -> None:
     tl.knobs = DecodeKnobs(**{k: knobs[k] for k in DECODE_KNOBS})
     if knobs["tail_cause"] not in STALL_CAUSES:
         raise ValueError(f"tail_cause must be one of {', '.join(STALL_CAUSES)}")
-    tails = {int(x) for x in str(knobs["tail_at"]).replace(" ", "").split(",") if x}
+    tails = numbers(knobs["tail_at"])
     stall = (int(knobs["tail_ms"] * MS), knobs["tail_cause"])
     for i in range(knobs["steps"]):
         tl.decode(stall if i in tails else None)

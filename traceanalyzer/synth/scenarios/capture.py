@@ -132,16 +132,13 @@ def capture(tl: Timeline, memcpys: int, layers: int) -> None:
         t = end + ops.jitter(rng, 3)
     rw.api("AscendCL@", "aclmdlRICaptureEnd", t, ops.jitter(rng, 30))
     tl.t = t + ops.jitter(rng, 40)
-    rw._count("capture")
-    rw._count("capture_memcpy", memcpys)
 
 
 def warmup(tl: Timeline, layers: int) -> None:
     """The eager dummy run vLLM does before each capture (kernels and the TP all-reduce really execute)."""
     t = tl.t
     for _ in range(layers):
-        for spec in ops.DECODE_LAYER:
-            t = ops.launch_kernel(tl.rw, tl.rng, tl.dev, t, spec)
+        t = tl.launch(t, ops.DECODE_LAYER)
         t = ops.allreduce_eager(tl.rw, tl.rng, tl.dev, t, 2, 4)
     tl.t = ops.synchronize(tl.rw, t, tl.dev.idle_at()) + ops.jitter(tl.rng, 30)
 

@@ -38,13 +38,9 @@ HELP = (
 )
 ADD_NORM = ("", "separate", "fused")
 RESIDUAL_ADD = "Add"  # the op type the post-attention norm follows
-POST_NORM = KernelSpec(
-    "aclnnRmsNorm", "aclnnRmsNorm_RmsNorm_RmsNorm", "RmsNorm", "AI_VECTOR_CORE", 6.0
-)
+POST_NORM = ops.DECODE_LAYER[0]  # the layer's RmsNorm
 # one kernel for both, a little faster than the two (one read of the hidden state)
-ADD_RMS_NORM = KernelSpec(
-    "aclnnAddRmsNorm", "aclnnAddRmsNorm_AddRmsNorm_AddRmsNorm", "AddRmsNorm", "AI_VECTOR_CORE", 5.0
-)
+ADD_RMS_NORM = ops.aclnn_kernel("AddRmsNorm", "AddRmsNorm", "AddRmsNorm", "AI_VECTOR_CORE", 5.0)
 
 
 def layer(knobs: dict, base: tuple[KernelSpec, ...] = ops.DECODE_LAYER) -> list[KernelSpec]:

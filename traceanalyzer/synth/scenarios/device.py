@@ -14,6 +14,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from traceanalyzer.synth import ops
 from traceanalyzer.synth.ops import US, KernelSpec
 from traceanalyzer.synth.scenarios.timeline import Timeline
@@ -89,29 +91,19 @@ def run_throttle(tl: Timeline, knobs: dict) -> None:
 
 
 def run_straggler(tl: Timeline, knobs: dict) -> None:
-    rw, rng, dev = tl.rw, tl.rng, tl.dev
-    late = rw.cfg.rank == knobs["late_rank"]
+    late = tl.rw.cfg.rank == knobs["late_rank"]
     late_ns = int(knobs["late_us"] * 1000)
     extra = KernelSpec(EXTRA_COMPUTE, EXTRA_COMPUTE, "GroupedMatmul", "AI_CORE", knobs["late_us"])
-    for _ in range(knobs["steps"]):
-        rw.begin_step(tl.step, tl.t)
-        t = tl.t + ops.jitter(rng, 30)
-        for _ in range(knobs["layers"]):
-            for spec in ops.DECODE_LAYER:
-                t = ops.launch_kernel(rw, rng, dev, t, spec)
-            if late and knobs["cause"] == "compute":
-                t = ops.launch_kernel(rw, rng, dev, t, extra)
-            elif late:  # the host is busy elsewhere: the device runs dry before the all-reduce
-                rw.cpu_op("vllm/v1/worker/gpu_model_runner.py: _prepare_inputs", t, late_ns)
-                t += late_ns
-            waits = int(knobs["wait_all_us"] * 1000) + (
-                0 if late or knobs["late_rank"] < 0 else late_ns
-            )
-            t = ops.allreduce_eager(rw, rng, dev, t, 2, 4, wait_for_peers_ns=waits)
-        end = ops.synchronize(rw, t, dev.idle_at())
-        rw.end_step(end + ops.jitter(rng, 20))
-        tl.t = end + ops.jitter(rng, 60)
-        tl.step += 1
+    computes = late and knobs["cause"] == "compute"
+    waits = int(knobs["wait_all_us"] * 1000) + (0 if late or knobs["late_rank"] < 0 else late_ns)
+    _decode(
+        tl,
+        knobs,
+        allreduce=True,
+        extra=(extra,) if computes else (),
+        host_late_ns=late_ns if late and not computes else 0,  # its host busy elsewhere
+        wait_for_peers_ns=waits,
+    )
 
 
 def run_risky(tl: Timeline, knobs: dict) -> None:
@@ -124,17 +116,9 @@ def run_risky(tl: Timeline, knobs: dict) -> None:
     _decode(tl, knobs)
 
 
-def _decode(tl: Timeline, knobs: dict, extra: tuple[KernelSpec, ...] = ()) -> None:
-    """Eager decode steps of ``layers`` layers, each followed by the ``extra`` kernels."""
+def _decode(tl: Timeline, knobs: dict, **step: Any) -> None:
+    """Eager decode steps of ``layers`` layers (``step``: more of
+    :func:`~traceanalyzer.synth.ops.decode_step`'s arguments)."""
     for _ in range(knobs["steps"]):
-        tl.t = ops.decode_step(
-            tl.rw,
-            tl.rng,
-            tl.dev,
-            tl.step,
-            tl.t,
-            layers=knobs["layers"],
-            allreduce=False,
-            extra=extra,
-        )
+        tl.t = ops.decode_step(tl.rw, tl.rng, tl.dev, tl.step, tl.t, layers=knobs["layers"], **step)
         tl.step += 1

@@ -58,7 +58,7 @@ from traceanalyzer.synth.scenarios.serving import (
     WORKER,
     Iteration,
     attention_kernel,
-    rank_list,
+    numbers,
 )
 from traceanalyzer.synth.scenarios.timeline import Timeline
 from traceanalyzer.vocabulary import EP_PATHS
@@ -229,7 +229,7 @@ def _phase(knobs: dict, i: int, rank: int) -> str:
         return "warmup"
     j = i - knobs["warmup"]
     every = knobs["dummy_every"]
-    if every and j % every == every - 1 and rank in rank_list(knobs["dummy_ranks"]):
+    if every and j % every == every - 1 and rank in numbers(knobs["dummy_ranks"]):
         return "dummy"
     if knobs["prefill_every"] and j % knobs["prefill_every"] == 0:
         return "prefill"
@@ -269,11 +269,6 @@ def _routed(mean: int, members: list[int], hot: int | None, skew: float, rng: Ra
 
 def _dur(rng: Random, us: float, speed: float) -> int:
     return max(int(us * speed * rng.uniform(0.95, 1.05) * 100), 1) * 10
-
-
-def numbers(text: object) -> set[int]:
-    """A knob's comma-separated numbers (``"3, 9"``) as a set."""
-    return {int(x) for x in str(text).replace(" ", "").split(",") if x}
 
 
 def slow_link(knobs: dict, world: int) -> dict[int, dict[int, float]]:
@@ -539,8 +534,3 @@ def _iteration(rw: RankWriter, s: int, it: RankIteration) -> None:
     end = synced + 30 * US
     rw.python_function(f"{RUNNER}(2240): sample_tokens", sample, end - sample)
     rw.python_function(f"{WORKER}(693): sample_tokens", sample - 3 * US, end - sample + 6 * US)
-
-
-def scheduled(knobs: dict) -> bool:
-    """A default vllm-ascend profile has no ProfilerStep (no schedule)."""
-    return False

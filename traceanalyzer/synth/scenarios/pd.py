@@ -33,7 +33,7 @@ from traceanalyzer.synth.scenarios.serving import (
     WORKER,
     Iteration,
     attention_kernel,
-    rank_list,
+    numbers,
 )
 from traceanalyzer.synth.scenarios.timeline import Timeline
 
@@ -66,14 +66,11 @@ P2P = "vllm_ascend/distributed/kv_transfer/kv_p2p/mooncake_connector.py"
 WRITE = "<built-in method batch_transfer_sync_write of PyCapsule object at 0x7f3a2c1b4e70>"
 READ = "<built-in method batch_transfer_sync_read of PyCapsule object at 0x7f3a2c1b4e70>"
 SENDING_TID, RECEIVING_TID = 211, 223  # the connector threads, offsets from the main thread
-LAYER = (
-    KernelSpec("aclnnRmsNorm", "aclnnRmsNorm_RmsNorm_RmsNorm", "RmsNorm", "AI_VECTOR_CORE", 6.0),
-    KernelSpec("aclnnMm", "aclnnMm_MatMulCommon_MatMulV2", "MatMulV2", "AI_CORE", 38.0),
-    None,  # the attention
-    KernelSpec("aclnnMm", "aclnnMm_MatMulCommon_MatMulV2", "MatMulV2", "AI_CORE", 22.0),
-    KernelSpec("aclnnMm", "aclnnMm_MatMulCommon_MatMulV2", "MatMulV2", "AI_CORE", 55.0),
-    KernelSpec("aclnnSwiGlu", "aclnnSwiGlu_SwiGlu_SwiGlu", "SwiGlu", "AI_VECTOR_CORE", 8.0),
-    KernelSpec("aclnnMm", "aclnnMm_MatMulCommon_MatMulV2", "MatMulV2", "AI_CORE", 30.0),
+# the decode layer without the rotary embedding and the residual add; None: the attention
+LAYER = tuple(
+    None if spec.op_type == "FusedInferAttentionScore" else spec
+    for spec in ops.DECODE_LAYER
+    if spec.op_type not in ("ApplyRotaryPosEmb", "Add")
 )
 
 
@@ -104,11 +101,10 @@ def _sample(tl: Timeline, t: int) -> int:
 def _dummy(tl: Timeline, t: int, knobs: dict) -> int:
     """A data-parallel engine's dummy batch after a step without work of its own
     (``execute_dummy_batch`` -> ``_dummy_run``): one layer's forward, no sampling."""
-    rw, rng = tl.rw, tl.rng
+    rw = tl.rw
     start = t
     it = Iteration("decode", knobs["batch"], knobs["batch"])
-    for spec in _layer(it):
-        t = ops.launch_kernel(rw, rng, tl.dev, t, spec, host_us=8)
+    t = tl.launch(t, _layer(it), host_us=8)
     t = ops.synchronize(rw, t, tl.dev.idle_at())
     rw.python_function(f"{RUNNER}(3139): _dummy_run", start, t - start)
     rw.python_function(f"{WORKER}(1048): execute_dummy_batch", start - 2 * US, t - start + 4 * US)
@@ -118,6 +114,15 @@ def _dummy(tl: Timeline, t: int, knobs: dict) -> int:
 def _executed(tl: Timeline, start: int, end: int) -> None:
     tl.rw.python_function(f"{RUNNER}(1838): execute_model", start, end - start)
     tl.rw.python_function(f"{WORKER}(656): execute_model", start - 3 * US, end - start + 6 * US)
+
+
+def _finish(tl: Timeline, start: int, forward_end: int, gap_us: float) -> None:
+    """An iteration's execute_model around its forward, then sample_tokens; the next one
+    starts about ``gap_us`` later."""
+    _executed(tl, start - 2 * US, forward_end + 5 * US)
+    end = _sample(tl, forward_end + 8 * US)
+    tl.rw.flush()
+    tl.t = end + ops.jitter(tl.rng, gap_us)
 
 
 def _send(tl: Timeline, tid: int, ready: int, at: int, knobs: dict) -> int:
@@ -143,8 +148,7 @@ def _prefill(tl: Timeline, knobs: dict) -> None:
         t = start + ops.jitter(rng, 120)
         ready = []
         for _layer_index in range(knobs["layers"]):
-            for spec in _layer(it):
-                t = ops.launch_kernel(rw, rng, dev, t, spec)
+            t = tl.launch(t, _layer(it))
             if knobs["mode"] == "pull":
                 continue
             # the layer's event: recorded on the stream after its last kernel
@@ -161,14 +165,11 @@ def _prefill(tl: Timeline, knobs: dict) -> None:
                 ready = [ready[-1]] * len(ready)
             for layer_ready in ready:
                 free = _send(tl, sender, layer_ready, max(free, start), knobs)
-        _executed(tl, start - 2 * US, forward_end + 5 * US)
-        end = _sample(tl, forward_end + 8 * US)
-        rw.flush()
-        tl.t = end + ops.jitter(rng, 200)
+        _finish(tl, start, forward_end, 200)
 
 
 def _decode(tl: Timeline, knobs: dict) -> None:
-    rw, rng, dev = tl.rw, tl.rng, tl.dev
+    rw, rng = tl.rw, tl.rng
     receiver = rw.main_tid + RECEIVING_TID
     for i in range(knobs["iterations"]):
         if knobs["requests_every"] and i % knobs["requests_every"] == 0:
@@ -196,23 +197,14 @@ def _decode(tl: Timeline, knobs: dict) -> None:
         start = tl.t
         t = start + ops.jitter(rng, 60)
         for _layer_index in range(knobs["layers"]):
-            for spec in _layer(it):
-                t = ops.launch_kernel(rw, rng, dev, t, spec, host_us=8)
-        _executed(tl, start - 2 * US, t + 5 * US)
-        end = _sample(tl, t + 8 * US)
-        rw.flush()
-        tl.t = end + ops.jitter(rng, 80)
+            t = tl.launch(t, _layer(it), host_us=8)
+        _finish(tl, start, t, 80)
 
 
 def run(tl: Timeline, knobs: dict) -> None:
     if knobs["mode"] not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}, not {knobs['mode']!r}")
-    if tl.rw.cfg.rank in rank_list(knobs["prefill_ranks"]):
+    if tl.rw.cfg.rank in numbers(knobs["prefill_ranks"]):
         _prefill(tl, knobs)
     else:
         _decode(tl, knobs)
-
-
-def scheduled(knobs: dict) -> bool:
-    """A default vllm-ascend profile has no ProfilerStep (no schedule)."""
-    return False

@@ -95,9 +95,9 @@ class Iteration:
     no_cache: bool = False  # a prefill of new prompts only: the key is the current K
 
 
-def rank_list(text: str) -> set[int]:
-    """A knob's comma-separated rank numbers (``"0, 3"``) as a set."""
-    return {int(r) for r in str(text).replace(" ", "").split(",") if r}
+def numbers(text: object) -> list[int]:
+    """A knob's comma-separated numbers (``"0, 3"``), in order."""
+    return [int(x) for x in str(text).replace(" ", "").split(",") if x]
 
 
 def markers(knobs: dict) -> set[str]:
@@ -120,14 +120,14 @@ def plan(knobs: dict, rank: int = 0) -> list[Iteration]:
             f"{tuple(conformance.HEADS)}"
         )
     batch, chunk, spec = knobs["batch"], knobs["chunk"], knobs["spec_tokens"]
-    batches = sorted_sizes(knobs["batches"], keep_order=True)
+    batches = numbers(knobs["batches"])
     per_request = 1 + spec
     captured = capture_order(knobs)
     out = [
         Iteration("warmup", size, size // per_request)
         for size in islice(cycle(captured), knobs["warmup"] if captured else 0)
     ]
-    dummy_rank = rank in rank_list(knobs["dummy_ranks"])
+    dummy_rank = rank in numbers(knobs["dummy_ranks"])
     for i in range(knobs["iterations"]):
         if dummy_rank or (
             knobs["dummy_every"] and i % knobs["dummy_every"] == knobs["dummy_every"] - 1
@@ -149,10 +149,9 @@ def plan(knobs: dict, rank: int = 0) -> list[Iteration]:
     return out
 
 
-def sorted_sizes(text: object, keep_order: bool = False) -> list[int]:
-    """A knob's comma-separated sizes (``"1, 2, 4"``), sorted unless ``keep_order``."""
-    sizes = [int(x) for x in str(text).replace(" ", "").split(",") if x]
-    return sizes if keep_order else sorted(set(sizes))
+def sorted_sizes(text: object) -> list[int]:
+    """A knob's comma-separated sizes (``"1, 2, 4"``), sorted."""
+    return sorted(set(numbers(text)))
 
 
 def capture_order(knobs: dict) -> list[int]:
@@ -190,7 +189,7 @@ def attention_kernel(
     case = conformance.case_for(style, batch_kind(it))
     n_q, n_kv = conformance.HEADS[heads]
     dims = conformance.Dims(tokens, requests, n_q, n_kv, HEAD_DIM, BLOCKS, BLOCK_SIZE, MAX_BLOCKS)
-    written, types = case.shapes(dims)
+    written, types = case.inputs(dims)
     dur = {"PagedAttentionMaskNdKernel": 30.0, "UnpadFlashAttentionBF16NdKernel": 80.0}
     spec = KernelSpec(case.api, case.name, case.op_type, case.core, dur.get(case.op_type, 40.0))
     return replace(spec, shapes=written if shapes else "", dtypes=types)
@@ -231,29 +230,6 @@ def _graph_layers(it: Iteration, knobs: dict, tokens: int, requests: int) -> lis
     return [_slowed(_layer(it, knobs, tokens, requests), i, knobs) for i in range(knobs["layers"])]
 
 
-def _replay(tl: Timeline, t: int, kernels: list[KernelSpec]) -> int:
-    """One graph replay: ``aclmdlRIExecuteAsync`` queues the captured kernels (model id set)."""
-    rw, rng, dev = tl.rw, tl.rng, tl.dev
-    dur = ops.jitter(rng, 40)
-    rw.api("AscendCL@", "aclmdlRIExecuteAsync", t + 5 * US, dur - 10 * US, mode="ACL_RTS")
-    rw.cpu_op("acl_graph_replay", t, dur)
-    ready = t + dur + 10 * US
-    for spec in kernels:
-        kdur = ops.jitter(rng, spec.dur_us, 0.1)
-        kstart = dev.place(2, ready, kdur + 1 * US)
-        rw.kernel(
-            2, spec.name, spec.op_type, spec.core, kstart, kdur,
-            model_id=ops.GRAPH_MODEL_ID, in_shapes=spec.shapes, in_types=spec.dtypes,
-        )  # fmt: skip
-    return t + dur + ops.jitter(rng, 4)
-
-
-def _eager(tl: Timeline, t: int, kernels: list[KernelSpec]) -> int:
-    for spec in kernels:
-        t = ops.launch_kernel(tl.rw, tl.rng, tl.dev, t, spec)
-    return t
-
-
 def _forward(tl: Timeline, t: int, it: Iteration, knobs: dict) -> int:
     """The forward's launches: a FULL graph, graph pieces with eager attention, or eager."""
     size = padded(it.tokens, knobs)
@@ -264,22 +240,22 @@ def _forward(tl: Timeline, t: int, it: Iteration, knobs: dict) -> int:
     requests = tokens // (it.tokens // it.requests) if uniform and it.requests else it.requests
     layers = _graph_layers(it, knobs, tokens, requests)
     if mode == "eager" or size is None:
-        return _eager(tl, t, [k for layer in layers for k in layer])
+        return tl.launch(t, [k for layer in layers for k in layer])
     if mode == "full_and_piecewise" and uniform:
-        return _replay(tl, t, [k for layer in layers for k in layer])
+        return ops.graph_replay(tl.rw, tl.rng, tl.dev, t, [k for layer in layers for k in layer])
     # piecewise: the graph pieces between attentions, each attention eager with real shapes
     real = _graph_layers(it, knobs, tokens, it.requests)
     for captured, eager in zip(layers, real, strict=True):
         cut = next(i for i, k in enumerate(captured) if "ttention" in k.name)
-        t = _replay(tl, t, captured[:cut])
+        t = ops.graph_replay(tl.rw, tl.rng, tl.dev, t, captured[:cut])
         attention = replace(
             eager[cut],
             shapes=attention_kernel(
                 it, knobs["style"], it.tokens, it.requests, knobs["shapes"], knobs["heads"]
             ).shapes,
         )
-        t = _eager(tl, t, [attention])
-        t = _replay(tl, t, captured[cut + 1 :])
+        t = tl.launch(t, [attention])
+        t = ops.graph_replay(tl.rw, tl.rng, tl.dev, t, captured[cut + 1 :])
     return t
 
 
@@ -305,10 +281,9 @@ CALL_SITES = {
     "SwiGlu": ("AscendSiluAndMul", "vllm_ascend/ops/activation.py(41): forward_oot"),
 }  # fmt: skip
 RESIDUAL_SITE = (None, f"{MODEL}(229): forward")  # the residual add: in the layer's own forward
-EXTRA_LAUNCH = KernelSpec(
-    "aclnnInplaceCopy", "aclnnInplaceCopy_TensorMoveAiCore_TensorMove", "TensorMove",
-    "AI_VECTOR_CORE", 3.0,
-)  # fmt: skip
+EXTRA_LAUNCH = ops.aclnn_kernel(
+    "InplaceCopy", "TensorMoveAiCore", "TensorMove", "AI_VECTOR_CORE", 3.0
+)
 
 
 def call_sites(layer: list[KernelSpec]) -> list[tuple[str | None, str]]:
@@ -377,7 +352,7 @@ def _warm_up_and_capture(tl: Timeline, t: int, it: Iteration, knobs: dict, kinds
     start = t
     decode = Iteration("spec_decode" if knobs["spec_tokens"] else "decode", it.tokens, it.requests)
     layers = _graph_layers(decode, knobs, it.tokens, it.requests)
-    t = _eager(tl, t, [k for layer in layers for k in layer])
+    t = tl.launch(t, [k for layer in layers for k in layer])
     t = ops.synchronize(rw, t, tl.dev.idle_at())
     _span(tl, kinds, "", f"{RUNNER}(3139): _dummy_run", start, t)
     mode = knobs["graph"]
@@ -394,7 +369,7 @@ def _warm_up_and_capture(tl: Timeline, t: int, it: Iteration, knobs: dict, kinds
         for layer in layers:
             cut = next(i for i, k in enumerate(layer) if "ttention" in k.name)
             t = _capture(tl, t, [layer[:cut]], extra, ids, kinds)
-            t = _eager(tl, t, [layer[cut]])
+            t = tl.launch(t, [layer[cut]])
             t = _capture(tl, t, [layer[cut + 1 :]], False, ids, kinds)
             extra = False
     _span(tl, kinds, "", f"{RUNNER}(3139): _dummy_run", captured, t)
@@ -403,14 +378,7 @@ def _warm_up_and_capture(tl: Timeline, t: int, it: Iteration, knobs: dict, kinds
 
 
 VOCAB = 151936
-SAMPLER = KernelSpec(
-    "aclnnArgMax",
-    "aclnnArgMax_ArgMaxV2_ArgMaxV2",
-    "ArgMaxV2",
-    "AI_VECTOR_CORE",
-    12.0,
-    f"16,{VOCAB}",
-)
+SAMPLER = ops.aclnn_kernel("ArgMax", "ArgMaxV2", "ArgMaxV2", "AI_VECTOR_CORE", 12.0, f"16,{VOCAB}")
 
 
 # the rejection sampler's Triton kernel (vllm-ascend ops/triton/reject_sample.py; a Triton
@@ -432,10 +400,10 @@ def _draft(tl: Timeline, t: int, it: Iteration, knobs: dict) -> int:
     step's own tokens, in the step's attention state, then ``spec_tokens`` - 1 passes of one
     token per request (``llm_base_proposer.py`` ``_run_merged_draft``)."""
     one_layer = {**knobs, "layers": 1}
-    t = _eager(tl, t, _layer(it, one_layer, it.tokens, it.requests))
+    t = tl.launch(t, _layer(it, one_layer, it.tokens, it.requests))
     step = Iteration("decode", it.requests, it.requests)
     for _ in range(knobs["spec_tokens"] - 1):
-        t = _eager(tl, t, _layer(step, one_layer, it.requests, it.requests))
+        t = tl.launch(t, _layer(step, one_layer, it.requests, it.requests))
     return t
 
 

@@ -113,15 +113,7 @@ def transfer(tl: Timeline, knobs: dict, stall_ns: int, in_span: bool, launch_wai
     for s in streams:
         for spec in (ops.DECODE_LAYER[1], ops.DECODE_LAYER[5]):
             kdur = ops.jitter(rng, spec.dur_us, 0.1)
-            rw.kernel(
-                s,
-                spec.name,
-                spec.op_type,
-                spec.core,
-                dev.place(s, start - 400 * US, kdur),
-                kdur,
-                in_shapes=spec.shapes,
-            )
+            ops.run_kernel(rw, s, spec, dev.place(s, start - 400 * US, kdur), kdur)
     if stall_ns > 0:
         blocked_until = queue_waits(tl, streams, stall_ns, start, launch_waits)
         # The transfer stream waits for an event recorded behind those waits.
@@ -146,7 +138,6 @@ def transfer(tl: Timeline, knobs: dict, stall_ns: int, in_span: bool, launch_wai
     end += ops.jitter(rng, 30)
     if in_span:
         rw.cpu_op(SPAN, start, end - start, device_ns=dev_total, self_ns=end - start)
-    rw._count("transfer")
     tl.t = end + ops.jitter(rng, 80)
     rw.flush()
 
@@ -183,9 +174,7 @@ def run(tl: Timeline, knobs: dict) -> None:
         if not sick:
             tl.t = ops.synchronize(rw, tl.t, tl.dev.idle_at(), "aclrtSynchronizeDevice")
         transfer(tl, knobs, stall_ns, in_span=True, launch_waits=False)
-        t = tl.t
-        for spec in ops.DECODE_LAYER:
-            t = ops.launch_kernel(rw, tl.rng, tl.dev, t, spec)
+        t = tl.launch(tl.t, ops.DECODE_LAYER)
         end = ops.synchronize(rw, t, tl.dev.idle_at([2]))
         rw.end_step(end + ops.jitter(tl.rng, 20))
         tl.t = end + ops.jitter(tl.rng, 60)

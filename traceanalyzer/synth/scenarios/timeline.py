@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from random import Random
 from typing import Any
@@ -55,12 +56,15 @@ class Timeline:
             return
         t = self.t
         for _ in range(self.layers):
-            for spec in ops.DECODE_LAYER:
-                t = ops.launch_kernel(
-                    self.rw, self.rng, self.dev, t, spec, host_us=self.knobs.host_us
-                )
+            t = self.launch(t, ops.DECODE_LAYER, self.knobs.host_us)
         self.t = ops.synchronize(self.rw, t, self.dev.idle_at()) + ops.jitter(self.rng, 60)
         self.rw.flush()
+
+    def launch(self, t: int, kernels: Iterable[ops.KernelSpec], host_us: float = 22) -> int:
+        """Launch ``kernels`` eagerly one after the other from ``t``; returns the host time after."""
+        for spec in kernels:
+            t = ops.launch_kernel(self.rw, self.rng, self.dev, t, spec, host_us=host_us)
+        return t
 
     def pad_to(self, target_bytes: int | None) -> None:
         """Add decode steps until trace_view.json reaches about ``target_bytes`` (``--target-mb``)."""
