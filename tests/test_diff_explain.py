@@ -460,10 +460,14 @@ def test_a_phase_without_a_verdict_gets_its_waterfall_when_it_moved() -> None:
     iteration (no noise to judge by) does not."""
     from traceanalyzer.compare.explain import Explanation
     from traceanalyzer.compare.explain_render import waterfall_phases
-    from traceanalyzer.compare.phase_diff import PhaseDelta, PhaseDiff
+    from traceanalyzer.compare.phase_diff import PhaseDelta, PhaseDiff, PhaseSide
 
     def row(phase: str, steps: int) -> PhaseDelta:
-        return PhaseDelta(phase, steps, steps, None, None, 1e6, 1.2e6, 1e6, 1.2e6, 1e6, 1.2e6)
+        base, target = (
+            PhaseSide(steps, None, 1e6, 1e6, 1e6),
+            PhaseSide(steps, None, 1.2e6, 1.2e6, 1.2e6),
+        )
+        return PhaseDelta(phase, base, target)
 
     def explained(phase: str, noise: float | None) -> Explanation:
         return Explanation(phase, 1e6, 1.2e6, noise, [], 2e5)

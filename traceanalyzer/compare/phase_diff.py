@@ -10,7 +10,7 @@ a mix change; a slower decode under the same mix is a decode regression.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from traceanalyzer.compare.explain import Explanation, explain_phases
@@ -27,42 +27,45 @@ NOT_ITERATIONS = ("idle",)  # windows, not iterations: not in the mix
 
 
 @dataclass(frozen=True)
+class PhaseSide:
+    """A phase in one run (no steps: the run has none of it)."""
+
+    steps: int
+    share: float | None  # of the run's iterations
+    p50_ns: float | None
+    p95_ns: float | None
+    mean_ns: float | None
+
+
+@dataclass(frozen=True)
 class PhaseDelta:
-    """One phase in the base and the target run (None: the run has none of it)."""
+    """One phase in the base and the target run."""
 
     phase: str
-    base_steps: int
-    target_steps: int
-    base_share: float | None  # of the run's iterations
-    target_share: float | None
-    base_p50_ns: float | None
-    target_p50_ns: float | None
-    base_p95_ns: float | None
-    target_p95_ns: float | None
-    base_mean_ns: float | None
-    target_mean_ns: float | None
+    base: PhaseSide
+    target: PhaseSide
 
     @property
     def share_change(self) -> float | None:
         if self.phase in NOT_ITERATIONS:
             return None
-        return (self.target_share or 0.0) - (self.base_share or 0.0)
+        return (self.target.share or 0.0) - (self.base.share or 0.0)
 
     @property
     def p50_rel(self) -> float | None:
-        b, t = self.base_p50_ns, self.target_p50_ns
+        b, t = self.base.p50_ns, self.target.p50_ns
         return (t - b) / b if b and t is not None else None
 
     @property
     def compared(self) -> bool:
-        return min(self.base_steps, self.target_steps) >= MIN_STEPS and self.phase != "unknown"
+        return min(self.base.steps, self.target.steps) >= MIN_STEPS and self.phase != "unknown"
 
     @property
     def verdict(self) -> str:
         """``regressed``, ``improved``, ``unchanged``; ``new`` / ``gone`` (in one run only);
         ``too few`` (under :data:`MIN_STEPS` iterations on a side, or no phase known)."""
-        if not self.base_steps or not self.target_steps:
-            return "new" if self.target_steps else "gone"
+        if not self.base.steps or not self.target.steps:
+            return "new" if self.target.steps else "gone"
         if not self.compared or self.p50_rel is None or self.phase in NOT_ITERATIONS:
             return "too few" if self.phase not in NOT_ITERATIONS else "unchanged"
         if self.p50_rel >= PHASE_CHANGE:
@@ -72,16 +75,12 @@ class PhaseDelta:
     def to_dict(self) -> dict[str, Any]:
         return {
             "phase": self.phase,
-            "base": {"steps": self.base_steps, "share": self.base_share,
-                     "p50_ns": self.base_p50_ns, "p95_ns": self.base_p95_ns,
-                     "mean_ns": self.base_mean_ns},
-            "target": {"steps": self.target_steps, "share": self.target_share,
-                       "p50_ns": self.target_p50_ns, "p95_ns": self.target_p95_ns,
-                       "mean_ns": self.target_mean_ns},
+            "base": asdict(self.base),
+            "target": asdict(self.target),
             "share_change": self.share_change,
             "p50_rel": self.p50_rel,
             "verdict": self.verdict,
-        }  # fmt: skip
+        }
 
 
 @dataclass(frozen=True)
@@ -112,14 +111,14 @@ class PhaseDiff:
         at the base's time of each) and the phases' own (each phase's change, at the target's
         weight): ``base_ns``, ``target_ns``, ``mix_ns``, ``phases_ns`` (None: no iterations)."""
         rows = [r for r in self.rows if r.phase not in NOT_ITERATIONS]
-        if not any(r.base_share for r in rows) or not any(r.target_share for r in rows):
+        if not any(r.base.share for r in rows) or not any(r.target.share for r in rows):
             return None
         mix = within = base = target = 0.0
         for r in rows:
-            wb, wt = r.base_share or 0.0, r.target_share or 0.0
-            mb, mt = r.base_mean_ns or 0.0, r.target_mean_ns or 0.0
+            wb, wt = r.base.share or 0.0, r.target.share or 0.0
+            mb, mt = r.base.mean_ns or 0.0, r.target.mean_ns or 0.0
             base, target = base + wb * mb, target + wt * mt
-            if r.base_steps and r.target_steps:
+            if r.base.steps and r.target.steps:
                 mix, within = mix + (wt - wb) * mb, within + wt * (mt - mb)
             else:  # a phase one run lacks weighs in or out whole
                 mix += wt * mt - wb * mb
@@ -131,7 +130,7 @@ class PhaseDiff:
             return None
         moved = [r for r in self.rows if abs(r.share_change or 0.0) >= MIX_SHIFT]
         mix = ", ".join(
-            f"{r.phase} {fmt.percent(r.base_share or 0.0)} -> {fmt.percent(r.target_share or 0.0)}"
+            f"{r.phase} {fmt.percent(r.base.share or 0.0)} -> {fmt.percent(r.target.share or 0.0)}"
             for r in moved
         )
         slower = [r for r in self.rows if r.verdict == "regressed"]
@@ -141,8 +140,8 @@ class PhaseDiff:
             if rows:
                 parts.append(
                     ", ".join(
-                        f"{r.phase} {word} (median {fmt.duration(r.base_p50_ns)} -> "
-                        f"{fmt.duration(r.target_p50_ns)}, {fmt.change(r.p50_rel)})"
+                        f"{r.phase} {word} (median {fmt.duration(r.base.p50_ns)} -> "
+                        f"{fmt.duration(r.target.p50_ns)}, {fmt.change(r.p50_rel)})"
                         for r in rows
                     )
                 )
@@ -203,24 +202,17 @@ def phase_deltas(base: Overview | None, target: Overview | None) -> PhaseDiff:
             return None
         return (row.steps if row else 0) / served[side]
 
-    rows = []
-    for phase in [*b, *(p for p in t if p not in b)]:
-        rb, rt = b.get(phase), t.get(phase)
-        rows.append(
-            PhaseDelta(
-                phase,
-                rb.steps if rb else 0,
-                rt.steps if rt else 0,
-                share(phase, rb, "b"),
-                share(phase, rt, "t"),
-                rb.p50_ns if rb else None,
-                rt.p50_ns if rt else None,
-                rb.p95_ns if rb else None,
-                rt.p95_ns if rt else None,
-                rb.mean.get(STEP) if rb else None,
-                rt.mean.get(STEP) if rt else None,
-            )  # fmt: skip
+    def side(phase: str, row: PhaseRow | None, key: str) -> PhaseSide:
+        if row is None:
+            return PhaseSide(0, share(phase, row, key), None, None, None)
+        return PhaseSide(
+            row.steps, share(phase, row, key), row.p50_ns, row.p95_ns, row.mean.get(STEP)
         )
+
+    rows = [
+        PhaseDelta(phase, side(phase, b.get(phase), "b"), side(phase, t.get(phase), "t"))
+        for phase in [*b, *(p for p in t if p not in b)]
+    ]
     return PhaseDiff(rows)
 
 
@@ -232,12 +224,12 @@ def phase_diff_text(diff: PhaseDiff) -> list[str]:
         share = (
             ""
             if r.share_change is None
-            else f"  {fmt.percent(r.base_share)} -> {fmt.percent(r.target_share)}"
+            else f"  {fmt.percent(r.base.share)} -> {fmt.percent(r.target.share)}"
         )
         lines.append(
-            f"  {r.phase:<12} {r.base_steps:>5} -> {r.target_steps:<5}{share}  "
-            f"p50 {fmt.duration(r.base_p50_ns)} -> {fmt.duration(r.target_p50_ns)}  "
-            f"p95 {fmt.duration(r.base_p95_ns)} -> {fmt.duration(r.target_p95_ns)}  [{r.verdict}]"
+            f"  {r.phase:<12} {r.base.steps:>5} -> {r.target.steps:<5}{share}  "
+            f"p50 {fmt.duration(r.base.p50_ns)} -> {fmt.duration(r.target.p50_ns)}  "
+            f"p95 {fmt.duration(r.base.p95_ns)} -> {fmt.duration(r.target.p95_ns)}  [{r.verdict}]"
         )
     summary = diff.summary()
     return [*lines, f"  {summary}"] if summary else lines
@@ -250,12 +242,12 @@ def phase_diff_html(diff: PhaseDiff) -> str:
     rows = [
         (
             r.phase,
-            f"{r.base_steps} -> {r.target_steps}",
+            f"{r.base.steps} -> {r.target.steps}",
             ""
             if r.share_change is None
-            else f"{fmt.percent(r.base_share)} -> {fmt.percent(r.target_share)}",
-            f"{fmt.duration(r.base_p50_ns)} -> {fmt.duration(r.target_p50_ns)}",
-            f"{fmt.duration(r.base_p95_ns)} -> {fmt.duration(r.target_p95_ns)}",
+            else f"{fmt.percent(r.base.share)} -> {fmt.percent(r.target.share)}",
+            f"{fmt.duration(r.base.p50_ns)} -> {fmt.duration(r.target.p50_ns)}",
+            f"{fmt.duration(r.base.p95_ns)} -> {fmt.duration(r.target.p95_ns)}",
             f'<span class="{verdict_class.get(r.verdict, "")}">{esc(r.verdict)}</span>',
         )
         for r in diff.rows

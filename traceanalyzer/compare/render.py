@@ -178,9 +178,9 @@ def render_diff_markdown(diff: DiffResult, plot_files: Mapping[str, str]) -> str
         lines += ["## Findings", "", *md_table(["status", "rule", "ranks", "title"], rows), ""]
     if diff.phases.rows:
         rows = [
-            [r.phase, f"{r.base_steps} -> {r.target_steps}",
-             f"{fmt.duration(r.base_p50_ns)} -> {fmt.duration(r.target_p50_ns)}",
-             f"{fmt.duration(r.base_mean_ns)} -> {fmt.duration(r.target_mean_ns)}", r.verdict]
+            [r.phase, f"{r.base.steps} -> {r.target.steps}",
+             f"{fmt.duration(r.base.p50_ns)} -> {fmt.duration(r.target.p50_ns)}",
+             f"{fmt.duration(r.base.mean_ns)} -> {fmt.duration(r.target.mean_ns)}", r.verdict]
             for r in diff.phases.rows
         ]  # fmt: skip
         headers = ["phase", "iterations", "median", "mean", "verdict"]
