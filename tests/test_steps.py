@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 from traceanalyzer.derived.derive import compute_tasks, derive_ranks, read_slices
 from traceanalyzer.derived.launches import launches_of
-from traceanalyzer.derived.parameters import default_params
+from traceanalyzer.derived.stage import step_params
 from traceanalyzer.derived.tables import steps_of
 from traceanalyzer.ingest import ingest
 from traceanalyzer.overview.model import Overview, read_overview
@@ -234,7 +234,7 @@ def test_ranks_derived_together_give_what_each_gives_alone(tmp_path: Path) -> No
             for name, frames in tables.items()
         }
     )
-    params = default_params()
+    params = step_params()
 
     def derived(store: Store, ranks: list[int]) -> pl.DataFrame:
         slices = read_slices(store, ranks, params)
