@@ -15,8 +15,9 @@ import polars as pl
 import pytest
 from click.testing import CliRunner
 
-from traceanalyzer.derived.derive import derive_ranks
-from traceanalyzer.derived.parameters import default_params
+from traceanalyzer.derived.derive import compute_tasks, derive_ranks, read_slices
+from traceanalyzer.derived.launches import launches_of
+from traceanalyzer.derived.stage import step_params
 from traceanalyzer.derived.tables import steps_of
 from traceanalyzer.ingest import ingest
 from traceanalyzer.overview.model import Overview, read_overview
@@ -233,10 +234,16 @@ def test_ranks_derived_together_give_what_each_gives_alone(tmp_path: Path) -> No
             for name, frames in tables.items()
         }
     )
-    params = default_params()
+    params = step_params()
+
+    def derived(store: Store, ranks: list[int]) -> pl.DataFrame:
+        slices = read_slices(store, ranks, params)
+        launches = launches_of(store, ranks)
+        return derive_ranks(store, ranks, params, launches, slices, compute_tasks(slices))
+
     for store in (shared, renamed):
-        together = derive_ranks(store, range(len(styles)), params)
-        alone = pl.concat([derive_ranks(store, [rank], params) for rank in range(len(styles))])
+        together = derived(store, list(range(len(styles))))
+        alone = pl.concat([derived(store, [rank]) for rank in range(len(styles))])
         assert together.equals(alone)
         sources = (
             together.filter(pl.col("step_source") != "gap")

@@ -602,6 +602,17 @@ class _Axis:
             labels = self._fixed_labels(ticks, ticks)
         return ticks, labels, offset
 
+    def widest(self, labels: Iterable[str]) -> float:
+        """The width of the widest of the tick ``labels``, as cut."""
+        size = self.tick_size * PT
+        return max((text_width(shorten(t, self.max_chars), size) for t in labels), default=0)
+
+    def depth(self, labels: Sequence[str]) -> float:
+        """How far the x tick ``labels`` reach below their top, rotated."""
+        rot = math.radians(self.rotation)
+        size = self.tick_size * PT
+        return self.widest(labels) * math.sin(rot) + size * math.cos(rot) if labels else 0
+
     def _fixed_labels(
         self, ticks: list[float], given: list[float] | None, names: Mapping[int, str] | None = None
     ) -> list[str]:
@@ -907,22 +918,19 @@ class ChartAxes:
         need = {"left": PAD, "right": PAD, "top": PAD, "bottom": PAD}
         for ax in (self, *self._twins):
             _, labels, _ = ax._y.tick_marks(height)
-            size = ax._y.tick_size * PT
-            widest = max((text_width(shorten(t, ax._y.max_chars), size) for t in labels), default=0)
+            widest = ax._y.widest(labels)
             extra = ax._y.label_size * PT * 1.3 + 4 if ax._y.label else 0
             side = "left" if ax is self else "right"
             need[side] = max(need[side], TICK_LEN + TICK_PAD + widest + extra + 4)
         size = self._x.tick_size * PT
         _, labels, offset = self._x.tick_marks(width)
-        widest = max((text_width(shorten(t, self._x.max_chars), size) for t in labels), default=0)
-        rot = math.radians(self._x.rotation)
-        tall = widest * math.sin(rot) + size * math.cos(rot) if labels else 0
-        need["bottom"] = TICK_LEN + TICK_PAD + tall + PAD
+        widest = self._x.widest(labels)
+        need["bottom"] = TICK_LEN + TICK_PAD + self._x.depth(labels) + PAD
         if self._x.label:
             need["bottom"] += self._x.label_size * PT * 1.3 + 2
         if offset:
             need["bottom"] += size * 1.2
-        if not rot:  # the last tick label is centred on the axis end
+        if not self._x.rotation:  # the last tick label is centred on the axis end
             need["right"] = max(need["right"], widest / 2 + PAD)
         if self._title:
             need["top"] = self._title[1] * PT * 1.2 + 6 * PT + PAD
@@ -954,9 +962,7 @@ class ChartAxes:
             out.append(f'<g class="data" clip-path="url(#{clip})">{body}</g>')
         right = self._twin_of is not None
         spine_x = x1 if right else x0
-        out.append(
-            f'<path d="M{_f(spine_x)} {_f(y0)}V{_f(y1)}" stroke="{SPINE}" stroke-width="{_f(0.8 * PT)}"/>'
-        )
+        out.append(_spine(f"M{_f(spine_x)} {_f(y0)}V{_f(y1)}"))
         out += _y_ticks(self._y, sy, yt, yl, spine_x, right, (x0, y0, x1, y1))
         if yoff:
             out.append(
@@ -971,9 +977,7 @@ class ChartAxes:
                 )
             )
         if not right:
-            out.append(
-                f'<path d="M{_f(x0)} {_f(y1)}H{_f(x1)}" stroke="{SPINE}" stroke-width="{_f(0.8 * PT)}"/>'
-            )
+            out.append(_spine(f"M{_f(x0)} {_f(y1)}H{_f(x1)}"))
             out += _x_ticks(self._x, sx, xt, xl, xoff, (x0, y0, x1, y1))
             if self._title:
                 out.append(_title(self._title, x0, x1, y0, self._chart.width))
@@ -1143,15 +1147,11 @@ def _x_ticks(
     ha = axis.ha or ("right" if axis.rotation else "center")
     for t, label in zip(ticks, labels, strict=True):
         x = sx(t)
-        out.append(
-            f'<path d="M{_f(x)} {_f(y1)}v{_f(TICK_LEN)}" stroke="{SPINE}" stroke-width="{_f(0.8 * PT)}"/>'
-        )
+        out.append(_spine(f"M{_f(x)} {_f(y1)}v{_f(TICK_LEN)}"))
         out.append(
             _label(x, base, label, size, ha, "top", MUTED, axis.rotation, limit=axis.max_chars)
         )
-    widest = max((text_width(shorten(t, axis.max_chars), size) for t in labels), default=0)
-    rot = math.radians(axis.rotation)
-    below = base + (widest * math.sin(rot) + size * math.cos(rot) if labels else 0)
+    below = base + axis.depth(labels)
     if offset:
         out.append(_label(x1, below + 2, offset, size, "right", "top", MUTED))
         below += size * 1.2
@@ -1176,9 +1176,7 @@ def _y_ticks(
     out = []
     for t, label in zip(ticks, labels, strict=True):
         y = sy(t)
-        out.append(
-            f'<path d="M{_f(spine)} {_f(y)}h{_f(sign * TICK_LEN)}" stroke="{SPINE}" stroke-width="{_f(0.8 * PT)}"/>'
-        )
+        out.append(_spine(f"M{_f(spine)} {_f(y)}h{_f(sign * TICK_LEN)}"))
         out.append(
             _label(
                 spine + sign * (TICK_LEN + TICK_PAD),
@@ -1192,13 +1190,18 @@ def _y_ticks(
             )
         )
     if axis.label:
-        widest = max((text_width(shorten(t, axis.max_chars), size) for t in labels), default=0)
+        widest = axis.widest(labels)
         x = spine + sign * (TICK_LEN + TICK_PAD + widest + 4 + axis.label_size * PT * 0.5)
         y = (box[1] + box[3]) / 2
         out.append(
             _label(x, y, axis.label, axis.label_size * PT, "center", "center", INK, rotation=90)
         )
     return out
+
+
+def _spine(d: str) -> str:
+    """A spine or tick mark along the path ``d``."""
+    return f'<path d="{d}" stroke="{SPINE}" stroke-width="{_f(0.8 * PT)}"/>'
 
 
 def _grid_line(axis: _Axis, x0: float, y0: float, x1: float, y1: float) -> str:

@@ -21,7 +21,7 @@ from typing import Protocol, TypeVar
 
 import polars as pl
 
-from traceanalyzer.intervals import Frame, uncovered, union_intervals
+from traceanalyzer.intervals import Frame, asof_join, uncovered, union_intervals
 from traceanalyzer.vocabulary import (
     ALLOC_APIS,
     COMMUNICATION_PROCESSES,
@@ -125,15 +125,7 @@ def _gap_overlaps(gaps: pl.DataFrame, intervals: pl.DataFrame, flag: str) -> pl.
     merged = union_intervals(intervals).rename({"start_ns": "_s", "end_ns": "_e"}).sort("_s")
     return (
         gaps.sort("start_ns")
-        .join_asof(
-            merged,
-            left_on="start_ns",
-            right_on="_s",
-            by=keys,
-            strategy="backward",
-            allow_exact_matches=False,
-            check_sortedness=False,
-        )  # fmt: skip
+        .pipe(asof_join, merged, "start_ns", "_s", keys, allow_exact_matches=False)
         .with_columns((pl.col("_e").fill_null(-1) > pl.col("prev_end_ns")).alias(flag))
         .drop("_s", "_e")
     )
@@ -154,14 +146,7 @@ def _covered_before(points: pl.DataFrame, merged: pl.DataFrame, at: str) -> pl.S
         points.select(*keys, at)
         .with_row_index("_row")
         .sort(at)
-        .join_asof(
-            before.rename({"start_ns": "_s", "end_ns": "_e"}),
-            left_on=at,
-            right_on="_s",
-            by=keys,
-            strategy="backward",
-            check_sortedness=False,
-        )
+        .pipe(asof_join, before.rename({"start_ns": "_s", "end_ns": "_e"}), at, "_s", keys)
         .sort("_row")
     )
     inside = pl.min_horizontal(pl.col(at), pl.col("_e")) - pl.col("_s")

@@ -14,7 +14,7 @@ contributes to a union or a covered fraction.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 import polars as pl
 
@@ -27,6 +27,19 @@ DEFAULT_KEYS: tuple[str, ...] = ("rank", "session")
 # --------------------------------------------------------------------------------------------
 # Interval joins
 # --------------------------------------------------------------------------------------------
+
+
+def asof_join(
+    points: Frame, rows: Frame, at: str, start: str, by: str | Sequence[str], **options: Any
+) -> Frame:
+    """``points`` with the columns of the row of ``rows`` of their ``by`` key whose ``start`` is
+    the latest at or before each point's ``at`` (``strategy="forward"``: the earliest at or
+    after; the other ``options`` are polars' ``join_asof``'s). Both come sorted on their key:
+    polars cannot check that within ``by`` groups."""
+    options = {"strategy": "backward", **options}
+    return points.join_asof(
+        rows, left_on=at, right_on=start, by=by, check_sortedness=False, **options
+    )
 
 
 def overlap_join(
@@ -343,10 +356,7 @@ def window_of(
     joined = (
         points.with_row_index("_row")
         .sort(at)
-        .join_asof(
-            right, left_on=at, right_on="_ws", by=list(by), strategy="backward",
-            check_sortedness=False,
-        )
+        .pipe(asof_join, right, at, "_ws", list(by))
         .with_columns(pl.when(inside).then(pl.col(c)).alias(c) for c in [*keep, "_ws", "_we"])
         .sort("_row")
     )  # fmt: skip

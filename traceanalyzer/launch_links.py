@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 
 import polars as pl
 
-from traceanalyzer.intervals import Frame, outermost
+from traceanalyzer.intervals import Frame, asof_join, outermost
 from traceanalyzer.vocabulary import CANN_PROCESS, GRAPH_REPLAY_APIS, HARDWARE_PROCESS
 
 LAUNCH_COLUMNS = ("launch_name", "launch_op", "launch_start_ns", "launch_end_ns", "launch_thread")
@@ -182,14 +182,7 @@ def containing_call(
             .sort("call_start_ns")
             .collect()
         )
-        return ordered.join_asof(
-            ordered_calls,
-            left_on=at,
-            right_on="call_start_ns",
-            by=thread,
-            strategy="backward",
-            check_sortedness=False,
-        )
+        return asof_join(ordered, ordered_calls, at, "call_start_ns", thread)
 
     def outer_tier() -> pl.DataFrame:
         tier = outer_calls if outer_calls is not None else outermost(calls.lazy(), by=thread)
@@ -256,13 +249,12 @@ def _with_launch_op(launched: pl.DataFrame, calls: pl.DataFrame, host_process: s
 def _replay_links(tasks: pl.DataFrame, replays: pl.DataFrame) -> pl.DataFrame:
     graph_tasks = tasks.filter(pl.col("model_id").is_not_null()).sort("start_ns")
     launches = pl.concat([replays.select("rank", "session"), _as_launch(replays)], how="horizontal")
-    hit = graph_tasks.join_asof(
+    hit = asof_join(
+        graph_tasks,
         launches.sort("launch_start_ns"),
-        left_on="start_ns",
-        right_on="launch_start_ns",
-        by=["rank", "session"],
-        strategy="backward",
-        check_sortedness=False,
+        "start_ns",
+        "launch_start_ns",
+        ["rank", "session"],
     )
     return _link(hit.filter(pl.col("launch_name").is_not_null()), "graph_replay")
 

@@ -39,7 +39,7 @@ from traceanalyzer.derived.tables import steps_of
 from traceanalyzer.engine.config import ConfigError, namespace_params
 from traceanalyzer.engine.params import Param, Params
 from traceanalyzer.engine.rule import Rule
-from traceanalyzer.intervals import window_of
+from traceanalyzer.intervals import asof_join, window_of
 from traceanalyzer.store import Store
 
 NAME = "memory"
@@ -225,9 +225,7 @@ def _held(samples: pl.DataFrame, at: pl.DataFrame, value: str, name: str) -> pl.
     return (
         at.with_row_index("_row")
         .sort("ts_ns")
-        .join_asof(
-            right, on="ts_ns", by=["rank", "session"], strategy="backward", check_sortedness=False
-        )
+        .pipe(asof_join, right, "ts_ns", "ts_ns", ["rank", "session"])
         .sort("_row")
         .drop("_row")
     )
@@ -306,12 +304,12 @@ def _step_memory(series: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
         windows.select("rank", "session", "_w", pl.col("start_ns").alias("ts_ns"))
         .join(series.select("series").unique(), how="cross")
         .sort("ts_ns")
-        .join_asof(
+        .pipe(
+            asof_join,
             series.drop("_delta").sort("ts_ns"),
-            on="ts_ns",
-            by=["rank", "session", "series"],
-            strategy="backward",
-            check_sortedness=False,
+            "ts_ns",
+            "ts_ns",
+            ["rank", "session", "series"],
         )
         .drop_nulls("value_mb")
         .with_columns(pl.lit(None, pl.Float64).alias("_delta"))

@@ -41,36 +41,29 @@ def _event(*fields: tuple[str, pl.Expr]) -> pl.Expr:
     return pl.lit("{") + pl.concat_str(pairs, separator=",", ignore_nulls=True) + pl.lit("}")
 
 
+# the metadata events of a process and of a thread: (event, its arg, the column it is read from);
+# the name is written always, the others only when the column is set
+PROCESS_METADATA = (
+    ("process_name", "name", "process"),
+    ("process_labels", "labels", "process_label"),
+    ("process_sort_index", "sort_index", "process_sort_index"),
+)
+THREAD_METADATA = (
+    ("thread_name", "name", "thread"),
+    ("thread_sort_index", "sort_index", "thread_sort_index"),
+)
+
+
 def _metadata(threads: pl.DataFrame) -> list[dict[str, Any]]:
-    events: list[dict[str, Any]] = []
     processes = threads.unique("pid", keep="first", maintain_order=True)
-    for p in processes.iter_rows(named=True):
-        base = {"ph": "M", "pid": p["pid"], "tid": 0}
-        events.append({**base, "name": "process_name", "args": {"name": p["process"]}})
-        if p["process_label"] is not None:
-            events.append(
-                {**base, "name": "process_labels", "args": {"labels": p["process_label"]}}
-            )
-        if p["process_sort_index"] is not None:
-            events.append(
-                {
-                    **base,
-                    "name": "process_sort_index",
-                    "args": {"sort_index": p["process_sort_index"]},
-                }
-            )
-    for t in threads.iter_rows(named=True):
-        base = {"ph": "M", "pid": t["pid"], "tid": t["tid"]}
-        events.append({**base, "name": "thread_name", "args": {"name": t["thread"]}})
-        if t["thread_sort_index"] is not None:
-            events.append(
-                {
-                    **base,
-                    "name": "thread_sort_index",
-                    "args": {"sort_index": t["thread_sort_index"]},
-                }
-            )
-    return events
+    owners = [(p, 0, PROCESS_METADATA) for p in processes.iter_rows(named=True)]
+    owners += [(t, t["tid"], THREAD_METADATA) for t in threads.iter_rows(named=True)]
+    return [
+        {"ph": "M", "pid": row["pid"], "tid": tid, "name": name, "args": {arg: row[column]}}
+        for row, tid, fields in owners
+        for i, (name, arg, column) in enumerate(fields)
+        if i == 0 or row[column] is not None
+    ]
 
 
 def _slice_events(frame: pl.DataFrame) -> pl.Series:

@@ -28,7 +28,7 @@ import polars as pl
 
 from traceanalyzer.derived.phases import first_dim
 from traceanalyzer.engine.params import Param
-from traceanalyzer.intervals import pair_windows, window_of
+from traceanalyzer.intervals import asof_join, pair_windows, window_of
 from traceanalyzer.store import Store
 from traceanalyzer.vocabulary import (
     CANN_PROCESS,
@@ -186,13 +186,13 @@ def _sized(
         .sort("start_ns")
     )
     warmed = (
-        kernels.join_asof(
+        asof_join(
+            kernels,
             ordered.select(*KEYS, pl.col("start_ns").alias("_begin"), "_after").sort("_begin"),
-            left_on="start_ns",
-            right_on="_begin",
-            by=KEYS,
+            "start_ns",
+            "_begin",
+            KEYS,
             strategy="forward",
-            check_sortedness=False,
         )
         .filter(pl.col("start_ns") > pl.col("_after"))
         .group_by(*KEYS, "_begin")

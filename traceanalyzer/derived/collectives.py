@@ -35,7 +35,7 @@ import polars as pl
 from traceanalyzer.derived.device import DEVICE_TASKS, EXCHANGE_OPS
 from traceanalyzer.derived.stage import TABLE as STEPS
 from traceanalyzer.executor import SMALL_WORK_BYTES
-from traceanalyzer.intervals import union_intervals, window_of
+from traceanalyzer.intervals import asof_join, union_intervals, window_of
 from traceanalyzer.stages import Stage, declare, rows_of
 from traceanalyzer.store import Store
 from traceanalyzer.vocabulary import (
@@ -115,10 +115,7 @@ def _split(ops: pl.DataFrame, tasks: pl.DataFrame) -> pl.DataFrame:
     placed = (
         tasks.select("rank", "session", "thread", "name", "task_type", "start_ns", "end_ns")
         .sort("start_ns")
-        .join_asof(
-            windows, left_on="start_ns", right_on="_os", by=["rank", "session"],
-            check_sortedness=False,
-        )
+        .pipe(asof_join, windows, "start_ns", "_os", ["rank", "session"])
         .filter(pl.col("_op").is_not_null() & (pl.col("start_ns") < pl.col("_oe")))
         .pipe(_clip, "_os", "_oe")
     )  # fmt: skip

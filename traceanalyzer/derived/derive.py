@@ -15,7 +15,7 @@ from collections.abc import Collection
 
 import polars as pl
 
-from traceanalyzer.derived.launches import CALLS, derive_launches, launches_of
+from traceanalyzer.derived.launches import CALLS, derive_launches
 from traceanalyzer.derived.parameters import NAMESPACE
 from traceanalyzer.derived.phases import attention_evidence, classify, marker_counts
 from traceanalyzer.derived.windows import (
@@ -176,26 +176,19 @@ def derive_ranks(
     store: Store,
     ranks: Collection[int],
     p: Params,
-    launches: pl.DataFrame | None = None,
-    slices: pl.LazyFrame | None = None,
-    compute: pl.DataFrame | None = None,
+    launches: pl.DataFrame,
+    slices: pl.LazyFrame,
+    compute: pl.DataFrame,
 ) -> pl.DataFrame:
     """Every step of ``ranks``' sessions (``rank`` and :data:`STEP_COLUMNS`), in time order.
-    ``launches``: the ranks' launches when the caller derived them (at the default graph-replay
-    calls), else read from the store (derived there if it has none); ``slices``: what
-    :func:`read_slices` gives, when the caller read it (it reads the device tasks too);
-    ``compute``: the compute kernels of those slices (:func:`compute_tasks`), when the caller
-    derived them (the EP exchanges read them too)."""
+    ``launches``: the ranks' launches at the default graph-replay calls (derived again at
+    others); ``slices``: what :func:`read_slices` gives (read once for the device tasks too);
+    ``compute``: the compute kernels of those slices (:func:`compute_tasks`, which the EP
+    exchanges read too)."""
     wanted = sorted(ranks)
     if tuple(p.replay_apis) != GRAPH_REPLAY_APIS:
         launches = derive_launches(store, wanted, p.replay_apis)
-    elif launches is None:
-        launches = launches_of(store, wanted)
     sessions = store.table("sessions").filter(pl.col("rank").is_in(wanted)).collect()
-    if slices is None:
-        slices = read_slices(store, wanted, p)
-    if compute is None:
-        compute = compute_tasks(slices)
     if len(wanted) == 1:
         steps = _derive(store, wanted, slices, sessions, launches, compute, p)
         return steps.select(pl.lit(wanted[0], pl.Int32).alias("rank"), pl.all())

@@ -35,7 +35,7 @@ from traceanalyzer.derived.launches import TABLE as LAUNCHES
 from traceanalyzer.derived.stage import TABLE as STEPS
 from traceanalyzer.engine.params import Param, Params
 from traceanalyzer.executor import SMALL_WORK_BYTES
-from traceanalyzer.intervals import window_of
+from traceanalyzer.intervals import asof_join, window_of
 from traceanalyzer.stages import Read, Stage, declare, rows_of
 from traceanalyzer.store import Store
 from traceanalyzer.vocabulary import COMMUNICATION_PROCESSES
@@ -223,14 +223,7 @@ def _cut(placed: pl.DataFrame, p: Any) -> pl.DataFrame:
     )
     # every kernel takes the segment its start lies in: the main sequence's segments in time
     bounds = seq.group_by(*step, "_segment").agg(pl.col("start_ns").min().alias("_from"))
-    out = placed.sort("start_ns").join_asof(
-        bounds.sort("_from"),
-        left_on="start_ns",
-        right_on="_from",
-        by=step,
-        strategy="backward",
-        check_sortedness=False,
-    )
+    out = asof_join(placed.sort("start_ns"), bounds.sort("_from"), "start_ns", "_from", step)
     segment = pl.col("_segment")
     before_sampling = pl.col("start_ns") < pl.col("_sampled")
     return out.with_columns(

@@ -29,7 +29,7 @@ from traceanalyzer.derived.device import DEVICE_TASKS, EXCHANGE_OPS, EXCHANGE_PA
 from traceanalyzer.derived.stage import TABLE as STEPS
 from traceanalyzer.engine.params import Param, Params
 from traceanalyzer.executor import SMALL_WORK_BYTES
-from traceanalyzer.intervals import window_of
+from traceanalyzer.intervals import asof_join, window_of
 from traceanalyzer.patterns import any_of
 from traceanalyzer.stages import Stage, declare, rows_of
 from traceanalyzer.store import Store
@@ -141,13 +141,13 @@ def layers_in(
         .select("rank", "session", "_x", pl.col("end_ns").alias("_xe"))
         .sort("_xe")
     )
-    placed = kernels.join_asof(
+    placed = asof_join(
+        kernels,
         following.cast({"rank": kernels.schema["rank"]}),
-        left_on="start_ns",
-        right_on="_xe",
-        by=["rank", "session"],
+        "start_ns",
+        "_xe",
+        ["rank", "session"],
         strategy="forward",
-        check_sortedness=False,
     ).filter(pl.col("_x").is_not_null())
     placed = placed.join(
         shapes.cast({"rank": placed.schema["rank"]}),

@@ -9,7 +9,7 @@ sources it cites).
 
 from __future__ import annotations
 
-from traceanalyzer.engine.params import Param, Params
+from traceanalyzer.engine.params import Param
 from traceanalyzer.vocabulary import CAPTURE_BEGIN_API, CAPTURE_END_API, GRAPH_REPLAY_APIS
 
 # The parameter namespace of the derivation (`--set steps.idle_gap_ms=2`).
@@ -171,8 +171,3 @@ STEP_PARAMS: dict[str, Param] = {
         GRAPH_REPLAY_APIS, "Host calls that replay a captured graph (aclgraph / NPUGraph)."
     ),
 }
-
-
-def default_params() -> Params:
-    """The derivation's parameters at their defaults."""
-    return Params({name: p.default for name, p in STEP_PARAMS.items()})

@@ -23,7 +23,7 @@ from __future__ import annotations
 import polars as pl
 
 from traceanalyzer.engine.params import Params
-from traceanalyzer.intervals import outermost
+from traceanalyzer.intervals import asof_join, outermost
 from traceanalyzer.kernels import kernel_tasks
 from traceanalyzer.vocabulary import COMPUTE_TASK_TYPES, NOT_HOST_PROCESSES
 
@@ -67,14 +67,8 @@ def _cores_and_samples(cores: pl.DataFrame, samples: pl.DataFrame, source: str) 
     belongs to the latest core that began before it; the window ends with the later of the two."""
     cores = cores.sort("session", "start_ns").with_row_index("_core")
     if not samples.is_empty():
-        owner = samples.sort("start_ns").join_asof(
-            cores.select("session", "_core", pl.col("start_ns").alias("_core_start")),
-            left_on="start_ns",
-            right_on="_core_start",
-            by="session",
-            strategy="backward",
-            check_sortedness=False,
-        )
+        starts = cores.select("session", "_core", pl.col("start_ns").alias("_core_start"))
+        owner = asof_join(samples.sort("start_ns"), starts, "start_ns", "_core_start", "session")
         ends = owner.group_by("_core").agg(pl.col("end_ns").max().alias("_sample_end"))
         cores = cores.join(ends, on="_core", how="left").with_columns(
             pl.max_horizontal("end_ns", "_sample_end").alias("end_ns")
@@ -114,15 +108,14 @@ def _outside(spans: pl.DataFrame, covers: pl.DataFrame) -> pl.DataFrame:
     """The ``spans`` that no span of ``covers`` contains."""
     if spans.is_empty() or covers.is_empty():
         return spans
-    covering = spans.sort("start_ns").join_asof(
+    covering = asof_join(
+        spans.sort("start_ns"),
         covers.sort("start_ns").select(
             "session", pl.col("start_ns").alias("_s"), pl.col("end_ns").alias("_e")
         ),
-        left_on="start_ns",
-        right_on="_s",
-        by="session",
-        strategy="backward",
-        check_sortedness=False,
+        "start_ns",
+        "_s",
+        "session",
     )
     alone = covering.filter(pl.col("_e").is_null() | (pl.col("_e") < pl.col("end_ns")))
     return alone.drop("_s", "_e")
@@ -254,13 +247,12 @@ def _with_idle_gaps(windows: pl.DataFrame, tasks: pl.DataFrame, p: Params) -> pl
     following = pl.col("start_ns").shift(-1).over("session")
     ordered = ordered.with_row_index("_i").with_columns(following.alias("_next"))
     if not tasks.is_empty():
-        placed = tasks.sort("start_ns").join_asof(
+        placed = asof_join(
+            tasks.sort("start_ns"),
             ordered.select("session", "_i", pl.col("start_ns").alias("_ws"), "end_ns", "_next"),
-            left_on="start_ns",
-            right_on="_ws",
-            by="session",
-            strategy="backward",
-            check_sortedness=False,
+            "start_ns",
+            "_ws",
+            "session",
             suffix="_w",
         )
         tail = placed.filter(
@@ -297,14 +289,7 @@ def window_index(points: pl.DataFrame, windows: pl.DataFrame, at: str = "start_n
     )
     return (
         points.sort(at)
-        .join_asof(
-            spans.sort("_ws"),
-            left_on=at,
-            right_on="_ws",
-            by="session",
-            strategy="backward",
-            check_sortedness=False,
-        )
+        .pipe(asof_join, spans.sort("_ws"), at, "_ws", "session")
         .filter(pl.col(at) < pl.col("_we"))
         .drop("_ws", "_we")
     )
