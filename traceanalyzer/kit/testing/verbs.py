@@ -238,9 +238,10 @@ class FixtureVerbs(ABC):
         self._land_api(ApiCall(layer, api, start, dur, thread, connection_id, mode))
         return self
 
-    def replay(self: V, *, start_ns: int, dur_ns: int = 30_000) -> V:
-        """``AscendCL@aclmdlRIExecuteAsync``: one graph replay (its tasks carry a ``model_id``)."""
-        return self.api("aclmdlRIExecuteAsync", start_ns=start_ns, dur_ns=dur_ns)
+    def replay(self: V, *, start_ns: int, dur_ns: int = 30_000, thread: str | None = None) -> V:
+        """``AscendCL@aclmdlRIExecuteAsync``: one graph replay (its tasks carry a ``model_id``)
+        on ``thread`` (None: the CANN thread)."""
+        return self.api("aclmdlRIExecuteAsync", start_ns=start_ns, dur_ns=dur_ns, thread=thread)
 
     # ---- device ---------------------------------------------------------------------------
     def task(
