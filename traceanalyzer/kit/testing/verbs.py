@@ -425,15 +425,4 @@ class FixtureVerbs(ABC):
         return type(self).__name__
 
 
-VERBS = (
-    "span",
-    "step",
-    "api",
-    "replay",
-    "task",
-    "kernel",
-    "compute_task",
-    "event_wait",
-    "memcpy_async",
-    "counter",
-)
+VERBS = tuple(name for name in vars(FixtureVerbs) if not name.startswith("_"))  # its public methods
