@@ -58,9 +58,9 @@ class RankBuilder(FixtureVerbs):
     """Records what happened on one rank; :meth:`write` renders a complete ``*_ascend_pt`` dir.
 
     The shared verbs (``span``, ``step``, ``api``, ``replay``, ``task``, ``kernel``,
-    ``memcpy_async``, ``counter``) are :class:`FixtureVerbs`'; a host thread left None is the
-    main thread. Only the files have :meth:`capture`, :meth:`collective`, :meth:`metadata` and
-    :meth:`env`.
+    ``compute_task``, ``event_wait``, ``memcpy_async``, ``counter``, ``memory``) are
+    :class:`FixtureVerbs`'; a host thread left None is the main thread. Only the files have
+    :meth:`capture`, :meth:`collective`, :meth:`metadata` and :meth:`env`.
     """
 
     def __init__(

@@ -14,7 +14,8 @@ that works on a fixture works on ingested data::
     store = b.store()
 
 The verbs it shares with the synthetic generator's ``RankBuilder`` (``span``, ``step``, ``api``,
-``replay``, ``task``, ``kernel``, ``memcpy_async``, ``counter``, ``memory``) are defined once, in
+``replay``, ``task``, ``kernel``, ``compute_task``, ``event_wait``, ``memcpy_async``,
+``counter``, ``memory``) are defined once, in
 :class:`~traceanalyzer.kit.testing.verbs.FixtureVerbs`; here they take the ``rank`` and
 ``session`` the rows belong to first (:func:`per_session`), and :class:`_SessionRows` lands
 their facts as rows. The other verbs write rows a generator composes from events (``session``,
@@ -134,6 +135,8 @@ class StoreBuilder:
     replay = per_session(FixtureVerbs.replay)
     task = per_session(FixtureVerbs.task)
     kernel = per_session(FixtureVerbs.kernel)
+    compute_task = per_session(FixtureVerbs.compute_task)
+    event_wait = per_session(FixtureVerbs.event_wait)
     memcpy_async = per_session(FixtureVerbs.memcpy_async)
     counter = per_session(FixtureVerbs.counter)
     memory = per_session(FixtureVerbs.memory)

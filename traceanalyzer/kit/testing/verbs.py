@@ -1,5 +1,6 @@
 """The verbs both fixture builders speak, defined once: ``span``, ``step``, ``api``, ``replay``,
-``task``, ``kernel``, ``memcpy_async``, ``counter`` and ``memory``.
+``task``, ``kernel``, ``compute_task``, ``event_wait``, ``memcpy_async``, ``counter`` and
+``memory``.
 
 :class:`FixtureVerbs` holds each verb's signature, defaults, documentation and argument checks
 (times are exact int ns, ``us()`` writes microseconds; :class:`Launch` is a task's host launch),
@@ -237,9 +238,10 @@ class FixtureVerbs(ABC):
         self._land_api(ApiCall(layer, api, start, dur, thread, connection_id, mode))
         return self
 
-    def replay(self: V, *, start_ns: int, dur_ns: int = 30_000) -> V:
-        """``AscendCL@aclmdlRIExecuteAsync``: one graph replay (its tasks carry a ``model_id``)."""
-        return self.api("aclmdlRIExecuteAsync", start_ns=start_ns, dur_ns=dur_ns)
+    def replay(self: V, *, start_ns: int, dur_ns: int = 30_000, thread: str | None = None) -> V:
+        """``AscendCL@aclmdlRIExecuteAsync``: one graph replay (its tasks carry a ``model_id``)
+        on ``thread`` (None: the CANN thread)."""
+        return self.api("aclmdlRIExecuteAsync", start_ns=start_ns, dur_ns=dur_ns, thread=thread)
 
     # ---- device ---------------------------------------------------------------------------
     def task(
@@ -298,6 +300,43 @@ class FixtureVerbs(ABC):
         kernel = Kernel(name, stream, start, dur, op_type, core, *shapes, model_id, launch)
         self._land_kernel(kernel)
         return self
+
+    def compute_task(
+        self: V,
+        name: str = DEFAULT_KERNEL,
+        *,
+        stream: int = 2,
+        start_ns: int,
+        dur_ns: int,
+        core: str = "AI_CORE",
+        model_id: int | None = None,
+        connection_id: int | None = None,
+        launch: Launch | None = None,
+    ) -> V:
+        """A compute task alone (task type ``core``) on ``Ascend Hardware`` stream ``stream``:
+        a :meth:`kernel` without its kernel_details row, as a Level0 export, or a fixture whose
+        rule reads no op info, has it. The other keywords are :meth:`task`'s."""
+        return self.task(
+            name,
+            stream=stream,
+            start_ns=start_ns,
+            dur_ns=dur_ns,
+            task_type=core,
+            model_id=model_id,
+            connection_id=connection_id,
+            launch=launch,
+        )
+
+    def event_wait(self: V, *, stream: int, start_ns: int, dur_ns: int) -> V:
+        """``EVENT_WAIT`` (task type ``EVENT_WAIT_SQE``): ``stream`` waits for an event another
+        stream records (``aclrtStreamWaitEvent``)."""
+        return self.task(
+            "EVENT_WAIT",
+            stream=stream,
+            start_ns=start_ns,
+            dur_ns=dur_ns,
+            task_type="EVENT_WAIT_SQE",
+        )
 
     def memcpy_async(
         self: V,
@@ -386,4 +425,4 @@ class FixtureVerbs(ABC):
         return type(self).__name__
 
 
-VERBS = ("span", "step", "api", "replay", "task", "kernel", "memcpy_async", "counter")
+VERBS = tuple(name for name in vars(FixtureVerbs) if not name.startswith("_"))  # its public methods
