@@ -98,9 +98,9 @@ class _Recording(LocalExecutor):
         super().__init__()
         self.tasks: list[tuple] = []
 
-    def map(self, fn, args, labels=None, width=None):  # noqa: ANN001, ANN201
+    def _map(self, fn, args, width, timeouts):  # noqa: ANN001, ANN201
         self.tasks += args
-        return super().map(fn, args, labels, width)
+        return super()._map(fn, args, width, timeouts)
 
 
 def test_a_changed_parameter_re_evaluates_only_that_rule(warm: tuple[Path, dict]) -> None:

@@ -24,7 +24,7 @@ import os
 from collections.abc import Collection
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from traceanalyzer.compare.overview_diff import ComponentDelta, overview_deltas
 from traceanalyzer.compare.phase_diff import PhaseDiff, phase_deltas
@@ -42,7 +42,7 @@ from traceanalyzer.report.documents import read_findings
 from traceanalyzer.store import Store, StoreError
 
 Status = Literal["new", "resolved", "changed", "unchanged"]
-STATUSES: tuple[Status, ...] = ("new", "resolved", "changed", "unchanged")  # as reports list them
+STATUSES: tuple[Status, ...] = get_args(Status)  # as reports list them
 REL_TOLERANCE = 0.01  # metric changes below 1% are noise, not "changed"
 NO_PRESENTATION = Presentation()  # a rule not loaded: its cost in its units, its own metrics plain
 
@@ -191,8 +191,8 @@ class DiffResult:
         ):
             if ranks:
                 notes.append(
-                    f"{rank_words(ranks)} only in {here} (absent from {there}): its findings there are "
-                    f"{'resolved' if here == 'base' else 'new'} by absence, not by a change"
+                    f"{rank_words(ranks)} only in {here} (absent from {there}): its findings "
+                    f"there are {'resolved' if here == 'base' else 'new'} by absence, not by a change"
                 )
         return notes + ([self.workload_note] if self.workload_note else [])
 

@@ -66,7 +66,8 @@ def change_cell(rel: float | None, better: bool | None) -> str:
     """A relative change (:func:`~traceanalyzer.report.fmt.change`), green when ``better``, red
     when worse ("" when unknown)."""
     kind = {True: "delta-good", False: "delta-bad"}.get(better, "")  # type: ignore[arg-type]
-    return f'<span class="{kind}">{esc(fmt.change(rel))}</span>' if fmt.change(rel) else ""
+    text = fmt.change(rel)
+    return f'<span class="{kind}">{esc(text)}</span>' if text else ""
 
 
 def chip(text: Any, kind: str = "plain") -> str:
