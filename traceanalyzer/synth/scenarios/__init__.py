@@ -88,60 +88,47 @@ def convert(value: Any, default: Any, key: str) -> Any:
     return value
 
 
-def _variants(module: Any, twin: str, **options: Any) -> dict[str, Scenario]:
+def _variants(module: Any, twin: str, **options: Any) -> list[Scenario]:
     """The sick variants of ``module``'s scenario (its ``SICK_KNOBS``): its knobs, the sick ones
     changed; ``twin`` says whose knobs they take and which is healthy."""
-    return {
-        name: Scenario(name, module.run, {**module.KNOBS, **sick}, f"{help_} ({twin})", **options)
+    return [
+        Scenario(name, module.run, {**module.KNOBS, **sick}, f"{help_} ({twin})", **options)
         for name, (sick, help_) in module.SICK_KNOBS.items()
-    }
+    ]
 
 
-SCENARIOS: dict[str, Scenario] = {
-    "capture-growth": Scenario(
-        "capture-growth", capture.run, capture.KNOBS, capture.HELP, sessions=capture.sessions
-    ),
-    "capture-healthy": Scenario(
+_ALL = (
+    Scenario("capture-growth", capture.run, capture.KNOBS, capture.HELP, sessions=capture.sessions),
+    Scenario(
         "capture-healthy",
         capture.run,
         capture.HEALTHY_KNOBS,
         capture.HEALTHY_HELP,
         sessions=capture.sessions,
     ),
-    "store-stall": Scenario("store-stall", store.run, store.KNOBS, store.HELP, store.metadata),
-    "store-healthy": Scenario(
-        "store-healthy", store.run, store.HEALTHY_KNOBS, store.HEALTHY_HELP, store.metadata
-    ),
-    "inference-baseline": Scenario(
-        "inference-baseline", baseline.run, baseline.KNOBS, baseline.HELP
-    ),
-    "aicpu-fallback": Scenario(
-        "aicpu-fallback", device.run_aicpu, device.AICPU_KNOBS, device.AICPU_HELP
-    ),
-    "aicore-throttle": Scenario(
-        "aicore-throttle", device.run_throttle, device.THROTTLE_KNOBS, device.THROTTLE_HELP
-    ),
-    "late-rank-decode": Scenario(
+    Scenario("store-stall", store.run, store.KNOBS, store.HELP, store.metadata),
+    Scenario("store-healthy", store.run, store.HEALTHY_KNOBS, store.HEALTHY_HELP, store.metadata),
+    Scenario("inference-baseline", baseline.run, baseline.KNOBS, baseline.HELP),
+    Scenario("aicpu-fallback", device.run_aicpu, device.AICPU_KNOBS, device.AICPU_HELP),
+    Scenario("aicore-throttle", device.run_throttle, device.THROTTLE_KNOBS, device.THROTTLE_HELP),
+    Scenario(
         "late-rank-decode", device.run_straggler, device.STRAGGLER_KNOBS, device.STRAGGLER_HELP
     ),
-    "debug-settings": Scenario(
-        "debug-settings", device.run_risky, device.RISKY_KNOBS, device.RISKY_HELP
-    ),
-    "serving": Scenario(
+    Scenario("debug-settings", device.run_risky, device.RISKY_KNOBS, device.RISKY_HELP),
+    Scenario(
         "serving",
         causes.with_causes(serving.run),
         {**serving.KNOBS, **causes.KNOBS},
         serving.HELP + causes.HELP,
         scheduled=serving.scheduled,
     ),
-    "moe-ep": Scenario("moe-ep", moe.run, moe.KNOBS, moe.HELP, scheduled=never),
-    "pd-kv": Scenario("pd-kv", pd.run, pd.KNOBS, pd.HELP, scheduled=never),
-    "memory": Scenario(
-        "memory", memory.run, memory.KNOBS, memory.HELP, scheduled=serving.scheduled
-    ),
-    **_variants(memory, "memory knobs; `memory` is the healthy twin", scheduled=serving.scheduled),
-    **_variants(baseline, "inference-baseline knobs; the baseline is the healthy twin"),
-}
+    Scenario("moe-ep", moe.run, moe.KNOBS, moe.HELP, scheduled=never),
+    Scenario("pd-kv", pd.run, pd.KNOBS, pd.HELP, scheduled=never),
+    Scenario("memory", memory.run, memory.KNOBS, memory.HELP, scheduled=serving.scheduled),
+    *_variants(memory, "memory knobs; `memory` is the healthy twin", scheduled=serving.scheduled),
+    *_variants(baseline, "inference-baseline knobs; the baseline is the healthy twin"),
+)
+SCENARIOS: dict[str, Scenario] = {sc.name: sc for sc in _ALL}
 
 
 def get_scenario(name: str) -> Scenario:
