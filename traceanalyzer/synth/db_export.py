@@ -28,6 +28,7 @@ from pathlib import Path
 
 from traceanalyzer.synth.memory import OperatorMemory, Record
 from traceanalyzer.synth.profiles import Generation
+from traceanalyzer.synth.trace_view import DeviceTask
 
 SCHEMA_VERSION = "1.0.0"
 FRAMEWORK_STRING_BASE = 1 << 28  # torch_npu numbers its strings from here, msprof from 0
@@ -441,38 +442,26 @@ class DbExport:
         """The host API of ``conn`` launched a device task (a HostToDevice flow)."""
         self._cat(conn, "HostToDevice")
 
-    def task(
-        self,
-        stream: int,
-        task_type: str,
-        start: int,
-        dur: int,
-        *,
-        task_id: int,
-        conn: int,
-        model_id: int,
-        context: int,
-        depth: int = 0,
-    ) -> int:
+    def task(self, task: DeviceTask, task_type: str, depth: int = 0) -> int:
         """A TASK row (``task_type`` is the runtime's: MEMCPY_ASYNC, KERNEL_AIVEC, SDMA, ...);
         returns its globalTaskId."""
         gid = self._task_ids
         self._task_ids += 1
-        self._device_conns.setdefault((self._hw_pid, stream, start), conn)
+        self._device_conns.setdefault((self._hw_pid, task.stream, task.start), task.conn)
         self.rows.add(
             "INSERT INTO TASK VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
-                start,
-                start + dur,
+                task.start,
+                task.start + task.dur,
                 self.device,
-                conn,
+                task.conn,
                 gid,
                 self.ospid,
                 self.msprof(task_type),
-                context,
-                stream,
-                task_id,
-                model_id,
+                task.context,
+                task.stream,
+                task.task_id,
+                task.model_id,
                 depth,
             ),
         )

@@ -60,10 +60,10 @@ from traceanalyzer.synth.tables import (
     write_module_mem,
     write_step_trace,
 )
-from traceanalyzer.synth.trace_view import TraceView
+from traceanalyzer.synth.trace_view import NO_ID, DeviceTask, TraceView
 from traceanalyzer.vocabulary import CORE_TASK_TYPE
 
-INVALID_MODEL = 4294967295
+INVALID_MODEL = NO_ID
 # The Text export's notify id of a copy step (uint64 max); SQLite's INTEGER holds int64, where
 # msprof records it as int64 max.
 _NOTIFY_NONE = (1 << 63) - 1
@@ -75,9 +75,6 @@ _PLANE_STEPS = (
     ("Notify_Wait", "Notify Wait", "LOCAL", "INVALID_TYPE", 0.02, 0.0),
     ("Memcpy", "SDMA", "SDMA", "HCCS", 108.46, 18.9),
 )
-# How far the Db's envelope tasks (a collective's own record, a MIX kernel's parent) reach
-# beyond what they envelop, each side.
-ENVELOPE_LEAD_NS = 1_500
 EXPORT_TYPES = ("text", "db")
 # torch_npu's `export_type` options: Text, Db, or both ([Text, Db]).
 EXPORTS: dict[str, tuple[str, ...]] = {"text": ("text",), "db": ("db",), "both": EXPORT_TYPES}
@@ -386,29 +383,22 @@ class RankWriter:
         conn: int | None = None,
         extra: dict | None = None,
         model_id: int = INVALID_MODEL,
-        subtask: int = 4294967295,
+        subtask: int = NO_ID,
     ) -> int:
         """A device task without op info (memcpy, waits, records): trace only, no kernel_details row."""
         conn = self.next_conn() if conn is None else conn
         extra_s = "".join(
             f", {js(k)}: {json.dumps(v, ensure_ascii=False)}" for k, v in (extra or {}).items()
         )
-        task_id = self.next_task_id(stream)
-        shown = (name, task_type, extra_s)
-        self._device_task(stream, name, start, dur, task_id, conn, model_id, subtask, shown=shown)
+        task = DeviceTask(stream, start, dur, self.next_task_id(stream), conn, model_id, subtask)
+        self._device_task(task, name, shown=(name, task_type, extra_s))
         self._device_seen(start, start + dur)
         return conn
 
     def _device_task(
         self,
-        stream: int,
+        task: DeviceTask,
         runtime_type: str,
-        start: int,
-        dur: int,
-        task_id: int,
-        conn: int,
-        model_id: int,
-        context: int,
         *,
         shown: tuple[str, str, str] | None = None,
         depth: int = 0,
@@ -419,26 +409,13 @@ class RankWriter:
         kernel = None
         if shown is not None:
             name, task_type, extra = shown
-            self.tv.hw_task(
-                stream, name, task_type, start, dur, task_id, conn, model_id, context, extra
-            )
+            self.tv.hw_task(task, name, task_type, extra)
             kernel = name if name != runtime_type else None  # runtime tasks: named by their type
         if self._task_time is not None:
-            row = [self.cfg.dev, kernel or "N/A", runtime_type, stream, task_id, dur / 1000]
-            self._task_time.row(row + [csv_ts(start), csv_ts(start + dur)])
-        if not self.db:
-            return None
-        return self.db.task(
-            stream,
-            runtime_type,
-            start,
-            dur,
-            task_id=task_id,
-            conn=conn,
-            model_id=model_id,
-            context=context,
-            depth=depth,
-        )
+            ids = [self.cfg.dev, kernel or "N/A", runtime_type, task.stream, task.task_id]
+            times = [task.dur / 1000, csv_ts(task.start), csv_ts(task.start + task.dur)]
+            self._task_time.row(ids + times)
+        return self.db.task(task, runtime_type, depth) if self.db else None
 
     def _device_seen(self, start: int, end: int) -> None:
         step = self._step_of(start)
@@ -467,21 +444,16 @@ class RankWriter:
         """A kernel: HW slice with op info, kernel_details row, op_statistic entry, Computing slice."""
         conn = self.next_conn() if conn is None else conn
         task_id = self.next_task_id(stream)
-        subtask = 0 if core.startswith("MIX") else 4294967295
-        task_type = CORE_TASK_TYPE.get(core, core)
         mix = core.startswith("MIX")
-        db_task = self._device_task(
-            stream, KERNEL_TASK_TYPE[core], start, dur, task_id, conn, model_id, subtask,
-            shown=(name, task_type, ""), depth=int(mix),
-        )  # fmt: skip
+        subtask = 0 if mix else NO_ID
+        task = DeviceTask(stream, start, dur, task_id, conn, model_id, subtask)
+        shown = (name, CORE_TASK_TYPE.get(core, core), "")
+        db_task = self._device_task(task, KERNEL_TASK_TYPE[core], shown=shown, depth=int(mix))
         if mix:
             # msprof alone records a MIX kernel's parent task around its subtask (the trace
             # draws none), undescribed, with the launch's runtime type (real G2 export:
             # KERNEL_AICORE, 1-2 µs each side).
-            self._device_task(
-                stream, "KERNEL_AICORE", start - ENVELOPE_LEAD_NS, dur + 2 * ENVELOPE_LEAD_NS,
-                task_id, conn, model_id, 4294967295,
-            )  # fmt: skip
+            self._device_task(task.envelope(), "KERNEL_AICORE")
         self._device_seen(start, start + dur)
         self.op_stat.add(op_type, core, dur)
         self._compute.append((start, start + dur))
@@ -502,7 +474,7 @@ class RankWriter:
                 f'"{out_shapes}"',
                 out_types,
                 formats,
-                subtask if subtask != 4294967295 else "N/A",  # Context ID: FFTS+ (MIX) only
+                subtask if mix else "N/A",  # Context ID: FFTS+ (MIX) only
             ]
             row += kernel_row_tail(self.gen, core, dur)
         db_row = None
@@ -597,10 +569,8 @@ class RankWriter:
                         est,
                         bw,
                     )
-                    task = self._device_task(
-                        stream, hw, t, step_ns, task_id, conn, INVALID_MODEL, context,
-                        shown=(hw, hw, ""), depth=1,
-                    )  # fmt: skip
+                    sent = DeviceTask(stream, t, step_ns, task_id, conn, INVALID_MODEL, context)
+                    task = self._device_task(sent, hw, shown=(hw, hw, ""), depth=1)
                     if self.db is not None and task is not None:
                         self.db.comm_task(
                             task,
@@ -619,10 +589,8 @@ class RankWriter:
             # msprof alone records the op itself as one more task over its steps on the
             # stream (the trace draws it on the communication process), undescribed, typed
             # AI_CORE (real G2 export), with the op's connection.
-            self._device_task(
-                stream, "AI_CORE", start - ENVELOPE_LEAD_NS, dur + 2 * ENVELOPE_LEAD_NS,
-                task_id, conn, INVALID_MODEL, 4294967295,
-            )  # fmt: skip
+            whole = DeviceTask(stream, start, dur, task_id, conn, INVALID_MODEL, NO_ID)
+            self._device_task(whole.envelope(), "AI_CORE")
         if self.level == 0:
             row = _level0_row(name, self.gen.comm_core, start, dur)
         else:

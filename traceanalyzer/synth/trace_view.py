@@ -13,12 +13,34 @@ seconds while producing the same bytes ``json.dumps`` would.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import NamedTuple
 
 from traceanalyzer.synth.fmt import dur_us, js, ts_us
 from traceanalyzer.synth.profiles import Generation
 from traceanalyzer.synth.spool import Spool
 
 OVERLAP_THREADS = ("Computing", "Communication", "Communication(Not Overlapped)", "Free")
+NO_ID = 4294967295  # msprof's "none" of a model or context id (uint32 max)
+# How far the Db's envelope tasks (a collective's own record, a MIX kernel's parent) reach
+# beyond what they envelop, each side.
+ENVELOPE_LEAD_NS = 1_500
+
+
+class DeviceTask(NamedTuple):
+    """One task on a device stream as msprof records it (the trace's and the Db's TASK)."""
+
+    stream: int
+    start: int
+    dur: int
+    task_id: int
+    conn: int
+    model_id: int
+    context: int  # the subtask (FFTS+ context) id; NO_ID: none
+
+    def envelope(self) -> DeviceTask:
+        """The undescribed task msprof alone records around this one, without a context."""
+        lead = ENVELOPE_LEAD_NS
+        return self._replace(start=self.start - lead, dur=self.dur + 2 * lead, context=NO_ID)
 
 
 class TraceView:
@@ -157,35 +179,23 @@ class TraceView:
         )
         self._slice("CANN", layer + api, tid, start, dur, args)
 
-    def hw_task(
-        self,
-        stream: int,
-        name: str,
-        task_type: str,
-        start: int,
-        dur: int,
-        task_id: int,
-        conn: int,
-        model_id: int = 4294967295,
-        subtask: int = 4294967295,
-        extra: str = "",
-    ) -> None:
-        self.hw_streams.add(stream)
+    def hw_task(self, task: DeviceTask, name: str, task_type: str, extra: str) -> None:
+        self.hw_streams.add(task.stream)
         args = (
             '"Model Id": %d, "Task Type": %s, "%s": %d, "Task Id": %d, "Batch Id": 0, '
             '"Subtask Id": %d, "connection_id": %d%s'
             % (
-                model_id,
+                task.model_id,
                 js(task_type),
                 self.gen.hw_stream_arg,
-                stream,
-                task_id,
-                subtask,
-                conn,
+                task.stream,
+                task.task_id,
+                task.context,
+                task.conn,
                 extra,
             )
         )
-        self._slice("Ascend Hardware", name, stream, start, dur, args)
+        self._slice("Ascend Hardware", name, task.stream, task.start, task.dur, args)
 
     def comm_op(
         self, tid: int, name: str, start: int, dur: int, conn: int, dtype: str, alg: str, count: int
