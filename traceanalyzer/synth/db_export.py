@@ -28,9 +28,12 @@ from pathlib import Path
 
 from traceanalyzer.synth.memory import OperatorMemory, Record
 from traceanalyzer.synth.profiles import Generation
-from traceanalyzer.synth.trace_view import DeviceTask
+from traceanalyzer.synth.trace_view import COMM_ALG, COMM_DTYPE, CommStep, DeviceTask
 
 SCHEMA_VERSION = "1.0.0"
+# A copy step's notify id: none, uint64 max in the Text export; SQLite's INTEGER holds int64,
+# where msprof records it as int64 max.
+_NOTIFY_NONE = (1 << 63) - 1
 FRAMEWORK_STRING_BASE = 1 << 28  # torch_npu numbers its strings from here, msprof from 0
 MEMORY_STRING_BASE = 1 << 29  # ... and its memory records' (components, operator names) from here
 
@@ -522,8 +525,6 @@ class DbExport:
         *,
         conn: int,
         group: str,
-        data_type: str,
-        alg: str,
         count: int,
         op_type: str,
     ) -> Callable[[int], None]:
@@ -531,7 +532,7 @@ class DbExport:
         time as kernel_details.csv lists it, known once the chunk's kernels are ordered)."""
         op_id = self._comm_ops[name] = len(self._comm_ops) + 1
         self._device_conns[(self._comm_pid, 0, start)] = conn
-        dtype = _CODES["ENUM_HCCL_DATA_TYPE"][data_type]
+        dtype = _CODES["ENUM_HCCL_DATA_TYPE"][COMM_DTYPE]
         row = (
             self.msprof(name),
             start,
@@ -540,7 +541,7 @@ class DbExport:
             self.msprof(group),
             op_id,
             dtype,
-            self.msprof(alg),
+            self.msprof(COMM_ALG),
             count,
             self.msprof(op_type),
         )
@@ -553,37 +554,23 @@ class DbExport:
 
         return write
 
-    def comm_task(
-        self,
-        task: int,
-        op: str,
-        task_type: str,
-        *,
-        plane: int,
-        group: str,
-        notify_id: int,
-        src: int,
-        dst: int,
-        transport: str,
-        size: int,
-        link: str,
-    ) -> None:
+    def comm_task(self, task: int, op: str, step: CommStep, group: str) -> None:
         """The COMMUNICATION_TASK_INFO of the TASK ``task``, one step of the op ``op``."""
         self.rows.add(
             "INSERT INTO COMMUNICATION_TASK_INFO VALUES (?, ?, ?, ?, ?, ?, 65535, ?, ?, ?, ?, ?, ?, ?)",
             (
                 self.msprof(op),
                 task,
-                self.msprof(task_type),
-                plane,
+                self.msprof(step.kind),
+                step.plane,
                 self.msprof(group),
-                notify_id,
-                src,
-                dst,
-                _CODES["ENUM_HCCL_TRANSPORT_TYPE"][transport],
-                size,
+                _NOTIFY_NONE if step.notify is None else step.notify,
+                step.src,
+                step.dst,
+                _CODES["ENUM_HCCL_TRANSPORT_TYPE"][step.transport],
+                step.size,
                 _CODES["ENUM_HCCL_DATA_TYPE"]["INVALID_TYPE"],
-                _CODES["ENUM_HCCL_LINK_TYPE"][link],
+                _CODES["ENUM_HCCL_LINK_TYPE"][step.link],
                 self._comm_ops[op],
             ),
         )

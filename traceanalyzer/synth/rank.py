@@ -60,13 +60,10 @@ from traceanalyzer.synth.tables import (
     write_module_mem,
     write_step_trace,
 )
-from traceanalyzer.synth.trace_view import NO_ID, DeviceTask, TraceView
+from traceanalyzer.synth.trace_view import NO_ID, CommStep, DeviceTask, TraceView
 from traceanalyzer.vocabulary import CORE_TASK_TYPE
 
 INVALID_MODEL = NO_ID
-# The Text export's notify id of a copy step (uint64 max); SQLite's INTEGER holds int64, where
-# msprof records it as int64 max.
-_NOTIFY_NONE = (1 << 63) - 1
 NOMINAL_MHZ = 1800  # AI Core frequency of Atlas A2/A3 at full speed
 _LAYER_LEVEL = {"AscendCL@": "acl", "Runtime@": "runtime", "Node@": "node", "Model@": "model"}
 # A collective's two steps on each plane: (trace name, hardware name, transport, link,
@@ -519,7 +516,7 @@ class RankWriter:
             item_id="Launch_Ffts",
         )
         self.h2d(conn, True, host_tid, host_start, self.comm_pid, 0, start)
-        self.tv.comm_op(0, name, start, dur, conn, "FP16", "MESH-RING", count)
+        self.tv.comm_op(name, start, dur, conn, count)
         db_op = None
         if self.db:
             db_op = self.db.comm_op(
@@ -528,8 +525,6 @@ class RankWriter:
                 dur,
                 conn=conn,
                 group=self.cfg.group_hash,
-                data_type="FP16",
-                alg="MESH-RING",
                 count=count,
                 op_type=f"hcom_{op}_",
             )
@@ -537,7 +532,8 @@ class RankWriter:
         self._device_seen(start, start + dur)
         transit = max(dur - wait_ns, 1000) // 2
         if self.level > 0:
-            peers = [p for p in self.cfg.group if p != self.cfg.rank] or [1]
+            rank = self.cfg.rank
+            peers = [p for p in self.cfg.group if p != rank] or [1]
             factor = {p: (slow_peers or {}).get(p, 1.0) for p in peers}
             share = transit / sum(factor.values())  # one nominal link's part of the transit
             t = start
@@ -552,39 +548,14 @@ class RankWriter:
                 for (kind, hw, transport, link, est, bw), (step_ns, context, moved, notify) in zip(
                     _PLANE_STEPS, sized, strict=True
                 ):
-                    self.tv.comm_task(
-                        ctx % 8,
-                        kind,
-                        t,
-                        step_ns,
-                        stream,
-                        task_id,
-                        context,
-                        self.cfg.rank,
-                        peer,
-                        moved,
-                        transport,
-                        link,
-                        "18446744073709551615" if notify is None else str(notify),
-                        est,
-                        bw,
+                    part = CommStep(
+                        ctx % 8, kind, rank, peer, moved, transport, link, notify, est, bw
                     )
                     sent = DeviceTask(stream, t, step_ns, task_id, conn, INVALID_MODEL, context)
+                    self.tv.comm_task(sent, part)
                     task = self._device_task(sent, hw, shown=(hw, hw, ""), depth=1)
                     if self.db is not None and task is not None:
-                        self.db.comm_task(
-                            task,
-                            name,
-                            kind,
-                            plane=ctx % 8,
-                            group=self.cfg.group_hash,
-                            notify_id=_NOTIFY_NONE if notify is None else notify,
-                            src=self.cfg.rank,
-                            dst=peer,
-                            transport=transport,
-                            size=moved,
-                            link=link,
-                        )
+                        self.db.comm_task(task, name, part, self.cfg.group_hash)
                     t += step_ns
             # msprof alone records the op itself as one more task over its steps on the
             # stream (the trace draws it on the communication process), undescribed, typed

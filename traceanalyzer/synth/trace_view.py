@@ -21,6 +21,7 @@ from traceanalyzer.synth.spool import Spool
 
 OVERLAP_THREADS = ("Computing", "Communication", "Communication(Not Overlapped)", "Free")
 NO_ID = 4294967295  # msprof's "none" of a model or context id (uint32 max)
+COMM_DTYPE, COMM_ALG = "FP16", "MESH-RING"  # every synthetic collective's data type, algorithm
 # How far the Db's envelope tasks (a collective's own record, a MIX kernel's parent) reach
 # beyond what they envelop, each side.
 ENVELOPE_LEAD_NS = 1_500
@@ -41,6 +42,22 @@ class DeviceTask(NamedTuple):
         """The undescribed task msprof alone records around this one, without a context."""
         lead = ENVELOPE_LEAD_NS
         return self._replace(start=self.start - lead, dur=self.dur + 2 * lead, context=NO_ID)
+
+
+class CommStep(NamedTuple):
+    """One step of a collective on one plane, as its trace event and its Db record (besides
+    its task) describe it."""
+
+    plane: int
+    kind: str  # Notify_Wait, Memcpy
+    src: int
+    dst: int
+    size: int  # bytes
+    transport: str
+    link: str
+    notify: int | None  # the notify id it waits on; None: none (a copy)
+    est_us: float  # the trace's estimated duration
+    bandwidth: float  # GB/s (the trace's)
 
 
 class TraceView:
@@ -197,57 +214,40 @@ class TraceView:
         )
         self._slice("Ascend Hardware", name, task.stream, task.start, task.dur, args)
 
-    def comm_op(
-        self, tid: int, name: str, start: int, dur: int, conn: int, dtype: str, alg: str, count: int
-    ) -> None:
-        self.comm_tids.add(tid)
+    def comm_op(self, name: str, start: int, dur: int, conn: int, count: int) -> None:
+        """A collective's group op (tid 0 of the communication process)."""
+        self.comm_tids.add(0)
         args = (
             '"connection_id": %d, "model id": 4294967295, "data_type": %s, "alg_type": %s, '
-            '"count": %d' % (conn, js(dtype), js(alg), count)
+            '"count": %d' % (conn, js(COMM_DTYPE), js(COMM_ALG), count)
         )
-        self._slice(self.gen.comm_process, name, tid, start, dur, args)
+        self._slice(self.gen.comm_process, name, 0, start, dur, args)
 
-    def comm_task(
-        self,
-        plane: int,
-        name: str,
-        start: int,
-        dur: int,
-        stream: int,
-        task_id: int,
-        ctx: int,
-        src: int,
-        dst: int,
-        size: int,
-        transport: str,
-        link: str,
-        notify_id: str,
-        est: float,
-        bw: float,
-    ) -> None:
-        tid = plane + 1
+    def comm_task(self, task: DeviceTask, step: CommStep) -> None:
+        tid = step.plane + 1
         self.comm_tids.add(tid)
+        notify = "18446744073709551615" if step.notify is None else str(step.notify)  # uint64 max
         args = (
             '"notify_id": %s, "duration estimated(us)": %r, "stream id": %d, "task id": %d, '
             '"context id": %d, "task type": %s, "src rank": %d, "dst rank": %d, '
             '"transport type": %s, "size(Byte)": %d, "data type": "INVALID_TYPE", "link type": %s, '
             '"bandwidth(GB/s)": %r, "model id": 4294967295'
             % (
-                js(notify_id),
-                est,
-                stream,
-                task_id,
-                ctx,
-                js(name),
-                src,
-                dst,
-                js(transport),
-                size,
-                js(link),
-                bw,
+                js(notify),
+                step.est_us,
+                task.stream,
+                task.task_id,
+                task.context,
+                js(step.kind),
+                step.src,
+                step.dst,
+                js(step.transport),
+                step.size,
+                js(step.link),
+                step.bandwidth,
             )
         )
-        self._slice(self.gen.comm_process, name, tid, start, dur, args)
+        self._slice(self.gen.comm_process, step.kind, tid, task.start, task.dur, args)
 
     def h2d_flow(
         self, flow_id: str, src_tid: int, src_ts: int, dst_pid: int, dst_tid: int, dst_ts: int
