@@ -75,35 +75,29 @@ def _fia_no_cache(d: Dims) -> tuple[str, str]:
     )
 
 
+def _paged(
+    d: Dims,
+    query: str,
+    cache: str,
+    mask: bool = True,
+    more: dict[int, tuple[str, str]] | None = None,
+) -> tuple[str, str]:
+    """FIA on a paged cache: the query (0), the cache view as key and value (1, 2), the lengths,
+    the block table (14) and ``more`` slots."""
+    slots = {0: (query, BF16), 1: (cache, BF16), 2: (cache, BF16), **_lengths(d, mask=mask)}
+    return fia_inputs({**slots, 14: (f"{d.B},{d.max_blocks}", INT32), **(more or {})})
+
+
 def _fia_paged(d: Dims) -> tuple[str, str]:
-    cache = f"{d.blocks},{d.block_size},{d.kv_width}"
-    return fia_inputs(
-        {
-            0: (f"{d.T},{d.Nq},{d.D}", BF16),
-            1: (cache, BF16),
-            2: (cache, BF16),
-            **_lengths(d),
-            14: (f"{d.B},{d.max_blocks}", INT32),
-        }
-    )
+    return _paged(d, f"{d.T},{d.Nq},{d.D}", f"{d.blocks},{d.block_size},{d.kv_width}")
 
 
 def _mla(d: Dims, query: str, spec: bool) -> tuple[str, str]:
     """MLA on the latent cache ``blocks,1,bs,512``, the rope parts in 24/25: decode (layout
     BNSD_NBSD: the query ``B,N,1,512``, dim 0 is B, S = 1; ``actual_seq_lengths`` absent) or,
     with a speculative config, ``spec`` (layout TND_NTD: the query ``T,N,512``)."""
-    cache = f"{d.blocks},1,{d.block_size},512"
-    return fia_inputs(
-        {
-            0: (f"{query},512", BF16),
-            1: (cache, BF16),
-            2: (cache, BF16),
-            **_lengths(d, mask=spec),
-            14: (f"{d.B},{d.max_blocks}", INT32),
-            24: (f"{query},64", BF16),
-            25: (f"{d.blocks},1,{d.block_size},64", BF16),
-        }
-    )
+    rope = {24: (f"{query},64", BF16), 25: (f"{d.blocks},1,{d.block_size},64", BF16)}
+    return _paged(d, f"{query},512", f"{d.blocks},1,{d.block_size},512", spec, rope)
 
 
 def _mla_decode(d: Dims) -> tuple[str, str]:
