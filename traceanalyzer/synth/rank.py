@@ -72,6 +72,17 @@ _PLANE_STEPS = (
     ("Notify_Wait", "Notify Wait", "LOCAL", "INVALID_TYPE", 0.02, 0.0),
     ("Memcpy", "SDMA", "SDMA", "HCCS", 108.46, 18.9),
 )
+# The variables profiler_metadata.json's ENV_VARIABLES lists (empty when unset).
+_RECORDED_ENV = (
+    "ASCEND_GLOBAL_LOG_LEVEL",
+    "HCCL_RDMA_TC",
+    "HCCL_RDMA_SL",
+    "ACLNN_CACHE_LIMIT",
+    "HOST_CACHE_CAPACITY",
+    "ASCEND_ENHANCE_ENABLE",
+    "PYTORCH_NPU_ALLOC_CONF",
+    "ASCEND_LAUNCH_BLOCKING",
+)
 EXPORT_TYPES = ("text", "db")
 # torch_npu's `export_type` options: Text, Db, or both ([Text, Db]).
 EXPORTS: dict[str, tuple[str, ...]] = {"text": ("text",), "db": ("db",), "both": EXPORT_TYPES}
@@ -868,20 +879,7 @@ class RankWriter:
         (self.dir / f"profiler_info_{cfg.rank}.json").write_text(
             json.dumps(info, indent=4), encoding="utf-8"
         )
-        env = {
-            k: ""
-            for k in (
-                "ASCEND_GLOBAL_LOG_LEVEL",
-                "HCCL_RDMA_TC",
-                "HCCL_RDMA_SL",
-                "ACLNN_CACHE_LIMIT",
-                "HOST_CACHE_CAPACITY",
-                "ASCEND_ENHANCE_ENABLE",
-                "PYTORCH_NPU_ALLOC_CONF",
-                "ASCEND_LAUNCH_BLOCKING",
-            )
-        }
-        env.update(cfg.env)
+        env = dict.fromkeys(_RECORDED_ENV, "") | cfg.env
         meta: dict = {"ENV_VARIABLES": env}
         if len(cfg.group) > 1:
             meta["parallel_group_info"] = {

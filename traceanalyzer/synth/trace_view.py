@@ -298,12 +298,8 @@ class TraceView:
     # ---- M events and assembly ---------------------------------------------
     def _python_meta(self) -> list[str]:
         def m(pid: int, tid: int, name: str, args: str) -> str:
-            return '{"ph": "M", "name": "%s", "pid": %d, "tid": %d, "args": {%s}}' % (
-                name,
-                pid,
-                tid,
-                args,
-            )
+            template = '{"ph": "M", "name": "%s", "pid": %d, "tid": %d, "args": {%s}}'
+            return template % (name, pid, tid, args)
 
         def process(pid: int, name: str, sort: int) -> list[str]:
             return [
@@ -340,12 +336,8 @@ class TraceView:
         pid = self.pid(process)
 
         def m(name: str, tid: int, args: str) -> str:
-            return '{"name": "%s", "pid": %d, "tid": %d, "args": {%s}, "ph": "M"}' % (
-                name,
-                pid,
-                tid,
-                args,
-            )
+            template = '{"name": "%s", "pid": %d, "tid": %d, "args": {%s}, "ph": "M"}'
+            return template % (name, pid, tid, args)
 
         out = [m("process_name", 0, '"name": %s' % js(process))]
         names = [m("thread_name", tid, '"name": %s' % js(tname)) for tid, tname in threads]
