@@ -370,21 +370,23 @@ class DbExport:
         self._api_type = api_types
 
     # ---- framework -------------------------------------------------------------
+    def _pytorch_api(
+        self, kind: str, tid: int, name: str, start: int, dur: int, link: int | None = None
+    ) -> None:
+        """A PYTORCH_API row of ``kind`` in the current chunk: no inputs, no call chain; a torch
+        op's sequence number -1 and forward thread 0."""
+        row = [str(start), str(start + dur), self._tid(tid), link, self.framework(name)]
+        row += [-1, 0] if kind == "op" else [None, None]
+        self._python.append(row + [None, None, None, API_TYPES[kind], 0])
+
     def python_op(self, tid: int, name: str, start: int, dur: int) -> None:
         """A torch op (PYTORCH_API ``op``), as the synthetic ops record it: no inputs, no stack."""
-        gtid = self._tid(tid)
-        self._ops.setdefault((gtid, start), len(self._python))
-        self._python.append(
-            [str(start), str(start + dur), gtid, None, self.framework(name), -1, 0]
-            + [None, None, None, API_TYPES["op"], 0]
-        )
+        self._ops.setdefault((self._tid(tid), start), len(self._python))
+        self._pytorch_api("op", tid, name, start, dur)
 
     def python_function(self, tid: int, name: str, start: int, dur: int) -> None:
         """A Python tracer event (PYTORCH_API ``trace``)."""
-        self._python.append(
-            [str(start), str(start + dur), self._tid(tid), None, self.framework(name)]
-            + [None, None, None, None, None, API_TYPES["trace"], 0]
-        )
+        self._pytorch_api("trace", tid, name, start, dur)
 
     def task_queue(
         self,
@@ -397,10 +399,7 @@ class DbExport:
         (PYTORCH_API ``queue``; each (tid, start, dur)), each listing the correlation id in
         CONNECTION_IDS."""
         for name, (tid, start, dur) in (("Enqueue", enqueue), (f"Dequeue@{op}", dequeue)):
-            self._python.append(
-                [str(start), str(start + dur), self._tid(tid), self._link(correlation)]
-                + [self.framework(name), None, None, None, None, None, API_TYPES["queue"], 0]
-            )
+            self._pytorch_api("queue", tid, name, start, dur, self._link(correlation))
         self._cat(correlation, "async_task_queue")
 
     def _link(self, connection_id: int) -> int:
