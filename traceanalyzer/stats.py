@@ -51,17 +51,13 @@ def outlier_z(values: Sequence[float] | np.ndarray) -> np.ndarray:
 # --------------------------------------------------------------------------------------------
 
 
-def _as_array(values: Sequence[float] | np.ndarray) -> np.ndarray:
-    return np.asarray(values, dtype=float)
-
-
 def theil_sen_slope(y: Sequence[float], x: Sequence[float] | None = None) -> float:
     """Median of the pairwise slopes: a trend estimate that a few outliers cannot move.
 
     ``x`` defaults to 0..n-1 (e.g. capture index). Returns 0.0 for fewer than two distinct x.
     """
-    ys = _as_array(y)
-    xs = np.arange(len(ys), dtype=float) if x is None else _as_array(x)
+    ys = np.asarray(y, dtype=float)
+    xs = np.arange(len(ys), dtype=float) if x is None else np.asarray(x, dtype=float)
     i, j = np.triu_indices(len(ys), k=1)
     dx = xs[j] - xs[i]
     keep = dx != 0
@@ -77,7 +73,6 @@ class MannKendall:
     s: int
     z: float
     tau: float
-    p_two_sided: float
     p_increasing: float
 
 
@@ -87,26 +82,20 @@ def mann_kendall(y: Sequence[float]) -> MannKendall:
     Distribution-free: it only asks whether later values tend to be larger than earlier ones, so
     it is not fooled by a single spike. With n < 3 there is no evidence: p = 1.
     """
-    ys = _as_array(y)
+    ys = np.asarray(y, dtype=float)
     n = len(ys)
     if n < 3:
-        return MannKendall(0, 0.0, 0.0, 1.0, 1.0)
+        return MannKendall(0, 0.0, 0.0, 1.0)
     i, j = np.triu_indices(n, k=1)
     s = int(np.sign(ys[j] - ys[i]).sum())
     _, tie_counts = np.unique(ys, return_counts=True)
     ties = sum(t * (t - 1) * (2 * t + 5) for t in tie_counts if t > 1)
     var_s = (n * (n - 1) * (2 * n + 5) - ties) / 18.0
     if var_s <= 0:  # every value equal
-        return MannKendall(s, 0.0, 0.0, 1.0, 1.0)
+        return MannKendall(s, 0.0, 0.0, 1.0)
     z = (s - math.copysign(1, s)) / math.sqrt(var_s) if s != 0 else 0.0
     tau = s / (n * (n - 1) / 2)
-    return MannKendall(
-        s=s,
-        z=z,
-        tau=tau,
-        p_two_sided=math.erfc(abs(z) / math.sqrt(2)),
-        p_increasing=0.5 * math.erfc(z / math.sqrt(2)),
-    )
+    return MannKendall(s=s, z=z, tau=tau, p_increasing=0.5 * math.erfc(z / math.sqrt(2)))
 
 
 def _ranks(values: np.ndarray) -> np.ndarray:
@@ -124,7 +113,7 @@ def spearman(x: Sequence[float], y: Sequence[float]) -> tuple[float, float]:
 
     Returns ``(nan, 1.0)`` when either side is constant or n < 3, and p = 1.0 for n = 3.
     """
-    xs, ys = _as_array(x), _as_array(y)
+    xs, ys = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     n = len(xs)
     if n < 3 or np.ptp(xs) == 0 or np.ptp(ys) == 0:
         return float("nan"), 1.0
@@ -143,7 +132,7 @@ def growth_ratio(y: Sequence[float], edge: int = 1) -> float:
     ``edge`` > 1 smooths noise at both ends. A zero start gives ``inf`` when the end is positive
     (growth from nothing), 1.0 when both are zero.
     """
-    ys = _as_array(y)
+    ys = np.asarray(y, dtype=float)
     if len(ys) == 0:
         return float("nan")
     k = max(1, min(edge, len(ys) // 2 or 1))
@@ -171,7 +160,7 @@ class Trend:
 
 def trend(y: Sequence[float], x: Sequence[float] | None = None, *, edge: int = 1) -> Trend:
     """Theil-Sen slope, Mann-Kendall test and growth ratio of one series in one call."""
-    ys = _as_array(y)
+    ys = np.asarray(y, dtype=float)
     return Trend(
         n=len(ys),
         slope=theil_sen_slope(ys, x),

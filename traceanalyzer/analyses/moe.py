@@ -27,6 +27,7 @@ on different hosts need no common clock.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -134,8 +135,9 @@ def _in_steps(ctx: RuleContext, frame: pl.DataFrame) -> pl.DataFrame:
     return window_of(frame, steps, keep=["step", "phase"])
 
 
-def _at_defaults(p: Any) -> bool:
-    return all(getattr(p, name) == param.default for name, param in EXCHANGE_PARAMS.items())
+def _at_defaults(p: Any, params: Mapping[str, Param]) -> bool:
+    """Whether ``p`` holds the defaults of ``params`` (those the stored tables derive with)."""
+    return all(getattr(p, name) == param.default for name, param in params.items())
 
 
 @helper(params=EXCHANGE_PARAMS)
@@ -158,7 +160,7 @@ def _read_compute_kernels(ctx: RuleContext) -> pl.DataFrame:
 
 def _exchange_paths(ctx: RuleContext) -> pl.DataFrame:
     ranks = ctx.scope_ranks()
-    if _at_defaults(ctx.params):
+    if _at_defaults(ctx.params, EXCHANGE_PARAMS):
         return exchanges_of(ctx.store, ranks)
     steps = steps_of(ctx.store, ranks)
     return exchange_paths_in(_shared_exchange_ops(ctx), _compute_kernels(ctx), steps)
@@ -237,7 +239,7 @@ def _layers(ctx: RuleContext) -> pl.DataFrame:
     """The MoE layer instances of every rank in scope (``derived.moe_layers.layers_in``): the
     store's ``moe_layers`` table at the default patterns, else derived for these."""
     p = ctx.params
-    if _layers_at_defaults(p):
+    if _at_defaults(p, DERIVED_PARAMS):
         return _moe_tables(ctx)[LAYERS]
     shapes = expert_shapes(ctx.table("kernels"), p)
     return layers_in(_device_tasks(ctx), _shared_exchange_ops(ctx), shapes, p)
@@ -252,10 +254,6 @@ def _read_moe_tables(ctx: RuleContext) -> dict[str, pl.DataFrame]:
     return moe_tables_of(ctx.store, ctx.scope_ranks())
 
 
-def _layers_at_defaults(p: Any) -> bool:
-    return all(getattr(p, name) == param.default for name, param in DERIVED_PARAMS.items())
-
-
 def _speeds(ctx: RuleContext, groups: list[EpGroup]) -> dict[int, float]:
     """Each rank's device speed against its group: the median, over the dense kernels of a name
     that every peer runs as often in the same step, of the rank's time in them over the peers'
@@ -265,7 +263,7 @@ def _speeds(ctx: RuleContext, groups: list[EpGroup]) -> dict[int, float]:
     p = ctx.params
     member_of = {r: i for i, g in enumerate(groups) for r in g.members}
     members = pl.col("rank").is_in(list(member_of))
-    if _layers_at_defaults(p):
+    if _at_defaults(p, DERIVED_PARAMS):
         per_step = _moe_tables(ctx)[DENSE]
     else:
         per_step = dense_in(_compute_kernels(ctx).filter(members), phase_windows(ctx), p)

@@ -28,6 +28,7 @@ from typing import Any
 import polars as pl
 
 from traceanalyzer.derived import captures
+from traceanalyzer.derived.captures import attribute as attribute_captures
 from traceanalyzer.derived.derive import COMPUTE_KERNELS
 from traceanalyzer.derived.device import DEVICE_TASKS
 from traceanalyzer.derived.launches import CALLS
@@ -103,30 +104,37 @@ def module_of(p: Any) -> pl.Expr:
     return expr.otherwise(pl.lit("other"))
 
 
-def derive_layers(
-    compute: pl.DataFrame,
-    device: pl.DataFrame,
+def derive_kernel_layers(
+    store: Store,
+    ranks: list[int],
+    params: None,
+    *,
+    compute_kernels: pl.DataFrame,
+    device_tasks: pl.DataFrame,
     steps: pl.DataFrame,
     launches: pl.DataFrame,
-    captured: Callable[[], pl.DataFrame],
-    p: Any = DEFAULTS,
+    captures: Callable[[], pl.DataFrame],
 ) -> pl.DataFrame:
-    """The ``kernel_layers`` rows (:data:`SCHEMA`) of the sessions whose iterations run an
-    attention kernel: ``compute``, their compute kernels (rank, session, name, stream_id,
-    start_ns, end_ns); ``device``, their device tasks (the communication ops are read from
-    them); ``steps``, their steps; ``launches``, their device tasks' launches (a graph's
-    kernel: its replay); ``captured``, what reads the launches of the graphs' captures in the
-    profile (:func:`captures_reader`), which replayed kernels are mapped to, called only when
-    some kernel was replayed."""
-    anchors = compute.filter(pl.col("name").str.contains(p.layer_anchor))
+    """The ``kernel_layers`` rows (:data:`SCHEMA`) of ``ranks``' sessions whose iterations run
+    an attention kernel, at the default patterns: ``compute_kernels``, their compute kernels
+    (rank, session, name, stream_id, start_ns, end_ns); ``device_tasks``, their device tasks
+    (the communication ops are read from them); ``steps``, their steps; ``launches``, their
+    device tasks' launches (a graph's kernel: its replay); ``captures``, what reads the
+    launches of the graphs' captures in the profile (:func:`captures_reader`), which replayed
+    kernels are mapped to, called only when some kernel was replayed."""
+    p = DEFAULTS
+    anchors = compute_kernels.filter(pl.col("name").str.contains(p.layer_anchor))
     if anchors.is_empty():
         return pl.DataFrame(schema=SCHEMA)
     sessions = anchors["session"].unique().implode()
-    comm = device.filter(
+    comm = device_tasks.filter(
         pl.col("process").is_in(COMMUNICATION_PROCESSES) & pl.col("session").is_in(sessions)
-    ).select(compute.columns)
+    ).select(compute_kernels.columns)
     kernels = (
-        pl.concat([compute.filter(pl.col("session").is_in(sessions)), comm], how="vertical_relaxed")
+        pl.concat(
+            [compute_kernels.filter(pl.col("session").is_in(sessions)), comm],
+            how="vertical_relaxed",
+        )
         .with_columns(module_of(p).alias("module"))
         .sort("rank", "session", "start_ns")
     )
@@ -164,7 +172,7 @@ def derive_layers(
         on=["rank", "session", "step"],
         how="left",
     )
-    attributed = captures.attribute(layered, captured)
+    attributed = attribute_captures(layered, captures)
     return attributed.select(list(SCHEMA)).cast(SCHEMA)  # type: ignore[arg-type]
 
 
@@ -286,21 +294,6 @@ def captures_reader(
 # the capture windows, taken from the host calls once the launches are derived from them (the
 # calls are let go then, not held for this stage)
 CAPTURES = Read("captures", captures_reader, (CALLS,), params_of=STEPS)
-
-
-def derive_kernel_layers(
-    store: Store,
-    ranks: list[int],
-    params: None,
-    *,
-    compute_kernels: pl.DataFrame,
-    device_tasks: pl.DataFrame,
-    steps: pl.DataFrame,
-    launches: pl.DataFrame,
-    captures: Callable[[], pl.DataFrame],
-) -> pl.DataFrame:
-    """The ``kernel_layers`` rows of ``ranks`` at the default patterns (:func:`derive_layers`)."""
-    return derive_layers(compute_kernels, device_tasks, steps, launches, captures)
 
 
 KERNEL_LAYERS = declare(

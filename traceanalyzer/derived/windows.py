@@ -34,6 +34,7 @@ WINDOW_SCHEMA = {
     "end_ns": pl.Int64,
     "step_source": pl.String,
 }
+_NO_STEP = pl.lit(None, dtype=pl.Int64)  # a window numbered later, in time order
 SOURCES = ("profiler_step", "annotation", "scope", "python_function", "device_activity")
 
 
@@ -57,6 +58,20 @@ def annotation_match(p: Params) -> pl.Expr:
     )
 
 
+def _as_windows(
+    frame: pl.DataFrame,
+    source: str,
+    start: str | pl.Expr = "start_ns",
+    end: str | pl.Expr = "end_ns",
+    step: pl.Expr = _NO_STEP,
+) -> pl.DataFrame:
+    """``frame``'s rows as windows of ``source`` (:data:`WINDOW_SCHEMA`'s columns); ``step``:
+    their number (none: numbered in time order after)."""
+    return frame.select(
+        "session", step.alias("step"), start, end, pl.lit(source).alias("step_source")
+    )
+
+
 def _spans(frame: pl.DataFrame, where: pl.Expr) -> pl.DataFrame:
     keep = frame.filter(where).select("session", "thread", "name", "start_ns", "end_ns")
     return outermost(keep, by=("session", "thread"))
@@ -75,24 +90,14 @@ def _cores_and_samples(cores: pl.DataFrame, samples: pl.DataFrame, source: str) 
         )
     # a window ends where the next begins, at the latest
     following = pl.col("start_ns").shift(-1).over("session", order_by="start_ns")
-    return cores.sort("session", "start_ns").select(
-        "session",
-        pl.lit(None, dtype=pl.Int64).alias("step"),
-        "start_ns",
-        pl.min_horizontal("end_ns", following.fill_null(pl.col("end_ns"))).alias("end_ns"),
-        pl.lit(source).alias("step_source"),
-    )
+    end = pl.min_horizontal("end_ns", following.fill_null(pl.col("end_ns"))).alias("end_ns")
+    return _as_windows(cores.sort("session", "start_ns"), source, end=end)
 
 
 def _profiler_steps(host: pl.DataFrame, p: Params) -> pl.DataFrame:
     spans = _spans(host, pl.col("name").str.contains(p.step_pattern))
-    return spans.select(
-        "session",
-        pl.col("name").str.extract(p.step_pattern, 1).cast(pl.Int64, strict=False).alias("step"),
-        "start_ns",
-        "end_ns",
-        pl.lit("profiler_step").alias("step_source"),
-    )
+    step = pl.col("name").str.extract(p.step_pattern, 1).cast(pl.Int64, strict=False)
+    return _as_windows(spans, "profiler_step", step=step)
 
 
 def _sample_spans(host: pl.DataFrame, p: Params) -> pl.DataFrame:
@@ -186,18 +191,10 @@ def _device_bursts(tasks: pl.DataFrame, p: Params) -> pl.DataFrame:
         .over("session")
         .alias("_burst")
     )
-    return (
-        ordered.group_by("session", "_burst")
-        .agg(pl.col("start_ns").min(), pl.col("end_ns").max())
-        .sort("session", "start_ns")
-        .select(
-            "session",
-            pl.lit(None, dtype=pl.Int64).alias("step"),
-            "start_ns",
-            "end_ns",
-            pl.lit("device_activity").alias("step_source"),
-        )
+    bursts = ordered.group_by("session", "_burst").agg(
+        pl.col("start_ns").min(), pl.col("end_ns").max()
     )
+    return _as_windows(bursts.sort("session", "start_ns"), "device_activity")
 
 
 def compute_tasks(slices: pl.LazyFrame) -> pl.DataFrame:
@@ -222,14 +219,13 @@ def session_windows(
         if not windows.is_empty():
             found.append(windows)
             have = pl.concat([have, windows["session"].unique()])
-    whole = sessions.filter(
-        ~pl.col("session").is_in(have.implode()) & (pl.col("end_ns") > pl.col("start_ns"))
-    ).select(
+    whole = _as_windows(
+        sessions.filter(
+            ~pl.col("session").is_in(have.implode()) & (pl.col("end_ns") > pl.col("start_ns"))
+        ),
         "session",
-        pl.lit(None, dtype=pl.Int64).alias("step"),
         pl.col("start_ns").cast(pl.Int64),
         pl.col("end_ns").cast(pl.Int64),
-        pl.lit("session").alias("step_source"),
     )
     windows = pl.concat([pl.DataFrame(schema=WINDOW_SCHEMA), *found, whole], how="vertical_relaxed")
     return _with_idle_gaps(windows.filter(pl.col("end_ns") > pl.col("start_ns")), tasks, p)
@@ -266,14 +262,11 @@ def _with_idle_gaps(windows: pl.DataFrame, tasks: pl.DataFrame, p: Params) -> pl
             .otherwise(pl.col("end_ns"))
             .alias("end_ns")
         )
-    gaps = ordered.filter(
-        markers & (pl.col("_next") - pl.col("end_ns") >= p.idle_gap_ms * 1e6)
-    ).select(
-        "session",
-        pl.lit(None, dtype=pl.Int64).alias("step"),
+    gaps = _as_windows(
+        ordered.filter(markers & (pl.col("_next") - pl.col("end_ns") >= p.idle_gap_ms * 1e6)),
+        "gap",
         pl.col("end_ns").alias("start_ns"),
         pl.col("_next").alias("end_ns"),
-        pl.lit("gap").alias("step_source"),
     )
     every = pl.concat([ordered.select(list(WINDOW_SCHEMA)), gaps])
     return every.sort("session", "start_ns")

@@ -52,6 +52,7 @@ CONFIG_FILE = "traceanalyzer.toml"
 # built-in rules' own folder.
 DEFAULT_RULES_DIR = Path("traceanalyzer-rules")
 ENABLED_KEY = "enabled"
+_ENABLED = Param(True, "Evaluate this rule.")  # what the enabled setting is coerced by
 
 
 class ConfigError(ValueError):
@@ -181,9 +182,7 @@ class AppliedConfig:
     def rule_dirs(self) -> list[Path]:
         """Its ``rule_dirs``, resolved against its folder (none for a config of the input)."""
         dirs = _config_doc(self.path).get("rule_dirs", [])
-        if isinstance(dirs, str) or not isinstance(dirs, list):
-            raise ConfigError(f"{self.path}: rule_dirs must be a list of folder paths")
-        if not all(isinstance(d, str) for d in dirs):
+        if not isinstance(dirs, list) or not all(isinstance(d, str) for d in dirs):
             raise ConfigError(f"{self.path}: rule_dirs must be a list of folder paths")
         return [] if self.inside is not None else [self.path.parent / d for d in dirs]
 
@@ -277,10 +276,8 @@ def run_settings(
 ) -> RuleSettings:
     """A run's settings: the config file's, overlaid with ``overrides`` (``--set`` strings, or
     ``{rule: {param: value}}``)."""
-    from_file = RuleSettings()
     path = config_path_for(config_path)
-    if path:
-        from_file = load_config(path)
+    from_file = load_config(path) if path else RuleSettings()
     if isinstance(overrides, Mapping):
         cli = RuleSettings(
             {k: dict(v) for k, v in overrides.items()}, dict.fromkeys(overrides, "--set")
@@ -309,7 +306,7 @@ def resolve(rules: RuleSet, settings: RuleSettings) -> ResolvedSettings:
         for name, raw in values.items():
             if name == ENABLED_KEY:
                 try:
-                    enabled = _coerce_enabled(raw)
+                    enabled = _ENABLED.coerce(raw)
                 except ParamError as exc:
                     raise ConfigError(f"{where}: {rule.name}.enabled: {exc}") from None
                 if not enabled:
@@ -331,10 +328,3 @@ def coerce_param(rule: Rule, name: str, raw: Any, where: str = "settings") -> An
         return spec.coerce(raw)
     except ParamError as exc:
         raise ConfigError(f"{where}: {rule.name}.{name}: {exc}") from None
-
-
-_ENABLED = Param(True, "Evaluate this rule.")
-
-
-def _coerce_enabled(raw: Any) -> bool:
-    return _ENABLED.coerce(raw)

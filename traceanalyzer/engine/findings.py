@@ -18,7 +18,7 @@ import hashlib
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from traceanalyzer.engine.units import NS, SHARE
@@ -113,19 +113,15 @@ class Occurrence:
     series: dict[str, list[Any]]  # its own per-point data, so reports can plot all ranks
     cost: Cost | None = None
 
+    @classmethod
+    def of(cls, finding: Finding) -> Occurrence:
+        """``finding``'s own figures (its fields of the same names)."""
+        return cls(**{f.name: getattr(finding, f.name) for f in fields(cls)})
+
     def to_dict(self) -> dict[str, Any]:
-        return _clean(
-            {
-                "ranks": self.ranks,
-                "sessions": self.sessions,
-                "severity": self.severity,
-                "title": self.title,
-                "metrics": _written_metrics(self.cost, self.metrics),
-                "phases": self.phases,
-                "cost_ranks": self.cost_ranks,
-                "series": self.series,
-            }
-        )
+        """Its fields in their order, the cost among the metrics (as the finding's)."""
+        shown = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "cost"}
+        return _clean(shown | {"metrics": _written_metrics(self.cost, self.metrics)})
 
 
 @dataclass
@@ -272,23 +268,7 @@ def group_findings(findings: Iterable[Finding], total_ranks: int | None = None) 
                 phases=list(dict.fromkeys(p for m in members for p in m.phases)),
                 sessions=sorted({s for m in members for s in m.sessions}),
                 evidence=evidence,
-                occurrences=sorted(
-                    (
-                        Occurrence(
-                            ranks=m.ranks,
-                            sessions=m.sessions,
-                            severity=m.severity,
-                            title=m.title,
-                            metrics=m.metrics,
-                            phases=m.phases,
-                            cost_ranks=m.cost_ranks,
-                            series=m.series,
-                            cost=m.cost,
-                        )
-                        for m in members
-                    ),
-                    key=lambda o: o.ranks,
-                ),
+                occurrences=sorted(map(Occurrence.of, members), key=lambda o: o.ranks),
                 total_ranks=total_ranks,
             )
         )

@@ -118,12 +118,8 @@ def rules_in(obj: Any) -> Iterator[Rule]:
     """The Rule objects defined at the top level of a module (or given directly)."""
     if isinstance(obj, Rule):
         yield obj
-    elif isinstance(obj, ModuleType):
-        seen: set[int] = set()
-        for value in vars(obj).values():
-            if isinstance(value, Rule) and id(value) not in seen:
-                seen.add(id(value))
-                yield value
+    elif isinstance(obj, ModuleType):  # a rule bound to two names: once
+        yield from {id(v): v for v in vars(obj).values() if isinstance(v, Rule)}.values()
     elif isinstance(obj, (list, tuple, set)):
         for item in obj:
             yield from rules_in(item)

@@ -28,6 +28,7 @@ become findings, plus the same metadata.
 
 from __future__ import annotations
 
+import inspect
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -464,12 +465,6 @@ def split_sections(doc: str) -> dict[str, str]:
     return {k: "\n".join(v).strip() for k, v in sections.items()}
 
 
-def _dedent_doc(doc: str | None) -> str:
-    import inspect
-
-    return inspect.cleandoc(doc or "")
-
-
 def rule(
     *,
     id: str,  # noqa: A002 - the natural name for a rule id
@@ -508,7 +503,7 @@ def rule(
             severity=severity,
             summary=summary,
             body=body,
-            doc=_dedent_doc(body.__doc__),
+            doc=inspect.cleandoc(body.__doc__ or ""),
             params=declared,
             uses=tuple(helpers),
             requires=tuple(requires),

@@ -33,6 +33,7 @@ from traceanalyzer.engine.findings import (
     Note,
     compress_ranks,
     group_findings,
+    rank_words,
 )
 from traceanalyzer.engine.loader import LoadedRules, LoadError, load_rules
 from traceanalyzer.engine.presentation import KeyFigure, key_figure_document
@@ -361,12 +362,8 @@ def _undecided_reason(notes: Sequence[Note]) -> str:
         by_text.setdefault(text, []).extend([] if note.rank is None else [note.rank])
     parts = []
     for text, ranks in by_text.items():
-        where = ""
-        if ranks:
-            where = (
-                f" rank {ranks[0]}" if len(set(ranks)) == 1 else f" ranks {compress_ranks(ranks)}"
-            )
-        parts.append(f"{INCONCLUSIVE}{' on' + where if where else ''}: {text}")
+        on = f" on {rank_words(sorted(set(ranks)))}" if ranks else ""
+        parts.append(f"{INCONCLUSIVE}{on}: {text}")
     return "; ".join(parts)
 
 
