@@ -171,10 +171,7 @@ def code_key(*names: str) -> str:
 
 def closure_key(names: tuple[str, ...] | list[str], root: Path) -> str:
     """:func:`code_key` of a package tree at ``root`` (a test's copy)."""
-    paths: dict[Path, None] = {}
-    for name in names:
-        paths.update(dict.fromkeys(closure(name, root)))
-    return files_digest(sorted(paths), root)
+    return files_digest(sorted({path for name in names for path in closure(name, root)}), root)
 
 
 def source_imports(path: Path) -> list[str]:
