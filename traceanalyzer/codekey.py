@@ -91,11 +91,6 @@ def _imported(source: str, name: str, is_package: bool) -> set[str]:
     return {m for m in found if m == PACKAGE or m.startswith(PACKAGE + ".")}
 
 
-def _imports_of(path: Path, name: str) -> list[str]:
-    """:func:`_imported` of one module's file."""
-    return sorted(_imported(path.read_text("utf-8"), name, path.name == "__init__.py"))
-
-
 def closure(name: str, root: Path = ROOT) -> tuple[Path, ...]:
     """The source files of ``name`` (a module, or a name one defines) and of every package
     module it imports, transitively, in a stable order (each once; a package's ``__init__``
@@ -131,7 +126,8 @@ def _closure(module: str, root: Path) -> tuple[Path, ...]:
 def _imported_modules(path: Path, name: str, root: Path) -> tuple[str, ...]:
     """The package modules one module's file imports, once per process (the closures of
     several keys share most modules)."""
-    return tuple(sorted({_imported_module(n, root) for n in _imports_of(path, name)}))
+    imported = _imported(path.read_text("utf-8"), name, path.name == "__init__.py")
+    return tuple(sorted({_imported_module(n, root) for n in imported}))
 
 
 def _imported_module(name: str, root: Path) -> str:
@@ -175,10 +171,7 @@ def code_key(*names: str) -> str:
 
 def closure_key(names: tuple[str, ...] | list[str], root: Path) -> str:
     """:func:`code_key` of a package tree at ``root`` (a test's copy)."""
-    paths: dict[Path, None] = {}
-    for name in names:
-        paths.update(dict.fromkeys(closure(name, root)))
-    return files_digest(sorted(paths), root)
+    return files_digest(sorted({path for name in names for path in closure(name, root)}), root)
 
 
 def source_imports(path: Path) -> list[str]:

@@ -177,8 +177,6 @@ def write_derived_table(root: Path, table: str, shard: Sequence[int], frame: Any
     """Replace the derived ``table``'s partitions of ``shard`` (its ranks, :func:`rank_shards`)
     with ``frame`` (a polars frame with ``session``, and ``rank`` when the shard has several):
     a rank on its own gets one partition per session, a group one file."""
-    from traceanalyzer.schema import DERIVED_TABLES
-
     shutil.rmtree(root / TABLES_DIR / table / shard_label(shard), ignore_errors=True)
     # the table's folder even for no rows: keys count only beside it (derived_ranks)
     (root / TABLES_DIR / table).mkdir(parents=True, exist_ok=True)
@@ -517,42 +515,27 @@ def _known(table: str) -> Table:
         raise KeyError(f"unknown table {table!r}; known: {known}") from None
 
 
-def _empty_frame(table: str) -> pl.DataFrame:
-    return pl.DataFrame(schema=_known(table).polars_schema)
-
-
 def _scan_files(name: str, files: Sequence[Path]) -> pl.LazyFrame:
     """Table ``name`` of the partition files ``files``, in the canonical schema."""
     schema = _known(name).polars_schema
     if not files:
         return pl.LazyFrame(schema=schema)
     keys = {"rank": pl.Int32, "session": pl.String}
-    alone = [f for f in files if not _in_group(f)]
-    grouped = [f for f in files if _in_group(f)]
-    scans = []
-    if alone:
-        scans.append(
-            pl.scan_parquet(
-                alone,
-                hive_partitioning=True,
-                hive_schema=keys,
+    body = {c: t for c, t in schema.items() if c not in keys}
+    frames = []
+    for grouped in (False, True):  # the keys are columns of a group's file
+        part = [f for f in files if _in_group(f) == grouped]
+        if part:
+            scan = pl.scan_parquet(
+                part,
+                hive_partitioning=not grouped,
+                hive_schema=None if grouped else keys,
                 # a column the schema gained since a partition was written reads as nulls
-                schema={c: t for c, t in schema.items() if c not in keys},
+                schema=schema if grouped else body,
                 missing_columns="insert",
                 extra_columns="ignore",
             )
-        )
-    if grouped:  # the keys are columns of a group's file
-        scans.append(
-            pl.scan_parquet(
-                grouped,
-                hive_partitioning=False,
-                schema=schema,
-                missing_columns="insert",
-                extra_columns="ignore",
-            )
-        )
-    frames = [lf.select([pl.col(c).cast(t) for c, t in schema.items()]) for lf in scans]
+            frames.append(scan.select([pl.col(c).cast(t) for c, t in schema.items()]))
     return frames[0] if len(frames) == 1 else pl.concat(frames, how="vertical")
 
 
@@ -663,15 +646,10 @@ class Store:
                 if isinstance(frame, pl.DataFrame)
                 else pl.DataFrame(list(frame), infer_schema_length=None)
             )
-            schema = _empty_frame(name).schema
-            df = df.with_columns(
-                [
-                    pl.lit(None, dtype=dtype).alias(col)
-                    for col, dtype in schema.items()
-                    if col not in df.columns
-                ]
-            ).select([pl.col(col).cast(dtype) for col, dtype in schema.items()])
-            conformed[name] = df
+            schema = _known(name).polars_schema
+            missing = [c for c in schema if c not in df.columns]
+            df = df.with_columns(pl.lit(None, dtype=schema[c]).alias(c) for c in missing)
+            conformed[name] = df.select(pl.col(c).cast(dtype) for c, dtype in schema.items())
         return cls(None, conformed)
 
     @property

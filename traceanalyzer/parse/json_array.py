@@ -48,6 +48,12 @@ def _copy_range(src: BinaryIO, dst: BinaryIO, offset: int, length: int) -> None:
         offset += copied
 
 
+def event_start(src: BinaryIO, offset: int) -> int:
+    """``offset`` moved past the separator (a comma, whitespace) that may lead an event there."""
+    lead = _read_at(src, offset, 64)
+    return offset + len(lead) - len(lead.lstrip(_SEPARATOR))
+
+
 def copy_prefix(path: Path, cut: int, target: Path) -> None:
     """Write bytes [0, cut) of ``path`` plus a closing bracket to ``target``."""
     _write_array(path, target, 0, cut, opening=False)
@@ -59,8 +65,8 @@ def copy_events(path: Path, begin: int, end: int, target: Path) -> None:
     ``begin`` may sit on the separator before an event (as returned by :func:`boundary_near`).
     """
     with open(path, "rb") as src:
-        lead = _read_at(src, begin, 64)
-    _write_array(path, target, begin + len(lead) - len(lead.lstrip(_SEPARATOR)), end)
+        begin = event_start(src, begin)
+    _write_array(path, target, begin, end)
 
 
 def boundary_near(path: Path, begin: int, end: int) -> int | None:
@@ -196,9 +202,7 @@ def split(path: Path, scratch: Path, parts: int) -> list[Path] | None:
                 return None
             scratch.mkdir(parents=True, exist_ok=True)
             for i, (begin, end) in enumerate(zip(starts, starts[1:], strict=False)):
-                # Drop the separator that leads every chunk but the first.
-                lead = _read_at(src, begin, 64)
-                begin += len(lead) - len(lead.lstrip(_SEPARATOR))
+                begin = event_start(src, begin)  # the separator that leads all but the first
                 chunk = scratch / f"trace_view.part{i}.json"
                 chunks.append(chunk)
                 _write_array(path, chunk, begin, end)

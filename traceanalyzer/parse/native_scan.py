@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from traceanalyzer.parse.json_array import array_body, boundary_near
+from traceanalyzer.parse.json_array import array_body, boundary_near, event_start
 from traceanalyzer.parse.trace_shared import ARG_COLUMNS
 
 try:
@@ -118,13 +118,10 @@ def ranges(path: Path, parts: int) -> list[tuple[int, int, bool]]:
             return [(0, size, False)]
         cuts.append(cut)
     cuts.append(body[1])
-    found = []
     with open(path, "rb") as fh:
-        for begin, end in zip(cuts, cuts[1:], strict=False):
-            fh.seek(begin)
-            lead = fh.read(64)  # the separator before the range's first event
-            found.append((begin + len(lead) - len(lead.lstrip(b", \t\r\n")), end, True))
-    return found
+        return [
+            (event_start(fh, begin), end, True) for begin, end in zip(cuts, cuts[1:], strict=False)
+        ]
 
 
 def scan_raw(path: Path, threads: int) -> list[RawTables]:

@@ -96,16 +96,14 @@ def _conform_column(col: pa.ChunkedArray, typ: pa.DataType) -> pa.ChunkedArray:
 
 def conform_body(table: str, data: pa.Table) -> pa.Table:
     """Cast/reorder an Arrow table to the canonical body columns; missing ones become nulls."""
-    arrays = []
-    for name, typ in body_columns(table):
-        if name in data.column_names:
-            arrays.append(_conform_column(data.column(name), typ))
-        else:
-            arrays.append(pa.chunked_array([pa.nulls(data.num_rows, typ)]))
-    fields = [
-        pa.field(name, col.type) for (name, _), col in zip(body_columns(table), arrays, strict=True)
+    columns = body_columns(table)
+    arrays = [
+        _conform_column(data.column(name), typ)
+        if name in data.column_names
+        else pa.chunked_array([pa.nulls(data.num_rows, typ)])
+        for name, typ in columns
     ]
-    return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+    return pa.Table.from_arrays(arrays, names=[name for name, _ in columns])
 
 
 def table_from_rows(table: str, rows: list[dict[str, object]]) -> pa.Table:

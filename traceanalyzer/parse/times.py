@@ -178,11 +178,10 @@ def checked_arrow(table: str, data: pa.Table, tally: Tally) -> pa.Table:
 def _take(data: pa.Table, rows: pa.Array) -> pa.Table:
     """The ``rows`` of ``data``; Arrow takes no rows of a string view column (polars' text):
     those go through large strings."""
-    columns = []
-    for column in data.columns:
-        if column.type == pa.string_view():
-            column = column.cast(pa.large_string()).take(rows).cast(pa.string_view())
-        else:
-            column = column.take(rows)
-        columns.append(column)
+    columns = [
+        column.cast(pa.large_string()).take(rows).cast(pa.string_view())
+        if column.type == pa.string_view()
+        else column.take(rows)
+        for column in data.columns
+    ]
     return pa.Table.from_arrays(columns, schema=data.schema)

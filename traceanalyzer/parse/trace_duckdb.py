@@ -88,24 +88,13 @@ def _int(text: str) -> str:
     )
 
 
-def _flat_int(*keys: str) -> str:
-    values = [_int(_flat(k)) for k in keys]
-    return f"coalesce({', '.join(values)})" if len(values) > 1 else values[0]
-
-
-def _flat_str(*keys: str) -> str:
-    return f"coalesce({', '.join(_flat(k) for k in keys)})" if len(keys) > 1 else _flat(keys[0])
-
-
 def _flat_sql(kind: str, keys: tuple[str, ...]) -> str:
     """A flattened args column (trace_shared.ARG_COLUMNS): the first of ``keys`` present."""
-    if kind == "text":
-        return _flat_str(*keys)
-    return _no_sentinel(_flat_int(*keys)) if kind == "id" else _flat_int(*keys)
-
-
-def _no_sentinel(expr: str) -> str:
-    return f"(CASE WHEN {expr} IN {_SQL_SENTINELS} THEN NULL ELSE {expr} END)"
+    values = [_flat(k) if kind == "text" else _int(_flat(k)) for k in keys]
+    first = f"coalesce({', '.join(values)})" if len(values) > 1 else values[0]
+    if kind == "id":
+        return f"(CASE WHEN {first} IN {_SQL_SENTINELS} THEN NULL ELSE {first} END)"
+    return first
 
 
 def _sql_str(value: str) -> str:
@@ -153,16 +142,10 @@ def _decode(con: duckdb.DuckDBPyConnection, query: str) -> _Decoded:
         parts["counters"].append(
             events.filter(ph == "C").select("pid", "tid", "name", "ts", "args")
         )
+        meta_args = pl.when(ph == "M").then(pl.col("args")).alias("args")
         parts["others"].append(
             events.filter(~ph.is_in((*_SLICE_PHASES, "C")) | ph.is_null()).select(
-                "ph",
-                "name",
-                "pid",
-                "tid",
-                "cat",
-                "id",
-                "ts",
-                pl.when(ph == "M").then(pl.col("args")).alias("args"),
+                "ph", "name", "pid", "tid", "cat", "id", "ts", meta_args
             )
         )
     return _Decoded(**{kind: pl.concat(frames) for kind, frames in parts.items()})

@@ -472,14 +472,5 @@ def _threads(used: pl.DataFrame, names: _Names) -> pl.DataFrame:
         names.attach(used)
         .join(labels, on="pid", how="left")
         .join(sort_indexes, on=["pid", "tid"], how="left")
-        .select(
-            "process",
-            "process_label",
-            "process_sort_index",
-            "thread",
-            "thread_sort_index",
-            "pid",
-            "tid",
-        )
         .sort(["process_sort_index", "process", "thread_sort_index", "tid"], nulls_last=True)
     )

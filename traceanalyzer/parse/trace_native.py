@@ -25,7 +25,6 @@ import pyarrow as pa
 from traceanalyzer.parse.native_scan import (
     Identity,
     NativeUnreadable,
-    RawTables,
     args_text,
     available,
     identity,
@@ -64,11 +63,6 @@ def _frame(columns: dict[str, tuple]) -> tuple[pl.DataFrame, dict[str, pl.Series
     return pl.from_arrow(pa.RecordBatch.from_pydict(arrays)), words
 
 
-def _frames(tables: RawTables) -> dict[str, tuple[pl.DataFrame, dict[str, pl.Series]]]:
-    """A byte range's raw tables as frames."""
-    return {name: _frame(columns) for name, columns in tables.items()}
-
-
 def scan_trace(path: Path, threads: int) -> TraceEvents:
     """Scan ``path`` on up to ``threads`` cores (:func:`~native_scan.scan_raw`), or take the
     scan started ahead of the run (:func:`~native_scan.scan_ahead`)."""
@@ -79,7 +73,7 @@ def scan_trace(path: Path, threads: int) -> TraceEvents:
     else:
         raw, scanned_at = ahead
     args = FileArgs(path, scanned_at)
-    parts = [_frames(tables) for tables in raw]
+    parts = [{name: _frame(columns) for name, columns in tables.items()} for tables in raw]
     # Row numbers (flat, samples) and codes point into their own range's rows and strings.
     rows_before = {table: 0 for table in parts[0]}
     words_before: dict[tuple[str, str], int] = {}

@@ -61,11 +61,7 @@ def _comm_ops(db: Db) -> pl.DataFrame:
         start=("start_timestamp", F64),
         **{column: (column, F64) for column in times},
     )
-    wait, sync, transit = (
-        pl.col("wait_time"),
-        pl.col("synchronization_time"),
-        pl.col("transit_time"),
-    )
+    wait, sync, transit = map(pl.col, ("wait_time", "synchronization_time", "transit_time"))
     f = f.with_columns(
         # µs as a REAL: its shortest decimal, as communication.json prints it, to ns exactly.
         us_expr_to_ns(pl.col("start")).alias("start_ns"),

@@ -127,22 +127,18 @@ _COUNTERS = schema_of("counters") | dict.fromkeys(("name", "series", "process"),
 def counter_table(db: Db, layout: Layout, result: DbResult) -> pl.DataFrame:
     """One row per (sample, series), named as trace_view.json's C events name them, in
     reading order (:func:`counter_order` is the trace's)."""
-    schema = _COUNTERS
-    frames = []
-    for table, process, samples in _counter_samples(db):
-        if not collected(db, result, table):
-            continue
-        for frame in samples():
-            frames.append(
-                frame.with_columns(
-                    pl.lit(process).alias("process"),
-                    pl.lit(layout.pid(process), dtype=I64).alias("pid"),
-                    pl.lit(0, dtype=I64).alias("tid"),
-                )
-            )
-    return pl.concat(
-        [pl.DataFrame(schema=schema), *(conform(f, schema) for f in frames)], rechunk=False
-    )
+    frames = [
+        frame.with_columns(
+            pl.lit(process).alias("process"),
+            pl.lit(layout.pid(process), dtype=I64).alias("pid"),
+            pl.lit(0, dtype=I64).alias("tid"),
+        )
+        for table, process, samples in _counter_samples(db)
+        if collected(db, result, table)
+        for frame in samples()
+    ]
+    empty = pl.DataFrame(schema=_COUNTERS)
+    return pl.concat([empty, *(conform(f, _COUNTERS) for f in frames)], rechunk=False)
 
 
 def counter_order(counters: pl.DataFrame) -> pl.Series:

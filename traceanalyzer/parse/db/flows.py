@@ -8,19 +8,14 @@ import polars as pl
 
 from traceanalyzer.parse.db.database import I64, STR, Db, conform, schema_of
 from traceanalyzer.parse.db.layout import Layout
+from traceanalyzer.parse.db.slices import SYNC_TASK_TYPES
 
 # --------------------------------------------------------------------------- flows
 
 _ENDS = ("process", "thread", "pid", "tid")
 # Device tasks trace_view.json draws no HostToDevice flow to, though their launch shares their
 # connection id: the runtime's event and notify records and waits.
-_UNDRAWN_LAUNCHES = (
-    "EVENT_RECORD_SQE",
-    "EVENT_WAIT_SQE",
-    "EVENT_RESET_SQE",
-    "NOTIFY_RECORD_SQE",
-    "NOTIFY_WAIT_SQE",
-)
+_UNDRAWN_LAUNCHES = [f"{task}_SQE" for task in SYNC_TASK_TYPES]
 
 
 def _pair(frame: pl.DataFrame, cat: str, name: pl.Expr, flow_id: pl.Expr) -> pl.DataFrame:

@@ -23,16 +23,12 @@ from traceanalyzer.parse.rows import stable_order
 from traceanalyzer.vocabulary import CORE_TASK_TYPE
 
 # CANN_API levels (ENUM_API_TYPE names) → the name prefix of the Text export's CANN events.
-_LAYER = {
-    "acl": "AscendCL",
-    "model": "Model",
-    "node": "Node",
-    "runtime": "Runtime",
-    "hccl": "Hccl",
-    "communication": "Communication",
-}
+_LEVELS = ("model", "node", "runtime", "hccl", "communication")
+_LAYER = {"acl": "AscendCL"} | {level: level.capitalize() for level in _LEVELS}
 # PYTORCH_API types (ENUM_API_TYPE names) → chrome-trace category of the Text export.
 _PYTORCH_CAT = {"op": "cpu_op", "trace": "python_function", "mstx": "mstx"}
+# The runtime's event and notify records and waits (TASK.taskType), queued as `<type>_SQE`.
+SYNC_TASK_TYPES = ("EVENT_RECORD", "EVENT_WAIT", "EVENT_RESET", "NOTIFY_RECORD", "NOTIFY_WAIT")
 # TASK.taskType is the runtime's task type; the Text export's `Task Type` is the hardware
 # queue's (SQE) type. Compute tasks take theirs from COMPUTE_TASK_INFO (AI_CORE, MIX_AIV, ...).
 _SQE_TYPE = {
@@ -40,16 +36,11 @@ _SQE_TYPE = {
     "KERNEL_AIVEC": "AI_CORE",
     "KERNEL_MIX_AIC": "MIX_AIC",
     "KERNEL_MIX_AIV": "MIX_AIV",
-    "EVENT_RECORD": "EVENT_RECORD_SQE",
-    "EVENT_WAIT": "EVENT_WAIT_SQE",
-    "EVENT_RESET": "EVENT_RESET_SQE",
-    "NOTIFY_RECORD": "NOTIFY_RECORD_SQE",
-    "NOTIFY_WAIT": "NOTIFY_WAIT_SQE",
     "MEMCPY_ASYNC": "PCIE_DMA_SQE",
     "PROFILING_ENABLE": "PLACE_HOLDER_SQE",
     "PROFILING_DISABLE": "PLACE_HOLDER_SQE",
     "STARS_COMMON": "DSA_SQE",
-}
+} | {task: f"{task}_SQE" for task in SYNC_TASK_TYPES}
 # COMPUTE_TASK_INFO.taskType (the op's core) → `Task Type` of the Text export's device task.
 _COMPUTE_SQE = CORE_TASK_TYPE
 OVERLAP_THREADS = ("Computing", "Communication", "Communication(Not Overlapped)", "Free")
