@@ -437,17 +437,8 @@ class _Text(_Artist):
     def draw(self, sx: _Scale, sy: _Scale) -> str:
         x = sx.fraction(self.x) if self.in_axes else sx(self.x)
         y = sy.fraction(self.y) if self.in_axes else sy(self.y)
-        return _label(
-            x,
-            y,
-            self.text,
-            self.size * PT,
-            self.ha,
-            self.va,
-            color=self.style.color or INK,
-            rotation=self.rotation,
-            opacity=self.style.alpha,
-        )
+        size, color, opacity = self.size * PT, self.style.color or INK, self.style.alpha
+        return _label(x, y, self.text, size, self.ha, self.va, color, self.rotation, opacity)
 
 
 @dataclass
@@ -751,20 +742,10 @@ class ChartAxes:
         style = _Style(
             color=opts.get("color"), alpha=opts.get("alpha", 1.0), zorder=opts.get("zorder", 3)
         )
-        self._artists.append(
-            _Text(
-                style,
-                "text",
-                float(x),
-                float(y),
-                str(s),
-                float(opts.get("fontsize", 10)),
-                opts.get("ha", "left"),
-                opts.get("va", "baseline"),
-                isinstance(coords, _Coords) and coords.axes,
-                float(opts.get("rotation", 0)),
-            )
-        )
+        in_axes = isinstance(coords, _Coords) and coords.axes
+        size, rotation = float(opts.get("fontsize", 10)), float(opts.get("rotation", 0))
+        ha, va = opts.get("ha", "left"), opts.get("va", "baseline")
+        self._add(_Text(style, "text", float(x), float(y), str(s), size, ha, va, in_axes, rotation))
 
     def imshow(self, data: Any, **kwargs: Any) -> Image:
         """A matrix as cells (row 0 on top), coloured on a viridis-like ramp."""
@@ -867,10 +848,7 @@ class ChartAxes:
     def _style(
         self, method: str, kwargs: dict[str, Any], allowed: set[str], **defaults: Any
     ) -> _Style:
-        opts = {**defaults, **_options(method, kwargs, allowed)}
-        if "zorder" not in opts:
-            opts["zorder"] = 2.0
-        style = _Style(**opts)
+        style = _Style(**{"zorder": 2.0, **defaults, **_options(method, kwargs, allowed)})
         style.color = style.color if style.color is not None else self._next_color()
         return style
 
@@ -961,21 +939,11 @@ class ChartAxes:
         if body:
             out.append(f'<g class="data" clip-path="url(#{clip})">{body}</g>')
         right = self._twin_of is not None
-        spine_x = x1 if right else x0
+        spine_x, ha = (x1, "left") if right else (x0, "right")
         out.append(_spine(f"M{_f(spine_x)} {_f(y0)}V{_f(y1)}"))
         out += _y_ticks(self._y, sy, yt, yl, spine_x, right, (x0, y0, x1, y1))
         if yoff:
-            out.append(
-                _label(
-                    spine_x,
-                    y0 - 4,
-                    yoff,
-                    self._y.tick_size * PT,
-                    "left" if right else "right",
-                    "bottom",
-                    MUTED,
-                )
-            )
+            out.append(_label(spine_x, y0 - 4, yoff, self._y.tick_size * PT, ha, "bottom", MUTED))
         if not right:
             out.append(_spine(f"M{_f(x0)} {_f(y1)}H{_f(x1)}"))
             out += _x_ticks(self._x, sx, xt, xl, xoff, (x0, y0, x1, y1))
@@ -1172,23 +1140,13 @@ def _y_ticks(
     box: tuple[float, float, float, float],
 ) -> list[str]:
     size = axis.tick_size * PT
-    sign = 1 if right else -1
+    sign, ha = (1, "left") if right else (-1, "right")
+    edge = spine + sign * (TICK_LEN + TICK_PAD)  # where the tick labels start
     out = []
     for t, label in zip(ticks, labels, strict=True):
         y = sy(t)
         out.append(_spine(f"M{_f(spine)} {_f(y)}h{_f(sign * TICK_LEN)}"))
-        out.append(
-            _label(
-                spine + sign * (TICK_LEN + TICK_PAD),
-                y,
-                label,
-                size,
-                "left" if right else "right",
-                "center",
-                MUTED,
-                limit=axis.max_chars,
-            )
-        )
+        out.append(_label(edge, y, label, size, ha, "center", MUTED, limit=axis.max_chars))
     if axis.label:
         widest = axis.widest(labels)
         x = spine + sign * (TICK_LEN + TICK_PAD + widest + 4 + axis.label_size * PT * 0.5)

@@ -418,11 +418,8 @@ def _kernels(
     kinds = _match_kinds(kb, kt)
     ops = []
     for op in sorted({*ub, *ut} - {o for g in _done(out) for o in g}):
-        gone = removed.get(op, NONE)
-        base = Usage(
-            (ub.get(op) or NONE).calls - gone.calls, (ub.get(op) or NONE).total_ns - gone.total_ns
-        )
-        target = ut.get(op) or NONE
+        was, gone, target = ub.get(op, NONE), removed.get(op, NONE), ut.get(op, NONE)
+        base = Usage(was.calls - gone.calls, was.total_ns - gone.total_ns)
         status = "new" if op not in ub else "gone" if op not in ut else "changed"
         extra = {"status": status, "matched_by": kinds.get(op, "name")}
         ops.append(Contribution(op, "kernel", target.total_ns - base.total_ns, base, target, extra))
@@ -589,12 +586,8 @@ def _group_contribution(
         removed[op] = Usage(fewer, fewer * (ub[op].mean_ns or 0.0))
     before = _sum(removed[op] for op in group.before)
     after = _sum(ut[op] for op in group.after)
-    if len(group.before) > len(group.after):
-        word = "fused"
-    elif len(group.before) < len(group.after):
-        word = "split"
-    else:
-        word = "replaced"
+    olds, news = len(group.before), len(group.after)
+    word = "fused" if olds > news else "split" if olds < news else "replaced"
     what = f"{' + '.join(group.before)} -> {' + '.join(group.after)} ({word})"
     return Contribution(
         what, "kernel", after.total_ns - before.total_ns, before, after,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from traceanalyzer.overview.model import Overview
@@ -40,14 +40,7 @@ class ComponentDelta:
         return self.change < 0
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "key": self.key,
-            "label": self.label,
-            "base": self.base,
-            "target": self.target,
-            "change": self.change,
-            "rel": self.rel,
-        }
+        return asdict(self) | {"change": self.change, "rel": self.rel}
 
     def text(self) -> str:
         rel = "" if self.rel is None else f" ({fmt.change(self.rel)})"

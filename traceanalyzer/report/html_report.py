@@ -234,12 +234,8 @@ def _finding_section(
             )
             for o in occurrences
         ]
-        parts.append(
-            details(
-                f"Per rank ({len(occurrences)})",
-                table(("ranks", "severity", "title"), rows, raw=(1, 2)),
-            )
-        )
+        per_rank = table(("ranks", "severity", "title"), rows, raw=(1, 2))
+        parts.append(details(f"Per rank ({len(occurrences)})", per_rank))
     parts.append("</section>")
     return "".join(parts)
 
@@ -272,16 +268,8 @@ def _rules_section(doc: Mapping[str, Any]) -> str:
         + bullets(f"<b>{esc(r.get('name'))}</b>: {inline(r.get('reason'))}" for r in listed)
         for heading, listed in fmt.undecided(doc)
     )
-    return (
-        "<h2>Rules</h2>"
-        + lead
-        + table(
-            ("id", "rule", "status", "findings", "why / notes"),
-            rows,
-            numeric=(3,),
-            raw=(0, 1, 2, 3, 4),
-        )
-    )
+    headers = ("id", "rule", "status", "findings", "why / notes")
+    return "<h2>Rules</h2>" + lead + table(headers, rows, numeric=(3,), raw=(0, 1, 2, 3, 4))
 
 
 def _errors_section(doc: Mapping[str, Any]) -> str:

@@ -290,15 +290,10 @@ class ReportInputs:
         frame = self.sessions()
         if "start_ns" not in frame.columns:
             return None
-        shown = next(
-            (
-                o
-                for o in finding.get("occurrences") or []
-                if o.get("metrics") == finding.get("metrics")
-            ),
-            finding,
-        )
-        ranks = set(shown.get("ranks") or [])
+        # the ranks of the occurrence whose metrics the finding shows, else the finding's
+        metrics = finding.get("metrics")
+        same = [o for o in finding.get("occurrences") or [] if o.get("metrics") == metrics]
+        ranks = set((same[0] if same else finding).get("ranks") or [])
         starts = [
             start
             for rank, start in frame.select("rank", "start_ns").iter_rows()

@@ -154,9 +154,10 @@ def stacked_bars(
 def _phases(overview: Overview) -> str:
     """The phase table and strip: each kind of iteration on its own, and when each ran."""
     note = text.phase_note(overview)
+    muted = f'<p class="small muted">{esc(note)}.</p>' if note else ""
     ep = _phase_lists(overview)
     if not text.phases_known(overview):
-        return (f'<p class="small muted">{esc(note)}.</p>' if note else "") + ep
+        return muted + ep
     headers = text.phase_headers()
     body = table(headers, text.phase_rows(overview), numeric=tuple(range(1, len(headers))))
     caption = (
@@ -170,7 +171,6 @@ def _phases(overview: Overview) -> str:
         "<figcaption>Each phase's mean iteration split into its components (every bar the "
         "whole iteration: shares; its time on the right).</figcaption></figure>"
     )
-    muted = f'<p class="small muted">{esc(note)}.</p>' if note else ""
     return details("By phase", bars + body + ep + muted + strip, open_=True)
 
 

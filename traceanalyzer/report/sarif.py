@@ -106,10 +106,8 @@ def build_sarif(report: ReportData) -> dict[str, Any]:
     doc = report.findings
     root = report.input_root
     statuses = {r["rule"]: r for r in doc.get("rules", [])}
-    rule_ids = list(statuses) + [
-        f["rule"] for f in doc.get("findings", []) if f["rule"] not in statuses
-    ]
-    rule_ids = list(dict.fromkeys(rule_ids))
+    # the rules that ran, then any other rule a finding names
+    rule_ids = list(dict.fromkeys([*statuses, *(f["rule"] for f in doc.get("findings", []))]))
     index = {rid: i for i, rid in enumerate(rule_ids)}
     descriptors = [
         _descriptor(rid, statuses.get(rid, {}), report.rules.get(rid)) for rid in rule_ids
@@ -124,10 +122,7 @@ def build_sarif(report: ReportData) -> dict[str, Any]:
                 "ruleId": f["rule"],
                 "ruleIndex": index[f["rule"]],
                 "level": LEVELS.get(f.get("severity"), "warning"),
-                "message": {
-                    "text": message,
-                    "markdown": _markdown(message, f),
-                },
+                "message": {"text": message, "markdown": _markdown(message, f)},
                 "locations": [
                     _location(report.trace_files.get((r, s)), root, r, s)
                     for r, s in pairs[:MAX_LOCATIONS]
