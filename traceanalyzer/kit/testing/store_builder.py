@@ -17,9 +17,10 @@ The verbs it shares with the synthetic generator's ``RankBuilder`` (``span``, ``
 ``replay``, ``task``, ``kernel``, ``compute_task``, ``event_wait``, ``memcpy_async``,
 ``counter``, ``memory``) are defined once, in
 :class:`~traceanalyzer.kit.testing.verbs.FixtureVerbs`; here they take the ``rank`` and
-``session`` the rows belong to first (:func:`per_session`), and :class:`_SessionRows` lands
-their facts as rows. The other verbs write rows a generator composes from events (``session``,
-``flow``, ``api_stat``, ``hccl_op``, ``hccl_task``, ``comm_op``, ``step_time``).
+``session`` the rows belong to first (:func:`per_session`; ``b.on(rank, session)`` speaks them
+without), and :class:`_SessionRows` lands their facts as rows. The other verbs write rows a
+generator composes from events (``session``, ``flow``, ``api_stat``, ``hccl_op``, ``hccl_task``,
+``comm_op``, ``step_time``).
 """
 
 from __future__ import annotations
@@ -129,6 +130,11 @@ class StoreBuilder:
         return self
 
     # ---- the verbs shared with RankBuilder (kit/testing/verbs.py) ------------------------
+    def on(self, rank: int, session: str) -> FixtureVerbs:
+        """The shared verbs for one rank session, without the leading ``rank, session``, as a
+        :class:`RankBuilder` speaks them: ``b.on(0, "s").api("aclrtMalloc", start_ns=...)``."""
+        return _SessionRows(self, rank, session)
+
     span = per_session(FixtureVerbs.span)
     step = per_session(FixtureVerbs.step)
     api = per_session(FixtureVerbs.api)
