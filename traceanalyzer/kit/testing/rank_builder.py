@@ -218,10 +218,7 @@ class RankBuilder(FixtureVerbs):
         ts = at(record.ts_ns)
         torch = record.component in ("PTA", "PTA+GE")
 
-        def bytes_(mb: float | None) -> int | None:
-            return None if mb is None else round(mb * MB)
-
-        allocated = bytes_(record.allocated_mb)
+        allocated = None if record.allocated_mb is None else round(record.allocated_mb * MB)
         totals = Totals(allocated, round(record.reserved_mb * MB), allocated if torch else None)
         row = Record(record.component, ts, totals, STREAM_PTR if torch else None)
         self._actions.append(lambda rw: rw.memory_record(row))

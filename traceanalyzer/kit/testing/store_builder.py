@@ -17,9 +17,10 @@ The verbs it shares with the synthetic generator's ``RankBuilder`` (``span``, ``
 ``replay``, ``task``, ``kernel``, ``compute_task``, ``event_wait``, ``memcpy_async``,
 ``counter``, ``memory``) are defined once, in
 :class:`~traceanalyzer.kit.testing.verbs.FixtureVerbs`; here they take the ``rank`` and
-``session`` the rows belong to first (:func:`per_session`), and :class:`_SessionRows` lands
-their facts as rows. The other verbs write rows a generator composes from events (``session``,
-``flow``, ``api_stat``, ``hccl_op``, ``hccl_task``, ``comm_op``, ``step_time``).
+``session`` the rows belong to first (:func:`per_session`; ``b.on(rank, session)`` speaks them
+without), and :class:`_SessionRows` lands their facts as rows. The other verbs write rows a
+generator composes from events (``session``, ``flow``, ``api_stat``, ``hccl_op``, ``hccl_task``,
+``hccl_collective``, ``comm_op``, ``step_time``).
 """
 
 from __future__ import annotations
@@ -129,6 +130,11 @@ class StoreBuilder:
         return self
 
     # ---- the verbs shared with RankBuilder (kit/testing/verbs.py) ------------------------
+    def on(self, rank: int, session: str) -> FixtureVerbs:
+        """The shared verbs for one rank session, without the leading ``rank, session``, as a
+        :class:`RankBuilder` speaks them: ``b.on(0, "s").api("aclrtMalloc", start_ns=...)``."""
+        return _SessionRows(self, rank, session)
+
     span = per_session(FixtureVerbs.span)
     step = per_session(FixtureVerbs.step)
     api = per_session(FixtureVerbs.api)
@@ -243,6 +249,30 @@ class StoreBuilder:
             args=None if args is None else json.dumps(dict(args)),
             memcpy_size=None if args is None else args.get("size(Byte)"),
         )
+        return self
+
+    def hccl_collective(
+        self,
+        rank: int,
+        session: str,
+        name: str,
+        *,
+        start_ns: int,
+        dur_ns: int,
+        wait_ns: int,
+        transfer: bool = True,
+        stream: int = 4,
+        connection_id: int | None = None,
+    ) -> StoreBuilder:
+        """A collective with its device tasks: the op (:meth:`hccl_op`), the ``Notify Wait`` on
+        ``stream`` in which this rank waits ``wait_ns`` for its peers, then (``transfer``) the
+        ``SDMA`` copy for the rest of the op, all with ``connection_id``."""
+        self.hccl_op(rank, session, name, start_ns=start_ns, dur_ns=dur_ns,
+                     connection_id=connection_id)  # fmt: skip
+        tasks = [("Notify Wait", start_ns, wait_ns), ("SDMA", start_ns + wait_ns, dur_ns - wait_ns)]
+        for task, at, dur in tasks if transfer else tasks[:1]:
+            self.task(rank, session, task, stream=stream, start_ns=at, dur_ns=dur,
+                      connection_id=connection_id)  # fmt: skip
         return self
 
     def comm_link(
