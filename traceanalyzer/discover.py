@@ -13,7 +13,7 @@ import hashlib
 import os
 import re
 import sqlite3
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -434,9 +434,7 @@ def _session_ids(sessions: list[RankSession], root: Path) -> None:
     two directories share) the cleaned name gets a suffix derived from the directory's path
     relative to ``root``, so ids are deterministic; any id still taken (two cleaned names that
     meet) gets a counter as well, in path order: unique by construction."""
-    counts: dict[str, int] = defaultdict(int)
-    for s in sessions:
-        counts[s.path.name] += 1
+    counts = Counter(s.path.name for s in sessions)
     wanted: dict[int, str] = {}
     for index, s in enumerate(sessions):
         name = s.path.name
@@ -451,12 +449,9 @@ def _session_ids(sessions: list[RankSession], root: Path) -> None:
         repeats[session_id].append(index)
     taken = set(wanted.values())
     for session_id, indices in repeats.items():
-        if len(indices) == 1:
-            continue
-        for n, index in enumerate(sorted(indices, key=lambda i: str(sessions[i].path))):
-            if n == 0:
-                continue  # the first in path order keeps the id
-            count = n + 1
+        # the first in path order keeps the id; the others count from 2
+        in_order = sorted(indices, key=lambda i: str(sessions[i].path))
+        for count, index in enumerate(in_order[1:], start=2):
             while f"{session_id}-{count}" in taken:
                 count += 1
             wanted[index] = f"{session_id}-{count}"
