@@ -119,10 +119,6 @@ def _read_shaped(path: Path, shape: json_shape.Obj, problems: list[Problem]) -> 
     return doc
 
 
-def _is_candidate(path: Path, names: list[str]) -> bool:
-    return path.name.endswith(_RANK_DIR_SUFFIX) or OUTPUT_DIR in names
-
-
 def _inside(path: str, container: str) -> bool:
     return path == container or path.startswith(container.rstrip(os.sep) + os.sep)
 
@@ -185,7 +181,7 @@ def _walk(
     found: list[Path] = []
 
     def enter(here: Path, subdirs: list[os.DirEntry[str]]) -> list[os.DirEntry[str]]:
-        if _is_candidate(here, [e.name for e in subdirs]):
+        if here.name.endswith(_RANK_DIR_SUFFIX) or any(e.name == OUTPUT_DIR for e in subdirs):
             found.append(here)
             return []  # a rank dir never contains another rank dir
         return [
@@ -285,11 +281,6 @@ def bounded_int(digits: str, high: int = 1 << 31) -> int | None:
     return value if value < high else None
 
 
-def _pick_info_file(path: Path, refused: set[Path]) -> Path | None:
-    infos = sorted(p for p in path.iterdir() if _INFO_NAME.match(p.name) and p not in refused)
-    return infos[0] if infos else None
-
-
 def _dir_ts_ns(name: str) -> int | None:
     match = _DIR_NAME.match(name)
     if not match:
@@ -303,7 +294,8 @@ def _dir_ts_ns(name: str) -> int | None:
 
 
 def _load_session(path: Path, problems: list[Problem], refused: set[Path]) -> RankSession:
-    info_file = _pick_info_file(path, refused)
+    infos = sorted(p for p in path.iterdir() if _INFO_NAME.match(p.name) and p not in refused)
+    info_file = infos[0] if infos else None
     info: dict[str, Any] = {}
     if info_file is not None:
         info = _read_shaped(info_file, json_shape.PROFILER_INFO, problems)

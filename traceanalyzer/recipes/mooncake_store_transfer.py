@@ -257,10 +257,8 @@ PARAMS = (
 
 
 def cross_check(values: dict[str, Any]) -> None:
-    dp, dpl = (
-        values["data_parallel_size"],
-        values["data_parallel_size_local"] or values["data_parallel_size"],
-    )
+    dp = values["data_parallel_size"]
+    dpl = values["data_parallel_size_local"] or dp
     if dpl > dp:
         raise ParamError(f"data_parallel_size_local={dpl} exceeds data_parallel_size={dp}")
     if dpl < dp and not values["data_parallel_address"]:
