@@ -87,10 +87,8 @@ class _Progress:
         elif event == "session" and outcome is not None:
             # a failure's reason is said once, in the summary under the table
             what = "FAILED (the reason is below)" if outcome.status == "failed" else outcome.status
-            head, tail = (
-                f"[{done}/{total}] rank {outcome.rank} ",
-                f": {what} ({outcome.seconds:.1f} s)",
-            )
+            head = f"[{done}/{total}] rank {outcome.rank} "
+            tail = f": {what} ({outcome.seconds:.1f} s)"
             session = printable(outcome.session)
             if self.width is not None:  # one line, redrawn in place: the session's name gives
                 from traceanalyzer.report.width import shorten_middle

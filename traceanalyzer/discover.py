@@ -13,7 +13,7 @@ import hashlib
 import os
 import re
 import sqlite3
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -119,10 +119,6 @@ def _read_shaped(path: Path, shape: json_shape.Obj, problems: list[Problem]) -> 
     return doc
 
 
-def _is_candidate(path: Path, names: list[str]) -> bool:
-    return path.name.endswith(_RANK_DIR_SUFFIX) or OUTPUT_DIR in names
-
-
 def _inside(path: str, container: str) -> bool:
     return path == container or path.startswith(container.rstrip(os.sep) + os.sep)
 
@@ -185,7 +181,7 @@ def _walk(
     found: list[Path] = []
 
     def enter(here: Path, subdirs: list[os.DirEntry[str]]) -> list[os.DirEntry[str]]:
-        if _is_candidate(here, [e.name for e in subdirs]):
+        if here.name.endswith(_RANK_DIR_SUFFIX) or any(e.name == OUTPUT_DIR for e in subdirs):
             found.append(here)
             return []  # a rank dir never contains another rank dir
         return [
@@ -285,11 +281,6 @@ def bounded_int(digits: str, high: int = 1 << 31) -> int | None:
     return value if value < high else None
 
 
-def _pick_info_file(path: Path, refused: set[Path]) -> Path | None:
-    infos = sorted(p for p in path.iterdir() if _INFO_NAME.match(p.name) and p not in refused)
-    return infos[0] if infos else None
-
-
 def _dir_ts_ns(name: str) -> int | None:
     match = _DIR_NAME.match(name)
     if not match:
@@ -303,7 +294,8 @@ def _dir_ts_ns(name: str) -> int | None:
 
 
 def _load_session(path: Path, problems: list[Problem], refused: set[Path]) -> RankSession:
-    info_file = _pick_info_file(path, refused)
+    infos = sorted(p for p in path.iterdir() if _INFO_NAME.match(p.name) and p not in refused)
+    info_file = infos[0] if infos else None
     info: dict[str, Any] = {}
     if info_file is not None:
         info = _read_shaped(info_file, json_shape.PROFILER_INFO, problems)
@@ -434,9 +426,7 @@ def _session_ids(sessions: list[RankSession], root: Path) -> None:
     two directories share) the cleaned name gets a suffix derived from the directory's path
     relative to ``root``, so ids are deterministic; any id still taken (two cleaned names that
     meet) gets a counter as well, in path order: unique by construction."""
-    counts: dict[str, int] = defaultdict(int)
-    for s in sessions:
-        counts[s.path.name] += 1
+    counts = Counter(s.path.name for s in sessions)
     wanted: dict[int, str] = {}
     for index, s in enumerate(sessions):
         name = s.path.name
@@ -451,12 +441,9 @@ def _session_ids(sessions: list[RankSession], root: Path) -> None:
         repeats[session_id].append(index)
     taken = set(wanted.values())
     for session_id, indices in repeats.items():
-        if len(indices) == 1:
-            continue
-        for n, index in enumerate(sorted(indices, key=lambda i: str(sessions[i].path))):
-            if n == 0:
-                continue  # the first in path order keeps the id
-            count = n + 1
+        # the first in path order keeps the id; the others count from 2
+        in_order = sorted(indices, key=lambda i: str(sessions[i].path))
+        for count, index in enumerate(in_order[1:], start=2):
             while f"{session_id}-{count}" in taken:
                 count += 1
             wanted[index] = f"{session_id}-{count}"

@@ -313,12 +313,11 @@ class ProcessExecutor(Executor):
     parallel = True
     shares_memory = True
 
-    def __init__(self, jobs: int = 1, max_tasks_per_child: int | None = None):
+    def __init__(self, jobs: int = 1):
         super().__init__(jobs)
         self._context = multiprocessing.get_context("spawn")
         self._pool: ProcessPoolExecutor | None = None
         self._pool_size = 0
-        self.max_tasks_per_child = max_tasks_per_child
         self.restarts = 0  # pools replaced after a worker died (for tests and logs)
 
     def _get_pool(self, size: int, at_most: bool = False) -> ProcessPoolExecutor:
@@ -327,15 +326,9 @@ class ProcessExecutor(Executor):
         # A map limited in width (``at_most``) never runs on a wider pool.
         if self._pool is None or self._pool_size < size or (at_most and self._pool_size > size):
             self._shutdown(wait=True)
-            kwargs: dict[str, Any] = {
-                "max_workers": size,
-                "mp_context": self._context,
-                "initializer": worker_start,
-                "initargs": (os.getpid(),),
-            }
-            if self.max_tasks_per_child:
-                kwargs["max_tasks_per_child"] = self.max_tasks_per_child
-            self._pool = ProcessPoolExecutor(**kwargs)
+            self._pool = ProcessPoolExecutor(
+                size, mp_context=self._context, initializer=worker_start, initargs=(os.getpid(),)
+            )
             self._pool_size = size
         return self._pool
 

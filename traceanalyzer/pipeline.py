@@ -21,7 +21,7 @@ from traceanalyzer import outdir
 from traceanalyzer.discover import input_root
 from traceanalyzer.ingest import IngestResult, ProgressFn, ingest
 from traceanalyzer.json_shape import to_json
-from traceanalyzer.overview.model import DEFAULT_TOP, SCHEMA_VERSION, Overview, TopSizes
+from traceanalyzer.overview.model import DEFAULT_TOP, SCHEMA_VERSION, TopSizes
 from traceanalyzer.parse.trace_view import DEFAULT_PARSE_MEMORY, ParseMemory
 from traceanalyzer.store import run_memo, write_atomic_text
 from traceanalyzer.text import count
@@ -187,22 +187,6 @@ def _incomplete_inputs(result: IngestResult) -> dict[int, list[str]]:
     return {rank: files for rank, files in incomplete.items() if files}
 
 
-def _summary(
-    out: Path, executor: Executor, top: TopSizes, force: bool, capacity_gb: float
-) -> tuple[Overview, float]:
-    """The overview document without the findings' costs, and the seconds it took."""
-    from traceanalyzer.overview import overview_document
-    from traceanalyzer.overview.stage import SUMMARY
-    from traceanalyzer.stages import declared, run_stages
-    from traceanalyzer.store import Store
-
-    started = time.perf_counter()
-    after_rules = declared(before_rules=False)
-    done = run_stages(out, executor, after_rules, {SUMMARY.name: top}, cache=not force)
-    document = overview_document(Store.open(out), top, done.failed, capacity_gb)
-    return document, time.perf_counter() - started
-
-
 def _overview(
     out: Path,
     executor: Executor,
@@ -214,10 +198,17 @@ def _overview(
 ) -> dict | None:
     """Where the time goes (traceanalyzer.overview), with each finding's cost in it, and the
     device memory (``capacity_gb``: the device's, 0 when unknown)."""
-    from traceanalyzer.overview import finding_costs
+    from traceanalyzer.overview import finding_costs, overview_document
+    from traceanalyzer.overview.stage import SUMMARY
+    from traceanalyzer.stages import declared, run_stages
+    from traceanalyzer.store import Store
 
+    started = time.perf_counter()
     try:
-        overview, seconds = _summary(out, executor, top, force, capacity_gb)
+        after_rules = declared(before_rules=False)
+        done = run_stages(out, executor, after_rules, {SUMMARY.name: top}, cache=not force)
+        overview = overview_document(Store.open(out), top, done.failed, capacity_gb)
+        seconds = time.perf_counter() - started  # without the findings' costs
         costs = finding_costs(findings.findings, overview)
         document = to_json(replace(overview, costs=costs))
     except Exception as exc:  # the overview is context: its failure must not cost the findings

@@ -236,8 +236,7 @@ def test(
         click.echo(f"snapshot {result.snapshot}: {result.label} (review it in {FIXTURES_DIR}/)")
     for problem in coverage:
         click.secho(f"COVERAGE {problem}", fg="red")
-    summary = f"{len(results) - len(failed)} passed, {len(failed)} failed"
-    summary += f" ({len(rules)} rule(s))"
+    summary = f"{len(results) - len(failed)} passed, {len(failed)} failed ({len(rules)} rule(s))"
     bad = failed or coverage
     click.secho(summary, fg="red" if bad else "green", bold=True)
     sys.exit(1 if bad else 0)

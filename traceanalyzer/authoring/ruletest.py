@@ -212,17 +212,13 @@ def _check_snapshot(outcome: FixtureResult, text: str, update: bool) -> None:
     path = snapshot_path(outcome.rule, outcome.fixture)
     if path is None:
         return
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, "utf-8")
-        outcome.snapshot = "new"
-        return
-    old = path.read_text("utf-8")
+    old = path.read_text("utf-8") if path.exists() else None
     if old == text:
         outcome.snapshot = "match"
-    elif update:
+    elif old is None or update:  # a new snapshot is written, a changed one when asked
+        path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, "utf-8")
-        outcome.snapshot = "updated"
+        outcome.snapshot = "new" if old is None else "updated"
     else:
         diff = difflib.unified_diff(
             old.splitlines(), text.splitlines(), "snapshot", "now", lineterm=""

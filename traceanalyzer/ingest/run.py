@@ -160,10 +160,13 @@ def _ingest(
                 remove_session(out_path, session.rank, session.session)
     total = len(found.sessions)
     done = len(outcomes)
-    if progress:
-        progress("start", done, total, None)
-        for note in notes:
-            progress(note, done, total, None)
+
+    def say(event: str, outcome: SessionOutcome | None = None) -> None:
+        if progress:
+            progress(event, done, total, outcome)
+
+    for event in ("start", *notes):
+        say(event)
 
     described: dict[str, dict[str, Any]] = {}  # a group's files, described once for its sessions
 
@@ -200,25 +203,23 @@ def _ingest(
             manifest.sessions[outcome.key] = value
             with outdir.writes(out_path):
                 journal_append(out_path, outcome.key, value)
-        if progress:
-            progress("session", done, total, outcome)
+        say("session", outcome)
 
     reads_traces = any(source_of(s) == "text" for _, members in todo for s in members)
     if reads_traces and progress and (note := trace_native.unavailable_note()):
-        progress(note, done, total, None)
+        say(note)
     owned = executor is None
     if executor is None:
         executor = make_executor("auto", jobs=jobs)
     # all sessions, cached ones too: the rules map over every rank with the same executor
     executor_note = executor.plan(len(found.sessions), sum(sizes.values()))
-    if progress:
-        progress(f"executor: {executor_note}", done, total, None)
+    say(f"executor: {executor_note}")
     side_by_side = min(executor.jobs, len(todo)) if executor.parallel else 1
     if executor.shares_memory and side_by_side > 1:
         largest = [max(members, key=lambda s: sizes[s.key]) for _, members in todo]
         side_by_side, note = fit_in_memory(largest, side_by_side, memory)
-        if note and progress:
-            progress(note, done, total, None)
+        if note:
+            say(note)
     # e.g. a single 2 GB rank scans on every core
     threads = executor.threads_per_task(side_by_side)
     try:
@@ -239,10 +240,9 @@ def _ingest(
             group, members = todo[index]
             if isinstance(result, TaskCrashed):
                 left_running |= result.timed_out
-                if result.timed_out:
-                    why = too_long(sum(seconds[index]))
-                else:
-                    why = f"worker died: {result}"
+                why = (
+                    too_long(sum(seconds[index])) if result.timed_out else f"worker died: {result}"
+                )
                 if group is not None:  # what the dead worker wrote of the group is not kept
                     remove_group(out_path, group)
                 result = [crashed(session, why) for session in members]
@@ -261,8 +261,7 @@ def _ingest(
         if owned:
             executor.close()
     outcomes.sort(key=lambda o: (o.rank, o.session))
-    if progress:
-        progress("done", done, total, None)
+    say("done")
     return IngestResult(
         out_path, found, outcomes, executor=executor_note, removed_unlisted=unlisted
     )

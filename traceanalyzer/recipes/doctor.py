@@ -106,19 +106,13 @@ def diagnose(
             missing = missing_seams(vllm_src, recipe.vllm_seams)
             if missing:
                 verdict.problems.append(f"vLLM {versions['vllm']} lacks: " + "; ".join(missing))
-        for label, seam in recipe.evidence:
-            if vllm_src is None:
-                break
-            on = not missing_seams(vllm_src, (seam,))
-            verdict.notes.append(
-                f"evidence: {label}: "
-                + (
-                    "on"
-                    if on
-                    else f"not in vLLM {versions['vllm']} (iterations then come from the "
-                    "Python tracer's functions or the device's bursts)"
-                )
+            off = (
+                f"not in vLLM {versions['vllm']} (iterations then come from the Python tracer's "
+                "functions or the device's bursts)"
             )
+            for label, seam in recipe.evidence:
+                state = off if missing_seams(vllm_src, (seam,)) else "on"
+                verdict.notes.append(f"evidence: {label}: {state}")
         if va and version_tuple(versions["vllm"])[:2] != version_tuple(va)[:2]:
             verdict.notes.append(
                 f"vLLM {versions['vllm']} and vllm-ascend {va} differ in minor version; "
@@ -129,8 +123,6 @@ def diagnose(
         verdict.notes.append(
             "CANN toolkit not found (set ASCEND_TOOLKIT_HOME or source set_env.sh)"
         )
-    elif recipe.cann_note is not None:
-        note = recipe.cann_note(cann)
-        if note:
-            verdict.notes.append(note)
+    elif recipe.cann_note is not None and (note := recipe.cann_note(cann)):
+        verdict.notes.append(note)
     return verdict

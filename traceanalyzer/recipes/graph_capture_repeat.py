@@ -6,7 +6,15 @@ import json
 import shlex
 from typing import Any
 
-from traceanalyzer.recipes.model import Recipe, RenderedFile, fill, sh_env, template_text
+from traceanalyzer.recipes.model import (
+    Recipe,
+    RenderedFile,
+    fill,
+    offline_analysis,
+    sh_env,
+    shipped,
+    template_text,
+)
 from traceanalyzer.recipes.params import (
     ANALYSE_PARAM,
     CANN_SET_ENV_PARAM,
@@ -269,11 +277,6 @@ def build(values: dict[str, Any]) -> dict[str, RenderedFile]:
         },
         "generate": values["generate"],
     }
-    analyse = (
-        '"$PYTHON" "$HERE/analyse_profiles.py" "$PROFILING_DIR"'
-        if values["analyse"] == "offline"
-        else "# analyse=inline: the workers parsed their traces at profiler stop"
-    )
     run_sh = fill(
         template_text(NAME, "run.sh.tmpl"),
         {
@@ -283,19 +286,14 @@ def build(values: dict[str, Any]) -> dict[str, RenderedFile]:
             "ARMS": " ".join(values["arms"]),
             "HOOK_VARIANT": shlex.quote(values["hook_variant"]),
             "ENV": sh_env(environment(values)),
-            "ANALYSE": analyse,
+            "ANALYSE": offline_analysis(values),
         },
     )
     return {
         "run.sh": RenderedFile(run_sh, executable=True),
         "config.json": RenderedFile(json.dumps(config, indent=2) + "\n"),
-        "launch.py": RenderedFile(template_text(NAME, "launch.py"), snapshot=False),
-        "hooks/ta_capture_hooks.py": RenderedFile(
-            template_text(NAME, "hooks/ta_capture_hooks.py"), snapshot=False
-        ),
-        "analyse_profiles.py": RenderedFile(
-            template_text("common", "analyse_profiles.py"), snapshot=False
-        ),
+        **shipped(NAME, "launch.py", "hooks/ta_capture_hooks.py"),
+        **shipped("common", "analyse_profiles.py"),
     }
 
 

@@ -116,3 +116,40 @@ def options_argv(options: Mapping[str, str | None]) -> list[str]:
 def sh_env(env: Mapping[str, str]) -> str:
     """``export K=V`` lines in the given order, values shell-quoted."""
     return "\n".join(f"export {k}={shlex.quote(v)}" for k, v in env.items())
+
+
+def bash_script(header: str, body: str) -> str:
+    """A rendered script: ``header`` (its comment lines), strict mode, then ``body``."""
+    return f"#!/usr/bin/env bash\n{header}\nset -euo pipefail\n{body}\n"
+
+
+# A script's lines that source the env.sh rendered beside it.
+SOURCE_ENV_SH = (
+    '_TA_HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"\n'
+    '# shellcheck source=env.sh\nsource "$_TA_HERE/env.sh"\n'
+)
+
+# env.sh's lines that source CANN's set_env.sh when it exists (it reads unset variables), then
+# name the vllm to run (placeholder: CANN_SET_ENV).
+SOURCE_CANN = """\
+CANN_SET_ENV=@@CANN_SET_ENV@@
+if [[ -f "$CANN_SET_ENV" ]]; then
+  set +u
+  # shellcheck disable=SC1090
+  source "$CANN_SET_ENV"
+  set -u
+fi
+export VLLM="${VLLM:-vllm}"
+"""
+
+
+def offline_analysis(values: Mapping[str, Any]) -> str:
+    """run.sh's line that parses the profiles after the run (``analyse=offline``, ANALYSE_PARAM)."""
+    if values["analyse"] == "offline":
+        return '"$PYTHON" "$HERE/analyse_profiles.py" "$PROFILING_DIR"'
+    return "# analyse=inline: the workers parsed their traces at profiler stop"
+
+
+def shipped(recipe: str, *relpaths: str) -> dict[str, RenderedFile]:
+    """Files shipped under ``templates/<recipe>/``, copied as they are (not snapshot-tested)."""
+    return {rel: RenderedFile(template_text(recipe, rel), snapshot=False) for rel in relpaths}

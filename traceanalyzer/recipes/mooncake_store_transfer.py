@@ -7,12 +7,17 @@ import shlex
 from typing import Any
 
 from traceanalyzer.recipes.model import (
+    SOURCE_CANN,
+    SOURCE_ENV_SH,
     Recipe,
     RenderedFile,
+    bash_script,
     fill,
+    offline_analysis,
     options_argv,
     sh_command,
     sh_env,
+    shipped,
     template_text,
 )
 from traceanalyzer.recipes.params import (
@@ -252,10 +257,8 @@ PARAMS = (
 
 
 def cross_check(values: dict[str, Any]) -> None:
-    dp, dpl = (
-        values["data_parallel_size"],
-        values["data_parallel_size_local"] or values["data_parallel_size"],
-    )
+    dp = values["data_parallel_size"]
+    dpl = values["data_parallel_size_local"] or dp
     if dpl > dp:
         raise ParamError(f"data_parallel_size_local={dpl} exceeds data_parallel_size={dp}")
     if dpl < dp and not values["data_parallel_address"]:
@@ -398,18 +401,14 @@ def environment(values: dict[str, Any]) -> dict[str, str]:
     }
 
 
-_ENV_HEAD = """\
+_ENV_HEAD = (
+    """\
 # Environment of mooncake-store-transfer (rendered; sourced by run.sh and serve_secondary.sh).
 # Never sets VLLM_PLUGINS: it filters all plugins, vllm-ascend's included.
 _TA_HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-CANN_SET_ENV=@@CANN_SET_ENV@@
-if [[ -f "$CANN_SET_ENV" ]]; then
-  set +u
-  # shellcheck disable=SC1090
-  source "$CANN_SET_ENV"
-  set -u
-fi
-export VLLM="${VLLM:-vllm}"
+"""
+    + SOURCE_CANN
+    + """\
 LOCAL_IP="${LOCAL_IP:-$(hostname -I 2>/dev/null | awk '{print $1}')}"
 export LOCAL_IP
 @@NIC@@
@@ -417,10 +416,7 @@ export LOCAL_IP
 export LD_LIBRARY_PATH="/usr/local/Ascend/ascend-toolkit/latest/python/site-packages${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export MOONCAKE_CONFIG_PATH="$_TA_HERE/mooncake.json"
 """
-
-
-def _script(header: str, body: str) -> str:
-    return f"#!/usr/bin/env bash\n{header}\nset -euo pipefail\n{body}\n"
+)
 
 
 def build(values: dict[str, Any]) -> dict[str, RenderedFile]:
@@ -443,14 +439,12 @@ def build(values: dict[str, Any]) -> dict[str, RenderedFile]:
         },
     )
     serve, serve_raw = serve_argv(values)
-    serve_sh = _script(
+    serve_sh = bash_script(
         "# vllm serve with AscendStoreConnector (backend mooncake); run.sh starts it once per arm.",
-        '_TA_HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"\n'
-        '# shellcheck source=env.sh\nsource "$_TA_HERE/env.sh"\n'
-        "exec " + sh_command(serve, raw=sorted(serve_raw)) + ' "$@"',
+        SOURCE_ENV_SH + "exec " + sh_command(serve, raw=sorted(serve_raw)) + ' "$@"',
     )
     bench, bench_raw = bench_argv(values)
-    bench_sh = _script(
+    bench_sh = bash_script(
         "# vllm bench serve, prefix_repetition dataset; saves RESULT_DIR/bench.json.",
         'RESULT_DIR="${1:?usage: bench.sh RESULT_DIR}"\nVLLM="${VLLM:-vllm}"\n'
         "exec " + sh_command(bench, raw=sorted(bench_raw)),
@@ -471,11 +465,6 @@ def build(values: dict[str, Any]) -> dict[str, RenderedFile]:
     else:
         start_master = f"# start_master=false: mooncake_master must already run at {values['master_server_address']}"
         stop_master = ""
-    analyse = (
-        '"$PYTHON" "$HERE/analyse_profiles.py" "$PROFILING_DIR"'
-        if values["analyse"] == "offline"
-        else "# analyse=inline: the workers parsed their traces at profiler stop"
-    )
     run_sh = fill(
         template_text(NAME, "run.sh.tmpl"),
         {
@@ -490,7 +479,7 @@ def build(values: dict[str, Any]) -> dict[str, RenderedFile]:
             "ANALYSE_INLINE": "1" if values["analyse"] == "inline" else "0",
             "START_MASTER": start_master,
             "STOP_MASTER": stop_master,
-            "ANALYSE": analyse,
+            "ANALYSE": offline_analysis(values),
         },
     )
     files = {
@@ -499,27 +488,21 @@ def build(values: dict[str, Any]) -> dict[str, RenderedFile]:
         "serve.sh": RenderedFile(serve_sh, executable=True),
         "bench.sh": RenderedFile(bench_sh, executable=True),
         "mooncake.json": RenderedFile(json.dumps(mooncake_json(values), indent=2) + "\n"),
-        "ta_store_hooks/pyproject.toml": RenderedFile(
-            template_text(NAME, "ta_store_hooks/pyproject.toml"), snapshot=False
+        **shipped(
+            NAME, "ta_store_hooks/pyproject.toml", "ta_store_hooks/ta_store_hooks/__init__.py"
         ),
-        "ta_store_hooks/ta_store_hooks/__init__.py": RenderedFile(
-            template_text(NAME, "ta_store_hooks/ta_store_hooks/__init__.py"), snapshot=False
-        ),
-        "analyse_profiles.py": RenderedFile(
-            template_text("common", "analyse_profiles.py"), snapshot=False
-        ),
+        **shipped("common", "analyse_profiles.py"),
     }
     dp = values["data_parallel_size"]
     if (values["data_parallel_size_local"] or dp) < dp:
         secondary, sec_raw = serve_argv(values, secondary=True)
         files["serve_secondary.sh"] = RenderedFile(
-            _script(
+            bash_script(
                 "# Run on every other node, once per arm, while run.sh waits for /health:\n"
                 "#   ./serve_secondary.sh START_RANK ARM     (ARM: baseline | sync)",
                 'START_RANK="${1:?usage: serve_secondary.sh START_RANK ARM}"\nARM="${2:-baseline}"\n'
-                '_TA_HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"\n'
-                '# shellcheck source=env.sh\nsource "$_TA_HERE/env.sh"\n'
-                'export TA_STORE_SYNC_BEFORE_TRANSFER="$([[ $ARM == sync ]] && echo 1 || echo 0)"\n'
+                + SOURCE_ENV_SH
+                + 'export TA_STORE_SYNC_BEFORE_TRANSFER="$([[ $ARM == sync ]] && echo 1 || echo 0)"\n'
                 f"export TA_STORE_PROFILE_CALLS={values['profile_calls']} TA_STORE_PROFILE_SKIP={values['skip_calls']}\n"
                 f"export TA_STORE_PROFILER_LEVEL={values['profiler_level']} "
                 f"TA_STORE_ANALYSE={'1' if values['analyse'] == 'inline' else '0'}\n"

@@ -20,7 +20,7 @@ from traceanalyzer.recipes.params import ParamError, resolve_params
 from traceanalyzer.recipes.registry import RECIPES, get_recipe
 from traceanalyzer.version import __version__
 
-__all__ = ["RenderError", "Rendered", "resolve", "build_files", "render"]
+__all__ = ["ParamError", "RenderError", "Rendered", "resolve", "build_files", "render"]
 
 MANIFEST = "recipe.json"
 
@@ -174,17 +174,14 @@ def render(
         if any(out.iterdir()) and not force:
             raise RenderError(f"{out} is not empty (a rendered recipe); pass --force to replace it")
         _write_in_place(out, files, own)
-        return Rendered(recipe=name, out=out, values=values, files=tuple(sorted(files)))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    try:
-        _write_tree(tmp, files)
-        tmp.chmod(0o755)
-        tmp.rename(out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    else:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+        try:
+            _write_tree(tmp, files)
+            tmp.chmod(0o755)
+            tmp.rename(out)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
     return Rendered(recipe=name, out=out, values=values, files=tuple(sorted(files)))
-
-
-__all__ += ["ParamError"]

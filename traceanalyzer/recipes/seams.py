@@ -111,17 +111,20 @@ class HookVariant:
     tested_versions: tuple[str, ...] = ()
 
 
-def _module_files(module: str) -> list[str]:
-    base = module.replace(".", "/")
-    return [base + ".py", base + "/__init__.py"]
-
-
 def _read_module(src: SourceReader, module: str) -> str | None:
-    for rel in _module_files(module):
+    base = module.replace(".", "/")
+    for rel in (base + ".py", base + "/__init__.py"):
         text = src.read(rel)
         if text is not None:
             return text
     return None
+
+
+def _targets(node: ast.AST) -> list[ast.expr]:
+    """What ``node`` assigns to (nothing: not an assignment)."""
+    if isinstance(node, ast.Assign):
+        return node.targets
+    return [node.target] if isinstance(node, ast.AnnAssign) else []
 
 
 def _defines(node: ast.AST, name: str, defs: tuple[type[ast.AST], ...]) -> bool:
@@ -129,13 +132,7 @@ def _defines(node: ast.AST, name: str, defs: tuple[type[ast.AST], ...]) -> bool:
     to the bare ``name``."""
     if isinstance(node, defs):
         return node.name == name  # type: ignore[attr-defined]
-    if isinstance(node, ast.Assign):
-        return any(isinstance(t, ast.Name) and t.id == name for t in node.targets)
-    return (
-        isinstance(node, ast.AnnAssign)
-        and isinstance(node.target, ast.Name)
-        and node.target.id == name
-    )
+    return any(isinstance(t, ast.Name) and t.id == name for t in _targets(node))
 
 
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
@@ -161,12 +158,7 @@ def _class_member(cls: ast.ClassDef, member: str) -> ast.AST | None:
         if _defines(node, member, _FUNCTIONS):
             return node
     for node in ast.walk(cls):
-        targets: Iterable[ast.AST] = ()
-        if isinstance(node, ast.Assign):
-            targets = node.targets
-        elif isinstance(node, ast.AnnAssign):
-            targets = (node.target,)
-        for t in targets:
+        for t in _targets(node):
             if (
                 isinstance(t, ast.Attribute)
                 and t.attr == member
@@ -184,13 +176,8 @@ def check_seam(src: SourceReader, seam: Seam) -> str | None:
     the seam exists when it exists in any of them.
     """
     if "|" in seam.module:
-        reasons = []
-        for alt in seam.module.split("|"):
-            reason = check_seam(src, replace(seam, module=alt))
-            if reason is None:
-                return None
-            reasons.append(reason)
-        return " / ".join(reasons)
+        reasons = [check_seam(src, replace(seam, module=alt)) for alt in seam.module.split("|")]
+        return None if None in reasons else " / ".join(filter(None, reasons))
     text = _read_module(src, seam.module)
     if text is None:
         return f"module {seam.module} not found"

@@ -16,8 +16,11 @@ import shlex
 from typing import Any
 
 from traceanalyzer.recipes.model import (
+    SOURCE_CANN,
+    SOURCE_ENV_SH,
     Recipe,
     RenderedFile,
+    bash_script,
     fill,
     sh_command,
     sh_env,
@@ -188,18 +191,11 @@ def environment(values: dict[str, Any]) -> dict[str, str]:
     return env
 
 
-_ENV_HEAD = """\
-# Environment of serving-window (rendered; sourced by run.sh and serve.sh).
-CANN_SET_ENV=@@CANN_SET_ENV@@
-if [[ -f "$CANN_SET_ENV" ]]; then
-  set +u
-  # shellcheck disable=SC1090
-  source "$CANN_SET_ENV"
-  set -u
-fi
-export VLLM="${VLLM:-vllm}"
-@@ENV@@
-"""
+_ENV_HEAD = (
+    "# Environment of serving-window (rendered; sourced by run.sh and serve.sh).\n"
+    + SOURCE_CANN
+    + "@@ENV@@\n"
+)
 
 
 def build(values: dict[str, Any]) -> dict[str, RenderedFile]:
@@ -212,14 +208,10 @@ def build(values: dict[str, Any]) -> dict[str, RenderedFile]:
         '"@@DIR@@"', '"\'"$PROFILE_DIR"\'"'
     )
     serve = sh_command(['"$VLLM"', *serve_argv(values)], raw=[0])
-    serve_sh = (
-        "#!/usr/bin/env bash\n"
+    serve_sh = bash_script(
         "# vllm serve with its profiler on; run.sh opens and closes the window.\n"
-        "#   PROFILE_DIR=DIR TA_PROFILER_SWITCH=profiler_config|env ./serve.sh\n"
-        "set -euo pipefail\n"
-        '_TA_HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"\n'
-        '# shellcheck source=env.sh\nsource "$_TA_HERE/env.sh"\n'
-        ': "${PROFILE_DIR:?set PROFILE_DIR}"\n'
+        "#   PROFILE_DIR=DIR TA_PROFILER_SWITCH=profiler_config|env ./serve.sh",
+        SOURCE_ENV_SH + ': "${PROFILE_DIR:?set PROFILE_DIR}"\n'
         'if [[ "${TA_PROFILER_SWITCH:-profiler_config}" == env ]]; then\n'
         '  export VLLM_TORCH_PROFILER_DIR="$PROFILE_DIR"\n'
         f"  export VLLM_TORCH_PROFILER_WITH_STACK={int(values['with_stack'])}\n"
@@ -227,21 +219,18 @@ def build(values: dict[str, Any]) -> dict[str, RenderedFile]:
         "else\n"
         f"  PROFILER_ARGS=(--profiler-config '{config}')\n"
         "fi\n"
-        f'exec {serve} \\\n  "${{PROFILER_ARGS[@]}}"\n'
+        f'exec {serve} \\\n  "${{PROFILER_ARGS[@]}}"',
     )
     benches = {
-        kind: (
-            "#!/usr/bin/env bash\n"
+        kind: bash_script(
             f"# vllm bench serve: the {'steady decode traffic' if kind == 'decode' else 'prefill burst'}"
-            "; saves RESULT_DIR/bench_" + kind + ".json.\n"
-            "set -euo pipefail\n"
+            f"; saves RESULT_DIR/bench_{kind}.json.",
             f'RESULT_DIR="${{1:?usage: bench_{kind}.sh RESULT_DIR}}"\nVLLM="${{VLLM:-vllm}}"\n'
             "exec "
             + sh_command(
                 ['"$VLLM"', *bench_argv(values, kind), "--result-dir", '"$RESULT_DIR"'],
                 raw=[0, len(bench_argv(values, kind)) + 2],
-            )  # fmt: skip
-            + "\n"
+            ),
         )
         for kind in ("decode", "burst")
     }

@@ -31,12 +31,6 @@ PACKAGES: dict[str, tuple[str, ...]] = {
     "torch_npu": ("torch-npu", "torch_npu"),
     "mooncake": ("mooncake-transfer-engine-npu", "mooncake-transfer-engine"),
 }
-MODULES = {
-    "vllm": "vllm",
-    "vllm-ascend": "vllm_ascend",
-    "torch_npu": "torch_npu",
-    "mooncake": "mooncake",
-}
 CANN_HOMES = (
     "/usr/local/Ascend/ascend-toolkit/latest",
     "/usr/local/Ascend/cann",
@@ -68,10 +62,10 @@ def package_version(key: str) -> str | None:
 
 
 def package_root(key: str) -> Path | None:
-    """The site-packages dir holding the package's top-level module (no import)."""
-    module = MODULES.get(key, key)
+    """The site-packages dir holding the package's top-level module (no import): the key's name,
+    ``-`` spelled ``_``."""
     try:
-        spec = importlib.util.find_spec(module)
+        spec = importlib.util.find_spec(key.replace("-", "_"))
     except (ImportError, ValueError):
         spec = None
     if spec is not None and spec.submodule_search_locations:
@@ -102,10 +96,7 @@ def parse_cann_version_text(text: str) -> str | None:
 def cann_version(env: Mapping[str, str] | None = None) -> tuple[str | None, str | None]:
     """``(version, file it came from)``; ``(None, None)`` when no CANN toolkit is found."""
     env = os.environ if env is None else env
-    homes: list[Path] = []
-    for var in ("ASCEND_TOOLKIT_HOME", "ASCEND_HOME_PATH"):
-        if env.get(var):
-            homes.append(Path(env[var]))
+    homes = [Path(env[v]) for v in ("ASCEND_TOOLKIT_HOME", "ASCEND_HOME_PATH") if env.get(v)]
     homes += [Path(p) for p in CANN_HOMES]
     base = Path("/usr/local/Ascend")
     if base.is_dir():
