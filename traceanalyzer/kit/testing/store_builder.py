@@ -267,12 +267,20 @@ class StoreBuilder:
         """A collective with its device tasks: the op (:meth:`hccl_op`), the ``Notify Wait`` on
         ``stream`` in which this rank waits ``wait_ns`` for its peers, then (``transfer``) the
         ``SDMA`` copy for the rest of the op, all with ``connection_id``."""
-        self.hccl_op(rank, session, name, start_ns=start_ns, dur_ns=dur_ns,
-                     connection_id=connection_id)  # fmt: skip
+        self.hccl_op(
+            rank, session, name, start_ns=start_ns, dur_ns=dur_ns, connection_id=connection_id
+        )
         tasks = [("Notify Wait", start_ns, wait_ns), ("SDMA", start_ns + wait_ns, dur_ns - wait_ns)]
         for task, at, dur in tasks if transfer else tasks[:1]:
-            self.task(rank, session, task, stream=stream, start_ns=at, dur_ns=dur,
-                      connection_id=connection_id)  # fmt: skip
+            self.task(
+                rank,
+                session,
+                task,
+                stream=stream,
+                start_ns=at,
+                dur_ns=dur,
+                connection_id=connection_id,
+            )
         return self
 
     def comm_link(
